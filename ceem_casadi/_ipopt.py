@@ -1,0 +1,29 @@
+"""Small helpers shared by the IPOPT-based steps."""
+from __future__ import annotations
+
+import casadi as ca
+
+QUIET = {"print_time": False, "ipopt.print_level": 0, "ipopt.sb": "yes"}
+
+# IPOPT return statuses that count as a usable solution
+ACCEPTABLE = {"Solve_Succeeded", "Solved_To_Acceptable_Level", "Search_Direction_Becomes_Too_Small"}
+
+
+def ipopt_options(max_iter: int, tol: float, **extra) -> dict:
+    opts = dict(QUIET)
+    opts.update({"ipopt.max_iter": int(max_iter), "ipopt.tol": float(tol),
+                 "ipopt.acceptable_tol": max(1e-6, float(tol)), "ipopt.acceptable_iter": 5})
+    opts.update(extra)
+    return opts
+
+
+def hess_lag_function(x: ca.MX, p: ca.MX, hess_triu_of_f) -> ca.Function:
+    """IPOPT ``hess_lag`` Function for an NLP without constraints: lam_f * H (upper triangle)."""
+    lam_f = ca.MX.sym("lam_f")
+    lam_g = ca.MX.sym("lam_g", 0)
+    return ca.Function("hess_lag", [x, p, lam_f, lam_g], [lam_f * hess_triu_of_f],
+                       ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
+
+
+def grad_f_function(x: ca.MX, p: ca.MX, f, grad) -> ca.Function:
+    return ca.Function("grad_f", [x, p], [f, grad], ["x", "p"], ["f", "grad_f_x"])

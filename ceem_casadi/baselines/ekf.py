@@ -1,0 +1,140 @@
+"""Extended Kalman filter and Rauch-Tung-Striebel smoother on a :class:`StateSpaceModel`.
+
+Conventions (one trajectory of length T, time index t = 1..T):
+
+* prior ``x_{1|0} = x0`` (nx,), ``P_{1|0} = Sigma0`` (nx, nx);
+* at each t: the one-step-ahead prediction ``y_pred[t] = g(x_{t|t-1})`` is recorded *before*
+  the correction (as in the paper's evaluation), then the observed entries of ``y[t]`` correct
+  the state (NaN entries are skipped), then ``x_{t+1|t} = f(x_{t|t})``,
+  ``P_{t+1|t} = A P_{t|t} A^T + Q`` with ``A = df/dx`` at ``x_{t|t}``;
+* covariance updates in Joseph form, symmetrised.
+
+Jacobians come from CasADi (exact, symbolic).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import casadi as ca
+import numpy as np
+
+from ..errors import ShapeError
+
+
+@dataclass
+class EKFResult:
+    """Per-step outputs of one trajectory (T steps).
+
+    y_pred (T, ny), S (T, ny, ny): predicted observation and its covariance (before correction);
+    x_pred, P_pred: ``x_{t|t-1}``, ``P_{t|t-1}``; x_filt, P_filt: ``x_{t|t}``, ``P_{t|t}``;
+    A (T-1, nx, nx): dynamics Jacobians used in the prediction; loglik: log p(y_{1:T}).
+    x_smooth, P_smooth: RTS smoothed means and covariances (None unless smoothed).
+    """
+
+    y_pred: np.ndarray
+    S: np.ndarray
+    x_pred: np.ndarray
+    P_pred: np.ndarray
+    x_filt: np.ndarray
+    P_filt: np.ndarray
+    A: np.ndarray
+    loglik: float
+    x_smooth: np.ndarray | None = None
+    P_smooth: np.ndarray | None = None
+
+
+def _jacobian_functions(model):
+    x, u, p = ca.SX.sym("x", model.nx), ca.SX.sym("u", model.nu), ca.SX.sym("p", model.params.size)
+    fx, gx = model.f(x, u, p), model.g(x, u, p)
+    F = ca.Function("f_jac", [x, u, p], [fx, ca.jacobian(fx, x)])
+    G = ca.Function("g_jac", [x, u, p], [gx, ca.jacobian(gx, x)])
+    return F, G
+
+
+def _cov(name, value, n) -> np.ndarray:
+    a = np.asarray(value, dtype=float)
+    if a.ndim == 0:
+        a = a * np.eye(n)
+    elif a.ndim == 1:
+        a = np.diag(a)
+    if a.shape != (n, n):
+        raise ShapeError(f"{name}: expected a scalar, ({n},) diagonal or ({n}, {n}) matrix, got {a.shape}")
+    return a
+
+
+def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
+        _fns=None) -> EKFResult:
+    """Run the EKF (and optionally the RTS smoother) on one trajectory.
+
+    ``y`` (T, ny) with NaN = missing; ``u`` (T, nu) or None; ``x0`` (nx,); ``Sigma0``, ``Q``
+    (nx, nx) and ``R`` (ny, ny) as scalars, diagonals or matrices.
+    """
+    nx, ny = model.nx, model.ny
+    y = np.asarray(y, float)
+    T = y.shape[0]
+    if y.ndim != 2 or y.shape[1] != ny:
+        raise ShapeError(f"y: expected shape (T, {ny}), got {y.shape}")
+    u = np.zeros((T, model.nu)) if u is None else np.asarray(u, float)
+    Fj, Gj = _fns if _fns is not None else _jacobian_functions(model)
+    Q, R, P = _cov("Q", Q, nx), _cov("R", R, ny), _cov("Sigma0", Sigma0, nx)
+    x = np.asarray(x0, float).reshape(nx)
+    out = {k: np.empty(s) for k, s in dict(
+        y_pred=(T, ny), S=(T, ny, ny), x_pred=(T, nx), P_pred=(T, nx, nx), x_filt=(T, nx),
+        P_filt=(T, nx, nx), A=(max(T - 1, 0), nx, nx)).items()}
+    loglik = 0.0
+    I = np.eye(nx)
+    for t in range(T):
+        out["x_pred"][t], out["P_pred"][t] = x, P
+        yp, C = Gj(x, u[t], theta_vec)
+        yp, C = np.asarray(yp).ravel(), np.asarray(C)
+        S = C @ P @ C.T + R
+        out["y_pred"][t], out["S"][t] = yp, S
+        obs = np.isfinite(y[t])
+        if obs.any():
+            Co, So, e = C[obs], S[np.ix_(obs, obs)], y[t, obs] - yp[obs]
+            L = np.linalg.cholesky(So)
+            K = np.linalg.solve(L.T, np.linalg.solve(L, Co @ P)).T  # P C^T S^-1
+            x = x + K @ e
+            IKC = I - K @ Co
+            P = IKC @ P @ IKC.T + K @ R[np.ix_(obs, obs)] @ K.T
+            P = 0.5 * (P + P.T)
+            alpha = np.linalg.solve(L, e)
+            loglik += -0.5 * (alpha @ alpha) - np.log(np.diag(L)).sum() - 0.5 * obs.sum() * np.log(2 * np.pi)
+        out["x_filt"][t], out["P_filt"][t] = x, P
+        if t < T - 1:
+            xn, A = Fj(x, u[t], theta_vec)
+            A = np.asarray(A)
+            x = np.asarray(xn).ravel()
+            P = A @ P @ A.T + Q
+            P = 0.5 * (P + P.T)
+            out["A"][t] = A
+    res = EKFResult(loglik=float(loglik), **out)
+    if smooth:
+        rts(res)
+    return res
+
+
+def rts(res: EKFResult) -> EKFResult:
+    """Rauch-Tung-Striebel backward pass on a filtered :class:`EKFResult` (in place)."""
+    T = res.x_filt.shape[0]
+    xs, Ps = res.x_filt.copy(), res.P_filt.copy()
+    for t in range(T - 2, -1, -1):
+        Pp = res.P_pred[t + 1]
+        G = np.linalg.solve(Pp, res.A[t] @ res.P_filt[t]).T  # P_f A^T Pp^-1
+        xs[t] = res.x_filt[t] + G @ (xs[t + 1] - res.x_pred[t + 1])
+        Ps[t] = res.P_filt[t] + G @ (Ps[t + 1] - Pp) @ G.T
+        Ps[t] = 0.5 * (Ps[t] + Ps[t].T)
+    res.x_smooth, res.P_smooth = xs, Ps
+    return res
+
+
+class EKF:
+    """Reusable EKF for one model: the CasADi Jacobian Functions are built once."""
+
+    def __init__(self, model):
+        self.model = model
+        self._fns = _jacobian_functions(model)
+
+    def run(self, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False) -> EKFResult:
+        return ekf(self.model, theta_vec, y, u, x0=x0, Sigma0=Sigma0, Q=Q, R=R, smooth=smooth,
+                   _fns=self._fns)

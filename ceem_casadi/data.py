@@ -1,0 +1,165 @@
+"""Trajectory data (observations, inputs, sample time) and simulation of a model.
+
+Arrays are time-major NumPy arrays: ``y[b]`` is (T_b, ny), ``u[b]`` is (T_b, nu).
+NaN in ``y`` means "not observed" (entry-wise); inputs must be finite.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import casadi as ca
+import numpy as np
+
+from .errors import NonFiniteError, ShapeError
+from .params import Theta
+
+
+def _as_list(a, name: str) -> list[np.ndarray]:
+    if isinstance(a, np.ndarray):
+        if a.ndim == 2:
+            a = a[None]
+        if a.ndim != 3:
+            raise ShapeError(f"{name}: expected an array (B, T, n) or a list of (T, n) arrays, "
+                             f"got an array of shape {a.shape}")
+        return [np.array(ai, dtype=float) for ai in a]
+    out = []
+    for i, ai in enumerate(a):
+        ai = np.array(ai, dtype=float)
+        if ai.ndim == 1:
+            ai = ai[:, None]
+        if ai.ndim != 2:
+            raise ShapeError(f"{name}[{i}]: expected a (T, n) array, got shape {ai.shape}")
+        out.append(ai)
+    return out
+
+
+@dataclass(frozen=True, init=False)
+class Trajectories:
+    """B trajectories of observations ``y`` and optional inputs ``u``.
+
+    Parameters
+    ----------
+    y : array (B, T, ny) or list of B arrays (T_b, ny); NaN marks a missing observation.
+    u : None, array (B, T, nu) or list of (T_b, nu) arrays (finite).
+    dt : sample time in seconds (optional, informative).
+    """
+
+    y: tuple
+    u: tuple | None
+    dt: float | None
+
+    def __init__(self, y, u=None, dt: float | None = None):
+        ys = _as_list(y, "y")
+        if not ys:
+            raise ShapeError("y: expected at least one trajectory, got none")
+        ny = ys[0].shape[1]
+        for i, yi in enumerate(ys):
+            if yi.shape[1] != ny:
+                raise ShapeError(f"y[{i}]: expected {ny} output columns like y[0], got {yi.shape[1]}")
+            if yi.shape[0] < 2:
+                raise ShapeError(f"y[{i}]: expected at least 2 time steps, got {yi.shape[0]}")
+            if np.any(np.isinf(yi)):
+                raise NonFiniteError(f"y[{i}] contains inf; use NaN for missing observations")
+        us = None
+        if u is not None:
+            us = _as_list(u, "u")
+            if len(us) != len(ys):
+                raise ShapeError(f"u: expected {len(ys)} trajectories like y, got {len(us)}")
+            nu = us[0].shape[1]
+            for i, (ui, yi) in enumerate(zip(us, ys)):
+                if ui.shape != (yi.shape[0], nu):
+                    raise ShapeError(f"u[{i}]: expected shape {(yi.shape[0], nu)}, got {ui.shape}")
+                if not np.all(np.isfinite(ui)):
+                    raise NonFiniteError(f"u[{i}] contains NaN or inf; inputs must be finite")
+        if dt is not None and not (np.isfinite(dt) and dt > 0):
+            raise ShapeError(f"dt must be a positive sample time in seconds, got {dt}")
+        object.__setattr__(self, "y", tuple(ys))
+        object.__setattr__(self, "u", None if us is None else tuple(us))
+        object.__setattr__(self, "dt", dt)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, idx) -> "Trajectories":
+        idx = [idx] if isinstance(idx, (int, np.integer)) else list(range(len(self)))[idx] \
+            if isinstance(idx, slice) else list(idx)
+        return Trajectories([self.y[i] for i in idx],
+                            None if self.u is None else [self.u[i] for i in idx], self.dt)
+
+    @property
+    def ny(self) -> int:
+        return self.y[0].shape[1]
+
+    @property
+    def nu(self) -> int:
+        return 0 if self.u is None else self.u[0].shape[1]
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        return tuple(yi.shape[0] for yi in self.y)
+
+    def inputs(self, b: int) -> np.ndarray:
+        """Inputs of trajectory ``b`` as (T_b, nu), zero columns when the data has none."""
+        return np.zeros((self.lengths[b], 0)) if self.u is None else self.u[b]
+
+    def check_model(self, model) -> None:
+        """Raise :class:`ShapeError` unless ny and nu match ``model``."""
+        if self.ny != model.ny:
+            raise ShapeError(f"data has ny={self.ny} output columns, the model observes ny={model.ny}")
+        if self.nu != model.nu:
+            raise ShapeError(f"data has nu={self.nu} input columns, the model expects nu={model.nu}")
+
+    def with_missing(self, fraction: float, seed: int | np.random.Generator) -> "Trajectories":
+        """Copy with a random ``fraction`` of the y entries replaced by NaN (seeded)."""
+        rng = np.random.default_rng(seed)
+        ys = []
+        for yi in self.y:
+            yi = yi.copy()
+            yi[rng.random(yi.shape) < fraction] = np.nan
+            ys.append(yi)
+        return Trajectories(ys, self.u, self.dt)
+
+
+def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
+             process_std: float | np.ndarray = 0.0, measurement_std: float | np.ndarray = 0.0,
+             seed: int | np.random.Generator = 0) -> tuple[Trajectories, list[np.ndarray]]:
+    """Simulate ``model`` from initial states ``x0`` (B, nx) for ``horizon`` steps.
+
+    Process noise ``w ~ N(0, process_std**2)`` is added after each step and observation
+    noise ``v ~ N(0, measurement_std**2)`` to each output (both per component, seeded).
+    Returns ``(data, x)`` with ``x`` a list of B true state arrays (T, nx).
+    """
+    rng = np.random.default_rng(seed)
+    x0 = np.atleast_2d(np.asarray(x0, dtype=float))
+    if x0.shape[1] != model.nx:
+        raise ShapeError(f"x0: expected shape (B, {model.nx}), got {x0.shape}")
+    B = x0.shape[0]
+    T = [int(horizon)] * B if np.ndim(horizon) == 0 else [int(h) for h in horizon]
+    us = [np.zeros((t, model.nu)) for t in T] if u is None else _as_list(u, "u")
+    if len(T) != B or len(us) != B:
+        raise ShapeError(f"expected {B} horizons and input trajectories (one per x0 row)")
+    pv = model.theta_vector(theta)
+    sw = np.broadcast_to(np.asarray(process_std, float), (model.nx,))
+    sv = np.broadcast_to(np.asarray(measurement_std, float), (model.ny,))
+    xs, ys = [], []
+    for b in range(B):
+        if us[b].shape != (T[b], model.nu):
+            raise ShapeError(f"u[{b}]: expected shape {(T[b], model.nu)}, got {us[b].shape}")
+        roll = model.f.mapaccum(T[b] - 1)
+        # process noise enters between steps: simulate step by step in a mapaccum of f + w
+        w = rng.standard_normal((T[b] - 1, model.nx)) * sw
+        x = np.empty((T[b], model.nx))
+        x[0] = x0[b]
+        if np.any(sw > 0):
+            for t in range(T[b] - 1):
+                x[t + 1] = np.asarray(model.f(x[t], us[b][t], pv)).ravel() + w[t]
+        else:
+            x[1:] = np.asarray(roll(x0[b], us[b][:-1].T, pv)).T
+        y = np.asarray(model.g.map(T[b])(x.T, us[b].T, pv)).T
+        y = y + rng.standard_normal(y.shape) * sv
+        if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+            raise NonFiniteError(f"simulation of trajectory {b} diverged (non-finite states)")
+        xs.append(x)
+        ys.append(y)
+    return Trajectories(ys, None if model.nu == 0 else us, model.dt), xs

@@ -1,0 +1,155 @@
+"""State-space model structure: user functions traced once into named CasADi Functions.
+
+The model is
+
+    x[t+1] = f(x[t], u[t], p) + w[t],   w ~ N(0, diag(process_std**2))
+    y[t]   = g(x[t], u[t], p) + v[t],   v ~ N(0, diag(measurement_std**2))
+    x[1]   ~ N(x1_mean, diag(x1_std**2))            (optional)
+
+with ``x`` (nx,), ``u`` (nu,), ``y`` (ny,) and ``p`` the flat parameter vector of a
+:class:`~ceem_casadi.params.Parameters`. Continuous-time models give ``dx/dt = rhs(x, u, p)``
+and are discretised with RK4 over the sample time ``dt`` (seconds).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import casadi as ca
+import numpy as np
+
+from .errors import ModelError, NonFiniteError, ShapeError
+from .integrators import INTEGRATORS, as_column
+from .params import Parameters, Theta
+
+
+def _positive_vector(name: str, value, n: int) -> np.ndarray:
+    v = np.broadcast_to(np.asarray(value, dtype=float), (n,)).copy() if np.size(value) in (1, n) else None
+    if v is None:
+        raise ShapeError(f"{name}: expected a scalar or {n} entries, got shape {np.shape(value)}")
+    if not np.all(np.isfinite(v)) or np.any(v <= 0):
+        raise NonFiniteError(f"{name}: expected finite positive values, got {v}")
+    return v
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Diagonal Gaussian noise model (standard deviations, in the units of x and y).
+
+    ``process_std`` (nx,) and ``measurement_std`` (ny,) weight the CE-EM objective;
+    ``x1_mean``/``x1_std`` (nx,) give an optional Gaussian prior on the first state.
+    """
+
+    process_std: np.ndarray
+    measurement_std: np.ndarray
+    x1_mean: np.ndarray | None = None
+    x1_std: np.ndarray | None = None
+
+
+class StateSpaceModel:
+    """Structure of a gray-box state-space model (no parameter values inside).
+
+    Build with :meth:`from_ode` (continuous time, RK4) or :meth:`from_discrete`.
+    Attributes ``f`` and ``g`` are CasADi Functions ``f(x, u, p) -> x_next`` and
+    ``g(x, u, p) -> y``; ``rhs`` is the continuous vector field (or ``None``).
+    """
+
+    def __init__(self, step: Callable, observe: Callable, *, nx: int, nu: int = 0,
+                 params: Parameters | None = None, dt: float | None = None,
+                 process_std=1.0, measurement_std=1.0, x1_mean=None, x1_std=None,
+                 rhs: Callable | None = None, name: str = "model"):
+        if int(nx) <= 0 or int(nu) < 0:
+            raise ShapeError(f"nx must be positive and nu non-negative, got nx={nx}, nu={nu}")
+        self.nx, self.nu = int(nx), int(nu)
+        self.params = params if params is not None else Parameters()
+        self.dt = None if dt is None else float(dt)
+        self.name = name
+        x = ca.SX.sym("x", self.nx)
+        u = ca.SX.sym("u", self.nu)
+        pv = ca.SX.sym("p", self.params.size)
+        p = self.params.symbols(pv)
+        self.f = self._trace("f", step, x, u, pv, p, self.nx, "x_next")
+        y_expr = as_column(observe(x, u, p))
+        if y_expr.size2() != 1 or y_expr.size1() == 0:
+            raise ModelError(f"observation function must return a vector, got shape {y_expr.shape}")
+        self.ny = y_expr.size1()
+        self.g = ca.Function("g", [x, u, pv], [y_expr], ["x", "u", "p"], ["y"])
+        self.rhs = None if rhs is None else self._trace("rhs", rhs, x, u, pv, p, self.nx, "xdot")
+        self.noise = Noise(
+            _positive_vector("process_std", process_std, self.nx),
+            _positive_vector("measurement_std", measurement_std, self.ny),
+            None if x1_mean is None else np.broadcast_to(np.asarray(x1_mean, float), (self.nx,)).copy(),
+            None if x1_std is None else _positive_vector("x1_std", x1_std, self.nx),
+        )
+        if (self.noise.x1_mean is None) != (self.noise.x1_std is None):
+            raise ShapeError("give both x1_mean and x1_std for a prior on x_1, or neither")
+
+    @staticmethod
+    def _trace(name, fun, x, u, pv, p, n_out, out_name) -> ca.Function:
+        expr = as_column(fun(x, u, p))
+        if expr.shape != (n_out, 1):
+            raise ModelError(f"{name}: the model function must return {n_out} entries (nx), "
+                             f"got shape {expr.shape}")
+        return ca.Function(name, [x, u, pv], [expr], ["x", "u", "p"], [out_name])
+
+    @classmethod
+    def from_ode(cls, rhs: Callable, observe: Callable, *, nx: int, dt: float, nu: int = 0,
+                 params: Parameters | None = None, substeps: int = 1, method: str = "rk4",
+                 **kwargs) -> "StateSpaceModel":
+        """Continuous-time model ``dx/dt = rhs(x, u, p)``, discretised over ``dt`` seconds.
+
+        ``u`` is held constant over a sample (zero-order hold); ``substeps`` RK4 steps per sample.
+        """
+        if not (dt and dt > 0):
+            raise ShapeError(f"dt must be a positive sample time in seconds, got {dt}")
+        if method not in INTEGRATORS:
+            raise ValueError(f"method must be one of {sorted(INTEGRATORS)}, got {method!r}")
+        integrate = INTEGRATORS[method]
+
+        def step(x, u, p):
+            return integrate(lambda xx, uu, pp: as_column(rhs(xx, uu, pp)), x, u, p, dt, int(substeps))
+
+        return cls(step, observe, nx=nx, nu=nu, params=params, dt=dt, rhs=rhs, **kwargs)
+
+    @classmethod
+    def from_discrete(cls, step: Callable, observe: Callable, *, nx: int, nu: int = 0,
+                      params: Parameters | None = None, **kwargs) -> "StateSpaceModel":
+        """Discrete-time model ``x[t+1] = step(x[t], u[t], p)``."""
+        return cls(step, observe, nx=nx, nu=nu, params=params, **kwargs)
+
+    # ------------------------------------------------------------------------------
+    def theta_vector(self, theta: Theta) -> np.ndarray:
+        """Validated flat parameter vector of a theta dict."""
+        return self.params.to_vector(theta)
+
+    def with_noise(self, **kwargs) -> "StateSpaceModel":
+        """A shallow copy with other noise settings (process_std, measurement_std, x1_mean, x1_std)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        fields = {k: getattr(self.noise, k) for k in ("process_std", "measurement_std", "x1_mean", "x1_std")}
+        unknown = set(kwargs) - set(fields)
+        if unknown:
+            raise TypeError(f"unknown noise setting(s) {sorted(unknown)}; known: {sorted(fields)}")
+        fields.update(kwargs)
+        new.noise = Noise(
+            _positive_vector("process_std", fields["process_std"], self.nx),
+            _positive_vector("measurement_std", fields["measurement_std"], self.ny),
+            None if fields["x1_mean"] is None else np.broadcast_to(np.asarray(fields["x1_mean"], float), (self.nx,)).copy(),
+            None if fields["x1_std"] is None else _positive_vector("x1_std", fields["x1_std"], self.nx),
+        )
+        return new
+
+    def check(self, theta: Theta, x: np.ndarray, u: np.ndarray | None = None) -> None:
+        """Evaluate f and g once at ``x`` (nx,) and raise :class:`ModelError` on NaN/inf."""
+        pv = self.theta_vector(theta)
+        uu = np.zeros(self.nu) if u is None else u
+        for fun in (self.f, self.g):
+            val = np.asarray(fun(x, uu, pv))
+            if not np.all(np.isfinite(val)):
+                raise ModelError(f"model function {fun.name()} returns non-finite values at the initial "
+                                 f"guess (x={np.round(x, 4)}, theta={theta}): {val.ravel()}")
+
+    def __repr__(self) -> str:
+        kind = "continuous (RK4)" if self.rhs is not None else "discrete"
+        return (f"StateSpaceModel({self.name!r}, {kind}, nx={self.nx}, nu={self.nu}, ny={self.ny}, "
+                f"params={self.params.names})")

@@ -1,0 +1,85 @@
+"""Option dataclasses (frozen, self-validating) with defaults from the CE-EM paper."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .stages import HESSIANS
+
+
+def _require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ValueError(msg)
+
+
+@dataclass(frozen=True)
+class SmootherOptions:
+    """Smoothing step (E-step): IPOPT over x_{1:T} of each trajectory.
+
+    rho_x : trust-region weight of ``rho_x * ||x - x_prev||^2`` (paper: rho_x).
+    hessian : ``"gauss-newton"`` (default; fastest in ``scripts/bench_lorenz.py``) or ``"exact"``.
+    max_iter, tol : IPOPT iteration limit and (scaled) tolerance.
+    x_lower, x_upper : optional bounds on every hidden state (scalar or (nx,)).
+    """
+
+    rho_x: float = 0.0
+    hessian: str = "gauss-newton"
+    max_iter: int = 100
+    tol: float = 1e-10
+    x_lower: object = None
+    x_upper: object = None
+
+    def __post_init__(self):
+        _require(self.rho_x >= 0, f"rho_x must be >= 0, got {self.rho_x}")
+        _require(self.hessian in HESSIANS, f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
+        _require(self.max_iter > 0 and self.tol > 0, "max_iter and tol must be positive")
+
+
+@dataclass(frozen=True)
+class LearnerOptions:
+    """Learning step (M-step): IPOPT over the free parameters for fixed states.
+
+    rho_theta : trust-region weight of ``rho_theta * ||theta - theta_prev||^2``.
+    hessian : ``"exact"`` (default), ``"gauss-newton"`` or ``"limited-memory"`` (L-BFGS in IPOPT,
+        for large parameter vectors).
+    use_prior : include the parameters' Gaussian priors ``log p(theta)``.
+    """
+
+    rho_theta: float = 0.0
+    hessian: str = "exact"
+    max_iter: int = 200
+    tol: float = 1e-10
+    use_prior: bool = True
+
+    def __post_init__(self):
+        _require(self.rho_theta >= 0, f"rho_theta must be >= 0, got {self.rho_theta}")
+        allowed = HESSIANS + ("limited-memory",)
+        _require(self.hessian in allowed, f"hessian must be one of {allowed}, got {self.hessian!r}")
+        _require(self.max_iter > 0 and self.tol > 0, "max_iter and tol must be positive")
+
+
+@dataclass(frozen=True)
+class CEEMOptions:
+    """The EM loop (Algorithm 1 of the paper).
+
+    max_iters : maximum number of EM iterations (smoothing + learning).
+    tol : stop when the increase of J over one iteration is at most ``tol * max(1, |J|)``.
+    n_jobs : processes for the smoothing step (trajectories are independent problems).
+    raise_on_failure : raise :class:`~ceem_casadi.errors.SolverError` instead of returning a
+        result with ``status = "solver_failed"``.
+    """
+
+    max_iters: int = 50
+    tol: float = 1e-9
+    smoother: SmootherOptions = field(default_factory=SmootherOptions)
+    learner: LearnerOptions = field(default_factory=LearnerOptions)
+    n_jobs: int = 1
+    raise_on_failure: bool = False
+
+    def __post_init__(self):
+        _require(self.max_iters >= 1, f"max_iters must be >= 1, got {self.max_iters}")
+        _require(np.isfinite(self.tol) and self.tol >= 0, f"tol must be finite and >= 0, got {self.tol}")
+        _require(self.n_jobs >= 1, f"n_jobs must be >= 1, got {self.n_jobs}")
+        _require(isinstance(self.smoother, SmootherOptions), "smoother must be a SmootherOptions")
+        _require(isinstance(self.learner, LearnerOptions), "learner must be a LearnerOptions")

@@ -1,0 +1,1 @@
+"""Gray-box model definitions (factories returning ceem_casadi.StateSpaceModel)."""
