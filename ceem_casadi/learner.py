@@ -67,7 +67,7 @@ class Learner:
         syms = dict(p_base=ca.MX.sym("p_base", npar), Xo=ca.MX.sym("Xo", nx, n_obs),
                     Uo=ca.MX.sym("Uo", nu, n_obs), Yo=ca.MX.sym("Yo", ny, n_obs), Mo=ca.MX.sym("Mo", ny, n_obs),
                     X0=ca.MX.sym("X0", nx, n_dyn), X1=ca.MX.sym("X1", nx, n_dyn), U0=ca.MX.sym("U0", nu, n_dyn),
-                    iw=ca.MX.sym("iw", nx), iv=ca.MX.sym("iv", ny), z_prev=ca.MX.sym("z_prev", nfree),
+                    iw=ca.MX.sym("iw", nx, n_dyn), iv=ca.MX.sym("iv", ny, n_obs), z_prev=ca.MX.sym("z_prev", nfree),
                     rho=ca.MX.sym("rho"), mu=ca.MX.sym("mu", nfree), w=ca.MX.sym("w", nfree))
         self._names = list(syms)
         sizes = [s.numel() for s in syms.values()]
@@ -107,25 +107,37 @@ class Learner:
         """``fun`` mapped over n columns with all outputs summed."""
         return fun.map(n, [False] * fun.n_in(), [True] * fun.n_out())
 
-    def parameter_vector(self, theta_vec, data, xs, rho: float) -> np.ndarray:
+    def parameter_vector(self, theta_vec, data, xs, rho: float, weights=None) -> np.ndarray:
         params, noise = self.model.params, self.model.noise
         (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)
+        w_traj = np.ones(len(xs)) if weights is None else np.asarray(weights, float)
+        if w_traj.shape != (len(xs),) or np.any(w_traj < 0) or not np.all(np.isfinite(w_traj)):
+            raise ValueError(f"weights: expected {len(xs)} finite non-negative values, got {weights}")
+        # a weight w scales a trajectory's squared residuals: multiply 1/sigma by sqrt(w)
+        sq = np.sqrt(w_traj)
+        iw = np.outer(1.0 / noise.process_std, np.repeat(sq, [T - 1 for T in data.lengths]))
+        iv = np.outer(1.0 / noise.measurement_std, np.repeat(sq, data.lengths))
         base = np.asarray(theta_vec, float).copy()
         base[self.free] = 0.0
         mean, w = params.prior
         if not self.options.use_prior:
             w = np.zeros_like(w)
         vals = dict(p_base=base, Xo=Xo, Uo=Uo, Yo=Yo, Mo=Mo, X0=X0, X1=X1, U0=U0,
-                    iw=1.0 / noise.process_std, iv=1.0 / noise.measurement_std,
+                    iw=iw, iv=iv,
                     z_prev=np.asarray(theta_vec, float)[self.free], rho=np.array([rho]),
                     mu=mean[self.free], w=w[self.free])
         return np.concatenate([np.asarray(vals[k], float).ravel(order="F") for k in self._names])
 
-    def solve(self, theta_vec: np.ndarray, data, xs: list[np.ndarray], rho_theta: float | None = None) -> LearnResult:
+    def solve(self, theta_vec: np.ndarray, data, xs: list[np.ndarray], rho_theta: float | None = None,
+              weights=None) -> LearnResult:
         """Learn the free parameters for fixed states ``xs`` (list of (T_b, nx)), warm-started at
-        ``theta_vec`` (also the trust-region centre). Returns the full flat vector."""
+        ``theta_vec`` (also the trust-region centre). Returns the full flat vector.
+
+        ``weights`` (B,) optionally scales each trajectory's terms of J (e.g. SAEM weights of
+        sampled trajectories); default 1.
+        """
         rho = self.options.rho_theta if rho_theta is None else rho_theta
-        P = self.parameter_vector(theta_vec, data, xs, rho)
+        P = self.parameter_vector(theta_vec, data, xs, rho, weights)
         params = self.model.params
         t0 = time.perf_counter()
         sol = self.solver(x0=np.asarray(theta_vec)[self.free], p=P,
