@@ -5,10 +5,9 @@ NaN in ``y`` means "not observed" (entry-wise); inputs must be finite.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-import casadi as ca
 import numpy as np
 
 from .errors import NonFiniteError, ShapeError
@@ -81,7 +80,7 @@ class Trajectories:
     def __len__(self) -> int:
         return len(self.y)
 
-    def __getitem__(self, idx) -> "Trajectories":
+    def __getitem__(self, idx) -> Trajectories:
         idx = [idx] if isinstance(idx, (int, np.integer)) else list(range(len(self)))[idx] \
             if isinstance(idx, slice) else list(idx)
         return Trajectories([self.y[i] for i in idx],
@@ -110,7 +109,7 @@ class Trajectories:
         if self.nu != model.nu:
             raise ShapeError(f"data has nu={self.nu} input columns, the model expects nu={model.nu}")
 
-    def with_missing(self, fraction: float, seed: int | np.random.Generator) -> "Trajectories":
+    def with_missing(self, fraction: float, seed: int | np.random.Generator) -> Trajectories:
         """Copy with a random ``fraction`` of the y entries replaced by NaN (seeded)."""
         rng = np.random.default_rng(seed)
         ys = []

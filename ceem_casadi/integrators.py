@@ -1,7 +1,7 @@
 """Fixed-step integrators turning a continuous right-hand side into a discrete step."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import casadi as ca
 

@@ -12,8 +12,8 @@ and are discretised with RK4 over the sample time ``dt`` (seconds).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import casadi as ca
 import numpy as np
@@ -95,7 +95,7 @@ class StateSpaceModel:
     @classmethod
     def from_ode(cls, rhs: Callable, observe: Callable, *, nx: int, dt: float, nu: int = 0,
                  params: Parameters | None = None, substeps: int = 1, method: str = "rk4",
-                 **kwargs) -> "StateSpaceModel":
+                 **kwargs) -> StateSpaceModel:
         """Continuous-time model ``dx/dt = rhs(x, u, p)``, discretised over ``dt`` seconds.
 
         ``u`` is held constant over a sample (zero-order hold); ``substeps`` RK4 steps per sample.
@@ -113,7 +113,7 @@ class StateSpaceModel:
 
     @classmethod
     def from_discrete(cls, step: Callable, observe: Callable, *, nx: int, nu: int = 0,
-                      params: Parameters | None = None, **kwargs) -> "StateSpaceModel":
+                      params: Parameters | None = None, **kwargs) -> StateSpaceModel:
         """Discrete-time model ``x[t+1] = step(x[t], u[t], p)``."""
         return cls(step, observe, nx=nx, nu=nu, params=params, **kwargs)
 
@@ -122,7 +122,7 @@ class StateSpaceModel:
         """Validated flat parameter vector of a theta dict."""
         return self.params.to_vector(theta)
 
-    def with_noise(self, **kwargs) -> "StateSpaceModel":
+    def with_noise(self, **kwargs) -> StateSpaceModel:
         """A shallow copy with other noise settings (process_std, measurement_std, x1_mean, x1_std)."""
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)

@@ -7,9 +7,9 @@ each parameter flattened in row-major (C) order, in declaration order.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Iterable, Mapping
 
 import casadi as ca
 import numpy as np
@@ -228,9 +228,7 @@ class Parameters:
         ns = {}
         for p in self:
             v = vec[self._offsets[p.name]]
-            if len(p.shape) == 0:
-                ns[p.name] = v
-            elif len(p.shape) == 1:
+            if len(p.shape) == 0 or len(p.shape) == 1:
                 ns[p.name] = v
             else:
                 r, c = p.shape

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.stages import StageFunctions
 from ceem_casadi.smoother import TrajectorySmoother
+from ceem_casadi.stages import StageFunctions
 from models import lorenz
 
 
