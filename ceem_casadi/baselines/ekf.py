@@ -82,7 +82,7 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
         y_pred=(T, ny), S=(T, ny, ny), x_pred=(T, nx), P_pred=(T, nx, nx), x_filt=(T, nx),
         P_filt=(T, nx, nx), A=(max(T - 1, 0), nx, nx)).items()}
     loglik = 0.0
-    I = np.eye(nx)
+    eye = np.eye(nx)
     for t in range(T):
         out["x_pred"][t], out["P_pred"][t] = x, P
         yp, C = Gj(x, u[t], theta_vec)
@@ -95,7 +95,7 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
             L = np.linalg.cholesky(So)
             K = np.linalg.solve(L.T, np.linalg.solve(L, Co @ P)).T  # P C^T S^-1
             x = x + K @ e
-            IKC = I - K @ Co
+            IKC = eye - K @ Co
             P = IKC @ P @ IKC.T + K @ R[np.ix_(obs, obs)] @ K.T
             P = 0.5 * (P + P.T)
             alpha = np.linalg.solve(L, e)
