@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import casadi as ca
 
-QUIET = {"print_time": False, "ipopt.print_level": 0, "ipopt.sb": "yes"}
+QUIET = {"print_time": False, "ipopt.print_level": 0, "ipopt.sb": "yes",
+         # multipliers w.r.t. p would need derivatives of compiled stage Functions (not available)
+         "calc_lam_p": False, "calc_lam_x": False}
 
 # IPOPT return statuses that count as a usable solution
 ACCEPTABLE = {"Solve_Succeeded", "Solved_To_Acceptable_Level", "Search_Direction_Becomes_Too_Small"}

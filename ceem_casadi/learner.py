@@ -6,8 +6,13 @@ With z the free entries of the flat parameter vector p (fixed entries held at th
            + 0.5 ||(z - mu_p) / s_p||^2        (the optional Gaussian prior, -log p(theta))
 
 subject to the parameters' bounds. All stages of all trajectories are stacked into one long
-map whose outputs are summed (``reduce_out``), so gradient and Hessian (exact or Gauss-Newton,
-sparse in p) are built from small per-stage SX Functions. Built once per dataset shape.
+map, so gradient and Hessian are built from small per-stage Functions:
+
+* exact Hessian: per-stage sparse SX Hessians in p, mapped with their outputs summed;
+* Gauss-Newton: the stacked residual Jacobian J (N*nr, n_free) from a mapped stage Jacobian,
+  and J^T J formed by BLAS in a CasADi Callback (CasADi's own dense products are ~7x slower).
+
+The solver is built once per dataset shape and reused across EM iterations.
 """
 from __future__ import annotations
 
@@ -20,6 +25,9 @@ import numpy as np
 from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options
 from .options import LearnerOptions
 from .stages import StageFunctions
+
+# "auto" Hessian: exact while the per-stage exact Hessian program is at most this long
+AUTO_EXACT_INSTRUCTIONS = 100_000
 
 
 @dataclass
@@ -49,6 +57,53 @@ def stack_stages(data, xs: list[np.ndarray]):
     return [np.hstack(a) for a in (Xo, Uo, Yo, Mo)], [np.hstack(a) for a in (X0, X1, U0)]
 
 
+class _GaussNewtonHessian(ca.Callback):
+    """IPOPT ``hess_lag`` = lam_f * (J^T J + diag(d)) (upper triangle), J^T J by BLAS.
+
+    ``jac_fun(z, P) -> (J_1, ..., J_k, d)`` where each J_i is (nr_i, N_i * np): the N_i stage
+    Jacobians (nr_i, np) side by side (a mapped stage Jacobian's output).
+    """
+
+    def __init__(self, jac_fun: ca.Function, shapes, free: np.ndarray, n_p: int):
+        ca.Callback.__init__(self)
+        self.jac_fun, self.shapes, self.free = jac_fun, shapes, free
+        n = free.size
+        self.n, self.n_p = n, n_p
+        rows, cols = np.triu_indices(n)
+        order = np.lexsort((rows, cols))  # column-major order of the upper triangle
+        self.rows, self.cols = rows[order], cols[order]
+        self.sp_out = ca.Sparsity.upper(n)
+        self.construct("gauss_newton_hess_lag", {})
+
+    def get_n_in(self):
+        return 4
+
+    def get_n_out(self):
+        return 1
+
+    def get_name_in(self, i):
+        return ["x", "p", "lam_f", "lam_g"][i]
+
+    def get_name_out(self, i):
+        return "triu_hess_gamma_x_x"
+
+    def get_sparsity_in(self, i):
+        return [ca.Sparsity.dense(self.n, 1), self.jac_fun.sparsity_in(1), ca.Sparsity.dense(1, 1),
+                ca.Sparsity(0, 1)][i]
+
+    def get_sparsity_out(self, i):
+        return self.sp_out
+
+    def eval(self, arg):
+        out = self.jac_fun(arg[0], arg[1])
+        H = np.diag(np.asarray(out[-1]).ravel())
+        for J, (nr, N) in zip(out[:-1], self.shapes):
+            Jm = np.asarray(J).reshape(nr, N, self.n_p).transpose(1, 0, 2).reshape(N * nr, self.n_p)
+            Jm = Jm[:, self.free]
+            H += Jm.T @ Jm
+        return [ca.DM(self.sp_out, float(arg[2]) * H[self.rows, self.cols])]
+
+
 class Learner:
     """IPOPT learning solver for one model and one set of trajectory lengths (built once)."""
 
@@ -56,10 +111,18 @@ class Learner:
                  stages: StageFunctions | None = None):
         t0 = time.perf_counter()
         self.model, self.options, self.lengths = model, options, tuple(lengths)
-        kind = "exact" if options.hessian == "limited-memory" else options.hessian
-        stages = stages if stages is not None and stages.hessian == kind else StageFunctions(model, kind)
         params = model.params
         nx, nu, ny, npar = model.nx, model.nu, model.ny, params.size
+        kind = options.hessian
+        if kind in ("auto", "limited-memory"):
+            base = stages if stages is not None else StageFunctions(model, "exact", options.compile)
+            if kind == "auto":
+                names = ["dyn_p_hess"] + (["obs_p_hess"] if base.obs_uses_p else [])
+                kind = "exact" if base.instructions(names) <= AUTO_EXACT_INSTRUCTIONS else "gauss-newton"
+        self.hessian = kind
+        want = "exact" if kind == "limited-memory" else kind
+        if stages is None or stages.hessian != want:
+            stages = StageFunctions(model, want, options.compile)
         self.free = params.free_index
         nfree = self.free.size
         n_obs, n_dyn = sum(self.lengths), sum(T - 1 for T in self.lengths)
@@ -74,30 +137,45 @@ class Learner:
         P = ca.MX.sym("P", sum(sizes))
         parts = ca.vertsplit(P, np.concatenate([[0], np.cumsum(sizes)]).tolist())
         s = {k: ca.reshape(part, v.shape[0], v.shape[1]) for (k, v), part in zip(syms.items(), parts)}
-        self._sizes = dict(zip(self._names, sizes))
         E = ca.DM(ca.Sparsity.triplet(npar, nfree, self.free.tolist(), list(range(nfree))), 1.0)
         p = s["p_base"] + ca.mtimes(E, z)
 
         obs_args = [s["Xo"], s["Uo"], s["Yo"], s["Mo"], p, s["iv"]]
         dyn_args = [s["X0"], s["X1"], s["U0"], p, s["iw"]]
-        psym = ca.SX.sym("p", npar)
-        obs_uses_p = ca.depends_on(model.g(ca.SX.sym("x", nx), ca.SX.sym("u", nu), psym), psym)
-        terms = [(stages.dyn_cost, stages.dyn_p_grad, stages.dyn_p_hess, n_dyn, dyn_args)]
-        if obs_uses_p:
-            terms.append((stages.obs_cost, stages.obs_p_grad, stages.obs_p_hess, n_obs, obs_args))
+        terms = []  # (prefix, stages, residual rows, args)
+        if stages.dyn_uses_p:
+            terms.append(("dyn", n_dyn, nx, dyn_args))
+        if stages.obs_uses_p:
+            terms.append(("obs", n_obs, ny, obs_args))
         dz = z - s["z_prev"]
-        reg_cost = s["rho"] * ca.sumsqr(dz) + 0.5 * ca.sumsqr(s["w"] * (z - s["mu"]))
-        cost, grad, hess = reg_cost, 2 * s["rho"] * dz + s["w"] ** 2 * (z - s["mu"]), ca.diag(2 * s["rho"] + s["w"] ** 2)
-        for fcost, fgrad, fhess, n, args in terms:
+        diag = 2 * s["rho"] + s["w"] ** 2
+        cost = s["rho"] * ca.sumsqr(dz) + 0.5 * ca.sumsqr(s["w"] * (z - s["mu"]))
+        grad = 2 * s["rho"] * dz + s["w"] ** 2 * (z - s["mu"])
+        free = self.free.tolist()
+        hess, jacs = ca.diag(diag), []
+        cost_sx = cost  # the NLP's objective expression must stay differentiable by CasADi
+        for prefix, n, _, args in terms:
+            fcost, fgrad = stages.get(f"{prefix}_cost", f"{prefix}_p_grad")
             cost = cost + self._reduce(fcost, n)(*args)
-            grad = grad + self._reduce(fgrad, n)(*args)[1][self.free.tolist()]
-            hess = hess + self._reduce(fhess, n)(*args)[self.free.tolist(), self.free.tolist()]
-        extra = dict(grad_f=grad_f_function(z, P, cost, grad))
-        if options.hessian == "limited-memory":
+            cost_sx = cost_sx + self._reduce(getattr(stages, f"{prefix}_cost"), n)(*args)
+            grad = grad + self._reduce(fgrad, n)(*args)[1][free]
+            if kind == "exact":
+                (fhess,) = stages.get(f"{prefix}_p_hess")
+                hess = hess + self._reduce(fhess, n)(*args)[free, free]
+            elif kind == "gauss-newton":
+                (fjac,) = stages.get(f"{prefix}_p_jac")
+                jacs.append(fjac.map(n)(*args))
+        extra = {"grad_f": grad_f_function(z, P, cost, grad)}
+        if kind == "limited-memory":
             extra["ipopt.hessian_approximation"] = "limited-memory"
-        else:
+        elif kind == "exact":
             extra["hess_lag"] = hess_lag_function(z, P, ca.triu(hess))
-        self.solver = ca.nlpsol("learner", "ipopt", {"x": z, "p": P, "f": cost},
+        else:
+            jac_fun = ca.Function("stage_jacobians", [z, P], [*jacs, diag])
+            self._hess_callback = _GaussNewtonHessian(jac_fun, [(nr, n) for _, n, nr, _ in terms],
+                                                      self.free, npar)
+            extra["hess_lag"] = self._hess_callback
+        self.solver = ca.nlpsol("learner", "ipopt", {"x": z, "p": P, "f": cost_sx},
                                 ipopt_options(options.max_iter, options.tol, **extra))
         self.cost_function = ca.Function("learn_cost", [z, P], [cost])
         self.build_s = time.perf_counter() - t0

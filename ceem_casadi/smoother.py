@@ -106,16 +106,22 @@ class TrajectorySmoother:
         X0, X1, U0 = X[:, :-1], X[:, 1:], U[:, :-1]
 
         obs_args, dyn_args = [X, U, Y, M, p, iv], [X0, X1, U0, p, iw]
+        obs_cost, dyn_cost, obs_grad, dyn_grad, obs_hess, dyn_hess = stages.get(
+            "obs_cost", "dyn_cost", "obs_x_grad", "dyn_x_grad", "obs_x_hess", "dyn_x_hess")
         dx1 = X[:, 0] - mu1
-        cost = (ca.sum2(stages.obs_cost.map(T)(*obs_args)) + ca.sum2(stages.dyn_cost.map(T - 1)(*dyn_args))
-                + rho * ca.sumsqr(X - Xprev) + 0.5 * ca.sumsqr(w1 * dx1))
-        _, go = stages.obs_x_grad.map(T)(*obs_args)
-        _, gd = stages.dyn_x_grad.map(T - 1)(*dyn_args)
+        regulariser = rho * ca.sumsqr(X - Xprev) + 0.5 * ca.sumsqr(w1 * dx1)
+        cost = ca.sum2(obs_cost.map(T)(*obs_args)) + ca.sum2(dyn_cost.map(T - 1)(*dyn_args)) + regulariser
+        # the NLP's own objective expression must be differentiable by CasADi (it builds, but
+        # never calls, derivative Functions of it): use the SX stage costs there
+        cost_sx = (ca.sum2(stages.obs_cost.map(T)(*obs_args)) + ca.sum2(stages.dyn_cost.map(T - 1)(*dyn_args))
+                   + regulariser)
+        _, go = obs_grad.map(T)(*obs_args)
+        _, gd = dyn_grad.map(T - 1)(*dyn_args)
         zcol = ca.MX(nx, 1)
         G = (go + ca.horzcat(gd[:nx, :], zcol) + ca.horzcat(zcol, gd[nx:, :]) + 2 * rho * (X - Xprev)
              + ca.horzcat(w1 ** 2 * dx1, ca.MX(nx, T - 1)))
-        ho = stages.obs_x_hess.map(T)(*obs_args)
-        hd = stages.dyn_x_hess.map(T - 1)(*dyn_args)
+        ho = obs_hess.map(T)(*obs_args)
+        hd = dyn_hess.map(T - 1)(*dyn_args)
         sp, idx = block_tridiagonal_gather(nx, T)
         v = ca.vertcat(ca.vec(ho), ca.vec(hd), 0)
         nz = v[idx[0].tolist()] + v[idx[1].tolist()] + v[idx[2].tolist()]
@@ -125,7 +131,7 @@ class TrajectorySmoother:
         opts = ipopt_options(options.max_iter, options.tol,
                              grad_f=grad_f_function(xv, P, cost, ca.vec(G)),
                              hess_lag=hess_lag_function(xv, P, H))
-        self.solver = ca.nlpsol(f"smoother_T{T}", "ipopt", {"x": xv, "p": P, "f": cost}, opts)
+        self.solver = ca.nlpsol(f"smoother_T{T}", "ipopt", {"x": xv, "p": P, "f": cost_sx}, opts)
         self.cost_function = ca.Function("smooth_cost", [xv, P], [cost])
         lo = -np.inf if options.x_lower is None else options.x_lower
         hi = np.inf if options.x_upper is None else options.x_upper
@@ -163,7 +169,7 @@ class Smoother:
 
     def __init__(self, model, options: SmootherOptions = SmootherOptions(), stages: StageFunctions | None = None):
         self.model, self.options = model, options
-        self.stages = stages if stages is not None else StageFunctions(model, options.hessian)
+        self.stages = stages if stages is not None else StageFunctions(model, options.hessian, options.compile)
         self._solvers: dict[int, TrajectorySmoother] = {}
         self.build_s = 0.0
 

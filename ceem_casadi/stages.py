@@ -7,14 +7,26 @@ joint log-density is, up to constants,
 
 Each sum is a *stage* touching one state (observation) or two consecutive states (dynamics).
 This module builds small SX Functions of one stage returning the cost, its gradient and its
-Hessian (exact or Gauss-Newton) with respect to the states or to the parameters. They are
-mapped over time by the smoother and the learner, so derivative graphs never grow with T.
+Hessian (exact or Gauss-Newton) with respect to the states or to the parameters, and the
+residual Jacobian with respect to the parameters. They are mapped over time by the smoother
+and the learner, so derivative graphs never grow with T. Optionally the Functions are compiled
+to native code (:mod:`ceem_casadi.compile`).
 """
 from __future__ import annotations
 
+import logging
+
 import casadi as ca
 
+from .compile import compile_functions, compiler
+
+log = logging.getLogger(__name__)
+
 HESSIANS = ("gauss-newton", "exact")
+# compile automatically when the stage programs are at least this long (SX instructions) ...
+AUTO_COMPILE_INSTRUCTIONS = 20_000
+# ... and never compile a single program longer than this: gcc time grows super-linearly
+MAX_COMPILE_INSTRUCTIONS = 300_000
 
 
 def _check_hessian(kind: str) -> None:
@@ -24,7 +36,6 @@ def _check_hessian(kind: str) -> None:
 
 def _cost_grad_hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool):
     """Two Functions of one stage: ``(cost, grad)`` and ``(hess)`` with respect to ``wrt``."""
-    _check_hessian(hessian)
     cost = 0.5 * ca.sumsqr(residual)
     jac = ca.jacobian(residual, wrt)
     grad = jac.T @ residual
@@ -43,11 +54,15 @@ class StageFunctions:
 
     Inputs (all columns): x, x_next (nx), u (nu), y, m (ny; m is the 0/1 observed mask),
     p (np), iw (nx) = 1/sigma_w, iv (ny) = 1/sigma_v.
+
+    ``compile``: ``True`` compiles the Functions a solver asks for with :meth:`get`,
+    ``False`` never, ``None`` (default) when a C compiler exists and the stage programs are
+    long enough for compilation to pay off.
     """
 
-    def __init__(self, model, hessian: str = "gauss-newton"):
+    def __init__(self, model, hessian: str = "gauss-newton", compile: bool | None = None):
         _check_hessian(hessian)
-        self.model, self.hessian = model, hessian
+        self.model, self.hessian, self.compile = model, hessian, compile
         nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
         x, xn = ca.SX.sym("x", nx), ca.SX.sym("x_next", nx)
         u, y, m = ca.SX.sym("u", nu), ca.SX.sym("y", ny), ca.SX.sym("m", ny)
@@ -57,12 +72,51 @@ class StageFunctions:
         z = ca.vertcat(x, xn)
         obs_in, obs_names = [x, u, y, m, p, iv], ["x", "u", "y", "m", "p", "iv"]
         dyn_in, dyn_names = [x, xn, u, p, iw], ["x", "x_next", "u", "p", "iw"]
+        self.obs_uses_p = bool(ca.depends_on(r_obs, p))
+        self.dyn_uses_p = bool(ca.depends_on(r_dyn, p))
+        fns = {}
         # derivatives with respect to the states (smoothing step), dense blocks
-        self.obs_x_grad, self.obs_x_hess = _cost_grad_hess("obs_x", r_obs, x, obs_in, obs_names, hessian, True)
-        self.dyn_x_grad, self.dyn_x_hess = _cost_grad_hess("dyn_x", r_dyn, z, dyn_in, dyn_names, hessian, True)
+        fns["obs_x_grad"], fns["obs_x_hess"] = _cost_grad_hess("obs_x", r_obs, x, obs_in, obs_names, hessian, True)
+        fns["dyn_x_grad"], fns["dyn_x_hess"] = _cost_grad_hess("dyn_x", r_dyn, z, dyn_in, dyn_names, hessian, True)
         # derivatives with respect to the parameters (learning step), sparse
-        self.obs_p_grad, self.obs_p_hess = _cost_grad_hess("obs_p", r_obs, p, obs_in, obs_names, hessian, False)
-        self.dyn_p_grad, self.dyn_p_hess = _cost_grad_hess("dyn_p", r_dyn, p, dyn_in, dyn_names, hessian, False)
-        # plain residuals (for J and diagnostics)
-        self.obs_cost = ca.Function("obs_cost", obs_in, [0.5 * ca.sumsqr(r_obs)], obs_names, ["cost"])
-        self.dyn_cost = ca.Function("dyn_cost", dyn_in, [0.5 * ca.sumsqr(r_dyn)], dyn_names, ["cost"])
+        fns["obs_p_grad"], fns["obs_p_hess"] = _cost_grad_hess("obs_p", r_obs, p, obs_in, obs_names, hessian, False)
+        fns["dyn_p_grad"], fns["dyn_p_hess"] = _cost_grad_hess("dyn_p", r_dyn, p, dyn_in, dyn_names, hessian, False)
+        # residual Jacobians with respect to the parameters (dense), for Gauss-Newton in numpy
+        fns["obs_p_jac"] = ca.Function("obs_p_jac", obs_in, [ca.densify(ca.jacobian(r_obs, p))], obs_names, ["jac"])
+        fns["dyn_p_jac"] = ca.Function("dyn_p_jac", dyn_in, [ca.densify(ca.jacobian(r_dyn, p))], dyn_names, ["jac"])
+        # plain costs (for J and diagnostics)
+        fns["obs_cost"] = ca.Function("obs_cost", obs_in, [0.5 * ca.sumsqr(r_obs)], obs_names, ["cost"])
+        fns["dyn_cost"] = ca.Function("dyn_cost", dyn_in, [0.5 * ca.sumsqr(r_dyn)], dyn_names, ["cost"])
+        self._raw = fns
+        self._compiled: dict[str, ca.Function] = {}
+
+    def __getattr__(self, name):  # raw SX Functions as attributes: stages.obs_cost, ...
+        raw = self.__dict__.get("_raw", {})
+        if name in raw:
+            return raw[name]
+        raise AttributeError(name)
+
+    def instructions(self, names) -> int:
+        return sum(self._raw[n].n_instructions() for n in names)
+
+    def get(self, *names: str) -> list[ca.Function]:
+        """The Functions ``names``, compiled as a group when compilation is on (see class doc).
+        Programs longer than ``MAX_COMPILE_INSTRUCTIONS`` stay in the virtual machine. Falls back
+        to the SX Functions, with a warning in the log, if compilation fails."""
+        small = [n for n in names if self._raw[n].n_instructions() <= MAX_COMPILE_INSTRUCTIONS]
+        want = self.compile
+        if want is None:
+            want = compiler() is not None and self.instructions(small) >= AUTO_COMPILE_INSTRUCTIONS
+        if not want:
+            return [self._raw[n] for n in names]
+        missing = [n for n in small if n not in self._compiled]
+        if missing:
+            try:
+                compiled = compile_functions([self._raw[n] for n in missing], f"ceem_{self.model.name}")
+                self._compiled.update(zip(missing, compiled))
+            except RuntimeError as exc:
+                if self.compile:
+                    raise
+                log.warning("stage functions not compiled (%s); using the CasADi virtual machine", exc)
+                return [self._raw[n] for n in names]
+        return [self._compiled.get(n, self._raw[n]) for n in names]
