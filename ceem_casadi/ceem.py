@@ -37,7 +37,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class IterationRecord:
-    """One EM iteration: objective values, timings (s), solver statuses, the new theta."""
+    """One EM iteration: objective values, timings (s), solver statuses, the new theta.
+
+    ``kind`` is ``"em"`` for a plain smoothing + learning step and ``"extrapolated"`` for the
+    step taken from a SQUAREM extrapolation (``CEEMOptions(acceleration="squarem")``).
+    """
 
     iteration: int
     J: float
@@ -49,6 +53,7 @@ class IterationRecord:
     learn_status: str
     theta: Theta
     accepted: bool = True
+    kind: str = "em"
 
 
 @dataclass
@@ -113,6 +118,77 @@ class _SmoothingStep:
             self.pool.shutdown()
 
 
+@dataclass
+class _Iterate:
+    xs: list
+    theta_vec: np.ndarray
+    J: float
+    obj: float
+
+
+class _Failure(Exception):
+    pass
+
+
+class _EMRun:
+    """State of one CE-EM run: the solvers, the current iterate, the history."""
+
+    def __init__(self, model, data, options, smoother, learner, callback):
+        self.model, self.data, self.options = model, data, options
+        self.smoother, self.learner, self.callback = smoother, learner, callback
+        self.step = _SmoothingStep(smoother, options.n_jobs)
+        self.history: list[IterationRecord] = []
+        self.stop_requested = False
+
+    def objective(self, J, theta_vec):
+        return J + (log_prior(self.model.params, theta_vec) if self.options.learner.use_prior else 0.0)
+
+    def evaluate(self, xs, theta_vec) -> _Iterate:
+        J = joint_log_density(self.smoother, theta_vec, self.data, xs)
+        return _Iterate(xs, theta_vec, J, self.objective(J, theta_vec))
+
+    def em_step(self, it: _Iterate, kind: str, reference: _Iterate) -> tuple[_Iterate, IterationRecord]:
+        """One smoothing + learning step from ``it``; the record's increase is against ``reference``."""
+        k = len(self.history) + 1
+        sm = self.step(it.theta_vec, self.data, it.xs)
+        failed = [b for b, r in enumerate(sm) if not np.all(np.isfinite(r.x)) or r.status not in _USABLE]
+        if failed:
+            raise _Failure(f"iteration {k}: smoothing failed on trajectories {failed} "
+                           f"({[sm[b].status for b in failed]}); returning the last good iterate")
+        new_xs = [r.x for r in sm]
+        lr = self.learner.solve(it.theta_vec, self.data, new_xs)
+        if not np.all(np.isfinite(lr.theta_vec)) or lr.status not in _USABLE:
+            raise _Failure(f"iteration {k}: learning failed ({lr.status}); returning the last good iterate")
+        new = self.evaluate(new_xs, lr.theta_vec)
+        accepted = new.obj >= reference.obj - 1e-9 * max(1.0, abs(reference.obj))
+        rec = IterationRecord(k, new.J, new.obj, new.obj - reference.obj, sum(r.wall_s for r in sm), lr.wall_s,
+                              [r.status for r in sm], lr.status, self.model.params.from_vector(lr.theta_vec),
+                              accepted, kind)
+        self.history.append(rec)
+        log.info("CE-EM iteration %d (%s): J=%.6g (increase %.3g), smooth %.3fs, learn %.3fs%s", k, kind, new.J,
+                 rec.decrease, rec.smooth_s, rec.learn_s, "" if accepted else " [rejected]")
+        if self.callback is not None and self.callback(rec) is False:
+            self.stop_requested = True
+        return new, rec
+
+    def extrapolate(self, it0: _Iterate, it1: _Iterate, it2: _Iterate) -> _Iterate | None:
+        """SQUAREM (Varadhan & Roland 2008, scheme S3) point from three successive iterates,
+        clipped to the parameter bounds; None when the iterates did not move."""
+        r = it1.theta_vec - it0.theta_vec
+        v = it2.theta_vec - it1.theta_vec - r
+        nv = np.linalg.norm(v)
+        if nv == 0 or np.linalg.norm(r) == 0:
+            return None
+        alpha = min(-1.0, -np.linalg.norm(r) / nv)
+        params = self.model.params
+        theta = np.clip(it0.theta_vec - 2 * alpha * r + alpha ** 2 * v, params.lower, params.upper)
+        xs = [x0 - 2 * alpha * (x1 - x0) + alpha ** 2 * (x2 - 2 * x1 + x0)
+              for x0, x1, x2 in zip(it0.xs, it1.xs, it2.xs)]
+        if not (np.all(np.isfinite(theta)) and all(np.all(np.isfinite(x)) for x in xs)):
+            return None
+        return _Iterate(xs, theta, np.nan, -np.inf)
+
+
 def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEEMOptions(),
          x_init: list | None = None, callback: Callable[[IterationRecord], None] | None = None,
          smoother: Smoother | None = None, learner: Learner | None = None) -> CEEMResult:
@@ -126,6 +202,11 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     x_init : initial state trajectories, list of (T_b, nx); default: EKF + RTS with ``theta0``.
     callback : called with each :class:`IterationRecord`; return ``False`` to stop early.
     smoother, learner : prebuilt solvers to reuse across calls (same model / data shape).
+
+    With ``options.acceleration == "squarem"`` every two plain EM steps are followed by one
+    step from a SQUAREM extrapolation of theta (and of the states, as a warm start); that step
+    is kept only if it increases the objective beyond the plain steps, so the recorded
+    objective still never decreases.
     """
     if not isinstance(options, CEEMOptions):
         raise TypeError(f"options must be a CEEMOptions, got {type(options).__name__}")
@@ -142,64 +223,52 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     for T in sorted(set(data.lengths)):
         smoother.for_length(T)
     build_s = time.perf_counter() - t_build
-    use_prior = options.learner.use_prior
 
-    def objective(J, tv):
-        return J + (log_prior(model.params, tv) if use_prior else 0.0)
+    run = _EMRun(model, data, options, smoother, learner, callback)
+    current = run.evaluate(xs, theta_vec)
+    result = CEEMResult("max_iters", f"reached max_iters={options.max_iters} without meeting tol",
+                        model.params.from_vector(theta_vec), xs, current.J, history=run.history,
+                        build_s=build_s, init_J=current.J)
+    recent: list[_Iterate] = [current]  # plain EM iterates since the last extrapolation
 
-    J = joint_log_density(smoother, theta_vec, data, xs)
-    obj = objective(J, theta_vec)
-    result = CEEMResult("max_iters", "", model.params.from_vector(theta_vec), xs, J,
-                        build_s=build_s, init_J=J)
-    step = _SmoothingStep(smoother, options.n_jobs)
+    def finish(status, message):
+        result.status, result.message = status, message
+
     try:
-        for k in range(1, options.max_iters + 1):
-            sm = step(theta_vec, data, xs)
-            smooth_s = sum(r.wall_s for r in sm)
-            failed = [b for b, r in enumerate(sm) if not np.all(np.isfinite(r.x))
-                      or r.status not in _USABLE]
-            if failed:
-                result.status = "solver_failed"
-                result.message = (f"iteration {k}: smoothing failed on trajectories {failed} "
-                                  f"({[sm[b].status for b in failed]}); returning the last good iterate")
+        while len(run.history) < options.max_iters:
+            new, rec = run.em_step(current, "em", current)
+            if not rec.accepted:
+                finish("converged", f"iteration {rec.iteration}: the step lowered the objective by "
+                                    f"{-rec.decrease:.3g} (solver tolerance reached); kept the previous iterate")
                 break
-            new_xs = [r.x for r in sm]
-            lr = learner.solve(theta_vec, data, new_xs)
-            if not np.all(np.isfinite(lr.theta_vec)) or lr.status not in _USABLE:
-                result.status = "solver_failed"
-                result.message = (f"iteration {k}: learning failed ({lr.status}); "
-                                  "returning the last good iterate")
+            improvement, current = new.obj - current.obj, new
+            recent.append(current)
+            if options.acceleration == "squarem" and len(recent) == 3 and len(run.history) < options.max_iters:
+                point = run.extrapolate(*recent)
+                recent = [current]
+                if point is not None:
+                    try:
+                        ext, rec = run.em_step(point, "extrapolated", current)
+                    except _Failure:
+                        ext, rec = None, None
+                    if rec is not None and rec.accepted and ext.obj > current.obj:
+                        improvement, current = ext.obj - current.obj, ext
+                        recent = [current]
+                    elif rec is not None:
+                        rec.accepted = False
+            result.theta = model.params.from_vector(current.theta_vec)
+            result.x, result.J = current.xs, current.J
+            if improvement <= options.tol * max(1.0, abs(current.obj)):
+                finish("converged", f"objective increase {improvement:.3g} below tol after "
+                                    f"{len(run.history)} iterations")
                 break
-            new_J = joint_log_density(smoother, lr.theta_vec, data, new_xs)
-            new_obj = objective(new_J, lr.theta_vec)
-            accepted = new_obj >= obj - 1e-9 * max(1.0, abs(obj))
-            rec = IterationRecord(k, new_J, new_obj, new_obj - obj, smooth_s, lr.wall_s,
-                                  [r.status for r in sm], lr.status,
-                                  model.params.from_vector(lr.theta_vec), accepted)
-            result.history.append(rec)
-            log.info("CE-EM iteration %d: J=%.6g (increase %.3g), smooth %.3fs, learn %.3fs",
-                     k, new_J, new_obj - obj, smooth_s, lr.wall_s)
-            stop_cb = callback is not None and callback(rec) is False
-            if not accepted:
-                result.status = "converged"
-                result.message = (f"iteration {k}: the step lowered the objective by {obj - new_obj:.3g} "
-                                  "(solver tolerance reached); kept the previous iterate")
+            if run.stop_requested:
+                finish("stopped", f"stopped by the callback after {len(run.history)} iterations")
                 break
-            improvement = new_obj - obj
-            xs, theta_vec, J, obj = new_xs, lr.theta_vec, new_J, new_obj
-            result.theta, result.x, result.J = rec.theta, xs, J
-            if improvement <= options.tol * max(1.0, abs(obj)):
-                result.status = "converged"
-                result.message = f"objective increase {improvement:.3g} below tol after {k} iterations"
-                break
-            if stop_cb:
-                result.status = "stopped"
-                result.message = f"stopped by the callback after {k} iterations"
-                break
-        else:
-            result.message = f"reached max_iters={options.max_iters} without meeting tol"
+    except _Failure as exc:
+        finish("solver_failed", str(exc))
     finally:
-        step.close()
+        run.step.close()
     if result.status == "solver_failed" and options.raise_on_failure:
         raise SolverError(result.message)
     return result

@@ -95,12 +95,23 @@ class _GaussNewtonHessian(ca.Callback):
         return self.sp_out
 
     def eval(self, arg):
-        out = self.jac_fun(arg[0], arg[1])
-        H = np.diag(np.asarray(out[-1]).ravel())
-        for J, (nr, N) in zip(out[:-1], self.shapes):
-            Jm = np.asarray(J).reshape(nr, N, self.n_p).transpose(1, 0, 2).reshape(N * nr, self.n_p)
-            Jm = Jm[:, self.free]
-            H += Jm.T @ Jm
+        # zero-copy evaluation through CasADi's buffer interface: converting the ~N*nr*np
+        # Jacobian entries of a DM to numpy would cost more than the whole Hessian
+        if not hasattr(self, "_buf"):
+            self._buf, self._trigger = self.jac_fun.buffer()
+            self._out = [np.empty(self.jac_fun.nnz_out(i)) for i in range(self.jac_fun.n_out())]
+            for i, o in enumerate(self._out):
+                self._buf.set_res(i, memoryview(o))
+        self._in = [np.asarray(a.full(), dtype=float).ravel(order="F") for a in arg[:2]]
+        for i, a in enumerate(self._in):
+            self._buf.set_arg(i, memoryview(a))
+        self._trigger()
+        H = np.zeros((self.n_p, self.n_p))
+        for J, (nr, N) in zip(self._out[:-1], self.shapes):
+            # column-major (nr, N*np): stage t, parameter j, row i at ((t*np + j)*nr + i)
+            M = J.reshape(N, self.n_p, nr).transpose(1, 0, 2).reshape(self.n_p, N * nr)
+            H += M @ M.T
+        H = H[np.ix_(self.free, self.free)] + np.diag(self._out[-1])
         return [ca.DM(self.sp_out, float(arg[2]) * H[self.rows, self.cols])]
 
 
