@@ -14,7 +14,7 @@ ACCEPTABLE = {"Solve_Succeeded", "Solved_To_Acceptable_Level", "Search_Direction
 def ipopt_options(max_iter: int, tol: float, **extra) -> dict:
     opts = dict(QUIET)
     opts.update({"ipopt.max_iter": int(max_iter), "ipopt.tol": float(tol),
-                 "ipopt.acceptable_tol": max(1e-6, float(tol)), "ipopt.acceptable_iter": 5,
+                 "ipopt.acceptable_tol": 100 * float(tol), "ipopt.acceptable_iter": 10,
                  "ipopt.honor_original_bounds": "yes"})
     opts.update(extra)
     return opts

@@ -28,7 +28,7 @@ class SmootherOptions:
     rho_x: float = 0.0
     hessian: str = "gauss-newton"
     max_iter: int = 100
-    tol: float = 1e-10
+    tol: float = 1e-8
     x_lower: object = None
     x_upper: object = None
     compile: bool | None = None
@@ -56,7 +56,7 @@ class LearnerOptions:
     rho_theta: float = 0.0
     hessian: str = "auto"
     max_iter: int = 200
-    tol: float = 1e-10
+    tol: float = 1e-9
     use_prior: bool = True
     compile: bool | None = None
 
