@@ -1,0 +1,287 @@
+"""Restricted reader (and writer) of PyTorch ``torch.save`` files, without torch.
+
+Reads both the zip format (torch >= 1.6) and the legacy pre-1.6 pickle-stream
+format. Unpickling goes through :class:`_SafeUnpickler`, whose ``find_class``
+allows only tensor/storage reconstruction and plain containers, so a file that
+tries to execute code on load raises :class:`UnsafePickleError` before any code runs.
+Tensors come back as numpy arrays; tuples, lists and dicts are kept.
+"""
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+import zipfile
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from .errors import CeemError
+
+__all__ = ["UnsafePickleError", "TorchFileError", "load", "save"]
+
+_MAGIC = 0x1950A86A20F9469CFC6C
+_PROTOCOL = 1001
+
+_STORAGE_DTYPES = {
+    "DoubleStorage": np.float64, "FloatStorage": np.float32, "HalfStorage": np.float16,
+    "LongStorage": np.int64, "IntStorage": np.int32, "ShortStorage": np.int16,
+    "CharStorage": np.int8, "ByteStorage": np.uint8, "BoolStorage": np.bool_,
+}
+
+
+class TorchFileError(CeemError, ValueError):
+    """The file is not a torch.save file this reader understands."""
+
+
+class UnsafePickleError(TorchFileError):
+    """The pickle asks for a callable outside the tensor/storage whitelist."""
+
+
+class _StorageType:
+    def __init__(self, name: str):
+        self.name = name
+        self.dtype = np.dtype(_STORAGE_DTYPES[name])
+
+
+def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
+    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    item = storage.itemsize
+    if storage.size == 0 or not size:
+        return storage[offset:offset + 1].reshape(size).copy() if not size else np.zeros(size, storage.dtype)
+    return np.lib.stride_tricks.as_strided(
+        storage[offset:], shape=size, strides=tuple(s * item for s in stride)).copy()
+
+
+def _rebuild_tensor(storage, offset, size, stride):
+    return _rebuild_tensor_v2(storage, offset, size, stride)
+
+
+_ALLOWED = {
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
+    ("collections", "OrderedDict"): OrderedDict,
+    ("torch", "device"): str,
+}
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    def __init__(self, fh, load_storage):
+        super().__init__(fh)
+        self._load_storage = load_storage
+
+    def find_class(self, module, name):
+        if module == "torch" and name in _STORAGE_DTYPES:
+            return _StorageType(name)
+        if (module, name) in _ALLOWED:
+            return _ALLOWED[(module, name)]
+        raise UnsafePickleError(
+            f"refusing to load {module}.{name}: only tensor/storage reconstruction "
+            f"(torch._utils._rebuild_tensor_v2, torch.*Storage, collections.OrderedDict) is allowed")
+
+    def persistent_load(self, pid):
+        if not isinstance(pid, tuple) or not pid or pid[0] != "storage":
+            raise TorchFileError(f"expected persistent id ('storage', ...), got {pid!r}")
+        return self._load_storage(pid)
+
+
+def _load_zip(path: Path):
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+        pkl = [n for n in names if n.endswith("/data.pkl") or n == "data.pkl"]
+        if not pkl:
+            raise TorchFileError(f"{path}: zip file without data.pkl (entries: {names[:5]})")
+        prefix = pkl[0][: -len("data.pkl")]
+        cache = {}
+
+        def load_storage(pid):
+            _, stype, key, _loc, numel = pid[:5]
+            if key not in cache:
+                raw = zf.read(f"{prefix}data/{key}")
+                cache[key] = np.frombuffer(raw, dtype=stype.dtype.newbyteorder("<"))
+            return cache[key]
+
+        return _SafeUnpickler(io.BytesIO(zf.read(pkl[0])), load_storage).load()
+
+
+def _load_legacy(path: Path):
+    def no_storage(pid):
+        raise TorchFileError(f"{path}: unexpected storage in header")
+
+    with open(path, "rb") as fh:
+        magic = _SafeUnpickler(fh, no_storage).load()
+        if magic != _MAGIC:
+            raise TorchFileError(f"{path}: expected torch magic number {_MAGIC:#x}, got {magic!r}")
+        proto = _SafeUnpickler(fh, no_storage).load()
+        if proto != _PROTOCOL:
+            raise TorchFileError(f"{path}: expected legacy protocol {_PROTOCOL}, got {proto!r}")
+        _SafeUnpickler(fh, no_storage).load()  # sys_info dict
+        start = fh.tell()
+        storages = {}
+
+        def load_storage(pid):
+            _, stype, key, _loc, numel = pid[:5]
+            arr = storages.setdefault(key, (stype, np.zeros(int(numel), stype.dtype)))[1]
+            view = pid[5] if len(pid) > 5 else None
+            if view is not None:
+                _vkey, off, vsize = view
+                return arr[int(off):int(off) + int(vsize)]
+            return arr
+
+        _SafeUnpickler(fh, load_storage).load()  # first pass: learn the storages
+        keys = _SafeUnpickler(fh, no_storage).load()
+        for key in keys:
+            stype, arr = storages[key]
+            (n,) = struct.unpack("<q", fh.read(8))
+            if n != arr.size:
+                raise TorchFileError(f"{path}: storage {key}: expected {arr.size} elements, file has {n}")
+            arr[:] = np.frombuffer(fh.read(n * stype.dtype.itemsize), dtype=stype.dtype.newbyteorder("<"))
+        fh.seek(start)
+        return _SafeUnpickler(fh, load_storage).load()  # second pass: storages now filled
+
+
+def load(path) -> object:
+    """Load a ``torch.save`` file without torch and without executing pickled code.
+
+    Parameters
+    ----------
+    path : str or Path
+        A file written by ``torch.save`` (zip or legacy format).
+
+    Returns
+    -------
+    object
+        The saved object with every tensor replaced by a numpy array.
+
+    Raises
+    ------
+    UnsafePickleError
+        The pickle references a callable outside the whitelist (e.g. ``os.system``).
+    TorchFileError
+        The file is neither format.
+    """
+    path = Path(path)
+    if zipfile.is_zipfile(path):
+        return _load_zip(path)
+    return _load_legacy(path)
+
+
+_NP2STORAGE = {np.dtype(v): k for k, v in _STORAGE_DTYPES.items()}
+
+
+class _PickleWriter:
+    """Minimal protocol-2 pickle writer for the restricted vocabulary (no torch import needed)."""
+
+    def __init__(self, legacy: bool):
+        self.legacy, self.out, self.arrays = legacy, bytearray(), []
+
+    def global_(self, module, name):
+        self.out += b"c" + f"{module}\n{name}\n".encode()
+
+    def dump(self, obj):
+        self.out += b"\x80\x02"
+        self.obj(obj)
+        self.out += b"."
+        return bytes(self.out)
+
+    def obj(self, o):
+        out = self.out
+        if o is None:
+            out += b"N"
+        elif o is True or o is False:
+            out += b"\x88" if o else b"\x89"
+        elif isinstance(o, (int, np.integer)):
+            b = pickle.encode_long(int(o))
+            out += b"\x8a" + bytes([len(b)]) + b  # LONG1
+        elif isinstance(o, (float, np.floating)):
+            out += b"G" + struct.pack(">d", float(o))
+        elif isinstance(o, str):
+            b = o.encode()
+            out += b"X" + struct.pack("<I", len(b)) + b
+        elif isinstance(o, np.ndarray):
+            self.tensor(o)
+        elif isinstance(o, tuple):
+            out += b"("
+            for x in o:
+                self.obj(x)
+            out += b"t"
+        elif isinstance(o, list):
+            out += b"](" 
+            for x in o:
+                self.obj(x)
+            out += b"e"
+        elif isinstance(o, dict):
+            out += b"}("
+            for k, v in o.items():
+                self.obj(k)
+                self.obj(v)
+            out += b"u"
+        else:
+            raise TypeError(f"torchfile.save: unsupported type {type(o).__name__}")
+
+    def tensor(self, a):
+        a = np.ascontiguousarray(a)
+        if a.dtype not in _NP2STORAGE:
+            raise TypeError(f"torchfile.save: unsupported dtype {a.dtype}")
+        key = str(len(self.arrays))
+        self.arrays.append((key, a))
+        stride = tuple(int(s // a.itemsize) for s in a.strides) if a.size else (1,) * a.ndim
+        self.global_("torch._utils", "_rebuild_tensor_v2")
+        self.out += b"("
+        self.out += b"("  # persistent id tuple
+        self.obj("storage")
+        self.global_("torch", _NP2STORAGE[a.dtype])
+        self.obj(key)
+        self.obj("cpu")
+        self.obj(int(a.size))
+        if self.legacy:
+            self.obj(None)
+        self.out += b"tQ"  # TUPLE, BINPERSID
+        self.obj(0)
+        self.obj(tuple(int(s) for s in a.shape))
+        self.obj(stride)
+        self.obj(False)
+        self.global_("collections", "OrderedDict")
+        self.out += b")R"  # EMPTY_TUPLE, REDUCE -> OrderedDict()
+        self.out += b"tR"
+
+
+def _plain_pickle(o) -> bytes:
+    return pickle.dumps(o, protocol=2)
+
+
+def save(obj, path, *, legacy: bool = False) -> None:
+    """Write numpy arrays (inside tuples/lists/dicts) as a ``torch.save`` file, without torch.
+
+    Parameters
+    ----------
+    obj : object
+        Nested tuples/lists/dicts of numpy arrays and plain Python scalars/strings.
+    path : str or Path
+        Output file.
+    legacy : bool
+        Write the pre-1.6 pickle-stream format instead of the zip format.
+    """
+    path = Path(path)
+    w = _PickleWriter(legacy)
+    data = w.dump(obj)
+    if legacy:
+        with open(path, "wb") as fh:
+            fh.write(_plain_pickle(_MAGIC))
+            fh.write(_plain_pickle(_PROTOCOL))
+            fh.write(_plain_pickle({"protocol_version": _PROTOCOL, "little_endian": True,
+                                    "type_sizes": {"short": 2, "int": 4, "long": 4}}))
+            fh.write(data)
+            fh.write(_plain_pickle([k for k, _ in w.arrays]))
+            for _, a in w.arrays:
+                fh.write(struct.pack("<q", a.size))
+                fh.write(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+        return
+    name = path.stem or "archive"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+        zf.writestr(f"{name}/data.pkl", data)
+        zf.writestr(f"{name}/byteorder", "little")
+        for key, a in w.arrays:
+            zf.writestr(f"{name}/data/{key}", a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+        zf.writestr(f"{name}/version", "3\n")
