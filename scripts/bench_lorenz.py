@@ -11,15 +11,27 @@ coupling entries of H, many of which are near zero), ``eps`` (paper's dynamics e
 seeded draws) at the start and the end, and ``peak_rss_mb`` (this process and its workers).
 
     python -m scripts.bench_lorenz [--problems single,coupled2,coupled4,coupled8] [--json PATH]
-                                   [--time-limit 300] [--acceleration squarem] [--n-jobs 2]
+                                   [--time-limit 300] [--acceleration squarem] [--n-jobs 2] [--peer]
+
+With ``--peer`` the authors' published PyTorch implementation (PyPI ``ceem`` 0.0.4) runs on the
+same data, initial parameters and initial state trajectories (ceem_casadi's EKF/RTS pass with
+the initial parameters) in its own virtual environment, created on first use under
+``$CEEM_CACHE/peer_venv`` (``--peer-venv``) with ``torch==2.13.0`` (CPU), ``scipy<1.11`` and
+``numpy<2`` (see ``scripts/peer_ceem_runner.py`` for its configuration). For each problem it
+prints both runs and ``speedup`` = (the peer's time to reach ceem_casadi's final eps, or its
+whole run when it never does, shown as ">=") / ceem_casadi's wall time.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -96,6 +108,72 @@ def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration
     }
 
 
+# --- the authors' implementation as a peer -------------------------------------------------
+PEER_REQUIREMENTS = ("torch==2.13.0", "ceem==0.0.4", "scipy<1.11", "numpy<2")
+PEER_RUNNER = Path(__file__).with_name("peer_ceem_runner.py")
+
+
+def peer_python(venv: Path) -> Path:
+    """The peer venv's interpreter, creating the venv (once) when it does not import ceem."""
+    py = venv / "bin" / "python"
+    probe = [str(py), "-c", "import torch, ceem.ceem"]
+    if py.exists() and subprocess.run(probe, capture_output=True, cwd=tempfile.gettempdir()).returncode == 0:
+        return py
+    print(f"creating the peer environment in {venv} ({', '.join(PEER_REQUIREMENTS)}) ...", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", *PEER_REQUIREMENTS], check=True)
+    subprocess.run(probe, check=True, cwd=tempfile.gettempdir())
+    return py
+
+
+def run_peer(name: str, *, seed: int, max_epochs: int, time_limit: float, eps_target: float | None,
+             python: Path) -> dict:
+    """The peer on problem ``name``: same data, initial parameters and initial states."""
+    model, data, truth, theta0 = make_problem(name, seed)
+    K = model.nx // 3
+    x_init = cc.initialise.eks_states(model, model.theta_vector(theta0), data)
+    x_eps = lorenz.initial_states(1000, K, seed=0)
+    f_true = np.asarray(model.rhs.map(1000)(x_eps.T, np.zeros((0, 1000)), model.theta_vector(truth))).T
+    C = _observation_matrix(model)
+    arr = lambda v: np.atleast_1d(np.asarray(v, float))  # noqa: E731
+    payload = dict(y=np.stack(data.y), C=C, x_init=np.stack(x_init), sigma0=arr(theta0["sigma"]),
+                   rho0=arr(theta0["rho"]), beta0=arr(theta0["beta"]),
+                   H0=np.asarray(theta0.get("H", np.zeros((3, 3))), float),
+                   H_free=lorenz.coupling_mask(K), x_eps=x_eps, f_true=f_true, dt=lorenz.DT,
+                   sigma_v=model.noise.measurement_std[0], sigma_w=model.noise.process_std[0],
+                   time_limit=time_limit, max_epochs=max_epochs,
+                   eps_target=np.nan if eps_target is None else eps_target)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "problem.npz", Path(tmp) / "result.json"
+        np.savez(src, **payload)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "2")
+        proc = subprocess.run([str(python), str(PEER_RUNNER), str(src), str(dst)], capture_output=True,
+                              text=True, cwd=tmp, env=env)
+        if proc.returncode != 0:
+            raise RuntimeError(f"peer run failed on {name}:\n{proc.stderr[-3000:]}")
+        out = json.loads(dst.read_text())
+    final = out["trace"][-1] if out["trace"] else {"eps": float("nan"), "theta": theta0}
+    return {"problem": name, "trajectories": len(data), "epochs": out["epochs"], "wall_s": out["wall_s"],
+            "epoch_s": out["wall_s"] / max(out["epochs"], 1), "eps": final["eps"],
+            "param_rel_err": param_error(model, final["theta"], truth), "stop_reason": out["stop_reason"],
+            "trace": [{k: r[k] for k in ("epoch", "t_s", "eps")} for r in out["trace"]]}
+
+
+def _observation_matrix(model) -> np.ndarray:
+    """C of the linear observation y = C x (the Lorenz models' known matrix)."""
+    n = model.nx
+    return np.asarray(model.g.map(n)(np.eye(n), np.zeros((model.nu, n)), np.zeros(model.params.size)))
+
+
+def compare(ours: dict, peer: dict) -> dict:
+    """Speed-up at equal error: the peer's time to reach our final eps over our wall time."""
+    reached = [r["t_s"] for r in peer["trace"] if r["eps"] <= ours["eps"]]
+    peer_time = reached[0] if reached else peer["wall_s"]
+    return {"peer_time_to_our_eps_s": peer_time if reached else None, "peer_reached_our_eps": bool(reached),
+            "speedup": peer_time / ours["wall_s"], "speedup_is_lower_bound": not reached}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="CE-EM benchmark on the paper's Lorenz problems")
     ap.add_argument("--problems", default="single,coupled2,coupled4,coupled8")
@@ -107,7 +185,15 @@ def main(argv=None) -> int:
     ap.add_argument("--n-jobs", type=int, default=2)
     ap.add_argument("--json", default=None, help="write the results to this JSON file")
     ap.add_argument("--smoke", action="store_true", help="single Lorenz, 3 epochs (for CI)")
+    ap.add_argument("--peer", action="store_true",
+                    help="also run the authors' ceem 0.0.4 (PyTorch) on the same problems, in its own venv")
+    ap.add_argument("--peer-venv", default=None, help="the peer's venv (default: $CEEM_CACHE/peer_venv)")
+    ap.add_argument("--peer-time-limit", type=float, default=None,
+                    help="seconds per problem for the peer (default: --time-limit)")
     args = ap.parse_args(argv)
+    peer_py = None
+    if args.peer:
+        peer_py = peer_python(Path(args.peer_venv) if args.peer_venv else cc.compile.cache_dir() / "peer_venv")
     names = ["single"] if args.smoke else args.problems.split(",")
     rows = []
     for name in names:
@@ -122,6 +208,17 @@ def main(argv=None) -> int:
               f"param_err={row['param_rel_err']:.2e} eps {row['eps0']:.3g} -> {row['eps']:.3g} "
               f"rss={row['peak_rss_mb']:.0f}MB [{row['status']}]", flush=True)
         assert np.isfinite(row["eps"]) and np.isfinite(row["wall_s"])
+        if peer_py is not None:
+            peer = run_peer(name, seed=args.seed, max_epochs=3 if args.smoke else 5000,
+                            time_limit=args.peer_time_limit or args.time_limit, eps_target=args.eps_target,
+                            python=peer_py)
+            row["peer"] = peer
+            row.update(compare(row, peer))
+            print(f"{'peer':>9} B={peer['trajectories']} epochs={peer['epochs']:3d} wall={peer['wall_s']:7.1f}s "
+                  f"per epoch={peer['epoch_s']:.3f}s param_err={peer['param_rel_err']:.2e} eps -> {peer['eps']:.3g} "
+                  f"[{peer['stop_reason']}]  speedup {'>=' if row['speedup_is_lower_bound'] else ''}"
+                  f"{row['speedup']:.1f}x (per epoch {peer['epoch_s'] / (row['wall_s'] / max(row['epochs'], 1)):.1f}x)",
+                  flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"machine": {"cores": 2}, "results": rows}, fh, indent=1)
