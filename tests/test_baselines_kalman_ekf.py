@@ -1,0 +1,123 @@
+"""EKF/EKS against the linear Kalman filter/RTS smoother, and both against dense Gaussian algebra."""
+import casadi as ca
+import numpy as np
+import pytest
+from scipy.stats import multivariate_normal
+
+import ceem_casadi as cc
+from ceem_casadi.baselines.ekf import EKF
+from ceem_casadi.baselines.kalman import dense_moments, kalman_filter
+
+NX, NY, NU, T = 4, 2, 1, 30
+
+
+def _system(seed=0):
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((NX, NX))
+    A *= 0.95 / np.max(np.abs(np.linalg.eigvals(A)))
+    B = rng.standard_normal((NX, NU))
+    C = rng.standard_normal((NY, NX))
+    D = rng.standard_normal((NY, NU))
+    Lq = rng.standard_normal((NX, NX)) * 0.3
+    Lr = rng.standard_normal((NY, NY)) * 0.3
+    Q = Lq @ Lq.T + 0.05 * np.eye(NX)
+    R = Lr @ Lr.T + 0.1 * np.eye(NY)
+    x0 = rng.standard_normal(NX)
+    S0 = np.diag(rng.uniform(0.5, 2.0, NX))
+    u = rng.standard_normal((T, NU))
+    # simulate
+    x = np.empty((T, NX))
+    x[0] = rng.multivariate_normal(x0, S0)
+    for t in range(T - 1):
+        x[t + 1] = A @ x[t] + B @ u[t] + rng.multivariate_normal(np.zeros(NX), Q)
+    y = x @ C.T + u @ D.T + rng.multivariate_normal(np.zeros(NY), R, size=T)
+    return dict(A=A, B=B, C=C, D=D, Q=Q, R=R, x0=x0, Sigma0=S0), u, y
+
+
+def _linear_model(sys):
+    params = cc.Parameters(cc.Param("A", sys["A"]), cc.Param("B", sys["B"]),
+                           cc.Param("C", sys["C"]), cc.Param("D", sys["D"]))
+    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: ca.mtimes(p.A, x) + ca.mtimes(p.B, u),
+                                             lambda x, u, p: ca.mtimes(p.C, x) + ca.mtimes(p.D, u),
+                                             nx=NX, nu=NU, params=params)
+    theta = {k: sys[k] for k in "ABCD"}
+    return model, model.theta_vector(theta)
+
+
+def _with_nans(y, seed=1):
+    y = y.copy()
+    rng = np.random.default_rng(seed)
+    y[rng.random(y.shape) < 0.25] = np.nan
+    y[5] = np.nan  # one fully missing step
+    return y
+
+
+@pytest.mark.parametrize("missing", [False, True])
+def test_ekf_equals_kalman_on_linear_model(missing):
+    sys, u, y = _system()
+    if missing:
+        y = _with_nans(y)
+    model, pv = _linear_model(sys)
+    kf = kalman_filter(sys["A"], sys["C"], sys["Q"], sys["R"], y, u, B=sys["B"], D=sys["D"],
+                       x0=sys["x0"], Sigma0=sys["Sigma0"], smooth=True)
+    ek = EKF(model).run(pv, y, u, x0=sys["x0"], Sigma0=sys["Sigma0"], Q=sys["Q"], R=sys["R"], smooth=True)
+    for name in ("y_pred", "S", "x_pred", "P_pred", "x_filt", "P_filt", "x_smooth", "P_smooth"):
+        np.testing.assert_allclose(getattr(ek, name), getattr(kf, name), rtol=0, atol=1e-10, err_msg=name)
+    assert abs(ek.loglik - kf.loglik) < 1e-10
+    np.testing.assert_allclose(ek.A, np.broadcast_to(sys["A"], ek.A.shape), atol=1e-12)
+    # the predicted observation is made before the correction: it does not depend on y[t]
+    y2 = y.copy()
+    y2[7] += 100.0
+    ek2 = EKF(model).run(pv, y2, u, x0=sys["x0"], Sigma0=sys["Sigma0"], Q=sys["Q"], R=sys["R"])
+    np.testing.assert_allclose(ek2.y_pred[:8], ek.y_pred[:8], atol=1e-12)
+    assert np.all(np.abs(ek2.y_pred[8] - ek.y_pred[8]) > 1e-6) or missing
+
+
+@pytest.mark.parametrize("missing", [False, True])
+def test_kalman_loglik_and_rts_equal_dense_gaussian(missing):
+    sys, u, y = _system(seed=3)
+    if missing:
+        y = _with_nans(y, seed=4)
+    kf = kalman_filter(sys["A"], sys["C"], sys["Q"], sys["R"], y, u, B=sys["B"], D=sys["D"],
+                       x0=sys["x0"], Sigma0=sys["Sigma0"], smooth=True)
+    my, Pyy, mx, Pxx = dense_moments(sys["A"], sys["C"], sys["Q"], sys["R"], T, u, B=sys["B"], D=sys["D"],
+                                      x0=sys["x0"], Sigma0=sys["Sigma0"])
+    obs = np.isfinite(y.ravel())
+    dense = multivariate_normal(my[obs], Pyy[np.ix_(obs, obs)]).logpdf(y.ravel()[obs])
+    assert abs(kf.loglik - dense) < 1e-8 * max(1.0, abs(dense))
+    # smoothed moments = Gaussian conditioning of the stacked states on the observed entries
+    Cb = np.kron(np.eye(T), sys["C"])[obs]
+    Pxy = Pxx @ Cb.T
+    gain = np.linalg.solve(Pyy[np.ix_(obs, obs)], Pxy.T).T
+    post_mean = mx + gain @ (y.ravel()[obs] - my[obs])
+    post_cov = Pxx - gain @ Pxy.T
+    np.testing.assert_allclose(kf.x_smooth.ravel(), post_mean, atol=1e-9)
+    blocks = np.array([post_cov[t * NX:(t + 1) * NX, t * NX:(t + 1) * NX] for t in range(T)])
+    np.testing.assert_allclose(kf.P_smooth, blocks, atol=1e-9)
+    # the last filtered moments equal the last smoothed ones
+    np.testing.assert_allclose(kf.x_filt[-1], kf.x_smooth[-1], atol=0)
+
+
+def test_ekf_nonlinear_covariances_symmetric_positive_definite():
+    """On a nonlinear model the EKF log-likelihood is finite and every covariance is exactly
+    symmetric and positive definite (Joseph form, symmetrised)."""
+    params = cc.Parameters(cc.Param("a", 0.9))
+    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: ca.vertcat(p.a * ca.sin(x[0]) + 0.1 * x[1], x[0]),
+                                             lambda x, u, p: x[0] ** 2 + x[1], nx=2, params=params)
+    rng = np.random.default_rng(0)
+    y = rng.standard_normal((40, 1))
+    res = EKF(model).run(np.array([0.9]), y, None, x0=np.ones(2), Sigma0=1.0, Q=0.01, R=0.1, smooth=True)
+    assert np.isfinite(res.loglik)
+    for P in (res.P_filt, res.P_smooth, res.P_pred):
+        np.testing.assert_allclose(P, np.swapaxes(P, 1, 2), atol=0)
+        assert np.all(np.linalg.eigvalsh(P) > 0)
+
+
+def test_kalman_shape_errors():
+    sys, u, y = _system()
+    with pytest.raises(cc.ShapeError, match=r"y: expected shape \(T, 2\)"):
+        kalman_filter(sys["A"], sys["C"], sys["Q"], sys["R"], y[:, :1], u, x0=sys["x0"], Sigma0=1.0)
+    with pytest.raises(cc.ShapeError, match="Q: expected a scalar"):
+        kalman_filter(sys["A"], sys["C"], np.eye(3), sys["R"], y, u, B=sys["B"], x0=sys["x0"], Sigma0=1.0)
+    with pytest.raises(cc.ShapeError, match=r"B: expected shape \(4, 1\)"):
+        kalman_filter(sys["A"], sys["C"], 1.0, 1.0, y, u, B=np.ones((4, 2)), x0=sys["x0"], Sigma0=1.0)
