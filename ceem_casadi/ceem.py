@@ -26,6 +26,7 @@ import numpy as np
 from .data import Trajectories
 from .errors import SolverError
 from .initialise import check_states, eks_states
+from .joint import JointGaussNewton, LinAlgError
 from .learner import Learner
 from .objective import joint_log_density, log_prior
 from .options import CEEMOptions
@@ -164,12 +165,39 @@ class _EMRun:
         rec = IterationRecord(k, new.J, new.obj, new.obj - reference.obj, sum(r.wall_s for r in sm), lr.wall_s,
                               [r.status for r in sm], lr.status, self.model.params.from_vector(lr.theta_vec),
                               accepted, kind)
+        self._record(rec)
+        return new, rec
+
+    def _record(self, rec: IterationRecord) -> None:
         self.history.append(rec)
-        log.info("CE-EM iteration %d (%s): J=%.6g (increase %.3g), smooth %.3fs, learn %.3fs%s", k, kind, new.J,
-                 rec.decrease, rec.smooth_s, rec.learn_s, "" if accepted else " [rejected]")
+        log.info("CE-EM iteration %d (%s): J=%.6g (increase %.3g), smooth %.3fs, learn %.3fs%s", rec.iteration,
+                 rec.kind, rec.J, rec.decrease, rec.smooth_s, rec.learn_s, "" if rec.accepted else " [rejected]")
         if self.callback is not None and self.callback(rec) is False:
             self.stop_requested = True
-        return new, rec
+
+    def newton_step(self, it: _Iterate, joint: JointGaussNewton, tries: int = 3):
+        """A joint Gauss-Newton (Levenberg-Marquardt) step on (x, theta) from ``it``, retried with
+        more damping up to ``tries`` times; ``(new iterate, record)`` when one increases the
+        objective, else None (nothing recorded)."""
+        t0 = time.perf_counter()
+        for _ in range(tries):
+            try:
+                cand = joint.step(it.theta_vec, self.data, it.xs)
+            except (LinAlgError, np.linalg.LinAlgError) as exc:
+                log.debug("joint Gauss-Newton step failed (%s); more damping", exc)
+                joint.adapt(False)
+                continue
+            if np.all(np.isfinite(cand.theta_vec)) and all(np.all(np.isfinite(x)) for x in cand.xs):
+                new = self.evaluate(cand.xs, cand.theta_vec)
+                if new.obj > it.obj:
+                    joint.adapt(True)
+                    rec = IterationRecord(len(self.history) + 1, new.J, new.obj, new.obj - it.obj, 0.0,
+                                          time.perf_counter() - t0, [], f"joint-gauss-newton (mu={cand.mu:.1e})",
+                                          self.model.params.from_vector(new.theta_vec), True, "newton")
+                    self._record(rec)
+                    return new, rec
+            joint.adapt(False)
+        return None
 
     def extrapolate(self, it0: _Iterate, it1: _Iterate, it2: _Iterate) -> _Iterate | None:
         """SQUAREM (Varadhan & Roland 2008, scheme S3) point from three successive iterates,
@@ -207,6 +235,13 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     step from a SQUAREM extrapolation of theta (and of the states, as a warm start); that step
     is kept only if it increases the objective beyond the plain steps, so the recorded
     objective still never decreases.
+
+    With ``options.acceleration == "newton"`` the first iteration is a plain EM step; then each
+    iteration tries a joint Gauss-Newton (Levenberg-Marquardt) step on (x, theta)
+    (:mod:`ceem_casadi.joint`), kept only when it increases the objective (record kind
+    ``"newton"``, its time in ``learn_s``), and falls back to a plain EM step otherwise.
+    Convergence is always judged on a plain EM step, so the result is a fixed point of
+    Algorithm 1; the trust regions rho_x, rho_theta apply to the EM steps only.
     """
     if not isinstance(options, CEEMOptions):
         raise TypeError(f"options must be a CEEMOptions, got {type(options).__name__}")
@@ -219,6 +254,8 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     t_build = time.perf_counter()
     smoother = smoother or Smoother(model, options.smoother)
     learner = learner or Learner(model, data.lengths, options.learner, smoother.stages)
+    joint = (JointGaussNewton(model, data.lengths, smoother.stages, use_prior=options.learner.use_prior)
+             if options.acceleration == "newton" else None)
     xs = eks_states(model, theta_vec, data) if x_init is None else check_states(model, data, x_init)
     for T in sorted(set(data.lengths)):
         smoother.for_length(T)
@@ -235,13 +272,23 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
         result.status, result.message = status, message
 
     try:
+        try_newton = False  # the first iteration is always a plain EM step
         while len(run.history) < options.max_iters:
-            new, rec = run.em_step(current, "em", current)
-            if not rec.accepted:
-                finish("converged", f"iteration {rec.iteration}: the step lowered the objective by "
-                                    f"{-rec.decrease:.3g} (solver tolerance reached); kept the previous iterate")
-                break
+            stepped = run.newton_step(current, joint) if joint is not None and try_newton else None
+            if stepped is None:
+                new, rec = run.em_step(current, "em", current)
+                if not rec.accepted:
+                    finish("converged", f"iteration {rec.iteration}: the step lowered the objective by "
+                                        f"{-rec.decrease:.3g} (solver tolerance reached); kept the previous iterate")
+                    break
+            else:
+                new, rec = stepped
             improvement, current = new.obj - current.obj, new
+            small = improvement <= options.tol * max(1.0, abs(current.obj))
+            # convergence is judged on plain EM steps: after a small joint step, check with one
+            try_newton = joint is not None and not (stepped is not None and small)
+            if stepped is not None and small:
+                small = False
             recent.append(current)
             if options.acceleration == "squarem" and len(recent) == 3 and len(run.history) < options.max_iters:
                 point = run.extrapolate(*recent)
@@ -258,7 +305,7 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
                         rec.accepted = False
             result.theta = model.params.from_vector(current.theta_vec)
             result.x, result.J = current.xs, current.J
-            if improvement <= options.tol * max(1.0, abs(current.obj)):
+            if small:
                 finish("converged", f"objective increase {improvement:.3g} below tol after "
                                     f"{len(run.history)} iterations")
                 break

@@ -13,6 +13,9 @@ def _require(cond: bool, msg: str) -> None:
         raise ValueError(msg)
 
 
+ACCELERATIONS = ("none", "squarem", "newton")
+
+
 @dataclass(frozen=True)
 class SmootherOptions:
     """Smoothing step (E-step): IPOPT over x_{1:T} of each trajectory.
@@ -80,6 +83,9 @@ class CEEMOptions:
         EM steps, one step from a SQUAREM extrapolation, kept only if it improves the objective.
         Plain EM converges linearly and slowly when states and parameters are strongly coupled
         (many hidden, nearly deterministic states); SQUAREM needs far fewer iterations there.
+        ``"newton"``: after the first EM step, joint Gauss-Newton (Levenberg-Marquardt) steps on
+        (x, theta) over the same objective, each kept only if it improves it, with plain EM steps
+        whenever one fails; converges quadratically near the optimum (see :func:`ceem`).
     """
 
     max_iters: int = 50
@@ -91,8 +97,8 @@ class CEEMOptions:
     acceleration: str = "none"
 
     def __post_init__(self):
-        _require(self.acceleration in ("none", "squarem"),
-                 f"acceleration must be 'none' or 'squarem', got {self.acceleration!r}")
+        _require(self.acceleration in ACCELERATIONS,
+                 f"acceleration must be one of {ACCELERATIONS}, got {self.acceleration!r}")
         _require(self.max_iters >= 1, f"max_iters must be >= 1, got {self.max_iters}")
         _require(np.isfinite(self.tol) and self.tol >= 0, f"tol must be finite and >= 0, got {self.tol}")
         _require(self.n_jobs >= 1, f"n_jobs must be >= 1, got {self.n_jobs}")

@@ -88,6 +88,16 @@ class StageFunctions:
         fns["obs_cost"] = ca.Function("obs_cost", obs_in, [0.5 * ca.sumsqr(r_obs)], obs_names, ["cost"])
         fns["dyn_cost"] = ca.Function("dyn_cost", dyn_in, [0.5 * ca.sumsqr(r_dyn)], dyn_names, ["cost"])
         self._raw = fns
+        # residuals with their Jacobians in the states and the parameters (joint Gauss-Newton
+        # steps, :mod:`ceem_casadi.joint`): built on first request
+        self._lazy = {
+            "obs_res_jac": lambda: ca.Function(
+                "obs_res_jac", obs_in, [ca.densify(r_obs), ca.densify(ca.jacobian(r_obs, x)), ca.densify(ca.jacobian(r_obs, p))],
+                obs_names, ["r", "jac_x", "jac_p"]),
+            "dyn_res_jac": lambda: ca.Function(
+                "dyn_res_jac", dyn_in, [ca.densify(r_dyn), ca.densify(ca.jacobian(r_dyn, z)), ca.densify(ca.jacobian(r_dyn, p))],
+                dyn_names, ["r", "jac_z", "jac_p"]),
+        }
         self._compiled: dict[str, ca.Function] = {}
 
     def __getattr__(self, name):  # raw SX Functions as attributes: stages.obs_cost, ...
@@ -103,6 +113,9 @@ class StageFunctions:
         """The Functions ``names``, compiled as a group when compilation is on (see class doc).
         Programs longer than ``MAX_COMPILE_INSTRUCTIONS`` stay in the virtual machine. Falls back
         to the SX Functions, with a warning in the log, if compilation fails."""
+        for n in names:
+            if n not in self._raw and n in self._lazy:
+                self._raw[n] = self._lazy[n]()
         small = [n for n in names if self._raw[n].n_instructions() <= MAX_COMPILE_INSTRUCTIONS]
         want = self.compile
         if want is None:
