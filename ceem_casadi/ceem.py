@@ -63,7 +63,8 @@ class CEEMResult:
 
     status : ``"converged"``, ``"max_iters"`` or ``"solver_failed"``; message says more.
     theta : final parameters (dict); x : smoothed states, list of (T_b, nx) arrays.
-    history : one :class:`IterationRecord` per iteration; build_s : one-off solver build time.
+    history : one :class:`IterationRecord` per iteration; build_s : one-off solver construction
+    time (s) spent inside :func:`ceem` (excludes the initial EKF/RTS state estimate).
     """
 
     status: str
@@ -256,10 +257,10 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     learner = learner or Learner(model, data.lengths, options.learner, smoother.stages)
     joint = (JointGaussNewton(model, data.lengths, smoother.stages, use_prior=options.learner.use_prior)
              if options.acceleration == "newton" else None)
-    xs = eks_states(model, theta_vec, data) if x_init is None else check_states(model, data, x_init)
     for T in sorted(set(data.lengths)):
         smoother.for_length(T)
     build_s = time.perf_counter() - t_build
+    xs = eks_states(model, theta_vec, data) if x_init is None else check_states(model, data, x_init)
 
     run = _EMRun(model, data, options, smoother, learner, callback)
     current = run.evaluate(xs, theta_vec)
