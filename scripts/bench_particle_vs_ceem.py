@@ -14,7 +14,8 @@ Reported: median wall time per epoch of each method (epochs after the first: tim
 successive callbacks, so everything an epoch costs is counted, one-off builds are not), their
 ratio (the paper reports particle EM 47x slower per epoch), final parameters, max relative
 parameter error and the paper's dynamics error eps. Also the EKF cost per step on a 500-step
-trajectory of a 10-state model (Lorenz-96, F = 8, RK4, dt = 0.05 s, every other state observed).
+trajectory of a 10-state model (Lorenz-96, F = 8, RK4, dt = 0.05 s, every other state observed),
+with the Python-loop and the CasADi-mapaccum engines of ``EKF.run``.
 
     python -m scripts.bench_particle_vs_ceem [--seeds 0 1 ... 9] [--ceem-epochs 20]
         [--pem-epochs 50] [--pem-memory 5] [--json PATH] [--out DIR] [--smoke]
@@ -106,7 +107,9 @@ def lorenz96(nx: int = 10, forcing: float = 8.0, dt: float = 0.05):
 
 
 def time_ekf(steps: int = 500, repeats: int = 5, seed: int = 0) -> dict:
-    """EKF (filter only, and filter + RTS) microseconds per step on a 10-state Lorenz-96 trajectory."""
+    """EKF microseconds per step on a 10-state Lorenz-96 trajectory: filter only and filter + RTS,
+    for the Python-loop engine and the CasADi ``mapaccum`` engine (median of ``repeats`` runs;
+    the CasADi engine's one-off build for this length is ``casadi_build_s``)."""
     model = lorenz96()
     rng = np.random.default_rng(seed)
     x0 = 8.0 + rng.standard_normal(model.nx)
@@ -114,14 +117,23 @@ def time_ekf(steps: int = 500, repeats: int = 5, seed: int = 0) -> dict:
     ekf = EKF(model)
     pv = np.array([8.0])
     out = {"model": "lorenz96", "nx": model.nx, "ny": model.ny, "steps": steps}
-    for smooth in (False, True):
-        times = []
-        for _ in range(repeats):
+    lls = []
+    for engine in ("python", "casadi"):
+        suffix = "" if engine == "python" else "_casadi"
+        if engine == "casadi":
             t0 = time.perf_counter()
-            res = ekf.run(pv, data.y[0], None, x0=x0, Sigma0=1.0, Q=0.01, R=0.25, smooth=smooth)
-            times.append(time.perf_counter() - t0)
-        assert np.isfinite(res.loglik)
-        out["us_per_step_smooth" if smooth else "us_per_step"] = 1e6 * float(np.median(times)) / steps
+            ekf.run(pv, data.y[0], None, x0=x0, Sigma0=1.0, Q=0.01, R=0.25, engine=engine)
+            out["casadi_build_s"] = time.perf_counter() - t0
+        for smooth in (False, True):
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                res = ekf.run(pv, data.y[0], None, x0=x0, Sigma0=1.0, Q=0.01, R=0.25, smooth=smooth, engine=engine)
+                times.append(time.perf_counter() - t0)
+            lls.append(res.loglik)
+            key = "us_per_step_smooth" if smooth else "us_per_step"
+            out[key + suffix] = 1e6 * float(np.median(times)) / steps
+    assert np.all(np.isfinite(lls)) and np.ptp(lls) < 1e-8 * abs(lls[0]), lls
     return out
 
 
@@ -207,8 +219,9 @@ def main(argv=None) -> int:
           f"{args.pem_memory} x 10 x 4 sampled trajectories) {np.median([r['pem']['m_step_s'] for r in rows]) * 1e3:.1f} ms")
     print(f"per-epoch time ratio particle EM / CE-EM: {summary['epoch_time_ratio_pem_over_ceem']:.1f}x "
           f"(paper: 47x)")
-    print(f"EKF on {ekf['nx']}-state {ekf['model']}, {ekf['steps']} steps: {ekf['us_per_step']:.1f} us/step "
-          f"(with RTS: {ekf['us_per_step_smooth']:.1f} us/step)")
+    print(f"EKF on {ekf['nx']}-state {ekf['model']}, {ekf['steps']} steps: Python loop {ekf['us_per_step']:.1f} "
+          f"us/step (with RTS {ekf['us_per_step_smooth']:.1f}); CasADi mapaccum {ekf['us_per_step_casadi']:.1f} "
+          f"us/step (with RTS {ekf['us_per_step_smooth_casadi']:.1f}; build {ekf['casadi_build_s']:.2f} s)")
 
     text = json.dumps(result, indent=1)
     (out_dir / "results.json").write_text(text)

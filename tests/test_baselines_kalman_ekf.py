@@ -121,3 +121,30 @@ def test_kalman_shape_errors():
         kalman_filter(sys["A"], sys["C"], np.eye(3), sys["R"], y, u, B=sys["B"], x0=sys["x0"], Sigma0=1.0)
     with pytest.raises(cc.ShapeError, match=r"B: expected shape \(4, 1\)"):
         kalman_filter(sys["A"], sys["C"], 1.0, 1.0, y, u, B=np.ones((4, 2)), x0=sys["x0"], Sigma0=1.0)
+
+
+@pytest.mark.parametrize("missing", [False, True])
+def test_ekf_casadi_engine_equals_python_engine(missing):
+    sys, u, y = _system(seed=7)
+    if missing:
+        y = _with_nans(y, seed=8)
+    model, pv = _linear_model(sys)
+    ekf = EKF(model)
+    kw = dict(x0=sys["x0"], Sigma0=sys["Sigma0"], Q=sys["Q"], R=sys["R"], smooth=True)
+    a, b = ekf.run(pv, y, u, **kw), ekf.run(pv, y, u, engine="casadi", **kw)
+    for name in ("y_pred", "S", "x_pred", "P_pred", "x_filt", "P_filt", "A", "x_smooth", "P_smooth"):
+        np.testing.assert_allclose(getattr(b, name), getattr(a, name), rtol=0, atol=1e-10, err_msg=name)
+    assert abs(a.loglik - b.loglik) < 1e-10
+    # nonlinear model (Lorenz, RK4): same numbers from both engines
+    from models.lorenz import TRUE, initial_states, single_lorenz
+    lz = single_lorenz(process_std=0.1, measurement_std=0.5)
+    data, _ = cc.simulate(lz, TRUE, initial_states(1), 64, process_std=0.1, measurement_std=0.5, seed=0)
+    yl = _with_nans(data.y[0], seed=9) if missing else data.y[0]
+    kw = dict(x0=[-6.0, -6.0, 24.0], Sigma0=6.25, Q=0.01, R=0.25, smooth=True)
+    el = EKF(lz)
+    a, b = el.run(lz.theta_vector(TRUE), yl, **kw), el.run(lz.theta_vector(TRUE), yl, engine="casadi", **kw)
+    for name in ("y_pred", "x_filt", "P_filt", "x_smooth", "P_smooth"):
+        np.testing.assert_allclose(getattr(b, name), getattr(a, name), rtol=1e-9, atol=1e-9, err_msg=name)
+    assert abs(a.loglik - b.loglik) < 1e-8 * abs(a.loglik)
+    with pytest.raises(ValueError, match="engine must be"):
+        el.run(lz.theta_vector(TRUE), yl, engine="numba", **kw)

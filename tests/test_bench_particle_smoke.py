@@ -17,4 +17,4 @@ def test_bench_particle_vs_ceem_smoke(tmp_path):
         assert res["runs"][0][m]["epochs"] == 2
         assert np.isfinite(s[m]["median_epoch_s"]) and s[m]["median_epoch_s"] > 0
     assert s["epoch_time_ratio_pem_over_ceem"] > 1  # particle EM costs more per epoch
-    assert res["ekf"]["nx"] == 10 and res["ekf"]["us_per_step"] > 0
+    assert res["ekf"]["nx"] == 10 and res["ekf"]["us_per_step"] > 0 and res["ekf"]["us_per_step_casadi"] > 0

@@ -128,13 +128,98 @@ def rts(res: EKFResult) -> EKFResult:
     return res
 
 
+def _step_function(model, fns) -> ca.Function:
+    """One EKF step as an SX Function, entry-wise missing data by a 0/1 mask ``m`` (ny,).
+
+    Masking is exact: with ``Cm = diag(m) C``, ``Rm = diag(m) R diag(m) + diag(1 - m)`` and
+    ``e = m * (y - g(x))`` the gain's columns of missing entries are zero, so the correction,
+    the Joseph update and the log-likelihood terms equal those of the observed rows only.
+    """
+    Fj, Gj = fns
+    nx, ny = model.nx, model.ny
+    x, P = ca.SX.sym("x", nx), ca.SX.sym("P", nx, nx)
+    y, m = ca.SX.sym("y", ny), ca.SX.sym("m", ny)
+    u, p = ca.SX.sym("u", model.nu), ca.SX.sym("p", model.params.size)
+    Q, R = ca.SX.sym("Q", nx, nx), ca.SX.sym("R", ny, ny)
+    yp, C = Gj(x, u, p)
+    S = C @ P @ C.T + R
+    M = ca.diag(m)
+    Cm = M @ C
+    Rm = M @ R @ M + ca.diag(1 - m)
+    Sm = Cm @ P @ Cm.T + Rm
+    e = m * (y - yp)
+    K = ca.solve(Sm, Cm @ P).T  # P Cm^T Sm^-1
+    xf = x + K @ e
+    IKC = ca.SX.eye(nx) - K @ Cm
+    Pf = IKC @ P @ IKC.T + K @ Rm @ K.T
+    Pf = 0.5 * (Pf + Pf.T)
+    xn, A = Fj(xf, u, p)
+    Pn = A @ Pf @ A.T + Q
+    Pn = 0.5 * (Pn + Pn.T)
+    return ca.Function("ekf_step", [x, P, y, m, u, p, Q, R], [xn, Pn, yp, S, xf, Pf, A, Sm, e],
+                       ["x_pred", "P_pred", "y", "mask", "u", "p", "Q", "R"],
+                       ["x_next", "P_next", "y_pred", "S", "x_filt", "P_filt", "A", "S_obs", "e_obs"])
+
+
+def _blocks(a, n: int, T: int) -> np.ndarray:
+    """(n, n*T) horizontally stacked blocks -> (T, n, n)."""
+    return np.asarray(a).reshape(n, T, n).transpose(1, 0, 2)
+
+
 class EKF:
-    """Reusable EKF for one model: the CasADi Jacobian Functions are built once."""
+    """Reusable EKF for one model: the CasADi Jacobian Functions are built once.
+
+    ``run(..., engine="python")`` (default) loops over time in Python (two CasADi calls per
+    step); ``engine="casadi"`` runs the whole forward pass as one ``mapaccum`` of an SX step
+    Function (built once per trajectory length, ~10x faster per step); both give the same
+    numbers up to rounding (tested to 1e-10).
+    """
 
     def __init__(self, model):
         self.model = model
         self._fns = _jacobian_functions(model)
+        self._step = None
+        self._accum: dict[int, ca.Function] = {}
 
-    def run(self, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False) -> EKFResult:
+    def run(self, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
+            engine: str = "python") -> EKFResult:
+        if engine == "casadi":
+            return self._run_casadi(theta_vec, y, u, x0=x0, Sigma0=Sigma0, Q=Q, R=R, smooth=smooth)
+        if engine != "python":
+            raise ValueError(f"engine must be 'python' or 'casadi', got {engine!r}")
         return ekf(self.model, theta_vec, y, u, x0=x0, Sigma0=Sigma0, Q=Q, R=R, smooth=smooth,
                    _fns=self._fns)
+
+    def _run_casadi(self, theta_vec, y, u, *, x0, Sigma0, Q, R, smooth) -> EKFResult:
+        model = self.model
+        nx, ny = model.nx, model.ny
+        y = np.asarray(y, float)
+        if y.ndim != 2 or y.shape[1] != ny:
+            raise ShapeError(f"y: expected shape (T, {ny}), got {y.shape}")
+        T = y.shape[0]
+        u = np.zeros((T, model.nu)) if u is None else np.asarray(u, float)
+        if u.shape != (T, model.nu):
+            raise ShapeError(f"u: expected shape {(T, model.nu)}, got {u.shape}")
+        Q, R, P0 = _cov("Q", Q, nx), _cov("R", R, ny), _cov("Sigma0", Sigma0, nx)
+        if T not in self._accum:
+            if self._step is None:
+                self._step = _step_function(model, self._fns)
+            self._accum[T] = self._step.mapaccum(f"ekf_{T}", T, 2, {})
+        mask = np.isfinite(y)
+        out = self._accum[T](np.asarray(x0, float).reshape(nx), P0, np.where(mask, y, 0.0).T, mask.T.astype(float),
+                             u.T, np.asarray(theta_vec, float), Q, R)
+        xn, Pn, yp, S, xf, Pf, A, Sm, e = out
+        xn, Pn = np.asarray(xn).T, _blocks(Pn, nx, T)
+        Sm, e = _blocks(Sm, ny, T), np.asarray(e).T
+        L = np.linalg.cholesky(Sm)
+        alpha = np.linalg.solve(L, e[:, :, None])[:, :, 0]
+        loglik = (-0.5 * np.sum(alpha ** 2) - np.log(np.diagonal(L, axis1=1, axis2=2)).sum()
+                  - 0.5 * mask.sum() * np.log(2 * np.pi))
+        res = EKFResult(
+            y_pred=np.asarray(yp).T, S=_blocks(S, ny, T),
+            x_pred=np.vstack([np.asarray(x0, float).reshape(1, nx), xn[:-1]]),
+            P_pred=np.concatenate([P0[None], Pn[:-1]]), x_filt=np.asarray(xf).T, P_filt=_blocks(Pf, nx, T),
+            A=_blocks(A, nx, T)[:-1], loglik=float(loglik))
+        if smooth:
+            rts(res)
+        return res
