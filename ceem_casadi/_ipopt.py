@@ -11,10 +11,23 @@ QUIET = {"print_time": False, "ipopt.print_level": 0, "ipopt.sb": "yes",
 ACCEPTABLE = {"Solve_Succeeded", "Solved_To_Acceptable_Level", "Search_Direction_Becomes_Too_Small"}
 
 
+# "acceptable" termination = stagnation at round-off: the objective's relative change stays
+# below STALL_OBJ_CHANGE for ACCEPTABLE_ITER iterations while the (scaled) optimality error is
+# below ACCEPTABLE_TOL. Without it a solve started at (or very near) its optimum, as every EM
+# step near convergence is, can spend max_iter iterations failing line searches on round-off
+# (measured: a coupled-Lorenz learning step stuck at dual infeasibility 2e-6 with steps of
+# 1e-14 for 200 iterations, 38 s, instead of stopping after 3).
+ACCEPTABLE_TOL = 1e-4
+ACCEPTABLE_ITER = 3
+STALL_OBJ_CHANGE = 1e-12
+
+
 def ipopt_options(max_iter: int, tol: float, **extra) -> dict:
     opts = dict(QUIET)
     opts.update({"ipopt.max_iter": int(max_iter), "ipopt.tol": float(tol),
-                 "ipopt.acceptable_tol": 100 * float(tol), "ipopt.acceptable_iter": 10,
+                 "ipopt.acceptable_tol": max(100 * float(tol), ACCEPTABLE_TOL),
+                 "ipopt.acceptable_iter": ACCEPTABLE_ITER,
+                 "ipopt.acceptable_obj_change_tol": STALL_OBJ_CHANGE,
                  "ipopt.honor_original_bounds": "yes"})
     opts.update(extra)
     return opts
