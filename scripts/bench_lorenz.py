@@ -78,7 +78,8 @@ def peak_rss_mb() -> float:
 
 
 def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration: str, n_jobs: int | None,
-        eps_target: float | None = None, process_std: float | None = None) -> dict:
+        eps_target: float | None = None, process_std: float | None = None,
+        smoother_hessian: str = "gauss-newton", learner_hessian: str = "auto") -> dict:
     model, data, truth, theta0 = make_problem(name, seed, process_std)
     if n_jobs is None:  # processes pay off for the coupled problems' expensive smoothing only
         n_jobs = 1 if PROBLEMS[name][0] == 1 else 2
@@ -101,7 +102,9 @@ def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration
         return None
 
     # build once (compiles stage functions on first use, cached on disk afterwards)
-    opts = cc.CEEMOptions(max_iters=max_iters, acceleration=acceleration, n_jobs=n_jobs)
+    opts = cc.CEEMOptions(max_iters=max_iters, acceleration=acceleration, n_jobs=n_jobs,
+                          smoother=cc.SmootherOptions(hessian=smoother_hessian),
+                          learner=cc.LearnerOptions(hessian=learner_hessian))
     t0 = time.perf_counter()
     smoother = cc.Smoother(model, opts.smoother)
     learner = cc.Learner(model, data.lengths, opts.learner, smoother.stages)
@@ -130,7 +133,8 @@ def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration
         "newton_s": med([r.learn_s for r in newton]),
         "param_rel_err": param_error(model, res.theta, truth), "eps0": eps0,
         "eps": lorenz.dynamics_error(model, res.theta, truth), "peak_rss_mb": peak_rss_mb(),
-        "acceleration": acceleration, "n_jobs": n_jobs, "trace": trace,
+        "acceleration": acceleration, "n_jobs": n_jobs, "smoother_hessian": smoother_hessian,
+        "learner_hessian": learner_hessian, "trace": trace,
     }
 
 
@@ -211,6 +215,10 @@ def main(argv=None) -> int:
     ap.add_argument("--n-jobs", type=int, default=None, help="smoothing processes (default: 1 single, 2 coupled)")
     ap.add_argument("--process-std", type=float, default=None,
                     help="the model's sigma_w (default: 1e-2 single, 1e-3 coupled; see PROCESS_STD)")
+    ap.add_argument("--smoother-hessian", choices=["gauss-newton", "exact"], default="gauss-newton",
+                    help="the smoothing NLP's Hessian (the default was chosen with this benchmark)")
+    ap.add_argument("--learner-hessian", choices=["auto", "exact", "gauss-newton", "limited-memory"],
+                    default="auto", help="the learning NLP's Hessian")
     ap.add_argument("--json", default=None, help="write the results to this JSON file")
     ap.add_argument("--smoke", action="store_true", help="single Lorenz, 3 epochs (for CI)")
     ap.add_argument("--peer", action="store_true",
@@ -229,7 +237,8 @@ def main(argv=None) -> int:
             ap.error(f"unknown problem {name!r}; choose from {sorted(PROBLEMS)}")
         row = run(name, seed=args.seed, max_iters=3 if args.smoke else args.max_iters,
                   time_limit=args.time_limit, acceleration=args.acceleration, n_jobs=args.n_jobs,
-                  eps_target=args.eps_target, process_std=args.process_std)
+                  eps_target=args.eps_target, process_std=args.process_std,
+                  smoother_hessian=args.smoother_hessian, learner_hessian=args.learner_hessian)
         rows.append(row)
         print(f"{row['problem']:>9} B={row['trajectories']} epochs={row['epochs']:3d} ({row['em_steps']} EM, "
               f"{row['newton_steps']} joint) wall={row['wall_s']:7.2f}s build={row['build_s']:5.1f}s "
