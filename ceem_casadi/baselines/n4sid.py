@@ -30,7 +30,8 @@ log-gap ``log(s_n / s_{n+1})``, ``n_max = min((i - 1) ny, len(s) - 1)``.
 
 Default block horizon: ``i = ceil(2 n_ref / ny) + 1`` with ``n_ref`` the order (or 10 when the order is
 to be selected), reduced if the data are too short (each trajectory needs ``T_b >= 2 i`` and in all
-``N >= 2 p`` Hankel columns are wanted); an explicit ``horizon`` is never changed.
+``N >= 2 p`` Hankel columns are wanted, else ``N >= p``), but never below ``ceil(order / ny) + 1``;
+an explicit ``horizon`` is never changed.
 """
 from __future__ import annotations
 
@@ -148,15 +149,16 @@ class N4SIDResult:
 
 
 # --------------------------------------------------------------------------------------------------
-def _default_horizon(n_ref: int, ny: int, nu: int, lengths, n_valid) -> int:
-    i = math.ceil(2 * max(n_ref, 1) / ny) + 1
-    while i > 1:
-        p = 2 * i * (nu + ny)
-        N = sum(max(n_valid(T, i), 0) for T in lengths)
-        if min(lengths) >= 2 * i and N >= 2 * p:
-            break
-        i -= 1
-    return i
+def _default_horizon(n_ref: int, ny: int, nu: int, lengths, n_valid, i_min: int = 2) -> int:
+    """Largest ``i <= ceil(2 n_ref / ny) + 1`` (and ``>= i_min``) with ``2 p`` Hankel columns, else with ``p``."""
+    i_max = max(math.ceil(2 * max(n_ref, 1) / ny) + 1, i_min)
+    for factor in (2, 1):
+        for i in range(i_max, i_min - 1, -1):
+            p = 2 * i * (nu + ny)
+            n_total = sum(max(n_valid(T, i), 0) for T in lengths)
+            if min(lengths) >= 2 * i and n_total >= factor * p:
+                return i
+    return i_min
 
 
 def _hankel_rows(u: np.ndarray, y: np.ndarray, i: int) -> np.ndarray:
@@ -349,7 +351,8 @@ def n4sid(data, order: int | None = None, horizon: int | None = None) -> N4SIDRe
         see the module docstring).
     horizon : block horizon i (block rows of the past and of the future). Needs ``(i-1) ny >= order``,
         ``T_b >= 2 i`` for every trajectory and at least ``2 i (nu + ny)`` Hankel columns in all.
-        Default: ``ceil(2 n_ref / ny) + 1`` (``n_ref`` = order, or 10), reduced to fit the data.
+        Default: ``ceil(2 n_ref / ny) + 1`` (``n_ref`` = order, or 10), reduced to fit the data (not
+        below ``ceil(order / ny) + 1``).
 
     Returns
     -------
@@ -365,9 +368,10 @@ def n4sid(data, order: int | None = None, horizon: int | None = None) -> N4SIDRe
         return T - 2 * i + 1
 
     if horizon is None:
-        i = _default_horizon(order if order is not None else 10, ny, nu, lengths, n_cols)
-        if order is not None and (i - 1) * ny < order:
-            need = math.ceil(order / ny) + 1
+        i_min = 2 if order is None else max(2, math.ceil(order / ny) + 1)
+        i = _default_horizon(order if order is not None else 10, ny, nu, lengths, n_cols, i_min)
+        if min(lengths) < 2 * i or (order is not None and (i - 1) * ny < order):
+            need = i_min
             raise ShapeError(
                 f"order {order} is too large for the data: it needs a block horizon i >= {need} "
                 f"(ny = {ny}), i.e. trajectories of at least {2 * need} samples and "
@@ -386,10 +390,10 @@ def n4sid(data, order: int | None = None, horizon: int | None = None) -> N4SIDRe
                 f"horizon i={i} is too long for the data: every trajectory needs at least 2i = {2 * i} "
                 f"samples, the shortest has {min(lengths)}")
     p = 2 * i * (nu + ny)
-    L, N = _lq(data, i)
-    if N < p:
+    L, n_columns = _lq(data, i)
+    if n_columns < p:
         raise ShapeError(
-            f"not enough data for block horizon i={i}: {N} complete Hankel columns (after dropping NaN), "
+            f"not enough data for block horizon i={i}: {n_columns} complete Hankel columns (after dropping NaN), "
             f"at least 2i(nu+ny) = {p} needed; use more or longer trajectories, or a smaller horizon/order")
 
     def u_rows(times):
@@ -440,4 +444,4 @@ def n4sid(data, order: int | None = None, horizon: int | None = None) -> N4SIDRe
     cov = res @ res.T
     cov = 0.5 * (cov + cov.T)
     return N4SIDResult(A=A, B=B, C=C, D=D, Q=cov[:n, :n], R=cov[n:, n:], S=cov[:n, n:], x0=x0,
-                       singular_values=s, order=n, dt=data.dt, horizon=i, n_columns=N)
+                       singular_values=s, order=n, dt=data.dt, horizon=i, n_columns=n_columns)
