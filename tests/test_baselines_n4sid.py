@@ -158,3 +158,38 @@ def test_errors():
     res = n4sid(data, 4)
     with pytest.raises(cc.ShapeError, match="x0"):
         res.simulate(data.u[0], np.zeros(3))
+
+
+def test_innovation_model_kalman_gain():
+    """Data from an innovation model (A - K C stable): the Riccati gain from (Q, S, R) recovers the
+    innovation covariance within 15 % and the noise Markov parameters C A^k K within 25 % of their size."""
+    A, B, C, D = _system()
+    K = 0.1 * np.random.default_rng(5).standard_normal((NX, NY))
+    assert np.abs(np.linalg.eigvals(A - K @ C)).max() < 0.8
+    rng = np.random.default_rng(11)
+    ys, us = [], []
+    for _ in range(5):
+        u, x, y = rng.standard_normal((400, NU)), rng.standard_normal(NX), np.empty((400, NY))
+        for t in range(400):
+            e = 0.1 * rng.standard_normal(NY)
+            y[t] = C @ x + D @ u[t] + e
+            x = A @ x + B @ u[t] + K @ e
+        ys.append(y)
+        us.append(u)
+    res = n4sid(cc.Trajectories(ys, us), 4)
+    Kh, Re = res.kalman_gain()
+    np.testing.assert_allclose(np.diag(Re), 0.01, rtol=0.15)
+    true = _markov(A, K, C, np.eye(NY))[1:]
+    assert np.abs(_markov(res.A, Kh, res.C, np.eye(NY))[1:] - true).max() < 0.25 * np.abs(true).max()
+
+
+def test_no_feedthrough_and_fixed_parameters():
+    A, B, C, _ = _system()
+    sys = (A, B, C, np.zeros((NY, NU)))
+    data, _ = _simulate(sys, 2, 80)
+    res = n4sid(data, 4, feedthrough=False)
+    assert np.all(res.D == 0) and max(_errors(res, sys)) < 1e-6
+    model, theta = res.to_model(free={"D": False, "C": np.eye(NY, NX, dtype=bool)})
+    assert model.params.free_mask.sum() == NX * NX + NX * NU + NY
+    with pytest.raises(cc.ShapeError, match="unknown"):
+        res.to_model(free={"E": False})

@@ -56,7 +56,10 @@ class N4SIDResult:
     """Identified linear model (see the module docstring for the equations).
 
     A (nx, nx), B (nx, nu), C (ny, nx), D (ny, nu); noise covariances Q (nx, nx), R (ny, ny),
-    S (nx, ny) estimated from the residuals; x0: one (nx,) initial state per trajectory (the state at
+    S (nx, ny) of the residuals of the estimated (Kalman-filter) state sequences, as in Van Overschee
+    & De Moor: they describe the innovation model, so R is close to the innovation covariance
+    (measurement noise plus state uncertainty), not to the measurement noise alone (see
+    :meth:`kalman_gain`); x0: one (nx,) initial state per trajectory (the state at
     the first sample); singular_values: of the weighted oblique projection (i ny,); order: nx;
     dt: sample time in seconds (from the data, may be None); horizon: the block horizon i used.
     """
@@ -113,10 +116,21 @@ class N4SIDResult:
             x = self.A @ x + Bu[t]
         return xs @ self.C.T + u @ self.D.T
 
-    def to_model(self, process_std=None, measurement_std=None, free: bool = True, *, name: str = "n4sid"):
+    def kalman_gain(self) -> tuple[np.ndarray, np.ndarray]:
+        """Steady-state innovation form ``x+ = A x + B u + K e``, ``y = C x + D u + e``, ``cov(e) = Re``.
+
+        From the discrete Riccati equation with ``Q``, ``S``, ``R``. Returns ``(K (nx, ny), Re (ny, ny))``.
+        """
+        P = sla.solve_discrete_are(self.A.T, self.C.T, self.Q, self.R, s=self.S)
+        Re = self.C @ P @ self.C.T + self.R
+        K = np.linalg.solve(Re, (self.A @ P @ self.C.T + self.S).T).T
+        return K, 0.5 * (Re + Re.T)
+
+    def to_model(self, process_std=None, measurement_std=None, free=True, *, name: str = "n4sid"):
         """A :class:`~ceem_casadi.StateSpaceModel` ``x+ = A x + B u``, ``y = C x + D u`` and its theta.
 
-        The matrices are parameters named ``"A"``, ``"B"``, ``"C"``, ``"D"`` (all ``free`` or all fixed),
+        The matrices are parameters named ``"A"``, ``"B"``, ``"C"``, ``"D"`` (``free``: a bool for all,
+        or a dict name -> bool / boolean mask of the matrix' shape, missing names free),
         initialised at the identified values (``theta``), e.g. to warm-start CE-EM. ``process_std``
         (nx,) / ``measurement_std`` (ny,) default to ``sqrt(diag(Q))`` / ``sqrt(diag(R))`` (floored at
         1e-6 of the largest entry, and at 1e-12). ``dt`` is carried over.
@@ -133,7 +147,14 @@ class N4SIDResult:
             return np.maximum(s, max(1e-6 * float(s.max(initial=0.0)), 1e-12))
 
         theta = {"A": self.A.copy(), "B": self.B.copy(), "C": self.C.copy(), "D": self.D.copy()}
-        params = Parameters(*(Param(k, value=v, free=free) for k, v in theta.items()))
+        if isinstance(free, dict):
+            unknown = set(free) - set(theta)
+            if unknown:
+                raise ShapeError(f"free: unknown parameter name(s) {sorted(unknown)}; known: A, B, C, D")
+            masks = {k: free.get(k, True) for k in theta}
+        else:
+            masks = dict.fromkeys(theta, bool(free))
+        params = Parameters(*(Param(k, value=v, free=masks[k]) for k, v in theta.items()))
         nu = self.nu
 
         def step(x, u, p):
@@ -257,10 +278,13 @@ def _groups(data, max_elements: int, width: int):
             yield T, idx[s:s + nb]
 
 
-def _fit_bd_x0(A, C, data) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """``B``, ``D`` and per-trajectory ``x0`` by output-error least squares (x0 eliminated per trajectory)."""
+def _fit_bd_x0(A, C, data, feedthrough: bool = True) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """``B``, ``D`` and per-trajectory ``x0`` by output-error least squares (x0 eliminated per trajectory).
+
+    Without ``feedthrough`` D is fixed to zero.
+    """
     nx, ny, nu = A.shape[0], C.shape[0], data.nu
-    ntheta = nx * nu + ny * nu
+    ntheta = nx * nu + (ny * nu if feedthrough else 0)
     G = np.zeros((ntheta, ntheta))
     h = np.zeros(ntheta)
     cache = []
@@ -271,7 +295,7 @@ def _fit_bd_x0(A, C, data) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         obs = np.isfinite(y)                                          # (nb, T, ny)
         yz = np.where(obs, y, 0.0).reshape(len(idx), T * ny)
         Gz = np.where(obs[..., None], Gam[None], 0.0).reshape(len(idx), T * ny, nx)
-        Pz = np.where(obs[..., None], Psi, 0.0).reshape(len(idx), T * ny, ntheta)
+        Pz = np.where(obs[..., None], Psi[..., :ntheta], 0.0).reshape(len(idx), T * ny, ntheta)
         Qg, _ = np.linalg.qr(Gz)                                      # (nb, T ny, nx)
         Pp = Pz - Qg @ (Qg.transpose(0, 2, 1) @ Pz)
         yp = yz - (Qg @ (Qg.transpose(0, 2, 1) @ yz[..., None]))[..., 0]
@@ -285,7 +309,7 @@ def _fit_bd_x0(A, C, data) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     else:
         theta = np.zeros(0)
     B = theta[:nx * nu].reshape(nu, nx).T
-    D = theta[nx * nu:].reshape(nu, ny).T
+    D = theta[nx * nu:].reshape(nu, ny).T if feedthrough else np.zeros((ny, nu))
     x0 = [None] * len(data)
     for idx, Gz, Pz, yz in cache:
         resid = yz - Pz @ theta
@@ -338,7 +362,8 @@ def _as_data(data):
     return Trajectories(ys, us)
 
 
-def n4sid(data, order: int | None = None, horizon: int | None = None) -> N4SIDResult:
+def n4sid(data, order: int | None = None, horizon: int | None = None, *,
+          feedthrough: bool = True) -> N4SIDResult:
     """Identify a linear state-space model from one or several trajectories.
 
     Parameters
@@ -353,6 +378,7 @@ def n4sid(data, order: int | None = None, horizon: int | None = None) -> N4SIDRe
         ``T_b >= 2 i`` for every trajectory and at least ``2 i (nu + ny)`` Hankel columns in all.
         Default: ``ceil(2 n_ref / ny) + 1`` (``n_ref`` = order, or 10), reduced to fit the data (not
         below ``ceil(order / ny) + 1``).
+    feedthrough : estimate ``D`` (default); ``False`` fixes ``D = 0`` (strictly proper systems).
 
     Returns
     -------
@@ -432,13 +458,16 @@ def n4sid(data, order: int | None = None, horizon: int | None = None) -> N4SIDRe
 
     rho = float(np.max(np.abs(np.linalg.eigvals(A))))
     if rho < 1.0:
-        B, D, x0 = _fit_bd_x0(A, C, data)
+        B, D, x0 = _fit_bd_x0(A, C, data, feedthrough)
     else:
         logger.warning("n4sid: identified A is not stable (spectral radius %.4f); B and D from the state "
                        "sequences, x0 from the first %d samples", rho, 4 * i)
         lhs = np.vstack([X_i1 - A @ X_i, Y_i - C @ X_i])
-        BD = _lstsq_rows(lhs, U_i) if nu else np.zeros((n + ny, 0))
-        B, D = BD[:n], BD[n:]
+        if not feedthrough:
+            lhs = lhs[:n]
+        BD = _lstsq_rows(lhs, U_i) if nu else np.zeros((lhs.shape[0], 0))
+        B = BD[:n]
+        D = BD[n:] if feedthrough else np.zeros((ny, nu))
         x0 = _fit_x0(A, B, C, D, data, 4 * i)
     res = np.vstack([X_i1 - A @ X_i - B @ U_i, Y_i - C @ X_i - D @ U_i])
     cov = res @ res.T
