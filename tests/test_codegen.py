@@ -102,3 +102,13 @@ def test_no_dynamic_allocation_and_bad_name(tmp_path):
         generate_ekf(model, [10.0, 28.0, 2.6], tmp_path, name="bad-name")
     with pytest.raises(cc.ShapeError, match="expected 3 parameters"):
         generate_ekf(model, [10.0, 28.0], tmp_path)
+
+
+def test_bench_codegen_smoke(tmp_path):
+    from scripts import bench_codegen
+
+    res = bench_codegen.main(["--smoke", "--out", str(tmp_path)])
+    assert (tmp_path / "bench_codegen.json").exists()
+    for row in res["rows"]:
+        assert 0 < row["c_us_per_step"] < row["python_us_per_step"]
+        assert row["max_rel_diff"] < 1e-10
