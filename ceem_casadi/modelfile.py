@@ -1,0 +1,365 @@
+"""Save and load identified models: open formats, integrity-checked, never pickle.
+
+A model file is a NumPy ``.npz`` archive (a zip of ``.npy`` arrays, read with
+``allow_pickle=False``) holding
+
+* ``__meta__``: UTF-8 JSON (as a uint8 array) with the format name and version, the library and
+  CasADi versions, the model source reference ``package.module:factory`` and its keyword
+  arguments, the theta names/shapes, the noise settings, the fit options, a description of the
+  data, the iteration history and free-form user metadata;
+* ``theta``: the flat parameter vector; ``noise/<field>``: noise arrays; ``extra/<name>``:
+  user arrays (e.g. initial states);
+* ``casadi/f``, ``casadi/g``: the model functions serialised by CasADi (``Function.serialize``),
+  so that a file can be used without the model's source (:func:`load_model` with
+  ``rebuild=False``) and so that a changed model source is detected on load.
+
+The JSON holds ``sha256``, the SHA-256 over the canonical JSON (without that field) and every
+array's name, dtype, shape and bytes: a corrupted or edited file is refused with
+:class:`ModelFileError`. The digest protects against corruption and accidental edits, not
+against a forger who recomputes it. Loading with ``rebuild=True`` imports and calls the
+factory named in the file (that is, runs code): load only files from sources you trust.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import importlib
+import io
+import json
+import logging
+import os
+import tempfile
+import zipfile
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
+
+import casadi as ca
+import numpy as np
+
+from .errors import CeemError
+
+log = logging.getLogger(__name__)
+
+FORMAT = "ceem_casadi.model"
+FORMAT_VERSION = 1
+_NOISE_FIELDS = ("process_std", "measurement_std", "x1_mean", "x1_std")
+
+
+class ModelFileError(CeemError, ValueError):
+    """A model file is corrupted, edited, from a newer format version, or its model source
+    cannot be rebuilt."""
+
+
+class ModelSourceError(CeemError, ImportError):
+    """A ``package.module:factory`` reference does not import or does not build a model."""
+
+
+# --- model source references -----------------------------------------------------------
+def load_factory(ref: str):
+    """The callable named by ``"package.module:factory"`` (imported)."""
+    if not isinstance(ref, str) or ref.count(":") != 1 or not all(ref.split(":")):
+        raise ModelSourceError(f"model reference must look like 'package.module:factory', got {ref!r}")
+    mod_name, attr = ref.split(":")
+    try:
+        module = importlib.import_module(mod_name)
+    except Exception as exc:  # any import-time failure of user code
+        raise ModelSourceError(f"cannot import module {mod_name!r} of model {ref!r}: "
+                               f"{type(exc).__name__}: {exc}") from exc
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ModelSourceError(f"module {mod_name!r} has no attribute {attr!r} (model {ref!r})")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ModelSourceError(f"{ref!r} is not callable")
+    return obj
+
+
+def build_model(ref: str, kwargs: dict | None = None):
+    """Call the factory ``ref`` with ``kwargs`` and check that it returns a state-space model."""
+    factory = load_factory(ref)
+    try:
+        model = factory(**(kwargs or {}))
+    except Exception as exc:
+        raise ModelSourceError(f"model factory {ref!r}({kwargs or {}}) failed: {type(exc).__name__}: {exc}") from exc
+    for attr in ("f", "g", "nx", "ny", "nu", "params", "noise"):
+        if not hasattr(model, attr):
+            raise ModelSourceError(f"model factory {ref!r} returned {type(model).__name__}, "
+                                   f"not a StateSpaceModel (no attribute {attr!r})")
+    return model
+
+
+# --- JSON helpers -------------------------------------------------------------------------
+def to_jsonable(obj):
+    """Plain JSON types of dataclasses, numpy arrays/scalars, dicts, lists, paths."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(asdict(obj))
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    raise TypeError(f"cannot store {type(obj).__name__} in a model file (JSON types, numpy arrays, "
+                    f"dataclasses only)")
+
+
+def _digest(meta: dict, arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    body = {k: v for k, v in meta.items() if k != "sha256"}
+    h.update(json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True).encode())
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def atomic_write_bytes(path, data: bytes) -> Path:
+    """Write ``data`` to a temporary file in the same folder, fsync, then rename over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_archive(path, meta: dict, arrays: dict[str, np.ndarray]) -> Path:
+    """Atomically write an integrity-checked ``.npz`` (``meta`` JSON + numeric ``arrays``).
+
+    The zip comment (the file's last 64 bytes) is the hex SHA-256 of all bytes before it; the
+    metadata's ``sha256`` is the digest of the content (JSON + arrays).
+    """
+    arrays = {k: np.asarray(v) for k, v in arrays.items()}
+    for k, a in arrays.items():
+        if a.dtype == object:
+            raise TypeError(f"array {k!r} has dtype object; only numeric arrays are stored (no pickle)")
+    meta = dict(meta)
+    meta["sha256"] = _digest(meta, arrays)
+    blob = np.frombuffer(json.dumps(meta, sort_keys=True, allow_nan=True).encode(), dtype=np.uint8)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, a in [("__meta__", blob), *sorted(arrays.items())]:
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with zf.open(info, "w") as fh:
+                np.lib.format.write_array(fh, a, allow_pickle=False)
+        zf.comment = b"0" * 64
+    raw = buf.getvalue()[:-64]
+    return atomic_write_bytes(path, raw + hashlib.sha256(raw).hexdigest().encode())
+
+
+def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict, dict[str, np.ndarray]]:
+    """Read and verify a file written by :func:`write_archive`; raise :class:`ModelFileError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError(f"{path}: no such file")
+    raw = path.read_bytes()
+    if not raw.startswith(b"PK\x03\x04") or len(raw) < 64:
+        raise ModelFileError(f"{path}: not a readable {expected_format} file (corrupted or wrong type)")
+    if hashlib.sha256(raw[:-64]).hexdigest().encode() != raw[-64:]:
+        raise ModelFileError(f"{path}: integrity check failed (SHA-256 mismatch of the file): the file "
+                             f"was corrupted or edited; refusing to load it")
+    try:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as exc:  # any parse failure of a verified file is a bad file
+        raise ModelFileError(f"{path}: not a readable {expected_format} file "
+                             f"(corrupted or wrong type): {type(exc).__name__}: {exc}") from None
+    if "__meta__" not in arrays:
+        raise ModelFileError(f"{path}: not a {expected_format} file (no metadata)")
+    try:
+        meta = json.loads(arrays.pop("__meta__").tobytes().decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFileError(f"{path}: corrupted metadata ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != expected_format:
+        raise ModelFileError(f"{path}: expected a {expected_format!r} file, got format "
+                             f"{meta.get('format') if isinstance(meta, dict) else None!r}")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > max_version:
+        raise ModelFileError(f"{path}: format version {version} is newer than this ceem_casadi supports "
+                             f"({max_version}); upgrade ceem_casadi to read it")
+    if meta.get("sha256") != _digest(meta, arrays):
+        raise ModelFileError(f"{path}: integrity check failed (SHA-256 mismatch of the content): the file was corrupted "
+                             f"or edited; refusing to load it")
+    return meta, arrays
+
+
+# --- model files ----------------------------------------------------------------------------
+@dataclass
+class SavedModel:
+    """An identified model loaded from a file.
+
+    model : the rebuilt :class:`~ceem_casadi.StateSpaceModel` (or, with ``rebuild=False``, a
+        :class:`SerializedModel` built from the stored CasADi Functions); its noise settings are
+        those saved. theta : dict name -> array. source, kwargs : the model factory reference.
+    meta : the whole JSON metadata (options, data, history, versions, user metadata).
+    extra : user arrays saved with the model.
+    """
+
+    model: object
+    theta: dict
+    source: str | None
+    kwargs: dict
+    meta: dict
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def theta_vector(self) -> np.ndarray:
+        return np.concatenate([np.ravel(self.theta[n]) for n in self.meta["theta_names"]]) \
+            if self.theta else np.zeros(0)
+
+    @property
+    def history(self) -> list:
+        return self.meta.get("history", [])
+
+    def predict(self, y, u=None, *, x0=None, Sigma0=None, Q=None, R=None, engine: str = "python"):
+        """EKF one-step predictions on one trajectory ``y`` (T, ny) (NaN = missing).
+
+        Defaults: ``x0`` = ``extra['x0']`` if saved, else the noise ``x1_mean``, else zeros;
+        ``Sigma0`` = ``x1_std**2`` (else ``process_std**2``); ``Q = process_std**2``;
+        ``R = measurement_std**2``. Returns :class:`~ceem_casadi.baselines.ekf.EKFResult`.
+        """
+        from .baselines.ekf import EKF
+
+        m, noise = self.model, self.model.noise
+        if x0 is None:
+            x0 = self.extra.get("x0", noise.x1_mean if noise.x1_mean is not None else np.zeros(m.nx))
+            x0 = np.asarray(x0, float).reshape(-1, m.nx)[0]
+        if Sigma0 is None:
+            Sigma0 = (noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2
+        Q = noise.process_std ** 2 if Q is None else Q
+        R = noise.measurement_std ** 2 if R is None else R
+        return EKF(m).run(self.theta_vector, y, u, x0=x0, Sigma0=Sigma0, Q=Q, R=R, engine=engine)
+
+
+class SerializedModel:
+    """Minimal model (``f``, ``g``, sizes, noise, parameter names) from stored CasADi Functions."""
+
+    def __init__(self, f: ca.Function, g: ca.Function, noise, meta: dict):
+        from types import SimpleNamespace
+
+        self.f, self.g, self.noise = f, g, noise
+        self.nx, self.nu, self.ny = int(meta["nx"]), int(meta["nu"]), int(meta["ny"])
+        self.dt, self.name, self.rhs = meta.get("dt"), meta.get("model_name", "model"), None
+        self.params = SimpleNamespace(size=int(sum(int(np.prod(s)) for s in meta["theta_shapes"])),
+                                      names=list(meta["theta_names"]))
+
+
+def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | None = None,
+               options=None, data: dict | None = None, history=None, extra: dict | None = None,
+               metadata: dict | None = None) -> Path:
+    """Write an identified model to ``path`` (``.npz``; written atomically).
+
+    Parameters
+    ----------
+    model : the :class:`~ceem_casadi.StateSpaceModel` (its noise settings are saved).
+    theta : identified parameters, dict name -> array.
+    source, kwargs : ``"package.module:factory"`` and its keyword arguments (JSON types) that
+        rebuild ``model``; None stores only the serialised CasADi Functions.
+    options : fit options (a dataclass such as :class:`~ceem_casadi.CEEMOptions`, or a dict).
+    data : description of the training data (JSON types: files, columns, lengths, dt, ...).
+    history : list of :class:`~ceem_casadi.IterationRecord` (or dicts).
+    extra : numeric arrays to keep with the model (e.g. ``{"x0": (B, nx)}`` initial states).
+    metadata : free-form JSON-able user metadata.
+    """
+    from . import __version__
+
+    theta = model.params.validate(theta) if hasattr(model.params, "validate") else dict(theta)
+    names = list(model.params.names)
+    theta_vec = np.concatenate([np.ravel(np.asarray(theta[n], float)) for n in names]) if names else np.zeros(0)
+    meta = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "library_version": __version__,
+        "casadi_version": ca.__version__, "numpy_version": np.__version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": source, "kwargs": to_jsonable(kwargs or {}),
+        "model_name": getattr(model, "name", "model"), "nx": model.nx, "nu": model.nu, "ny": model.ny,
+        "dt": model.dt, "theta_names": names, "theta_shapes": [list(np.shape(theta[n])) for n in names],
+        "options": to_jsonable(options) if options is not None else None,
+        "data": to_jsonable(data or {}), "history": to_jsonable(list(history or [])),
+        "metadata": to_jsonable(metadata or {}),
+    }
+    arrays = {"theta": theta_vec,
+              "casadi/f": np.frombuffer(model.f.serialize().encode(), dtype=np.uint8),
+              "casadi/g": np.frombuffer(model.g.serialize().encode(), dtype=np.uint8)}
+    for k in _NOISE_FIELDS:
+        v = getattr(model.noise, k)
+        if v is not None:
+            arrays[f"noise/{k}"] = np.asarray(v, float)
+    for k, v in (extra or {}).items():
+        arrays[f"extra/{k}"] = np.asarray(v)
+    if source is not None:
+        build_model(source, kwargs)  # fail now, not in six months, if the reference is wrong
+    return write_archive(path, meta, arrays)
+
+
+def _same_function(a: ca.Function, b: ca.Function, nx: int, nu: int, n_p: int, theta_vec) -> bool:
+    rng = np.random.default_rng(0)
+    for scale in (0.5, 2.0):
+        args = (scale * rng.standard_normal(nx), scale * rng.standard_normal(nu),
+                theta_vec * (1 + 0.01 * rng.standard_normal(n_p)))
+        va, vb = np.asarray(a(*args)), np.asarray(b(*args))
+        if va.shape != vb.shape or not np.allclose(va, vb, rtol=1e-12, atol=1e-12, equal_nan=True):
+            return False
+    return True
+
+
+def load_model(path, *, rebuild: bool = True, check_source: bool = True) -> SavedModel:
+    """Read a model file written by :func:`save_model` (integrity-checked).
+
+    rebuild : import the factory named in the file and rebuild the model (a full
+        :class:`~ceem_casadi.StateSpaceModel`, e.g. to fit again); ``False`` (or a file without
+        a source) uses the stored CasADi Functions (enough for prediction and code generation).
+    check_source : compare the rebuilt ``f``, ``g`` with the stored ones at random points and
+        raise :class:`ModelFileError` when the model source changed since the file was written.
+    """
+    from .model import Noise
+
+    meta, arrays = read_archive(path, expected_format=FORMAT, max_version=FORMAT_VERSION)
+    theta_vec = arrays["theta"].astype(float)
+    noise = Noise(**{k: arrays.get(f"noise/{k}") for k in _NOISE_FIELDS})
+    try:
+        f = ca.Function.deserialize(arrays["casadi/f"].tobytes().decode())
+        g = ca.Function.deserialize(arrays["casadi/g"].tobytes().decode())
+    except Exception as exc:  # CasADi raises RuntimeError on bad input
+        raise ModelFileError(f"{path}: stored CasADi functions do not deserialise: {exc}") from None
+    source, kwargs = meta.get("source"), meta.get("kwargs") or {}
+    if rebuild and source:
+        model = build_model(source, kwargs)
+        if (model.nx, model.nu, model.ny) != (meta["nx"], meta["nu"], meta["ny"]) or \
+                list(model.params.names) != meta["theta_names"]:
+            raise ModelFileError(f"{path}: the model built by {source}({kwargs}) has sizes "
+                                 f"(nx, nu, ny) = {(model.nx, model.nu, model.ny)} and parameters "
+                                 f"{list(model.params.names)}, the file {(meta['nx'], meta['nu'], meta['ny'])} "
+                                 f"and {meta['theta_names']}: the model source changed")
+        if check_source and not (_same_function(model.f, f, model.nx, model.nu, theta_vec.size, theta_vec)
+                                 and _same_function(model.g, g, model.nx, model.nu, theta_vec.size, theta_vec)):
+            raise ModelFileError(f"{path}: the model built by {source} computes different values than the "
+                                 f"saved one (the source changed since the file was written); load with "
+                                 f"check_source=False to use it anyway, or rebuild=False to use the saved "
+                                 f"functions")
+        model = model.with_noise(**{k: getattr(noise, k) for k in _NOISE_FIELDS})
+    else:
+        model = SerializedModel(f, g, noise, meta)
+    theta, off = {}, 0
+    for name, shape in zip(meta["theta_names"], meta["theta_shapes"]):
+        n = int(np.prod(shape, dtype=int))
+        theta[name] = theta_vec[off:off + n].reshape(shape).copy()
+        off += n
+    extra = {k[len("extra/"):]: v for k, v in arrays.items() if k.startswith("extra/")}
+    return SavedModel(model, theta, source, kwargs, meta, extra)
