@@ -1,0 +1,123 @@
+"""Figures of a fit: objective and parameters vs EM iteration, smoothed states with observed
+outputs, predicted vs measured outputs with their error. PNG or SVG (from the file suffix),
+drawn with matplotlib's Agg backend (no display needed). Each function returns the path written.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+SUFFIXES = (".png", ".svg")
+MAX_LINES = 12   # entries drawn per matrix/vector parameter
+
+
+def _figure(rows: int, cols: int = 1, height: float = 2.0):
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(rows, cols, figsize=(8, max(2.5, height * rows)), squeeze=False)
+    return fig, axes
+
+
+def _save(fig, path) -> Path:
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    if path.suffix.lower() not in SUFFIXES:
+        plt.close(fig)
+        raise ValueError(f"figure file must end in {' or '.join(SUFFIXES)}, got {path.name!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _get(rec, key):
+    return rec[key] if isinstance(rec, dict) else getattr(rec, key)
+
+
+def plot_history(history, path, *, truth: dict | None = None, title: str = "") -> Path:
+    """Objective J and every parameter vs EM iteration (records or dicts; at most
+    ``MAX_LINES`` entries per array parameter). ``truth`` (dict) is drawn as dashed lines."""
+    if not history:
+        raise ValueError("the history is empty: nothing to plot")
+    it = np.array([_get(r, "iteration") for r in history])
+    thetas = [_get(r, "theta") for r in history]
+    names = list(thetas[0])
+    fig, axes = _figure(1 + len(names))
+    ax = axes[0, 0]
+    ax.plot(it, [_get(r, "J") for r in history], "o-", label="J (joint log-density)")
+    ax.set_xlabel("EM iteration")
+    ax.set_ylabel("J")
+    ax.legend(loc="best")
+    if title:
+        ax.set_title(title)
+    for ax, name in zip(axes[1:, 0], names):
+        vals = np.array([np.ravel(np.asarray(t[name], float)) for t in thetas])
+        for j in range(min(vals.shape[1], MAX_LINES)):
+            line, = ax.plot(it, vals[:, j], ".-", label=name if vals.shape[1] == 1 else f"{name}[{j}]")
+            if truth is not None and name in truth:
+                ax.axhline(np.ravel(truth[name])[j], ls="--", color=line.get_color(), lw=0.8,
+                           label="truth" if j == 0 else None)
+        ax.set_xlabel("EM iteration")
+        ax.set_ylabel(name)
+        ax.legend(loc="best", fontsize="small", ncol=2)
+    return _save(fig, path)
+
+
+def plot_states(x, y, path, *, y_fit=None, dt: float | None = None, state_names=None, output_names=None) -> Path:
+    """Smoothed states ``x`` (T, nx) and observed outputs ``y`` (T, ny; NaN = missing) with the
+    model outputs ``y_fit`` (T, ny) of the smoothed states. Time axis in seconds when ``dt``."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    T, nx = x.shape
+    ny = y.shape[1]
+    t = np.arange(T) * (dt or 1.0)
+    xlabel = "time [s]" if dt else "sample"
+    sn = state_names or [f"x{i}" for i in range(nx)]
+    on = output_names or [f"y{j}" for j in range(ny)]
+    fig, axes = _figure(nx + ny, height=1.6)
+    for i in range(nx):
+        ax = axes[i, 0]
+        ax.plot(t, x[:, i], "-", label=f"smoothed {sn[i]}")
+        ax.set_ylabel(sn[i])
+        ax.legend(loc="upper right", fontsize="small")
+    for j in range(ny):
+        ax = axes[nx + j, 0]
+        ax.plot(t, y[:, j], ".", ms=3, label=f"observed {on[j]}")
+        if y_fit is not None:
+            ax.plot(t, np.asarray(y_fit)[:, j], "-", lw=1, label="g(smoothed x)")
+        ax.set_ylabel(on[j])
+        ax.legend(loc="upper right", fontsize="small")
+    for ax in axes[:, 0]:
+        ax.set_xlabel(xlabel)
+    return _save(fig, path)
+
+
+def plot_prediction(y, y_pred, path, *, dt: float | None = None, output_names=None, label: str = "prediction") -> Path:
+    """Measured ``y`` vs predicted ``y_pred`` (T, ny) per output, and the error ``y - y_pred``."""
+    y, y_pred = np.asarray(y, float), np.asarray(y_pred, float)
+    T, ny = y.shape
+    t = np.arange(T) * (dt or 1.0)
+    on = output_names or [f"y{j}" for j in range(ny)]
+    fig, axes = _figure(2 * ny, height=1.6)
+    for j in range(ny):
+        ax = axes[2 * j, 0]
+        ax.plot(t, y[:, j], ".", ms=3, label="measured")
+        ax.plot(t, y_pred[:, j], "-", lw=1, label=label)
+        ax.set_ylabel(on[j])
+        ax.legend(loc="upper right", fontsize="small")
+        ax = axes[2 * j + 1, 0]
+        err = y[:, j] - y_pred[:, j]
+        ok = np.isfinite(err)
+        rmse = float(np.sqrt(np.mean(err[ok] ** 2))) if ok.any() else float("nan")
+        ax.plot(t, err, "-", lw=1, color="C3", label=f"error (RMSE {rmse:.3g})")
+        ax.axhline(0.0, color="k", lw=0.5)
+        ax.set_ylabel(f"{on[j]} error")
+        ax.legend(loc="upper right", fontsize="small")
+    for ax in axes[:, 0]:
+        ax.set_xlabel("time [s]" if dt else "sample")
+    return _save(fig, path)
