@@ -28,6 +28,10 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # '--max-iter' must not silently mean '--max-iters'
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # one line instead of usage + message
         raise UsageError(f"{message} (see {self.prog} --help)")
 

@@ -1,0 +1,221 @@
+"""CLI end to end (subprocesses): fit / evaluate / codegen / plot / simulate / smooth, kill + resume,
+exit codes and one-line messages on bad input."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import ceem_casadi as cc
+from ceem_casadi.checkpoint import KILL_ENV, read_checkpoint
+from ceem_casadi.codegen import compiler
+from ceem_casadi.modelfile import load_model
+from models import lorenz
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "models.lorenz:single_lorenz"
+KW = json.dumps({"measurement_std": 0.05})
+THETA0 = json.dumps({"sigma": 9.5, "rho": 29.0, "beta": 2.5})
+
+INPUT_MODEL = textwrap.dedent('''
+    import numpy as np
+    import ceem_casadi as cc
+
+    def make(a=0.9):
+        params = cc.Parameters(cc.Param("a", a), cc.Param("b", 0.5))
+        return cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + p.b * u, lambda x, u, p: x,
+                                                nx=1, nu=1, params=params, process_std=0.1,
+                                                measurement_std=0.1, x1_mean=0.0, x1_std=1.0)
+''')
+
+
+def run(*args, env=None, cwd=None, check_rc=None):
+    env = dict(env or {})
+    path = os.pathsep.join([str(ROOT), *([env.pop("PYTHONPATH")] if "PYTHONPATH" in env else [])])
+    e = {**os.environ, "PYTHONPATH": path, "MPLBACKEND": "Agg", **env}
+    e.pop(KILL_ENV, None) if KILL_ENV not in env else None
+    proc = subprocess.run([sys.executable, "-m", "ceem_casadi.cli", *map(str, args)], capture_output=True,
+                          text=True, env=e, cwd=cwd or ROOT, timeout=300)
+    if check_rc is not None:
+        assert proc.returncode == check_rc, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def lorenz_csv(tmp_path_factory):
+    """Two noisy Lorenz trajectories (100 samples, 2 % of outputs missing) in one CSV."""
+    path = tmp_path_factory.mktemp("data") / "lorenz.csv"
+    model = lorenz.single_lorenz(measurement_std=0.05)
+    data, _ = cc.simulate(model, lorenz.TRUE, np.array([[-6.0, -6.0, 24.0], [-4.0, -7.0, 22.0]]), 100,
+                          measurement_std=0.05, seed=1)
+    frames = []
+    for b, y in enumerate(data.y):
+        y = y.copy()
+        y[np.random.default_rng(b).random(y.shape) < 0.02] = np.nan
+        frames.append(pd.DataFrame({"traj": b, "time": 0.04 * np.arange(len(y)), "y0": y[:, 0], "y1": y[:, 1]}))
+    pd.concat(frames).to_csv(path, index=False)
+    return path
+
+
+def _fit(csv, out, *extra, env=None, check_rc=0):
+    return run("fit", "--model", MODEL, "--model-kwargs", KW, "--data", csv, "--trajectory-column", "traj",
+               "--theta0", THETA0, "--acceleration", "newton", "--out", out, *extra, env=env, check_rc=check_rc)
+
+
+def test_fit_evaluate_codegen_plot(lorenz_csv, tmp_path):
+    proc = _fit(lorenz_csv, tmp_path / "m.npz")
+    summary = json.loads(proc.stdout)
+    assert summary["status"] == "converged"
+    for k, v in lorenz.TRUE.items():                 # recovered within the noise's reach
+        assert abs(summary["theta"][k] - v) / v < 0.01
+    assert "iter   1/50" in proc.stderr and "converged after" in proc.stderr   # progress lines
+    saved = load_model(tmp_path / "m.npz")
+    assert saved.meta["data"]["lengths"] == [100, 100] and len(saved.history) == summary["iterations"]
+    assert read_checkpoint(tmp_path / "m.npz.ckpt.npz").status == "converged"
+
+    proc = run("evaluate", "--model-file", tmp_path / "m.npz", "--data", lorenz_csv, "--trajectory-column", "traj",
+               "--k", "1,5", "--json", tmp_path / "report.json", check_rc=0)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["prediction"]["1"]["overall"]["fit_percent"] > 95       # one-step EKF prediction
+    assert report["prediction"]["1"]["overall"]["rmse"] < 3 * 0.05
+    assert "simulation" in proc.stdout and "k=5" in proc.stdout
+
+    if compiler() is not None:
+        run("codegen", "--model-file", tmp_path / "m.npz", "--out-dir", tmp_path / "c", "--name", "lz",
+            "--compile", check_rc=0)
+        df = pd.read_csv(lorenz_csv)
+        y = df[df.traj == 0][["y0", "y1"]].to_numpy()
+        csv_in = tmp_path / "c" / "in.csv"
+        df[df.traj == 0][["y0", "y1"]].to_csv(csv_in, index=False, na_rep="nan")
+        out = subprocess.run([str(tmp_path / "c" / "lz"), str(csv_in)], capture_output=True, text=True,
+                             check=True).stdout
+        y_c = np.array([[float(v) for v in ln.split(",")] for ln in out.splitlines()])[:, :2]
+        n = saved.model.noise
+        ref = saved.predict(y, x0=saved.extra["x0"][0], Sigma0=(n.process_std ** 2), Q=n.process_std ** 2,
+                            R=n.measurement_std ** 2)
+        assert np.max(np.abs(y_c - ref.y_pred)) / np.max(np.abs(ref.y_pred)) < 1e-10
+
+    for fmt in ("png", "svg"):
+        proc = run("plot", "--model-file", tmp_path / "m.npz", "--data", lorenz_csv, "--trajectory-column",
+                   "traj", "--out-dir", tmp_path / "fig", "--format", fmt, check_rc=0)
+        for name in ("history", "states", "prediction"):
+            assert (tmp_path / "fig" / f"{name}.{fmt}").stat().st_size > 1000
+    assert (tmp_path / "fig" / "history.svg").read_text().lstrip().startswith("<?xml")
+
+    run("smooth", "--model-file", tmp_path / "m.npz", "--data", lorenz_csv, "--trajectory-column", "traj",
+        "--out", tmp_path / "x.csv", check_rc=0)
+    xs = pd.read_csv(tmp_path / "x.csv")
+    assert list(xs.columns) == ["trajectory", "t", "x0", "x1", "x2"] and len(xs) == 200
+
+
+def test_kill_after_two_iterations_and_resume(lorenz_csv, tmp_path):
+    ref = json.loads(_fit(lorenz_csv, tmp_path / "ref.npz", "-q").stdout)
+    proc = _fit(lorenz_csv, tmp_path / "k.npz", "-q", env={KILL_ENV: "2"}, check_rc=None)
+    assert proc.returncode == -9                       # SIGKILL: nothing after the checkpoint ran
+    assert not (tmp_path / "k.npz").exists()
+    ckpt = read_checkpoint(tmp_path / "k.npz.ckpt.npz")
+    assert ckpt.iterations == 2 and ckpt.status is None
+    proc = _fit(lorenz_csv, tmp_path / "k.npz", "--resume")
+    assert "resuming from" in proc.stderr and "iter   3/50" in proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["status"] == "converged" and res["iterations"] > 2
+    for k in lorenz.TRUE:
+        assert abs(res["theta"][k] - ref["theta"][k]) <= 1e-6 * abs(ref["theta"][k]), (res, ref)
+    hist = load_model(tmp_path / "k.npz").history
+    assert [h["iteration"] for h in hist] == list(range(1, len(hist) + 1))
+    # a resume of a finished fit returns it unchanged, without iterating
+    again = json.loads(_fit(lorenz_csv, tmp_path / "k.npz", "--resume", "-q").stdout)
+    assert again == res
+
+
+def test_not_converged_exit_1_and_simulate(lorenz_csv, tmp_path):
+    proc = run("fit", "--model", MODEL, "--model-kwargs", KW, "--data", lorenz_csv, "--trajectory-column", "traj",
+               "--max-iters", "1", "--out", tmp_path / "m.npz", "-q", check_rc=1)
+    assert json.loads(proc.stdout)["status"] == "max_iters" and proc.stderr == ""
+    assert load_model(tmp_path / "m.npz").meta["metadata"]["status"] == "max_iters"   # results still written
+    run("simulate", "--model-file", tmp_path / "m.npz", "--x0", "[-6, -6, 24]", "--horizon", "30",
+        "--out", tmp_path / "sim.csv", check_rc=0)
+    sim = pd.read_csv(tmp_path / "sim.csv")
+    assert len(sim) == 30 and {"y0", "y1", "x0", "x1", "x2"} <= set(sim.columns)
+    np.testing.assert_allclose(sim[["y0", "y1"]].to_numpy(), sim[["x0", "x2"]].to_numpy())  # y = C x, no noise
+
+
+@pytest.fixture()
+def input_model(tmp_path):
+    (tmp_path / "mymodel.py").write_text(INPUT_MODEL)
+    df = pd.DataFrame({"u0": np.sin(np.arange(50.0)), "y0": np.cos(np.arange(50.0))})
+    df.to_csv(tmp_path / "good.csv", index=False)
+    df.loc[7, "u0"] = np.nan
+    df.to_csv(tmp_path / "nan_u.csv", index=False)
+    (tmp_path / "bad.toml").write_text("max_iters = 3\nfoo = 1\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("case, args, words", [
+    ("missing column", ["--data", "good.csv", "--outputs", "y0,y7"], ["missing column", "y7"]),
+    ("nan inputs", ["--data", "nan_u.csv"], ["inputs contain NaN", "rows [7]"]),
+    ("unknown flag", ["--data", "good.csv", "--max-iter", "3"], ["unrecognized arguments", "--max-iter"]),
+    ("unknown toml option", ["--data", "good.csv", "--config", "bad.toml"], ["unknown option", "foo"]),
+    ("bad option value", ["--data", "good.csv", "--tol", "-1"], ["invalid options", "tol"]),
+    ("model does not import", ["--data", "good.csv", "--model", "no_such_pkg.models:make"],
+     ["cannot import module", "no_such_pkg.models"]),
+    ("no such attribute", ["--data", "good.csv", "--model", "mymodel:nope"], ["has no attribute", "nope"]),
+    ("no data file", ["--data", "missing.csv"], ["no such data file"]),
+])
+def test_bad_input_exit_2_one_line(input_model, case, args, words):
+    if "--model" not in args:
+        args = ["--model", "mymodel:make", *args]
+    proc = run("fit", *args, "--out", "m.npz", env={"PYTHONPATH": str(input_model)}, cwd=input_model)
+    assert proc.returncode == 2, (case, proc.stderr)
+    err = proc.stderr.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    assert err.startswith("ceem-casadi"), err
+    for w in words:
+        assert w in err, (case, err)
+
+
+def test_input_model_fit_and_help(input_model):
+    proc = run("fit", "--model", "mymodel:make", "--data", "good.csv", "--out", "m.npz", "-q",
+               env={"PYTHONPATH": str(input_model)}, cwd=input_model)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert (input_model / "m.npz").exists()
+    for cmd in ("fit", "evaluate", "simulate", "smooth", "codegen", "plot"):
+        assert f"usage: ceem-casadi {cmd}" in run(cmd, "--help", check_rc=0).stdout
+    bad = run("plot", "--model-file", input_model / "nope.npz", "--out-dir", input_model, check_rc=2)
+    assert "no such file" in bad.stderr and "\n" not in bad.stderr.strip()
+
+
+def test_progress_and_checkpoint_units(tmp_path):
+    import io
+
+    from ceem_casadi.checkpoint import CheckpointWriter
+    from ceem_casadi.plots import plot_history
+    from ceem_casadi.progress import Progress, chain
+
+    rec = cc.IterationRecord(1, -5.0, -5.0, 2.5, 0.25, 0.5, ["Solve_Succeeded"], "Solve_Succeeded", {"a": 1.0})
+    lines, bar, quiet = io.StringIO(), io.StringIO(), io.StringIO()
+    Progress(10, stream=lines)(rec)
+    assert lines.getvalue() == ("iter   1/10: J = -5  dJ = +2.5  smooth 0.25 s  learn 0.50 s  "
+                                "[Solve_Succeeded | Solve_Succeeded]\n")
+    p = Progress(4, stream=bar, bar=True, offset=1)
+    p(rec)
+    p.close("converged")
+    assert bar.getvalue().startswith("\r[############............] 2/4 J = -5") and "converged" in bar.getvalue()
+    Progress(4, stream=quiet, quiet=True)(rec)
+    assert quiet.getvalue() == ""
+    assert chain(lambda r: None, lambda r: False)(rec) is False
+    w = CheckpointWriter(tmp_path / "c.npz", {"a": 0.0})
+    w(rec)
+    w(rec)
+    assert read_checkpoint(tmp_path / "c.npz").iterations == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.npz"]   # no temporary files left behind
+    assert plot_history(w.history, tmp_path / "h.svg").stat().st_size > 1000
+    with pytest.raises(ValueError, match=".png or .svg"):
+        plot_history(w.history, tmp_path / "h.jpg")
