@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -243,6 +244,7 @@ def cmd_fit(args) -> int:
     if args.resume and ckpt_path.exists():
         ckpt = resume(ckpt_path, model, data, fingerprint_value=fp)
         history, theta0, x_init, done = ckpt.history, ckpt.theta, ckpt.x, ckpt.status
+        done = done if done in ("converged", "solver_failed") else None  # max_iters/stopped: go on
         if not args.quiet:
             print(f"resuming from {ckpt_path} after {len(history)} iterations", file=sys.stderr)
     elif args.resume and not args.quiet:
@@ -255,8 +257,21 @@ def cmd_fit(args) -> int:
         message = "taken from the finished checkpoint"
     else:
         progress = Progress(options.max_iters, quiet=args.quiet, offset=len(history))
-        result = cc.ceem(model, data, theta0, options=dataclasses.replace(options, max_iters=left),
-                         x_init=x_init, callback=chain(progress, writer))
+        interrupted = []
+
+        def on_sigint(signum, frame):  # IPOPT turns KeyboardInterrupt into a solver failure: remember it
+            interrupted.append(signum)
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            result = cc.ceem(model, data, theta0, options=dataclasses.replace(options, max_iters=left),
+                             x_init=x_init, callback=chain(progress, writer))
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            progress.close()
+        if interrupted:  # keep the last per-iteration checkpoint (no final status): --resume continues
+            raise KeyboardInterrupt
         progress.close(result.status, result.message)
         status, theta, xs, message = result.status, result.theta, result.x, result.message
     writer.finish(status, message, theta=theta, x=xs)
@@ -511,7 +526,8 @@ def main(argv=None) -> int:
         print(f"{where}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted (a fit keeps its last checkpoint; continue with --resume)", file=sys.stderr)
+        print(f"{PROG}: interrupted (a fit keeps the checkpoint of its last complete iteration; continue "
+              f"with --resume)", file=sys.stderr)
         return 130
 
 

@@ -219,3 +219,36 @@ def test_progress_and_checkpoint_units(tmp_path):
     assert plot_history(w.history, tmp_path / "h.svg").stat().st_size > 1000
     with pytest.raises(ValueError, match=".png or .svg"):
         plot_history(w.history, tmp_path / "h.jpg")
+
+
+def test_sigint_keeps_checkpoint_and_resumes(tmp_path):
+    import signal
+    import time
+
+    model = lorenz.single_lorenz(measurement_std=0.05)
+    data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(4, seed=3), 400, measurement_std=0.05, seed=4)
+    pd.concat([pd.DataFrame({"traj": b, "y0": y[:, 0], "y1": y[:, 1]}) for b, y in enumerate(data.y)]).to_csv(
+        tmp_path / "d.csv", index=False)
+    args = [sys.executable, "-m", "ceem_casadi.cli", "fit", "--model", MODEL, "--model-kwargs", KW, "--data",
+            tmp_path / "d.csv", "--trajectory-column", "traj", "--theta0", THETA0, "--max-iters", "500",
+            "--out", tmp_path / "m.npz", "-q"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(KILL_ENV, None)
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ckpt = tmp_path / "m.npz.ckpt.npz"
+    t0 = time.time()
+    while not ckpt.exists() and proc.poll() is None and time.time() - t0 < 120:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)       # plain EM needs many iterations: still running here
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    state = read_checkpoint(ckpt)
+    assert state.iterations >= 1 and state.status is None and not (tmp_path / "m.npz").exists()
+    res = subprocess.run(args[:-1] + ["--resume", "--acceleration", "newton", "-q"], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["status"] == "converged" and out["iterations"] > state.iterations
+    for k, v in lorenz.TRUE.items():
+        assert abs(out["theta"][k] - v) / v < 0.01
