@@ -10,7 +10,6 @@ iteration is lost. :func:`resume` restarts :func:`ceem_casadi.ceem` from the che
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .modelfile import ModelFileError, read_archive, to_jsonable, write_archive
+from .modelfile import ModelFileError, read_archive, record_dict, to_jsonable, write_archive
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +42,6 @@ def fingerprint(model, data, source: dict | None = None) -> str:
         h.update(np.ascontiguousarray(y, float).tobytes())
         h.update(np.ascontiguousarray(data.inputs(b), float).tobytes())
     return h.hexdigest()
-
-
-def record_to_dict(rec, offset: int = 0) -> dict:
-    """JSON-ready dict of an :class:`~ceem_casadi.IterationRecord` (iteration shifted by ``offset``)."""
-    d = {f.name: getattr(rec, f.name) for f in dataclasses.fields(rec) if f.name != "x"}
-    d["iteration"] = int(d["iteration"]) + offset
-    return to_jsonable(d)
 
 
 @dataclass
@@ -119,7 +111,7 @@ class CheckpointWriter:
         self.kill_after = int(kill) if kill else None
 
     def __call__(self, rec) -> None:
-        self.history.append(record_to_dict(rec, self.offset))
+        self.history.append(record_dict(rec, self.offset))
         if getattr(rec, "accepted", True):
             self.theta = {k: np.asarray(v, float) for k, v in rec.theta.items()}
             self.x = getattr(rec, "x", None)

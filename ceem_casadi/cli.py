@@ -146,7 +146,7 @@ def _model_from_args(args):
     from .modelfile import build_model, load_model
 
     if getattr(args, "model_file", None):
-        saved = load_model(args.model_file)
+        saved = load_model(args.model_file, rebuild=not getattr(args, "saved_functions", False))
         return saved.model, saved.theta, saved
     if not getattr(args, "model", None):
         raise UsageError("give --model package.module:factory (or --model-file)")
@@ -290,7 +290,7 @@ def cmd_evaluate(args) -> int:
 
     model, theta, saved = _model_from_args(args)
     data, _ = _data_from_args(args, model)
-    pv = model.theta_vector(theta) if hasattr(model, "theta_vector") else saved.theta_vector
+    pv = model.theta_vector(theta)
     x0 = _initial_states(model, pv, data, args.x0)
     ks = [int(k) for k in _names(args.k)] if args.k else []
     try:
@@ -310,7 +310,11 @@ def cmd_simulate(args) -> int:
 
     model, theta, _ = _model_from_args(args)
     if args.theta:
-        theta = model.params.validate(_json_arg(args.theta, "--theta"), partial=True)
+        given = _json_arg(args.theta, "--theta")
+        if not isinstance(given, dict):
+            raise UsageError(f"--theta: expected a JSON object name -> value, got {given!r}")
+        theta = (model.params.validate(given, partial=True) if hasattr(model.params, "validate")
+                 else {**theta, **given})
     x0 = np.atleast_2d(np.asarray(_json_arg(args.x0, "--x0"), float)) if args.x0 else None
     if x0 is None:
         if model.noise.x1_mean is None:
@@ -349,6 +353,10 @@ def cmd_smooth(args) -> int:
     if args.method == "ce":
         from .smoother import Smoother
 
+        if not hasattr(model.params, "validate"):
+            raise UsageError("the CE smoother needs the model from its factory: drop --saved-functions "
+                             "or use --method eks")
+
         res = Smoother(model).solve(pv, data, xs)
         xs = [r.x for r in res]
     frames = [pd.DataFrame({"trajectory": b, "t": np.arange(len(x)) * (model.dt or 1.0),
@@ -362,7 +370,7 @@ def cmd_codegen(args) -> int:
     from .codegen import compile_example, generate_ekf
 
     model, theta, saved = _model_from_args(args)
-    pv = saved.theta_vector if saved is not None else model.theta_vector(theta)
+    pv = model.theta_vector(theta)
     x0 = np.asarray(_json_arg(args.x0, "--x0"), float) if args.x0 else (
         saved.extra["x0"][0] if saved is not None and "x0" in saved.extra else None)
     try:
@@ -393,7 +401,7 @@ def cmd_plot(args) -> int:
         b = args.trajectory
         if not 0 <= b < len(data):
             raise UsageError(f"--trajectory: expected 0..{len(data) - 1}, got {b}")
-        pv = model.theta_vector(theta) if hasattr(model, "theta_vector") else saved.theta_vector
+        pv = model.theta_vector(theta)
         x = eks_states(model, pv, data)[b]
         u = data.inputs(b)
         y_fit = np.asarray(model.g.map(len(x))(x.T, u.T, pv)).T
@@ -420,6 +428,8 @@ def cmd_plot(args) -> int:
 def _add_model(p, *, file_only=False, file_allowed=True):
     if file_allowed:
         p.add_argument("--model-file", help="model file written by 'fit' (.npz)", required=file_only)
+        p.add_argument("--saved-functions", action="store_true",
+                       help="use the model functions stored in the model file instead of importing its factory")
     if not file_only:
         p.add_argument("--model", help="model factory as package.module:factory (importable; e.g. models.lorenz:single_lorenz)")
         p.add_argument("--model-kwargs", help="JSON object (or .json file) of keyword arguments for the factory")

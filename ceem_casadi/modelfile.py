@@ -30,13 +30,13 @@ import logging
 import os
 import tempfile
 import zipfile
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 import casadi as ca
 import numpy as np
 
-from .errors import CeemError
+from .errors import CeemError, ShapeError
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,15 @@ def to_jsonable(obj):
         return obj
     raise TypeError(f"cannot store {type(obj).__name__} in a model file (JSON types, numpy arrays, "
                     f"dataclasses only)")
+
+
+def record_dict(rec, offset: int = 0) -> dict:
+    """JSON-ready dict of an :class:`~ceem_casadi.IterationRecord` (or a dict of one), without
+    any state trajectories (``x``), its iteration shifted by ``offset``."""
+    d = dict(rec) if isinstance(rec, dict) else {f.name: getattr(rec, f.name) for f in fields(rec)}
+    d.pop("x", None)
+    d["iteration"] = int(d["iteration"]) + offset
+    return to_jsonable(d)
 
 
 def _digest(meta: dict, arrays: dict[str, np.ndarray]) -> str:
@@ -259,6 +268,20 @@ class SerializedModel:
         self.dt, self.name, self.rhs = meta.get("dt"), meta.get("model_name", "model"), None
         self.params = SimpleNamespace(size=int(sum(int(np.prod(s)) for s in meta["theta_shapes"])),
                                       names=list(meta["theta_names"]))
+        self._shapes = [tuple(s) for s in meta["theta_shapes"]]
+
+    def theta_vector(self, theta: dict) -> np.ndarray:
+        """Flat parameter vector of a theta dict (names and shapes as saved)."""
+        missing = [n for n in self.params.names if n not in theta]
+        if missing:
+            raise ShapeError(f"theta: missing parameter(s) {missing}")
+        parts = []
+        for n, shape in zip(self.params.names, self._shapes):
+            a = np.asarray(theta[n], float)
+            if a.shape != shape:
+                raise ShapeError(f"theta[{n!r}]: expected shape {shape}, got {a.shape}")
+            parts.append(a.ravel())
+        return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | None = None,
@@ -291,7 +314,7 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
         "model_name": getattr(model, "name", "model"), "nx": model.nx, "nu": model.nu, "ny": model.ny,
         "dt": model.dt, "theta_names": names, "theta_shapes": [list(np.shape(theta[n])) for n in names],
         "options": to_jsonable(options) if options is not None else None,
-        "data": to_jsonable(data or {}), "history": to_jsonable(list(history or [])),
+        "data": to_jsonable(data or {}), "history": [record_dict(h) for h in (history or [])],
         "metadata": to_jsonable(metadata or {}),
     }
     arrays = {"theta": theta_vec,

@@ -89,7 +89,7 @@ def test_fit_evaluate_codegen_plot(lorenz_csv, tmp_path):
 
     if compiler() is not None:
         run("codegen", "--model-file", tmp_path / "m.npz", "--out-dir", tmp_path / "c", "--name", "lz",
-            "--compile", check_rc=0)
+            "--compile", "--saved-functions", check_rc=0)   # no factory needed: stored CasADi functions
         df = pd.read_csv(lorenz_csv)
         y = df[df.traj == 0][["y0", "y1"]].to_numpy()
         csv_in = tmp_path / "c" / "in.csv"
@@ -213,8 +213,11 @@ def test_progress_and_checkpoint_units(tmp_path):
     assert chain(lambda r: None, lambda r: False)(rec) is False
     w = CheckpointWriter(tmp_path / "c.npz", {"a": 0.0})
     w(rec)
+    rec.x = [np.ones((5, 2))]            # records that carry the states: the checkpoint keeps them
     w(rec)
-    assert read_checkpoint(tmp_path / "c.npz").iterations == 2
+    state = read_checkpoint(tmp_path / "c.npz")
+    assert state.iterations == 2 and np.array_equal(state.x[0], np.ones((5, 2)))
+    assert "x" not in state.history[1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.npz"]   # no temporary files left behind
     assert plot_history(w.history, tmp_path / "h.svg").stat().st_size > 1000
     with pytest.raises(ValueError, match=".png or .svg"):
