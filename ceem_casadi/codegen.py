@@ -55,7 +55,7 @@ class GeneratedEKF:
 
 
 def _template(name: str) -> str:
-    return resources.files("ceem_casadi").joinpath("c", name).read_text()
+    return resources.files("ceem_casadi").joinpath("c").joinpath(name).read_text()
 
 
 def _numbers(a) -> str:
