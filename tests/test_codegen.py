@@ -90,6 +90,17 @@ def test_generated_ekf_matches_python(case, tmp_path):
     out = subprocess.run([str(exe), str(csv)], capture_output=True, text=True, check=True).stdout
     assert np.allclose(np.array([[float(v) for v in ln.split(",")] for ln in out.splitlines()])[:, :model.ny],
                        y_c, rtol=0, atol=0)
+    # run-time parameters: --theta calls <name>_set_theta (refused when theta is folded in)
+    other = theta * (1 + 0.01 * np.cos(np.arange(theta.size)))
+    proc = subprocess.run([str(exe), "--theta", ",".join(repr(float(v)) for v in other), str(csv)],
+                          capture_output=True, text=True)
+    if not gen.theta_as_argument:
+        assert proc.returncode == 2 and "folded" in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+        y_o = np.array([[float(v) for v in ln.split(",")] for ln in proc.stdout.splitlines()])[:, :model.ny]
+        ref_o = EKF(model).run(other, y, u, x0=x0 + 0.5, Sigma0=P0, Q=Q, R=R)
+        assert _relerr(y_o, ref_o.y_pred) < 1e-10 and _relerr(y_o, ref.y_pred) > 1e-6
 
 
 def test_no_dynamic_allocation_and_bad_name(tmp_path):
