@@ -10,6 +10,7 @@ iteration is lost. :func:`resume` restarts :func:`ceem_casadi.ceem` from the che
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -128,7 +129,7 @@ class CheckpointWriter:
                                 meta={**self.meta, "status": status, "message": message})
 
 
-def resume(path, model, data, *, fingerprint_value: str | None = None):
+def resume(path, model, data, *, fingerprint_value: str | None = None) -> Checkpoint:
     """Checkpoint at ``path``, checked against the model/data ``fingerprint_value``.
 
     Returns the :class:`Checkpoint`; restart with
@@ -143,3 +144,87 @@ def resume(path, model, data, *, fingerprint_value: str | None = None):
                                any(x.shape != (T, model.nx) for x, T in zip(ckpt.x, data.lengths))):
         raise CheckpointError(f"{path}: stored states do not fit the data")
     return ckpt
+
+
+@dataclass
+class CheckpointedFit:
+    """Outcome of :func:`ceem_checkpointed`: status/message/theta/x as in
+    :class:`~ceem_casadi.CEEMResult`, the whole history as dicts (earlier runs included), and the
+    number of iterations taken from the checkpoint (``resumed_from``; 0 for a new fit)."""
+
+    status: str
+    message: str
+    theta: dict
+    x: list | None
+    history: list
+    resumed_from: int = 0
+
+
+def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_fit: bool = False,
+                      source: dict | None = None, callback=None) -> CheckpointedFit:
+    """:func:`ceem_casadi.ceem` with a checkpoint at ``path`` after every iteration.
+
+    Parameters
+    ----------
+    model, data, theta0, options : as for :func:`ceem_casadi.ceem` (``options.max_iters`` counts
+        the iterations of all runs together).
+    path : checkpoint file (written atomically after every iteration, and with the final status).
+    resume_fit : continue from ``path`` when it exists (and belongs to this model, data and
+        ``source``): theta and states from the checkpoint, the saved history in front. A finished
+        checkpoint (converged or solver failure) is returned as is.
+    source : JSON-able description of the model source, part of the fingerprint.
+    callback : called with each new :class:`~ceem_casadi.IterationRecord`, its ``iteration``
+        counted over all runs; return ``False`` to stop.
+
+    While it runs in the main thread, SIGINT (Ctrl-C) raises ``KeyboardInterrupt`` even when it
+    arrives inside IPOPT (which would otherwise report a solver failure); the checkpoint of the
+    last complete iteration is kept, so a later ``resume_fit=True`` continues from it.
+    """
+    import threading
+
+    from .ceem import ceem
+    from .options import CEEMOptions
+
+    options = CEEMOptions() if options is None else options
+    path = Path(path)
+    fp = fingerprint(model, data, source)
+    history, x_init, done = [], None, None
+    if resume_fit and path.exists():
+        ckpt = resume(path, model, data, fingerprint_value=fp)
+        history, theta0, x_init = ckpt.history, ckpt.theta, ckpt.x
+        done = ckpt.status if ckpt.status in ("converged", "solver_failed") else None  # max_iters: go on
+        log.info("resuming from %s after %d iterations", path, len(history))
+    writer = CheckpointWriter(path, theta0, meta={"fingerprint": fp}, history=history)
+    left = options.max_iters - len(history)
+    if done is not None or left <= 0:
+        status = done or "max_iters"
+        writer.finish(status, "taken from the finished checkpoint", theta=theta0, x=x_init)
+        return CheckpointedFit(status, "taken from the finished checkpoint", dict(theta0), x_init,
+                               writer.history, len(history))
+
+    offset = len(history)
+
+    def on_record(rec):
+        writer(rec)
+        if callback is not None:
+            return callback(dataclasses.replace(rec, iteration=rec.iteration + offset))
+        return None
+
+    interrupted = []
+
+    def on_sigint(signum, frame):  # IPOPT turns KeyboardInterrupt into a solver failure: remember it
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if main else None
+    try:
+        result = ceem(model, data, theta0, options=dataclasses.replace(options, max_iters=left),
+                      x_init=x_init, callback=on_record)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+    if interrupted:  # keep the last per-iteration checkpoint (no final status)
+        raise KeyboardInterrupt
+    writer.finish(result.status, result.message, theta=result.theta, x=result.x)
+    return CheckpointedFit(result.status, result.message, result.theta, result.x, writer.history, offset)

@@ -11,7 +11,6 @@ import dataclasses
 import json
 import logging
 import re
-import signal
 import sys
 from pathlib import Path
 
@@ -223,11 +222,9 @@ def build_options(config: str | None, args):
 
 # --- subcommands -----------------------------------------------------------------------------------
 def cmd_fit(args) -> int:
-    import ceem_casadi as cc
-
-    from .checkpoint import CheckpointWriter, fingerprint, resume
+    from .checkpoint import ceem_checkpointed, read_checkpoint
     from .modelfile import save_model
-    from .progress import Progress, chain
+    from .progress import Progress
 
     if not args.model:
         raise UsageError("give the model as --model package.module:factory")
@@ -239,50 +236,24 @@ def cmd_fit(args) -> int:
     kwargs = _json_arg(args.model_kwargs, "--model-kwargs") or {}
     out = Path(args.out)
     ckpt_path = Path(args.checkpoint) if args.checkpoint else out.with_name(out.name + ".ckpt.npz")
-    fp = fingerprint(model, data, {"source": args.model, "kwargs": kwargs})
-    history, x_init, done = [], None, None
-    if args.resume and ckpt_path.exists():
-        ckpt = resume(ckpt_path, model, data, fingerprint_value=fp)
-        history, theta0, x_init, done = ckpt.history, ckpt.theta, ckpt.x, ckpt.status
-        done = done if done in ("converged", "solver_failed") else None  # max_iters/stopped: go on
-        if not args.quiet:
-            print(f"resuming from {ckpt_path} after {len(history)} iterations", file=sys.stderr)
-    elif args.resume and not args.quiet:
-        print(f"no checkpoint {ckpt_path}; starting a new fit", file=sys.stderr)
-    writer = CheckpointWriter(ckpt_path, theta0, meta={"fingerprint": fp}, history=history)
-    left = options.max_iters - len(history)
-    if done is not None or left <= 0:
-        status = done or "max_iters"
-        theta, xs = theta0, x_init
-        message = "taken from the finished checkpoint"
-    else:
-        progress = Progress(options.max_iters, quiet=args.quiet, offset=len(history))
-        interrupted = []
-
-        def on_sigint(signum, frame):  # IPOPT turns KeyboardInterrupt into a solver failure: remember it
-            interrupted.append(signum)
-            raise KeyboardInterrupt
-
-        previous = signal.signal(signal.SIGINT, on_sigint)
-        try:
-            result = cc.ceem(model, data, theta0, options=dataclasses.replace(options, max_iters=left),
-                             x_init=x_init, callback=chain(progress, writer))
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            progress.close()
-        if interrupted:  # keep the last per-iteration checkpoint (no final status): --resume continues
-            raise KeyboardInterrupt
-        progress.close(result.status, result.message)
-        status, theta, xs, message = result.status, result.theta, result.x, result.message
-    writer.finish(status, message, theta=theta, x=xs)
-    extra = {"x0": np.array([x[0] for x in xs])} if xs is not None else {}
-    save_model(out, model, theta, source=args.model, kwargs=kwargs, options=options, data=desc,
-               history=writer.history, extra=extra, metadata={"status": status, "message": message})
-    if args.states and xs is not None:
-        np.savez(args.states, **{f"x_{b}": x for b, x in enumerate(xs)})
-    print(json.dumps({"status": status, "iterations": len(writer.history), "model_file": str(out),
-                      "theta": {k: np.asarray(v).tolist() for k, v in theta.items()}}))
-    return 0 if status == "converged" else 1
+    if args.resume and not args.quiet:
+        print(f"resuming from {ckpt_path} after {read_checkpoint(ckpt_path).iterations} iterations"
+              if ckpt_path.exists() else f"no checkpoint {ckpt_path}; starting a new fit", file=sys.stderr)
+    progress = Progress(options.max_iters, quiet=args.quiet)
+    try:
+        fit = ceem_checkpointed(model, data, theta0, ckpt_path, options=options, resume_fit=args.resume,
+                                source={"source": args.model, "kwargs": kwargs}, callback=progress)
+    finally:
+        progress.close()
+    progress.close(fit.status, fit.message)
+    extra = {"x0": np.array([x[0] for x in fit.x])} if fit.x is not None else {}
+    save_model(out, model, fit.theta, source=args.model, kwargs=kwargs, options=options, data=desc,
+               history=fit.history, extra=extra, metadata={"status": fit.status, "message": fit.message})
+    if args.states and fit.x is not None:
+        np.savez(args.states, **{f"x_{b}": x for b, x in enumerate(fit.x)})
+    print(json.dumps({"status": fit.status, "iterations": len(fit.history), "model_file": str(out),
+                      "theta": {k: np.asarray(v).tolist() for k, v in fit.theta.items()}}))
+    return 0 if fit.status == "converged" else 1
 
 
 def cmd_evaluate(args) -> int:

@@ -255,3 +255,26 @@ def test_sigint_keeps_checkpoint_and_resumes(tmp_path):
     assert out["status"] == "converged" and out["iterations"] > state.iterations
     for k, v in lorenz.TRUE.items():
         assert abs(out["theta"][k] - v) / v < 0.01
+
+
+def test_ceem_checkpointed_library(tmp_path):
+    from ceem_casadi.checkpoint import CheckpointError, ceem_checkpointed
+
+    model = lorenz.single_lorenz(measurement_std=0.05)
+    data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(2, seed=5), 80, measurement_std=0.05, seed=6)
+    theta0 = json.loads(THETA0)
+    opts = cc.CEEMOptions(acceleration="newton")
+    full = ceem_checkpointed(model, data, theta0, tmp_path / "a.npz", options=opts)
+    seen = []
+    part = ceem_checkpointed(model, data, theta0, tmp_path / "b.npz", options=opts,
+                             callback=lambda rec: seen.append(rec.iteration) or len(seen) < 2)
+    assert part.status == "stopped" and seen == [1, 2]
+    rest = ceem_checkpointed(model, data, theta0, tmp_path / "b.npz", options=opts, resume_fit=True,
+                             callback=lambda rec: seen.append(rec.iteration))
+    assert rest.resumed_from == 2 and seen[2] == 3 and rest.status == full.status == "converged"
+    assert [h["iteration"] for h in rest.history] == list(range(1, len(rest.history) + 1))
+    for k in theta0:
+        assert abs(rest.theta[k] - full.theta[k]) <= 1e-6 * abs(full.theta[k])
+    other, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(2, seed=7), 80, measurement_std=0.05)
+    with pytest.raises(CheckpointError, match="another model or data set"):
+        ceem_checkpointed(model, other, theta0, tmp_path / "b.npz", options=opts, resume_fit=True)
