@@ -50,10 +50,20 @@ def plot_history(history, path, *, truth: dict | None = None, title: str = "") -
     names = list(thetas[0])
     fig, axes = _figure(1 + len(names))
     ax = axes[0, 0]
-    ax.plot(it, [_get(r, "J") for r in history], "o-", label="J (joint log-density)")
+    J = np.array([_get(r, "J") for r in history], float)
+    ax.plot(it, J, "o-", label="J (joint log-density)")
     ax.set_xlabel("EM iteration")
     ax.set_ylabel("J")
-    ax.legend(loc="best")
+    gap = np.nanmax(J) - J
+    if np.sum(gap > 0) > 1:   # distance to the best J on a log axis shows the convergence rate
+        tw = ax.twinx()
+        keep = gap > 0
+        tw.semilogy(it[keep], gap[keep], "s--", color="C1", ms=3, label="max J - J")
+        tw.set_ylabel("max J - J")
+        handles = ax.get_legend_handles_labels()[0] + tw.get_legend_handles_labels()[0]
+        ax.legend(handles=handles, loc="center right", fontsize="small")
+    else:
+        ax.legend(loc="lower right")
     if title:
         ax.set_title(title)
     for ax, name in zip(axes[1:, 0], names):
