@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import re
 import sys
 from pathlib import Path
@@ -493,6 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    if os.getcwd() not in sys.path and "" not in sys.path:  # as 'python -m': models importable from cwd
+        sys.path.insert(0, os.getcwd())
     parser = build_parser()
     command = None
     try:

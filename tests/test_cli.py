@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -182,10 +183,17 @@ def test_bad_input_exit_2_one_line(input_model, case, args, words):
 
 
 def test_input_model_fit_and_help(input_model):
-    proc = run("fit", "--model", "mymodel:make", "--data", "good.csv", "--out", "m.npz", "-q",
-               env={"PYTHONPATH": str(input_model)}, cwd=input_model)
+    script = shutil.which("ceem-casadi")
+    if script:   # the console script, run in the model's folder (importable from the working directory)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", KILL_ENV)}
+        proc = subprocess.run([script, "fit", "--model", "mymodel:make", "--data", "good.csv", "--out", "m.npz",
+                               "-q"], cwd=input_model, env=env, capture_output=True, text=True, timeout=300)
+    else:
+        proc = run("fit", "--model", "mymodel:make", "--data", "good.csv", "--out", "m.npz", "-q",
+                   env={"PYTHONPATH": str(input_model)}, cwd=input_model)
     assert proc.returncode in (0, 1), proc.stderr
     assert (input_model / "m.npz").exists()
+    assert load_model(input_model / "m.npz", rebuild=False).meta["source"] == "mymodel:make"
     for cmd in ("fit", "evaluate", "simulate", "smooth", "codegen", "plot"):
         assert f"usage: ceem-casadi {cmd}" in run(cmd, "--help", check_rc=0).stdout
     bad = run("plot", "--model-file", input_model / "nope.npz", "--out-dir", input_model, check_rc=2)
