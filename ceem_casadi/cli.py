@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -97,11 +98,14 @@ def load_data(paths, model, *, outputs=None, inputs=None, trajectory_column=None
         if path.suffix.lower() == ".npz":
             if not path.is_file():
                 raise UsageError(f"{path}: no such data file")
-            with np.load(path, allow_pickle=False) as z:
-                if "y" not in z.files:
-                    raise UsageError(f"{path}: missing array 'y' (arrays in the file: {z.files})")
-                y = np.asarray(z["y"], float)
-                u = np.asarray(z["u"], float) if "u" in z.files else None
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    if "y" not in z.files:
+                        raise UsageError(f"{path}: missing array 'y' (arrays in the file: {z.files})")
+                    y = np.asarray(z["y"], float)
+                    u = np.asarray(z["u"], float) if "u" in z.files else None
+            except (ValueError, TypeError, zipfile.BadZipFile) as exc:  # object arrays, text, corrupt zip
+                raise UsageError(f"{path}: not a readable .npz of numeric arrays y, u ({exc})") from None
             y = y[None] if y.ndim == 2 else y
             u = (np.zeros(y.shape[:2] + (0,)) if u is None else (u[None] if u.ndim == 2 else u))
             ys += list(y)
@@ -328,7 +332,6 @@ def cmd_smooth(args) -> int:
         if not hasattr(model.params, "validate"):
             raise UsageError("the CE smoother needs the model from its factory: drop --saved-functions "
                              "or use --method eks")
-
         res = Smoother(model).solve(pv, data, xs)
         xs = [r.x for r in res]
     frames = [pd.DataFrame({"trajectory": b, "t": np.arange(len(x)) * (model.dt or 1.0),
