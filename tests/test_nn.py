@@ -1,0 +1,63 @@
+"""ceem_casadi.nn: MLP expressions (symbolic == numpy), Glorot init, Adam fits a known function."""
+import casadi as ca
+import numpy as np
+import pytest
+
+from ceem_casadi.errors import ParameterError, ShapeError
+from ceem_casadi.model import StateSpaceModel
+from ceem_casadi.nn import MLP, AdamOptions, adam, flat_params, mse_loss_factory, namespace
+from ceem_casadi.params import Parameters
+
+
+def test_mlp_symbolic_equals_numpy_and_batch():
+    rng = np.random.default_rng(0)
+    net = MLP((3, 5, 2))
+    params, w0, w, p = flat_params(net, rng=rng)
+    X = rng.normal(size=(3, 7))
+    Xs = ca.MX.sym("X", 3, 7)
+    f = ca.Function("f", [w, Xs], [net(p, Xs)])
+    ns = namespace(params, w0)
+    W0, b0, W1, b1 = ns.mlp_W0, ns.mlp_b0, ns.mlp_W1, ns.mlp_b1
+    ref = W1 @ np.tanh(W0 @ X + b0[:, None]) + b1[:, None]
+    np.testing.assert_allclose(np.asarray(f(w0, X)), ref, atol=1e-12)
+    np.testing.assert_allclose(net(ns, X), ref, atol=1e-12)
+    # one column through a StateSpaceModel observation
+    model = StateSpaceModel.from_discrete(lambda x, u, q: x, lambda x, u, q: net(q, x), nx=3,
+                                          params=Parameters(*net.params(np.random.default_rng(0))))
+    np.testing.assert_allclose(np.asarray(model.g(X[:, 0], [], w0)).ravel(), ref[:, 0], atol=1e-12)
+
+
+def test_glorot_limits_and_seed():
+    net = MLP((20, 32, 6))
+    a = net.init(np.random.default_rng(1))
+    b = net.init(np.random.default_rng(1))
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert np.abs(a["mlp_W0"]).max() <= np.sqrt(6 / 52) and np.abs(a["mlp_W0"]).max() > 0.8 * np.sqrt(6 / 52)
+    assert np.all(a["mlp_b0"] == 0)
+    assert np.all(net.init(np.random.default_rng(1), last_scale=0.0)["mlp_W1"] == 0)
+
+
+def test_adam_fits_smooth_function():
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-2, 2, size=(2, 2048))
+    Y = np.vstack([np.sin(X[0]) * np.cos(X[1])])
+    net = MLP((2, 16, 16, 1))
+    params, w0, _, _ = flat_params(net, rng=rng)
+    make = mse_loss_factory(net, params)
+    L0 = float(make(2048)(w0, X, Y))
+    res = adam(make, w0, (X, Y), options=AdamOptions(lr=1e-2, decay=0.05, epochs=60, batch_size=256),
+               valid=(X[:, :512], Y[:, :512]))
+    L1 = float(make(2048)(res.w, X, Y))
+    assert L1 < 0.02 * L0 and L1 < 3e-3, (L0, L1)
+    assert res.valid_loss and min(res.valid_loss) == pytest.approx(float(make(512)(res.w, X[:, :512], Y[:, :512])))
+
+
+def test_bad_options_and_shapes():
+    with pytest.raises(ParameterError):
+        AdamOptions(lr=0)
+    with pytest.raises(ShapeError):
+        MLP((3,))
+    net = MLP((2, 3, 1))
+    params, w0, _, _ = flat_params(net, rng=np.random.default_rng(0))
+    with pytest.raises(ShapeError):
+        adam(mse_loss_factory(net, params), w0, (np.zeros((2, 10)), np.zeros((1, 9))))
