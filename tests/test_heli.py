@@ -48,3 +48,19 @@ def test_code_executing_file_refused(tmp_path):
     with pytest.raises(torchfile.UnsafePickleError, match="system"):
         heli_convert.read_folder(root)
     assert not os.path.exists("/tmp/heli_pwned")
+
+
+def test_smoke_pipeline_without_nl(tmp_path):
+    """Naive/H25/SID + EKF evaluation on the stand-in; SID (hidden states) beats naive.
+
+    The CE-EM NL fit is not in this test: one CE-EM iteration of the 2246-parameter model did not
+    finish within 400 s on the shared machine (see docs/results_heli.md).
+    """
+    from scripts import heli_pipeline
+    res = heli_pipeline.main(["--smoke", "--skip-nl", "--out", str(tmp_path)])
+    m = res["mean_test_rmse"]
+    assert res["synthetic_standin"] and set(m) == {"naive", "H25", "SID"}
+    assert m["SID"] < 0.5 * m["naive"], m
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["mean_test_rmse"] == m
+    assert (tmp_path / "rmse_distribution.png").exists()
