@@ -125,13 +125,20 @@ class Learner:
         params = model.params
         nx, nu, ny, npar = model.nx, model.nu, model.ny, params.size
         kind = options.hessian
-        if kind in ("auto", "limited-memory"):
-            base = stages if stages is not None else StageFunctions(model, "exact", options.compile)
-            if kind == "auto":
-                names = ["dyn_p_hess"] + (["obs_p_hess"] if base.obs_uses_p else [])
-                kind = "exact" if base.instructions(names) <= AUTO_EXACT_INSTRUCTIONS else "gauss-newton"
+        if kind == "auto":
+            base = stages if stages is not None and stages.hessian == "exact" else \
+                StageFunctions(model, "exact", options.compile)
+            names = ["dyn_p_hess"] + (["obs_p_hess"] if base.obs_uses_p else [])
+            # cheap lower estimate first (cost length x parameters): an exact parameter Hessian
+            # of a large model takes seconds to minutes just to build
+            estimate = base.instructions(["dyn_cost", "obs_cost"]) * npar
+            if estimate > AUTO_EXACT_INSTRUCTIONS or base.instructions(names) > AUTO_EXACT_INSTRUCTIONS:
+                kind = "gauss-newton"
+            else:
+                kind, stages = "exact", base
         self.hessian = kind
-        want = "exact" if kind == "limited-memory" else kind
+        # limited-memory needs only costs and gradients, which do not depend on the Hessian kind
+        want = (stages.hessian if stages is not None else "gauss-newton") if kind == "limited-memory" else kind
         if stages is None or stages.hessian != want:
             stages = StageFunctions(model, want, options.compile)
         self.free = params.free_index

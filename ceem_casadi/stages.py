@@ -34,19 +34,25 @@ def _check_hessian(kind: str) -> None:
         raise ValueError(f"hessian must be one of {HESSIANS}, got {kind!r}")
 
 
-def _cost_grad_hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool):
-    """Two Functions of one stage: ``(cost, grad)`` and ``(hess)`` with respect to ``wrt``."""
+def _cost_grad(name, residual, wrt, inputs, in_names, dense: bool) -> ca.Function:
+    """``(cost, grad)`` of one stage with respect to ``wrt``."""
     cost = 0.5 * ca.sumsqr(residual)
-    jac = ca.jacobian(residual, wrt)
-    grad = jac.T @ residual
+    grad = ca.gradient(cost, wrt)  # one reverse sweep (not ny of them as J^T r would take)
+    if dense:
+        grad = ca.densify(grad)
+    return ca.Function(name + "_grad", inputs, [cost, grad], in_names, ["cost", "grad"])
+
+
+def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool) -> ca.Function:
+    """``hess`` of one stage with respect to ``wrt``: exact, or Gauss-Newton ``J^T J``."""
     if hessian == "exact":
-        hess, _ = ca.hessian(cost, wrt)
+        hess, _ = ca.hessian(0.5 * ca.sumsqr(residual), wrt)
     else:
+        jac = ca.jacobian(residual, wrt)
         hess = jac.T @ jac
     if dense:
-        grad, hess = ca.densify(grad), ca.densify(hess)
-    return (ca.Function(name + "_grad", inputs, [cost, grad], in_names, ["cost", "grad"]),
-            ca.Function(name + "_hess", inputs, [hess], in_names, ["hess"]))
+        hess = ca.densify(hess)
+    return ca.Function(name + "_hess", inputs, [hess], in_names, ["hess"])
 
 
 class StageFunctions:
@@ -74,23 +80,36 @@ class StageFunctions:
         dyn_in, dyn_names = [x, xn, u, p, iw], ["x", "x_next", "u", "p", "iw"]
         self.obs_uses_p = bool(ca.depends_on(r_obs, p))
         self.dyn_uses_p = bool(ca.depends_on(r_dyn, p))
-        fns = {}
-        # derivatives with respect to the states (smoothing step), dense blocks
-        fns["obs_x_grad"], fns["obs_x_hess"] = _cost_grad_hess("obs_x", r_obs, x, obs_in, obs_names, hessian, True)
-        fns["dyn_x_grad"], fns["dyn_x_hess"] = _cost_grad_hess("dyn_x", r_dyn, z, dyn_in, dyn_names, hessian, True)
-        # derivatives with respect to the parameters (learning step), sparse
-        fns["obs_p_grad"], fns["obs_p_hess"] = _cost_grad_hess("obs_p", r_obs, p, obs_in, obs_names, hessian, False)
-        fns["dyn_p_grad"], fns["dyn_p_hess"] = _cost_grad_hess("dyn_p", r_dyn, p, dyn_in, dyn_names, hessian, False)
-        # residual Jacobians with respect to the parameters (dense), for Gauss-Newton in numpy
-        fns["obs_p_jac"] = ca.Function("obs_p_jac", obs_in, [ca.densify(ca.jacobian(r_obs, p))], obs_names, ["jac"])
-        fns["dyn_p_jac"] = ca.Function("dyn_p_jac", dyn_in, [ca.densify(ca.jacobian(r_dyn, p))], dyn_names, ["jac"])
-        # plain costs (for J and diagnostics)
-        fns["obs_cost"] = ca.Function("obs_cost", obs_in, [0.5 * ca.sumsqr(r_obs)], obs_names, ["cost"])
-        fns["dyn_cost"] = ca.Function("dyn_cost", dyn_in, [0.5 * ca.sumsqr(r_dyn)], dyn_names, ["cost"])
-        self._raw = fns
-        # residuals with their Jacobians in the states and the parameters (joint Gauss-Newton
-        # steps, :mod:`ceem_casadi.joint`): built on first request
+        # Every Function is built on first request (:meth:`get` or attribute access): the
+        # parameter Hessians of a large MLP head cost minutes to build and a learner with a
+        # limited-memory or Gauss-Newton Hessian never asks for them.
+        def grad(name, residual, wrt, inputs, in_names, dense):
+            return lambda: _cost_grad(name, residual, wrt, inputs, in_names, dense)
+
+        def hess(name, residual, wrt, inputs, in_names, dense):
+            return lambda: _hess(name, residual, wrt, inputs, in_names, hessian, dense)
+
         self._lazy = {
+            # derivatives with respect to the states (smoothing step), dense blocks
+            "obs_x_grad": grad("obs_x", r_obs, x, obs_in, obs_names, True),
+            "obs_x_hess": hess("obs_x", r_obs, x, obs_in, obs_names, True),
+            "dyn_x_grad": grad("dyn_x", r_dyn, z, dyn_in, dyn_names, True),
+            "dyn_x_hess": hess("dyn_x", r_dyn, z, dyn_in, dyn_names, True),
+            # derivatives with respect to the parameters (learning step), sparse
+            "obs_p_grad": grad("obs_p", r_obs, p, obs_in, obs_names, False),
+            "obs_p_hess": hess("obs_p", r_obs, p, obs_in, obs_names, False),
+            "dyn_p_grad": grad("dyn_p", r_dyn, p, dyn_in, dyn_names, False),
+            "dyn_p_hess": hess("dyn_p", r_dyn, p, dyn_in, dyn_names, False),
+            # residual Jacobians with respect to the parameters (dense), for Gauss-Newton in numpy
+            "obs_p_jac": lambda: ca.Function("obs_p_jac", obs_in, [ca.densify(ca.jacobian(r_obs, p))],
+                                             obs_names, ["jac"]),
+            "dyn_p_jac": lambda: ca.Function("dyn_p_jac", dyn_in, [ca.densify(ca.jacobian(r_dyn, p))],
+                                             dyn_names, ["jac"]),
+            # plain costs (for J and diagnostics)
+            "obs_cost": lambda: ca.Function("obs_cost", obs_in, [0.5 * ca.sumsqr(r_obs)], obs_names, ["cost"]),
+            "dyn_cost": lambda: ca.Function("dyn_cost", dyn_in, [0.5 * ca.sumsqr(r_dyn)], dyn_names, ["cost"]),
+            # residuals with their Jacobians in the states and the parameters (joint Gauss-Newton
+            # steps, :mod:`ceem_casadi.joint`)
             "obs_res_jac": lambda: ca.Function(
                 "obs_res_jac", obs_in, [ca.densify(r_obs), ca.densify(ca.jacobian(r_obs, x)), ca.densify(ca.jacobian(r_obs, p))],
                 obs_names, ["r", "jac_x", "jac_p"]),
@@ -98,24 +117,30 @@ class StageFunctions:
                 "dyn_res_jac", dyn_in, [ca.densify(r_dyn), ca.densify(ca.jacobian(r_dyn, z)), ca.densify(ca.jacobian(r_dyn, p))],
                 dyn_names, ["r", "jac_z", "jac_p"]),
         }
+        self._raw: dict[str, ca.Function] = {}
         self._compiled: dict[str, ca.Function] = {}
 
+    def _build(self, name: str) -> ca.Function:
+        if name not in self._raw:
+            if name not in self._lazy:
+                raise KeyError(f"no stage Function {name!r}; expected one of {sorted(self._lazy)}")
+            self._raw[name] = self._lazy[name]()
+        return self._raw[name]
+
     def __getattr__(self, name):  # raw SX Functions as attributes: stages.obs_cost, ...
-        raw = self.__dict__.get("_raw", {})
-        if name in raw:
-            return raw[name]
+        if name in self.__dict__.get("_lazy", {}):
+            return self._build(name)
         raise AttributeError(name)
 
     def instructions(self, names) -> int:
-        return sum(self._raw[n].n_instructions() for n in names)
+        return sum(self._build(n).n_instructions() for n in names)
 
     def get(self, *names: str) -> list[ca.Function]:
         """The Functions ``names``, compiled as a group when compilation is on (see class doc).
         Programs longer than ``MAX_COMPILE_INSTRUCTIONS`` stay in the virtual machine. Falls back
         to the SX Functions, with a warning in the log, if compilation fails."""
         for n in names:
-            if n not in self._raw and n in self._lazy:
-                self._raw[n] = self._lazy[n]()
+            self._build(n)
         small = [n for n in names if self._raw[n].n_instructions() <= MAX_COMPILE_INSTRUCTIONS]
         want = self.compile
         if want is None:
