@@ -7,12 +7,21 @@ Public API::
     Trajectories, simulate            data
     ceem, CEEMOptions, CEEMResult     the EM loop
     Smoother, Learner                 the two steps, reusable
+    ceem_checkpointed                 a checkpointed, resumable fit
+    save_model, load_model            integrity-checked model files (.npz, never pickle)
+    validation_report, rmse, ...      free-run / k-step prediction metrics
+    generate_ekf                      C99 EKF predictor of a learned model
+    baselines                         EKF/RTS, Kalman, N4SID, particle filter/FFBSi/particle EM
 """
 from .ceem import CEEMResult, IterationRecord, ceem
+from .checkpoint import CheckpointError, ceem_checkpointed
+from .codegen import GeneratedEKF, generate_ekf
 from .data import Trajectories, simulate
 from .errors import CeemError, ModelError, NonFiniteError, ParameterError, ShapeError, SolverError
 from .learner import Learner, LearnResult
+from .metrics import Metrics, ValidationReport, fit_percent, nrmse, rmse, validation_report
 from .model import Noise, StateSpaceModel
+from .modelfile import ModelFileError, SavedModel, load_model, save_model
 from .objective import joint_log_density
 from .options import CEEMOptions, LearnerOptions, SmootherOptions
 from .params import Param, Parameters
@@ -21,8 +30,10 @@ from .smoother import Smoother, SmoothResult
 __version__ = "0.1.0"
 
 __all__ = [
-    "CEEMOptions", "CEEMResult", "CeemError", "IterationRecord", "LearnResult", "Learner",
-    "LearnerOptions", "ModelError", "Noise", "NonFiniteError", "Param", "ParameterError",
-    "Parameters", "ShapeError", "SmoothResult", "Smoother", "SmootherOptions", "SolverError",
-    "StateSpaceModel", "Trajectories", "ceem", "joint_log_density", "simulate", "__version__",
+    "CEEMOptions", "CEEMResult", "CeemError", "CheckpointError", "GeneratedEKF", "IterationRecord",
+    "LearnResult", "Learner", "LearnerOptions", "Metrics", "ModelError", "ModelFileError", "Noise",
+    "NonFiniteError", "Param", "ParameterError", "Parameters", "SavedModel", "ShapeError", "SmoothResult",
+    "Smoother", "SmootherOptions", "SolverError", "StateSpaceModel", "Trajectories", "ValidationReport",
+    "__version__", "ceem", "ceem_checkpointed", "fit_percent", "generate_ekf", "joint_log_density",
+    "load_model", "nrmse", "rmse", "save_model", "simulate", "validation_report",
 ]
