@@ -40,8 +40,11 @@ log = logging.getLogger(__name__)
 class IterationRecord:
     """One EM iteration: objective values, timings (s), solver statuses, the new theta.
 
-    ``kind`` is ``"em"`` for a plain smoothing + learning step and ``"extrapolated"`` for the
-    step taken from a SQUAREM extrapolation (``CEEMOptions(acceleration="squarem")``).
+    ``kind`` is ``"em"`` for a plain smoothing + learning step, ``"newton"`` for a joint
+    Gauss-Newton step and ``"extrapolated"`` for a SQUAREM step.
+
+    ``x`` holds the iteration's states (list of (T_b, nx)) only while the callback runs (so a
+    checkpoint can store them); it is ``None`` in ``CEEMResult.history`` to keep memory flat.
     """
 
     iteration: int
@@ -55,6 +58,7 @@ class IterationRecord:
     theta: Theta
     accepted: bool = True
     kind: str = "em"
+    x: list | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -166,15 +170,21 @@ class _EMRun:
         rec = IterationRecord(k, new.J, new.obj, new.obj - reference.obj, sum(r.wall_s for r in sm), lr.wall_s,
                               [r.status for r in sm], lr.status, self.model.params.from_vector(lr.theta_vec),
                               accepted, kind)
-        self._record(rec)
+        self._record(rec, new_xs)
         return new, rec
 
-    def _record(self, rec: IterationRecord) -> None:
+    def _record(self, rec: IterationRecord, xs: list | None = None) -> None:
         self.history.append(rec)
         log.info("CE-EM iteration %d (%s): J=%.6g (increase %.3g), smooth %.3fs, learn %.3fs%s", rec.iteration,
                  rec.kind, rec.J, rec.decrease, rec.smooth_s, rec.learn_s, "" if rec.accepted else " [rejected]")
-        if self.callback is not None and self.callback(rec) is False:
-            self.stop_requested = True
+        if self.callback is None:
+            return
+        rec.x = xs
+        try:
+            if self.callback(rec) is False:
+                self.stop_requested = True
+        finally:
+            rec.x = None
 
     def newton_step(self, it: _Iterate, joint: JointGaussNewton, tries: int = 3):
         """A joint Gauss-Newton (Levenberg-Marquardt) step on (x, theta) from ``it``, retried with
@@ -195,7 +205,7 @@ class _EMRun:
                     rec = IterationRecord(len(self.history) + 1, new.J, new.obj, new.obj - it.obj, 0.0,
                                           time.perf_counter() - t0, [], f"joint-gauss-newton (mu={cand.mu:.1e})",
                                           self.model.params.from_vector(new.theta_vec), True, "newton")
-                    self._record(rec)
+                    self._record(rec, new.xs)
                     return new, rec
             joint.adapt(False)
         return None

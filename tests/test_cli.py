@@ -281,8 +281,10 @@ def test_ceem_checkpointed_library(tmp_path):
                              callback=lambda rec: seen.append(rec.iteration))
     assert rest.resumed_from == 2 and seen[2] == 3 and rest.status == full.status == "converged"
     assert [h["iteration"] for h in rest.history] == list(range(1, len(rest.history) + 1))
+    # the checkpoint keeps the states of iteration 2: the resumed fit reaches the same fixed point
+    # (its iteration count may differ: the joint-Newton damping is not part of the checkpoint)
     for k in theta0:
-        assert abs(rest.theta[k] - full.theta[k]) <= 1e-6 * abs(full.theta[k])
+        assert abs(rest.theta[k] - full.theta[k]) <= 1e-8 * abs(full.theta[k])
     other, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(2, seed=7), 80, measurement_std=0.05)
     with pytest.raises(CheckpointError, match="another model or data set"):
         ceem_checkpointed(model, other, theta0, tmp_path / "b.npz", options=opts, resume_fit=True)
