@@ -42,9 +42,9 @@ class JointStep:
     mu: float
 
 
-def _banded_upper(D: np.ndarray, O: np.ndarray) -> np.ndarray:
+def _banded_upper(D: np.ndarray, Off: np.ndarray) -> np.ndarray:
     """LAPACK upper band storage (2n rows) of the symmetric block-tridiagonal matrix with
-    diagonal blocks ``D`` (T, n, n) and super-diagonal blocks ``O`` (T-1, n, n)."""
+    diagonal blocks ``D`` (T, n, n) and super-diagonal blocks ``Off`` (T-1, n, n)."""
     T, n, _ = D.shape
     u = 2 * n - 1
     ab = np.zeros((u + 1, T * n))
@@ -54,7 +54,7 @@ def _banded_upper(D: np.ndarray, O: np.ndarray) -> np.ndarray:
     if T > 1:
         i2, j2 = (a.ravel() for a in np.meshgrid(np.arange(n), np.arange(n), indexing="ij"))
         t1 = np.arange(T - 1)[:, None]
-        ab[u + i2 - n - j2, (t1 + 1) * n + j2] = O[:, i2, j2]
+        ab[u + i2 - n - j2, (t1 + 1) * n + j2] = Off[:, i2, j2]
     return ab
 
 
@@ -141,7 +141,7 @@ class JointGaussNewton:
             D = np.einsum("tri,trj->tij", Jo, Jo)
             D[:-1] += np.einsum("tri,trj->tij", A, A)
             D[1:] += np.einsum("tri,trj->tij", Bn, Bn)
-            O = np.einsum("tri,trj->tij", A, Bn)
+            Off = np.einsum("tri,trj->tij", A, Bn)
             gx = np.einsum("tri,tr->ti", Jo, ro[so])
             gx[:-1] += np.einsum("tri,tr->ti", A, rd[sd])
             gx[1:] += np.einsum("tri,tr->ti", Bn, rd[sd])
@@ -153,7 +153,7 @@ class JointGaussNewton:
                 gx[0] += w1sq * (xs[len(solved)][0] - noise.x1_mean)
             diag = np.einsum("tii->ti", D)
             diag += mu * np.maximum(diag, 1e-12 * max(1.0, diag.max()))
-            chol = cholesky_banded(_banded_upper(D, O), lower=False)
+            chol = cholesky_banded(_banded_upper(D, Off), lower=False)
             Z = cho_solve_banded((chol, False), np.column_stack([gx.ravel(), Hxp.reshape(T * nx, nf)]))
             Hxp = Hxp.reshape(T * nx, nf)
             S -= Hxp.T @ Z[:, 1:]

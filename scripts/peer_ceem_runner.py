@@ -34,12 +34,11 @@ import time
 
 import numpy as np
 import torch
-from torch.nn.utils import parameters_to_vector
-
 from ceem import logger  # noqa: F401  (ceem's package import order needs it first)
 from ceem.ceem import CEEM
 from ceem.opt_criteria import GaussianDynamicsCriterion, GaussianObservationCriterion, GroupSOSCriterion
 from ceem.systems import LorenzAttractor, LorenzSystem
+from torch.nn.utils import parameters_to_vector
 
 
 def peer_permutation(K: int) -> np.ndarray:

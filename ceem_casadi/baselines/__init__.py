@@ -8,8 +8,7 @@
 from .ekf import EKF, EKFResult, ekf, rts
 from .kalman import KalmanResult, kalman_filter, rts_smoother
 from .n4sid import N4SIDResult, n4sid
-from .particle import (ParticleEMOptions, ParticleEMResult, ParticleFilterResult, ffbsi, particle_em,
-                       particle_filter)
+from .particle import ParticleEMOptions, ParticleEMResult, ParticleFilterResult, ffbsi, particle_em, particle_filter
 
 __all__ = [
     "EKF", "EKFResult", "KalmanResult", "N4SIDResult", "ParticleEMOptions", "ParticleEMResult",
