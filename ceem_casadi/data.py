@@ -120,6 +120,23 @@ class Trajectories:
         return Trajectories(ys, self.u, self.dt)
 
 
+def single_trajectory(model, y, u=None) -> tuple[np.ndarray, np.ndarray]:
+    """Validated ``(y, u)`` of one trajectory for ``model``: ``y`` (T, ny) float with NaN = missing
+    (no infinities), ``u`` (T, nu) finite (zeros (T, nu) when None)."""
+    y = np.asarray(y, float)
+    if y.ndim != 2 or y.shape[1] != model.ny:
+        raise ShapeError(f"y: expected shape (T, {model.ny}), got {y.shape}")
+    if np.isinf(y).any():
+        raise NonFiniteError("y: expected finite values or NaN (missing), got infinities")
+    T = y.shape[0]
+    u = np.zeros((T, model.nu)) if u is None else np.asarray(u, float)
+    if u.shape != (T, model.nu):
+        raise ShapeError(f"u: expected shape {(T, model.nu)}, got {u.shape}")
+    if not np.all(np.isfinite(u)):
+        raise NonFiniteError("u: expected finite inputs, got NaN or infinity")
+    return y, u
+
+
 def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
              process_std: float | np.ndarray = 0.0, measurement_std: float | np.ndarray = 0.0,
              seed: int | np.random.Generator = 0) -> tuple[Trajectories, list[np.ndarray]]:

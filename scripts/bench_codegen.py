@@ -17,32 +17,13 @@ import subprocess
 import time
 from pathlib import Path
 
-import casadi as ca
 import numpy as np
 
 import ceem_casadi as cc
 from ceem_casadi.baselines.ekf import EKF
 from ceem_casadi.codegen import compile_example, generate_ekf, run_example, write_csv
+from models.linear_mlp import linear_mlp_model
 from models.lorenz import TRUE, single_lorenz
-
-
-def linear_mlp_model(nx=10, nu=2, ny=4, hidden=16, seed=0):
-    """x+ = A x + B u + W2 tanh(W1 x + b1), y = C x (random stable A, seeded)."""
-    rng = np.random.default_rng(seed)
-    A = 0.9 * np.linalg.qr(rng.standard_normal((nx, nx)))[0]
-    params = cc.Parameters(
-        cc.Param("A", A), cc.Param("B", 0.3 * rng.standard_normal((nx, nu))),
-        cc.Param("W1", rng.standard_normal((hidden, nx)) / np.sqrt(nx)),
-        cc.Param("b1", 0.1 * rng.standard_normal(hidden)),
-        cc.Param("W2", 0.1 * rng.standard_normal((nx, hidden)) / np.sqrt(hidden)))
-    C = rng.standard_normal((ny, nx))
-
-    def step(x, u, p):
-        return p.A @ x + p.B @ u + p.W2 @ ca.tanh(p.W1 @ x + p.b1)
-
-    model = cc.StateSpaceModel.from_discrete(step, lambda x, u, p: C @ x, nx=nx, nu=nu, params=params,
-                                             process_std=0.05, measurement_std=0.1, name="linear_mlp")
-    return model, model.params.initial()
 
 
 def _case(name, model, theta, x0, u, T, reps, out: Path, seed: int) -> dict:

@@ -10,6 +10,7 @@ import pytest
 import ceem_casadi as cc
 from ceem_casadi.baselines.ekf import EKF
 from ceem_casadi.codegen import CFLAGS, compile_example, compiler, generate_ekf, run_example, write_csv
+from models.linear_mlp import linear_mlp_model
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler")
 
@@ -27,25 +28,6 @@ def lorenz_model():
                                        process_std=0.01, measurement_std=0.1, name="lorenz")
 
 
-def mlp_model(nx=10, nu=2, ny=4, hidden=16, seed=0):
-    """x+ = A x + B u + W2 tanh(W1 x + b1), y = C x: a 10-state linear + MLP model."""
-    rng = np.random.default_rng(seed)
-    A = 0.9 * np.linalg.qr(rng.standard_normal((nx, nx)))[0]
-    params = cc.Parameters(
-        cc.Param("A", A), cc.Param("B", 0.3 * rng.standard_normal((nx, nu))),
-        cc.Param("W1", rng.standard_normal((hidden, nx)) / np.sqrt(nx)),
-        cc.Param("b1", 0.1 * rng.standard_normal(hidden)),
-        cc.Param("W2", 0.1 * rng.standard_normal((nx, hidden)) / np.sqrt(hidden)))
-    C = rng.standard_normal((ny, nx))
-
-    def step(x, u, p):
-        return p.A @ x + p.B @ u + p.W2 @ ca.tanh(p.W1 @ x + p.b1)
-
-    model = cc.StateSpaceModel.from_discrete(step, lambda x, u, p: C @ x, nx=nx, nu=nu, params=params,
-                                             process_std=0.05, measurement_std=0.1, name="linear_mlp")
-    return model, model.params.initial()
-
-
 def _relerr(a, b):
     return np.max(np.abs(a - b)) / np.max(np.abs(b))
 
@@ -60,7 +42,7 @@ def test_generated_ekf_matches_python(case, tmp_path):
         data, _ = cc.simulate(model, truth, x0, T, measurement_std=0.1, seed=1)
         u = None
     else:
-        model, th = mlp_model()
+        model, th = linear_mlp_model()
         theta = truth = model.theta_vector(th)
         x0 = np.zeros(model.nx)
         u = np.random.default_rng(2).standard_normal((T, model.nu))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
+from ..data import single_trajectory
 from ..errors import ShapeError
 
 
@@ -70,11 +71,8 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
     (nx, nx) and ``R`` (ny, ny) as scalars, diagonals or matrices.
     """
     nx, ny = model.nx, model.ny
-    y = np.asarray(y, float)
+    y, u = single_trajectory(model, y, u)
     T = y.shape[0]
-    if y.ndim != 2 or y.shape[1] != ny:
-        raise ShapeError(f"y: expected shape (T, {ny}), got {y.shape}")
-    u = np.zeros((T, model.nu)) if u is None else np.asarray(u, float)
     Fj, Gj = _fns if _fns is not None else _jacobian_functions(model)
     Q, R, P = _cov("Q", Q, nx), _cov("R", R, ny), _cov("Sigma0", Sigma0, nx)
     x = np.asarray(x0, float).reshape(nx)
@@ -193,13 +191,8 @@ class EKF:
     def _run_casadi(self, theta_vec, y, u, *, x0, Sigma0, Q, R, smooth) -> EKFResult:
         model = self.model
         nx, ny = model.nx, model.ny
-        y = np.asarray(y, float)
-        if y.ndim != 2 or y.shape[1] != ny:
-            raise ShapeError(f"y: expected shape (T, {ny}), got {y.shape}")
+        y, u = single_trajectory(model, y, u)
         T = y.shape[0]
-        u = np.zeros((T, model.nu)) if u is None else np.asarray(u, float)
-        if u.shape != (T, model.nu):
-            raise ShapeError(f"u: expected shape {(T, model.nu)}, got {u.shape}")
         Q, R, P0 = _cov("Q", Q, nx), _cov("R", R, ny), _cov("Sigma0", Sigma0, nx)
         if T not in self._accum:
             if self._step is None:

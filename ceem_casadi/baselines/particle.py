@@ -45,8 +45,7 @@ import casadi as ca
 import numpy as np
 from scipy.special import logsumexp
 
-from ..data import Trajectories
-from ..errors import ShapeError
+from ..data import Trajectories, single_trajectory
 from ..learner import Learner
 from ..options import LearnerOptions
 from ..params import Theta
@@ -205,13 +204,8 @@ class ParticleFilter:
             ess_threshold: float = 0.5) -> ParticleFilterResult:
         """Filter one trajectory ``y`` (T, ny) (NaN = missing) with inputs ``u`` (T, nu) or None."""
         model, N, nx, ny = self.model, self.n, self.model.nx, self.model.ny
-        y = np.asarray(y, float)
-        if y.ndim != 2 or y.shape[1] != ny:
-            raise ShapeError(f"y: expected shape (T, {ny}), got {y.shape}")
+        y, u = single_trajectory(model, y, u)
         T = y.shape[0]
-        u = np.zeros((T, model.nu)) if u is None else np.asarray(u, float)
-        if u.shape != (T, model.nu):
-            raise ShapeError(f"u: expected shape {(T, model.nu)}, got {u.shape}")
         p = np.asarray(theta_vec, float)
         Q = as_cov("Q", model.noise.process_std ** 2 if Q is None else Q, nx)
         R = as_cov("R", model.noise.measurement_std ** 2 if R is None else R, ny)
