@@ -50,17 +50,21 @@ def test_code_executing_file_refused(tmp_path):
     assert not os.path.exists("/tmp/heli_pwned")
 
 
-def test_smoke_pipeline_without_nl(tmp_path):
-    """Naive/H25/SID + EKF evaluation on the stand-in; SID (hidden states) beats naive.
-
-    The CE-EM NL fit is not in this test: one CE-EM iteration of the 2246-parameter model did not
-    finish within 400 s on the shared machine (see docs/results_heli.md).
+def test_smoke_pipeline_ranking(tmp_path):
+    """Smoke run on the stand-in (8 x 200 training steps, 3 CE-EM iterations): test RMSE ranks
+    NL < SID < naive. The stand-in's targets depend on hidden states with slow dynamics, so the
+    state-space models must beat the memoryless naive MLP, and the MLP head must beat linear SID.
+    Seeds 0, 1, 2 checked by hand (NL/SID/naive 1.68/2.75/21.9, 1.77/2.02/24.0, see
+    docs/results_heli.md); seed 0 is used here.
     """
     from scripts import heli_pipeline
-    res = heli_pipeline.main(["--smoke", "--skip-nl", "--out", str(tmp_path)])
+    res = heli_pipeline.main(["--smoke", "--skip-h25", "--seed", "0", "--out", str(tmp_path)])
     m = res["mean_test_rmse"]
-    assert res["synthetic_standin"] and set(m) == {"naive", "H25", "SID"}
-    assert m["SID"] < 0.5 * m["naive"], m
+    assert res["synthetic_standin"] and {"naive", "SID", "NL"} <= set(m)
+    assert m["NL"] < 0.9 * m["SID"] and m["SID"] < 0.5 * m["naive"], m
+    assert res["ceem"]["iterations"] >= 1 and res["ceem"]["status"] != "solver_failed", res["ceem"]
+    J = res["ceem"]["J"]
+    assert all(b >= a - 1e-6 * abs(a) for a, b in zip(J, J[1:])), J     # CE-EM never lowers J
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["mean_test_rmse"] == m
     assert (tmp_path / "rmse_distribution.png").exists()
