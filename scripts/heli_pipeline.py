@@ -12,7 +12,9 @@ Models (normalised units; the paper's appendix):
 - NL: x+ = A x + B u, y~ = C x + D u + MLP(x, u) (2 x 32 tanh) fitted by CE-EM with
   sigma_w = sigma_v = 1, rho_x = rho_theta = 0.5, warm-started from the SID fit with the best
   validation RMSE (learning step: IPOPT with a limited-memory Hessian instead of the paper's Adam).
-- LSTM: not included (see docs/results_heli.md).
+- LSTM: 2 layers of 32 on the naive residuals with input u (the authors' code): trained on
+  windows of 25 steps with zero initial state (Adam on CasADi gradients, loss over all steps of
+  a window); the prediction at t is the last output of the window ending at t.
 Evaluation as in the paper: the residual of SID/NL is predicted one step ahead by an EKF with
 x_0 = 0, Sigma_0 = Q = R = I (prediction before the correction with the measured residual);
 the first 25 steps are dropped; RMSE per test trajectory over all 6 outputs, un-normalised.
@@ -33,8 +35,10 @@ from ceem_casadi.baselines.ekf import EKF
 from ceem_casadi.baselines.n4sid import n4sid
 from ceem_casadi.ceem import ceem
 from ceem_casadi.data import Trajectories
+from ceem_casadi.lstm import LSTM, sequence_loss_factory, windows
 from ceem_casadi.nn import MLP, AdamOptions, adam, flat_params, mse_loss_factory, namespace
 from ceem_casadi.options import CEEMOptions, LearnerOptions, SmootherOptions
+from ceem_casadi.params import Parameters
 from models.helicopter import heli_model, linear_theta
 from scripts import heli_convert, heli_standin
 
@@ -65,6 +69,31 @@ def train_mlp(X, Y, Xv, Yv, depth, opts, seed):
     res = adam(mse_loss_factory(net, params), w0, (X, Y), options=opts, valid=(Xv, Yv))
     ns = namespace(params, res.w)
     return lambda Z: net(ns, Z), res
+
+
+def train_lstm(u, r, uv, rv, opts, stride, seed):
+    """LSTM (2 x 32) on windows of H steps: inputs u (N, T, nu) -> residuals r (N, T, ny).
+
+    Returns a predictor ``u (N, T, nu) -> (N, T, ny)`` (NaN for t < H - 1) and the Adam result.
+    """
+    net = LSTM(u.shape[2], 32, 2, r.shape[2], name="lstm")
+    params = Parameters(*net.params(np.random.default_rng(seed)))
+    w0 = params.to_vector({q.name: q.array("value") for q in params})
+    U, Y = windows(u, r, H, stride)
+    res = adam(sequence_loss_factory(net, params, H), w0, (U, Y), options=opts,
+               valid=windows(uv, rv, H, H))
+    ns = namespace(params, res.w)
+
+    def predict(uu):
+        N, T, nu = uu.shape
+        Uw, _ = windows(uu, None, H, 1)
+        out = []
+        for s in range(0, Uw.shape[1], 20000):                        # bounded memory
+            blk = Uw[:, s:s + 20000]
+            out.append(net(ns, [blk[k * nu:(k + 1) * nu] for k in range(H)])[-1])
+        p = np.hstack(out).T.reshape(N, T - H + 1, -1)
+        return np.concatenate([np.full((N, H - 1, p.shape[2]), np.nan), p], axis=1)
+    return predict, res
 
 
 def rmse(pred, y, y_mean, y_std, drop=H):
@@ -129,6 +158,11 @@ def main(argv=None):
     ap.add_argument("--nl-train", type=int, default=466, help="training trajectories used by CE-EM")
     ap.add_argument("--nl-iters", type=int, default=10, help="CE-EM iterations")
     ap.add_argument("--nl-learn-iters", type=int, default=100, help="IPOPT iterations per learning step")
+    ap.add_argument("--lstm-epochs", type=int, default=10)
+    ap.add_argument("--lstm-lr", type=float, default=1e-3)
+    ap.add_argument("--lstm-batch", type=int, default=512)
+    ap.add_argument("--lstm-stride", type=int, default=5, help="start of a training window every k steps")
+    ap.add_argument("--skip-lstm", action="store_true")
     ap.add_argument("--skip-h25", action="store_true")
     ap.add_argument("--skip-nl", action="store_true", help="no CE-EM (the NL fit is slow, see docs)")
     ap.add_argument("--smoke", action="store_true", help="tiny stand-in run (< 1 min)")
@@ -136,6 +170,7 @@ def main(argv=None):
     if a.smoke:
         a.epochs, a.lr, a.sid_subsets, a.sid_size, a.nl_train, a.nl_iters = 120, 3e-3, 2, 6, 8, 3
         a.nl_learn_iters = 60
+        a.lstm_epochs, a.lstm_lr, a.lstm_batch, a.lstm_stride = 30, 3e-3, 128, 5
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     times = {}
@@ -186,6 +221,16 @@ def main(argv=None):
     preds["SID"] = sid_fits[best][2]
     times["sid_s"] = time.perf_counter() - t
 
+    # LSTM on the naive residuals -------------------------------------------------------------------
+    if not a.skip_lstm:
+        t = time.perf_counter()
+        lopts = AdamOptions(lr=a.lstm_lr, decay=a.decay, epochs=a.lstm_epochs, batch_size=a.lstm_batch,
+                            seed=a.seed)
+        lstm, lres = train_lstm(tr_u, res["train"], va_u, res["valid"], lopts, a.lstm_stride, a.seed + 2)
+        preds["LSTM"] = lstm(te_u) + npred["test"]
+        times["lstm_s"] = time.perf_counter() - t
+        lstm_losses = {"train": lres.train_loss, "valid": lres.valid_loss}
+
     # NL via CE-EM --------------------------------------------------------------------------------
     t = time.perf_counter()
     fit = None
@@ -213,6 +258,7 @@ def main(argv=None):
         "median_test_rmse": {k: float(np.median(v)) for k, v in rms.items()},
         "sid_subsets_mean_test_rmse": [float(r.mean()) for r in sid_rms_all],
         "sid_best_by_validation": best,
+        "lstm_loss_per_epoch": None if a.skip_lstm else lstm_losses,
         "ceem": None if fit is None else {"status": fit.status, "iterations": len(fit.history),
                                           "J": [float(r.J) for r in fit.history], "trajectories": n_nl},
         "published_real_data": PUBLISHED,

@@ -61,3 +61,66 @@ def test_bad_options_and_shapes():
     params, w0, _, _ = flat_params(net, rng=np.random.default_rng(0))
     with pytest.raises(ShapeError):
         adam(mse_loss_factory(net, params), w0, (np.zeros((2, 10)), np.zeros((1, 9))))
+
+
+# --- LSTM (ceem_casadi.lstm) ----------------------------------------------------------------------
+def _lstm(n_in=2, hidden=8, n_out=1, seed=0):
+    from ceem_casadi.lstm import LSTM
+    net = LSTM(n_in, hidden=hidden, layers=2, n_out=n_out)
+    params = Parameters(*net.params(np.random.default_rng(seed)))
+    return net, params, params.to_vector({q.name: q.array("value") for q in params})
+
+
+def test_lstm_gradient_matches_finite_differences_and_numpy_forward():
+    from ceem_casadi.lstm import sequence_loss_factory
+    net, params, w0 = _lstm()
+    rng = np.random.default_rng(1)
+    L, B = 6, 5
+    f = sequence_loss_factory(net, params, L)(B)
+    U, Y = rng.normal(size=(L * 2, B)), rng.normal(size=(L, B))
+    # numpy forward (independent evaluation path) gives the same loss
+    outs = net(params.from_vector(w0), [U[2 * k:2 * k + 2] for k in range(L)])
+    assert float(f(w0, U, Y)) == pytest.approx(np.mean((np.vstack(outs) - Y) ** 2), rel=1e-12)
+    w = ca.MX.sym("w", params.size)
+    G = np.asarray(ca.Function("g", [w], [ca.gradient(f(w, U, Y), w)])(w0)).ravel()
+    eps = 1e-6
+    for i in rng.choice(params.size, 25, replace=False):
+        e = np.zeros(params.size)
+        e[i] = eps
+        fd = (float(f(w0 + e, U, Y)) - float(f(w0 - e, U, Y))) / (2 * eps)
+        assert abs(G[i] - fd) <= 1e-7 + 1e-6 * abs(fd), (i, G[i], fd)
+
+
+def test_lstm_learns_delayed_input():
+    """y_t = u1_{t-3} + 0.5 u2_t needs memory: a memoryless model cannot beat variance 1 of u1_{t-3};
+    the trained LSTM's last-step error on fresh windows is far below it."""
+    from ceem_casadi.lstm import sequence_loss_factory, windows
+    net, params, w0 = _lstm()
+    rng = np.random.default_rng(2)
+
+    def sample(N, T=40):
+        u = rng.normal(size=(N, T, 2))
+        y = 0.5 * u[:, :, 1:]
+        y[:, 3:, 0] += u[:, :-3, 0]
+        return u, y
+
+    u, y = sample(40)
+    U, Y = windows(u, y, 10, stride=2)
+    res = adam(sequence_loss_factory(net, params, 10), w0, (U, Y),
+               options=AdamOptions(lr=1e-2, decay=0.02, epochs=40, batch_size=128))
+    ut, yt = sample(10)
+    Ut, Yt = windows(ut, yt, 10, stride=1)
+    last = net(params.from_vector(res.w), [Ut[2 * k:2 * k + 2] for k in range(10)])[-1]
+    mse = np.mean((last - Yt[-1:]) ** 2)
+    assert mse < 0.1, mse      # measured 0.043 (memoryless floor: 1.0)
+
+
+def test_windows_layout():
+    from ceem_casadi.lstm import windows
+    u = np.arange(2 * 7 * 3, dtype=float).reshape(2, 7, 3)
+    U, Y = windows(u, u[:, :, :1], 4, stride=2)
+    assert U.shape == (12, 4) and Y.shape == (4, 4)      # 2 trajectories x starts {0, 2}
+    np.testing.assert_array_equal(U[:, 1], u[0, 2:6].ravel())
+    np.testing.assert_array_equal(Y[:, 2], u[1, 0:4, 0])
+    with pytest.raises(ShapeError):
+        windows(u, None, 8)
