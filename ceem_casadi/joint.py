@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
+from scipy.sparse import csr_matrix
 
 from .learner import stack_stages
 
@@ -56,6 +57,15 @@ def _banded_upper(D: np.ndarray, Off: np.ndarray) -> np.ndarray:
         t1 = np.arange(T - 1)[:, None]
         ab[u + i2 - n - j2, (t1 + 1) * n + j2] = Off[:, i2, j2]
     return ab
+
+
+def _gram(J: np.ndarray) -> np.ndarray:
+    """``J.T @ J`` (dense result) of a tall (N, n) matrix, through a sparse product when most
+    entries are zero (stage parameter Jacobians: each residual row sees few parameters)."""
+    if J.size and np.count_nonzero(J) < 0.1 * J.size:
+        Js = csr_matrix(J)
+        return np.asarray((Js.T @ Js).todense())
+    return J.T @ J
 
 
 class _BufferedCall:
@@ -97,6 +107,7 @@ class JointGaussNewton:
         # p and the noise weights are shared by every stage (reduce_in), the rest is per column
         self._obs = _BufferedCall(obs.map(sum(self.lengths), [False] * 4 + [True] * 2, [False] * 3))
         self._dyn = _BufferedCall(dyn.map(sum(T - 1 for T in self.lengths), [False] * 3 + [True] * 2, [False] * 3))
+        self._obs_p = bool(stages.obs_uses_p)  # observation residuals depend on theta (else Jpo = 0)
         self.free = model.params.free_index
         mean, w = model.params.prior
         self._prior_mean, self._prior_w2 = mean[self.free], (w[self.free] ** 2 if use_prior else 0 * w[self.free])
@@ -111,7 +122,7 @@ class JointGaussNewton:
         # column-major (rows, N * cols) outputs: stage k, column j, row i at (k * cols + j) * rows + i
         ro, Jxo, Jpo = self._obs(Xo, Uo, Yo, Mo, theta_vec, iv)
         obs = (ro.reshape(No, ny).copy(), Jxo.reshape(No, nx, ny).transpose(0, 2, 1).copy(),
-               Jpo.reshape(No, npar, ny)[:, f, :].transpose(0, 2, 1).copy())
+               Jpo.reshape(No, npar, ny)[:, f, :].transpose(0, 2, 1).copy() if self._obs_p else None)
         rd, Jzd, Jpd = self._dyn(X0, X1, U0, theta_vec, iw)
         dyn = (rd.reshape(Nd, nx).copy(), Jzd.reshape(Nd, 2 * nx, nx).transpose(0, 2, 1).copy(),
                Jpd.reshape(Nd, npar, nx)[:, f, :].transpose(0, 2, 1).copy())
@@ -126,9 +137,11 @@ class JointGaussNewton:
         ro, Jxo, Jpo, rd, Jzd, Jpd = self._linearise(theta_vec, data, xs)
         z = theta_vec[self.free]
         nf = z.size
-        # parameter blocks summed over every stage (one BLAS product each)
-        Hpp = Jpo.reshape(-1, nf).T @ Jpo.reshape(-1, nf) + Jpd.reshape(-1, nf).T @ Jpd.reshape(-1, nf)
-        gp = Jpo.reshape(-1, nf).T @ ro.ravel() + Jpd.reshape(-1, nf).T @ rd.ravel()
+        # parameter blocks summed over every stage
+        Hpp, gp = _gram(Jpd.reshape(-1, nf)), Jpd.reshape(-1, nf).T @ rd.ravel()
+        if Jpo is not None:
+            Hpp += _gram(Jpo.reshape(-1, nf))
+            gp += Jpo.reshape(-1, nf).T @ ro.ravel()
         Hpp[np.diag_indices(nf)] += self._prior_w2
         gp += self._prior_w2 * (z - self._prior_mean)
         Dp = np.maximum(np.diag(Hpp).copy(), 1e-12 * max(1.0, np.abs(np.diag(Hpp)).max(initial=0.0)))
@@ -145,7 +158,7 @@ class JointGaussNewton:
             gx = np.einsum("tri,tr->ti", Jo, ro[so])
             gx[:-1] += np.einsum("tri,tr->ti", A, rd[sd])
             gx[1:] += np.einsum("tri,tr->ti", Bn, rd[sd])
-            Hxp = np.einsum("tri,trk->tik", Jo, Jpo[so])
+            Hxp = np.zeros((T, nx, nf)) if Jpo is None else np.einsum("tri,trk->tik", Jo, Jpo[so])
             Hxp[:-1] += np.einsum("tri,trk->tik", A, Jpd[sd])
             Hxp[1:] += np.einsum("tri,trk->tik", Bn, Jpd[sd])
             if w1sq is not None:
