@@ -9,9 +9,12 @@ of the flat parameter vector p (fixed entries held at their values):
 as the CE-EM paper does for the helicopter (Adam, lr 5e-4 for the dynamics parameters and 1e-3
 for the observation parameters). Each Adam step uses the unbiased mini-batch estimate
 ``(N_obs / B) sum_{batch} obs + (N_dyn / B) sum_{batch} dyn + regularisers``: B observation
-columns and B dynamics columns, evaluated as matrix-valued MX expressions
-(``model.g.map(B)``, ``model.f.map(B)`` on sample columns), so one gradient is one reverse
-sweep over a graph whose size does not depend on the amount of data. The last partial batch of
+columns and B dynamics columns, evaluated as matrix-valued MX expressions on sample columns, so
+one gradient is one reverse sweep over a graph whose size does not depend on the amount of data.
+By default these are ``model.g.map(B)`` and ``model.f.map(B)``; a model whose step/observation
+functions accept matrices (columns = samples) can pass them as ``step=``/``observe=``, which is
+much faster (helicopter NL model, B = 512: gradient 2.5 ms instead of 71 ms); they are checked
+against ``model.f``/``model.g`` at construction. The last partial batch of
 an epoch is padded with zero-weight columns (one compiled batch size). Bounds are enforced by
 projection.
 
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
-from .errors import NonFiniteError, ParameterError
+from .errors import ModelError, NonFiniteError, ParameterError
 from .learner import LearnResult, stack_stages
 
 __all__ = ["AdamLearner", "AdamLearnerOptions"]
@@ -83,11 +86,15 @@ class AdamLearner:
     ``cost`` is the full learning objective F at the returned point.
     """
 
-    def __init__(self, model, options: AdamLearnerOptions = AdamLearnerOptions()):
+    def __init__(self, model, options: AdamLearnerOptions = AdamLearnerOptions(), *, step=None, observe=None):
         if not isinstance(options, AdamLearnerOptions):
             raise TypeError(f"options must be an AdamLearnerOptions, got {type(options).__name__}")
         t0 = time.perf_counter()
         self.model, self.options = model, options
+        self._step, self._observe = step, observe
+        for name, fun, ref in (("step", step, model.f), ("observe", observe, model.g)):
+            if fun is not None:
+                self._check_batch(name, fun, ref)
         nx, nu, npar = model.nx, model.nu, model.params.size
         self.free = model.params.free_index
         # which parameters the dynamics use: their Adam step is lr_dynamics
@@ -97,6 +104,24 @@ class AdamLearner:
         self._batch = {}
         self._rng = np.random.default_rng(options.seed)
         self.build_s = time.perf_counter() - t0
+
+    def _check_batch(self, name, fun, ref, B: int = 7):
+        """``fun`` on B random columns must equal ``ref`` column by column."""
+        m = self.model
+        rng = np.random.default_rng(0)
+        X, U = rng.normal(size=(m.nx, B)), rng.normal(size=(m.nu, B))
+        p0 = m.params.to_vector({q.name: q.array("value") for q in m.params})
+        p0 = p0 + 0.1 * rng.normal(size=p0.size)
+        ps, Xs, Us = ca.MX.sym("p", p0.size), ca.MX.sym("X", m.nx, B), ca.MX.sym("U", m.nu, B)
+        try:
+            got = np.asarray(ca.Function("b", [Xs, Us, ps], [fun(Xs, Us, m.params.symbols(ps))])(X, U, p0))
+        except Exception as exc:        # any failure means: not batch-capable
+            raise ModelError(f"AdamLearner: {name}= must accept (n, B) matrices (columns = samples): {exc}") from exc
+        want = np.asarray(ref.map(B)(X, U, p0))
+        if got.shape != want.shape or not np.allclose(got, want, rtol=1e-10, atol=1e-10):
+            raise ModelError(f"AdamLearner: {name}= on sample columns differs from model.{ref.name()} "
+                             f"(shape {got.shape} vs {want.shape}, max difference "
+                             f"{np.max(np.abs(got - want)) if got.shape == want.shape else 'n/a'})")
 
     # --- CasADi pieces -------------------------------------------------------------------------
     def _functions(self, B: int) -> ca.Function:
@@ -111,8 +136,11 @@ class AdamLearner:
                                   (("Xo", nx), ("Uo", nu), ("X0", nx), ("X1", nx), ("U0", nu)))
             Yo, Mo, IV, IW = ca.MX.sym("Yo", ny, B), ca.MX.sym("Mo", ny, B), ca.MX.sym("IV", ny, B), \
                 ca.MX.sym("IW", nx, B)
-            r_obs = Mo * IV * (Yo - m.g.map(B)(Xo, Uo, p))
-            r_dyn = IW * (X1 - m.f.map(B)(X0, U0, p))
+            ns = m.params.symbols(p)
+            G = self._observe(Xo, Uo, ns) if self._observe is not None else m.g.map(B)(Xo, Uo, p)
+            F = self._step(X0, U0, ns) if self._step is not None else m.f.map(B)(X0, U0, p)
+            r_obs = Mo * IV * (Yo - G)
+            r_dyn = IW * (X1 - F)
             c_obs, c_dyn = 0.5 * ca.sumsqr(r_obs), 0.5 * ca.sumsqr(r_dyn)
             ins = [p, so, sd, Xo, Uo, Yo, Mo, IV, X0, X1, U0, IW]
             self._batch[B] = (ca.Function("batch_cost", ins, [c_obs, c_dyn]),

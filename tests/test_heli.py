@@ -69,3 +69,13 @@ def test_smoke_pipeline_ranking(tmp_path):
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["mean_test_rmse"] == m
     assert (tmp_path / "rmse_distribution.png").exists()
+
+
+def test_bench_epoch_smoke(tmp_path):
+    """scripts/bench_heli_epoch --smoke: smoothing, Adam and IPOPT learning steps and one ceem()
+    epoch timed; the Adam step does not raise the learning objective and the epoch raises J."""
+    from scripts import bench_heli_epoch
+    res = bench_heli_epoch.main(["--smoke", "--out", str(tmp_path)])
+    assert res["learning_adam"]["F_after"] <= res["learning_adam"]["F_start"]
+    assert res["epoch"]["J_after"] >= res["epoch"]["J_start"]
+    assert json.loads((tmp_path / "bench_heli_epoch.json").read_text())["samples"]["observation"] == 600

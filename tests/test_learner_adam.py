@@ -8,7 +8,7 @@ import pytest
 
 from ceem_casadi.ceem import ceem
 from ceem_casadi.data import Trajectories
-from ceem_casadi.errors import ParameterError
+from ceem_casadi.errors import ModelError, ParameterError
 from ceem_casadi.learner import Learner
 from ceem_casadi.learner_adam import AdamLearner, AdamLearnerOptions
 from ceem_casadi.model import StateSpaceModel
@@ -119,6 +119,29 @@ def test_drives_ceem():
     assert len(obj) >= 2 and all(r.decrease >= -1e-9 * abs(r.objective) for r in res.history), obj
     assert all(b >= a - 1e-9 * abs(a) for a, b in itertools.pairwise(obj)), obj
     assert res.history[0].decrease > 1.0
+
+
+def test_matrix_valued_step_observe_equal_mapped_functions():
+    model, data, xs, theta = _problem()
+    head = MLP((2, 4, 1), name="head")
+
+    def step(x, u, p):
+        return ca.mtimes(p.A, x) + ca.mtimes(p.B, u)
+
+    def observe(x, u, p):
+        return ca.mtimes(p.C, x) + head(p, x)
+
+    fast = AdamLearner(model, AdamLearnerOptions(rho_theta=RHO, chunk=64), step=step, observe=observe)
+    mapped = AdamLearner(model, AdamLearnerOptions(rho_theta=RHO, chunk=64))
+    point = theta + 0.05 * np.random.default_rng(1).normal(size=theta.size)
+    Ff, gf = fast.objective(point, data, xs, theta_prev=theta, gradient=True)
+    Fm, gm = mapped.objective(point, data, xs, theta_prev=theta, gradient=True)
+    assert Ff == pytest.approx(Fm, rel=1e-12)
+    np.testing.assert_allclose(gf, gm, rtol=1e-10, atol=1e-10)
+    with pytest.raises(ModelError, match="observe= on sample columns differs"):
+        AdamLearner(model, observe=lambda x, u, p: ca.mtimes(p.C, x))               # head missing
+    with pytest.raises(ModelError, match="step="):                                # per-column code
+        AdamLearner(model, step=lambda x, u, p: ca.vertcat(x[0, 0], x[1, 0]) + ca.mtimes(p.B, u))
 
 
 def test_bad_options():
