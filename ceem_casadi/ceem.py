@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._threads import blas_threads
 from .data import Trajectories
 from .errors import SolverError
 from .initialise import check_states, eks_states
@@ -256,6 +257,11 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     """
     if not isinstance(options, CEEMOptions):
         raise TypeError(f"options must be a CEEMOptions, got {type(options).__name__}")
+    with blas_threads(options.blas_threads):
+        return _ceem(model, data, theta0, options, x_init, callback, smoother, learner)
+
+
+def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> CEEMResult:
     data.check_model(model)
     theta0 = model.params.validate(theta0)
     theta_vec = model.params.to_vector(theta0)

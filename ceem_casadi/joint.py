@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
-from scipy.sparse import csr_matrix
 
+from ._linalg import gram
 from .learner import stack_stages
 
 log = logging.getLogger(__name__)
@@ -57,15 +57,6 @@ def _banded_upper(D: np.ndarray, Off: np.ndarray) -> np.ndarray:
         t1 = np.arange(T - 1)[:, None]
         ab[u + i2 - n - j2, (t1 + 1) * n + j2] = Off[:, i2, j2]
     return ab
-
-
-def _gram(J: np.ndarray) -> np.ndarray:
-    """``J.T @ J`` (dense result) of a tall (N, n) matrix, through a sparse product when most
-    entries are zero (stage parameter Jacobians: each residual row sees few parameters)."""
-    if J.size and np.count_nonzero(J) < 0.1 * J.size:
-        Js = csr_matrix(J)
-        return np.asarray((Js.T @ Js).todense())
-    return J.T @ J
 
 
 class _BufferedCall:
@@ -138,9 +129,9 @@ class JointGaussNewton:
         z = theta_vec[self.free]
         nf = z.size
         # parameter blocks summed over every stage
-        Hpp, gp = _gram(Jpd.reshape(-1, nf)), Jpd.reshape(-1, nf).T @ rd.ravel()
+        Hpp, gp = gram(Jpd.reshape(-1, nf)), Jpd.reshape(-1, nf).T @ rd.ravel()
         if Jpo is not None:
-            Hpp += _gram(Jpo.reshape(-1, nf))
+            Hpp += gram(Jpo.reshape(-1, nf))
             gp += Jpo.reshape(-1, nf).T @ ro.ravel()
         Hpp[np.diag_indices(nf)] += self._prior_w2
         gp += self._prior_w2 * (z - self._prior_mean)

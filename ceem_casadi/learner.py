@@ -23,6 +23,7 @@ import casadi as ca
 import numpy as np
 
 from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options
+from ._linalg import gram
 from .options import LearnerOptions
 from .stages import StageFunctions
 
@@ -110,7 +111,7 @@ class _GaussNewtonHessian(ca.Callback):
         for J, (nr, N) in zip(self._out[:-1], self.shapes):
             # column-major (nr, N*np): stage t, parameter j, row i at ((t*np + j)*nr + i)
             M = J.reshape(N, self.n_p, nr).transpose(1, 0, 2).reshape(self.n_p, N * nr)
-            H += M @ M.T
+            H += gram(M.T)
         H = H[np.ix_(self.free, self.free)] + np.diag(self._out[-1])
         return [ca.DM(self.sp_out, float(arg[2]) * H[self.rows, self.cols])]
 

@@ -86,6 +86,9 @@ class CEEMOptions:
         ``"newton"``: after the first EM step, joint Gauss-Newton (Levenberg-Marquardt) steps on
         (x, theta) over the same objective, each kept only if it improves it, with plain EM steps
         whenever one fails; converges quadratically near the optimum (see :func:`ceem`).
+    blas_threads : threads of numpy's/scipy's BLAS during the fit (1 by default: multi-threaded
+        BLAS degrades badly on shared cores, see :mod:`ceem_casadi._threads`); ``None`` leaves
+        the library's setting alone.
     """
 
     max_iters: int = 50
@@ -95,8 +98,11 @@ class CEEMOptions:
     n_jobs: int = 1
     raise_on_failure: bool = False
     acceleration: str = "none"
+    blas_threads: int | None = 1
 
     def __post_init__(self):
+        _require(self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1),
+                 f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
         _require(self.acceleration in ACCELERATIONS,
                  f"acceleration must be one of {ACCELERATIONS}, got {self.acceleration!r}")
         _require(self.max_iters >= 1, f"max_iters must be >= 1, got {self.max_iters}")
