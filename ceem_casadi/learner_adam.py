@@ -124,9 +124,10 @@ class AdamLearner:
                              f"{np.max(np.abs(got - want)) if got.shape == want.shape else 'n/a'})")
 
     # --- CasADi pieces -------------------------------------------------------------------------
-    def _functions(self, B: int) -> ca.Function:
-        """``(p, so, sd, Xo, Uo, Yo, Mo, IV, X0, X1, U0, IW) -> (obs cost, dyn cost, grad)`` over B
-        columns; grad is the gradient of ``so * obs + sd * dyn`` with respect to p."""
+    def _functions(self, B: int) -> tuple[ca.Function, ca.Function]:
+        """``(cost, grad)`` Functions over B columns with inputs
+        ``(p, so, sd, Xo, Uo, Yo, Mo, IV, X0, X1, U0, IW)``: cost -> (obs cost, dyn cost), grad ->
+        (obs cost, dyn cost, gradient of ``so * obs + sd * dyn`` with respect to p)."""
         if B not in self._batch:
             m = self.model
             nx, nu, ny = m.nx, m.nu, m.ny
