@@ -1,0 +1,133 @@
+"""Gray-box model of the Cascaded Tanks benchmark (two tanks, Torricelli outflows, overflow).
+
+States (levels in sensor volts, continuous time, seconds): ``h1`` upper tank (hidden), ``h2`` lower tank.
+Input ``u``: pump voltage. Output ``y``: lower-tank level sensor (volts)::
+
+    q_in  = kp * u                                     pump inflow
+    q1    = a1 * sq(h1) + b1 * h1                       upper -> lower (Torricelli + small linear term)
+    n1    = q_in - q1                                   net inflow of the upper tank
+    o1    = relu_s(n1) * gate((h1 - h1max) / w)         overflow of the upper tank (smooth saturation)
+    dh1   = n1 - o1
+    n2    = q1 + kov * o1 - a2 * sq(h2) - b2 * h2       a fraction kov of the overflow lands in tank 2
+    o2    = relu_s(n2) * gate((h2 - h2max) / w)         overflow of the lower tank
+    dh2   = n2 - o2
+    y     = c0 + c1 * h2                               affine sensor map (c1 fixed to 1 by default:
+                                                       the level scale is absorbed by kp, a1, a2)
+
+``sq(h) = sqrt(softplus_eps(h))`` is a square root that is smooth (and positive) near and below 0,
+``relu_s`` a softplus with a small sharpness, ``gate`` a logistic sigmoid: when a tank is full
+(``h > hmax``) the positive part of its net inflow leaves as overflow, so the level saturates
+smoothly at ``hmax`` without a stiff penalty term (RK4 with 4 substeps of 1 s is stable).
+
+Discretisation: zero-order-hold input, RK4 with ``substeps`` steps per sample (``Ts = 4`` s).
+"""
+from __future__ import annotations
+
+import casadi as ca
+import numpy as np
+
+import ceem_casadi as cc
+
+TS = 4.0
+_EPS_SQRT = 0.01     # V, smoothing of the square root near 0
+_EPS_RELU = 0.002    # V/s, smoothing of the overflow's positive part
+_W_GATE = 0.05       # V, width of the overflow gate
+
+#: Parameter bounds (physical: rates positive, levels within the sensor range).
+BOUNDS = {
+    "kp": (1e-4, 1.0), "a1": (1e-4, 1.0), "a2": (1e-4, 1.0), "b1": (0.0, 0.1), "b2": (0.0, 0.1),
+    "kov": (0.0, 1.0), "h1max": (5.0, 20.0), "h2max": (5.0, 20.0), "c0": (-5.0, 5.0),
+    "c1": (0.2, 5.0),
+}
+
+
+def _softplus(z):
+    return ca.fmax(z, 0) + ca.log1p(ca.exp(-ca.fabs(z)))
+
+
+def smooth_sqrt(h, eps: float = _EPS_SQRT):
+    """sqrt(eps * softplus(h / eps)): equals sqrt(h) for h >> eps, smooth and > 0 everywhere."""
+    return ca.sqrt(eps * _softplus(h / eps))
+
+
+def relu_s(z, eps: float = _EPS_RELU):
+    return eps * _softplus(z / eps)
+
+
+def gate(z):
+    return 0.5 * (1 + ca.tanh(0.5 * z))
+
+
+def tanks_rhs(x, u, p):
+    """Vector field (2,) in V/s of the levels x = (h1, h2) under the pump voltage u (1,)."""
+    h1, h2 = x[0], x[1]
+    q1 = p.a1 * smooth_sqrt(h1) + p.b1 * h1
+    n1 = p.kp * u[0] - q1
+    o1 = relu_s(n1) * gate((h1 - p.h1max) / _W_GATE)
+    n2 = q1 + p.kov * o1 - p.a2 * smooth_sqrt(h2) - p.b2 * h2
+    o2 = relu_s(n2) * gate((h2 - p.h2max) / _W_GATE)
+    return ca.vertcat(n1 - o1, n2 - o2)
+
+
+def tanks_observe(x, u, p):
+    """Sensor voltage (1,) of the lower-tank level."""
+    return p.c0 + p.c1 * x[1]
+
+
+def default_theta() -> dict:
+    """A generic physical starting point (time constants ~100 s at 5 V, full tanks at 10 V)."""
+    return {"kp": 0.03, "a1": 0.04, "a2": 0.04, "b1": 0.0, "b2": 0.0, "kov": 0.5,
+            "h1max": 10.0, "h2max": 10.0, "c0": 0.0, "c1": 1.0}
+
+
+def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), measurement_std=0.05,
+                   substeps: int = 4, free_c1: bool = False, free_b: bool = True,
+                   dt: float = TS) -> cc.StateSpaceModel:
+    """The gray-box tanks model as a :class:`ceem_casadi.StateSpaceModel` (nx=2, nu=1, ny=1).
+
+    Parameters
+    ----------
+    theta0 : initial values (defaults: :func:`default_theta`), clipped into :data:`BOUNDS`.
+    process_std : (2,) process-noise std per sample of (h1, h2), volts (CE-EM weights).
+    measurement_std : sensor noise std, volts.
+    substeps : RK4 steps per sample of ``dt`` seconds.
+    free_c1 : estimate the sensor gain (redundant with the flow coefficients; fixed to 1 by default).
+    free_b : estimate the linear outflow terms b1, b2 (else fixed to their initial values).
+    """
+    th = default_theta()
+    th.update(theta0 or {})
+    ps = []
+    for name, (lo, hi) in BOUNDS.items():
+        free = True
+        if name == "c1":
+            free = free_c1
+        if name in ("b1", "b2"):
+            free = free_b
+        val = float(np.clip(float(np.asarray(th[name]).reshape(())), lo, hi))
+        ps.append(cc.Param(name, val, lower=lo, upper=hi, free=free))
+    params = cc.Parameters(*ps)
+    return cc.StateSpaceModel.from_ode(tanks_rhs, tanks_observe, nx=2, nu=1, dt=dt, params=params,
+                                       substeps=substeps, process_std=process_std,
+                                       measurement_std=measurement_std, name="cascaded_tanks")
+
+
+def steady_upper_level(theta: dict, h2) -> np.ndarray:
+    """Upper level h1 at which the flow into tank 2 balances its Torricelli outflow at level h2."""
+    h2 = np.maximum(np.asarray(h2, float), 0.0)
+    q2 = theta["a2"] * np.sqrt(h2) + theta["b2"] * h2
+    # solve a1 sqrt(h1) + b1 h1 = q2 for s = sqrt(h1): b1 s^2 + a1 s - q2 = 0
+    a1, b1 = float(theta["a1"]), float(theta["b1"])
+    s = q2 / a1 if b1 <= 1e-12 else (-a1 + np.sqrt(a1 * a1 + 4 * b1 * q2)) / (2 * b1)
+    return s ** 2
+
+
+def simulate_output(model: cc.StateSpaceModel, theta: dict, x0, u) -> tuple[np.ndarray, np.ndarray]:
+    """Free-run simulation: states (T, 2) and output (T, 1) from x0 (2,) under u (T, 1)."""
+    u = np.asarray(u, float).reshape(-1, 1)
+    T = u.shape[0]
+    pv = model.theta_vector(theta)
+    roll = model.f.mapaccum(T - 1)
+    xs = np.asarray(roll(np.asarray(x0, float).reshape(2, 1), u[:-1].T, pv)).T
+    x = np.vstack([np.asarray(x0, float).reshape(1, 2), xs])
+    y = np.asarray(model.g.map(T)(x.T, u.T, pv)).T
+    return x, y
