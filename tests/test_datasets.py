@@ -9,9 +9,17 @@ import numpy as np
 import pytest
 import scipy.io
 
-from ceem_casadi.datasets import (SILVERBOX_DT, BenchmarkSplit, ChecksumError, DatasetNotFoundError,
-                                  default_data_dir, load_cascaded_tanks, load_silverbox,
-                                  simulation_rms, verify_file)
+from ceem_casadi.datasets import (
+    SILVERBOX_DT,
+    BenchmarkSplit,
+    ChecksumError,
+    DatasetNotFoundError,
+    default_data_dir,
+    load_cascaded_tanks,
+    load_silverbox,
+    simulation_rms,
+    verify_file,
+)
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not (DATA / "SHA256SUMS").is_file(),
