@@ -15,9 +15,10 @@ Input ``u``: pump voltage. Output ``y``: lower-tank level sensor (volts)::
                                                        the level scale is absorbed by kp, a1, a2)
 
 ``sq(h) = sqrt(softplus_eps(h))`` is a square root that is smooth (and positive) near and below 0,
-``relu_s`` a softplus with a small sharpness, ``gate`` a logistic sigmoid: when a tank is full
-(``h > hmax``) the positive part of its net inflow leaves as overflow, so the level saturates
-smoothly at ``hmax`` without a stiff penalty term (RK4 with 4 substeps of 1 s is stable).
+``relu_s`` a softplus with a small sharpness, ``gate`` a C1 smooth step from 0 (``h <= hmax - w``)
+to 1 (``h >= hmax + w``, ``w = 0.1`` V): when a tank is full the positive part of its net inflow
+leaves as overflow, so the level saturates smoothly near ``hmax`` (never above ``hmax + w``) without
+a stiff penalty term (RK4 with 4 substeps of 1 s is stable for the benchmark's flows).
 
 Discretisation: zero-order-hold input, RK4 with ``substeps`` steps per sample (``Ts = 4`` s).
 """
@@ -31,7 +32,7 @@ import ceem_casadi as cc
 TS = 4.0
 _EPS_SQRT = 0.01     # V, smoothing of the square root near 0
 _EPS_RELU = 0.002    # V/s, smoothing of the overflow's positive part
-_W_GATE = 0.05       # V, width of the overflow gate
+_W_GATE = 0.1        # V, half-width of the overflow gate (levels stay below hmax + _W_GATE)
 
 #: Parameter bounds (physical: rates positive, levels within the sensor range).
 BOUNDS = {
@@ -55,7 +56,9 @@ def relu_s(z, eps: float = _EPS_RELU):
 
 
 def gate(z):
-    return 0.5 * (1 + ca.tanh(0.5 * z))
+    """C1 smooth step: 0 for z <= -1, 1 for z >= 1, cubic ``s^2 (3 - 2 s)`` with ``s = (z + 1) / 2`` between."""
+    s = ca.fmin(ca.fmax(0.5 * (z + 1), 0), 1)
+    return s * s * (3 - 2 * s)
 
 
 def tanks_rhs(x, u, p):
