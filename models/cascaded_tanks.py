@@ -3,7 +3,7 @@
 States (levels in sensor volts, continuous time, seconds): ``h1`` upper tank (hidden), ``h2`` lower tank.
 Input ``u``: pump voltage. Output ``y``: lower-tank level sensor (volts)::
 
-    q_in  = kp * u                                     pump inflow
+    q_in  = kp * relu_s(u - u0)                        pump inflow; u0: pump dead-zone voltage (no flow below)
     q1    = a1 * sq(h1) + b1 * h1                       upper -> lower (Torricelli + small linear term)
     n1    = q_in - q1                                   net inflow of the upper tank
     o1    = relu_s(n1) * gate((h1 - h1max) / w)         overflow of the upper tank (smooth saturation)
@@ -32,13 +32,14 @@ import ceem_casadi as cc
 TS = 4.0
 _EPS_SQRT = 0.01     # V, smoothing of the square root near 0
 _EPS_RELU = 0.002    # V/s, smoothing of the overflow's positive part
+_EPS_PUMP = 0.05     # V, smoothing of the pump dead zone
 _W_GATE = 0.1        # V, half-width of the overflow gate (levels stay below hmax + _W_GATE)
 
 #: Parameter bounds (physical: rates positive, levels within the sensor range).
 BOUNDS = {
     "kp": (1e-4, 1.0), "a1": (1e-4, 1.0), "a2": (1e-4, 1.0), "b1": (0.0, 0.1), "b2": (0.0, 0.1),
     "kov": (0.0, 1.0), "h1max": (5.0, 20.0), "h2max": (5.0, 20.0), "c0": (-5.0, 5.0),
-    "c1": (0.2, 5.0),
+    "c1": (0.2, 5.0), "u0": (-3.0, 3.0),
 }
 
 
@@ -61,11 +62,18 @@ def gate(z):
     return s * s * (3 - 2 * s)
 
 
-def tanks_rhs(x, u, p):
+def pump_flow(u, p, pump: str = "affine"):
+    """Pump inflow (V/s): ``kp (u - u0)`` (affine) or ``kp relu_s(u - u0)`` (dead zone)."""
+    if pump == "affine":
+        return p.kp * (u - p.u0)
+    return p.kp * relu_s(u - p.u0, _EPS_PUMP)
+
+
+def tanks_rhs(x, u, p, pump: str = "affine"):
     """Vector field (2,) in V/s of the levels x = (h1, h2) under the pump voltage u (1,)."""
     h1, h2 = x[0], x[1]
     q1 = p.a1 * smooth_sqrt(h1) + p.b1 * h1
-    n1 = p.kp * u[0] - q1
+    n1 = pump_flow(u[0], p, pump) - q1
     o1 = relu_s(n1) * gate((h1 - p.h1max) / _W_GATE)
     n2 = q1 + p.kov * o1 - p.a2 * smooth_sqrt(h2) - p.b2 * h2
     o2 = relu_s(n2) * gate((h2 - p.h2max) / _W_GATE)
@@ -80,12 +88,12 @@ def tanks_observe(x, u, p):
 def default_theta() -> dict:
     """A generic physical starting point (time constants ~100 s at 5 V, full tanks at 10 V)."""
     return {"kp": 0.03, "a1": 0.04, "a2": 0.04, "b1": 0.0, "b2": 0.0, "kov": 0.5,
-            "h1max": 10.0, "h2max": 10.0, "c0": 0.0, "c1": 1.0}
+            "h1max": 10.0, "h2max": 10.0, "c0": 0.0, "c1": 1.0, "u0": 0.0}
 
 
 def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), measurement_std=0.05,
-                   substeps: int = 4, free_c1: bool = False, free_b: bool = True,
-                   dt: float = TS) -> cc.StateSpaceModel:
+                   substeps: int = 4, free_c1: bool = False, free_b: bool = True, free_u0: bool = True,
+                   pump: str = "deadzone", dt: float = TS) -> cc.StateSpaceModel:
     """The gray-box tanks model as a :class:`ceem_casadi.StateSpaceModel` (nx=2, nu=1, ny=1).
 
     Parameters
@@ -96,6 +104,10 @@ def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), meas
     substeps : RK4 steps per sample of ``dt`` seconds.
     free_c1 : estimate the sensor gain (redundant with the flow coefficients; fixed to 1 by default).
     free_b : estimate the linear outflow terms b1, b2 (else fixed to their initial values).
+    free_u0 : estimate the pump dead-zone voltage u0 (else fixed to its initial value, 0 by default).
+    pump : ``"deadzone"`` (default, ``kp relu_s(u - u0)``: no flow below u0) or ``"affine"``
+        (``kp (u - u0)``, negative below u0, i.e. a net drain of the upper tank; it fits the estimation
+        data better but drives the levels negative and generalises worse, see docs/results_real.md).
     """
     th = default_theta()
     th.update(theta0 or {})
@@ -106,10 +118,18 @@ def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), meas
             free = free_c1
         if name in ("b1", "b2"):
             free = free_b
+        if name == "u0":
+            free = free_u0
         val = float(np.clip(float(np.asarray(th[name]).reshape(())), lo, hi))
         ps.append(cc.Param(name, val, lower=lo, upper=hi, free=free))
     params = cc.Parameters(*ps)
-    return cc.StateSpaceModel.from_ode(tanks_rhs, tanks_observe, nx=2, nu=1, dt=dt, params=params,
+    if pump not in ("affine", "deadzone"):
+        raise ValueError(f"pump must be 'affine' or 'deadzone', got {pump!r}")
+
+    def rhs(x, u, p):
+        return tanks_rhs(x, u, p, pump)
+
+    return cc.StateSpaceModel.from_ode(rhs, tanks_observe, nx=2, nu=1, dt=dt, params=params,
                                        substeps=substeps, process_std=process_std,
                                        measurement_std=measurement_std, name="cascaded_tanks")
 

@@ -12,7 +12,8 @@ Steps
    overflow levels at the largest measured level (the sensor saturates when the lower tank is full),
    Torricelli coefficients ``a1 = a2 = 2 sqrt(mean y) / sqrt(tau1 tau2)`` from the two time constants
    ``tau_i = -Ts / ln|lambda_i|`` of the order-2 N4SID model (linearised tank: ``tau = 2 sqrt(h) / a``),
-   pump gain from the mean mass balance ``kp mean(u) = a2 mean(sqrt(y))``, overflow fraction 0.5.
+   pump gain from the mean mass balance ``kp mean(u) = a2 mean(sqrt(y))``, overflow fraction 0.5,
+   pump dead-zone voltage 0, linear outflow terms 0.
 3. **CE-EM** (``ceem_casadi.ceem``) on the estimation data with small process noise (the hidden upper
    level must follow the model closely for the fit to be good in simulation).
 4. **Refinement** (optional, ``--no-refine`` skips it): single-shooting simulation-error least squares
@@ -71,7 +72,7 @@ def initial_theta(est, lin) -> dict:
     a = 2.0 * np.sqrt(np.mean(y)) / tau_geo
     th = default_theta()
     th.update(a1=a, a2=a, kp=a * np.mean(np.sqrt(y)) / np.mean(u), h1max=float(y.max()),
-              h2max=float(y.max()), c0=0.0, c1=1.0, b1=0.0, b2=0.0, kov=0.5)
+              h2max=float(y.max()), c0=0.0, c1=1.0, b1=0.0, b2=0.0, kov=0.5, u0=0.0)
     return th
 
 
@@ -180,6 +181,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--process-std", type=float, default=0.003, help="V per sample, both levels")
     ap.add_argument("--measurement-std", type=float, default=0.05, help="V")
     ap.add_argument("--substeps", type=int, default=4)
+    ap.add_argument("--pump", choices=("deadzone", "affine"), default="deadzone",
+                    help="pump characteristic (models.cascaded_tanks.cascaded_tanks)")
+    ap.add_argument("--fixed-u0", action="store_true", help="keep the pump dead-zone voltage at 0")
     ap.add_argument("--no-refine", action="store_true")
     ap.add_argument("--refine-nfev", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0, help="unused (the pipeline is deterministic); kept for the log")
@@ -212,7 +216,7 @@ def main(argv=None) -> dict:
     # 2. initial guess
     theta0 = initial_theta(est, lin)
     model = cascaded_tanks(theta0, process_std=args.process_std, measurement_std=args.measurement_std,
-                           substeps=args.substeps)
+                           substeps=args.substeps, pump=args.pump, free_u0=not args.fixed_u0)
     theta0 = model.params.initial()
     x0_est0 = np.array([steady_upper_level(theta0, est.y[0, 0]), est.y[0, 0]])
     y0_est = simulate_output(model, theta0, x0_est0, est.u)[1]
