@@ -9,31 +9,50 @@ from __future__ import annotations
 import numpy as np
 
 from .baselines.ekf import EKF
-from .errors import ShapeError
+from .errors import NonFiniteError, ShapeError
+
+# candidate process-noise variances of the initialising EKF, per state and step
+Q_CANDIDATES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
 
 def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None) -> list[np.ndarray]:
     """EKF + RTS smoothed means (T_b, nx) of every trajectory.
 
     Defaults: ``x0`` = the model's ``x1_mean`` (else zeros), ``Sigma0`` = ``x1_std**2`` (else
-    100 I), ``Q = diag(process_std**2)`` floored at 1e-4 per unit of dt (so that a nearly
-    deterministic model with slightly wrong parameters still tracks the data),
-    ``R = diag(measurement_std**2)``.
+    100 I), ``R = diag(measurement_std**2)`` and ``Q = diag(max(process_std**2, q))`` with the
+    scalar ``q`` from ``Q_CANDIDATES`` that maximises the EKF's marginal log-likelihood of the
+    data (summed over trajectories). The initial parameters are wrong by construction: a filter
+    that trusts a nearly deterministic model too much diverges on chaotic data (single Lorenz,
+    sigma_w = 0.001, parameters 10 % off: state error 45 with q = 1e-4, 1.1 with q = 0.1, and
+    CE-EM then ends in a poor local optimum), while too large a q throws the model away.
     """
     noise, nx = model.noise, model.nx
     x0 = (noise.x1_mean if noise.x1_mean is not None else np.zeros(nx)) if x0 is None else np.asarray(x0, float)
     if Sigma0 is None:
         Sigma0 = noise.x1_std ** 2 if noise.x1_std is not None else 100.0 * np.ones(nx)
-    if Q is None:
-        Q = np.maximum(noise.process_std ** 2, 1e-4)
     if R is None:
         R = noise.measurement_std ** 2
     ekf = EKF(model)
-    out = []
-    for b, y in enumerate(data.y):
-        res = ekf.run(theta_vec, y, data.inputs(b), x0=x0, Sigma0=Sigma0, Q=Q, R=R, smooth=True)
-        out.append(res.x_smooth)
-    return out
+
+    def run(Qc):
+        res = [ekf.run(theta_vec, y, data.inputs(b), x0=x0, Sigma0=Sigma0, Q=Qc, R=R, smooth=True)
+               for b, y in enumerate(data.y)]
+        return sum(r.loglik for r in res), [r.x_smooth for r in res]
+
+    if Q is not None:
+        return run(Q)[1]
+    best = None
+    for q in Q_CANDIDATES:
+        try:
+            ll, xs = run(np.maximum(noise.process_std ** 2, q))
+        except np.linalg.LinAlgError:
+            continue
+        if np.isfinite(ll) and all(np.all(np.isfinite(x)) for x in xs) and (best is None or ll > best[0]):
+            best = (ll, xs)
+    if best is None:
+        raise NonFiniteError("initial states: the EKF diverged for every process-noise level "
+                             f"{Q_CANDIDATES}; pass x_init (list of (T_b, nx) arrays) to ceem()")
+    return best[1]
 
 
 def check_states(model, data, xs) -> list[np.ndarray]:

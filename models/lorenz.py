@@ -15,6 +15,7 @@ import ceem_casadi as cc
 TRUE = {"sigma": 10.0, "rho": 28.0, "beta": 8.0 / 3.0}
 DT = 0.04
 HORIZON = 128
+X1_MEAN, X1_STD = np.array([-6.0, -6.0, 24.0]), np.full(3, 2.5)  # initial-state distribution
 C_SINGLE = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])  # observe x1 and x3; x2 hidden
 
 
@@ -28,8 +29,12 @@ def lorenz_rhs(x, u, p):
 
 
 def single_lorenz(C=C_SINGLE, *, process_std=1e-2, measurement_std=1e-2, dt=DT, substeps=1,
-                  theta0=None) -> cc.StateSpaceModel:
-    """Single Lorenz attractor with a known observation matrix C (ny, 3)."""
+                  theta0=None, x1_prior: bool = False) -> cc.StateSpaceModel:
+    """Single Lorenz attractor with a known observation matrix C (ny, 3).
+
+    ``x1_prior``: include the data generator's initial-state distribution (X1_MEAN, X1_STD) as
+    the prior p(x_1) in J (it also centres the EKF that initialises the states).
+    """
     C = np.asarray(C, float)
     theta0 = TRUE if theta0 is None else theta0
     params = cc.Parameters(cc.Param("sigma", theta0["sigma"], lower=0.0),
@@ -37,7 +42,8 @@ def single_lorenz(C=C_SINGLE, *, process_std=1e-2, measurement_std=1e-2, dt=DT, 
                            cc.Param("beta", theta0["beta"], lower=0.0))
     return cc.StateSpaceModel.from_ode(lorenz_rhs, lambda x, u, p: C @ x, nx=3, dt=dt, params=params,
                                        substeps=substeps, process_std=process_std,
-                                       measurement_std=measurement_std, name="lorenz")
+                                       measurement_std=measurement_std, name="lorenz",
+                                       **(dict(x1_mean=X1_MEAN, x1_std=X1_STD) if x1_prior else {}))
 
 
 def initial_states(batch: int, K: int = 1, seed=0) -> np.ndarray:
