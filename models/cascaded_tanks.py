@@ -12,7 +12,7 @@ Input ``u``: pump voltage. Output ``y``: lower-tank level sensor (volts)::
     o2    = relu_s(n2) * gate((h2 - h2max) / w)         overflow of the lower tank
     dh2   = n2 - o2
     y     = c0 + c1 * h2                               affine sensor map (c1 fixed to 1 by default:
-                                                       the level scale is absorbed by kp, a1, a2)
+                                                       levels are expressed in sensor volts)
 
 ``sq(h) = sqrt(softplus_eps(h))`` is a square root that is smooth (and positive) near and below 0,
 ``relu_s`` a softplus with a small sharpness, ``gate`` a C1 smooth step from 0 (``h <= hmax - w``)
