@@ -39,7 +39,7 @@ from scipy.optimize import least_squares
 
 import ceem_casadi as cc
 from ceem_casadi.baselines.n4sid import n4sid
-from ceem_casadi.datasets import load_cascaded_tanks, simulation_rms
+from ceem_casadi.datasets import DatasetNotFoundError, load_cascaded_tanks, simulation_rms
 from models.cascaded_tanks import cascaded_tanks, default_theta, simulate_output, steady_upper_level
 
 logger = logging.getLogger(__name__)
@@ -282,4 +282,8 @@ def main(argv=None) -> dict:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    sys.exit(0 if main() else 1)
+    try:
+        sys.exit(0 if main() else 1)
+    except DatasetNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
