@@ -12,11 +12,20 @@ Public API::
     validation_report, rmse, ...      free-run / k-step prediction metrics
     generate_ekf                      C99 EKF predictor of a learned model
     baselines                         EKF/RTS, Kalman, N4SID, particle filter/FFBSi/particle EM
+    load_cascaded_tanks, load_silverbox  real benchmark data (checksummed, official splits)
 """
 from .ceem import CEEMResult, IterationRecord, ceem
 from .checkpoint import CheckpointError, ceem_checkpointed
 from .codegen import GeneratedEKF, generate_ekf
 from .data import Trajectories, simulate
+from .datasets import (
+                       BenchmarkSplit,
+                       ChecksumError,
+                       DatasetNotFoundError,
+                       load_cascaded_tanks,
+                       load_silverbox,
+                       simulation_rms,
+)
 from .errors import CeemError, ModelError, NonFiniteError, ParameterError, ShapeError, SolverError
 from .learner import Learner, LearnResult
 from .metrics import Metrics, ValidationReport, fit_percent, nrmse, rmse, validation_report
@@ -30,7 +39,8 @@ from .smoother import Smoother, SmoothResult
 __version__ = "0.1.0"
 
 __all__ = [
-    "CEEMOptions", "CEEMResult", "CeemError", "CheckpointError", "GeneratedEKF", "IterationRecord",
+    "BenchmarkSplit", "CEEMOptions", "CEEMResult", "CeemError", "CheckpointError", "ChecksumError",
+    "DatasetNotFoundError", "load_cascaded_tanks", "load_silverbox", "simulation_rms", "GeneratedEKF", "IterationRecord",
     "LearnResult", "Learner", "LearnerOptions", "Metrics", "ModelError", "ModelFileError", "Noise",
     "NonFiniteError", "Param", "ParameterError", "Parameters", "SavedModel", "ShapeError", "SmoothResult",
     "Smoother", "SmootherOptions", "SolverError", "StateSpaceModel", "Trajectories", "ValidationReport",
