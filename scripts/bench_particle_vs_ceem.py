@@ -72,10 +72,11 @@ class _Clock:
         return np.diff(self.stamps[1:]).tolist()  # epochs 2..n (the first includes set-up)
 
 
-def run_ceem(model, data, theta0, epochs: int) -> dict:
+def run_ceem(model, data, theta0, epochs: int, acceleration: str = "none") -> dict:
     clock = _Clock()
     t0 = time.perf_counter()
-    res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(max_iters=epochs, tol=0.0), callback=clock)
+    res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(max_iters=epochs, tol=0.0, acceleration=acceleration),
+                  callback=clock)
     wall = time.perf_counter() - t0
     return {"status": res.status, "epochs": len(clock.thetas), "wall_s": wall, "build_s": res.build_s,
             "epoch_s": clock.epoch_s, "median_epoch_s": float(np.median(clock.epoch_s)) if clock.epoch_s else
