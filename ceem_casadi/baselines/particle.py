@@ -45,6 +45,7 @@ import casadi as ca
 import numpy as np
 from scipy.special import logsumexp
 
+from .._threads import blas_threads
 from ..data import Trajectories, single_trajectory
 from ..learner import Learner
 from ..options import LearnerOptions
@@ -68,6 +69,9 @@ class ParticleEMOptions:
     x0_mean, x0_std : (nx,) initial-state prior used when the model has no ``x1_mean``/``x1_std``.
     proposal : ``"auto"`` (fully adapted when g is linear in x, else bootstrap), ``"bootstrap"``.
     learner : options of the M-step NLP.
+    blas_threads : BLAS threads during the run (1 by default, as for CE-EM; ``None`` leaves them):
+        on the shared 2-core machine one six-coupled-Lorenz epoch took 208 s with threaded BLAS
+        and 14.5 s with one thread.
     """
 
     n_particles: int = 100
@@ -81,9 +85,12 @@ class ParticleEMOptions:
     x0_std: tuple | None = None
     proposal: str = "auto"
     learner: LearnerOptions = field(default_factory=LearnerOptions)
+    blas_threads: int | None = 1
 
     def __post_init__(self):
         checks = [
+            (self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1),
+             f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}"),
             (self.n_particles >= 2, f"n_particles must be >= 2, got {self.n_particles}"),
             (self.n_smooth >= 1, f"n_smooth must be >= 1, got {self.n_smooth}"),
             (self.max_iters >= 1, f"max_iters must be >= 1, got {self.max_iters}"),
@@ -366,6 +373,11 @@ def particle_em(model, data: Trajectories, theta0: Theta, *,
     ``callback(record)`` is called after every iteration; returning True stops the loop.
     All random draws come from ``seed`` (an int or a numpy Generator).
     """
+    with blas_threads(options.blas_threads):
+        return _particle_em(model, data, theta0, options, seed, callback)
+
+
+def _particle_em(model, data, theta0, options, seed, callback) -> ParticleEMResult:
     data.check_model(model)
     rng = np.random.default_rng(seed)
     theta_vec = model.theta_vector(theta0)
