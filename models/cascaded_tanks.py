@@ -62,14 +62,14 @@ def gate(z):
     return s * s * (3 - 2 * s)
 
 
-def pump_flow(u, p, pump: str = "affine"):
+def pump_flow(u, p, pump: str = "deadzone"):
     """Pump inflow (V/s): ``kp (u - u0)`` (affine) or ``kp relu_s(u - u0)`` (dead zone)."""
     if pump == "affine":
         return p.kp * (u - p.u0)
     return p.kp * relu_s(u - p.u0, _EPS_PUMP)
 
 
-def tanks_rhs(x, u, p, pump: str = "affine"):
+def tanks_rhs(x, u, p, pump: str = "deadzone"):
     """Vector field (2,) in V/s of the levels x = (h1, h2) under the pump voltage u (1,)."""
     h1, h2 = x[0], x[1]
     q1 = p.a1 * smooth_sqrt(h1) + p.b1 * h1
