@@ -1,0 +1,189 @@
+"""Silverbox benchmark (Wigren and Schoukens 2013): N4SID, gray-box CE-EM, free-run simulation RMS.
+
+Protocol (``../shared/data/README.md``): identify on the multisine training part; report the
+free-run simulation RMS (mV) after a 50-sample initialisation window, with the initial state
+estimated from that window only, on the multisine test part and on the "arrow" test (full, and
+its first 32,000 samples, no extrapolation).
+
+1. N4SID (order 2, on the first 20,000 training samples): the linear baseline.
+2. Initial guess from the N4SID poles and gain (``models.silverbox.initial_theta``).
+3. CE-EM on the training record cut into ``--segment``-sample trajectories (the smoothing NLPs are
+   independent per segment; the learning NLP sees all of them), model sigma_w small against
+   sigma_v (``--process-std``, ``--measurement-std``) so that the smoothed states follow the model.
+4. Optional simulation-error refinement (``--refine``, default on): single shooting over the
+   first ``--refine-samples`` training samples, scipy least squares from the CE-EM estimate.
+   Both the CE-EM-only and the refined numbers are reported.
+
+Output (``--out DIR``): ``results.json``, ``table.md`` (beside the published results),
+``test_multisine.png`` (measured vs simulated test output and the error).
+
+    python -m scripts.silverbox [--segment 2000] [--out results/silverbox] [--smoke]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+import ceem_casadi as cc
+from ceem_casadi.baselines import n4sid
+from models.silverbox import NAMES, initial_theta, silverbox
+
+PUBLISHED = {"LTI state space": (6.96, 14.4, 6.58), "LSTM": (1.50, 2.68, 0.960), "best known": (0.36, 0.26, 0.32)}
+TESTS = ("test_multisine", "test_arrow_full", "test_arrow_no_extrapolation")
+
+
+def simulate_output(model, p, x0, u) -> np.ndarray:
+    """Noise-free free-run output (T,) from state x0 (2,) under inputs u (T, 1)."""
+    T = len(u)
+    X = np.asarray(model.f.mapaccum(T - 1)(x0, u[:-1].T, p))
+    X = np.hstack([np.reshape(x0, (2, 1)), X])
+    return np.asarray(model.g.map(T)(X, u.T, p)).ravel()
+
+
+def initial_state(model, p, y, u, window: int) -> np.ndarray:
+    """x0 fitted to the first ``window`` samples only (least squares on the simulated output)."""
+    r = least_squares(lambda x0: 1e3 * (simulate_output(model, p, x0, u[:window]) - y[:window, 0]),
+                      np.r_[y[0, 0], 0.0])
+    return r.x
+
+
+def test_rms(model, p, split) -> tuple[float, np.ndarray]:
+    """Simulation RMS in mV after the init window, and the simulated output."""
+    y, u = split.data.y[0], split.data.u[0]
+    x0 = initial_state(model, p, y, u, split.init_window)
+    yhat = simulate_output(model, p, x0, u)
+    return 1e3 * cc.simulation_rms(y[:, 0], yhat, skip=split.init_window), yhat
+
+
+def refine(model, p0, y, u) -> np.ndarray:
+    """Simulation-error least squares over the parameters and x0 from p0 (single shooting)."""
+    n = len(NAMES)
+    lo, hi = model.params.lower, model.params.upper
+
+    def resid(z):
+        return 1e3 * (simulate_output(model, z[:n], z[n:], u) - y[:, 0])
+
+    z0 = np.r_[np.clip(p0, lo, hi), y[0, 0], 0.0]
+    r = least_squares(resid, z0, x_scale="jac", max_nfev=300,
+                      bounds=(np.r_[lo, -np.inf, -np.inf], np.r_[hi, np.inf, np.inf]))
+    return r.x[:n]
+
+
+def n4sid_rms(fit, split) -> float:
+    y, u = split.data.y[0], split.data.u[0]
+    w = split.init_window
+    x0 = least_squares(lambda x: 1e3 * (fit.simulate(u[:w], x0=x)[:, 0] - y[:w, 0]), np.zeros(fit.nx)).x
+    return 1e3 * cc.simulation_rms(y[:, 0], fit.simulate(u, x0=x0)[:, 0], skip=w)
+
+
+def figure(y, yhat, dt, path: Path, rms: float) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    t = np.arange(len(y)) * dt
+    fig, ax = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+    ax[0].plot(t, 1e3 * y, lw=0.6, label="measured")
+    ax[0].plot(t, 1e3 * yhat, lw=0.6, label="gray-box simulation")
+    ax[0].set_ylabel("output (mV)")
+    ax[0].legend(loc="upper right", fontsize=8)
+    ax[0].set_title(f"Silverbox multisine test: free-run simulation, RMS {rms:.3f} mV")
+    ax[1].plot(t, 1e3 * (y - yhat), lw=0.6, color="tab:red")
+    ax[1].set_ylabel("error (mV)")
+    ax[1].set_xlabel("time (s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description="Silverbox: N4SID, gray-box CE-EM, simulation RMS")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--segment", type=int, default=2000, help="samples per CE-EM training trajectory")
+    ap.add_argument("--train-samples", type=int, default=None, help="use only the first N training samples")
+    ap.add_argument("--process-std", type=float, nargs=2, default=(1e-5, 1e-4), help="sigma_w of (y, v) in V")
+    ap.add_argument("--measurement-std", type=float, default=1e-3, help="sigma_v in V")
+    ap.add_argument("--max-iters", type=int, default=30)
+    ap.add_argument("--no-refine", action="store_true")
+    ap.add_argument("--refine-samples", type=int, default=20000)
+    ap.add_argument("--out", default="results/silverbox")
+    ap.add_argument("--smoke", action="store_true", help="4,000 training samples, 3 CE-EM iterations (< 1 min)")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.train_samples, args.segment, args.max_iters, args.refine_samples = 4000, 1000, 3, 2000
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        splits = cc.load_silverbox(args.data_dir)
+    except cc.DatasetNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    tests = {k: splits[k] for k in TESTS}
+    if args.smoke:  # short test records too
+        tests = {k: cc.BenchmarkSplit(k, cc.Trajectories(v.data.y[0][:3000], v.data.u[0][:3000], v.data.dt),
+                                      v.init_window) for k, v in tests.items()}
+    tr = splits["train"].data
+    y, u = tr.y[0], tr.u[0]
+    if args.train_samples:
+        y, u = y[:args.train_samples], u[:args.train_samples]
+    times, t0 = {}, time.perf_counter()
+
+    fit = n4sid([(y[:20000], u[:20000])], order=2)
+    lin = {k: n4sid_rms(fit, s) for k, s in tests.items()}
+    theta0 = initial_theta(fit.A, fit.B, fit.C, fit.D, float(y.mean()), float(u.mean()))
+    times["n4sid_s"] = time.perf_counter() - t0
+
+    model = silverbox(theta0, process_std=args.process_std, measurement_std=args.measurement_std)
+    L = args.segment
+    n_seg = len(y) // L
+    data = cc.Trajectories([y[i * L:(i + 1) * L] for i in range(n_seg)], [u[i * L:(i + 1) * L] for i in range(n_seg)],
+                           dt=tr.dt)
+    t = time.perf_counter()
+    res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(max_iters=args.max_iters, acceleration="newton"))
+    times["ceem_s"] = time.perf_counter() - t
+    p_ceem = model.theta_vector(res.theta)
+    ceem_rms = {k: test_rms(model, p_ceem, s)[0] for k, s in tests.items()}
+    print(f"N4SID {lin}\nCE-EM ({res.status}, {res.iterations} it, {times['ceem_s']:.1f} s) {ceem_rms}", flush=True)
+
+    p_final, refined_rms = p_ceem, None
+    if not args.no_refine:
+        t = time.perf_counter()
+        p_final = refine(model, p_ceem, y[:args.refine_samples], u[:args.refine_samples])
+        times["refine_s"] = time.perf_counter() - t
+        refined_rms = {k: test_rms(model, p_final, s)[0] for k, s in tests.items()}
+        print(f"refined {refined_rms}", flush=True)
+    best_rms, yhat = test_rms(model, p_final, tests["test_multisine"])
+    times["total_s"] = time.perf_counter() - t0
+    figure(tests["test_multisine"].data.y[0][:, 0], yhat, tr.dt, out / "test_multisine.png", best_rms)
+
+    rows = ["| model | multisine test (mV) | arrow full (mV) | arrow, no extrapolation (mV) |", "|---|---|---|---|"]
+    fmt = lambda r: " | ".join(f"{r[k]:.3f}" for k in TESTS)  # noqa: E731
+    rows.append(f"| N4SID, order 2 (ours) | {fmt(lin)} |")
+    rows.append(f"| gray-box Duffing, CE-EM (ours) | {fmt(ceem_rms)} |")
+    if refined_rms:
+        rows.append(f"| gray-box Duffing, CE-EM + simulation-error refinement (ours) | {fmt(refined_rms)} |")
+    for name, v in PUBLISHED.items():
+        rows.append(f"| {name} (published) | " + " | ".join(f"{x:g}" for x in v) + " |")
+    table = "\n".join(rows) + "\n"
+    (out / "table.md").write_text(table)
+    result = {"n4sid_rms_mV": lin, "ceem_rms_mV": ceem_rms, "refined_rms_mV": refined_rms,
+              "theta_ceem": {k: float(v) for k, v in res.theta.items()},
+              "theta_final": dict(zip(NAMES, map(float, p_final))), "ceem_status": res.status,
+              "ceem_iterations": res.iterations, "segments": n_seg, "segment": L, "times_s": times,
+              "published_mV": PUBLISHED, "args": vars(args)}
+    (out / "results.json").write_text(json.dumps(result, indent=1))
+    print(table)
+    print(json.dumps(times))
+    if args.smoke:
+        assert all(np.isfinite(v) for d in (lin, ceem_rms) for v in d.values())
+        assert all((out / f).exists() for f in ("results.json", "table.md", "test_multisine.png"))
+    return result
+
+
+if __name__ == "__main__":
+    main()

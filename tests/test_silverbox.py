@@ -1,0 +1,49 @@
+"""Silverbox gray-box model and script (real data; skipped when ../shared/data is absent)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import ceem_casadi as cc
+from models.silverbox import NAMES, initial_theta, silverbox
+from scripts import silverbox as script
+
+try:
+    SPLITS = cc.load_silverbox()
+except cc.DatasetNotFoundError as exc:  # pragma: no cover - depends on the machine
+    SPLITS, REASON = None, str(exc)
+else:
+    REASON = ""
+needs_data = pytest.mark.skipif(SPLITS is None, reason=f"Silverbox data not available: {REASON}")
+
+
+@needs_data
+def test_simulation_on_official_input_is_finite():
+    u = SPLITS["test_arrow_full"].data.u[0]
+    model = silverbox()
+    p = model.theta_vector({"w0_100": 4.3, "zeta": 0.05, "k3": 4.0, "g": 1.0, "y0": 0.0, "c_v": 0.3, "d_u": 0.0})
+    y = script.simulate_output(model, p, np.zeros(2), u)
+    assert y.shape == (len(u),) and np.all(np.isfinite(y))
+    assert np.max(np.abs(y)) < 1.0  # volts: the oscillator stays in its physical range
+
+
+def test_initial_theta_reproduces_the_linear_poles():
+    # a discretised continuous oscillator with known w0, zeta: initial_theta recovers them
+    w0, zeta, dt = 400.0, 0.05, 2 ** 14 / 1e7
+    from scipy.linalg import expm
+    Ac = np.array([[0.0, 1.0], [-w0 ** 2, -2 * zeta * w0]])
+    A = expm(Ac * dt)
+    th = initial_theta(A, np.array([[0.0], [1.0]]), np.array([[1.0, 0.0]]), np.zeros((1, 1)), 0.0, 0.0, dt)
+    assert abs(100 * th["w0_100"] - w0) < 1e-6 * w0 and abs(th["zeta"] - zeta) < 1e-9
+    assert set(th) == set(NAMES)
+
+
+@needs_data
+def test_short_ceem_fit_beats_n4sid_and_script_smoke(tmp_path):
+    result = script.main(["--smoke", "--no-refine", "--out", str(tmp_path)])
+    # the gray-box CE-EM fit (3 iterations on 4,000 samples) simulates better than N4SID
+    assert result["ceem_rms_mV"]["test_multisine"] < result["n4sid_rms_mV"]["test_multisine"]
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert np.isfinite(saved["ceem_rms_mV"]["test_arrow_full"])
