@@ -16,16 +16,21 @@ import casadi as ca
 import numpy as np
 
 import ceem_casadi as cc
+from ceem_casadi.nn import MLP
 
 DT = 2 ** 14 / 1e7  # s
 NAMES = ("w0_100", "zeta", "k3", "g", "y0", "c_v", "d_u")
 
 
-def silverbox_rhs(x, u, p):
-    """dx/dt (2,) of the Duffing oscillator (see the module docstring)."""
+def silverbox_rhs(x, u, p, correction: MLP | None = None):
+    """dx/dt (2,) of the Duffing oscillator (see the module docstring); ``correction`` adds
+    ``w0 * MLP([y - y0; v; u])`` to dv/dt (a small learned force term)."""
     w0 = 100.0 * p.w0_100
     e = x[0] - p.y0
-    return ca.vertcat(w0 * x[1], w0 * (-e - 2 * p.zeta * x[1] - p.k3 * e ** 3 + p.g * u[0]))
+    force = -e - 2 * p.zeta * x[1] - p.k3 * e ** 3 + p.g * u[0]
+    if correction is not None:
+        force = force + correction(p, ca.vertcat(e, x[1], u[0]))
+    return ca.vertcat(w0 * x[1], w0 * force)
 
 
 def silverbox_observe(x, u, p):
@@ -35,22 +40,34 @@ def silverbox_observe(x, u, p):
 
 
 def silverbox(theta0: dict | None = None, *, process_std=(1e-5, 1e-4), measurement_std=1e-3,
-              substeps: int = 2) -> cc.StateSpaceModel:
+              substeps: int = 2, mlp_hidden: int = 0, seed: int = 0) -> cc.StateSpaceModel:
     """The gray-box model with bounded physical parameters (``theta0`` defaults: w0 = 380 rad/s,
-    zeta = 0.05, k3 = 0, g = 1, y0 = 0)."""
+    zeta = 0.05, k3 = 0, g = 1, y0 = 0, c_v = d_u = 0).
+
+    ``mlp_hidden > 0`` adds the optional correction force MLP 3 -> mlp_hidden -> 1 (tanh; Glorot
+    weights from ``seed``, output layer zero, so the initial model is the plain gray box); its
+    weights ``corr_W0, corr_b0, corr_W1, corr_b1`` are taken from ``theta0`` when given.
+    """
     t = {"w0_100": 3.8, "zeta": 0.05, "k3": 0.0, "g": 1.0, "y0": 0.0} if theta0 is None else dict(theta0)
     t.setdefault("c_v", 0.0)
     t.setdefault("d_u", 0.0)
-    params = cc.Parameters(cc.Param("w0_100", t["w0_100"], lower=0.5, upper=20.0),
-                           cc.Param("zeta", t["zeta"], lower=1e-4, upper=1.0),
-                           cc.Param("k3", t["k3"], lower=-1e3, upper=1e3),
-                           cc.Param("g", t["g"], lower=1e-3, upper=1e2),
-                           cc.Param("y0", t["y0"], lower=-0.1, upper=0.1),
-                           cc.Param("c_v", t["c_v"], lower=-1.0, upper=1.0),
-                           cc.Param("d_u", t["d_u"], lower=-1.0, upper=1.0))
-    return cc.StateSpaceModel.from_ode(silverbox_rhs, silverbox_observe, nx=2, nu=1, dt=DT, params=params,
+    params = [cc.Param("w0_100", t["w0_100"], lower=0.5, upper=20.0),
+              cc.Param("zeta", t["zeta"], lower=1e-4, upper=1.0),
+              cc.Param("k3", t["k3"], lower=-1e3, upper=1e3),
+              cc.Param("g", t["g"], lower=1e-3, upper=1e2),
+              cc.Param("y0", t["y0"], lower=-0.1, upper=0.1),
+              cc.Param("c_v", t["c_v"], lower=-1.0, upper=1.0),
+              cc.Param("d_u", t["d_u"], lower=-1.0, upper=1.0)]
+    correction = None
+    if mlp_hidden:
+        correction = MLP((3, int(mlp_hidden), 1), name="corr")
+        init = correction.init(np.random.default_rng(seed), last_scale=0.0)
+        params += [cc.Param(k, t.get(k, v)) for k, v in init.items()]
+    return cc.StateSpaceModel.from_ode(lambda x, u, p: silverbox_rhs(x, u, p, correction), silverbox_observe,
+                                       nx=2, nu=1, dt=DT, params=cc.Parameters(*params),
                                        substeps=substeps, process_std=np.asarray(process_std, float),
-                                       measurement_std=measurement_std, name="silverbox")
+                                       measurement_std=measurement_std,
+                                       name=f"silverbox_mlp{int(mlp_hidden)}" if mlp_hidden else "silverbox")
 
 
 def initial_theta(A: np.ndarray, B: np.ndarray, C: np.ndarray, D: np.ndarray, y_mean: float, u_mean: float,

@@ -32,7 +32,7 @@ from scipy.optimize import least_squares
 
 import ceem_casadi as cc
 from ceem_casadi.baselines import n4sid
-from models.silverbox import NAMES, initial_theta, silverbox
+from models.silverbox import initial_theta, silverbox
 
 PUBLISHED = {"LTI state space": (6.96, 14.4, 6.58), "LSTM": (1.50, 2.68, 0.960), "best known": (0.36, 0.26, 0.32)}
 TESTS = ("test_multisine", "test_arrow_full", "test_arrow_no_extrapolation")
@@ -63,7 +63,7 @@ def test_rms(model, p, split) -> tuple[float, np.ndarray]:
 
 def refine(model, p0, y, u) -> np.ndarray:
     """Simulation-error least squares over the parameters and x0 from p0 (single shooting)."""
-    n = len(NAMES)
+    n = model.params.size
     lo, hi = model.params.lower, model.params.upper
 
     def resid(z):
@@ -109,6 +109,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--process-std", type=float, nargs=2, default=(1e-5, 1e-4), help="sigma_w of (y, v) in V")
     ap.add_argument("--measurement-std", type=float, default=1e-3, help="sigma_v in V")
     ap.add_argument("--max-iters", type=int, default=30)
+    ap.add_argument("--mlp-hidden", type=int, default=0,
+                    help="add the MLP correction force (3 -> N -> 1, tanh, output layer starts at zero)")
     ap.add_argument("--no-refine", action="store_true")
     ap.add_argument("--refine-samples", type=int, default=20000)
     ap.add_argument("--out", default="results/silverbox")
@@ -138,7 +140,9 @@ def main(argv=None) -> dict:
     theta0 = initial_theta(fit.A, fit.B, fit.C, fit.D, float(y.mean()), float(u.mean()))
     times["n4sid_s"] = time.perf_counter() - t0
 
-    model = silverbox(theta0, process_std=args.process_std, measurement_std=args.measurement_std)
+    model = silverbox(theta0, process_std=args.process_std, measurement_std=args.measurement_std,
+                      mlp_hidden=args.mlp_hidden, seed=0)
+    theta0 = model.params.initial()
     L = args.segment
     n_seg = len(y) // L
     data = cc.Trajectories([y[i * L:(i + 1) * L] for i in range(n_seg)], [u[i * L:(i + 1) * L] for i in range(n_seg)],
@@ -172,8 +176,9 @@ def main(argv=None) -> dict:
     table = "\n".join(rows) + "\n"
     (out / "table.md").write_text(table)
     result = {"n4sid_rms_mV": lin, "ceem_rms_mV": ceem_rms, "refined_rms_mV": refined_rms,
-              "theta_ceem": {k: float(v) for k, v in res.theta.items()},
-              "theta_final": dict(zip(NAMES, map(float, p_final))), "ceem_status": res.status,
+              "theta_ceem": {k: np.asarray(v).tolist() for k, v in res.theta.items()},
+              "theta_final": {k: np.asarray(v).tolist() for k, v in model.params.from_vector(p_final).items()},
+              "ceem_status": res.status,
               "ceem_iterations": res.iterations, "segments": n_seg, "segment": L, "times_s": times,
               "published_mV": PUBLISHED, "args": vars(args)}
     (out / "results.json").write_text(json.dumps(result, indent=1))

@@ -47,3 +47,13 @@ def test_short_ceem_fit_beats_n4sid_and_script_smoke(tmp_path):
     assert result["ceem_rms_mV"]["test_multisine"] < result["n4sid_rms_mV"]["test_multisine"]
     saved = json.loads((tmp_path / "results.json").read_text())
     assert np.isfinite(saved["ceem_rms_mV"]["test_arrow_full"])
+
+
+def test_mlp_correction_starts_as_the_plain_gray_box():
+    th = {"w0_100": 4.3, "zeta": 0.05, "k3": 4.0, "g": 1.0, "y0": 0.0, "c_v": 0.3, "d_u": 0.05}
+    plain, corrected = silverbox(th), silverbox(th, mlp_hidden=8)
+    assert corrected.params.size == plain.params.size + 3 * 8 + 8 + 8 + 1
+    u = np.sin(np.linspace(0, 20, 400))[:, None] * 0.05
+    y0 = script.simulate_output(plain, plain.theta_vector(th), np.zeros(2), u)
+    y1 = script.simulate_output(corrected, corrected.theta_vector(corrected.params.initial()), np.zeros(2), u)
+    assert np.array_equal(y0, y1)
