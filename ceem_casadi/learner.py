@@ -58,6 +58,20 @@ def stack_stages(data, xs: list[np.ndarray]):
     return [np.hstack(a) for a in (Xo, Uo, Yo, Mo)], [np.hstack(a) for a in (X0, X1, U0)]
 
 
+def weighted_stage_columns(model, data, xs: list[np.ndarray], weights=None):
+    """:func:`stack_stages` plus the per-column inverse noise scales ``iv`` (ny, sum T_b) and ``iw``
+    (nx, sum (T_b - 1)). ``weights`` (B,) scale each trajectory's squared residuals (e.g. SAEM
+    weights), i.e. multiply its 1/sigma by sqrt(w); default 1."""
+    (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)
+    w = np.ones(len(xs)) if weights is None else np.asarray(weights, float)
+    if w.shape != (len(xs),) or np.any(w < 0) or not np.all(np.isfinite(w)):
+        raise ValueError(f"weights: expected {len(xs)} finite non-negative values, got {weights}")
+    sq, noise = np.sqrt(w), model.noise
+    iw = np.outer(1.0 / noise.process_std, np.repeat(sq, [T - 1 for T in data.lengths]))
+    iv = np.outer(1.0 / noise.measurement_std, np.repeat(sq, data.lengths))
+    return (Xo, Uo, Yo, Mo, iv), (X0, X1, U0, iw)
+
+
 class _GaussNewtonHessian(ca.Callback):
     """IPOPT ``hess_lag`` = lam_f * (J^T J + diag(d)) (upper triangle), J^T J by BLAS.
 
@@ -205,15 +219,8 @@ class Learner:
         return fun.map(n, [False] * fun.n_in(), [True] * fun.n_out())
 
     def parameter_vector(self, theta_vec, data, xs, rho: float, weights=None) -> np.ndarray:
-        params, noise = self.model.params, self.model.noise
-        (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)
-        w_traj = np.ones(len(xs)) if weights is None else np.asarray(weights, float)
-        if w_traj.shape != (len(xs),) or np.any(w_traj < 0) or not np.all(np.isfinite(w_traj)):
-            raise ValueError(f"weights: expected {len(xs)} finite non-negative values, got {weights}")
-        # a weight w scales a trajectory's squared residuals: multiply 1/sigma by sqrt(w)
-        sq = np.sqrt(w_traj)
-        iw = np.outer(1.0 / noise.process_std, np.repeat(sq, [T - 1 for T in data.lengths]))
-        iv = np.outer(1.0 / noise.measurement_std, np.repeat(sq, data.lengths))
+        params = self.model.params
+        (Xo, Uo, Yo, Mo, iv), (X0, X1, U0, iw) = weighted_stage_columns(self.model, data, xs, weights)
         base = np.asarray(theta_vec, float).copy()
         base[self.free] = 0.0
         mean, w = params.prior

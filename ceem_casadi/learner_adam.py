@@ -32,7 +32,7 @@ import casadi as ca
 import numpy as np
 
 from .errors import ModelError, NonFiniteError, ParameterError
-from .learner import LearnResult, stack_stages
+from .learner import LearnResult, weighted_stage_columns
 
 __all__ = ["AdamLearner", "AdamLearnerOptions"]
 
@@ -149,15 +149,7 @@ class AdamLearner:
         return self._batch[B]
 
     def _columns(self, data, xs, weights):
-        (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)
-        noise = self.model.noise
-        w = np.ones(len(xs)) if weights is None else np.asarray(weights, float)
-        if w.shape != (len(xs),) or np.any(w < 0) or not np.all(np.isfinite(w)):
-            raise ValueError(f"weights: expected {len(xs)} finite non-negative values, got {weights}")
-        sq = np.sqrt(w)
-        IW = np.outer(1.0 / noise.process_std, np.repeat(sq, [T - 1 for T in data.lengths]))
-        IV = np.outer(1.0 / noise.measurement_std, np.repeat(sq, data.lengths))
-        return (Xo, Uo, Yo, Mo, IV), (X0, X1, U0, IW)
+        return weighted_stage_columns(self.model, data, xs, weights)
 
     @staticmethod
     def _take(cols, idx, B):
