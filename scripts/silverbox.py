@@ -109,6 +109,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--process-std", type=float, nargs=2, default=(1e-5, 1e-4), help="sigma_w of (y, v) in V")
     ap.add_argument("--measurement-std", type=float, default=1e-3, help="sigma_v in V")
     ap.add_argument("--max-iters", type=int, default=30)
+    ap.add_argument("--rho-theta", type=float, default=None,
+                    help="learning-step trust region (default 0; 1 with --mlp-hidden: the zero-output MLP makes "
+                         "the Gauss-Newton Hessian singular in its first-layer weights)")
     ap.add_argument("--mlp-hidden", type=int, default=0,
                     help="add the MLP correction force (3 -> N -> 1, tanh, output layer starts at zero)")
     ap.add_argument("--no-refine", action="store_true")
@@ -148,11 +151,15 @@ def main(argv=None) -> dict:
     data = cc.Trajectories([y[i * L:(i + 1) * L] for i in range(n_seg)], [u[i * L:(i + 1) * L] for i in range(n_seg)],
                            dt=tr.dt)
     t = time.perf_counter()
-    res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(max_iters=args.max_iters, acceleration="newton"))
+    rho_theta = args.rho_theta if args.rho_theta is not None else (1.0 if args.mlp_hidden else 0.0)
+    options = cc.CEEMOptions(max_iters=args.max_iters, acceleration="newton",
+                             learner=cc.LearnerOptions(rho_theta=rho_theta))
+    res = cc.ceem(model, data, theta0, options=options)
     times["ceem_s"] = time.perf_counter() - t
     p_ceem = model.theta_vector(res.theta)
     ceem_rms = {k: test_rms(model, p_ceem, s)[0] for k, s in tests.items()}
-    print(f"N4SID {lin}\nCE-EM ({res.status}, {res.iterations} it, {times['ceem_s']:.1f} s) {ceem_rms}", flush=True)
+    print(f"N4SID {lin}\nCE-EM ({res.status}: {res.message}; {res.iterations} it, {times['ceem_s']:.1f} s) {ceem_rms}",
+          flush=True)
 
     p_final, refined_rms = p_ceem, None
     if not args.no_refine:
@@ -175,7 +182,7 @@ def main(argv=None) -> dict:
         rows.append(f"| {name} (published) | " + " | ".join(f"{x:g}" for x in v) + " |")
     table = "\n".join(rows) + "\n"
     (out / "table.md").write_text(table)
-    result = {"n4sid_rms_mV": lin, "ceem_rms_mV": ceem_rms, "refined_rms_mV": refined_rms,
+    result = {"n4sid_rms_mV": lin, "ceem_rms_mV": ceem_rms, "refined_rms_mV": refined_rms, "ceem_message": res.message,
               "theta_ceem": {k: np.asarray(v).tolist() for k, v in res.theta.items()},
               "theta_final": {k: np.asarray(v).tolist() for k, v in model.params.from_vector(p_final).items()},
               "ceem_status": res.status,
