@@ -66,11 +66,24 @@ def test_not_a_torch_file(tmp_path):
 
 @pytest.mark.parametrize("name", ["torch_zip.pt", "torch_legacy.pt"])
 def test_genuine_torch_fixtures(name):
-    p = DATA / name
-    if not p.exists():
-        pytest.skip(f"fixture {name} not generated")
-    t, data, controls = tf.load(p)
+    """Files written by torch 2.13 itself (tests/data/make_torch_fixtures.py), both formats."""
+    t, data, controls = tf.load(DATA / name)
     exp = np.load(DATA / "torch_fixture_expected.npz")
-    np.testing.assert_array_equal(t, exp["time"])
-    np.testing.assert_array_equal(data, exp["data"])
-    np.testing.assert_array_equal(controls, exp["controls"])
+    for got, key in ((t, "time"), (data, "data"), (controls, "controls")):
+        assert got.dtype == exp[key].dtype and got.shape == exp[key].shape
+        np.testing.assert_array_equal(got, exp[key])
+
+
+@pytest.mark.parametrize("name", ["torch_views_zip.pt", "torch_views_legacy.pt"])
+def test_genuine_torch_views_dtypes_and_containers(name):
+    """Shared storages (offset, transpose, step), int/bool/half, 0-d and empty tensors, plain values."""
+    got = tf.load(DATA / name)
+    exp = np.load(DATA / "torch_fixture_expected.npz")
+    assert got["meta"] == {"name": "fixture", "T": 40, "dt": 0.02, "flags": [True, None]}
+    tensors = {k: v for k, v in got.items() if k != "meta"}
+    assert set(tensors) == {k[len("views_"):] for k in exp.files if k.startswith("views_")}
+    for key, arr in tensors.items():
+        want = exp[f"views_{key}"]
+        assert arr.dtype == want.dtype and arr.shape == want.shape, key
+        np.testing.assert_array_equal(arr, want)
+    np.testing.assert_array_equal(tensors["transposed"], tensors["base"].T)
