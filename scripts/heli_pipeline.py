@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from ceem_casadi.lstm import LSTM, sequence_loss_factory, windows
 from ceem_casadi.nn import MLP, AdamOptions, adam, flat_params, mse_loss_factory, namespace
 from ceem_casadi.options import CEEMOptions, LearnerOptions, SmootherOptions
 from ceem_casadi.params import Parameters
+from ceem_casadi.progress import Progress, chain
 from models.helicopter import batch_functions, heli_model, linear_theta
 from scripts import heli_convert, heli_standin
 
@@ -172,7 +174,14 @@ def main(argv=None):
     ap.add_argument("--skip-h25", action="store_true")
     ap.add_argument("--skip-nl", action="store_true", help="no CE-EM (the NL fit is slow, see docs)")
     ap.add_argument("--smoke", action="store_true", help="tiny stand-in run (< 1 min)")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     a = ap.parse_args(argv)
+
+    def report(stage: str, started: float, extra: str = "") -> None:
+        """One progress line per finished stage on stderr (the full run takes tens of minutes)."""
+        if not a.quiet:
+            print(f"[heli] {stage}: {time.perf_counter() - started:.1f} s{extra}", file=sys.stderr, flush=True)
+
     if a.smoke:
         a.epochs, a.lr, a.sid_subsets, a.sid_size, a.nl_train, a.nl_iters = 120, 3e-3, 2, 6, 8, 3
         a.nl_learn_iters, a.nl_adam_epochs = 60, 50
@@ -183,6 +192,8 @@ def main(argv=None):
     t0 = time.perf_counter()
     d = load(a, out)
     synthetic = bool(d.get("synthetic", False))
+    report("data loaded", t0, f" ({'SYNTHETIC stand-in, ' if synthetic else ''}train/valid/test "
+           f"{len(d['train_y'])}/{len(d['valid_y'])}/{len(d['test_y'])} trajectories)")
     y_mean, y_std = d["y_mean"], d["y_std"]
     tr_u, tr_y, va_u, va_y, te_u, te_y = (d[k] for k in ("train_u", "train_y", "valid_u", "valid_y",
                                                           "test_u", "test_y"))
@@ -196,6 +207,7 @@ def main(argv=None):
              for s, uu in (("train", tr_u), ("valid", va_u), ("test", te_u))}
     times["naive_s"] = time.perf_counter() - t
     preds = {"naive": npred["test"]}
+    report("naive MLP trained", t)
 
     # H25 -----------------------------------------------------------------------------------------
     if not a.skip_h25:
@@ -206,6 +218,7 @@ def main(argv=None):
         p = h25(cols(history(te_u, H))).T.reshape(te_u.shape[0], -1, 6)
         preds["H25"] = np.concatenate([np.full((te_u.shape[0], H - 1, 6), np.nan), p], axis=1)
         times["h25_s"] = time.perf_counter() - t
+        report("H25 MLP trained", t)
 
     # SID on the naive residuals --------------------------------------------------------------------
     t = time.perf_counter()
@@ -227,6 +240,7 @@ def main(argv=None):
     sid_rms_all = [rmse(f[2], te_y, y_mean, y_std) for f in sid_fits]
     preds["SID"] = sid_fits[best][2]
     times["sid_s"] = time.perf_counter() - t
+    report(f"SID ({a.sid_subsets} N4SID fits)", t, f", best validation RMSE {sid_fits[best][0]:.4g}")
 
     # LSTM on the naive residuals -------------------------------------------------------------------
     if not a.skip_lstm:
@@ -236,6 +250,7 @@ def main(argv=None):
         lstm, lres = train_lstm(tr_u, res["train"], va_u, res["valid"], lopts, a.lstm_stride, a.seed + 2)
         preds["LSTM"] = lstm(te_u) + npred["test"]
         times["lstm_s"] = time.perf_counter() - t
+        report("LSTM trained", t)
         lstm_losses = {"train": lres.train_loss, "valid": lres.valid_loss}
 
     # NL via CE-EM --------------------------------------------------------------------------------
@@ -252,11 +267,15 @@ def main(argv=None):
         learner = None if a.nl_learner == "ipopt" else AdamLearner(
             model, AdamLearnerOptions(rho_theta=0.5, epochs=a.nl_adam_epochs, seed=a.seed),
             step=step, observe=observe)
-        fit = ceem(model, data, sid_fits[best][1], options=options, callback=records.append, learner=learner)
+        progress = Progress(a.nl_iters, quiet=a.quiet)
+        fit = ceem(model, data, sid_fits[best][1], options=options, callback=chain(records.append, progress),
+                   learner=learner)
+        progress.close(fit.status, fit.message)
         nl_vec = model.theta_vector(fit.theta)
         preds["NL"] = ekf_predict(ekf, nl_vec, res["test"], te_u, 10) + npred["test"]
         times["nl_s"] = time.perf_counter() - t
         times["nl_per_iteration_s"] = times["nl_s"] / max(1, len(fit.history))
+        report(f"NL via CE-EM ({len(fit.history)} iterations, {fit.status})", t)
     times["total_s"] = time.perf_counter() - t0
 
     rms = {k: rmse(p, te_y, y_mean, y_std) for k, p in preds.items()}
