@@ -116,6 +116,23 @@ def test_fit_evaluate_codegen_plot(lorenz_csv, tmp_path):
     assert list(xs.columns) == ["trajectory", "t", "x0", "x1", "x2"] and len(xs) == 200
 
 
+def test_parquet_data_equals_csv(lorenz_csv, tmp_path):
+    """The same table as Parquet (pandas + pyarrow, the ``parquet`` extra) loads to the same trajectories."""
+    pytest.importorskip("pyarrow")
+    from ceem_casadi.cli import load_data
+
+    pq = tmp_path / "lorenz.parquet"
+    pd.read_csv(lorenz_csv).to_parquet(pq, index=False)
+    model = lorenz.single_lorenz(measurement_std=0.05)
+    from_csv, desc_csv = load_data([lorenz_csv], model, trajectory_column="traj")
+    from_pq, desc_pq = load_data([pq], model, trajectory_column="traj")
+    assert list(from_pq.lengths) == list(from_csv.lengths) == [100, 100] and desc_pq["outputs"] == desc_csv["outputs"]
+    for a, b in zip(from_pq.y, from_csv.y):
+        np.testing.assert_array_equal(a, b)        # NaN (missing outputs) in the same places
+    proc = run("evaluate", "--model-file", tmp_path / "none.npz", "--data", pq, check_rc=2)
+    assert "no such file" in proc.stderr
+
+
 def test_kill_after_two_iterations_and_resume(lorenz_csv, tmp_path):
     ref = json.loads(_fit(lorenz_csv, tmp_path / "ref.npz", "-q").stdout)
     proc = _fit(lorenz_csv, tmp_path / "k.npz", "-q", env={KILL_ENV: "2"}, check_rc=None)
