@@ -79,7 +79,10 @@ def peak_rss_mb() -> float:
 
 def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration: str, n_jobs: int | None,
         eps_target: float | None = None, process_std: float | None = None,
-        smoother_hessian: str = "gauss-newton", learner_hessian: str = "auto") -> dict:
+        smoother_hessian: str = "gauss-newton", learner_hessian: str = "auto", rho_x: float = 0.0) -> dict:
+    """Fit one problem with CE-EM and return the benchmark record (see the module docstring).
+
+    ``rho_x`` is the smoothing step's trust-region weight (paper eq. for x^(k); 0 = none)."""
     model, data, truth, theta0 = make_problem(name, seed, process_std)
     if n_jobs is None:  # processes pay off for the coupled problems' expensive smoothing only
         n_jobs = 1 if PROBLEMS[name][0] == 1 else 2
@@ -103,7 +106,7 @@ def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration
 
     # build once (compiles stage functions on first use, cached on disk afterwards)
     opts = cc.CEEMOptions(max_iters=max_iters, acceleration=acceleration, n_jobs=n_jobs,
-                          smoother=cc.SmootherOptions(hessian=smoother_hessian),
+                          smoother=cc.SmootherOptions(hessian=smoother_hessian, rho_x=rho_x),
                           learner=cc.LearnerOptions(hessian=learner_hessian))
     t0 = time.perf_counter()
     smoother = cc.Smoother(model, opts.smoother)
@@ -134,7 +137,7 @@ def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration
         "param_rel_err": param_error(model, res.theta, truth), "eps0": eps0,
         "eps": lorenz.dynamics_error(model, res.theta, truth), "peak_rss_mb": peak_rss_mb(),
         "acceleration": acceleration, "n_jobs": n_jobs, "smoother_hessian": smoother_hessian,
-        "learner_hessian": learner_hessian, "trace": trace,
+        "learner_hessian": learner_hessian, "rho_x": rho_x, "trace": trace,
     }
 
 

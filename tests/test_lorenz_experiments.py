@@ -29,3 +29,13 @@ def test_coupled_smoke(tmp_path):
     eps = result["ceem"][0]["eps"]
     assert eps[-1] < eps[0]  # two CE-EM epochs lower the dynamics error
     assert np.isfinite(result["median_final_eps"][2])
+
+
+def test_monotone_report_separates_descent_from_settling():
+    # the descent of a real run (B = 4, seed 0): eps dips to 0.0911 and settles at the fixed point's 0.1003
+    eps = [26.0, 22.06, 9.69, 7.06, 4.46, 1.71, 0.3095, 0.0911, 0.0999, 0.1003, 0.1003]
+    rep = lorenz_coupled.monotone_report(eps)
+    assert rep["monotone_descent"] and not rep["monotone"] and rep["settle_epoch"] == 7
+    assert abs(rep["max_settling_rise"] - (0.0999 - 0.0911) / 0.1003) < 1e-12
+    # a first step that raises eps (29.6 -> 38.8) is not a monotone descent
+    assert not lorenz_coupled.monotone_report([29.6, 38.8, 28.6, 0.42, 0.4215])["monotone_descent"]
