@@ -35,16 +35,20 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None) 
     ekf = EKF(model)
 
     def run(Qc):
-        res = [ekf.run(theta_vec, y, data.inputs(b), x0=x0, Sigma0=Sigma0, Q=Qc, R=R, smooth=True)
-               for b, y in enumerate(data.y)]
+        # the whole forward pass as one CasADi mapaccum (same numbers as the Python loop to
+        # rounding, ~10x faster per step: 466 helicopter trajectories x 500 steps)
+        res = [ekf.run(theta_vec, y, data.inputs(b), x0=x0, Sigma0=Sigma0, Q=Qc, R=R, smooth=True,
+                       engine="casadi") for b, y in enumerate(data.y)]
         return sum(r.loglik for r in res), [r.x_smooth for r in res]
 
     if Q is not None:
         return run(Q)[1]
     best = None
-    for q in Q_CANDIDATES:
+    # candidates below the model's own process noise coincide (e.g. sigma_w = 1): run each once
+    candidates = {tuple(np.maximum(noise.process_std ** 2, q)) for q in Q_CANDIDATES}
+    for Qc in sorted(candidates):
         try:
-            ll, xs = run(np.maximum(noise.process_std ** 2, q))
+            ll, xs = run(np.asarray(Qc))
         except np.linalg.LinAlgError:
             continue
         if np.isfinite(ll) and all(np.all(np.isfinite(x)) for x in xs) and (best is None or ll > best[0]):
