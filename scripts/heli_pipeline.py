@@ -177,10 +177,10 @@ def main(argv=None):
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     a = ap.parse_args(argv)
 
-    def report(stage: str, started: float, extra: str = "") -> None:
+    def report(stage: str, seconds: float, extra: str = "") -> None:
         """One progress line per finished stage on stderr (the full run takes tens of minutes)."""
         if not a.quiet:
-            print(f"[heli] {stage}: {time.perf_counter() - started:.1f} s{extra}", file=sys.stderr, flush=True)
+            print(f"[heli] {stage}: {seconds:.1f} s{extra}", file=sys.stderr, flush=True)
 
     if a.smoke:
         a.epochs, a.lr, a.sid_subsets, a.sid_size, a.nl_train, a.nl_iters = 120, 3e-3, 2, 6, 8, 3
@@ -192,7 +192,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     d = load(a, out)
     synthetic = bool(d.get("synthetic", False))
-    report("data loaded", t0, f" ({'SYNTHETIC stand-in, ' if synthetic else ''}train/valid/test "
+    report("data loaded", time.perf_counter() - t0, f" ({'SYNTHETIC stand-in, ' if synthetic else ''}train/valid/test "
            f"{len(d['train_y'])}/{len(d['valid_y'])}/{len(d['test_y'])} trajectories)")
     y_mean, y_std = d["y_mean"], d["y_std"]
     tr_u, tr_y, va_u, va_y, te_u, te_y = (d[k] for k in ("train_u", "train_y", "valid_u", "valid_y",
@@ -207,7 +207,7 @@ def main(argv=None):
              for s, uu in (("train", tr_u), ("valid", va_u), ("test", te_u))}
     times["naive_s"] = time.perf_counter() - t
     preds = {"naive": npred["test"]}
-    report("naive MLP trained", t)
+    report("naive MLP trained", times["naive_s"])
 
     # H25 -----------------------------------------------------------------------------------------
     if not a.skip_h25:
@@ -218,7 +218,7 @@ def main(argv=None):
         p = h25(cols(history(te_u, H))).T.reshape(te_u.shape[0], -1, 6)
         preds["H25"] = np.concatenate([np.full((te_u.shape[0], H - 1, 6), np.nan), p], axis=1)
         times["h25_s"] = time.perf_counter() - t
-        report("H25 MLP trained", t)
+        report("H25 MLP trained", times["h25_s"])
 
     # SID on the naive residuals --------------------------------------------------------------------
     t = time.perf_counter()
@@ -240,7 +240,7 @@ def main(argv=None):
     sid_rms_all = [rmse(f[2], te_y, y_mean, y_std) for f in sid_fits]
     preds["SID"] = sid_fits[best][2]
     times["sid_s"] = time.perf_counter() - t
-    report(f"SID ({a.sid_subsets} N4SID fits)", t, f", best validation RMSE {sid_fits[best][0]:.4g}")
+    report(f"SID ({a.sid_subsets} N4SID fits)", times["sid_s"], f", best validation RMSE {sid_fits[best][0]:.4g}")
 
     # LSTM on the naive residuals -------------------------------------------------------------------
     if not a.skip_lstm:
@@ -250,7 +250,7 @@ def main(argv=None):
         lstm, lres = train_lstm(tr_u, res["train"], va_u, res["valid"], lopts, a.lstm_stride, a.seed + 2)
         preds["LSTM"] = lstm(te_u) + npred["test"]
         times["lstm_s"] = time.perf_counter() - t
-        report("LSTM trained", t)
+        report("LSTM trained", times["lstm_s"])
         lstm_losses = {"train": lres.train_loss, "valid": lres.valid_loss}
 
     # NL via CE-EM --------------------------------------------------------------------------------
@@ -275,7 +275,7 @@ def main(argv=None):
         preds["NL"] = ekf_predict(ekf, nl_vec, res["test"], te_u, 10) + npred["test"]
         times["nl_s"] = time.perf_counter() - t
         times["nl_per_iteration_s"] = times["nl_s"] / max(1, len(fit.history))
-        report(f"NL via CE-EM ({len(fit.history)} iterations, {fit.status})", t)
+        report(f"NL via CE-EM ({len(fit.history)} iterations, {fit.status})", times["nl_s"])
     times["total_s"] = time.perf_counter() - t0
 
     rms = {k: rmse(p, te_y, y_mean, y_std) for k, p in preds.items()}
