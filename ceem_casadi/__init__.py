@@ -34,6 +34,7 @@ from .model import Noise, StateSpaceModel
 from .modelfile import ModelFileError, SavedModel, load_model, save_model
 from .objective import joint_log_density
 from .options import CEEMOptions, LearnerOptions, SmootherOptions
+from .output_error import OutputErrorOptions, OutputErrorResult, refine_output_error
 from .params import Param, Parameters
 from .simulation import rollout, simulate_output
 from .smoother import Smoother, SmoothResult
@@ -50,4 +51,5 @@ __all__ = [
     "__version__", "ceem", "ceem_checkpointed", "fit_percent", "generate_ekf", "joint_log_density",
     "load_model", "nrmse", "rmse", "save_model", "simulate", "validation_report",
     "Status", "InitialStateResult", "estimate_initial_state", "rollout", "simulate_output",
+    "OutputErrorOptions", "OutputErrorResult", "refine_output_error",
 ]
