@@ -167,7 +167,7 @@ class OutputErrorProblem:
             extra["hess_lag"] = ca.Function("hess_lag", [w, P, lam_f, lam_g], [lam_f * ca.triu(H)],
                                             ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
         self.solver = ca.nlpsol("output_error", "ipopt", {"x": w, "p": P, "f": cost, "g": g},
-                                ipopt_options(options.max_iter, options.tol, **extra))
+                                ipopt_options(options.max_iter, options.tol, show_eval_warnings=False, **extra))
         self.functions = ca.Function("output_error_eval", [w, P], [cost, g])
         self.ng = g.numel()
 
@@ -272,14 +272,20 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
         status = Status.from_ipopt(st["return_status"], time_up=DEADLINE.expired())
     w = np.asarray(sol["x"], float).ravel()
     message = f"IPOPT: {st['return_status']} after {st['iter_count']} iterations"
-    if not np.all(np.isfinite(w)) or not np.isfinite(float(sol["f"])):
-        status, w = Status.SOLVER_FAILED, w0
-        message += "; non-finite iterate, returning the starting point"
-    elif status is Status.SOLVER_FAILED:
-        message += "; returning IPOPT's last iterate"
-    if status is Status.SOLVER_FAILED and options.raise_on_failure:
-        raise SolverError(f"refine_output_error: {message}. {status.advice}")
     cost, g = prob.functions(w, P)
+    gap = float(np.max(np.abs(np.asarray(g)))) if prob.ng else 0.0
+    if not (np.all(np.isfinite(w)) and np.isfinite(float(cost))):
+        status = Status.SOLVER_FAILED
+        message += "; non-finite iterate"
+    if status is Status.SOLVER_FAILED:
+        if options.raise_on_failure:
+            raise SolverError(f"refine_output_error: {message}. {status.advice}")
+        if not (np.isfinite(float(cost)) and float(cost) <= initial_cost and gap <= 1e-6):
+            w = w0  # the failed iterate is no better than the start: keep the last good point
+            cost, g = prob.functions(w, P)
+            message += "; returning the starting point (the last good iterate)"
+        else:
+            message += "; returning IPOPT's last iterate (lower cost than the start, continuity met)"
     out = pv.copy()
     out[free] = w[:free.size]
     nodes = w[free.size:].reshape(n_nodes, model.nx)
