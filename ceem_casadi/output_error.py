@@ -166,8 +166,11 @@ class OutputErrorProblem:
             lam_f, lam_g = ca.MX.sym("lam_f"), ca.MX.sym("lam_g", g.numel())
             extra["hess_lag"] = ca.Function("hess_lag", [w, P, lam_f, lam_g], [lam_f * ca.triu(H)],
                                             ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
+        # adaptive barrier: with bounds and a large-residual Gauss-Newton model the default monotone
+        # strategy crawled (Cascaded Tanks, 11 parameters: 279 iterations, 62 s -> 23, 7.0 s)
         self.solver = ca.nlpsol("output_error", "ipopt", {"x": w, "p": P, "f": cost, "g": g},
-                                ipopt_options(options.max_iter, options.tol, show_eval_warnings=False, **extra))
+                                ipopt_options(options.max_iter, options.tol, show_eval_warnings=False,
+                                              **{"ipopt.mu_strategy": "adaptive"}, **extra))
         self.functions = ca.Function("output_error_eval", [w, P], [cost, g])
         self.ng = g.numel()
 
