@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 import time
 
 import casadi as ca
@@ -60,6 +62,7 @@ class _DeadlineCallback(ca.Callback):
     def __init__(self):
         ca.Callback.__init__(self)
         self.expires: float | None = None
+        self.interrupted = False  # Ctrl-C arrived during a solve run by :func:`solve`
         self.construct("ceem_deadline", {})
 
     def get_n_in(self):
@@ -78,7 +81,7 @@ class _DeadlineCallback(ca.Callback):
         return ca.Sparsity.dense(1, 1) if ca.nlpsol_out(i) == "f" else ca.Sparsity(0, 1)
 
     def eval(self, arg):
-        return [1.0 if self.expired() else 0.0]
+        return [1.0 if self.interrupted or self.expired() else 0.0]
 
     def expired(self) -> bool:
         return self.expires is not None and time.perf_counter() >= self.expires
@@ -100,3 +103,33 @@ def deadline(expires: float | None):
         yield DEADLINE
     finally:
         DEADLINE.expires = previous
+
+
+def solve(solver: ca.Function, **kwargs) -> dict:
+    """``solver(**kwargs)`` such that Ctrl-C stops IPOPT at its next iteration and is then raised.
+
+    A ``KeyboardInterrupt`` raised inside a Python callback during IPOPT is swallowed by CasADi
+    (at best the solve stops with an error status). So, in the main thread, SIGINT only sets a
+    flag during the solve; the deadline callback stops IPOPT on it, and afterwards the previous
+    SIGINT handler is called (by default: ``KeyboardInterrupt`` is raised).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return solver(**kwargs)
+    previous = signal.getsignal(signal.SIGINT)
+    DEADLINE.interrupted = False
+
+    def on_sigint(signum, frame):
+        DEADLINE.interrupted = True
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        out = solver(**kwargs)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if DEADLINE.interrupted:
+        DEADLINE.interrupted = False
+        if callable(previous):
+            previous(signal.SIGINT, None)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+    return out

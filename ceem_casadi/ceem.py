@@ -311,7 +311,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
 
     def time_up() -> bool:
         if DEADLINE.expired():
-            finish(Status.TIME_LIMIT, f"time limit of {options.time_limit:g} s reached after {len(run.history)} "
+            finish(Status.TIME_LIMIT, f"{_limit(options)} reached after {len(run.history)} "
                                       "iterations; returning the last accepted iterate")
             return True
         return False
@@ -360,13 +360,18 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     except _Failure as exc:
         finish("solver_failed", str(exc))
     except _TimeUp as exc:
-        finish(Status.TIME_LIMIT, f"time limit of {options.time_limit:g} s reached: {exc}; returning the "
+        finish(Status.TIME_LIMIT, f"{_limit(options)} reached: {exc}; returning the "
                                   f"last accepted iterate ({len(run.history)} iterations)")
     finally:
         run.step.close()
     if result.status == "solver_failed" and options.raise_on_failure:
         raise SolverError(result.message)
     return result
+
+
+def _limit(options) -> str:
+    """'the time limit of 5 s', or 'the time limit' when the deadline came from an enclosing call."""
+    return "the time limit" if options.time_limit is None else f"the time limit of {options.time_limit:g} s"
 
 
 # IPOPT statuses whose iterate is usable (a step stopped by the iteration limit is still

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
-from ._ipopt import DEADLINE, deadline, ipopt_options
+from ._ipopt import DEADLINE, deadline, ipopt_options, solve
 from .data import Trajectories
 from .errors import NonFiniteError, ShapeError, SolverError
 from .simulation import as_theta_vector, rollout
@@ -100,7 +100,7 @@ class InitialStateSolver:
                                       "give starts= inside the model's domain", 0, 0.0)
         best = starts[int(np.nanargmin(np.where(np.isfinite(costs), costs, np.nan)))]
         t0 = time.perf_counter()
-        sol = self.solver(x0=best, p=P, lbx=lower, ubx=upper)
+        sol = solve(self.solver, x0=best, p=P, lbx=lower, ubx=upper)
         wall = time.perf_counter() - t0
         st = self.solver.stats()
         x0 = np.asarray(sol["x"], float).ravel()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
-from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options
+from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
 from ._linalg import gram
 from .options import LearnerOptions
 from .stages import StageFunctions
@@ -244,7 +244,7 @@ class Learner:
         P = self.parameter_vector(theta_vec, data, xs, rho, weights)
         params = self.model.params
         t0 = time.perf_counter()
-        sol = self.solver(x0=np.asarray(theta_vec)[self.free], p=P,
+        sol = solve(self.solver, x0=np.asarray(theta_vec)[self.free], p=P,
                           lbx=params.lower[self.free], ubx=params.upper[self.free])
         wall = time.perf_counter() - t0
         st = self.solver.stats()

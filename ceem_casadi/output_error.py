@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
-from ._ipopt import DEADLINE, deadline, ipopt_options
+from ._ipopt import DEADLINE, deadline, ipopt_options, solve
 from .data import Trajectories
 from .errors import ShapeError, SolverError
 from .initial_state import estimate_initial_state
@@ -326,7 +326,7 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
         lbx = np.concatenate([model.params.lower[free], np.tile(lo, n_nodes)])
         ubx = np.concatenate([model.params.upper[free], np.tile(hi, n_nodes)])
         initial_cost = float(prob.functions(w0, P)[0])
-        sol = prob.solver(x0=w0, p=P, lbx=lbx, ubx=ubx, lbg=0.0, ubg=0.0)
+        sol = solve(prob.solver, x0=w0, p=P, lbx=lbx, ubx=ubx, lbg=0.0, ubg=0.0)
         st = prob.solver.stats()
         status = Status.from_ipopt(st["return_status"], time_up=DEADLINE.expired())
     w = np.asarray(sol["x"], float).ravel()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
-from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options
+from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
 from .options import SmootherOptions
 from .stages import StageFunctions
 
@@ -155,7 +155,7 @@ class TrajectorySmoother:
         rho = self.options.rho_x if rho_x is None else rho_x
         P = self.parameter_vector(model, pvec, y, u, x_init, rho)
         t0 = time.perf_counter()
-        sol = self.solver(x0=x_init.ravel(), p=P, lbx=self._lbx, ubx=self._ubx)
+        sol = solve(self.solver, x0=x_init.ravel(), p=P, lbx=self._lbx, ubx=self._ubx)
         wall = time.perf_counter() - t0
         st = self.solver.stats()
         x = np.asarray(sol["x"]).reshape(self.T, self.nx)

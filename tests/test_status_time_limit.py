@@ -92,3 +92,25 @@ def test_time_limit_inside_a_solve_discards_the_interrupted_step(lorenz_fit):
     assert res.J == res.history[-1].J
     assert all(np.array_equal(res.theta[k], res.history[-1].theta[k]) for k in theta0)
     assert _ipopt.DEADLINE.expires is None
+
+
+def test_ctrl_c_during_an_ipopt_solve_stops_it_and_raises_keyboard_interrupt():
+    """CasADi swallows a KeyboardInterrupt raised inside IPOPT's Python callbacks; _ipopt.solve
+    turns SIGINT into a flag that stops the solve, then raises KeyboardInterrupt after it."""
+    import os
+    import signal
+    import threading
+
+    import casadi as ca
+
+    n = 2000
+    x = ca.MX.sym("x", n)
+    solver = ca.nlpsol("s", "ipopt", {"x": x, "f": ca.sumsqr(ca.sin(x) - 0.5) + ca.sumsqr(x[1:] - x[:-1] ** 2)},
+                       _ipopt.ipopt_options(100000, 1e-30))
+    threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        while time.perf_counter() - t0 < 30:
+            _ipopt.solve(solver, x0=np.full(n, 3.0))
+    assert time.perf_counter() - t0 < 25 and not _ipopt.DEADLINE.interrupted
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
