@@ -76,9 +76,10 @@ class InitialStateSolver:
                                 ipopt_options(max_iter, tol, hess_lag=hess_lag, show_eval_warnings=False))
         self.cost = ca.Function("x0_cost", [x0, P], [cost])
 
-    def parameter(self, pv, y, u, use_prior: bool = True) -> np.ndarray:
-        """The NLP parameter vector of theta (np,), y (>= k, ny) and u (>= k, nu)."""
-        model, k = self.model, self.window
+    def parameter(self, model, pv, y, u, use_prior: bool = True) -> np.ndarray:
+        """The NLP parameter vector of theta (np,), y (>= k, ny) and u (>= k, nu); the weights and
+        the prior come from ``model`` (the built structure is shared with its ``with_noise`` copies)."""
+        k = self.window
         y, u = y[:k], u[:k]
         mask = np.isfinite(y)
         noise = model.noise
@@ -88,9 +89,9 @@ class InitialStateSolver:
         return np.concatenate([pv, u.ravel(), np.where(mask, y, 0.0).ravel(), mask.ravel().astype(float),
                                1.0 / noise.measurement_std, mu1, w1])
 
-    def solve(self, pv, y, u, starts: np.ndarray, lower, upper, use_prior: bool = True) -> InitialStateResult:
+    def solve(self, model, pv, y, u, starts: np.ndarray, lower, upper, use_prior: bool = True) -> InitialStateResult:
         """Solve from the best of ``starts`` (S, nx) (lowest finite cost; clipped into the bounds)."""
-        P = self.parameter(pv, y, u, use_prior)
+        P = self.parameter(model, pv, y, u, use_prior)
         starts = np.clip(starts, lower, upper)
         with np.errstate(all="ignore"):
             costs = np.array([float(self.cost(s, P)) for s in starts])
@@ -237,7 +238,7 @@ def estimate_initial_state(model, theta, y, u=None, *, window: int | None = None
     results = []
     with deadline(expires):
         for b, (yb, ub) in enumerate(zip(ys, us)):
-            results.append(solver.solve(pv, yb, ub, np.vstack([init[b], extra]), lower, upper, use_prior))
+            results.append(solver.solve(model, pv, yb, ub, np.vstack([init[b], extra]), lower, upper, use_prior))
     if full_output:
         return results[0] if single else results
     bad = [b for b, r in enumerate(results) if r.status == Status.SOLVER_FAILED]

@@ -230,9 +230,9 @@ class OutputErrorProblem:
         self.functions = ca.Function("output_error_eval", [w, P], [cost, g])
         self.ng = g.numel()
 
-    def parameter(self, pv, data: Trajectories, use_prior: bool) -> np.ndarray:
-        """The NLP parameter vector: base parameters, the data in segment order, weights, prior."""
-        model = self.model
+    def parameter(self, model, pv, data: Trajectories, use_prior: bool) -> np.ndarray:
+        """The NLP parameter vector: base parameters, the data in segment order, weights, prior
+        (weights from ``model``: the structure is shared with its ``with_noise`` copies)."""
         base = np.asarray(pv, float).copy()
         base[self.free] = 0.0
         U, Y = [], []
@@ -249,15 +249,15 @@ class OutputErrorProblem:
                     iv=1.0 / model.noise.measurement_std, mu=mean[self.free], wp=wp[self.free])
         return np.concatenate([np.asarray(vals[k], float).ravel(order="F") for k in self._names])
 
-    def nodes(self, pv, data: Trajectories, x0: np.ndarray) -> np.ndarray:
+    def nodes(self, model, pv, data: Trajectories, x0: np.ndarray) -> np.ndarray:
         """Initial node states (nx, n_nodes): the free run from x0 sampled at the nodes, else
         (where it is not finite) the EKF/RTS smoothed states."""
         from .initialise import eks_states
 
-        runs = [run(self.model, pv, x0[b], data.inputs(b))[1] for b in range(len(data))]
+        runs = [run(model, pv, x0[b], data.inputs(b))[1] for b in range(len(data))]
         for b, x in enumerate(runs):
             if not np.all(np.isfinite(x)):
-                runs[b] = eks_states(self.model, pv, data[b])[0]
+                runs[b] = eks_states(model, pv, data[b])[0]
                 runs[b][0] = x0[b]
         return np.array([runs[b][s0] for b, s0, _, _ in self.segs]).T
 
@@ -320,8 +320,8 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
             raise ShapeError(f"x0: expected finite initial states ({len(data)}, {model.nx}), got {x0.shape}")
         prob = problem_for(model, data.lengths, None if shooting is None else int(shooting), options)
         free = prob.free
-        P = prob.parameter(pv, data, options.use_prior)
-        w0 = np.concatenate([pv[free], np.clip(prob.nodes(pv, data, x0), lo[:, None], hi[:, None]).ravel(order="F")])
+        P = prob.parameter(model, pv, data, options.use_prior)
+        w0 = np.concatenate([pv[free], np.clip(prob.nodes(model, pv, data, x0), lo[:, None], hi[:, None]).ravel(order="F")])
         n_nodes = len(prob.segs)
         lbx = np.concatenate([model.params.lower[free], np.tile(lo, n_nodes)])
         ubx = np.concatenate([model.params.upper[free], np.tile(hi, n_nodes)])

@@ -115,7 +115,8 @@ def test_initial_state_with_prior_and_bounds_against_scipy():
     model, theta, data, _ = _linear()
     k = 8
     mean, std = np.array([0.5, -0.3, 0.2]), np.array([0.3, 1.0, 0.05])
-    with_prior = model.with_noise(x1_mean=mean, x1_std=std)
+    cc.estimate_initial_state(model, theta, data.y[0], data.u[0], window=k)  # solver cached on model ...
+    with_prior = model.with_noise(x1_mean=mean, x1_std=std)  # ... and shared with this copy
     got = cc.estimate_initial_state(with_prior, theta, data.y[0], data.u[0], window=k)
     G, r = _lstsq_x0(model, theta, data.y[0], data.u[0], k, prior=(mean, std))
     np.testing.assert_allclose(got, np.linalg.lstsq(G, r, rcond=None)[0], atol=1e-8)
