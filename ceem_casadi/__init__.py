@@ -13,6 +13,10 @@ Public API::
     generate_ekf                      C99 EKF predictor of a learned model
     baselines                         EKF/RTS, Kalman, N4SID, particle filter/FFBSi/particle EM
     load_cascaded_tanks, load_silverbox  real benchmark data (checksummed, official splits)
+    simulate_output, rollout          noise-free free run (rollout Function cached per (model, T))
+    estimate_initial_state            least-squares initial state from the first samples (IPOPT)
+    refine_output_error               output-error (simulation-error) identification, single/multiple shooting
+    Status                            result status (a str enum with advice), shared by every fit
 """
 from .ceem import CEEMResult, IterationRecord, ceem
 from .checkpoint import CheckpointError, ceem_checkpointed
