@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._threads import blas_threads
+from ._workers import die_with_parent
 from .data import Trajectories
 from .errors import SolverError
 from .initialise import check_states, eks_states
@@ -94,7 +96,9 @@ class CEEMResult:
 _WORKER: dict = {}
 
 
-def _worker_init(model, smoother_options):
+def _worker_init(model, smoother_options, parent_pid=None):
+    if parent_pid is not None:
+        die_with_parent(parent_pid)  # no orphaned workers when the fit is killed
     _WORKER["smoother"] = Smoother(model, smoother_options)
 
 
@@ -112,7 +116,7 @@ class _SmoothingStep:
         if n_jobs > 1:
             ctx = multiprocessing.get_context("fork")
             self.pool = ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_worker_init,
-                                            initargs=(smoother.model, smoother.options))
+                                            initargs=(smoother.model, smoother.options, os.getpid()))
 
     def __call__(self, theta_vec, data, xs):
         if self.pool is None:
@@ -334,7 +338,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     finally:
         run.step.close()
     if result.status == "solver_failed" and options.raise_on_failure:
-        raise SolverError(result.message)
+        raise SolverError(result.message, result)
     return result
 
 

@@ -63,13 +63,50 @@ class ModelSourceError(CeemError, ImportError):
 
 
 # --- model source references -----------------------------------------------------------
-def load_factory(ref: str):
-    """The callable named by ``"package.module:factory"`` (imported)."""
-    if not isinstance(ref, str) or ref.count(":") != 1 or not all(ref.split(":")):
-        raise ModelSourceError(f"model reference must look like 'package.module:factory', got {ref!r}")
-    mod_name, attr = ref.split(":")
+def _is_file_ref(module_part: str) -> bool:
+    return module_part.endswith(".py") or "/" in module_part or os.sep in module_part
+
+
+def _import_file(file: str, ref: str):
+    """Import the Python file ``file`` as a module (a fresh module named after its absolute path)."""
+    import importlib.util
+    import sys
+
+    path = Path(file).expanduser().resolve()
+    if not path.is_file():
+        raise ModelSourceError(f"model {ref!r}: no such file {str(path)!r} (paths are relative to the working "
+                               f"directory {os.getcwd()!r})")
+    name = "_ceem_model_" + hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module           # dataclasses and pickling look the module up by name
+    sys.path.insert(0, str(path.parent))  # the file may import its neighbours
     try:
-        module = importlib.import_module(mod_name)
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
+def load_factory(ref: str):
+    """The callable named by ``"package.module:factory"`` (imported) or ``"path/to/file.py:factory"``
+    (the file is executed as a module; relative paths are relative to the working directory)."""
+    if not isinstance(ref, str) or ":" not in ref or not all(ref.rsplit(":", 1)):
+        raise ModelSourceError(f"model reference must look like 'package.module:factory' or "
+                               f"'path/to/file.py:factory', got {ref!r}")
+    mod_name, attr = ref.rsplit(":", 1)
+    if not _is_file_ref(mod_name) and ":" in mod_name:
+        raise ModelSourceError(f"model reference must look like 'package.module:factory' or "
+                               f"'path/to/file.py:factory', got {ref!r}")
+    try:
+        module = _import_file(mod_name, ref) if _is_file_ref(mod_name) else importlib.import_module(mod_name)
+    except ModelSourceError:
+        raise
     except Exception as exc:  # any import-time failure of user code
         raise ModelSourceError(f"cannot import module {mod_name!r} of model {ref!r}: "
                                f"{type(exc).__name__}: {exc}") from exc
