@@ -44,7 +44,9 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message):  # one line instead of usage + message
-        raise UsageError(f"{message} (see {self.prog} --help)")
+        exc = UsageError(f"{message} (see {self.prog} --help)")
+        exc.where = self.prog
+        raise exc
 
 
 def _data_from_args(args, model):
@@ -361,7 +363,7 @@ def main(argv=None) -> int:
                             format="%(levelname)s %(name)s: %(message)s")
         return int(args.func(args))
     except (UsageError, CeemError, OSError) as exc:
-        where = f"{PROG} {command}" if command else PROG
+        where = f"{PROG} {command}" if command else getattr(exc, "where", PROG)
         msg = " ".join(str(exc).split()) or type(exc).__name__
         if getattr(exc, "cause", None):  # a library error with API advice: give the CLI's instead
             msg = f"{exc.cause}; try a --theta0 closer to the truth or a larger process_std in --model-kwargs"
