@@ -463,9 +463,9 @@ def load_model(path, *, trust_source: bool = False, check_source: bool = True, r
         if check_source and not (_same_function(model.f, stored.f, model.nx, model.nu, theta_vec.size, theta_vec)
                                  and _same_function(model.g, stored.g, model.nx, model.nu, theta_vec.size, theta_vec)):
             raise ModelFileError(f"{path}: the model built by {source} computes different values than the "
-                                 f"saved one (the source changed since the file was written); load with "
-                                 f"check_source=False to use it anyway, or without trust_source to use the saved "
-                                 f"functions")
+                                 f"saved one (the source changed since the file was written); load without "
+                                 f"trust_source (CLI: drop --trust-source) to use the saved functions, or with "
+                                 f"check_source=False to use the changed source anyway")
         model = model.with_noise(**{k: getattr(noise, k) for k in _NOISE_FIELDS})
     elif meta["format_version"] < 2:
         raise ModelFileError(f"{path}: a format-{meta['format_version']} file without a model source cannot be loaded")
