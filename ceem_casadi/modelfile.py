@@ -404,7 +404,7 @@ def _model_from_graphs(path, meta: dict, arrays: dict, noise, theta_vec):
         model = StateSpaceModel.from_functions(f, g, params=params, dt=meta.get("dt"), rhs=rhs,
                                                name=meta.get("model_name", "model"),
                                                **{k: getattr(noise, k) for k in _NOISE_FIELDS})
-    except (CeemError, ValueError, TypeError, KeyError) as exc:
+    except (CeemError, ValueError, TypeError, KeyError, IndexError, RuntimeError) as exc:
         raise ModelFileError(f"{path}: the stored model functions are not a valid expression graph ({exc}); "
                              f"refusing to load it") from None
     if (model.nx, model.nu, model.ny) != (meta["nx"], meta["nu"], meta["ny"]):
