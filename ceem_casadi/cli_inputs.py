@@ -271,10 +271,10 @@ def load_data(paths, model, *, outputs=None, inputs=None, trajectory_column=None
 # --- model, options ----------------------------------------------------------------------------------
 def model_ref(ref: str) -> str:
     """``--model`` with a file path made absolute (so that a model file names it from anywhere)."""
-    from .modelfile import _is_file_ref
+    from .modelsource import is_file_ref
 
     module, sep, attr = ref.rpartition(":")
-    if sep and _is_file_ref(module):
+    if sep and is_file_ref(module):
         return f"{Path(module).expanduser().resolve()}:{attr}"
     return ref
 
