@@ -111,6 +111,12 @@ def test_graph_with_foreign_operation_refused(saved, tmp_path):
 
     with pytest.raises(ModelFileError, match="out of range"):
         load_model(_craft(path, tmp_path / "range.npz", out_of_range))
+    # and on the way in: a model whose f calls another Function (here MX) is not stored at all
+    model = load_model(path).model
+    x, u, pv = ca.MX.sym("x", 3), ca.MX.sym("u", 0), ca.MX.sym("p", 3)
+    mx_f = ca.Function("f", [x, u, pv], [model.f(x, u, pv)], ["x", "u", "p"], ["x_next"])
+    with pytest.raises(ModelFileError, match="MXFunction, not an SXFunction"):
+        save_model(tmp_path / "mx.npz", cc.StateSpaceModel.from_functions(mx_f, model.g, params=model.params), THETA)
 
 
 @pytest.mark.skipif(compiler() is None, reason="needs a C compiler to build the External library")
