@@ -5,6 +5,9 @@ own copy of the pipe, so it never reads end-of-file): after ``kill -9`` of a fit
 would live on with parent pid 1. :func:`die_with_parent`, called first in each worker, asks the
 Linux kernel to send SIGKILL when the parent dies (``prctl(PR_SET_PDEATHSIG)``) and, on every
 platform, starts a daemon thread that exits the worker once ``os.getppid()`` changes.
+
+The kernel's parent-death signal fires when the *thread* that forked the worker ends: the pool
+must be created and closed by the same thread (``ceem`` does both inside one call).
 """
 from __future__ import annotations
 
