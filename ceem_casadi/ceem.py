@@ -147,7 +147,7 @@ class _EMRun:
     def __init__(self, model, data, options, smoother, learner, callback):
         self.model, self.data, self.options = model, data, options
         self.smoother, self.learner, self.callback = smoother, learner, callback
-        self.step = _SmoothingStep(smoother, options.n_jobs)
+        self.step = _SmoothingStep(smoother, min(options.n_jobs, len(data)))  # idle workers help nobody
         self.history: list[IterationRecord] = []
         self.stop_requested = False
 

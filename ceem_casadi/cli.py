@@ -109,6 +109,9 @@ def cmd_evaluate(args) -> int:
     if args.skip >= min(data.lengths):
         raise UsageError(f"--skip: expected fewer than {min(data.lengths)} samples (the shortest trajectory), "
                          f"got {args.skip}")
+    if ks and max(ks) >= min(data.lengths) - args.skip:
+        raise UsageError(f"--k: expected horizons below {min(data.lengths) - args.skip} (samples of the shortest "
+                         f"trajectory after --skip), got {max(ks)}")
     pv = model.theta_vector(theta)
     x0 = initial_states(model, pv, data, args.x0)
     try:

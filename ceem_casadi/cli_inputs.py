@@ -331,6 +331,11 @@ def build_options(config: str | None, args):
     if getattr(args, "no_prior", False):
         mapping.setdefault("learner", {})["use_prior"] = False
     try:
-        return CEEMOptions.from_mapping(mapping)
+        options = CEEMOptions.from_mapping(mapping)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"invalid options: {exc}") from None
+    cores = os.cpu_count() or 1
+    if options.n_jobs > 4 * cores:
+        raise UsageError(f"n_jobs = {options.n_jobs}: this machine has {cores} cores; more than {4 * cores} "
+                         f"processes only slow the fit down (give --n-jobs {cores})")
+    return options

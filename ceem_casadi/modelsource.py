@@ -63,7 +63,7 @@ def load_factory(ref: str):
         module = _import_file(mod_name, ref) if is_file_ref(mod_name) else importlib.import_module(mod_name)
     except ModelSourceError:
         raise
-    except Exception as exc:  # any import-time failure of user code
+    except (Exception, SystemExit) as exc:  # any import-time failure of user code (even sys.exit)
         raise ModelSourceError(f"cannot import module {mod_name!r} of model {ref!r}: "
                                f"{type(exc).__name__}: {exc}") from exc
     obj = module
@@ -81,7 +81,7 @@ def build_model(ref: str, kwargs: dict | None = None):
     factory = load_factory(ref)
     try:
         model = factory(**(kwargs or {}))
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise ModelSourceError(f"model factory {ref!r}({kwargs or {}}) failed: {type(exc).__name__}: {exc}") from exc
     for attr in ("f", "g", "nx", "ny", "nu", "params", "noise"):
         if not hasattr(model, attr):

@@ -26,6 +26,9 @@ LINEAR = textwrap.dedent('''
         return cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + p.b * u, lambda x, u, p: x,
                                                 nx=1, nu=1, params=params, process_std=0.1,
                                                 measurement_std=0.1, x1_mean=0.0, x1_std=1.0, dt=0.1)
+
+    def leave():
+        raise SystemExit(3)
 ''')
 
 
@@ -81,6 +84,8 @@ CASES = [   # (argv, words that the one-line message must contain)
     ([*FIT, "--config", "bool_jobs.toml", "--out", "o12.npz"], ["n_jobs", "integer"]),
     ([*FIT, "--config", "missing.toml", "--out", "o13.npz"], ["--config", "missing.toml"]),
     ([*FIT, "--n-jobs", "0", "--out", "o14.npz"], ["n_jobs", ">= 1"]),
+    ([*FIT, "--n-jobs", "100000", "--out", "o14b.npz"], ["n_jobs", "cores", "--n-jobs"]),
+    ([*FIT, "--model", "mymodel.py:leave", "--out", "o14c.npz"], ["SystemExit", "mymodel.py:leave"]),
     ([*FIT, "--rho-x", "nan", "--out", "o15.npz"], ["rho_x"]),
     ([*FIT, "--tol", "inf", "--out", "o16.npz"], ["tol", "finite"]),
     ([*FIT, "--max-iters", "1.5", "--out", "o17.npz"], ["--max-iters", "invalid int"]),
@@ -104,6 +109,7 @@ CASES = [   # (argv, words that the one-line message must contain)
     ([*SIM, "--theta", '{"b": "x"}'], ["--theta", "'b'"]),
     ([*EVAL, "--k", "0"], ["--k", ">= 1"]),
     ([*EVAL, "--k", "1,,x"], ["--k"]),
+    ([*EVAL, "--k", "1,40"], ["--k", "below 40"]),
     ([*EVAL, "--skip", "-1"], ["--skip", ">= 0"]),
     ([*EVAL, "--skip", "1000"], ["--skip", "fewer than 40"]),
     ([*EVAL, "--x0", "[1, 2, 3]"], ["--x0"]),
