@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -25,6 +26,7 @@ import numpy as np
 
 from ._ipopt import DEADLINE, deadline
 from ._threads import blas_threads
+from ._workers import die_with_parent
 from .data import Trajectories
 from .errors import SolverError
 from .initialise import check_states, eks_states
@@ -98,7 +100,9 @@ class CEEMResult:
 _WORKER: dict = {}
 
 
-def _worker_init(model, smoother_options):
+def _worker_init(model, smoother_options, parent_pid=None):
+    if parent_pid is not None:
+        die_with_parent(parent_pid)  # no orphaned workers when the fit is killed
     _WORKER["smoother"] = Smoother(model, smoother_options)
 
 
@@ -116,7 +120,7 @@ class _SmoothingStep:
         if n_jobs > 1:
             ctx = multiprocessing.get_context("fork")
             self.pool = ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_worker_init,
-                                            initargs=(smoother.model, smoother.options))
+                                            initargs=(smoother.model, smoother.options, os.getpid()))
 
     def __call__(self, theta_vec, data, xs):
         if self.pool is None:
@@ -154,7 +158,7 @@ class _EMRun:
     def __init__(self, model, data, options, smoother, learner, callback):
         self.model, self.data, self.options = model, data, options
         self.smoother, self.learner, self.callback = smoother, learner, callback
-        self.step = _SmoothingStep(smoother, options.n_jobs)
+        self.step = _SmoothingStep(smoother, min(options.n_jobs, len(data)))  # idle workers help nobody
         self.history: list[IterationRecord] = []
         self.stop_requested = False
 
@@ -365,7 +369,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     finally:
         run.step.close()
     if result.status == "solver_failed" and options.raise_on_failure:
-        raise SolverError(result.message)
+        raise SolverError(result.message, result)
     return result
 
 

@@ -14,6 +14,8 @@ from .errors import NonFiniteError, ShapeError
 from .params import Theta
 from .simulation import noisy_rollout, run
 
+MAX_MAGNITUDE = 1e150   # |y| above this overflows when squared (1e308): refused with a clear message
+
 
 def _as_list(a, name: str) -> list[np.ndarray]:
     if isinstance(a, np.ndarray):
@@ -61,6 +63,10 @@ class Trajectories:
                 raise ShapeError(f"y[{i}]: expected at least 2 time steps, got {yi.shape[0]}")
             if np.any(np.isinf(yi)):
                 raise NonFiniteError(f"y[{i}] contains inf; use NaN for missing observations")
+            big = np.nanmax(np.abs(yi), initial=0.0)
+            if big > MAX_MAGNITUDE:
+                raise NonFiniteError(f"y[{i}]: data magnitude {big:.3g} is beyond {MAX_MAGNITUDE:.0e}, where squares "
+                                     f"overflow double precision; rescale the outputs (e.g. to unit variance)")
         us = None
         if u is not None:
             us = _as_list(u, "u")

@@ -31,4 +31,12 @@ class ModelError(CeemError, ValueError):
 
 
 class SolverError(CeemError, RuntimeError):
-    """A numerical solver failed and the caller asked for an exception."""
+    """A numerical solver failed and the caller asked for an exception.
+
+    ``result`` holds the outcome up to the failure (e.g. the :class:`~ceem_casadi.CEEMResult`
+    with the last good iterate), or None.
+    """
+
+    def __init__(self, message: str = "", result=None):
+        super().__init__(message)
+        self.result = result

@@ -56,9 +56,37 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
         if np.isfinite(ll) and all(np.all(np.isfinite(x)) for x in xs) and (best is None or ll > best[0]):
             best = (ll, xs)
     if best is None:
-        raise NonFiniteError("initial states: the EKF diverged for every process-noise level "
-                             f"{Q_CANDIDATES}; pass x_init (list of (T_b, nx) arrays) to ceem()")
+        cause = _nonfinite_model(ekf, model, theta_vec, data, x0, Sigma0, R) or \
+            f"initial states: the EKF diverged for every process-noise level {Q_CANDIDATES}"
+        err = NonFiniteError(f"{cause}; start from parameters closer to the truth, or pass x_init (list of "
+                             f"(T_b, nx) arrays) to ceem()")
+        err.cause = cause  # the first part, without the API advice (the CLI gives its own)
+        raise err
     return best[1]
+
+
+def _nonfinite_model(ekf, model, theta_vec, data, x0, Sigma0, R) -> str | None:
+    """The first point where the model's f or g gives NaN/inf along the EKF's filtered states
+    (with the largest candidate process noise), as a message; None when none is found."""
+    Q = np.maximum(model.noise.process_std ** 2, Q_CANDIDATES[-1])
+    for b, y in enumerate(data.y):
+        u = data.inputs(b)
+        try:
+            xf = ekf.run(theta_vec, y, u, x0=x0, Sigma0=Sigma0, Q=Q, R=R, smooth=False).x_filt
+        except (np.linalg.LinAlgError, ValueError, RuntimeError):
+            xf = np.empty((0, model.nx))
+        points = [np.asarray(x0, float)] + [x for x in xf if np.all(np.isfinite(x))]
+        for t, x in enumerate(points):
+            ut = u[max(t - 1, 0)]
+            for fun in (model.f, model.g):
+                with np.errstate(all="ignore"):
+                    val = np.asarray(fun(x, ut, theta_vec)).ravel()
+                if not np.all(np.isfinite(val)):
+                    return (f"non-finite model output: {fun.name()}(x, u, p) = {np.round(val, 6).tolist()} at "
+                            f"x = {np.round(x, 6).tolist()} (trajectory {b}, step {t}, p = "
+                            f"{np.round(theta_vec, 6).tolist()}): the EKF that initialises the states cannot "
+                            f"continue; make the model finite there")
+    return None
 
 
 def check_states(model, data, xs) -> list[np.ndarray]:

@@ -162,6 +162,30 @@ class StateSpaceModel:
         """Discrete-time model ``x[t+1] = step(x[t], u[t], p)``."""
         return cls(step, observe, nx=nx, nu=nu, params=params, **kwargs)
 
+    @classmethod
+    def from_functions(cls, f: ca.Function, g: ca.Function, *, params: Parameters | None = None,
+                       dt: float | None = None, rhs: ca.Function | None = None, name: str = "model",
+                       process_std=1.0, measurement_std=1.0, x1_mean=None, x1_std=None) -> StateSpaceModel:
+        """Model from ready CasADi Functions ``f(x, u, p) -> x_next`` and ``g(x, u, p) -> y``
+        (inputs dense columns of nx, nu and ``params.size`` entries), e.g. rebuilt from a model file."""
+        params = params if params is not None else Parameters()
+        nx, nu = f.nnz_in(0), f.nnz_in(1)
+        for fun, n_out in ((f, nx), (g, None), (rhs, nx)):
+            if fun is None:
+                continue
+            sizes = [fun.nnz_in(i) for i in range(fun.n_in())]
+            if sizes != [nx, nu, params.size] or fun.n_out() != 1 or fun.size2_out(0) != 1 or \
+                    (n_out is not None and fun.size1_out(0) != n_out):
+                raise ModelError(f"{fun.name()}: expected inputs of sizes (nx, nu, np) = {(nx, nu, params.size)} "
+                                 f"and one column output, got inputs {sizes} and output {fun.size_out(0)}")
+        new = object.__new__(cls)
+        new.nx, new.nu, new.ny, new.params, new.name = nx, nu, g.size1_out(0), params, name
+        new.dt = None if dt is None else float(dt)
+        new.f, new.g, new.rhs = f, g, rhs
+        new.noise = Noise(np.ones(nx), np.ones(new.ny))
+        return new.with_noise(process_std=process_std, measurement_std=measurement_std, x1_mean=x1_mean,
+                              x1_std=x1_std)
+
     # ------------------------------------------------------------------------------
     def theta_vector(self, theta: Theta) -> np.ndarray:
         """Validated flat parameter vector of a theta dict."""

@@ -1,29 +1,34 @@
-"""Save and load identified models: open formats, integrity-checked, never pickle.
+"""Save and load identified models: open formats, integrity-checked, never pickle, never code.
 
 A model file is a NumPy ``.npz`` archive (a zip of ``.npy`` arrays, read with
 ``allow_pickle=False``) holding
 
 * ``__meta__``: UTF-8 JSON (as a uint8 array) with the format name and version, the library and
-  CasADi versions, the model source reference ``package.module:factory`` and its keyword
-  arguments, the theta names/shapes, the noise settings, the fit options, a description of the
-  data, the iteration history and free-form user metadata;
+  CasADi versions, the model source reference ``package.module:factory`` (or
+  ``path/to/file.py:factory``) and its keyword arguments, the parameter declarations (names,
+  shapes, initial values, bounds, free masks, priors), the noise settings, the fit options, a
+  description of the data, the iteration history and free-form user metadata;
 * ``theta``: the flat parameter vector; ``noise/<field>``: noise arrays; ``extra/<name>``:
   user arrays (e.g. initial states);
-* ``casadi/f``, ``casadi/g``: the model functions serialised by CasADi (``Function.serialize``),
-  so that a file can be used without the model's source (:func:`load_model` with
-  ``rebuild=False``) and so that a changed model source is detected on load.
+* ``sx/f/*``, ``sx/g/*`` (and ``sx/rhs/*``): the model functions as plain expression graphs
+  (:mod:`ceem_casadi.sxgraph`: instruction rows of elementary operations on x, u, p).
 
 The JSON holds ``sha256``, the SHA-256 over the canonical JSON (without that field) and every
 array's name, dtype, shape and bytes: a corrupted or edited file is refused with
 :class:`ModelFileError`. The digest protects against corruption and accidental edits, not
-against a forger who recomputes it. Loading with ``rebuild=True`` imports and calls the
-factory named in the file (that is, runs code): load only files from sources you trust.
+against a forger who recomputes it.
+
+Trust model: by default :func:`load_model` runs no code from the file. It rebuilds the model
+from the stored expression graphs (a whitelist of arithmetic operations; calls to other
+Functions, CasADi's own deserialiser, ``External`` libraries and imports are never used), so
+a crafted file can at worst give a wrong model, not run a command. The factory named in the
+file is imported and called only with ``trust_source=True`` (CLI ``--trust-source``): only for
+files you made. Files of format 1 (before expression graphs were stored) need that opt-in.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import importlib
 import io
 import json
 import logging
@@ -32,61 +37,25 @@ import tempfile
 import zipfile
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import casadi as ca
 import numpy as np
 
-from .errors import CeemError, ShapeError
+from . import sxgraph
+from .errors import CeemError
+from .modelsource import ModelSourceError, build_model, is_file_ref, load_factory  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
 
 FORMAT = "ceem_casadi.model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _NOISE_FIELDS = ("process_std", "measurement_std", "x1_mean", "x1_std")
 
 
 class ModelFileError(CeemError, ValueError):
     """A model file is corrupted, edited, from a newer format version, or its model source
     cannot be rebuilt."""
-
-
-class ModelSourceError(CeemError, ImportError):
-    """A ``package.module:factory`` reference does not import or does not build a model."""
-
-
-# --- model source references -----------------------------------------------------------
-def load_factory(ref: str):
-    """The callable named by ``"package.module:factory"`` (imported)."""
-    if not isinstance(ref, str) or ref.count(":") != 1 or not all(ref.split(":")):
-        raise ModelSourceError(f"model reference must look like 'package.module:factory', got {ref!r}")
-    mod_name, attr = ref.split(":")
-    try:
-        module = importlib.import_module(mod_name)
-    except Exception as exc:  # any import-time failure of user code
-        raise ModelSourceError(f"cannot import module {mod_name!r} of model {ref!r}: "
-                               f"{type(exc).__name__}: {exc}") from exc
-    obj = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ModelSourceError(f"module {mod_name!r} has no attribute {attr!r} (model {ref!r})")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ModelSourceError(f"{ref!r} is not callable")
-    return obj
-
-
-def build_model(ref: str, kwargs: dict | None = None):
-    """Call the factory ``ref`` with ``kwargs`` and check that it returns a state-space model."""
-    factory = load_factory(ref)
-    try:
-        model = factory(**(kwargs or {}))
-    except Exception as exc:
-        raise ModelSourceError(f"model factory {ref!r}({kwargs or {}}) failed: {type(exc).__name__}: {exc}") from exc
-    for attr in ("f", "g", "nx", "ny", "nu", "params", "noise"):
-        if not hasattr(model, attr):
-            raise ModelSourceError(f"model factory {ref!r} returned {type(model).__name__}, "
-                                   f"not a StateSpaceModel (no attribute {attr!r})")
-    return model
 
 
 # --- JSON helpers -------------------------------------------------------------------------
@@ -214,9 +183,10 @@ def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict,
 class SavedModel:
     """An identified model loaded from a file.
 
-    model : the rebuilt :class:`~ceem_casadi.StateSpaceModel` (or, with ``rebuild=False``, a
-        :class:`SerializedModel` built from the stored CasADi Functions); its noise settings are
-        those saved. theta : dict name -> array. source, kwargs : the model factory reference.
+    model : the :class:`~ceem_casadi.StateSpaceModel`, rebuilt from the stored expression graphs
+        (or, with ``trust_source=True``, by its factory); its noise settings are those saved.
+    theta : dict name -> array. source, kwargs : the model factory reference (text only unless
+        loaded with ``trust_source=True``).
     meta : the whole JSON metadata (options, data, history, versions, user metadata).
     extra : user arrays saved with the model.
     """
@@ -257,33 +227,6 @@ class SavedModel:
         return EKF(m).run(self.theta_vector, y, u, x0=x0, Sigma0=Sigma0, Q=Q, R=R, engine=engine)
 
 
-class SerializedModel:
-    """Minimal model (``f``, ``g``, sizes, noise, parameter names) from stored CasADi Functions."""
-
-    def __init__(self, f: ca.Function, g: ca.Function, noise, meta: dict):
-        from types import SimpleNamespace
-
-        self.f, self.g, self.noise = f, g, noise
-        self.nx, self.nu, self.ny = int(meta["nx"]), int(meta["nu"]), int(meta["ny"])
-        self.dt, self.name, self.rhs = meta.get("dt"), meta.get("model_name", "model"), None
-        self.params = SimpleNamespace(size=int(sum(int(np.prod(s)) for s in meta["theta_shapes"])),
-                                      names=list(meta["theta_names"]))
-        self._shapes = [tuple(s) for s in meta["theta_shapes"]]
-
-    def theta_vector(self, theta: dict) -> np.ndarray:
-        """Flat parameter vector of a theta dict (names and shapes as saved)."""
-        missing = [n for n in self.params.names if n not in theta]
-        if missing:
-            raise ShapeError(f"theta: missing parameter(s) {missing}")
-        parts = []
-        for n, shape in zip(self.params.names, self._shapes):
-            a = np.asarray(theta[n], float)
-            if a.shape != shape:
-                raise ShapeError(f"theta[{n!r}]: expected shape {shape}, got {a.shape}")
-            parts.append(a.ravel())
-        return np.concatenate(parts) if parts else np.zeros(0)
-
-
 def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | None = None,
                options=None, data: dict | None = None, history=None, extra: dict | None = None,
                metadata: dict | None = None) -> Path:
@@ -294,7 +237,8 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
     model : the :class:`~ceem_casadi.StateSpaceModel` (its noise settings are saved).
     theta : identified parameters, dict name -> array.
     source, kwargs : ``"package.module:factory"`` and its keyword arguments (JSON types) that
-        rebuild ``model``; None stores only the serialised CasADi Functions.
+        rebuild ``model`` (used only by ``load_model(..., trust_source=True)``); None stores only
+        the expression graphs.
     options : fit options (a dataclass such as :class:`~ceem_casadi.CEEMOptions`, or a dict).
     data : description of the training data (JSON types: files, columns, lengths, dt, ...).
     history : list of :class:`~ceem_casadi.IterationRecord` (or dicts).
@@ -317,9 +261,13 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
         "data": to_jsonable(data or {}), "history": [record_dict(h) for h in (history or [])],
         "metadata": to_jsonable(metadata or {}),
     }
-    arrays = {"theta": theta_vec,
-              "casadi/f": np.frombuffer(model.f.serialize().encode(), dtype=np.uint8),
-              "casadi/g": np.frombuffer(model.g.serialize().encode(), dtype=np.uint8)}
+    meta["params"] = _param_spec(model.params) if hasattr(model.params, "validate") else None
+    try:
+        arrays = {"theta": theta_vec, **sxgraph.to_arrays("sx/f", model.f), **sxgraph.to_arrays("sx/g", model.g)}
+        if getattr(model, "rhs", None) is not None:
+            arrays.update(sxgraph.to_arrays("sx/rhs", model.rhs))
+    except sxgraph.GraphError as exc:
+        raise ModelFileError(f"cannot save the model: {exc}") from None
     for k in _NOISE_FIELDS:
         v = getattr(model.noise, k)
         if v is not None:
@@ -342,27 +290,93 @@ def _same_function(a: ca.Function, b: ca.Function, nx: int, nu: int, n_p: int, t
     return True
 
 
-def load_model(path, *, rebuild: bool = True, check_source: bool = True) -> SavedModel:
+def _param_spec(params) -> list[dict]:
+    """JSON-able declarations of a :class:`~ceem_casadi.Parameters` (values, bounds, masks, priors)."""
+    keys = ("value", "lower", "upper", "free", "prior_mean", "prior_std")
+    return [{"name": p.name, "shape": list(p.shape), **{k: to_jsonable(p.array(k)) for k in keys}} for p in params]
+
+
+def _params_from_spec(spec, meta: dict, theta_vec: np.ndarray):
+    """Parameters of the stored declarations (or, without them, unbounded ones at the saved theta)."""
+    from .params import Param, Parameters
+
+    if spec is None:
+        spec, off = [], 0
+        for name, shape in zip(meta["theta_names"], meta["theta_shapes"]):
+            n = int(np.prod(shape, dtype=int))
+            spec.append({"name": name, "shape": shape, "value": theta_vec[off:off + n].reshape(shape)})
+            off += n
+    params = Parameters(*[Param(d["name"], **{k: (np.asarray(v, float) if k != "free" else np.asarray(v, bool))
+                                              for k, v in d.items() if k not in ("name", "shape") and v is not None},
+                                shape=tuple(d["shape"])) for d in spec])
+    if params.names != list(meta["theta_names"]) or params.size != theta_vec.size:
+        raise ModelFileError(f"parameter declarations {params.names} do not match theta {meta['theta_names']}")
+    return params
+
+
+def _model_from_graphs(path, meta: dict, arrays: dict, noise, theta_vec):
+    """StateSpaceModel from the stored expression graphs: no import, no deserialiser, no code."""
+    from .model import StateSpaceModel
+
+    try:
+        f = sxgraph.from_arrays(arrays, "sx/f", "f", "x_next")
+        g = sxgraph.from_arrays(arrays, "sx/g", "g", "y")
+        rhs = sxgraph.from_arrays(arrays, "sx/rhs", "rhs", "xdot")
+        if f is None or g is None:
+            raise sxgraph.GraphError("no stored expression graphs sx/f, sx/g")
+        params = _params_from_spec(meta.get("params"), meta, theta_vec)
+        model = StateSpaceModel.from_functions(f, g, params=params, dt=meta.get("dt"), rhs=rhs,
+                                               name=meta.get("model_name", "model"),
+                                               **{k: getattr(noise, k) for k in _NOISE_FIELDS})
+    except (CeemError, ValueError, TypeError, KeyError, IndexError, RuntimeError) as exc:
+        raise ModelFileError(f"{path}: the stored model functions are not a valid expression graph ({exc}); "
+                             f"refusing to load it") from None
+    if (model.nx, model.nu, model.ny) != (meta["nx"], meta["nu"], meta["ny"]):
+        raise ModelFileError(f"{path}: the stored functions have sizes {(model.nx, model.nu, model.ny)}, the "
+                             f"metadata {(meta['nx'], meta['nu'], meta['ny'])}; refusing to load it")
+    return model
+
+
+def load_model(path, *, trust_source: bool = False, check_source: bool = True, rebuild: bool | None = None
+               ) -> SavedModel:
     """Read a model file written by :func:`save_model` (integrity-checked).
 
-    rebuild : import the factory named in the file and rebuild the model (a full
-        :class:`~ceem_casadi.StateSpaceModel`, e.g. to fit again); ``False`` (or a file without
-        a source) uses the stored CasADi Functions (enough for prediction and code generation).
-    check_source : compare the rebuilt ``f``, ``g`` with the stored ones at random points and
-        raise :class:`ModelFileError` when the model source changed since the file was written.
+    By default nothing in the file is executed: the model is rebuilt from the stored expression
+    graphs (:mod:`ceem_casadi.sxgraph`), with the stored parameter declarations and noise. The
+    result is a full :class:`~ceem_casadi.StateSpaceModel` (fit again, smooth, predict, codegen).
+
+    trust_source : import and call the factory named in the file (``source``, ``kwargs``) to
+        rebuild the model, as the model's author wrote it. This RUNS CODE named by the file:
+        only for files you made. Needed for files of format 1 (no stored expression graphs).
+    check_source : with ``trust_source``, compare the factory's ``f``, ``g`` with the stored
+        ones at random points and raise :class:`ModelFileError` when the model source changed.
+    rebuild : deprecated; ``False`` is the default behaviour, ``True`` was replaced by
+        ``trust_source=True``.
     """
     from .model import Noise
 
+    if rebuild:
+        raise TypeError("load_model(rebuild=True) was replaced by load_model(trust_source=True), which imports and "
+                        "calls the factory named in the file (runs code: only for files you made)")
     meta, arrays = read_archive(path, expected_format=FORMAT, max_version=FORMAT_VERSION)
     theta_vec = arrays["theta"].astype(float)
     noise = Noise(**{k: arrays.get(f"noise/{k}") for k in _NOISE_FIELDS})
-    try:
-        f = ca.Function.deserialize(arrays["casadi/f"].tobytes().decode())
-        g = ca.Function.deserialize(arrays["casadi/g"].tobytes().decode())
-    except Exception as exc:  # CasADi raises RuntimeError on bad input
-        raise ModelFileError(f"{path}: stored CasADi functions do not deserialise: {exc}") from None
     source, kwargs = meta.get("source"), meta.get("kwargs") or {}
-    if rebuild and source:
+    if meta["format_version"] < 2:
+        if not trust_source:
+            raise ModelFileError(f"{path}: written by an older ceem_casadi (format {meta['format_version']}) that "
+                                 f"stored its model functions in CasADi's own serialisation, which can load compiled "
+                                 f"code; refusing to load it. Load it with trust_source=True (CLI --trust-source) only "
+                                 f"if you made the file, and save it again")
+        try:
+            f = ca.Function.deserialize(arrays["casadi/f"].tobytes().decode())
+            g = ca.Function.deserialize(arrays["casadi/g"].tobytes().decode())
+        except Exception as exc:  # CasADi raises RuntimeError on bad input
+            raise ModelFileError(f"{path}: stored CasADi functions do not deserialise: {exc}") from None
+        stored = SimpleNamespace(f=f, g=g)
+    else:
+        stored = _model_from_graphs(path, meta, arrays, noise, theta_vec)
+    if trust_source and source:
         model = build_model(source, kwargs)
         if (model.nx, model.nu, model.ny) != (meta["nx"], meta["nu"], meta["ny"]) or \
                 list(model.params.names) != meta["theta_names"]:
@@ -370,15 +384,17 @@ def load_model(path, *, rebuild: bool = True, check_source: bool = True) -> Save
                                  f"(nx, nu, ny) = {(model.nx, model.nu, model.ny)} and parameters "
                                  f"{list(model.params.names)}, the file {(meta['nx'], meta['nu'], meta['ny'])} "
                                  f"and {meta['theta_names']}: the model source changed")
-        if check_source and not (_same_function(model.f, f, model.nx, model.nu, theta_vec.size, theta_vec)
-                                 and _same_function(model.g, g, model.nx, model.nu, theta_vec.size, theta_vec)):
+        if check_source and not (_same_function(model.f, stored.f, model.nx, model.nu, theta_vec.size, theta_vec)
+                                 and _same_function(model.g, stored.g, model.nx, model.nu, theta_vec.size, theta_vec)):
             raise ModelFileError(f"{path}: the model built by {source} computes different values than the "
-                                 f"saved one (the source changed since the file was written); load with "
-                                 f"check_source=False to use it anyway, or rebuild=False to use the saved "
-                                 f"functions")
+                                 f"saved one (the source changed since the file was written); load without "
+                                 f"trust_source (CLI: drop --trust-source) to use the saved functions, or with "
+                                 f"check_source=False to use the changed source anyway")
         model = model.with_noise(**{k: getattr(noise, k) for k in _NOISE_FIELDS})
+    elif meta["format_version"] < 2:
+        raise ModelFileError(f"{path}: a format-{meta['format_version']} file without a model source cannot be loaded")
     else:
-        model = SerializedModel(f, g, noise, meta)
+        model = stored
     theta, off = {}, 0
     for name, shape in zip(meta["theta_names"], meta["theta_shapes"]):
         n = int(np.prod(shape, dtype=int))

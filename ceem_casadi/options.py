@@ -1,7 +1,8 @@
 """Option dataclasses (frozen, self-validating) with defaults from the CE-EM paper."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -47,6 +48,15 @@ class SmootherOptions:
         _require(self.rho_x >= 0, f"rho_x must be >= 0, got {self.rho_x}")
         _require(self.hessian in HESSIANS, f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
         _require(self.max_iter > 0 and self.tol > 0, "max_iter and tol must be positive")
+        for name in ("x_lower", "x_upper"):
+            v = getattr(self, name)
+            ok = v is None or not isinstance(v, (str, bytes, bool))
+            if ok and v is not None:
+                try:
+                    ok = np.asarray(v, dtype=float).ndim <= 1 and not np.any(np.isnan(np.asarray(v, dtype=float)))
+                except (TypeError, ValueError):
+                    ok = False
+            _require(ok, f"{name} must be None, a number or a list of nx numbers, got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -125,3 +135,66 @@ class CEEMOptions:
         _require(self.n_jobs >= 1, f"n_jobs must be >= 1, got {self.n_jobs}")
         _require(isinstance(self.smoother, SmootherOptions), "smoother must be a SmootherOptions")
         _require(isinstance(self.learner, LearnerOptions), "learner must be a LearnerOptions")
+
+    @classmethod
+    def from_mapping(cls, mapping) -> CEEMOptions:
+        """Options from plain data (e.g. a parsed TOML or JSON file), with the types checked.
+
+        ``mapping`` holds CEEMOptions fields at the top level and optional tables ``smoother``
+        and ``learner`` of :class:`SmootherOptions` / :class:`LearnerOptions` fields; absent
+        fields keep their defaults. Integers must be integers (``max_iters = 2.5`` is refused,
+        not truncated), numbers finite unless a bound, strings strings, flags booleans.
+        Raises ``ValueError`` naming the key, what was expected and what was given.
+        """
+        if not isinstance(mapping, Mapping):
+            raise ValueError(f"options: expected a mapping of option names to values, got {type(mapping).__name__}")
+        tables = {"smoother": SmootherOptions, "learner": LearnerOptions}
+        top = {k: v for k, v in mapping.items() if k not in tables}
+        kwargs = _typed_fields(cls, top, "", exclude=tuple(tables))
+        for key, sub in tables.items():
+            if key in mapping:
+                if not isinstance(mapping[key], Mapping):
+                    raise ValueError(f"{key}: expected a table of {sub.__name__} options, got {mapping[key]!r}")
+                kwargs[key] = sub(**_typed_fields(sub, mapping[key], f"{key}."))
+        return cls(**kwargs)
+
+
+_KINDS = {"max_iters": "int", "n_jobs": "int", "max_iter": "int", "blas_threads": "int?", "tol": "float",
+          "rho_x": "float", "rho_theta": "float", "hessian": "str", "acceleration": "str", "use_prior": "bool",
+          "raise_on_failure": "bool", "compile": "bool?", "x_lower": "bound", "x_upper": "bound"}
+_EXPECT = {"int": "an integer", "int?": "an integer", "float": "a finite number", "str": "a string",
+           "bool": "true or false", "bool?": "true or false", "bound": "a number or a list of numbers"}
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+def _typed_fields(cls, mapping, prefix: str, exclude=()) -> dict:
+    known = [f.name for f in fields(cls) if f.name not in exclude]
+    out = {}
+    for key, v in mapping.items():
+        if key not in known:
+            raise ValueError(f"unknown option '{prefix}{key}'; known: {sorted(known)}"
+                             + (", tables smoother, learner" if exclude else ""))
+        kind = _KINDS.get(key)
+        if kind is None:  # a field without a declared kind: its dataclass validates it
+            out[key] = v
+            continue
+        if kind.endswith("?") and v is None:
+            ok = True
+        elif kind.startswith("int"):
+            ok = _is_number(v) and float(v).is_integer() and not isinstance(v, (float, np.floating))
+        elif kind == "float":
+            ok = _is_number(v) and bool(np.isfinite(v))
+        elif kind == "str":
+            ok = isinstance(v, str)
+        elif kind.startswith("bool"):
+            ok = isinstance(v, (bool, np.bool_))
+        else:  # bound: a number (inf allowed) or a flat list of numbers
+            ok = (_is_number(v) and not np.isnan(v)) or (isinstance(v, (list, tuple)) and len(v) > 0 and all(
+                _is_number(e) and not np.isnan(e) for e in v))
+        if not ok:
+            raise ValueError(f"option {prefix}{key} must be {_EXPECT[kind]}, got {v!r} ({type(v).__name__})")
+        out[key] = int(v) if kind.startswith("int") and v is not None else v
+    return out

@@ -190,7 +190,11 @@ class Parameters:
             if p.name not in theta:
                 out[p.name] = p.array("value").copy()
                 continue
-            v = np.asarray(theta[p.name], dtype=float)
+            try:
+                v = np.asarray(theta[p.name], dtype=float)
+            except (TypeError, ValueError):
+                raise ParameterError(f"parameter {p.name!r}: expected a number or an array of numbers of shape "
+                                     f"{p.shape}, got {theta[p.name]!r}") from None
             if v.shape != p.shape:
                 if v.size == p.size and p.size == 1:
                     v = v.reshape(p.shape)

@@ -201,8 +201,12 @@ def test_bad_input_exit_2_one_line(input_model, case, args, words):
 
 def test_input_model_fit_and_help(input_model):
     script = shutil.which("ceem-casadi")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", KILL_ENV)}
+    if script:   # only when the console script runs this checkout (not another editable install)
+        where = subprocess.run([sys.executable, "-c", "import ceem_casadi; print(ceem_casadi.__file__)"], env=env,
+                               cwd=input_model, capture_output=True, text=True).stdout.strip()
+        script = script if where and Path(where).resolve().parents[1] == ROOT else None
     if script:   # the console script, run in the model's folder (importable from the working directory)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", KILL_ENV)}
         proc = subprocess.run([script, "fit", "--model", "mymodel:make", "--data", "good.csv", "--out", "m.npz",
                                "-q"], cwd=input_model, env=env, capture_output=True, text=True, timeout=300)
     else:

@@ -1,0 +1,52 @@
+"""Compile cache verified (issue 15, point 3): a damaged cached library is rebuilt with a warning,
+never loaded (it used to kill every later fit with a bus error)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import ceem_casadi as cc
+from ceem_casadi.compile import compiler, verified
+from ceem_casadi.modelfile import load_model
+from models import lorenz
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(compiler() is None, reason="needs a C compiler")
+def test_truncated_library_rebuilt_with_warning(tmp_path):
+    model = lorenz.single_lorenz(measurement_std=0.05)
+    data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(1, seed=1), 60, measurement_std=0.05, seed=2)
+    pd.DataFrame({"y0": data.y[0][:, 0], "y1": data.y[0][:, 1]}).to_csv(tmp_path / "d.csv", index=False)
+    (tmp_path / "c.toml").write_text("max_iters = 2\n[smoother]\ncompile = true\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CEEM_CACHE": str(tmp_path / "cache")}
+
+    def fit(out):   # a fresh process each time: a library mapped by this process must not be truncated
+        return subprocess.run([sys.executable, "-m", "ceem_casadi.cli", "fit", "--model", "models.lorenz:single_lorenz",
+                               "--data", str(tmp_path / "d.csv"), "--config", str(tmp_path / "c.toml"), "--out",
+                               str(tmp_path / out), "-q"], env=env, capture_output=True, text=True, timeout=600)
+
+    first = fit("a.npz")
+    assert first.returncode in (0, 1), first.stderr
+    libs = sorted((tmp_path / "cache").glob("*.so"))
+    assert libs and all(verified(lib, compiler()) is None for lib in libs)
+    lib = libs[0]
+    lib.write_bytes(lib.read_bytes()[: lib.stat().st_size // 2])        # a truncated library
+    assert "do not match" in verified(lib, compiler())
+    second = fit("b.npz")
+    assert second.returncode == first.returncode, second.stderr          # not a bus error (exit -7)
+    assert "is not used" in second.stderr and "rebuilding" in second.stderr and str(lib) in second.stderr
+    assert verified(lib, compiler()) is None                              # rebuilt and recorded again
+    ta, tb = load_model(tmp_path / "a.npz").theta, load_model(tmp_path / "b.npz").theta
+    assert all(np.array_equal(ta[k], tb[k]) for k in ta)                  # the same fit from the rebuilt library
+    rec = json.loads(lib.with_suffix(".json").read_text())
+    rec["compiler_version"] = "gcc 0.1"                                   # another compiler: not trusted either
+    lib.with_suffix(".json").write_text(json.dumps(rec))
+    assert "compiler_version" in verified(lib, compiler())
