@@ -80,6 +80,14 @@ class CEEMResult:
     history: list[IterationRecord] = field(default_factory=list)
     build_s: float = 0.0
     init_J: float = float("nan")
+    warnings: list[str] = field(default_factory=list)
+
+    def uncertainty(self, model, data, **kwargs):
+        """Covariance, standard errors, intervals and identifiability of the free parameters at
+        this fit: :func:`ceem_casadi.uncertainty.parameter_uncertainty` (``options=`` passed on)."""
+        from .uncertainty import parameter_uncertainty
+
+        return parameter_uncertainty(model, data, self, **kwargs)
 
     @property
     def success(self) -> bool:
@@ -335,7 +343,33 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
         run.step.close()
     if result.status == "solver_failed" and options.raise_on_failure:
         raise SolverError(result.message)
+    _check_learning_hessian(result, learner, model, data)
     return result
+
+
+# above this many free parameters the final identifiability check (an eigen-decomposition) is skipped
+IDENTIFIABILITY_CHECK_MAX = 1000
+
+
+def _check_learning_hessian(result: CEEMResult, learner: Learner, model, data) -> None:
+    """Warn (``result.warnings`` and the log) when the learning step's Hessian at the final
+    iterate is singular in some direction (see :mod:`ceem_casadi.identifiability`)."""
+    from .identifiability import describe, entry_names, weak_directions
+
+    free = model.params.free_index
+    if result.x is None or not 0 < free.size <= IDENTIFIABILITY_CHECK_MAX:
+        return
+    H = learner.hessian_matrix(model.params.to_vector(result.theta), data, result.x)
+    if H is None or not np.all(np.isfinite(H)):
+        return
+    dirs = weak_directions(H, entry_names(model.params, free), IDENTIFIABILITY_TOL)
+    if dirs:
+        msg = describe(dirs, "the learning step's Hessian")
+        result.warnings.append(msg)
+        log.warning(msg)
+
+
+IDENTIFIABILITY_TOL = 1e-8
 
 
 # IPOPT statuses whose iterate is usable (a step stopped by the iteration limit is still
