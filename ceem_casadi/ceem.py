@@ -369,7 +369,7 @@ def _check_learning_hessian(result: CEEMResult, learner: Learner, model, data) -
         log.warning(msg)
 
 
-IDENTIFIABILITY_TOL = 1e-8
+IDENTIFIABILITY_TOL = 1e-10
 
 
 # IPOPT statuses whose iterate is usable (a step stopped by the iteration limit is still

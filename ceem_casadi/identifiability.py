@@ -103,20 +103,43 @@ def weak_directions(information, names, tol: float, spec: Spectrum | None = None
     H = np.asarray(information, float)
     spec = spectrum(H, tol) if spec is None else spec
     out = []
-    for k in np.flatnonzero(spec.weak):
-        v = spec.scale * spec.vectors[:, k]
+    weak = np.flatnonzero(spec.weak)
+    N = sparse_basis(spec.vectors[:, weak])
+    Hs = spec.scale[:, None] * H * spec.scale[None, :]
+    for k in range(len(weak)):
+        u = N[:, k]
+        rel = float(u @ Hs @ u) / float(u @ u) / spec.top
+        v = spec.scale * u
         v /= np.linalg.norm(v)
         if v[np.argmax(np.abs(v))] < 0:
             v = -v
-        out.append(Direction(combination(v, names), v, float(spec.eigenvalues[k]), float(v @ H @ v)))
-    return out
+        out.append(Direction(combination(v, names), v, rel, float(v @ H @ v)))
+    return sorted(out, key=lambda d: d.relative_eigenvalue)
+
+
+def sparse_basis(V) -> np.ndarray:
+    """A basis of the column span of ``V`` (n, k) in reduced row-echelon form (pivot columns of
+    ``V^T`` chosen by pivoted QR): when the span has a basis of vectors with disjoint supports
+    (e.g. one non-identifiable combination per subsystem), each returned vector is one of them,
+    instead of an arbitrary rotation mixing them (eigenvectors of a repeated eigenvalue)."""
+    from scipy.linalg import qr
+
+    V = np.asarray(V, float)
+    if V.shape[1] == 0:
+        return V
+    _, _, piv = qr(V.T, pivoting=True, mode="economic")
+    k = V.shape[1]
+    return (np.linalg.solve(V[piv[:k]].T, V.T)).T
 
 
 def describe(directions: list[Direction], what: str = "the information matrix") -> str:
     """One message naming the weak directions (for warnings and logs)."""
-    body = "; ".join(f"{d.combination} (relative eigenvalue {d.relative_eigenvalue:.1e})" for d in directions)
+    body = "; ".join(f"{d.combination} (relative eigenvalue {d.relative_eigenvalue:.1e})" for d in directions[:5])
+    if len(directions) > 5:
+        body += f"; and {len(directions) - 5} more"
     return (f"{what} is singular in {len(directions)} direction(s): the data do not determine "
             f"{body}; fix or constrain these parameters, or add a prior")
 
 
-__all__ = ["Direction", "Spectrum", "combination", "describe", "entry_names", "spectrum", "weak_directions"]
+__all__ = ["Direction", "Spectrum", "combination", "describe", "entry_names", "sparse_basis", "spectrum",
+           "weak_directions"]

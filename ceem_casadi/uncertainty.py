@@ -56,7 +56,8 @@ class UncertaintyOptions:
     hessian : ``"exact"`` (default; the observed information) or ``"gauss-newton"`` (J^T J).
     level : confidence level of the intervals (default 0.95).
     identifiability_tol : a direction whose relative eigenvalue (see
-        :mod:`ceem_casadi.identifiability`) is below this is reported as non-identifiable (1e-8).
+        :mod:`ceem_casadi.identifiability`) is below this is reported as non-identifiable (1e-10;
+        structurally non-identifiable directions sit at round-off, ~1e-16).
     bound_tol : a parameter within ``bound_tol * max(1, |bound|)`` of a bound is "at the bound".
     use_prior : include the parameters' Gaussian priors (as the fit does by default).
     compile : compile the stage Functions (as in :class:`~ceem_casadi.SmootherOptions`).
@@ -64,7 +65,7 @@ class UncertaintyOptions:
 
     hessian: str = "exact"
     level: float = 0.95
-    identifiability_tol: float = 1e-8
+    identifiability_tol: float = 1e-10
     bound_tol: float = 1e-6
     use_prior: bool = True
     compile: bool | None = None
