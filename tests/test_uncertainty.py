@@ -43,6 +43,8 @@ def _dense_schur(model, data, theta_vec, xs, exact=True):
             if t + 1 < y.shape[0]:
                 res.append((X[b][:, t + 1] - model.f(X[b][:, t], ca.DM(0, 1), p)) / noise.process_std)
         res.append((X[b][:, 0] - noise.x1_mean) / noise.x1_std)
+    mean, wp = model.params.prior
+    res.append(wp * (p - mean))  # the parameters' Gaussian priors (0 where none)
     r = ca.vertcat(*res)
     w = ca.vertcat(*[ca.vec(x) for x in X], p)
     if exact:
@@ -58,7 +60,11 @@ def _dense_schur(model, data, theta_vec, xs, exact=True):
 
 @pytest.mark.parametrize("hessian", ["exact", "gauss-newton"])
 def test_reduced_hessian_equals_dense_schur_complement(hessian):
-    model = lorenz.single_lorenz(x1_prior=True)
+    params = cc.Parameters(cc.Param("sigma", 10.0, lower=0.0), cc.Param("rho", 28.0, prior_mean=28.0, prior_std=0.01),
+                           cc.Param("beta", 8 / 3))   # a prior as informative as the data on rho
+    model = cc.StateSpaceModel.from_ode(lorenz.lorenz_rhs, lambda x, u, p: lorenz.C_SINGLE @ x, nx=3, dt=lorenz.DT,
+                                        params=params, process_std=0.01, measurement_std=0.01,
+                                        x1_mean=lorenz.X1_MEAN, x1_std=lorenz.X1_STD)
     data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(2, seed=1), 20, process_std=0.01,
                           measurement_std=0.01, seed=3)
     fit = cc.ceem(model, data, lorenz.perturbed(lorenz.TRUE, 0.1, seed=1), options=FAST)
