@@ -31,7 +31,7 @@ by the curvature of ``log det H_xx(theta)`` (see ``tests/test_uncertainty.py``).
 from __future__ import annotations
 
 import logging
-import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import casadi as ca
@@ -197,23 +197,31 @@ class _GaussNewtonBlocks:
         return Ho, Hd, Hxo, Hzd, Hpp
 
 
-# built blocks per model (weakly keyed) and (hessian, lengths, compile)
-_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# the most recently used stage Functions and mapped blocks, keyed by (id(model), hessian, compile
+# [, lengths]); each entry keeps its model alive, so an id is never reused while cached
+_CACHE: OrderedDict = OrderedDict()
+CACHE_SIZE = 8
+
+
+def _cached(key, model, build):
+    hit = _CACHE.get(key)
+    if hit is None or hit[0] is not model:
+        hit = _CACHE[key] = (model, build())
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    _CACHE.move_to_end(key)
+    return hit[1]
 
 
 def _blocks(model, lengths, options: UncertaintyOptions):
-    per_model = _CACHE.setdefault(model, {})
-    key = (options.hessian, tuple(lengths), options.compile)
-    if key not in per_model:
-        stages = per_model.get(("stages", options.hessian, options.compile))
-        if stages is None:
-            stages = StageFunctions(model, options.hessian, options.compile)
-            per_model[("stages", options.hessian, options.compile)] = stages
-        if options.hessian == "exact":
-            per_model[key] = _ExactBlocks(stages, sum(lengths), sum(T - 1 for T in lengths))
-        else:
-            per_model[key] = _GaussNewtonBlocks(model, lengths, stages)
-    return per_model[key]
+    """Mapped stage blocks for ``model`` and these trajectory lengths (built once, cached)."""
+    base = (id(model), options.hessian, options.compile)
+    stages = _cached(base, model, lambda: StageFunctions(model, options.hessian, options.compile))
+    if options.hessian == "exact":
+        build = lambda: _ExactBlocks(stages, sum(lengths), sum(T - 1 for T in lengths))  # noqa: E731
+    else:
+        build = lambda: _GaussNewtonBlocks(model, lengths, stages)  # noqa: E731
+    return _cached((*base, tuple(lengths)), model, build)
 
 
 def reduced_hessian(model, data, theta_vec, xs, options: UncertaintyOptions = UncertaintyOptions()) -> np.ndarray:
