@@ -349,6 +349,8 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
 
 # above this many free parameters the final identifiability check (an eigen-decomposition) is skipped
 IDENTIFIABILITY_CHECK_MAX = 1000
+# relative eigenvalue below which a direction of the learning Hessian counts as singular
+IDENTIFIABILITY_TOL = 1e-10
 
 
 def _check_learning_hessian(result: CEEMResult, learner: Learner, model, data) -> None:
@@ -367,9 +369,6 @@ def _check_learning_hessian(result: CEEMResult, learner: Learner, model, data) -
         msg = describe(dirs, "the learning step's Hessian")
         result.warnings.append(msg)
         log.warning(msg)
-
-
-IDENTIFIABILITY_TOL = 1e-10
 
 
 # IPOPT statuses whose iterate is usable (a step stopped by the iteration limit is still

@@ -354,6 +354,10 @@ def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> 
     if at_bound:
         warnings.append(f"parameter(s) {at_bound} at a bound: no interval (the Laplace approximation does not "
                         f"apply there); the other parameters' covariance is conditional on them")
+    status = getattr(result, "status", "converged")
+    if status != "converged":
+        warnings.append(f"the fit's status is {status!r}, not 'converged': the Laplace approximation assumes a "
+                        f"fixed point of CE-EM")
     if np.any(spec.eigenvalues < -options.identifiability_tol):
         warnings.append("the reduced Hessian has negative eigenvalues: the point is not a maximum of J; "
                         "run ceem to convergence before computing uncertainties")

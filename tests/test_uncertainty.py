@@ -297,6 +297,8 @@ def test_bounds_names_and_options():
                                  options=cc.UncertaintyOptions(hessian="gauss-newton"))
     assert u.at_bound == ["sigma"] and np.isnan(u.std_error[0]) and np.all(np.isfinite(u.std_error[1:]))
     assert "at a bound" in u.warnings[0]
+    u = cc.parameter_uncertainty(model, data, SimpleNamespace(theta=lorenz.TRUE, x=xs, status="max_iters"))
+    assert len(u.warnings) == 1 and "not 'converged'" in u.warnings[0]
     assert combination(np.array([0.6, -0.8]), ["a", "b"]) == "0.80 b - 0.60 a"
     with pytest.raises(ValueError, match="level must be in"):
         cc.UncertaintyOptions(level=95)
