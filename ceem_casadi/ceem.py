@@ -359,9 +359,10 @@ def _check_learning_hessian(result: CEEMResult, learner: Learner, model, data) -
     from .identifiability import describe, entry_names, weak_directions
 
     free = model.params.free_index
-    if result.x is None or not 0 < free.size <= IDENTIFIABILITY_CHECK_MAX:
+    hessian = getattr(learner, "hessian_matrix", None)  # custom learners (e.g. Adam) may have none
+    if hessian is None or result.x is None or not 0 < free.size <= IDENTIFIABILITY_CHECK_MAX:
         return
-    H = learner.hessian_matrix(model.params.to_vector(result.theta), data, result.x)
+    H = hessian(model.params.to_vector(result.theta), data, result.x)
     if H is None or not np.all(np.isfinite(H)):
         return
     dirs = weak_directions(H, entry_names(model.params, free), IDENTIFIABILITY_TOL)
