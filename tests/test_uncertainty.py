@@ -312,3 +312,17 @@ def test_coverage_script_smoke(tmp_path):
     result = lorenz_coverage.main(["--smoke", "--out", str(tmp_path)])
     assert result["summary"]["exact"]["n"] == 3 and (tmp_path / "coverage.json").exists()
     assert lorenz_coverage.wilson(190, 200)[0] < 0.95 < lorenz_coverage.wilson(190, 200)[1]
+
+
+def test_learning_hessian_exact_equals_gauss_newton_at_zero_residuals():
+    """With noise-free data and the true states every residual is zero, so the exact learning
+    Hessian equals J^T J: the two Learner.hessian_matrix paths (SX Hessian, BLAS callback) agree."""
+    model = lorenz.single_lorenz()
+    data, xs = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(2, seed=0), 30, seed=0)
+    pv = model.theta_vector(lorenz.TRUE)
+    H = [cc.Learner(model, data.lengths, cc.LearnerOptions(hessian=k)).hessian_matrix(pv, data, xs)
+         for k in ("exact", "gauss-newton")]
+    np.testing.assert_allclose(H[0], H[1], rtol=1e-9)
+    assert np.all(np.linalg.eigvalsh(H[1]) > 0)
+    assert cc.Learner(model, data.lengths, cc.LearnerOptions(hessian="limited-memory")).hessian_matrix(
+        pv, data, xs) is None
