@@ -44,7 +44,7 @@ from ._threads import blas_threads
 from .errors import SolverError
 from .identifiability import Direction, entry_names, spectrum, weak_directions
 from .joint import JointGaussNewton, _banded_upper, _BufferedCall
-from .learner import weighted_stage_columns
+from .learner import AUTO_EXACT_INSTRUCTIONS, weighted_stage_columns
 from .stages import HESSIANS, StageFunctions
 
 log = logging.getLogger(__name__)
@@ -225,6 +225,11 @@ def _blocks(model, lengths, options: UncertaintyOptions):
     base = (id(model), options.hessian, options.compile)
     stages = _cached(base, model, lambda: StageFunctions(model, options.hessian, options.compile))
     if options.hessian == "exact":
+        estimate = stages.instructions(["dyn_cost", "obs_cost"]) * model.params.size
+        if estimate > AUTO_EXACT_INSTRUCTIONS and (*base, tuple(lengths)) not in _CACHE:
+            log.warning("the exact parameter Hessian of model %r is long (~%d SX instructions per stage): building "
+                        "it may take minutes; UncertaintyOptions(hessian='gauss-newton') is much cheaper",
+                        getattr(model, "name", "model"), estimate)
         build = lambda: _ExactBlocks(stages, sum(lengths), sum(T - 1 for T in lengths))  # noqa: E731
     else:
         build = lambda: _GaussNewtonBlocks(model, lengths, stages)  # noqa: E731
