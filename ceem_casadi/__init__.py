@@ -43,6 +43,7 @@ from .params import Param, Parameters
 from .simulation import rollout, simulate_output
 from .smoother import Smoother, SmoothResult
 from .status import Status
+from .uncertainty import ParameterUncertainty, UncertaintyOptions, parameter_uncertainty
 
 __version__ = "0.1.0"
 
@@ -56,4 +57,5 @@ __all__ = [
     "load_model", "nrmse", "rmse", "save_model", "simulate", "validation_report",
     "Status", "InitialStateResult", "estimate_initial_state", "rollout", "simulate_output",
     "OutputErrorOptions", "OutputErrorResult", "refine_output_error",
+    "ParameterUncertainty", "UncertaintyOptions", "parameter_uncertainty",
 ]

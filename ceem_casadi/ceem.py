@@ -86,6 +86,14 @@ class CEEMResult:
     history: list[IterationRecord] = field(default_factory=list)
     build_s: float = 0.0
     init_J: float = float("nan")
+    warnings: list[str] = field(default_factory=list)
+
+    def uncertainty(self, model, data, **kwargs):
+        """Covariance, standard errors, intervals and identifiability of the free parameters at
+        this fit: :func:`ceem_casadi.uncertainty.parameter_uncertainty` (``options=`` passed on)."""
+        from .uncertainty import parameter_uncertainty
+
+        return parameter_uncertainty(model, data, self, **kwargs)
 
     @property
     def success(self) -> bool:
@@ -370,12 +378,38 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
         run.step.close()
     if result.status == "solver_failed" and options.raise_on_failure:
         raise SolverError(result.message, result)
+    _check_learning_hessian(result, learner, model, data)
     return result
 
 
 def _limit(options) -> str:
     """'the time limit of 5 s', or 'the time limit' when the deadline came from an enclosing call."""
     return "the time limit" if options.time_limit is None else f"the time limit of {options.time_limit:g} s"
+
+
+# above this many free parameters the final identifiability check (an eigen-decomposition) is skipped
+IDENTIFIABILITY_CHECK_MAX = 1000
+# relative eigenvalue below which a direction of the learning Hessian counts as singular
+IDENTIFIABILITY_TOL = 1e-10
+
+
+def _check_learning_hessian(result: CEEMResult, learner: Learner, model, data) -> None:
+    """Warn (``result.warnings`` and the log) when the learning step's Hessian at the final
+    iterate is singular in some direction (see :mod:`ceem_casadi.identifiability`)."""
+    from .identifiability import describe, entry_names, weak_directions
+
+    free = model.params.free_index
+    hessian = getattr(learner, "hessian_matrix", None)  # custom learners (e.g. Adam) may have none
+    if hessian is None or result.x is None or not 0 < free.size <= IDENTIFIABILITY_CHECK_MAX:
+        return
+    H = hessian(model.params.to_vector(result.theta), data, result.x)
+    if H is None or not np.all(np.isfinite(H)):
+        return
+    dirs = weak_directions(H, entry_names(model.params, free), IDENTIFIABILITY_TOL)
+    if dirs:
+        msg = describe(dirs, "the learning step's Hessian")
+        result.warnings.append(msg)
+        log.warning(msg)
 
 
 # IPOPT statuses whose iterate is usable (a step stopped by the iteration limit is still

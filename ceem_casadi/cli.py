@@ -114,11 +114,24 @@ def cmd_evaluate(args) -> int:
                          f"trajectory after --skip), got {max(ks)}")
     pv = model.theta_vector(theta)
     x0 = initial_states(model, pv, data, args.x0)
+    unc = saved.uncertainty if saved is not None else None
     try:
-        report = validation_report(model, pv, data, x0=x0, k=ks, skip=args.skip)
+        if args.uncertainty:  # the Laplace covariance at theta from the given data
+            from .uncertainty import UncertaintyOptions, parameter_uncertainty
+
+            if not hasattr(model.params, "validate"):
+                raise UsageError("--uncertainty needs the model source (the file was loaded without it)")
+            unc = parameter_uncertainty(model, data, theta, options=UncertaintyOptions(hessian=args.uncertainty))
+        report = validation_report(model, pv, data, x0=x0, k=ks, skip=args.skip, uncertainty=unc)
     except CeemError as exc:
         raise UsageError(str(exc)) from None
     print(report.to_dataframe().to_string(float_format=lambda v: f"{v:.6g}"))
+    if unc is not None:
+        u = report.to_dict()["parameters"]
+        print(f"parameters (estimate ± standard error, {u['hessian']} Hessian):")
+        print("\n".join(f"  {n} = {e:.6g} ± {s:.3g}" for n, e, s in zip(u["names"], u["estimate"], u["std_error"])))
+        for w in u.get("warnings", []):
+            print(f"  warning: {w}")
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
     return 0
@@ -312,6 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip", type=int, default=0, help="leading samples left out of the metrics")
     p.add_argument("--x0", help="initial state(s) JSON; default x1_mean, else the EKF/RTS estimate from the data")
     p.add_argument("--json", help="write the report as JSON to this file")
+    p.add_argument("--uncertainty", choices=("exact", "gauss-newton"),
+                   help="compute parameter standard errors from this data (default: those stored in the model file)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("simulate", help="simulate the model and write a CSV (t, y*, u*, x*)")

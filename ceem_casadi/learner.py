@@ -203,6 +203,7 @@ class Learner:
             extra["ipopt.hessian_approximation"] = "limited-memory"
         elif kind == "exact":
             extra["hess_lag"] = hess_lag_function(z, P, ca.triu(hess))
+            self._hess_fun = ca.Function("learn_hess", [z, P], [ca.densify(hess)])
         else:
             jac_fun = ca.Function("stage_jacobians", [z, P], [*jacs, diag])
             self._hess_callback = _GaussNewtonHessian(jac_fun, [(nr, n) for _, n, nr, _ in terms],
@@ -231,6 +232,19 @@ class Learner:
                     z_prev=np.asarray(theta_vec, float)[self.free], rho=np.array([rho]),
                     mu=mean[self.free], w=w[self.free])
         return np.concatenate([np.asarray(vals[k], float).ravel(order="F") for k in self._names])
+
+    def hessian_matrix(self, theta_vec, data, xs) -> np.ndarray | None:
+        """The learning objective's Hessian (n_free, n_free) over the free parameters at
+        ``theta_vec`` for fixed states ``xs``, without the trust region (prior included when
+        ``use_prior``); ``None`` for a limited-memory learner (it has no Hessian)."""
+        P = self.parameter_vector(theta_vec, data, xs, 0.0)
+        z = np.asarray(theta_vec, float)[self.free]
+        if self.hessian == "exact":
+            return np.asarray(self._hess_fun(z, P))
+        if self.hessian == "gauss-newton":
+            H = np.asarray(ca.DM(self._hess_callback(z, P, 1.0, ca.DM(0, 1))).full())
+            return np.triu(H) + np.triu(H, 1).T
+        return None
 
     def solve(self, theta_vec: np.ndarray, data, xs: list[np.ndarray], rho_theta: float | None = None,
               weights=None) -> LearnResult:

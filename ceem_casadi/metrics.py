@@ -174,7 +174,9 @@ class ValidationReport:
     """Result of :func:`validation_report`.
 
     simulation: :class:`Metrics` of the free run; prediction: ``{k: Metrics}`` of k-step-ahead
-    prediction; output_names: (ny,); skip: leading samples per trajectory left out of the metrics.
+    prediction; output_names: (ny,); skip: leading samples per trajectory left out of the metrics;
+    uncertainty: optional parameter uncertainty (a :class:`~ceem_casadi.ParameterUncertainty` or
+    its saved dict) carried into :meth:`to_dict` as ``"parameters"``.
     y_sim: per trajectory (T_b, ny) free-run outputs; y_pred: ``{k: [(T_b, ny), ...]}``;
     x0: (B, nx) initial states used (given, x1_mean or estimated).
     """
@@ -186,12 +188,19 @@ class ValidationReport:
     y_sim: list = field(default_factory=list, repr=False, compare=False)
     y_pred: dict = field(default_factory=dict, repr=False, compare=False)
     x0: np.ndarray | None = field(default=None, repr=False, compare=False)
+    uncertainty: object = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        """JSON-ready dict: ``{"simulation": {...}, "prediction": {"1": {...}, ...}, "skip": int}``."""
-        return {"simulation": self.simulation.to_dict(self.output_names),
-                "prediction": {str(k): m.to_dict(self.output_names) for k, m in self.prediction.items()},
-                "skip": self.skip}
+        """JSON-ready dict: ``{"simulation": {...}, "prediction": {"1": {...}, ...}, "skip": int}``,
+        plus ``"parameters"`` (estimates, standard errors, intervals) when ``uncertainty`` is set."""
+        out = {"simulation": self.simulation.to_dict(self.output_names),
+               "prediction": {str(k): m.to_dict(self.output_names) for k, m in self.prediction.items()},
+               "skip": self.skip}
+        if self.uncertainty is not None:
+            u = self.uncertainty
+            out["parameters"] = u.to_dict() if hasattr(u, "to_dict") else {
+                k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in dict(u).items()}
+        return out
 
     def to_dataframe(self):
         """pandas DataFrame, one row per (kind, output) with ``kind`` in ``"simulation"``, ``"k=1"``, ...
@@ -257,7 +266,7 @@ def _score(ys, preds, skip: int) -> Metrics:
 
 def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (1,), Sigma0=None, Q=None,
                       R=None, skip: int | None = None, output_names: Sequence[str] | None = None,
-                      engine: str = "python", window: int | None = None) -> ValidationReport:
+                      engine: str = "python", window: int | None = None, uncertainty=None) -> ValidationReport:
     """Free-run and k-step-ahead prediction metrics of ``model`` at ``theta`` on ``data``.
 
     Parameters
@@ -279,6 +288,8 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
     window : samples used to estimate x0 (default ``min(T_min - 1, 10 nx)``); only when x0 is estimated.
     output_names : names of the ny outputs (default ``y0, y1, ...``).
     engine : EKF engine (``"python"`` or ``"casadi"``, see :class:`~ceem_casadi.baselines.ekf.EKF`).
+    uncertainty : optional parameter uncertainty of ``theta`` (:func:`~ceem_casadi.parameter_uncertainty`
+        or the dict a model file stores), carried by the report.
 
     Returns
     -------
@@ -327,4 +338,4 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
     return ValidationReport(
         simulation=_score(data.y, y_sim, skip),
         prediction={kk: _score(data.y, y_pred[kk], skip) for kk in ks},
-        output_names=names, skip=int(skip), y_sim=y_sim, y_pred=y_pred, x0=X0)
+        output_names=names, skip=int(skip), y_sim=y_sim, y_pred=y_pred, x0=X0, uncertainty=uncertainty)

@@ -197,6 +197,7 @@ class SavedModel:
     kwargs: dict
     meta: dict
     extra: dict = field(default_factory=dict)
+    uncertainty: dict | None = None  # saved parameter uncertainty (JSON fields + "covariance" array)
 
     @property
     def theta_vector(self) -> np.ndarray:
@@ -229,7 +230,7 @@ class SavedModel:
 
 def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | None = None,
                options=None, data: dict | None = None, history=None, extra: dict | None = None,
-               metadata: dict | None = None) -> Path:
+               metadata: dict | None = None, uncertainty=None) -> Path:
     """Write an identified model to ``path`` (``.npz``; written atomically).
 
     Parameters
@@ -244,6 +245,9 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
     history : list of :class:`~ceem_casadi.IterationRecord` (or dicts).
     extra : numeric arrays to keep with the model (e.g. ``{"x0": (B, nx)}`` initial states).
     metadata : free-form JSON-able user metadata.
+    uncertainty : optional :class:`~ceem_casadi.uncertainty.ParameterUncertainty` of the fit: its
+        covariance is stored as the array ``uncertainty/covariance``, the rest (names, estimates,
+        standard errors, intervals, identifiability) in the JSON field ``uncertainty``.
     """
     from . import __version__
 
@@ -274,6 +278,11 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
             arrays[f"noise/{k}"] = np.asarray(v, float)
     for k, v in (extra or {}).items():
         arrays[f"extra/{k}"] = np.asarray(v)
+    if uncertainty is not None:
+        unc = uncertainty.to_dict()
+        arrays["uncertainty/covariance"] = np.asarray(unc.pop("covariance"), float)
+        unc.pop("correlation", None)
+        meta["uncertainty"] = to_jsonable(unc)
     if source is not None:
         build_model(source, kwargs)  # fail now, not in six months, if the reference is wrong
     return write_archive(path, meta, arrays)
@@ -401,4 +410,7 @@ def load_model(path, *, trust_source: bool = False, check_source: bool = True, r
         theta[name] = theta_vec[off:off + n].reshape(shape).copy()
         off += n
     extra = {k[len("extra/"):]: v for k, v in arrays.items() if k.startswith("extra/")}
-    return SavedModel(model, theta, source, kwargs, meta, extra)
+    unc = meta.get("uncertainty")
+    if unc is not None:
+        unc = dict(unc, covariance=arrays.get("uncertainty/covariance"))
+    return SavedModel(model, theta, source, kwargs, meta, extra, unc)

@@ -1,5 +1,6 @@
 """Figures of a fit: objective and parameters vs EM iteration, smoothed states with observed
-outputs, predicted vs measured outputs with their error. PNG or SVG (from the file suffix),
+outputs, predicted vs measured outputs with their error, parameter estimates with their
+confidence intervals. PNG or SVG (from the file suffix),
 drawn with matplotlib's Agg backend (no display needed). Each function returns the path written.
 """
 from __future__ import annotations
@@ -130,4 +131,50 @@ def plot_prediction(y, y_pred, path, *, dt: float | None = None, output_names=No
         ax.legend(loc="upper right", fontsize="small")
     for ax in axes[:, 0]:
         ax.set_xlabel("time [s]" if dt else "sample")
+    return _save(fig, path)
+
+
+def plot_parameter_intervals(uncertainty, path, *, truth: dict | None = None, max_entries: int = 40,
+                             title: str = "") -> Path:
+    """Estimates with their confidence intervals, one row per free parameter entry (at most
+    ``max_entries``), on a relative axis ``100 (value - estimate) / |estimate|`` [%] so that
+    parameters of different units share it. ``uncertainty`` is a
+    :class:`~ceem_casadi.ParameterUncertainty` (or its ``to_dict()``); ``truth`` (theta dict)
+    adds the true values. Non-identifiable entries are drawn as a red bar across the axis,
+    entries at a bound as a grey diamond."""
+    u = uncertainty.to_dict() if hasattr(uncertainty, "to_dict") else uncertainty
+    names = list(u["names"])[:max_entries]
+    if not names:
+        raise ValueError("no free parameters: nothing to plot")
+    n = len(names)
+    est, lo, hi = (np.asarray(u[k], float)[:n] for k in ("estimate", "lower", "upper"))
+    scale = np.where(est != 0, np.abs(est), 1.0) / 100.0
+    fig, axes = _figure(1, height=max(2.5, 0.28 * n))
+    ax = axes[0, 0]
+    yy = np.arange(n)[::-1]
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    ax.errorbar(np.zeros(ok.sum()), yy[ok], xerr=[(est - lo)[ok] / scale[ok], (hi - est)[ok] / scale[ok]],
+                fmt="o", capsize=3, label=f"estimate, {100 * u.get('level', 0.95):g} % interval")
+    half = np.abs(((hi - est) / scale)[ok])
+    span = 1.3 * (float(half.max()) if half.size and half.max() > 0 else 1.0)
+    wide = np.isinf(hi) | np.isinf(lo)
+    if wide.any():
+        ax.barh(yy[wide], 2 * span, left=-span, height=0.3, color="C3", alpha=0.5, label="not identifiable")
+    bound = np.isnan(hi) & ~wide
+    if bound.any():
+        ax.plot(np.zeros(bound.sum()), yy[bound], "D", color="0.5", label="at a bound (no interval)")
+    if truth is not None:
+        tv = []
+        for name in names:
+            base, _, idx = name.partition("[")
+            val = np.asarray(truth[base], float)
+            tv.append(val[tuple(int(i) for i in idx.rstrip("]").split(","))] if idx else float(val))
+        ax.plot((np.array(tv) - est) / scale, yy, "x", color="k", label="truth")
+    ax.set_yticks(yy, names)
+    ax.axvline(0.0, color="k", lw=0.5)
+    ax.set_xlim(-span, span)
+    ax.set_xlabel("100 (value - estimate) / |estimate|  [%]")
+    ax.legend(loc="best", fontsize="small")
+    if title:
+        ax.set_title(title)
     return _save(fig, path)

@@ -43,6 +43,15 @@ def _cost_grad(name, residual, wrt, inputs, in_names, dense: bool) -> ca.Functio
     return ca.Function(name + "_grad", inputs, [cost, grad], in_names, ["cost", "grad"])
 
 
+def _cross_hess(name, residual, wrt, p, inputs, in_names, hessian: str) -> ca.Function:
+    """Dense cross block d^2 cost / d wrt d p of one stage: exact, or Gauss-Newton ``J_w^T J_p``."""
+    if hessian == "exact":
+        cross = ca.jacobian(ca.gradient(0.5 * ca.sumsqr(residual), wrt), p)
+    else:
+        cross = ca.jacobian(residual, wrt).T @ ca.jacobian(residual, p)
+    return ca.Function(name + "_hess", inputs, [ca.densify(cross)], in_names, ["hess"])
+
+
 def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool) -> ca.Function:
     """``hess`` of one stage with respect to ``wrt``: exact, or Gauss-Newton ``J^T J``."""
     if hessian == "exact":
@@ -100,6 +109,9 @@ class StageFunctions:
             "obs_p_hess": hess("obs_p", r_obs, p, obs_in, obs_names, False),
             "dyn_p_grad": grad("dyn_p", r_dyn, p, dyn_in, dyn_names, False),
             "dyn_p_hess": hess("dyn_p", r_dyn, p, dyn_in, dyn_names, False),
+            # cross blocks states x parameters (dense; parameter uncertainty, :mod:`ceem_casadi.uncertainty`)
+            "obs_xp_hess": lambda: _cross_hess("obs_xp", r_obs, x, p, obs_in, obs_names, hessian),
+            "dyn_xp_hess": lambda: _cross_hess("dyn_xp", r_dyn, z, p, dyn_in, dyn_names, hessian),
             # residual Jacobians with respect to the parameters (dense), for Gauss-Newton in numpy
             "obs_p_jac": lambda: ca.Function("obs_p_jac", obs_in, [ca.densify(ca.jacobian(r_obs, p))],
                                              obs_names, ["jac"]),
