@@ -13,6 +13,7 @@ Public API::
     generate_ekf                      C99 EKF predictor of a learned model
     baselines                         EKF/RTS, Kalman, N4SID, particle filter/FFBSi/particle EM
     load_cascaded_tanks, load_silverbox  real benchmark data (checksummed, official splits)
+    calibrate_noise                   CE-EM over a grid of process-noise levels, one chosen by a criterion
 """
 from .ceem import CEEMResult, IterationRecord, ceem
 from .checkpoint import CheckpointError, ceem_checkpointed
@@ -31,6 +32,7 @@ from .learner import Learner, LearnResult
 from .metrics import Metrics, ValidationReport, fit_percent, nrmse, rmse, validation_report
 from .model import Noise, StateSpaceModel
 from .modelfile import ModelFileError, SavedModel, load_model, save_model
+from .noise_calibration import NoiseCalibrationOptions, NoiseCalibrationResult, NoiseLevelFit, calibrate_noise
 from .objective import joint_log_density
 from .options import CEEMOptions, LearnerOptions, SmootherOptions
 from .params import Param, Parameters
@@ -47,3 +49,4 @@ __all__ = [
     "__version__", "ceem", "ceem_checkpointed", "fit_percent", "generate_ekf", "joint_log_density",
     "load_model", "nrmse", "rmse", "save_model", "simulate", "validation_report",
 ]
+__all__ += ["NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit", "calibrate_noise"]
