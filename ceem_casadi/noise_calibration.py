@@ -219,7 +219,7 @@ def _run_chain(task: _Task, solvers: _Solvers, levels) -> list[_Row]:
         fit = ceem(model, task.fit_data, theta, options=opts, x_init=xs,
                    smoother=solvers.bound(solvers.smoother, model), learner=solvers.bound(solvers.learner, model))
         value = _score(task, solvers, model, fit) if np.isfinite(fit.J) else np.nan
-        rows.append(_Row(level, float(fit.J), float(value), str(fit.status), fit.iterations,
+        rows.append(_Row(level, float(fit.J), float(value), fit.status, fit.iterations,
                          time.perf_counter() - t0, fit))
         log.info("noise level %.4g: %s after %d iterations, J=%.6g, %s=%.6g", level, fit.status, fit.iterations,
                  fit.J, task.criterion, value)
