@@ -37,6 +37,7 @@ from .objective import joint_log_density
 from .options import CEEMOptions, LearnerOptions, SmootherOptions
 from .params import Param, Parameters
 from .smoother import Smoother, SmoothResult
+from .status import Status
 
 __version__ = "0.1.0"
 
@@ -48,5 +49,6 @@ __all__ = [
     "Smoother", "SmootherOptions", "SolverError", "StateSpaceModel", "Trajectories", "ValidationReport",
     "__version__", "ceem", "ceem_checkpointed", "fit_percent", "generate_ekf", "joint_log_density",
     "load_model", "nrmse", "rmse", "save_model", "simulate", "validation_report",
+    "Status",
 ]
 __all__ += ["NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit", "calibrate_noise"]
