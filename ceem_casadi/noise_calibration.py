@@ -26,7 +26,7 @@ from .data import Trajectories
 from .errors import NonFiniteError, ShapeError
 from .learner import Learner
 from .noise_criteria import holdout_rms, innovation_loglik, split_tails
-from .options import CEEMOptions
+from .options import CEEMOptions, check_time_limit
 from .params import Theta
 from .smoother import Smoother
 
@@ -52,10 +52,13 @@ class NoiseCalibrationOptions:
         fixed points as plain EM, 3.8x faster over the test grid of tests/test_noise_calibration.py];
         its ``time_limit`` is replaced by what remains of ``time_limit`` below when a fit starts.
     n_jobs : processes running the chains [1].
-    chains : number of warm-start chains [None: ``n_jobs``]. The levels, sorted from the largest
-        down, are cut into this many contiguous blocks; each block is fitted in order, every fit
-        starting from the previous level's theta and states (the first one of a block from
-        ``theta0`` and the EKF/RTS states). Results depend on ``chains``, never on ``n_jobs``:
+    chains : number of warm-start chains [None: ``n_jobs``]. The largest level is fitted first,
+        from ``theta0`` and the EKF/RTS states (the easiest fit: the states may follow the data);
+        the other levels, sorted from the largest down, are cut into this many contiguous blocks,
+        each fitted in order in one process, its first fit starting from the largest level's fit
+        and every later one from the previous level's theta and states (a continuation in the
+        noise level: a cold start at a small level can end in a poor local optimum, e.g. on the
+        Cascaded Tanks data). Results depend on ``chains``, never on ``n_jobs``:
         ``n_jobs=1, chains=2`` gives exactly the fits of ``n_jobs=2, chains=2``.
     warm_start : chain the fits as above [True]; False starts every fit from ``theta0``.
     time_limit : overall budget in seconds for the whole calibration [None: none]. Levels not
@@ -84,8 +87,7 @@ class NoiseCalibrationOptions:
         _require(isinstance(self.n_jobs, int) and self.n_jobs >= 1, f"n_jobs must be an int >= 1, got {self.n_jobs!r}")
         _require(self.chains is None or (isinstance(self.chains, int) and self.chains >= 1),
                  f"chains must be None or an int >= 1, got {self.chains!r}")
-        _require(self.time_limit is None or (np.isfinite(self.time_limit) and self.time_limit > 0),
-                 f"time_limit must be None or a positive number of seconds, got {self.time_limit!r}")
+        check_time_limit(self.time_limit)
         _require(0 < self.holdout_fraction < 1, f"holdout_fraction must be in (0, 1), got {self.holdout_fraction!r}")
         _require(isinstance(self.x0_window, int) and self.x0_window >= 1,
                  f"x0_window must be an int >= 1, got {self.x0_window!r}")
@@ -193,8 +195,6 @@ def _ceem_options(task: _Task) -> CEEMOptions | None:
     remaining = task.deadline - time.monotonic()
     if remaining <= 0:
         return None
-    if "time_limit" not in CEEMOptions.__dataclass_fields__:  # TODO(wf-core merge): remove
-        return task.options.ceem
     limit = task.options.ceem.time_limit
     return dataclasses.replace(task.options.ceem, time_limit=remaining if limit is None else min(limit, remaining))
 
@@ -207,8 +207,10 @@ def _score(task: _Task, solvers: _Solvers, model, fit: CEEMResult) -> float:
     return holdout_rms(model, fit.theta, task.tails, task.options.x0_window)
 
 
-def _run_chain(task: _Task, solvers: _Solvers, levels) -> list[_Row]:
-    theta, xs, rows = task.theta0, None, []
+def _run_chain(task: _Task, solvers: _Solvers, levels, theta: Theta, xs: list | None) -> list[_Row]:
+    """Fit ``levels`` in order, the first from ``(theta, xs)`` (states None: EKF/RTS), each later one
+    from the previous fit (or all from ``task.theta0`` without warm starts)."""
+    rows = []
     for level in levels:
         opts = _ceem_options(task)
         if opts is None:
@@ -225,6 +227,8 @@ def _run_chain(task: _Task, solvers: _Solvers, levels) -> list[_Row]:
                  fit.J, task.criterion, value)
         if task.options.warm_start and np.isfinite(fit.J):
             theta, xs = fit.theta, fit.x
+        elif not task.options.warm_start:
+            theta, xs = task.theta0, None
     return rows
 
 
@@ -235,10 +239,10 @@ def _worker_init(task: _Task):
     _WORKER["task"], _WORKER["solvers"] = task, None
 
 
-def _worker_chain(levels):
+def _worker_chain(args):
     if _WORKER["solvers"] is None:
         _WORKER["solvers"] = _Solvers(_WORKER["task"])
-    return _run_chain(_WORKER["task"], _WORKER["solvers"], levels)
+    return _run_chain(_WORKER["task"], _WORKER["solvers"], *args)
 
 
 # --- the public entry point ----------------------------------------------------------------------
@@ -316,17 +320,22 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
         fit_data, tails = split_tails(data, options.holdout_fraction, options.x0_window)
     deadline = None if options.time_limit is None else time.monotonic() + options.time_limit
     task = _Task(model, fit_data, tails, theta0, model.noise.process_std.copy(), criterion, options, deadline)
-    n_chains = min(options.chains or options.n_jobs, levels.size)
-    blocks = [list(b) for b in np.array_split(levels, n_chains)]
-    n_jobs = min(options.n_jobs, n_chains)
+    solvers = _Solvers(task)
+    anchor = _run_chain(task, solvers, levels[:1], theta0, None)
+    start = (theta0, None)
+    if options.warm_start and anchor[0].fit is not None and np.isfinite(anchor[0].J):
+        start = (anchor[0].fit.theta, anchor[0].fit.x)
+    rest = levels[1:]
+    n_chains = min(options.chains or options.n_jobs, max(rest.size, 1))
+    blocks = [(list(b), *start) for b in np.array_split(rest, n_chains) if b.size]
+    n_jobs = min(options.n_jobs, len(blocks))
     if n_jobs > 1:
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_worker_init, initargs=(task,)) as pool:
             chains = list(pool.map(_worker_chain, blocks))
     else:
-        solvers = _Solvers(task)
-        chains = [_run_chain(task, solvers, b) for b in blocks]
-    rows = sorted((r for c in chains for r in c), key=lambda r: r.level)
+        chains = [_run_chain(task, solvers, *b) for b in blocks]
+    rows = sorted((r for c in [anchor, *chains] for r in c), key=lambda r: r.level)
 
     sign = 1.0 if criterion == "innovation" else -1.0
     scored = [r for r in rows if r.fit is not None and np.isfinite(r.criterion)]
