@@ -10,7 +10,7 @@ the first smoothed state) is applied to the same innovation-criterion fits. The 
 evaluated: free-run RMS after 5 samples, the initial state estimated from those 5 samples
 (``cc.estimate_initial_state``, window 5), as in the benchmark protocol.
 
-    python -m scripts.noise_calibration_tanks [--grid 0.1 0.3 1 3] [--iters 100] [--n-jobs 2]
+    python -m scripts.noise_calibration_tanks [--grid 0.1 0.3 1 3 10 30] [--iters 100] [--n-jobs 2]
         [--time-limit 1200] [--json out.json]
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_rms(model, theta, split) -> float:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--grid", type=float, nargs="+", default=[0.1, 0.3, 1.0, 3.0],
+    ap.add_argument("--grid", type=float, nargs="+", default=[0.1, 0.3, 1.0, 3.0, 10.0, 30.0],
                     help="multipliers of the nominal process std 0.01 V/sample")
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--n-jobs", type=int, default=2)

@@ -88,14 +88,17 @@ def test_each_level_is_the_ceem_fit_of_that_noise_level(seed0):
     model.with_noise(process_std=level * nominal) warm-started at the previous (larger) level's fit."""
     model, data, res = seed0
     rows = res.table
-    i = 2  # warm-started from row 3 (levels are chained from the largest down)
-    prev = rows.loc[i + 1, "fit"]
-    fresh = cc.ceem(model.with_noise(process_std=rows.loc[i, "level"] * NOMINAL), data, prev.theta,
-                    options=OPTS.ceem, x_init=prev.x)
-    got = rows.loc[i, "fit"]
-    assert got.iterations == fresh.iterations
-    np.testing.assert_allclose(model.params.to_vector(got.theta), model.params.to_vector(fresh.theta), rtol=1e-10)
-    assert got.J == pytest.approx(fresh.J, rel=1e-12)
+    # rows ascending; row 6 (largest level, the anchor) starts from theta0, row 5 from row 6's fit,
+    # row 2 from row 3's fit (levels chained from the largest down)
+    for i in (5, 2):
+        prev = rows.loc[i + 1, "fit"]
+        fresh = cc.ceem(model.with_noise(process_std=rows.loc[i, "level"] * NOMINAL), data, prev.theta,
+                        options=OPTS.ceem, x_init=prev.x)
+        got = rows.loc[i, "fit"]
+        assert got.iterations == fresh.iterations
+        np.testing.assert_allclose(model.params.to_vector(got.theta), model.params.to_vector(fresh.theta),
+                                   rtol=1e-10)
+        assert got.J == pytest.approx(fresh.J, rel=1e-12)
 
 
 def test_warm_start_needs_fewer_iterations_than_cold_starts(seed0):
@@ -133,6 +136,8 @@ def test_time_budget_left_for_each_fit():
     import time
     task.deadline = time.monotonic() + 5.0
     assert 4.0 < _ceem_options(task).time_limit <= 5.0
+    task.options = cc.NoiseCalibrationOptions(ceem=cc.CEEMOptions(time_limit=2.0), time_limit=10.0)
+    assert _ceem_options(task).time_limit == 2.0  # the smaller of the per-fit limit and what remains
     model, data = pendulum(), pendulum_data(0, T=60)
     # a per-fit limit in options.ceem reaches every fit (overall budget None): each stops at once
     # with the time-limit status and its last good iterate (here the start), and is still scored
