@@ -28,6 +28,7 @@ from .datasets import (
                        simulation_rms,
 )
 from .errors import CeemError, ModelError, NonFiniteError, ParameterError, ShapeError, SolverError
+from .initial_state import InitialStateResult, estimate_initial_state
 from .learner import Learner, LearnResult
 from .metrics import Metrics, ValidationReport, fit_percent, nrmse, rmse, validation_report
 from .model import Noise, StateSpaceModel
@@ -35,7 +36,9 @@ from .modelfile import ModelFileError, SavedModel, load_model, save_model
 from .noise_calibration import NoiseCalibrationOptions, NoiseCalibrationResult, NoiseLevelFit, calibrate_noise
 from .objective import joint_log_density
 from .options import CEEMOptions, LearnerOptions, SmootherOptions
+from .output_error import OutputErrorOptions, OutputErrorResult, refine_output_error
 from .params import Param, Parameters
+from .simulation import rollout, simulate_output
 from .smoother import Smoother, SmoothResult
 from .status import Status
 
@@ -49,6 +52,7 @@ __all__ = [
     "Smoother", "SmootherOptions", "SolverError", "StateSpaceModel", "Trajectories", "ValidationReport",
     "__version__", "ceem", "ceem_checkpointed", "fit_percent", "generate_ekf", "joint_log_density",
     "load_model", "nrmse", "rmse", "save_model", "simulate", "validation_report",
-    "Status",
+    "Status", "InitialStateResult", "estimate_initial_state", "rollout", "simulate_output",
+    "OutputErrorOptions", "OutputErrorResult", "refine_output_error",
 ]
 __all__ += ["NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit", "calibrate_noise"]

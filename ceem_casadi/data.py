@@ -12,6 +12,7 @@ import numpy as np
 
 from .errors import NonFiniteError, ShapeError
 from .params import Theta
+from .simulation import noisy_rollout, run
 
 
 def _as_list(a, name: str) -> list[np.ndarray]:
@@ -162,17 +163,13 @@ def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
     for b in range(B):
         if us[b].shape != (T[b], model.nu):
             raise ShapeError(f"u[{b}]: expected shape {(T[b], model.nu)}, got {us[b].shape}")
-        roll = model.f.mapaccum(T[b] - 1)
-        # process noise enters between steps: simulate step by step in a mapaccum of f + w
+        # process noise enters between steps: a cached mapaccum of f + w (ceem_casadi.simulation)
         w = rng.standard_normal((T[b] - 1, model.nx)) * sw
-        x = np.empty((T[b], model.nx))
-        x[0] = x0[b]
         if np.any(sw > 0):
-            for t in range(T[b] - 1):
-                x[t + 1] = np.asarray(model.f(x[t], us[b][t], pv)).ravel() + w[t]
+            x = np.asarray(noisy_rollout(model, T[b])(x0[b], us[b].T, w.T, pv)).T.reshape(T[b], model.nx)
+            y = np.asarray(model.g.map(T[b])(x.T, us[b].T, pv)).T
         else:
-            x[1:] = np.asarray(roll(x0[b], us[b][:-1].T, pv)).T
-        y = np.asarray(model.g.map(T[b])(x.T, us[b].T, pv)).T
+            y, x = run(model, pv, x0[b], us[b])
         y = y + rng.standard_normal(y.shape) * sv
         if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
             raise NonFiniteError(f"simulation of trajectory {b} diverged (non-finite states)")

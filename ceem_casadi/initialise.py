@@ -15,7 +15,8 @@ from .errors import NonFiniteError, ShapeError
 Q_CANDIDATES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
 
-def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None) -> list[np.ndarray]:
+def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, ekf: EKF | None = None
+               ) -> list[np.ndarray]:
     """EKF + RTS smoothed means (T_b, nx) of every trajectory.
 
     Defaults: ``x0`` = the model's ``x1_mean`` (else zeros), ``Sigma0`` = ``x1_std**2`` (else
@@ -25,6 +26,7 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None) 
     that trusts a nearly deterministic model too much diverges on chaotic data (single Lorenz,
     sigma_w = 0.001, parameters 10 % off: state error 45 with q = 1e-4, 1.1 with q = 0.1, and
     CE-EM then ends in a poor local optimum), while too large a q throws the model away.
+    ``ekf``: a prebuilt :class:`~ceem_casadi.baselines.ekf.EKF` of ``model`` to reuse.
     """
     noise, nx = model.noise, model.nx
     x0 = (noise.x1_mean if noise.x1_mean is not None else np.zeros(nx)) if x0 is None else np.asarray(x0, float)
@@ -32,7 +34,7 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None) 
         Sigma0 = noise.x1_std ** 2 if noise.x1_std is not None else 100.0 * np.ones(nx)
     if R is None:
         R = noise.measurement_std ** 2
-    ekf = EKF(model)
+    ekf = EKF(model) if ekf is None else ekf
 
     def run(Qc):
         # the whole forward pass as one CasADi mapaccum (same numbers as the Python loop to

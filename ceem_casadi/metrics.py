@@ -21,15 +21,23 @@ Predictions:
   EKF one-step predicted observation ``g(x_{t|t-1})`` (made before the correction).
 
 Non-finite predictions (a diverging simulation) where ``y`` is observed count as infinite errors.
+
+Initial states: given ``x0``, else the model's ``x1_mean``, else (or with ``x0="estimate"``) estimated
+from the first ``window`` samples of each trajectory by :func:`~ceem_casadi.estimate_initial_state`
+(least-squares fit of the free run). Estimated initial states have seen those samples, so by
+default they are left out of every metric (``skip = window``), as benchmark protocols do.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .errors import NonFiniteError, ShapeError
+from .initial_state import estimate_initial_state
+from .simulation import as_theta_vector as _theta_vector
+from .simulation import run
 
 __all__ = ["Metrics", "ValidationReport", "fit_percent", "nrmse", "rmse", "validation_report"]
 
@@ -201,15 +209,6 @@ class ValidationReport:
 
 
 # --------------------------------------------------------------------------------------------------
-def _theta_vector(model, theta) -> np.ndarray:
-    if isinstance(theta, Mapping):
-        return model.theta_vector(theta)
-    vec = np.asarray(theta, float).ravel()
-    if vec.size != model.params.size:
-        raise ShapeError(f"theta: expected a dict or a vector of {model.params.size} entries, got {vec.size}")
-    return vec
-
-
 def _initial_states(model, x0, n_traj: int) -> np.ndarray:
     if x0 is None:
         if model.noise.x1_mean is None:
@@ -227,14 +226,8 @@ def _initial_states(model, x0, n_traj: int) -> np.ndarray:
 
 
 def _free_run(model, pv, x0, u) -> np.ndarray:
-    """Outputs (T, ny) of the noise-free run from ``x0`` (nx,) under ``u`` (T, nu)."""
-    T = u.shape[0]
-    x = np.empty((T, model.nx))
-    x[0] = x0
-    if T > 1:
-        with np.errstate(all="ignore"):
-            x[1:] = np.asarray(model.f.mapaccum(T - 1)(x0, u[:-1].T, pv)).T
-    return np.asarray(model.g.map(T)(x.T, u.T, pv)).T
+    """Outputs (T, ny) of the noise-free run from ``x0`` (nx,) under ``u`` (T, nu) (cached rollout)."""
+    return run(model, pv, x0, u)[0]
 
 
 def _k_step(model, pv, x_filt, x0, u, k: int) -> np.ndarray:
@@ -261,8 +254,8 @@ def _score(ys, preds, skip: int) -> Metrics:
 
 
 def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (1,), Sigma0=None, Q=None,
-                      R=None, skip: int = 0, output_names: Sequence[str] | None = None,
-                      engine: str = "python") -> ValidationReport:
+                      R=None, skip: int | None = None, output_names: Sequence[str] | None = None,
+                      engine: str = "python", window: int | None = None) -> ValidationReport:
     """Free-run and k-step-ahead prediction metrics of ``model`` at ``theta`` on ``data``.
 
     Parameters
@@ -270,12 +263,18 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
     model : :class:`~ceem_casadi.StateSpaceModel`.
     theta : theta dict (or flat parameter vector).
     data : :class:`~ceem_casadi.Trajectories` (NaN = missing; missing entries are not scored).
-    x0 : (B, nx) initial state per trajectory (or (nx,) shared); default ``model.noise.x1_mean``.
+    x0 : (B, nx) initial state per trajectory (or (nx,) shared); default ``model.noise.x1_mean``;
+        when the model has none, or with ``x0="estimate"``, each trajectory's initial state is
+        estimated from its first ``window`` samples by :func:`~ceem_casadi.estimate_initial_state`
+        (weights 1/measurement_std, the model's x1 prior if any).
     k : prediction horizon(s) in samples (positive ints); ``()`` for simulation only.
     Sigma0, Q, R : EKF prior / process / measurement covariances (scalars, diagonals or matrices);
         defaults from the model's noise: ``x1_std**2`` (else ``process_std**2``), ``process_std**2``,
         ``measurement_std**2``.
-    skip : number of leading samples of every trajectory left out of all metrics (wash-out).
+    skip : number of leading samples of every trajectory left out of all metrics (wash-out);
+        default ``window`` when the initial states are estimated (those samples were used to fit
+        them), else 0.
+    window : samples used to estimate x0 (default ``min(T_min - 1, 10 nx)``); only when x0 is estimated.
     output_names : names of the ny outputs (default ``y0, y1, ...``).
     engine : EKF engine (``"python"`` or ``"casadi"``, see :class:`~ceem_casadi.baselines.ekf.EKF`).
 
@@ -292,6 +291,15 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
         if int(kk) != kk or kk < 1:
             raise ShapeError(f"k: expected positive integer horizon(s), got {k!r}")
     ks = tuple(sorted({int(kk) for kk in ks}))
+    estimate = (isinstance(x0, str) and x0 == "estimate") or (x0 is None and model.noise.x1_mean is None)
+    if isinstance(x0, str) and not estimate:
+        raise ShapeError(f"x0: expected an array or 'estimate', got {x0!r}")
+    if estimate:
+        shortest = min(data.lengths)
+        window = min(shortest - 1, max(10 * model.nx, 2)) if window is None else window
+        x0 = estimate_initial_state(model, pv, data, window=window)
+        skip = window if skip is None else skip
+    skip = 0 if skip is None else skip
     if int(skip) != skip or skip < 0 or skip >= min(data.lengths):
         raise ShapeError(f"skip must be an integer in [0, {min(data.lengths) - 1}] (shortest trajectory "
                          f"{min(data.lengths)} samples), got {skip!r}")

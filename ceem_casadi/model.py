@@ -46,6 +46,43 @@ class Noise:
     x1_std: np.ndarray | None = None
 
 
+_ROLE = {"f": "step", "rhs": "right-hand side", "observe": "observation"}
+_SPARE = 64  # at most this many extra inputs/states are tried to find what a failing function indexes
+
+
+def _traced(name, fun, x, u, p, nx: int, nu: int):
+    """``fun(x, u, p)`` as a column; when tracing fails, find out whether the function indexes
+    ``u`` beyond ``nu`` or ``x`` beyond ``nx`` and raise :class:`ModelError` naming the fix."""
+    try:
+        return as_column(fun(x, u, p))
+    except AttributeError as exc:  # p.<name> of an undeclared parameter
+        raise ModelError(f"{name}: the {_ROLE.get(name, 'model')} function failed: {exc}; declare every parameter "
+                         "it uses with cc.Param(...) in the model's Parameters") from exc
+    except Exception as exc:  # CasADi raises RuntimeError ("slice.cpp ... stop<=len") for u[0] with nu=0
+        for arg, n in (("u", nu), ("x", nx)):
+            # exact sizes first (a matrix product needs one); size 1 last: CasADi broadcasts a 1x1
+            # operand of a product like a scalar, which would hide a matrix's true width
+            sizes = [m for m in (*range(n + 1, n + 5), n + _SPARE) if m > 1] + ([1] if n == 0 else [])
+            for m in sizes:
+                big = ca.SX.sym(arg, m)
+                try:
+                    expr = as_column(fun(big, u, p) if arg == "x" else fun(x, big, p))
+                except Exception:
+                    continue
+                if name == "observe" or arg == "x" or expr.shape == (nx, 1):
+                    break
+            else:
+                continue
+            used = [i for i, d in enumerate(ca.which_depends(expr, big, 1, False)) if d]
+            if used and used[-1] >= n:
+                raise ModelError(
+                    f"{name}: the {_ROLE.get(name, 'model')} function uses {arg}[{used[-1]}] but the model was "
+                    f"declared with n{arg}={n}: pass n{arg}={used[-1] + 1} (the number of "
+                    f"{'inputs' if arg == 'u' else 'states'}) to the model constructor") from exc
+        raise ModelError(f"{name}: the {_ROLE.get(name, 'model')} function failed when traced with x ({nx},), "
+                         f"u ({nu},) and the parameters: {type(exc).__name__}: {str(exc).strip()[:300]}") from exc
+
+
 class StateSpaceModel:
     """Structure of a gray-box state-space model (no parameter values inside).
 
@@ -68,13 +105,20 @@ class StateSpaceModel:
         u = ca.SX.sym("u", self.nu)
         pv = ca.SX.sym("p", self.params.size)
         p = self.params.symbols(pv)
-        self.f = self._trace("f", step, x, u, pv, p, self.nx, "x_next")
-        y_expr = as_column(observe(x, u, p))
-        if y_expr.size2() != 1 or y_expr.size1() == 0:
-            raise ModelError(f"observation function must return a vector, got shape {y_expr.shape}")
-        self.ny = y_expr.size1()
-        self.g = ca.Function("g", [x, u, pv], [y_expr], ["x", "u", "p"], ["y"])
+        # the right-hand side first: its indexing errors are diagnosed on it, not inside RK4
         self.rhs = None if rhs is None else self._trace("rhs", rhs, x, u, pv, p, self.nx, "xdot")
+        self.f = self._trace("f", step, x, u, pv, p, self.nx, "x_next")
+        y_expr = _traced("observe", observe, x, u, p, self.nx, self.nu)
+        if y_expr.size2() != 1 or y_expr.size1() == 0:
+            raise ModelError(f"observe: the observation function must return a vector (ny,), got shape "
+                             f"{y_expr.shape}; return a column, e.g. ca.vertcat(...)")
+        self.ny = y_expr.size1()
+        m_std = np.asarray(measurement_std)
+        if m_std.size not in (1, self.ny):
+            raise ModelError(f"observe returns {self.ny} outputs (ny) but measurement_std has {m_std.size} entries: "
+                             f"give {self.ny} standard deviations (or a scalar), or make observe return "
+                             f"{m_std.size} outputs")
+        self.g = ca.Function("g", [x, u, pv], [y_expr], ["x", "u", "p"], ["y"])
         self.noise = Noise(
             _positive_vector("process_std", process_std, self.nx),
             _positive_vector("measurement_std", measurement_std, self.ny),
@@ -86,10 +130,11 @@ class StateSpaceModel:
 
     @staticmethod
     def _trace(name, fun, x, u, pv, p, n_out, out_name) -> ca.Function:
-        expr = as_column(fun(x, u, p))
+        expr = _traced(name, fun, x, u, p, x.numel(), u.numel())
         if expr.shape != (n_out, 1):
+            fix = f"declare nx={expr.numel()}" if expr.size2() == 1 else "return a column vector"
             raise ModelError(f"{name}: the model function must return {n_out} entries (nx), "
-                             f"got shape {expr.shape}")
+                             f"got shape {expr.shape}: return nx={n_out} entries, or {fix}")
         return ca.Function(name, [x, u, pv], [expr], ["x", "u", "p"], [out_name])
 
     @classmethod

@@ -113,7 +113,7 @@ def test_report_errors():
     with pytest.raises(cc.ShapeError, match="x0"):
         validation_report(model, theta, data, x0=np.zeros((3, 3)))
     with pytest.raises(cc.ShapeError, match="x0"):
-        validation_report(model, theta, data)         # no x0 and no x1_mean
+        validation_report(model, theta, data, x0="guess")  # neither an array nor "estimate"
     with pytest.raises(cc.ShapeError, match="positive integer"):
         validation_report(model, theta, data, x0=x0, k=0)
     with pytest.raises(cc.ShapeError, match="skip"):

@@ -1,0 +1,289 @@
+"""Output-error (simulation-error) identification: the classical prediction-error method for
+an output-error model (MATLAB ``nlgreyest`` / ``pem``), as one IPOPT NLP.
+
+Decision variables: the free parameter entries z (fixed entries held at their values) and the
+initial state x0_b of every trajectory b. With the noise-free free run ``yhat_b(z, x0_b)`` of
+:mod:`ceem_casadi.simulation`,
+
+    min_{z, x0}  0.5 sum_{b, t, j observed} ((y_b[t, j] - yhat_b[t, j]) / sigma_v[j])^2
+                 + 0.5 ||(z - mu_p) / s_p||^2                 (the parameters' priors, optional)
+
+subject to the parameter bounds (and optional state bounds), with ``sigma_v`` the model's
+``measurement_std`` and NaN outputs left out. ``shooting=None`` is single shooting (the run from
+x0 over the whole record). ``shooting=k`` is multiple shooting: the state at every k-th sample
+is a decision variable too (a node), each k-sample segment is simulated from its node, and the
+continuity constraints ``x(end of segment j) = node j+1`` make the optimum the same as single
+shooting's, while the Jacobian no longer multiplies T state-transition Jacobians (long or
+unstable records). Derivatives are exact and sparse (CasADi AD of the ``mapaccum`` rollout);
+the Hessian is Gauss-Newton ``J^T J`` of the residuals (default) or CasADi's exact Lagrangian
+Hessian. The NLP is built once per (model, trajectory lengths, shooting, options) and cached.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import casadi as ca
+import numpy as np
+
+from ._ipopt import DEADLINE, deadline, ipopt_options
+from .data import Trajectories
+from .errors import ShapeError, SolverError
+from .initial_state import estimate_initial_state
+from .options import _require, check_time_limit
+from .params import Theta
+from .simulation import rollout, run
+from .status import Status
+
+__all__ = ["OutputErrorOptions", "OutputErrorResult", "refine_output_error"]
+
+
+@dataclass(frozen=True)
+class OutputErrorOptions:
+    """Options of :func:`refine_output_error`.
+
+    max_iter, tol : IPOPT iteration limit and tolerance (default 500, 1e-10).
+    hessian : ``"gauss-newton"`` (default: ``J^T J`` of the output residuals, positive
+        semi-definite, constraint curvature ignored) or ``"exact"`` (CasADi's exact Hessian of
+        the Lagrangian; faster near a large-residual optimum, slower to build and evaluate).
+    use_prior : include the parameters' Gaussian priors.
+    time_limit : wall-clock budget in seconds for the whole call (initial states included), or
+        ``None``; when spent, IPOPT stops at its next iteration and the result has status
+        ``"time_limit"`` with the last iterate.
+    x0_window : samples used to estimate initial states that are not given (default as in
+        :func:`~ceem_casadi.estimate_initial_state`).
+    x_lower, x_upper : bounds on the initial states and shooting nodes (scalar or (nx,)).
+    raise_on_failure : raise :class:`~ceem_casadi.SolverError` instead of returning status
+        ``"solver_failed"``.
+    """
+
+    max_iter: int = 500
+    tol: float = 1e-10
+    hessian: str = "gauss-newton"
+    use_prior: bool = True
+    time_limit: float | None = None
+    x0_window: int | None = None
+    x_lower: object = None
+    x_upper: object = None
+    raise_on_failure: bool = False
+
+    def __post_init__(self):
+        _require(isinstance(self.max_iter, int) and self.max_iter >= 1, f"max_iter must be an int >= 1, got {self.max_iter!r}")
+        _require(np.isfinite(self.tol) and self.tol > 0, f"tol must be finite and > 0, got {self.tol!r}")
+        _require(self.hessian in ("gauss-newton", "exact"),
+                 f"hessian must be 'gauss-newton' or 'exact', got {self.hessian!r}")
+        check_time_limit(self.time_limit)
+        _require(self.x0_window is None or (isinstance(self.x0_window, int) and self.x0_window >= 1),
+                 f"x0_window must be None or an int >= 1, got {self.x0_window!r}")
+
+
+@dataclass
+class OutputErrorResult:
+    """Outcome of :func:`refine_output_error`.
+
+    theta : parameters (dict); x0 : (B, nx) initial state per trajectory; cost : the minimised
+    objective (module docstring) at the returned point, initial_cost at the start; status : a
+    :class:`~ceem_casadi.Status` (``status.advice`` says what to try); message : IPOPT's return
+    status and more; iterations : IPOPT iterations; wall_s : seconds for the whole call;
+    constraint_violation : max |continuity gap| of multiple shooting (0 for single shooting).
+    """
+
+    theta: Theta
+    x0: np.ndarray
+    cost: float
+    status: Status
+    message: str
+    iterations: int
+    wall_s: float
+    initial_cost: float = float("nan")
+    constraint_violation: float = 0.0
+
+    @property
+    def success(self) -> bool:
+        return self.status.usable
+
+
+def _segments(lengths, shooting):
+    """(b, start, n_obs, has_next) per segment: k samples from every node, the last one shorter."""
+    out = []
+    for b, T in enumerate(lengths):
+        k = T if shooting is None else int(shooting)
+        for s in range(0, T, k):
+            n = min(k, T - s)
+            out.append((b, s, n, s + n < T))
+    return out
+
+
+class OutputErrorProblem:
+    """The NLP of the module docstring for one model, set of lengths and shooting (built once)."""
+
+    def __init__(self, model, lengths, shooting, options: OutputErrorOptions):
+        self.model, self.lengths, self.shooting = model, tuple(lengths), shooting
+        params = model.params
+        nx, nu, ny, npar = model.nx, model.nu, model.ny, params.size
+        self.free = params.free_index
+        nf = self.free.size
+        self.segs = _segments(self.lengths, shooting)
+        n_nodes = len(self.segs)
+        w = ca.MX.sym("w", nf + nx * n_nodes)
+        z, nodes = w[:nf], ca.reshape(w[nf:], nx, n_nodes)
+        # groups of segments simulated by one mapped rollout: (samples simulated) -> segment indices;
+        # a segment with a successor simulates one sample more to predict the next node
+        groups: dict[int, list[int]] = {}
+        for i, (_, _, n, nxt) in enumerate(self.segs):
+            groups.setdefault(n + int(nxt), []).append(i)
+        self.groups = sorted(groups.items())
+        n_u = sum(L * len(idx) for L, idx in self.groups)
+        n_obs = sum(n for _, _, n, _ in self.segs)
+        syms = dict(p_base=ca.MX.sym("p_base", npar), U=ca.MX.sym("U", nu, n_u), Y=ca.MX.sym("Y", ny, n_obs),
+                    M=ca.MX.sym("M", ny, n_obs), iv=ca.MX.sym("iv", ny), mu=ca.MX.sym("mu", nf),
+                    wp=ca.MX.sym("wp", nf))
+        self._names = list(syms)
+        sizes = [s.numel() for s in syms.values()]
+        P = ca.MX.sym("P", sum(sizes))
+        parts = ca.vertsplit(P, np.concatenate([[0], np.cumsum(sizes)]).tolist())
+        s = {k: ca.reshape(a, v.shape[0], v.shape[1]) for (k, v), a in zip(syms.items(), parts)}
+        E = ca.DM(ca.Sparsity.triplet(npar, nf, self.free.tolist(), list(range(nf))), 1.0)
+        p = s["p_base"] + ca.mtimes(E, z)
+        yhat, gaps, u_col = [], [], 0
+        for L, idx in self.groups:
+            Yh, Xh = rollout(model, L).map(len(idx))(nodes[:, idx], s["U"][:, u_col:u_col + L * len(idx)], p)
+            u_col += L * len(idx)
+            for j, i in enumerate(idx):
+                _, _, n, nxt = self.segs[i]
+                yhat.append(Yh[:, j * L:j * L + n])
+                if nxt:
+                    gaps.append(Xh[:, j * L + n] - nodes[:, i + 1])
+        Yhat = ca.horzcat(*yhat)
+        r = ca.vec(s["M"] * ca.repmat(s["iv"], 1, n_obs) * (s["Y"] - Yhat))
+        prior = s["wp"] * (z - s["mu"])
+        cost = 0.5 * ca.sumsqr(r) + 0.5 * ca.sumsqr(prior)
+        g = ca.vertcat(*gaps) if gaps else ca.MX(0, 1)
+        extra = {}
+        if options.hessian == "gauss-newton":
+            jac = ca.jacobian(r, w)
+            H = ca.mtimes(jac.T, jac) + ca.diag(ca.vertcat(s["wp"] ** 2, ca.MX(nx * n_nodes, 1)))
+            lam_f, lam_g = ca.MX.sym("lam_f"), ca.MX.sym("lam_g", g.numel())
+            extra["hess_lag"] = ca.Function("hess_lag", [w, P, lam_f, lam_g], [lam_f * ca.triu(H)],
+                                            ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
+        self.solver = ca.nlpsol("output_error", "ipopt", {"x": w, "p": P, "f": cost, "g": g},
+                                ipopt_options(options.max_iter, options.tol, **extra))
+        self.functions = ca.Function("output_error_eval", [w, P], [cost, g])
+        self.ng = g.numel()
+
+    def parameter(self, pv, data: Trajectories, use_prior: bool) -> np.ndarray:
+        """The NLP parameter vector: base parameters, the data in segment order, weights, prior."""
+        model = self.model
+        base = np.asarray(pv, float).copy()
+        base[self.free] = 0.0
+        U, Y = [], []
+        for L, idx in self.groups:  # the order of the residual columns (see __init__)
+            for i in idx:
+                b, s0, n, _ = self.segs[i]
+                U.append(data.inputs(b)[s0:s0 + L].T)
+                Y.append(data.y[b][s0:s0 + n].T)
+        Y = np.hstack(Y)
+        mask = np.isfinite(Y)
+        mean, wp = model.params.prior
+        wp = wp if use_prior else np.zeros_like(wp)
+        vals = dict(p_base=base, U=np.hstack(U), Y=np.where(mask, Y, 0.0), M=mask.astype(float),
+                    iv=1.0 / model.noise.measurement_std, mu=mean[self.free], wp=wp[self.free])
+        return np.concatenate([np.asarray(vals[k], float).ravel(order="F") for k in self._names])
+
+    def nodes(self, pv, data: Trajectories, x0: np.ndarray) -> np.ndarray:
+        """Initial node states (nx, n_nodes): the free run from x0 sampled at the nodes, else
+        (where it is not finite) the EKF/RTS smoothed states."""
+        from .initialise import eks_states
+
+        runs = [run(self.model, pv, x0[b], data.inputs(b))[1] for b in range(len(data))]
+        for b, x in enumerate(runs):
+            if not np.all(np.isfinite(x)):
+                runs[b] = eks_states(self.model, pv, data[b])[0]
+                runs[b][0] = x0[b]
+        return np.array([runs[b][s0] for b, s0, _, _ in self.segs]).T
+
+
+def problem_for(model, lengths, shooting, options: OutputErrorOptions) -> OutputErrorProblem:
+    """The cached :class:`OutputErrorProblem` (per model, lengths, shooting, Hessian, max_iter, tol)."""
+    cache = model.__dict__.setdefault("_output_error_problems", {})
+    key = (tuple(lengths), shooting, options.hessian, options.max_iter, options.tol)
+    if key not in cache:
+        cache[key] = OutputErrorProblem(model, lengths, shooting, options)
+    return cache[key]
+
+
+def _state_bounds(model, value, fill, name) -> np.ndarray:
+    v = np.asarray(fill if value is None else value, float)
+    if v.size not in (1, model.nx):
+        raise ShapeError(f"{name}: expected a scalar or {model.nx} entries (nx), got shape {v.shape}")
+    return np.broadcast_to(v.ravel() if v.size > 1 else v, (model.nx,)).astype(float)
+
+
+def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: int | None = None, x0=None,
+                        options: OutputErrorOptions = OutputErrorOptions()) -> OutputErrorResult:
+    """Fit the free parameters and every trajectory's initial state by output error (module docstring).
+
+    Parameters
+    ----------
+    model : :class:`~ceem_casadi.StateSpaceModel`.
+    theta : starting parameters (dict, all names; fixed entries stay as given), e.g. a CE-EM fit.
+    data : :class:`~ceem_casadi.Trajectories` (NaN = missing output).
+    shooting : ``None`` (single shooting) or the segment length k >= 1 of multiple shooting.
+    x0 : starting initial states (B, nx) (or (nx,) for all); default
+        :func:`~ceem_casadi.estimate_initial_state` on the first ``options.x0_window`` samples.
+    options : :class:`OutputErrorOptions`.
+
+    Returns
+    -------
+    OutputErrorResult
+        theta, x0 (B, nx), cost, status, message, iterations, wall time. On a solver failure the
+        starting point comes back (status ``"solver_failed"``) unless ``raise_on_failure``.
+    """
+    if not isinstance(options, OutputErrorOptions):
+        raise TypeError(f"options must be an OutputErrorOptions, got {type(options).__name__}")
+    if not isinstance(data, Trajectories):
+        raise TypeError(f"data must be a Trajectories, got {type(data).__name__}")
+    t0 = time.perf_counter()
+    data.check_model(model)
+    theta = model.params.validate(theta)
+    pv = model.params.to_vector(theta)
+    if shooting is not None and (int(shooting) != shooting or shooting < 1):
+        raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
+    lo = _state_bounds(model, options.x_lower, -np.inf, "x_lower")
+    hi = _state_bounds(model, options.x_upper, np.inf, "x_upper")
+    expires = None if options.time_limit is None else t0 + options.time_limit
+    with deadline(expires):
+        if x0 is None:
+            x0 = estimate_initial_state(model, pv, data, window=options.x0_window, x_lower=lo, x_upper=hi)
+        x0 = np.asarray(x0, float)
+        x0 = np.tile(x0, (len(data), 1)) if x0.ndim == 1 else x0
+        if x0.shape != (len(data), model.nx) or not np.all(np.isfinite(x0)):
+            raise ShapeError(f"x0: expected finite initial states ({len(data)}, {model.nx}), got {x0.shape}")
+        prob = problem_for(model, data.lengths, None if shooting is None else int(shooting), options)
+        free = prob.free
+        P = prob.parameter(pv, data, options.use_prior)
+        w0 = np.concatenate([pv[free], np.clip(prob.nodes(pv, data, x0), lo[:, None], hi[:, None]).ravel(order="F")])
+        n_nodes = len(prob.segs)
+        lbx = np.concatenate([model.params.lower[free], np.tile(lo, n_nodes)])
+        ubx = np.concatenate([model.params.upper[free], np.tile(hi, n_nodes)])
+        initial_cost = float(prob.functions(w0, P)[0])
+        sol = prob.solver(x0=w0, p=P, lbx=lbx, ubx=ubx, lbg=0.0, ubg=0.0)
+        st = prob.solver.stats()
+        status = Status.from_ipopt(st["return_status"], time_up=DEADLINE.expired())
+    w = np.asarray(sol["x"], float).ravel()
+    message = f"IPOPT: {st['return_status']} after {st['iter_count']} iterations"
+    if not np.all(np.isfinite(w)) or not np.isfinite(float(sol["f"])):
+        status, w = Status.SOLVER_FAILED, w0
+        message += "; non-finite iterate, returning the starting point"
+    elif status is Status.SOLVER_FAILED:
+        message += "; returning IPOPT's last iterate"
+    if status is Status.SOLVER_FAILED and options.raise_on_failure:
+        raise SolverError(f"refine_output_error: {message}. {status.advice}")
+    cost, g = prob.functions(w, P)
+    out = pv.copy()
+    out[free] = w[:free.size]
+    nodes = w[free.size:].reshape(n_nodes, model.nx)
+    first = [i for i, (b, s0, _, _) in enumerate(prob.segs) if s0 == 0]
+    return OutputErrorResult(model.params.from_vector(out), nodes[first], float(cost), status, message,
+                             int(st["iter_count"]), time.perf_counter() - t0, initial_cost,
+                             float(np.max(np.abs(np.asarray(g)))) if prob.ng else 0.0)

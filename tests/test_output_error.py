@@ -1,0 +1,134 @@
+"""Output-error (simulation-error) refinement (issue 14, item 2) against the truth and scipy."""
+import casadi as ca
+import numpy as np
+import pytest
+from scipy.optimize import least_squares
+
+import ceem_casadi as cc
+
+TRUTH = {"a": 2.0, "b": 0.3, "c": 0.8}
+START = {"a": 1.6, "b": 0.2, "c": 1.0}
+X0 = np.array([[0.5, 0.0], [-0.3, 0.2]])
+
+
+def pendulum(**param_kwargs):
+    """Damped pendulum driven by u, angle measured: x = (angle, rate), 2 states, 3 parameters."""
+    kw = {"a": {"lower": 0.0}, "b": {}, "c": {}}
+    for k, v in param_kwargs.items():
+        kw[k].update(v)
+    params = cc.Parameters(*[cc.Param(k, START[k], **kw[k]) for k in ("a", "b", "c")])
+
+    def rhs(x, u, p):
+        return ca.vertcat(x[1], -p.a * ca.sin(x[0]) - p.b * x[1] + p.c * u[0])
+    return cc.StateSpaceModel.from_ode(rhs, lambda x, u, p: x[0], nx=2, nu=1, dt=0.1, params=params,
+                                       measurement_std=0.05)
+
+
+def _data(model, T=80, noise=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    u = [np.sin(0.1 * np.arange(T) * (b + 1))[:, None] + 0.3 * rng.standard_normal((T, 1)) for b in range(2)]
+    return cc.simulate(model, TRUTH, X0, T, u=u, measurement_std=noise, seed=seed + 1)[0]
+
+
+def _residuals(model, data, fixed=None):
+    """Oracle residuals by a plain Python loop over model.f / model.g (no rollout Function)."""
+    names = [n for n in ("a", "b", "c") if not fixed or n not in fixed]
+
+    def res(v):
+        theta = dict(fixed or {})
+        theta.update(zip(names, v[:len(names)]))
+        pv = np.array([theta["a"], theta["b"], theta["c"]], float)
+        out = []
+        for b, y in enumerate(data.y):
+            x = v[len(names) + 2 * b:len(names) + 2 * b + 2]
+            for t in range(y.shape[0]):
+                out.append((y[t, 0] - float(model.g(x, data.u[b][t], pv))) / 0.05)
+                x = np.asarray(model.f(x, data.u[b][t], pv)).ravel()
+        return np.array(out)
+    return res, names
+
+
+def test_noise_free_data_gives_the_truth_also_with_missing_outputs():
+    model = pendulum()
+    data = _data(model).with_missing(0.2, seed=4)
+    res = cc.refine_output_error(model, START, data)
+    assert res.status == cc.Status.CONVERGED and res.success, res.message
+    for k, v in TRUTH.items():
+        assert abs(float(res.theta[k]) - v) < 1e-6
+    np.testing.assert_allclose(res.x0, X0, atol=1e-6)
+    assert res.cost < 1e-12 < res.initial_cost
+
+
+@pytest.fixture(scope="module")
+def scipy_reference():
+    model = pendulum()
+    data = _data(model, T=60, noise=0.05, seed=3)
+    fun, names = _residuals(model, data)
+    v0 = np.concatenate([[START[n] for n in names], cc.estimate_initial_state(model, START, data).ravel()])
+    return model, data, names, least_squares(fun, v0, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15)
+
+
+@pytest.mark.parametrize("hessian", ["gauss-newton", "exact"])
+def test_optimum_equals_scipy_least_squares(scipy_reference, hessian):
+    model, data, names, ref = scipy_reference
+    res = cc.refine_output_error(model, START, data, options=cc.OutputErrorOptions(hessian=hessian))
+    assert res.status == "converged", res.message
+    assert res.cost == pytest.approx(ref.cost, rel=1e-6)
+    np.testing.assert_allclose([float(res.theta[n]) for n in names], ref.x[:3], rtol=1e-5)
+    np.testing.assert_allclose(res.x0.ravel(), ref.x[3:], atol=1e-5)
+
+
+def test_multiple_shooting_reaches_the_single_shooting_optimum():
+    model = pendulum()
+    data = _data(model, T=60, noise=0.05, seed=3)
+    single = cc.refine_output_error(model, START, data)
+    multi = cc.refine_output_error(model, START, data, shooting=7)
+    assert multi.status == "converged" and multi.constraint_violation < 1e-8, multi.message
+    for k in TRUTH:
+        assert float(multi.theta[k]) == pytest.approx(float(single.theta[k]), abs=1e-6)
+    np.testing.assert_allclose(multi.x0, single.x0, atol=1e-6)
+    assert multi.cost == pytest.approx(single.cost, rel=1e-8)
+
+
+def test_fixed_entries_bounds_and_priors():
+    model = pendulum(a={"upper": 1.9}, c={"free": False})
+    data = _data(pendulum(), T=60, noise=0.05, seed=3)
+    start = dict(START, c=0.9)
+    res = cc.refine_output_error(model, start, data)
+    assert res.success, res.message
+    assert float(res.theta["c"]) == 0.9                       # fixed entry untouched
+    assert 1.9 - 1e-8 <= float(res.theta["a"]) <= 1.9          # pushed onto its upper bound (truth 2.0)
+    fun, names = _residuals(model, data, fixed={"c": 0.9})
+    v0 = np.concatenate([[1.6, 0.2], res.x0.ravel()])
+    ref = least_squares(fun, v0, bounds=([0, -np.inf, -np.inf, -np.inf, -np.inf, -np.inf], [1.9] + [np.inf] * 5),
+                        xtol=1e-15, ftol=1e-15, gtol=1e-15)
+    assert res.cost == pytest.approx(ref.cost, rel=1e-6)
+    # a tight prior pulls b to its mean; without use_prior it is ignored
+    tight = pendulum(b={"prior_mean": 0.5, "prior_std": 1e-4})
+    with_prior = cc.refine_output_error(tight, START, data)
+    assert abs(float(with_prior.theta["b"]) - 0.5) < 1e-3
+    without = cc.refine_output_error(tight, START, data, options=cc.OutputErrorOptions(use_prior=False))
+    assert abs(float(without.theta["b"]) - 0.3) < 0.1
+
+
+def test_time_limit_returns_the_last_iterate_with_its_status():
+    model = pendulum()
+    data = _data(model, T=60, noise=0.05, seed=3)
+    res = cc.refine_output_error(model, START, data, options=cc.OutputErrorOptions(time_limit=1e-9))
+    assert res.status == cc.Status.TIME_LIMIT and res.iterations <= 1, res.message
+    assert all(np.isfinite(float(v)) for v in res.theta.values()) and np.all(np.isfinite(res.x0))
+
+
+def test_errors():
+    model = pendulum()
+    data = _data(model, T=30)
+    with pytest.raises(cc.ShapeError, match="shooting"):
+        cc.refine_output_error(model, START, data, shooting=0)
+    with pytest.raises(cc.ShapeError, match="x0"):
+        cc.refine_output_error(model, START, data, x0=np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="hessian"):
+        cc.OutputErrorOptions(hessian="bfgs")
+    with pytest.raises(ValueError, match="time_limit"):
+        cc.OutputErrorOptions(time_limit=0)
+    with pytest.raises(cc.ParameterError, match="missing"):
+        cc.refine_output_error(model, {"a": 1.0}, data)
