@@ -16,6 +16,8 @@ import numpy as np
 from .baselines.ekf import EKF
 from .data import Trajectories
 from .errors import ShapeError
+from .initial_state import estimate_initial_state
+from .simulation import simulate_output
 
 
 def innovation_loglik(ekf: EKF, model, theta_vec, data: Trajectories, x_first: list[np.ndarray],
@@ -88,8 +90,6 @@ def holdout_rms(model, theta, tails: Trajectories, window: int) -> float:
     (scale outputs of different units before calibrating). ``inf`` when the simulation diverges
     or the initial-state estimate fails.
     """
-    from .simulation import estimate_initial_state, simulate_output
-
     sq, n = 0.0, 0
     for b, y in enumerate(tails.y):
         u = tails.inputs(b)
