@@ -83,6 +83,41 @@ def test_innovation_criterion_equals_kalman_filter_loglik():
     assert res.table["criterion"].nunique() == 3
 
 
+def test_holdout_criterion_equals_least_squares_oracle_on_a_linear_model():
+    """Every row's holdout value equals an independent computation: the fit used the heads only; each
+    tail's x0 by least squares on its first k samples (observability matrix, numpy lstsq), the free run
+    by matrix powers, the RMS over the remaining tail samples."""
+    C = np.array([[1.0, 0.0]])
+    P = cc.Parameters(cc.Param("a1", 1.3), cc.Param("a2", -0.5))
+
+    def Amat(a1, a2):
+        return np.array([[a1, 1.0], [a2, 0.0]])
+
+    model = cc.StateSpaceModel.from_discrete(
+        lambda x, u, p: ca.vertcat(ca.horzcat(p.a1, 1), ca.horzcat(p.a2, 0)) @ x, lambda x, u, p: C @ x,
+        nx=2, params=P, process_std=[0.1, 0.05], measurement_std=0.2)
+    data, _ = cc.simulate(model, {"a1": 1.5, "a2": -0.7}, x0=[[1.0, 0.0], [0.0, 2.0]], horizon=[120, 100],
+                          process_std=[0.1, 0.05], measurement_std=0.2, seed=4)
+    k, frac = 6, 0.3
+    res = cc.calibrate_noise(model, data, model.params.initial(), grid=[0.3, 1.0, 3.0], criterion="holdout",
+                             options=cc.NoiseCalibrationOptions(ceem=OPTS.ceem, holdout_fraction=frac, x0_window=k))
+    for _, row in res.table.iterrows():
+        A = Amat(row["fit"].theta["a1"], row["fit"].theta["a2"])
+        assert [x.shape[0] for x in row["fit"].x] == [120 - 36, 100 - 30]  # fitted on the heads
+        sq, n = 0.0, 0
+        for y in data.y:
+            tail = y[len(y) - round(frac * len(y)):]
+            obs = np.vstack([C @ np.linalg.matrix_power(A, t) for t in range(len(tail))])
+            x0 = np.linalg.lstsq(obs[:k], tail[:k, 0], rcond=None)[0]
+            err = tail[k:, 0] - obs[k:] @ x0
+            sq, n = sq + err @ err, n + err.size
+        assert row["criterion"] == pytest.approx(np.sqrt(sq / n), rel=1e-6)
+    assert res.best.criterion == res.table["criterion"].min()
+    # refit of the chosen level on the whole data, warm-started at its head fit
+    assert [x.shape[0] for x in res.best.fit.x] == [120, 100]
+    assert res.best.fit is not res.table.loc[res.table["level"] == res.best.level, "fit"].iloc[0]
+
+
 def test_each_level_is_the_ceem_fit_of_that_noise_level(seed0):
     """The solvers shared across levels fit each level's own noise: a row equals a fresh cc.ceem of
     model.with_noise(process_std=level * nominal) warm-started at the previous (larger) level's fit."""
