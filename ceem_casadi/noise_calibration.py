@@ -49,7 +49,7 @@ class NoiseCalibrationOptions:
     """Options of :func:`calibrate_noise` (defaults in brackets).
 
     ceem : options of every CE-EM fit [``CEEMOptions(max_iters=50, acceleration="newton")``: the same
-        fixed points as plain EM, 3.8x faster over the test grid of tests/test_noise_calibration.py];
+        fixed points as plain EM, 1.8-5x faster over the grid of tests/test_noise_calibration.py, seeds 0-2];
         its ``time_limit`` is replaced by what remains of ``time_limit`` below when a fit starts.
     n_jobs : processes running the chains [1].
     chains : number of warm-start chains [None: ``n_jobs``]. The largest level is fitted first,
