@@ -67,11 +67,11 @@ def lorenz_problem(sigma_w: float, seed: int, T: int = 128, B: int = 2):
 PROBLEMS = {"pendulum": pendulum_problem, "lorenz": lorenz_problem}
 
 
-def run(problems, criteria, seeds, grid=GRID, max_iters: int = 50) -> list[dict]:
+def run(problems, criteria, seeds, grid=GRID, max_iters: int = 50, truths=TRUTHS) -> list[dict]:
     runs = []
     opts = cc.NoiseCalibrationOptions(ceem=cc.CEEMOptions(max_iters=max_iters, acceleration="newton"))
     for name in problems:
-        for sigma_w in TRUTHS[name]:
+        for sigma_w in truths[name]:
             for seed in seeds:
                 model, data, theta0 = PROBLEMS[name](sigma_w, seed)
                 for crit in criteria:
@@ -106,14 +106,13 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--json", default=None, help="write every run and the summary to this JSON file")
     ap.add_argument("--smoke", action="store_true", help="one seed, one truth, a 4-level grid")
     args = ap.parse_args(argv)
-    grid = GRID
+    grid, truths = GRID, TRUTHS
     if args.smoke:
         args.seeds = 1
-        for k in TRUTHS:
-            TRUTHS[k] = TRUTHS[k][1:2]
+        truths = {k: v[1:2] for k, v in TRUTHS.items()}
         grid = GRID[::4]
     t0 = time.perf_counter()
-    runs = run(args.problems, args.criteria, range(args.seeds), grid=grid)
+    runs = run(args.problems, args.criteria, range(args.seeds), grid=grid, truths=truths)
     table = summarise(runs)
     print(table.to_string(index=False))
     print(f"total {time.perf_counter() - t0:.0f} s")

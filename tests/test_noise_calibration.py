@@ -219,3 +219,14 @@ def test_input_validation():
         with pytest.raises(ValueError):
             cc.NoiseCalibrationOptions(**bad)
     assert len(DEFAULT_GRID) == 7 and DEFAULT_GRID[-1] / DEFAULT_GRID[0] == pytest.approx(1000)
+
+
+def test_study_script_smoke(tmp_path):
+    import json
+
+    from scripts import noise_calibration_study
+
+    table = noise_calibration_study.main(["--smoke", "--problems", "pendulum", "--json", str(tmp_path / "s.json")])
+    out = json.loads((tmp_path / "s.json").read_text())
+    assert len(out["runs"]) == 2 and set(table["criterion"]) == {"innovation", "holdout"}
+    assert all(np.isclose(out["grid"], r["chosen"]).any() for r in out["runs"])
