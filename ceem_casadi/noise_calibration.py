@@ -297,6 +297,8 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
 
     Raises
     ------
+    TypeError
+        ``data`` not a :class:`~ceem_casadi.Trajectories`, ``options`` not a :class:`NoiseCalibrationOptions`.
     ValueError
         unknown ``criterion``; repeated levels. :class:`~ceem_casadi.errors.ShapeError` for an empty
         grid or tails too short; :class:`~ceem_casadi.errors.NonFiniteError` for non-positive or
@@ -313,6 +315,8 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
     if not isinstance(options, NoiseCalibrationOptions):
         raise TypeError(f"options must be a NoiseCalibrationOptions, got {type(options).__name__}")
     levels = _validate_grid(grid)
+    if not isinstance(data, Trajectories):
+        raise TypeError(f"data must be a cc.Trajectories (e.g. cc.Trajectories(y, u)), got {type(data).__name__}")
     data.check_model(model)
     theta0 = model.params.validate(theta0)
     fit_data, tails = data, None

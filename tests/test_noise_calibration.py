@@ -209,6 +209,10 @@ def test_input_validation():
         cc.calibrate_noise(model, data, th, grid=[np.nan])
     with pytest.raises(ValueError, match="criterion must be one of"):
         cc.calibrate_noise(model, data, th, criterion="aic")
+    with pytest.raises(TypeError, match="Trajectories"):
+        cc.calibrate_noise(model, data.y[0], th)
+    with pytest.raises(cc.ShapeError, match="ny=2"):
+        cc.calibrate_noise(model, cc.Trajectories(np.zeros((1, 60, 2))), th)
     with pytest.raises(ValueError, match="distinct"):
         cc.calibrate_noise(model, data, th, grid=[1.0, 1.0])
     with pytest.raises(cc.ShapeError, match="x0_window"):
