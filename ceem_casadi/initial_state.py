@@ -73,7 +73,7 @@ class InitialStateSolver:
         hess_lag = ca.Function("hess_lag", [x0, P, lam_f, lam_g], [lam_f * ca.triu(H)],
                                ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
         self.solver = ca.nlpsol(f"x0_window{k}", "ipopt", {"x": x0, "p": P, "f": cost},
-                                ipopt_options(max_iter, tol, hess_lag=hess_lag))
+                                ipopt_options(max_iter, tol, hess_lag=hess_lag, show_eval_warnings=False))
         self.cost = ca.Function("x0_cost", [x0, P], [cost])
 
     def parameter(self, pv, y, u, use_prior: bool = True) -> np.ndarray:

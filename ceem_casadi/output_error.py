@@ -103,6 +103,55 @@ class OutputErrorResult:
         return self.status.usable
 
 
+class _GaussNewtonEvaluations:
+    """IPOPT ``grad_f`` and ``hess_lag`` Callbacks sharing one evaluation of ``fun(w, P) -> (cost,
+    grad, triu(J^T J))`` per point (the last point is cached)."""
+
+    def __init__(self, fun: ca.Function, ng: int):
+        self.fun, self._key, self._val = fun, None, None
+        self.grad_f = _Output(self, "grad_f", [fun.sparsity_in(0), fun.sparsity_in(1)],
+                              [ca.Sparsity.dense(1, 1), fun.sparsity_out(1)], ["x", "p"], ["f", "grad_f_x"])
+        self.hess_lag = _Output(self, "hess_lag", [fun.sparsity_in(0), fun.sparsity_in(1), ca.Sparsity.dense(1, 1),
+                                                   ca.Sparsity.dense(ng, 1)],
+                                [fun.sparsity_out(2)], ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
+
+    def at(self, w: ca.DM, P: ca.DM):
+        w_np, P_np = np.asarray(w.full()).ravel(), np.asarray(P.full()).ravel()
+        if self._key is None or not (np.array_equal(self._key[0], w_np) and np.array_equal(self._key[1], P_np)):
+            self._val = self.fun(w, P)
+            self._key = (w_np, P_np)
+        return self._val
+
+
+class _Output(ca.Callback):
+    def __init__(self, owner, name, sp_in, sp_out, names_in, names_out):
+        ca.Callback.__init__(self)
+        self.owner, self.sp_in, self.sp_out, self.names_in, self.names_out = owner, sp_in, sp_out, names_in, names_out
+        self.construct(name, {})
+
+    def get_n_in(self):
+        return len(self.sp_in)
+
+    def get_n_out(self):
+        return len(self.sp_out)
+
+    def get_name_in(self, i):
+        return self.names_in[i]
+
+    def get_name_out(self, i):
+        return self.names_out[i]
+
+    def get_sparsity_in(self, i):
+        return self.sp_in[i]
+
+    def get_sparsity_out(self, i):
+        return self.sp_out[i]
+
+    def eval(self, arg):
+        cost, grad, hess = self.owner.at(arg[0], arg[1])
+        return [cost, grad] if len(self.sp_out) == 2 else [arg[2] * hess]
+
+
 def _segments(lengths, shooting):
     """(b, start, n_obs, has_next) per segment: k samples from every node, the last one shorter."""
     out = []
@@ -161,13 +210,19 @@ class OutputErrorProblem:
         g = ca.vertcat(*gaps) if gaps else ca.MX(0, 1)
         extra = {}
         if options.hessian == "gauss-newton":
+            # cost, gradient J^T r and J^T J from ONE evaluation of the residual Jacobian J per
+            # iterate (IPOPT asks for the gradient and the Hessian at the same point)
             jac = ca.jacobian(r, w)
             H = ca.mtimes(jac.T, jac) + ca.diag(ca.vertcat(s["wp"] ** 2, ca.MX(nx * n_nodes, 1)))
-            lam_f, lam_g = ca.MX.sym("lam_f"), ca.MX.sym("lam_g", g.numel())
-            extra["hess_lag"] = ca.Function("hess_lag", [w, P, lam_f, lam_g], [lam_f * ca.triu(H)],
-                                            ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
+            grad = ca.mtimes(jac.T, r) + ca.vertcat(s["wp"] * prior, ca.MX(nx * n_nodes, 1))
+            self._gn = _GaussNewtonEvaluations(ca.Function("gauss_newton", [w, P], [cost, grad, ca.triu(H)]),
+                                               g.numel())
+            extra["grad_f"], extra["hess_lag"] = self._gn.grad_f, self._gn.hess_lag
+        # adaptive barrier: with bounds and a large-residual Gauss-Newton model the default monotone
+        # strategy crawled (Cascaded Tanks, 11 parameters: 279 iterations, 62 s -> 23, 7.0 s)
         self.solver = ca.nlpsol("output_error", "ipopt", {"x": w, "p": P, "f": cost, "g": g},
-                                ipopt_options(options.max_iter, options.tol, **extra))
+                                ipopt_options(options.max_iter, options.tol, show_eval_warnings=False,
+                                              **{"ipopt.mu_strategy": "adaptive"}, **extra))
         self.functions = ca.Function("output_error_eval", [w, P], [cost, g])
         self.ng = g.numel()
 
@@ -272,14 +327,20 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
         status = Status.from_ipopt(st["return_status"], time_up=DEADLINE.expired())
     w = np.asarray(sol["x"], float).ravel()
     message = f"IPOPT: {st['return_status']} after {st['iter_count']} iterations"
-    if not np.all(np.isfinite(w)) or not np.isfinite(float(sol["f"])):
-        status, w = Status.SOLVER_FAILED, w0
-        message += "; non-finite iterate, returning the starting point"
-    elif status is Status.SOLVER_FAILED:
-        message += "; returning IPOPT's last iterate"
-    if status is Status.SOLVER_FAILED and options.raise_on_failure:
-        raise SolverError(f"refine_output_error: {message}. {status.advice}")
     cost, g = prob.functions(w, P)
+    gap = float(np.max(np.abs(np.asarray(g)))) if prob.ng else 0.0
+    if not (np.all(np.isfinite(w)) and np.isfinite(float(cost))):
+        status = Status.SOLVER_FAILED
+        message += "; non-finite iterate"
+    if status is Status.SOLVER_FAILED:
+        if options.raise_on_failure:
+            raise SolverError(f"refine_output_error: {message}. {status.advice}")
+        if not (np.isfinite(float(cost)) and float(cost) <= initial_cost and gap <= 1e-6):
+            w = w0  # the failed iterate is no better than the start: keep the last good point
+            cost, g = prob.functions(w, P)
+            message += "; returning the starting point (the last good iterate)"
+        else:
+            message += "; returning IPOPT's last iterate (lower cost than the start, continuity met)"
     out = pv.copy()
     out[free] = w[:free.size]
     nodes = w[free.size:].reshape(n_nodes, model.nx)
