@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
+from ceem_casadi.baselines.ekf import EKF
 from ceem_casadi.baselines.kalman import kalman_filter
 from ceem_casadi.noise_calibration import DEFAULT_GRID, NOT_RUN, _ceem_options, _Task
+from ceem_casadi.noise_criteria import innovation_loglik
 
 GRID = np.logspace(-1.5, 1.5, 7)  # multipliers of the nominal std: 0.0032 ... 3.2 absolute
 NOMINAL, TRUE_STD, MEAS_STD = 0.1, 0.02, 0.05
@@ -78,6 +80,10 @@ def test_innovation_criterion_equals_kalman_filter_loglik():
         kf = [kalman_filter(Anum, C, Q, 0.04, y, x0=row["fit"].x[b][0], Sigma0=Q)
               for b, y in enumerate(data.y)]
         assert row["criterion"] == pytest.approx(sum(r.loglik for r in kf), rel=1e-9, abs=1e-9)
+        level_model = model.with_noise(process_std=row["process_std"])
+        python_engine = innovation_loglik(EKF(model), level_model, model.params.to_vector(th), data,
+                                          [x[0] for x in row["fit"].x], engine="python")
+        assert python_engine == pytest.approx(row["criterion"], rel=1e-9)
     assert res.best.criterion == res.table["criterion"].max()
     assert res.best.level == 1.0  # the data's own noise level wins
     assert res.table["criterion"].nunique() == 3
