@@ -2,10 +2,11 @@
 
 CE-EM maximises the joint log-density J(x, theta) for a *given* noise model. The measurement
 noise is usually known from the sensor; the process noise (how far the states may leave the
-model's trajectory per sample) is not, and the fitted parameters depend on it strongly (on the
-Cascaded Tanks data the test RMS ranged 0.32-0.38 V over 0.001-0.03 V per sample). J itself
-cannot choose it (J grows without bound as the process noise shrinks and the states follow the
-model). :func:`calibrate_noise` fits every level of a grid and scores each fit with a criterion
+model's trajectory per sample) is not, and the fitted parameters depend on it (on the Cascaded
+Tanks data, 40 plain EM iterations per level, the test RMS ranged 0.318-0.375 V over 0.001-0.03 V
+per sample, docs/results_real.md). J itself cannot choose it: at the optimum it is unbounded above
+as the process noise shrinks (the states can follow a model trajectory exactly while the
+normalising term ``-T log sigma_w`` grows). See docs/noise_calibration.md for measured results. :func:`calibrate_noise` fits every level of a grid and scores each fit with a criterion
 that uses the estimation data only (:mod:`ceem_casadi.noise_criteria`).
 """
 from __future__ import annotations
@@ -98,7 +99,9 @@ class NoiseCalibrationOptions:
 @dataclass
 class NoiseLevelFit:
     """The chosen level: ``level`` (multiplier), ``process_std`` (nx,), ``theta``, ``model`` (the
-    model with that process noise), ``fit`` (its :class:`CEEMResult`), ``criterion`` (its value)."""
+    model with that process noise), ``fit`` (its :class:`CEEMResult`; with ``"holdout"`` and
+    ``refit`` the refit on the whole data, whose ``theta`` this is), ``criterion`` (the value that
+    chose it: with ``"holdout"`` that of the fit on the heads)."""
 
     level: float
     process_std: np.ndarray
