@@ -207,7 +207,9 @@ def _score(task: _Task, solvers: _Solvers, model, fit: CEEMResult) -> float:
     if task.criterion == "innovation":
         return innovation_loglik(solvers.ekf, model, pv, task.fit_data, [x[0] for x in fit.x],
                                  engine=task.options.ekf_engine)
-    return holdout_rms(model, fit.theta, task.tails, task.options.x0_window)
+    # the free run and the initial-state fit do not involve the process noise: score with the base
+    # model, whose cached rollout and x0 solvers are then built once per process, not per level
+    return holdout_rms(task.model, fit.theta, task.tails, task.options.x0_window)
 
 
 def _run_chain(task: _Task, solvers: _Solvers, levels, theta: Theta, xs: list | None) -> list[_Row]:

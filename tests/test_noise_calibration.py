@@ -89,7 +89,7 @@ def test_innovation_criterion_equals_kalman_filter_loglik():
     assert res.table["criterion"].nunique() == 3
 
 
-def test_holdout_criterion_equals_least_squares_oracle_on_a_linear_model():
+def test_holdout_criterion_equals_least_squares_oracle_on_a_linear_model(monkeypatch):
     """Every row's holdout value equals an independent computation: the fit used the heads only; each
     tail's x0 by least squares on its first k samples (observability matrix, numpy lstsq), the free run
     by matrix powers, the RMS over the remaining tail samples."""
@@ -105,6 +105,10 @@ def test_holdout_criterion_equals_least_squares_oracle_on_a_linear_model():
     data, _ = cc.simulate(model, {"a1": 1.5, "a2": -0.7}, x0=[[1.0, 0.0], [0.0, 2.0]], horizon=[120, 100],
                           process_std=[0.1, 0.05], measurement_std=0.2, seed=4)
     k, frac = 6, 0.3
+    import ceem_casadi.initial_state as ist
+
+    builds, init = [], ist.InitialStateSolver.__init__
+    monkeypatch.setattr(ist.InitialStateSolver, "__init__", lambda self, *a, **kw: (builds.append(a), init(self, *a, **kw))[1])
     res = cc.calibrate_noise(model, data, model.params.initial(), grid=[0.3, 1.0, 3.0], criterion="holdout",
                              options=cc.NoiseCalibrationOptions(ceem=OPTS.ceem, holdout_fraction=frac, x0_window=k))
     for _, row in res.table.iterrows():
@@ -119,6 +123,7 @@ def test_holdout_criterion_equals_least_squares_oracle_on_a_linear_model():
             sq, n = sq + err @ err, n + err.size
         assert row["criterion"] == pytest.approx(np.sqrt(sq / n), rel=1e-6)
     assert res.best.criterion == res.table["criterion"].min()
+    assert len(builds) == 1  # one x0 solver for every level and tail (not one per level)
     # refit of the chosen level on the whole data, warm-started at its head fit
     assert [x.shape[0] for x in res.best.fit.x] == [120, 100]
     assert res.best.fit is not res.table.loc[res.table["level"] == res.best.level, "fit"].iloc[0]
