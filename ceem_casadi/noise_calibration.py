@@ -146,7 +146,8 @@ class NoiseCalibrationResult:
         ax2 = ax.twinx()
         ax2.plot(df["level"], df["J"], "s--", color="C1", label="J (CE-EM objective)")
         ax2.set_ylabel("J", color="C1")
-        ax.legend(loc="best", fontsize=8)
+        (h1, l1), (h2, l2) = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
+        ax.legend(h1 + h2, l1 + l2, loc="best", fontsize=8)
         return ax
 
 

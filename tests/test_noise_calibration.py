@@ -204,6 +204,7 @@ def test_result_plot_marks_the_chosen_level(seed0):
     star = [ln for ln in ax.get_lines() if ln.get_marker() == "*"]
     assert len(star) == 1 and star[0].get_xdata()[0] == res.best.level
     assert list(ax.get_lines()[0].get_xdata()) == list(res.table["level"])
+    assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "J (CE-EM objective)"
     plt.close(ax.figure)
     assert res.table["status"].ne(NOT_RUN).all() and len(res.table) == len(GRID)
     assert res.best.model.noise.process_std[0] == pytest.approx(res.best.level * NOMINAL)
