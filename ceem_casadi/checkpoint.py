@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .modelfile import ModelFileError, read_archive, record_dict, to_jsonable, write_archive
+from .status import Status
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,9 @@ class CheckpointedFit:
     x: list | None
     history: list
     resumed_from: int = 0
+
+    def __post_init__(self):
+        self.status = Status(self.status)
 
 
 def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_fit: bool = False,

@@ -175,7 +175,8 @@ class ValidationReport:
 
     simulation: :class:`Metrics` of the free run; prediction: ``{k: Metrics}`` of k-step-ahead
     prediction; output_names: (ny,); skip: leading samples per trajectory left out of the metrics.
-    y_sim: per trajectory (T_b, ny) free-run outputs; y_pred: ``{k: [(T_b, ny), ...]}``.
+    y_sim: per trajectory (T_b, ny) free-run outputs; y_pred: ``{k: [(T_b, ny), ...]}``;
+    x0: (B, nx) initial states used (given, x1_mean or estimated).
     """
 
     simulation: Metrics
@@ -184,6 +185,7 @@ class ValidationReport:
     skip: int = 0
     y_sim: list = field(default_factory=list, repr=False, compare=False)
     y_pred: dict = field(default_factory=dict, repr=False, compare=False)
+    x0: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         """JSON-ready dict: ``{"simulation": {...}, "prediction": {"1": {...}, ...}, "skip": int}``."""
@@ -325,4 +327,4 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
     return ValidationReport(
         simulation=_score(data.y, y_sim, skip),
         prediction={kk: _score(data.y, y_pred[kk], skip) for kk in ks},
-        output_names=names, skip=int(skip), y_sim=y_sim, y_pred=y_pred)
+        output_names=names, skip=int(skip), y_sim=y_sim, y_pred=y_pred, x0=X0)

@@ -45,7 +45,11 @@ class OutputErrorOptions:
     max_iter, tol : IPOPT iteration limit and tolerance (default 500, 1e-10).
     hessian : ``"gauss-newton"`` (default: ``J^T J`` of the output residuals, positive
         semi-definite, constraint curvature ignored) or ``"exact"`` (CasADi's exact Hessian of
-        the Lagrangian; faster near a large-residual optimum, slower to build and evaluate).
+        the Lagrangian; 2-5x slower per iteration in the measurements of the README). With
+        multiple shooting on very short segments (``shooting=1``: all the dynamics sit in the
+        constraints, whose curvature Gauss-Newton ignores) Gauss-Newton can stall (pendulum,
+        2 noisy trajectories: 500 iterations without convergence at k = 1; 9 iterations at
+        k = 2, 3, 5, like single shooting); use segments of a few samples, or ``"exact"`` there.
     use_prior : include the parameters' Gaussian priors.
     time_limit : wall-clock budget in seconds for the whole call (initial states included), or
         ``None``; when spent, IPOPT stops at its next iteration and the result has status

@@ -80,7 +80,9 @@ def test_optimum_equals_scipy_least_squares(scipy_reference, hessian):
 
 def test_multiple_shooting_reaches_the_single_shooting_optimum():
     model = pendulum()
-    data = _data(model, T=60, noise=0.05, seed=3)
+    full = _data(model, T=60, noise=0.05, seed=3)
+    # unequal lengths: segments of 7 samples plus last segments of 4 and 2 (three rollout groups)
+    data = cc.Trajectories([full.y[0], full.y[1][:37]], [full.u[0], full.u[1][:37]])
     single = cc.refine_output_error(model, START, data)
     multi = cc.refine_output_error(model, START, data, shooting=7)
     assert multi.status == "converged" and multi.constraint_violation < 1e-8, multi.message

@@ -168,7 +168,14 @@ def test_readme_validation_call_works_for_a_model_without_x1_mean():
     # x0 estimated from the first 30 = 10 nx samples, which are then left out of the metrics
     assert report.skip == 30 and report.simulation.n.tolist() == [98, 98]
     x0 = cc.estimate_initial_state(model, theta, data, window=30)
+    np.testing.assert_allclose(report.x0, x0, atol=1e-9)
     assert np.abs(x0[0] - x_true[0][0]).max() < 0.05
     yhat = cc.simulate_output(model, theta, x0=x0, horizon=128)[0]
     np.testing.assert_allclose(report.simulation.rmse, cc.rmse(data.y[0][30:], yhat[30:]), rtol=1e-10)
     assert report.simulation.rmse_overall < 0.05  # measurement noise 0.01, x0 error amplified by chaos
+
+
+def test_initial_state_time_limit_is_reported():
+    model, theta, data, _ = _linear()
+    res = cc.estimate_initial_state(model, theta, data, window=8, time_limit=1e-9, full_output=True)
+    assert all(r.status == cc.Status.TIME_LIMIT and r.iterations <= 1 and np.all(np.isfinite(r.x0)) for r in res)

@@ -50,6 +50,7 @@ from ..data import Trajectories, single_trajectory
 from ..learner import Learner
 from ..options import LearnerOptions
 from ..params import Theta
+from ..status import Status
 from .kalman import as_cov
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,9 @@ class ParticleEMResult:
     status: str
     message: str
     build_s: float = 0.0
+
+    def __post_init__(self):
+        self.status = Status(self.status)
 
     @property
     def success(self) -> bool:
