@@ -17,6 +17,7 @@ Public API::
     estimate_initial_state            least-squares initial state from the first samples (IPOPT)
     refine_output_error               output-error (simulation-error) identification, single/multiple shooting
     Status                            result status (a str enum with advice), shared by every fit
+    calibrate_noise                   CE-EM over a grid of process-noise levels, one chosen by a criterion
 """
 from .ceem import CEEMResult, IterationRecord, ceem
 from .checkpoint import CheckpointError, ceem_checkpointed
@@ -36,6 +37,7 @@ from .learner import Learner, LearnResult
 from .metrics import Metrics, ValidationReport, fit_percent, nrmse, rmse, validation_report
 from .model import Noise, StateSpaceModel
 from .modelfile import ModelFileError, SavedModel, load_model, save_model
+from .noise_calibration import NoiseCalibrationOptions, NoiseCalibrationResult, NoiseLevelFit, calibrate_noise
 from .objective import joint_log_density
 from .options import CEEMOptions, LearnerOptions, SmootherOptions
 from .output_error import OutputErrorOptions, OutputErrorResult, refine_output_error
@@ -59,3 +61,4 @@ __all__ = [
     "OutputErrorOptions", "OutputErrorResult", "refine_output_error",
     "ParameterUncertainty", "UncertaintyOptions", "parameter_uncertainty",
 ]
+__all__ += ["NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit", "calibrate_noise"]
