@@ -21,8 +21,9 @@ def random_linear_model(rng, nx=3, nu=2, ny=2, *, x1_prior=True):
     return model, {"A": A, "B": B, "C": C, "D": D}
 
 
-def dense_map_states(model, theta, y, u):
-    """MAP states of a linear-Gaussian model by one dense weighted least-squares solve."""
+def dense_map_states(model, theta, y, u, x_prev=None, rho=0.0):
+    """MAP states of a linear-Gaussian model by one dense weighted least-squares solve; with
+    ``rho > 0`` the trust-region problem min -J + rho ||x - x_prev||^2 (rows sqrt(2 rho) (x - x_prev))."""
     A, B, C, D = (theta[k] for k in "ABCD")
     T, nx = y.shape[0], model.nx
     iw, iv = 1 / model.noise.process_std, 1 / model.noise.measurement_std
@@ -40,6 +41,8 @@ def dense_map_states(model, theta, y, u):
     R = np.zeros((nx, nx * T))
     R[:, :nx] = np.diag(1 / model.noise.x1_std)
     rows.append(R), rhs.append(model.noise.x1_mean / model.noise.x1_std)
+    if rho > 0:
+        rows.append(np.sqrt(2 * rho) * np.eye(nx * T)), rhs.append(np.sqrt(2 * rho) * x_prev.ravel())
     sol, *_ = np.linalg.lstsq(np.vstack(rows), np.concatenate(rhs), rcond=None)
     return sol.reshape(T, nx)
 
@@ -66,6 +69,33 @@ def test_linear_gaussian_smoother_equals_dense_solve_and_rts(hessian):
     ks = EKF(model).run(pv, y, u, x0=model.noise.x1_mean, Sigma0=model.noise.x1_std ** 2,
                         Q=model.noise.process_std ** 2, R=model.noise.measurement_std ** 2, smooth=True)
     np.testing.assert_allclose(res.x, ks.x_smooth, atol=1e-6)
+
+
+def test_trust_region_rho_x_equals_dense_trust_region_solve():
+    """With rho_x > 0 the smoother solves min -J + rho_x ||x - x_prev||^2 (x_prev = the warm start):
+    equal to the dense least-squares solution of that problem, and far from the rho_x = 0 one."""
+    rng = np.random.default_rng(4)
+    model, theta = random_linear_model(rng)
+    T, rho = 25, 30.0
+    u = rng.standard_normal((T, model.nu))
+    data, _ = cc.simulate(model, theta, rng.standard_normal((1, model.nx)), T, u=[u],
+                          process_std=model.noise.process_std, measurement_std=model.noise.measurement_std, seed=2)
+    x_prev = 2.0 * rng.standard_normal((T, model.nx))
+    pv = model.theta_vector(theta)
+    want = dense_map_states(model, theta, data.y[0], u, x_prev, rho)
+    far = np.abs(want - dense_map_states(model, theta, data.y[0], u)).max()
+    assert far > 0.1  # the trust region matters at this rho
+    # through the options (the EM loop's path) and through the per-call argument
+    via_options = cc.Smoother(model, cc.SmootherOptions(rho_x=rho)).solve(pv, data, [x_prev])[0]
+    ts = cc.Smoother(model).for_length(T)
+    via_argument = ts.solve(model, pv, data.y[0], u, x_prev, rho_x=rho)
+    for res in (via_options, via_argument):
+        assert res.success, res.status
+        np.testing.assert_allclose(res.x, want, atol=1e-6 * far)
+    # rho_x=0 given explicitly overrides a positive option
+    plain = cc.Smoother(model, cc.SmootherOptions(rho_x=rho)).for_length(T).solve(model, pv, data.y[0], u, x_prev,
+                                                                                  rho_x=0.0)
+    np.testing.assert_allclose(plain.x, dense_map_states(model, theta, data.y[0], u), atol=1e-6)
 
 
 def test_smoother_derivatives_equal_casadi_ad():
