@@ -50,7 +50,7 @@ def test_ceem_recovers_single_lorenz_and_objective_never_decreases(lorenz_data):
     assert rel_err(res.theta, lorenz.TRUE) < 5e-3
     J = [res.init_J] + [r.J for r in res.history if r.accepted]
     assert np.all(np.diff(J) >= -1e-8 * np.abs(J[1:]))
-    assert len(seen) == res.iterations and all(r.smooth_s > 0 and r.learn_s > 0 for r in res.history)
+    assert len(seen) == res.iterations and all(np.isfinite([r.smooth_s, r.learn_s]).all() for r in res.history)
 
 
 def test_ceem_with_missing_observations(lorenz_data):
