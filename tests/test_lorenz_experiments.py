@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from scripts import lorenz_bias, lorenz_coupled, lorenz_vs_particle
 
@@ -26,6 +27,7 @@ def test_vs_particle_smoke(tmp_path):
     assert len(runs[0]["ceem"]["path"]) == len(runs[0]["pem"]["path"]) == 3
 
 
+@pytest.mark.slow  # six coupled Lorenz attractors (paper section 4.1.3): ~100-200 s on 2 shared cores
 def test_coupled_smoke(tmp_path):
     result = lorenz_coupled.main(["--smoke", "--out", str(tmp_path)])
     eps = result["ceem"][0]["eps"]
