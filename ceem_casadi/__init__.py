@@ -35,6 +35,7 @@ from .objective import joint_log_density
 from .options import CEEMOptions, LearnerOptions, SmootherOptions
 from .params import Param, Parameters
 from .smoother import Smoother, SmoothResult
+from .status import Status
 
 __version__ = "0.1.0"
 
@@ -46,4 +47,5 @@ __all__ = [
     "Smoother", "SmootherOptions", "SolverError", "StateSpaceModel", "Trajectories", "ValidationReport",
     "__version__", "ceem", "ceem_checkpointed", "fit_percent", "generate_ekf", "joint_log_density",
     "load_model", "nrmse", "rmse", "save_model", "simulate", "validation_report",
+    "Status",
 ]

@@ -1,6 +1,9 @@
 """Small helpers shared by the IPOPT-based steps."""
 from __future__ import annotations
 
+import contextlib
+import time
+
 import casadi as ca
 
 QUIET = {"print_time": False, "ipopt.print_level": 0, "ipopt.sb": "yes",
@@ -28,7 +31,7 @@ def ipopt_options(max_iter: int, tol: float, **extra) -> dict:
                  "ipopt.acceptable_tol": max(100 * float(tol), ACCEPTABLE_TOL),
                  "ipopt.acceptable_iter": ACCEPTABLE_ITER,
                  "ipopt.acceptable_obj_change_tol": STALL_OBJ_CHANGE,
-                 "ipopt.honor_original_bounds": "yes"})
+                 "ipopt.honor_original_bounds": "yes", "iteration_callback": DEADLINE})
     opts.update(extra)
     return opts
 
@@ -43,3 +46,57 @@ def hess_lag_function(x: ca.MX, p: ca.MX, hess_triu_of_f) -> ca.Function:
 
 def grad_f_function(x: ca.MX, p: ca.MX, f, grad) -> ca.Function:
     return ca.Function("grad_f", [x, p], [f, grad], ["x", "p"], ["f", "grad_f_x"])
+
+
+# --- wall-clock deadline --------------------------------------------------------------------
+# IPOPT's own ``max_wall_time`` is fixed when a solver is built (CasADi cannot change it later),
+# and solvers are built once and reused, so the library's time budgets reach IPOPT through an
+# iteration callback instead: every solver gets the same :class:`_DeadlineCallback`, which asks
+# IPOPT to stop (status ``User_Requested_Stop``) once ``time.perf_counter()`` passes the deadline
+# set by :func:`deadline`. Its inputs are declared empty (only ``f`` is read), so the callback
+# copies no data: measured 0.30 s with it vs 0.34 s without (noise) for 17 IPOPT iterations at
+# n = 20,000; declared dense, the copies cost ~3 %.
+class _DeadlineCallback(ca.Callback):
+    def __init__(self):
+        ca.Callback.__init__(self)
+        self.expires: float | None = None
+        self.construct("ceem_deadline", {})
+
+    def get_n_in(self):
+        return ca.nlpsol_n_out()
+
+    def get_n_out(self):
+        return 1
+
+    def get_name_in(self, i):
+        return ca.nlpsol_out(i)
+
+    def get_name_out(self, i):
+        return "stop"
+
+    def get_sparsity_in(self, i):
+        return ca.Sparsity.dense(1, 1) if ca.nlpsol_out(i) == "f" else ca.Sparsity(0, 1)
+
+    def eval(self, arg):
+        return [1.0 if self.expired() else 0.0]
+
+    def expired(self) -> bool:
+        return self.expires is not None and time.perf_counter() >= self.expires
+
+
+DEADLINE = _DeadlineCallback()
+
+
+@contextlib.contextmanager
+def deadline(expires: float | None):
+    """Within the block, every IPOPT solver built with :func:`ipopt_options` stops at its next
+    iteration once ``time.perf_counter() >= expires`` (``None``: no new deadline; an earlier
+    deadline already in force is kept). Forked worker processes inherit the deadline in force
+    when they start (``perf_counter`` is a system-wide monotonic clock)."""
+    previous = DEADLINE.expires
+    if expires is not None:
+        DEADLINE.expires = expires if previous is None else min(previous, expires)
+    try:
+        yield DEADLINE
+    finally:
+        DEADLINE.expires = previous

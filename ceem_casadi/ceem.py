@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._ipopt import DEADLINE, deadline
 from ._threads import blas_threads
 from .data import Trajectories
 from .errors import SolverError
@@ -33,6 +34,7 @@ from .objective import joint_log_density, log_prior
 from .options import CEEMOptions
 from .params import Theta
 from .smoother import Smoother
+from .status import Status
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +68,15 @@ class IterationRecord:
 class CEEMResult:
     """Outcome of :func:`ceem`.
 
-    status : ``"converged"``, ``"max_iters"`` or ``"solver_failed"``; message says more.
+    status : a :class:`~ceem_casadi.status.Status` (a ``str``): ``"converged"``, ``"max_iters"``,
+        ``"time_limit"``, ``"stopped"`` (callback) or ``"solver_failed"``; message says more and
+        ``status.advice`` what to try.
     theta : final parameters (dict); x : smoothed states, list of (T_b, nx) arrays.
     history : one :class:`IterationRecord` per iteration; build_s : one-off solver construction
     time (s) spent inside :func:`ceem` (excludes the initial EKF/RTS state estimate).
     """
 
-    status: str
+    status: Status
     message: str
     theta: Theta
     x: list
@@ -83,7 +87,7 @@ class CEEMResult:
 
     @property
     def success(self) -> bool:
-        return self.status in ("converged", "max_iters")
+        return Status(self.status).usable
 
     @property
     def iterations(self) -> int:
@@ -137,6 +141,13 @@ class _Failure(Exception):
     pass
 
 
+class _TimeUp(Exception):
+    pass
+
+
+_INTERRUPTED = "User_Requested_Stop"  # IPOPT's status when the deadline callback stopped it
+
+
 class _EMRun:
     """State of one CE-EM run: the solvers, the current iterate, the history."""
 
@@ -158,12 +169,16 @@ class _EMRun:
         """One smoothing + learning step from ``it``; the record's increase is against ``reference``."""
         k = len(self.history) + 1
         sm = self.step(it.theta_vec, self.data, it.xs)
+        if any(r.status == _INTERRUPTED for r in sm):
+            raise _TimeUp(f"iteration {k}: time limit reached during the smoothing step (discarded)")
         failed = [b for b, r in enumerate(sm) if not np.all(np.isfinite(r.x)) or r.status not in _USABLE]
         if failed:
             raise _Failure(f"iteration {k}: smoothing failed on trajectories {failed} "
                            f"({[sm[b].status for b in failed]}); returning the last good iterate")
         new_xs = [r.x for r in sm]
         lr = self.learner.solve(it.theta_vec, self.data, new_xs)
+        if lr.status == _INTERRUPTED:
+            raise _TimeUp(f"iteration {k}: time limit reached during the learning step (discarded)")
         if not np.all(np.isfinite(lr.theta_vec)) or lr.status not in _USABLE:
             raise _Failure(f"iteration {k}: learning failed ({lr.status}); returning the last good iterate")
         new = self.evaluate(new_xs, lr.theta_vec)
@@ -257,7 +272,9 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     """
     if not isinstance(options, CEEMOptions):
         raise TypeError(f"options must be a CEEMOptions, got {type(options).__name__}")
-    with blas_threads(options.blas_threads):
+    t_start = time.perf_counter()
+    expires = None if options.time_limit is None else t_start + options.time_limit
+    with blas_threads(options.blas_threads), deadline(expires):
         return _ceem(model, data, theta0, options, x_init, callback, smoother, learner)
 
 
@@ -280,17 +297,28 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
 
     run = _EMRun(model, data, options, smoother, learner, callback)
     current = run.evaluate(xs, theta_vec)
-    result = CEEMResult("max_iters", f"reached max_iters={options.max_iters} without meeting tol",
+    result = CEEMResult(Status.MAX_ITERS, f"reached max_iters={options.max_iters} without meeting tol",
                         model.params.from_vector(theta_vec), xs, current.J, history=run.history,
                         build_s=build_s, init_J=current.J)
     recent: list[_Iterate] = [current]  # plain EM iterates since the last extrapolation
 
     def finish(status, message):
-        result.status, result.message = status, message
+        result.status, result.message = Status(status), message
+
+    def keep(it: _Iterate) -> None:  # the result always holds the last accepted iterate
+        result.theta = model.params.from_vector(it.theta_vec)
+        result.x, result.J = it.xs, it.J
+
+    def time_up() -> bool:
+        if DEADLINE.expired():
+            finish(Status.TIME_LIMIT, f"time limit of {options.time_limit:g} s reached after {len(run.history)} "
+                                      "iterations; returning the last accepted iterate")
+            return True
+        return False
 
     try:
         try_newton = False  # the first iteration is always a plain EM step
-        while len(run.history) < options.max_iters:
+        while len(run.history) < options.max_iters and not time_up():
             stepped = run.newton_step(current, joint) if joint is not None and try_newton else None
             if stepped is None:
                 new, rec = run.em_step(current, "em", current)
@@ -301,6 +329,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
             else:
                 new, rec = stepped
             improvement, current = new.obj - current.obj, new
+            keep(current)
             small = improvement <= options.tol * max(1.0, abs(current.obj))
             # convergence is judged on plain EM steps: after a small joint step, check with one
             try_newton = joint is not None and not (stepped is not None and small)
@@ -320,8 +349,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
                         recent = [current]
                     elif rec is not None:
                         rec.accepted = False
-            result.theta = model.params.from_vector(current.theta_vec)
-            result.x, result.J = current.xs, current.J
+            keep(current)
             if small:
                 finish("converged", f"objective increase {improvement:.3g} below tol after "
                                     f"{len(run.history)} iterations")
@@ -331,6 +359,9 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
                 break
     except _Failure as exc:
         finish("solver_failed", str(exc))
+    except _TimeUp as exc:
+        finish(Status.TIME_LIMIT, f"time limit of {options.time_limit:g} s reached: {exc}; returning the "
+                                  f"last accepted iterate ({len(run.history)} iterations)")
     finally:
         run.step.close()
     if result.status == "solver_failed" and options.raise_on_failure:

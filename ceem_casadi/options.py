@@ -16,6 +16,13 @@ def _require(cond: bool, msg: str) -> None:
 ACCELERATIONS = ("none", "squarem", "newton")
 
 
+def check_time_limit(value) -> None:
+    """Raise ValueError unless ``value`` is None or a finite number of seconds > 0."""
+    ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                           and np.isfinite(value) and value > 0)
+    _require(ok, f"time_limit must be None or a finite number of seconds > 0, got {value!r}")
+
+
 @dataclass(frozen=True)
 class SmootherOptions:
     """Smoothing step (E-step): IPOPT over x_{1:T} of each trajectory.
@@ -89,6 +96,12 @@ class CEEMOptions:
     blas_threads : threads of numpy's/scipy's BLAS during the fit (1 by default: multi-threaded
         BLAS degrades badly on shared cores, see :mod:`ceem_casadi._threads`); ``None`` leaves
         the library's setting alone.
+    time_limit : wall-clock budget in seconds for the whole :func:`~ceem_casadi.ceem` call (solver
+        construction and initial states included), or ``None`` (default: no limit). The budget is
+        checked before every step and passed to every IPOPT solve, which stops at its next
+        iteration once it is spent (overrun: about one IPOPT iteration plus one evaluation of J);
+        the interrupted step is discarded and the fit returns ``status = "time_limit"`` with the
+        last accepted iterate (theta, states, history).
     """
 
     max_iters: int = 50
@@ -99,8 +112,10 @@ class CEEMOptions:
     raise_on_failure: bool = False
     acceleration: str = "none"
     blas_threads: int | None = 1
+    time_limit: float | None = None
 
     def __post_init__(self):
+        check_time_limit(self.time_limit)
         _require(self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1),
                  f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
         _require(self.acceleration in ACCELERATIONS,

@@ -1,0 +1,78 @@
+"""Outcome of a fit: one status type shared by every solver of the library.
+
+:class:`Status` is a ``str`` enum, so ``result.status == "converged"`` keeps working and the value
+prints and serialises (JSON) as the plain string. Every member carries an ``advice`` text saying
+what happened and what to try (the pattern of diffrax's ``RESULTS``).
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+__all__ = ["Status"]
+
+
+class Status(str, Enum):
+    """How a fit or solve ended.
+
+    ``CONVERGED``: the stopping tolerance was met. ``MAX_ITERS``: the iteration limit was reached.
+    ``TIME_LIMIT``: the wall-clock budget (``time_limit``) was spent. ``STALLED``: no further
+    progress was possible (steps at round-off) before the tolerance was met. ``SOLVER_FAILED``:
+    a solver returned an error or non-finite values. ``STOPPED``: a callback asked to stop.
+    Every result keeps the last good iterate whatever its status.
+    """
+
+    CONVERGED = "converged"
+    MAX_ITERS = "max_iters"
+    TIME_LIMIT = "time_limit"
+    STALLED = "stalled"
+    SOLVER_FAILED = "solver_failed"
+    STOPPED = "stopped"
+
+    def __str__(self) -> str:  # f"{status}" gives "converged", not "Status.CONVERGED"
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @property
+    def advice(self) -> str:
+        """What happened and what to try, in one or two sentences."""
+        return _ADVICE[self]
+
+    @property
+    def usable(self) -> bool:
+        """True when the returned iterate is a regular result of the method (converged, or the
+        iteration / time budget ran out on an iterate that only ever improved)."""
+        return self in (Status.CONVERGED, Status.MAX_ITERS, Status.TIME_LIMIT)
+
+    @classmethod
+    def from_ipopt(cls, return_status: str, time_up: bool = False) -> Status:
+        """Status of an IPOPT ``return_status`` string; ``time_up`` marks a stop requested by the
+        library's deadline (IPOPT reports it as ``User_Requested_Stop``)."""
+        if return_status in ("Solve_Succeeded", "Solved_To_Acceptable_Level"):
+            return cls.CONVERGED
+        if return_status == "Maximum_Iterations_Exceeded":
+            return cls.MAX_ITERS
+        if return_status in ("Maximum_WallTime_Exceeded", "Maximum_CpuTime_Exceeded") or \
+                (return_status == "User_Requested_Stop" and time_up):
+            return cls.TIME_LIMIT
+        if return_status == "User_Requested_Stop":
+            return cls.STOPPED
+        if return_status in ("Search_Direction_Becomes_Too_Small", "Feasible_Point_Found"):
+            return cls.STALLED
+        return cls.SOLVER_FAILED
+
+
+_ADVICE = {
+    Status.CONVERGED: "The stopping tolerance was met.",
+    Status.MAX_ITERS: "The iteration limit was reached before the tolerance: raise max_iters (or max_iter), "
+                      "or continue from the returned iterate.",
+    Status.TIME_LIMIT: "The time budget was spent; the result is the last good iterate. Raise time_limit, "
+                       "or continue from the returned iterate.",
+    Status.STALLED: "Steps became too small to make progress before the tolerance was met (round-off or a "
+                    "badly scaled problem): check the scaling of parameters and states, or loosen tol.",
+    Status.SOLVER_FAILED: "A solver failed (error status or non-finite values); the result is the last good "
+                          "iterate. Check the model for NaN/overflow at the iterate (model.check), tighten "
+                          "parameter bounds, or start closer to a solution.",
+    Status.STOPPED: "A callback asked to stop; the result is the last good iterate.",
+}
