@@ -104,3 +104,98 @@ def test_acceleration_steps_are_taken_and_change_the_iterates(problem, accelerat
     assert err(fast) < 0.5 * err(plain)
     for k in lorenz.TRUE:
         np.testing.assert_array_equal(fast.theta[k], fast.history[-1].theta[k])
+
+
+@pytest.mark.parametrize("acceleration", ["none", "squarem", "newton"])
+def test_history_records_are_consistent(problem, acceleration):
+    """Every IterationRecord against values recomputed here: its number, J from the joint
+    log-density of its own iterate's theta (objective = J without priors), the increase over the
+    last accepted objective, the statuses of the solvers that produced it, finite timings."""
+    model, data, _, solvers = problem
+    res = run(problem, max_iters=6, tol=0.0, acceleration=acceleration)
+    last = res.init_J
+    for i, r in enumerate(res.history):
+        assert r.iteration == i + 1 and r.kind in ("em", "extrapolated", "newton")
+        assert np.isfinite(r.J) and r.objective == r.J  # no priors declared
+        assert abs(r.decrease - (r.objective - last)) <= 1e-9 * abs(last)
+        assert np.isfinite([r.smooth_s, r.learn_s]).all() and r.smooth_s >= 0 and r.learn_s >= 0
+        if r.kind == "newton":
+            assert r.smooth_status == [] and r.smooth_s == 0.0 and r.learn_status.startswith("joint-gauss-newton (mu=")
+        else:
+            assert len(r.smooth_status) == len(data.y) and r.learn_status in ("Solve_Succeeded",
+                                                                              "Solved_To_Acceptable_Level")
+        if r.accepted:
+            last = r.objective
+    assert res.J == pytest.approx(last, rel=1e-12)
+
+
+def _mus(result):
+    return [float(r.learn_status.split("mu=")[1].rstrip(")")) for r in result.history if r.kind == "newton"]
+
+
+def test_newton_damping_falls_after_accepted_steps_and_rises_after_a_failed_solve(problem, monkeypatch):
+    """Levenberg-Marquardt bookkeeping: each accepted joint step divides mu by 3 (from 1e-3); a
+    linear-algebra failure multiplies it by 10 and the step is retried at once (same iteration)."""
+    from ceem_casadi.joint import JointGaussNewton, LinAlgError
+    res = run(problem, max_iters=4, tol=0.0, acceleration="newton")
+    mus = _mus(res)
+    assert len(mus) >= 2 and mus[0] == pytest.approx(1e-3, rel=0.05)
+    np.testing.assert_allclose(np.diff(np.log10(mus)), np.log10(1 / 3), atol=0.03)
+    original, calls = JointGaussNewton.step, []
+
+    def failing_once(self, *args, **kwargs):
+        calls.append(self.mu)
+        if len(calls) == 1:
+            raise LinAlgError("injected: matrix not positive definite")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(JointGaussNewton, "step", failing_once)
+    res = run(problem, max_iters=2, tol=0.0, acceleration="newton")
+    assert [r.kind for r in res.history] == ["em", "newton"]
+    assert calls[:2] == [pytest.approx(1e-3), pytest.approx(1e-2)]
+    assert _mus(res)[0] == pytest.approx(1e-2, rel=0.05)
+
+
+def _linear_iterates(start, fixed, c, n=3):
+    """Iterates of the linear fixed-point map z -> fixed + c (z - fixed) (SQUAREM's model case)."""
+    out, z = [], np.asarray(start, float)
+    for _ in range(n):
+        out.append(z)
+        z = fixed + c * (z - fixed)
+    return out
+
+
+def _extrapolate(params, thetas, xs):
+    run_ = _EMRun.__new__(_EMRun)  # only .model.params is used by extrapolate
+    run_.model = type("M", (), {"params": params})()
+    its = [_Iterate([x], th, 0.0, 0.0) for th, x in zip(thetas, xs)]
+    return run_.extrapolate(*its)
+
+
+@pytest.mark.parametrize("start", [[2.0, 0.0, 0.0], [4.0, 0.0, 0.0], [1.0, -3.0, 0.5]])
+def test_squarem_point_is_exact_for_a_linear_contraction(start):
+    """For z+ = z* + c (z - z*) with 0 < c < 1 the S3 step length alpha = -|r|/|v| = 1/(c - 1)
+    lands exactly on z* (theta and states alike). Starts with |r| = 1 and |v| = 1 included."""
+    params = cc.Parameters(cc.Param("a", 0.0), cc.Param("b", 0.0), cc.Param("c", 0.0))
+    fixed_theta, fixed_x = np.zeros(3), np.arange(6.0).reshape(2, 3)
+    th = _linear_iterates(start, fixed_theta, 0.5)
+    xs = _linear_iterates(fixed_x + np.array(start), fixed_x, 0.5)
+    point = _extrapolate(params, th, xs)
+    np.testing.assert_allclose(point.theta_vec, fixed_theta, atol=1e-12)
+    np.testing.assert_allclose(point.xs[0], fixed_x, atol=1e-12)
+
+
+def test_squarem_step_length_at_most_minus_one_bounds_and_degenerate_iterates():
+    params = cc.Parameters(cc.Param("a", 0.0, upper=0.1), cc.Param("b", 0.0, lower=-0.4), cc.Param("c", 0.0))
+    # oscillating iterates (c = -0.5): -|r|/|v| = -2/3 > -1, so alpha = -1: z0 + 2 r + v
+    th = _linear_iterates([1.0, -2.0, 2.0], np.zeros(3), -0.5)
+    r, v = th[1] - th[0], th[2] - 2 * th[1] + th[0]
+    want = th[0] + 2 * r + v
+    np.testing.assert_allclose(want, [0.25, -0.5, 0.5])
+    point = _extrapolate(params, th, [np.zeros((2, 3))] * 3)
+    np.testing.assert_allclose(point.theta_vec, [0.1, -0.4, 0.5])  # clipped to a <= 0.1 and b >= -0.4
+    # no move between the first two iterates, a non-finite state: no extrapolation
+    same = [np.ones(3), np.ones(3), np.full(3, 2.0)]
+    assert _extrapolate(params, same, [np.zeros((2, 3))] * 3) is None
+    nan_x = [np.zeros((2, 3)), np.ones((2, 3)), np.full((2, 3), np.nan)]
+    assert _extrapolate(params, _linear_iterates([1.0, 1.0, 1.0], np.zeros(3), 0.5), nan_x) is None
