@@ -8,6 +8,7 @@
 # /tmp/ceem_mutation/<module>) with a [tool.mutmut] section selecting that module and its FAST
 # tests only (mutmut runs, for every mutant, the selected tests that call the mutated function).
 # Niced, one worker by default ($MUTATION_JOBS), bounded by $MUTATION_TIMEOUT seconds per module.
+# MUTATION_RESUME=1 continues an interrupted run in the same scratch copy (same tests).
 # Results: `mutmut results` inside the scratch copy; a summary line per module is printed and
 # appended to $MUTATION_DIR/summary.txt. Record survivors and the reasons in docs/testing.md.
 set -euo pipefail
@@ -22,7 +23,7 @@ TESTS[stages]='"tests/test_core_smoother.py", "tests/test_joint.py::test_joint_s
 FILE[smoother]=ceem_casadi/smoother.py
 TESTS[smoother]='"tests/test_core_smoother.py", "tests/test_core_ceem_loop.py"'
 FILE[learner]=ceem_casadi/learner.py
-TESTS[learner]='"tests/test_core_ceem.py::test_learner_recovers_lorenz_parameters_from_true_states", "tests/test_core_ceem.py::test_learner_respects_bounds_fixed_entries_and_prior"'
+TESTS[learner]='"tests/test_core_learner.py", "tests/test_core_ceem.py::test_learner_recovers_lorenz_parameters_from_true_states", "tests/test_core_ceem.py::test_learner_respects_bounds_fixed_entries_and_prior"'
 FILE[ceem]=ceem_casadi/ceem.py
 TESTS[ceem]='"tests/test_core_ceem_loop.py", "tests/test_core_ceem.py::test_ceem_parallel_smoothing_matches_sequential", "tests/test_core_errors.py"'
 FILE[joint]=ceem_casadi/joint.py
@@ -36,8 +37,12 @@ mkdir -p "$BASE"
 for m in "${modules[@]}"; do
     [ -n "${FILE[$m]:-}" ] || { echo "unknown module $m (one of ${!FILE[*]})" >&2; exit 2; }
     dir="$BASE/$m"
-    rm -rf "$dir" && mkdir -p "$dir"
-    cp -r "$ROOT/ceem_casadi" "$ROOT/models" "$ROOT/scripts" "$ROOT/tests" "$dir/"
+    if [ -n "${MUTATION_RESUME:-}" ] && [ -d "$dir/mutants" ]; then
+        echo "== resuming $m: mutants already checked keep their result"
+    else
+        rm -rf "$dir" && mkdir -p "$dir"
+        cp -r "$ROOT/ceem_casadi" "$ROOT/models" "$ROOT/scripts" "$ROOT/tests" "$dir/"
+    fi
     # the repository's pyproject.toml without its [tool.mutmut] section, plus this module's section
     python - "$ROOT/pyproject.toml" "$dir/pyproject.toml" "${FILE[$m]}" "${TESTS[$m]}" <<'PY'
 import re, sys
