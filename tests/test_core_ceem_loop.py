@@ -199,3 +199,16 @@ def test_squarem_step_length_at_most_minus_one_bounds_and_degenerate_iterates():
     assert _extrapolate(params, same, [np.zeros((2, 3))] * 3) is None
     nan_x = [np.zeros((2, 3)), np.ones((2, 3)), np.full((2, 3), np.nan)]
     assert _extrapolate(params, _linear_iterates([1.0, 1.0, 1.0], np.zeros(3), 0.5), nan_x) is None
+
+
+def test_smoothing_step_uses_processes_only_for_n_jobs_above_one(problem):
+    """n_jobs=1 smooths in this process; n_jobs=k > 1 sets up a pool of k forked workers (not
+    started here; test_core_ceem.py checks that parallel and sequential fits agree)."""
+    from ceem_casadi.ceem import _SmoothingStep
+    smoother = problem[3]["smoother"]
+    assert _SmoothingStep(smoother, 1).pool is None
+    step = _SmoothingStep(smoother, 3)
+    try:
+        assert step.pool._max_workers == 3 and step.pool._mp_context.get_start_method() == "fork"
+    finally:
+        step.close()
