@@ -105,3 +105,32 @@ def test_ekf_casadi_engine_equals_python_engine(missing, lg):
     assert abs(a.loglik - b.loglik) < 1e-8 * abs(a.loglik)
     with pytest.raises(ValueError, match="engine must be"):
         el.run(lz.theta_vector(TRUE), yl, engine="numba", **kw)
+
+
+@pytest.mark.parametrize("engine", ["python", "casadi"])
+def test_ekf_covariance_shape_errors_name_the_argument(lg, engine):
+    sys, u, y = lg.system()
+    model, pv = lg.model(sys)
+    good = dict(x0=sys["x0"], Sigma0=sys["Sigma0"], Q=sys["Q"], R=sys["R"])
+    for name, bad in (("Q", np.eye(3)), ("R", np.eye(3)), ("Sigma0", np.ones(2))):
+        with pytest.raises(cc.ShapeError, match=f"^{name}: expected a scalar"):
+            EKF(model).run(pv, y, u, engine=engine, **{**good, name: bad})
+
+
+def test_ekf_casadi_engine_with_two_inputs_equals_kalman():
+    """Two inputs, input feedthrough, both engines against the linear Kalman filter/RTS smoother."""
+    rng = np.random.default_rng(12)
+    nx, nu, ny, T = 3, 2, 2, 25
+    A = 0.8 * np.linalg.qr(rng.standard_normal((nx, nx)))[0]
+    B, C, D = rng.standard_normal((nx, nu)), rng.standard_normal((ny, nx)), rng.standard_normal((ny, nu))
+    params = cc.Parameters(cc.Param("A", A), cc.Param("B", B), cc.Param("C", C), cc.Param("D", D))
+    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.A @ x + p.B @ u, lambda x, u, p: p.C @ x + p.D @ u,
+                                             nx=nx, nu=nu, params=params)
+    pv = model.theta_vector({"A": A, "B": B, "C": C, "D": D})
+    u, y = rng.standard_normal((T, nu)), rng.standard_normal((T, ny))
+    kw = dict(x0=np.zeros(nx), Sigma0=1.0, smooth=True)
+    kf = kalman_filter(A, C, 0.1, 0.2, y, u, B=B, D=D, **kw)
+    for engine in ("python", "casadi"):
+        ek = EKF(model).run(pv, y, u, engine=engine, Q=0.1, R=0.2, **kw)
+        np.testing.assert_allclose(ek.x_smooth, kf.x_smooth, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(ek.loglik, kf.loglik, rtol=1e-10)
