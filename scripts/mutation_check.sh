@@ -61,7 +61,11 @@ timeout_constant = 10.0
 open(dst, "w").write(text)
 PY
     echo "== $m (${FILE[$m]}) in $dir"
-    (cd "$dir" && MPLBACKEND=Agg timeout "$LIMIT" nice -n 10 mutmut run --max-children "$JOBS" > run.log 2>&1) || \
+    # MUTATION_ONLY="name1 name2 ...": only these mutants (globs allowed), e.g. the survivors of an
+    # earlier run re-checked against new tests (names are stable while the module is unchanged)
+    # shellcheck disable=SC2086
+    (cd "$dir" && MPLBACKEND=Agg timeout "$LIMIT" nice -n 10 mutmut run --max-children "$JOBS" ${MUTATION_ONLY:-} \
+        > run.log 2>&1) || \
         echo "   mutmut exited with $? (timeout = 124); see $dir/run.log"
     (cd "$dir" && mutmut results --all true > results.txt 2>&1 || true)
     summary="$m: $(grep -c ': killed' "$dir/results.txt" || true) killed, $(grep -c ': survived' "$dir/results.txt" || true) survived, $(grep -c ': timeout' "$dir/results.txt" || true) timeout, $(grep -c ': no tests' "$dir/results.txt" || true) no tests, $(grep -c ': not checked' "$dir/results.txt" || true) not checked"

@@ -134,3 +134,23 @@ def test_ekf_casadi_engine_with_two_inputs_equals_kalman():
         ek = EKF(model).run(pv, y, u, engine=engine, Q=0.1, R=0.2, **kw)
         np.testing.assert_allclose(ek.x_smooth, kf.x_smooth, rtol=1e-9, atol=1e-9)
         np.testing.assert_allclose(ek.loglik, kf.loglik, rtol=1e-10)
+
+
+def test_ekf_covariance_forms_function_form_and_single_step(lg):
+    """Q, R, Sigma0 as scalars, (n,) diagonals or matrices give the same filter; the module-level
+    ekf() equals EKF.run; a one-step trajectory has no dynamics Jacobian and equals the Kalman update."""
+    from ceem_casadi.baselines.ekf import ekf
+    sys, u, y = lg.system(seed=2)
+    model, pv = lg.model(sys)
+    q, r, s0 = 0.3, np.array([0.2, 0.5]), np.array([1.0, 2.0, 0.5, 1.5])
+    ref = kalman_filter(sys["A"], sys["C"], q * np.eye(lg.NX), np.diag(r), y, u, B=sys["B"], D=sys["D"],
+                        x0=sys["x0"], Sigma0=np.diag(s0))
+    for engine in ("python", "casadi"):
+        for Q, R, S in ((q, r, s0), (np.full(lg.NX, q), np.diag(r), np.diag(s0))):
+            res = EKF(model).run(pv, y, u, x0=sys["x0"], Sigma0=S, Q=Q, R=R, engine=engine)
+            np.testing.assert_allclose(res.x_filt, ref.x_filt, rtol=1e-10, atol=1e-10)
+    fn = ekf(model, pv, y, u, x0=sys["x0"], Sigma0=s0, Q=q, R=r, smooth=True)
+    np.testing.assert_allclose(fn.x_filt, ref.x_filt, rtol=1e-10, atol=1e-10)
+    one = EKF(model).run(pv, y[:1], u[:1], x0=sys["x0"], Sigma0=s0, Q=q, R=r)
+    assert one.A.shape == (0, lg.NX, lg.NX)
+    np.testing.assert_allclose(one.x_filt[0], ref.x_filt[0], rtol=1e-10, atol=1e-10)
