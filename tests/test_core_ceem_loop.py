@@ -212,3 +212,94 @@ def test_smoothing_step_uses_processes_only_for_n_jobs_above_one(problem):
         assert step.pool._max_workers == 3 and step.pool._mp_context.get_start_method() == "fork"
     finally:
         step.close()
+
+
+def test_a_small_J_decrease_is_rejected_too(problem, monkeypatch):
+    """Near convergence (J rises by ~0.02 per step at iteration 12) a learning step nudged by 0.2 %
+    in sigma lowers the objective by ~1 (4e-4 of |J|, far above round-off): rejected."""
+    original = cc.Learner.solve
+    calls = []
+
+    def nudged(self, theta_vec, data, xs, *args, **kwargs):
+        res = original(self, theta_vec, data, xs, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == 12:
+            res.theta_vec = res.theta_vec * np.array([1.002, 1.0, 1.0])
+        return res
+
+    monkeypatch.setattr(cc.Learner, "solve", nudged)
+    res = run(problem, max_iters=14, tol=0.0)
+    bad = res.history[-1]
+    assert len(res.history) == 12 and not bad.accepted and res.status == "stalled"
+    assert 1e-6 * abs(res.J) < -bad.decrease < 1e-2 * abs(res.J)
+
+
+@pytest.mark.parametrize("stage", ["smoothing", "learning"])
+def test_a_failed_solve_stops_with_the_last_good_iterate(problem, monkeypatch, stage):
+    """A solver returning an error status (finite values) in iteration 2 is not taken: status
+    solver_failed naming the step, the first iterate returned, SolverError on request."""
+    cls = cc.Smoother if stage == "smoothing" else cc.Learner
+    original, calls = cls.solve, []
+
+    def failing(self, *args, **kwargs):
+        res = original(self, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == 2:
+            for r in (res if isinstance(res, list) else [res]):
+                r.status = "Restoration_Failed"
+        return res
+
+    monkeypatch.setattr(cls, "solve", failing)
+    res = run(problem, max_iters=5, tol=0.0)
+    assert res.status == "solver_failed" and not res.success and len(res.history) == 1
+    assert f"iteration 2: {stage} failed" in res.message and "Restoration_Failed" in res.message
+    for k in lorenz.TRUE:
+        np.testing.assert_array_equal(res.theta[k], res.history[0].theta[k])
+    calls.clear()
+    with pytest.raises(cc.SolverError, match=f"{stage} failed"):
+        run(problem, max_iters=5, tol=0.0, raise_on_failure=True)
+
+
+def test_objective_is_J_plus_the_log_prior_when_used(problem):
+    """A Gaussian prior on beta: objective = J + log N(beta; 2.5, 0.1^2) (scipy), or J with
+    use_prior=False."""
+    from scipy.stats import norm
+    _, data, theta0, _ = problem
+    params = cc.Parameters(cc.Param("sigma", 9.0), cc.Param("rho", 26.0),
+                           cc.Param("beta", 2.5, prior_mean=2.5, prior_std=0.1))
+    model = cc.StateSpaceModel.from_ode(lorenz.lorenz_rhs, lambda x, u, p: lorenz.C_SINGLE @ x, nx=3, dt=lorenz.DT,
+                                        params=params, process_std=0.01, measurement_std=0.01)
+    for use_prior in (True, False):
+        opts = cc.CEEMOptions(max_iters=2, tol=0.0, learner=cc.LearnerOptions(use_prior=use_prior))
+        res = cc.ceem(model, data, theta0, options=opts)
+        for r in res.history:
+            want = norm.logpdf(float(r.theta["beta"]), 2.5, 0.1) if use_prior else 0.0
+            assert r.objective - r.J == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+def test_callback_sees_the_states_and_options_are_checked(problem):
+    seen = []
+
+    def callback(rec):
+        seen.append([x.copy() for x in rec.x])
+
+    model, data, theta0, solvers = problem
+    res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(max_iters=2, tol=0.0), callback=callback, **solvers)
+    assert len(seen) == 2 and all(r.x is None for r in res.history)
+    for a, b in zip(seen[-1], res.x):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(TypeError, match="options must be a CEEMOptions, got dict"):
+        cc.ceem(model, data, theta0, options={"max_iters": 2})
+
+
+def test_model_checked_at_the_first_given_state():
+    """x_init's first state is where the model is checked: sqrt of a negative state is refused."""
+    params = cc.Parameters(cc.Param("a", 0.5))
+    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: [p.a * x[0]], lambda x, u, p: [x[0] ** 0.5],
+                                             nx=1, params=params, process_std=0.1, measurement_std=0.1)
+    data = cc.Trajectories([np.ones((5, 1))])
+    good = [np.ones((5, 1))]
+    cc.ceem(model, data, {"a": 0.5}, x_init=good, options=cc.CEEMOptions(max_iters=1))
+    bad = [np.vstack([[-1.0], np.ones((4, 1))])]
+    with pytest.raises(cc.ModelError, match="non-finite"):
+        cc.ceem(model, data, {"a": 0.5}, x_init=bad, options=cc.CEEMOptions(max_iters=1))
