@@ -10,7 +10,8 @@ Block coordinate ascent on the joint log-density J(x_{1:T}, theta):
 Both solvers are built once and reused. A step whose solver fails (non-finite result or an
 IPOPT error status) is not taken: the loop stops with ``status = "solver_failed"`` and the
 last good iterate. A step that lowers the objective (possible when IPOPT stops early) is
-rejected the same way, so the recorded objective never decreases.
+rejected the same way (recorded with ``accepted=False``), the loop stops with
+``status = "stalled"``, so the returned objective never decreases.
 """
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ class CEEMResult:
     """Outcome of :func:`ceem`.
 
     status : a :class:`~ceem_casadi.status.Status` (a ``str``): ``"converged"``, ``"max_iters"``,
-        ``"time_limit"``, ``"stopped"`` (callback) or ``"solver_failed"``; message says more and
+        ``"time_limit"``, ``"stopped"`` (callback), ``"stalled"`` (a plain EM step lowered the
+        objective: rejected) or ``"solver_failed"``; message says more and
         ``status.advice`` what to try.
     theta : final parameters (dict); x : smoothed states, list of (T_b, nx) arrays.
     history : one :class:`IterationRecord` per iteration; build_s : one-off solver construction
@@ -335,8 +337,8 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
             if stepped is None:
                 new, rec = run.em_step(current, "em", current)
                 if not rec.accepted:
-                    finish("converged", f"iteration {rec.iteration}: the step lowered the objective by "
-                                        f"{-rec.decrease:.3g} (solver tolerance reached); kept the previous iterate")
+                    finish(Status.STALLED, f"iteration {rec.iteration}: the step lowered the objective by "
+                                           f"{-rec.decrease:.3g}; rejected, kept the previous iterate")
                     break
             else:
                 new, rec = stepped

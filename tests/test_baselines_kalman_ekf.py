@@ -8,56 +8,13 @@ import ceem_casadi as cc
 from ceem_casadi.baselines.ekf import EKF
 from ceem_casadi.baselines.kalman import dense_moments, kalman_filter
 
-NX, NY, NU, T = 4, 2, 1, 30
-
-
-def _system(seed=0):
-    rng = np.random.default_rng(seed)
-    A = rng.standard_normal((NX, NX))
-    A *= 0.95 / np.max(np.abs(np.linalg.eigvals(A)))
-    B = rng.standard_normal((NX, NU))
-    C = rng.standard_normal((NY, NX))
-    D = rng.standard_normal((NY, NU))
-    Lq = rng.standard_normal((NX, NX)) * 0.3
-    Lr = rng.standard_normal((NY, NY)) * 0.3
-    Q = Lq @ Lq.T + 0.05 * np.eye(NX)
-    R = Lr @ Lr.T + 0.1 * np.eye(NY)
-    x0 = rng.standard_normal(NX)
-    S0 = np.diag(rng.uniform(0.5, 2.0, NX))
-    u = rng.standard_normal((T, NU))
-    # simulate
-    x = np.empty((T, NX))
-    x[0] = rng.multivariate_normal(x0, S0)
-    for t in range(T - 1):
-        x[t + 1] = A @ x[t] + B @ u[t] + rng.multivariate_normal(np.zeros(NX), Q)
-    y = x @ C.T + u @ D.T + rng.multivariate_normal(np.zeros(NY), R, size=T)
-    return dict(A=A, B=B, C=C, D=D, Q=Q, R=R, x0=x0, Sigma0=S0), u, y
-
-
-def _linear_model(sys):
-    params = cc.Parameters(cc.Param("A", sys["A"]), cc.Param("B", sys["B"]),
-                           cc.Param("C", sys["C"]), cc.Param("D", sys["D"]))
-    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: ca.mtimes(p.A, x) + ca.mtimes(p.B, u),
-                                             lambda x, u, p: ca.mtimes(p.C, x) + ca.mtimes(p.D, u),
-                                             nx=NX, nu=NU, params=params)
-    theta = {k: sys[k] for k in "ABCD"}
-    return model, model.theta_vector(theta)
-
-
-def _with_nans(y, seed=1):
-    y = y.copy()
-    rng = np.random.default_rng(seed)
-    y[rng.random(y.shape) < 0.25] = np.nan
-    y[5] = np.nan  # one fully missing step
-    return y
-
 
 @pytest.mark.parametrize("missing", [False, True])
-def test_ekf_equals_kalman_on_linear_model(missing):
-    sys, u, y = _system()
+def test_ekf_equals_kalman_on_linear_model(missing, lg):
+    sys, u, y = lg.system()
     if missing:
-        y = _with_nans(y)
-    model, pv = _linear_model(sys)
+        y = lg.with_nans(y)
+    model, pv = lg.model(sys)
     kf = kalman_filter(sys["A"], sys["C"], sys["Q"], sys["R"], y, u, B=sys["B"], D=sys["D"],
                        x0=sys["x0"], Sigma0=sys["Sigma0"], smooth=True)
     ek = EKF(model).run(pv, y, u, x0=sys["x0"], Sigma0=sys["Sigma0"], Q=sys["Q"], R=sys["R"], smooth=True)
@@ -74,25 +31,25 @@ def test_ekf_equals_kalman_on_linear_model(missing):
 
 
 @pytest.mark.parametrize("missing", [False, True])
-def test_kalman_loglik_and_rts_equal_dense_gaussian(missing):
-    sys, u, y = _system(seed=3)
+def test_kalman_loglik_and_rts_equal_dense_gaussian(missing, lg):
+    sys, u, y = lg.system(seed=3)
     if missing:
-        y = _with_nans(y, seed=4)
+        y = lg.with_nans(y, seed=4)
     kf = kalman_filter(sys["A"], sys["C"], sys["Q"], sys["R"], y, u, B=sys["B"], D=sys["D"],
                        x0=sys["x0"], Sigma0=sys["Sigma0"], smooth=True)
-    my, Pyy, mx, Pxx = dense_moments(sys["A"], sys["C"], sys["Q"], sys["R"], T, u, B=sys["B"], D=sys["D"],
+    my, Pyy, mx, Pxx = dense_moments(sys["A"], sys["C"], sys["Q"], sys["R"], lg.T, u, B=sys["B"], D=sys["D"],
                                       x0=sys["x0"], Sigma0=sys["Sigma0"])
     obs = np.isfinite(y.ravel())
     dense = multivariate_normal(my[obs], Pyy[np.ix_(obs, obs)]).logpdf(y.ravel()[obs])
     assert abs(kf.loglik - dense) < 1e-8 * max(1.0, abs(dense))
     # smoothed moments = Gaussian conditioning of the stacked states on the observed entries
-    Cb = np.kron(np.eye(T), sys["C"])[obs]
+    Cb = np.kron(np.eye(lg.T), sys["C"])[obs]
     Pxy = Pxx @ Cb.T
     gain = np.linalg.solve(Pyy[np.ix_(obs, obs)], Pxy.T).T
     post_mean = mx + gain @ (y.ravel()[obs] - my[obs])
     post_cov = Pxx - gain @ Pxy.T
     np.testing.assert_allclose(kf.x_smooth.ravel(), post_mean, atol=1e-9)
-    blocks = np.array([post_cov[t * NX:(t + 1) * NX, t * NX:(t + 1) * NX] for t in range(T)])
+    blocks = np.array([post_cov[t * lg.NX:(t + 1) * lg.NX, t * lg.NX:(t + 1) * lg.NX] for t in range(lg.T)])
     np.testing.assert_allclose(kf.P_smooth, blocks, atol=1e-9)
     # the last filtered moments equal the last smoothed ones
     np.testing.assert_allclose(kf.x_filt[-1], kf.x_smooth[-1], atol=0)
@@ -113,8 +70,8 @@ def test_ekf_nonlinear_covariances_symmetric_positive_definite():
         assert np.all(np.linalg.eigvalsh(P) > 0)
 
 
-def test_kalman_shape_errors():
-    sys, u, y = _system()
+def test_kalman_shape_errors(lg):
+    sys, u, y = lg.system()
     with pytest.raises(cc.ShapeError, match=r"y: expected shape \(T, 2\)"):
         kalman_filter(sys["A"], sys["C"], sys["Q"], sys["R"], y[:, :1], u, x0=sys["x0"], Sigma0=1.0)
     with pytest.raises(cc.ShapeError, match="Q: expected a scalar"):
@@ -124,11 +81,11 @@ def test_kalman_shape_errors():
 
 
 @pytest.mark.parametrize("missing", [False, True])
-def test_ekf_casadi_engine_equals_python_engine(missing):
-    sys, u, y = _system(seed=7)
+def test_ekf_casadi_engine_equals_python_engine(missing, lg):
+    sys, u, y = lg.system(seed=7)
     if missing:
-        y = _with_nans(y, seed=8)
-    model, pv = _linear_model(sys)
+        y = lg.with_nans(y, seed=8)
+    model, pv = lg.model(sys)
     ekf = EKF(model)
     kw = dict(x0=sys["x0"], Sigma0=sys["Sigma0"], Q=sys["Q"], R=sys["R"], smooth=True)
     a, b = ekf.run(pv, y, u, **kw), ekf.run(pv, y, u, engine="casadi", **kw)
@@ -139,7 +96,7 @@ def test_ekf_casadi_engine_equals_python_engine(missing):
     from models.lorenz import TRUE, initial_states, single_lorenz
     lz = single_lorenz(process_std=0.1, measurement_std=0.5)
     data, _ = cc.simulate(lz, TRUE, initial_states(1), 64, process_std=0.1, measurement_std=0.5, seed=0)
-    yl = _with_nans(data.y[0], seed=9) if missing else data.y[0]
+    yl = lg.with_nans(data.y[0], seed=9) if missing else data.y[0]
     kw = dict(x0=[-6.0, -6.0, 24.0], Sigma0=6.25, Q=0.01, R=0.25, smooth=True)
     el = EKF(lz)
     a, b = el.run(lz.theta_vector(TRUE), yl, **kw), el.run(lz.theta_vector(TRUE), yl, engine="casadi", **kw)
@@ -148,3 +105,52 @@ def test_ekf_casadi_engine_equals_python_engine(missing):
     assert abs(a.loglik - b.loglik) < 1e-8 * abs(a.loglik)
     with pytest.raises(ValueError, match="engine must be"):
         el.run(lz.theta_vector(TRUE), yl, engine="numba", **kw)
+
+
+@pytest.mark.parametrize("engine", ["python", "casadi"])
+def test_ekf_covariance_shape_errors_name_the_argument(lg, engine):
+    sys, u, y = lg.system()
+    model, pv = lg.model(sys)
+    good = dict(x0=sys["x0"], Sigma0=sys["Sigma0"], Q=sys["Q"], R=sys["R"])
+    for name, bad in (("Q", np.eye(3)), ("R", np.eye(3)), ("Sigma0", np.ones(2))):
+        with pytest.raises(cc.ShapeError, match=f"^{name}: expected a scalar"):
+            EKF(model).run(pv, y, u, engine=engine, **{**good, name: bad})
+
+
+def test_ekf_casadi_engine_with_two_inputs_equals_kalman():
+    """Two inputs, input feedthrough, both engines against the linear Kalman filter/RTS smoother."""
+    rng = np.random.default_rng(12)
+    nx, nu, ny, T = 3, 2, 2, 25
+    A = 0.8 * np.linalg.qr(rng.standard_normal((nx, nx)))[0]
+    B, C, D = rng.standard_normal((nx, nu)), rng.standard_normal((ny, nx)), rng.standard_normal((ny, nu))
+    params = cc.Parameters(cc.Param("A", A), cc.Param("B", B), cc.Param("C", C), cc.Param("D", D))
+    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.A @ x + p.B @ u, lambda x, u, p: p.C @ x + p.D @ u,
+                                             nx=nx, nu=nu, params=params)
+    pv = model.theta_vector({"A": A, "B": B, "C": C, "D": D})
+    u, y = rng.standard_normal((T, nu)), rng.standard_normal((T, ny))
+    kw = dict(x0=np.zeros(nx), Sigma0=1.0, smooth=True)
+    kf = kalman_filter(A, C, 0.1, 0.2, y, u, B=B, D=D, **kw)
+    for engine in ("python", "casadi"):
+        ek = EKF(model).run(pv, y, u, engine=engine, Q=0.1, R=0.2, **kw)
+        np.testing.assert_allclose(ek.x_smooth, kf.x_smooth, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(ek.loglik, kf.loglik, rtol=1e-10)
+
+
+def test_ekf_covariance_forms_function_form_and_single_step(lg):
+    """Q, R, Sigma0 as scalars, (n,) diagonals or matrices give the same filter; the module-level
+    ekf() equals EKF.run; a one-step trajectory has no dynamics Jacobian and equals the Kalman update."""
+    from ceem_casadi.baselines.ekf import ekf
+    sys, u, y = lg.system(seed=2)
+    model, pv = lg.model(sys)
+    q, r, s0 = 0.3, np.array([0.2, 0.5]), np.array([1.0, 2.0, 0.5, 1.5])
+    ref = kalman_filter(sys["A"], sys["C"], q * np.eye(lg.NX), np.diag(r), y, u, B=sys["B"], D=sys["D"],
+                        x0=sys["x0"], Sigma0=np.diag(s0))
+    for engine in ("python", "casadi"):
+        for Q, R, S in ((q, r, s0), (np.full(lg.NX, q), np.diag(r), np.diag(s0))):
+            res = EKF(model).run(pv, y, u, x0=sys["x0"], Sigma0=S, Q=Q, R=R, engine=engine)
+            np.testing.assert_allclose(res.x_filt, ref.x_filt, rtol=1e-10, atol=1e-10)
+    fn = ekf(model, pv, y, u, x0=sys["x0"], Sigma0=s0, Q=q, R=r, smooth=True)
+    np.testing.assert_allclose(fn.x_filt, ref.x_filt, rtol=1e-10, atol=1e-10)
+    one = EKF(model).run(pv, y[:1], u[:1], x0=sys["x0"], Sigma0=s0, Q=q, R=r)
+    assert one.A.shape == (0, lg.NX, lg.NX)
+    np.testing.assert_allclose(one.x_filt[0], ref.x_filt[0], rtol=1e-10, atol=1e-10)

@@ -125,25 +125,48 @@ def test_as_ceem_casadi_model():
         np.testing.assert_allclose(sim.y[b], res.simulate(data.u[b], res.x0[b]), atol=1e-10)
 
 
+def _output_spectrum(A, C, Q, R, omega):
+    """Phi(w) = C (e^{iw} I - A)^{-1} Q (.)^H C^T + R (ny = 1): similarity-invariant."""
+    n = A.shape[0]
+    return np.array([(C @ np.linalg.inv(np.exp(1j * w) * np.eye(n) - A) @ Q
+                      @ np.linalg.inv(np.exp(1j * w) * np.eye(n) - A).conj().T @ C.T + R).real[0, 0]
+                     for w in omega])
+
+
 def test_no_inputs_model():
+    """Stochastic system without inputs (x' = A x + w, y = C x + v, sigma_w = 0.1, sigma_v = 0.01):
+    the fitted innovation model (A, K, C, Re) has the true poles and the true output spectrum.
+    Spectrum error (max |log ratio| over [0, pi]) for seeds 0-4 at this size: 0.09-0.23; the true
+    spectrum spans a factor ~40 over the band."""
     rng = np.random.default_rng(0)
     A = np.array([[0.9, 0.3], [-0.3, 0.8]])
     C = np.array([[1.0, 0.5]])
     ys = []
-    for _ in range(3):
+    for _ in range(5):
         x = rng.standard_normal(2)
-        y = np.empty((200, 1))
-        for t in range(200):
+        y = np.empty((400, 1))
+        for t in range(400):
             y[t] = C @ x + 0.01 * rng.standard_normal(1)
             x = A @ x + 0.1 * rng.standard_normal(2)
         ys.append(y)
     res = n4sid(cc.Trajectories(ys), 2)
     np.testing.assert_allclose(np.sort_complex(np.linalg.eigvals(res.A)),
                                np.sort_complex(np.linalg.eigvals(A)), atol=0.05)
+    omega = np.linspace(0, np.pi, 64)
+    true = _output_spectrum(A, C, 0.01 * np.eye(2), 1e-4 * np.eye(1), omega)
+    assert true.max() > 20 * true.min()
+    K, Re = res.kalman_gain()
+    # innovation form: Phi = (I + C (zI - A)^{-1} K) Re (.)^H  =  spectrum of (A, C, K Re K^T, Re, S = K Re)
+    est = np.array([((np.eye(1) + res.C @ np.linalg.inv(np.exp(1j * w) * np.eye(2) - res.A) @ K) @ Re
+                     @ (np.eye(1) + res.C @ np.linalg.inv(np.exp(1j * w) * np.eye(2) - res.A) @ K).conj().T
+                     ).real[0, 0] for w in omega])
+    assert np.abs(np.log(est / true)).max() < 0.35
     model, theta = res.to_model()
     assert model.nu == 0
-    np.testing.assert_allclose(res.simulate(None, res.x0[0], steps=5)[1], C @ A @ np.zeros(2) + res.C @ res.A @ res.x0[0],
-                               atol=1e-12)
+    # the free run of the fitted model is y_k = C A^k x0 (closed form, no recursion)
+    sim = res.simulate(None, res.x0[0], steps=5)
+    want = np.array([res.C @ np.linalg.matrix_power(res.A, k) @ res.x0[0] for k in range(5)])
+    np.testing.assert_allclose(sim, want, rtol=1e-12, atol=1e-12)
 
 
 def test_errors():

@@ -48,9 +48,12 @@ def test_ceem_recovers_single_lorenz_and_objective_never_decreases(lorenz_data):
     res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(max_iters=60), callback=seen.append)
     assert res.success, res.message
     assert rel_err(res.theta, lorenz.TRUE) < 5e-3
-    J = [res.init_J] + [r.J for r in res.history if r.accepted]
+    # every recorded step (not only the accepted ones) raised J; the rejection of a step that
+    # lowers J is tested by injecting one (test_core_ceem_loop.py)
+    assert all(r.accepted for r in res.history)
+    J = [res.init_J] + [r.J for r in res.history]
     assert np.all(np.diff(J) >= -1e-8 * np.abs(J[1:]))
-    assert len(seen) == res.iterations and all(r.smooth_s > 0 and r.learn_s > 0 for r in res.history)
+    assert len(seen) == res.iterations and all(np.isfinite([r.smooth_s, r.learn_s]).all() for r in res.history)
 
 
 def test_ceem_with_missing_observations(lorenz_data):

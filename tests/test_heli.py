@@ -51,24 +51,38 @@ def test_code_executing_file_refused(tmp_path):
     assert not os.path.exists("/tmp/heli_pwned")
 
 
+# Ranking on the stand-in, measured for seeds 0-4 (smoke size, --skip-lstm; test RMSE NL / SID / naive):
+# 1.74/2.75/21.9, 1.79/2.02/24.0, 2.59/3.19/31.7, 2.08/3.41/20.3, 2.29/3.84/24.1. NL/SID <= 0.89 and
+# SID/naive <= 0.17 in all of them: the asserted properties (NL < SID, SID < 0.3 naive) hold with margin.
+def _assert_ranking(m):
+    assert m["NL"] < m["SID"] < 0.3 * m["naive"], m
+
+
 def test_smoke_pipeline_ranking(tmp_path):
     """Smoke run on the stand-in (8 x 200 training steps, 3 CE-EM iterations): test RMSE ranks
     NL < SID < naive. The stand-in's targets depend on hidden states with slow dynamics, so the
     state-space models must beat the memoryless naive MLP, and the MLP head must beat linear SID.
-    Seeds 0, 1, 2 checked by hand (NL/SID/naive 1.68/2.75/21.9, 1.77/2.02/24.0, see
-    docs/results_heli.md); seed 0 is used here.
-    """
+    The ranking holds for every seed tried (see above and the slow test over seeds below)."""
     from scripts import heli_pipeline
-    res = heli_pipeline.main(["--smoke", "--skip-h25", "--seed", "0", "--out", str(tmp_path)])
+    res = heli_pipeline.main(["--smoke", "--skip-h25", "--seed", "0", "--out", str(tmp_path), "-q"])
     m = res["mean_test_rmse"]
     assert res["synthetic_standin"] and {"naive", "SID", "NL", "LSTM"} <= set(m)
-    assert m["NL"] < 0.9 * m["SID"] and m["SID"] < 0.5 * m["naive"], m
+    _assert_ranking(m)
     assert res["ceem"]["iterations"] >= 1 and res["ceem"]["status"] != "solver_failed", res["ceem"]
     J = res["ceem"]["J"]
     assert all(b >= a - 1e-6 * abs(a) for a, b in itertools.pairwise(J)), J  # CE-EM never lowers J
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["mean_test_rmse"] == m
     assert (tmp_path / "rmse_distribution.png").exists()
+
+
+@pytest.mark.slow  # five pipeline runs, ~15 s of CPU each
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_smoke_pipeline_ranking_over_seeds(tmp_path, seed):
+    from scripts import heli_pipeline
+    res = heli_pipeline.main(["--smoke", "--skip-h25", "--skip-lstm", "--seed", str(seed), "--out", str(tmp_path),
+                              "-q"])
+    _assert_ranking(res["mean_test_rmse"])
 
 
 def test_bench_epoch_smoke(tmp_path):

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Mutation testing of the core modules with mutmut (>= 3.8), kept out of CI (minutes per module).
+#
+#   scripts/mutation_check.sh                      # every module below
+#   scripts/mutation_check.sh smoother ceem        # some of them
+#
+# Each module runs in its own scratch copy of the repository ($MUTATION_DIR, default
+# /tmp/ceem_mutation/<module>) with a [tool.mutmut] section selecting that module and its FAST
+# tests only (mutmut runs, for every mutant, the selected tests that call the mutated function).
+# Niced, one worker by default ($MUTATION_JOBS), bounded by $MUTATION_TIMEOUT seconds per module.
+# MUTATION_RESUME=1 continues an interrupted run in the same scratch copy (same tests).
+# Results: `mutmut results` inside the scratch copy; a summary line per module is printed and
+# appended to $MUTATION_DIR/summary.txt. Record survivors and the reasons in docs/testing.md.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BASE="${MUTATION_DIR:-/tmp/ceem_mutation}"
+JOBS="${MUTATION_JOBS:-1}"
+LIMIT="${MUTATION_TIMEOUT:-3600}"
+
+declare -A FILE TESTS
+FILE[stages]=ceem_casadi/stages.py
+TESTS[stages]='"tests/test_core_smoother.py", "tests/test_joint.py::test_joint_step_equals_dense_levenberg_marquardt_solve", "tests/test_core_ceem.py::test_learner_recovers_lorenz_parameters_from_true_states"'
+FILE[smoother]=ceem_casadi/smoother.py
+TESTS[smoother]='"tests/test_core_smoother.py", "tests/test_core_ceem_loop.py"'
+FILE[learner]=ceem_casadi/learner.py
+TESTS[learner]='"tests/test_core_learner.py", "tests/test_core_ceem.py::test_learner_recovers_lorenz_parameters_from_true_states", "tests/test_core_ceem.py::test_learner_respects_bounds_fixed_entries_and_prior"'
+FILE[ceem]=ceem_casadi/ceem.py
+TESTS[ceem]='"tests/test_core_ceem_loop.py", "tests/test_status_time_limit.py", "tests/test_core_ceem.py::test_ceem_parallel_smoothing_matches_sequential", "tests/test_core_errors.py"'
+FILE[joint]=ceem_casadi/joint.py
+TESTS[joint]='"tests/test_joint.py", "tests/test_core_ceem_loop.py"'
+FILE[ekf]=ceem_casadi/baselines/ekf.py
+TESTS[ekf]='"tests/test_baselines_kalman_ekf.py"'
+
+modules=("$@")
+[ ${#modules[@]} -eq 0 ] && modules=(smoother stages ceem learner joint ekf)
+mkdir -p "$BASE"
+for m in "${modules[@]}"; do
+    [ -n "${FILE[$m]:-}" ] || { echo "unknown module $m (one of ${!FILE[*]})" >&2; exit 2; }
+    dir="$BASE/$m"
+    if [ -n "${MUTATION_RESUME:-}" ] && [ -d "$dir/mutants" ]; then
+        echo "== resuming $m: mutants already checked keep their result"
+    else
+        rm -rf "$dir" && mkdir -p "$dir"
+        cp -r "$ROOT/ceem_casadi" "$ROOT/models" "$ROOT/scripts" "$ROOT/tests" "$dir/"
+    fi
+    # the repository's pyproject.toml without its [tool.mutmut] section, plus this module's section
+    python - "$ROOT/pyproject.toml" "$dir/pyproject.toml" "${FILE[$m]}" "${TESTS[$m]}" <<'PY'
+import re, sys
+src, dst, path, tests = sys.argv[1:]
+text = re.sub(r"(?ms)^\[tool\.mutmut\].*?(?=^\[|\Z)", "", open(src).read())
+text += f"""
+[tool.mutmut]
+source_paths = ["ceem_casadi"]
+only_mutate = ["{path}"]
+also_copy = ["models", "scripts"]
+pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q"]
+pytest_add_cli_args_test_selection = [{tests}]
+timeout_multiplier = 5.0
+timeout_constant = 10.0
+"""
+open(dst, "w").write(text)
+PY
+    echo "== $m (${FILE[$m]}) in $dir"
+    # MUTATION_ONLY="name1 name2 ...": only these mutants (globs allowed), e.g. the survivors of an
+    # earlier run re-checked against new tests (names are stable while the module is unchanged)
+    # shellcheck disable=SC2086
+    (cd "$dir" && MPLBACKEND=Agg timeout "$LIMIT" nice -n 10 mutmut run --max-children "$JOBS" ${MUTATION_ONLY:-} \
+        > run.log 2>&1) || \
+        echo "   mutmut exited with $? (timeout = 124); see $dir/run.log"
+    (cd "$dir" && mutmut results --all true > results.txt 2>&1 || true)
+    summary="$m: $(grep -c ': killed' "$dir/results.txt" || true) killed, $(grep -c ': survived' "$dir/results.txt" || true) survived, $(grep -c ': timeout' "$dir/results.txt" || true) timeout, $(grep -c ': no tests' "$dir/results.txt" || true) no tests, $(grep -c ': not checked' "$dir/results.txt" || true) not checked"
+    echo "   $summary"
+    echo "$summary" >> "$BASE/summary.txt"
+done

@@ -1,0 +1,66 @@
+"""The learning step (M-step) on a model linear in its parameters, against a dense least-squares
+solve of the same trust-region problem."""
+import numpy as np
+import pytest
+
+import ceem_casadi as cc
+
+
+def _linear_in_theta(rng, nx=2, nu=1, ny=1):
+    """x+ = A x + B u (A, B free), y = C x (C fixed): the learning objective is quadratic in (A, B)."""
+    A = np.array([[0.8, 0.2], [-0.1, 0.7]])
+    B, C = rng.standard_normal((nx, nu)), rng.standard_normal((ny, nx))
+    params = cc.Parameters(cc.Param("A", A), cc.Param("B", B), cc.Param("C", C, free=False))
+    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.A @ x + p.B @ u, lambda x, u, p: p.C @ x,
+                                             nx=nx, nu=nu, params=params, process_std=[0.1, 0.2],
+                                             measurement_std=0.05)
+    return model, {"A": A, "B": B, "C": C}
+
+
+def _dense_learn(model, data, xs, theta_prev, rho, weights):
+    """argmin_z 0.5 sum_b w_b ||r_b(z)||^2 + rho ||z - z_prev||^2 over the free entries z, by the
+    normal equations (r is affine in z; its Jacobian is taken column by column)."""
+    params = model.params
+    free = params.free_index
+    iw = 1 / model.noise.process_std
+
+    def residual(z):
+        vec = theta_prev.copy()
+        vec[free] = z
+        th = params.from_vector(vec)
+        return np.concatenate([np.sqrt(w) * (iw * (x[1:] - x[:-1] @ th["A"].T - data.u[b][:-1] @ th["B"].T)).ravel()
+                               for b, (x, w) in enumerate(zip(xs, weights))])
+
+    r0 = residual(np.zeros(free.size))
+    J = np.column_stack([residual(e) - r0 for e in np.eye(free.size)])
+    z_prev = theta_prev[free]
+    z = np.linalg.solve(J.T @ J + 2 * rho * np.eye(free.size), -J.T @ r0 + 2 * rho * z_prev)
+    out = theta_prev.copy()
+    out[free] = z
+    return out
+
+
+@pytest.mark.parametrize("hessian", ["exact", "gauss-newton", "limited-memory"])
+def test_learner_trust_region_and_weights_equal_dense_solve(hessian):
+    rng = np.random.default_rng(0)
+    model, truth = _linear_in_theta(rng)
+    us = [rng.standard_normal((40, 1)), rng.standard_normal((30, 1))]
+    data, xs = cc.simulate(model, truth, rng.standard_normal((2, 2)), [40, 30], u=us,
+                           process_std=model.noise.process_std, measurement_std=0.05, seed=1)
+    prev = model.theta_vector({**truth, "A": truth["A"] + 0.3, "B": truth["B"] - 0.5})
+    rho, weights = 50.0, np.array([0.3, 2.0])
+    want = _dense_learn(model, data, xs, prev, rho, weights)
+    plain = _dense_learn(model, data, xs, prev, 0.0, np.ones(2))
+    assert np.abs(want - plain).max() > 0.05  # the trust region and the weights matter here
+    tol = 1e-5 if hessian == "limited-memory" else 1e-7
+    via_options = cc.Learner(model, data.lengths, cc.LearnerOptions(rho_theta=rho, hessian=hessian))
+    res = via_options.solve(prev, data, xs, weights=weights)
+    assert res.success, res.status
+    if hessian != "limited-memory":  # a quadratic with its exact Hessian: one Newton step
+        assert res.iterations == 1, res.iterations
+    np.testing.assert_allclose(res.theta_vec, want, atol=tol)
+    learner = cc.Learner(model, data.lengths, cc.LearnerOptions(hessian=hessian))
+    np.testing.assert_allclose(learner.solve(prev, data, xs, rho_theta=rho, weights=weights).theta_vec, want, atol=tol)
+    np.testing.assert_allclose(via_options.solve(prev, data, xs, rho_theta=0.0).theta_vec, plain, atol=tol)
+    # the fixed C is never touched
+    np.testing.assert_array_equal(model.params.from_vector(res.theta_vec)["C"], truth["C"])
