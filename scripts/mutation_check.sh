@@ -7,7 +7,7 @@
 # Each module runs in its own scratch copy of the repository ($MUTATION_DIR, default
 # /tmp/ceem_mutation/<module>) with a [tool.mutmut] section selecting that module and its FAST
 # tests only (mutmut runs, for every mutant, the selected tests that call the mutated function).
-# Niced, one worker by default ($MUTATION_JOBS), bounded by $MUTATION_TIMEOUT seconds per module.
+# Niced ($MUTATION_NICE, default 15), one worker by default ($MUTATION_JOBS), bounded by $MUTATION_TIMEOUT seconds per module.
 # MUTATION_RESUME=1 continues an interrupted run in the same scratch copy (same tests).
 # Results: `mutmut results` inside the scratch copy; a summary line per module is printed and
 # appended to $MUTATION_DIR/summary.txt. Record survivors and the reasons in docs/testing.md.
@@ -16,6 +16,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BASE="${MUTATION_DIR:-/tmp/ceem_mutation}"
 JOBS="${MUTATION_JOBS:-1}"
 LIMIT="${MUTATION_TIMEOUT:-3600}"
+NICE="${MUTATION_NICE:-15}"
 
 declare -A FILE TESTS
 FILE[stages]=ceem_casadi/stages.py
@@ -64,7 +65,7 @@ PY
     # MUTATION_ONLY="name1 name2 ...": only these mutants (globs allowed), e.g. the survivors of an
     # earlier run re-checked against new tests (names are stable while the module is unchanged)
     # shellcheck disable=SC2086
-    (cd "$dir" && MPLBACKEND=Agg timeout "$LIMIT" nice -n 10 mutmut run --max-children "$JOBS" ${MUTATION_ONLY:-} \
+    (cd "$dir" && MPLBACKEND=Agg timeout "$LIMIT" nice -n "$NICE" mutmut run --max-children "$JOBS" ${MUTATION_ONLY:-} \
         > run.log 2>&1) || \
         echo "   mutmut exited with $? (timeout = 124); see $dir/run.log"
     (cd "$dir" && mutmut results --all true > results.txt 2>&1 || true)
