@@ -185,3 +185,13 @@ def test_smoother_reports_cost_iterations_failure_and_build_time():
     np.testing.assert_allclose(again.x, cold.x, atol=1e-6)
     capped = cc.Smoother(lz, cc.SmootherOptions(max_iter=1)).solve(pv, d2, [xs[0] + 1.0])[0]
     assert capped.status == "Maximum_Iterations_Exceeded" and np.all(np.isfinite(capped.x)) and not capped.success
+
+
+def test_smoother_reuses_given_stages_and_passes_the_compile_option():
+    """A Smoother shares prebuilt StageFunctions (the learner and joint steps reuse the smoother's)
+    and hands SmootherOptions.compile to the stages it builds itself."""
+    model = lorenz.single_lorenz()
+    stages = StageFunctions(model)
+    assert cc.Smoother(model, stages=stages).stages is stages
+    for compile in (False, True):
+        assert cc.Smoother(model, cc.SmootherOptions(compile=compile)).stages.compile is compile
