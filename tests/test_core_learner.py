@@ -64,3 +64,36 @@ def test_learner_trust_region_and_weights_equal_dense_solve(hessian):
     np.testing.assert_allclose(via_options.solve(prev, data, xs, rho_theta=0.0).theta_vec, plain, atol=tol)
     # the fixed C is never touched
     np.testing.assert_array_equal(model.params.from_vector(res.theta_vec)["C"], truth["C"])
+
+
+def test_learner_with_a_free_observation_matrix_equals_dense_solve():
+    """y = C x with C free: the observation stages enter the learning objective (they are left out
+    when g does not depend on theta); dense normal equations over (A, B, C), 10 % missing outputs."""
+    rng = np.random.default_rng(2)
+    _, truth = _linear_in_theta(rng, ny=2)
+    params = cc.Parameters(cc.Param("A", truth["A"]), cc.Param("B", truth["B"]), cc.Param("C", truth["C"]))
+    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.A @ x + p.B @ u, lambda x, u, p: p.C @ x,
+                                             nx=2, nu=1, params=params, process_std=[0.1, 0.2],
+                                             measurement_std=[0.05, 0.5])
+    us = [rng.standard_normal((30, 1))]
+    data, xs = cc.simulate(model, truth, rng.standard_normal((1, 2)), [30], u=us,
+                           process_std=model.noise.process_std, measurement_std=model.noise.measurement_std, seed=3)
+    data = data.with_missing(0.1, seed=4)
+    iw, iv = 1 / model.noise.process_std, 1 / model.noise.measurement_std
+    prev = model.theta_vector({"A": truth["A"] + 0.2, "B": truth["B"] - 0.3, "C": truth["C"] + 0.4})
+    x, y, u = xs[0], data.y[0], data.u[0]
+    obs = np.isfinite(y)
+
+    def residual(z):
+        th = model.params.from_vector(z)
+        r_dyn = iw * (x[1:] - x[:-1] @ th["A"].T - u[:-1] @ th["B"].T)
+        r_obs = (iv * (np.where(obs, y, 0.0) - x @ th["C"].T))[obs]
+        return np.concatenate([r_dyn.ravel(), r_obs])
+
+    r0 = residual(np.zeros(prev.size))
+    J = np.column_stack([residual(e) - r0 for e in np.eye(prev.size)])
+    want = np.linalg.solve(J.T @ J, -J.T @ r0)
+    res = cc.Learner(model, data.lengths, cc.LearnerOptions(hessian="gauss-newton")).solve(prev, data, xs)
+    assert res.success, res.status
+    np.testing.assert_allclose(res.theta_vec, want, atol=1e-7)
+    assert np.abs(model.params.from_vector(want)["C"] - model.params.from_vector(prev)["C"]).max() > 0.1

@@ -72,7 +72,7 @@ def compile_calls(monkeypatch):
 
     def fake(funs, name):
         calls.append([f.name() for f in funs])
-        return list(funs)
+        return [("compiled", f.name()) for f in funs]
 
     monkeypatch.setattr(stages_module, "compile_functions", fake)
     monkeypatch.setattr(stages_module, "compiler", lambda: "cc")
@@ -94,12 +94,15 @@ def test_compile_decision(compile_calls, monkeypatch):
     assert compile_calls == [list(names)]
     monkeypatch.setattr(stages_module, "AUTO_COMPILE_INSTRUCTIONS", n_obs + n_dyn)
     stages = StageFunctions(model)
-    stages.get(*names)
-    stages.get(*names)  # already compiled: not again
+    assert stages.get(*names) == [("compiled", n) for n in names]
+    assert stages.get(*names) == [("compiled", n) for n in names]  # already compiled: not again
     assert compile_calls[1:] == [list(names)]
     monkeypatch.setattr(stages_module, "MAX_COMPILE_INSTRUCTIONS", min(n_obs, n_dyn))  # the shorter one only
-    StageFunctions(model, compile=True).get(*names)
-    assert n_obs != n_dyn and compile_calls[2:] == [[names[int(n_dyn < n_obs)]]]
+    stages = StageFunctions(model, compile=True)
+    short, long_ = (0, 1) if n_obs < n_dyn else (1, 0)
+    got = stages.get(*names)
+    assert n_obs != n_dyn and compile_calls[2:] == [[names[short]]]
+    assert got[short] == ("compiled", names[short]) and got[long_] is getattr(stages, names[long_])
 
 
 def test_failed_compilation_falls_back_unless_compile_was_requested(monkeypatch, caplog):
