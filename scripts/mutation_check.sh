@@ -8,6 +8,7 @@
 # /tmp/ceem_mutation/<module>) with a [tool.mutmut] section selecting that module and its FAST
 # tests only (mutmut runs, for every mutant, the selected tests that call the mutated function).
 # Niced ($MUTATION_NICE, default 15), one worker by default ($MUTATION_JOBS), bounded by $MUTATION_TIMEOUT seconds per module.
+# MUTATION_TESTS='"tests/a.py", "tests/b.py::test_c"' replaces the module's test selection.
 # MUTATION_RESUME=1 continues an interrupted run in the same scratch copy (same tests).
 # Results: `mutmut results` inside the scratch copy; a summary line per module is printed and
 # appended to $MUTATION_DIR/summary.txt. Record survivors and the reasons in docs/testing.md.
@@ -23,7 +24,7 @@ SKIP="${MUTATION_SKIP-^\s*log\.(debug|info|warning|error)\(|ca\.(MX|SX)\.sym\(\"
 
 declare -A FILE TESTS
 FILE[stages]=ceem_casadi/stages.py
-TESTS[stages]='"tests/test_core_smoother.py", "tests/test_core_learner.py", "tests/test_joint.py::test_joint_step_equals_dense_levenberg_marquardt_solve", "tests/test_uncertainty.py::test_reduced_hessian_equals_dense_schur_complement", "tests/test_core_ceem.py::test_learner_recovers_lorenz_parameters_from_true_states"'
+TESTS[stages]='"tests/test_core_stages.py", "tests/test_core_smoother.py", "tests/test_core_learner.py", "tests/test_joint.py::test_joint_step_equals_dense_levenberg_marquardt_solve", "tests/test_uncertainty.py::test_reduced_hessian_equals_dense_schur_complement", "tests/test_core_ceem.py::test_learner_recovers_lorenz_parameters_from_true_states"'
 FILE[smoother]=ceem_casadi/smoother.py
 TESTS[smoother]='"tests/test_core_smoother.py", "tests/test_core_ceem_loop.py"'
 FILE[learner]=ceem_casadi/learner.py
@@ -48,7 +49,7 @@ for m in "${modules[@]}"; do
         cp -r "$ROOT/ceem_casadi" "$ROOT/models" "$ROOT/scripts" "$ROOT/tests" "$dir/"
     fi
     # the repository's pyproject.toml without its [tool.mutmut] section, plus this module's section
-    python - "$ROOT/pyproject.toml" "$dir/pyproject.toml" "${FILE[$m]}" "${TESTS[$m]}" "$SKIP" <<'PY'
+    python - "$ROOT/pyproject.toml" "$dir/pyproject.toml" "${FILE[$m]}" "${MUTATION_TESTS:-${TESTS[$m]}}" "$SKIP" <<'PY'
 import json, re, sys
 src, dst, path, tests, skip = sys.argv[1:]
 text = re.sub(r"(?ms)^\[tool\.mutmut\].*?(?=^\[|\Z)", "", open(src).read())
