@@ -76,3 +76,68 @@ def test_newton_acceleration_reaches_the_plain_em_fixed_point_faster():
     for k, v in lorenz.TRUE.items():
         assert abs(float(fast.theta[k]) - float(plain.theta[k])) < 1e-4 * v
         assert abs(float(fast.theta[k]) - v) < 5e-3 * v
+
+
+def _observed_parameter_model(c_upper=np.inf):
+    """x+ = A x, y = C x + c (nx = ny = 2, no input): the observation depends on theta; a Gaussian
+    prior on A, an upper bound on c[0], an x_1 prior, a fixed entry of C."""
+    A, C = np.array([[0.9, 0.2], [-0.1, 0.8]]), np.array([[1.0, 0.5], [0.0, 1.0]])
+    params = cc.Parameters(cc.Param("A", A, prior_mean=A + 0.05, prior_std=0.1),
+                           cc.Param("C", C, free=np.array([[True, True], [False, True]])),
+                           cc.Param("c", np.array([0.3, -0.2]), upper=np.array([c_upper, np.inf])))
+    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.A @ x, lambda x, u, p: p.C @ x + p.c, nx=2,
+                                             params=params, process_std=[0.05, 0.1], measurement_std=[0.1, 0.2],
+                                             x1_mean=[1.0, 0.0], x1_std=[0.5, 2.0])
+    truth = {"A": A, "C": C, "c": np.array([0.3, -0.2])}
+    return model, truth
+
+
+def test_joint_step_with_observed_parameters_priors_and_bounds_equals_dense_solve():
+    """The observation residuals depend on theta (their parameter Jacobian enters H_pp, g_p and
+    H_xp), the Gaussian prior on A adds rows w (theta - mean), and the upper bound on c is active:
+    the step equals the dense damped solve for theta clipped to the bound and, for that clipped
+    theta step, the states' dense solve  dx = -(H_xx + mu D_xx)^-1 (g_x + H_xp dtheta)."""
+    model, truth = _observed_parameter_model(c_upper=0.21)
+    data, _ = cc.simulate(_observed_parameter_model()[0], truth, np.array([[1.0, 0.0], [0.5, -1.0]]), [12, 9], seed=7,
+                          process_std=model.noise.process_std, measurement_std=model.noise.measurement_std)
+    data = data.with_missing(0.1, seed=8)
+    theta_vec = model.theta_vector({"A": truth["A"] - 0.1, "C": truth["C"] + 0.1, "c": np.array([0.2, 0.0])})  # c[0] = 0.3 in the data
+    xs = cc.initialise.eks_states(model, theta_vec, data)
+    free, params = model.params.free_index, model.params
+    mean, w = params.prior
+    X = [ca.SX.sym(f"x{b}", 2, x.shape[0]) for b, x in enumerate(xs)]
+    zp = ca.SX.sym("zp", free.size)
+    p = ca.SX(ca.DM(theta_vec))  # fixed entries at their values, free entries symbolic
+    for k, i in enumerate(free):
+        p[int(i)] = zp[k]
+    iv, iw = 1 / model.noise.measurement_std, 1 / model.noise.process_std
+    res = []
+    for b, Xb in enumerate(X):
+        y = data.y[b]
+        for t in range(y.shape[0]):
+            m = np.isfinite(y[t])
+            res.append(m * iv * (np.where(m, y[t], 0) - model.g(Xb[:, t], [], p)))
+            if t + 1 < y.shape[0]:
+                res.append(iw * (Xb[:, t + 1] - model.f(Xb[:, t], [], p)))
+        res.append((Xb[:, 0] - model.noise.x1_mean) / model.noise.x1_std)
+    res.append(w[free] * (zp - mean[free]))
+    z = ca.vertcat(*[ca.vec(Xb) for Xb in X], zp)
+    F = ca.Function("F", [z], [ca.vertcat(*res), ca.jacobian(ca.vertcat(*res), z)])
+    z0 = np.concatenate([x.T.ravel(order="F") for x in xs] + [theta_vec[free]])
+    r0, J = (np.asarray(a) for a in F(z0))
+    H, g = J.T @ J, J.T @ r0.ravel()
+    nxs = z0.size - free.size
+    assert np.abs(H[:nxs, nxs:][:, -1]).max() > 0  # c couples to the states through the observations
+    mu = 0.05
+    d = np.diag(H).copy()
+    K = H + mu * np.diag(np.maximum(d, 1e-12 * max(1.0, d.max())))
+    unclipped = -np.linalg.solve(K, g)
+    jg = JointGaussNewton(model, data.lengths, StageFunctions(model))
+    st = jg.step(theta_vec, data, xs, mu=mu)
+    want_theta = theta_vec.copy()
+    want_theta[free] = np.clip(theta_vec[free] + unclipped[nxs:], params.lower[free], params.upper[free])
+    assert want_theta[-2] == 0.21 and theta_vec[-2] + unclipped[-2] > 0.215  # the bound on c[0] is active
+    np.testing.assert_allclose(st.theta_vec, want_theta, rtol=1e-9, atol=1e-10)
+    dtheta = want_theta[free] - theta_vec[free]
+    dx = -np.linalg.solve(K[:nxs, :nxs], g[:nxs] + H[:nxs, nxs:] @ dtheta)
+    np.testing.assert_allclose(np.concatenate([x.ravel() for x in st.xs]), z0[:nxs] + dx, rtol=1e-9, atol=1e-10)
