@@ -154,3 +154,17 @@ def test_ekf_covariance_forms_function_form_and_single_step(lg):
     one = EKF(model).run(pv, y[:1], u[:1], x0=sys["x0"], Sigma0=s0, Q=q, R=r)
     assert one.A.shape == (0, lg.NX, lg.NX)
     np.testing.assert_allclose(one.x_filt[0], ref.x_filt[0], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("engine", ["python", "casadi"])
+def test_ekf_smooths_only_on_request(lg, engine):
+    """run() filters only (x_smooth, P_smooth None) unless smooth=True; the filtered moments are
+    the same either way."""
+    sys, u, y = lg.system(seed=5)
+    model, pv = lg.model(sys)
+    kw = dict(x0=sys["x0"], Sigma0=sys["Sigma0"], Q=sys["Q"], R=sys["R"], engine=engine)
+    ekf = cc.baselines.EKF(model)
+    filtered, smoothed = ekf.run(pv, y, u, **kw), ekf.run(pv, y, u, smooth=True, **kw)
+    assert filtered.x_smooth is None and filtered.P_smooth is None
+    assert smoothed.x_smooth is not None and np.abs(smoothed.x_smooth - smoothed.x_filt).max() > 1e-3
+    np.testing.assert_array_equal(filtered.x_filt, smoothed.x_filt)
