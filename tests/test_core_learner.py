@@ -67,12 +67,14 @@ def test_learner_trust_region_and_weights_equal_dense_solve(hessian):
 
 
 def test_learner_with_a_free_observation_matrix_equals_dense_solve():
-    """y = C x with C free: the observation stages enter the learning objective (they are left out
-    when g does not depend on theta); dense normal equations over (A, B, C), 10 % missing outputs."""
+    """y = C x + B_0 u with C free: the observation stages enter the learning objective (they are
+    left out when g does not depend on theta), and B_0 is weighted by both 1/sigma_w and 1/sigma_v;
+    dense normal equations over (A, B, C), 10 % missing outputs."""
     rng = np.random.default_rng(2)
     _, truth = _linear_in_theta(rng, ny=2)
     params = cc.Parameters(cc.Param("A", truth["A"]), cc.Param("B", truth["B"]), cc.Param("C", truth["C"]))
-    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.A @ x + p.B @ u, lambda x, u, p: p.C @ x,
+    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.A @ x + p.B @ u,
+                                             lambda x, u, p: p.C @ x + p.B[0] * u[0],
                                              nx=2, nu=1, params=params, process_std=[0.1, 0.2],
                                              measurement_std=[0.05, 0.5])
     us = [rng.standard_normal((30, 1))]
@@ -87,7 +89,7 @@ def test_learner_with_a_free_observation_matrix_equals_dense_solve():
     def residual(z):
         th = model.params.from_vector(z)
         r_dyn = iw * (x[1:] - x[:-1] @ th["A"].T - u[:-1] @ th["B"].T)
-        r_obs = (iv * (np.where(obs, y, 0.0) - x @ th["C"].T))[obs]
+        r_obs = (iv * (np.where(obs, y, 0.0) - x @ th["C"].T - th["B"][0, 0] * u))[obs]
         return np.concatenate([r_dyn.ravel(), r_obs])
 
     r0 = residual(np.zeros(prev.size))
@@ -97,3 +99,21 @@ def test_learner_with_a_free_observation_matrix_equals_dense_solve():
     assert res.success, res.status
     np.testing.assert_allclose(res.theta_vec, want, atol=1e-7)
     assert np.abs(model.params.from_vector(want)["C"] - model.params.from_vector(prev)["C"]).max() > 0.1
+
+
+def test_learner_refuses_bad_weights_and_takes_an_integer_start():
+    rng = np.random.default_rng(1)
+    model, truth = _linear_in_theta(rng)
+    truth = {k: np.round(v) for k, v in truth.items()}  # integer-valued parameters
+    us = [rng.standard_normal((20, 1)), rng.standard_normal((15, 1))]
+    data, xs = cc.simulate(model, truth, rng.standard_normal((2, 2)), [20, 15], u=us,
+                           process_std=model.noise.process_std, measurement_std=0.05, seed=2)
+    learner = cc.Learner(model, data.lengths)
+    start = model.theta_vector(truth)
+    for bad in ([1.0, -0.5], [1.0, np.nan], [1.0, 1.0, 1.0]):
+        with pytest.raises(ValueError, match="weights: expected 2 finite non-negative values"):
+            learner.solve(start, data, xs, weights=np.array(bad))
+    # an integer start vector gives the same (non-integer) parameters as its float copy
+    as_int = learner.solve(start.astype(int), data, xs).theta_vec
+    np.testing.assert_array_equal(as_int, learner.solve(start, data, xs).theta_vec)
+    assert np.abs(as_int - np.round(as_int)).max() > 1e-3

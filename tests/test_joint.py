@@ -78,13 +78,14 @@ def test_newton_acceleration_reaches_the_plain_em_fixed_point_faster():
         assert abs(float(fast.theta[k]) - v) < 5e-3 * v
 
 
-def _observed_parameter_model(c_upper=np.inf):
+def _observed_parameter_model(c_upper=np.inf, c_lower=-np.inf):
     """x+ = A x, y = C x + c (nx = ny = 2, no input): the observation depends on theta; a Gaussian
-    prior on A, an upper bound on c[0], an x_1 prior, a fixed entry of C."""
+    prior on A, bounds on c, an x_1 prior, a fixed entry of C."""
     A, C = np.array([[0.9, 0.2], [-0.1, 0.8]]), np.array([[1.0, 0.5], [0.0, 1.0]])
     params = cc.Parameters(cc.Param("A", A, prior_mean=A + 0.05, prior_std=0.1),
                            cc.Param("C", C, free=np.array([[True, True], [False, True]])),
-                           cc.Param("c", np.array([0.3, -0.2]), upper=np.array([c_upper, np.inf])))
+                           cc.Param("c", np.array([0.3, -0.2]), lower=np.array([-np.inf, c_lower]),
+                                    upper=np.array([c_upper, np.inf])))
     model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.A @ x, lambda x, u, p: p.C @ x + p.c, nx=2,
                                              params=params, process_std=[0.05, 0.1], measurement_std=[0.1, 0.2],
                                              x1_mean=[1.0, 0.0], x1_std=[0.5, 2.0])
@@ -94,14 +95,14 @@ def _observed_parameter_model(c_upper=np.inf):
 
 def test_joint_step_with_observed_parameters_priors_and_bounds_equals_dense_solve():
     """The observation residuals depend on theta (their parameter Jacobian enters H_pp, g_p and
-    H_xp), the Gaussian prior on A adds rows w (theta - mean), and the upper bound on c is active:
+    H_xp), the Gaussian prior on A adds rows w (theta - mean), and both bounds on c are active:
     the step equals the dense damped solve for theta clipped to the bound and, for that clipped
     theta step, the states' dense solve  dx = -(H_xx + mu D_xx)^-1 (g_x + H_xp dtheta)."""
-    model, truth = _observed_parameter_model(c_upper=0.21)
+    model, truth = _observed_parameter_model(c_upper=0.21, c_lower=0.29)
     data, _ = cc.simulate(_observed_parameter_model()[0], truth, np.array([[1.0, 0.0], [0.5, -1.0]]), [12, 9], seed=7,
                           process_std=model.noise.process_std, measurement_std=model.noise.measurement_std)
     data = data.with_missing(0.1, seed=8)
-    theta_vec = model.theta_vector({"A": truth["A"] - 0.1, "C": truth["C"] + 0.1, "c": np.array([0.2, 0.0])})  # c[0] = 0.3 in the data
+    theta_vec = model.theta_vector({"A": truth["A"] - 0.1, "C": truth["C"] + 0.1, "c": np.array([0.2, 0.3])})  # c = (0.3, -0.2) in the data
     xs = cc.initialise.eks_states(model, theta_vec, data)
     free, params = model.params.free_index, model.params
     mean, w = params.prior
@@ -136,7 +137,8 @@ def test_joint_step_with_observed_parameters_priors_and_bounds_equals_dense_solv
     st = jg.step(theta_vec, data, xs, mu=mu)
     want_theta = theta_vec.copy()
     want_theta[free] = np.clip(theta_vec[free] + unclipped[nxs:], params.lower[free], params.upper[free])
-    assert want_theta[-2] == 0.21 and theta_vec[-2] + unclipped[-2] > 0.215  # the bound on c[0] is active
+    assert want_theta[-2] == 0.21 and theta_vec[-2] + unclipped[-2] > 0.215  # both bounds on c are active
+    assert want_theta[-1] == 0.29 and theta_vec[-1] + unclipped[-1] < 0.25
     np.testing.assert_allclose(st.theta_vec, want_theta, rtol=1e-9, atol=1e-10)
     dtheta = want_theta[free] - theta_vec[free]
     dx = -np.linalg.solve(K[:nxs, :nxs], g[:nxs] + H[:nxs, nxs:] @ dtheta)
