@@ -1,5 +1,7 @@
 """The CE-EM loop's acceptance logic and accelerations, made to face the cases they exist for:
 a step that lowers J (injected), a SQUAREM extrapolation, a joint Newton step."""
+import importlib
+
 import numpy as np
 import pytest
 
@@ -303,3 +305,18 @@ def test_model_checked_at_the_first_given_state():
     bad = [np.vstack([[-1.0], np.ones((4, 1))])]
     with pytest.raises(cc.ModelError, match="non-finite"):
         cc.ceem(model, data, {"a": 0.5}, x_init=bad, options=cc.CEEMOptions(max_iters=1))
+
+
+def test_identifiability_check_after_the_fit(problem, monkeypatch):
+    """The final check of the learning Hessian: a singular one (here: zero in sigma's row and column)
+    is reported in result.warnings; none is checked above IDENTIFIABILITY_CHECK_MAX free parameters
+    or when the Hessian is not finite."""
+    ceem_module = importlib.import_module("ceem_casadi.ceem")  # the module (cc.ceem is the function)
+    singular = np.diag([0.0, 1.0, 1.0])
+    monkeypatch.setattr(cc.Learner, "hessian_matrix", lambda self, *args: singular)
+    assert any("sigma" in w for w in run(problem, max_iters=1, tol=0.0).warnings)
+    monkeypatch.setattr(ceem_module, "IDENTIFIABILITY_CHECK_MAX", 2)  # Lorenz has 3 free parameters
+    assert run(problem, max_iters=1, tol=0.0).warnings == []
+    monkeypatch.setattr(ceem_module, "IDENTIFIABILITY_CHECK_MAX", 1000)
+    singular[1, 2] = np.nan
+    assert run(problem, max_iters=1, tol=0.0).warnings == []
