@@ -128,11 +128,12 @@ class JointGaussNewton:
         ro, Jxo, Jpo, rd, Jzd, Jpd = self._linearise(theta_vec, data, xs)
         z = theta_vec[self.free]
         nf = z.size
+        Nd, No = Jpd.shape[0] * Jpd.shape[1], ro.size  # residual rows (explicit: nf may be 0)
         # parameter blocks summed over every stage
-        Hpp, gp = gram(Jpd.reshape(-1, nf)), Jpd.reshape(-1, nf).T @ rd.ravel()
+        Hpp, gp = gram(Jpd.reshape(Nd, nf)), Jpd.reshape(Nd, nf).T @ rd.ravel()
         if Jpo is not None:
-            Hpp += gram(Jpo.reshape(-1, nf))
-            gp += Jpo.reshape(-1, nf).T @ ro.ravel()
+            Hpp += gram(Jpo.reshape(No, nf))
+            gp += Jpo.reshape(No, nf).T @ ro.ravel()
         Hpp[np.diag_indices(nf)] += self._prior_w2
         gp += self._prior_w2 * (z - self._prior_mean)
         Dp = np.maximum(np.diag(Hpp).copy(), 1e-12 * max(1.0, np.abs(np.diag(Hpp)).max(initial=0.0)))

@@ -78,14 +78,15 @@ def test_newton_acceleration_reaches_the_plain_em_fixed_point_faster():
         assert abs(float(fast.theta[k]) - v) < 5e-3 * v
 
 
-def _observed_parameter_model(c_upper=np.inf, c_lower=-np.inf):
+def _observed_parameter_model(c_upper=np.inf, c_lower=-np.inf, fixed=False):
     """x+ = A x, y = C x + c (nx = ny = 2, no input): the observation depends on theta; a Gaussian
     prior on A, bounds on c, an x_1 prior, a fixed entry of C."""
     A, C = np.array([[0.9, 0.2], [-0.1, 0.8]]), np.array([[1.0, 0.5], [0.0, 1.0]])
-    params = cc.Parameters(cc.Param("A", A, prior_mean=A + 0.05, prior_std=0.1),
-                           cc.Param("C", C, free=np.array([[True, True], [False, True]])),
+    free = not fixed
+    params = cc.Parameters(cc.Param("A", A, prior_mean=A + 0.05, prior_std=0.1, free=free),
+                           cc.Param("C", C, free=np.array([[True, True], [False, True]]) & free),
                            cc.Param("c", np.array([0.3, -0.2]), lower=np.array([-np.inf, c_lower]),
-                                    upper=np.array([c_upper, np.inf])))
+                                    upper=np.array([c_upper, np.inf]), free=free))
     model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.A @ x, lambda x, u, p: p.C @ x + p.c, nx=2,
                                              params=params, process_std=[0.05, 0.1], measurement_std=[0.1, 0.2],
                                              x1_mean=[1.0, 0.0], x1_std=[0.5, 2.0])
@@ -93,19 +94,11 @@ def _observed_parameter_model(c_upper=np.inf, c_lower=-np.inf):
     return model, truth
 
 
-def test_joint_step_with_observed_parameters_priors_and_bounds_equals_dense_solve():
-    """The observation residuals depend on theta (their parameter Jacobian enters H_pp, g_p and
-    H_xp), the Gaussian prior on A adds rows w (theta - mean), and both bounds on c are active:
-    the step equals the dense damped solve for theta clipped to the bound and, for that clipped
-    theta step, the states' dense solve  dx = -(H_xx + mu D_xx)^-1 (g_x + H_xp dtheta)."""
-    model, truth = _observed_parameter_model(c_upper=0.21, c_lower=0.29)
-    data, _ = cc.simulate(_observed_parameter_model()[0], truth, np.array([[1.0, 0.0], [0.5, -1.0]]), [12, 9], seed=7,
-                          process_std=model.noise.process_std, measurement_std=model.noise.measurement_std)
-    data = data.with_missing(0.1, seed=8)
-    theta_vec = model.theta_vector({"A": truth["A"] - 0.1, "C": truth["C"] + 0.1, "c": np.array([0.2, 0.3])})  # c = (0.3, -0.2) in the data
-    xs = cc.initialise.eks_states(model, theta_vec, data)
-    free, params = model.params.free_index, model.params
-    mean, w = params.prior
+def _dense_damped_system(model, data, theta_vec, xs, mu):
+    """(z0, H, g, K = H + mu D, number of state entries) of the dense Levenberg-Marquardt system over
+    (states, free parameters), from one CasADi Jacobian of every residual and prior row."""
+    free = model.params.free_index
+    mean, w = model.params.prior
     X = [ca.SX.sym(f"x{b}", 2, x.shape[0]) for b, x in enumerate(xs)]
     zp = ca.SX.sym("zp", free.size)
     p = ca.SX(ca.DM(theta_vec))  # fixed entries at their values, free entries symbolic
@@ -127,11 +120,31 @@ def test_joint_step_with_observed_parameters_priors_and_bounds_equals_dense_solv
     z0 = np.concatenate([x.T.ravel(order="F") for x in xs] + [theta_vec[free]])
     r0, J = (np.asarray(a) for a in F(z0))
     H, g = J.T @ J, J.T @ r0.ravel()
-    nxs = z0.size - free.size
-    assert np.abs(H[:nxs, nxs:][:, -1]).max() > 0  # c couples to the states through the observations
-    mu = 0.05
     d = np.diag(H).copy()
-    K = H + mu * np.diag(np.maximum(d, 1e-12 * max(1.0, d.max())))
+    return z0, H, g, H + mu * np.diag(np.maximum(d, 1e-12 * max(1.0, d.max()))), z0.size - free.size
+
+
+def _observed_parameter_data(truth):
+    model = _observed_parameter_model()[0]
+    data, _ = cc.simulate(model, truth, np.array([[1.0, 0.0], [0.5, -1.0]]), [12, 9], seed=7,
+                          process_std=model.noise.process_std, measurement_std=model.noise.measurement_std)
+    return data.with_missing(0.1, seed=8)
+
+
+def test_joint_step_with_observed_parameters_priors_and_bounds_equals_dense_solve():
+    """The observation residuals depend on theta (their parameter Jacobian enters H_pp, g_p and
+    H_xp), the Gaussian prior on A adds rows w (theta - mean), and both bounds on c are active:
+    the step equals the dense damped solve for theta clipped to the bound and, for that clipped
+    theta step, the states' dense solve  dx = -(H_xx + mu D_xx)^-1 (g_x + H_xp dtheta)."""
+    model, truth = _observed_parameter_model(c_upper=0.21, c_lower=0.29)
+    data = _observed_parameter_data(truth)
+    # c = (0.3, -0.2) in the data
+    theta_vec = model.theta_vector({"A": truth["A"] - 0.1, "C": truth["C"] + 0.1, "c": np.array([0.2, 0.3])})
+    xs = cc.initialise.eks_states(model, theta_vec, data)
+    free, params = model.params.free_index, model.params
+    mu = 0.05
+    z0, H, g, K, nxs = _dense_damped_system(model, data, theta_vec, xs, mu)
+    assert np.abs(H[:nxs, nxs:][:, -1]).max() > 0  # c couples to the states through the observations
     unclipped = -np.linalg.solve(K, g)
     jg = JointGaussNewton(model, data.lengths, StageFunctions(model))
     st = jg.step(theta_vec, data, xs, mu=mu)
@@ -143,3 +156,17 @@ def test_joint_step_with_observed_parameters_priors_and_bounds_equals_dense_solv
     dtheta = want_theta[free] - theta_vec[free]
     dx = -np.linalg.solve(K[:nxs, :nxs], g[:nxs] + H[:nxs, nxs:] @ dtheta)
     np.testing.assert_allclose(np.concatenate([x.ravel() for x in st.xs]), z0[:nxs] + dx, rtol=1e-9, atol=1e-10)
+
+
+def test_joint_step_without_free_parameters_is_a_damped_state_step():
+    """Every parameter fixed: theta stays, the states take the dense damped Gauss-Newton step."""
+    model, truth = _observed_parameter_model(fixed=True)
+    data = _observed_parameter_data(truth)
+    theta_vec = model.theta_vector(truth)
+    xs = cc.initialise.eks_states(model, theta_vec, data)
+    z0, H, g, K, nxs = _dense_damped_system(model, data, theta_vec, xs, 0.01)
+    assert nxs == z0.size
+    st = JointGaussNewton(model, data.lengths, StageFunctions(model)).step(theta_vec, data, xs, mu=0.01)
+    np.testing.assert_array_equal(st.theta_vec, theta_vec)
+    np.testing.assert_allclose(np.concatenate([x.ravel() for x in st.xs]), z0 - np.linalg.solve(K, g),
+                               rtol=1e-9, atol=1e-10)
