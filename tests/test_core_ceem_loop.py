@@ -292,6 +292,10 @@ def test_callback_sees_the_states_and_options_are_checked(problem):
         np.testing.assert_array_equal(a, b)
     with pytest.raises(TypeError, match="options must be a CEEMOptions, got dict"):
         cc.ceem(model, data, theta0, options={"max_iters": 2})
+    # a callback returning False stops the run after that iteration
+    res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(max_iters=5, tol=0.0),
+                  callback=lambda rec: rec.iteration < 2, **solvers)
+    assert res.status == "stopped" and res.iterations == 2
 
 
 def test_model_checked_at_the_first_given_state():
@@ -320,3 +324,11 @@ def test_identifiability_check_after_the_fit(problem, monkeypatch):
     monkeypatch.setattr(ceem_module, "IDENTIFIABILITY_CHECK_MAX", 1000)
     singular[1, 2] = np.nan
     assert run(problem, max_iters=1, tol=0.0).warnings == []
+    # directions are named after the free entries only (rho fixed: the second free entry is beta)
+    model, data, theta0, _ = problem
+    params = cc.Parameters(cc.Param("sigma", 9.0), cc.Param("rho", 28.0, free=False), cc.Param("beta", 2.5))
+    fixed_rho = cc.StateSpaceModel.from_ode(lorenz.lorenz_rhs, lambda x, u, p: lorenz.C_SINGLE @ x, nx=3,
+                                            dt=lorenz.DT, params=params, process_std=0.01, measurement_std=0.01)
+    monkeypatch.setattr(cc.Learner, "hessian_matrix", lambda self, *args: np.diag([1.0, 0.0]))
+    (warning,) = cc.ceem(fixed_rho, data, theta0, options=cc.CEEMOptions(max_iters=1)).warnings
+    assert "beta" in warning and "rho" not in warning and "sigma" not in warning
