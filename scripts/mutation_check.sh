@@ -32,7 +32,7 @@ TESTS[learner]='"tests/test_core_learner.py", "tests/test_core_ceem.py::test_lea
 FILE[ceem]=ceem_casadi/ceem.py
 TESTS[ceem]='"tests/test_core_ceem_loop.py", "tests/test_status_time_limit.py", "tests/test_core_ceem.py::test_ceem_parallel_smoothing_matches_sequential", "tests/test_core_errors.py"'
 FILE[joint]=ceem_casadi/joint.py
-TESTS[joint]='"tests/test_joint.py::test_joint_step_equals_dense_levenberg_marquardt_solve", "tests/test_core_ceem_loop.py::test_newton_damping_falls_after_accepted_steps_and_rises_after_a_failed_solve", "tests/test_core_ceem_loop.py::test_acceleration_steps_are_taken_and_change_the_iterates"'
+TESTS[joint]='"tests/test_joint.py::test_joint_step_equals_dense_levenberg_marquardt_solve", "tests/test_joint.py::test_joint_step_with_observed_parameters_priors_and_bounds_equals_dense_solve", "tests/test_joint.py::test_joint_step_without_free_parameters_is_a_damped_state_step", "tests/test_core_ceem_loop.py::test_newton_damping_falls_after_accepted_steps_and_rises_after_a_failed_solve", "tests/test_core_ceem_loop.py::test_acceleration_steps_are_taken_and_change_the_iterates"'
 FILE[ekf]=ceem_casadi/baselines/ekf.py
 TESTS[ekf]='"tests/test_baselines_kalman_ekf.py"'
 

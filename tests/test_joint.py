@@ -125,8 +125,9 @@ def _dense_damped_system(model, data, theta_vec, xs, mu):
 
 
 def _observed_parameter_data(truth):
+    """Three trajectories of 12, 9 and 2 steps (T = 2: one off-diagonal block), 10 % of outputs missing."""
     model = _observed_parameter_model()[0]
-    data, _ = cc.simulate(model, truth, np.array([[1.0, 0.0], [0.5, -1.0]]), [12, 9], seed=7,
+    data, _ = cc.simulate(model, truth, np.array([[1.0, 0.0], [0.5, -1.0], [0.0, 1.0]]), [12, 9, 2], seed=7,
                           process_std=model.noise.process_std, measurement_std=model.noise.measurement_std)
     return data.with_missing(0.1, seed=8)
 
