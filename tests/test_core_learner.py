@@ -58,10 +58,15 @@ def test_learner_trust_region_and_weights_equal_dense_solve(hessian):
     assert res.success, res.status
     if hessian != "limited-memory":  # a quadratic with its exact Hessian: one Newton step
         assert res.iterations == 1, res.iterations
+    else:  # quasi-Newton: more than one step (an exact Hessian would take one)
+        assert res.iterations > 1, res.iterations
     np.testing.assert_allclose(res.theta_vec, want, atol=tol)
     learner = cc.Learner(model, data.lengths, cc.LearnerOptions(hessian=hessian))
     np.testing.assert_allclose(learner.solve(prev, data, xs, rho_theta=rho, weights=weights).theta_vec, want, atol=tol)
     np.testing.assert_allclose(via_options.solve(prev, data, xs, rho_theta=0.0).theta_vec, plain, atol=tol)
+    # warm-started at its optimum, the solve stops at once
+    at_optimum = via_options.solve(plain, data, xs, rho_theta=0.0)
+    assert at_optimum.success and at_optimum.iterations == 0, at_optimum.iterations
     # the fixed C is never touched
     np.testing.assert_array_equal(model.params.from_vector(res.theta_vec)["C"], truth["C"])
 
