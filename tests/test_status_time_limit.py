@@ -115,3 +115,15 @@ def test_ctrl_c_during_an_ipopt_solve_stops_it_and_raises_keyboard_interrupt():
     # IPOPT was stopped by the flag (not run to its end and the interrupt raised afterwards)
     assert solver.stats()["return_status"] == "User_Requested_Stop" and not _ipopt.DEADLINE.interrupted
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("acceleration", ["none", "newton"])
+def test_deadline_passed_after_iteration_1_stops_before_any_further_step(lorenz_fit, monkeypatch, acceleration):
+    """The deadline is made to pass during iteration 1's callback (no sleeping): no further step
+    is taken, not even a joint Gauss-Newton step, which no IPOPT deadline would interrupt."""
+    model, data, theta0 = lorenz_fit
+    passed = []
+    monkeypatch.setattr(_ipopt.DEADLINE, "expired", lambda: bool(passed))
+    res = cc.ceem(model, data, theta0, callback=lambda rec: passed.append(rec.iteration),
+                  options=cc.CEEMOptions(max_iters=5, tol=0.0, time_limit=1e3, acceleration=acceleration))
+    assert res.status == "time_limit" and res.iterations == 1 and "after 1 iterations" in res.message
