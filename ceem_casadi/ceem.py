@@ -32,6 +32,7 @@ from .data import Trajectories
 from .errors import SolverError
 from .initialise import check_states, eks_states
 from .joint import JointGaussNewton, LinAlgError
+from .joint_nlp import JointSolver
 from .learner import Learner
 from .objective import joint_log_density, log_prior
 from .options import CEEMOptions
@@ -47,7 +48,7 @@ class IterationRecord:
     """One EM iteration: objective values, timings (s), solver statuses, the new theta.
 
     ``kind`` is ``"em"`` for a plain smoothing + learning step, ``"newton"`` for a joint
-    Gauss-Newton step and ``"extrapolated"`` for a SQUAREM step.
+    Gauss-Newton step, ``"joint"`` for a joint IPOPT solve and ``"extrapolated"`` for a SQUAREM step.
 
     ``x`` holds the iteration's states (list of (T_b, nx)) only while the callback runs (so a
     checkpoint can store them); it is ``None`` in ``CEEMResult.history`` to keep memory flat.
@@ -240,6 +241,27 @@ class _EMRun:
             joint.adapt(False)
         return None
 
+    def joint_solve(self, it: _Iterate, solver: JointSolver):
+        """Solve the joint (x, theta) NLP from ``it`` (:mod:`ceem_casadi.joint_nlp`); ``(new iterate,
+        record)`` when its result increases the objective, else None (nothing recorded). A solve
+        stopped by the time limit still counts when it improved the objective."""
+        try:
+            jr = solver.solve(it.theta_vec, it.xs)
+        except RuntimeError as exc:  # an evaluation error inside IPOPT's callbacks
+            log.warning("joint solve failed (%s); continuing with EM steps", exc)
+            return None
+        if not (np.all(np.isfinite(jr.theta_vec)) and all(np.all(np.isfinite(x)) for x in jr.xs)):
+            return None
+        new = self.evaluate(jr.xs, jr.theta_vec)
+        if not new.obj > it.obj:
+            log.info("joint solve (%s, %d iterations) did not increase the objective", jr.status, jr.iterations)
+            return None
+        rec = IterationRecord(len(self.history) + 1, new.J, new.obj, new.obj - it.obj, 0.0, jr.wall_s, [],
+                              f"joint-ipopt ({jr.status}, {jr.iterations} iterations)",
+                              self.model.params.from_vector(new.theta_vec), True, "joint")
+        self._record(rec, new.xs)
+        return new, rec
+
     def extrapolate(self, it0: _Iterate, it1: _Iterate, it2: _Iterate) -> _Iterate | None:
         """SQUAREM (Varadhan & Roland 2008, scheme S3) point from three successive iterates,
         clipped to the parameter bounds; None when the iterates did not move."""
@@ -304,6 +326,10 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     learner = learner or Learner(model, data.lengths, options.learner, smoother.stages)
     joint = (JointGaussNewton(model, data.lengths, smoother.stages, use_prior=options.learner.use_prior)
              if options.acceleration == "newton" else None)
+    if options.acceleration == "joint":
+        joint = JointSolver(model, data, smoother.stages, hessian=options.joint_hessian,
+                            use_prior=options.learner.use_prior, x_lower=options.smoother.x_lower,
+                            x_upper=options.smoother.x_upper)
     for T in sorted(set(data.lengths)):
         smoother.for_length(T)
     build_s = time.perf_counter() - t_build
@@ -332,8 +358,15 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
 
     try:
         try_newton = False  # the first iteration is always a plain EM step
+        joint_failures = 0
         while len(run.history) < options.max_iters and not time_up():
-            stepped = run.newton_step(current, joint) if joint is not None and try_newton else None
+            stepped = None
+            if joint is not None and try_newton:
+                if options.acceleration == "newton":
+                    stepped = run.newton_step(current, joint)
+                else:
+                    stepped = run.joint_solve(current, joint)
+                    joint_failures += stepped is None
             if stepped is None:
                 new, rec = run.em_step(current, "em", current)
                 if not rec.accepted:
@@ -347,6 +380,8 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
             small = improvement <= options.tol * max(1.0, abs(current.obj))
             # convergence is judged on plain EM steps: after a small joint step, check with one
             try_newton = joint is not None and not (stepped is not None and small)
+            if options.acceleration == "joint":  # after a joint solve, check it with an EM step
+                try_newton = stepped is None and joint_failures < JOINT_MAX_FAILURES
             if stepped is not None and small:
                 small = False
             recent.append(current)
@@ -382,6 +417,10 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
         raise SolverError(result.message, result)
     _check_learning_hessian(result, learner, model, data)
     return result
+
+
+# after this many joint solves that did not increase the objective, CE-EM continues with EM steps only
+JOINT_MAX_FAILURES = 2
 
 
 def _limit(options) -> str:

@@ -14,7 +14,7 @@ def _require(cond: bool, msg: str) -> None:
         raise ValueError(msg)
 
 
-ACCELERATIONS = ("none", "squarem", "newton")
+ACCELERATIONS = ("none", "squarem", "newton", "joint")
 
 
 def check_time_limit(value) -> None:
@@ -103,6 +103,10 @@ class CEEMOptions:
         ``"newton"``: after the first EM step, joint Gauss-Newton (Levenberg-Marquardt) steps on
         (x, theta) over the same objective, each kept only if it improves it, with plain EM steps
         whenever one fails; converges quadratically near the optimum (see :func:`ceem`).
+        ``"joint"``: after the first EM step, IPOPT solves the joint problem max_{x, theta} J in
+        one NLP (all states, free parameters; arrowhead Hessian, :mod:`ceem_casadi.joint_nlp`),
+        then a plain EM step checks the result (convergence is judged on it as always).
+    joint_hessian : Hessian of the ``"joint"`` NLP: ``"exact"`` or ``"gauss-newton"``.
     blas_threads : threads of numpy's/scipy's BLAS during the fit (1 by default: multi-threaded
         BLAS degrades badly on shared cores, see :mod:`ceem_casadi._threads`); ``None`` leaves
         the library's setting alone.
@@ -123,9 +127,12 @@ class CEEMOptions:
     acceleration: str = "none"
     blas_threads: int | None = 1
     time_limit: float | None = None
+    joint_hessian: str = "gauss-newton"
 
     def __post_init__(self):
         check_time_limit(self.time_limit)
+        _require(self.joint_hessian in HESSIANS,
+                 f"joint_hessian must be one of {HESSIANS}, got {self.joint_hessian!r}")
         _require(self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1),
                  f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
         _require(self.acceleration in ACCELERATIONS,
@@ -160,7 +167,7 @@ class CEEMOptions:
 
 
 _KINDS = {"max_iters": "int", "n_jobs": "int", "max_iter": "int", "blas_threads": "int?", "tol": "float",
-          "rho_x": "float", "rho_theta": "float", "hessian": "str", "acceleration": "str", "use_prior": "bool",
+          "rho_x": "float", "rho_theta": "float", "hessian": "str", "acceleration": "str", "joint_hessian": "str", "use_prior": "bool",
           "raise_on_failure": "bool", "compile": "bool?", "x_lower": "bound", "x_upper": "bound"}
 _EXPECT = {"int": "an integer", "int?": "an integer", "float": "a finite number", "str": "a string",
            "bool": "true or false", "bool?": "true or false", "bound": "a number or a list of numbers"}
