@@ -16,6 +16,22 @@ Algorithm (Van Overschee & De Moor 1996, ch. 4, "robust" variant; MOESP weightin
 3. Oblique projection ``O_i = Y_f /_{U_f} W_p`` (``W_p = [U_p; Y_p]``), weighted by ``Pi_{U_f^perp}``;
    its SVD gives the singular values (returned) and ``Gamma_i = U_n S_n^{1/2}``.
 4. ``C`` = first block row of ``Gamma_i``; ``A`` from its shift invariance (least squares).
+4b. ``stable=True`` (``"reflect"``) and an unstable ``A``: in the real Schur form ``A = Z T Z^T`` every
+   diagonal block (a real eigenvalue or a complex pair) of modulus ``r >= 1`` is multiplied by
+   ``1 / r^2``, i.e. its eigenvalues ``l`` become ``1 / conj(l)`` (modulus ``1 / r``, capped at
+   ``1 - 1e-4``; same angle, so the same resonance frequencies and, up to a gain, the same
+   magnitude response). Stable by construction: the eigenvalues of a quasi-triangular matrix
+   are those of its diagonal blocks, and the stable ones are untouched. Such unstable
+   eigenvalues are typically spurious modes of an over-estimated order on short noisy records.
+   ``stable="maciejowski"``: ``A = Gamma_i^+ [Gamma_i(ny:, :); 0]``, the shift
+   equation with the shifted observability matrix padded by a zero block row (Maciejowski,
+   "Guaranteed stability with subspace methods", Systems & Control Letters 26, 1995; Chui &
+   Maciejowski, Automatica 32, 1996). Always stable: with ``Z`` the block up-shift (nilpotent,
+   ``||Z|| = 1``) and ``P`` the orthogonal projector on range(Gamma_i), an eigenpair ``A v = l v``
+   gives ``l Gamma_i v = P Z Gamma_i v``, so ``|l| ||Gamma_i v|| <= ||Z Gamma_i v|| <= ||Gamma_i v||``; and
+   ``|l| = 1`` would need ``Z Gamma_i v = l Gamma_i v``, impossible for a nilpotent Z and
+   ``Gamma_i v != 0`` (full column rank). The price is a bias of the poles towards the origin
+   that shrinks as the horizon i grows.
 5. ``B``, ``D`` and the initial state of every trajectory by linear least squares on the output
    (simulation) error ``y[t] = C A^t x0_b + sum_k C A^(t-1-k) B u[k] + D u[t]`` (MOESP style; the
    x0_b are eliminated per trajectory, so the cost is linear in the number of trajectories). If the
@@ -49,6 +65,7 @@ logger = logging.getLogger(__name__)
 _CHUNK_ELEMENTS = 2_000_000   # rows of H^T per QR chunk: about this many doubles (16 MB)
 _RCOND = 1e-10                # relative rank tolerance of the projections' least squares
 _SV_FLOOR = 1e-12             # singular values below this fraction of s_1 are treated as zero
+_STABLE_RADIUS = 1.0 - 1e-4   # stable=True: reflected eigenvalues get at most this modulus
 
 
 @dataclass
@@ -239,6 +256,26 @@ def _oblique(L, target, along, onto, k) -> np.ndarray:
     return c[:, :len(onto)] @ L[onto, :]
 
 
+def _stable_shift(Gam: np.ndarray, ny: int) -> np.ndarray:
+    """Maciejowski's (1995) stable ``A = Gam^+ [Gam[ny:]; 0]`` (step 4b of the module docstring)."""
+    padded = np.vstack([Gam[ny:], np.zeros((ny, Gam.shape[1]))])
+    return sla.lstsq(Gam, padded, check_finite=False)[0]
+
+
+def _reflect_unstable(A: np.ndarray) -> np.ndarray:
+    """``A`` with its eigenvalues outside the unit disc reflected inside (step 4b of the module docstring)."""
+    T, Z = sla.schur(A, output="real")
+    n, k = A.shape[0], 0
+    while k < n:
+        size = 2 if k + 1 < n and T[k + 1, k] != 0.0 else 1
+        block = T[k:k + size, k:k + size]                 # a real eigenvalue or a complex pair
+        r = float(np.max(np.abs(np.linalg.eigvals(block))))
+        if r >= 1.0:
+            block *= min(1.0 / r, _STABLE_RADIUS) / r     # l -> l / |l|^2 = 1 / conj(l), same angle
+        k += size
+    return Z @ T @ Z.T
+
+
 def _select_order(s: np.ndarray, n_max: int) -> int:
     s = np.maximum(s, _SV_FLOOR * s[0]) if s[0] > 0 else np.ones_like(s)
     gaps = np.log(s[:n_max]) - np.log(s[1:n_max + 1])
@@ -363,7 +400,7 @@ def _as_data(data):
 
 
 def n4sid(data, order: int | None = None, horizon: int | None = None, *,
-          feedthrough: bool = True) -> N4SIDResult:
+          feedthrough: bool = True, stable: bool | str = False) -> N4SIDResult:
     """Identify a linear state-space model from one or several trajectories.
 
     Parameters
@@ -379,6 +416,12 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
         Default: ``ceil(2 n_ref / ny) + 1`` (``n_ref`` = order, or 10), reduced to fit the data (not
         below ``ceil(order / ny) + 1``).
     feedthrough : estimate ``D`` (default); ``False`` fixes ``D = 0`` (strictly proper systems).
+    stable : ``False`` (default) keeps the plain estimate; ``True`` (= ``"reflect"``) or
+        ``"maciejowski"`` guarantee a stable ``A`` (spectral radius < 1): when the shift-invariance
+        least squares (step 4) gives an unstable ``A``, it is replaced as in step 4b of the module
+        docstring and ``B``, ``D``, ``x0`` are refitted to it by the output-error least squares
+        (step 5). A stable least-squares ``A`` is kept, so ``stable`` changes nothing where the plain
+        estimate is already stable.
 
     Returns
     -------
@@ -389,6 +432,8 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     lengths = data.lengths
     if order is not None and (int(order) != order or order < 1):
         raise ShapeError(f"order must be a positive integer or None, got {order!r}")
+    if stable not in (False, True, "reflect", "maciejowski"):
+        raise ValueError(f"stable must be False, True (= 'reflect') or 'maciejowski', got {stable!r}")
 
     def n_cols(T, i):
         return T - 2 * i + 1
@@ -448,6 +493,11 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     Gam = U_svd[:, :n] * np.sqrt(s[:n])
     C = Gam[:ny].copy()
     A = sla.lstsq(Gam[:-ny], Gam[ny:], check_finite=False)[0]
+    rho_ls = float(np.max(np.abs(np.linalg.eigvals(A))))
+    if stable and rho_ls >= 1.0:
+        A = _stable_shift(Gam, ny) if stable == "maciejowski" else _reflect_unstable(A)
+        logger.info("n4sid: least-squares A unstable (spectral radius %.4f); stable=%r gives %.4f",
+                    rho_ls, stable, np.max(np.abs(np.linalg.eigvals(A))))
 
     # state sequences (Q basis) for the noise covariances (and the fallback B, D)
     O_i1 = _oblique(L, y_rows(range(i + 1, 2 * i)), u_rows(range(i + 1, 2 * i)),
