@@ -40,7 +40,11 @@ from .learner import stack_stages
 from .smoother import block_tridiagonal_gather
 from .stages import HESSIANS, StageFunctions
 
-__all__ = ["JointResult", "JointSolver", "arrowhead_sparsity"]
+__all__ = ["JOINT_HESSIANS", "JointResult", "JointSolver", "arrowhead_sparsity"]
+
+JOINT_HESSIANS = (*HESSIANS, "auto")
+# "auto": Gauss-Newton until the cost changes by less than this (relative) between iterates, then exact
+AUTO_SWITCH = 1e-6
 
 
 def arrowhead_sparsity(nx: int, lengths, nz: int) -> ca.Sparsity:
@@ -76,7 +80,9 @@ class _Evaluator:
         self.lin = JointGaussNewton(model, self.lengths, stages, use_prior=use_prior)
         self.free = model.params.free_index
         self.exact = None
-        if hessian == "exact":
+        self.use_exact = hessian == "exact"
+        self.last_cost = None
+        if hessian in ("exact", "auto"):
             from .uncertainty import _ExactBlocks
 
             ex = stages if stages.hessian == "exact" else StageFunctions(model, "exact", stages.compile)
@@ -110,10 +116,17 @@ class _Evaluator:
         nf = z.size
         cost = 0.5 * (ro.ravel() @ ro.ravel() + rd.ravel() @ rd.ravel())
         cost += 0.5 * float(lin._prior_w2 @ (z - lin._prior_mean) ** 2)
+        w1sq = None if noise.x1_std is None else 1.0 / noise.x1_std ** 2
+        if w1sq is not None:
+            cost += sum(0.5 * float(w1sq @ (x[0] - noise.x1_mean) ** 2) for x in xs)
         gp = Jpd.reshape(-1, nf).T @ rd.ravel() + lin._prior_w2 * (z - lin._prior_mean)
         if Jpo is not None:
             gp += Jpo.reshape(-1, nf).T @ ro.ravel()
-        if self.exact is not None:
+        if self.hessian == "auto" and not self.use_exact and self.last_cost is not None:
+            # Gauss-Newton has reached its slow linear phase: switch to the exact Hessian
+            self.use_exact = abs(self.last_cost - cost) <= AUTO_SWITCH * max(1.0, abs(cost))
+        self.last_cost = cost
+        if self.use_exact:
             Ho, Hd, Hxo, Hzd, Hpp = self.exact(m, theta, self.data, xs, self.free)
         else:
             Ho, Hd = np.einsum("tri,trj->tij", Jxo, Jxo), np.einsum("tri,trj->tij", Jzd, Jzd)
@@ -123,7 +136,6 @@ class _Evaluator:
             if Jpo is not None:
                 Hpp = Hpp + Jpo.reshape(-1, nf).T @ Jpo.reshape(-1, nf)
         Hpp = Hpp + np.diag(lin._prior_w2)
-        w1sq = None if noise.x1_std is None else 1.0 / noise.x1_std ** 2
         grads, x_vals, cross = [], [], []
         o0, d0 = 0, 0
         for b, T in enumerate(self.lengths):
@@ -134,9 +146,7 @@ class _Evaluator:
             gx[1:] += np.einsum("tri,tr->ti", Bn, rd[sd])
             Hob = Ho[so].copy()
             if w1sq is not None:
-                dx1 = xs[b][0] - noise.x1_mean
-                cost += 0.5 * float(w1sq @ dx1 ** 2)
-                gx[0] += w1sq * dx1
+                gx[0] += w1sq * (xs[b][0] - noise.x1_mean)
                 Hob[0][np.diag_indices(nx)] += w1sq
             grads.append(gx.ravel())
             # stacked [vec(H_obs) ; vec(H_dyn) ; 0] (column-major stage blocks), gathered into
@@ -201,16 +211,19 @@ class JointSolver:
     model : the :class:`~ceem_casadi.model.StateSpaceModel`.
     data : the :class:`~ceem_casadi.data.Trajectories` (fixed for the solver's life).
     stages : the model's :class:`~ceem_casadi.stages.StageFunctions` (shared with the smoother).
-    hessian : ``"gauss-newton"`` (default; positive semi-definite) or ``"exact"``.
+    hessian : ``"auto"`` (default): Gauss-Newton (positive semi-definite, robust far from the
+        optimum) until the cost changes by less than ``AUTO_SWITCH`` (relative) between iterates,
+        then the exact Hessian (quadratic convergence where Gauss-Newton converges linearly and
+        slowly); or always ``"gauss-newton"`` or ``"exact"``.
     use_prior : include the parameters' Gaussian priors.
     x_lower, x_upper : optional bounds on every state (scalar or (nx,)).
     max_iter, tol : IPOPT iteration limit and tolerance.
     """
 
-    def __init__(self, model, data, stages: StageFunctions, *, hessian: str = "gauss-newton",
+    def __init__(self, model, data, stages: StageFunctions, *, hessian: str = "auto",
                  use_prior: bool = True, x_lower=None, x_upper=None, max_iter: int = 200, tol: float = 1e-10):
-        if hessian not in HESSIANS:
-            raise ValueError(f"hessian must be one of {HESSIANS}, got {hessian!r}")
+        if hessian not in JOINT_HESSIANS:
+            raise ValueError(f"hessian must be one of {JOINT_HESSIANS}, got {hessian!r}")
         t0 = time.perf_counter()
         self.model, self.data = model, data
         nx, npar = model.nx, model.params.size
@@ -278,6 +291,8 @@ class JointSolver:
         whatever its status (the caller checks that it improves J)."""
         theta_vec = np.asarray(theta_vec, float)
         w0 = np.concatenate([np.asarray(x, float).ravel() for x in xs] + [theta_vec[self.free]])
+        self.evaluator.use_exact = self.evaluator.hessian == "exact"
+        self.evaluator.last_cost = None
         t0 = time.perf_counter()
         sol = solve(self.solver, x0=w0, p=theta_vec, lbx=self._lbw, ubx=self._ubw)
         wall = time.perf_counter() - t0

@@ -106,7 +106,8 @@ class CEEMOptions:
         ``"joint"``: after the first EM step, IPOPT solves the joint problem max_{x, theta} J in
         one NLP (all states, free parameters; arrowhead Hessian, :mod:`ceem_casadi.joint_nlp`),
         then a plain EM step checks the result (convergence is judged on it as always).
-    joint_hessian : Hessian of the ``"joint"`` NLP: ``"exact"`` or ``"gauss-newton"``.
+    joint_hessian : Hessian of the ``"joint"`` NLP: ``"auto"`` (default; Gauss-Newton, then exact
+        once Gauss-Newton's progress per iteration is small), ``"exact"`` or ``"gauss-newton"``.
     blas_threads : threads of numpy's/scipy's BLAS during the fit (1 by default: multi-threaded
         BLAS degrades badly on shared cores, see :mod:`ceem_casadi._threads`); ``None`` leaves
         the library's setting alone.
@@ -127,12 +128,12 @@ class CEEMOptions:
     acceleration: str = "none"
     blas_threads: int | None = 1
     time_limit: float | None = None
-    joint_hessian: str = "gauss-newton"
+    joint_hessian: str = "auto"
 
     def __post_init__(self):
         check_time_limit(self.time_limit)
-        _require(self.joint_hessian in HESSIANS,
-                 f"joint_hessian must be one of {HESSIANS}, got {self.joint_hessian!r}")
+        _require(self.joint_hessian in (*HESSIANS, "auto"),
+                 f"joint_hessian must be one of {(*HESSIANS, 'auto')}, got {self.joint_hessian!r}")
         _require(self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1),
                  f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
         _require(self.acceleration in ACCELERATIONS,

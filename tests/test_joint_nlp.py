@@ -66,7 +66,7 @@ def test_joint_solve_reaches_the_plain_em_fixed_point(problem):
     assert plain.status in ("converged", "stalled"), plain.message
     assert plain.iterations > 10  # plain EM needs many steps here; the joint solve needs one
     first = cc.ceem(model, data, theta0, options=cc.CEEMOptions(max_iters=1))
-    for hessian in ("gauss-newton", "exact"):
+    for hessian in ("gauss-newton", "exact", "auto"):
         solver = JointSolver(model, data, StageFunctions(model), hessian=hessian)
         jr = solver.solve(model.params.to_vector(first.theta), first.x)
         J = cc.joint_log_density(cc.Smoother(model), jr.theta_vec, data, jr.xs)
