@@ -242,19 +242,11 @@ class _EMRun:
         return None
 
     def joint_solve(self, it: _Iterate, solver: JointSolver):
-        """Solve the joint (x, theta) NLP from ``it`` (:mod:`ceem_casadi.joint_nlp`); ``(new iterate,
-        record)`` when its result increases the objective, else None (nothing recorded). A solve
-        stopped by the time limit still counts when it improved the objective."""
-        try:
-            jr = solver.solve(it.theta_vec, it.xs)
-        except RuntimeError as exc:  # an evaluation error inside IPOPT's callbacks
-            log.warning("joint solve failed (%s); continuing with EM steps", exc)
-            return None
-        if not (np.all(np.isfinite(jr.theta_vec)) and all(np.all(np.isfinite(x)) for x in jr.xs)):
-            return None
-        new = self.evaluate(jr.xs, jr.theta_vec)
-        if not new.obj > it.obj:
-            log.info("joint solve (%s, %d iterations) did not increase the objective", jr.status, jr.iterations)
+        """The joint (x, theta) NLP solved from ``it``: ``(new iterate, record)`` when it increases the
+        objective (also when stopped by the time limit), else None (nothing recorded)."""
+        jr = solver.try_solve(it.theta_vec, it.xs)
+        new = None if jr is None else self.evaluate(jr.xs, jr.theta_vec)
+        if new is None or not new.obj > it.obj:
             return None
         rec = IterationRecord(len(self.history) + 1, new.J, new.obj, new.obj - it.obj, 0.0, jr.wall_s, [],
                               f"joint-ipopt ({jr.status}, {jr.iterations} iterations)",
@@ -305,6 +297,11 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     ``"newton"``, its time in ``learn_s``), and falls back to a plain EM step otherwise.
     Convergence is always judged on a plain EM step, so the result is a fixed point of
     Algorithm 1; the trust regions rho_x, rho_theta apply to the EM steps only.
+
+    With ``"joint"``, after the first (plain EM) step IPOPT solves max_{x, theta} J + log p(theta)
+    in one NLP (:mod:`ceem_casadi.joint_nlp`; kind ``"joint"``, time in ``learn_s``), kept when it
+    increases the objective; a plain EM step follows to judge convergence. After
+    ``JOINT_MAX_FAILURES`` solves without increase, only EM steps are taken.
     """
     if not isinstance(options, CEEMOptions):
         raise TypeError(f"options must be a CEEMOptions, got {type(options).__name__}")
@@ -362,11 +359,8 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
         while len(run.history) < options.max_iters and not time_up():
             stepped = None
             if joint is not None and try_newton:
-                if options.acceleration == "newton":
-                    stepped = run.newton_step(current, joint)
-                else:
-                    stepped = run.joint_solve(current, joint)
-                    joint_failures += stepped is None
+                stepped = (run.newton_step if options.acceleration == "newton" else run.joint_solve)(current, joint)
+                joint_failures += stepped is None
             if stepped is None:
                 new, rec = run.em_step(current, "em", current)
                 if not rec.accepted:
@@ -419,8 +413,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     return result
 
 
-# after this many joint solves that did not increase the objective, CE-EM continues with EM steps only
-JOINT_MAX_FAILURES = 2
+JOINT_MAX_FAILURES = 2  # joint solves without increase of the objective before EM steps only
 
 
 def _limit(options) -> str:

@@ -28,6 +28,7 @@ read and write CasADi's buffers directly (no per-element conversion).
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from dataclasses import dataclass
 
@@ -39,6 +40,8 @@ from .joint import JointGaussNewton
 from .learner import stack_stages
 from .smoother import block_tridiagonal_gather
 from .stages import HESSIANS, StageFunctions
+
+log = logging.getLogger(__name__)
 
 __all__ = ["JOINT_HESSIANS", "JointResult", "JointSolver", "arrowhead_sparsity"]
 
@@ -251,7 +254,9 @@ class JointSolver:
                                         [self.sparsity], ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"],
                                         fill_hess)
         w, p_base = ca.MX.sym("w", n), ca.MX.sym("p", npar)
-        opts = ipopt_options(max_iter, tol, grad_f=self._grad_cb, hess_lag=self._hess_cb)
+        # warm start near the optimum (after an EM step): a small initial barrier parameter saves the
+        # iterations of driving it down (measured: 17 instead of 22 IPOPT iterations, WH 4 x 500)
+        opts = ipopt_options(max_iter, tol, grad_f=self._grad_cb, hess_lag=self._hess_cb, **{"ipopt.mu_init": 1e-6})
         self.solver = ca.nlpsol("joint", "ipopt", {"x": w, "p": p_base, "f": self._cost_expression(w, p_base, stages)}, opts)
         lo = np.broadcast_to(np.asarray(-np.inf if x_lower is None else x_lower, float), (nx,))
         hi = np.broadcast_to(np.asarray(np.inf if x_upper is None else x_upper, float), (nx,))
@@ -285,6 +290,17 @@ class JointSolver:
         if noise.x1_std is not None:
             cost += sum(0.5 * ca.sumsqr((X[:, 0] - noise.x1_mean) / noise.x1_std) for X in Xb)
         return cost
+
+    def try_solve(self, theta_vec, xs) -> JointResult | None:
+        """:meth:`solve`, or None when it raised (an evaluation error inside IPOPT's callbacks) or
+        returned non-finite values."""
+        try:
+            jr = self.solve(theta_vec, xs)
+        except RuntimeError as exc:
+            log.warning("joint solve failed (%s)", exc)
+            return None
+        finite = np.all(np.isfinite(jr.theta_vec)) and all(np.all(np.isfinite(x)) for x in jr.xs)
+        return jr if finite else None
 
     def solve(self, theta_vec, xs) -> JointResult:
         """Solve from ``(theta_vec (np,), xs list of (T_b, nx))``; IPOPT's last iterate is returned
