@@ -173,3 +173,27 @@ def test_joint_acceleration_honours_the_time_limit(problem, monkeypatch):
     res = cc.ceem(model, data, model.params.initial(),
                   options=cc.CEEMOptions(max_iters=50, tol=1e-15, acceleration="joint", time_limit=2.0))
     assert res.status == "time_limit", res.message
+    # IPOPT itself was stopped by the deadline (not only the loop after the solve); its iterate counts
+    joint = [r for r in res.history if r.kind == "joint"]
+    assert joint and "User_Requested_Stop" in joint[0].learn_status, [r.learn_status for r in res.history]
+
+
+def test_auto_hessian_switches_to_exact_when_the_cost_stagnates(problem):
+    """hessian="auto": Gauss-Newton values first; at a next iterate whose cost changed by less than
+    AUTO_SWITCH (relative), the exact Hessian (both against the dense oracle)."""
+    model, data = problem
+    solver = JointSolver(model, data, StageFunctions(model), hessian="auto")
+    F, _ = dense_objective(model, data)
+    theta_vec = model.params.to_vector(model.params.initial())
+    xs = cc.initialise.eks_states(model, theta_vec, data)
+    w = stacked(xs, theta_vec)
+    sp = solver.sparsity
+    _, _, H_exact, Jr, _ = (np.asarray(a) for a in F(w))
+    first = np.asarray(ca.DM(sp, solver.evaluator.at(w, theta_vec)[2]).full())
+    np.testing.assert_allclose(first, np.triu(Jr.T @ Jr), rtol=1e-8, atol=1e-6 * np.abs(H_exact).max())
+    w2 = w.copy()
+    w2[0] += 1e-9  # a new iterate with (nearly) the same cost
+    second = np.asarray(ca.DM(sp, solver.evaluator.at(w2, theta_vec)[2]).full())
+    _, _, H_exact2, _, _ = (np.asarray(a) for a in F(w2))
+    np.testing.assert_allclose(second, np.triu(H_exact2), rtol=1e-8, atol=1e-6 * np.abs(H_exact2).max())
+    assert np.abs(np.triu(H_exact) - np.triu(Jr.T @ Jr)).max() > 1e-3 * np.abs(H_exact).max()  # they differ
