@@ -9,7 +9,9 @@ poles and zeros are those of G (G1 G2). :func:`bla_initialise`:
    e.g. from an estimated near-zero leading coefficient, are dropped).
 2. Every split of the poles (real ones or complex-conjugate pairs, n1 to G1) and of the zeros (as
    many as G1's structure has: n1 - 1, or n1 with feedthrough) across the two blocks is tried;
-   Wiener and Hammerstein have one block, hence one split.
+   Wiener and Hammerstein have one block, hence one split. When no split exists (n1 odd and the
+   BLA has no real pole left, e.g. two true real poles estimated as a pair), the pair closest to
+   the real axis is taken as a double real pole at its real part, until a split exists.
 3. For a split, the blocks are normalised to a unit leading Markov coefficient (the models' gain
    convention), the intermediate signal v = G1 u is simulated from rest (``lfilter``) and the static
    nonlinearity is fitted by linear least squares: f is linear in its coefficients, y = sum_k c_k
@@ -268,13 +270,22 @@ def bla_initialise(kind: str, data: cc.Trajectories, n1: int, n2: int = 0, *, fe
     poles, zeros = _bla_roots(bla, sum(n_zeros))
     pg, zg = _groups(poles), _groups(zeros)
     pole_sets = list(_subsets(pg, n1)) if two else [set(range(len(pg)))]
+    while not pole_sets:
+        # n1 odd and only complex pairs left for G1: the pair closest to the real axis becomes a double real pole
+        pairs = [k for k, g in enumerate(pg) if len(g) == 2]
+        k = min(pairs, key=lambda j: abs(np.angle(pg[j][0])))
+        logger.info("bla_initialise: no split with %d poles in G1; pair %s taken as a double real pole", n1, pg[k][0])
+        pg = pg[:k] + [np.array([complex(pg[k][0].real)])] * 2 + pg[k + 1:]
+        pole_sets = list(_subsets(pg, n1))
     zero_sets = list(_subsets(zg, n_zeros[0])) if two else [set(range(len(zg)))]
+    while not zero_sets:
+        pairs = [k for k, g in enumerate(zg) if len(g) == 2]
+        k = min(pairs, key=lambda j: abs(np.angle(zg[j][0])))
+        zg = zg[:k] + [np.array([complex(zg[k][0].real)])] * 2 + zg[k + 1:]
+        zero_sets = list(_subsets(zg, n_zeros[0]))
     if len(pole_sets) * len(zero_sets) > max_splits:
         raise cc.ParameterError(f"{len(pole_sets) * len(zero_sets)} splits to try, more than max_splits="
                                 f"{max_splits}; raise max_splits or lower the orders")
-    if not pole_sets:
-        raise cc.ParameterError(f"no split puts {n1} of the BLA poles in G1 without splitting a complex pair "
-                                f"(poles {np.round(poles, 3)}); try n1 = {n1 - 1} or {n1 + 1}")
     table = []
     for ps, zs in itertools.product(pole_sets, zero_sets):
         rest_p, rest_z = set(range(len(pg))) - ps, set(range(len(zg))) - zs
