@@ -200,3 +200,20 @@ def test_inputs_are_validated():
         hammerstein(2, nonlinearity="spline")
     with pytest.raises(cc.ShapeError, match="order"):
         wiener(0)
+
+
+def test_odd_block_order_without_a_real_bla_pole_falls_back_to_a_double_real_pole(caplog):
+    """WH 3 + 3 on 600 samples: the BLA has three complex pairs (the true real poles 0.5 and -0.4 are
+    estimated as a pair), so no split gives G1 three poles until a pair is taken as a double real pole."""
+    from scripts.block_oriented_demo import TRUTH
+    model = wiener_hammerstein(3, 3, theta0=TRUTH, scale=2.0)
+    u = np.random.default_rng(0).standard_normal(600)
+    data = simulate(model, TRUTH, u, noise_std=0.014, seed=1)
+    with caplog.at_level(logging.ERROR):
+        init = bla_initialise("wiener_hammerstein", data, 3, 3)
+    bla_poles = np.linalg.eigvals(init.bla.A)
+    assert np.all(np.abs(bla_poles.imag) > 1e-3)                        # the case: no real BLA pole
+    for split in init.table:
+        assert len(split.g1_poles) == 3 and len(split.g2_poles) == 3
+        assert np.sum(np.abs(split.g1_poles.imag) < 1e-12) % 2 == 1     # G1 (odd order) got a real pole
+    assert np.all(np.isfinite(cc.simulate_output(init.model, init.theta, u[:, None], np.zeros(6))))
