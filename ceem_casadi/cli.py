@@ -19,7 +19,6 @@ from .cli_inputs import (
     UsageError,
     at_least,
     build_options,
-    columns,
     initial_states,
     int_list,
     json_object,
@@ -27,12 +26,12 @@ from .cli_inputs import (
     model_from_args,
     model_ref,
     names,
-    read_table,
     states,
     theta_arg,
     writable,
 )
 from .errors import CeemError
+from .io.trajectories import columns, read_table
 
 log = logging.getLogger("ceem_casadi.cli")
 PROG = "ceem-casadi"
@@ -249,7 +248,7 @@ def cmd_plot(args) -> int:
         if saved is not None:
             pred = saved.predict(data.y[b], u, x0=x0).y_pred
         else:
-            from .baselines.ekf import EKF
+            from .filtering import EKF
 
             n = model.noise
             pred = EKF(model).run(pv, data.y[b], u, x0=x0, Sigma0=n.process_std ** 2, Q=n.process_std ** 2,

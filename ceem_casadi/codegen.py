@@ -7,7 +7,7 @@ allocation) with
 * ``<name>_set_theta(mem, theta)``: new parameters (only when generated with
   ``theta_as_argument=True``; otherwise theta is folded into the model code as constants);
 * ``<name>_step(mem, x, P, u, y, y_pred, x_out, P_out)``: one step of the EKF of
-  :mod:`ceem_casadi.baselines.ekf` -- ``y_pred = g(x)`` (before the correction), Joseph-form
+  :mod:`ceem_casadi.filtering.ekf` -- ``y_pred = g(x)`` (before the correction), Joseph-form
   correction with the observed (non-NaN) entries of ``y``, then ``x_out = f(x_filt)``,
   ``P_out = A P_filt A^T + Q``.
 
@@ -32,8 +32,8 @@ from pathlib import Path
 import casadi as ca
 import numpy as np
 
-from .baselines.ekf import _cov
 from .errors import ShapeError
+from .filtering import as_cov
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
         P0 = (noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2
     Q = noise.process_std ** 2 if Q is None else Q
     R = noise.measurement_std ** 2 if R is None else R
-    P0, Q, R = _cov("P0", P0, nx), _cov("Q", Q, nx), _cov("R", R, ny)
+    P0, Q, R = as_cov("P0", P0, nx), as_cov("Q", Q, nx), as_cov("R", R, ny)
 
     F, G = _model_functions(model, theta_vec, name, theta_as_argument)
     casadi_src = _casadi_source([F, G], name)

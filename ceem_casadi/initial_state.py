@@ -161,7 +161,7 @@ def _trajectories(model, y, u):
 def _default_starts(model, pv, ys, us, k: int) -> np.ndarray:
     """(B, S, nx) candidate starts: the EKF/RTS state at t = 0 over the window (when the filter
     stays finite) and the model's x1_mean (else zeros)."""
-    from .baselines.ekf import EKF
+    from .filtering import EKF
     from .initialise import eks_states
 
     base = model.noise.x1_mean if model.noise.x1_mean is not None else np.zeros(model.nx)

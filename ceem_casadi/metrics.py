@@ -287,7 +287,7 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
         them), else 0.
     window : samples used to estimate x0 (default ``min(T_min - 1, 10 nx)``); only when x0 is estimated.
     output_names : names of the ny outputs (default ``y0, y1, ...``).
-    engine : EKF engine (``"python"`` or ``"casadi"``, see :class:`~ceem_casadi.baselines.ekf.EKF`).
+    engine : EKF engine (``"python"`` or ``"casadi"``, see :class:`~ceem_casadi.filtering.EKF`).
     uncertainty : optional parameter uncertainty of ``theta`` (:func:`~ceem_casadi.parameter_uncertainty`
         or the dict a model file stores), carried by the report.
 
@@ -295,7 +295,7 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
     -------
     ValidationReport
     """
-    from .baselines.ekf import EKF
+    from .filtering import EKF
 
     data.check_model(model)
     pv = _theta_vector(model, theta)

@@ -213,9 +213,9 @@ class SavedModel:
 
         Defaults: ``x0`` = ``extra['x0']`` if saved, else the noise ``x1_mean``, else zeros;
         ``Sigma0`` = ``x1_std**2`` (else ``process_std**2``); ``Q = process_std**2``;
-        ``R = measurement_std**2``. Returns :class:`~ceem_casadi.baselines.ekf.EKFResult`.
+        ``R = measurement_std**2``. Returns :class:`~ceem_casadi.filtering.FilterResult`.
         """
-        from .baselines.ekf import EKF
+        from .filtering import EKF
 
         m, noise = self.model, self.model.noise
         if x0 is None:

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .baselines.ekf import EKF
 from .ceem import CEEMResult, ceem
 from .data import Trajectories
 from .errors import NonFiniteError, ShapeError
+from .filtering import EKF
 from .learner import Learner
 from .noise_criteria import holdout_rms, innovation_loglik, split_tails
 from .options import CEEMOptions, check_time_limit
