@@ -36,7 +36,7 @@ from .datasets import (
                        load_silverbox,
                        simulation_rms,
 )
-from .errors import CeemError, ModelError, NonFiniteError, ParameterError, ShapeError, SolverError
+from .errors import CeemError, ModelError, NonFiniteError, OptionsError, ParameterError, ShapeError, SolverError
 from .initial_state import InitialStateResult, estimate_initial_state
 from .io import DataFileError, read_trajectories
 from .learner import Learner, LearnResult
@@ -69,6 +69,6 @@ __all__ = [
     "OutputErrorOptions", "OutputErrorResult", "refine_output_error",
     "ParameterUncertainty", "UncertaintyOptions", "parameter_uncertainty",
 ]
-__all__ += ["AdamLearner", "AdamLearnerOptions", "DataFileError", "MLP", "baselines", "filtering", "io", "n4sid",
-            "read_trajectories"]
+__all__ += ["AdamLearner", "AdamLearnerOptions", "DataFileError", "MLP", "OptionsError", "baselines", "filtering",
+            "io", "n4sid", "read_trajectories"]
 __all__ += ["NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit", "calibrate_noise"]

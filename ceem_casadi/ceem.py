@@ -33,7 +33,7 @@ from .errors import SolverError
 from .initialise import check_states, eks_states
 from .joint import JointGaussNewton, LinAlgError
 from .learner import Learner
-from .objective import joint_log_density, log_prior
+from .objective import log_prior
 from .options import CEEMOptions
 from .params import Theta
 from .smoother import Smoother
@@ -46,17 +46,38 @@ log = logging.getLogger(__name__)
 class IterationRecord:
     """One EM iteration: objective values, timings (s), solver statuses, the new theta.
 
-    ``kind`` is ``"em"`` for a plain smoothing + learning step, ``"newton"`` for a joint
-    Gauss-Newton step and ``"extrapolated"`` for a SQUAREM step.
-
-    ``x`` holds the iteration's states (list of (T_b, nx)) only while the callback runs (so a
-    checkpoint can store them); it is ``None`` in ``CEEMResult.history`` to keep memory flat.
+    Attributes
+    ----------
+    iteration : int
+        1-based iteration number (of this run; a resumed fit's checkpoint shifts it).
+    J : float
+        Joint log-density J(x, theta) after the step (all Gaussian constants included).
+    objective : float
+        The maximised objective: J plus log p(theta) when the learner uses the priors.
+    increase : float
+        ``objective`` minus the previous accepted objective; negative for a rejected step.
+    smooth_s, learn_s : float
+        Wall-clock seconds of the smoothing and learning steps.
+    smooth_status : list of str
+        IPOPT return status of each trajectory's smoothing solve.
+    learn_status : str
+        Return status of the learning solve (or a description of the joint step).
+    theta : Theta
+        Parameters after the step.
+    accepted : bool
+        Whether the step was kept (a step that lowers the objective is not).
+    kind : str
+        ``"em"`` (smoothing + learning), ``"newton"`` (joint Gauss-Newton step) or
+        ``"extrapolated"`` (SQUAREM step).
+    x : list of numpy.ndarray or None
+        The iteration's states (T_b, nx) per trajectory, only while the callback runs (so a
+        checkpoint can store them); ``None`` in ``CEEMResult.history`` to keep memory flat.
     """
 
     iteration: int
     J: float
     objective: float
-    decrease: float
+    increase: float
     smooth_s: float
     learn_s: float
     smooth_status: list[str]
@@ -176,7 +197,7 @@ class _EMRun:
         return J + (log_prior(self.model.params, theta_vec) if self.options.learner.use_prior else 0.0)
 
     def evaluate(self, xs, theta_vec) -> _Iterate:
-        J = joint_log_density(self.smoother, theta_vec, self.data, xs)
+        J = self.smoother.joint_log_density(theta_vec, self.data, xs)
         return _Iterate(xs, theta_vec, J, self.objective(J, theta_vec))
 
     def em_step(self, it: _Iterate, kind: str, reference: _Iterate) -> tuple[_Iterate, IterationRecord]:
@@ -206,7 +227,7 @@ class _EMRun:
     def _record(self, rec: IterationRecord, xs: list | None = None) -> None:
         self.history.append(rec)
         log.info("CE-EM iteration %d (%s): J=%.6g (increase %.3g), smooth %.3fs, learn %.3fs%s", rec.iteration,
-                 rec.kind, rec.J, rec.decrease, rec.smooth_s, rec.learn_s, "" if rec.accepted else " [rejected]")
+                 rec.kind, rec.J, rec.increase, rec.smooth_s, rec.learn_s, "" if rec.accepted else " [rejected]")
         if self.callback is None:
             return
         rec.x = xs
@@ -338,7 +359,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
                 new, rec = run.em_step(current, "em", current)
                 if not rec.accepted:
                     finish(Status.STALLED, f"iteration {rec.iteration}: the step lowered the objective by "
-                                           f"{-rec.decrease:.3g}; rejected, kept the previous iterate")
+                                           f"{-rec.increase:.3g}; rejected, kept the previous iterate")
                     break
             else:
                 new, rec = stepped

@@ -85,7 +85,7 @@ def read_checkpoint(path) -> Checkpoint:
         raise CheckpointError(str(exc)) from None
     theta = {n: arrays[f"theta/{n}"] for n in meta["theta_names"]}
     x = [arrays[f"x/{b}"] for b in range(meta["n_x"])] if meta.get("n_x") else None
-    history = meta.pop("history")
+    history = [record_dict(h) for h in meta.pop("history")]  # older files: "decrease" -> "increase"
     return Checkpoint(theta, history, x, meta)
 
 

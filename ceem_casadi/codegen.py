@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 from importlib import resources
@@ -32,6 +31,7 @@ from pathlib import Path
 import casadi as ca
 import numpy as np
 
+from .compile import compiler
 from .errors import ShapeError
 from .filtering import as_cov
 
@@ -162,14 +162,6 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
         main.write_text(fill(_template("ekf_main.c.in")))
     log.info("generated %s (%d bytes of C)", source, source.stat().st_size)
     return GeneratedEKF(name, source, header, main, nx, nu, ny, theta_as_argument)
-
-
-def compiler() -> str | None:
-    """``$CC`` or gcc/cc on PATH, or None."""
-    for cc in (os.environ.get("CC"), "gcc", "cc"):
-        if cc and shutil.which(cc):
-            return cc
-    return None
 
 
 def compile_example(gen: GeneratedEKF, output=None, *, cflags=CFLAGS, timeout_s: float = 300.0) -> Path:

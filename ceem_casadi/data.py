@@ -162,7 +162,7 @@ def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
     us = [np.zeros((t, model.nu)) for t in T] if u is None else _as_list(u, "u")
     if len(T) != B or len(us) != B:
         raise ShapeError(f"expected {B} horizons and input trajectories (one per x0 row)")
-    pv = model.theta_vector(theta)
+    theta_vec = model.theta_vector(theta)
     sw = np.broadcast_to(np.asarray(process_std, float), (model.nx,))
     sv = np.broadcast_to(np.asarray(measurement_std, float), (model.ny,))
     xs, ys = [], []
@@ -172,10 +172,10 @@ def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
         # process noise enters between steps: a cached mapaccum of f + w (ceem_casadi.simulation)
         w = rng.standard_normal((T[b] - 1, model.nx)) * sw
         if np.any(sw > 0):
-            x = np.asarray(noisy_rollout(model, T[b])(x0[b], us[b].T, w.T, pv)).T.reshape(T[b], model.nx)
-            y = np.asarray(model.g.map(T[b])(x.T, us[b].T, pv)).T
+            x = np.asarray(noisy_rollout(model, T[b])(x0[b], us[b].T, w.T, theta_vec)).T.reshape(T[b], model.nx)
+            y = np.asarray(model.g.map(T[b])(x.T, us[b].T, theta_vec)).T
         else:
-            y, x = run(model, pv, x0[b], us[b])
+            y, x = run(model, theta_vec, x0[b], us[b])
         y = y + rng.standard_normal(y.shape) * sv
         if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
             raise NonFiniteError(f"simulation of trajectory {b} diverged (non-finite states)")

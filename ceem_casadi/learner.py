@@ -25,7 +25,7 @@ import numpy as np
 from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
 from ._linalg import gram
 from .options import LearnerOptions
-from .stages import StageFunctions
+from .stages import StageFunctions, stack_stages
 
 # "auto" Hessian: exact while the per-stage exact Hessian program is at most this long
 AUTO_EXACT_INSTRUCTIONS = 100_000
@@ -43,21 +43,6 @@ class LearnResult:
     wall_s: float
 
 
-def stack_stages(data, xs: list[np.ndarray]):
-    """Stack all trajectories' stages column-wise.
-
-    Returns observation columns (X, U, Y, M) with N_obs = sum T_b columns and dynamics columns
-    (X_t, X_{t+1}, U_t) with N_dyn = sum (T_b - 1) columns.
-    """
-    Xo, Uo, Yo, Mo, X0, X1, U0 = [], [], [], [], [], [], []
-    for b, x in enumerate(xs):
-        y, u = data.y[b], data.inputs(b)
-        mask = np.isfinite(y)
-        Xo.append(x.T), Uo.append(u.T), Yo.append(np.where(mask, y, 0.0).T), Mo.append(mask.T.astype(float))
-        X0.append(x[:-1].T), X1.append(x[1:].T), U0.append(u[:-1].T)
-    return [np.hstack(a) for a in (Xo, Uo, Yo, Mo)], [np.hstack(a) for a in (X0, X1, U0)]
-
-
 def weighted_stage_columns(model, data, xs: list[np.ndarray], weights=None):
     """:func:`stack_stages` plus the per-column inverse noise scales ``iv`` (ny, sum T_b) and ``iw``
     (nx, sum (T_b - 1)). ``weights`` (B,) scale each trajectory's squared residuals (e.g. SAEM
@@ -67,8 +52,8 @@ def weighted_stage_columns(model, data, xs: list[np.ndarray], weights=None):
     if w.shape != (len(xs),) or np.any(w < 0) or not np.all(np.isfinite(w)):
         raise ValueError(f"weights: expected {len(xs)} finite non-negative values, got {weights}")
     sq, noise = np.sqrt(w), model.noise
-    iw = np.outer(1.0 / noise.process_std, np.repeat(sq, [T - 1 for T in data.lengths]))
-    iv = np.outer(1.0 / noise.measurement_std, np.repeat(sq, data.lengths))
+    iw = np.outer(noise.inv_process_std, np.repeat(sq, [T - 1 for T in data.lengths]))
+    iv = np.outer(noise.inv_measurement_std, np.repeat(sq, data.lengths))
     return (Xo, Uo, Yo, Mo, iv), (X0, X1, U0, iw)
 
 

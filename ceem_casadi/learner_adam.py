@@ -31,8 +31,9 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
-from .errors import ModelError, NonFiniteError, ParameterError
+from .errors import ModelError, NonFiniteError, OptionsError
 from .learner import LearnResult, weighted_stage_columns
+from .nn import adam_step
 
 __all__ = ["AdamLearner", "AdamLearnerOptions"]
 
@@ -69,13 +70,13 @@ class AdamLearnerOptions:
 
     def __post_init__(self):
         if not (self.rho_theta >= 0 and self.epochs >= 1 and self.batch_size >= 1 and self.chunk >= 1):
-            raise ParameterError(f"AdamLearnerOptions: need rho_theta >= 0, epochs >= 1, batch_size >= 1, "
+            raise OptionsError(f"AdamLearnerOptions: need rho_theta >= 0, epochs >= 1, batch_size >= 1, "
                                  f"chunk >= 1; got {self.rho_theta}, {self.epochs}, {self.batch_size}, {self.chunk}")
         if not (self.lr_dynamics > 0 and self.lr_observation > 0 and self.decay >= 0):
-            raise ParameterError(f"AdamLearnerOptions: need lr_dynamics, lr_observation > 0 and decay >= 0; "
+            raise OptionsError(f"AdamLearnerOptions: need lr_dynamics, lr_observation > 0 and decay >= 0; "
                                  f"got {self.lr_dynamics}, {self.lr_observation}, {self.decay}")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.eps > 0):
-            raise ParameterError("AdamLearnerOptions: need 0 <= beta1, beta2 < 1 and eps > 0")
+            raise OptionsError("AdamLearnerOptions: need 0 <= beta1, beta2 < 1 and eps > 0")
 
 
 class AdamLearner:
@@ -234,9 +235,7 @@ class AdamLearner:
                 if not np.all(np.isfinite(g)):
                     raise NonFiniteError(f"AdamLearner: non-finite gradient at epoch {epoch}, step {s}")
                 k += 1
-                m = o.beta1 * m + (1 - o.beta1) * g
-                v = o.beta2 * v + (1 - o.beta2) * g * g
-                step = scale * lr_vec * (m / (1 - o.beta1 ** k)) / (np.sqrt(v / (1 - o.beta2 ** k)) + o.eps)
+                step, m, v = adam_step(g, m, v, k, scale * lr_vec, beta1=o.beta1, beta2=o.beta2, eps=o.eps)
                 p[free] = np.clip(p[free] - step, lo, hi)
         F1 = self._full(p, p0, rho, obs, dyn)
         kept = np.isfinite(F1) and F1 <= F0

@@ -236,23 +236,23 @@ def _initial_states(model, x0, n_traj: int) -> np.ndarray:
     return x0
 
 
-def _free_run(model, pv, x0, u) -> np.ndarray:
+def _free_run(model, theta_vec, x0, u) -> np.ndarray:
     """Outputs (T, ny) of the noise-free run from ``x0`` (nx,) under ``u`` (T, nu) (cached rollout)."""
-    return run(model, pv, x0, u)[0]
+    return run(model, theta_vec, x0, u)[0]
 
 
-def _k_step(model, pv, x_filt, x0, u, k: int) -> np.ndarray:
+def _k_step(model, theta_vec, x_filt, x0, u, k: int) -> np.ndarray:
     """``g(x_{t|t-k})`` (T, ny): filtered means propagated k steps (prior x0 propagated for t < k)."""
     T = u.shape[0]
     fmap = model.f.map(T)
     Z = x_filt.T.copy()                                # column j: x_{j|j}
     idx = np.arange(T)
     for s in range(k):
-        Z = np.asarray(fmap(Z, u[np.minimum(idx + s, T - 1)].T, pv))   # column j: x_{j+s+1|j}
+        Z = np.asarray(fmap(Z, u[np.minimum(idx + s, T - 1)].T, theta_vec))   # column j: x_{j+s+1|j}
     yhat = np.empty((T, model.ny))
     if k < T:
-        yhat[k:] = np.asarray(model.g.map(T - k)(Z[:, :T - k], u[k:].T, pv)).T
-    head = _free_run(model, pv, x0, u[:min(k, T)])
+        yhat[k:] = np.asarray(model.g.map(T - k)(Z[:, :T - k], u[k:].T, theta_vec)).T
+    head = _free_run(model, theta_vec, x0, u[:min(k, T)])
     yhat[:min(k, T)] = head
     return yhat
 
@@ -298,7 +298,7 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
     from .filtering import EKF
 
     data.check_model(model)
-    pv = _theta_vector(model, theta)
+    theta_vec = _theta_vector(model, theta)
     ks = (k,) if np.ndim(k) == 0 else tuple(k)
     for kk in ks:
         if int(kk) != kk or kk < 1:
@@ -310,7 +310,7 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
     if estimate:
         shortest = min(data.lengths)
         window = min(shortest - 1, max(10 * model.nx, 2)) if window is None else window
-        x0 = estimate_initial_state(model, pv, data, window=window)
+        x0 = estimate_initial_state(model, theta_vec, data, window=window)
         skip = window if skip is None else skip
     skip = 0 if skip is None else skip
     if int(skip) != skip or skip < 0 or skip >= min(data.lengths):
@@ -326,15 +326,15 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
     if Sigma0 is None:
         Sigma0 = np.diag((noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2)
 
-    y_sim = [_free_run(model, pv, X0[b], data.inputs(b)) for b in range(len(data))]
+    y_sim = [_free_run(model, theta_vec, X0[b], data.inputs(b)) for b in range(len(data))]
     y_pred: dict[int, list] = {kk: [] for kk in ks}
     if ks:
         ekf = EKF(model)
         for b in range(len(data)):
             u = data.inputs(b)
-            res = ekf.run(pv, data.y[b], u, x0=X0[b], Sigma0=Sigma0, Q=Q, R=R, engine=engine)
+            res = ekf.run(theta_vec, data.y[b], u, x0=X0[b], Sigma0=Sigma0, Q=Q, R=R, engine=engine)
             for kk in ks:
-                y_pred[kk].append(_k_step(model, pv, res.x_filt, X0[b], u, kk))
+                y_pred[kk].append(_k_step(model, theta_vec, res.x_filt, X0[b], u, kk))
     return ValidationReport(
         simulation=_score(data.y, y_sim, skip),
         prediction={kk: _score(data.y, y_pred[kk], skip) for kk in ks},

@@ -16,10 +16,10 @@ from types import SimpleNamespace
 import casadi as ca
 import numpy as np
 
-from .errors import NonFiniteError, ParameterError, ShapeError
+from .errors import NonFiniteError, OptionsError, ShapeError
 from .params import Param, Parameters
 
-__all__ = ["MLP", "AdamOptions", "AdamResult", "adam", "flat_params", "mse_loss_factory", "namespace"]
+__all__ = ["MLP", "AdamOptions", "AdamResult", "adam", "adam_step", "flat_params", "mse_loss_factory", "namespace"]
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class MLP:
         if len(sizes) < 2 or min(sizes) < 1:
             raise ShapeError(f"MLP sizes must be >= 2 positive widths, got {sizes}")
         if activation not in _ACTIVATIONS:
-            raise ParameterError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+            raise OptionsError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
         self.sizes, self.name, self.activation = sizes, name, activation
 
     @property
@@ -127,11 +127,11 @@ class AdamOptions:
 
     def __post_init__(self):
         if not (self.lr > 0 and self.decay >= 0 and self.epochs >= 1 and self.batch_size >= 1):
-            raise ParameterError(f"AdamOptions: need lr > 0, decay >= 0, epochs >= 1, batch_size >= 1; "
+            raise OptionsError(f"AdamOptions: need lr > 0, decay >= 0, epochs >= 1, batch_size >= 1; "
                                  f"got lr={self.lr}, decay={self.decay}, epochs={self.epochs}, "
                                  f"batch_size={self.batch_size}")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.eps > 0 and self.patience >= 0):
-            raise ParameterError("AdamOptions: need 0 <= beta1, beta2 < 1, eps > 0, patience >= 0")
+            raise OptionsError("AdamOptions: need 0 <= beta1, beta2 < 1, eps > 0, patience >= 0")
 
 
 @dataclass
@@ -141,6 +141,32 @@ class AdamResult:
     w: np.ndarray
     train_loss: list
     valid_loss: list
+
+
+def adam_step(g, m, v, k: int, lr, *, beta1: float, beta2: float, eps: float):
+    """One Adam update (Kingma and Ba, 2015) with bias-corrected moments.
+
+    Parameters
+    ----------
+    g : numpy.ndarray
+        (n,) gradient at the current weights.
+    m, v : numpy.ndarray
+        (n,) first and second moment estimates before this step (zeros at the start).
+    k : int
+        1-based step number (for the bias correction).
+    lr : float or numpy.ndarray
+        Step size, scalar or per weight (n,).
+    beta1, beta2, eps : float
+        Adam constants.
+
+    Returns
+    -------
+    step, m, v : numpy.ndarray
+        The step to subtract from the weights, and the updated moments.
+    """
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    return lr * (m / (1 - beta1 ** k)) / (np.sqrt(v / (1 - beta2 ** k)) + eps), m, v
 
 
 def adam(loss, w0, data, *, options: AdamOptions = AdamOptions(), valid=None) -> AdamResult:
@@ -191,9 +217,8 @@ def adam(loss, w0, data, *, options: AdamOptions = AdamOptions(), valid=None) ->
             if not np.all(np.isfinite(g)):
                 raise NonFiniteError(f"adam: non-finite gradient at epoch {epoch}")
             k += 1
-            m = o.beta1 * m + (1 - o.beta1) * g
-            v = o.beta2 * v + (1 - o.beta2) * g * g
-            w = w - lr * (m / (1 - o.beta1 ** k)) / (np.sqrt(v / (1 - o.beta2 ** k)) + o.eps)
+            step, m, v = adam_step(g, m, v, k, lr, beta1=o.beta1, beta2=o.beta2, eps=o.eps)
+            w = w - step
             losses.append(float(L))
         train_hist.append(float(np.mean(losses)))
         if valid is not None:

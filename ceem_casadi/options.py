@@ -6,19 +6,21 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from .stages import HESSIANS
+from .errors import OptionsError
 
 
 def _require(cond: bool, msg: str) -> None:
     if not cond:
-        raise ValueError(msg)
+        raise OptionsError(msg)
 
 
 ACCELERATIONS = ("none", "squarem", "newton")
+HESSIANS = ("gauss-newton", "exact")  # of the stage Functions (smoother, learner, uncertainty)
 
 
 def check_time_limit(value) -> None:
-    """Raise ValueError unless ``value`` is None or a finite number of seconds > 0."""
+    """Raise :class:`~ceem_casadi.errors.OptionsError` (a ValueError) unless ``value`` is None or a
+    finite number of seconds > 0."""
     ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
                            and np.isfinite(value) and value > 0)
     _require(ok, f"time_limit must be None or a finite number of seconds > 0, got {value!r}")
@@ -144,17 +146,18 @@ class CEEMOptions:
         and ``learner`` of :class:`SmootherOptions` / :class:`LearnerOptions` fields; absent
         fields keep their defaults. Integers must be integers (``max_iters = 2.5`` is refused,
         not truncated), numbers finite unless a bound, strings strings, flags booleans.
-        Raises ``ValueError`` naming the key, what was expected and what was given.
+        Raises :class:`~ceem_casadi.errors.OptionsError` (a ``ValueError``) naming the key, what was
+        expected and what was given.
         """
         if not isinstance(mapping, Mapping):
-            raise ValueError(f"options: expected a mapping of option names to values, got {type(mapping).__name__}")
+            raise OptionsError(f"options: expected a mapping of option names to values, got {type(mapping).__name__}")
         tables = {"smoother": SmootherOptions, "learner": LearnerOptions}
         top = {k: v for k, v in mapping.items() if k not in tables}
         kwargs = _typed_fields(cls, top, "", exclude=tuple(tables))
         for key, sub in tables.items():
             if key in mapping:
                 if not isinstance(mapping[key], Mapping):
-                    raise ValueError(f"{key}: expected a table of {sub.__name__} options, got {mapping[key]!r}")
+                    raise OptionsError(f"{key}: expected a table of {sub.__name__} options, got {mapping[key]!r}")
                 kwargs[key] = sub(**_typed_fields(sub, mapping[key], f"{key}."))
         return cls(**kwargs)
 
@@ -175,7 +178,7 @@ def _typed_fields(cls, mapping, prefix: str, exclude=()) -> dict:
     out = {}
     for key, v in mapping.items():
         if key not in known:
-            raise ValueError(f"unknown option '{prefix}{key}'; known: {sorted(known)}"
+            raise OptionsError(f"unknown option '{prefix}{key}'; known: {sorted(known)}"
                              + (", tables smoother, learner" if exclude else ""))
         kind = _KINDS.get(key)
         if kind is None:  # a field without a declared kind: its dataclass validates it
@@ -195,6 +198,6 @@ def _typed_fields(cls, mapping, prefix: str, exclude=()) -> dict:
             ok = (_is_number(v) and not np.isnan(v)) or (isinstance(v, (list, tuple)) and len(v) > 0 and all(
                 _is_number(e) and not np.isnan(e) for e in v))
         if not ok:
-            raise ValueError(f"option {prefix}{key} must be {_EXPECT[kind]}, got {v!r} ({type(v).__name__})")
+            raise OptionsError(f"option {prefix}{key} must be {_EXPECT[kind]}, got {v!r} ({type(v).__name__})")
         out[key] = int(v) if kind.startswith("int") and v is not None else v
     return out

@@ -75,10 +75,10 @@ def noisy_rollout(model, T: int) -> ca.Function:
     return cache[key]
 
 
-def run(model, pv: np.ndarray, x0: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def run(model, theta_vec: np.ndarray, x0: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Numeric free run of one trajectory: ``(y (T, ny), x (T, nx))`` from ``x0`` (nx,), ``u`` (T, nu)."""
     with np.errstate(all="ignore"):
-        Y, X = rollout(model, u.shape[0])(x0, u.T, pv)
+        Y, X = rollout(model, u.shape[0])(x0, u.T, theta_vec)
     return np.asarray(Y).T.reshape(u.shape[0], model.ny), np.asarray(X).T.reshape(u.shape[0], model.nx)
 
 
@@ -126,7 +126,7 @@ def simulate_output(model, theta, u=None, x0=None, *, horizon=None, return_state
         a list of (T_b, ny) for a list batch; ``(y, x)`` with x shaped alike ((..., nx)) when
         ``return_states``. A diverging run gives inf/NaN entries (no error).
     """
-    pv = as_theta_vector(model, theta)
+    theta_vec = as_theta_vector(model, theta)
     if x0 is None:
         if model.noise.x1_mean is None:
             raise ShapeError("x0: give the initial state(s) (nx,) or (B, nx); the model has no x1_mean. "
@@ -149,7 +149,7 @@ def simulate_output(model, theta, u=None, x0=None, *, horizon=None, return_state
             raise ShapeError(f"u[{b}]: expected shape (T, {model.nu}) with T >= 1, got {ub.shape}")
         if not np.all(np.isfinite(ub)):
             raise NonFiniteError(f"u[{b}] contains NaN or inf; inputs must be finite")
-        y, x = run(model, pv, X0[b], ub)
+        y, x = run(model, theta_vec, X0[b], ub)
         ys.append(y)
         xs.append(x)
     if not batched:

@@ -22,6 +22,7 @@ import casadi as ca
 import numpy as np
 
 from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
+from .objective import log_normalisers
 from .options import SmootherOptions
 from .stages import StageFunctions
 
@@ -139,21 +140,20 @@ class TrajectorySmoother:
         self._ubx = np.tile(np.broadcast_to(np.asarray(hi, float), (nx,)), T)
         self.build_s = time.perf_counter() - t0
 
-    def parameter_vector(self, model, pvec, y, u, x_prev, rho) -> np.ndarray:
+    def parameter_vector(self, model, theta_vec, y, u, x_prev, rho) -> np.ndarray:
         """Flatten (theta vector, y (T, ny), u (T, nu), x_prev (T, nx), rho) into the NLP parameter."""
         noise = model.noise
         mask = np.isfinite(y)
         mu1 = np.zeros(model.nx) if noise.x1_mean is None else noise.x1_mean
-        w1 = np.zeros(model.nx) if noise.x1_std is None else 1.0 / noise.x1_std
-        return np.concatenate([pvec, u.ravel(), np.where(mask, y, 0.0).ravel(), mask.ravel().astype(float),
-                               x_prev.ravel(), [rho], mu1, w1, 1.0 / noise.process_std,
-                               1.0 / noise.measurement_std])
+        w1 = np.zeros(model.nx) if noise.x1_std is None else noise.inv_x1_std
+        return np.concatenate([theta_vec, u.ravel(), np.where(mask, y, 0.0).ravel(), mask.ravel().astype(float),
+                               x_prev.ravel(), [rho], mu1, w1, noise.inv_process_std, noise.inv_measurement_std])
 
-    def solve(self, model, pvec, y, u, x_init, rho_x: float | None = None) -> SmoothResult:
+    def solve(self, model, theta_vec, y, u, x_init, rho_x: float | None = None) -> SmoothResult:
         """Smooth one trajectory: ``y`` (T, ny) with NaN = missing, ``u`` (T, nu), ``x_init`` (T, nx)
         (also the trust-region centre). Returns the states (T, nx)."""
         rho = self.options.rho_x if rho_x is None else rho_x
-        P = self.parameter_vector(model, pvec, y, u, x_init, rho)
+        P = self.parameter_vector(model, theta_vec, y, u, x_init, rho)
         t0 = time.perf_counter()
         sol = solve(self.solver, x0=x_init.ravel(), p=P, lbx=self._lbx, ubx=self._ubx)
         wall = time.perf_counter() - t0
@@ -185,3 +185,30 @@ class Smoother:
         for b, (y, T) in enumerate(zip(data.y, data.lengths)):
             out.append(self.for_length(T).solve(self.model, theta_vec, y, data.inputs(b), x_init[b]))
         return out
+
+    def joint_log_density(self, theta_vec: np.ndarray, data, xs: list[np.ndarray]) -> float:
+        """The joint log-density J(x, theta) of the paper, all Gaussian constants included.
+
+        ``J = log p(x_1) + sum_t log p_v(y_t - g(x_t)) + sum_t log p_w(x_{t+1} - f(x_t))`` summed
+        over the trajectories, observed entries only; evaluated with this smoother's cost
+        Functions (no trust-region term).
+
+        Parameters
+        ----------
+        theta_vec : numpy.ndarray
+            (n_p,) flat parameter vector.
+        data : Trajectories
+            The B trajectories.
+        xs : list of numpy.ndarray
+            The states (T_b, nx) of each trajectory.
+
+        Returns
+        -------
+        float
+        """
+        total = 0.0
+        for b, (y, x) in enumerate(zip(data.y, xs)):
+            ts = self.for_length(y.shape[0])
+            P = ts.parameter_vector(self.model, theta_vec, y, data.inputs(b), x, 0.0)
+            total += -float(ts.cost_function(x.ravel(), P)) + log_normalisers(self.model, y)
+        return total

@@ -3,7 +3,7 @@ import casadi as ca
 import numpy as np
 import pytest
 
-from ceem_casadi.errors import ParameterError, ShapeError
+from ceem_casadi.errors import OptionsError, ShapeError
 from ceem_casadi.model import StateSpaceModel
 from ceem_casadi.nn import MLP, AdamOptions, adam, flat_params, mse_loss_factory, namespace
 from ceem_casadi.params import Parameters
@@ -53,7 +53,7 @@ def test_adam_fits_smooth_function():
 
 
 def test_bad_options_and_shapes():
-    with pytest.raises(ParameterError):
+    with pytest.raises(OptionsError):
         AdamOptions(lr=0)
     with pytest.raises(ShapeError):
         MLP((3,))
