@@ -31,7 +31,7 @@ from ._workers import die_with_parent
 from .data import Trajectories
 from .errors import SolverError
 from .initialise import check_states, eks_states
-from .joint import JointGaussNewton, LinAlgError
+from .joint_gauss_newton import JointGaussNewton, LinAlgError
 from .learner import Learner
 from .objective import log_prior
 from .options import CEEMOptions
@@ -300,7 +300,7 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
 
     With ``options.acceleration == "newton"`` the first iteration is a plain EM step; then each
     iteration tries a joint Gauss-Newton (Levenberg-Marquardt) step on (x, theta)
-    (:mod:`ceem_casadi.joint`), kept only when it increases the objective (record kind
+    (:mod:`ceem_casadi.joint_gauss_newton`), kept only when it increases the objective (record kind
     ``"newton"``, its time in ``learn_s``), and falls back to a plain EM step otherwise.
     Convergence is always judged on a plain EM step, so the result is a fixed point of
     Algorithm 1; the trust regions rho_x, rho_theta apply to the EM steps only.

@@ -122,7 +122,7 @@ class StageFunctions:
             "obs_cost": lambda: ca.Function("obs_cost", obs_in, [0.5 * ca.sumsqr(r_obs)], obs_names, ["cost"]),
             "dyn_cost": lambda: ca.Function("dyn_cost", dyn_in, [0.5 * ca.sumsqr(r_dyn)], dyn_names, ["cost"]),
             # residuals with their Jacobians in the states and the parameters (joint Gauss-Newton
-            # steps, :mod:`ceem_casadi.joint`)
+            # steps, :mod:`ceem_casadi.joint_gauss_newton`)
             "obs_res_jac": lambda: ca.Function(
                 "obs_res_jac", obs_in, [ca.densify(r_obs), ca.densify(ca.jacobian(r_obs, x)), ca.densify(ca.jacobian(r_obs, p))],
                 obs_names, ["r", "jac_x", "jac_p"]),

@@ -43,7 +43,7 @@ from ._linalg import gram
 from ._threads import blas_threads
 from .errors import SolverError
 from .identifiability import Direction, entry_names, spectrum, weak_directions
-from .joint import JointGaussNewton, _banded_upper, _BufferedCall
+from .joint_gauss_newton import JointGaussNewton, _banded_upper, _BufferedCall
 from .learner import AUTO_EXACT_INSTRUCTIONS, weighted_stage_columns
 from .options import HESSIANS
 from .stages import StageFunctions
@@ -185,7 +185,8 @@ class _ExactBlocks:
 
 
 class _GaussNewtonBlocks:
-    """Gauss-Newton blocks from the residual Jacobians of :class:`~ceem_casadi.joint.JointGaussNewton`."""
+    """Gauss-Newton blocks from the residual Jacobians of
+    :class:`~ceem_casadi.joint_gauss_newton.JointGaussNewton`."""
 
     def __init__(self, model, lengths, stages):
         self.joint = JointGaussNewton(model, lengths, stages, use_prior=False)

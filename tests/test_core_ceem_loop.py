@@ -136,7 +136,7 @@ def _mus(result):
 def test_newton_damping_falls_after_accepted_steps_and_rises_after_a_failed_solve(problem, monkeypatch):
     """Levenberg-Marquardt bookkeeping: each accepted joint step divides mu by 3 (from 1e-3); a
     linear-algebra failure multiplies it by 10 and the step is retried at once (same iteration)."""
-    from ceem_casadi.joint import JointGaussNewton, LinAlgError
+    from ceem_casadi.joint_gauss_newton import JointGaussNewton, LinAlgError
     res = run(problem, max_iters=4, tol=0.0, acceleration="newton")
     mus = _mus(res)
     assert len(mus) >= 2 and mus[0] == pytest.approx(1e-3, rel=0.05)

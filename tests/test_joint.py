@@ -5,7 +5,7 @@ import pytest
 
 import ceem_casadi as cc
 from ceem_casadi.initialise import eks_states
-from ceem_casadi.joint import JointGaussNewton
+from ceem_casadi.joint_gauss_newton import JointGaussNewton
 from ceem_casadi.stages import StageFunctions
 from models import lorenz
 
