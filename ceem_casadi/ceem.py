@@ -92,13 +92,29 @@ class IterationRecord:
 class CEEMResult:
     """Outcome of :func:`ceem`.
 
-    status : a :class:`~ceem_casadi.status.Status` (a ``str``): ``"converged"``, ``"max_iters"``,
-        ``"time_limit"``, ``"stopped"`` (callback), ``"stalled"`` (a plain EM step lowered the
-        objective: rejected) or ``"solver_failed"``; message says more and
-        ``status.advice`` what to try.
-    theta : final parameters (dict); x : smoothed states, list of (T_b, nx) arrays.
-    history : one :class:`IterationRecord` per iteration; build_s : one-off solver construction
-    time (s) spent inside :func:`ceem` (excludes the initial EKF/RTS state estimate).
+    Attributes
+    ----------
+    status : Status
+        A ``str`` enum: ``"converged"``, ``"max_iters"``, ``"time_limit"``, ``"stopped"``
+        (callback), ``"stalled"`` (a plain EM step lowered the objective: rejected) or
+        ``"solver_failed"``; ``status.advice`` says what to try.
+    message : str
+        What happened, with the figures.
+    theta : dict
+        Final parameters, name -> array (the last accepted iterate).
+    x : list of numpy.ndarray
+        Smoothed states (T_b, nx) per trajectory.
+    J : float
+        Joint log-density at (x, theta).
+    history : list of IterationRecord
+        One record per iteration.
+    build_s : float
+        One-off solver construction time (s) inside :func:`ceem` (the initial EKF/RTS state
+        estimate excluded).
+    init_J : float
+        J at the initial states and ``theta0``.
+    warnings : list of str
+        Warnings raised after the fit (e.g. weakly identifiable parameters).
     """
 
     status: Status
@@ -112,18 +128,33 @@ class CEEMResult:
     warnings: list[str] = field(default_factory=list)
 
     def uncertainty(self, model, data, **kwargs):
-        """Covariance, standard errors, intervals and identifiability of the free parameters at
-        this fit: :func:`ceem_casadi.uncertainty.parameter_uncertainty` (``options=`` passed on)."""
+        """Covariance, standard errors, intervals and identifiability of the free parameters.
+
+        Parameters
+        ----------
+        model : StateSpaceModel
+            The model that was fitted.
+        data : Trajectories
+            The data it was fitted to.
+        **kwargs
+            Passed to :func:`~ceem_casadi.parameter_uncertainty` (e.g. ``options=``).
+
+        Returns
+        -------
+        ParameterUncertainty
+        """
         from .uncertainty import parameter_uncertainty
 
         return parameter_uncertainty(model, data, self, **kwargs)
 
     @property
     def success(self) -> bool:
+        """Whether ``status`` gives a regular estimate (converged, max_iters or time_limit)."""
         return Status(self.status).usable
 
     @property
     def iterations(self) -> int:
+        """Number of iterations recorded in ``history``."""
         return len(self.history)
 
 
@@ -286,13 +317,33 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
 
     Parameters
     ----------
-    model : :class:`~ceem_casadi.model.StateSpaceModel`.
-    data : :class:`~ceem_casadi.data.Trajectories` (ny, nu must match the model).
-    theta0 : initial parameters, a dict name -> array (all names; fixed entries stay as given).
-    x_init : initial state trajectories, list of (T_b, nx); default: EKF + RTS with ``theta0``.
-    callback : called with each :class:`IterationRecord`; return ``False`` to stop early.
-    smoother, learner : prebuilt solvers to reuse across calls (same model / data shape).
+    model : StateSpaceModel
+        The gray-box model (structure and noise model).
+    data : Trajectories
+        B trajectories; their ny and nu must match the model.
+    theta0 : dict
+        Initial parameters, name -> array (every name; fixed entries stay as given).
+    options : CEEMOptions
+        Loop, smoother and learner options.
+    x_init : list of numpy.ndarray, optional
+        Initial state trajectories (T_b, nx); default: EKF + RTS smoother at ``theta0``.
+    callback : callable, optional
+        Called with each :class:`IterationRecord`; return ``False`` to stop early.
+    smoother, learner : Smoother, Learner, optional
+        Prebuilt solvers to reuse across calls (same model and data shape).
 
+    Returns
+    -------
+    CEEMResult
+        Status (with advice), parameters, smoothed states, the iteration history.
+
+    Raises
+    ------
+    SolverError
+        Only with ``options.raise_on_failure``: a solver failed (the error carries the result).
+
+    Notes
+    -----
     With ``options.acceleration == "squarem"`` every two plain EM steps are followed by one
     step from a SQUAREM extrapolation of theta (and of the states, as a warm start); that step
     is kept only if it increases the objective beyond the plain steps, so the recorded
@@ -300,8 +351,8 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
 
     With ``options.acceleration == "newton"`` the first iteration is a plain EM step; then each
     iteration tries a joint Gauss-Newton (Levenberg-Marquardt) step on (x, theta)
-    (:mod:`ceem_casadi.joint_gauss_newton`), kept only when it increases the objective (record kind
-    ``"newton"``, its time in ``learn_s``), and falls back to a plain EM step otherwise.
+    (:mod:`ceem_casadi.joint_gauss_newton`), kept only when it increases the objective (record
+    kind ``"newton"``, its time in ``learn_s``), and falls back to a plain EM step otherwise.
     Convergence is always judged on a plain EM step, so the result is a fixed point of
     Algorithm 1; the trust regions rho_x, rho_theta apply to the EM steps only.
     """

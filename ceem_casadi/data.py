@@ -42,9 +42,17 @@ class Trajectories:
 
     Parameters
     ----------
-    y : array (B, T, ny) or list of B arrays (T_b, ny); NaN marks a missing observation.
-    u : None, array (B, T, nu) or list of (T_b, nu) arrays (finite).
-    dt : sample time in seconds (optional, informative).
+    y : numpy.ndarray or list of numpy.ndarray
+        (B, T, ny) array or a list of B arrays (T_b, ny); NaN marks a missing observation.
+    u : numpy.ndarray or list of numpy.ndarray, optional
+        (B, T, nu) array or a list of (T_b, nu) arrays (finite).
+    dt : float, optional
+        Sample time in seconds (informative).
+
+    Raises
+    ------
+    ShapeError, NonFiniteError
+        Inconsistent shapes, non-finite inputs or an all-missing trajectory.
     """
 
     y: tuple
@@ -147,11 +155,34 @@ def single_trajectory(model, y, u=None) -> tuple[np.ndarray, np.ndarray]:
 def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
              process_std: float | np.ndarray = 0.0, measurement_std: float | np.ndarray = 0.0,
              seed: int | np.random.Generator = 0) -> tuple[Trajectories, list[np.ndarray]]:
-    """Simulate ``model`` from initial states ``x0`` (B, nx) for ``horizon`` steps.
+    """Simulate ``model`` from initial states ``x0`` for ``horizon`` steps, with noise.
 
     Process noise ``w ~ N(0, process_std**2)`` is added after each step and observation
     noise ``v ~ N(0, measurement_std**2)`` to each output (both per component, seeded).
-    Returns ``(data, x)`` with ``x`` a list of B true state arrays (T, nx).
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
+    theta : dict
+        Parameter values, name -> array.
+    x0 : numpy.ndarray
+        (B, nx) initial states (or (nx,) for one trajectory).
+    horizon : int or sequence of int
+        Samples per trajectory (one for all, or B values).
+    u : numpy.ndarray or list of numpy.ndarray, optional
+        Inputs (B, T, nu) or a list of (T_b, nu); required when nu > 0.
+    process_std, measurement_std : float or numpy.ndarray
+        Noise standard deviations, scalar or (nx,) / (ny,), in the units of x and y.
+    seed : int or numpy.random.Generator
+        Seed of the noise draws.
+
+    Returns
+    -------
+    data : Trajectories
+        The noisy observations (and the inputs, ``dt = model.dt``).
+    x : list of numpy.ndarray
+        The B true state trajectories (T_b, nx).
     """
     rng = np.random.default_rng(seed)
     x0 = np.atleast_2d(np.asarray(x0, dtype=float))

@@ -80,8 +80,16 @@ def _stats(y, yhat):
 def rmse(y, yhat):
     """Root-mean-square error per output (last axis), ignoring entries where ``y`` or ``yhat`` is NaN.
 
-    ``y``, ``yhat``: (T,), (T, ny) or (B, T, ny). Returns a float for 1-D input, else (ny,).
-    An output without any valid entry gives NaN.
+    Parameters
+    ----------
+    y, yhat : numpy.ndarray
+        Observations and predictions, (T,), (T, ny) or (B, T, ny), same shape and units.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        A float for 1-D input, else (ny,), in the units of ``y``; NaN for an output without any
+        valid entry.
     """
     sse, _, n, vector = _stats(y, yhat)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -92,7 +100,15 @@ def rmse(y, yhat):
 def nrmse(y, yhat):
     """RMSE divided by the (population) standard deviation of ``y`` over the same valid entries.
 
-    Same shapes and NaN rule as :func:`rmse`; a constant output gives ``inf`` (or NaN if also exact).
+    Parameters
+    ----------
+    y, yhat : numpy.ndarray
+        As for :func:`rmse`.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        As for :func:`rmse`, dimensionless; a constant output gives ``inf`` (NaN if also exact).
     """
     sse, sst, n, vector = _stats(y, yhat)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -101,7 +117,18 @@ def nrmse(y, yhat):
 
 
 def fit_percent(y, yhat):
-    """Fit in percent, ``100 (1 - ||y - yhat|| / ||y - mean(y)||)`` per output (NaN entries ignored)."""
+    """Fit in percent, ``100 (1 - ||y - yhat|| / ||y - mean(y)||)`` per output (NaN entries ignored).
+
+    Parameters
+    ----------
+    y, yhat : numpy.ndarray
+        As for :func:`rmse`.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        As for :func:`rmse`, in percent (100 = exact; negative = worse than the mean).
+    """
     sse, sst, n, vector = _stats(y, yhat)
     with np.errstate(invalid="ignore", divide="ignore"):
         val = np.where(n > 0, 100.0 * (1.0 - np.sqrt(sse / sst)), np.nan)
@@ -113,7 +140,14 @@ def fit_percent(y, yhat):
 class Metrics:
     """Error measures of one kind of prediction (see the module docstring).
 
-    rmse, nrmse, fit_percent, n: (ny,) per output; rmse_overall, nrmse_overall, fit_overall: floats.
+    Attributes
+    ----------
+    rmse, nrmse, fit_percent : numpy.ndarray
+        (ny,) per output (units of y, dimensionless, percent).
+    n : numpy.ndarray
+        (ny,) number of valid entries per output.
+    rmse_overall, nrmse_overall, fit_overall : float
+        RMSE over all outputs pooled; mean NRMSE and mean fit over the outputs.
     """
 
     rmse: np.ndarray
@@ -173,12 +207,24 @@ def _stack_list(y, yhat):
 class ValidationReport:
     """Result of :func:`validation_report`.
 
-    simulation: :class:`Metrics` of the free run; prediction: ``{k: Metrics}`` of k-step-ahead
-    prediction; output_names: (ny,); skip: leading samples per trajectory left out of the metrics;
-    uncertainty: optional parameter uncertainty (a :class:`~ceem_casadi.ParameterUncertainty` or
-    its saved dict) carried into :meth:`to_dict` as ``"parameters"``.
-    y_sim: per trajectory (T_b, ny) free-run outputs; y_pred: ``{k: [(T_b, ny), ...]}``;
-    x0: (B, nx) initial states used (given, x1_mean or estimated).
+    Attributes
+    ----------
+    simulation : Metrics
+        Metrics of the free run.
+    prediction : dict of int to Metrics
+        Metrics of the k-step-ahead predictions.
+    output_names : tuple of str
+        (ny,) output names.
+    skip : int
+        Leading samples per trajectory left out of the metrics.
+    y_sim : list of numpy.ndarray
+        Free-run outputs (T_b, ny) per trajectory.
+    y_pred : dict of int to list of numpy.ndarray
+        k-step-ahead predictions (T_b, ny) per trajectory.
+    x0 : numpy.ndarray or None
+        (B, nx) initial states used (given, ``x1_mean`` or estimated).
+    uncertainty : ParameterUncertainty or dict or None
+        Parameter uncertainty (or its saved dict) carried into :meth:`to_dict` as ``"parameters"``.
     """
 
     simulation: Metrics

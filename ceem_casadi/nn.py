@@ -27,13 +27,26 @@ _ACTIVATIONS = {"tanh": ca.tanh, "relu": lambda z: ca.fmax(z, 0), "identity": la
 
 
 class MLP:
-    """Fully connected network ``sizes[0] -> sizes[1] -> ... -> sizes[-1]``.
+    """Fully connected network ``sizes[0] -> sizes[1] -> ... -> sizes[-1]`` for model terms.
+
+    Its weights are named parameters, so an MLP term of a gray-box model is learned by CE-EM
+    like any other parameter.
 
     Parameters
     ----------
-    sizes : layer widths, e.g. ``(20, 32, 32, 6)``; the last layer is linear.
-    name : prefix of the parameter names ``<name>_W<i>`` (sizes[i+1], sizes[i]) and ``<name>_b<i>``.
-    activation : hidden-layer activation, ``"tanh"`` (default), ``"relu"`` or ``"identity"``.
+    sizes : sequence of int
+        Layer widths, e.g. ``(20, 32, 32, 6)``; the last layer is linear.
+    name : str
+        Prefix of the parameter names ``<name>_W<i>`` (sizes[i+1], sizes[i]) and ``<name>_b<i>``.
+    activation : str
+        Hidden-layer activation, ``"tanh"`` (default), ``"relu"`` or ``"identity"``.
+
+    Raises
+    ------
+    ShapeError
+        Fewer than two widths or a width below 1.
+    OptionsError
+        An unknown activation.
     """
 
     def __init__(self, sizes, name: str = "mlp", activation: str = "tanh"):
@@ -46,17 +59,31 @@ class MLP:
 
     @property
     def n_layers(self) -> int:
+        """Number of weight layers."""
         return len(self.sizes) - 1
 
     @property
     def names(self) -> list[str]:
+        """Parameter names ``[<name>_W0, <name>_b0, ...]``."""
         out = []
         for i in range(self.n_layers):
             out += [f"{self.name}_W{i}", f"{self.name}_b{i}"]
         return out
 
     def init(self, rng: np.random.Generator, last_scale: float = 1.0) -> dict[str, np.ndarray]:
-        """Glorot-uniform weights, zero biases; ``last_scale`` multiplies the output layer."""
+        """Glorot-uniform weights and zero biases.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The random draws.
+        last_scale : float
+            Multiplies the output layer's weights (0 starts the term at zero).
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+        """
         theta = {}
         for i in range(self.n_layers):
             n_in, n_out = self.sizes[i], self.sizes[i + 1]
@@ -69,13 +96,37 @@ class MLP:
         return theta
 
     def params(self, rng: np.random.Generator, last_scale: float = 1.0, **kwargs) -> list[Param]:
-        """:class:`Param` objects initialised by :meth:`init` (``kwargs`` go to every Param)."""
+        """:class:`~ceem_casadi.Param` objects initialised by :meth:`init`.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The random draws.
+        last_scale : float
+            As for :meth:`init`.
+        **kwargs
+            Passed to every :class:`~ceem_casadi.Param` (e.g. ``prior_std``).
+
+        Returns
+        -------
+        list of Param
+        """
         return [Param(k, v, **kwargs) for k, v in self.init(rng, last_scale).items()]
 
     def __call__(self, p, x):
-        """Network output for ``x`` (n_in,) or (n_in, N) (columns are samples).
+        """Network output.
 
-        ``p`` is a namespace (``p.<name>``) or dict of the weights: CasADi symbols or numpy arrays.
+        Parameters
+        ----------
+        p : namespace or dict
+            The weights (``p.<name>`` or ``p[name]``): CasADi symbols or numpy arrays.
+        x : casadi.SX or casadi.MX or numpy.ndarray
+            (n_in,) or (n_in, N) input (columns are samples).
+
+        Returns
+        -------
+        casadi.SX or casadi.MX or numpy.ndarray
+            (n_out,) or (n_out, N).
         """
         get = p.get if isinstance(p, dict) else (lambda k: getattr(p, k))
         numeric = isinstance(x, np.ndarray)

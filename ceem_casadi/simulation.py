@@ -42,8 +42,19 @@ def _cache(model) -> dict:
 def rollout(model, T: int) -> ca.Function:
     """The free-run Function of ``model`` over ``T`` samples (built once per (model, T), cached).
 
-    ``simulate_T{T}(x0 (nx, 1), u (nu, T), p (np, 1)) -> (y (ny, T), x (nx, T))``; column ``t`` of
-    ``x`` is the state at sample ``t`` (``x[:, 0] = x0``). Works on numbers and on MX symbols.
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
+    T : int
+        Number of samples, >= 1.
+
+    Returns
+    -------
+    casadi.Function
+        ``simulate_T{T}(x0 (nx, 1), u (nu, T), p (np, 1)) -> (y (ny, T), x (nx, T))``; column
+        ``t`` of ``x`` is the state at sample ``t`` (``x[:, 0] = x0``). Works on numbers and on
+        MX symbols.
     """
     T = int(T)
     if T < 1:
@@ -110,21 +121,30 @@ def simulate_output(model, theta, u=None, x0=None, *, horizon=None, return_state
 
     Parameters
     ----------
-    model : :class:`~ceem_casadi.StateSpaceModel`.
-    theta : theta dict or flat parameter vector (np,).
-    u : inputs (T, nu) for one trajectory; (B, T, nu) or a list of B arrays (T_b, nu) for a batch;
-        ``None`` when the model has no inputs (then give ``horizon``).
-    x0 : initial state(s) (nx,) for one trajectory, (B, nx) for a batch; default the model's
+    model : StateSpaceModel
+        The model.
+    theta : dict or numpy.ndarray
+        Parameters, name -> array, or the flat vector (np,).
+    u : numpy.ndarray or list of numpy.ndarray, optional
+        Inputs (T, nu) for one trajectory; (B, T, nu) or a list of B arrays (T_b, nu) for a
+        batch; ``None`` when the model has no inputs (then give ``horizon``).
+    x0 : numpy.ndarray, optional
+        Initial state(s) (nx,) for one trajectory, (B, nx) for a batch; default the model's
         ``x1_mean`` (an error when it has none: estimate x0 with
         :func:`~ceem_casadi.estimate_initial_state`).
-    horizon : number of samples T when ``u`` is None (an int; or a list of B ints for a batch).
-    return_states : also return the states.
+    horizon : int or list of int, optional
+        Number of samples T when ``u`` is None (or B of them for a batch).
+    return_states : bool
+        Also return the states.
 
     Returns
     -------
-    y : (T, ny) for one trajectory, (B, T, ny) for an array batch (or ``u=None`` with x0 (B, nx)),
-        a list of (T_b, ny) for a list batch; ``(y, x)`` with x shaped alike ((..., nx)) when
-        ``return_states``. A diverging run gives inf/NaN entries (no error).
+    y : numpy.ndarray or list of numpy.ndarray
+        (T, ny) for one trajectory, (B, T, ny) for an array batch (or ``u=None`` with x0
+        (B, nx)), a list of (T_b, ny) for a list batch. A diverging run gives inf/NaN entries
+        (no error).
+    x : numpy.ndarray or list of numpy.ndarray
+        Only with ``return_states``: the states, shaped like ``y`` with nx columns.
     """
     theta_vec = as_theta_vector(model, theta)
     if x0 is None:

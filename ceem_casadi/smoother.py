@@ -29,7 +29,23 @@ from .stages import StageFunctions
 
 @dataclass
 class SmoothResult:
-    """States (T, nx), final objective (-J without constants, incl. trust region), status."""
+    """Outcome of smoothing one trajectory.
+
+    Attributes
+    ----------
+    x : numpy.ndarray
+        (T, nx) smoothed states.
+    cost : float
+        Final objective: -J without its constants, trust-region term included.
+    status : str
+        IPOPT return status.
+    success : bool
+        An acceptable IPOPT status and finite states.
+    iterations : int
+        IPOPT iterations.
+    wall_s : float
+        Wall-clock seconds of the solve.
+    """
 
     x: np.ndarray
     cost: float
@@ -165,7 +181,17 @@ class TrajectorySmoother:
 
 
 class Smoother:
-    """Smoothing step for a model: one :class:`TrajectorySmoother` per trajectory length (cached)."""
+    """Smoothing step (E-step) for a model: one :class:`TrajectorySmoother` per trajectory length.
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
+    options : SmootherOptions
+        Trust region, Hessian, IPOPT limits, state bounds, compilation.
+    stages : StageFunctions, optional
+        Stage Functions to share with a learner (built from the model when None).
+    """
 
     def __init__(self, model, options: SmootherOptions = SmootherOptions(), stages: StageFunctions | None = None):
         self.model, self.options = model, options
@@ -174,13 +200,28 @@ class Smoother:
         self.build_s = 0.0
 
     def for_length(self, T: int) -> TrajectorySmoother:
+        """The solver for trajectories of ``T`` samples (built on first use, then cached)."""
         if T not in self._solvers:
             self._solvers[T] = TrajectorySmoother(self.stages, T, self.options)
             self.build_s += self._solvers[T].build_s
         return self._solvers[T]
 
     def solve(self, theta_vec: np.ndarray, data, x_init: list[np.ndarray]) -> list[SmoothResult]:
-        """Smooth every trajectory of ``data`` (sequentially), warm-started at ``x_init``."""
+        """Smooth every trajectory of ``data`` (sequentially), warm-started at ``x_init``.
+
+        Parameters
+        ----------
+        theta_vec : numpy.ndarray
+            (n_p,) flat parameter vector.
+        data : Trajectories
+            The B trajectories.
+        x_init : list of numpy.ndarray
+            Warm starts and trust-region centres (T_b, nx).
+
+        Returns
+        -------
+        list of SmoothResult
+        """
         out = []
         for b, (y, T) in enumerate(zip(data.y, data.lengths)):
             out.append(self.for_length(T).solve(self.model, theta_vec, y, data.inputs(b), x_init[b]))
