@@ -127,15 +127,15 @@ def _block_output(x, v, num, n: int, d: float):
 # static nonlinearity
 def _nl_params(kind: str, degree: int, hidden: int, theta0: dict, seed: int):
     if kind not in NONLINEARITIES:
-        raise cc.ParameterError(f"nonlinearity must be one of {NONLINEARITIES}, got {kind!r}")
+        raise cc.OptionsError(f"nonlinearity must be one of {NONLINEARITIES}, got {kind!r}")
     if kind == "poly":
         if int(degree) != degree or degree < 1:
-            raise cc.ParameterError(f"degree must be an integer >= 1, got {degree!r}")
+            raise cc.OptionsError(f"degree must be an integer >= 1, got {degree!r}")
         coef = np.zeros(degree + 1)
         coef[1] = 1.0
         return [cc.Param("f_coef", np.asarray(theta0.get("f_coef", coef), float))], None
     if int(hidden) != hidden or hidden < 1:
-        raise cc.ParameterError(f"hidden must be an integer >= 1, got {hidden!r}")
+        raise cc.OptionsError(f"hidden must be an integer >= 1, got {hidden!r}")
     net = MLP((1, int(hidden), 1), name="f")
     init = net.init(np.random.default_rng(seed))
     return [cc.Param(k, np.asarray(theta0.get(k, v), float)) for k, v in init.items()], net

@@ -246,7 +246,7 @@ def bla_initialise(kind: str, data: cc.Trajectories, n1: int, n2: int = 0, *, fe
         ``model``, ``theta``, ``table`` (best first) and the N4SID ``bla``.
     """
     if kind not in KINDS:
-        raise cc.ParameterError(f"kind must be one of {KINDS}, got {kind!r}")
+        raise cc.OptionsError(f"kind must be one of {KINDS}, got {kind!r}")
     if not isinstance(data, cc.Trajectories) or data.nu != 1 or data.ny != 1:
         raise cc.ShapeError("data: expected a cc.Trajectories with one input and one output (nu = ny = 1)")
     two = kind == "wiener_hammerstein"
@@ -284,7 +284,7 @@ def bla_initialise(kind: str, data: cc.Trajectories, n1: int, n2: int = 0, *, fe
         zg = zg[:k] + [np.array([complex(zg[k][0].real)])] * 2 + zg[k + 1:]
         zero_sets = list(_subsets(zg, n_zeros[0]))
     if len(pole_sets) * len(zero_sets) > max_splits:
-        raise cc.ParameterError(f"{len(pole_sets) * len(zero_sets)} splits to try, more than max_splits="
+        raise cc.OptionsError(f"{len(pole_sets) * len(zero_sets)} splits to try, more than max_splits="
                                 f"{max_splits}; raise max_splits or lower the orders")
     table = []
     for ps, zs in itertools.product(pole_sets, zero_sets):

@@ -190,13 +190,13 @@ def test_gain_ambiguity_is_fixed_full_rank_output_error_jacobian():
 def test_inputs_are_validated():
     model = wiener(2, theta0={"g_den": [-1.0, 0.25], "g_num": [1.0, 0.0]})
     data = simulate(model, model.params.initial(), np.random.default_rng(0).standard_normal(200))
-    with pytest.raises(cc.ParameterError, match="kind"):
+    with pytest.raises(cc.OptionsError, match="kind"):
         bla_initialise("hammer", data, 2)
     with pytest.raises(cc.ShapeError, match="n1, n2"):
         bla_initialise("wiener_hammerstein", data, 2)
     with pytest.raises(cc.ParameterError, match="leading Markov"):
         wiener(2, theta0={"g_num": [2.0, 0.0]})
-    with pytest.raises(cc.ParameterError, match="nonlinearity"):
+    with pytest.raises(cc.OptionsError, match="nonlinearity"):
         hammerstein(2, nonlinearity="spline")
     with pytest.raises(cc.ShapeError, match="order"):
         wiener(0)

@@ -91,5 +91,5 @@ def test_stable_changes_nothing_on_a_clean_case(stable):
 
 
 def test_stable_option_validated():
-    with pytest.raises(ValueError, match="maciejowski"):
+    with pytest.raises(cc.OptionsError, match="maciejowski"):
         n4sid(_data(100, 0.0, seed=0), order=2, stable="yes")

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg as sla
 
-from ..errors import ShapeError
+from ..errors import OptionsError, ShapeError
 
 logger = logging.getLogger(__name__)
 
@@ -433,7 +433,7 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     if order is not None and (int(order) != order or order < 1):
         raise ShapeError(f"order must be a positive integer or None, got {order!r}")
     if stable not in (False, True, "reflect", "maciejowski"):
-        raise ValueError(f"stable must be False, True (= 'reflect') or 'maciejowski', got {stable!r}")
+        raise OptionsError(f"stable must be False, True (= 'reflect') or 'maciejowski', got {stable!r}")
 
     def n_cols(T, i):
         return T - 2 * i + 1
