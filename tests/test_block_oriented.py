@@ -217,3 +217,17 @@ def test_odd_block_order_without_a_real_bla_pole_falls_back_to_a_double_real_pol
         assert len(split.g1_poles) == 3 and len(split.g2_poles) == 3
         assert np.sum(np.abs(split.g1_poles.imag) < 1e-12) % 2 == 1     # G1 (odd order) got a real pole
     assert np.all(np.isfinite(cc.simulate_output(init.model, init.theta, u[:, None], np.zeros(6))))
+
+
+@pytest.mark.slow
+def test_mlp_refinement_reaches_the_noise_level(caplog):
+    """Wiener truth (cubic f), MLP with 6 units: BLA initialisation then refine_output_error (Gauss-Newton)
+    to the noise level and the true poles (17 s; stalls at the initial RMS without the weights' prior)."""
+    model = wiener(3, theta0=G_TRUE, scale=2.0)
+    data, noise = _data(model, G_TRUE)
+    with caplog.at_level(logging.ERROR):
+        init = bla_initialise("wiener", data, 3, nonlinearity="mlp", hidden=6)
+    res = cc.refine_output_error(init.model, init.theta, data, x0=init.x0)
+    y1 = cc.simulate_output(init.model, res.theta, data.inputs(0), res.x0[0])
+    assert res.status == "converged" and _rms(y1, data.y[0]) < 1.1 * noise
+    assert _hausdorff(block_poles(res.theta), block_poles(G_TRUE)) < 0.01
