@@ -250,11 +250,13 @@ def bla_initialise(kind: str, data: cc.Trajectories, n1: int, n2: int = 0, *, fe
     if not isinstance(data, cc.Trajectories) or data.nu != 1 or data.ny != 1:
         raise cc.ShapeError("data: expected a cc.Trajectories with one input and one output (nu = ny = 1)")
     two = kind == "wiener_hammerstein"
-    if two and n2 < 1:
-        raise cc.ShapeError(f"wiener_hammerstein needs both block orders n1, n2 >= 1, got n1={n1}, n2={n2}")
+    if n1 < 1 or (two and n2 < 1):
+        raise cc.ShapeError(f"{kind} needs block orders >= 1 (n1{', n2' if two else ''}), got n1={n1}, n2={n2}")
     orders = (n1, n2) if two else (n1,)
     if feedthrough is None:
         feedthrough = (False, True) if two else False
+    if two and (np.ndim(feedthrough) != 1 or len(feedthrough) != 2):
+        raise cc.ShapeError(f"feedthrough: expected a pair (G1, G2) of bools for wiener_hammerstein, got {feedthrough!r}")
     fts = tuple(bool(f) for f in feedthrough) if two else (bool(feedthrough),)
     n = sum(orders)
     skip = min(10 * n, min(data.lengths) // 4) if skip is None else int(skip)
@@ -286,10 +288,14 @@ def bla_initialise(kind: str, data: cc.Trajectories, n1: int, n2: int = 0, *, fe
     if len(pole_sets) * len(zero_sets) > max_splits:
         raise cc.OptionsError(f"{len(pole_sets) * len(zero_sets)} splits to try, more than max_splits="
                                 f"{max_splits}; raise max_splits or lower the orders")
-    table = []
+    table, seen = [], set()
     for ps, zs in itertools.product(pole_sets, zero_sets):
         rest_p, rest_z = set(range(len(pg))) - ps, set(range(len(zg))) - zs
         blocks = [(_cat(pg, ps), _cat(zg, zs))] + ([(_cat(pg, rest_p), _cat(zg, rest_z))] if two else [])
+        key = tuple(tuple(np.round(np.sort_complex(r), 12)) for r in blocks[0])
+        if key in seen:                              # equal roots in different groups (a double pole)
+            continue
+        seen.add(key)
         rms, coef, scale = _fit_split(kind, data, skip, blocks, fts, nonlinearity, degree, hidden_layer)
         g2 = blocks[1] if two else (np.zeros(0, complex), np.zeros(0, complex))
         table.append(SplitFit(blocks[0][0], blocks[0][1], g2[0], g2[1], rms, coef, scale))

@@ -231,3 +231,14 @@ def test_mlp_refinement_reaches_the_noise_level(caplog):
     y1 = cc.simulate_output(init.model, res.theta, data.inputs(0), res.x0[0])
     assert res.status == "converged" and _rms(y1, data.y[0]) < 1.1 * noise
     assert _hausdorff(block_poles(res.theta), block_poles(G_TRUE)) < 0.01
+
+
+def test_bla_inputs_are_validated():
+    model = wiener_hammerstein(2, 2, theta0=WH_TRUE, scale=WH_SCALE)
+    data = simulate(model, WH_TRUE, np.random.default_rng(0).standard_normal(200))
+    with pytest.raises(cc.ShapeError, match="pair"):
+        bla_initialise("wiener_hammerstein", data, 2, 2, feedthrough=True)
+    with pytest.raises(cc.ShapeError, match="orders"):
+        bla_initialise("wiener", data, 0)
+    with pytest.raises(cc.OptionsError, match="max_splits"):
+        bla_initialise("wiener_hammerstein", data, 2, 2, max_splits=1)
