@@ -187,12 +187,24 @@ def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict,
 class SavedModel:
     """An identified model loaded from a file.
 
-    model : the :class:`~ceem_casadi.StateSpaceModel`, rebuilt from the stored expression graphs
-        (or, with ``trust_source=True``, by its factory); its noise settings are those saved.
-    theta : dict name -> array. source, kwargs : the model factory reference (text only unless
-        loaded with ``trust_source=True``).
-    meta : the whole JSON metadata (options, data, history, versions, user metadata).
-    extra : user arrays saved with the model.
+    Attributes
+    ----------
+    model : StateSpaceModel
+        Rebuilt from the stored expression graphs (or, with ``trust_source=True``, by its
+        factory); its noise settings are those saved.
+    theta : dict
+        Parameters, name -> array.
+    source : str or None
+        The model factory reference ``"package.module:factory"`` (text only unless loaded with
+        ``trust_source=True``).
+    kwargs : dict
+        The factory's keyword arguments.
+    meta : dict
+        The whole JSON metadata (options, data, history, versions, user metadata).
+    extra : dict of str to numpy.ndarray
+        User arrays saved with the model.
+    uncertainty : dict or None
+        Saved parameter uncertainty (JSON fields and the ``"covariance"`` array).
     """
 
     model: object
@@ -205,19 +217,35 @@ class SavedModel:
 
     @property
     def theta_vector(self) -> np.ndarray:
+        """(n_p,) flat parameter vector."""
         return np.concatenate([np.ravel(self.theta[n]) for n in self.meta["theta_names"]]) \
             if self.theta else np.zeros(0)
 
     @property
     def history(self) -> list:
+        """The fit's iteration records, as dicts of :class:`~ceem_casadi.IterationRecord` fields."""
         return [record_dict(h) for h in self.meta.get("history", [])]
 
     def predict(self, y, u=None, *, x0=None, Sigma0=None, Q=None, R=None, engine: str = "python"):
-        """EKF one-step predictions on one trajectory ``y`` (T, ny) (NaN = missing).
+        """EKF one-step predictions on one trajectory.
 
-        Defaults: ``x0`` = ``extra['x0']`` if saved, else the noise ``x1_mean``, else zeros;
-        ``Sigma0`` = ``x1_std**2`` (else ``process_std**2``); ``Q = process_std**2``;
-        ``R = measurement_std**2``. Returns :class:`~ceem_casadi.filtering.FilterResult`.
+        Parameters
+        ----------
+        y : numpy.ndarray
+            (T, ny) observations (NaN = missing).
+        u : numpy.ndarray, optional
+            (T, nu) inputs.
+        x0 : numpy.ndarray, optional
+            (nx,) prior mean; default ``extra['x0']`` if saved, else the noise ``x1_mean``, else zeros.
+        Sigma0, Q, R : float or numpy.ndarray, optional
+            Covariances; default ``x1_std**2`` (else ``process_std**2``), ``process_std**2``,
+            ``measurement_std**2``.
+        engine : str
+            ``"python"`` or ``"casadi"`` (see :class:`~ceem_casadi.filtering.EKF`).
+
+        Returns
+        -------
+        FilterResult
         """
         from .filtering import EKF
 
@@ -239,19 +267,41 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
 
     Parameters
     ----------
-    model : the :class:`~ceem_casadi.StateSpaceModel` (its noise settings are saved).
-    theta : identified parameters, dict name -> array.
-    source, kwargs : ``"package.module:factory"`` and its keyword arguments (JSON types) that
-        rebuild ``model`` (used only by ``load_model(..., trust_source=True)``); None stores only
-        the expression graphs.
-    options : fit options (a dataclass such as :class:`~ceem_casadi.CEEMOptions`, or a dict).
-    data : description of the training data (JSON types: files, columns, lengths, dt, ...).
-    history : list of :class:`~ceem_casadi.IterationRecord` (or dicts).
-    extra : numeric arrays to keep with the model (e.g. ``{"x0": (B, nx)}`` initial states).
-    metadata : free-form JSON-able user metadata.
-    uncertainty : optional :class:`~ceem_casadi.uncertainty.ParameterUncertainty` of the fit: its
-        covariance is stored as the array ``uncertainty/covariance``, the rest (names, estimates,
-        standard errors, intervals, identifiability) in the JSON field ``uncertainty``.
+    path : str or pathlib.Path
+        The file.
+    model : StateSpaceModel
+        The model (its noise settings are saved).
+    theta : dict
+        Identified parameters, name -> array.
+    source : str, optional
+        ``"package.module:factory"`` that rebuilds ``model`` (used only by
+        ``load_model(..., trust_source=True)``); None stores only the expression graphs.
+    kwargs : dict, optional
+        The factory's keyword arguments (JSON types).
+    options : dataclass or dict, optional
+        Fit options (e.g. a :class:`~ceem_casadi.CEEMOptions`).
+    data : dict, optional
+        Description of the training data (JSON types: files, columns, lengths, dt, ...).
+    history : list of IterationRecord or dict, optional
+        The fit's iterations.
+    extra : dict of str to numpy.ndarray, optional
+        Numeric arrays to keep with the model (e.g. ``{"x0": (B, nx)}`` initial states).
+    metadata : dict, optional
+        Free-form JSON-able user metadata.
+    uncertainty : ParameterUncertainty, optional
+        Parameter uncertainty of the fit: its covariance is stored as the array
+        ``uncertainty/covariance``, the rest (names, estimates, standard errors, intervals,
+        identifiability) in the JSON field ``uncertainty``.
+
+    Returns
+    -------
+    pathlib.Path
+        The written file.
+
+    Raises
+    ------
+    ModelFileError
+        The model's functions cannot be stored as expression graphs.
     """
     from . import __version__
 
@@ -358,13 +408,29 @@ def load_model(path, *, trust_source: bool = False, check_source: bool = True, r
     graphs (:mod:`ceem_casadi.sxgraph`), with the stored parameter declarations and noise. The
     result is a full :class:`~ceem_casadi.StateSpaceModel` (fit again, smooth, predict, codegen).
 
-    trust_source : import and call the factory named in the file (``source``, ``kwargs``) to
-        rebuild the model, as the model's author wrote it. This RUNS CODE named by the file:
-        only for files you made. Needed for files of format 1 (no stored expression graphs).
-    check_source : with ``trust_source``, compare the factory's ``f``, ``g`` with the stored
-        ones at random points and raise :class:`ModelFileError` when the model source changed.
-    rebuild : deprecated; ``False`` is the default behaviour, ``True`` was replaced by
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file.
+    trust_source : bool
+        Import and call the factory named in the file (``source``, ``kwargs``) to rebuild the
+        model, as the model's author wrote it. This RUNS CODE named by the file: only for files
+        you made. Needed for files of format 1 (no stored expression graphs).
+    check_source : bool
+        With ``trust_source``, compare the factory's ``f``, ``g`` with the stored ones at random
+        points and raise :class:`ModelFileError` when the model source changed.
+    rebuild : bool, optional
+        Deprecated; ``False`` is the default behaviour, ``True`` was replaced by
         ``trust_source=True``.
+
+    Returns
+    -------
+    SavedModel
+
+    Raises
+    ------
+    ModelFileError
+        A damaged or foreign file (digest mismatch, wrong format), or invalid stored graphs.
     """
     from .model import Noise
 
