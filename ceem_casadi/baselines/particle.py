@@ -63,16 +63,35 @@ _LOG2PI = np.log(2 * np.pi)
 class ParticleEMOptions:
     """Particle EM settings (defaults from the paper: Np = 100, Ns = 10).
 
-    n_particles : filter particles Np.  n_smooth : FFBSi trajectories Ns per data trajectory.
-    max_iters : EM iterations.  ess_threshold : resample when ESS < ess_threshold * Np.
-    saem_k0, saem_alpha : SAEM step sizes ``gamma_k = 1`` (k <= k0), ``(k - k0)**-alpha`` after.
-    memory : iterations of samples kept in the M-step (window of the SAEM average).
-    x0_mean, x0_std : (nx,) initial-state prior used when the model has no ``x1_mean``/``x1_std``.
-    proposal : ``"auto"`` (fully adapted when g is linear in x, else bootstrap), ``"bootstrap"``.
-    learner : options of the M-step NLP.
-    blas_threads : BLAS threads during the run (1 by default, as for CE-EM; ``None`` leaves them):
-        on the shared 2-core machine one six-coupled-Lorenz epoch took 208 s with threaded BLAS
-        and 14.5 s with one thread.
+    Parameters
+    ----------
+    n_particles : int
+        Filter particles Np.
+    n_smooth : int
+        FFBSi trajectories Ns per data trajectory.
+    max_iters : int
+        EM iterations.
+    ess_threshold : float
+        Resample when ESS < ess_threshold * Np.
+    saem_k0, saem_alpha : int, float
+        SAEM step sizes ``gamma_k = 1`` (k <= k0), ``(k - k0)**-alpha`` after.
+    memory : int
+        Iterations of samples kept in the M-step (window of the SAEM average).
+    x0_mean, x0_std : tuple of float, optional
+        (nx,) initial-state prior used when the model has no ``x1_mean``/``x1_std``.
+    proposal : str
+        ``"auto"`` (fully adapted when g is linear in x, else bootstrap) or ``"bootstrap"``.
+    learner : LearnerOptions
+        Options of the M-step NLP.
+    blas_threads : int, optional
+        BLAS threads during the run (1 by default, as for CE-EM; ``None`` leaves them): on the
+        shared 2-core machine one six-coupled-Lorenz epoch took 208 s with threaded BLAS and
+        14.5 s with one thread.
+
+    Raises
+    ------
+    ValueError
+        A value out of range.
     """
 
     n_particles: int = 100
@@ -118,10 +137,26 @@ class ParticleEMOptions:
 class ParticleFilterResult:
     """One trajectory (T steps) filtered with N particles.
 
-    particles (T, N, nx) and normalised weights (T, N) represent p(x[t] | y[1:t]);
-    f_particles (T-1, N, nx) = f(particles[t]) (used by FFBSi); ancestors (T, N) (-1 at t = 0);
-    ess (T,) effective sample size of the weights that decided resampling; resampled (T,) bool;
-    loglik : unbiased-in-likelihood estimate of log p(y[1:T]); Q_chol (nx, nx): process noise factor.
+    Attributes
+    ----------
+    loglik : float
+        Unbiased-in-likelihood estimate of log p(y[1:T]).
+    particles : numpy.ndarray
+        (T, N, nx); with ``weights`` they represent p(x[t] | y[1:t]).
+    weights : numpy.ndarray
+        (T, N) normalised weights.
+    f_particles : numpy.ndarray
+        (T-1, N, nx) ``f(particles[t])`` (used by FFBSi).
+    ancestors : numpy.ndarray
+        (T, N) ancestor indices (-1 at t = 0).
+    ess : numpy.ndarray
+        (T,) effective sample size of the weights that decided resampling.
+    resampled : numpy.ndarray
+        (T,) bool.
+    proposal : str
+        ``"fully-adapted"`` or ``"bootstrap"``.
+    Q_chol : numpy.ndarray
+        (nx, nx) Cholesky factor of the process noise covariance.
     """
 
     loglik: float
@@ -152,8 +187,21 @@ class ParticleEMRecord:
 
 @dataclass
 class ParticleEMResult:
-    """Outcome of :func:`particle_em`: status ``"max_iters"``, ``"stopped"`` (callback) or
-    ``"solver_failed"`` (the last good theta is returned); build_s: one-off M-step NLP build."""
+    """Outcome of :func:`particle_em`.
+
+    Attributes
+    ----------
+    theta : dict
+        Final parameters (the last good theta after a solver failure).
+    history : list of ParticleEMRecord
+        One record per iteration.
+    status : Status
+        ``"max_iters"``, ``"stopped"`` (callback) or ``"solver_failed"``.
+    message : str
+        What happened.
+    build_s : float
+        One-off M-step NLP construction time (s).
+    """
 
     theta: Theta
     history: list[ParticleEMRecord]
@@ -166,6 +214,7 @@ class ParticleEMResult:
 
     @property
     def success(self) -> bool:
+        """True for ``"max_iters"`` and ``"stopped"``."""
         return self.status in ("max_iters", "stopped")
 
 
@@ -299,9 +348,36 @@ def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x
                     proposal: str = "auto") -> ParticleFilterResult:
     """Run the particle filter on one trajectory (see the module docstring).
 
-    ``theta_vec`` flat parameters; ``y`` (T, ny) with NaN = missing; ``u`` (T, nu) or None;
-    ``x0_mean`` (nx,), ``x0_cov`` (scalar, (nx,) or (nx, nx)); ``Q``, ``R`` override the
-    model's noise. For repeated calls build a :class:`ParticleFilter` once.
+    For repeated calls build a :class:`ParticleFilter` once.
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
+    theta_vec : numpy.ndarray
+        (n_p,) flat parameter vector.
+    y : numpy.ndarray
+        (T, ny) observations, NaN = missing.
+    u : numpy.ndarray, optional
+        (T, nu) inputs.
+    n_particles : int
+        Number of particles N.
+    x0_mean : numpy.ndarray
+        (nx,) prior mean of x[1].
+    x0_cov : float or numpy.ndarray
+        Prior covariance of x[1]: scalar, (nx,) or (nx, nx).
+    rng : numpy.random.Generator
+        All random draws.
+    Q, R : float or numpy.ndarray, optional
+        Override the model's noise covariances.
+    ess_threshold : float
+        Resample when ESS < ess_threshold * N.
+    proposal : str
+        ``"auto"`` or ``"bootstrap"``.
+
+    Returns
+    -------
+    ParticleFilterResult
     """
     pf = ParticleFilter(model, n_particles, proposal)
     return pf.run(theta_vec, y, u, x0_mean=x0_mean, x0_cov=x0_cov, rng=rng, Q=Q, R=R,
@@ -309,10 +385,24 @@ def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x
 
 
 def ffbsi(result: ParticleFilterResult, n_smooth: int, *, rng: np.random.Generator) -> np.ndarray:
-    """Forward-filtering backward-simulation: ``n_smooth`` trajectories (Ns, T, nx).
+    """Forward-filtering backward-simulation of smoothed state trajectories.
 
     Rejection-free backward simulation, O(N Ns nx) per step: at each t the index of every
     trajectory is drawn with probability ``w[t]^i N(x*[t+1]; f(x[t]^i), Q)``.
+
+    Parameters
+    ----------
+    result : ParticleFilterResult
+        A filtered trajectory.
+    n_smooth : int
+        Number of trajectories Ns.
+    rng : numpy.random.Generator
+        All random draws.
+
+    Returns
+    -------
+    numpy.ndarray
+        (Ns, T, nx) draws from p(x[1:T] | y[1:T]).
     """
     X, W, Fp, Lq = result.particles, result.weights, result.f_particles, result.Q_chol
     T, N, nx = X.shape
@@ -372,10 +462,26 @@ def saem_weights(gammas: list[float], memory: int) -> np.ndarray:
 def particle_em(model, data: Trajectories, theta0: Theta, *,
                 options: ParticleEMOptions = ParticleEMOptions(), seed: int | np.random.Generator = 0,
                 callback: Callable[[ParticleEMRecord], bool | None] | None = None) -> ParticleEMResult:
-    """Particle EM (particle filter + FFBSi E-step, SAEM M-step) from ``theta0`` (dict).
+    """Particle EM (particle filter + FFBSi E-step, SAEM M-step) from ``theta0``.
 
-    ``callback(record)`` is called after every iteration; returning True stops the loop.
-    All random draws come from ``seed`` (an int or a numpy Generator).
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
+    data : Trajectories
+        The trajectories.
+    theta0 : dict
+        Initial parameters.
+    options : ParticleEMOptions
+        Particles, SAEM steps, M-step options.
+    seed : int or numpy.random.Generator
+        All random draws.
+    callback : callable, optional
+        Called with each :class:`ParticleEMRecord`; returning True stops the loop.
+
+    Returns
+    -------
+    ParticleEMResult
     """
     with blas_threads(options.blas_threads):
         return _particle_em(model, data, theta0, options, seed, callback)
