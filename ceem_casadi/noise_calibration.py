@@ -27,7 +27,7 @@ from .errors import NonFiniteError, ShapeError
 from .filtering import EKF
 from .learner import Learner
 from .noise_criteria import holdout_rms, innovation_loglik, split_tails
-from .options import CEEMOptions, check_time_limit
+from .options import CEEMOptions, _require, check_time_limit
 from .params import Theta
 from .smoother import Smoother
 
@@ -38,11 +38,6 @@ CRITERIA = ("innovation", "holdout")
 #: (0.032 ... 32, a factor sqrt(10) apart)
 DEFAULT_GRID = tuple(float(v) for v in np.logspace(-1.5, 1.5, 7))
 NOT_RUN = "not_run"
-
-
-def _require(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ValueError(msg)
 
 
 @dataclass(frozen=True)

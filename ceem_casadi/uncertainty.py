@@ -41,7 +41,7 @@ from scipy.stats import norm
 
 from ._linalg import gram
 from ._threads import blas_threads
-from .errors import SolverError
+from .errors import OptionsError, SolverError
 from .identifiability import Direction, entry_names, spectrum, weak_directions
 from .joint_gauss_newton import JointGaussNewton, _banded_upper, _BufferedCall
 from .learner import AUTO_EXACT_INSTRUCTIONS, weighted_stage_columns
@@ -92,15 +92,15 @@ class UncertaintyOptions:
 
     def __post_init__(self):
         if self.hessian not in HESSIANS:
-            raise ValueError(f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
+            raise OptionsError(f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
         if not 0 < self.level < 1:
-            raise ValueError(f"level must be in (0, 1), e.g. 0.95, got {self.level!r}")
+            raise OptionsError(f"level must be in (0, 1), e.g. 0.95, got {self.level!r}")
         if not 0 < self.identifiability_tol < 1:
-            raise ValueError(f"identifiability_tol must be in (0, 1), got {self.identifiability_tol!r}")
+            raise OptionsError(f"identifiability_tol must be in (0, 1), got {self.identifiability_tol!r}")
         if not 0 <= self.bound_tol < 1:
-            raise ValueError(f"bound_tol must be in [0, 1), got {self.bound_tol!r}")
+            raise OptionsError(f"bound_tol must be in [0, 1), got {self.bound_tol!r}")
         if not (self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1)):
-            raise ValueError(f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
+            raise OptionsError(f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
 
 
 @dataclass

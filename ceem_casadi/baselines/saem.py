@@ -27,6 +27,7 @@ import numpy as np
 
 from .._threads import blas_threads
 from ..data import Trajectories
+from ..errors import OptionsError
 from ..learner import Learner
 from ..options import LearnerOptions
 from ..params import Theta
@@ -101,9 +102,9 @@ class ParticleEMOptions:
         ]
         for ok, msg in checks:
             if not ok:
-                raise ValueError(msg)
+                raise OptionsError(msg)
         if self.x0_std is not None and np.any(np.asarray(self.x0_std, float) <= 0):
-            raise ValueError(f"x0_std must be positive, got {self.x0_std}")
+            raise OptionsError(f"x0_std must be positive, got {self.x0_std}")
 
     def gamma(self, k: int) -> float:
         """SAEM step size of iteration k (1-based)."""
