@@ -24,7 +24,7 @@ Public API::
 """
 from . import baselines, filtering, io
 from .baselines import n4sid
-from .ceem import CEEMResult, IterationRecord, ceem
+from .ceem import ceem
 from .checkpoint import CheckpointError, ceem_checkpointed
 from .codegen import GeneratedEKF, generate_ekf
 from .data import Trajectories, simulate
@@ -50,6 +50,7 @@ from .objective import joint_log_density
 from .options import CEEMOptions, LearnerOptions, SmootherOptions
 from .output_error import OutputErrorOptions, OutputErrorResult, refine_output_error
 from .params import Param, Parameters
+from .results import CEEMResult, IterationRecord
 from .simulation import rollout, simulate_output
 from .smoother import Smoother, SmoothResult
 from .status import Status

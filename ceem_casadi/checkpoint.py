@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .modelfile import ModelFileError, read_archive, record_dict, to_jsonable, write_archive
+from .archive import ModelFileError, read_archive, record_dict, to_jsonable, write_archive
 from .status import Status
 
 log = logging.getLogger(__name__)

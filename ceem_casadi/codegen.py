@@ -42,7 +42,21 @@ CFLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror")
 
 @dataclass(frozen=True)
 class GeneratedEKF:
-    """Paths of the generated files and the sizes of the predictor."""
+    """Paths of the generated files and the sizes of the predictor.
+
+    Attributes
+    ----------
+    name : str
+        Base name of the files and of the C symbols.
+    source, header : pathlib.Path
+        ``<name>.c`` and ``<name>.h``.
+    example : pathlib.Path or None
+        ``<name>_main.c``, the example CSV/stdin program (None unless requested).
+    nx, nu, ny : int
+        Dimensions of the predictor.
+    theta_as_argument : bool
+        Whether the parameters are an argument of the C functions instead of constants.
+    """
 
     name: str
     source: Path

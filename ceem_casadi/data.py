@@ -103,14 +103,17 @@ class Trajectories:
 
     @property
     def ny(self) -> int:
+        """Number of outputs."""
         return self.y[0].shape[1]
 
     @property
     def nu(self) -> int:
+        """Number of inputs (0 without inputs)."""
         return 0 if self.u is None else self.u[0].shape[1]
 
     @property
     def lengths(self) -> tuple[int, ...]:
+        """Samples T_b of each trajectory."""
         return tuple(yi.shape[0] for yi in self.y)
 
     def inputs(self, b: int) -> np.ndarray:

@@ -34,8 +34,23 @@ def default_window(model, T: int) -> int:
 
 @dataclass
 class InitialStateResult:
-    """One trajectory's estimate: x0 (nx,), cost (the minimised objective above), status, message,
-    IPOPT iterations, wall time (s)."""
+    """One trajectory's initial-state estimate.
+
+    Attributes
+    ----------
+    x0 : numpy.ndarray
+        (nx,) the estimate.
+    cost : float
+        The minimised objective (see the module docstring).
+    status : Status
+        Outcome of the best start's IPOPT solve.
+    message : str
+        What happened.
+    iterations : int
+        IPOPT iterations.
+    wall_s : float
+        Wall-clock seconds.
+    """
 
     x0: np.ndarray
     cost: float

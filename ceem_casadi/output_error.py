@@ -30,7 +30,7 @@ from ._ipopt import DEADLINE, deadline, ipopt_options, solve
 from .data import Trajectories
 from .errors import ShapeError, SolverError
 from .initial_state import estimate_initial_state
-from .options import _require, check_time_limit
+from .options import HESSIANS, _require, check_time_limit
 from .params import Theta
 from .simulation import rollout, run
 from .status import Status
@@ -42,23 +42,38 @@ __all__ = ["OutputErrorOptions", "OutputErrorResult", "refine_output_error"]
 class OutputErrorOptions:
     """Options of :func:`refine_output_error`.
 
-    max_iter, tol : IPOPT iteration limit and tolerance (default 500, 1e-10).
-    hessian : ``"gauss-newton"`` (default: ``J^T J`` of the output residuals, positive
-        semi-definite, constraint curvature ignored) or ``"exact"`` (CasADi's exact Hessian of
-        the Lagrangian; 2-5x slower per iteration in the measurements of the README). With
-        multiple shooting on very short segments (``shooting=1``: all the dynamics sit in the
-        constraints, whose curvature Gauss-Newton ignores) Gauss-Newton can stall (pendulum,
-        2 noisy trajectories: 500 iterations without convergence at k = 1; 9 iterations at
-        k = 2, 3, 5, like single shooting); use segments of a few samples, or ``"exact"`` there.
-    use_prior : include the parameters' Gaussian priors.
-    time_limit : wall-clock budget in seconds for the whole call (initial states included), or
-        ``None``; when spent, IPOPT stops at its next iteration and the result has status
+    Parameters
+    ----------
+    max_iter : int
+        IPOPT iteration limit (default 500).
+    tol : float
+        IPOPT tolerance (default 1e-10).
+    hessian : str
+        ``"gauss-newton"`` (default: ``J^T J`` of the output residuals, positive semi-definite,
+        constraint curvature ignored) or ``"exact"`` (CasADi's exact Hessian of the Lagrangian;
+        2-5x slower per iteration in the measurements of the README). With multiple shooting on
+        very short segments (``shooting=1``: all the dynamics sit in the constraints, whose
+        curvature Gauss-Newton ignores) Gauss-Newton can stall (pendulum, 2 noisy trajectories:
+        500 iterations without convergence at k = 1; 9 iterations at k = 2, 3, 5, like single
+        shooting); use segments of a few samples, or ``"exact"`` there.
+    use_prior : bool
+        Include the parameters' Gaussian priors.
+    time_limit : float, optional
+        Wall-clock budget in seconds for the whole call (initial states included), or ``None``;
+        when spent, IPOPT stops at its next iteration and the result has status
         ``"time_limit"`` with the last iterate.
-    x0_window : samples used to estimate initial states that are not given (default as in
+    x0_window : int, optional
+        Samples used to estimate initial states that are not given (default as in
         :func:`~ceem_casadi.estimate_initial_state`).
-    x_lower, x_upper : bounds on the initial states and shooting nodes (scalar or (nx,)).
-    raise_on_failure : raise :class:`~ceem_casadi.SolverError` instead of returning status
-        ``"solver_failed"``.
+    x_lower, x_upper : float or sequence of float, optional
+        Bounds on the initial states and shooting nodes (scalar or (nx,)).
+    raise_on_failure : bool
+        Raise :class:`~ceem_casadi.SolverError` instead of returning status ``"solver_failed"``.
+
+    Raises
+    ------
+    OptionsError
+        A value out of range (also a ``ValueError``).
     """
 
     max_iter: int = 500
@@ -74,7 +89,7 @@ class OutputErrorOptions:
     def __post_init__(self):
         _require(isinstance(self.max_iter, int) and self.max_iter >= 1, f"max_iter must be an int >= 1, got {self.max_iter!r}")
         _require(np.isfinite(self.tol) and self.tol > 0, f"tol must be finite and > 0, got {self.tol!r}")
-        _require(self.hessian in ("gauss-newton", "exact"),
+        _require(self.hessian in HESSIANS,
                  f"hessian must be 'gauss-newton' or 'exact', got {self.hessian!r}")
         check_time_limit(self.time_limit)
         _require(self.x0_window is None or (isinstance(self.x0_window, int) and self.x0_window >= 1),
@@ -85,11 +100,26 @@ class OutputErrorOptions:
 class OutputErrorResult:
     """Outcome of :func:`refine_output_error`.
 
-    theta : parameters (dict); x0 : (B, nx) initial state per trajectory; cost : the minimised
-    objective (module docstring) at the returned point, initial_cost at the start; status : a
-    :class:`~ceem_casadi.Status` (``status.advice`` says what to try); message : IPOPT's return
-    status and more; iterations : IPOPT iterations; wall_s : seconds for the whole call;
-    constraint_violation : max |continuity gap| of multiple shooting (0 for single shooting).
+    Attributes
+    ----------
+    theta : dict
+        Parameters, name -> array.
+    x0 : numpy.ndarray
+        (B, nx) initial state per trajectory.
+    cost : float
+        The minimised objective (module docstring) at the returned point.
+    status : Status
+        ``status.advice`` says what to try.
+    message : str
+        IPOPT's return status and more.
+    iterations : int
+        IPOPT iterations.
+    wall_s : float
+        Seconds for the whole call.
+    initial_cost : float
+        The objective at the start.
+    constraint_violation : float
+        Max |continuity gap| of multiple shooting (0 for single shooting).
     """
 
     theta: Theta
@@ -104,6 +134,7 @@ class OutputErrorResult:
 
     @property
     def success(self) -> bool:
+        """Whether ``status`` gives a regular estimate."""
         return self.status.usable
 
 

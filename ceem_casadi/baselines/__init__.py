@@ -11,7 +11,8 @@ versions (``ceem_casadi.baselines.EKF``).
 from ..filtering import EKF, ekf, kalman_filter, rts_smoother
 from .lstm import LSTM, sequence_loss_factory, windows
 from .n4sid import N4SIDResult, n4sid
-from .particle import ParticleEMOptions, ParticleEMResult, ParticleFilterResult, ffbsi, particle_em, particle_filter
+from .particle import ParticleFilterResult, ffbsi, particle_filter
+from .saem import ParticleEMOptions, ParticleEMResult, particle_em
 
 __all__ = [
     "LSTM", "N4SIDResult", "ParticleEMOptions", "ParticleEMResult", "ParticleFilterResult", "ffbsi", "n4sid",

@@ -33,8 +33,29 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
         _fns=None) -> FilterResult:
     """Run the EKF (and optionally the RTS smoother) on one trajectory.
 
-    ``y`` (T, ny) with NaN = missing; ``u`` (T, nu) or None; ``x0`` (nx,); ``Sigma0``, ``Q``
-    (nx, nx) and ``R`` (ny, ny) as scalars, diagonals or matrices.
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model (its Jacobians are built here; reuse :class:`EKF` to build them once).
+    theta_vec : numpy.ndarray
+        (n_p,) flat parameter vector.
+    y : numpy.ndarray
+        (T, ny) observations, NaN = missing (entry-wise).
+    u : numpy.ndarray, optional
+        (T, nu) inputs (required when nu > 0).
+    x0 : numpy.ndarray
+        (nx,) prior mean of the first state, ``x_{1|0}``.
+    Sigma0, Q : float or numpy.ndarray
+        Prior covariance of x[1] and process noise covariance: scalar, (nx,) diagonal or (nx, nx).
+    R : float or numpy.ndarray
+        Measurement noise covariance: scalar, (ny,) diagonal or (ny, ny).
+    smooth : bool
+        Also run the Rauch-Tung-Striebel backward pass (``x_smooth``, ``P_smooth``).
+
+    Returns
+    -------
+    FilterResult
+        With the dynamics Jacobians ``A`` (T-1, nx, nx).
     """
     nx, ny = model.nx, model.ny
     y, u = single_trajectory(model, y, u)
@@ -123,6 +144,11 @@ class EKF:
     step); ``engine="casadi"`` runs the whole forward pass as one ``mapaccum`` of an SX step
     Function (built once per trajectory length, ~10x faster per step); both give the same
     numbers up to rounding (tested to 1e-10).
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
     """
 
     def __init__(self, model):
@@ -133,6 +159,32 @@ class EKF:
 
     def run(self, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
             engine: str = "python") -> FilterResult:
+        """Filter (and optionally smooth) one trajectory.
+
+        Parameters
+        ----------
+        theta_vec : numpy.ndarray
+            (n_p,) flat parameter vector.
+        y : numpy.ndarray
+            (T, ny) observations, NaN = missing (entry-wise).
+        u : numpy.ndarray, optional
+            (T, nu) inputs (required when nu > 0).
+        x0 : numpy.ndarray
+            (nx,) prior mean of the first state, ``x_{1|0}``.
+        Sigma0, Q : float or numpy.ndarray
+            Prior covariance of x[1] and process noise covariance: scalar, (nx,) diagonal or (nx, nx).
+        R : float or numpy.ndarray
+            Measurement noise covariance: scalar, (ny,) diagonal or (ny, ny).
+        smooth : bool
+            Also run the Rauch-Tung-Striebel backward pass (``x_smooth``, ``P_smooth``).
+        engine : str
+            ``"python"`` (a loop over time) or ``"casadi"`` (one mapaccum; same numbers).
+
+        Returns
+        -------
+        FilterResult
+            With the dynamics Jacobians ``A`` (T-1, nx, nx).
+        """
         if engine == "casadi":
             return self._run_casadi(theta_vec, y, u, x0=x0, Sigma0=Sigma0, Q=Q, R=R, smooth=smooth)
         if engine != "python":

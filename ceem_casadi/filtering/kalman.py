@@ -33,12 +33,27 @@ def kalman_filter(A, C, Q, R, y, u=None, *, B=None, D=None, x0, Sigma0,
 
     Parameters
     ----------
-    A (nx, nx), C (ny, nx) : dynamics and observation matrices.
-    Q (nx, nx), R (ny, ny) : process / measurement noise covariances (scalars and diagonals allowed).
-    y : (T, ny) observations, NaN = missing (entry-wise).
-    u : (T, nu) inputs or None; B (nx, nu) and D (ny, nu) default to zero.
-    x0 (nx,), Sigma0 (nx, nx) : Gaussian prior of x[1].
-    smooth : also run the RTS backward pass.
+    A, C : numpy.ndarray
+        (nx, nx) dynamics and (ny, nx) observation matrices.
+    Q, R : float or numpy.ndarray
+        Process (nx, nx) and measurement (ny, ny) noise covariances (scalars and diagonals allowed).
+    y : numpy.ndarray
+        (T, ny) observations, NaN = missing (entry-wise).
+    u : numpy.ndarray, optional
+        (T, nu) inputs.
+    B, D : numpy.ndarray, optional
+        (nx, nu) and (ny, nu) input matrices (default zero).
+    x0 : numpy.ndarray
+        (nx,) prior mean of x[1].
+    Sigma0 : float or numpy.ndarray
+        Prior covariance of x[1] (scalar, diagonal or (nx, nx)).
+    smooth : bool
+        Also run the RTS backward pass.
+
+    Returns
+    -------
+    FilterResult
+        Without Jacobians (``A`` is None).
     """
     A = np.atleast_2d(np.asarray(A, float))
     nx = A.shape[0]
@@ -97,11 +112,27 @@ def kalman_filter(A, C, Q, R, y, u=None, *, B=None, D=None, x0, Sigma0,
 def rts_smoother(res: FilterResult, A=None) -> FilterResult:
     """Rauch-Tung-Striebel backward pass on a filtered result (in place; also returned).
 
-    ``A`` is the (nx, nx) dynamics matrix, or a (T-1, nx, nx) stack for a time-varying model;
-    None takes the EKF's Jacobians ``res.A``.
     ``G_t = P_{t|t} A_t^T P_{t+1|t}^{-1}``,
     ``x_{t|T} = x_{t|t} + G_t (x_{t+1|T} - x_{t+1|t})``,
     ``P_{t|T} = P_{t|t} + G_t (P_{t+1|T} - P_{t+1|t}) G_t^T``.
+
+    Parameters
+    ----------
+    res : FilterResult
+        A filtered result of :func:`kalman_filter` or of the EKF.
+    A : numpy.ndarray, optional
+        (nx, nx) dynamics matrix, or a (T-1, nx, nx) stack for a time-varying model; None takes
+        the EKF's Jacobians ``res.A``.
+
+    Returns
+    -------
+    FilterResult
+        ``res`` with ``x_smooth`` (T, nx) and ``P_smooth`` (T, nx, nx) set.
+
+    Raises
+    ------
+    ValueError
+        ``A`` is None and ``res`` holds no Jacobians.
     """
     T = res.x_filt.shape[0]
     if A is None:
