@@ -36,10 +36,10 @@ import casadi as ca
 import numpy as np
 
 from ._ipopt import ipopt_options, solve
-from .joint import JointGaussNewton
-from .learner import stack_stages
+from .joint_gauss_newton import JointGaussNewton
+from .options import HESSIANS
 from .smoother import block_tridiagonal_gather
-from .stages import HESSIANS, StageFunctions
+from .stages import StageFunctions, stack_stages
 
 log = logging.getLogger(__name__)
 

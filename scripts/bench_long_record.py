@@ -96,7 +96,7 @@ def fit(model, data, theta0, acceleration: str, time_limit: float, tol: float = 
                                                             time_limit=time_limit))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     last = res.history[-1] if res.history else None
-    rel = float("nan") if last is None else abs(last.decrease) / max(1.0, abs(last.objective))
+    rel = float("nan") if last is None else abs(last.increase) / max(1.0, abs(last.objective))
     kinds = [r.kind for r in res.history]
     return {"acceleration": acceleration, "status": str(res.status), "iterations": res.iterations, "wall_s": wall,
             "cpu_s": cpu,
