@@ -154,6 +154,8 @@ def _cond_joint(model, data, theta_vec, xs) -> float:
     return float(big / small)
 
 
+DIAGNOSIS = ("cond_joint_gauss_newton", "cond_learning_hessian", "cond_reduced_exact", "cond_reduced_gauss_newton",
+             "em_rate", "gauss_newton_rate", "lm_step_fraction_mu_1e-6")
 PROBLEMS = {"segments": 10, "one_piece": 1}
 
 
@@ -180,11 +182,14 @@ def main(argv=None) -> int:
                 row.update(diagnose(model, data, res))
             rows.append(row)
             print(f"{name:10s} {acc:8s} {row['status']:10s} iterations {row['iterations']:4d} ({row['kinds']}) "
-                  f"{row['wall_s']:7.1f} s (CPU {row['cpu_s']:6.1f} s)  final rel. change of J {row['final_rel_change_J']:.1e}  "
-                  f"test RMS {row['test_rms']:.3e} (theta0 {row['test_rms_initial']:.3e})", flush=True)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"rows": rows, "smoke": args.smoke, "time_limit": args.time_limit}, fh, indent=1)
+                  f"{row['wall_s']:7.1f} s (CPU {row['cpu_s']:6.1f} s)  final rel. change of J "
+                  f"{row['final_rel_change_J']:.1e}  test RMS {row['test_rms']:.3e} "
+                  f"(theta0 {row['test_rms_initial']:.3e})", flush=True)
+            if args.diagnose:
+                print("    " + ", ".join(f"{k} {row[k]:.3g}" for k in DIAGNOSIS), flush=True)
+            if args.json:  # after every row: a long run killed half-way keeps what it measured
+                with open(args.json, "w") as fh:
+                    json.dump({"rows": rows, "smoke": args.smoke, "time_limit": args.time_limit}, fh, indent=1)
     return 0
 
 
