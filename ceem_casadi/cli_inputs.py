@@ -306,7 +306,8 @@ def initial_states(model, theta_vec, data, x0_arg=None) -> np.ndarray:
 FLAG_MAP = {"max_iters": ("ceem", "max_iters"), "tol": ("ceem", "tol"), "acceleration": ("ceem", "acceleration"),
             "n_jobs": ("ceem", "n_jobs"), "rho_x": ("smoother", "rho_x"), "rho_theta": ("learner", "rho_theta"),
             "smoother_max_iter": ("smoother", "max_iter"), "learner_max_iter": ("learner", "max_iter"),
-            "smoother_hessian": ("smoother", "hessian"), "learner_hessian": ("learner", "hessian")}
+            "smoother_hessian": ("smoother", "hessian"), "learner_hessian": ("learner", "hessian"),
+            "time_limit": ("ceem", "time_limit")}
 
 
 def build_options(config: str | None, args):
