@@ -23,6 +23,7 @@ from .cli_inputs import (
     columns,
     int_list,
     json_object,
+    load_data,  # noqa: F401  (re-exported: ceem_casadi.cli.load_data)
     model_from_args,
     model_ref,
     names,
