@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .cli_commands import cmd_calibrate_noise, cmd_refine, data_from_args, initial_states_cli
+from .cli_commands import add_parsers, data_from_args, initial_states_cli
 from .cli_inputs import (
     UsageError,
     at_least,
@@ -302,49 +302,6 @@ def _add_x0(p):
                                                  "10 nx)); also for a model with x1_mean")
 
 
-def _add_refine(sub):
-    p = sub.add_parser("refine", help="output-error (simulation-error) refinement of theta and x0; writes a model file",
-                       description="Fit the free parameters and every trajectory's initial state to the free-run "
-                                   "simulation error (cc.refine_output_error), e.g. after 'fit'.")
-    _add_model(p)
-    _add_data(p)
-    p.add_argument("--theta0", help="starting parameters JSON (default: the model file's or the factory's)")
-    p.add_argument("--shooting", type=int, help="multiple shooting with segments of this many samples "
-                                                "(default: single shooting)")
-    p.add_argument("--hessian", choices=("gauss-newton", "exact"), default="gauss-newton")
-    p.add_argument("--max-iter", type=int, default=500, help="IPOPT iterations (default 500)")
-    p.add_argument("--time-limit", type=float, help="wall-clock budget in seconds (status time_limit)")
-    p.add_argument("--x0", help="starting initial states JSON (default: estimated from --x0-window samples)")
-    p.add_argument("--x0-window", type=int, help="samples used to estimate the starting x0 (default min(T, 10 nx))")
-    p.add_argument("--no-prior", action="store_true", help="ignore the parameters' priors")
-    p.add_argument("--out", required=True, help="model file to write (.npz; theta and x0)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
-    p.set_defaults(func=cmd_refine)
-
-
-def _add_calibrate_noise(sub):
-    p = sub.add_parser("calibrate-noise", help="CE-EM over a grid of process-noise levels, one chosen by a criterion",
-                       description="Fit CE-EM at every process-noise level of --grid (multipliers of the model's "
-                                   "process_std) and write the chosen fit (cc.calibrate_noise).")
-    _add_model(p)
-    _add_data(p)
-    p.add_argument("--theta0", help="starting parameters JSON (default: the model file's or the factory's)")
-    p.add_argument("--grid", help="comma-separated multipliers of the model's process_std (default 7 levels "
-                                  "0.032..32)")
-    p.add_argument("--criterion", choices=("innovation", "holdout"), default="innovation")
-    p.add_argument("--max-iters", type=int, default=50, help="CE-EM iterations per level (default 50)")
-    p.add_argument("--acceleration", choices=["none", "squarem", "newton"], default="newton")
-    p.add_argument("--n-jobs", type=int, default=1, help="processes (default 1)")
-    p.add_argument("--time-limit", type=float, help="budget of the whole calibration in seconds")
-    p.add_argument("--holdout-fraction", type=float, default=0.25, help="tail held out by 'holdout' (default 0.25)")
-    p.add_argument("--x0-window", type=int, default=10, help="samples for each tail's x0 by 'holdout' (default 10)")
-    p.add_argument("--out", required=True, help="model file of the chosen level to write (.npz)")
-    p.add_argument("--table", help="write the table (one row per level) as CSV")
-    p.add_argument("--plot", help="write the criterion and J against the level (.png/.svg)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no table and summary on stderr")
-    p.set_defaults(func=cmd_calibrate_noise)
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog=PROG, description="Identify, evaluate and deploy state-space models with CE-EM (CasADi).")
     ap.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
@@ -425,8 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["png", "svg"], default="png")
     p.add_argument("--out-dir", required=True)
     p.set_defaults(func=cmd_plot)
-    _add_refine(sub)
-    _add_calibrate_noise(sub)
+    add_parsers(sub, _add_model, _add_data)
     return ap
 
 
