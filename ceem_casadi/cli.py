@@ -247,10 +247,11 @@ def cmd_plot(args) -> int:
         u = data.inputs(b)
         y_fit = np.asarray(model.g.map(len(x))(x.T, u.T, pv)).T
         written.append(plots.plot_states(x, data.y[b], out / f"states{ext}", y_fit=y_fit, dt=model.dt))
-        x0, x0_note, _ = initial_states_cli(model, pv, data[b:b + 1], args.x0, args.x0_window)
+        x0, x0_note, window = initial_states_cli(model, pv, data[b:b + 1], args.x0, args.x0_window)
         x0 = x0[0]
-        print(x0_note)
-        y_sim = cc.simulate_output(model, pv, u, x0)
+        print(x0_note + (f"; the simulation is scored from sample {window} on" if window else ""))
+        y_sim = np.array(cc.simulate_output(model, pv, u, x0), float)
+        y_sim[:window or 0] = np.nan  # as evaluate: the samples that fitted x0 are not scored
         written.append(plots.plot_prediction(data.y[b], y_sim, out / f"simulation{ext}", dt=model.dt,
                                              label="free-run simulation"))
         if saved is not None:

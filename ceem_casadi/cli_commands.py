@@ -214,8 +214,7 @@ def cmd_calibrate_noise(args) -> int:
         import matplotlib.pyplot as plt
 
         ax = res.plot()
-        ax.figure.tight_layout()
-        ax.figure.savefig(args.plot, dpi=120)
+        ax.figure.savefig(args.plot, dpi=120, bbox_inches="tight")
         plt.close(ax.figure)
     source, kwargs = model_source(args, saved)
     extra = {"x0": np.array([x[0] for x in fit.x])} if fit.x is not None else {}
