@@ -73,7 +73,7 @@ def default_x0_window(model, lengths) -> int:
     return int(min(min(lengths) - 1, max(10 * model.nx, 2)))
 
 
-def initial_states_cli(model, pv, data, x0_arg=None, window=None):
+def initial_states_cli(model, theta_vec, data, x0_arg=None, window=None):
     """Initial states (B, nx) for ``evaluate`` and ``plot``, a sentence saying where they come from,
     and the window used (None unless estimated).
 
@@ -96,7 +96,7 @@ def initial_states_cli(model, pv, data, x0_arg=None, window=None):
         return np.tile(model.noise.x1_mean, (len(data), 1)), "x0 = the model's x1_mean", None
     window = default_x0_window(model, data.lengths) if window is None else window
     try:
-        x0 = estimate_initial_state(model, pv, data, window=window)
+        x0 = estimate_initial_state(model, theta_vec, data, window=window)
     except CeemError as exc:
         raise UsageError(f"estimating x0 from the first {window} samples failed ({exc}); give --x0 or another "
                          f"--x0-window") from None
