@@ -143,14 +143,3 @@ def steady_upper_level(theta: dict, h2) -> np.ndarray:
     s = q2 / a1 if b1 <= 1e-12 else (-a1 + np.sqrt(a1 * a1 + 4 * b1 * q2)) / (2 * b1)
     return s ** 2
 
-
-def simulate_output(model: cc.StateSpaceModel, theta: dict, x0, u) -> tuple[np.ndarray, np.ndarray]:
-    """Free-run simulation: states (T, 2) and output (T, 1) from x0 (2,) under u (T, 1)."""
-    u = np.asarray(u, float).reshape(-1, 1)
-    T = u.shape[0]
-    pv = model.theta_vector(theta)
-    roll = model.f.mapaccum(T - 1)
-    xs = np.asarray(roll(np.asarray(x0, float).reshape(2, 1), u[:-1].T, pv)).T
-    x = np.vstack([np.asarray(x0, float).reshape(1, 2), xs])
-    y = np.asarray(model.g.map(T)(x.T, u.T, pv)).T
-    return x, y

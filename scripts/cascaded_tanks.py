@@ -18,8 +18,11 @@ Steps
    process-noise std in ``--process-std`` (default 0.003, 0.01, 0.03 V per sample); the fit with the
    lowest free-run simulation RMS on the ESTIMATION data is kept (the test split is never used to choose).
 4. **Refinement** (optional, ``--no-refine`` skips it): single-shooting simulation-error least squares
-   over the free parameters and the estimation initial state (scipy ``least_squares``, trust region
-   with bounds, Jacobian of the CasADi simulation), started from the CE-EM estimate.
+   over the free parameters and the estimation initial state (:func:`ceem_casadi.refine_output_error`,
+   IPOPT with bounds, Gauss-Newton Hessian of the CasADi simulation), started from the CE-EM estimate.
+Initial states on the test split come from :func:`ceem_casadi.estimate_initial_state` on the first
+5 samples (grid of starts over the hidden upper level, :func:`upper_level_starts`), free runs from
+:func:`ceem_casadi.simulate_output`.
 The test metric is reported after every stage; the JSON keeps all of them.
 
 Run: ``python -m scripts.cascaded_tanks [--out DIR] [--smoke]``.
@@ -33,14 +36,12 @@ import sys
 import time
 from pathlib import Path
 
-import casadi as ca
 import numpy as np
-from scipy.optimize import least_squares
 
 import ceem_casadi as cc
 from ceem_casadi.baselines.n4sid import n4sid
 from ceem_casadi.datasets import DatasetNotFoundError, load_cascaded_tanks, simulation_rms
-from models.cascaded_tanks import cascaded_tanks, default_theta, simulate_output, steady_upper_level
+from models.cascaded_tanks import cascaded_tanks, default_theta, steady_upper_level
 
 logger = logging.getLogger(__name__)
 
@@ -77,63 +78,22 @@ def initial_theta(est, lin) -> dict:
     return th
 
 
-def estimate_x0(model, theta, y, u, window: int = INIT) -> np.ndarray:
-    """Initial state (h1, h2) from the first ``window`` samples only.
-
-    h2 follows from the sensor map; h1 (hidden) is chosen by a grid over [0, h1max] followed by a local
-    least-squares refinement of both levels on the window's output error (best of the grid starts).
-    """
-    y, u = np.asarray(y, float)[:window], np.asarray(u, float)[:window]
-    h2 = (y[0, 0] - theta["c0"]) / theta["c1"]
-
-    def resid(x0):
-        return (simulate_output(model, theta, x0, u)[1] - y).ravel()
-
-    starts = [np.array([h1, h2]) for h1 in np.linspace(0.0, float(theta["h1max"]), 11)]
-    starts.append(np.array([float(steady_upper_level(theta, h2)), h2]))
-    best = None
-    for s in starts:
-        c = float(np.sum(resid(s) ** 2))
-        if best is None or c < best[0]:
-            best = (c, s)
-    sol = least_squares(resid, best[1], bounds=([0.0, 0.0], [20.0, 20.0]), x_scale=1.0, max_nfev=50)
-    return sol.x
+def upper_level_starts(theta, y0: float) -> np.ndarray:
+    """Candidate initial states (12, 2) for :func:`ceem_casadi.estimate_initial_state`: the lower
+    level from the sensor map of the first output ``y0``, the hidden upper level on a grid over
+    [0, h1max] plus its steady-state value for that lower level."""
+    h2 = (y0 - theta["c0"]) / theta["c1"]
+    h1 = np.r_[np.linspace(0.0, float(theta["h1max"]), 11), float(steady_upper_level(theta, h2))]
+    return np.column_stack([h1, np.full_like(h1, h2)])
 
 
 def test_rms(model, theta, split) -> tuple[float, np.ndarray, np.ndarray]:
-    x0 = estimate_x0(model, theta, split.y, split.u)
-    _, yhat = simulate_output(model, theta, x0, split.u)
+    """Test simulation RMS (V), simulated output (T, 1) and initial state (2,), x0 from the first
+    ``INIT`` samples only (library initial-state NLP, best of the grid starts, levels in [0, 20] V)."""
+    x0 = cc.estimate_initial_state(model, theta, split.y[:INIT], split.u[:INIT], window=INIT,
+                                   starts=upper_level_starts(theta, split.y[0, 0]), x_lower=0.0, x_upper=20.0)
+    yhat = cc.simulate_output(model, theta, split.u, x0)
     return simulation_rms(split.y, yhat, INIT), yhat, x0
-
-
-# --------------------------------------------------------------------------------------------------
-def refine(model, theta, x0, y, u, max_nfev: int = 100) -> tuple[dict, np.ndarray, dict]:
-    """Single-shooting simulation-error fit of (free theta, x0) on one trajectory (see module doc)."""
-    P = model.params
-    free = P.free_index
-    pv0 = model.theta_vector(theta)
-    T = y.shape[0]
-    z = ca.MX.sym("z", free.size + model.nx)
-    pfull = ca.vertcat(*[z[list(free).index(i)] if i in free else ca.MX(pv0[i]) for i in range(pv0.size)])
-    x0s = z[free.size:]
-    X = model.f.mapaccum(T - 1)(x0s, ca.DM(u[:-1].T), pfull)
-    Xall = ca.horzcat(x0s, X)
-    Y = model.g.map(T)(Xall, ca.DM(u.T), pfull)
-    r = ca.vec(Y.T) - ca.DM(y.ravel())
-    fr = ca.Function("r", [z], [r])
-    fj = ca.Function("J", [z], [ca.jacobian(r, z)])
-    lo = np.concatenate([P.lower[free], [0.0, 0.0]])
-    hi = np.concatenate([P.upper[free], [20.0, 20.0]])
-    z0 = np.clip(np.concatenate([pv0[free], x0]), lo + 1e-9, hi - 1e-9)
-    scale = np.maximum(np.abs(z0), 1e-3)
-    sol = least_squares(lambda zz: np.asarray(fr(zz)).ravel(), z0,
-                        jac=lambda zz: np.asarray(fj(zz)), bounds=(lo, hi), x_scale=scale,
-                        max_nfev=max_nfev, method="trf")
-    pv = pv0.copy()
-    pv[free] = sol.x[:free.size]
-    info = {"nfev": int(sol.nfev), "status": int(sol.status), "message": str(sol.message),
-            "cost_start": float(np.sum(np.asarray(fr(z0)) ** 2) / 2), "cost_end": float(sol.cost)}
-    return P.from_vector(pv), sol.x[free.size:], info
 
 
 # --------------------------------------------------------------------------------------------------
@@ -191,7 +151,7 @@ def main(argv=None) -> dict:
                     help="pump characteristic (models.cascaded_tanks.cascaded_tanks)")
     ap.add_argument("--fixed-u0", action="store_true", help="keep the pump dead-zone voltage at 0")
     ap.add_argument("--no-refine", action="store_true")
-    ap.add_argument("--refine-nfev", type=int, default=200)
+    ap.add_argument("--refine-iters", type=int, default=200, help="IPOPT iterations of the refinement")
     ap.add_argument("--seed", type=int, default=0, help="unused (the pipeline is deterministic); kept for the log")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -204,7 +164,7 @@ def main(argv=None) -> dict:
         from ceem_casadi.datasets import BenchmarkSplit
         n = 256
         est = BenchmarkSplit("estimation", cc.Trajectories([est.y[:n]], [est.u[:n]], dt=est.data.dt), 5)
-        args.iters, args.refine_nfev, args.process_std = 3, 5, args.process_std[:1]
+        args.iters, args.refine_iters, args.process_std = 3, 5, args.process_std[:1]
     results: dict = {"protocol": "free-run simulation RMS on the test split after 5 samples (V)",
                      "args": vars(args), "n_estimation": len(est)}
 
@@ -225,7 +185,7 @@ def main(argv=None) -> dict:
                            substeps=args.substeps, pump=args.pump, free_u0=not args.fixed_u0)
     theta0 = model.params.initial()
     x0_est0 = np.array([steady_upper_level(theta0, est.y[0, 0]), est.y[0, 0]])
-    y0_est = simulate_output(model, theta0, x0_est0, est.u)[1]
+    y0_est = cc.simulate_output(model, theta0, est.u, x0_est0)
     rms0, _, _ = test_rms(model, theta0, tst)
     results["initial"] = {"theta": {k: float(v) for k, v in theta0.items()},
                           "estimation_rms": simulation_rms(est.y, y0_est), "test_rms": rms0}
@@ -237,7 +197,7 @@ def main(argv=None) -> dict:
         t0 = time.perf_counter()
         m_ps = model.with_noise(process_std=ps)
         res = cc.ceem(m_ps, est.data, theta0, options=cc.CEEMOptions(max_iters=args.iters))
-        y_est = simulate_output(model, res.theta, res.x[0][0], est.u)[1]
+        y_est = cc.simulate_output(model, res.theta, est.u, res.x[0][0])
         rms_t, y_t, x0_t = test_rms(model, res.theta, tst)
         rec = {"process_std": ps, "status": res.status, "iterations": len(res.history), "J": float(res.J),
                "theta": {k: float(v) for k, v in res.theta.items()},
@@ -257,8 +217,12 @@ def main(argv=None) -> dict:
     # 4. refinement
     if not args.no_refine:
         t0 = time.perf_counter()
-        th_rf, x0_rf, info = refine(model, th_ce, x0_ce, est.y, est.u, max_nfev=args.refine_nfev)
-        y_rf_est = simulate_output(model, th_rf, x0_rf, est.u)[1]
+        rf = cc.refine_output_error(model, th_ce, est.data, x0=x0_ce, options=cc.OutputErrorOptions(
+            max_iter=args.refine_iters, x_lower=0.0, x_upper=20.0))
+        th_rf, x0_rf = rf.theta, rf.x0[0]
+        info = {"status": str(rf.status), "message": rf.message, "iterations": rf.iterations,
+                "cost_start": rf.initial_cost, "cost_end": rf.cost}
+        y_rf_est = cc.simulate_output(model, th_rf, est.u, x0_rf)
         rms_rf, y_rf, x0t_rf = test_rms(model, th_rf, tst)
         results["refined"] = {"theta": {k: float(v) for k, v in th_rf.items()}, "solver": info,
                               "estimation_rms": simulation_rms(est.y, y_rf_est), "test_rms": rms_rf,

@@ -32,47 +32,30 @@ from scipy.optimize import least_squares
 
 import ceem_casadi as cc
 from ceem_casadi.baselines import n4sid
-from models.silverbox import initial_theta, silverbox
+from models.silverbox import DT, initial_theta, silverbox
 
 PUBLISHED = {"LTI state space": (6.96, 14.4, 6.58), "LSTM": (1.50, 2.68, 0.960), "best known": (0.36, 0.26, 0.32)}
 TESTS = ("test_multisine", "test_arrow_full", "test_arrow_no_extrapolation")
 
 
-def simulate_output(model, p, x0, u) -> np.ndarray:
-    """Noise-free free-run output (T,) from state x0 (2,) under inputs u (T, 1)."""
-    T = len(u)
-    X = np.asarray(model.f.mapaccum(T - 1)(x0, u[:-1].T, p))
-    X = np.hstack([np.reshape(x0, (2, 1)), X])
-    return np.asarray(model.g.map(T)(X, u.T, p)).ravel()
-
-
-def initial_state(model, p, y, u, window: int) -> np.ndarray:
-    """x0 fitted to the first ``window`` samples only (least squares on the simulated output)."""
-    r = least_squares(lambda x0: 1e3 * (simulate_output(model, p, x0, u[:window]) - y[:window, 0]),
-                      np.r_[y[0, 0], 0.0])
-    return r.x
-
-
 def test_rms(model, p, split) -> tuple[float, np.ndarray]:
-    """Simulation RMS in mV after the init window, and the simulated output."""
-    y, u = split.data.y[0], split.data.u[0]
-    x0 = initial_state(model, p, y, u, split.init_window)
-    yhat = simulate_output(model, p, x0, u)
-    return 1e3 * cc.simulation_rms(y[:, 0], yhat, skip=split.init_window), yhat
+    """Simulation RMS in mV after the init window and the simulated output (T, 1); x0 from the
+    first ``init_window`` samples only (:func:`ceem_casadi.estimate_initial_state`)."""
+    y, u, w = split.y, split.u, split.init_window
+    x0 = cc.estimate_initial_state(model, p, y[:w], u[:w], window=w, x_init=np.r_[y[0, 0], 0.0])
+    yhat = cc.simulate_output(model, p, u, x0)
+    return 1e3 * cc.simulation_rms(y, yhat, skip=w), yhat
 
 
-def refine(model, p0, y, u) -> np.ndarray:
-    """Simulation-error least squares over the parameters and x0 from p0 (single shooting)."""
-    n = model.params.size
-    lo, hi = model.params.lower, model.params.upper
-
-    def resid(z):
-        return 1e3 * (simulate_output(model, z[:n], z[n:], u) - y[:, 0])
-
-    z0 = np.r_[np.clip(p0, lo, hi), y[0, 0], 0.0]
-    r = least_squares(resid, z0, x_scale="jac", max_nfev=300,
-                      bounds=(np.r_[lo, -np.inf, -np.inf], np.r_[hi, np.inf, np.inf]))
-    return r.x[:n]
+def refine(model, p0, y, u, shooting=None, max_iter: int = 100) -> np.ndarray:
+    """Output-error refinement (:func:`ceem_casadi.refine_output_error`) of the parameters and x0
+    on one training record from ``p0`` (single shooting, or multiple shooting every ``shooting``
+    samples); returns the flat parameter vector."""
+    theta = model.params.from_vector(np.clip(p0, model.params.lower, model.params.upper))
+    res = cc.refine_output_error(model, theta, cc.Trajectories([y], [u], dt=DT), shooting=shooting,
+                                 x0=np.r_[y[0, 0], 0.0], options=cc.OutputErrorOptions(max_iter=max_iter))
+    print(f"refinement: {res.status}, {res.message}, cost {res.initial_cost:.4g} -> {res.cost:.4g}", flush=True)
+    return model.theta_vector(res.theta)
 
 
 def n4sid_rms(fit, split) -> float:
@@ -170,7 +153,7 @@ def main(argv=None) -> dict:
         print(f"refined {refined_rms}", flush=True)
     best_rms, yhat = test_rms(model, p_final, tests["test_multisine"])
     times["total_s"] = time.perf_counter() - t0
-    figure(tests["test_multisine"].data.y[0][:, 0], yhat, tr.dt, out / "test_multisine.png", best_rms)
+    figure(tests["test_multisine"].data.y[0][:, 0], yhat[:, 0], tr.dt, out / "test_multisine.png", best_rms)
 
     rows = ["| model | multisine test (mV) | arrow full (mV) | arrow, no extrapolation (mV) |", "|---|---|---|---|"]
     fmt = lambda r: " | ".join(f"{r[k]:.3f}" for k in TESTS)  # noqa: E731
