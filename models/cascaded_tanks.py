@@ -38,9 +38,13 @@ _W_GATE = 0.1        # V, half-width of the overflow gate (levels stay below hma
 #: Parameter bounds (physical: rates positive, levels within the sensor range).
 BOUNDS = {
     "kp": (1e-4, 1.0), "a1": (1e-4, 1.0), "a2": (1e-4, 1.0), "b1": (0.0, 0.1), "b2": (0.0, 0.1),
-    "kov": (0.0, 1.0), "h1max": (5.0, 20.0), "h2max": (5.0, 20.0), "c0": (-5.0, 5.0),
+    "kov": (0.0, 1.0), "h1max": (2.0, 20.0), "h2max": (2.0, 20.0), "c0": (-5.0, 5.0),
     "c1": (0.2, 5.0), "u0": (-3.0, 3.0),
+    "e1": (0.02, 1.0), "e2": (0.02, 1.0), "c2": (-0.2, 0.2), "cj": (-20.0, 20.0),
 }
+
+#: Optional structure terms (fixed at their neutral values unless switched on in :func:`cascaded_tanks`).
+NEUTRAL = {"e1": 0.5, "e2": 0.5, "c2": 0.0, "cj": 0.0}
 
 
 def _softplus(z):
@@ -50,6 +54,12 @@ def _softplus(z):
 def smooth_sqrt(h, eps: float = _EPS_SQRT):
     """sqrt(eps * softplus(h / eps)): equals sqrt(h) for h >> eps, smooth and > 0 everywhere."""
     return ca.sqrt(eps * _softplus(h / eps))
+
+
+def smooth_power(h, e, eps: float = _EPS_SQRT):
+    """(eps * softplus(h / eps))**e: equals h**e for h >> eps, smooth and > 0 everywhere (e = 0.5:
+    :func:`smooth_sqrt`)."""
+    return ca.exp(e * ca.log(eps * _softplus(h / eps)))
 
 
 def relu_s(z, eps: float = _EPS_RELU):
@@ -69,31 +79,40 @@ def pump_flow(u, p, pump: str = "deadzone"):
     return p.kp * relu_s(u - p.u0, _EPS_PUMP)
 
 
-def tanks_rhs(x, u, p, pump: str = "deadzone"):
+def outflow(h, a, b, e, free_exponent: bool):
+    """Outflow (V/s) of a tank at level h: ``a h**e + b h`` (Torricelli: e = 0.5)."""
+    return a * (smooth_power(h, e) if free_exponent else smooth_sqrt(h)) + b * h
+
+
+def tanks_rhs(x, u, p, pump: str = "deadzone", free_exponents: bool = False):
     """Vector field (2,) in V/s of the levels x = (h1, h2) under the pump voltage u (1,)."""
     h1, h2 = x[0], x[1]
-    q1 = p.a1 * smooth_sqrt(h1) + p.b1 * h1
+    q1 = outflow(h1, p.a1, p.b1, p.e1, free_exponents)
     n1 = pump_flow(u[0], p, pump) - q1
     o1 = relu_s(n1) * gate((h1 - p.h1max) / _W_GATE)
-    n2 = q1 + p.kov * o1 - p.a2 * smooth_sqrt(h2) - p.b2 * h2
+    n2 = q1 + p.kov * o1 - outflow(h2, p.a2, p.b2, p.e2, free_exponents)
     o2 = relu_s(n2) * gate((h2 - p.h2max) / _W_GATE)
     return ca.vertcat(n1 - o1, n2 - o2)
 
 
-def tanks_observe(x, u, p):
-    """Sensor voltage (1,) of the lower-tank level."""
-    return p.c0 + p.c1 * x[1]
+def tanks_observe(x, u, p, free_exponents: bool = False):
+    """Sensor voltage (1,) of the lower-tank level: ``c0 + c1 h2 + c2 h2**2 + cj q1`` (c2: sensor
+    curvature, the sensors are not calibrated; cj: the water jet from the upper tank's outlet,
+    ``q1``, disturbing the level read by the lower tank's sensor; both 0 by default)."""
+    q1 = outflow(x[0], p.a1, p.b1, p.e1, free_exponents)
+    return p.c0 + p.c1 * x[1] + p.c2 * x[1] ** 2 + p.cj * q1
 
 
 def default_theta() -> dict:
     """A generic physical starting point (time constants ~100 s at 5 V, full tanks at 10 V)."""
     return {"kp": 0.03, "a1": 0.04, "a2": 0.04, "b1": 0.0, "b2": 0.0, "kov": 0.5,
-            "h1max": 10.0, "h2max": 10.0, "c0": 0.0, "c1": 1.0, "u0": 0.0}
+            "h1max": 10.0, "h2max": 10.0, "c0": 0.0, "c1": 1.0, "u0": 0.0, **NEUTRAL}
 
 
 def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), measurement_std=0.05,
                    substeps: int = 4, free_c1: bool = False, free_b: bool = True, free_u0: bool = True,
-                   pump: str = "deadzone", dt: float = TS) -> cc.StateSpaceModel:
+                   pump: str = "deadzone", dt: float = TS, free_exponents: bool = False,
+                   sensor_curvature: bool = False, jet: bool = False) -> cc.StateSpaceModel:
     """The gray-box tanks model as a :class:`ceem_casadi.StateSpaceModel` (nx=2, nu=1, ny=1).
 
     Parameters
@@ -108,6 +127,10 @@ def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), meas
     pump : ``"deadzone"`` (default, ``kp relu_s(u - u0)``: no flow below u0) or ``"affine"``
         (``kp (u - u0)``, negative below u0, i.e. a net drain of the upper tank; it fits the estimation
         data better but drives the levels negative and generalises worse, see docs/results_real.md).
+    free_exponents : estimate the outflow exponents e1, e2 (``a h**e``; else fixed to 0.5, Torricelli).
+    sensor_curvature : estimate the quadratic sensor term c2 (else 0).
+    jet : estimate the jet term cj of the output (else 0).
+    The defaults are the model of docs/results_real.md; the switches only free extra parameters.
     """
     th = default_theta()
     th.update(theta0 or {})
@@ -120,6 +143,8 @@ def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), meas
             free = free_b
         if name == "u0":
             free = free_u0
+        if name in NEUTRAL:
+            free = {"e1": free_exponents, "e2": free_exponents, "c2": sensor_curvature, "cj": jet}[name]
         val = float(np.clip(float(np.asarray(th[name]).reshape(())), lo, hi))
         ps.append(cc.Param(name, val, lower=lo, upper=hi, free=free))
     params = cc.Parameters(*ps)
@@ -127,9 +152,12 @@ def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), meas
         raise ValueError(f"pump must be 'affine' or 'deadzone', got {pump!r}")
 
     def rhs(x, u, p):
-        return tanks_rhs(x, u, p, pump)
+        return tanks_rhs(x, u, p, pump, free_exponents)
 
-    return cc.StateSpaceModel.from_ode(rhs, tanks_observe, nx=2, nu=1, dt=dt, params=params,
+    def observe(x, u, p):
+        return tanks_observe(x, u, p, free_exponents)
+
+    return cc.StateSpaceModel.from_ode(rhs, observe, nx=2, nu=1, dt=dt, params=params,
                                        substeps=substeps, process_std=process_std,
                                        measurement_std=measurement_std, name="cascaded_tanks")
 

@@ -19,7 +19,7 @@ import ceem_casadi as cc
 from ceem_casadi.nn import MLP
 
 DT = 2 ** 14 / 1e7  # s
-NAMES = ("w0_100", "zeta", "k3", "g", "y0", "c_v", "d_u")
+NAMES = ("w0_100", "zeta", "k3", "g", "y0", "c_v", "d_u", "k2", "c_y2")
 
 
 def silverbox_rhs(x, u, p, correction: MLP | None = None):
@@ -27,7 +27,7 @@ def silverbox_rhs(x, u, p, correction: MLP | None = None):
     ``w0 * MLP([y - y0; v; u])`` to dv/dt (a small learned force term)."""
     w0 = 100.0 * p.w0_100
     e = x[0] - p.y0
-    force = -e - 2 * p.zeta * x[1] - p.k3 * e ** 3 + p.g * u[0]
+    force = -e - 2 * p.zeta * x[1] - p.k2 * e ** 2 - p.k3 * e ** 3 + p.g * u[0]
     if correction is not None:
         force = force + correction(p, ca.vertcat(e, x[1], u[0]))
     return ca.vertcat(w0 * x[1], w0 * force)
@@ -36,11 +36,11 @@ def silverbox_rhs(x, u, p, correction: MLP | None = None):
 def silverbox_observe(x, u, p):
     """Measured output (V): the position plus a small velocity term and input feedthrough (the
     measurement chain's zero; c_v = d_u = 0 is the plain Duffing oscillator)."""
-    return x[0] + p.c_v * x[1] + p.d_u * u[0]
+    return x[0] + p.c_v * x[1] + p.d_u * u[0] + p.c_y2 * (x[0] - p.y0) ** 2
 
 
 def silverbox(theta0: dict | None = None, *, process_std=(1e-5, 1e-4), measurement_std=1e-3,
-              substeps: int = 2, mlp_hidden: int = 0, seed: int = 0) -> cc.StateSpaceModel:
+              substeps: int = 2, mlp_hidden: int = 0, seed: int = 0, quadratic: bool = False) -> cc.StateSpaceModel:
     """The gray-box model with bounded physical parameters (``theta0`` defaults: w0 = 380 rad/s,
     zeta = 0.05, k3 = 0, g = 1, y0 = 0, c_v = d_u = 0).
 
@@ -49,15 +49,17 @@ def silverbox(theta0: dict | None = None, *, process_std=(1e-5, 1e-4), measureme
     weights ``corr_W0, corr_b0, corr_W1, corr_b1`` are taken from ``theta0`` when given.
     """
     t = {"w0_100": 3.8, "zeta": 0.05, "k3": 0.0, "g": 1.0, "y0": 0.0} if theta0 is None else dict(theta0)
-    t.setdefault("c_v", 0.0)
-    t.setdefault("d_u", 0.0)
+    for name in ("c_v", "d_u", "k2", "c_y2"):
+        t.setdefault(name, 0.0)
     params = [cc.Param("w0_100", t["w0_100"], lower=0.5, upper=20.0),
               cc.Param("zeta", t["zeta"], lower=1e-4, upper=1.0),
               cc.Param("k3", t["k3"], lower=-1e3, upper=1e3),
               cc.Param("g", t["g"], lower=1e-3, upper=1e2),
               cc.Param("y0", t["y0"], lower=-0.1, upper=0.1),
               cc.Param("c_v", t["c_v"], lower=-1.0, upper=1.0),
-              cc.Param("d_u", t["d_u"], lower=-1.0, upper=1.0)]
+              cc.Param("d_u", t["d_u"], lower=-1.0, upper=1.0),
+              cc.Param("k2", t["k2"], lower=-1e2, upper=1e2, free=quadratic),
+              cc.Param("c_y2", t["c_y2"], lower=-10.0, upper=10.0, free=quadratic)]
     correction = None
     if mlp_hidden:
         correction = MLP((3, int(mlp_hidden), 1), name="corr")
@@ -82,4 +84,4 @@ def initial_theta(A: np.ndarray, B: np.ndarray, C: np.ndarray, D: np.ndarray, y_
     zeta = float(np.clip(-s.real / w0, 1e-3, 0.9))
     gain = float((C @ np.linalg.solve(np.eye(A.shape[0]) - A, B) + D).ravel()[0])
     return {"w0_100": w0 / 100.0, "zeta": zeta, "k3": 0.0, "g": gain, "y0": float(y_mean - gain * u_mean),
-            "c_v": 0.0, "d_u": 0.0}
+            "c_v": 0.0, "d_u": 0.0, "k2": 0.0, "c_y2": 0.0}
