@@ -54,6 +54,24 @@ def test_mlp_correction_starts_as_the_plain_gray_box():
     plain, corrected = silverbox(th), silverbox(th, mlp_hidden=8)
     assert corrected.params.size == plain.params.size + 3 * 8 + 8 + 8 + 1
     u = np.sin(np.linspace(0, 20, 400))[:, None] * 0.05
-    y0 = cc.simulate_output(plain, th, u, np.zeros(2))
+    y0 = cc.simulate_output(plain, plain.params.initial(), u, np.zeros(2))
     y1 = cc.simulate_output(corrected, corrected.params.initial(), u, np.zeros(2))
     assert np.array_equal(y0, y1)
+
+
+def test_quadratic_terms_match_hand_formula_and_are_fixed_by_default():
+    """The quadratic stiffness k2 and output term c_y2 (independent numpy formula); the plain model
+    keeps them fixed at 0."""
+    th = {"w0_100": 4.3, "zeta": 0.05, "k3": 4.0, "g": 1.0, "y0": 0.01, "c_v": 0.3, "d_u": 0.05,
+          "k2": -0.2, "c_y2": 0.5}
+    m = silverbox(th, quadratic=True)
+    p = m.theta_vector(th)
+    x, u = np.array([0.05, -0.02]), np.array([0.1])
+    e = 0.05 - 0.01
+    force = -e - 2 * 0.05 * (-0.02) + 0.2 * e ** 2 - 4.0 * e ** 3 + 1.0 * 0.1
+    np.testing.assert_allclose(np.asarray(m.rhs(x, u, p)).ravel(), [430.0 * -0.02, 430.0 * force], rtol=1e-9)
+    np.testing.assert_allclose(float(m.g(x, u, p)), 0.05 + 0.3 * -0.02 + 0.05 * 0.1 + 0.5 * e ** 2, rtol=1e-9)
+    free = {m.params.names[i] for i in m.params.free_index}
+    plain = silverbox(th)
+    assert {"k2", "c_y2"} <= free
+    assert not {"k2", "c_y2"} & {plain.params.names[i] for i in plain.params.free_index}
