@@ -135,7 +135,8 @@ def table(results: dict) -> str:
     rows.append(f"| N4SID order {results['n4sid']['order']} (this run) | {results['n4sid']['test_rms']:.3f} |")
     for rec in results.get("ceem_all", [results["ceem"]]):
         mark = " (selected on estimation data)" if rec["process_std"] == results["ceem"]["process_std"] else ""
-        rows.append(f"| gray-box CE-EM, process std {rec['process_std']:g} V (this run){mark} | "
+        rows.append(f"| gray-box CE-EM ({results['args']['ceem_structure']} structure), process std "
+                    f"{rec['process_std']:g} V (this run){mark} | "
                     f"{rec['test_rms']:.3f} |")
     for rec in results.get("refined_all", []):
         mark = " (selected by AIC on estimation data)" if rec["structure"] == results["refined"]["structure"] else ""
@@ -161,6 +162,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--fixed-u0", action="store_true", help="keep the pump dead-zone voltage at 0")
     ap.add_argument("--no-refine", action="store_true")
     ap.add_argument("--refine-iters", type=int, default=200, help="IPOPT iterations of the refinement")
+    ap.add_argument("--ceem-structure", choices=tuple(STRUCTURES), default="torricelli",
+                    help="model structure of the CE-EM stage (its extra terms start neutral); a refinement "
+                         "structure with fewer free terms keeps them at the CE-EM values")
     ap.add_argument("--refine-structures", nargs="+", choices=tuple(STRUCTURES), default=list(STRUCTURES),
                     help="model structures refined from the CE-EM fit (STRUCTURES); the lowest AIC on the "
                          "estimation data is selected")
@@ -194,7 +198,8 @@ def main(argv=None) -> dict:
     # 2. initial guess
     theta0 = initial_theta(est, lin)
     model = cascaded_tanks(theta0, process_std=args.process_std[0], measurement_std=args.measurement_std,
-                           substeps=args.substeps, pump=args.pump, free_u0=not args.fixed_u0)
+                           substeps=args.substeps, pump=args.pump, free_u0=not args.fixed_u0,
+                           **STRUCTURES[args.ceem_structure])
     theta0 = model.params.initial()
     x0_est0 = np.array([steady_upper_level(theta0, est.y[0, 0]), est.y[0, 0]])
     y0_est = cc.simulate_output(model, theta0, est.u, x0_est0)
