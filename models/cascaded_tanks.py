@@ -40,11 +40,17 @@ BOUNDS = {
     "kp": (1e-4, 1.0), "a1": (1e-4, 1.0), "a2": (1e-4, 1.0), "b1": (0.0, 0.1), "b2": (0.0, 0.1),
     "kov": (0.0, 1.0), "h1max": (2.0, 20.0), "h2max": (2.0, 20.0), "c0": (-5.0, 5.0),
     "c1": (0.2, 5.0), "u0": (-3.0, 3.0),
-    "e1": (0.02, 1.0), "e2": (0.02, 1.0), "c2": (-0.2, 0.2), "cj": (-20.0, 20.0),
 }
 
-#: Optional structure terms (fixed at their neutral values unless switched on in :func:`cascaded_tanks`).
+#: Bounds of the optional structure terms (parameters of the model only when switched on in
+#: :func:`cascaded_tanks`; otherwise the equations use their neutral values :data:`NEUTRAL`).
+EXTRA_BOUNDS = {"e1": (0.02, 1.0), "e2": (0.02, 1.0), "c2": (-0.2, 0.2), "cj": (-20.0, 20.0)}
 NEUTRAL = {"e1": 0.5, "e2": 0.5, "c2": 0.0, "cj": 0.0}
+
+
+def _extra(p, name: str):
+    """The optional term ``name`` of the parameter namespace ``p``, else its neutral value."""
+    return getattr(p, name, NEUTRAL[name])
 
 
 def _softplus(z):
@@ -87,10 +93,10 @@ def outflow(h, a, b, e, free_exponent: bool):
 def tanks_rhs(x, u, p, pump: str = "deadzone", free_exponents: bool = False):
     """Vector field (2,) in V/s of the levels x = (h1, h2) under the pump voltage u (1,)."""
     h1, h2 = x[0], x[1]
-    q1 = outflow(h1, p.a1, p.b1, p.e1, free_exponents)
+    q1 = outflow(h1, p.a1, p.b1, _extra(p, "e1"), free_exponents)
     n1 = pump_flow(u[0], p, pump) - q1
     o1 = relu_s(n1) * gate((h1 - p.h1max) / _W_GATE)
-    n2 = q1 + p.kov * o1 - outflow(h2, p.a2, p.b2, p.e2, free_exponents)
+    n2 = q1 + p.kov * o1 - outflow(h2, p.a2, p.b2, _extra(p, "e2"), free_exponents)
     o2 = relu_s(n2) * gate((h2 - p.h2max) / _W_GATE)
     return ca.vertcat(n1 - o1, n2 - o2)
 
@@ -99,14 +105,18 @@ def tanks_observe(x, u, p, free_exponents: bool = False):
     """Sensor voltage (1,) of the lower-tank level: ``c0 + c1 h2 + c2 h2**2 + cj q1`` (c2: sensor
     curvature, the sensors are not calibrated; cj: the water jet from the upper tank's outlet,
     ``q1``, disturbing the level read by the lower tank's sensor; both 0 by default)."""
-    q1 = outflow(x[0], p.a1, p.b1, p.e1, free_exponents)
-    return p.c0 + p.c1 * x[1] + p.c2 * x[1] ** 2 + p.cj * q1
+    y = p.c0 + p.c1 * x[1]
+    if hasattr(p, "c2"):
+        y = y + p.c2 * x[1] ** 2
+    if hasattr(p, "cj"):
+        y = y + p.cj * outflow(x[0], p.a1, p.b1, _extra(p, "e1"), free_exponents)
+    return y
 
 
 def default_theta() -> dict:
     """A generic physical starting point (time constants ~100 s at 5 V, full tanks at 10 V)."""
     return {"kp": 0.03, "a1": 0.04, "a2": 0.04, "b1": 0.0, "b2": 0.0, "kov": 0.5,
-            "h1max": 10.0, "h2max": 10.0, "c0": 0.0, "c1": 1.0, "u0": 0.0, **NEUTRAL}
+            "h1max": 10.0, "h2max": 10.0, "c0": 0.0, "c1": 1.0, "u0": 0.0}
 
 
 def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), measurement_std=0.05,
@@ -130,12 +140,16 @@ def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), meas
     free_exponents : estimate the outflow exponents e1, e2 (``a h**e``; else fixed to 0.5, Torricelli).
     sensor_curvature : estimate the quadratic sensor term c2 (else 0).
     jet : estimate the jet term cj of the output (else 0).
-    The defaults are the model of docs/results_real.md; the switches only free extra parameters.
+    The defaults are the model of the earlier docs/results_real.md (11 parameters); each switch adds
+    its parameters (bounds :data:`EXTRA_BOUNDS`, initial values from ``theta0`` else :data:`NEUTRAL`,
+    where the model equals the default one). Entries of ``theta0`` the model does not have are ignored.
     """
-    th = default_theta()
+    th = {**default_theta(), **NEUTRAL}
     th.update(theta0 or {})
     ps = []
-    for name, (lo, hi) in BOUNDS.items():
+    switches = {"e1": free_exponents, "e2": free_exponents, "c2": sensor_curvature, "cj": jet}
+    bounds = {**BOUNDS, **{k: v for k, v in EXTRA_BOUNDS.items() if switches[k]}}
+    for name, (lo, hi) in bounds.items():
         free = True
         if name == "c1":
             free = free_c1
@@ -143,8 +157,6 @@ def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), meas
             free = free_b
         if name == "u0":
             free = free_u0
-        if name in NEUTRAL:
-            free = {"e1": free_exponents, "e2": free_exponents, "c2": sensor_curvature, "cj": jet}[name]
         val = float(np.clip(float(np.asarray(th[name]).reshape(())), lo, hi))
         ps.append(cc.Param(name, val, lower=lo, upper=hi, free=free))
     params = cc.Parameters(*ps)

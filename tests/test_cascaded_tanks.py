@@ -87,7 +87,7 @@ def test_script_smoke(tmp_path):
 
 def test_structure_terms_match_hand_formulas_and_are_neutral_by_default():
     """Free outflow exponents, quadratic sensor term and water-jet term (independent numpy formulas);
-    the default model keeps them fixed at the Torricelli / affine-sensor values."""
+    the default model has none of them (its 11 parameters, Torricelli outflows, affine sensor)."""
     th = {"b1": 0.003, "b2": 0.002, "e1": 0.7, "e2": 0.3, "c2": 0.05, "cj": -4.0}
     m = cascaded_tanks(th, free_exponents=True, sensor_curvature=True, jet=True)
     p = m.params.initial()
@@ -97,8 +97,9 @@ def test_structure_terms_match_hand_formulas_and_are_neutral_by_default():
     np.testing.assert_allclose(np.asarray(m.rhs(x, u, m.theta_vector(p))).ravel(), expect, rtol=1e-6, atol=1e-9)
     y = float(m.g(x, u, m.theta_vector(p)))
     np.testing.assert_allclose(y, p["c0"] + 2.5 + 0.05 * 2.5 ** 2 - 4.0 * q1, rtol=1e-9)
-    default = cascaded_tanks()
-    fixed = {n for n, f in zip(default.params.names, default.params.free_mask) if not f}
-    assert {"e1", "e2", "c2", "cj"} <= fixed
-    free = {default.params.names[i] for i in m.params.free_index}
-    assert {"e1", "e2", "c2", "cj"} <= free
+    assert {"e1", "e2", "c2", "cj"} <= {m.params.names[i] for i in m.params.free_index}
+    default = cascaded_tanks(th)  # the extra entries of th are ignored
+    assert set(default.params.names) == set(BOUNDS)
+    q1 = p["a1"] * 2.0 + p["b1"] * 4.0
+    np.testing.assert_allclose(np.asarray(default.rhs(x, u, default.theta_vector(default.params.initial()))).ravel(),
+                               [p["kp"] * 3.0 - q1, q1 - p["a2"] * np.sqrt(2.5) - p["b2"] * 2.5], rtol=1e-6, atol=1e-9)
