@@ -31,9 +31,9 @@ from ._workers import die_with_parent
 from .data import Trajectories
 from .errors import SolverError
 from .initialise import check_states, eks_states
-from .joint import JointGaussNewton, LinAlgError
+from .joint_gauss_newton import JointGaussNewton, LinAlgError
 from .learner import Learner
-from .objective import joint_log_density, log_prior
+from .objective import log_prior
 from .options import CEEMOptions
 from .params import Theta
 from .smoother import Smoother
@@ -46,17 +46,38 @@ log = logging.getLogger(__name__)
 class IterationRecord:
     """One EM iteration: objective values, timings (s), solver statuses, the new theta.
 
-    ``kind`` is ``"em"`` for a plain smoothing + learning step, ``"newton"`` for a joint
-    Gauss-Newton step and ``"extrapolated"`` for a SQUAREM step.
-
-    ``x`` holds the iteration's states (list of (T_b, nx)) only while the callback runs (so a
-    checkpoint can store them); it is ``None`` in ``CEEMResult.history`` to keep memory flat.
+    Attributes
+    ----------
+    iteration : int
+        1-based iteration number (of this run; a resumed fit's checkpoint shifts it).
+    J : float
+        Joint log-density J(x, theta) after the step (all Gaussian constants included).
+    objective : float
+        The maximised objective: J plus log p(theta) when the learner uses the priors.
+    increase : float
+        ``objective`` minus the previous accepted objective; negative for a rejected step.
+    smooth_s, learn_s : float
+        Wall-clock seconds of the smoothing and learning steps.
+    smooth_status : list of str
+        IPOPT return status of each trajectory's smoothing solve.
+    learn_status : str
+        Return status of the learning solve (or a description of the joint step).
+    theta : Theta
+        Parameters after the step.
+    accepted : bool
+        Whether the step was kept (a step that lowers the objective is not).
+    kind : str
+        ``"em"`` (smoothing + learning), ``"newton"`` (joint Gauss-Newton step) or
+        ``"extrapolated"`` (SQUAREM step).
+    x : list of numpy.ndarray or None
+        The iteration's states (T_b, nx) per trajectory, only while the callback runs (so a
+        checkpoint can store them); ``None`` in ``CEEMResult.history`` to keep memory flat.
     """
 
     iteration: int
     J: float
     objective: float
-    decrease: float
+    increase: float
     smooth_s: float
     learn_s: float
     smooth_status: list[str]
@@ -71,13 +92,29 @@ class IterationRecord:
 class CEEMResult:
     """Outcome of :func:`ceem`.
 
-    status : a :class:`~ceem_casadi.status.Status` (a ``str``): ``"converged"``, ``"max_iters"``,
-        ``"time_limit"``, ``"stopped"`` (callback), ``"stalled"`` (a plain EM step lowered the
-        objective: rejected) or ``"solver_failed"``; message says more and
-        ``status.advice`` what to try.
-    theta : final parameters (dict); x : smoothed states, list of (T_b, nx) arrays.
-    history : one :class:`IterationRecord` per iteration; build_s : one-off solver construction
-    time (s) spent inside :func:`ceem` (excludes the initial EKF/RTS state estimate).
+    Attributes
+    ----------
+    status : Status
+        A ``str`` enum: ``"converged"``, ``"max_iters"``, ``"time_limit"``, ``"stopped"``
+        (callback), ``"stalled"`` (a plain EM step lowered the objective: rejected) or
+        ``"solver_failed"``; ``status.advice`` says what to try.
+    message : str
+        What happened, with the figures.
+    theta : dict
+        Final parameters, name -> array (the last accepted iterate).
+    x : list of numpy.ndarray
+        Smoothed states (T_b, nx) per trajectory.
+    J : float
+        Joint log-density at (x, theta).
+    history : list of IterationRecord
+        One record per iteration.
+    build_s : float
+        One-off solver construction time (s) inside :func:`ceem` (the initial EKF/RTS state
+        estimate excluded).
+    init_J : float
+        J at the initial states and ``theta0``.
+    warnings : list of str
+        Warnings raised after the fit (e.g. weakly identifiable parameters).
     """
 
     status: Status
@@ -91,18 +128,33 @@ class CEEMResult:
     warnings: list[str] = field(default_factory=list)
 
     def uncertainty(self, model, data, **kwargs):
-        """Covariance, standard errors, intervals and identifiability of the free parameters at
-        this fit: :func:`ceem_casadi.uncertainty.parameter_uncertainty` (``options=`` passed on)."""
+        """Covariance, standard errors, intervals and identifiability of the free parameters.
+
+        Parameters
+        ----------
+        model : StateSpaceModel
+            The model that was fitted.
+        data : Trajectories
+            The data it was fitted to.
+        **kwargs
+            Passed to :func:`~ceem_casadi.parameter_uncertainty` (e.g. ``options=``).
+
+        Returns
+        -------
+        ParameterUncertainty
+        """
         from .uncertainty import parameter_uncertainty
 
         return parameter_uncertainty(model, data, self, **kwargs)
 
     @property
     def success(self) -> bool:
+        """Whether ``status`` gives a regular estimate (converged, max_iters or time_limit)."""
         return Status(self.status).usable
 
     @property
     def iterations(self) -> int:
+        """Number of iterations recorded in ``history``."""
         return len(self.history)
 
 
@@ -176,7 +228,7 @@ class _EMRun:
         return J + (log_prior(self.model.params, theta_vec) if self.options.learner.use_prior else 0.0)
 
     def evaluate(self, xs, theta_vec) -> _Iterate:
-        J = joint_log_density(self.smoother, theta_vec, self.data, xs)
+        J = self.smoother.joint_log_density(theta_vec, self.data, xs)
         return _Iterate(xs, theta_vec, J, self.objective(J, theta_vec))
 
     def em_step(self, it: _Iterate, kind: str, reference: _Iterate) -> tuple[_Iterate, IterationRecord]:
@@ -206,7 +258,7 @@ class _EMRun:
     def _record(self, rec: IterationRecord, xs: list | None = None) -> None:
         self.history.append(rec)
         log.info("CE-EM iteration %d (%s): J=%.6g (increase %.3g), smooth %.3fs, learn %.3fs%s", rec.iteration,
-                 rec.kind, rec.J, rec.decrease, rec.smooth_s, rec.learn_s, "" if rec.accepted else " [rejected]")
+                 rec.kind, rec.J, rec.increase, rec.smooth_s, rec.learn_s, "" if rec.accepted else " [rejected]")
         if self.callback is None:
             return
         rec.x = xs
@@ -265,13 +317,33 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
 
     Parameters
     ----------
-    model : :class:`~ceem_casadi.model.StateSpaceModel`.
-    data : :class:`~ceem_casadi.data.Trajectories` (ny, nu must match the model).
-    theta0 : initial parameters, a dict name -> array (all names; fixed entries stay as given).
-    x_init : initial state trajectories, list of (T_b, nx); default: EKF + RTS with ``theta0``.
-    callback : called with each :class:`IterationRecord`; return ``False`` to stop early.
-    smoother, learner : prebuilt solvers to reuse across calls (same model / data shape).
+    model : StateSpaceModel
+        The gray-box model (structure and noise model).
+    data : Trajectories
+        B trajectories; their ny and nu must match the model.
+    theta0 : dict
+        Initial parameters, name -> array (every name; fixed entries stay as given).
+    options : CEEMOptions
+        Loop, smoother and learner options.
+    x_init : list of numpy.ndarray, optional
+        Initial state trajectories (T_b, nx); default: EKF + RTS smoother at ``theta0``.
+    callback : callable, optional
+        Called with each :class:`IterationRecord`; return ``False`` to stop early.
+    smoother, learner : Smoother, Learner, optional
+        Prebuilt solvers to reuse across calls (same model and data shape).
 
+    Returns
+    -------
+    CEEMResult
+        Status (with advice), parameters, smoothed states, the iteration history.
+
+    Raises
+    ------
+    SolverError
+        Only with ``options.raise_on_failure``: a solver failed (the error carries the result).
+
+    Notes
+    -----
     With ``options.acceleration == "squarem"`` every two plain EM steps are followed by one
     step from a SQUAREM extrapolation of theta (and of the states, as a warm start); that step
     is kept only if it increases the objective beyond the plain steps, so the recorded
@@ -279,8 +351,8 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
 
     With ``options.acceleration == "newton"`` the first iteration is a plain EM step; then each
     iteration tries a joint Gauss-Newton (Levenberg-Marquardt) step on (x, theta)
-    (:mod:`ceem_casadi.joint`), kept only when it increases the objective (record kind
-    ``"newton"``, its time in ``learn_s``), and falls back to a plain EM step otherwise.
+    (:mod:`ceem_casadi.joint_gauss_newton`), kept only when it increases the objective (record
+    kind ``"newton"``, its time in ``learn_s``), and falls back to a plain EM step otherwise.
     Convergence is always judged on a plain EM step, so the result is a fixed point of
     Algorithm 1; the trust regions rho_x, rho_theta apply to the EM steps only.
     """
@@ -338,7 +410,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
                 new, rec = run.em_step(current, "em", current)
                 if not rec.accepted:
                     finish(Status.STALLED, f"iteration {rec.iteration}: the step lowered the objective by "
-                                           f"{-rec.decrease:.3g}; rejected, kept the previous iterate")
+                                           f"{-rec.increase:.3g}; rejected, kept the previous iterate")
                     break
             else:
                 new, rec = stepped

@@ -19,7 +19,6 @@ from .cli_inputs import (
     UsageError,
     at_least,
     build_options,
-    columns,
     initial_states,
     int_list,
     json_object,
@@ -27,12 +26,12 @@ from .cli_inputs import (
     model_from_args,
     model_ref,
     names,
-    read_table,
     states,
     theta_arg,
     writable,
 )
 from .errors import CeemError
+from .io.trajectories import columns, read_table
 
 log = logging.getLogger("ceem_casadi.cli")
 PROG = "ceem-casadi"
@@ -112,8 +111,8 @@ def cmd_evaluate(args) -> int:
     if ks and max(ks) >= min(data.lengths) - args.skip:
         raise UsageError(f"--k: expected horizons below {min(data.lengths) - args.skip} (samples of the shortest "
                          f"trajectory after --skip), got {max(ks)}")
-    pv = model.theta_vector(theta)
-    x0 = initial_states(model, pv, data, args.x0)
+    theta_vec = model.theta_vector(theta)
+    x0 = initial_states(model, theta_vec, data, args.x0)
     unc = saved.uncertainty if saved is not None else None
     try:
         if args.uncertainty:  # the Laplace covariance at theta from the given data
@@ -122,7 +121,7 @@ def cmd_evaluate(args) -> int:
             if not hasattr(model.params, "validate"):
                 raise UsageError("--uncertainty needs the model source (the file was loaded without it)")
             unc = parameter_uncertainty(model, data, theta, options=UncertaintyOptions(hessian=args.uncertainty))
-        report = validation_report(model, pv, data, x0=x0, k=ks, skip=args.skip, uncertainty=unc)
+        report = validation_report(model, theta_vec, data, x0=x0, k=ks, skip=args.skip, uncertainty=unc)
     except CeemError as exc:
         raise UsageError(str(exc)) from None
     print(report.to_dataframe().to_string(float_format=lambda v: f"{v:.6g}"))
@@ -190,12 +189,12 @@ def cmd_smooth(args) -> int:
     writable(args.out, "--out")
     model, theta, _ = model_from_args(args)
     data, _ = _data_from_args(args, model)
-    pv = model.theta_vector(theta)
-    xs = eks_states(model, pv, data)
+    theta_vec = model.theta_vector(theta)
+    xs = eks_states(model, theta_vec, data)
     if args.method == "ce":
         from .smoother import Smoother
 
-        res = Smoother(model).solve(pv, data, xs)
+        res = Smoother(model).solve(theta_vec, data, xs)
         xs = [r.x for r in res]
     frames = [pd.DataFrame({"trajectory": b, "t": np.arange(len(x)) * (model.dt or 1.0),
                             **{f"x{j}": x[:, j] for j in range(model.nx)}}) for b, x in enumerate(xs)]
@@ -209,11 +208,11 @@ def cmd_codegen(args) -> int:
 
     writable(args.out_dir, "--out-dir", directory=True)
     model, theta, saved = model_from_args(args)
-    pv = model.theta_vector(theta)
+    theta_vec = model.theta_vector(theta)
     x0 = states(args.x0, "--x0", model.nx)[0] if args.x0 else (
         saved.extra["x0"][0] if saved is not None and "x0" in saved.extra else None)
     try:
-        gen = generate_ekf(model, pv, args.out_dir, name=args.name, x0=x0,
+        gen = generate_ekf(model, theta_vec, args.out_dir, name=args.name, x0=x0,
                            theta_as_argument=args.theta_as_argument)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -240,19 +239,19 @@ def cmd_plot(args) -> int:
         b = args.trajectory
         if not 0 <= b < len(data):
             raise UsageError(f"--trajectory: expected 0..{len(data) - 1}, got {b}")
-        pv = model.theta_vector(theta)
-        x = eks_states(model, pv, data)[b]
+        theta_vec = model.theta_vector(theta)
+        x = eks_states(model, theta_vec, data)[b]
         u = data.inputs(b)
-        y_fit = np.asarray(model.g.map(len(x))(x.T, u.T, pv)).T
+        y_fit = np.asarray(model.g.map(len(x))(x.T, u.T, theta_vec)).T
         written.append(plots.plot_states(x, data.y[b], out / f"states{ext}", y_fit=y_fit, dt=model.dt))
-        x0 = initial_states(model, pv, data[b:b + 1], args.x0)[0]
+        x0 = initial_states(model, theta_vec, data[b:b + 1], args.x0)[0]
         if saved is not None:
             pred = saved.predict(data.y[b], u, x0=x0).y_pred
         else:
-            from .baselines.ekf import EKF
+            from .filtering import EKF
 
             n = model.noise
-            pred = EKF(model).run(pv, data.y[b], u, x0=x0, Sigma0=n.process_std ** 2, Q=n.process_std ** 2,
+            pred = EKF(model).run(theta_vec, data.y[b], u, x0=x0, Sigma0=n.process_std ** 2, Q=n.process_std ** 2,
                                   R=n.measurement_std ** 2).y_pred
         written.append(plots.plot_prediction(data.y[b], pred, out / f"prediction{ext}", dt=model.dt,
                                              label="EKF one-step prediction"))

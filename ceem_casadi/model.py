@@ -13,7 +13,7 @@ and are discretised with RK4 over the sample time ``dt`` (seconds).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import casadi as ca
 import numpy as np
@@ -36,14 +36,31 @@ def _positive_vector(name: str, value, n: int) -> np.ndarray:
 class Noise:
     """Diagonal Gaussian noise model (standard deviations, in the units of x and y).
 
-    ``process_std`` (nx,) and ``measurement_std`` (ny,) weight the CE-EM objective;
-    ``x1_mean``/``x1_std`` (nx,) give an optional Gaussian prior on the first state.
+    Attributes
+    ----------
+    process_std : numpy.ndarray
+        (nx,) standard deviations of the process noise w; weight the dynamics residuals of the
+        CE-EM objective.
+    measurement_std : numpy.ndarray
+        (ny,) standard deviations of the measurement noise v.
+    x1_mean, x1_std : numpy.ndarray or None
+        (nx,) optional Gaussian prior on the first state.
+    inv_process_std, inv_measurement_std, inv_x1_std : numpy.ndarray or None
+        ``1 / process_std`` etc., computed once here (the residual weights of every stage).
     """
 
     process_std: np.ndarray
     measurement_std: np.ndarray
     x1_mean: np.ndarray | None = None
     x1_std: np.ndarray | None = None
+    inv_process_std: np.ndarray | None = field(init=False, repr=False, compare=False)
+    inv_measurement_std: np.ndarray | None = field(init=False, repr=False, compare=False)
+    inv_x1_std: np.ndarray | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        for name in ("process_std", "measurement_std", "x1_std"):
+            v = getattr(self, name)
+            object.__setattr__(self, f"inv_{name}", None if v is None else 1.0 / v)
 
 
 _ROLE = {"f": "step", "rhs": "right-hand side", "observe": "observation"}
@@ -210,10 +227,10 @@ class StateSpaceModel:
 
     def check(self, theta: Theta, x: np.ndarray, u: np.ndarray | None = None) -> None:
         """Evaluate f and g once at ``x`` (nx,) and raise :class:`ModelError` on NaN/inf."""
-        pv = self.theta_vector(theta)
+        theta_vec = self.theta_vector(theta)
         uu = np.zeros(self.nu) if u is None else u
         for fun in (self.f, self.g):
-            val = np.asarray(fun(x, uu, pv))
+            val = np.asarray(fun(x, uu, theta_vec))
             if not np.all(np.isfinite(val)):
                 raise ModelError(f"model function {fun.name()} returns non-finite values at the initial "
                                  f"guess (x={np.round(x, 4)}, theta={theta}): {val.ravel()}")

@@ -81,8 +81,12 @@ def to_jsonable(obj):
 
 def record_dict(rec, offset: int = 0) -> dict:
     """JSON-ready dict of an :class:`~ceem_casadi.IterationRecord` (or a dict of one), without
-    any state trajectories (``x``), its iteration shifted by ``offset``."""
+    any state trajectories (``x``), its iteration shifted by ``offset``. A record written before
+    ``decrease`` was renamed ``increase`` (same value: objective minus the previous one) is read
+    under the new name."""
     d = dict(rec) if isinstance(rec, dict) else {f.name: getattr(rec, f.name) for f in fields(rec)}
+    if "decrease" in d and "increase" not in d:
+        d["increase"] = d.pop("decrease")
     d.pop("x", None)
     d["iteration"] = int(d["iteration"]) + offset
     return to_jsonable(d)
@@ -206,16 +210,16 @@ class SavedModel:
 
     @property
     def history(self) -> list:
-        return self.meta.get("history", [])
+        return [record_dict(h) for h in self.meta.get("history", [])]
 
     def predict(self, y, u=None, *, x0=None, Sigma0=None, Q=None, R=None, engine: str = "python"):
         """EKF one-step predictions on one trajectory ``y`` (T, ny) (NaN = missing).
 
         Defaults: ``x0`` = ``extra['x0']`` if saved, else the noise ``x1_mean``, else zeros;
         ``Sigma0`` = ``x1_std**2`` (else ``process_std**2``); ``Q = process_std**2``;
-        ``R = measurement_std**2``. Returns :class:`~ceem_casadi.baselines.ekf.EKFResult`.
+        ``R = measurement_std**2``. Returns :class:`~ceem_casadi.filtering.FilterResult`.
         """
-        from .baselines.ekf import EKF
+        from .filtering import EKF
 
         m, noise = self.model, self.model.noise
         if x0 is None:

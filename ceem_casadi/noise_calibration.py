@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .baselines.ekf import EKF
 from .ceem import CEEMResult, ceem
 from .data import Trajectories
 from .errors import NonFiniteError, ShapeError
+from .filtering import EKF
 from .learner import Learner
 from .noise_criteria import holdout_rms, innovation_loglik, split_tails
 from .options import CEEMOptions, check_time_limit
@@ -204,9 +204,9 @@ def _ceem_options(task: _Task) -> CEEMOptions | None:
 
 
 def _score(task: _Task, solvers: _Solvers, model, fit: CEEMResult) -> float:
-    pv = model.params.to_vector(fit.theta)
+    theta_vec = model.params.to_vector(fit.theta)
     if task.criterion == "innovation":
-        return innovation_loglik(solvers.ekf, model, pv, task.fit_data, [x[0] for x in fit.x],
+        return innovation_loglik(solvers.ekf, model, theta_vec, task.fit_data, [x[0] for x in fit.x],
                                  engine=task.options.ekf_engine)
     # the free run and the initial-state fit do not involve the process noise: score with the base
     # model, whose cached rollout and x0 solvers are then built once per process, not per level

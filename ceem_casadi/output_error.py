@@ -230,10 +230,10 @@ class OutputErrorProblem:
         self.functions = ca.Function("output_error_eval", [w, P], [cost, g])
         self.ng = g.numel()
 
-    def parameter(self, model, pv, data: Trajectories, use_prior: bool) -> np.ndarray:
+    def parameter(self, model, theta_vec, data: Trajectories, use_prior: bool) -> np.ndarray:
         """The NLP parameter vector: base parameters, the data in segment order, weights, prior
         (weights from ``model``: the structure is shared with its ``with_noise`` copies)."""
-        base = np.asarray(pv, float).copy()
+        base = np.asarray(theta_vec, float).copy()
         base[self.free] = 0.0
         U, Y = [], []
         for L, idx in self.groups:  # the order of the residual columns (see __init__)
@@ -246,18 +246,18 @@ class OutputErrorProblem:
         mean, wp = model.params.prior
         wp = wp if use_prior else np.zeros_like(wp)
         vals = dict(p_base=base, U=np.hstack(U), Y=np.where(mask, Y, 0.0), M=mask.astype(float),
-                    iv=1.0 / model.noise.measurement_std, mu=mean[self.free], wp=wp[self.free])
+                    iv=model.noise.inv_measurement_std, mu=mean[self.free], wp=wp[self.free])
         return np.concatenate([np.asarray(vals[k], float).ravel(order="F") for k in self._names])
 
-    def nodes(self, model, pv, data: Trajectories, x0: np.ndarray) -> np.ndarray:
+    def nodes(self, model, theta_vec, data: Trajectories, x0: np.ndarray) -> np.ndarray:
         """Initial node states (nx, n_nodes): the free run from x0 sampled at the nodes, else
         (where it is not finite) the EKF/RTS smoothed states."""
         from .initialise import eks_states
 
-        runs = [run(model, pv, x0[b], data.inputs(b))[1] for b in range(len(data))]
+        runs = [run(model, theta_vec, x0[b], data.inputs(b))[1] for b in range(len(data))]
         for b, x in enumerate(runs):
             if not np.all(np.isfinite(x)):
-                runs[b] = eks_states(model, pv, data[b])[0]
+                runs[b] = eks_states(model, theta_vec, data[b])[0]
                 runs[b][0] = x0[b]
         return np.array([runs[b][s0] for b, s0, _, _ in self.segs]).T
 
@@ -305,7 +305,7 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
     t0 = time.perf_counter()
     data.check_model(model)
     theta = model.params.validate(theta)
-    pv = model.params.to_vector(theta)
+    theta_vec = model.params.to_vector(theta)
     if shooting is not None and (int(shooting) != shooting or shooting < 1):
         raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
     lo = _state_bounds(model, options.x_lower, -np.inf, "x_lower")
@@ -313,15 +313,16 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
     expires = None if options.time_limit is None else t0 + options.time_limit
     with deadline(expires):
         if x0 is None:
-            x0 = estimate_initial_state(model, pv, data, window=options.x0_window, x_lower=lo, x_upper=hi)
+            x0 = estimate_initial_state(model, theta_vec, data, window=options.x0_window, x_lower=lo, x_upper=hi)
         x0 = np.asarray(x0, float)
         x0 = np.tile(x0, (len(data), 1)) if x0.ndim == 1 else x0
         if x0.shape != (len(data), model.nx) or not np.all(np.isfinite(x0)):
             raise ShapeError(f"x0: expected finite initial states ({len(data)}, {model.nx}), got {x0.shape}")
         prob = problem_for(model, data.lengths, None if shooting is None else int(shooting), options)
         free = prob.free
-        P = prob.parameter(model, pv, data, options.use_prior)
-        w0 = np.concatenate([pv[free], np.clip(prob.nodes(model, pv, data, x0), lo[:, None], hi[:, None]).ravel(order="F")])
+        P = prob.parameter(model, theta_vec, data, options.use_prior)
+        nodes = np.clip(prob.nodes(model, theta_vec, data, x0), lo[:, None], hi[:, None])
+        w0 = np.concatenate([theta_vec[free], nodes.ravel(order="F")])
         n_nodes = len(prob.segs)
         lbx = np.concatenate([model.params.lower[free], np.tile(lo, n_nodes)])
         ubx = np.concatenate([model.params.upper[free], np.tile(hi, n_nodes)])
@@ -345,7 +346,7 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
             message += "; returning the starting point (the last good iterate)"
         else:
             message += "; returning IPOPT's last iterate (lower cost than the start, continuity met)"
-    out = pv.copy()
+    out = theta_vec.copy()
     out[free] = w[:free.size]
     nodes = w[free.size:].reshape(n_nodes, model.nx)
     first = [i for i, (b, s0, _, _) in enumerate(prob.segs) if s0 == 0]

@@ -43,9 +43,10 @@ from ._linalg import gram
 from ._threads import blas_threads
 from .errors import SolverError
 from .identifiability import Direction, entry_names, spectrum, weak_directions
-from .joint import JointGaussNewton, _banded_upper, _BufferedCall
+from .joint_gauss_newton import JointGaussNewton, _banded_upper, _BufferedCall
 from .learner import AUTO_EXACT_INSTRUCTIONS, weighted_stage_columns
-from .stages import HESSIANS, StageFunctions
+from .options import HESSIANS
+from .stages import StageFunctions
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +185,8 @@ class _ExactBlocks:
 
 
 class _GaussNewtonBlocks:
-    """Gauss-Newton blocks from the residual Jacobians of :class:`~ceem_casadi.joint.JointGaussNewton`."""
+    """Gauss-Newton blocks from the residual Jacobians of
+    :class:`~ceem_casadi.joint_gauss_newton.JointGaussNewton`."""
 
     def __init__(self, model, lengths, stages):
         self.joint = JointGaussNewton(model, lengths, stages, use_prior=False)
@@ -247,7 +249,7 @@ def reduced_hessian(model, data, theta_vec, xs, options: UncertaintyOptions = Un
     S = S.copy()
     if options.use_prior:
         S[np.diag_indices(free.size)] += params.prior[1][free] ** 2
-    w1sq = None if noise.x1_std is None else 1.0 / noise.x1_std ** 2
+    w1sq = None if noise.x1_std is None else noise.inv_x1_std ** 2
     o0 = d0 = 0
     for b, T in enumerate(data.lengths):
         so, sd = slice(o0, o0 + T), slice(d0, d0 + T - 1)

@@ -33,8 +33,8 @@ import casadi as ca
 import numpy as np
 
 import ceem_casadi as cc
-from ceem_casadi.baselines.ekf import EKF
 from ceem_casadi.baselines.particle import ParticleEMOptions, particle_em
+from ceem_casadi.filtering import EKF
 from models import lorenz
 
 SIGMA_W, SIGMA_V, BATCH, T = 0.1, 0.5, 4, 128

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.baselines.kalman import kalman_filter
 from ceem_casadi.baselines.particle import (
     ParticleEMOptions,
     ParticleFilter,
@@ -16,6 +15,7 @@ from ceem_casadi.baselines.particle import (
     saem_weights,
     systematic_resample,
 )
+from ceem_casadi.filtering import kalman_filter
 from models.lorenz import TRUE, initial_states, perturbed, single_lorenz
 
 LORENZ_X0 = dict(x0_mean=(-6.0, -6.0, 24.0), x0_std=(2.5, 2.5, 2.5))

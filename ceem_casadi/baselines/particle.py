@@ -47,11 +47,11 @@ from scipy.special import logsumexp
 
 from .._threads import blas_threads
 from ..data import Trajectories, single_trajectory
+from ..filtering import as_cov
 from ..learner import Learner
 from ..options import LearnerOptions
 from ..params import Theta
 from ..status import Status
-from .kalman import as_cov
 
 log = logging.getLogger(__name__)
 _LOG2PI = np.log(2 * np.pi)

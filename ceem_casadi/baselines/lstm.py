@@ -16,8 +16,8 @@ from __future__ import annotations
 import casadi as ca
 import numpy as np
 
-from .errors import ShapeError
-from .params import Param, Parameters
+from ..errors import ShapeError
+from ..params import Param, Parameters
 
 __all__ = ["LSTM", "sequence_loss_factory", "windows"]
 
