@@ -6,13 +6,17 @@ estimated from that window only, on the multisine test part and on the "arrow" t
 its first 32,000 samples, no extrapolation).
 
 1. N4SID (order 2, on the first 20,000 training samples): the linear baseline.
-2. Initial guess from the N4SID poles and gain (``models.silverbox.initial_theta``).
+2. Initial guess from the N4SID poles and gain (``models.silverbox.initial_theta``); the model is the
+   Duffing oscillator with the quadratic stiffness and output terms (``--no-quadratic``: without).
 3. CE-EM on the training record cut into ``--segment``-sample trajectories (the smoothing NLPs are
    independent per segment; the learning NLP sees all of them), model sigma_w small against
    sigma_v (``--process-std``, ``--measurement-std``) so that the smoothed states follow the model.
-4. Optional simulation-error refinement (``--refine``, default on): single shooting over the
-   first ``--refine-samples`` training samples, scipy least squares from the CE-EM estimate.
-   Both the CE-EM-only and the refined numbers are reported.
+4. Optional simulation-error refinement (default on, ``--no-refine`` skips it):
+   :func:`ceem_casadi.refine_output_error`, single shooting over the first ``--refine-samples``
+   training samples, from the CE-EM estimate. Both the CE-EM-only and the refined numbers are reported.
+Initial states of the test records: :func:`ceem_casadi.estimate_initial_state` on the first 50
+samples; free runs: :func:`ceem_casadi.simulate_output`. (The linear N4SID baseline's initial state
+is a small scipy least-squares fit: it is not a :class:`ceem_casadi.StateSpaceModel`.)
 
 Output (``--out DIR``): ``results.json``, ``table.md`` (beside the published results),
 ``test_multisine.png`` (measured vs simulated test output and the error).
