@@ -119,6 +119,23 @@ def default_theta() -> dict:
             "h1max": 10.0, "h2max": 10.0, "c0": 0.0, "c1": 1.0, "u0": 0.0}
 
 
+def initial_theta(est, lin) -> dict:
+    """Physical initial guess from the estimation split ``est`` (a :class:`ceem_casadi.BenchmarkSplit`)
+    and an order-2 linear model ``lin`` (N4SID result): Torricelli coefficients from the two time
+    constants, pump gain from the mean mass balance, overflow levels at the largest measured level
+    (docs/results_real.md, "Initial guess from data")."""
+    y, u = est.y.ravel(), est.u.ravel()
+    lam = np.abs(np.linalg.eigvals(lin.A))
+    lam = np.clip(lam, 1e-3, 0.999)
+    tau = -est.data.dt / np.log(lam)
+    tau_geo = float(np.exp(np.mean(np.log(tau[:2]))))
+    a = 2.0 * np.sqrt(np.mean(y)) / tau_geo
+    th = default_theta()
+    th.update(a1=a, a2=a, kp=a * np.mean(np.sqrt(y)) / np.mean(u), h1max=float(y.max()),
+              h2max=float(y.max()), c0=0.0, c1=1.0, b1=0.0, b2=0.0, kov=0.5, u0=0.0)
+    return th
+
+
 def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), measurement_std=0.05,
                    substeps: int = 4, free_c1: bool = False, free_b: bool = True, free_u0: bool = True,
                    pump: str = "deadzone", dt: float = TS, free_exponents: bool = False,

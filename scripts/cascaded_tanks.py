@@ -8,7 +8,7 @@ Steps
 -----
 1. **N4SID** (order given by ``--n4sid-order``, block horizon 10): linear baseline; its test initial
    state is the least-squares state fitting the first 5 test samples.
-2. **Initial guess from data** (documented in :func:`initial_theta`): sensor offset 0 and gain 1, both
+2. **Initial guess from data** (documented in :func:`models.cascaded_tanks.initial_theta`): sensor offset 0 and gain 1, both
    overflow levels at the largest measured level (the sensor saturates when the lower tank is full),
    Torricelli coefficients ``a1 = a2 = 2 sqrt(mean y) / sqrt(tau1 tau2)`` from the two time constants
    ``tau_i = -Ts / ln|lambda_i|`` of the order-2 N4SID model (linearised tank: ``tau = 2 sqrt(h) / a``),
@@ -45,7 +45,7 @@ import numpy as np
 import ceem_casadi as cc
 from ceem_casadi.baselines.n4sid import n4sid
 from ceem_casadi.datasets import DatasetNotFoundError, load_cascaded_tanks, simulation_rms
-from models.cascaded_tanks import cascaded_tanks, default_theta, steady_upper_level
+from models.cascaded_tanks import cascaded_tanks, initial_theta, steady_upper_level
 
 logger = logging.getLogger(__name__)
 
@@ -70,20 +70,6 @@ def linear_x0(res, y, u, window: int) -> np.ndarray:
         G = G @ res.A
     Gam = np.vstack(rows)
     return np.linalg.lstsq(Gam, (y[:window] - forced).ravel(), rcond=None)[0]
-
-
-def initial_theta(est, lin) -> dict:
-    """Physical initial guess from the estimation data and an order-2 linear model (see module doc)."""
-    y, u = est.y.ravel(), est.u.ravel()
-    lam = np.abs(np.linalg.eigvals(lin.A))
-    lam = np.clip(lam, 1e-3, 0.999)
-    tau = -est.data.dt / np.log(lam)
-    tau_geo = float(np.exp(np.mean(np.log(tau[:2]))))
-    a = 2.0 * np.sqrt(np.mean(y)) / tau_geo
-    th = default_theta()
-    th.update(a1=a, a2=a, kp=a * np.mean(np.sqrt(y)) / np.mean(u), h1max=float(y.max()),
-              h2max=float(y.max()), c0=0.0, c1=1.0, b1=0.0, b2=0.0, kov=0.5, u0=0.0)
-    return th
 
 
 def upper_level_starts(theta, y0: float) -> np.ndarray:
