@@ -1,16 +1,14 @@
-"""Bodies of the CLI subcommands ``refine`` and ``calibrate-noise``, and the initial-state rule shared
-by ``evaluate`` and ``plot`` (argument parsing: :mod:`ceem_casadi.cli`; validation helpers:
-:mod:`ceem_casadi.cli_inputs`).
+"""Bodies of the CLI subcommands that use a model: ``evaluate``, ``simulate``, ``smooth``, ``codegen``
+and ``plot``, and the initial-state rule shared by ``evaluate`` and ``plot`` (argument parsing:
+:mod:`ceem_casadi.cli`; validation helpers: :mod:`ceem_casadi.cli_inputs`; the commands that fit:
+:mod:`ceem_casadi.cli_fit`).
 
-Exit codes as in :mod:`ceem_casadi.cli`: 0 success, 1 the solver did not converge (the model file is
-still written), 2 bad input (:class:`~ceem_casadi.cli_inputs.UsageError`).
+Exit codes as in :mod:`ceem_casadi.cli`: 0 success, 2 bad input
+(:class:`~ceem_casadi.cli_inputs.UsageError`).
 """
 from __future__ import annotations
 
 import json
-import math
-import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,54 +16,18 @@ import numpy as np
 from .cli_inputs import (
     UsageError,
     at_least,
-    json_object,
-    load_data,
+    data_from_args,
+    int_list,
     model_from_args,
-    model_ref,
     names,
     states,
     theta_arg,
     writable,
 )
 from .errors import CeemError
+from .io.trajectories import columns, read_table
 
 ESTIMATE = "estimate"
-
-
-def data_from_args(args, model):
-    """(Trajectories, description) of ``--data`` with ``--outputs``, ``--inputs``, ``--trajectory-column``."""
-    return load_data(args.data, model, outputs=names(args.outputs), inputs=names(args.inputs),
-                     trajectory_column=args.trajectory_column)
-
-
-def positive_seconds(value, what: str):
-    """``value`` (seconds) unless it is not a finite number > 0; None passes."""
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise UsageError(f"{what}: expected a finite number of seconds > 0, got {value}")
-    return value
-
-
-def float_list(text: str, what: str) -> list[float]:
-    """Comma-separated distinct finite numbers > 0."""
-    try:
-        values = [float(s) for s in names(text) or []]
-    except ValueError:
-        raise UsageError(f"{what}: expected comma-separated numbers > 0 like 0.3,1,3, got {text!r}") from None
-    if not values or not all(math.isfinite(v) and v > 0 for v in values):
-        raise UsageError(f"{what}: expected comma-separated finite numbers > 0 like 0.3,1,3, got {text!r}")
-    if len(set(values)) != len(values):
-        raise UsageError(f"{what}: the levels must be distinct, got {text!r}")
-    return values
-
-
-def model_source(args, saved):
-    """(source, kwargs) to record in a derived model file: the factory given with ``--model``, or the
-    one named in ``--model-file`` only with ``--trust-source`` (saving a source imports it)."""
-    if saved is None:
-        return model_ref(args.model), json_object(args.model_kwargs, "--model-kwargs")
-    if getattr(args, "trust_source", False):
-        return saved.source, saved.kwargs
-    return None, None
 
 
 def default_x0_window(model, lengths) -> int:
@@ -104,185 +66,177 @@ def initial_states_cli(model, theta_vec, data, x0_arg=None, window=None):
     return x0, f"x0 estimated from the first {window} samples of each trajectory (--x0-window): {rows}", window
 
 
-def _summary_line(text: str, quiet: bool) -> None:
-    if not quiet:
-        print(text, file=sys.stderr)
+def cmd_evaluate(args) -> int:
+    from .metrics import validation_report
 
-
-# --- refine ------------------------------------------------------------------------------------------
-def cmd_refine(args) -> int:
-    from .modelfile import save_model
-    from .output_error import OutputErrorOptions, refine_output_error
-
-    out = writable(args.out, "--out")
-    if args.shooting is not None and args.shooting < 1:
-        raise UsageError(f"--shooting: expected an integer >= 1 (samples per multiple-shooting segment), "
-                         f"got {args.shooting}")
-    positive_seconds(args.time_limit, "--time-limit")
-    if args.max_iter < 1:
-        raise UsageError(f"--max-iter: expected an integer >= 1 (IPOPT iterations), got {args.max_iter}")
+    ks = int_list(args.k, "--k") if args.k else []
+    at_least(args.skip, 0, "--skip", " (leading samples left out)")
+    if args.json:
+        writable(args.json, "--json")
     model, theta, saved = model_from_args(args)
-    theta = theta_arg(model, args.theta0, "--theta0", base=theta) or theta
-    data, desc = data_from_args(args, model)
-    shortest = min(data.lengths)
-    if args.x0_window is not None and not 1 <= args.x0_window <= shortest:
-        raise UsageError(f"--x0-window: expected an integer in [1, {shortest}] (shortest trajectory), "
-                         f"got {args.x0_window}")
-    if args.x0 is not None and args.x0_window is not None:
-        raise UsageError("--x0-window estimates the starting initial states, --x0 gives them: give one of them")
-    x0 = states(args.x0, "--x0", model.nx, len(data)) if args.x0 is not None else None
-    options = OutputErrorOptions(max_iter=args.max_iter, hessian=args.hessian, use_prior=not args.no_prior,
-                                 time_limit=args.time_limit, x0_window=args.x0_window)
-    res = refine_output_error(model, theta, data, shooting=args.shooting, x0=x0, options=options)
-    source, kwargs = model_source(args, saved)
-    summary = {"status": str(res.status), "message": res.message, "iterations": res.iterations,
-               "cost_before": res.initial_cost, "cost_after": res.cost, "seconds": round(res.wall_s, 3),
-               "shooting": args.shooting, "constraint_violation": res.constraint_violation}
-    save_model(out, model, res.theta, source=source, kwargs=kwargs, options=options, data=desc,
-               extra={"x0": res.x0}, metadata={"status": str(res.status), "message": res.message,
-                                              "refine": summary, "started_from": str(args.model_file or args.model)})
-    how = "single shooting" if args.shooting is None else f"multiple shooting, {args.shooting}-sample segments"
-    _summary_line(f"output-error refinement ({how}): cost {res.initial_cost:.6g} -> {res.cost:.6g}, "
-                  f"{res.iterations} IPOPT iterations, {res.wall_s:.1f} s, status {res.status}", args.quiet)
-    summary.update(model_file=str(out), theta={k: np.asarray(v).tolist() for k, v in res.theta.items()},
-                   x0=res.x0.tolist())
-    print(json.dumps(summary))
-    return 0 if res.status == "converged" else 1
-
-
-# --- calibrate-noise ---------------------------------------------------------------------------------
-def _calibration_options(args):
-    from .noise_calibration import NoiseCalibrationOptions
-    from .options import CEEMOptions
-
-    cores = os.cpu_count() or 1
-    if args.n_jobs < 1 or args.n_jobs > 4 * cores:
-        raise UsageError(f"--n-jobs: expected an integer in [1, {4 * cores}] (this machine has {cores} cores), "
-                         f"got {args.n_jobs}")
-    if args.max_iters < 1:
-        raise UsageError(f"--max-iters: expected an integer >= 1 (CE-EM iterations per level), got {args.max_iters}")
-    positive_seconds(args.time_limit, "--time-limit")
-    if not 0 < args.holdout_fraction < 1:
-        raise UsageError(f"--holdout-fraction: expected a number in (0, 1), got {args.holdout_fraction}")
-    at_least(args.x0_window, 1, "--x0-window")
+    data, _ = data_from_args(args, model)
+    theta_vec = model.theta_vector(theta)
+    x0, x0_note, window = initial_states_cli(model, theta_vec, data, args.x0, args.x0_window)
+    skip = args.skip if args.skip is not None else (window or 0)
+    if skip >= min(data.lengths):
+        raise UsageError(f"--skip: expected fewer than {min(data.lengths)} samples (the shortest trajectory), "
+                         f"got {skip}")
+    if ks and max(ks) >= min(data.lengths) - skip:
+        raise UsageError(f"--k: expected horizons below {min(data.lengths) - skip} (samples of the shortest "
+                         f"trajectory after --skip), got {max(ks)}")
+    print(x0_note + (f"; the metrics leave out the first {skip} samples (--skip)" if skip else ""))
+    unc = saved.uncertainty if saved is not None else None
     try:
-        ceem = CEEMOptions(max_iters=args.max_iters, acceleration=args.acceleration)
-        return NoiseCalibrationOptions(ceem=ceem, n_jobs=args.n_jobs, time_limit=args.time_limit,
-                                       holdout_fraction=args.holdout_fraction, x0_window=args.x0_window)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"invalid options: {exc}") from None
+        if args.uncertainty:  # the Laplace covariance at theta from the given data
+            from .uncertainty import UncertaintyOptions, parameter_uncertainty
+
+            if not hasattr(model.params, "validate"):
+                raise UsageError("--uncertainty needs the model source (the file was loaded without it)")
+            unc = parameter_uncertainty(model, data, theta, options=UncertaintyOptions(hessian=args.uncertainty))
+        report = validation_report(model, theta_vec, data, x0=x0, k=ks, skip=skip, uncertainty=unc)
+    except CeemError as exc:
+        raise UsageError(str(exc)) from None
+    print(report.to_dataframe().to_string(float_format=lambda v: f"{v:.6g}"))
+    if unc is not None:
+        u = report.to_dict()["parameters"]
+        print(f"parameters (estimate ± standard error, {u['hessian']} Hessian):")
+        print("\n".join(f"  {n} = {e:.6g} ± {s:.3g}" for n, e, s in zip(u["names"], u["estimate"], u["std_error"])))
+        for w in u.get("warnings", []):
+            print(f"  warning: {w}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
+    return 0
 
 
-def calibration_table(result):
-    """The calibration table as written by ``--table``: one row per level, ``process_std`` split into
-    ``process_std_0 ...`` columns, ``chosen`` marks the chosen level (no fit objects)."""
+def cmd_simulate(args) -> int:
     import pandas as pd
 
-    df = result.table.drop(columns=["fit", "process_std"]).copy()
-    stds = np.array([list(p) for p in result.table["process_std"]], float)
-    for j in range(stds.shape[1]):
-        df.insert(1 + j, f"process_std_{j}", stds[:, j])
-    df["chosen"] = np.isclose(df["level"].to_numpy(float), result.best.level)
-    return pd.DataFrame(df)
+    import ceem_casadi as cc
+
+    if args.horizon < 2:
+        raise UsageError(f"--horizon: expected an integer >= 2 (samples per trajectory), got {args.horizon}")
+    at_least(args.process_std, 0, "--process-std")
+    at_least(args.measurement_std, 0, "--measurement-std")
+    at_least(args.seed, 0, "--seed")
+    writable(args.out, "--out")
+    model, theta, _ = model_from_args(args)
+    theta = theta_arg(model, args.theta, "--theta", base=theta) or theta
+    x0 = states(args.x0, "--x0", model.nx)
+    if x0 is None:
+        if model.noise.x1_mean is None:
+            raise UsageError(f"give the initial state(s) as --x0 (JSON list of {model.nx} numbers, or lists)")
+        x0 = model.noise.x1_mean[None]
+    u = None
+    if model.nu:
+        if not args.input_file:
+            raise UsageError(f"the model has {model.nu} inputs: give --input-file with u columns")
+        df = read_table(Path(args.input_file))
+        try:
+            u = [df[columns(df, args.input_file, names(args.inputs), "u", model.nu, "inputs")].to_numpy(float)]
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{args.input_file}: non-numeric values in the input columns ({exc})") from None
+        if len(u[0]) < 2 or not np.all(np.isfinite(u[0])):
+            raise UsageError(f"{args.input_file}: expected at least 2 rows of finite inputs")
+        u = u * len(x0)
+    horizon = args.horizon if u is None else len(u[0])
+    data, xs = cc.simulate(model, theta, x0, horizon, u=u, process_std=args.process_std,
+                           measurement_std=args.measurement_std, seed=args.seed)
+    frames = []
+    for b, (y, x) in enumerate(zip(data.y, xs)):
+        cols = {"trajectory": b, "t": np.arange(len(y)) * (model.dt or 1.0)}
+        cols.update({f"y{j}": y[:, j] for j in range(model.ny)})
+        cols.update({f"u{j}": data.inputs(b)[:, j] for j in range(model.nu)})
+        cols.update({f"x{j}": x[:, j] for j in range(model.nx)})
+        frames.append(pd.DataFrame(cols))
+    pd.concat(frames).to_csv(args.out, index=False)
+    print(f"wrote {args.out}: {len(xs)} trajectories of {horizon} samples")
+    return 0
 
 
-def cmd_calibrate_noise(args) -> int:
-    from .modelfile import save_model
-    from .noise_calibration import calibrate_noise
+def cmd_smooth(args) -> int:
+    import pandas as pd
 
-    out = writable(args.out, "--out")
-    for flag in ("table", "plot"):
-        if getattr(args, flag):
-            writable(getattr(args, flag), f"--{flag}")
-    grid = float_list(args.grid, "--grid") if args.grid is not None else None
-    options = _calibration_options(args)
+    from .initialise import eks_states
+
+    writable(args.out, "--out")
+    model, theta, _ = model_from_args(args)
+    data, _ = data_from_args(args, model)
+    theta_vec = model.theta_vector(theta)
+    xs = eks_states(model, theta_vec, data)
+    if args.method == "ce":
+        from .smoother import Smoother
+
+        res = Smoother(model).solve(theta_vec, data, xs)
+        xs = [r.x for r in res]
+    frames = [pd.DataFrame({"trajectory": b, "t": np.arange(len(x)) * (model.dt or 1.0),
+                            **{f"x{j}": x[:, j] for j in range(model.nx)}}) for b, x in enumerate(xs)]
+    pd.concat(frames).to_csv(args.out, index=False)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_codegen(args) -> int:
+    from .codegen import compile_example, generate_ekf
+
+    writable(args.out_dir, "--out-dir", directory=True)
     model, theta, saved = model_from_args(args)
-    theta = theta_arg(model, args.theta0, "--theta0", base=theta) or theta
-    data, desc = data_from_args(args, model)
+    theta_vec = model.theta_vector(theta)
+    x0 = states(args.x0, "--x0", model.nx)[0] if args.x0 else (
+        saved.extra["x0"][0] if saved is not None and "x0" in saved.extra else None)
     try:
-        res = calibrate_noise(model, data, theta, grid=grid, criterion=args.criterion, options=options)
-    except (ValueError, CeemError) as exc:
+        gen = generate_ekf(model, theta_vec, args.out_dir, name=args.name, x0=x0,
+                           theta_as_argument=args.theta_as_argument)
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
-    best, fit = res.best, res.best.fit
-    table = calibration_table(res)
-    if args.table:
-        table.to_csv(args.table, index=False)
-    if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        ax = res.plot()
-        ax.figure.savefig(args.plot, dpi=120, bbox_inches="tight")
-        plt.close(ax.figure)
-    source, kwargs = model_source(args, saved)
-    extra = {"x0": np.array([x[0] for x in fit.x])} if fit.x is not None else {}
-    meta = {"status": str(fit.status), "message": fit.message,
-            "noise_calibration": {"criterion": args.criterion, "level": best.level, "criterion_value": best.criterion,
-                                  "process_std": best.process_std.tolist(), "seconds": round(res.seconds, 3),
-                                  "table": json.loads(table.to_json(orient="records"))},
-            "started_from": str(args.model_file or args.model)}
-    save_model(out, best.model, best.theta, source=source, kwargs=kwargs, options=options.ceem, data=desc,
-               history=fit.history, extra=extra, metadata=meta)
-    if not args.quiet:
-        print(table.to_string(index=False, float_format=lambda v: f"{v:.6g}"), file=sys.stderr)
-    _summary_line(f"{args.criterion} criterion chose level {best.level:g} (process_std "
-                  f"{' '.join(f'{v:.4g}' for v in best.process_std)}) in {res.seconds:.1f} s; chosen fit: "
-                  f"{fit.status} after {len(fit.history)} iterations", args.quiet)
-    print(json.dumps({"status": str(fit.status), "criterion": args.criterion, "level": best.level,
-                      "process_std": best.process_std.tolist(), "model_file": str(out),
-                      "table": None if not args.table else str(Path(args.table)),
-                      "theta": {k: np.asarray(v).tolist() for k, v in best.theta.items()}}))
-    return 0 if fit.status == "converged" else 1
+    print(f"wrote {gen.source}, {gen.header}, {gen.example}")
+    if args.compile:
+        try:
+            print(f"compiled {compile_example(gen)}")
+        except RuntimeError as exc:
+            raise UsageError(str(exc)) from None
+    return 0
 
 
-# --- parsers -----------------------------------------------------------------------------------------
-def add_parsers(sub, add_model, add_data) -> None:
-    """Add the ``refine`` and ``calibrate-noise`` subcommands (``add_model``, ``add_data``: the shared
-    flag groups of :mod:`ceem_casadi.cli`)."""
-    _add_refine(sub, add_model, add_data)
-    _add_calibrate_noise(sub, add_model, add_data)
+def cmd_plot(args) -> int:
+    import ceem_casadi as cc
 
+    from . import plots
+    from .initialise import eks_states
 
-def _add_refine(sub, _add_model, _add_data):
-    p = sub.add_parser("refine", help="output-error (simulation-error) refinement of theta and x0; writes a model file",
-                       description="Fit the free parameters and every trajectory's initial state to the free-run "
-                                   "simulation error (cc.refine_output_error), e.g. after 'fit'.")
-    _add_model(p)
-    _add_data(p)
-    p.add_argument("--theta0", help="starting parameters JSON (default: the model file's or the factory's)")
-    p.add_argument("--shooting", type=int, help="multiple shooting with segments of this many samples "
-                                                "(default: single shooting)")
-    p.add_argument("--hessian", choices=("gauss-newton", "exact"), default="gauss-newton")
-    p.add_argument("--max-iter", type=int, default=500, help="IPOPT iterations (default 500)")
-    p.add_argument("--time-limit", type=float, help="wall-clock budget in seconds (status time_limit)")
-    p.add_argument("--x0", help="starting initial states JSON (default: estimated from --x0-window samples)")
-    p.add_argument("--x0-window", type=int, help="samples used to estimate the starting x0 (default min(T, 10 nx))")
-    p.add_argument("--no-prior", action="store_true", help="ignore the parameters' priors")
-    p.add_argument("--out", required=True, help="model file to write (.npz; theta and x0)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
-    p.set_defaults(func=cmd_refine)
+    out, ext = writable(args.out_dir, "--out-dir", directory=True), f".{args.format}"
+    model, theta, saved = model_from_args(args)
+    written = []
+    if saved is not None and saved.history:
+        written.append(plots.plot_history(saved.history, out / f"history{ext}", title=saved.source or ""))
+    if args.data:
+        data, _ = data_from_args(args, model)
+        b = args.trajectory
+        if not 0 <= b < len(data):
+            raise UsageError(f"--trajectory: expected 0..{len(data) - 1}, got {b}")
+        theta_vec = model.theta_vector(theta)
+        x = eks_states(model, theta_vec, data)[b]
+        u = data.inputs(b)
+        y_fit = np.asarray(model.g.map(len(x))(x.T, u.T, theta_vec)).T
+        written.append(plots.plot_states(x, data.y[b], out / f"states{ext}", y_fit=y_fit, dt=model.dt))
+        x0, x0_note, window = initial_states_cli(model, theta_vec, data[b:b + 1], args.x0, args.x0_window)
+        x0 = x0[0]
+        print(x0_note + (f"; the simulation is scored from sample {window} on" if window else ""))
+        y_sim = np.array(cc.simulate_output(model, theta_vec, u, x0), float)
+        y_sim[:window or 0] = np.nan  # as evaluate: the samples that fitted x0 are not scored
+        written.append(plots.plot_prediction(data.y[b], y_sim, out / f"simulation{ext}", dt=model.dt,
+                                             label="free-run simulation"))
+        if saved is not None:
+            pred = saved.predict(data.y[b], u, x0=x0).y_pred
+        else:
+            from .filtering import EKF
 
-
-def _add_calibrate_noise(sub, _add_model, _add_data):
-    p = sub.add_parser("calibrate-noise", help="CE-EM over a grid of process-noise levels, one chosen by a criterion",
-                       description="Fit CE-EM at every process-noise level of --grid (multipliers of the model's "
-                                   "process_std) and write the chosen fit (cc.calibrate_noise).")
-    _add_model(p)
-    _add_data(p)
-    p.add_argument("--theta0", help="starting parameters JSON (default: the model file's or the factory's)")
-    p.add_argument("--grid", help="comma-separated multipliers of the model's process_std (default 7 levels "
-                                  "0.032..32)")
-    p.add_argument("--criterion", choices=("innovation", "holdout"), default="innovation")
-    p.add_argument("--max-iters", type=int, default=50, help="CE-EM iterations per level (default 50)")
-    p.add_argument("--acceleration", choices=["none", "squarem", "newton"], default="newton")
-    p.add_argument("--n-jobs", type=int, default=1, help="processes (default 1)")
-    p.add_argument("--time-limit", type=float, help="budget of the whole calibration in seconds")
-    p.add_argument("--holdout-fraction", type=float, default=0.25, help="tail held out by 'holdout' (default 0.25)")
-    p.add_argument("--x0-window", type=int, default=10, help="samples for each tail's x0 by 'holdout' (default 10)")
-    p.add_argument("--out", required=True, help="model file of the chosen level to write (.npz)")
-    p.add_argument("--table", help="write the table (one row per level) as CSV")
-    p.add_argument("--plot", help="write the criterion and J against the level (.png/.svg)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no table and summary on stderr")
-    p.set_defaults(func=cmd_calibrate_noise)
+            n = model.noise
+            pred = EKF(model).run(theta_vec, data.y[b], u, x0=x0, Sigma0=n.process_std ** 2, Q=n.process_std ** 2,
+                                  R=n.measurement_std ** 2).y_pred
+        written.append(plots.plot_prediction(data.y[b], pred, out / f"prediction{ext}", dt=model.dt,
+                                             label="EKF one-step prediction"))
+    if not written:
+        raise UsageError("nothing to plot: give --model-file with a fit history and/or --data")
+    for p in written:
+        print(f"wrote {p}")
+    return 0

@@ -140,6 +140,13 @@ def load_data(paths, model, *, outputs=None, inputs=None, trajectory_column=None
                              describe=True)
 
 
+def data_from_args(args, model):
+    """(Trajectories, description) of ``--data`` with ``--outputs``, ``--inputs``, ``--trajectory-column``."""
+    return load_data(args.data, model, outputs=names(args.outputs), inputs=names(args.inputs),
+                     trajectory_column=args.trajectory_column)
+
+
+
 # --- model, options ----------------------------------------------------------------------------------
 def model_ref(ref: str) -> str:
     """``--model`` with a file path made absolute (so that a model file names it from anywhere)."""
