@@ -21,7 +21,6 @@ from .cli_inputs import (
 )
 from .errors import CeemError
 
-log = logging.getLogger("ceem_casadi.cli")
 PROG = "ceem-casadi"
 
 
