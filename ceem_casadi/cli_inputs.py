@@ -140,6 +140,13 @@ def load_data(paths, model, *, outputs=None, inputs=None, trajectory_column=None
                              describe=True)
 
 
+def data_from_args(args, model):
+    """(Trajectories, description) of ``--data`` with ``--outputs``, ``--inputs``, ``--trajectory-column``."""
+    return load_data(args.data, model, outputs=names(args.outputs), inputs=names(args.inputs),
+                     trajectory_column=args.trajectory_column)
+
+
+
 # --- model, options ----------------------------------------------------------------------------------
 def model_ref(ref: str) -> str:
     """``--model`` with a file path made absolute (so that a model file names it from anywhere)."""
@@ -164,21 +171,11 @@ def model_from_args(args):
     return model, model.params.initial(), None
 
 
-def initial_states(model, theta_vec, data, x0_arg=None) -> np.ndarray:
-    """(B, nx): ``--x0``, else the model's x1_mean, else the EKF/RTS estimate at t = 0 from the data."""
-    from .initialise import eks_states
-
-    if x0_arg is not None:
-        return states(x0_arg, "--x0", model.nx, len(data))
-    if model.noise.x1_mean is not None:
-        return np.tile(model.noise.x1_mean, (len(data), 1))
-    return np.array([x[0] for x in eks_states(model, theta_vec, data)])
-
-
 FLAG_MAP = {"max_iters": ("ceem", "max_iters"), "tol": ("ceem", "tol"), "acceleration": ("ceem", "acceleration"),
             "n_jobs": ("ceem", "n_jobs"), "rho_x": ("smoother", "rho_x"), "rho_theta": ("learner", "rho_theta"),
             "smoother_max_iter": ("smoother", "max_iter"), "learner_max_iter": ("learner", "max_iter"),
-            "smoother_hessian": ("smoother", "hessian"), "learner_hessian": ("learner", "hessian")}
+            "smoother_hessian": ("smoother", "hessian"), "learner_hessian": ("learner", "hessian"),
+            "time_limit": ("ceem", "time_limit")}
 
 
 def build_options(config: str | None, args):
