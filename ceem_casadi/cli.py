@@ -20,6 +20,7 @@ from .cli_inputs import (
     load_data,  # noqa: F401  (re-exported: ceem_casadi.cli.load_data)
 )
 from .errors import CeemError
+from .options import ACCELERATIONS
 
 PROG = "ceem-casadi"
 
@@ -80,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="TOML options: CEEMOptions keys at top level, tables [smoother], [learner]")
     p.add_argument("--max-iters", type=int)
     p.add_argument("--tol", type=float)
-    p.add_argument("--acceleration", choices=["none", "squarem", "newton"])
+    p.add_argument("--acceleration", choices=list(ACCELERATIONS))
     p.add_argument("--n-jobs", type=int)
     p.add_argument("--rho-x", type=float)
     p.add_argument("--rho-theta", type=float)
@@ -176,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   "0.032..32)")
     p.add_argument("--criterion", choices=("innovation", "holdout"), default="innovation")
     p.add_argument("--max-iters", type=int, default=50, help="CE-EM iterations per level (default 50)")
-    p.add_argument("--acceleration", choices=["none", "squarem", "newton"], default="newton")
+    p.add_argument("--acceleration", choices=list(ACCELERATIONS), default="newton")
     p.add_argument("--n-jobs", type=int, default=1, help="processes (default 1)")
     p.add_argument("--time-limit", type=float, help="budget of the whole calibration in seconds")
     p.add_argument("--holdout-fraction", type=float, default=0.25, help="tail held out by 'holdout' (default 0.25)")
