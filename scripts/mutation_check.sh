@@ -31,9 +31,9 @@ FILE[learner]=ceem_casadi/learner.py
 TESTS[learner]='"tests/test_core_learner.py", "tests/test_core_ceem.py::test_learner_recovers_lorenz_parameters_from_true_states", "tests/test_core_ceem.py::test_learner_respects_bounds_fixed_entries_and_prior", "tests/test_uncertainty.py::test_learning_hessian_exact_equals_gauss_newton_at_zero_residuals"'
 FILE[ceem]=ceem_casadi/ceem.py
 TESTS[ceem]='"tests/test_core_ceem_loop.py", "tests/test_status_time_limit.py", "tests/test_core_ceem.py::test_ceem_parallel_smoothing_matches_sequential", "tests/test_core_errors.py"'
-FILE[joint]=ceem_casadi/joint.py
+FILE[joint]=ceem_casadi/joint_gauss_newton.py
 TESTS[joint]='"tests/test_joint.py::test_joint_step_equals_dense_levenberg_marquardt_solve", "tests/test_joint.py::test_joint_step_with_observed_parameters_priors_and_bounds_equals_dense_solve", "tests/test_joint.py::test_joint_step_without_free_parameters_is_a_damped_state_step", "tests/test_core_ceem_loop.py::test_newton_damping_falls_after_accepted_steps_and_rises_after_a_failed_solve", "tests/test_core_ceem_loop.py::test_acceleration_steps_are_taken_and_change_the_iterates"'
-FILE[ekf]=ceem_casadi/baselines/ekf.py
+FILE[ekf]=ceem_casadi/filtering/ekf.py
 TESTS[ekf]='"tests/test_baselines_kalman_ekf.py"'
 
 modules=("$@")

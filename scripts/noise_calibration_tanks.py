@@ -19,26 +19,12 @@ import argparse
 import json
 import time
 
-import numpy as np
-
 import ceem_casadi as cc
 from ceem_casadi.baselines.n4sid import n4sid
 from ceem_casadi.datasets import simulation_rms
-from models.cascaded_tanks import cascaded_tanks, default_theta
+from models.cascaded_tanks import cascaded_tanks, initial_theta
 
 INIT = 5  # test samples usable for the initial state (benchmark protocol)
-
-
-def initial_theta(est, lin) -> dict:
-    """The documented initial guess of scripts/cascaded_tanks.py (docs/results_real.md)."""
-    y, u = est.y.ravel(), est.u.ravel()
-    lam = np.clip(np.abs(np.linalg.eigvals(lin.A)), 1e-3, 0.999)
-    tau = -est.data.dt / np.log(lam)
-    a = 2.0 * np.sqrt(np.mean(y)) / float(np.exp(np.mean(np.log(tau[:2]))))
-    th = default_theta()
-    th.update(a1=a, a2=a, kp=a * np.mean(np.sqrt(y)) / np.mean(u), h1max=float(y.max()), h2max=float(y.max()),
-              c0=0.0, c1=1.0, b1=0.0, b2=0.0, kov=0.5, u0=0.0)
-    return th
 
 
 def test_rms(model, theta, split) -> float:

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.joint import JointGaussNewton
+from ceem_casadi.initialise import eks_states
+from ceem_casadi.joint_gauss_newton import JointGaussNewton
 from ceem_casadi.stages import StageFunctions
 from models import lorenz
 
@@ -50,7 +51,7 @@ def test_joint_step_equals_dense_levenberg_marquardt_solve(problem):
     """Schur complement + banded Cholesky = one dense solve of the damped normal equations."""
     model, data = problem
     theta_vec = model.theta_vector(model.params.initial())
-    xs = cc.initialise.eks_states(model, theta_vec, data)
+    xs = eks_states(model, theta_vec, data)
     jg = JointGaussNewton(model, data.lengths, StageFunctions(model))
     for mu in (1e-3, 0.5):
         st = jg.step(theta_vec, data, xs, mu=mu)
@@ -141,7 +142,7 @@ def test_joint_step_with_observed_parameters_priors_and_bounds_equals_dense_solv
     data = _observed_parameter_data(truth)
     # c = (0.3, -0.2) in the data
     theta_vec = model.theta_vector({"A": truth["A"] - 0.1, "C": truth["C"] + 0.1, "c": np.array([0.2, 0.3])})
-    xs = cc.initialise.eks_states(model, theta_vec, data)
+    xs = eks_states(model, theta_vec, data)
     free, params = model.params.free_index, model.params
     mu = 0.05
     z0, H, g, K, nxs = _dense_damped_system(model, data, theta_vec, xs, mu)
@@ -164,7 +165,7 @@ def test_joint_step_without_free_parameters_is_a_damped_state_step():
     model, truth = _observed_parameter_model(fixed=True)
     data = _observed_parameter_data(truth)
     theta_vec = model.theta_vector(truth)
-    xs = cc.initialise.eks_states(model, theta_vec, data)
+    xs = eks_states(model, theta_vec, data)
     z0, H, g, K, nxs = _dense_damped_system(model, data, theta_vec, xs, 0.01)
     assert nxs == z0.size
     st = JointGaussNewton(model, data.lengths, StageFunctions(model)).step(theta_vec, data, xs, mu=0.01)
