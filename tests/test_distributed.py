@@ -108,14 +108,13 @@ def test_unsupported_executor_is_refused():
         cc.CEEMOptions(executor="tcp://127.0.0.1:8786")
     with pytest.raises(TypeError, match="executor must be"):
         cc.CEEMOptions(executor=object())
-    with pytest.raises(ValueError, match="either executor or n_jobs"):
-        with ProcessPoolExecutor(1) as pool:
-            cc.CEEMOptions(executor=pool, n_jobs=2)
+    with pytest.raises(ValueError, match="either executor or n_jobs"), ProcessPoolExecutor(1) as pool:
+        cc.CEEMOptions(executor=pool, n_jobs=2)
 
 
 def test_shards_balance_lengths():
     idx = shard_index([64, 48, 64, 56, 48], 2)
-    assert sorted(sum(idx, [])) == list(range(5))
+    assert sorted(b for g in idx for b in g) == list(range(5))
     loads = [sum([64, 48, 64, 56, 48][b] for b in g) for g in idx]
     assert max(loads) - min(loads) <= 48  # greedy longest-first: 120 / 160 at worst here
     assert shard_index([10] * 3, 8) == [[0], [1], [2]]
