@@ -155,20 +155,26 @@ def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
     """The shard's data terms of the learning objective at the free parameters ``z`` (n_free,):
     ``what = "f"``: (cost, seconds); ``"grad"``: (cost, gradient (n_free,), seconds);
     ``"hess"``: (upper triangle of the Hessian, column-major (n_free (n_free + 1) / 2,), seconds),
-    exact or Gauss-Newton as the learner's ``hessian``."""
+    exact or Gauss-Newton as the learner's ``hessian``; ``"all"``: (cost, gradient, Hessian
+    triangle or None for a limited-memory learner, seconds): one round trip per IPOPT iteration."""
     t0 = time.perf_counter()
     solver = solvers(spec).learner(ls.lengths).solver
     z = np.asarray(z, float)
-    if what == "f":
-        out = (float(solver.get_function("nlp_f")(z, ls.P)),)
-    elif what == "grad":
+    if what not in ("f", "grad", "hess", "all"):
+        raise ValueError(f"what must be 'f', 'grad', 'hess' or 'all', got {what!r}")
+    out = []
+    if what in ("f", "all"):  # IPOPT's objective values come from nlp_f (as in the sequential learner)
+        out.append(float(solver.get_function("nlp_f")(z, ls.P)))
+    if what in ("grad", "all"):
         f, g = solver.get_function("nlp_grad_f")(z, ls.P)
-        out = (float(f), np.asarray(g, float).ravel())
-    elif what == "hess":
-        H = np.asarray(solver.get_function("nlp_hess_l")(z, ls.P, 1.0, np.zeros(0)).full())
-        out = (np.triu(H).T[np.tril_indices(z.size)],)  # structural zeros of the exact Hessian included
-    else:
-        raise ValueError(f"what must be 'f', 'grad' or 'hess', got {what!r}")
+        out += [float(f)] if what == "grad" else []
+        out.append(np.asarray(g, float).ravel())
+    if what in ("hess", "all"):
+        if solver.has_function("nlp_hess_l"):
+            H = np.asarray(solver.get_function("nlp_hess_l")(z, ls.P, 1.0, np.zeros(0)).full())
+            out.append(np.triu(H).T[np.tril_indices(z.size)])  # structural zeros of the exact Hessian included
+        else:
+            out.append(None)
     return (*out, time.perf_counter() - t0)
 
 

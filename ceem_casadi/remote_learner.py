@@ -95,6 +95,8 @@ class RemoteLearner:
         return p[:n], p[n], p[n + 1:2 * n + 1], p[2 * n + 1:]
 
     def _remote(self, z, what):
+        """Summed shard terms at ``z``: everything IPOPT may ask there is fetched in one round
+        (what = "all"; a rejected trial point wastes its gradient and Hessian)."""
         key = (what, z.tobytes())
         if key not in self._cache:
             t0 = time.perf_counter()
@@ -104,7 +106,8 @@ class RemoteLearner:
             self._received += received
             self._shard_s += np.array([r[-1] for r in res])
             parts = [r[:-1] for r in res]
-            self._cache[key] = tuple(sum(p[i] for p in parts) for i in range(len(parts[0])))
+            self._cache[key] = tuple(None if parts[0][i] is None else sum(p[i] for p in parts)
+                                     for i in range(len(parts[0])))
         return self._cache[key]
 
     def _value(self, z, p, what):
@@ -112,9 +115,9 @@ class RemoteLearner:
             z_prev, rho, mu, w = self._split(p)
             dz, dm = z - z_prev, z - mu
             reg = rho * dz @ dz + 0.5 * (w * dm) @ (w * dm)
+            f, g, _ = self._remote(z, "all")
             if what == "f":
-                return (self._remote(z, "f")[0] + reg,)
-            f, g = self._remote(z, "grad")
+                return (f + reg,)
             return f + reg, g + 2 * rho * dz + w ** 2 * dm
         except Exception as exc:  # CasADi swallows exceptions raised in callbacks: re-raised after the solve
             self._error = self._error or exc
@@ -123,8 +126,7 @@ class RemoteLearner:
     def _hess_lag(self, z, p, lam_f, lam_g):
         try:
             _, rho, _, w = self._split(p)
-            (h,) = self._remote(z, "hess")
-            h = h.copy()
+            h = self._remote(z, "all")[2].copy()
             h[self._diag] += 2 * rho + w ** 2
             return [ca.DM(ca.Sparsity.upper(self.n), float(lam_f[0]) * h)]
         except Exception as exc:

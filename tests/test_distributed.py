@@ -45,7 +45,7 @@ def client():
     distributed = pytest.importorskip(
         "distributed", reason="dask[distributed] is not installed (pip install -e '.[distributed]')")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as c:
+                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as c:
         yield c
 
 
