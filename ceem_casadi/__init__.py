@@ -62,3 +62,6 @@ __all__ = [
     "ParameterUncertainty", "UncertaintyOptions", "parameter_uncertainty",
 ]
 __all__ += ["NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit", "calibrate_noise"]
+from .distributed import Sharded  # noqa: E402  (CEEMOptions(executor=Sharded(client)); docs/scaling.md)
+
+__all__ += ["Sharded"]

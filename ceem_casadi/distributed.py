@@ -124,7 +124,8 @@ class Sharded:
     ``"learn"``, ``"J"``, ``"setup"``), ``wall_s`` (client wall clock), ``shard_s`` (compute
     seconds inside each shard's task; for ``"learn"`` summed over the solve's calls),
     ``sent_bytes``/``received_bytes`` (array payload between client and workers) and for
-    ``"learn"`` ``calls`` (map-reduce rounds) and ``wait_s`` (client time waiting for them).
+    ``"learn"`` ``calls`` (map-reduce rounds), ``wait_s`` (client time waiting for them) and
+    ``setup_s`` (the shards building their learner parameters at the new states).
     """
 
     def __init__(self, executor, n_shards: int | None = None):

@@ -140,14 +140,16 @@ class RemoteLearner:
         return np.concatenate([np.asarray(theta_vec, float)[self.free], [rho], mean[self.free], w[self.free]])
 
     def _begin(self, theta_vec, xs):
+        t0 = time.perf_counter()
         self._session, self._cache, self._error = self.engine.learning_session(theta_vec, xs), {}, None
+        self._setup_s = time.perf_counter() - t0
         self._calls, self._wait, self._received = 0, 0.0, 0
         self._shard_s = np.zeros(len(self._session))
 
     def _end(self, t0):
         self.engine._record("learn", t0, self._shard_s, getattr(self.engine, "_session_sent", 0)
                             + 8 * self.n * self._calls * len(self._session), self._received,
-                            calls=self._calls, wait_s=self._wait)
+                            calls=self._calls, wait_s=self._wait, setup_s=self._setup_s)
         self._session, self._cache = None, {}
 
     # --- the learner interface ---------------------------------------------------------------

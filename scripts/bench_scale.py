@@ -70,7 +70,7 @@ def per_iteration(stats: list[dict], iters: int) -> list[dict]:
         slowest = max(sm["shard_s"])
         rows.append(dict(
             smooth_s=sm["wall_s"], slowest_shard_s=slowest, learn_s=le["wall_s"], learn_wait_s=le["wait_s"],
-            learn_calls=le["calls"], learn_shard_s=max(le["shard_s"]), client_ipopt_s=le["wall_s"] - le["wait_s"],
+            learn_calls=le["calls"], learn_shard_s=max(le["shard_s"]), client_ipopt_s=le["wall_s"] - le["wait_s"] - le.get("setup_s", 0.0),
             J_s=J["wall_s"], overhead_s=(sm["wall_s"] - slowest) + (le["wait_s"] - max(le["shard_s"]))
             + (J["wall_s"] - max(J["shard_s"])),
             sent_bytes=sm["sent_bytes"] + le["sent_bytes"] + J["sent_bytes"],
