@@ -33,6 +33,7 @@ import numpy as np
 
 from . import _shard_tasks as tasks
 from ._ipopt import DEADLINE
+from .data import Trajectories
 from .objective import joint_log_density
 
 SUPPORTED = "a dask.distributed.Client, a concurrent.futures.Executor or a ceem_casadi.distributed.Sharded"
@@ -82,6 +83,8 @@ def nbytes(obj) -> int:
         return sum(nbytes(o) for o in obj)
     if isinstance(obj, tasks.ModelSpec):
         return len(obj.blob) + len(obj.digest)
+    if isinstance(obj, Trajectories):
+        return nbytes(obj.y) + nbytes(obj.u or ())
     if isinstance(obj, (tasks.ShardState, tasks.ShardSummary)):
         return sum(nbytes(v) for v in vars(obj).values())
     return 8
