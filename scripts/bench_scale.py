@@ -36,6 +36,28 @@ from models.helicopter import heli_model
 log = logging.getLogger(__name__)
 
 
+def _spin(n: int) -> float:
+    t0 = time.perf_counter()
+    s = 0
+    for i in range(n):
+        s += i
+    return time.perf_counter() - t0
+
+
+def parallel_capacity(workers: int = 2, n: int = 4_000_000) -> float:
+    """Throughput of ``workers`` processes running a pure-Python loop at once, relative to one alone
+    (2.0 on an idle 2-core machine): the most a 1 -> ``workers`` speedup can show right now."""
+    from multiprocessing import get_context
+
+    one = _spin(n)
+    with get_context("spawn").Pool(workers) as pool:
+        pool.map(_spin, [1] * workers * 4)  # wait until every process has started and imported
+        t0 = time.perf_counter()
+        pool.map(_spin, [n] * workers)
+        many = time.perf_counter() - t0
+    return workers * one / many
+
+
 def lorenz_problem(B: int, T: int, seed: int = 0):
     model = lorenz.single_lorenz(process_std=0.01, measurement_std=0.01)
     data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(B, seed=seed), T, measurement_std=0.01,
@@ -246,6 +268,10 @@ def main(argv=None):
     if "a" in parts:
         res["part_a"] = part_a(a.smoke)
     if "b" in parts or "c" in parts:
+        cap = parallel_capacity(max(int(w) for w in a.workers.split(",")))
+        res["machine"]["parallel_capacity"] = cap
+        print(f"parallel capacity now: {cap:.2f}x (throughput of {a.workers.split(',')[-1]} processes vs one; "
+              "an idle machine gives the number of cores)")
         print("part (b): per EM iteration, medians")
         res["part_b"] = part_b(a.models.split(","), [int(b) for b in a.B.split(",")], a.T, a.iters,
                                [int(w) for w in a.workers.split(",")], a.seed)
