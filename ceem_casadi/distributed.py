@@ -119,16 +119,21 @@ class Sharded:
 
     Parameters
     ----------
-    executor : a ``dask.distributed.Client`` or a ``concurrent.futures.Executor``.
-    n_shards : groups of trajectories, one task each per step; default: the number of worker
-        threads (Dask) or the executor's ``max_workers``.
+    executor : dask.distributed.Client or concurrent.futures.Executor
+        Where the shards run.
+    n_shards : int or None
+        Groups of trajectories, one task each per step; default: the number of worker threads
+        (Dask) or the executor's ``max_workers``.
 
-    ``stats`` collects one dict per step of every fit run with it: ``kind`` (``"smooth"``,
-    ``"learn"``, ``"J"``, ``"setup"``), ``wall_s`` (client wall clock), ``shard_s`` (compute
-    seconds inside each shard's task; for ``"learn"`` summed over the solve's calls),
-    ``sent_bytes``/``received_bytes`` (array payload between client and workers) and for
-    ``"learn"`` ``calls`` (map-reduce rounds), ``wait_s`` (client time waiting for them) and
-    ``setup_s`` (the shards building their learner parameters at the new states).
+    Attributes
+    ----------
+    stats : list of dict
+        One dict per step of every fit run with it: ``kind`` (``"smooth"``, ``"learn"``, ``"J"``,
+        ``"setup"``, ``"fetch"``), ``wall_s`` (client wall clock, s), ``shard_s`` (compute seconds
+        inside each shard's task; for ``"learn"`` summed over the solve's calls),
+        ``sent_bytes`` and ``received_bytes`` (array payload between client and workers); for
+        ``"learn"`` also ``calls`` (map-reduce rounds), ``wait_s`` (client time waiting for them)
+        and ``setup_s`` (the shards building their learner parameters at the new states).
     """
 
     def __init__(self, executor, n_shards: int | None = None):
