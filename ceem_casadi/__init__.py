@@ -73,3 +73,6 @@ __all__ = [
 __all__ += ["AdamLearner", "AdamLearnerOptions", "DataFileError", "MLP", "OptionsError", "baselines", "filtering",
             "io", "n4sid", "read_trajectories"]
 __all__ += ["NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit", "calibrate_noise"]
+from .distributed import Sharded  # noqa: E402  (CEEMOptions(executor=Sharded(client)); docs/scaling.md)
+
+__all__ += ["Sharded"]

@@ -29,6 +29,7 @@ from ._ipopt import DEADLINE, deadline
 from ._threads import blas_threads
 from ._workers import die_with_parent
 from .data import Trajectories
+from .distributed import start_engine
 from .errors import SolverError
 from .initialise import check_states, eks_states
 from .joint_gauss_newton import JointGaussNewton, LinAlgError
@@ -76,6 +77,18 @@ class _SmoothingStep:
         jobs = [(theta_vec, y, data.inputs(b), xs[b]) for b, y in enumerate(data.y)]
         return list(self.pool.map(_worker_smooth, jobs))
 
+    # the interface shared with the distributed engines (ceem_casadi.distributed)
+    @staticmethod
+    def finite(r) -> bool:
+        return bool(np.all(np.isfinite(r.x)))
+
+    @staticmethod
+    def states(sm) -> list:
+        return [r.x for r in sm]
+
+    def log_density(self, theta_vec, data, xs) -> float:
+        return self.smoother.joint_log_density(theta_vec, data, xs)
+
     def close(self):
         if self.pool is not None:
             self.pool.shutdown()
@@ -103,10 +116,11 @@ _INTERRUPTED = "User_Requested_Stop"  # IPOPT's status when the deadline callbac
 class _EMRun:
     """State of one CE-EM run: the solvers, the current iterate, the history."""
 
-    def __init__(self, model, data, options, smoother, learner, callback):
+    def __init__(self, model, data, options, smoother, learner, callback, engine=None):
         self.model, self.data, self.options = model, data, options
         self.smoother, self.learner, self.callback = smoother, learner, callback
-        self.step = _SmoothingStep(smoother, min(options.n_jobs, len(data)))  # idle workers help nobody
+        # idle workers help nobody
+        self.step = engine if engine is not None else _SmoothingStep(smoother, min(options.n_jobs, len(data)))
         self.history: list[IterationRecord] = []
         self.stop_requested = False
 
@@ -114,7 +128,7 @@ class _EMRun:
         return J + (log_prior(self.model.params, theta_vec) if self.options.learner.use_prior else 0.0)
 
     def evaluate(self, xs, theta_vec) -> _Iterate:
-        J = self.smoother.joint_log_density(theta_vec, self.data, xs)
+        J = self.step.log_density(theta_vec, self.data, xs)
         return _Iterate(xs, theta_vec, J, self.objective(J, theta_vec))
 
     def em_step(self, it: _Iterate, kind: str, reference: _Iterate) -> tuple[_Iterate, IterationRecord]:
@@ -123,11 +137,11 @@ class _EMRun:
         sm = self.step(it.theta_vec, self.data, it.xs)
         if any(r.status == _INTERRUPTED for r in sm):
             raise _TimeUp(f"iteration {k}: time limit reached during the smoothing step (discarded)")
-        failed = [b for b, r in enumerate(sm) if not np.all(np.isfinite(r.x)) or r.status not in _USABLE]
+        failed = [b for b, r in enumerate(sm) if not self.step.finite(r) or r.status not in _USABLE]
         if failed:
             raise _Failure(f"iteration {k}: smoothing failed on trajectories {failed} "
                            f"({[sm[b].status for b in failed]}); returning the last good iterate")
-        new_xs = [r.x for r in sm]
+        new_xs = self.step.states(sm)
         lr = self.learner.solve(it.theta_vec, self.data, new_xs)
         if lr.status == _INTERRUPTED:
             raise _TimeUp(f"iteration {k}: time limit reached during the learning step (discarded)")
@@ -277,7 +291,9 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
 
     t_build = time.perf_counter()
     smoother = smoother or Smoother(model, options.smoother)
-    learner = learner or Learner(model, data.lengths, options.learner, smoother.stages)
+    engine = None if options.executor is None else start_engine(options.executor, model, data, options, smoother)
+    learner = learner or getattr(engine, "learner", None) or Learner(model, data.lengths, options.learner,
+                                                                     smoother.stages)
     joint = (JointGaussNewton(model, data.lengths, smoother.stages, use_prior=options.learner.use_prior)
              if options.acceleration == "newton" else None)
     if options.acceleration == "joint":
@@ -289,7 +305,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     build_s = time.perf_counter() - t_build
     xs = eks_states(model, theta_vec, data) if x_init is None else check_states(model, data, x_init)
 
-    run = _EMRun(model, data, options, smoother, learner, callback)
+    run = _EMRun(model, data, options, smoother, learner, callback, engine)
     current = run.evaluate(xs, theta_vec)
     result = CEEMResult(Status.MAX_ITERS, f"reached max_iters={options.max_iters} without meeting tol",
                         model.params.from_vector(theta_vec), xs, current.J, history=run.history,
@@ -363,6 +379,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
         finish(Status.TIME_LIMIT, f"{_limit(options)} reached: {exc}; returning the "
                                   f"last accepted iterate ({len(run.history)} iterations)")
     finally:
+        result.x = list(result.x)  # distributed states are fetched from the workers here
         run.step.close()
     if result.status == "solver_failed" and options.raise_on_failure:
         raise SolverError(result.message, result)

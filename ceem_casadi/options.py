@@ -162,6 +162,10 @@ class CEEMOptions:
         iteration once it is spent (overrun: about one IPOPT iteration plus one evaluation of J);
         the interrupted step is discarded and the fit returns ``status = "time_limit"`` with the
         last accepted iterate (theta, states, history).
+    executor : ``None`` (default: ``n_jobs`` decides), a ``dask.distributed.Client`` (smoothing and
+        learning distributed, states kept on the workers), a ``concurrent.futures.Executor``
+        (smoothing distributed) or a :class:`~ceem_casadi.distributed.Sharded` wrapping either
+        (see :mod:`ceem_casadi.distributed` and docs/scaling.md). Not together with ``n_jobs > 1``.
 
     Raises
     ------
@@ -179,11 +183,18 @@ class CEEMOptions:
     blas_threads: int | None = 1
     time_limit: float | None = None
     joint_hessian: str = "auto"
+    executor: object = None
 
     def __post_init__(self):
         check_time_limit(self.time_limit)
         _require(self.joint_hessian in (*HESSIANS, "auto"),
                  f"joint_hessian must be one of {(*HESSIANS, 'auto')}, got {self.joint_hessian!r}")
+        from .distributed import check_executor  # not at module level: it imports the solvers
+
+        check_executor(self.executor)
+        _require(self.executor is None or self.n_jobs == 1,
+                 f"give either executor or n_jobs > 1, not both (n_jobs={self.n_jobs}): n_jobs is the "
+                 "single-machine shorthand for an executor")
         _require(self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1),
                  f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
         _require(self.acceleration in ACCELERATIONS,

@@ -1,0 +1,194 @@
+"""The learning step with the data terms map-reduced over shards (see :mod:`ceem_casadi.distributed`).
+
+IPOPT runs on the client over the free parameters z. Its objective, gradient and Hessian are
+
+    sum over shards of the shard's data terms (evaluated where the shard's states live)
+    + rho_theta ||z - z_prev||^2 + 0.5 ||w (z - mu)||^2        (trust region, prior: on the client)
+
+so each call of IPOPT's callbacks is one round of small tasks (z out; a number, a gradient or
+the upper triangle of a Hessian block back). The Hessian is the one the shard learners use
+(exact or Gauss-Newton, as :class:`~ceem_casadi.learner.Learner` chooses for the options);
+``"limited-memory"`` asks for costs and gradients only.
+"""
+from __future__ import annotations
+
+import time
+
+import casadi as ca
+import numpy as np
+
+from ._ipopt import ACCEPTABLE, ipopt_options, solve
+from .learner import LearnResult
+
+
+class _Call(ca.Callback):
+    """A CasADi Callback calling a Python function of dense numpy inputs."""
+
+    def __init__(self, name, fn, sp_in, sp_out, names_in, names_out, opts=None):
+        ca.Callback.__init__(self)
+        self.fn, self.sp_in, self.sp_out = fn, sp_in, sp_out
+        self.names_in, self.names_out = names_in, names_out
+        self.construct(name, opts or {})
+
+    def get_n_in(self):
+        return len(self.sp_in)
+
+    def get_n_out(self):
+        return len(self.sp_out)
+
+    def get_name_in(self, i):
+        return self.names_in[i]
+
+    def get_name_out(self, i):
+        return self.names_out[i]
+
+    def get_sparsity_in(self, i):
+        return self.sp_in[i]
+
+    def get_sparsity_out(self, i):
+        return self.sp_out[i]
+
+    def eval(self, arg):
+        return self.fn(*[np.asarray(a.full(), float).ravel() if a.numel() else None for a in arg])
+
+
+class RemoteLearner:
+    """IPOPT learning solver on the client; the data terms come from ``engine`` (built once per fit).
+
+    ``engine`` provides ``learning_session(theta_vec, xs) -> session`` and
+    ``reduce(session, z, what) -> (per-shard results, bytes received)``
+    (see :func:`ceem_casadi._shard_tasks.learning_terms`) and ``_record`` for the measurements.
+    """
+
+    def __init__(self, engine, model, options, hessian: str):
+        self.engine, self.model, self.options, self.hessian = engine, model, options, hessian
+        params = model.params
+        self.free = params.free_index
+        n = self.free.size
+        self.n = n
+        dense = ca.Sparsity.dense
+        sp_in = [dense(n, 1), dense(3 * n + 1, 1)]
+        f_cb = _Call("remote_f", lambda z, p: [self._value(z, p, "f")[0]], sp_in, [dense(1, 1)],
+                     ["x", "p"], ["f"], {"enable_fd": True})  # derivatives are built, never called
+        g_cb = _Call("remote_grad_f", lambda z, p: list(self._value(z, p, "grad")), sp_in,
+                     [dense(1, 1), dense(n, 1)], ["x", "p"], ["f", "grad_f_x"])
+        self._callbacks = [f_cb, g_cb]
+        extra = {"grad_f": g_cb}
+        if hessian == "limited-memory":
+            extra["ipopt.hessian_approximation"] = "limited-memory"
+        else:
+            rows, cols = np.tril_indices(n)  # column-major upper triangle: (col, row) pairs
+            self._diag = np.flatnonzero(rows == cols)
+            upper = ca.Sparsity.upper(n)
+            h_cb = _Call("remote_hess_lag", self._hess_lag, [*sp_in, dense(1, 1), ca.Sparsity(0, 1)], [upper],
+                         ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
+            self._callbacks.append(h_cb)
+            extra["hess_lag"] = h_cb
+        z, p = ca.MX.sym("z", n), ca.MX.sym("p", 3 * n + 1)
+        self.solver = ca.nlpsol("remote_learner", "ipopt", {"x": z, "p": p, "f": f_cb(z, p)},
+                                ipopt_options(options.max_iter, options.tol, **extra))
+        self._session, self._cache, self._error = None, {}, None
+
+    # --- terms -----------------------------------------------------------------------------
+    def _split(self, p):
+        n = self.n
+        return p[:n], p[n], p[n + 1:2 * n + 1], p[2 * n + 1:]
+
+    def _remote(self, z, what):
+        """Summed shard terms at ``z``: everything IPOPT may ask there is fetched in one round
+        (what = "all"; a rejected trial point wastes its gradient and Hessian)."""
+        key = (what, z.tobytes())
+        if key not in self._cache:
+            t0 = time.perf_counter()
+            res, received = self.engine.reduce(self._session, z, what)
+            self._calls += 1
+            self._wait += time.perf_counter() - t0
+            self._received += received
+            self._shard_s += np.array([r[-1] for r in res])
+            parts = [r[:-1] for r in res]
+            self._cache[key] = tuple(None if parts[0][i] is None else sum(p[i] for p in parts)
+                                     for i in range(len(parts[0])))
+        return self._cache[key]
+
+    def _value(self, z, p, what):
+        try:
+            z_prev, rho, mu, w = self._split(p)
+            dz, dm = z - z_prev, z - mu
+            reg = rho * dz @ dz + 0.5 * (w * dm) @ (w * dm)
+            f, g, _ = self._remote(z, "all")
+            if what == "f":
+                return (f + reg,)
+            return f + reg, g + 2 * rho * dz + w ** 2 * dm
+        except Exception as exc:  # CasADi swallows exceptions raised in callbacks: re-raised after the solve
+            self._error = self._error or exc
+            raise
+
+    def _hess_lag(self, z, p, lam_f, lam_g):
+        try:
+            _, rho, _, w = self._split(p)
+            h = self._remote(z, "all")[2].copy()
+            h[self._diag] += 2 * rho + w ** 2
+            return [ca.DM(ca.Sparsity.upper(self.n), float(lam_f[0]) * h)]
+        except Exception as exc:
+            self._error = self._error or exc
+            raise
+
+    def _p(self, theta_vec, rho):
+        mean, w = self.model.params.prior
+        if not self.options.use_prior:
+            w = np.zeros_like(w)
+        return np.concatenate([np.asarray(theta_vec, float)[self.free], [rho], mean[self.free], w[self.free]])
+
+    def _begin(self, theta_vec, xs):
+        t0 = time.perf_counter()
+        self._session, self._cache, self._error = self.engine.learning_session(theta_vec, xs), {}, None
+        self._setup_s = time.perf_counter() - t0
+        self._calls, self._wait, self._received = 0, 0.0, 0
+        self._shard_s = np.zeros(len(self._session))
+
+    def _end(self, t0):
+        self.engine._record("learn", t0, self._shard_s, getattr(self.engine, "_session_sent", 0)
+                            + 8 * self.n * self._calls * len(self._session), self._received,
+                            calls=self._calls, wait_s=self._wait, setup_s=self._setup_s)
+        self._session, self._cache = None, {}
+
+    # --- the learner interface ---------------------------------------------------------------
+    def solve(self, theta_vec, data, xs, rho_theta: float | None = None, weights=None) -> LearnResult:
+        """As :meth:`ceem_casadi.learner.Learner.solve` (``weights`` are not supported here)."""
+        if weights is not None:
+            raise NotImplementedError("weights are not supported by the distributed learner; run without executor")
+        rho = self.options.rho_theta if rho_theta is None else rho_theta
+        params = self.model.params
+        t0 = time.perf_counter()
+        self._begin(theta_vec, xs)
+        try:
+            sol = solve(self.solver, x0=np.asarray(theta_vec, float)[self.free], p=self._p(theta_vec, rho),
+                        lbx=params.lower[self.free], ubx=params.upper[self.free])
+        finally:
+            self._end(t0)
+        if self._error is not None:
+            raise self._error
+        wall = time.perf_counter() - t0
+        st = self.solver.stats()
+        out = np.asarray(theta_vec, float).copy()
+        out[self.free] = np.asarray(sol["x"]).ravel()
+        status = st["return_status"]
+        return LearnResult(out, float(sol["f"]), status, status in ACCEPTABLE and np.all(np.isfinite(out)),
+                           int(st["iter_count"]), wall)
+
+    def hessian_matrix(self, theta_vec, data, xs) -> np.ndarray | None:
+        """As :meth:`ceem_casadi.learner.Learner.hessian_matrix`: data terms + prior, no trust region."""
+        if self.hessian == "limited-memory":
+            return None
+        t0 = time.perf_counter()
+        self._begin(theta_vec, xs)
+        try:
+            z = np.asarray(theta_vec, float)[self.free]
+            (h,) = self._remote(z, "hess")
+        finally:
+            self._end(t0)
+        H = np.zeros((self.n, self.n))
+        rows, cols = np.tril_indices(self.n)
+        H[cols, rows] = h
+        H = np.triu(H) + np.triu(H, 1).T
+        return H + np.diag(self._p(theta_vec, 0.0)[2 * self.n + 1:] ** 2)

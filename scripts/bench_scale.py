@@ -1,0 +1,291 @@
+"""Scaling of CE-EM (issue 17): long records (a), many trajectories on Dask workers (b), and a
+model of the per-iteration time fitted to (b) with its prediction for more workers (c).
+
+(a) T = 10^3 .. 10^6, one trajectory: ``scripts.bench_scale_records.bench_records`` (another
+    branch); reported as missing when that module is absent.
+(b) B trajectories (Lorenz, T = 500; the helicopter-size linear + MLP model, 2,246 parameters,
+    learner with a limited-memory Hessian) on a ``LocalCluster`` of 1 and 2 worker processes
+    (one thread each), ``CEEMOptions(executor=Sharded(client))``. Per EM iteration (median over
+    iterations 2..): wall time, smoothing wall and its slowest shard's compute, learning wall, the
+    client's time waiting for the map-reduce rounds and the rest (client-side IPOPT), J, the
+    overhead (wall minus the slowest shard's compute in every step) and the bytes of array payload
+    sent to / received from the workers. Speedup = wall(1 worker) / wall(2 workers).
+(c) t(B, W) = (s + l) B / W + o_0 + o_1 W, fitted by least squares to (b) per model: s, l the
+    smoothing and learning compute per trajectory, o the overhead (scheduling, transfer, client
+    IPOPT); its prediction for 16 and 64 workers is a PREDICTION, not a measurement.
+
+Run: ``python -m scripts.bench_scale --json out.json --parts b,c`` (``--smoke``: seconds, tiny
+sizes). Timings on a shared machine are noisy: compare ratios from the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import time
+
+import numpy as np
+
+import ceem_casadi as cc
+from ceem_casadi.distributed import Sharded
+from models import lorenz
+from models.helicopter import heli_model
+
+log = logging.getLogger(__name__)
+
+
+def _spin(n: int) -> float:
+    t0 = time.perf_counter()
+    s = 0
+    for i in range(n):
+        s += i
+    return time.perf_counter() - t0
+
+
+def parallel_capacity(workers: int = 2, n: int = 4_000_000) -> float:
+    """Throughput of ``workers`` processes running a pure-Python loop at once, relative to one alone
+    (2.0 on an idle 2-core machine): the most a 1 -> ``workers`` speedup can show right now."""
+    from multiprocessing import get_context
+
+    one = _spin(n)
+    with get_context("spawn").Pool(workers) as pool:
+        pool.map(_spin, [1] * workers * 4)  # wait until every process has started and imported
+        t0 = time.perf_counter()
+        pool.map(_spin, [n] * workers)
+        many = time.perf_counter() - t0
+    return workers * one / many
+
+
+def lorenz_problem(B: int, T: int, seed: int = 0):
+    model = lorenz.single_lorenz(process_std=0.01, measurement_std=0.01)
+    data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(B, seed=seed), T, measurement_std=0.01,
+                          seed=seed + 1)
+    return model, data, lorenz.perturbed(lorenz.TRUE, 0.1, seed=seed + 2), cc.LearnerOptions(), cc.SmootherOptions()
+
+
+def heli_problem(B: int, T: int, seed: int = 0, hidden=(32, 32)):
+    """The helicopter NL model's size (nx = nu = 10, ny = 6, MLP 20-32-32-6: 2,246 parameters) on
+    data simulated from random stable linear matrices and a nonzero head."""
+    model, theta0, _ = heli_model(hidden=hidden, seed=seed)
+    _, truth, _ = heli_model(hidden=hidden, seed=seed + 1, head_scale=0.5)
+    rng = np.random.default_rng(seed)
+    nx, nu, ny = model.nx, model.nu, model.ny
+    truth.update(A=0.9 * np.linalg.qr(rng.standard_normal((nx, nx)))[0], B=0.3 * rng.standard_normal((nx, nu)),
+                 C=0.3 * rng.standard_normal((ny, nx)), D=0.1 * rng.standard_normal((ny, nu)))
+    u = rng.standard_normal((B, T, nu))
+    data, _ = cc.simulate(model, truth, 0.1 * rng.standard_normal((B, nx)), T, u=u, process_std=0.05,
+                          measurement_std=0.05, seed=seed + 3)
+    # start 2 % from the truth (a warm start as in the helicopter pipeline, where N4SID and EKF + RTS
+    # give the first iterate): from theta0 = linear, the first L-BFGS step moves the untrained head
+    # far and the smoothing NLPs then hit IPOPT's iteration limit (37-48 s per trajectory, measured)
+    start = {k: np.asarray(v, float) * (1 + 0.02 * rng.uniform(-1, 1, np.shape(v))) for k, v in truth.items()}
+    return (model, data, start, cc.LearnerOptions(hessian="limited-memory", max_iter=20, rho_theta=RHO),
+            cc.SmootherOptions(rho_x=RHO))
+
+
+PROBLEMS = {"lorenz": lorenz_problem, "heli": heli_problem}
+RHO = 0.5  # heli: rho_x = rho_theta of the paper's helicopter experiment
+
+
+def per_iteration(stats: list[dict], iters: int) -> list[dict]:
+    """Group a fit's :class:`Sharded` stats into EM iterations (smooth, learn, J each)."""
+    steps = [s for s in stats if s["kind"] in ("smooth", "learn", "J")][1:]  # drop the initial J
+    rows = []
+    for k in range(iters):
+        sm, le, J = steps[3 * k:3 * k + 3]
+        slowest = max(sm["shard_s"])
+        rows.append(dict(
+            smooth_s=sm["wall_s"], slowest_shard_s=slowest, learn_s=le["wall_s"], learn_wait_s=le["wait_s"],
+            learn_calls=le["calls"], learn_shard_s=max(le["shard_s"]), client_ipopt_s=le["wall_s"] - le["wait_s"] - le.get("setup_s", 0.0),
+            J_s=J["wall_s"], overhead_s=(sm["wall_s"] - slowest) + (le["wait_s"] - max(le["shard_s"]))
+            + (J["wall_s"] - max(J["shard_s"])),
+            sent_bytes=sm["sent_bytes"] + le["sent_bytes"] + J["sent_bytes"],
+            received_bytes=sm["received_bytes"] + le["received_bytes"] + J["received_bytes"]))
+    return rows
+
+
+def run_config(client, name, B, T, iters, workers, seed=0) -> dict:
+    model, data, theta0, learner, smoother = PROBLEMS[name](B, T, seed)
+    sharded = Sharded(client)
+    stamps = [time.perf_counter()]
+    t0 = time.perf_counter()
+    res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(
+        max_iters=iters, tol=0.0, executor=sharded, learner=learner, smoother=smoother),
+        callback=lambda rec: stamps.append(time.perf_counter()))
+    total = time.perf_counter() - t0
+    rows = per_iteration(sharded.stats, len(res.history))
+    walls = np.diff(stamps)[1:]  # from the end of iteration 1 on (iteration 1 includes sending x0)
+    for r, w in zip(rows[1:], walls):
+        r["wall_s"] = float(w)
+    steady = rows[1:] or rows
+    if len(rows) == 1:
+        rows[0]["wall_s"] = rows[0]["smooth_s"] + rows[0]["learn_s"] + rows[0]["J_s"]
+    med = {k: float(np.median([r[k] for r in steady])) for k in steady[0]}
+    setup = next(s for s in sharded.stats if s["kind"] == "setup")
+    return dict(model=name, B=B, T=T, workers=workers, n_params=int(model.params.free_index.size),
+                iterations=len(res.history), status=str(res.status), total_s=total, build_s=res.build_s,
+                setup_s=setup["wall_s"], setup_sent_bytes=setup["sent_bytes"],
+                states_bytes=int(sum(x.nbytes for x in res.x)), per_iter_median=med, per_iter=rows)
+
+
+def part_b(models, Bs, T, iters, worker_counts, seed=0) -> list[dict]:
+    from distributed import Client, LocalCluster
+
+    out = []
+    t0 = time.perf_counter()
+    counts = sorted(worker_counts)
+    with LocalCluster(n_workers=counts[0], threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        for w in counts:  # one cluster, scaled up (each worker a fresh process with an empty solver cache)
+            cluster.scale(w)
+            client.wait_for_workers(w)
+            start = time.perf_counter() - t0
+            for name in models:
+                for B in Bs:
+                    row = run_config(client, name, B, T, iters, w, seed)
+                    row["cluster_start_s"] = start
+                    m = row["per_iter_median"]
+                    print(f"  {name:6s} B={B:5d} workers={w}: {m['wall_s']:.3f} s/iter (smoothing {m['smooth_s']:.3f}, "
+                          f"slowest shard {m['slowest_shard_s']:.3f}; learning {m['learn_s']:.3f}, "
+                          f"{m['learn_calls']:.0f} rounds; overhead {m['overhead_s']:.3f}; "
+                          f"{m['sent_bytes'] / 1e3:.1f} kB out, {m['received_bytes'] / 1e3:.1f} kB in)", flush=True)
+                    out.append(row)
+            t0 = time.perf_counter()
+    for row in out:  # speedup against the 1-worker run of the same problem
+        ref = [r for r in out if r["model"] == row["model"] and r["B"] == row["B"] and r["workers"] == 1]
+        if ref:
+            row["speedup"] = ref[0]["per_iter_median"]["wall_s"] / row["per_iter_median"]["wall_s"]
+    return out
+
+
+def _through_origin(x, y) -> float:
+    return float(np.sum(x * y) / np.sum(x * x))
+
+
+def _affine_nonneg_slope(W, y) -> tuple[float, float]:
+    """Least squares y = a + b W with b >= 0 (overheads do not fall with more workers)."""
+    (a, b), *_ = np.linalg.lstsq(np.column_stack([np.ones_like(W), W]), y, rcond=None)
+    return (float(a), float(b)) if b >= 0 else (float(np.mean(y)), 0.0)
+
+
+def part_c(rows: list[dict], predict_workers=(16, 64)) -> dict:
+    """Per model, the per-iteration time as slowest shard + reduction + client-side IPOPT, fitted to (b):
+
+        t(B, W) = s B / W + (a0 + a1 W) + R [ l B / W + (c0 + c1 W) + i ] + j
+
+    s, l: smoothing and per-round learning compute per trajectory of the slowest shard; a, c: the
+    scheduling/transfer overhead of a smoothing step and of a learning round (growing at most
+    linearly with W); R: learning rounds per iteration (median); i: client-side IPOPT per round;
+    j: the J evaluation. Returns the fitted constants and the PREDICTION for ``predict_workers``."""
+    out = {}
+    for name in sorted({r["model"] for r in rows}):
+        ms = [r["per_iter_median"] for r in rows if r["model"] == name]
+        B = np.array([r["B"] for r in rows if r["model"] == name], float)
+        W = np.array([r["workers"] for r in rows if r["model"] == name], float)
+        calls = np.array([m["learn_calls"] for m in ms])
+        s = _through_origin(B / W, np.array([m["slowest_shard_s"] for m in ms]))
+        l_ = _through_origin(B / W, np.array([m["learn_shard_s"] for m in ms]) / calls)
+        a0, a1 = _affine_nonneg_slope(W, np.array([m["smooth_s"] - m["slowest_shard_s"] for m in ms]))
+        c0, c1 = _affine_nonneg_slope(W, np.array([(m["learn_wait_s"] - m["learn_shard_s"]) for m in ms]) / calls)
+        i = float(np.median([m["client_ipopt_s"] / m["learn_calls"] for m in ms]))
+        j = float(np.median([m["J_s"] for m in ms]))
+        R = float(np.median(calls))
+
+        def t(b, w, s=s, l_=l_, a0=a0, a1=a1, c0=c0, c1=c1, i=i, j=j, R=R):
+            return s * b / w + a0 + a1 * w + R * (l_ * b / w + c0 + c1 * w + i) + j
+
+        fit = np.array([t(b, w) for b, w in zip(B, W)])
+        meas = np.array([m["smooth_s"] + m["learn_s"] + m["J_s"] for m in ms])
+        pred = {str(b): {str(w): dict(t_iter_s=t(b, w), speedup=t(b, 1) / t(b, w)) for w in predict_workers}
+                for b in sorted({*B.astype(int), 1024})}
+        out[name] = dict(formula="t = s B/W + a0 + a1 W + R (l B/W + c0 + c1 W + i) + j",
+                         s=s, l=l_, a0=a0, a1=a1, c0=c0, c1=c1, i=i, j=j, R=R,
+                         rel_residual_max=float(np.max(np.abs(fit - meas) / meas)), prediction=pred,
+                         note="PREDICTION from 1- and 2-worker runs on one shared machine; a real cluster's "
+                              "network latency adds to c0 (per learning round) and a0")
+    return out
+
+
+def markdown(res: dict) -> str:
+    """The (b) and (c) tables of ``res`` (as written by :func:`main`) in Markdown."""
+    lines = []
+    if res.get("part_b"):
+        lines += ["| model | B | workers | s / iteration | speedup | smoothing (slowest shard) | learning: rounds, "
+                  "wait, client IPOPT | J | overhead | kB out / in per iteration |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(res["part_b"], key=lambda r: (r["model"], r["B"], r["workers"])):
+            m = r["per_iter_median"]
+            lines.append(f"| {r['model']} | {r['B']} | {r['workers']} | {m['wall_s']:.2f} | {r.get('speedup', 1.0):.2f}x "
+                         f"| {m['smooth_s']:.2f} ({m['slowest_shard_s']:.2f}) | {m['learn_calls']:.0f}, "
+                         f"{m['learn_wait_s']:.2f}, {m['client_ipopt_s']:.2f} | {m['J_s']:.2f} | {m['overhead_s']:.2f} "
+                         f"| {m['sent_bytes'] / 1e3:.1f} / {m['received_bytes'] / 1e3:.1f} |")
+    for name, m in (res.get("part_c") or {}).items():
+        lines += ["", f"{name}: {m['formula']} with s = {m['s']:.3g} s, l = {m['l']:.3g} s, a0 = {m['a0']:.3g} s, "
+                  f"a1 = {m['a1']:.3g} s, R = {m['R']:.0f}, c0 = {m['c0']:.3g} s, c1 = {m['c1']:.3g} s, "
+                  f"i = {m['i']:.3g} s, j = {m['j']:.3g} s (largest relative residual {m['rel_residual_max']:.2f}). "
+                  "PREDICTED:", "", "| B | W = 16: s / iteration (speedup vs 1) | W = 64 |", "|---|---|---|"]
+        for b, ws in m["prediction"].items():
+            lines.append(f"| {b} | " + " | ".join(f"{p['t_iter_s']:.2f} ({p['speedup']:.1f}x)" for p in ws.values()) + " |")
+    return "\n".join(lines)
+
+
+def part_a(smoke: bool):
+    try:
+        from scripts.bench_scale_records import bench_records
+    except ImportError as exc:
+        msg = (f"part (a) needs scripts/bench_scale_records.py (bench_records, branch longT), not present here "
+               f"({exc}); run it after that branch is merged")
+        print(msg)
+        return {"missing": msg}
+    return {"rows": bench_records(smoke=smoke)}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--parts", default="a,b,c", help="comma-separated subset of a, b, c")
+    ap.add_argument("--models", default="lorenz,heli")
+    ap.add_argument("--B", default="64,256,1024", help="numbers of trajectories (part b)")
+    ap.add_argument("--T", type=int, default=500)
+    ap.add_argument("--iters", type=int, default=3, help="EM iterations per configuration (medians from the 2nd)")
+    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny sizes (seconds): Lorenz only (unless --models is given), B = 2, 4, T = 30, 2 iterations")
+    a = ap.parse_args(argv)
+    if a.smoke:
+        a.B, a.T, a.iters = "2,4", 30, 2
+        a.models = a.models if "--models" in (argv or []) else "lorenz"
+    parts = set(a.parts.split(","))
+    if not parts <= {"a", "b", "c"}:
+        ap.error(f"--parts: expected a subset of a,b,c, got {a.parts}")
+    logging.basicConfig(level=logging.WARNING)
+    res = {"args": vars(a), "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                        "load_avg": os.getloadavg(),
+                                        "note": "shared machine: timings are noisy, compare ratios from one run"}}
+    if "a" in parts:
+        res["part_a"] = part_a(a.smoke)
+    if "b" in parts or "c" in parts:
+        cap = parallel_capacity(max(int(w) for w in a.workers.split(",")))
+        res["machine"]["parallel_capacity"] = cap
+        print(f"parallel capacity now: {cap:.2f}x (throughput of {a.workers.split(',')[-1]} processes vs one; "
+              "an idle machine gives the number of cores)")
+        print("part (b): per EM iteration, medians")
+        res["part_b"] = part_b(a.models.split(","), [int(b) for b in a.B.split(",")], a.T, a.iters,
+                               [int(w) for w in a.workers.split(",")], a.seed)
+        for r in res["part_b"]:
+            if "speedup" in r and r["workers"] != 1:
+                print(f"  speedup {r['model']} B={r['B']}: {r['speedup']:.2f}x with {r['workers']} workers")
+    if "c" in parts:
+        res["part_c"] = part_c(res["part_b"])
+    print(markdown(res))
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(res, fh, indent=1, default=float)
+    return res
+
+
+if __name__ == "__main__":
+    main()
