@@ -66,22 +66,43 @@ def _block6_standin():
     return model, truth
 
 
-def make_problem(name: str, T: int, seed: int = 0):
-    """(model, data, truth, theta0, free_masks) of one benchmark record (seeded)."""
+SIM_CHUNK = 10_000
+
+
+def simulate_long(model, truth, x0, T: int, *, u=None, process_std=0.0, measurement_std=0.0, seed=0):
+    """``cc.simulate`` of one record in chunks of ``SIM_CHUNK`` samples, each continuing from the
+    last state of the previous one (seeds ``seed + k``): one rollout over T = 10^6 would unroll a
+    mapaccum of 10^6 calls (GBs). Returns ``(data, x (T, nx))``."""
     import ceem_casadi as cc
+
+    ys, xs, start, k = [], [], np.asarray(x0, float).reshape(1, -1), 0
+    while sum(len(x) for x in xs) < T:
+        done = sum(len(x) for x in xs)
+        n = min(SIM_CHUNK, T - done) + (1 if xs else 0)  # later chunks repeat their start state
+        uk = None if u is None else [u[max(done - 1, 0) if xs else 0:][:n]]
+        d, x = cc.simulate(model, truth, start, n, u=uk, process_std=process_std,
+                           measurement_std=measurement_std, seed=seed + k)
+        skip = 1 if xs else 0
+        ys.append(d.y[0][skip:]), xs.append(x[0][skip:])
+        start, k = x[0][-1:], k + 1
+    return cc.Trajectories([np.vstack(ys)], None if u is None else [u]), np.vstack(xs)
+
+
+def make_problem(name: str, T: int, seed: int = 0):
+    """(model, data, truth, theta0) of one benchmark record (seeded)."""
     from models import lorenz
 
     if name == "lorenz":
         model = lorenz.single_lorenz(process_std=1e-2, measurement_std=1e-2)
         truth = dict(lorenz.TRUE)
-        data, _ = cc.simulate(model, truth, lorenz.initial_states(1, seed=seed + 1), T,
-                              measurement_std=0.01, seed=seed + 2)
+        data, _ = simulate_long(model, truth, lorenz.initial_states(1, seed=seed + 1), T,
+                                measurement_std=0.01, seed=seed + 2)
         return model, data, truth, lorenz.perturbed(truth, 0.1, seed=seed + 3)
     if name == "block6":
         model, truth = _block6_standin()
         u = np.random.default_rng(seed + 1).standard_normal((T, 1))
-        data, _ = cc.simulate(model, truth, np.zeros((1, 6)), T, u=[u], process_std=0.01,
-                              measurement_std=0.02, seed=seed + 2)
+        data, _ = simulate_long(model, truth, np.zeros((1, 6)), T, u=u, process_std=0.01,
+                                measurement_std=0.02, seed=seed + 2)
         return model, data, truth, lorenz.perturbed(truth, 0.1, seed=seed + 3)
     raise ValueError(f"model must be one of {MODELS}, got {name!r}")
 
