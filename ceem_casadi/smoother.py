@@ -107,18 +107,27 @@ class TrajectorySmoother:
             "obs_cost", "dyn_cost", "obs_x_grad", "dyn_x_grad", "obs_x_hess", "dyn_x_hess")
         dx1 = X[:, 0] - mu1
         regulariser = rho * ca.sumsqr(X - Xprev) + 0.5 * ca.sumsqr(w1 * dx1)
-        cost = ca.sum2(obs_cost.map(T)(*obs_args)) + ca.sum2(dyn_cost.map(T - 1)(*dyn_args)) + regulariser
+        # costs: summed by the map itself, with p, iv, iw shared (not repeated T times); for the
+        # gradient and Hessian maps that layout needed MORE work memory (T = 10^4: 301 vs 216
+        # doubles per step), so they are mapped plainly
+        def obs_map(f, total=False):
+            return f.map(T, [False] * 4 + [True] * 2, [True] * f.n_out()) if total else f.map(T)
+
+        def dyn_map(f, total=False):
+            return f.map(T - 1, [False] * 3 + [True] * 2, [True] * f.n_out()) if total else f.map(T - 1)
+
+        cost = obs_map(obs_cost, True)(*obs_args) + dyn_map(dyn_cost, True)(*dyn_args) + regulariser
         # the NLP's own objective expression must be differentiable by CasADi (it builds, but
         # never calls, derivative Functions of it): use the SX stage costs there
-        cost_sx = (ca.sum2(stages.obs_cost.map(T)(*obs_args)) + ca.sum2(stages.dyn_cost.map(T - 1)(*dyn_args))
+        cost_sx = (obs_map(stages.obs_cost, True)(*obs_args) + dyn_map(stages.dyn_cost, True)(*dyn_args)
                    + regulariser)
-        _, go = obs_grad.map(T)(*obs_args)
-        _, gd = dyn_grad.map(T - 1)(*dyn_args)
+        _, go = obs_map(obs_grad)(*obs_args)
+        _, gd = dyn_map(dyn_grad)(*dyn_args)
         zcol = ca.MX(nx, 1)
         G = (go + ca.horzcat(gd[:nx, :], zcol) + ca.horzcat(zcol, gd[nx:, :]) + 2 * rho * (X - Xprev)
              + ca.horzcat(w1 ** 2 * dx1, ca.MX(nx, T - 1)))
-        ho = obs_hess.map(T)(*obs_args)
-        hd = dyn_hess.map(T - 1)(*dyn_args)
+        ho = obs_map(obs_hess)(*obs_args)
+        hd = dyn_map(dyn_hess)(*dyn_args)
         first, column = band_column_functions(nx)
         z2 = ca.MX(2 * nx, 2 * nx)
         d = 2 * rho * ca.DM.ones(nx)
