@@ -62,7 +62,8 @@ def band_column_functions(nx: int) -> tuple[ca.Function, ca.Function]:
     (2nx, 2nx) the dynamics stage Hessians of (x_{t-1}, x_t) and (x_t, x_{t+1}) (zero at the
     end) and ``d`` (nx,) added to the diagonal. The diagonal block is
     ``ho + hd_next[:nx, :nx] + hd_prev[nx:, nx:] + diag(d)``, the block above it
-    ``hd_prev[:nx, nx:]``. Mapped over time, the outputs stacked column by column ARE the
+    ``hd_prev[:nx, nx:]``: only upper triangles are read (the stage Functions compute no
+    more, ``*_x_hess_triu``). Mapped over time, the outputs stacked column by column ARE the
     Hessian's nonzeros: no index vector of size nnz is stored (it was 3 x nnz int64, plus
     Python lists of it while building: +330 MB at T = 10^5).
     """
@@ -104,7 +105,7 @@ class TrajectorySmoother:
 
         obs_args, dyn_args = [X, U, Y, M, p, iv], [X0, X1, U0, p, iw]
         obs_cost, dyn_cost, obs_grad, dyn_grad, obs_hess, dyn_hess = stages.get(
-            "obs_cost", "dyn_cost", "obs_x_grad", "dyn_x_grad", "obs_x_hess", "dyn_x_hess")
+            "obs_cost", "dyn_cost", "obs_x_grad", "dyn_x_grad", "obs_x_hess_triu", "dyn_x_hess_triu")
         dx1 = X[:, 0] - mu1
         regulariser = rho * ca.sumsqr(X - Xprev) + 0.5 * ca.sumsqr(w1 * dx1)
         # costs: summed by the map itself, with p, iv, iw shared (not repeated T times); for the
