@@ -130,7 +130,7 @@ class TrajectorySmoother:
         ho = obs_map(obs_hess)(*obs_args)
         hd = dyn_map(dyn_hess)(*dyn_args)
         first, column = band_column_functions(nx)
-        z2 = ca.MX(2 * nx, 2 * nx)
+        z2 = ca.MX.zeros(2 * nx, 2 * nx)  # dense: a structural zero forced a densified copy of hd
         d = 2 * rho * ca.DM.ones(nx)
         nz0 = first(ho[:, :nx], hd[:, :2 * nx] if T > 1 else z2, d + w1 ** 2)
         if T > 1:
