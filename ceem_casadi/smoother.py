@@ -23,6 +23,7 @@ import numpy as np
 
 from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
 from .options import SmootherOptions
+from .smoother_chunks import chunked_terms
 from .stages import StageFunctions
 
 
@@ -78,6 +79,18 @@ def band_column_functions(nx: int) -> tuple[ca.Function, ca.Function]:
     return first, ca.Function("band_column", [ho, hp, hn, d], [ca.vertcat(*col)])
 
 
+# chunked evaluation (:mod:`ceem_casadi.smoother_chunks`) from this many steps on, in chunks of
+CHUNK_FROM, CHUNK_LENGTH = 20_000, 2_000
+
+
+def chunk_length(option, T: int) -> int:
+    """Chunk length for ``SmootherOptions.chunk`` (None: auto, 0: never, else steps) at length T;
+    0 = not chunked."""
+    if option is None:
+        return CHUNK_LENGTH if T >= CHUNK_FROM else 0
+    return min(int(option), T) if option and T > 1 else 0
+
+
 class TrajectorySmoother:
     """IPOPT smoothing solver for one model and one trajectory length T (built once)."""
 
@@ -117,26 +130,32 @@ class TrajectorySmoother:
         def dyn_map(f, total=False):
             return f.map(T - 1, [False] * 3 + [True] * 2, [True] * f.n_out()) if total else f.map(T - 1)
 
-        cost = obs_map(obs_cost, True)(*obs_args) + dyn_map(dyn_cost, True)(*dyn_args) + regulariser
-        # the NLP's own objective expression must be differentiable by CasADi (it builds, but
-        # never calls, derivative Functions of it): use the SX stage costs there
-        cost_sx = (obs_map(stages.obs_cost, True)(*obs_args) + dyn_map(stages.dyn_cost, True)(*dyn_args)
-                   + regulariser)
-        _, go = obs_map(obs_grad)(*obs_args)
-        _, gd = dyn_map(dyn_grad)(*dyn_args)
-        zcol = ca.MX(nx, 1)
-        G = (go + ca.horzcat(gd[:nx, :], zcol) + ca.horzcat(zcol, gd[nx:, :]) + 2 * rho * (X - Xprev)
-             + ca.horzcat(w1 ** 2 * dx1, ca.MX(nx, T - 1)))
-        ho = obs_map(obs_hess)(*obs_args)
-        hd = dyn_map(dyn_hess)(*dyn_args)
-        first, column = band_column_functions(nx)
-        z2 = ca.MX.zeros(2 * nx, 2 * nx)  # dense: a structural zero forced a densified copy of hd
-        d = 2 * rho * ca.DM.ones(nx)
-        nz0 = first(ho[:, :nx], hd[:, :2 * nx] if T > 1 else z2, d + w1 ** 2)
-        if T > 1:
-            rest = column.map(T - 1)(ho[:, nx:], hd, ca.horzcat(hd[:, 2 * nx:], z2), d)
-            nz0 = ca.vertcat(nz0, ca.vec(rest))
-        H = ca.MX(block_tridiagonal_upper(nx, T), nz0)
+        L = chunk_length(options.chunk, T)
+        if L:
+            H, cost_st, G_st, cost_sx_st = self._chunked(stages, X, U, Y, M, p, iw, iv, rho, w1, L)
+            cost, cost_sx = cost_st + regulariser, cost_sx_st + regulariser
+            G = (G_st + 2 * rho * (X - Xprev) + ca.horzcat(w1 ** 2 * dx1, ca.MX(nx, T - 1)))
+        else:
+            cost = obs_map(obs_cost, True)(*obs_args) + dyn_map(dyn_cost, True)(*dyn_args) + regulariser
+            # the NLP's own objective expression must be differentiable by CasADi (it builds, but
+            # never calls, derivative Functions of it): use the SX stage costs there
+            cost_sx = (obs_map(stages.obs_cost, True)(*obs_args) + dyn_map(stages.dyn_cost, True)(*dyn_args)
+                       + regulariser)
+            _, go = obs_map(obs_grad)(*obs_args)
+            _, gd = dyn_map(dyn_grad)(*dyn_args)
+            zcol = ca.MX(nx, 1)
+            G = (go + ca.horzcat(gd[:nx, :], zcol) + ca.horzcat(zcol, gd[nx:, :]) + 2 * rho * (X - Xprev)
+                 + ca.horzcat(w1 ** 2 * dx1, ca.MX(nx, T - 1)))
+            ho = obs_map(obs_hess)(*obs_args)
+            hd = dyn_map(dyn_hess)(*dyn_args)
+            first, column = band_column_functions(nx)
+            z2 = ca.MX.zeros(2 * nx, 2 * nx)  # dense: a structural zero forced a densified copy of hd
+            d = 2 * rho * ca.DM.ones(nx)
+            nz0 = first(ho[:, :nx], hd[:, :2 * nx] if T > 1 else z2, d + w1 ** 2)
+            if T > 1:
+                rest = column.map(T - 1)(ho[:, nx:], hd, ca.horzcat(hd[:, 2 * nx:], z2), d)
+                nz0 = ca.vertcat(nz0, ca.vec(rest))
+            H = ca.MX(block_tridiagonal_upper(nx, T), nz0)
 
         opts = ipopt_options(options.max_iter, options.tol,
                              grad_f=grad_f_function(xv, P, cost, ca.vec(G)),
@@ -148,6 +167,20 @@ class TrajectorySmoother:
         self._lbx = np.tile(np.broadcast_to(np.asarray(lo, float), (nx,)), T)
         self._ubx = np.tile(np.broadcast_to(np.asarray(hi, float), (nx,)), T)
         self.build_s = time.perf_counter() - t0
+
+    @staticmethod
+    def _chunked(stages, X, U, Y, M, p, iw, iv, rho, w1, L):
+        """(H, stage cost, stage gradient, SX stage cost) from :mod:`ceem_casadi.smoother_chunks`."""
+        nx, T = X.shape
+        _, column = band_column_functions(nx)
+        cost, G, nz, cost_sx = chunked_terms(stages, column, X, U, Y, M, p, iw, iv, rho, L)
+        nzv, k = ca.vec(nz), nx * nx + nx * (nx + 1) // 2
+        own, off = [], 0  # block column 0 has no block above: keep its own entries, add w1^2
+        for j in range(nx):
+            own += [nzv[off + nx + i] + (w1[j] ** 2 if i == j else 0) for i in range(j + 1)]
+            off += nx + j + 1
+        nz0 = ca.vertcat(*own, nzv[k:]) if T > 1 else ca.vertcat(*own)
+        return ca.MX(block_tridiagonal_upper(nx, T), nz0), cost, G, cost_sx
 
     def parameter_vector(self, model, pvec, y, u, x_prev, rho) -> np.ndarray:
         """Flatten (theta vector, y (T, ny), u (T, nu), x_prev (T, nx), rho) into the NLP parameter."""

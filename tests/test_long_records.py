@@ -1,12 +1,16 @@
 """Long records (issue 17): the memory-saving paths give the same numbers as the plain ones."""
 from __future__ import annotations
 
+import casadi as ca
 import numpy as np
 import pytest
 
 import ceem_casadi as cc
 from ceem_casadi.baselines.ekf import EKF, rts, rts_means
+from ceem_casadi.smoother import TrajectorySmoother
+from ceem_casadi.stages import StageFunctions
 from models import lorenz
+from models.linear_mlp import linear_mlp_model
 
 
 @pytest.fixture(scope="module")
@@ -40,3 +44,38 @@ def test_rts_means_equal_rts_loop(record):
     model, y = record
     res = _run(model, y, 10**6)
     np.testing.assert_allclose(rts_means(res), rts(res).x_smooth, rtol=1e-10, atol=1e-10)
+
+
+def _derivatives(ts, x, P):
+    c = float(ts.cost_function(x.ravel(), P))
+    _, g = ts.solver.get_function("nlp_grad_f")(x.ravel(), P)
+    H = ts.solver.get_function("nlp_hess_l")(x.ravel(), P, 1.0, [])
+    return c, np.asarray(g).ravel(), np.asarray(ca.densify(H))
+
+
+@pytest.mark.parametrize("make, chunk", [("lorenz", 7), ("lorenz", 10), ("mlp", 4)])
+def test_chunked_smoother_equals_plain(make, chunk):
+    """Cost, gradient, Hessian and the smoothed optimum of the chunked formulation (chunks of 7:
+    padded; of 10: exact fit; with inputs) equal the plain one's to 1e-10 (x1 prior, rho, NaN)."""
+    if make == "lorenz":
+        model = lorenz.single_lorenz(process_std=0.1, measurement_std=0.5).with_noise(x1_mean=[0, 0, 20], x1_std=5)
+        theta = model.theta_vector(lorenz.TRUE)
+    else:
+        model, th = linear_mlp_model(nx=4, nu=2, ny=2, hidden=3)
+        theta = model.theta_vector(th)
+    T, rng = 30, np.random.default_rng(3)
+    u = rng.standard_normal((T, model.nu))
+    data, xt = cc.simulate(model, model.params.from_vector(theta), [rng.standard_normal(model.nx) + (
+        [0, 0, 20] if make == "lorenz" else 0)], T, u=[u], process_std=0.1, measurement_std=0.5, seed=4)
+    y = data.y[0].copy()
+    y[5, 1] = np.nan
+    stages = StageFunctions(model, "gauss-newton")
+    plain = TrajectorySmoother(stages, T, cc.SmootherOptions(chunk=0))
+    split = TrajectorySmoother(stages, T, cc.SmootherOptions(chunk=chunk))
+    x = xt[0] + 0.3 * rng.standard_normal((T, model.nx))
+    P = plain.parameter_vector(model, theta, y, u, x + 0.1, 0.3)
+    for a, b in zip(_derivatives(split, x, P), _derivatives(plain, x, P)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+    opt_split, opt_plain = split.solve(model, theta, y, u, x), plain.solve(model, theta, y, u, x)
+    assert opt_plain.success and opt_split.success
+    np.testing.assert_allclose(opt_split.x, opt_plain.x, rtol=1e-10, atol=1e-10)
