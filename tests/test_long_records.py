@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
+from ceem_casadi import compile as compile_mod
 from ceem_casadi.baselines.ekf import EKF, rts, rts_means
+from ceem_casadi.compile import compiler
 from ceem_casadi.smoother import TrajectorySmoother
 from ceem_casadi.stages import StageFunctions
 from models import lorenz
@@ -79,3 +81,21 @@ def test_chunked_smoother_equals_plain(make, chunk):
     opt_split, opt_plain = split.solve(model, theta, y, u, x), plain.solve(model, theta, y, u, x)
     assert opt_plain.success and opt_split.success
     np.testing.assert_allclose(opt_split.x, opt_plain.x, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.skipif(compiler() is None, reason="needs a C compiler")
+def test_parallel_compile_links_every_function_and_picks_levels(tmp_path, monkeypatch):
+    """Functions compiled as separate objects by 2 gcc processes and linked into one library give
+    the SX Functions' numbers; the longer program gets -O0 above O1_MAX_INSTRUCTIONS."""
+    monkeypatch.setenv("CEEM_CACHE", str(tmp_path))
+    stages = StageFunctions(lorenz.single_lorenz())
+    raw = [stages._build(n) for n in ("obs_x_grad", "dyn_x_hess_triu", "dyn_cost")]
+    monkeypatch.setattr(compile_mod, "O1_MAX_INSTRUCTIONS", raw[1].n_instructions() - 1)
+    assert [compile_mod.opt_level(f) for f in raw] == ["-O1", "-O0", "-O1"]
+    built = compile_mod.compile_functions(raw, "ceem_test_parallel", jobs=2)
+    assert len(list(tmp_path.glob("*.so"))) == 1
+    rng = np.random.default_rng(0)
+    for f, g in zip(raw, built):
+        args = [rng.standard_normal(f.sparsity_in(i).shape) for i in range(f.n_in())]
+        for a, b in zip(f.call(args), g.call(args)):
+            np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-12, atol=1e-12)
