@@ -11,7 +11,10 @@ Public API::
     save_model, load_model            integrity-checked model files (.npz, never pickle)
     validation_report, rmse, ...      free-run / k-step prediction metrics
     generate_ekf                      C99 EKF predictor of a learned model
-    baselines                         EKF/RTS, Kalman, N4SID, particle filter/FFBSi/particle EM
+    filtering                         EKF, Kalman filter, RTS smoother (one FilterResult)
+    baselines                         N4SID (n4sid), particle filter/FFBSi/particle EM, LSTM
+    io, read_trajectories             CSV/Parquet/npz trajectory files; restricted PyTorch reader
+    MLP, AdamLearner                  neural-network terms of a model; Adam learning step (large models)
     load_cascaded_tanks, load_silverbox  real benchmark data (checksummed, official splits)
     simulate_output, rollout          noise-free free run (rollout Function cached per (model, T))
     estimate_initial_state            least-squares initial state from the first samples (IPOPT)
@@ -19,7 +22,9 @@ Public API::
     Status                            result status (a str enum with advice), shared by every fit
     calibrate_noise                   CE-EM over a grid of process-noise levels, one chosen by a criterion
 """
-from .ceem import CEEMResult, IterationRecord, ceem
+from . import baselines, filtering, io
+from .baselines import n4sid
+from .ceem import ceem
 from .checkpoint import CheckpointError, ceem_checkpointed
 from .codegen import GeneratedEKF, generate_ekf
 from .data import Trajectories, simulate
@@ -31,17 +36,21 @@ from .datasets import (
                        load_silverbox,
                        simulation_rms,
 )
-from .errors import CeemError, ModelError, NonFiniteError, ParameterError, ShapeError, SolverError
+from .errors import CeemError, ModelError, NonFiniteError, OptionsError, ParameterError, ShapeError, SolverError
 from .initial_state import InitialStateResult, estimate_initial_state
+from .io import DataFileError, read_trajectories
 from .learner import Learner, LearnResult
+from .learner_adam import AdamLearner, AdamLearnerOptions
 from .metrics import Metrics, ValidationReport, fit_percent, nrmse, rmse, validation_report
 from .model import Noise, StateSpaceModel
 from .modelfile import ModelFileError, SavedModel, load_model, save_model
+from .nn import MLP
 from .noise_calibration import NoiseCalibrationOptions, NoiseCalibrationResult, NoiseLevelFit, calibrate_noise
 from .objective import joint_log_density
 from .options import CEEMOptions, LearnerOptions, SmootherOptions
 from .output_error import OutputErrorOptions, OutputErrorResult, refine_output_error
 from .params import Param, Parameters
+from .results import CEEMResult, IterationRecord
 from .simulation import rollout, simulate_output
 from .smoother import Smoother, SmoothResult
 from .status import Status
@@ -61,4 +70,6 @@ __all__ = [
     "OutputErrorOptions", "OutputErrorResult", "refine_output_error",
     "ParameterUncertainty", "UncertaintyOptions", "parameter_uncertainty",
 ]
+__all__ += ["AdamLearner", "AdamLearnerOptions", "DataFileError", "MLP", "OptionsError", "baselines", "filtering",
+            "io", "n4sid", "read_trajectories"]
 __all__ += ["NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit", "calibrate_noise"]

@@ -21,7 +21,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,79 +31,16 @@ from ._workers import die_with_parent
 from .data import Trajectories
 from .errors import SolverError
 from .initialise import check_states, eks_states
-from .joint import JointGaussNewton, LinAlgError
+from .joint_gauss_newton import JointGaussNewton, LinAlgError
 from .learner import Learner
-from .objective import joint_log_density, log_prior
+from .objective import log_prior
 from .options import CEEMOptions
 from .params import Theta
+from .results import CEEMResult, IterationRecord
 from .smoother import Smoother
 from .status import Status
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class IterationRecord:
-    """One EM iteration: objective values, timings (s), solver statuses, the new theta.
-
-    ``kind`` is ``"em"`` for a plain smoothing + learning step, ``"newton"`` for a joint
-    Gauss-Newton step and ``"extrapolated"`` for a SQUAREM step.
-
-    ``x`` holds the iteration's states (list of (T_b, nx)) only while the callback runs (so a
-    checkpoint can store them); it is ``None`` in ``CEEMResult.history`` to keep memory flat.
-    """
-
-    iteration: int
-    J: float
-    objective: float
-    decrease: float
-    smooth_s: float
-    learn_s: float
-    smooth_status: list[str]
-    learn_status: str
-    theta: Theta
-    accepted: bool = True
-    kind: str = "em"
-    x: list | None = field(default=None, repr=False, compare=False)
-
-
-@dataclass
-class CEEMResult:
-    """Outcome of :func:`ceem`.
-
-    status : a :class:`~ceem_casadi.status.Status` (a ``str``): ``"converged"``, ``"max_iters"``,
-        ``"time_limit"``, ``"stopped"`` (callback), ``"stalled"`` (a plain EM step lowered the
-        objective: rejected) or ``"solver_failed"``; message says more and
-        ``status.advice`` what to try.
-    theta : final parameters (dict); x : smoothed states, list of (T_b, nx) arrays.
-    history : one :class:`IterationRecord` per iteration; build_s : one-off solver construction
-    time (s) spent inside :func:`ceem` (excludes the initial EKF/RTS state estimate).
-    """
-
-    status: Status
-    message: str
-    theta: Theta
-    x: list
-    J: float
-    history: list[IterationRecord] = field(default_factory=list)
-    build_s: float = 0.0
-    init_J: float = float("nan")
-    warnings: list[str] = field(default_factory=list)
-
-    def uncertainty(self, model, data, **kwargs):
-        """Covariance, standard errors, intervals and identifiability of the free parameters at
-        this fit: :func:`ceem_casadi.uncertainty.parameter_uncertainty` (``options=`` passed on)."""
-        from .uncertainty import parameter_uncertainty
-
-        return parameter_uncertainty(model, data, self, **kwargs)
-
-    @property
-    def success(self) -> bool:
-        return Status(self.status).usable
-
-    @property
-    def iterations(self) -> int:
-        return len(self.history)
 
 
 # --- process pool for the smoothing step -------------------------------------------------
@@ -176,7 +113,7 @@ class _EMRun:
         return J + (log_prior(self.model.params, theta_vec) if self.options.learner.use_prior else 0.0)
 
     def evaluate(self, xs, theta_vec) -> _Iterate:
-        J = joint_log_density(self.smoother, theta_vec, self.data, xs)
+        J = self.smoother.joint_log_density(theta_vec, self.data, xs)
         return _Iterate(xs, theta_vec, J, self.objective(J, theta_vec))
 
     def em_step(self, it: _Iterate, kind: str, reference: _Iterate) -> tuple[_Iterate, IterationRecord]:
@@ -206,7 +143,7 @@ class _EMRun:
     def _record(self, rec: IterationRecord, xs: list | None = None) -> None:
         self.history.append(rec)
         log.info("CE-EM iteration %d (%s): J=%.6g (increase %.3g), smooth %.3fs, learn %.3fs%s", rec.iteration,
-                 rec.kind, rec.J, rec.decrease, rec.smooth_s, rec.learn_s, "" if rec.accepted else " [rejected]")
+                 rec.kind, rec.J, rec.increase, rec.smooth_s, rec.learn_s, "" if rec.accepted else " [rejected]")
         if self.callback is None:
             return
         rec.x = xs
@@ -265,13 +202,33 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
 
     Parameters
     ----------
-    model : :class:`~ceem_casadi.model.StateSpaceModel`.
-    data : :class:`~ceem_casadi.data.Trajectories` (ny, nu must match the model).
-    theta0 : initial parameters, a dict name -> array (all names; fixed entries stay as given).
-    x_init : initial state trajectories, list of (T_b, nx); default: EKF + RTS with ``theta0``.
-    callback : called with each :class:`IterationRecord`; return ``False`` to stop early.
-    smoother, learner : prebuilt solvers to reuse across calls (same model / data shape).
+    model : StateSpaceModel
+        The gray-box model (structure and noise model).
+    data : Trajectories
+        B trajectories; their ny and nu must match the model.
+    theta0 : dict
+        Initial parameters, name -> array (every name; fixed entries stay as given).
+    options : CEEMOptions
+        Loop, smoother and learner options.
+    x_init : list of numpy.ndarray, optional
+        Initial state trajectories (T_b, nx); default: EKF + RTS smoother at ``theta0``.
+    callback : callable, optional
+        Called with each :class:`IterationRecord`; return ``False`` to stop early.
+    smoother, learner : Smoother, Learner, optional
+        Prebuilt solvers to reuse across calls (same model and data shape).
 
+    Returns
+    -------
+    CEEMResult
+        Status (with advice), parameters, smoothed states, the iteration history.
+
+    Raises
+    ------
+    SolverError
+        Only with ``options.raise_on_failure``: a solver failed (the error carries the result).
+
+    Notes
+    -----
     With ``options.acceleration == "squarem"`` every two plain EM steps are followed by one
     step from a SQUAREM extrapolation of theta (and of the states, as a warm start); that step
     is kept only if it increases the objective beyond the plain steps, so the recorded
@@ -279,8 +236,8 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
 
     With ``options.acceleration == "newton"`` the first iteration is a plain EM step; then each
     iteration tries a joint Gauss-Newton (Levenberg-Marquardt) step on (x, theta)
-    (:mod:`ceem_casadi.joint`), kept only when it increases the objective (record kind
-    ``"newton"``, its time in ``learn_s``), and falls back to a plain EM step otherwise.
+    (:mod:`ceem_casadi.joint_gauss_newton`), kept only when it increases the objective (record
+    kind ``"newton"``, its time in ``learn_s``), and falls back to a plain EM step otherwise.
     Convergence is always judged on a plain EM step, so the result is a fixed point of
     Algorithm 1; the trust regions rho_x, rho_theta apply to the EM steps only.
     """
@@ -338,7 +295,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
                 new, rec = run.em_step(current, "em", current)
                 if not rec.accepted:
                     finish(Status.STALLED, f"iteration {rec.iteration}: the step lowered the objective by "
-                                           f"{-rec.decrease:.3g}; rejected, kept the previous iterate")
+                                           f"{-rec.increase:.3g}; rejected, kept the previous iterate")
                     break
             else:
                 new, rec = stepped

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .modelfile import ModelFileError, read_archive, record_dict, to_jsonable, write_archive
+from .archive import ModelFileError, read_archive, record_dict, to_jsonable, write_archive
 from .status import Status
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def read_checkpoint(path) -> Checkpoint:
         raise CheckpointError(str(exc)) from None
     theta = {n: arrays[f"theta/{n}"] for n in meta["theta_names"]}
     x = [arrays[f"x/{b}"] for b in range(meta["n_x"])] if meta.get("n_x") else None
-    history = meta.pop("history")
+    history = [record_dict(h) for h in meta.pop("history")]  # older files: "decrease" -> "increase"
     return Checkpoint(theta, history, x, meta)
 
 
@@ -149,9 +149,23 @@ def resume(path, model, data, *, fingerprint_value: str | None = None) -> Checkp
 
 @dataclass
 class CheckpointedFit:
-    """Outcome of :func:`ceem_checkpointed`: status/message/theta/x as in
-    :class:`~ceem_casadi.CEEMResult`, the whole history as dicts (earlier runs included), and the
-    number of iterations taken from the checkpoint (``resumed_from``; 0 for a new fit)."""
+    """Outcome of :func:`ceem_checkpointed`.
+
+    Attributes
+    ----------
+    status : Status
+        As :attr:`CEEMResult.status <ceem_casadi.CEEMResult>`.
+    message : str
+        What happened.
+    theta : dict
+        Final parameters, name -> array.
+    x : list of numpy.ndarray or None
+        Smoothed states (T_b, nx) per trajectory.
+    history : list of dict
+        Every iteration of every run (earlier runs first), as dicts of :class:`IterationRecord` fields.
+    resumed_from : int
+        Iterations taken from the checkpoint (0 for a new fit).
+    """
 
     status: str
     message: str
@@ -170,19 +184,42 @@ def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_f
 
     Parameters
     ----------
-    model, data, theta0, options : as for :func:`ceem_casadi.ceem` (``options.max_iters`` counts
-        the iterations of all runs together).
-    path : checkpoint file (written atomically after every iteration, and with the final status).
-    resume_fit : continue from ``path`` when it exists (and belongs to this model, data and
-        ``source``): theta and states from the checkpoint, the saved history in front. A finished
-        checkpoint (converged or solver failure) is returned as is.
-    source : JSON-able description of the model source, part of the fingerprint.
-    callback : called with each new :class:`~ceem_casadi.IterationRecord`, its ``iteration``
-        counted over all runs; return ``False`` to stop.
+    model : StateSpaceModel
+        As for :func:`ceem_casadi.ceem`.
+    data : Trajectories
+        As for :func:`ceem_casadi.ceem`.
+    theta0 : dict
+        Initial parameters (replaced by the checkpoint's when resuming).
+    path : str or pathlib.Path
+        Checkpoint file, written atomically after every iteration and with the final status.
+    options : CEEMOptions, optional
+        As for :func:`ceem_casadi.ceem`; ``max_iters`` counts the iterations of all runs together.
+    resume_fit : bool
+        Continue from ``path`` when it exists (and belongs to this model, data and ``source``):
+        theta and states from the checkpoint, the saved history in front. A finished checkpoint
+        (converged or solver failure) is returned as is.
+    source : dict, optional
+        JSON-able description of the model source, part of the fingerprint.
+    callback : callable, optional
+        Called with each new :class:`~ceem_casadi.IterationRecord`, its ``iteration`` counted
+        over all runs; return ``False`` to stop.
 
+    Returns
+    -------
+    CheckpointedFit
+
+    Raises
+    ------
+    CheckpointError
+        ``path`` belongs to another model, data set or source, or is damaged.
+    KeyboardInterrupt
+        On SIGINT; the checkpoint of the last complete iteration is kept.
+
+    Notes
+    -----
     While it runs in the main thread, SIGINT (Ctrl-C) raises ``KeyboardInterrupt`` even when it
-    arrives inside IPOPT (which would otherwise report a solver failure); the checkpoint of the
-    last complete iteration is kept, so a later ``resume_fit=True`` continues from it.
+    arrives inside IPOPT (which would otherwise report a solver failure), so a later
+    ``resume_fit=True`` continues from the last complete iteration.
     """
     import threading
 

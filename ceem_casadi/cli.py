@@ -1,4 +1,4 @@
-"""Command line interface ``ceem-casadi``: fit, evaluate, simulate, smooth, codegen, plot.
+"""Command line interface ``ceem-casadi``: fit, calibrate-noise, refine, evaluate, simulate, smooth, codegen, plot.
 
 Exit codes: 0 success; 1 the fit did not converge (results are still written); 2 bad input (a
 one-line message on stderr, no traceback); 130 interrupted (the last checkpoint is kept).
@@ -15,24 +15,23 @@ from pathlib import Path
 
 import numpy as np
 
+from .cli_commands import add_parsers, data_from_args, initial_states_cli
 from .cli_inputs import (
     UsageError,
     at_least,
     build_options,
-    columns,
-    initial_states,
     int_list,
     json_object,
-    load_data,
+    load_data,  # noqa: F401  (re-exported: ceem_casadi.cli.load_data)
     model_from_args,
     model_ref,
     names,
-    read_table,
     states,
     theta_arg,
     writable,
 )
 from .errors import CeemError
+from .io.trajectories import columns, read_table
 
 log = logging.getLogger("ceem_casadi.cli")
 PROG = "ceem-casadi"
@@ -49,9 +48,7 @@ class _Parser(argparse.ArgumentParser):
         raise exc
 
 
-def _data_from_args(args, model):
-    return load_data(args.data, model, outputs=names(args.outputs), inputs=names(args.inputs),
-                     trajectory_column=args.trajectory_column)
+_data_from_args = data_from_args
 
 
 # --- subcommands -----------------------------------------------------------------------------------
@@ -106,14 +103,16 @@ def cmd_evaluate(args) -> int:
         writable(args.json, "--json")
     model, theta, saved = model_from_args(args)
     data, _ = _data_from_args(args, model)
-    if args.skip >= min(data.lengths):
+    theta_vec = model.theta_vector(theta)
+    x0, x0_note, window = initial_states_cli(model, theta_vec, data, args.x0, args.x0_window)
+    skip = args.skip if args.skip is not None else (window or 0)
+    if skip >= min(data.lengths):
         raise UsageError(f"--skip: expected fewer than {min(data.lengths)} samples (the shortest trajectory), "
-                         f"got {args.skip}")
-    if ks and max(ks) >= min(data.lengths) - args.skip:
-        raise UsageError(f"--k: expected horizons below {min(data.lengths) - args.skip} (samples of the shortest "
+                         f"got {skip}")
+    if ks and max(ks) >= min(data.lengths) - skip:
+        raise UsageError(f"--k: expected horizons below {min(data.lengths) - skip} (samples of the shortest "
                          f"trajectory after --skip), got {max(ks)}")
-    pv = model.theta_vector(theta)
-    x0 = initial_states(model, pv, data, args.x0)
+    print(x0_note + (f"; the metrics leave out the first {skip} samples (--skip)" if skip else ""))
     unc = saved.uncertainty if saved is not None else None
     try:
         if args.uncertainty:  # the Laplace covariance at theta from the given data
@@ -122,7 +121,7 @@ def cmd_evaluate(args) -> int:
             if not hasattr(model.params, "validate"):
                 raise UsageError("--uncertainty needs the model source (the file was loaded without it)")
             unc = parameter_uncertainty(model, data, theta, options=UncertaintyOptions(hessian=args.uncertainty))
-        report = validation_report(model, pv, data, x0=x0, k=ks, skip=args.skip, uncertainty=unc)
+        report = validation_report(model, theta_vec, data, x0=x0, k=ks, skip=skip, uncertainty=unc)
     except CeemError as exc:
         raise UsageError(str(exc)) from None
     print(report.to_dataframe().to_string(float_format=lambda v: f"{v:.6g}"))
@@ -190,12 +189,12 @@ def cmd_smooth(args) -> int:
     writable(args.out, "--out")
     model, theta, _ = model_from_args(args)
     data, _ = _data_from_args(args, model)
-    pv = model.theta_vector(theta)
-    xs = eks_states(model, pv, data)
+    theta_vec = model.theta_vector(theta)
+    xs = eks_states(model, theta_vec, data)
     if args.method == "ce":
         from .smoother import Smoother
 
-        res = Smoother(model).solve(pv, data, xs)
+        res = Smoother(model).solve(theta_vec, data, xs)
         xs = [r.x for r in res]
     frames = [pd.DataFrame({"trajectory": b, "t": np.arange(len(x)) * (model.dt or 1.0),
                             **{f"x{j}": x[:, j] for j in range(model.nx)}}) for b, x in enumerate(xs)]
@@ -209,11 +208,11 @@ def cmd_codegen(args) -> int:
 
     writable(args.out_dir, "--out-dir", directory=True)
     model, theta, saved = model_from_args(args)
-    pv = model.theta_vector(theta)
+    theta_vec = model.theta_vector(theta)
     x0 = states(args.x0, "--x0", model.nx)[0] if args.x0 else (
         saved.extra["x0"][0] if saved is not None and "x0" in saved.extra else None)
     try:
-        gen = generate_ekf(model, pv, args.out_dir, name=args.name, x0=x0,
+        gen = generate_ekf(model, theta_vec, args.out_dir, name=args.name, x0=x0,
                            theta_as_argument=args.theta_as_argument)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -227,6 +226,8 @@ def cmd_codegen(args) -> int:
 
 
 def cmd_plot(args) -> int:
+    import ceem_casadi as cc
+
     from . import plots
     from .initialise import eks_states
 
@@ -240,19 +241,25 @@ def cmd_plot(args) -> int:
         b = args.trajectory
         if not 0 <= b < len(data):
             raise UsageError(f"--trajectory: expected 0..{len(data) - 1}, got {b}")
-        pv = model.theta_vector(theta)
-        x = eks_states(model, pv, data)[b]
+        theta_vec = model.theta_vector(theta)
+        x = eks_states(model, theta_vec, data)[b]
         u = data.inputs(b)
-        y_fit = np.asarray(model.g.map(len(x))(x.T, u.T, pv)).T
+        y_fit = np.asarray(model.g.map(len(x))(x.T, u.T, theta_vec)).T
         written.append(plots.plot_states(x, data.y[b], out / f"states{ext}", y_fit=y_fit, dt=model.dt))
-        x0 = initial_states(model, pv, data[b:b + 1], args.x0)[0]
+        x0, x0_note, window = initial_states_cli(model, theta_vec, data[b:b + 1], args.x0, args.x0_window)
+        x0 = x0[0]
+        print(x0_note + (f"; the simulation is scored from sample {window} on" if window else ""))
+        y_sim = np.array(cc.simulate_output(model, theta_vec, u, x0), float)
+        y_sim[:window or 0] = np.nan  # as evaluate: the samples that fitted x0 are not scored
+        written.append(plots.plot_prediction(data.y[b], y_sim, out / f"simulation{ext}", dt=model.dt,
+                                             label="free-run simulation"))
         if saved is not None:
             pred = saved.predict(data.y[b], u, x0=x0).y_pred
         else:
-            from .baselines.ekf import EKF
+            from .filtering import EKF
 
             n = model.noise
-            pred = EKF(model).run(pv, data.y[b], u, x0=x0, Sigma0=n.process_std ** 2, Q=n.process_std ** 2,
+            pred = EKF(model).run(theta_vec, data.y[b], u, x0=x0, Sigma0=n.process_std ** 2, Q=n.process_std ** 2,
                                   R=n.measurement_std ** 2).y_pred
         written.append(plots.plot_prediction(data.y[b], pred, out / f"prediction{ext}", dt=model.dt,
                                              label="EKF one-step prediction"))
@@ -288,6 +295,13 @@ def _add_data(p, required=True):
                                                "(default: the column 'trajectory' when present, as written by simulate)")
 
 
+def _add_x0(p):
+    p.add_argument("--x0", help="initial state(s) JSON, or 'estimate'; default x1_mean, else estimated from the first "
+                                "--x0-window samples of each trajectory")
+    p.add_argument("--x0-window", type=int, help="estimate x0 from this many leading samples (default min(T - 1, "
+                                                 "10 nx)); also for a model with x1_mean")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog=PROG, description="Identify, evaluate and deploy state-space models with CE-EM (CasADi).")
     ap.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
@@ -310,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smoother-hessian")
     p.add_argument("--learner-hessian")
     p.add_argument("--no-prior", action="store_true", help="ignore the parameters' priors")
+    p.add_argument("--time-limit", type=float, help="wall-clock budget of the fit in seconds (status time_limit)")
     p.add_argument("--out", default="model.npz", help="model file to write (default model.npz)")
     p.add_argument("--checkpoint", help="checkpoint file (default <out>.ckpt.npz)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint if it exists")
@@ -322,8 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model(p)
     _add_data(p)
     p.add_argument("--k", default="1", help="comma-separated prediction horizons (samples), default 1")
-    p.add_argument("--skip", type=int, default=0, help="leading samples left out of the metrics")
-    p.add_argument("--x0", help="initial state(s) JSON; default x1_mean, else the EKF/RTS estimate from the data")
+    p.add_argument("--skip", type=int, help="leading samples left out of the metrics (default: the --x0-window "
+                                           "samples when x0 is estimated, else 0)")
+    _add_x0(p)
     p.add_argument("--json", help="write the report as JSON to this file")
     p.add_argument("--uncertainty", choices=("exact", "gauss-newton"),
                    help="compute parameter standard errors from this data (default: those stored in the model file)")
@@ -362,10 +378,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model(p)
     _add_data(p, required=False)
     p.add_argument("--trajectory", type=int, default=0, help="trajectory to plot (default 0)")
-    p.add_argument("--x0", help="initial state JSON for the prediction (default: EKF/RTS estimate)")
+    _add_x0(p)
     p.add_argument("--format", choices=["png", "svg"], default="png")
     p.add_argument("--out-dir", required=True)
     p.set_defaults(func=cmd_plot)
+    add_parsers(sub, _add_model, _add_data)
     return ap
 
 

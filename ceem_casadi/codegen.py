@@ -7,7 +7,7 @@ allocation) with
 * ``<name>_set_theta(mem, theta)``: new parameters (only when generated with
   ``theta_as_argument=True``; otherwise theta is folded into the model code as constants);
 * ``<name>_step(mem, x, P, u, y, y_pred, x_out, P_out)``: one step of the EKF of
-  :mod:`ceem_casadi.baselines.ekf` -- ``y_pred = g(x)`` (before the correction), Joseph-form
+  :mod:`ceem_casadi.filtering.ekf` -- ``y_pred = g(x)`` (before the correction), Joseph-form
   correction with the observed (non-NaN) entries of ``y``, then ``x_out = f(x_filt)``,
   ``P_out = A P_filt A^T + Q``.
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 from importlib import resources
@@ -32,8 +31,9 @@ from pathlib import Path
 import casadi as ca
 import numpy as np
 
-from .baselines.ekf import _cov
+from .compile import compiler
 from .errors import ShapeError
+from .filtering import as_cov
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,21 @@ CFLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror")
 
 @dataclass(frozen=True)
 class GeneratedEKF:
-    """Paths of the generated files and the sizes of the predictor."""
+    """Paths of the generated files and the sizes of the predictor.
+
+    Attributes
+    ----------
+    name : str
+        Base name of the files and of the C symbols.
+    source, header : pathlib.Path
+        ``<name>.c`` and ``<name>.h``.
+    example : pathlib.Path or None
+        ``<name>_main.c``, the example CSV/stdin program (None unless requested).
+    nx, nu, ny : int
+        Dimensions of the predictor.
+    theta_as_argument : bool
+        Whether the parameters are an argument of the C functions instead of constants.
+    """
 
     name: str
     source: Path
@@ -132,7 +146,7 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
         P0 = (noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2
     Q = noise.process_std ** 2 if Q is None else Q
     R = noise.measurement_std ** 2 if R is None else R
-    P0, Q, R = _cov("P0", P0, nx), _cov("Q", Q, nx), _cov("R", R, ny)
+    P0, Q, R = as_cov("P0", P0, nx), as_cov("Q", Q, nx), as_cov("R", R, ny)
 
     F, G = _model_functions(model, theta_vec, name, theta_as_argument)
     casadi_src = _casadi_source([F, G], name)
@@ -162,14 +176,6 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
         main.write_text(fill(_template("ekf_main.c.in")))
     log.info("generated %s (%d bytes of C)", source, source.stat().st_size)
     return GeneratedEKF(name, source, header, main, nx, nu, ny, theta_as_argument)
-
-
-def compiler() -> str | None:
-    """``$CC`` or gcc/cc on PATH, or None."""
-    for cc in (os.environ.get("CC"), "gcc", "cc"):
-        if cc and shutil.which(cc):
-            return cc
-    return None
 
 
 def compile_example(gen: GeneratedEKF, output=None, *, cflags=CFLAGS, timeout_s: float = 300.0) -> Path:

@@ -42,9 +42,17 @@ class Trajectories:
 
     Parameters
     ----------
-    y : array (B, T, ny) or list of B arrays (T_b, ny); NaN marks a missing observation.
-    u : None, array (B, T, nu) or list of (T_b, nu) arrays (finite).
-    dt : sample time in seconds (optional, informative).
+    y : numpy.ndarray or list of numpy.ndarray
+        (B, T, ny) array or a list of B arrays (T_b, ny); NaN marks a missing observation.
+    u : numpy.ndarray or list of numpy.ndarray, optional
+        (B, T, nu) array or a list of (T_b, nu) arrays (finite).
+    dt : float, optional
+        Sample time in seconds (informative).
+
+    Raises
+    ------
+    ShapeError, NonFiniteError
+        Inconsistent shapes, non-finite inputs or an all-missing trajectory.
     """
 
     y: tuple
@@ -95,14 +103,17 @@ class Trajectories:
 
     @property
     def ny(self) -> int:
+        """Number of outputs."""
         return self.y[0].shape[1]
 
     @property
     def nu(self) -> int:
+        """Number of inputs (0 without inputs)."""
         return 0 if self.u is None else self.u[0].shape[1]
 
     @property
     def lengths(self) -> tuple[int, ...]:
+        """Samples T_b of each trajectory."""
         return tuple(yi.shape[0] for yi in self.y)
 
     def inputs(self, b: int) -> np.ndarray:
@@ -147,11 +158,34 @@ def single_trajectory(model, y, u=None) -> tuple[np.ndarray, np.ndarray]:
 def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
              process_std: float | np.ndarray = 0.0, measurement_std: float | np.ndarray = 0.0,
              seed: int | np.random.Generator = 0) -> tuple[Trajectories, list[np.ndarray]]:
-    """Simulate ``model`` from initial states ``x0`` (B, nx) for ``horizon`` steps.
+    """Simulate ``model`` from initial states ``x0`` for ``horizon`` steps, with noise.
 
     Process noise ``w ~ N(0, process_std**2)`` is added after each step and observation
     noise ``v ~ N(0, measurement_std**2)`` to each output (both per component, seeded).
-    Returns ``(data, x)`` with ``x`` a list of B true state arrays (T, nx).
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
+    theta : dict
+        Parameter values, name -> array.
+    x0 : numpy.ndarray
+        (B, nx) initial states (or (nx,) for one trajectory).
+    horizon : int or sequence of int
+        Samples per trajectory (one for all, or B values).
+    u : numpy.ndarray or list of numpy.ndarray, optional
+        Inputs (B, T, nu) or a list of (T_b, nu); required when nu > 0.
+    process_std, measurement_std : float or numpy.ndarray
+        Noise standard deviations, scalar or (nx,) / (ny,), in the units of x and y.
+    seed : int or numpy.random.Generator
+        Seed of the noise draws.
+
+    Returns
+    -------
+    data : Trajectories
+        The noisy observations (and the inputs, ``dt = model.dt``).
+    x : list of numpy.ndarray
+        The B true state trajectories (T_b, nx).
     """
     rng = np.random.default_rng(seed)
     x0 = np.atleast_2d(np.asarray(x0, dtype=float))
@@ -162,7 +196,7 @@ def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
     us = [np.zeros((t, model.nu)) for t in T] if u is None else _as_list(u, "u")
     if len(T) != B or len(us) != B:
         raise ShapeError(f"expected {B} horizons and input trajectories (one per x0 row)")
-    pv = model.theta_vector(theta)
+    theta_vec = model.theta_vector(theta)
     sw = np.broadcast_to(np.asarray(process_std, float), (model.nx,))
     sv = np.broadcast_to(np.asarray(measurement_std, float), (model.ny,))
     xs, ys = [], []
@@ -172,10 +206,10 @@ def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
         # process noise enters between steps: a cached mapaccum of f + w (ceem_casadi.simulation)
         w = rng.standard_normal((T[b] - 1, model.nx)) * sw
         if np.any(sw > 0):
-            x = np.asarray(noisy_rollout(model, T[b])(x0[b], us[b].T, w.T, pv)).T.reshape(T[b], model.nx)
-            y = np.asarray(model.g.map(T[b])(x.T, us[b].T, pv)).T
+            x = np.asarray(noisy_rollout(model, T[b])(x0[b], us[b].T, w.T, theta_vec)).T.reshape(T[b], model.nx)
+            y = np.asarray(model.g.map(T[b])(x.T, us[b].T, theta_vec)).T
         else:
-            y, x = run(model, pv, x0[b], us[b])
+            y, x = run(model, theta_vec, x0[b], us[b])
         y = y + rng.standard_normal(y.shape) * sv
         if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
             raise NonFiniteError(f"simulation of trajectory {b} diverged (non-finite states)")

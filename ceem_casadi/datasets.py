@@ -55,10 +55,13 @@ class BenchmarkSplit:
 
     Attributes
     ----------
-    name : split name (e.g. ``"estimation"``, ``"test"``).
-    data : single trajectory, ``y`` (T, 1) and ``u`` (T, 1) in volts, ``dt`` in seconds.
-    init_window : number of leading samples that may be used to estimate the initial state
-        (the metric skips them).
+    name : str
+        Split name (e.g. ``"estimation"``, ``"test"``).
+    data : Trajectories
+        A single trajectory, ``y`` (T, 1) and ``u`` (T, 1) in volts, ``dt`` in seconds.
+    init_window : int
+        Number of leading samples that may be used to estimate the initial state (the metric
+        skips them).
     """
 
     name: str
@@ -167,10 +170,24 @@ def _split(name: str, y, u, dt: float, init_window: int) -> BenchmarkSplit:
 def load_cascaded_tanks(data_dir=None) -> dict[str, BenchmarkSplit]:
     """Cascaded Tanks benchmark, official splits.
 
+    Parameters
+    ----------
+    data_dir : str or pathlib.Path, optional
+        Folder holding ``cascaded_tanks/`` and ``SHA256SUMS``; default ``$CEEM_DATA`` or
+        ``../shared/data``.
+
     Returns
     -------
-    dict with ``"estimation"`` (uEst, yEst) and ``"test"`` (uVal, yVal): 1024 samples each, volts,
-    ``dt = 4`` s; ``init_window = 5`` (test protocol; also set on the estimation split).
+    dict of str to BenchmarkSplit
+        ``"estimation"`` (uEst, yEst) and ``"test"`` (uVal, yVal): 1024 samples each, volts,
+        ``dt = 4`` s; ``init_window = 5`` (test protocol; also set on the estimation split).
+
+    Raises
+    ------
+    DatasetNotFoundError
+        The file is not there (the message says where it was looked for).
+    ChecksumError
+        The file differs from its recorded SHA-256.
     """
     path = verify_file(_resolve(data_dir), _TANKS_FILE)
     m = _loadmat(path)
@@ -186,14 +203,24 @@ def load_cascaded_tanks(data_dir=None) -> dict[str, BenchmarkSplit]:
 def load_silverbox(data_dir=None) -> dict[str, BenchmarkSplit]:
     """Silverbox benchmark (``SNLS80mV.mat``), official splits (0-based slices, u = V1, y = V2 in volts).
 
+    Parameters
+    ----------
+    data_dir : str or pathlib.Path, optional
+        As for :func:`load_cascaded_tanks`.
+
     Returns
     -------
-    dict with
+    dict of str to BenchmarkSplit
         ``"train"``: multisine part ``[40650:127400]``, first 65062 samples;
         ``"test_multisine"``: the remaining 21688 samples of the multisine part;
         ``"test_arrow_full"``: ``[100:40575]`` (40475 samples);
         ``"test_arrow_no_extrapolation"``: the first 32000 samples of the arrow.
-    ``dt = 2**14 / 1e7`` s and ``init_window = 50`` for all.
+        ``dt = 2**14 / 1e7`` s and ``init_window = 50`` for all.
+
+    Raises
+    ------
+    DatasetNotFoundError, ChecksumError
+        As for :func:`load_cascaded_tanks`.
     """
     path = verify_file(_resolve(data_dir), _SILVERBOX_FILE)
     m = _loadmat(path)
@@ -217,10 +244,16 @@ def simulation_rms(y, yhat, skip: int = 0) -> float:
 
     Parameters
     ----------
-    y, yhat : (T,) or (T, ny) measured and simulated outputs (same units; result in those units).
-    skip : number of leading samples excluded (the initialisation window).
+    y, yhat : numpy.ndarray
+        (T,) or (T, ny) measured and simulated outputs (same units; the result is in those units).
+    skip : int
+        Number of leading samples excluded (the initialisation window).
 
-    A non-finite ``yhat`` after ``skip`` (diverged simulation) gives ``inf``; NaN in ``y`` is ignored.
+    Returns
+    -------
+    float
+        The RMS; ``inf`` when ``yhat`` is not finite after ``skip`` (a diverged simulation).
+        NaN in ``y`` is ignored.
     """
     y = np.asarray(y, float)
     yhat = np.asarray(yhat, float)

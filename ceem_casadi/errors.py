@@ -26,6 +26,11 @@ class ParameterError(CeemError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class OptionsError(CeemError, ValueError):
+    """An option value is invalid (wrong type, out of range, unknown name); the message names the
+    option, what was expected and what was given."""
+
+
 class ModelError(CeemError, ValueError):
     """A user model function returns the wrong shape or non-finite values."""
 

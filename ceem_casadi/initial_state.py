@@ -34,8 +34,23 @@ def default_window(model, T: int) -> int:
 
 @dataclass
 class InitialStateResult:
-    """One trajectory's estimate: x0 (nx,), cost (the minimised objective above), status, message,
-    IPOPT iterations, wall time (s)."""
+    """One trajectory's initial-state estimate.
+
+    Attributes
+    ----------
+    x0 : numpy.ndarray
+        (nx,) the estimate.
+    cost : float
+        The minimised objective (see the module docstring).
+    status : Status
+        Outcome of the best start's IPOPT solve.
+    message : str
+        What happened.
+    iterations : int
+        IPOPT iterations.
+    wall_s : float
+        Wall-clock seconds.
+    """
 
     x0: np.ndarray
     cost: float
@@ -76,7 +91,7 @@ class InitialStateSolver:
                                 ipopt_options(max_iter, tol, hess_lag=hess_lag, show_eval_warnings=False))
         self.cost = ca.Function("x0_cost", [x0, P], [cost])
 
-    def parameter(self, model, pv, y, u, use_prior: bool = True) -> np.ndarray:
+    def parameter(self, model, theta_vec, y, u, use_prior: bool = True) -> np.ndarray:
         """The NLP parameter vector of theta (np,), y (>= k, ny) and u (>= k, nu); the weights and
         the prior come from ``model`` (the built structure is shared with its ``with_noise`` copies)."""
         k = self.window
@@ -85,13 +100,14 @@ class InitialStateSolver:
         noise = model.noise
         prior = use_prior and noise.x1_mean is not None
         mu1 = noise.x1_mean if prior else np.zeros(model.nx)
-        w1 = 1.0 / noise.x1_std if prior else np.zeros(model.nx)
-        return np.concatenate([pv, u.ravel(), np.where(mask, y, 0.0).ravel(), mask.ravel().astype(float),
-                               1.0 / noise.measurement_std, mu1, w1])
+        w1 = noise.inv_x1_std if prior else np.zeros(model.nx)
+        return np.concatenate([theta_vec, u.ravel(), np.where(mask, y, 0.0).ravel(), mask.ravel().astype(float),
+                               noise.inv_measurement_std, mu1, w1])
 
-    def solve(self, model, pv, y, u, starts: np.ndarray, lower, upper, use_prior: bool = True) -> InitialStateResult:
+    def solve(self, model, theta_vec, y, u, starts: np.ndarray, lower, upper,
+              use_prior: bool = True) -> InitialStateResult:
         """Solve from the best of ``starts`` (S, nx) (lowest finite cost; clipped into the bounds)."""
-        P = self.parameter(model, pv, y, u, use_prior)
+        P = self.parameter(model, theta_vec, y, u, use_prior)
         starts = np.clip(starts, lower, upper)
         with np.errstate(all="ignore"):
             costs = np.array([float(self.cost(s, P)) for s in starts])
@@ -158,10 +174,10 @@ def _trajectories(model, y, u):
     return out_y, out_u, single
 
 
-def _default_starts(model, pv, ys, us, k: int) -> np.ndarray:
+def _default_starts(model, theta_vec, ys, us, k: int) -> np.ndarray:
     """(B, S, nx) candidate starts: the EKF/RTS state at t = 0 over the window (when the filter
     stays finite) and the model's x1_mean (else zeros)."""
-    from .baselines.ekf import EKF
+    from .filtering import EKF
     from .initialise import eks_states
 
     base = model.noise.x1_mean if model.noise.x1_mean is not None else np.zeros(model.nx)
@@ -171,7 +187,7 @@ def _default_starts(model, pv, ys, us, k: int) -> np.ndarray:
     window = Trajectories([yb[:max(k, 2)] for yb in ys], None if model.nu == 0 else [ub[:max(k, 2)] for ub in us])
     try:
         with np.errstate(all="ignore"):
-            first = np.array([x[0] for x in eks_states(model, pv, window, ekf=ekf)])
+            first = np.array([x[0] for x in eks_states(model, theta_vec, window, ekf=ekf)])
     except (NonFiniteError, ShapeError, np.linalg.LinAlgError):
         first = np.tile(base, (len(ys), 1))
     return np.stack([first, np.tile(base, (len(ys), 1))], axis=1)
@@ -211,7 +227,7 @@ def estimate_initial_state(model, theta, y, u=None, *, window: int | None = None
     SolverError
         When a trajectory's estimate is not finite or IPOPT fails (unless ``full_output``).
     """
-    pv = as_theta_vector(model, theta)
+    theta_vec = as_theta_vector(model, theta)
     ys, us, single = _trajectories(model, y, u)
     shortest = min(yb.shape[0] for yb in ys)
     k = default_window(model, shortest) if window is None else window
@@ -225,7 +241,7 @@ def estimate_initial_state(model, theta, y, u=None, *, window: int | None = None
     if extra.shape[1:] != (model.nx,):
         raise ShapeError(f"starts: expected shape (S, {model.nx}), got {extra.shape}")
     if x_init is None:
-        init = _default_starts(model, pv, ys, us, int(k))
+        init = _default_starts(model, theta_vec, ys, us, int(k))
     else:
         init = np.asarray(x_init, float)
         init = np.tile(init, (len(ys), 1)) if init.ndim == 1 else init
@@ -238,7 +254,7 @@ def estimate_initial_state(model, theta, y, u=None, *, window: int | None = None
     results = []
     with deadline(expires):
         for b, (yb, ub) in enumerate(zip(ys, us)):
-            results.append(solver.solve(model, pv, yb, ub, np.vstack([init[b], extra]), lower, upper, use_prior))
+            results.append(solver.solve(model, theta_vec, yb, ub, np.vstack([init[b], extra]), lower, upper, use_prior))
     if full_output:
         return results[0] if single else results
     bad = [b for b, r in enumerate(results) if r.status == Status.SOLVER_FAILED]

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .baselines.ekf import EKF, rts_means
 from .errors import NonFiniteError, ShapeError
+from .filtering import EKF
+from .filtering.ekf import rts_means
 
 # candidate process-noise variances of the initialising EKF, per state and step
 Q_CANDIDATES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
@@ -26,7 +27,7 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
     that trusts a nearly deterministic model too much diverges on chaotic data (single Lorenz,
     sigma_w = 0.001, parameters 10 % off: state error 45 with q = 1e-4, 1.1 with q = 0.1, and
     CE-EM then ends in a poor local optimum), while too large a q throws the model away.
-    ``ekf``: a prebuilt :class:`~ceem_casadi.baselines.ekf.EKF` of ``model`` to reuse.
+    ``ekf``: a prebuilt :class:`~ceem_casadi.filtering.EKF` of ``model`` to reuse.
     """
     noise, nx = model.noise, model.nx
     x0 = (noise.x1_mean if noise.x1_mean is not None else np.zeros(nx)) if x0 is None else np.asarray(x0, float)

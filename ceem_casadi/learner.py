@@ -25,7 +25,7 @@ import numpy as np
 from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
 from ._linalg import gram
 from .options import LearnerOptions
-from .stages import StageFunctions
+from .stages import StageFunctions, stack_stages
 
 # "auto" Hessian: exact while the per-stage exact Hessian program is at most this long
 AUTO_EXACT_INSTRUCTIONS = 100_000
@@ -33,7 +33,23 @@ AUTO_EXACT_INSTRUCTIONS = 100_000
 
 @dataclass
 class LearnResult:
-    """Flat parameter vector (np,), objective value, solver status."""
+    """Outcome of one learning step.
+
+    Attributes
+    ----------
+    theta_vec : numpy.ndarray
+        (n_p,) the full flat parameter vector (fixed entries unchanged).
+    cost : float
+        Final objective (-J without constants, minus the log-prior, plus the trust region).
+    status : str
+        Solver return status.
+    success : bool
+        An acceptable status and finite parameters.
+    iterations : int
+        Solver iterations (Adam: steps).
+    wall_s : float
+        Wall-clock seconds.
+    """
 
     theta_vec: np.ndarray
     cost: float
@@ -41,21 +57,6 @@ class LearnResult:
     success: bool
     iterations: int
     wall_s: float
-
-
-def stack_stages(data, xs: list[np.ndarray]):
-    """Stack all trajectories' stages column-wise.
-
-    Returns observation columns (X, U, Y, M) with N_obs = sum T_b columns and dynamics columns
-    (X_t, X_{t+1}, U_t) with N_dyn = sum (T_b - 1) columns.
-    """
-    Xo, Uo, Yo, Mo, X0, X1, U0 = [], [], [], [], [], [], []
-    for b, x in enumerate(xs):
-        y, u = data.y[b], data.inputs(b)
-        mask = np.isfinite(y)
-        Xo.append(x.T), Uo.append(u.T), Yo.append(np.where(mask, y, 0.0).T), Mo.append(mask.T.astype(float))
-        X0.append(x[:-1].T), X1.append(x[1:].T), U0.append(u[:-1].T)
-    return [np.hstack(a) for a in (Xo, Uo, Yo, Mo)], [np.hstack(a) for a in (X0, X1, U0)]
 
 
 def weighted_stage_columns(model, data, xs: list[np.ndarray], weights=None):
@@ -67,8 +68,8 @@ def weighted_stage_columns(model, data, xs: list[np.ndarray], weights=None):
     if w.shape != (len(xs),) or np.any(w < 0) or not np.all(np.isfinite(w)):
         raise ValueError(f"weights: expected {len(xs)} finite non-negative values, got {weights}")
     sq, noise = np.sqrt(w), model.noise
-    iw = np.outer(1.0 / noise.process_std, np.repeat(sq, [T - 1 for T in data.lengths]))
-    iv = np.outer(1.0 / noise.measurement_std, np.repeat(sq, data.lengths))
+    iw = np.outer(noise.inv_process_std, np.repeat(sq, [T - 1 for T in data.lengths]))
+    iv = np.outer(noise.inv_measurement_std, np.repeat(sq, data.lengths))
     return (Xo, Uo, Yo, Mo, iv), (X0, X1, U0, iw)
 
 
@@ -131,7 +132,21 @@ class _GaussNewtonHessian(ca.Callback):
 
 
 class Learner:
-    """IPOPT learning solver for one model and one set of trajectory lengths (built once)."""
+    """Learning step (M-step): the IPOPT solver for one model and one set of trajectory lengths.
+
+    Built once and reused across EM iterations.
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
+    lengths : sequence of int
+        The trajectory lengths T_b of the data it will learn from.
+    options : LearnerOptions
+        Trust region, Hessian, IPOPT limits, priors, compilation.
+    stages : StageFunctions, optional
+        Stage Functions shared with a smoother (built from the model when None).
+    """
 
     def __init__(self, model, lengths, options: LearnerOptions = LearnerOptions(),
                  stages: StageFunctions | None = None):
@@ -220,6 +235,7 @@ class Learner:
         return fun.map(n, [False] * fun.n_in(), [True] * fun.n_out())
 
     def parameter_vector(self, theta_vec, data, xs, rho: float, weights=None) -> np.ndarray:
+        """The NLP parameter of a learning solve (data columns, noise weights, trust-region centre)."""
         params = self.model.params
         (Xo, Uo, Yo, Mo, iv), (X0, X1, U0, iw) = weighted_stage_columns(self.model, data, xs, weights)
         base = np.asarray(theta_vec, float).copy()
@@ -248,11 +264,25 @@ class Learner:
 
     def solve(self, theta_vec: np.ndarray, data, xs: list[np.ndarray], rho_theta: float | None = None,
               weights=None) -> LearnResult:
-        """Learn the free parameters for fixed states ``xs`` (list of (T_b, nx)), warm-started at
-        ``theta_vec`` (also the trust-region centre). Returns the full flat vector.
+        """Learn the free parameters for fixed states, warm-started at ``theta_vec``.
 
-        ``weights`` (B,) optionally scales each trajectory's terms of J (e.g. SAEM weights of
-        sampled trajectories); default 1.
+        Parameters
+        ----------
+        theta_vec : numpy.ndarray
+            (n_p,) start and trust-region centre.
+        data : Trajectories
+            The trajectories (lengths as given to the constructor).
+        xs : list of numpy.ndarray
+            Fixed states (T_b, nx).
+        rho_theta : float, optional
+            Trust-region weight; default ``options.rho_theta``.
+        weights : numpy.ndarray, optional
+            (B,) scales of each trajectory's terms of J (e.g. SAEM weights); default 1.
+
+        Returns
+        -------
+        LearnResult
+            With the full flat parameter vector.
         """
         rho = self.options.rho_theta if rho_theta is None else rho_theta
         P = self.parameter_vector(theta_vec, data, xs, rho, weights)

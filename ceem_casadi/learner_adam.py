@@ -31,8 +31,9 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
-from .errors import ModelError, NonFiniteError, ParameterError
+from .errors import ModelError, NonFiniteError, OptionsError
 from .learner import LearnResult, weighted_stage_columns
+from .nn import adam_step
 
 __all__ = ["AdamLearner", "AdamLearnerOptions"]
 
@@ -43,15 +44,32 @@ log = logging.getLogger(__name__)
 class AdamLearnerOptions:
     """Options of :class:`AdamLearner`.
 
-    rho_theta : trust-region weight (as :class:`~ceem_casadi.options.LearnerOptions`).
-    epochs : passes over the observation columns per learning step.
-    batch_size : columns per mini-batch (observation and dynamics each; paper: 512).
-    lr_dynamics, lr_observation : Adam steps of the parameters the dynamics f depends on, and of
-        all others (paper: 5e-4 and 1e-3).
-    decay : harmonic decay ``lr / (1 + decay * epoch)`` within one learning step.
-    beta1, beta2, eps : Adam constants; seed : mini-batch shuffling (advanced at every solve).
-    use_prior : include the parameters' Gaussian priors.
-    chunk : columns per forward chunk when the full objective is evaluated.
+    Parameters
+    ----------
+    rho_theta : float
+        Trust-region weight (as :class:`~ceem_casadi.options.LearnerOptions`).
+    epochs : int
+        Passes over the observation columns per learning step.
+    batch_size : int
+        Columns per mini-batch (observation and dynamics each; paper: 512).
+    lr_dynamics, lr_observation : float
+        Adam steps of the parameters the dynamics f depends on, and of all others (paper: 5e-4
+        and 1e-3).
+    decay : float
+        Harmonic decay ``lr / (1 + decay * epoch)`` within one learning step.
+    beta1, beta2, eps : float
+        Adam constants.
+    seed : int
+        Mini-batch shuffling (advanced at every solve).
+    use_prior : bool
+        Include the parameters' Gaussian priors.
+    chunk : int
+        Columns per forward chunk when the full objective is evaluated.
+
+    Raises
+    ------
+    OptionsError
+        A value out of range (also a ``ValueError``).
     """
 
     rho_theta: float = 0.0
@@ -69,21 +87,37 @@ class AdamLearnerOptions:
 
     def __post_init__(self):
         if not (self.rho_theta >= 0 and self.epochs >= 1 and self.batch_size >= 1 and self.chunk >= 1):
-            raise ParameterError(f"AdamLearnerOptions: need rho_theta >= 0, epochs >= 1, batch_size >= 1, "
+            raise OptionsError(f"AdamLearnerOptions: need rho_theta >= 0, epochs >= 1, batch_size >= 1, "
                                  f"chunk >= 1; got {self.rho_theta}, {self.epochs}, {self.batch_size}, {self.chunk}")
         if not (self.lr_dynamics > 0 and self.lr_observation > 0 and self.decay >= 0):
-            raise ParameterError(f"AdamLearnerOptions: need lr_dynamics, lr_observation > 0 and decay >= 0; "
+            raise OptionsError(f"AdamLearnerOptions: need lr_dynamics, lr_observation > 0 and decay >= 0; "
                                  f"got {self.lr_dynamics}, {self.lr_observation}, {self.decay}")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.eps > 0):
-            raise ParameterError("AdamLearnerOptions: need 0 <= beta1, beta2 < 1 and eps > 0")
+            raise OptionsError("AdamLearnerOptions: need 0 <= beta1, beta2 < 1 and eps > 0")
 
 
 class AdamLearner:
     """Mini-batch Adam learning step with the interface of :class:`~ceem_casadi.learner.Learner`.
 
-    Pass it to :func:`ceem_casadi.ceem.ceem` as ``learner=``. ``solve`` returns a
+    Pass it to :func:`ceem_casadi.ceem` as ``learner=``. ``solve`` returns a
     :class:`~ceem_casadi.learner.LearnResult` whose ``iterations`` counts Adam steps and whose
     ``cost`` is the full learning objective F at the returned point.
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
+    options : AdamLearnerOptions
+        Step sizes, mini-batches, epochs, trust region, priors.
+    step, observe : callable, optional
+        ``f`` and ``g`` written for (n, B) matrices (columns = samples), e.g. a network head on
+        all columns at once; checked against ``model.f``/``model.g``. Default: the model's
+        Functions mapped over the columns.
+
+    Raises
+    ------
+    ModelError
+        ``step``/``observe`` fail on matrices or differ from the model's functions.
     """
 
     def __init__(self, model, options: AdamLearnerOptions = AdamLearnerOptions(), *, step=None, observe=None):
@@ -175,8 +209,29 @@ class AdamLearner:
     # --- public --------------------------------------------------------------------------------
     def objective(self, theta_vec, data, xs, theta_prev=None, rho_theta: float | None = None,
                   weights=None, *, gradient: bool = False):
-        """Full learning objective F at ``theta_vec`` (trust-region centre ``theta_prev``, default
-        ``theta_vec``), and with ``gradient=True`` also dF/dp (np,) (zero on fixed entries)."""
+        """Full learning objective F at ``theta_vec``, optionally with its gradient.
+
+        Parameters
+        ----------
+        theta_vec : numpy.ndarray
+            (n_p,) flat parameter vector.
+        data : Trajectories
+            The trajectories.
+        xs : list of numpy.ndarray
+            Fixed states (T_b, nx).
+        theta_prev : numpy.ndarray, optional
+            Trust-region centre (default ``theta_vec``).
+        rho_theta : float, optional
+            Trust-region weight (default ``options.rho_theta``).
+        weights : numpy.ndarray, optional
+            (B,) scales of each trajectory's terms.
+        gradient : bool
+            Also return dF/dp (n_p,) (zero on fixed entries).
+
+        Returns
+        -------
+        float or (float, numpy.ndarray)
+        """
         rho = self.options.rho_theta if rho_theta is None else rho_theta
         p = np.asarray(theta_vec, float)
         obs, dyn = self._columns(data, xs, weights)
@@ -201,8 +256,26 @@ class AdamLearner:
 
     def solve(self, theta_vec: np.ndarray, data, xs: list[np.ndarray], rho_theta: float | None = None,
               weights=None) -> LearnResult:
-        """Adam passes over the stages of ``data`` with states ``xs`` (list of (T_b, nx)), from
-        ``theta_vec`` (also the trust-region centre). Returns the full flat vector."""
+        """Adam passes over the stages of ``data`` for fixed states, from ``theta_vec``.
+
+        Parameters
+        ----------
+        theta_vec : numpy.ndarray
+            (n_p,) start and trust-region centre.
+        data : Trajectories
+            The trajectories.
+        xs : list of numpy.ndarray
+            Fixed states (T_b, nx).
+        rho_theta : float, optional
+            Trust-region weight (default ``options.rho_theta``).
+        weights : numpy.ndarray, optional
+            (B,) scales of each trajectory's terms.
+
+        Returns
+        -------
+        LearnResult
+            The full flat vector; the start when the passes did not lower F.
+        """
         o = self.options
         rho = o.rho_theta if rho_theta is None else rho_theta
         t0 = time.perf_counter()
@@ -234,9 +307,7 @@ class AdamLearner:
                 if not np.all(np.isfinite(g)):
                     raise NonFiniteError(f"AdamLearner: non-finite gradient at epoch {epoch}, step {s}")
                 k += 1
-                m = o.beta1 * m + (1 - o.beta1) * g
-                v = o.beta2 * v + (1 - o.beta2) * g * g
-                step = scale * lr_vec * (m / (1 - o.beta1 ** k)) / (np.sqrt(v / (1 - o.beta2 ** k)) + o.eps)
+                step, m, v = adam_step(g, m, v, k, scale * lr_vec, beta1=o.beta1, beta2=o.beta2, eps=o.eps)
                 p[free] = np.clip(p[free] - step, lo, hi)
         F1 = self._full(p, p0, rho, obs, dyn)
         kept = np.isfinite(F1) and F1 <= F0

@@ -80,8 +80,16 @@ def _stats(y, yhat):
 def rmse(y, yhat):
     """Root-mean-square error per output (last axis), ignoring entries where ``y`` or ``yhat`` is NaN.
 
-    ``y``, ``yhat``: (T,), (T, ny) or (B, T, ny). Returns a float for 1-D input, else (ny,).
-    An output without any valid entry gives NaN.
+    Parameters
+    ----------
+    y, yhat : numpy.ndarray
+        Observations and predictions, (T,), (T, ny) or (B, T, ny), same shape and units.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        A float for 1-D input, else (ny,), in the units of ``y``; NaN for an output without any
+        valid entry.
     """
     sse, _, n, vector = _stats(y, yhat)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -92,7 +100,15 @@ def rmse(y, yhat):
 def nrmse(y, yhat):
     """RMSE divided by the (population) standard deviation of ``y`` over the same valid entries.
 
-    Same shapes and NaN rule as :func:`rmse`; a constant output gives ``inf`` (or NaN if also exact).
+    Parameters
+    ----------
+    y, yhat : numpy.ndarray
+        As for :func:`rmse`.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        As for :func:`rmse`, dimensionless; a constant output gives ``inf`` (NaN if also exact).
     """
     sse, sst, n, vector = _stats(y, yhat)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -101,7 +117,18 @@ def nrmse(y, yhat):
 
 
 def fit_percent(y, yhat):
-    """Fit in percent, ``100 (1 - ||y - yhat|| / ||y - mean(y)||)`` per output (NaN entries ignored)."""
+    """Fit in percent, ``100 (1 - ||y - yhat|| / ||y - mean(y)||)`` per output (NaN entries ignored).
+
+    Parameters
+    ----------
+    y, yhat : numpy.ndarray
+        As for :func:`rmse`.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        As for :func:`rmse`, in percent (100 = exact; negative = worse than the mean).
+    """
     sse, sst, n, vector = _stats(y, yhat)
     with np.errstate(invalid="ignore", divide="ignore"):
         val = np.where(n > 0, 100.0 * (1.0 - np.sqrt(sse / sst)), np.nan)
@@ -113,7 +140,14 @@ def fit_percent(y, yhat):
 class Metrics:
     """Error measures of one kind of prediction (see the module docstring).
 
-    rmse, nrmse, fit_percent, n: (ny,) per output; rmse_overall, nrmse_overall, fit_overall: floats.
+    Attributes
+    ----------
+    rmse, nrmse, fit_percent : numpy.ndarray
+        (ny,) per output (units of y, dimensionless, percent).
+    n : numpy.ndarray
+        (ny,) number of valid entries per output.
+    rmse_overall, nrmse_overall, fit_overall : float
+        RMSE over all outputs pooled; mean NRMSE and mean fit over the outputs.
     """
 
     rmse: np.ndarray
@@ -173,12 +207,24 @@ def _stack_list(y, yhat):
 class ValidationReport:
     """Result of :func:`validation_report`.
 
-    simulation: :class:`Metrics` of the free run; prediction: ``{k: Metrics}`` of k-step-ahead
-    prediction; output_names: (ny,); skip: leading samples per trajectory left out of the metrics;
-    uncertainty: optional parameter uncertainty (a :class:`~ceem_casadi.ParameterUncertainty` or
-    its saved dict) carried into :meth:`to_dict` as ``"parameters"``.
-    y_sim: per trajectory (T_b, ny) free-run outputs; y_pred: ``{k: [(T_b, ny), ...]}``;
-    x0: (B, nx) initial states used (given, x1_mean or estimated).
+    Attributes
+    ----------
+    simulation : Metrics
+        Metrics of the free run.
+    prediction : dict of int to Metrics
+        Metrics of the k-step-ahead predictions.
+    output_names : tuple of str
+        (ny,) output names.
+    skip : int
+        Leading samples per trajectory left out of the metrics.
+    y_sim : list of numpy.ndarray
+        Free-run outputs (T_b, ny) per trajectory.
+    y_pred : dict of int to list of numpy.ndarray
+        k-step-ahead predictions (T_b, ny) per trajectory.
+    x0 : numpy.ndarray or None
+        (B, nx) initial states used (given, ``x1_mean`` or estimated).
+    uncertainty : ParameterUncertainty or dict or None
+        Parameter uncertainty (or its saved dict) carried into :meth:`to_dict` as ``"parameters"``.
     """
 
     simulation: Metrics
@@ -236,23 +282,23 @@ def _initial_states(model, x0, n_traj: int) -> np.ndarray:
     return x0
 
 
-def _free_run(model, pv, x0, u) -> np.ndarray:
+def _free_run(model, theta_vec, x0, u) -> np.ndarray:
     """Outputs (T, ny) of the noise-free run from ``x0`` (nx,) under ``u`` (T, nu) (cached rollout)."""
-    return run(model, pv, x0, u)[0]
+    return run(model, theta_vec, x0, u)[0]
 
 
-def _k_step(model, pv, x_filt, x0, u, k: int) -> np.ndarray:
+def _k_step(model, theta_vec, x_filt, x0, u, k: int) -> np.ndarray:
     """``g(x_{t|t-k})`` (T, ny): filtered means propagated k steps (prior x0 propagated for t < k)."""
     T = u.shape[0]
     fmap = model.f.map(T)
     Z = x_filt.T.copy()                                # column j: x_{j|j}
     idx = np.arange(T)
     for s in range(k):
-        Z = np.asarray(fmap(Z, u[np.minimum(idx + s, T - 1)].T, pv))   # column j: x_{j+s+1|j}
+        Z = np.asarray(fmap(Z, u[np.minimum(idx + s, T - 1)].T, theta_vec))   # column j: x_{j+s+1|j}
     yhat = np.empty((T, model.ny))
     if k < T:
-        yhat[k:] = np.asarray(model.g.map(T - k)(Z[:, :T - k], u[k:].T, pv)).T
-    head = _free_run(model, pv, x0, u[:min(k, T)])
+        yhat[k:] = np.asarray(model.g.map(T - k)(Z[:, :T - k], u[k:].T, theta_vec)).T
+    head = _free_run(model, theta_vec, x0, u[:min(k, T)])
     yhat[:min(k, T)] = head
     return yhat
 
@@ -287,7 +333,7 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
         them), else 0.
     window : samples used to estimate x0 (default ``min(T_min - 1, 10 nx)``); only when x0 is estimated.
     output_names : names of the ny outputs (default ``y0, y1, ...``).
-    engine : EKF engine (``"python"`` or ``"casadi"``, see :class:`~ceem_casadi.baselines.ekf.EKF`).
+    engine : EKF engine (``"python"`` or ``"casadi"``, see :class:`~ceem_casadi.filtering.EKF`).
     uncertainty : optional parameter uncertainty of ``theta`` (:func:`~ceem_casadi.parameter_uncertainty`
         or the dict a model file stores), carried by the report.
 
@@ -295,10 +341,10 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
     -------
     ValidationReport
     """
-    from .baselines.ekf import EKF
+    from .filtering import EKF
 
     data.check_model(model)
-    pv = _theta_vector(model, theta)
+    theta_vec = _theta_vector(model, theta)
     ks = (k,) if np.ndim(k) == 0 else tuple(k)
     for kk in ks:
         if int(kk) != kk or kk < 1:
@@ -310,7 +356,7 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
     if estimate:
         shortest = min(data.lengths)
         window = min(shortest - 1, max(10 * model.nx, 2)) if window is None else window
-        x0 = estimate_initial_state(model, pv, data, window=window)
+        x0 = estimate_initial_state(model, theta_vec, data, window=window)
         skip = window if skip is None else skip
     skip = 0 if skip is None else skip
     if int(skip) != skip or skip < 0 or skip >= min(data.lengths):
@@ -326,15 +372,15 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
     if Sigma0 is None:
         Sigma0 = np.diag((noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2)
 
-    y_sim = [_free_run(model, pv, X0[b], data.inputs(b)) for b in range(len(data))]
+    y_sim = [_free_run(model, theta_vec, X0[b], data.inputs(b)) for b in range(len(data))]
     y_pred: dict[int, list] = {kk: [] for kk in ks}
     if ks:
         ekf = EKF(model)
         for b in range(len(data)):
             u = data.inputs(b)
-            res = ekf.run(pv, data.y[b], u, x0=X0[b], Sigma0=Sigma0, Q=Q, R=R, engine=engine)
+            res = ekf.run(theta_vec, data.y[b], u, x0=X0[b], Sigma0=Sigma0, Q=Q, R=R, engine=engine)
             for kk in ks:
-                y_pred[kk].append(_k_step(model, pv, res.x_filt, X0[b], u, kk))
+                y_pred[kk].append(_k_step(model, theta_vec, res.x_filt, X0[b], u, kk))
     return ValidationReport(
         simulation=_score(data.y, y_sim, skip),
         prediction={kk: _score(data.y, y_pred[kk], skip) for kk in ks},

@@ -13,7 +13,7 @@ and are discretised with RK4 over the sample time ``dt`` (seconds).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import casadi as ca
 import numpy as np
@@ -36,14 +36,31 @@ def _positive_vector(name: str, value, n: int) -> np.ndarray:
 class Noise:
     """Diagonal Gaussian noise model (standard deviations, in the units of x and y).
 
-    ``process_std`` (nx,) and ``measurement_std`` (ny,) weight the CE-EM objective;
-    ``x1_mean``/``x1_std`` (nx,) give an optional Gaussian prior on the first state.
+    Attributes
+    ----------
+    process_std : numpy.ndarray
+        (nx,) standard deviations of the process noise w; weight the dynamics residuals of the
+        CE-EM objective.
+    measurement_std : numpy.ndarray
+        (ny,) standard deviations of the measurement noise v.
+    x1_mean, x1_std : numpy.ndarray or None
+        (nx,) optional Gaussian prior on the first state.
+    inv_process_std, inv_measurement_std, inv_x1_std : numpy.ndarray or None
+        ``1 / process_std`` etc., computed once here (the residual weights of every stage).
     """
 
     process_std: np.ndarray
     measurement_std: np.ndarray
     x1_mean: np.ndarray | None = None
     x1_std: np.ndarray | None = None
+    inv_process_std: np.ndarray | None = field(init=False, repr=False, compare=False)
+    inv_measurement_std: np.ndarray | None = field(init=False, repr=False, compare=False)
+    inv_x1_std: np.ndarray | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        for name in ("process_std", "measurement_std", "x1_std"):
+            v = getattr(self, name)
+            object.__setattr__(self, f"inv_{name}", None if v is None else 1.0 / v)
 
 
 _ROLE = {"f": "step", "rhs": "right-hand side", "observe": "observation"}
@@ -86,9 +103,50 @@ def _traced(name, fun, x, u, p, nx: int, nu: int):
 class StateSpaceModel:
     """Structure of a gray-box state-space model (no parameter values inside).
 
-    Build with :meth:`from_ode` (continuous time, RK4) or :meth:`from_discrete`.
-    Attributes ``f`` and ``g`` are CasADi Functions ``f(x, u, p) -> x_next`` and
-    ``g(x, u, p) -> y``; ``rhs`` is the continuous vector field (or ``None``).
+    Build with :meth:`from_ode` (continuous time, RK4) or :meth:`from_discrete`. The user
+    functions are traced once into the CasADi Functions ``f(x, u, p) -> x_next`` and
+    ``g(x, u, p) -> y``.
+
+    Parameters
+    ----------
+    step : callable
+        ``step(x, u, p) -> x_next`` with ``x`` (nx,), ``u`` (nu,) CasADi symbols and ``p`` a
+        namespace of the parameters (``p.sigma``).
+    observe : callable
+        ``observe(x, u, p) -> y`` (ny,).
+    nx : int
+        Number of states.
+    nu : int
+        Number of inputs.
+    params : Parameters, optional
+        The named parameters (none by default).
+    dt : float, optional
+        Sample time in seconds.
+    process_std, measurement_std : float or numpy.ndarray
+        Noise standard deviations, scalar or (nx,) / (ny,), in the units of x and y.
+    x1_mean, x1_std : numpy.ndarray, optional
+        (nx,) Gaussian prior on the first state.
+    rhs : callable, optional
+        The continuous vector field ``rhs(x, u, p) -> dx/dt`` (kept for reference).
+    name : str
+        Model name (used in compiled-code file names).
+
+    Attributes
+    ----------
+    f, g : casadi.Function
+        The traced dynamics and observation functions.
+    rhs : casadi.Function or None
+        The continuous vector field.
+    nx, nu, ny : int
+        Dimensions.
+    noise : Noise
+        The noise model.
+
+    Raises
+    ------
+    ModelError
+        A function fails when traced, indexes ``u``/``x`` beyond ``nu``/``nx`` (naming the fix)
+        or returns the wrong shape.
     """
 
     def __init__(self, step: Callable, observe: Callable, *, nx: int, nu: int = 0,
@@ -143,7 +201,32 @@ class StateSpaceModel:
                  **kwargs) -> StateSpaceModel:
         """Continuous-time model ``dx/dt = rhs(x, u, p)``, discretised over ``dt`` seconds.
 
-        ``u`` is held constant over a sample (zero-order hold); ``substeps`` RK4 steps per sample.
+        ``u`` is held constant over a sample (zero-order hold).
+
+        Parameters
+        ----------
+        rhs : callable
+            ``rhs(x, u, p) -> dx/dt`` (nx,).
+        observe : callable
+            ``observe(x, u, p) -> y`` (ny,).
+        nx : int
+            Number of states.
+        dt : float
+            Sample time in seconds, > 0.
+        nu : int
+            Number of inputs.
+        params : Parameters, optional
+            The named parameters.
+        substeps : int
+            Integrator steps per sample.
+        method : str
+            Integrator, ``"rk4"`` (default) or another key of ``integrators.INTEGRATORS``.
+        **kwargs
+            Passed to the constructor (noise, ``x1_mean``, ``name``).
+
+        Returns
+        -------
+        StateSpaceModel
         """
         if not (dt and dt > 0):
             raise ShapeError(f"dt must be a positive sample time in seconds, got {dt}")
@@ -159,15 +242,55 @@ class StateSpaceModel:
     @classmethod
     def from_discrete(cls, step: Callable, observe: Callable, *, nx: int, nu: int = 0,
                       params: Parameters | None = None, **kwargs) -> StateSpaceModel:
-        """Discrete-time model ``x[t+1] = step(x[t], u[t], p)``."""
+        """Discrete-time model ``x[t+1] = step(x[t], u[t], p)``.
+
+        Parameters
+        ----------
+        step : callable
+            ``step(x, u, p) -> x_next`` (nx,).
+        observe : callable
+            ``observe(x, u, p) -> y`` (ny,).
+        nx : int
+            Number of states.
+        nu : int
+            Number of inputs.
+        params : Parameters, optional
+            The named parameters.
+        **kwargs
+            Passed to the constructor (``dt``, noise, ``x1_mean``, ``name``).
+
+        Returns
+        -------
+        StateSpaceModel
+        """
         return cls(step, observe, nx=nx, nu=nu, params=params, **kwargs)
 
     @classmethod
     def from_functions(cls, f: ca.Function, g: ca.Function, *, params: Parameters | None = None,
                        dt: float | None = None, rhs: ca.Function | None = None, name: str = "model",
                        process_std=1.0, measurement_std=1.0, x1_mean=None, x1_std=None) -> StateSpaceModel:
-        """Model from ready CasADi Functions ``f(x, u, p) -> x_next`` and ``g(x, u, p) -> y``
-        (inputs dense columns of nx, nu and ``params.size`` entries), e.g. rebuilt from a model file."""
+        """Model from ready CasADi Functions, e.g. rebuilt from a model file.
+
+        Parameters
+        ----------
+        f, g : casadi.Function
+            ``f(x, u, p) -> x_next`` and ``g(x, u, p) -> y``, inputs dense columns of nx, nu and
+            ``params.size`` entries.
+        params : Parameters, optional
+            The named parameters.
+        dt : float, optional
+            Sample time in seconds.
+        rhs : casadi.Function, optional
+            The continuous vector field.
+        name : str
+            Model name.
+        process_std, measurement_std, x1_mean, x1_std : float or numpy.ndarray
+            As for the constructor.
+
+        Returns
+        -------
+        StateSpaceModel
+        """
         params = params if params is not None else Parameters()
         nx, nu = f.nnz_in(0), f.nnz_in(1)
         for fun, n_out in ((f, nx), (g, None), (rhs, nx)):
@@ -188,11 +311,21 @@ class StateSpaceModel:
 
     # ------------------------------------------------------------------------------
     def theta_vector(self, theta: Theta) -> np.ndarray:
-        """Validated flat parameter vector of a theta dict."""
+        """Validated flat parameter vector (n_p,) of a theta dict (see :meth:`Parameters.to_vector`)."""
         return self.params.to_vector(theta)
 
     def with_noise(self, **kwargs) -> StateSpaceModel:
-        """A shallow copy with other noise settings (process_std, measurement_std, x1_mean, x1_std)."""
+        """A shallow copy with other noise settings.
+
+        Parameters
+        ----------
+        **kwargs
+            Any of ``process_std``, ``measurement_std``, ``x1_mean``, ``x1_std``.
+
+        Returns
+        -------
+        StateSpaceModel
+        """
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
         fields = {k: getattr(self.noise, k) for k in ("process_std", "measurement_std", "x1_mean", "x1_std")}
@@ -209,11 +342,21 @@ class StateSpaceModel:
         return new
 
     def check(self, theta: Theta, x: np.ndarray, u: np.ndarray | None = None) -> None:
-        """Evaluate f and g once at ``x`` (nx,) and raise :class:`ModelError` on NaN/inf."""
-        pv = self.theta_vector(theta)
+        """Evaluate f and g once and raise :class:`ModelError` on NaN/inf.
+
+        Parameters
+        ----------
+        theta : dict
+            Parameter values.
+        x : numpy.ndarray
+            (nx,) state.
+        u : numpy.ndarray, optional
+            (nu,) input (default zero).
+        """
+        theta_vec = self.theta_vector(theta)
         uu = np.zeros(self.nu) if u is None else u
         for fun in (self.f, self.g):
-            val = np.asarray(fun(x, uu, pv))
+            val = np.asarray(fun(x, uu, theta_vec))
             if not np.all(np.isfinite(val)):
                 raise ModelError(f"model function {fun.name()} returns non-finite values at the initial "
                                  f"guess (x={np.round(x, 4)}, theta={theta}): {val.ravel()}")

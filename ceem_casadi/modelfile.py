@@ -28,14 +28,8 @@ files you made. Files of format 1 (before expression graphs were stored) need th
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
-import io
-import json
 import logging
-import os
-import tempfile
-import zipfile
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -43,6 +37,14 @@ import casadi as ca
 import numpy as np
 
 from . import sxgraph
+from .archive import (  # noqa: F401 (re-exported: checkpoint files use the same archive)
+    ModelFileError,
+    atomic_write_bytes,
+    read_archive,
+    record_dict,
+    to_jsonable,
+    write_archive,
+)
 from .errors import CeemError
 from .modelsource import ModelSourceError, build_model, is_file_ref, load_factory  # noqa: F401 (re-exported)
 
@@ -53,142 +55,29 @@ FORMAT_VERSION = 2
 _NOISE_FIELDS = ("process_std", "measurement_std", "x1_mean", "x1_std")
 
 
-class ModelFileError(CeemError, ValueError):
-    """A model file is corrupted, edited, from a newer format version, or its model source
-    cannot be rebuilt."""
-
-
-# --- JSON helpers -------------------------------------------------------------------------
-def to_jsonable(obj):
-    """Plain JSON types of dataclasses, numpy arrays/scalars, dicts, lists, paths."""
-    if is_dataclass(obj) and not isinstance(obj, type):
-        return to_jsonable(asdict(obj))
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, Path):
-        return str(obj)
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    raise TypeError(f"cannot store {type(obj).__name__} in a model file (JSON types, numpy arrays, "
-                    f"dataclasses only)")
-
-
-def record_dict(rec, offset: int = 0) -> dict:
-    """JSON-ready dict of an :class:`~ceem_casadi.IterationRecord` (or a dict of one), without
-    any state trajectories (``x``), its iteration shifted by ``offset``."""
-    d = dict(rec) if isinstance(rec, dict) else {f.name: getattr(rec, f.name) for f in fields(rec)}
-    d.pop("x", None)
-    d["iteration"] = int(d["iteration"]) + offset
-    return to_jsonable(d)
-
-
-def _digest(meta: dict, arrays: dict[str, np.ndarray]) -> str:
-    h = hashlib.sha256()
-    body = {k: v for k, v in meta.items() if k != "sha256"}
-    h.update(json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True).encode())
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
-def atomic_write_bytes(path, data: bytes) -> Path:
-    """Write ``data`` to a temporary file in the same folder, fsync, then rename over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def write_archive(path, meta: dict, arrays: dict[str, np.ndarray]) -> Path:
-    """Atomically write an integrity-checked ``.npz`` (``meta`` JSON + numeric ``arrays``).
-
-    The zip comment (the file's last 64 bytes) is the hex SHA-256 of all bytes before it; the
-    metadata's ``sha256`` is the digest of the content (JSON + arrays).
-    """
-    arrays = {k: np.asarray(v) for k, v in arrays.items()}
-    for k, a in arrays.items():
-        if a.dtype == object:
-            raise TypeError(f"array {k!r} has dtype object; only numeric arrays are stored (no pickle)")
-    meta = dict(meta)
-    meta["sha256"] = _digest(meta, arrays)
-    blob = np.frombuffer(json.dumps(meta, sort_keys=True, allow_nan=True).encode(), dtype=np.uint8)
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for name, a in [("__meta__", blob), *sorted(arrays.items())]:
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            with zf.open(info, "w") as fh:
-                np.lib.format.write_array(fh, a, allow_pickle=False)
-        zf.comment = b"0" * 64
-    raw = buf.getvalue()[:-64]
-    return atomic_write_bytes(path, raw + hashlib.sha256(raw).hexdigest().encode())
-
-
-def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict, dict[str, np.ndarray]]:
-    """Read and verify a file written by :func:`write_archive`; raise :class:`ModelFileError`."""
-    path = Path(path)
-    if not path.is_file():
-        raise ModelFileError(f"{path}: no such file")
-    raw = path.read_bytes()
-    if not raw.startswith(b"PK\x03\x04") or len(raw) < 64:
-        raise ModelFileError(f"{path}: not a readable {expected_format} file (corrupted or wrong type)")
-    if hashlib.sha256(raw[:-64]).hexdigest().encode() != raw[-64:]:
-        raise ModelFileError(f"{path}: integrity check failed (SHA-256 mismatch of the file): the file "
-                             f"was corrupted or edited; refusing to load it")
-    try:
-        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except Exception as exc:  # any parse failure of a verified file is a bad file
-        raise ModelFileError(f"{path}: not a readable {expected_format} file "
-                             f"(corrupted or wrong type): {type(exc).__name__}: {exc}") from None
-    if "__meta__" not in arrays:
-        raise ModelFileError(f"{path}: not a {expected_format} file (no metadata)")
-    try:
-        meta = json.loads(arrays.pop("__meta__").tobytes().decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelFileError(f"{path}: corrupted metadata ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != expected_format:
-        raise ModelFileError(f"{path}: expected a {expected_format!r} file, got format "
-                             f"{meta.get('format') if isinstance(meta, dict) else None!r}")
-    version = meta.get("format_version")
-    if not isinstance(version, int) or version > max_version:
-        raise ModelFileError(f"{path}: format version {version} is newer than this ceem_casadi supports "
-                             f"({max_version}); upgrade ceem_casadi to read it")
-    if meta.get("sha256") != _digest(meta, arrays):
-        raise ModelFileError(f"{path}: integrity check failed (SHA-256 mismatch of the content): the file was corrupted "
-                             f"or edited; refusing to load it")
-    return meta, arrays
-
-
 # --- model files ----------------------------------------------------------------------------
 @dataclass
 class SavedModel:
     """An identified model loaded from a file.
 
-    model : the :class:`~ceem_casadi.StateSpaceModel`, rebuilt from the stored expression graphs
-        (or, with ``trust_source=True``, by its factory); its noise settings are those saved.
-    theta : dict name -> array. source, kwargs : the model factory reference (text only unless
-        loaded with ``trust_source=True``).
-    meta : the whole JSON metadata (options, data, history, versions, user metadata).
-    extra : user arrays saved with the model.
+    Attributes
+    ----------
+    model : StateSpaceModel
+        Rebuilt from the stored expression graphs (or, with ``trust_source=True``, by its
+        factory); its noise settings are those saved.
+    theta : dict
+        Parameters, name -> array.
+    source : str or None
+        The model factory reference ``"package.module:factory"`` (text only unless loaded with
+        ``trust_source=True``).
+    kwargs : dict
+        The factory's keyword arguments.
+    meta : dict
+        The whole JSON metadata (options, data, history, versions, user metadata).
+    extra : dict of str to numpy.ndarray
+        User arrays saved with the model.
+    uncertainty : dict or None
+        Saved parameter uncertainty (JSON fields and the ``"covariance"`` array).
     """
 
     model: object
@@ -201,21 +90,37 @@ class SavedModel:
 
     @property
     def theta_vector(self) -> np.ndarray:
+        """(n_p,) flat parameter vector."""
         return np.concatenate([np.ravel(self.theta[n]) for n in self.meta["theta_names"]]) \
             if self.theta else np.zeros(0)
 
     @property
     def history(self) -> list:
-        return self.meta.get("history", [])
+        """The fit's iteration records, as dicts of :class:`~ceem_casadi.IterationRecord` fields."""
+        return [record_dict(h) for h in self.meta.get("history", [])]
 
     def predict(self, y, u=None, *, x0=None, Sigma0=None, Q=None, R=None, engine: str = "python"):
-        """EKF one-step predictions on one trajectory ``y`` (T, ny) (NaN = missing).
+        """EKF one-step predictions on one trajectory.
 
-        Defaults: ``x0`` = ``extra['x0']`` if saved, else the noise ``x1_mean``, else zeros;
-        ``Sigma0`` = ``x1_std**2`` (else ``process_std**2``); ``Q = process_std**2``;
-        ``R = measurement_std**2``. Returns :class:`~ceem_casadi.baselines.ekf.EKFResult`.
+        Parameters
+        ----------
+        y : numpy.ndarray
+            (T, ny) observations (NaN = missing).
+        u : numpy.ndarray, optional
+            (T, nu) inputs.
+        x0 : numpy.ndarray, optional
+            (nx,) prior mean; default ``extra['x0']`` if saved, else the noise ``x1_mean``, else zeros.
+        Sigma0, Q, R : float or numpy.ndarray, optional
+            Covariances; default ``x1_std**2`` (else ``process_std**2``), ``process_std**2``,
+            ``measurement_std**2``.
+        engine : str
+            ``"python"`` or ``"casadi"`` (see :class:`~ceem_casadi.filtering.EKF`).
+
+        Returns
+        -------
+        FilterResult
         """
-        from .baselines.ekf import EKF
+        from .filtering import EKF
 
         m, noise = self.model, self.model.noise
         if x0 is None:
@@ -235,19 +140,41 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
 
     Parameters
     ----------
-    model : the :class:`~ceem_casadi.StateSpaceModel` (its noise settings are saved).
-    theta : identified parameters, dict name -> array.
-    source, kwargs : ``"package.module:factory"`` and its keyword arguments (JSON types) that
-        rebuild ``model`` (used only by ``load_model(..., trust_source=True)``); None stores only
-        the expression graphs.
-    options : fit options (a dataclass such as :class:`~ceem_casadi.CEEMOptions`, or a dict).
-    data : description of the training data (JSON types: files, columns, lengths, dt, ...).
-    history : list of :class:`~ceem_casadi.IterationRecord` (or dicts).
-    extra : numeric arrays to keep with the model (e.g. ``{"x0": (B, nx)}`` initial states).
-    metadata : free-form JSON-able user metadata.
-    uncertainty : optional :class:`~ceem_casadi.uncertainty.ParameterUncertainty` of the fit: its
-        covariance is stored as the array ``uncertainty/covariance``, the rest (names, estimates,
-        standard errors, intervals, identifiability) in the JSON field ``uncertainty``.
+    path : str or pathlib.Path
+        The file.
+    model : StateSpaceModel
+        The model (its noise settings are saved).
+    theta : dict
+        Identified parameters, name -> array.
+    source : str, optional
+        ``"package.module:factory"`` that rebuilds ``model`` (used only by
+        ``load_model(..., trust_source=True)``); None stores only the expression graphs.
+    kwargs : dict, optional
+        The factory's keyword arguments (JSON types).
+    options : dataclass or dict, optional
+        Fit options (e.g. a :class:`~ceem_casadi.CEEMOptions`).
+    data : dict, optional
+        Description of the training data (JSON types: files, columns, lengths, dt, ...).
+    history : list of IterationRecord or dict, optional
+        The fit's iterations.
+    extra : dict of str to numpy.ndarray, optional
+        Numeric arrays to keep with the model (e.g. ``{"x0": (B, nx)}`` initial states).
+    metadata : dict, optional
+        Free-form JSON-able user metadata.
+    uncertainty : ParameterUncertainty, optional
+        Parameter uncertainty of the fit: its covariance is stored as the array
+        ``uncertainty/covariance``, the rest (names, estimates, standard errors, intervals,
+        identifiability) in the JSON field ``uncertainty``.
+
+    Returns
+    -------
+    pathlib.Path
+        The written file.
+
+    Raises
+    ------
+    ModelFileError
+        The model's functions cannot be stored as expression graphs.
     """
     from . import __version__
 
@@ -354,13 +281,29 @@ def load_model(path, *, trust_source: bool = False, check_source: bool = True, r
     graphs (:mod:`ceem_casadi.sxgraph`), with the stored parameter declarations and noise. The
     result is a full :class:`~ceem_casadi.StateSpaceModel` (fit again, smooth, predict, codegen).
 
-    trust_source : import and call the factory named in the file (``source``, ``kwargs``) to
-        rebuild the model, as the model's author wrote it. This RUNS CODE named by the file:
-        only for files you made. Needed for files of format 1 (no stored expression graphs).
-    check_source : with ``trust_source``, compare the factory's ``f``, ``g`` with the stored
-        ones at random points and raise :class:`ModelFileError` when the model source changed.
-    rebuild : deprecated; ``False`` is the default behaviour, ``True`` was replaced by
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file.
+    trust_source : bool
+        Import and call the factory named in the file (``source``, ``kwargs``) to rebuild the
+        model, as the model's author wrote it. This RUNS CODE named by the file: only for files
+        you made. Needed for files of format 1 (no stored expression graphs).
+    check_source : bool
+        With ``trust_source``, compare the factory's ``f``, ``g`` with the stored ones at random
+        points and raise :class:`ModelFileError` when the model source changed.
+    rebuild : bool, optional
+        Deprecated; ``False`` is the default behaviour, ``True`` was replaced by
         ``trust_source=True``.
+
+    Returns
+    -------
+    SavedModel
+
+    Raises
+    ------
+    ModelFileError
+        A damaged or foreign file (digest mismatch, wrong format), or invalid stored graphs.
     """
     from .model import Noise
 

@@ -16,10 +16,10 @@ from types import SimpleNamespace
 import casadi as ca
 import numpy as np
 
-from .errors import NonFiniteError, ParameterError, ShapeError
+from .errors import NonFiniteError, OptionsError, ShapeError
 from .params import Param, Parameters
 
-__all__ = ["MLP", "AdamOptions", "AdamResult", "adam", "flat_params", "mse_loss_factory", "namespace"]
+__all__ = ["MLP", "AdamOptions", "AdamResult", "adam", "adam_step", "flat_params", "mse_loss_factory", "namespace"]
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +27,26 @@ _ACTIVATIONS = {"tanh": ca.tanh, "relu": lambda z: ca.fmax(z, 0), "identity": la
 
 
 class MLP:
-    """Fully connected network ``sizes[0] -> sizes[1] -> ... -> sizes[-1]``.
+    """Fully connected network ``sizes[0] -> sizes[1] -> ... -> sizes[-1]`` for model terms.
+
+    Its weights are named parameters, so an MLP term of a gray-box model is learned by CE-EM
+    like any other parameter.
 
     Parameters
     ----------
-    sizes : layer widths, e.g. ``(20, 32, 32, 6)``; the last layer is linear.
-    name : prefix of the parameter names ``<name>_W<i>`` (sizes[i+1], sizes[i]) and ``<name>_b<i>``.
-    activation : hidden-layer activation, ``"tanh"`` (default), ``"relu"`` or ``"identity"``.
+    sizes : sequence of int
+        Layer widths, e.g. ``(20, 32, 32, 6)``; the last layer is linear.
+    name : str
+        Prefix of the parameter names ``<name>_W<i>`` (sizes[i+1], sizes[i]) and ``<name>_b<i>``.
+    activation : str
+        Hidden-layer activation, ``"tanh"`` (default), ``"relu"`` or ``"identity"``.
+
+    Raises
+    ------
+    ShapeError
+        Fewer than two widths or a width below 1.
+    OptionsError
+        An unknown activation.
     """
 
     def __init__(self, sizes, name: str = "mlp", activation: str = "tanh"):
@@ -41,22 +54,36 @@ class MLP:
         if len(sizes) < 2 or min(sizes) < 1:
             raise ShapeError(f"MLP sizes must be >= 2 positive widths, got {sizes}")
         if activation not in _ACTIVATIONS:
-            raise ParameterError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+            raise OptionsError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
         self.sizes, self.name, self.activation = sizes, name, activation
 
     @property
     def n_layers(self) -> int:
+        """Number of weight layers."""
         return len(self.sizes) - 1
 
     @property
     def names(self) -> list[str]:
+        """Parameter names ``[<name>_W0, <name>_b0, ...]``."""
         out = []
         for i in range(self.n_layers):
             out += [f"{self.name}_W{i}", f"{self.name}_b{i}"]
         return out
 
     def init(self, rng: np.random.Generator, last_scale: float = 1.0) -> dict[str, np.ndarray]:
-        """Glorot-uniform weights, zero biases; ``last_scale`` multiplies the output layer."""
+        """Glorot-uniform weights and zero biases.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The random draws.
+        last_scale : float
+            Multiplies the output layer's weights (0 starts the term at zero).
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+        """
         theta = {}
         for i in range(self.n_layers):
             n_in, n_out = self.sizes[i], self.sizes[i + 1]
@@ -69,13 +96,37 @@ class MLP:
         return theta
 
     def params(self, rng: np.random.Generator, last_scale: float = 1.0, **kwargs) -> list[Param]:
-        """:class:`Param` objects initialised by :meth:`init` (``kwargs`` go to every Param)."""
+        """:class:`~ceem_casadi.Param` objects initialised by :meth:`init`.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The random draws.
+        last_scale : float
+            As for :meth:`init`.
+        **kwargs
+            Passed to every :class:`~ceem_casadi.Param` (e.g. ``prior_std``).
+
+        Returns
+        -------
+        list of Param
+        """
         return [Param(k, v, **kwargs) for k, v in self.init(rng, last_scale).items()]
 
     def __call__(self, p, x):
-        """Network output for ``x`` (n_in,) or (n_in, N) (columns are samples).
+        """Network output.
 
-        ``p`` is a namespace (``p.<name>``) or dict of the weights: CasADi symbols or numpy arrays.
+        Parameters
+        ----------
+        p : namespace or dict
+            The weights (``p.<name>`` or ``p[name]``): CasADi symbols or numpy arrays.
+        x : casadi.SX or casadi.MX or numpy.ndarray
+            (n_in,) or (n_in, N) input (columns are samples).
+
+        Returns
+        -------
+        casadi.SX or casadi.MX or numpy.ndarray
+            (n_out,) or (n_out, N).
         """
         get = p.get if isinstance(p, dict) else (lambda k: getattr(p, k))
         numeric = isinstance(x, np.ndarray)
@@ -127,11 +178,11 @@ class AdamOptions:
 
     def __post_init__(self):
         if not (self.lr > 0 and self.decay >= 0 and self.epochs >= 1 and self.batch_size >= 1):
-            raise ParameterError(f"AdamOptions: need lr > 0, decay >= 0, epochs >= 1, batch_size >= 1; "
+            raise OptionsError(f"AdamOptions: need lr > 0, decay >= 0, epochs >= 1, batch_size >= 1; "
                                  f"got lr={self.lr}, decay={self.decay}, epochs={self.epochs}, "
                                  f"batch_size={self.batch_size}")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.eps > 0 and self.patience >= 0):
-            raise ParameterError("AdamOptions: need 0 <= beta1, beta2 < 1, eps > 0, patience >= 0")
+            raise OptionsError("AdamOptions: need 0 <= beta1, beta2 < 1, eps > 0, patience >= 0")
 
 
 @dataclass
@@ -141,6 +192,32 @@ class AdamResult:
     w: np.ndarray
     train_loss: list
     valid_loss: list
+
+
+def adam_step(g, m, v, k: int, lr, *, beta1: float, beta2: float, eps: float):
+    """One Adam update (Kingma and Ba, 2015) with bias-corrected moments.
+
+    Parameters
+    ----------
+    g : numpy.ndarray
+        (n,) gradient at the current weights.
+    m, v : numpy.ndarray
+        (n,) first and second moment estimates before this step (zeros at the start).
+    k : int
+        1-based step number (for the bias correction).
+    lr : float or numpy.ndarray
+        Step size, scalar or per weight (n,).
+    beta1, beta2, eps : float
+        Adam constants.
+
+    Returns
+    -------
+    step, m, v : numpy.ndarray
+        The step to subtract from the weights, and the updated moments.
+    """
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    return lr * (m / (1 - beta1 ** k)) / (np.sqrt(v / (1 - beta2 ** k)) + eps), m, v
 
 
 def adam(loss, w0, data, *, options: AdamOptions = AdamOptions(), valid=None) -> AdamResult:
@@ -191,9 +268,8 @@ def adam(loss, w0, data, *, options: AdamOptions = AdamOptions(), valid=None) ->
             if not np.all(np.isfinite(g)):
                 raise NonFiniteError(f"adam: non-finite gradient at epoch {epoch}")
             k += 1
-            m = o.beta1 * m + (1 - o.beta1) * g
-            v = o.beta2 * v + (1 - o.beta2) * g * g
-            w = w - lr * (m / (1 - o.beta1 ** k)) / (np.sqrt(v / (1 - o.beta2 ** k)) + o.eps)
+            step, m, v = adam_step(g, m, v, k, lr, beta1=o.beta1, beta2=o.beta2, eps=o.eps)
+            w = w - step
             losses.append(float(L))
         train_hist.append(float(np.mean(losses)))
         if valid is not None:

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .baselines.ekf import EKF
 from .ceem import CEEMResult, ceem
 from .data import Trajectories
 from .errors import NonFiniteError, ShapeError
+from .filtering import EKF
 from .learner import Learner
 from .noise_criteria import holdout_rms, innovation_loglik, split_tails
-from .options import CEEMOptions, check_time_limit
+from .options import CEEMOptions, _require, check_time_limit
 from .params import Theta
 from .smoother import Smoother
 
@@ -40,37 +40,44 @@ DEFAULT_GRID = tuple(float(v) for v in np.logspace(-1.5, 1.5, 7))
 NOT_RUN = "not_run"
 
 
-def _require(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ValueError(msg)
-
-
 @dataclass(frozen=True)
 class NoiseCalibrationOptions:
     """Options of :func:`calibrate_noise` (defaults in brackets).
 
-    ceem : options of every CE-EM fit [``CEEMOptions(max_iters=50, acceleration="newton")``: the same
-        fixed points as plain EM, 1.8-5x faster over the grid of tests/test_noise_calibration.py, seeds 0-2];
-        its ``time_limit`` is replaced by what remains of ``time_limit`` below when a fit starts.
-    n_jobs : processes running the chains [1].
-    chains : number of warm-start chains [None: ``n_jobs``]. The largest level is fitted first,
-        from ``theta0`` and the EKF/RTS states (the easiest fit: the states may follow the data);
-        the other levels, sorted from the largest down, are cut into this many contiguous blocks,
+    Parameters
+    ----------
+    ceem : CEEMOptions
+        Options of every CE-EM fit [``CEEMOptions(max_iters=50, acceleration="newton")``: the
+        same fixed points as plain EM, 1.8-5x faster over the grid of
+        tests/test_noise_calibration.py, seeds 0-2]; its ``time_limit`` is replaced by what
+        remains of ``time_limit`` below when a fit starts.
+    n_jobs : int
+        Processes running the chains [1].
+    chains : int, optional
+        Number of warm-start chains [None: ``n_jobs``]. The largest level is fitted first, from
+        ``theta0`` and the EKF/RTS states (the easiest fit: the states may follow the data); the
+        other levels, sorted from the largest down, are cut into this many contiguous blocks,
         each fitted in order in one process, its first fit starting from the largest level's fit
         and every later one from the previous level's theta and states (a continuation in the
         noise level: a cold start at a small level can end in a poor local optimum, e.g. on the
         Cascaded Tanks data). Results depend on ``chains``, never on ``n_jobs``:
         ``n_jobs=1, chains=2`` gives exactly the fits of ``n_jobs=2, chains=2``.
-    warm_start : chain the fits as above [True]; False starts every fit from ``theta0``.
-    time_limit : overall budget in seconds for the whole calibration [None: none]. Levels not
-        started when it runs out are reported with status ``"not_run"``; a fit under way stops
-        with the time-limit status and its last good iterate.
-    holdout_fraction : fraction of each estimation trajectory held out as its tail by the
-        ``"holdout"`` criterion [0.25].
-    x0_window : samples at the start of each tail used to estimate its initial state [10].
-    refit : with ``"holdout"``, refit the chosen level on the whole estimation data, warm-started
-        at its head fit [True]; ``result.best`` is then that refit.
-    ekf_engine : engine of the innovation criterion's EKF, ``"casadi"`` or ``"python"`` ["casadi"].
+    warm_start : bool
+        Chain the fits as above [True]; False starts every fit from ``theta0``.
+    time_limit : float, optional
+        Overall budget in seconds for the whole calibration [None: none]. Levels not started
+        when it runs out are reported with status ``"not_run"``; a fit under way stops with the
+        time-limit status and its last good iterate.
+    holdout_fraction : float
+        Fraction of each estimation trajectory held out as its tail by the ``"holdout"``
+        criterion [0.25].
+    x0_window : int
+        Samples at the start of each tail used to estimate its initial state [10].
+    refit : bool
+        With ``"holdout"``, refit the chosen level on the whole estimation data, warm-started at
+        its head fit [True]; ``result.best`` is then that refit.
+    ekf_engine : str
+        Engine of the innovation criterion's EKF, ``"casadi"`` or ``"python"`` ["casadi"].
     """
 
     ceem: CEEMOptions = field(default_factory=lambda: CEEMOptions(max_iters=50, acceleration="newton"))
@@ -98,10 +105,24 @@ class NoiseCalibrationOptions:
 
 @dataclass
 class NoiseLevelFit:
-    """The chosen level: ``level`` (multiplier), ``process_std`` (nx,), ``theta``, ``model`` (the
-    model with that process noise), ``fit`` (its :class:`CEEMResult`; with ``"holdout"`` and
-    ``refit`` the refit on the whole data, whose ``theta`` this is), ``criterion`` (the value that
-    chose it: with ``"holdout"`` that of the fit on the heads)."""
+    """The chosen process-noise level.
+
+    Attributes
+    ----------
+    level : float
+        Multiplier of the model's ``process_std``.
+    process_std : numpy.ndarray
+        (nx,) the process noise standard deviations at that level.
+    theta : dict
+        The fitted parameters.
+    model : StateSpaceModel
+        The model with that process noise.
+    fit : CEEMResult
+        Its fit; with ``"holdout"`` and ``refit`` the refit on the whole data, whose ``theta``
+        this is.
+    criterion : float
+        The value that chose it (with ``"holdout"``: that of the fit on the heads).
+    """
 
     level: float
     process_std: np.ndarray
@@ -115,13 +136,19 @@ class NoiseLevelFit:
 class NoiseCalibrationResult:
     """Outcome of :func:`calibrate_noise`.
 
-    table : pandas DataFrame, one row per level (ascending), columns ``level`` (multiplier of the
-        model's process_std), ``process_std`` (tuple, nx), ``J`` (final joint log-density of the
-        fit), ``criterion`` (value of ``criterion``), ``status`` (the fit's status or ``"not_run"``),
+    Attributes
+    ----------
+    table : pandas.DataFrame
+        One row per level (ascending), columns ``level`` (multiplier of the model's
+        process_std), ``process_std`` (tuple, nx), ``J`` (final joint log-density of the fit),
+        ``criterion`` (value of ``criterion``), ``status`` (the fit's status or ``"not_run"``),
         ``iterations``, ``seconds`` (fit + criterion), ``fit`` (the :class:`CEEMResult` or None).
-    criterion : ``"innovation"`` (higher is better) or ``"holdout"`` (lower is better).
-    best : the chosen level (:class:`NoiseLevelFit`).
-    seconds : wall time of the whole calibration.
+    criterion : str
+        ``"innovation"`` (higher is better) or ``"holdout"`` (lower is better).
+    best : NoiseLevelFit
+        The chosen level.
+    seconds : float
+        Wall time of the whole calibration.
     """
 
     table: object
@@ -130,8 +157,18 @@ class NoiseCalibrationResult:
     seconds: float = 0.0
 
     def plot(self, ax=None):
-        """Criterion (left axis) and J (right axis) against the level (log scale); the chosen level
-        is marked. Draws on ``ax`` (a matplotlib Axes) or a new figure; returns the Axes."""
+        """Criterion (left axis) and J (right axis) against the level (log scale), the chosen
+        level marked.
+
+        Parameters
+        ----------
+        ax : matplotlib.axes.Axes, optional
+            Where to draw (default a new figure).
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+        """
         import matplotlib.pyplot as plt
 
         if ax is None:
@@ -204,9 +241,9 @@ def _ceem_options(task: _Task) -> CEEMOptions | None:
 
 
 def _score(task: _Task, solvers: _Solvers, model, fit: CEEMResult) -> float:
-    pv = model.params.to_vector(fit.theta)
+    theta_vec = model.params.to_vector(fit.theta)
     if task.criterion == "innovation":
-        return innovation_loglik(solvers.ekf, model, pv, task.fit_data, [x[0] for x in fit.x],
+        return innovation_loglik(solvers.ekf, model, theta_vec, task.fit_data, [x[0] for x in fit.x],
                                  engine=task.options.ekf_engine)
     # the free run and the initial-state fit do not involve the process noise: score with the base
     # model, whose cached rollout and x0 solvers are then built once per process, not per level

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .baselines.ekf import EKF
 from .data import Trajectories
 from .errors import ShapeError
+from .filtering import EKF
 from .initial_state import estimate_initial_state
 from .simulation import simulate_output
 
@@ -29,11 +29,11 @@ def innovation_loglik(ekf: EKF, model, theta_vec, data: Trajectories, x_first: l
         \\ell = \\sum_b \\sum_t \\log \\mathcal N\\big(y_t^b;\\ \\hat y_{t|t-1}^b,\\ S_t^b\\big),
         \\qquad S_t = C_t P_{t|t-1} C_t^\\top + R,
 
-    from the EKF of :mod:`ceem_casadi.baselines.ekf` with ``Q = diag(process_std**2)``,
+    from the EKF of :mod:`ceem_casadi.filtering.ekf` with ``Q = diag(process_std**2)``,
     ``R = diag(measurement_std**2)`` (the model's noise), started at ``x_{1|0} = x_first[b]``
     (nx,) with ``P_{1|0} = Q``: the fitted first state, known to one step of process noise.
     Missing entries (NaN) are skipped. ``-inf`` when the filter fails (singular ``S``, non-finite
-    values). ``ekf`` is an :class:`~ceem_casadi.baselines.ekf.EKF` of the model's structure
+    values). ``ekf`` is an :class:`~ceem_casadi.filtering.EKF` of the model's structure
     (reused across noise levels: the noise enters only through ``Q`` and ``R``).
     """
     Q = np.diag(model.noise.process_std ** 2)

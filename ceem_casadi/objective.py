@@ -19,16 +19,25 @@ def log_normalisers(model, y: np.ndarray) -> float:
 
 
 def joint_log_density(smoother, theta_vec, data, xs) -> float:
-    """J = log p(x_1) + sum log p_v(y - g) + sum log p_w(x' - f) summed over trajectories.
+    """The joint log-density J(x_{1:T}, theta) with all constants: :meth:`Smoother.joint_log_density`.
 
-    ``smoother`` is a :class:`~ceem_casadi.smoother.Smoother` (its cost Functions are reused).
+    Parameters
+    ----------
+    smoother : Smoother
+        A smoother of the model (its cost Functions are reused).
+    theta_vec : numpy.ndarray
+        (n_p,) flat parameter vector.
+    data : Trajectories
+        The B trajectories.
+    xs : list of numpy.ndarray
+        The states (T_b, nx) of each trajectory.
+
+    Returns
+    -------
+    float
+        ``log p(x_1) + sum log p_v(y - g) + sum log p_w(x' - f)`` summed over trajectories.
     """
-    total = 0.0
-    for b, (y, x) in enumerate(zip(data.y, xs)):
-        ts = smoother.for_length(y.shape[0])
-        P = ts.parameter_vector(smoother.model, theta_vec, y, data.inputs(b), x, 0.0)
-        total += -float(ts.cost_function(x.ravel(), P)) + log_normalisers(smoother.model, y)
-    return total
+    return smoother.joint_log_density(theta_vec, data, xs)
 
 
 def log_prior(params, theta_vec) -> float:

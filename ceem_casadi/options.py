@@ -6,19 +6,21 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from .stages import HESSIANS
+from .errors import OptionsError
 
 
 def _require(cond: bool, msg: str) -> None:
     if not cond:
-        raise ValueError(msg)
+        raise OptionsError(msg)
 
 
 ACCELERATIONS = ("none", "squarem", "newton")
+HESSIANS = ("gauss-newton", "exact")  # of the stage Functions (smoother, learner, uncertainty)
 
 
 def check_time_limit(value) -> None:
-    """Raise ValueError unless ``value`` is None or a finite number of seconds > 0."""
+    """Raise :class:`~ceem_casadi.errors.OptionsError` (a ValueError) unless ``value`` is None or a
+    finite number of seconds > 0."""
     ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
                            and np.isfinite(value) and value > 0)
     _require(ok, f"time_limit must be None or a finite number of seconds > 0, got {value!r}")
@@ -28,14 +30,29 @@ def check_time_limit(value) -> None:
 class SmootherOptions:
     """Smoothing step (E-step): IPOPT over x_{1:T} of each trajectory.
 
-    rho_x : trust-region weight of ``rho_x * ||x - x_prev||^2`` (paper: rho_x).
-    hessian : ``"gauss-newton"`` (default; fastest in ``scripts/bench_lorenz.py``) or ``"exact"``.
-    max_iter, tol : IPOPT iteration limit and (scaled) tolerance.
-    x_lower, x_upper : optional bounds on every hidden state (scalar or (nx,)).
-    compile : compile the stage Functions to native code (cached on disk); ``None`` = when a C
+    Parameters
+    ----------
+    rho_x : float
+        Trust-region weight of ``rho_x * ||x - x_prev||^2`` (paper: rho_x), >= 0.
+    hessian : str
+        ``"gauss-newton"`` (default; fastest in ``scripts/bench_lorenz.py``) or ``"exact"``.
+    max_iter : int
+        IPOPT iteration limit.
+    tol : float
+        IPOPT (scaled) tolerance.
+    x_lower, x_upper : float or sequence of float, optional
+        Bounds on every hidden state (a scalar or nx values).
+    compile : bool, optional
+        Compile the stage Functions to native code (cached on disk); ``None`` = when a C
         compiler exists and the stage programs are long enough to pay off.
-    chunk : evaluate cost, gradient and Hessian in chunks of this many time steps (memory of
-        long records, same numbers); ``None`` = chunks of 2,000 from T = 20,000 on, 0 = never.
+    chunk : int, optional
+        Evaluate cost, gradient and Hessian in chunks of this many time steps (memory of long
+        records, same numbers); ``None`` = chunks of 2,000 from T = 20,000 on, 0 = never.
+
+    Raises
+    ------
+    OptionsError
+        A value out of range (also a ``ValueError``).
     """
 
     rho_x: float = 0.0
@@ -68,14 +85,29 @@ class SmootherOptions:
 class LearnerOptions:
     """Learning step (M-step): IPOPT over the free parameters for fixed states.
 
-    rho_theta : trust-region weight of ``rho_theta * ||theta - theta_prev||^2``.
-    hessian : ``"exact"``, ``"gauss-newton"`` (J^T J of the stacked residual Jacobians, formed
-        with BLAS), ``"limited-memory"`` (L-BFGS in IPOPT) or ``"auto"`` (default): exact when
-        the per-stage exact Hessian program is short (parameters touch few states, e.g. single
+    Parameters
+    ----------
+    rho_theta : float
+        Trust-region weight of ``rho_theta * ||theta - theta_prev||^2``, >= 0.
+    hessian : str
+        ``"exact"``, ``"gauss-newton"`` (J^T J of the stacked residual Jacobians, formed with
+        BLAS), ``"limited-memory"`` (L-BFGS in IPOPT) or ``"auto"`` (default): exact when the
+        per-stage exact Hessian program is short (parameters touch few states, e.g. single
         Lorenz), Gauss-Newton when it is long (e.g. RK4 mixing hundreds of coupling parameters,
         where the exact Hessian costs ~10x more per evaluation for the same iterations).
-    use_prior : include the parameters' Gaussian priors ``log p(theta)``.
-    compile : as in :class:`SmootherOptions`.
+    max_iter : int
+        IPOPT iteration limit.
+    tol : float
+        IPOPT (scaled) tolerance.
+    use_prior : bool
+        Include the parameters' Gaussian priors ``log p(theta)``.
+    compile : bool, optional
+        As in :class:`SmootherOptions`.
+
+    Raises
+    ------
+    OptionsError
+        A value out of range (also a ``ValueError``).
     """
 
     rho_theta: float = 0.0
@@ -96,27 +128,45 @@ class LearnerOptions:
 class CEEMOptions:
     """The EM loop (Algorithm 1 of the paper).
 
-    max_iters : maximum number of EM iterations (smoothing + learning).
-    tol : stop when the increase of J over one iteration is at most ``tol * max(1, |J|)``.
-    n_jobs : processes for the smoothing step (trajectories are independent problems).
-    raise_on_failure : raise :class:`~ceem_casadi.errors.SolverError` instead of returning a
-        result with ``status = "solver_failed"``.
-    acceleration : ``"none"`` (Algorithm 1 as in the paper) or ``"squarem"``: after every two
-        EM steps, one step from a SQUAREM extrapolation, kept only if it improves the objective.
-        Plain EM converges linearly and slowly when states and parameters are strongly coupled
-        (many hidden, nearly deterministic states); SQUAREM needs far fewer iterations there.
+    Parameters
+    ----------
+    max_iters : int
+        Maximum number of EM iterations (smoothing + learning), >= 1.
+    tol : float
+        Stop when the increase of J over one iteration is at most ``tol * max(1, |J|)``.
+    smoother : SmootherOptions
+        Options of the smoothing step.
+    learner : LearnerOptions
+        Options of the learning step.
+    n_jobs : int
+        Processes for the smoothing step (trajectories are independent problems).
+    raise_on_failure : bool
+        Raise :class:`~ceem_casadi.errors.SolverError` instead of returning a result with
+        ``status = "solver_failed"``.
+    acceleration : str
+        ``"none"`` (Algorithm 1 as in the paper) or ``"squarem"``: after every two EM steps, one
+        step from a SQUAREM extrapolation, kept only if it improves the objective. Plain EM
+        converges linearly and slowly when states and parameters are strongly coupled (many
+        hidden, nearly deterministic states); SQUAREM needs far fewer iterations there.
         ``"newton"``: after the first EM step, joint Gauss-Newton (Levenberg-Marquardt) steps on
         (x, theta) over the same objective, each kept only if it improves it, with plain EM steps
         whenever one fails; converges quadratically near the optimum (see :func:`ceem`).
-    blas_threads : threads of numpy's/scipy's BLAS during the fit (1 by default: multi-threaded
-        BLAS degrades badly on shared cores, see :mod:`ceem_casadi._threads`); ``None`` leaves
-        the library's setting alone.
-    time_limit : wall-clock budget in seconds for the whole :func:`~ceem_casadi.ceem` call (solver
+    blas_threads : int, optional
+        Threads of numpy's/scipy's BLAS during the fit (1 by default: multi-threaded BLAS
+        degrades badly on shared cores, see :mod:`ceem_casadi._threads`); ``None`` leaves the
+        library's setting alone.
+    time_limit : float, optional
+        Wall-clock budget in seconds for the whole :func:`~ceem_casadi.ceem` call (solver
         construction and initial states included), or ``None`` (default: no limit). The budget is
         checked before every step and passed to every IPOPT solve, which stops at its next
         iteration once it is spent (overrun: about one IPOPT iteration plus one evaluation of J);
         the interrupted step is discarded and the fit returns ``status = "time_limit"`` with the
         last accepted iterate (theta, states, history).
+
+    Raises
+    ------
+    OptionsError
+        A value out of range or of the wrong type (also a ``ValueError``).
     """
 
     max_iters: int = 50
@@ -145,21 +195,32 @@ class CEEMOptions:
     def from_mapping(cls, mapping) -> CEEMOptions:
         """Options from plain data (e.g. a parsed TOML or JSON file), with the types checked.
 
-        ``mapping`` holds CEEMOptions fields at the top level and optional tables ``smoother``
-        and ``learner`` of :class:`SmootherOptions` / :class:`LearnerOptions` fields; absent
-        fields keep their defaults. Integers must be integers (``max_iters = 2.5`` is refused,
-        not truncated), numbers finite unless a bound, strings strings, flags booleans.
-        Raises ``ValueError`` naming the key, what was expected and what was given.
+        Parameters
+        ----------
+        mapping : Mapping
+            CEEMOptions fields at the top level and optional tables ``smoother`` and ``learner``
+            of :class:`SmootherOptions` / :class:`LearnerOptions` fields; absent fields keep
+            their defaults. Integers must be integers (``max_iters = 2.5`` is refused, not
+            truncated), numbers finite unless a bound, strings strings, flags booleans.
+
+        Returns
+        -------
+        CEEMOptions
+
+        Raises
+        ------
+        OptionsError
+            Naming the key, what was expected and what was given (also a ``ValueError``).
         """
         if not isinstance(mapping, Mapping):
-            raise ValueError(f"options: expected a mapping of option names to values, got {type(mapping).__name__}")
+            raise OptionsError(f"options: expected a mapping of option names to values, got {type(mapping).__name__}")
         tables = {"smoother": SmootherOptions, "learner": LearnerOptions}
         top = {k: v for k, v in mapping.items() if k not in tables}
         kwargs = _typed_fields(cls, top, "", exclude=tuple(tables))
         for key, sub in tables.items():
             if key in mapping:
                 if not isinstance(mapping[key], Mapping):
-                    raise ValueError(f"{key}: expected a table of {sub.__name__} options, got {mapping[key]!r}")
+                    raise OptionsError(f"{key}: expected a table of {sub.__name__} options, got {mapping[key]!r}")
                 kwargs[key] = sub(**_typed_fields(sub, mapping[key], f"{key}."))
         return cls(**kwargs)
 
@@ -180,7 +241,7 @@ def _typed_fields(cls, mapping, prefix: str, exclude=()) -> dict:
     out = {}
     for key, v in mapping.items():
         if key not in known:
-            raise ValueError(f"unknown option '{prefix}{key}'; known: {sorted(known)}"
+            raise OptionsError(f"unknown option '{prefix}{key}'; known: {sorted(known)}"
                              + (", tables smoother, learner" if exclude else ""))
         kind = _KINDS.get(key)
         if kind is None:  # a field without a declared kind: its dataclass validates it
@@ -200,6 +261,6 @@ def _typed_fields(cls, mapping, prefix: str, exclude=()) -> dict:
             ok = (_is_number(v) and not np.isnan(v)) or (isinstance(v, (list, tuple)) and len(v) > 0 and all(
                 _is_number(e) and not np.isnan(e) for e in v))
         if not ok:
-            raise ValueError(f"option {prefix}{key} must be {_EXPECT[kind]}, got {v!r} ({type(v).__name__})")
+            raise OptionsError(f"option {prefix}{key} must be {_EXPECT[kind]}, got {v!r} ({type(v).__name__})")
         out[key] = int(v) if kind.startswith("int") and v is not None else v
     return out

@@ -30,7 +30,7 @@ from ._ipopt import DEADLINE, deadline, ipopt_options, solve
 from .data import Trajectories
 from .errors import ShapeError, SolverError
 from .initial_state import estimate_initial_state
-from .options import _require, check_time_limit
+from .options import HESSIANS, _require, check_time_limit
 from .params import Theta
 from .simulation import rollout, run
 from .status import Status
@@ -42,23 +42,38 @@ __all__ = ["OutputErrorOptions", "OutputErrorResult", "refine_output_error"]
 class OutputErrorOptions:
     """Options of :func:`refine_output_error`.
 
-    max_iter, tol : IPOPT iteration limit and tolerance (default 500, 1e-10).
-    hessian : ``"gauss-newton"`` (default: ``J^T J`` of the output residuals, positive
-        semi-definite, constraint curvature ignored) or ``"exact"`` (CasADi's exact Hessian of
-        the Lagrangian; 2-5x slower per iteration in the measurements of the README). With
-        multiple shooting on very short segments (``shooting=1``: all the dynamics sit in the
-        constraints, whose curvature Gauss-Newton ignores) Gauss-Newton can stall (pendulum,
-        2 noisy trajectories: 500 iterations without convergence at k = 1; 9 iterations at
-        k = 2, 3, 5, like single shooting); use segments of a few samples, or ``"exact"`` there.
-    use_prior : include the parameters' Gaussian priors.
-    time_limit : wall-clock budget in seconds for the whole call (initial states included), or
-        ``None``; when spent, IPOPT stops at its next iteration and the result has status
+    Parameters
+    ----------
+    max_iter : int
+        IPOPT iteration limit (default 500).
+    tol : float
+        IPOPT tolerance (default 1e-10).
+    hessian : str
+        ``"gauss-newton"`` (default: ``J^T J`` of the output residuals, positive semi-definite,
+        constraint curvature ignored) or ``"exact"`` (CasADi's exact Hessian of the Lagrangian;
+        2-5x slower per iteration in the measurements of the README). With multiple shooting on
+        very short segments (``shooting=1``: all the dynamics sit in the constraints, whose
+        curvature Gauss-Newton ignores) Gauss-Newton can stall (pendulum, 2 noisy trajectories:
+        500 iterations without convergence at k = 1; 9 iterations at k = 2, 3, 5, like single
+        shooting); use segments of a few samples, or ``"exact"`` there.
+    use_prior : bool
+        Include the parameters' Gaussian priors.
+    time_limit : float, optional
+        Wall-clock budget in seconds for the whole call (initial states included), or ``None``;
+        when spent, IPOPT stops at its next iteration and the result has status
         ``"time_limit"`` with the last iterate.
-    x0_window : samples used to estimate initial states that are not given (default as in
+    x0_window : int, optional
+        Samples used to estimate initial states that are not given (default as in
         :func:`~ceem_casadi.estimate_initial_state`).
-    x_lower, x_upper : bounds on the initial states and shooting nodes (scalar or (nx,)).
-    raise_on_failure : raise :class:`~ceem_casadi.SolverError` instead of returning status
-        ``"solver_failed"``.
+    x_lower, x_upper : float or sequence of float, optional
+        Bounds on the initial states and shooting nodes (scalar or (nx,)).
+    raise_on_failure : bool
+        Raise :class:`~ceem_casadi.SolverError` instead of returning status ``"solver_failed"``.
+
+    Raises
+    ------
+    OptionsError
+        A value out of range (also a ``ValueError``).
     """
 
     max_iter: int = 500
@@ -74,7 +89,7 @@ class OutputErrorOptions:
     def __post_init__(self):
         _require(isinstance(self.max_iter, int) and self.max_iter >= 1, f"max_iter must be an int >= 1, got {self.max_iter!r}")
         _require(np.isfinite(self.tol) and self.tol > 0, f"tol must be finite and > 0, got {self.tol!r}")
-        _require(self.hessian in ("gauss-newton", "exact"),
+        _require(self.hessian in HESSIANS,
                  f"hessian must be 'gauss-newton' or 'exact', got {self.hessian!r}")
         check_time_limit(self.time_limit)
         _require(self.x0_window is None or (isinstance(self.x0_window, int) and self.x0_window >= 1),
@@ -85,11 +100,26 @@ class OutputErrorOptions:
 class OutputErrorResult:
     """Outcome of :func:`refine_output_error`.
 
-    theta : parameters (dict); x0 : (B, nx) initial state per trajectory; cost : the minimised
-    objective (module docstring) at the returned point, initial_cost at the start; status : a
-    :class:`~ceem_casadi.Status` (``status.advice`` says what to try); message : IPOPT's return
-    status and more; iterations : IPOPT iterations; wall_s : seconds for the whole call;
-    constraint_violation : max |continuity gap| of multiple shooting (0 for single shooting).
+    Attributes
+    ----------
+    theta : dict
+        Parameters, name -> array.
+    x0 : numpy.ndarray
+        (B, nx) initial state per trajectory.
+    cost : float
+        The minimised objective (module docstring) at the returned point.
+    status : Status
+        ``status.advice`` says what to try.
+    message : str
+        IPOPT's return status and more.
+    iterations : int
+        IPOPT iterations.
+    wall_s : float
+        Seconds for the whole call.
+    initial_cost : float
+        The objective at the start.
+    constraint_violation : float
+        Max |continuity gap| of multiple shooting (0 for single shooting).
     """
 
     theta: Theta
@@ -104,6 +134,7 @@ class OutputErrorResult:
 
     @property
     def success(self) -> bool:
+        """Whether ``status`` gives a regular estimate."""
         return self.status.usable
 
 
@@ -230,10 +261,10 @@ class OutputErrorProblem:
         self.functions = ca.Function("output_error_eval", [w, P], [cost, g])
         self.ng = g.numel()
 
-    def parameter(self, model, pv, data: Trajectories, use_prior: bool) -> np.ndarray:
+    def parameter(self, model, theta_vec, data: Trajectories, use_prior: bool) -> np.ndarray:
         """The NLP parameter vector: base parameters, the data in segment order, weights, prior
         (weights from ``model``: the structure is shared with its ``with_noise`` copies)."""
-        base = np.asarray(pv, float).copy()
+        base = np.asarray(theta_vec, float).copy()
         base[self.free] = 0.0
         U, Y = [], []
         for L, idx in self.groups:  # the order of the residual columns (see __init__)
@@ -246,18 +277,18 @@ class OutputErrorProblem:
         mean, wp = model.params.prior
         wp = wp if use_prior else np.zeros_like(wp)
         vals = dict(p_base=base, U=np.hstack(U), Y=np.where(mask, Y, 0.0), M=mask.astype(float),
-                    iv=1.0 / model.noise.measurement_std, mu=mean[self.free], wp=wp[self.free])
+                    iv=model.noise.inv_measurement_std, mu=mean[self.free], wp=wp[self.free])
         return np.concatenate([np.asarray(vals[k], float).ravel(order="F") for k in self._names])
 
-    def nodes(self, model, pv, data: Trajectories, x0: np.ndarray) -> np.ndarray:
+    def nodes(self, model, theta_vec, data: Trajectories, x0: np.ndarray) -> np.ndarray:
         """Initial node states (nx, n_nodes): the free run from x0 sampled at the nodes, else
         (where it is not finite) the EKF/RTS smoothed states."""
         from .initialise import eks_states
 
-        runs = [run(model, pv, x0[b], data.inputs(b))[1] for b in range(len(data))]
+        runs = [run(model, theta_vec, x0[b], data.inputs(b))[1] for b in range(len(data))]
         for b, x in enumerate(runs):
             if not np.all(np.isfinite(x)):
-                runs[b] = eks_states(model, pv, data[b])[0]
+                runs[b] = eks_states(model, theta_vec, data[b])[0]
                 runs[b][0] = x0[b]
         return np.array([runs[b][s0] for b, s0, _, _ in self.segs]).T
 
@@ -305,7 +336,7 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
     t0 = time.perf_counter()
     data.check_model(model)
     theta = model.params.validate(theta)
-    pv = model.params.to_vector(theta)
+    theta_vec = model.params.to_vector(theta)
     if shooting is not None and (int(shooting) != shooting or shooting < 1):
         raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
     lo = _state_bounds(model, options.x_lower, -np.inf, "x_lower")
@@ -313,15 +344,16 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
     expires = None if options.time_limit is None else t0 + options.time_limit
     with deadline(expires):
         if x0 is None:
-            x0 = estimate_initial_state(model, pv, data, window=options.x0_window, x_lower=lo, x_upper=hi)
+            x0 = estimate_initial_state(model, theta_vec, data, window=options.x0_window, x_lower=lo, x_upper=hi)
         x0 = np.asarray(x0, float)
         x0 = np.tile(x0, (len(data), 1)) if x0.ndim == 1 else x0
         if x0.shape != (len(data), model.nx) or not np.all(np.isfinite(x0)):
             raise ShapeError(f"x0: expected finite initial states ({len(data)}, {model.nx}), got {x0.shape}")
         prob = problem_for(model, data.lengths, None if shooting is None else int(shooting), options)
         free = prob.free
-        P = prob.parameter(model, pv, data, options.use_prior)
-        w0 = np.concatenate([pv[free], np.clip(prob.nodes(model, pv, data, x0), lo[:, None], hi[:, None]).ravel(order="F")])
+        P = prob.parameter(model, theta_vec, data, options.use_prior)
+        nodes = np.clip(prob.nodes(model, theta_vec, data, x0), lo[:, None], hi[:, None])
+        w0 = np.concatenate([theta_vec[free], nodes.ravel(order="F")])
         n_nodes = len(prob.segs)
         lbx = np.concatenate([model.params.lower[free], np.tile(lo, n_nodes)])
         ubx = np.concatenate([model.params.upper[free], np.tile(hi, n_nodes)])
@@ -345,7 +377,7 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
             message += "; returning the starting point (the last good iterate)"
         else:
             message += "; returning IPOPT's last iterate (lower cost than the start, continuity met)"
-    out = pv.copy()
+    out = theta_vec.copy()
     out[free] = w[:free.size]
     nodes = w[free.size:].reshape(n_nodes, model.nx)
     first = [i for i, (b, s0, _, _) in enumerate(prob.segs) if s0 == 0]

@@ -30,16 +30,27 @@ def _as_shape(value, shape) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Param:
-    """One named parameter.
+    """One named parameter (a scalar, vector or matrix) with bounds, free mask and prior.
 
     Parameters
     ----------
-    name : identifier used as ``p.<name>`` inside model functions.
-    value : initial value (scalar, vector or matrix); defines the shape unless ``shape`` is given.
-    shape : optional explicit shape ``()``, ``(n,)`` or ``(r, c)``; ``value`` is broadcast to it.
-    lower, upper : bounds (scalar or array of the parameter's shape); default unbounded.
-    free : ``True``/``False`` or a boolean array of the parameter's shape (per entry).
-    prior_mean, prior_std : optional Gaussian prior ``N(prior_mean, prior_std**2)`` per entry.
+    name : str
+        Identifier used as ``p.<name>`` inside model functions.
+    value : float or array_like
+        Initial value (scalar, vector or matrix); defines the shape unless ``shape`` is given.
+    shape : tuple, optional
+        Explicit shape ``()``, ``(n,)`` or ``(r, c)``; ``value`` is broadcast to it.
+    lower, upper : float or array_like
+        Bounds (scalar or array of the parameter's shape); default unbounded.
+    free : bool or array_like
+        ``True``/``False`` or a boolean array of the parameter's shape (per entry).
+    prior_mean, prior_std : float or array_like, optional
+        Gaussian prior ``N(prior_mean, prior_std**2)`` per entry (give both or neither).
+
+    Raises
+    ------
+    ParameterError
+        A name that is not an identifier, lower above upper, an incomplete or non-positive prior.
     """
 
     name: str
@@ -82,6 +93,7 @@ class Param:
 
     @property
     def size(self) -> int:
+        """Number of scalar entries."""
         return int(np.prod(self.shape, dtype=int))
 
     def array(self, key: str) -> np.ndarray | None:
@@ -92,8 +104,25 @@ class Param:
 class Parameters:
     """An ordered collection of :class:`Param` with flat-vector conversions.
 
-    ``size`` is the total number of scalar entries; ``free_mask`` (``size``, bool) marks
-    the entries that the learning step optimises.
+    The flat parameter vector (``theta_vec``, ``size`` entries) stacks every parameter's entries
+    in declaration order (row-major within a matrix).
+
+    Parameters
+    ----------
+    *params : Param
+        The parameters (or one iterable of them).
+
+    Attributes
+    ----------
+    size : int
+        Total number of scalar entries.
+    free_mask : numpy.ndarray
+        (size,) bool, the entries the learning step optimises.
+
+    Raises
+    ------
+    ParameterError
+        Duplicate names.
     """
 
     def __init__(self, *params: Param):
@@ -126,6 +155,7 @@ class Parameters:
 
     @property
     def names(self) -> list[str]:
+        """Parameter names in declaration order."""
         return list(self._params)
 
     def slice(self, name: str) -> slice:
@@ -142,18 +172,22 @@ class Parameters:
 
     @property
     def free_mask(self) -> np.ndarray:
+        """(size,) bool: the entries the learning step optimises."""
         return self._stack("free", True).astype(bool)
 
     @property
     def free_index(self) -> np.ndarray:
+        """Positions of the free entries in the flat vector."""
         return np.flatnonzero(self.free_mask)
 
     @property
     def lower(self) -> np.ndarray:
+        """(size,) lower bounds (-inf where none)."""
         return self._stack("lower", -np.inf)
 
     @property
     def upper(self) -> np.ndarray:
+        """(size,) upper bounds (inf where none)."""
         return self._stack("upper", np.inf)
 
     @property
@@ -165,6 +199,7 @@ class Parameters:
 
     @property
     def has_prior(self) -> bool:
+        """Whether any parameter declares a Gaussian prior."""
         return any(p.array("prior_std") is not None for p in self)
 
     def initial(self) -> Theta:

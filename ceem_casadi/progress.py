@@ -48,7 +48,7 @@ class Progress:
         k = self.offset + rec.iteration
         flag = "" if getattr(rec, "accepted", True) else " [rejected]"
         kind = "" if getattr(rec, "kind", "em") == "em" else f" ({rec.kind})"
-        return (f"iter {k:>3}/{self.max_iters}{kind}: J = {rec.J:.8g}  dJ = {rec.decrease:+.3g}  "
+        return (f"iter {k:>3}/{self.max_iters}{kind}: J = {rec.J:.8g}  dJ = {rec.increase:+.3g}  "
                 f"smooth {rec.smooth_s:.2f} s  learn {rec.learn_s:.2f} s  [{_status(rec)}]{flag}")
 
     def __call__(self, rec) -> None:
@@ -61,7 +61,7 @@ class Progress:
             done = min(self.width, round(self.width * k / max(self.max_iters, 1)))
             bar = "#" * done + "." * (self.width - done)
             elapsed = time.perf_counter() - self.t0
-            self.stream.write(f"\r[{bar}] {k}/{self.max_iters} J = {rec.J:.8g} dJ = {rec.decrease:+.2e} "
+            self.stream.write(f"\r[{bar}] {k}/{self.max_iters} J = {rec.J:.8g} dJ = {rec.increase:+.2e} "
                               f"{elapsed:.1f} s\x1b[K")
             self._open = True
         else:

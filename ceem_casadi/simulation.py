@@ -42,8 +42,19 @@ def _cache(model) -> dict:
 def rollout(model, T: int) -> ca.Function:
     """The free-run Function of ``model`` over ``T`` samples (built once per (model, T), cached).
 
-    ``simulate_T{T}(x0 (nx, 1), u (nu, T), p (np, 1)) -> (y (ny, T), x (nx, T))``; column ``t`` of
-    ``x`` is the state at sample ``t`` (``x[:, 0] = x0``). Works on numbers and on MX symbols.
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
+    T : int
+        Number of samples, >= 1.
+
+    Returns
+    -------
+    casadi.Function
+        ``simulate_T{T}(x0 (nx, 1), u (nu, T), p (np, 1)) -> (y (ny, T), x (nx, T))``; column
+        ``t`` of ``x`` is the state at sample ``t`` (``x[:, 0] = x0``). Works on numbers and on
+        MX symbols.
     """
     T = int(T)
     if T < 1:
@@ -75,10 +86,10 @@ def noisy_rollout(model, T: int) -> ca.Function:
     return cache[key]
 
 
-def run(model, pv: np.ndarray, x0: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def run(model, theta_vec: np.ndarray, x0: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Numeric free run of one trajectory: ``(y (T, ny), x (T, nx))`` from ``x0`` (nx,), ``u`` (T, nu)."""
     with np.errstate(all="ignore"):
-        Y, X = rollout(model, u.shape[0])(x0, u.T, pv)
+        Y, X = rollout(model, u.shape[0])(x0, u.T, theta_vec)
     return np.asarray(Y).T.reshape(u.shape[0], model.ny), np.asarray(X).T.reshape(u.shape[0], model.nx)
 
 
@@ -110,23 +121,32 @@ def simulate_output(model, theta, u=None, x0=None, *, horizon=None, return_state
 
     Parameters
     ----------
-    model : :class:`~ceem_casadi.StateSpaceModel`.
-    theta : theta dict or flat parameter vector (np,).
-    u : inputs (T, nu) for one trajectory; (B, T, nu) or a list of B arrays (T_b, nu) for a batch;
-        ``None`` when the model has no inputs (then give ``horizon``).
-    x0 : initial state(s) (nx,) for one trajectory, (B, nx) for a batch; default the model's
+    model : StateSpaceModel
+        The model.
+    theta : dict or numpy.ndarray
+        Parameters, name -> array, or the flat vector (np,).
+    u : numpy.ndarray or list of numpy.ndarray, optional
+        Inputs (T, nu) for one trajectory; (B, T, nu) or a list of B arrays (T_b, nu) for a
+        batch; ``None`` when the model has no inputs (then give ``horizon``).
+    x0 : numpy.ndarray, optional
+        Initial state(s) (nx,) for one trajectory, (B, nx) for a batch; default the model's
         ``x1_mean`` (an error when it has none: estimate x0 with
         :func:`~ceem_casadi.estimate_initial_state`).
-    horizon : number of samples T when ``u`` is None (an int; or a list of B ints for a batch).
-    return_states : also return the states.
+    horizon : int or list of int, optional
+        Number of samples T when ``u`` is None (or B of them for a batch).
+    return_states : bool
+        Also return the states.
 
     Returns
     -------
-    y : (T, ny) for one trajectory, (B, T, ny) for an array batch (or ``u=None`` with x0 (B, nx)),
-        a list of (T_b, ny) for a list batch; ``(y, x)`` with x shaped alike ((..., nx)) when
-        ``return_states``. A diverging run gives inf/NaN entries (no error).
+    y : numpy.ndarray or list of numpy.ndarray
+        (T, ny) for one trajectory, (B, T, ny) for an array batch (or ``u=None`` with x0
+        (B, nx)), a list of (T_b, ny) for a list batch. A diverging run gives inf/NaN entries
+        (no error).
+    x : numpy.ndarray or list of numpy.ndarray
+        Only with ``return_states``: the states, shaped like ``y`` with nx columns.
     """
-    pv = as_theta_vector(model, theta)
+    theta_vec = as_theta_vector(model, theta)
     if x0 is None:
         if model.noise.x1_mean is None:
             raise ShapeError("x0: give the initial state(s) (nx,) or (B, nx); the model has no x1_mean. "
@@ -149,7 +169,7 @@ def simulate_output(model, theta, u=None, x0=None, *, horizon=None, return_state
             raise ShapeError(f"u[{b}]: expected shape (T, {model.nu}) with T >= 1, got {ub.shape}")
         if not np.all(np.isfinite(ub)):
             raise NonFiniteError(f"u[{b}] contains NaN or inf; inputs must be finite")
-        y, x = run(model, pv, X0[b], ub)
+        y, x = run(model, theta_vec, X0[b], ub)
         ys.append(y)
         xs.append(x)
     if not batched:

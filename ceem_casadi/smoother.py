@@ -22,6 +22,7 @@ import casadi as ca
 import numpy as np
 
 from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
+from .objective import log_normalisers
 from .options import SmootherOptions
 from .smoother_chunks import chunked_terms
 from .stages import StageFunctions
@@ -29,7 +30,23 @@ from .stages import StageFunctions
 
 @dataclass
 class SmoothResult:
-    """States (T, nx), final objective (-J without constants, incl. trust region), status."""
+    """Outcome of smoothing one trajectory.
+
+    Attributes
+    ----------
+    x : numpy.ndarray
+        (T, nx) smoothed states.
+    cost : float
+        Final objective: -J without its constants, trust-region term included.
+    status : str
+        IPOPT return status.
+    success : bool
+        An acceptable IPOPT status and finite states.
+    iterations : int
+        IPOPT iterations.
+    wall_s : float
+        Wall-clock seconds of the solve.
+    """
 
     x: np.ndarray
     cost: float
@@ -182,21 +199,20 @@ class TrajectorySmoother:
         nz0 = ca.vertcat(*own, nzv[k:]) if T > 1 else ca.vertcat(*own)
         return ca.MX(block_tridiagonal_upper(nx, T), nz0), cost, G, cost_sx
 
-    def parameter_vector(self, model, pvec, y, u, x_prev, rho) -> np.ndarray:
+    def parameter_vector(self, model, theta_vec, y, u, x_prev, rho) -> np.ndarray:
         """Flatten (theta vector, y (T, ny), u (T, nu), x_prev (T, nx), rho) into the NLP parameter."""
         noise = model.noise
         mask = np.isfinite(y)
         mu1 = np.zeros(model.nx) if noise.x1_mean is None else noise.x1_mean
-        w1 = np.zeros(model.nx) if noise.x1_std is None else 1.0 / noise.x1_std
-        return np.concatenate([pvec, u.ravel(), np.where(mask, y, 0.0).ravel(), mask.ravel().astype(float),
-                               x_prev.ravel(), [rho], mu1, w1, 1.0 / noise.process_std,
-                               1.0 / noise.measurement_std])
+        w1 = np.zeros(model.nx) if noise.x1_std is None else noise.inv_x1_std
+        return np.concatenate([theta_vec, u.ravel(), np.where(mask, y, 0.0).ravel(), mask.ravel().astype(float),
+                               x_prev.ravel(), [rho], mu1, w1, noise.inv_process_std, noise.inv_measurement_std])
 
-    def solve(self, model, pvec, y, u, x_init, rho_x: float | None = None) -> SmoothResult:
+    def solve(self, model, theta_vec, y, u, x_init, rho_x: float | None = None) -> SmoothResult:
         """Smooth one trajectory: ``y`` (T, ny) with NaN = missing, ``u`` (T, nu), ``x_init`` (T, nx)
         (also the trust-region centre). Returns the states (T, nx)."""
         rho = self.options.rho_x if rho_x is None else rho_x
-        P = self.parameter_vector(model, pvec, y, u, x_init, rho)
+        P = self.parameter_vector(model, theta_vec, y, u, x_init, rho)
         t0 = time.perf_counter()
         sol = solve(self.solver, x0=x_init.ravel(), p=P, lbx=self._lbx, ubx=self._ubx)
         wall = time.perf_counter() - t0
@@ -208,7 +224,17 @@ class TrajectorySmoother:
 
 
 class Smoother:
-    """Smoothing step for a model: one :class:`TrajectorySmoother` per trajectory length (cached)."""
+    """Smoothing step (E-step) for a model: one :class:`TrajectorySmoother` per trajectory length.
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
+    options : SmootherOptions
+        Trust region, Hessian, IPOPT limits, state bounds, compilation.
+    stages : StageFunctions, optional
+        Stage Functions to share with a learner (built from the model when None).
+    """
 
     def __init__(self, model, options: SmootherOptions = SmootherOptions(), stages: StageFunctions | None = None):
         self.model, self.options = model, options
@@ -217,14 +243,56 @@ class Smoother:
         self.build_s = 0.0
 
     def for_length(self, T: int) -> TrajectorySmoother:
+        """The solver for trajectories of ``T`` samples (built on first use, then cached)."""
         if T not in self._solvers:
             self._solvers[T] = TrajectorySmoother(self.stages, T, self.options)
             self.build_s += self._solvers[T].build_s
         return self._solvers[T]
 
     def solve(self, theta_vec: np.ndarray, data, x_init: list[np.ndarray]) -> list[SmoothResult]:
-        """Smooth every trajectory of ``data`` (sequentially), warm-started at ``x_init``."""
+        """Smooth every trajectory of ``data`` (sequentially), warm-started at ``x_init``.
+
+        Parameters
+        ----------
+        theta_vec : numpy.ndarray
+            (n_p,) flat parameter vector.
+        data : Trajectories
+            The B trajectories.
+        x_init : list of numpy.ndarray
+            Warm starts and trust-region centres (T_b, nx).
+
+        Returns
+        -------
+        list of SmoothResult
+        """
         out = []
         for b, (y, T) in enumerate(zip(data.y, data.lengths)):
             out.append(self.for_length(T).solve(self.model, theta_vec, y, data.inputs(b), x_init[b]))
         return out
+
+    def joint_log_density(self, theta_vec: np.ndarray, data, xs: list[np.ndarray]) -> float:
+        """The joint log-density J(x, theta) of the paper, all Gaussian constants included.
+
+        ``J = log p(x_1) + sum_t log p_v(y_t - g(x_t)) + sum_t log p_w(x_{t+1} - f(x_t))`` summed
+        over the trajectories, observed entries only; evaluated with this smoother's cost
+        Functions (no trust-region term).
+
+        Parameters
+        ----------
+        theta_vec : numpy.ndarray
+            (n_p,) flat parameter vector.
+        data : Trajectories
+            The B trajectories.
+        xs : list of numpy.ndarray
+            The states (T_b, nx) of each trajectory.
+
+        Returns
+        -------
+        float
+        """
+        total = 0.0
+        for b, (y, x) in enumerate(zip(data.y, xs)):
+            ts = self.for_length(y.shape[0])
+            P = ts.parameter_vector(self.model, theta_vec, y, data.inputs(b), x, 0.0)
+            total += -float(ts.cost_function(x.ravel(), P)) + log_normalisers(self.model, y)
+        return total

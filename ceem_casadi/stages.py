@@ -17,12 +17,13 @@ from __future__ import annotations
 import logging
 
 import casadi as ca
+import numpy as np
 
 from .compile import compile_functions, compiler
+from .options import HESSIANS
 
 log = logging.getLogger(__name__)
 
-HESSIANS = ("gauss-newton", "exact")
 # compile automatically when the stage programs are at least this long (SX instructions) ...
 AUTO_COMPILE_INSTRUCTIONS = 20_000
 # ... and never compile a single program longer than this: gcc time grows super-linearly
@@ -127,7 +128,7 @@ class StageFunctions:
             "obs_cost": lambda: ca.Function("obs_cost", obs_in, [0.5 * ca.sumsqr(r_obs)], obs_names, ["cost"]),
             "dyn_cost": lambda: ca.Function("dyn_cost", dyn_in, [0.5 * ca.sumsqr(r_dyn)], dyn_names, ["cost"]),
             # residuals with their Jacobians in the states and the parameters (joint Gauss-Newton
-            # steps, :mod:`ceem_casadi.joint`)
+            # steps, :mod:`ceem_casadi.joint_gauss_newton`)
             "obs_res_jac": lambda: ca.Function(
                 "obs_res_jac", obs_in, [ca.densify(r_obs), ca.densify(ca.jacobian(r_obs, x)), ca.densify(ca.jacobian(r_obs, p))],
                 obs_names, ["r", "jac_x", "jac_p"]),
@@ -176,3 +177,30 @@ class StageFunctions:
                 log.warning("stage functions not compiled (%s); using the CasADi virtual machine", exc)
                 return [self._raw[n] for n in names]
         return [self._compiled.get(n, self._raw[n]) for n in names]
+
+
+def stack_stages(data, xs: list[np.ndarray]):
+    """Stack all trajectories' stages column-wise (the learner's and the joint step's input).
+
+    Parameters
+    ----------
+    data : Trajectories
+        B trajectories, y (T_b, ny) with NaN = missing, inputs (T_b, nu).
+    xs : list of numpy.ndarray
+        The states (T_b, nx) of each trajectory.
+
+    Returns
+    -------
+    (X, U, Y, M), (X_t, X_next, U_t) : tuple of numpy.ndarray
+        Observation columns: states (nx, N_obs), inputs (nu, N_obs), outputs with NaN replaced by
+        0 (ny, N_obs) and the observed mask as 0/1 (ny, N_obs), N_obs = sum T_b; dynamics
+        columns: states at t (nx, N_dyn), at t+1 (nx, N_dyn) and inputs at t (nu, N_dyn),
+        N_dyn = sum (T_b - 1).
+    """
+    Xo, Uo, Yo, Mo, X0, X1, U0 = [], [], [], [], [], [], []
+    for b, x in enumerate(xs):
+        y, u = data.y[b], data.inputs(b)
+        mask = np.isfinite(y)
+        Xo.append(x.T), Uo.append(u.T), Yo.append(np.where(mask, y, 0.0).T), Mo.append(mask.T.astype(float))
+        X0.append(x[:-1].T), X1.append(x[1:].T), U0.append(u[:-1].T)
+    return [np.hstack(a) for a in (Xo, Uo, Yo, Mo)], [np.hstack(a) for a in (X0, X1, U0)]

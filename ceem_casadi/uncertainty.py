@@ -41,11 +41,12 @@ from scipy.stats import norm
 
 from ._linalg import gram
 from ._threads import blas_threads
-from .errors import SolverError
+from .errors import OptionsError, SolverError
 from .identifiability import Direction, entry_names, spectrum, weak_directions
-from .joint import JointGaussNewton, _banded_upper, _BufferedCall
+from .joint_gauss_newton import JointGaussNewton, _banded_upper, _BufferedCall
 from .learner import AUTO_EXACT_INSTRUCTIONS, weighted_stage_columns
-from .stages import HESSIANS, StageFunctions
+from .options import HESSIANS
+from .stages import StageFunctions
 
 log = logging.getLogger(__name__)
 
@@ -54,17 +55,31 @@ log = logging.getLogger(__name__)
 class UncertaintyOptions:
     """Options of :func:`parameter_uncertainty`.
 
-    hessian : ``"exact"`` (default; the observed information) or ``"gauss-newton"`` (J^T J).
-    level : confidence level of the intervals (default 0.95).
-    identifiability_tol : a direction whose relative eigenvalue (see
-        :mod:`ceem_casadi.identifiability`) is below this is reported as non-identifiable (1e-10;
-        structurally non-identifiable directions sit at round-off, ~1e-16).
-    bound_tol : a parameter within ``bound_tol * max(1, |bound|)`` of a bound is "at the bound".
-    use_prior : include the parameters' Gaussian priors (as the fit does by default).
-    compile : compile the stage Functions (as in :class:`~ceem_casadi.SmootherOptions`).
-    blas_threads : BLAS threads during the computation (1 by default, as in
+    Parameters
+    ----------
+    hessian : str
+        ``"exact"`` (default; the observed information) or ``"gauss-newton"`` (J^T J).
+    level : float
+        Confidence level of the intervals (default 0.95).
+    identifiability_tol : float
+        A direction whose relative eigenvalue (see :mod:`ceem_casadi.identifiability`) is below
+        this is reported as non-identifiable (1e-10; structurally non-identifiable directions
+        sit at round-off, ~1e-16).
+    bound_tol : float
+        A parameter within ``bound_tol * max(1, |bound|)`` of a bound is "at the bound".
+    use_prior : bool
+        Include the parameters' Gaussian priors (as the fit does by default).
+    compile : bool, optional
+        Compile the stage Functions (as in :class:`~ceem_casadi.SmootherOptions`).
+    blas_threads : int, optional
+        BLAS threads during the computation (1 by default, as in
         :class:`~ceem_casadi.CEEMOptions`: multi-threaded BLAS spins on shared cores; a banded
         Cholesky of six coupled Lorenz took 2 s instead of milliseconds); ``None`` leaves it alone.
+
+    Raises
+    ------
+    ValueError
+        A value out of range.
     """
 
     hessian: str = "exact"
@@ -77,33 +92,56 @@ class UncertaintyOptions:
 
     def __post_init__(self):
         if self.hessian not in HESSIANS:
-            raise ValueError(f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
+            raise OptionsError(f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
         if not 0 < self.level < 1:
-            raise ValueError(f"level must be in (0, 1), e.g. 0.95, got {self.level!r}")
+            raise OptionsError(f"level must be in (0, 1), e.g. 0.95, got {self.level!r}")
         if not 0 < self.identifiability_tol < 1:
-            raise ValueError(f"identifiability_tol must be in (0, 1), got {self.identifiability_tol!r}")
+            raise OptionsError(f"identifiability_tol must be in (0, 1), got {self.identifiability_tol!r}")
         if not 0 <= self.bound_tol < 1:
-            raise ValueError(f"bound_tol must be in [0, 1), got {self.bound_tol!r}")
+            raise OptionsError(f"bound_tol must be in [0, 1), got {self.bound_tol!r}")
         if not (self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1)):
-            raise ValueError(f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
+            raise OptionsError(f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
 
 
 @dataclass
 class ParameterUncertainty:
     """Uncertainty of the free parameters (n of them) at a fit.
 
-    names : (n,) entry names (``"sigma"``, ``"H[0,1]"``); index : (n,) positions in the flat vector.
-    estimate : (n,) values; information : (n, n) the reduced Hessian I (observed information).
-    covariance : (n, n) ``I^{-1}`` on the identifiable subspace (pseudo-inverse; rows/columns of
-        parameters at a bound are zero); std_error : (n,) sqrt of its diagonal, ``inf`` for
-        parameters in a non-identifiable direction, ``nan`` for parameters at a bound;
-    lower, upper : (n,) ``estimate -/+ z * std_error`` with z the normal quantile of ``level``;
-    correlation : (n, n) correlations (nan where a standard error is not finite);
-    at_bound : names of parameters at a bound (held fixed: the others' covariance is conditional
-        on them; the Laplace approximation does not apply at a bound);
-    identifiable : (n,) bool; directions : the non-identifiable :class:`Direction` s;
-    relative_eigenvalues : (n_inactive,) ascending relative eigenvalues of the scaled information;
-    hessian : ``"exact"`` or ``"gauss-newton"``; level; warnings : messages also logged.
+    Attributes
+    ----------
+    names : list of str
+        (n,) entry names (``"sigma"``, ``"H[0,1]"``).
+    index : numpy.ndarray
+        (n,) positions in the flat parameter vector.
+    estimate : numpy.ndarray
+        (n,) values.
+    information : numpy.ndarray
+        (n, n) the reduced Hessian I (observed information).
+    covariance : numpy.ndarray
+        (n, n) ``I^{-1}`` on the identifiable subspace (pseudo-inverse; rows/columns of
+        parameters at a bound are zero).
+    std_error : numpy.ndarray
+        (n,) square root of its diagonal, ``inf`` for parameters in a non-identifiable
+        direction, ``nan`` for parameters at a bound.
+    lower, upper : numpy.ndarray
+        (n,) ``estimate -/+ z * std_error`` with z the normal quantile of ``level``.
+    correlation : numpy.ndarray
+        (n, n) correlations (nan where a standard error is not finite).
+    at_bound : list of str
+        Names of parameters at a bound (held fixed: the others' covariance is conditional on
+        them; the Laplace approximation does not apply at a bound).
+    identifiable : numpy.ndarray
+        (n,) bool.
+    directions : list of Direction
+        The non-identifiable directions.
+    relative_eigenvalues : numpy.ndarray
+        (n_inactive,) ascending relative eigenvalues of the scaled information.
+    hessian : str
+        ``"exact"`` or ``"gauss-newton"``.
+    level : float
+        Confidence level of the intervals.
+    warnings : list of str
+        Messages also logged.
     """
 
     names: list
@@ -124,7 +162,18 @@ class ParameterUncertainty:
     warnings: list = field(default_factory=list)
 
     def std_errors(self, params) -> dict:
-        """Standard errors as a theta-shaped dict (``nan`` for fixed entries)."""
+        """Standard errors as a theta-shaped dict.
+
+        Parameters
+        ----------
+        params : Parameters
+            The model's parameters.
+
+        Returns
+        -------
+        dict
+            Name -> array of standard errors (``nan`` for fixed entries).
+        """
         vec = np.full(params.size, np.nan)
         vec[self.index] = self.std_error
         return params.from_vector(vec)
@@ -184,7 +233,8 @@ class _ExactBlocks:
 
 
 class _GaussNewtonBlocks:
-    """Gauss-Newton blocks from the residual Jacobians of :class:`~ceem_casadi.joint.JointGaussNewton`."""
+    """Gauss-Newton blocks from the residual Jacobians of
+    :class:`~ceem_casadi.joint_gauss_newton.JointGaussNewton`."""
 
     def __init__(self, model, lengths, stages):
         self.joint = JointGaussNewton(model, lengths, stages, use_prior=False)
@@ -247,7 +297,7 @@ def reduced_hessian(model, data, theta_vec, xs, options: UncertaintyOptions = Un
     S = S.copy()
     if options.use_prior:
         S[np.diag_indices(free.size)] += params.prior[1][free] ** 2
-    w1sq = None if noise.x1_std is None else 1.0 / noise.x1_std ** 2
+    w1sq = None if noise.x1_std is None else noise.inv_x1_std ** 2
     o0 = d0 = 0
     for b, T in enumerate(data.lengths):
         so, sd = slice(o0, o0 + T), slice(d0, d0 + T - 1)

@@ -38,9 +38,19 @@ _W_GATE = 0.1        # V, half-width of the overflow gate (levels stay below hma
 #: Parameter bounds (physical: rates positive, levels within the sensor range).
 BOUNDS = {
     "kp": (1e-4, 1.0), "a1": (1e-4, 1.0), "a2": (1e-4, 1.0), "b1": (0.0, 0.1), "b2": (0.0, 0.1),
-    "kov": (0.0, 1.0), "h1max": (5.0, 20.0), "h2max": (5.0, 20.0), "c0": (-5.0, 5.0),
+    "kov": (0.0, 1.0), "h1max": (2.0, 20.0), "h2max": (2.0, 20.0), "c0": (-5.0, 5.0),
     "c1": (0.2, 5.0), "u0": (-3.0, 3.0),
 }
+
+#: Bounds of the optional structure terms (parameters of the model only when switched on in
+#: :func:`cascaded_tanks`; otherwise the equations use their neutral values :data:`NEUTRAL`).
+EXTRA_BOUNDS = {"e1": (0.02, 1.0), "e2": (0.02, 1.0), "c2": (-0.2, 0.2), "cj": (-20.0, 20.0)}
+NEUTRAL = {"e1": 0.5, "e2": 0.5, "c2": 0.0, "cj": 0.0}
+
+
+def _extra(p, name: str):
+    """The optional term ``name`` of the parameter namespace ``p``, else its neutral value."""
+    return getattr(p, name, NEUTRAL[name])
 
 
 def _softplus(z):
@@ -50,6 +60,12 @@ def _softplus(z):
 def smooth_sqrt(h, eps: float = _EPS_SQRT):
     """sqrt(eps * softplus(h / eps)): equals sqrt(h) for h >> eps, smooth and > 0 everywhere."""
     return ca.sqrt(eps * _softplus(h / eps))
+
+
+def smooth_power(h, e, eps: float = _EPS_SQRT):
+    """(eps * softplus(h / eps))**e: equals h**e for h >> eps, smooth and > 0 everywhere (e = 0.5:
+    :func:`smooth_sqrt`)."""
+    return ca.exp(e * ca.log(eps * _softplus(h / eps)))
 
 
 def relu_s(z, eps: float = _EPS_RELU):
@@ -69,20 +85,32 @@ def pump_flow(u, p, pump: str = "deadzone"):
     return p.kp * relu_s(u - p.u0, _EPS_PUMP)
 
 
-def tanks_rhs(x, u, p, pump: str = "deadzone"):
+def outflow(h, a, b, e, free_exponent: bool):
+    """Outflow (V/s) of a tank at level h: ``a h**e + b h`` (Torricelli: e = 0.5)."""
+    return a * (smooth_power(h, e) if free_exponent else smooth_sqrt(h)) + b * h
+
+
+def tanks_rhs(x, u, p, pump: str = "deadzone", free_exponents: bool = False):
     """Vector field (2,) in V/s of the levels x = (h1, h2) under the pump voltage u (1,)."""
     h1, h2 = x[0], x[1]
-    q1 = p.a1 * smooth_sqrt(h1) + p.b1 * h1
+    q1 = outflow(h1, p.a1, p.b1, _extra(p, "e1"), free_exponents)
     n1 = pump_flow(u[0], p, pump) - q1
     o1 = relu_s(n1) * gate((h1 - p.h1max) / _W_GATE)
-    n2 = q1 + p.kov * o1 - p.a2 * smooth_sqrt(h2) - p.b2 * h2
+    n2 = q1 + p.kov * o1 - outflow(h2, p.a2, p.b2, _extra(p, "e2"), free_exponents)
     o2 = relu_s(n2) * gate((h2 - p.h2max) / _W_GATE)
     return ca.vertcat(n1 - o1, n2 - o2)
 
 
-def tanks_observe(x, u, p):
-    """Sensor voltage (1,) of the lower-tank level."""
-    return p.c0 + p.c1 * x[1]
+def tanks_observe(x, u, p, free_exponents: bool = False):
+    """Sensor voltage (1,) of the lower-tank level: ``c0 + c1 h2 + c2 h2**2 + cj q1`` (c2: sensor
+    curvature, the sensors are not calibrated; cj: the water jet from the upper tank's outlet,
+    ``q1``, disturbing the level read by the lower tank's sensor; both 0 by default)."""
+    y = p.c0 + p.c1 * x[1]
+    if hasattr(p, "c2"):
+        y = y + p.c2 * x[1] ** 2
+    if hasattr(p, "cj"):
+        y = y + p.cj * outflow(x[0], p.a1, p.b1, _extra(p, "e1"), free_exponents)
+    return y
 
 
 def default_theta() -> dict:
@@ -93,7 +121,8 @@ def default_theta() -> dict:
 
 def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), measurement_std=0.05,
                    substeps: int = 4, free_c1: bool = False, free_b: bool = True, free_u0: bool = True,
-                   pump: str = "deadzone", dt: float = TS) -> cc.StateSpaceModel:
+                   pump: str = "deadzone", dt: float = TS, free_exponents: bool = False,
+                   sensor_curvature: bool = False, jet: bool = False) -> cc.StateSpaceModel:
     """The gray-box tanks model as a :class:`ceem_casadi.StateSpaceModel` (nx=2, nu=1, ny=1).
 
     Parameters
@@ -108,11 +137,19 @@ def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), meas
     pump : ``"deadzone"`` (default, ``kp relu_s(u - u0)``: no flow below u0) or ``"affine"``
         (``kp (u - u0)``, negative below u0, i.e. a net drain of the upper tank; it fits the estimation
         data better but drives the levels negative and generalises worse, see docs/results_real.md).
+    free_exponents : estimate the outflow exponents e1, e2 (``a h**e``; else fixed to 0.5, Torricelli).
+    sensor_curvature : estimate the quadratic sensor term c2 (else 0).
+    jet : estimate the jet term cj of the output (else 0).
+    The defaults are the model of the earlier docs/results_real.md (11 parameters); each switch adds
+    its parameters (bounds :data:`EXTRA_BOUNDS`, initial values from ``theta0`` else :data:`NEUTRAL`,
+    where the model equals the default one). Entries of ``theta0`` the model does not have are ignored.
     """
-    th = default_theta()
+    th = {**default_theta(), **NEUTRAL}
     th.update(theta0 or {})
     ps = []
-    for name, (lo, hi) in BOUNDS.items():
+    switches = {"e1": free_exponents, "e2": free_exponents, "c2": sensor_curvature, "cj": jet}
+    bounds = {**BOUNDS, **{k: v for k, v in EXTRA_BOUNDS.items() if switches[k]}}
+    for name, (lo, hi) in bounds.items():
         free = True
         if name == "c1":
             free = free_c1
@@ -127,9 +164,12 @@ def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), meas
         raise ValueError(f"pump must be 'affine' or 'deadzone', got {pump!r}")
 
     def rhs(x, u, p):
-        return tanks_rhs(x, u, p, pump)
+        return tanks_rhs(x, u, p, pump, free_exponents)
 
-    return cc.StateSpaceModel.from_ode(rhs, tanks_observe, nx=2, nu=1, dt=dt, params=params,
+    def observe(x, u, p):
+        return tanks_observe(x, u, p, free_exponents)
+
+    return cc.StateSpaceModel.from_ode(rhs, observe, nx=2, nu=1, dt=dt, params=params,
                                        substeps=substeps, process_std=process_std,
                                        measurement_std=measurement_std, name="cascaded_tanks")
 
@@ -143,14 +183,3 @@ def steady_upper_level(theta: dict, h2) -> np.ndarray:
     s = q2 / a1 if b1 <= 1e-12 else (-a1 + np.sqrt(a1 * a1 + 4 * b1 * q2)) / (2 * b1)
     return s ** 2
 
-
-def simulate_output(model: cc.StateSpaceModel, theta: dict, x0, u) -> tuple[np.ndarray, np.ndarray]:
-    """Free-run simulation: states (T, 2) and output (T, 1) from x0 (2,) under u (T, 1)."""
-    u = np.asarray(u, float).reshape(-1, 1)
-    T = u.shape[0]
-    pv = model.theta_vector(theta)
-    roll = model.f.mapaccum(T - 1)
-    xs = np.asarray(roll(np.asarray(x0, float).reshape(2, 1), u[:-1].T, pv)).T
-    x = np.vstack([np.asarray(x0, float).reshape(1, 2), xs])
-    y = np.asarray(model.g.map(T)(x.T, u.T, pv)).T
-    return x, y

@@ -36,6 +36,9 @@ from pathlib import Path
 import numpy as np
 
 import ceem_casadi as cc
+from ceem_casadi.compile import cache_dir
+from ceem_casadi.initialise import eks_states
+from ceem_casadi.options import ACCELERATIONS
 from models import lorenz
 
 PROBLEMS = {"single": (1, 4), "coupled2": (6, 2), "coupled4": (6, 4), "coupled8": (6, 8)}
@@ -118,7 +121,7 @@ def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration
     # the initial state trajectories (EKF + RTS with theta0) are computed outside the clock: the
     # peer receives the same ones (run_peer) and does not pay for them either
     t0 = time.perf_counter()
-    x_init = cc.initialise.eks_states(model, model.theta_vector(theta0), data)
+    x_init = eks_states(model, model.theta_vector(theta0), data)
     init_s = time.perf_counter() - t0
     t_start[0] = time.perf_counter()
     res = cc.ceem(model, data, theta0, options=opts, callback=callback, smoother=smoother, learner=learner,
@@ -164,7 +167,7 @@ def run_peer(name: str, *, seed: int, max_epochs: int, time_limit: float, eps_ta
     """The peer on problem ``name``: same data, initial parameters and initial states."""
     model, data, truth, theta0 = make_problem(name, seed, process_std)
     K = model.nx // 3
-    x_init = cc.initialise.eks_states(model, model.theta_vector(theta0), data)
+    x_init = eks_states(model, model.theta_vector(theta0), data)
     x_eps = lorenz.initial_states(1000, K, seed=0)
     f_true = np.asarray(model.rhs.map(1000)(x_eps.T, np.zeros((0, 1000)), model.theta_vector(truth))).T
     C = _observation_matrix(model)
@@ -214,7 +217,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-iters", type=int, default=200)
     ap.add_argument("--time-limit", type=float, default=300.0, help="seconds per problem (fit only)")
     ap.add_argument("--eps-target", type=float, default=None, help="stop a run once eps is below this")
-    ap.add_argument("--acceleration", choices=list(cc.options.ACCELERATIONS), default="newton")
+    ap.add_argument("--acceleration", choices=list(ACCELERATIONS), default="newton")
     ap.add_argument("--n-jobs", type=int, default=None, help="smoothing processes (default: 1 single, 2 coupled)")
     ap.add_argument("--process-std", type=float, default=None,
                     help="the model's sigma_w (default: 1e-2 single, 1e-3 coupled; see PROCESS_STD)")
@@ -232,7 +235,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     peer_py = None
     if args.peer:
-        peer_py = peer_python(Path(args.peer_venv) if args.peer_venv else cc.compile.cache_dir() / "peer_venv")
+        peer_py = peer_python(Path(args.peer_venv) if args.peer_venv else cache_dir() / "peer_venv")
     names = ["single"] if args.smoke else args.problems.split(",")
     rows = []
     for name in names:

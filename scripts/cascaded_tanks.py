@@ -18,8 +18,15 @@ Steps
    process-noise std in ``--process-std`` (default 0.003, 0.01, 0.03 V per sample); the fit with the
    lowest free-run simulation RMS on the ESTIMATION data is kept (the test split is never used to choose).
 4. **Refinement** (optional, ``--no-refine`` skips it): single-shooting simulation-error least squares
-   over the free parameters and the estimation initial state (scipy ``least_squares``, trust region
-   with bounds, Jacobian of the CasADi simulation), started from the CE-EM estimate.
+   over the free parameters and the estimation initial state (:func:`ceem_casadi.refine_output_error`,
+   IPOPT with bounds, Gauss-Newton Hessian of the CasADi simulation), started from the CE-EM estimate,
+   once per structure of ``--refine-structures`` (:data:`STRUCTURES`: the CE-EM model, and the
+   "extended" one with free outflow exponents, a quadratic sensor term and the water-jet output term,
+   whose new terms start neutral); the structure with the lowest AIC
+   ``T ln(rms_est**2) + 2 (free parameters + 2 initial levels)`` on the ESTIMATION data is selected.
+Initial states on the test split come from :func:`ceem_casadi.estimate_initial_state` on the first
+5 samples (grid of starts over the hidden upper level, :func:`upper_level_starts`), free runs from
+:func:`ceem_casadi.simulate_output`.
 The test metric is reported after every stage; the JSON keeps all of them.
 
 Run: ``python -m scripts.cascaded_tanks [--out DIR] [--smoke]``.
@@ -33,18 +40,20 @@ import sys
 import time
 from pathlib import Path
 
-import casadi as ca
 import numpy as np
-from scipy.optimize import least_squares
 
 import ceem_casadi as cc
 from ceem_casadi.baselines.n4sid import n4sid
 from ceem_casadi.datasets import DatasetNotFoundError, load_cascaded_tanks, simulation_rms
-from models.cascaded_tanks import cascaded_tanks, default_theta, simulate_output, steady_upper_level
+from models.cascaded_tanks import cascaded_tanks, default_theta, steady_upper_level
 
 logger = logging.getLogger(__name__)
 
 INIT = 5  # samples of the test split usable for the initial state
+#: Structures of the refinement stage (switches of models.cascaded_tanks.cascaded_tanks): Torricelli
+#: outflows (the CE-EM model), and outflows ``a h**e + b h`` with free exponents, a quadratic sensor term
+#: and the water-jet output term.
+STRUCTURES = {"torricelli": {}, "extended": {"free_exponents": True, "sensor_curvature": True, "jet": True}}
 PUBLISHED = [("LTI state space", 0.588), ("pNARX", 0.413), ("LSTM", 0.490), ("PNLSS", 0.45),
              ("SUBNET (discrete)", 0.37), ("SUBNET (continuous time)", 0.306),
              ("physics-based grey-box (best known)", 0.191)]
@@ -77,63 +86,22 @@ def initial_theta(est, lin) -> dict:
     return th
 
 
-def estimate_x0(model, theta, y, u, window: int = INIT) -> np.ndarray:
-    """Initial state (h1, h2) from the first ``window`` samples only.
-
-    h2 follows from the sensor map; h1 (hidden) is chosen by a grid over [0, h1max] followed by a local
-    least-squares refinement of both levels on the window's output error (best of the grid starts).
-    """
-    y, u = np.asarray(y, float)[:window], np.asarray(u, float)[:window]
-    h2 = (y[0, 0] - theta["c0"]) / theta["c1"]
-
-    def resid(x0):
-        return (simulate_output(model, theta, x0, u)[1] - y).ravel()
-
-    starts = [np.array([h1, h2]) for h1 in np.linspace(0.0, float(theta["h1max"]), 11)]
-    starts.append(np.array([float(steady_upper_level(theta, h2)), h2]))
-    best = None
-    for s in starts:
-        c = float(np.sum(resid(s) ** 2))
-        if best is None or c < best[0]:
-            best = (c, s)
-    sol = least_squares(resid, best[1], bounds=([0.0, 0.0], [20.0, 20.0]), x_scale=1.0, max_nfev=50)
-    return sol.x
+def upper_level_starts(theta, y0: float) -> np.ndarray:
+    """Candidate initial states (12, 2) for :func:`ceem_casadi.estimate_initial_state`: the lower
+    level from the sensor map of the first output ``y0``, the hidden upper level on a grid over
+    [0, h1max] plus its steady-state value for that lower level."""
+    h2 = (y0 - theta["c0"]) / theta["c1"]
+    h1 = np.r_[np.linspace(0.0, float(theta["h1max"]), 11), float(steady_upper_level(theta, h2))]
+    return np.column_stack([h1, np.full_like(h1, h2)])
 
 
 def test_rms(model, theta, split) -> tuple[float, np.ndarray, np.ndarray]:
-    x0 = estimate_x0(model, theta, split.y, split.u)
-    _, yhat = simulate_output(model, theta, x0, split.u)
+    """Test simulation RMS (V), simulated output (T, 1) and initial state (2,), x0 from the first
+    ``INIT`` samples only (library initial-state NLP, best of the grid starts, levels in [0, 20] V)."""
+    x0 = cc.estimate_initial_state(model, theta, split.y[:INIT], split.u[:INIT], window=INIT,
+                                   starts=upper_level_starts(theta, split.y[0, 0]), x_lower=0.0, x_upper=20.0)
+    yhat = cc.simulate_output(model, theta, split.u, x0)
     return simulation_rms(split.y, yhat, INIT), yhat, x0
-
-
-# --------------------------------------------------------------------------------------------------
-def refine(model, theta, x0, y, u, max_nfev: int = 100) -> tuple[dict, np.ndarray, dict]:
-    """Single-shooting simulation-error fit of (free theta, x0) on one trajectory (see module doc)."""
-    P = model.params
-    free = P.free_index
-    pv0 = model.theta_vector(theta)
-    T = y.shape[0]
-    z = ca.MX.sym("z", free.size + model.nx)
-    pfull = ca.vertcat(*[z[list(free).index(i)] if i in free else ca.MX(pv0[i]) for i in range(pv0.size)])
-    x0s = z[free.size:]
-    X = model.f.mapaccum(T - 1)(x0s, ca.DM(u[:-1].T), pfull)
-    Xall = ca.horzcat(x0s, X)
-    Y = model.g.map(T)(Xall, ca.DM(u.T), pfull)
-    r = ca.vec(Y.T) - ca.DM(y.ravel())
-    fr = ca.Function("r", [z], [r])
-    fj = ca.Function("J", [z], [ca.jacobian(r, z)])
-    lo = np.concatenate([P.lower[free], [0.0, 0.0]])
-    hi = np.concatenate([P.upper[free], [20.0, 20.0]])
-    z0 = np.clip(np.concatenate([pv0[free], x0]), lo + 1e-9, hi - 1e-9)
-    scale = np.maximum(np.abs(z0), 1e-3)
-    sol = least_squares(lambda zz: np.asarray(fr(zz)).ravel(), z0,
-                        jac=lambda zz: np.asarray(fj(zz)), bounds=(lo, hi), x_scale=scale,
-                        max_nfev=max_nfev, method="trf")
-    pv = pv0.copy()
-    pv[free] = sol.x[:free.size]
-    info = {"nfev": int(sol.nfev), "status": int(sol.status), "message": str(sol.message),
-            "cost_start": float(np.sum(np.asarray(fr(z0)) ** 2) / 2), "cost_end": float(sol.cost)}
-    return P.from_vector(pv), sol.x[free.size:], info
 
 
 # --------------------------------------------------------------------------------------------------
@@ -167,11 +135,13 @@ def table(results: dict) -> str:
     rows.append(f"| N4SID order {results['n4sid']['order']} (this run) | {results['n4sid']['test_rms']:.3f} |")
     for rec in results.get("ceem_all", [results["ceem"]]):
         mark = " (selected on estimation data)" if rec["process_std"] == results["ceem"]["process_std"] else ""
-        rows.append(f"| gray-box CE-EM, process std {rec['process_std']:g} V (this run){mark} | "
+        rows.append(f"| gray-box CE-EM ({results['args']['ceem_structure']} structure), process std "
+                    f"{rec['process_std']:g} V (this run){mark} | "
                     f"{rec['test_rms']:.3f} |")
-    if "refined" in results:
-        rows.append(f"| gray-box CE-EM + simulation-error refinement (this run) | "
-                    f"{results['refined']['test_rms']:.3f} |")
+    for rec in results.get("refined_all", []):
+        mark = " (selected by AIC on estimation data)" if rec["structure"] == results["refined"]["structure"] else ""
+        rows.append(f"| gray-box CE-EM + simulation-error refinement, {rec['structure']} structure (this run)"
+                    f"{mark} | {rec['test_rms']:.3f} |")
     return "\n".join(rows) + "\n"
 
 
@@ -191,7 +161,13 @@ def main(argv=None) -> dict:
                     help="pump characteristic (models.cascaded_tanks.cascaded_tanks)")
     ap.add_argument("--fixed-u0", action="store_true", help="keep the pump dead-zone voltage at 0")
     ap.add_argument("--no-refine", action="store_true")
-    ap.add_argument("--refine-nfev", type=int, default=200)
+    ap.add_argument("--refine-iters", type=int, default=200, help="IPOPT iterations of the refinement")
+    ap.add_argument("--ceem-structure", choices=tuple(STRUCTURES), default="torricelli",
+                    help="model structure of the CE-EM stage (its extra terms start neutral); a refinement "
+                         "structure with fewer free terms keeps them at the CE-EM values")
+    ap.add_argument("--refine-structures", nargs="+", choices=tuple(STRUCTURES), default=list(STRUCTURES),
+                    help="model structures refined from the CE-EM fit (STRUCTURES); the lowest AIC on the "
+                         "estimation data is selected")
     ap.add_argument("--seed", type=int, default=0, help="unused (the pipeline is deterministic); kept for the log")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -204,7 +180,7 @@ def main(argv=None) -> dict:
         from ceem_casadi.datasets import BenchmarkSplit
         n = 256
         est = BenchmarkSplit("estimation", cc.Trajectories([est.y[:n]], [est.u[:n]], dt=est.data.dt), 5)
-        args.iters, args.refine_nfev, args.process_std = 3, 5, args.process_std[:1]
+        args.iters, args.refine_iters, args.process_std = 3, 5, args.process_std[:1]
     results: dict = {"protocol": "free-run simulation RMS on the test split after 5 samples (V)",
                      "args": vars(args), "n_estimation": len(est)}
 
@@ -222,10 +198,11 @@ def main(argv=None) -> dict:
     # 2. initial guess
     theta0 = initial_theta(est, lin)
     model = cascaded_tanks(theta0, process_std=args.process_std[0], measurement_std=args.measurement_std,
-                           substeps=args.substeps, pump=args.pump, free_u0=not args.fixed_u0)
+                           substeps=args.substeps, pump=args.pump, free_u0=not args.fixed_u0,
+                           **STRUCTURES[args.ceem_structure])
     theta0 = model.params.initial()
     x0_est0 = np.array([steady_upper_level(theta0, est.y[0, 0]), est.y[0, 0]])
-    y0_est = simulate_output(model, theta0, x0_est0, est.u)[1]
+    y0_est = cc.simulate_output(model, theta0, est.u, x0_est0)
     rms0, _, _ = test_rms(model, theta0, tst)
     results["initial"] = {"theta": {k: float(v) for k, v in theta0.items()},
                           "estimation_rms": simulation_rms(est.y, y0_est), "test_rms": rms0}
@@ -237,7 +214,7 @@ def main(argv=None) -> dict:
         t0 = time.perf_counter()
         m_ps = model.with_noise(process_std=ps)
         res = cc.ceem(m_ps, est.data, theta0, options=cc.CEEMOptions(max_iters=args.iters))
-        y_est = simulate_output(model, res.theta, res.x[0][0], est.u)[1]
+        y_est = cc.simulate_output(model, res.theta, est.u, res.x[0][0])
         rms_t, y_t, x0_t = test_rms(model, res.theta, tst)
         rec = {"process_std": ps, "status": res.status, "iterations": len(res.history), "J": float(res.J),
                "theta": {k: float(v) for k, v in res.theta.items()},
@@ -254,17 +231,31 @@ def main(argv=None) -> dict:
     yhat = {f"N4SID ({results['n4sid']['test_rms']:.3f} V)": y_lin,
             f"gray-box CE-EM ({rms_ce:.3f} V)": y_ce}
 
-    # 4. refinement
+    # 4. refinement, once per structure; the structure is selected by AIC on the ESTIMATION data
     if not args.no_refine:
-        t0 = time.perf_counter()
-        th_rf, x0_rf, info = refine(model, th_ce, x0_ce, est.y, est.u, max_nfev=args.refine_nfev)
-        y_rf_est = simulate_output(model, th_rf, x0_rf, est.u)[1]
-        rms_rf, y_rf, x0t_rf = test_rms(model, th_rf, tst)
-        results["refined"] = {"theta": {k: float(v) for k, v in th_rf.items()}, "solver": info,
-                              "estimation_rms": simulation_rms(est.y, y_rf_est), "test_rms": rms_rf,
-                              "test_x0": x0t_rf.tolist(), "seconds": time.perf_counter() - t0}
-        yhat[f"CE-EM + refinement ({rms_rf:.3f} V)"] = y_rf
-        logger.info("refined: est %.4f test %.4f", results["refined"]["estimation_rms"], rms_rf)
+        recs = []
+        for structure in args.refine_structures:
+            t0 = time.perf_counter()
+            m_s = cascaded_tanks(th_ce, process_std=args.process_std[0], measurement_std=args.measurement_std,
+                                 substeps=args.substeps, pump=args.pump, free_u0=not args.fixed_u0,
+                                 **STRUCTURES[structure])
+            rf = cc.refine_output_error(m_s, m_s.params.initial(), est.data, x0=x0_ce, options=cc.OutputErrorOptions(
+                max_iter=args.refine_iters, x_lower=0.0, x_upper=20.0))
+            th_rf, x0_rf = rf.theta, rf.x0[0]
+            info = {"status": str(rf.status), "message": rf.message, "iterations": rf.iterations,
+                    "cost_start": rf.initial_cost, "cost_end": rf.cost}
+            rms_est = simulation_rms(est.y, cc.simulate_output(m_s, th_rf, est.u, x0_rf))
+            n_free = int(m_s.params.free_index.size) + m_s.nx
+            rms_rf, y_rf, x0t_rf = test_rms(m_s, th_rf, tst)
+            recs.append({"structure": structure, "theta": {k: float(v) for k, v in th_rf.items()}, "solver": info,
+                         "estimation_rms": rms_est, "n_estimated": n_free,
+                         "aic": len(est) * float(np.log(rms_est ** 2)) + 2 * n_free, "test_rms": rms_rf,
+                         "test_x0": x0t_rf.tolist(), "seconds": time.perf_counter() - t0})
+            yhat[f"CE-EM + refinement, {structure} ({rms_rf:.3f} V)"] = y_rf
+            logger.info("refined (%s): est %.4f AIC %.1f test %.4f (%.0f s)", structure, rms_est, recs[-1]["aic"],
+                        rms_rf, recs[-1]["seconds"])
+        results["refined_all"] = recs
+        results["refined"] = dict(min(recs, key=lambda r: r["aic"]), selected_by="lowest AIC on the estimation data")
 
     results["total_seconds"] = time.perf_counter() - t_start
     (out / "results.json").write_text(json.dumps(results, indent=2, default=float))

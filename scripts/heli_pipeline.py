@@ -34,12 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ceem_casadi.baselines.ekf import EKF
+from ceem_casadi.baselines.lstm import LSTM, sequence_loss_factory, windows
 from ceem_casadi.baselines.n4sid import n4sid
 from ceem_casadi.ceem import ceem
 from ceem_casadi.data import Trajectories
+from ceem_casadi.filtering import EKF
 from ceem_casadi.learner_adam import AdamLearner, AdamLearnerOptions
-from ceem_casadi.lstm import LSTM, sequence_loss_factory, windows
 from ceem_casadi.nn import MLP, AdamOptions, adam, flat_params, mse_loss_factory, namespace
 from ceem_casadi.options import CEEMOptions, LearnerOptions, SmootherOptions
 from ceem_casadi.params import Parameters

@@ -5,8 +5,8 @@ import pytest
 from scipy.stats import multivariate_normal
 
 import ceem_casadi as cc
-from ceem_casadi.baselines.ekf import EKF
-from ceem_casadi.baselines.kalman import dense_moments, kalman_filter
+from ceem_casadi.filtering import EKF
+from ceem_casadi.filtering.kalman import dense_moments, kalman_filter
 
 
 @pytest.mark.parametrize("missing", [False, True])
@@ -139,7 +139,7 @@ def test_ekf_casadi_engine_with_two_inputs_equals_kalman():
 def test_ekf_covariance_forms_function_form_and_single_step(lg):
     """Q, R, Sigma0 as scalars, (n,) diagonals or matrices give the same filter; the module-level
     ekf() equals EKF.run; a one-step trajectory has no dynamics Jacobian and equals the Kalman update."""
-    from ceem_casadi.baselines.ekf import ekf
+    from ceem_casadi.filtering import ekf
     sys, u, y = lg.system(seed=2)
     model, pv = lg.model(sys)
     q, r, s0 = 0.3, np.array([0.2, 0.5]), np.array([1.0, 2.0, 0.5, 1.5])

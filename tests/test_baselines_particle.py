@@ -6,16 +6,9 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.baselines.kalman import kalman_filter
-from ceem_casadi.baselines.particle import (
-    ParticleEMOptions,
-    ParticleFilter,
-    ffbsi,
-    particle_em,
-    particle_filter,
-    saem_weights,
-    systematic_resample,
-)
+from ceem_casadi.baselines.particle import ParticleFilter, ffbsi, particle_filter, systematic_resample
+from ceem_casadi.baselines.saem import ParticleEMOptions, particle_em, saem_weights
+from ceem_casadi.filtering import kalman_filter
 from models.lorenz import TRUE, initial_states, perturbed, single_lorenz
 
 LORENZ_X0 = dict(x0_mean=(-6.0, -6.0, 24.0), x0_std=(2.5, 2.5, 2.5))

@@ -10,7 +10,7 @@ import pytest
 import ceem_casadi as cc
 from ceem_casadi.baselines.n4sid import n4sid
 from ceem_casadi.datasets import load_cascaded_tanks, simulation_rms
-from models.cascaded_tanks import BOUNDS, cascaded_tanks, default_theta, simulate_output, steady_upper_level
+from models.cascaded_tanks import BOUNDS, cascaded_tanks, default_theta, steady_upper_level
 from scripts import cascaded_tanks as script
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -34,7 +34,7 @@ def test_overflow_saturates_levels_under_strong_pump():
     m = cascaded_tanks()
     th = m.params.initial()
     u = np.full((400, 1), 10.0)
-    x, y = simulate_output(m, th, [1.0, 1.0], u)
+    y, x = cc.simulate_output(m, th, u, [1.0, 1.0], return_states=True)
     assert np.all(np.isfinite(x))
     assert abs(x[-1, 0] - th["h1max"]) < 0.12 and abs(x[-1, 1] - th["h2max"]) < 0.12
     assert np.all(x <= np.array([th["h1max"], th["h2max"]]) + 0.101)
@@ -46,7 +46,7 @@ def test_simulation_on_official_input_finite_and_within_bounds(split):
     s = load_cascaded_tanks(DATA)[split]
     m = cascaded_tanks()
     for th in (m.params.initial(), {**m.params.initial(), "kp": 0.08, "a1": 0.02, "a2": 0.02}):
-        x, y = simulate_output(m, th, [steady_upper_level(th, 5.0), 5.0], s.u)
+        y, x = cc.simulate_output(m, th, s.u, [steady_upper_level(th, 5.0), 5.0], return_states=True)
         assert np.all(np.isfinite(x)) and np.all(np.isfinite(y))
         assert np.all(x > -0.05)
         assert np.all(x[:, 0] <= th["h1max"] + 0.101) and np.all(x[:, 1] <= th["h2max"] + 0.101)
@@ -62,9 +62,9 @@ def test_short_ceem_beats_n4sid_on_estimation_simulation():
     m = cascaded_tanks(script.initial_theta(est, lin), process_std=0.003, measurement_std=0.05)
     th0 = m.params.initial()
     res = cc.ceem(m, est.data, th0, options=cc.CEEMOptions(max_iters=8))
-    rms_ce = simulation_rms(est.y, simulate_output(m, res.theta, res.x[0][0], est.u)[1])
-    rms_0 = simulation_rms(est.y, simulate_output(m, th0, [steady_upper_level(th0, est.y[0, 0]),
-                                                           est.y[0, 0]], est.u)[1])
+    rms_ce = simulation_rms(est.y, cc.simulate_output(m, res.theta, est.u, res.x[0][0]))
+    rms_0 = simulation_rms(est.y, cc.simulate_output(m, th0, est.u, [steady_upper_level(th0, est.y[0, 0]),
+                                                                     est.y[0, 0]]))
     assert np.isfinite(rms_ce)
     assert rms_ce < rms_lin, (rms_ce, rms_lin)
     assert rms_ce < 0.8 * rms_0, (rms_ce, rms_0)
@@ -83,3 +83,23 @@ def test_script_smoke(tmp_path):
     table = (tmp_path / "table.md").read_text()  # the table shows this run's measured values
     for key in ("n4sid", "ceem", "refined"):
         assert f"{saved[key]['test_rms']:.3f} |" in table
+
+
+def test_structure_terms_match_hand_formulas_and_are_neutral_by_default():
+    """Free outflow exponents, quadratic sensor term and water-jet term (independent numpy formulas);
+    the default model has none of them (its 11 parameters, Torricelli outflows, affine sensor)."""
+    th = {"b1": 0.003, "b2": 0.002, "e1": 0.7, "e2": 0.3, "c2": 0.05, "cj": -4.0}
+    m = cascaded_tanks(th, free_exponents=True, sensor_curvature=True, jet=True)
+    p = m.params.initial()
+    x, u = np.array([4.0, 2.5]), np.array([3.0])
+    q1 = p["a1"] * 4.0 ** 0.7 + p["b1"] * 4.0
+    expect = [p["kp"] * 3.0 - q1, q1 - p["a2"] * 2.5 ** 0.3 - p["b2"] * 2.5]
+    np.testing.assert_allclose(np.asarray(m.rhs(x, u, m.theta_vector(p))).ravel(), expect, rtol=1e-6, atol=1e-9)
+    y = float(m.g(x, u, m.theta_vector(p)))
+    np.testing.assert_allclose(y, p["c0"] + 2.5 + 0.05 * 2.5 ** 2 - 4.0 * q1, rtol=1e-9)
+    assert {"e1", "e2", "c2", "cj"} <= {m.params.names[i] for i in m.params.free_index}
+    default = cascaded_tanks(th)  # the extra entries of th are ignored
+    assert set(default.params.names) == set(BOUNDS)
+    q1 = p["a1"] * 2.0 + p["b1"] * 4.0
+    np.testing.assert_allclose(np.asarray(default.rhs(x, u, default.theta_vector(default.params.initial()))).ravel(),
+                               [p["kp"] * 3.0 - q1, q1 - p["a2"] * np.sqrt(2.5) - p["b2"] * 2.5], rtol=1e-6, atol=1e-9)

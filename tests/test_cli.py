@@ -16,7 +16,7 @@ import pytest
 
 import ceem_casadi as cc
 from ceem_casadi.checkpoint import KILL_ENV, read_checkpoint
-from ceem_casadi.codegen import compiler
+from ceem_casadi.compile import compiler
 from ceem_casadi.modelfile import load_model
 from models import lorenz
 

@@ -174,7 +174,7 @@ def _val(v) -> str:
 
 @st.composite
 def argv_lists(draw):
-    cmd = draw(st.sampled_from(["fit", "evaluate", "simulate", "smooth"]))
+    cmd = draw(st.sampled_from(["fit", "evaluate", "simulate", "smooth", "refine", "calibrate-noise"]))
     argv = [cmd]
     if cmd == "fit" or draw(st.booleans()):
         argv += ["--model", draw(st.sampled_from(["mymodel.py:make"] * 3 + ["mymodel:make", "mymodel.py:nope", "x:y"]))]
@@ -190,7 +190,11 @@ def argv_lists(draw):
             argv += ["--x0", json.dumps(draw(json_values))]
     extra = {"fit": [("--theta0", "json"), ("--max-iters", "num"), ("--tol", "num"), ("--n-jobs", "num"),
                      ("--rho-x", "num"), ("--config", "toml"), ("--acceleration", "word")],
-             "evaluate": [("--k", "num"), ("--skip", "num"), ("--x0", "json")],
+             "evaluate": [("--k", "num"), ("--skip", "num"), ("--x0", "json"), ("--x0-window", "num")],
+             "refine": [("--shooting", "num"), ("--x0-window", "num"), ("--time-limit", "num"), ("--x0", "json"),
+                        ("--theta0", "json"), ("--hessian", "word")],
+             "calibrate-noise": [("--grid", "grid"), ("--criterion", "word"), ("--time-limit", "num"),
+                                 ("--x0-window", "num"), ("--holdout-fraction", "num"), ("--theta0", "json")],
              "simulate": [("--theta", "json"), ("--seed", "num"), ("--measurement-std", "num")],
              "smooth": [("--method", "word")]}[cmd]
     toml = None
@@ -200,7 +204,9 @@ def argv_lists(draw):
         elif kind == "num":
             argv += [flag, draw(numbers)]
         elif kind == "word":
-            argv += [flag, draw(st.sampled_from(["none", "squarem", "ce", "eks", "fast"]))]
+            argv += [flag, draw(st.sampled_from(["none", "squarem", "ce", "eks", "fast", "exact", "holdout"]))]
+        elif kind == "grid":
+            argv += [flag, draw(st.sampled_from(["1", "0.5,2", "0,1", "1,1", "a", "", "1e9", "-1"]))]
         else:
             toml = _toml(draw(st.lists(st.tuples(option_keys, toml_scalars), max_size=4, unique_by=lambda e: e[0])))
             argv += [flag, "gen.toml"]
@@ -220,7 +226,10 @@ def test_generated_argv_never_traceback(folder, monkeypatch, capsys, case):
         (folder / "gen.toml").write_text(toml)
     n = next(_counter)
     out = {"fit": ["--out", f"gen{n}.npz", "-q"], "simulate": ["--out", f"gen{n}.csv"],
-           "smooth": ["--out", f"gen{n}.csv"], "evaluate": []}[argv[0]]
+           "smooth": ["--out", f"gen{n}.csv"], "evaluate": [], "refine": ["--out", f"gen{n}.npz", "-q"],
+           "calibrate-noise": ["--out", f"gen{n}.npz", "-q", "--max-iters", "2"]}[argv[0]]
+    if argv[0] == "calibrate-noise" and "--grid" not in argv:
+        out += ["--grid", "1"]            # bounded work per example
     if argv[0] == "fit" and "--max-iters" not in argv:
         out += ["--max-iters", "2"]       # bounded work per example
     rc = main(argv + out)

@@ -16,9 +16,10 @@ import pandas as pd
 import pytest
 
 import ceem_casadi as cc
+from ceem_casadi.checkpoint import read_checkpoint
 from ceem_casadi.cli import main
 from ceem_casadi.cli_inputs import load_data
-from ceem_casadi.modelfile import load_model
+from ceem_casadi.modelfile import build_model, load_model
 from models import lorenz
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,7 +92,7 @@ def test_existing_checkpoint_not_overwritten(linear, capsys):
     assert ckpt.read_bytes() == before                       # left as it was
     assert main([*args, "--overwrite"]) == 1
     assert main([*args[:5], "--max-iters", "2", "--out", "m.npz", "--resume", "-q"]) == 1
-    assert len(cc.checkpoint.read_checkpoint(ckpt).history) == 2
+    assert len(read_checkpoint(ckpt).history) == 2
 
 
 def test_unwritable_output_found_before_fitting(linear, capsys):
@@ -153,7 +154,7 @@ def test_solver_error_carries_last_good_result():
 
 
 def test_time_column_checked(linear, caplog):
-    model = cc.modelfile.build_model("linmodel.py:make")
+    model = build_model("linmodel.py:make")
     caplog.set_level(logging.WARNING, logger="ceem_casadi")
     load_data(["d.csv"], model)
     assert caplog.records == []                              # t = 0.1 k matches dt = 0.1: quiet

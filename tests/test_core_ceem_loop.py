@@ -46,7 +46,7 @@ def test_step_that_lowers_J_is_rejected_kept_out_and_reported(problem, monkeypat
     assert len(res.history) == 3, [(r.kind, r.accepted) for r in res.history]
     good, bad = res.history[1], res.history[2]
     assert good.accepted and not bad.accepted
-    assert bad.objective < good.objective and bad.decrease < 0
+    assert bad.objective < good.objective and bad.increase < 0
     # the rejected step is not taken: the result is the last good iterate
     for k in lorenz.TRUE:
         np.testing.assert_array_equal(res.theta[k], good.theta[k])
@@ -117,7 +117,7 @@ def test_history_records_are_consistent(problem, acceleration):
     for i, r in enumerate(res.history):
         assert r.iteration == i + 1 and r.kind in ("em", "extrapolated", "newton")
         assert np.isfinite(r.J) and r.objective == r.J  # no priors declared
-        assert abs(r.decrease - (r.objective - last)) <= 1e-9 * abs(last)
+        assert abs(r.increase - (r.objective - last)) <= 1e-9 * abs(last)
         assert np.isfinite([r.smooth_s, r.learn_s]).all() and r.smooth_s >= 0 and r.learn_s >= 0
         if r.kind == "newton":
             assert r.smooth_status == [] and r.smooth_s == 0.0 and r.learn_status.startswith("joint-gauss-newton (mu=")
@@ -136,7 +136,7 @@ def _mus(result):
 def test_newton_damping_falls_after_accepted_steps_and_rises_after_a_failed_solve(problem, monkeypatch):
     """Levenberg-Marquardt bookkeeping: each accepted joint step divides mu by 3 (from 1e-3); a
     linear-algebra failure multiplies it by 10 and the step is retried at once (same iteration)."""
-    from ceem_casadi.joint import JointGaussNewton, LinAlgError
+    from ceem_casadi.joint_gauss_newton import JointGaussNewton, LinAlgError
     res = run(problem, max_iters=4, tol=0.0, acceleration="newton")
     mus = _mus(res)
     assert len(mus) >= 2 and mus[0] == pytest.approx(1e-3, rel=0.05)
@@ -231,7 +231,7 @@ def test_a_small_J_decrease_is_rejected_too(problem, monkeypatch):
     res = run(problem, max_iters=14, tol=0.0)
     bad = res.history[-1]
     assert len(res.history) == 12 and not bad.accepted and res.status == "stalled"
-    assert 1e-6 * abs(res.J) < -bad.decrease < 1e-2 * abs(res.J)
+    assert 1e-6 * abs(res.J) < -bad.increase < 1e-2 * abs(res.J)
 
 
 @pytest.mark.parametrize("stage", ["smoothing", "learning"])

@@ -67,7 +67,7 @@ def test_linear_gaussian_smoother_equals_dense_solve_and_rts(hessian):
     x_dense = dense_map_states(model, theta, y, u)
     np.testing.assert_allclose(res.x, x_dense, atol=1e-6)
     # the RTS smoother means (EKF on a linear model is the Kalman filter) agree too
-    from ceem_casadi.baselines.ekf import EKF
+    from ceem_casadi.filtering import EKF
     ks = EKF(model).run(pv, y, u, x0=model.noise.x1_mean, Sigma0=model.noise.x1_std ** 2,
                         Q=model.noise.process_std ** 2, R=model.noise.measurement_std ** 2, smooth=True)
     np.testing.assert_allclose(res.x, ks.x_smooth, atol=1e-6)

@@ -9,7 +9,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from ceem_casadi import torchfile
+from ceem_casadi.io import torchfile
 from scripts import heli_convert, heli_standin
 
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.joint import JointGaussNewton
+from ceem_casadi.initialise import eks_states
+from ceem_casadi.joint_gauss_newton import JointGaussNewton
 from ceem_casadi.stages import StageFunctions
 from models import lorenz
 
@@ -50,7 +51,7 @@ def test_joint_step_equals_dense_levenberg_marquardt_solve(problem):
     """Schur complement + banded Cholesky = one dense solve of the damped normal equations."""
     model, data = problem
     theta_vec = model.theta_vector(model.params.initial())
-    xs = cc.initialise.eks_states(model, theta_vec, data)
+    xs = eks_states(model, theta_vec, data)
     jg = JointGaussNewton(model, data.lengths, StageFunctions(model))
     for mu in (1e-3, 0.5):
         st = jg.step(theta_vec, data, xs, mu=mu)

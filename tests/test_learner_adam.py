@@ -8,7 +8,7 @@ import pytest
 
 from ceem_casadi.ceem import ceem
 from ceem_casadi.data import Trajectories
-from ceem_casadi.errors import ModelError, ParameterError
+from ceem_casadi.errors import ModelError, OptionsError
 from ceem_casadi.learner import Learner
 from ceem_casadi.learner_adam import AdamLearner, AdamLearnerOptions
 from ceem_casadi.model import StateSpaceModel
@@ -116,9 +116,9 @@ def test_drives_ceem():
                                    learner=LearnerOptions(rho_theta=RHO)))
     assert res.status != "solver_failed", res.message
     obj = [r.objective for r in res.history]           # J + log prior (C has a prior)
-    assert len(obj) >= 2 and all(r.decrease >= -1e-9 * abs(r.objective) for r in res.history), obj
+    assert len(obj) >= 2 and all(r.increase >= -1e-9 * abs(r.objective) for r in res.history), obj
     assert all(b >= a - 1e-9 * abs(a) for a, b in itertools.pairwise(obj)), obj
-    assert res.history[0].decrease > 1.0
+    assert res.history[0].increase > 1.0
 
 
 def test_matrix_valued_step_observe_equal_mapped_functions():
@@ -145,9 +145,9 @@ def test_matrix_valued_step_observe_equal_mapped_functions():
 
 
 def test_bad_options():
-    with pytest.raises(ParameterError, match="lr_dynamics"):
+    with pytest.raises(OptionsError, match="lr_dynamics"):
         AdamLearnerOptions(lr_dynamics=0.0)
-    with pytest.raises(ParameterError, match="batch_size"):
+    with pytest.raises(OptionsError, match="batch_size"):
         AdamLearnerOptions(batch_size=0)
     with pytest.raises(TypeError, match="AdamLearnerOptions"):
         AdamLearner(None, LearnerOptions())

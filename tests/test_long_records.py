@@ -7,8 +7,9 @@ import pytest
 
 import ceem_casadi as cc
 from ceem_casadi import compile as compile_mod
-from ceem_casadi.baselines.ekf import EKF, rts, rts_means
 from ceem_casadi.compile import compiler
+from ceem_casadi.filtering import EKF, rts_smoother
+from ceem_casadi.filtering.ekf import rts_means
 from ceem_casadi.smoother import TrajectorySmoother
 from ceem_casadi.stages import StageFunctions
 from models import lorenz
@@ -45,7 +46,7 @@ def test_rts_means_equal_rts_loop(record):
     """Banded solve for the smoothed means == the RTS backward loop (oracle: rts)."""
     model, y = record
     res = _run(model, y, 10**6)
-    np.testing.assert_allclose(rts_means(res), rts(res).x_smooth, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(rts_means(res), rts_smoother(res).x_smooth, rtol=1e-10, atol=1e-10)
 
 
 def _derivatives(ts, x, P):

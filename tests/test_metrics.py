@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.baselines.ekf import EKF
+from ceem_casadi.filtering import EKF
 from ceem_casadi.metrics import Metrics, fit_percent, nrmse, rmse, validation_report
 
 

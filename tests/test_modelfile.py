@@ -41,7 +41,7 @@ def saved(tmp_path):
 
 
 def _predict(model, y):
-    from ceem_casadi.baselines.ekf import EKF
+    from ceem_casadi.filtering import EKF
 
     n = model.noise
     return EKF(model).run(model.theta_vector(THETA), y, x0=np.array([-6.0, -6.0, 24.0]),

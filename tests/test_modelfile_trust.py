@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.codegen import compiler
+from ceem_casadi.compile import compiler
 from ceem_casadi.modelfile import (
     FORMAT,
     FORMAT_VERSION,

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.baselines.ekf import EKF
-from ceem_casadi.baselines.kalman import kalman_filter
+from ceem_casadi.filtering import EKF, kalman_filter
 from ceem_casadi.noise_calibration import DEFAULT_GRID, NOT_RUN, _ceem_options, _Task
 from ceem_casadi.noise_criteria import innovation_loglik
 

@@ -24,8 +24,8 @@ def test_simulation_on_official_input_is_finite():
     u = SPLITS["test_arrow_full"].data.u[0]
     model = silverbox()
     p = model.theta_vector({"w0_100": 4.3, "zeta": 0.05, "k3": 4.0, "g": 1.0, "y0": 0.0, "c_v": 0.3, "d_u": 0.0})
-    y = script.simulate_output(model, p, np.zeros(2), u)
-    assert y.shape == (len(u),) and np.all(np.isfinite(y))
+    y = cc.simulate_output(model, p, u, np.zeros(2))
+    assert y.shape == (len(u), 1) and np.all(np.isfinite(y))
     assert np.max(np.abs(y)) < 1.0  # volts: the oscillator stays in its physical range
 
 
@@ -54,6 +54,24 @@ def test_mlp_correction_starts_as_the_plain_gray_box():
     plain, corrected = silverbox(th), silverbox(th, mlp_hidden=8)
     assert corrected.params.size == plain.params.size + 3 * 8 + 8 + 8 + 1
     u = np.sin(np.linspace(0, 20, 400))[:, None] * 0.05
-    y0 = script.simulate_output(plain, plain.theta_vector(th), np.zeros(2), u)
-    y1 = script.simulate_output(corrected, corrected.theta_vector(corrected.params.initial()), np.zeros(2), u)
+    y0 = cc.simulate_output(plain, plain.params.initial(), u, np.zeros(2))
+    y1 = cc.simulate_output(corrected, corrected.params.initial(), u, np.zeros(2))
     assert np.array_equal(y0, y1)
+
+
+def test_quadratic_terms_match_hand_formula_and_are_fixed_by_default():
+    """The quadratic stiffness k2 and output term c_y2 (independent numpy formula); the plain model
+    does not have them."""
+    th = {"w0_100": 4.3, "zeta": 0.05, "k3": 4.0, "g": 1.0, "y0": 0.01, "c_v": 0.3, "d_u": 0.05,
+          "k2": -0.2, "c_y2": 0.5}
+    m = silverbox(th, quadratic=True)
+    p = m.theta_vector(th)
+    x, u = np.array([0.05, -0.02]), np.array([0.1])
+    e = 0.05 - 0.01
+    force = -e - 2 * 0.05 * (-0.02) + 0.2 * e ** 2 - 4.0 * e ** 3 + 1.0 * 0.1
+    np.testing.assert_allclose(np.asarray(m.rhs(x, u, p)).ravel(), [430.0 * -0.02, 430.0 * force], rtol=1e-9)
+    np.testing.assert_allclose(float(m.g(x, u, p)), 0.05 + 0.3 * -0.02 + 0.05 * 0.1 + 0.5 * e ** 2, rtol=1e-9)
+    free = {m.params.names[i] for i in m.params.free_index}
+    plain = silverbox(th)
+    assert {"k2", "c_y2"} <= free
+    assert set(plain.params.names) == set(NAMES)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ceem_casadi import torchfile as tf
+from ceem_casadi.io import torchfile as tf
 
 DATA = Path(__file__).parent / "data"
 

@@ -22,7 +22,7 @@ import pytest
 from scipy.linalg import subspace_angles
 
 import ceem_casadi as cc
-from ceem_casadi.baselines import kalman_filter
+from ceem_casadi.filtering import kalman_filter
 from ceem_casadi.identifiability import combination, entry_names
 from ceem_casadi.uncertainty import reduced_hessian
 from models import lorenz

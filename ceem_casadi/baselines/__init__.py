@@ -1,17 +1,21 @@
-"""Estimators and baselines that work on the same model and data objects as CE-EM.
+"""Baselines that CE-EM is compared with, on the same model and data objects.
 
-    EKF, ekf, rts, EKFResult                       extended Kalman filter / RTS smoother (evaluation filter)
-    kalman_filter, rts_smoother, KalmanResult      linear-Gaussian oracle
     n4sid, N4SIDResult                             subspace identification (linear baseline)
     particle_filter, ffbsi, particle_em, ...       fully adapted PF, FFBSi smoother, particle EM (SAEM)
+    LSTM, sequence_loss_factory, windows           a stacked LSTM (sequence baseline of the helicopter)
+
+The EKF and the Kalman filter live in :mod:`ceem_casadi.filtering`; ``EKF``, ``ekf``,
+``kalman_filter``, ``rts_smoother`` are re-exported here for code written against earlier
+versions (``ceem_casadi.baselines.EKF``).
 """
-from .ekf import EKF, EKFResult, ekf, rts
-from .kalman import KalmanResult, kalman_filter, rts_smoother
+from ..filtering import EKF, ekf, kalman_filter, rts_smoother
+from .lstm import LSTM, sequence_loss_factory, windows
 from .n4sid import N4SIDResult, n4sid
-from .particle import ParticleEMOptions, ParticleEMResult, ParticleFilterResult, ffbsi, particle_em, particle_filter
+from .particle import ParticleFilterResult, ffbsi, particle_filter
+from .saem import ParticleEMOptions, ParticleEMResult, particle_em
 
 __all__ = [
-    "EKF", "EKFResult", "KalmanResult", "N4SIDResult", "ParticleEMOptions", "ParticleEMResult",
-    "ParticleFilterResult", "ekf", "ffbsi", "kalman_filter", "n4sid", "particle_em", "particle_filter",
-    "rts", "rts_smoother",
+    "LSTM", "N4SIDResult", "ParticleEMOptions", "ParticleEMResult", "ParticleFilterResult", "ffbsi", "n4sid",
+    "particle_em", "particle_filter", "sequence_loss_factory", "windows",
 ]
+__all__ += ["EKF", "ekf", "kalman_filter", "rts_smoother"]  # compatibility re-exports (ceem_casadi.filtering)

@@ -16,6 +16,22 @@ Algorithm (Van Overschee & De Moor 1996, ch. 4, "robust" variant; MOESP weightin
 3. Oblique projection ``O_i = Y_f /_{U_f} W_p`` (``W_p = [U_p; Y_p]``), weighted by ``Pi_{U_f^perp}``;
    its SVD gives the singular values (returned) and ``Gamma_i = U_n S_n^{1/2}``.
 4. ``C`` = first block row of ``Gamma_i``; ``A`` from its shift invariance (least squares).
+4b. ``stable=True`` (``"reflect"``) and an unstable ``A``: in the real Schur form ``A = Z T Z^T`` every
+   diagonal block (a real eigenvalue or a complex pair) of modulus ``r >= 1`` is multiplied by
+   ``1 / r^2``, i.e. its eigenvalues ``l`` become ``1 / conj(l)`` (modulus ``1 / r``, capped at
+   ``1 - 1e-4``; same angle, so the same resonance frequencies and, up to a gain, the same
+   magnitude response). Stable by construction: the eigenvalues of a quasi-triangular matrix
+   are those of its diagonal blocks, and the stable ones are untouched. Such unstable
+   eigenvalues are typically spurious modes of an over-estimated order on short noisy records.
+   ``stable="maciejowski"``: ``A = Gamma_i^+ [Gamma_i(ny:, :); 0]``, the shift
+   equation with the shifted observability matrix padded by a zero block row (Maciejowski,
+   "Guaranteed stability with subspace methods", Systems & Control Letters 26, 1995; Chui &
+   Maciejowski, Automatica 32, 1996). Always stable: with ``Z`` the block up-shift (nilpotent,
+   ``||Z|| = 1``) and ``P`` the orthogonal projector on range(Gamma_i), an eigenpair ``A v = l v``
+   gives ``l Gamma_i v = P Z Gamma_i v``, so ``|l| ||Gamma_i v|| <= ||Z Gamma_i v|| <= ||Gamma_i v||``; and
+   ``|l| = 1`` would need ``Z Gamma_i v = l Gamma_i v``, impossible for a nilpotent Z and
+   ``Gamma_i v != 0`` (full column rank). The price is a bias of the poles towards the origin
+   that shrinks as the horizon i grows.
 5. ``B``, ``D`` and the initial state of every trajectory by linear least squares on the output
    (simulation) error ``y[t] = C A^t x0_b + sum_k C A^(t-1-k) B u[k] + D u[t]`` (MOESP style; the
    x0_b are eliminated per trajectory, so the cost is linear in the number of trajectories). If the
@@ -37,136 +53,19 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg as sla
 
-from ..errors import ShapeError
+from ..errors import OptionsError, ShapeError
+from .n4sid_result import N4SIDResult
 
 logger = logging.getLogger(__name__)
 
 _CHUNK_ELEMENTS = 2_000_000   # rows of H^T per QR chunk: about this many doubles (16 MB)
 _RCOND = 1e-10                # relative rank tolerance of the projections' least squares
 _SV_FLOOR = 1e-12             # singular values below this fraction of s_1 are treated as zero
-
-
-@dataclass
-class N4SIDResult:
-    """Identified linear model (see the module docstring for the equations).
-
-    A (nx, nx), B (nx, nu), C (ny, nx), D (ny, nu); noise covariances Q (nx, nx), R (ny, ny),
-    S (nx, ny) of the residuals of the estimated (Kalman-filter) state sequences, as in Van Overschee
-    & De Moor: they describe the innovation model, so R is close to the innovation covariance
-    (measurement noise plus state uncertainty), not to the measurement noise alone (see
-    :meth:`kalman_gain`); x0: one (nx,) initial state per trajectory (the state at
-    the first sample); singular_values: of the weighted oblique projection (i ny,); order: nx;
-    dt: sample time in seconds (from the data, may be None); horizon: the block horizon i used.
-    """
-
-    A: np.ndarray
-    B: np.ndarray
-    C: np.ndarray
-    D: np.ndarray
-    Q: np.ndarray
-    R: np.ndarray
-    S: np.ndarray
-    x0: list
-    singular_values: np.ndarray
-    order: int
-    dt: float | None = None
-    horizon: int = 0
-    n_columns: int = field(default=0, repr=False)
-
-    @property
-    def nx(self) -> int:
-        return self.A.shape[0]
-
-    @property
-    def nu(self) -> int:
-        return self.B.shape[1]
-
-    @property
-    def ny(self) -> int:
-        return self.C.shape[0]
-
-    def simulate(self, u, x0, *, steps: int | None = None) -> np.ndarray:
-        """Free-run (noise-free) output ``y`` (T, ny) from ``x0`` (nx,) under inputs ``u`` (T, nu).
-
-        Without inputs (nu = 0) ``u`` may be None; then give ``steps`` (T).
-        """
-        x = np.asarray(x0, float).reshape(-1)
-        if x.shape != (self.nx,):
-            raise ShapeError(f"x0: expected shape ({self.nx},), got {np.shape(x0)}")
-        if u is None:
-            if self.nu or steps is None:
-                raise ShapeError(f"u: expected a (T, {self.nu}) input array" +
-                                 ("" if self.nu else " or steps=T"))
-            u = np.zeros((int(steps), 0))
-        u = np.asarray(u, float)
-        if u.ndim == 1 and self.nu == 1:
-            u = u[:, None]
-        if u.ndim != 2 or u.shape[1] != self.nu:
-            raise ShapeError(f"u: expected shape (T, {self.nu}), got {u.shape}")
-        T = u.shape[0]
-        xs = np.empty((T, self.nx))
-        Bu = u @ self.B.T
-        for t in range(T):
-            xs[t] = x
-            x = self.A @ x + Bu[t]
-        return xs @ self.C.T + u @ self.D.T
-
-    def kalman_gain(self) -> tuple[np.ndarray, np.ndarray]:
-        """Steady-state innovation form ``x+ = A x + B u + K e``, ``y = C x + D u + e``, ``cov(e) = Re``.
-
-        From the discrete Riccati equation with ``Q``, ``S``, ``R``. Returns ``(K (nx, ny), Re (ny, ny))``.
-        """
-        P = sla.solve_discrete_are(self.A.T, self.C.T, self.Q, self.R, s=self.S)
-        Re = self.C @ P @ self.C.T + self.R
-        K = np.linalg.solve(Re, (self.A @ P @ self.C.T + self.S).T).T
-        return K, 0.5 * (Re + Re.T)
-
-    def to_model(self, process_std=None, measurement_std=None, free=True, *, name: str = "n4sid"):
-        """A :class:`~ceem_casadi.StateSpaceModel` ``x+ = A x + B u``, ``y = C x + D u`` and its theta.
-
-        The matrices are parameters named ``"A"``, ``"B"``, ``"C"``, ``"D"`` (``free``: a bool for all,
-        or a dict name -> bool / boolean mask of the matrix' shape, missing names free),
-        initialised at the identified values (``theta``), e.g. to warm-start CE-EM. ``process_std``
-        (nx,) / ``measurement_std`` (ny,) default to ``sqrt(diag(Q))`` / ``sqrt(diag(R))`` (floored at
-        1e-6 of the largest entry, and at 1e-12). ``dt`` is carried over.
-
-        Returns ``(model, theta)``.
-        """
-        from ..model import StateSpaceModel
-        from ..params import Param, Parameters
-
-        def _std(cov, given):
-            if given is not None:
-                return given
-            s = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-            return np.maximum(s, max(1e-6 * float(s.max(initial=0.0)), 1e-12))
-
-        theta = {"A": self.A.copy(), "B": self.B.copy(), "C": self.C.copy(), "D": self.D.copy()}
-        if isinstance(free, dict):
-            unknown = set(free) - set(theta)
-            if unknown:
-                raise ShapeError(f"free: unknown parameter name(s) {sorted(unknown)}; known: A, B, C, D")
-            masks = {k: free.get(k, True) for k in theta}
-        else:
-            masks = dict.fromkeys(theta, bool(free))
-        params = Parameters(*(Param(k, value=v, free=masks[k]) for k, v in theta.items()))
-        nu = self.nu
-
-        def step(x, u, p):
-            return p.A @ x + (p.B @ u if nu else 0)
-
-        def observe(x, u, p):
-            return p.C @ x + (p.D @ u if nu else 0)
-
-        model = StateSpaceModel.from_discrete(
-            step, observe, nx=self.nx, nu=nu, params=params, dt=self.dt, name=name,
-            process_std=_std(self.Q, process_std), measurement_std=_std(self.R, measurement_std))
-        return model, theta
+_STABLE_RADIUS = 1.0 - 1e-4   # stable=True: reflected eigenvalues get at most this modulus
 
 
 # --------------------------------------------------------------------------------------------------
@@ -237,6 +136,26 @@ def _oblique(L, target, along, onto, k) -> np.ndarray:
     M = np.vstack([L[onto, :k], L[along, :k]])
     c = _lstsq_rows(L[target, :k], M)
     return c[:, :len(onto)] @ L[onto, :]
+
+
+def _stable_shift(Gam: np.ndarray, ny: int) -> np.ndarray:
+    """Maciejowski's (1995) stable ``A = Gam^+ [Gam[ny:]; 0]`` (step 4b of the module docstring)."""
+    padded = np.vstack([Gam[ny:], np.zeros((ny, Gam.shape[1]))])
+    return sla.lstsq(Gam, padded, check_finite=False)[0]
+
+
+def _reflect_unstable(A: np.ndarray) -> np.ndarray:
+    """``A`` with its eigenvalues outside the unit disc reflected inside (step 4b of the module docstring)."""
+    T, Z = sla.schur(A, output="real")
+    n, k = A.shape[0], 0
+    while k < n:
+        size = 2 if k + 1 < n and T[k + 1, k] != 0.0 else 1
+        block = T[k:k + size, k:k + size]                 # a real eigenvalue or a complex pair
+        r = float(np.max(np.abs(np.linalg.eigvals(block))))
+        if r >= 1.0:
+            block *= min(1.0 / r, _STABLE_RADIUS) / r     # l -> l / |l|^2 = 1 / conj(l), same angle
+        k += size
+    return Z @ T @ Z.T
 
 
 def _select_order(s: np.ndarray, n_max: int) -> int:
@@ -363,22 +282,32 @@ def _as_data(data):
 
 
 def n4sid(data, order: int | None = None, horizon: int | None = None, *,
-          feedthrough: bool = True) -> N4SIDResult:
+          feedthrough: bool = True, stable: bool | str = False) -> N4SIDResult:
     """Identify a linear state-space model from one or several trajectories.
 
     Parameters
     ----------
-    data : :class:`~ceem_casadi.Trajectories` with ``y`` (T_b, ny) and optional inputs ``u`` (T_b, nu),
-        or a list of ``(y, u)`` pairs (or of ``y`` arrays when there are no inputs).
-        NaN outputs are allowed (Hankel columns touching them are dropped; they are skipped in the
-        B/D/x0 least squares).
-    order : model order nx, or None to select it from the singular values (largest log-gap rule,
+    data : Trajectories or list
+        Trajectories with ``y`` (T_b, ny) and optional inputs ``u`` (T_b, nu), or a list of
+        ``(y, u)`` pairs (or of ``y`` arrays when there are no inputs). NaN outputs are allowed
+        (Hankel columns touching them are dropped; they are skipped in the B/D/x0 least squares).
+    order : int, optional
+        Model order nx, or None to select it from the singular values (largest log-gap rule,
         see the module docstring).
-    horizon : block horizon i (block rows of the past and of the future). Needs ``(i-1) ny >= order``,
-        ``T_b >= 2 i`` for every trajectory and at least ``2 i (nu + ny)`` Hankel columns in all.
-        Default: ``ceil(2 n_ref / ny) + 1`` (``n_ref`` = order, or 10), reduced to fit the data (not
-        below ``ceil(order / ny) + 1``).
-    feedthrough : estimate ``D`` (default); ``False`` fixes ``D = 0`` (strictly proper systems).
+    horizon : int, optional
+        Block horizon i (block rows of the past and of the future). Needs ``(i-1) ny >= order``,
+        ``T_b >= 2 i`` for every trajectory and at least ``2 i (nu + ny)`` Hankel columns in
+        all. Default: ``ceil(2 n_ref / ny) + 1`` (``n_ref`` = order, or 10), reduced to fit the
+        data (not below ``ceil(order / ny) + 1``).
+    feedthrough : bool
+        Estimate ``D`` (default); ``False`` fixes ``D = 0`` (strictly proper systems).
+    stable : bool or str
+        ``False`` (default) keeps the plain estimate; ``True`` (= ``"reflect"``) or
+        ``"maciejowski"`` guarantee a stable ``A`` (spectral radius < 1): when the
+        shift-invariance least squares (step 4) gives an unstable ``A``, it is replaced as in
+        step 4b of the module docstring and ``B``, ``D``, ``x0`` are refitted to it by the
+        output-error least squares (step 5). A stable least-squares ``A`` is kept, so ``stable``
+        changes nothing where the plain estimate is already stable.
 
     Returns
     -------
@@ -389,6 +318,8 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     lengths = data.lengths
     if order is not None and (int(order) != order or order < 1):
         raise ShapeError(f"order must be a positive integer or None, got {order!r}")
+    if stable not in (False, True, "reflect", "maciejowski"):
+        raise OptionsError(f"stable must be False, True (= 'reflect') or 'maciejowski', got {stable!r}")
 
     def n_cols(T, i):
         return T - 2 * i + 1
@@ -448,6 +379,11 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     Gam = U_svd[:, :n] * np.sqrt(s[:n])
     C = Gam[:ny].copy()
     A = sla.lstsq(Gam[:-ny], Gam[ny:], check_finite=False)[0]
+    rho_ls = float(np.max(np.abs(np.linalg.eigvals(A))))
+    if stable and rho_ls >= 1.0:
+        A = _stable_shift(Gam, ny) if stable == "maciejowski" else _reflect_unstable(A)
+        logger.info("n4sid: least-squares A unstable (spectral radius %.4f); stable=%r gives %.4f",
+                    rho_ls, stable, np.max(np.abs(np.linalg.eigvals(A))))
 
     # state sequences (Q basis) for the noise covariances (and the fallback B, D)
     O_i1 = _oblique(L, y_rows(range(i + 1, 2 * i)), u_rows(range(i + 1, 2 * i)),

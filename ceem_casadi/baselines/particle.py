@@ -1,4 +1,4 @@
-"""Particle EM: fully adapted particle filter, FFBSi backward simulation and an SAEM M-step.
+"""Fully adapted particle filter and FFBSi backward simulation (the E-step of particle EM).
 
 The baseline of section 4.1.2 of the CE-EM paper, on the same model and data objects as CE-EM.
 Model (Gaussian noise from ``model.noise`` unless overridden)::
@@ -19,109 +19,49 @@ is triggered when the effective sample size falls below ``ess_threshold * N``. N
 **Smoother.** FFBSi (Godsill, Doucet & West 2004) draws ``Ns`` trajectories backwards with
 weights ``w[t]^i N(x*[t+1]; f(x[t]^i), Q)``: O(N Ns) per step, vectorised.
 
-**M-step (SAEM, Delyon, Lavielle & Moulines 1999).** The SAEM objective after iteration k is
-``Q_k(theta) = sum_i gamma_i prod_{j>i} (1 - gamma_j) (1/Ns) sum_s log p(x^(i,s), y | theta)``.
-It is maximised with the CE-EM learning NLP (:class:`~ceem_casadi.learner.Learner`), built
-once on a fixed memory window of the last ``memory`` iterations' samples, each sampled
-trajectory weighted by its SAEM weight (weights renormalised to sum to one per data
-trajectory over the window; the truncation drops at most ``prod (1 - gamma_j)`` of the mass).
-Step sizes: ``gamma_k = 1`` for ``k <= saem_k0`` (plain Monte Carlo EM while far from the
-optimum), then ``gamma_k = (k - saem_k0)**-saem_alpha`` with ``0.5 < alpha <= 1`` (the SAEM
-conditions ``sum gamma = inf``, ``sum gamma^2 < inf``). The shift by ``k0`` avoids a jump from
-1 to ``k0**-alpha`` (e.g. 0.12 for k0 = 20) that would freeze the estimate right after the
-burn-in. Defaults ``k0 = 20``, ``alpha = 0.7``: on single Lorenz (sigma_w = 0.1, sigma_v = 0.5,
-4 trajectories) plain Monte Carlo EM still makes steady progress for ~20 iterations from a
-10 % initial error, while averaging from the start (k0 = 3) had barely moved after 20.
+Particle EM (the SAEM M-step on these samples) is :mod:`ceem_casadi.baselines.saem`.
 """
 from __future__ import annotations
 
 import logging
-import time
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import casadi as ca
 import numpy as np
 from scipy.special import logsumexp
 
-from .._threads import blas_threads
-from ..data import Trajectories, single_trajectory
-from ..learner import Learner
-from ..options import LearnerOptions
-from ..params import Theta
-from ..status import Status
-from .kalman import as_cov
+from ..data import single_trajectory
+from ..filtering import as_cov
 
 log = logging.getLogger(__name__)
 _LOG2PI = np.log(2 * np.pi)
-
-
-# ------------------------------------------------------------------------------------------
-# options and results
-@dataclass(frozen=True)
-class ParticleEMOptions:
-    """Particle EM settings (defaults from the paper: Np = 100, Ns = 10).
-
-    n_particles : filter particles Np.  n_smooth : FFBSi trajectories Ns per data trajectory.
-    max_iters : EM iterations.  ess_threshold : resample when ESS < ess_threshold * Np.
-    saem_k0, saem_alpha : SAEM step sizes ``gamma_k = 1`` (k <= k0), ``(k - k0)**-alpha`` after.
-    memory : iterations of samples kept in the M-step (window of the SAEM average).
-    x0_mean, x0_std : (nx,) initial-state prior used when the model has no ``x1_mean``/``x1_std``.
-    proposal : ``"auto"`` (fully adapted when g is linear in x, else bootstrap), ``"bootstrap"``.
-    learner : options of the M-step NLP.
-    blas_threads : BLAS threads during the run (1 by default, as for CE-EM; ``None`` leaves them):
-        on the shared 2-core machine one six-coupled-Lorenz epoch took 208 s with threaded BLAS
-        and 14.5 s with one thread.
-    """
-
-    n_particles: int = 100
-    n_smooth: int = 10
-    max_iters: int = 50
-    ess_threshold: float = 0.5
-    saem_k0: int = 20
-    saem_alpha: float = 0.7
-    memory: int = 5
-    x0_mean: tuple | None = None
-    x0_std: tuple | None = None
-    proposal: str = "auto"
-    learner: LearnerOptions = field(default_factory=LearnerOptions)
-    blas_threads: int | None = 1
-
-    def __post_init__(self):
-        checks = [
-            (self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1),
-             f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}"),
-            (self.n_particles >= 2, f"n_particles must be >= 2, got {self.n_particles}"),
-            (self.n_smooth >= 1, f"n_smooth must be >= 1, got {self.n_smooth}"),
-            (self.max_iters >= 1, f"max_iters must be >= 1, got {self.max_iters}"),
-            (0 < self.ess_threshold <= 1, f"ess_threshold must be in (0, 1], got {self.ess_threshold}"),
-            (self.saem_k0 >= 0, f"saem_k0 must be >= 0, got {self.saem_k0}"),
-            (0.5 < self.saem_alpha <= 1, f"saem_alpha must be in (0.5, 1], got {self.saem_alpha}"),
-            (self.memory >= 1, f"memory must be >= 1, got {self.memory}"),
-            (self.proposal in ("auto", "bootstrap"), f"proposal must be 'auto' or 'bootstrap', got {self.proposal!r}"),
-            ((self.x0_mean is None) == (self.x0_std is None), "give both x0_mean and x0_std, or neither"),
-            (isinstance(self.learner, LearnerOptions), "learner must be a LearnerOptions"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ValueError(msg)
-        if self.x0_std is not None and np.any(np.asarray(self.x0_std, float) <= 0):
-            raise ValueError(f"x0_std must be positive, got {self.x0_std}")
-
-    def gamma(self, k: int) -> float:
-        """SAEM step size of iteration k (1-based)."""
-        return 1.0 if k <= self.saem_k0 else float(k - self.saem_k0) ** -self.saem_alpha
 
 
 @dataclass
 class ParticleFilterResult:
     """One trajectory (T steps) filtered with N particles.
 
-    particles (T, N, nx) and normalised weights (T, N) represent p(x[t] | y[1:t]);
-    f_particles (T-1, N, nx) = f(particles[t]) (used by FFBSi); ancestors (T, N) (-1 at t = 0);
-    ess (T,) effective sample size of the weights that decided resampling; resampled (T,) bool;
-    loglik : unbiased-in-likelihood estimate of log p(y[1:T]); Q_chol (nx, nx): process noise factor.
+    Attributes
+    ----------
+    loglik : float
+        Unbiased-in-likelihood estimate of log p(y[1:T]).
+    particles : numpy.ndarray
+        (T, N, nx); with ``weights`` they represent p(x[t] | y[1:t]).
+    weights : numpy.ndarray
+        (T, N) normalised weights.
+    f_particles : numpy.ndarray
+        (T-1, N, nx) ``f(particles[t])`` (used by FFBSi).
+    ancestors : numpy.ndarray
+        (T, N) ancestor indices (-1 at t = 0).
+    ess : numpy.ndarray
+        (T,) effective sample size of the weights that decided resampling.
+    resampled : numpy.ndarray
+        (T,) bool.
+    proposal : str
+        ``"fully-adapted"`` or ``"bootstrap"``.
+    Q_chol : numpy.ndarray
+        (nx, nx) Cholesky factor of the process noise covariance.
     """
 
     loglik: float
@@ -133,40 +73,6 @@ class ParticleFilterResult:
     resampled: np.ndarray
     proposal: str
     Q_chol: np.ndarray
-
-
-@dataclass
-class ParticleEMRecord:
-    """One particle-EM iteration: the theta after the M-step, the epoch's wall time (s), the
-    log-likelihood estimate at the theta used in the E-step, the SAEM step size, timings."""
-
-    iteration: int
-    theta: Theta
-    wall_s: float
-    loglik: float
-    gamma: float
-    e_step_s: float
-    m_step_s: float
-    learn_status: str
-
-
-@dataclass
-class ParticleEMResult:
-    """Outcome of :func:`particle_em`: status ``"max_iters"``, ``"stopped"`` (callback) or
-    ``"solver_failed"`` (the last good theta is returned); build_s: one-off M-step NLP build."""
-
-    theta: Theta
-    history: list[ParticleEMRecord]
-    status: str
-    message: str
-    build_s: float = 0.0
-
-    def __post_init__(self):
-        self.status = Status(self.status)
-
-    @property
-    def success(self) -> bool:
-        return self.status in ("max_iters", "stopped")
 
 
 # ------------------------------------------------------------------------------------------
@@ -299,9 +205,36 @@ def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x
                     proposal: str = "auto") -> ParticleFilterResult:
     """Run the particle filter on one trajectory (see the module docstring).
 
-    ``theta_vec`` flat parameters; ``y`` (T, ny) with NaN = missing; ``u`` (T, nu) or None;
-    ``x0_mean`` (nx,), ``x0_cov`` (scalar, (nx,) or (nx, nx)); ``Q``, ``R`` override the
-    model's noise. For repeated calls build a :class:`ParticleFilter` once.
+    For repeated calls build a :class:`ParticleFilter` once.
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
+    theta_vec : numpy.ndarray
+        (n_p,) flat parameter vector.
+    y : numpy.ndarray
+        (T, ny) observations, NaN = missing.
+    u : numpy.ndarray, optional
+        (T, nu) inputs.
+    n_particles : int
+        Number of particles N.
+    x0_mean : numpy.ndarray
+        (nx,) prior mean of x[1].
+    x0_cov : float or numpy.ndarray
+        Prior covariance of x[1]: scalar, (nx,) or (nx, nx).
+    rng : numpy.random.Generator
+        All random draws.
+    Q, R : float or numpy.ndarray, optional
+        Override the model's noise covariances.
+    ess_threshold : float
+        Resample when ESS < ess_threshold * N.
+    proposal : str
+        ``"auto"`` or ``"bootstrap"``.
+
+    Returns
+    -------
+    ParticleFilterResult
     """
     pf = ParticleFilter(model, n_particles, proposal)
     return pf.run(theta_vec, y, u, x0_mean=x0_mean, x0_cov=x0_cov, rng=rng, Q=Q, R=R,
@@ -309,10 +242,24 @@ def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x
 
 
 def ffbsi(result: ParticleFilterResult, n_smooth: int, *, rng: np.random.Generator) -> np.ndarray:
-    """Forward-filtering backward-simulation: ``n_smooth`` trajectories (Ns, T, nx).
+    """Forward-filtering backward-simulation of smoothed state trajectories.
 
     Rejection-free backward simulation, O(N Ns nx) per step: at each t the index of every
     trajectory is drawn with probability ``w[t]^i N(x*[t+1]; f(x[t]^i), Q)``.
+
+    Parameters
+    ----------
+    result : ParticleFilterResult
+        A filtered trajectory.
+    n_smooth : int
+        Number of trajectories Ns.
+    rng : numpy.random.Generator
+        All random draws.
+
+    Returns
+    -------
+    numpy.ndarray
+        (Ns, T, nx) draws from p(x[1:T] | y[1:T]).
     """
     X, W, Fp, Lq = result.particles, result.weights, result.f_particles, result.Q_chol
     T, N, nx = X.shape
@@ -336,101 +283,3 @@ def _draw(logw: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     cdf = np.cumsum(w, axis=1)
     r = rng.random(w.shape[0]) * cdf[:, -1]
     return np.minimum((cdf < r[:, None]).sum(axis=1), w.shape[1] - 1)
-
-
-# ------------------------------------------------------------------------------------------
-# particle EM
-def _initial_prior(model, options: ParticleEMOptions):
-    nz = model.noise
-    if nz.x1_mean is not None:
-        return nz.x1_mean, nz.x1_std ** 2
-    if options.x0_mean is None:
-        raise ValueError("particle EM needs a prior on the first state: set x1_mean/x1_std on the model "
-                         "(model.with_noise(x1_mean=..., x1_std=...)) or pass ParticleEMOptions(x0_mean=..., "
-                         "x0_std=...)")
-    mean = np.broadcast_to(np.asarray(options.x0_mean, float), (model.nx,))
-    std = np.broadcast_to(np.asarray(options.x0_std, float), (model.nx,))
-    return mean.copy(), std ** 2
-
-
-def saem_weights(gammas: list[float], memory: int) -> np.ndarray:
-    """Weights (memory,) of the last ``memory`` iterations' samples, oldest first, summing to 1.
-
-    Iteration i of k gets ``gamma_i prod_{j>i} (1 - gamma_j)`` (slots before iteration 1 get 0),
-    renormalised over the window.
-    """
-    k = len(gammas)
-    w = np.zeros(memory)
-    for m in range(memory):
-        i = k - memory + m  # 0-based iteration index of slot m
-        if i < 0:
-            continue
-        w[m] = gammas[i] * np.prod([1.0 - g for g in gammas[i + 1:]])
-    return w / w.sum()
-
-
-def particle_em(model, data: Trajectories, theta0: Theta, *,
-                options: ParticleEMOptions = ParticleEMOptions(), seed: int | np.random.Generator = 0,
-                callback: Callable[[ParticleEMRecord], bool | None] | None = None) -> ParticleEMResult:
-    """Particle EM (particle filter + FFBSi E-step, SAEM M-step) from ``theta0`` (dict).
-
-    ``callback(record)`` is called after every iteration; returning True stops the loop.
-    All random draws come from ``seed`` (an int or a numpy Generator).
-    """
-    with blas_threads(options.blas_threads):
-        return _particle_em(model, data, theta0, options, seed, callback)
-
-
-def _particle_em(model, data, theta0, options, seed, callback) -> ParticleEMResult:
-    data.check_model(model)
-    rng = np.random.default_rng(seed)
-    theta_vec = model.theta_vector(theta0)
-    m0, P0 = _initial_prior(model, options)
-    B, Ns, K = len(data), options.n_smooth, options.memory
-    t0 = time.perf_counter()
-    pf = ParticleFilter(model, options.n_particles, options.proposal)
-    # slot m, sample s, trajectory b  ->  flat position (m * Ns + s) * B + b
-    reps = K * Ns
-    data_rep = Trajectories([data.y[b] for _ in range(reps) for b in range(B)],
-                            None if data.u is None else [data.u[b] for _ in range(reps) for b in range(B)],
-                            data.dt)
-    learner = Learner(model, data_rep.lengths, options.learner)
-    build_s = time.perf_counter() - t0
-    slots: list[list[np.ndarray] | None] = [None] * K
-    gammas: list[float] = []
-    history: list[ParticleEMRecord] = []
-    status, message = "max_iters", f"stopped after {options.max_iters} iterations"
-    for k in range(1, options.max_iters + 1):
-        t_start = time.perf_counter()
-        loglik, samples = 0.0, [None] * (Ns * B)
-        for b in range(B):
-            res = pf.run(theta_vec, data.y[b], data.inputs(b), x0_mean=m0, x0_cov=P0, rng=rng,
-                         ess_threshold=options.ess_threshold)
-            loglik += res.loglik
-            xs = ffbsi(res, Ns, rng=rng)
-            for s in range(Ns):
-                samples[s * B + b] = xs[s]
-        t_e = time.perf_counter()
-        gammas.append(options.gamma(k))
-        slot_w = np.roll(saem_weights(gammas, K), k)  # window order (oldest first) -> ring slot order
-        slots[(k - 1) % K] = samples
-        xs_all, weights = [], []
-        for m in range(K):
-            xs_all.extend(slots[m] if slots[m] is not None else samples)
-            weights.extend([slot_w[m] / Ns if slots[m] is not None else 0.0] * (Ns * B))
-        lr = learner.solve(theta_vec, data_rep, xs_all, weights=np.array(weights))
-        t_end = time.perf_counter()
-        if not lr.success:
-            status = "solver_failed"
-            message = f"M-step solver failed at iteration {k} ({lr.status}); returning the last good theta"
-            log.warning(message)
-            break
-        theta_vec = lr.theta_vec
-        rec = ParticleEMRecord(k, model.params.from_vector(theta_vec), t_end - t_start, loglik, gammas[-1],
-                               t_e - t_start, t_end - t_e, lr.status)
-        history.append(rec)
-        log.info("particle EM %d: loglik %.3f gamma %.3f (%.2f s)", k, loglik, gammas[-1], rec.wall_s)
-        if callback is not None and callback(rec):
-            status, message = "stopped", f"stopped by the callback after iteration {k}"
-            break
-    return ParticleEMResult(model.params.from_vector(theta_vec), history, status, message, build_s)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import casadi as ca
 import numpy as np
 
-from .errors import ShapeError
-from .params import Param, Parameters
+from ..errors import ShapeError
+from ..params import Param, Parameters
 
 __all__ = ["LSTM", "sequence_loss_factory", "windows"]
 
@@ -31,6 +31,24 @@ class LSTM:
 
     Parameter names: ``<name>_W<l>`` (4 hidden, n_in or hidden), ``<name>_U<l>`` (4 hidden,
     hidden), ``<name>_b<l>`` (4 hidden,), ``<name>_V`` (n_out, hidden), ``<name>_d`` (n_out,).
+
+    Parameters
+    ----------
+    n_in : int
+        Inputs per step.
+    hidden : int
+        Units per layer.
+    layers : int
+        Stacked layers.
+    n_out : int
+        Outputs per step.
+    name : str
+        Prefix of the parameter names.
+
+    Raises
+    ------
+    ShapeError
+        A size below 1.
     """
 
     def __init__(self, n_in: int, hidden: int = 32, layers: int = 2, n_out: int = 6, name: str = "lstm"):
@@ -41,13 +59,24 @@ class LSTM:
 
     @property
     def names(self) -> list[str]:
+        """Parameter names in order."""
         out = []
         for i in range(self.layers):
             out += [f"{self.name}_W{i}", f"{self.name}_U{i}", f"{self.name}_b{i}"]
         return out + [f"{self.name}_V", f"{self.name}_d"]
 
     def init(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """PyTorch's initialisation: every entry uniform on +-1/sqrt(hidden)."""
+        """PyTorch's initialisation: every entry uniform on +-1/sqrt(hidden).
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The random draws.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+        """
         k, h = 1.0 / np.sqrt(self.hidden), self.hidden
         theta = {}
         for i in range(self.layers):
@@ -60,6 +89,19 @@ class LSTM:
         return theta
 
     def params(self, rng: np.random.Generator, **kwargs) -> list[Param]:
+        """:class:`~ceem_casadi.Param` objects initialised by :meth:`init`.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The random draws.
+        **kwargs
+            Passed to every Param.
+
+        Returns
+        -------
+        list of Param
+        """
         return [Param(k, v, **kwargs) for k, v in self.init(rng).items()]
 
     def __call__(self, p, xs):
@@ -95,10 +137,24 @@ class LSTM:
 
 
 def sequence_loss_factory(net: LSTM, params: Parameters, L: int):
-    """``B -> ca.Function(w, U (L*n_in, B), Y (L*n_out, B)) -> mean squared error``.
+    """Factory of the mean-squared-error loss of windows of length ``L``, per batch size.
 
     A column of U stacks the window's inputs ``[u_1; ...; u_L]``, a column of Y its targets; the
     loss averages over all L steps, B windows and n_out outputs.
+
+    Parameters
+    ----------
+    net : LSTM
+        The network.
+    params : Parameters
+        Its parameters (``net.params(...)``).
+    L : int
+        Window length.
+
+    Returns
+    -------
+    callable
+        ``B -> casadi.Function(w, U (L*n_in, B), Y (L*n_out, B)) -> mse`` (for :func:`ceem_casadi.nn.adam`).
     """
     def make(B):
         w = ca.MX.sym("w", params.size)
@@ -113,9 +169,25 @@ def sequence_loss_factory(net: LSTM, params: Parameters, L: int):
 def windows(u: np.ndarray, y: np.ndarray | None, L: int, stride: int = 1):
     """Windows of length L of a batch of sequences, as columns.
 
-    u : (N, T, n_in); y : (N, T, n_out) or None. Returns ``(U, Y)`` with U (L*n_in, M) and Y
-    (L*n_out, M) (None without y), M = N * len(range(0, T - L + 1, stride)); window j of
-    trajectory n starts at step ``j * stride``, columns ordered trajectory-major.
+    Window j of trajectory n starts at step ``j * stride``; columns are ordered trajectory-major.
+
+    Parameters
+    ----------
+    u : numpy.ndarray
+        (N, T, n_in) inputs.
+    y : numpy.ndarray or None
+        (N, T, n_out) targets.
+    L : int
+        Window length.
+    stride : int
+        Steps between window starts.
+
+    Returns
+    -------
+    U : numpy.ndarray
+        (L*n_in, M), M = N * len(range(0, T - L + 1, stride)).
+    Y : numpy.ndarray or None
+        (L*n_out, M), None without ``y``.
     """
     u = np.asarray(u, float)
     if u.ndim != 3 or u.shape[1] < L:

@@ -13,36 +13,13 @@ Jacobians come from CasADi (exact, symbolic).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import casadi as ca
 import numpy as np
 from scipy.linalg import solve_banded
 
 from ..data import single_trajectory
-from ..errors import ShapeError
-
-
-@dataclass
-class EKFResult:
-    """Per-step outputs of one trajectory (T steps).
-
-    y_pred (T, ny), S (T, ny, ny): predicted observation and its covariance (before correction);
-    x_pred, P_pred: ``x_{t|t-1}``, ``P_{t|t-1}``; x_filt, P_filt: ``x_{t|t}``, ``P_{t|t}``;
-    A (T-1, nx, nx): dynamics Jacobians used in the prediction; loglik: log p(y_{1:T}).
-    x_smooth, P_smooth: RTS smoothed means and covariances (None unless smoothed).
-    """
-
-    y_pred: np.ndarray
-    S: np.ndarray
-    x_pred: np.ndarray
-    P_pred: np.ndarray
-    x_filt: np.ndarray
-    P_filt: np.ndarray
-    A: np.ndarray
-    loglik: float
-    x_smooth: np.ndarray | None = None
-    P_smooth: np.ndarray | None = None
+from .kalman import rts_smoother
+from .result import FilterResult, as_cov
 
 
 def _jacobian_functions(model):
@@ -53,29 +30,39 @@ def _jacobian_functions(model):
     return F, G
 
 
-def _cov(name, value, n) -> np.ndarray:
-    a = np.asarray(value, dtype=float)
-    if a.ndim == 0:
-        a = a * np.eye(n)
-    elif a.ndim == 1:
-        a = np.diag(a)
-    if a.shape != (n, n):
-        raise ShapeError(f"{name}: expected a scalar, ({n},) diagonal or ({n}, {n}) matrix, got {a.shape}")
-    return a
-
-
 def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
-        _fns=None) -> EKFResult:
+        _fns=None) -> FilterResult:
     """Run the EKF (and optionally the RTS smoother) on one trajectory.
 
-    ``y`` (T, ny) with NaN = missing; ``u`` (T, nu) or None; ``x0`` (nx,); ``Sigma0``, ``Q``
-    (nx, nx) and ``R`` (ny, ny) as scalars, diagonals or matrices.
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model (its Jacobians are built here; reuse :class:`EKF` to build them once).
+    theta_vec : numpy.ndarray
+        (n_p,) flat parameter vector.
+    y : numpy.ndarray
+        (T, ny) observations, NaN = missing (entry-wise).
+    u : numpy.ndarray, optional
+        (T, nu) inputs (required when nu > 0).
+    x0 : numpy.ndarray
+        (nx,) prior mean of the first state, ``x_{1|0}``.
+    Sigma0, Q : float or numpy.ndarray
+        Prior covariance of x[1] and process noise covariance: scalar, (nx,) diagonal or (nx, nx).
+    R : float or numpy.ndarray
+        Measurement noise covariance: scalar, (ny,) diagonal or (ny, ny).
+    smooth : bool
+        Also run the Rauch-Tung-Striebel backward pass (``x_smooth``, ``P_smooth``).
+
+    Returns
+    -------
+    FilterResult
+        With the dynamics Jacobians ``A`` (T-1, nx, nx).
     """
     nx, ny = model.nx, model.ny
     y, u = single_trajectory(model, y, u)
     T = y.shape[0]
     Fj, Gj = _fns if _fns is not None else _jacobian_functions(model)
-    Q, R, P = _cov("Q", Q, nx), _cov("R", R, ny), _cov("Sigma0", Sigma0, nx)
+    Q, R, P = as_cov("Q", Q, nx), as_cov("R", R, ny), as_cov("Sigma0", Sigma0, nx)
     x = np.asarray(x0, float).reshape(nx)
     out = {k: np.empty(s) for k, s in dict(
         y_pred=(T, ny), S=(T, ny, ny), x_pred=(T, nx), P_pred=(T, nx, nx), x_filt=(T, nx),
@@ -107,30 +94,16 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
             P = A @ P @ A.T + Q
             P = 0.5 * (P + P.T)
             out["A"][t] = A
-    res = EKFResult(loglik=float(loglik), **out)
+    res = FilterResult(loglik=float(loglik), **out)
     if smooth:
-        rts(res)
+        rts_smoother(res)
     return res
 
 
-def rts(res: EKFResult) -> EKFResult:
-    """Rauch-Tung-Striebel backward pass on a filtered :class:`EKFResult` (in place)."""
-    T = res.x_filt.shape[0]
-    xs, Ps = res.x_filt.copy(), res.P_filt.copy()
-    for t in range(T - 2, -1, -1):
-        Pp = res.P_pred[t + 1]
-        G = np.linalg.solve(Pp, res.A[t] @ res.P_filt[t]).T  # P_f A^T Pp^-1
-        xs[t] = res.x_filt[t] + G @ (xs[t + 1] - res.x_pred[t + 1])
-        Ps[t] = res.P_filt[t] + G @ (Ps[t + 1] - Pp) @ G.T
-        Ps[t] = 0.5 * (Ps[t] + Ps[t].T)
-    res.x_smooth, res.P_smooth = xs, Ps
-    return res
+def rts_means(res: FilterResult) -> np.ndarray:
+    """The RTS smoothed means (T, nx) of a filtered :class:`FilterResult`, without covariances.
 
-
-def rts_means(res: EKFResult) -> np.ndarray:
-    """The RTS smoothed means (T, nx) of a filtered :class:`EKFResult`, without covariances.
-
-    Equal to ``rts(res).x_smooth``: the gains ``G_t = P_f[t] A_t^T P_p[t+1]^-1`` are solved for
+    Equal to ``rts_smoother(res).x_smooth``: the gains ``G_t = P_f[t] A_t^T P_p[t+1]^-1`` are solved for
     all t at once, and ``xs[t] - G_t xs[t+1] = x_f[t] - G_t x_p[t+1]`` (``xs[T-1] = x_f[T-1]``) is
     one block upper-bidiagonal solve (LAPACK banded, no pivoting) instead of a Python loop over
     t (single Lorenz, T = 10^5: the loop took seconds per call, 5 calls per initialisation).
@@ -197,6 +170,11 @@ class EKF:
     step); ``engine="casadi"`` runs the whole forward pass as one ``mapaccum`` of an SX step
     Function (built once per trajectory length, ~10x faster per step); both give the same
     numbers up to rounding (tested to 1e-10).
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
     """
 
     def __init__(self, model):
@@ -206,7 +184,33 @@ class EKF:
         self._accum: dict[int, ca.Function] = {}
 
     def run(self, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
-            engine: str = "python") -> EKFResult:
+            engine: str = "python") -> FilterResult:
+        """Filter (and optionally smooth) one trajectory.
+
+        Parameters
+        ----------
+        theta_vec : numpy.ndarray
+            (n_p,) flat parameter vector.
+        y : numpy.ndarray
+            (T, ny) observations, NaN = missing (entry-wise).
+        u : numpy.ndarray, optional
+            (T, nu) inputs (required when nu > 0).
+        x0 : numpy.ndarray
+            (nx,) prior mean of the first state, ``x_{1|0}``.
+        Sigma0, Q : float or numpy.ndarray
+            Prior covariance of x[1] and process noise covariance: scalar, (nx,) diagonal or (nx, nx).
+        R : float or numpy.ndarray
+            Measurement noise covariance: scalar, (ny,) diagonal or (ny, ny).
+        smooth : bool
+            Also run the Rauch-Tung-Striebel backward pass (``x_smooth``, ``P_smooth``).
+        engine : str
+            ``"python"`` (a loop over time) or ``"casadi"`` (one mapaccum; same numbers).
+
+        Returns
+        -------
+        FilterResult
+            With the dynamics Jacobians ``A`` (T-1, nx, nx).
+        """
         if engine == "casadi":
             return self._run_casadi(theta_vec, y, u, x0=x0, Sigma0=Sigma0, Q=Q, R=R, smooth=smooth)
         if engine != "python":
@@ -226,12 +230,12 @@ class EKF:
             self._accum[n] = self._step.mapaccum(f"ekf_{n}", n, 2, {})
         return self._accum[n]
 
-    def _run_casadi(self, theta_vec, y, u, *, x0, Sigma0, Q, R, smooth) -> EKFResult:
+    def _run_casadi(self, theta_vec, y, u, *, x0, Sigma0, Q, R, smooth) -> FilterResult:
         model = self.model
         nx, ny = model.nx, model.ny
         y, u = single_trajectory(model, y, u)
         T = y.shape[0]
-        Q, R, P0 = _cov("Q", Q, nx), _cov("R", R, ny), _cov("Sigma0", Sigma0, nx)
+        Q, R, P0 = as_cov("Q", Q, nx), as_cov("R", R, ny), as_cov("Sigma0", Sigma0, nx)
         mask = np.isfinite(y)
         Y, Mk, U, pv = np.where(mask, y, 0.0).T, mask.T.astype(float), u.T, np.asarray(theta_vec, float)
         x, P, parts = np.asarray(x0, float).reshape(nx), P0, []
@@ -248,11 +252,11 @@ class EKF:
         alpha = np.linalg.solve(L, e[:, :, None])[:, :, 0]
         loglik = (-0.5 * np.sum(alpha ** 2) - np.log(np.diagonal(L, axis1=1, axis2=2)).sum()
                   - 0.5 * mask.sum() * np.log(2 * np.pi))
-        res = EKFResult(
+        res = FilterResult(
             y_pred=yp.T, S=_blocks(S, ny, T),
             x_pred=np.vstack([np.asarray(x0, float).reshape(1, nx), xn[:-1]]),
             P_pred=np.concatenate([P0[None], Pn[:-1]]), x_filt=xf.T, P_filt=_blocks(Pf, nx, T),
             A=_blocks(A, nx, T)[:-1], loglik=float(loglik))
         if smooth:
-            rts(res)
+            rts_smoother(res)
         return res

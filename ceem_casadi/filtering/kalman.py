@@ -6,7 +6,7 @@ Model (one trajectory, t = 1..T, inputs optional)::
     y[t]   = C x[t] + D u[t] + v[t],   v ~ N(0, R)
     x[1]   ~ N(x0, Sigma0)
 
-Same conventions as :mod:`ceem_casadi.baselines.ekf`: the prior of the first step is
+Same conventions as :mod:`ceem_casadi.filtering.ekf`: the prior of the first step is
 ``x_{1|0} = x0``, ``P_{1|0} = Sigma0``; the predicted observation ``y_pred[t] = C x_{t|t-1} + D u[t]``
 and its covariance ``S[t]`` are recorded *before* the correction; NaN entries of ``y[t]``
 are skipped (only the observed rows correct the state and enter the log-likelihood);
@@ -14,46 +14,10 @@ covariances are updated in Joseph form and symmetrised.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..errors import ShapeError
-
-
-@dataclass
-class KalmanResult:
-    """Per-step outputs of one trajectory (T steps).
-
-    y_pred (T, ny), S (T, ny, ny): predicted observation and its covariance (before correction);
-    x_pred (T, nx), P_pred (T, nx, nx): ``x_{t|t-1}``, ``P_{t|t-1}``;
-    x_filt, P_filt: ``x_{t|t}``, ``P_{t|t}``; loglik: ``log p(y_{1:T})`` over the observed entries;
-    x_smooth, P_smooth: RTS smoothed means and covariances (None unless smoothed).
-    """
-
-    y_pred: np.ndarray
-    S: np.ndarray
-    x_pred: np.ndarray
-    P_pred: np.ndarray
-    x_filt: np.ndarray
-    P_filt: np.ndarray
-    loglik: float
-    x_smooth: np.ndarray | None = None
-    P_smooth: np.ndarray | None = None
-
-
-def as_cov(name: str, value, n: int) -> np.ndarray:
-    """A covariance (n, n) from a scalar (times I), an (n,) diagonal or an (n, n) matrix."""
-    a = np.asarray(value, dtype=float)
-    if a.ndim == 0:
-        a = a * np.eye(n)
-    elif a.ndim == 1:
-        if a.shape != (n,):
-            raise ShapeError(f"{name}: expected a scalar, ({n},) diagonal or ({n}, {n}) matrix, got {a.shape}")
-        a = np.diag(a)
-    if a.shape != (n, n):
-        raise ShapeError(f"{name}: expected a scalar, ({n},) diagonal or ({n}, {n}) matrix, got {a.shape}")
-    return a
+from .result import FilterResult, as_cov
 
 
 def _matrix(name: str, value, shape) -> np.ndarray:
@@ -64,17 +28,32 @@ def _matrix(name: str, value, shape) -> np.ndarray:
 
 
 def kalman_filter(A, C, Q, R, y, u=None, *, B=None, D=None, x0, Sigma0,
-                  smooth: bool = False) -> KalmanResult:
+                  smooth: bool = False) -> FilterResult:
     """Kalman filter (and optionally the RTS smoother) for one trajectory.
 
     Parameters
     ----------
-    A (nx, nx), C (ny, nx) : dynamics and observation matrices.
-    Q (nx, nx), R (ny, ny) : process / measurement noise covariances (scalars and diagonals allowed).
-    y : (T, ny) observations, NaN = missing (entry-wise).
-    u : (T, nu) inputs or None; B (nx, nu) and D (ny, nu) default to zero.
-    x0 (nx,), Sigma0 (nx, nx) : Gaussian prior of x[1].
-    smooth : also run the RTS backward pass.
+    A, C : numpy.ndarray
+        (nx, nx) dynamics and (ny, nx) observation matrices.
+    Q, R : float or numpy.ndarray
+        Process (nx, nx) and measurement (ny, ny) noise covariances (scalars and diagonals allowed).
+    y : numpy.ndarray
+        (T, ny) observations, NaN = missing (entry-wise).
+    u : numpy.ndarray, optional
+        (T, nu) inputs.
+    B, D : numpy.ndarray, optional
+        (nx, nu) and (ny, nu) input matrices (default zero).
+    x0 : numpy.ndarray
+        (nx,) prior mean of x[1].
+    Sigma0 : float or numpy.ndarray
+        Prior covariance of x[1] (scalar, diagonal or (nx, nx)).
+    smooth : bool
+        Also run the RTS backward pass.
+
+    Returns
+    -------
+    FilterResult
+        Without Jacobians (``A`` is None).
     """
     A = np.atleast_2d(np.asarray(A, float))
     nx = A.shape[0]
@@ -124,21 +103,42 @@ def kalman_filter(A, C, Q, R, y, u=None, *, B=None, D=None, x0, Sigma0,
             x = A @ x + B @ u[t]
             P = A @ P @ A.T + Q
             P = 0.5 * (P + P.T)
-    res = KalmanResult(loglik=float(loglik), **out)
+    res = FilterResult(loglik=float(loglik), **out)
     if smooth:
         rts_smoother(res, A)
     return res
 
 
-def rts_smoother(res: KalmanResult, A) -> KalmanResult:
+def rts_smoother(res: FilterResult, A=None) -> FilterResult:
     """Rauch-Tung-Striebel backward pass on a filtered result (in place; also returned).
 
-    ``A`` is the (nx, nx) dynamics matrix, or a (T-1, nx, nx) stack for a time-varying model.
     ``G_t = P_{t|t} A_t^T P_{t+1|t}^{-1}``,
     ``x_{t|T} = x_{t|t} + G_t (x_{t+1|T} - x_{t+1|t})``,
     ``P_{t|T} = P_{t|t} + G_t (P_{t+1|T} - P_{t+1|t}) G_t^T``.
+
+    Parameters
+    ----------
+    res : FilterResult
+        A filtered result of :func:`kalman_filter` or of the EKF.
+    A : numpy.ndarray, optional
+        (nx, nx) dynamics matrix, or a (T-1, nx, nx) stack for a time-varying model; None takes
+        the EKF's Jacobians ``res.A``.
+
+    Returns
+    -------
+    FilterResult
+        ``res`` with ``x_smooth`` (T, nx) and ``P_smooth`` (T, nx, nx) set.
+
+    Raises
+    ------
+    ValueError
+        ``A`` is None and ``res`` holds no Jacobians.
     """
     T = res.x_filt.shape[0]
+    if A is None:
+        if res.A is None:
+            raise ValueError("rts_smoother: give the dynamics matrix A (this result holds no Jacobians)")
+        A = res.A
     A = np.asarray(A, float)
     As = np.broadcast_to(A, (max(T - 1, 0),) + A.shape[-2:]) if A.ndim == 2 else A
     xs, Ps = res.x_filt.copy(), res.P_filt.copy()

@@ -27,7 +27,7 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
 
 from ._linalg import gram
-from .learner import stack_stages
+from .stages import stack_stages
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class JointGaussNewton:
     def _linearise(self, theta_vec, data, xs):
         m, nx, ny = self.model, self.model.nx, self.model.ny
         (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)
-        iv, iw = 1.0 / m.noise.measurement_std, 1.0 / m.noise.process_std
+        iv, iw = m.noise.inv_measurement_std, m.noise.inv_process_std
         No, Nd, npar = Xo.shape[1], X0.shape[1], m.params.size
         f = self.free
         # column-major (rows, N * cols) outputs: stage k, column j, row i at (k * cols + j) * rows + i
@@ -138,7 +138,7 @@ class JointGaussNewton:
         Dp = np.maximum(np.diag(Hpp).copy(), 1e-12 * max(1.0, np.abs(np.diag(Hpp)).max(initial=0.0)))
         S, rhs = Hpp + np.diag(mu * Dp), gp.copy()
         solved, o0, d0 = [], 0, 0
-        w1sq = None if noise.x1_std is None else 1.0 / noise.x1_std ** 2
+        w1sq = None if noise.x1_std is None else noise.inv_x1_std ** 2
         for T in self.lengths:
             so, sd = slice(o0, o0 + T), slice(d0, d0 + T - 1)
             Jo, A, Bn = Jxo[so], Jzd[sd, :, :nx], Jzd[sd, :, nx:]

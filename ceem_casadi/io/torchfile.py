@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import CeemError
+from ..errors import CeemError
 
 __all__ = ["UnsafePickleError", "TorchFileError", "load", "save"]
 

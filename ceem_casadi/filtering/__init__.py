@@ -1,0 +1,16 @@
+"""Gaussian filtering on the model and data objects of CE-EM.
+
+    EKF, ekf                        extended Kalman filter (the evaluation filter; initial states)
+    kalman_filter                   linear-Gaussian Kalman filter (the oracle the EKF is tested against)
+    rts_smoother                    Rauch-Tung-Striebel backward pass for either filter
+    FilterResult                    the per-step result of both filters
+    as_cov                          a covariance from a scalar, a diagonal or a matrix
+
+Used by the initial states of a fit (:mod:`ceem_casadi.initialise`), the metrics, the model
+files, the noise criteria and the C code generator.
+"""
+from .ekf import EKF, ekf
+from .kalman import kalman_filter, rts_smoother
+from .result import FilterResult, as_cov
+
+__all__ = ["EKF", "FilterResult", "as_cov", "ekf", "kalman_filter", "rts_smoother"]

@@ -1,0 +1,75 @@
+"""The result type shared by the Kalman filter and the EKF, and the covariance helper."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ShapeError
+
+
+@dataclass
+class FilterResult:
+    """Per-step outputs of a Kalman filter or EKF pass over one trajectory of T steps.
+
+    Attributes
+    ----------
+    y_pred : numpy.ndarray
+        (T, ny) one-step-ahead predicted observations, recorded before the correction.
+    S : numpy.ndarray
+        (T, ny, ny) covariances of ``y_pred``.
+    x_pred, P_pred : numpy.ndarray
+        (T, nx) and (T, nx, nx): ``x_{t|t-1}`` and ``P_{t|t-1}``.
+    x_filt, P_filt : numpy.ndarray
+        (T, nx) and (T, nx, nx): ``x_{t|t}`` and ``P_{t|t}``.
+    loglik : float
+        ``log p(y_{1:T})`` over the observed (non-NaN) entries.
+    A : numpy.ndarray or None
+        (T-1, nx, nx) dynamics Jacobians used in the predictions (EKF), or None (linear filter,
+        whose A is passed to :func:`~ceem_casadi.filtering.rts_smoother`).
+    x_smooth, P_smooth : numpy.ndarray or None
+        (T, nx) and (T, nx, nx) Rauch-Tung-Striebel smoothed moments, None unless smoothed.
+    """
+
+    y_pred: np.ndarray
+    S: np.ndarray
+    x_pred: np.ndarray
+    P_pred: np.ndarray
+    x_filt: np.ndarray
+    P_filt: np.ndarray
+    loglik: float
+    A: np.ndarray | None = None
+    x_smooth: np.ndarray | None = None
+    P_smooth: np.ndarray | None = None
+
+
+def as_cov(name: str, value, n: int) -> np.ndarray:
+    """A covariance matrix from a scalar, a diagonal or a full matrix.
+
+    Parameters
+    ----------
+    name : str
+        Name used in the error message (e.g. ``"Q"``).
+    value : float or array_like
+        A scalar (times the identity), an (n,) diagonal or an (n, n) matrix.
+    n : int
+        The dimension.
+
+    Returns
+    -------
+    numpy.ndarray
+        (n, n) float matrix.
+
+    Raises
+    ------
+    ShapeError
+        When ``value`` has another shape.
+    """
+    a = np.asarray(value, dtype=float)
+    if a.ndim == 0:
+        a = a * np.eye(n)
+    elif a.ndim == 1 and a.shape == (n,):
+        a = np.diag(a)
+    if a.shape != (n, n):
+        raise ShapeError(f"{name}: expected a scalar, ({n},) diagonal or ({n}, {n}) matrix, got {a.shape}")
+    return a

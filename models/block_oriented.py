@@ -1,0 +1,296 @@
+"""Block-oriented models: Wiener, Hammerstein and Wiener-Hammerstein (discrete time, SISO).
+
+Structures (u input, y output, G linear dynamic blocks, f a static nonlinearity)::
+
+    Wiener              v = G u,             y = f(v)
+    Hammerstein         w = f(u),            y = G w
+    Wiener-Hammerstein  v = G1 u,  w = f(v), y = G2 w
+
+**Linear block of order n** (prefix ``g``, ``g1`` or ``g2``): a cascade of all-pole sections,
+``n // 2`` second-order ones and, for odd n, one first-order one last, with a free output row::
+
+    section k:  s+ = [-a1 s[0] - a2 s[1] + in_k, s[0]]   (1 / (1 + a1 q^-1 + a2 q^-2))
+                (first order: s+ = -a1 s[0] + in_k);  in_1 = block input, in_(k+1) = s_k[0]
+    output:     out = num . x + d * in_1
+
+Parameters ``<g>_den`` (n,) = the sections' (a1, a2) in order (the poles of section k are the roots
+of ``z^2 + a1 z + a2``, two real poles or a complex pair) and ``<g>_num`` (n,) = the output row.
+The transfer function is any proper order-n one whose poles are the sections'; ``num`` spans every
+numerator (triangular in the section delays). Why this form: the denominator is never one
+polynomial of degree n (the raw companion form, whose root sensitivity grows like the pole
+spread to the power n); each pole pair depends on two coefficients of one quadratic only, which is
+the classical reason for cascaded second-order sections in filter design. Measured
+(``python -m scripts.block_oriented_demo``): condition number of the unit-column output-error
+Jacobian of a Wiener model at the truth, orders 3 / 4 / 6 / 8: 97 / 177 / 1.4e3 / 2.0e4 here,
+2.5e3 / 2.7e3 / 9.4e4 / 1.7e6 with one companion-form denominator. ``<g>_den`` has the box
+bounds of the stability triangle's bounding box (|a1| <= 2, |a2| <= 1; first order |a1| <= 1).
+
+**Gain ambiguity** (G1 -> a G1, f(v) -> f(v / a); f -> b f, G2 -> G2 / b): fixed by a unit
+*leading Markov coefficient* of every linear block: with ``feedthrough`` the block's direct term
+is the constant ``d = 1`` (not a parameter); without, ``d = 0`` and ``num[0] = 1`` is fixed through
+the free mask (``num[0]`` is ``C B``, the first impulse-response sample). This needs that
+coefficient to be nonzero in the true system (relative degree 0 resp. 1 for each block). The
+nonlinearity then carries the whole gain and offset, all its parameters free.
+
+**Nonlinearity** (input scaled by the constant ``scale``, e.g. the standard deviation of its
+input signal, to keep the basis well conditioned):
+``"poly"``: ``f(v) = sum_k c_k (v / scale)^k``, k = 0..degree, parameter ``f_coef`` (degree + 1,);
+``"mlp"``: ``f(v) = MLP(v / scale)``, a 1 -> hidden -> 1 tanh network (:class:`ceem_casadi.nn.MLP`,
+parameters ``f_W0, f_b0, f_W1, f_b1``; besides the gain, the usual discrete symmetries of hidden
+units remain). The MLP weights get a Gaussian prior N(0, ``mlp_prior_std``^2) (default 1, on the
+scaled input; ``None``: none): without it the Gauss-Newton Hessian of ``refine_output_error`` is
+nearly singular and IPOPT stalls on huge steps (Wiener order 3, 6 units, 1,000 samples: 500
+iterations without progress; with the prior: converged in 55 iterations to the noise level).
+
+States: Wiener / Hammerstein x = the block's n states; Wiener-Hammerstein x = (G1's n1, G2's n2).
+:func:`block_system` returns a block's (A, B, C, D) and :func:`block_poles`, :func:`block_markov`
+similarity-invariant quantities; :func:`nonlinearity` evaluates f numerically. The initialisation
+from the best linear approximation is :func:`models.block_oriented_init.bla_initialise`.
+"""
+from __future__ import annotations
+
+import casadi as ca
+import numpy as np
+
+import ceem_casadi as cc
+from ceem_casadi.nn import MLP
+
+NONLINEARITIES = ("poly", "mlp")
+
+
+# --------------------------------------------------------------------------------------------------
+# linear block: cascade of sections
+def sections(n: int) -> list[tuple[int, int]]:
+    """``(offset, order)`` of the sections of an order-n block: second order, then one first order if n is odd."""
+    out, k = [], 0
+    while n - k >= 2:
+        out.append((k, 2))
+        k += 2
+    if n - k == 1:
+        out.append((k, 1))
+    return out
+
+
+def _block_step(x, v, den, n: int) -> list:
+    """Next state entries (list of n) of the cascade for block input ``v`` (numpy or CasADi)."""
+    out, inp = [], v
+    for k, order in sections(n):
+        if order == 2:
+            out += [-den[k] * x[k] - den[k + 1] * x[k + 1] + inp, x[k]]
+        else:
+            out += [-den[k] * x[k] + inp]
+        inp = x[k]
+    return out
+
+
+def block_system(den, num, d: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """State-space matrices ``(A (n, n), B (n,), C (n,), D)`` of a block with ``<g>_den``, ``<g>_num``, ``d``."""
+    den, num = np.asarray(den, float).ravel(), np.asarray(num, float).ravel()
+    n = den.size
+    eye = np.eye(n)
+    A = np.column_stack([np.array(_block_step(eye[:, j], 0.0, den, n), float) for j in range(n)])
+    B = np.array(_block_step(np.zeros(n), 1.0, den, n), float)
+    return A, B, num.copy(), float(d)
+
+
+def _block_params(prefix: str, n: int, feedthrough: bool, den=None, num=None) -> list:
+    if n < 1:
+        raise cc.ShapeError(f"{prefix}: the block order must be >= 1, got {n}")
+    lo, hi = np.empty(n), np.empty(n)
+    for k, order in sections(n):
+        if order == 2:
+            lo[k:k + 2], hi[k:k + 2] = (-2.0, -1.0), (2.0, 1.0)
+        else:
+            lo[k], hi[k] = -1.0, 1.0
+    if den is None:                     # all poles at 0.5: (z - 0.5)^2 sections, first order z - 0.5
+        den = np.concatenate([[-1.0, 0.25] if order == 2 else [-0.5] for _, order in sections(n)])
+    if num is None:
+        num = np.zeros(n)
+        num[0] = 0.0 if feedthrough else 1.0
+    free = np.ones(n, bool)
+    if not feedthrough:
+        free[0] = False
+        num = np.array(num, float)
+        if num[0] != 1.0:
+            raise cc.ParameterError(f"{prefix}_num[0] is the fixed leading Markov coefficient 1 of a block without "
+                                    f"feedthrough, got {num[0]}; rescale the block (and the nonlinearity)")
+    for name, value in (("den", den), ("num", num)):
+        if np.shape(value) != (n,):
+            raise cc.ShapeError(f"{prefix}_{name}: expected shape ({n},) for a block of order {n}, got {np.shape(value)}")
+    return [cc.Param(f"{prefix}_den", np.asarray(den, float), lower=lo, upper=hi),
+            cc.Param(f"{prefix}_num", np.asarray(num, float), free=free)]
+
+
+def _block_output(x, v, num, n: int, d: float):
+    return sum(num[j] * x[j] for j in range(n)) + d * v
+
+
+# --------------------------------------------------------------------------------------------------
+# static nonlinearity
+def _nl_params(kind: str, degree: int, hidden: int, theta0: dict, seed: int, prior_std):
+    if kind not in NONLINEARITIES:
+        raise cc.OptionsError(f"nonlinearity must be one of {NONLINEARITIES}, got {kind!r}")
+    if kind == "poly":
+        if int(degree) != degree or degree < 1:
+            raise cc.OptionsError(f"degree must be an integer >= 1, got {degree!r}")
+        coef = np.zeros(degree + 1)
+        coef[1] = 1.0
+        return [cc.Param("f_coef", np.asarray(theta0.get("f_coef", coef), float))], None
+    if int(hidden) != hidden or hidden < 1:
+        raise cc.OptionsError(f"hidden must be an integer >= 1, got {hidden!r}")
+    if prior_std is not None and not (np.isfinite(prior_std) and prior_std > 0):
+        raise cc.OptionsError(f"mlp_prior_std must be None or a positive number, got {prior_std!r}")
+    prior = {} if prior_std is None else {"prior_mean": 0.0, "prior_std": float(prior_std)}
+    net = MLP((1, int(hidden), 1), name="f")
+    init = net.init(np.random.default_rng(seed))
+    return [cc.Param(k, np.asarray(theta0.get(k, v), float), **prior) for k, v in init.items()], net
+
+
+def _nl_expr(kind: str, net, p, v, scale: float):
+    z = v / scale
+    if kind == "poly":
+        coef = p.f_coef
+        out = coef[coef.shape[0] - 1]
+        for k in range(coef.shape[0] - 2, -1, -1):      # Horner
+            out = out * z + coef[k]
+        return out
+    return net(p, z)
+
+
+def nonlinearity(theta: dict, v, *, scale: float = 1.0) -> np.ndarray:
+    """f(v) (same shape as ``v``) of a model's ``theta`` (``"poly"`` or ``"mlp"``, detected from the names)."""
+    v = np.asarray(v, float)
+    z = v / scale
+    if "f_coef" in theta:
+        return np.polynomial.polynomial.polyval(z, np.asarray(theta["f_coef"], float))
+    hidden = np.asarray(theta["f_W0"]).shape[0]
+    out = MLP((1, hidden, 1), name="f")(theta, z.reshape(1, -1))
+    return np.asarray(out, float).reshape(v.shape)
+
+
+# --------------------------------------------------------------------------------------------------
+# factories
+def _model(step, observe, nx, params, name, process_std, measurement_std, dt):
+    return cc.StateSpaceModel.from_discrete(step, observe, nx=nx, nu=1, params=cc.Parameters(*params), dt=dt,
+                                            process_std=process_std, measurement_std=measurement_std, name=name)
+
+
+def wiener(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "poly", degree: int = 3,
+           hidden: int = 8, scale: float = 1.0, theta0: dict | None = None, seed: int = 0,
+           mlp_prior_std: float | None = 1.0, process_std=1e-3, measurement_std=1e-2,
+           dt: float | None = None) -> cc.StateSpaceModel:
+    """Wiener model ``y = f(G u)``: G of order ``n`` (parameters ``g_den``, ``g_num``), f ``"poly"``
+    (``f_coef``) or ``"mlp"`` (``f_W0, f_b0, f_W1, f_b1``; Glorot weights from ``seed``).
+
+    ``feedthrough``: G has a direct term, fixed to 1 (else ``g_num[0] = 1`` is fixed): the gain
+    ambiguity (module docstring). ``theta0`` overrides initial values by name (defaults: poles at
+    0.5, unit leading Markov coefficient, f(v) = v). ``scale`` (constant) divides f's input.
+    ``mlp_prior_std``: std of the N(0, s^2) prior on the MLP weights (``None``: no prior).
+    Noise levels go to :class:`~ceem_casadi.StateSpaceModel`; ``dt`` (s) is informative only.
+    """
+    t0 = dict(theta0 or {})
+    fp, net = _nl_params(nonlinearity, degree, hidden, t0, seed, mlp_prior_std)
+    params = _block_params("g", n, feedthrough, t0.get("g_den"), t0.get("g_num")) + fp
+    d = 1.0 if feedthrough else 0.0
+
+    def step(x, u, p):
+        return ca.vertcat(*_block_step(x, u[0], p.g_den, n))
+
+    def observe(x, u, p):
+        return _nl_expr(nonlinearity, net, p, _block_output(x, u[0], p.g_num, n, d), scale)
+
+    return _model(step, observe, n, params, f"wiener_{n}_{nonlinearity}", process_std, measurement_std, dt)
+
+
+def hammerstein(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "poly", degree: int = 3,
+                hidden: int = 8, scale: float = 1.0, theta0: dict | None = None, seed: int = 0,
+                mlp_prior_std: float | None = 1.0, process_std=1e-3, measurement_std=1e-2,
+                dt: float | None = None) -> cc.StateSpaceModel:
+    """Hammerstein model ``y = G f(u)``; parameters and options as in :func:`wiener`."""
+    t0 = dict(theta0 or {})
+    fp, net = _nl_params(nonlinearity, degree, hidden, t0, seed, mlp_prior_std)
+    params = _block_params("g", n, feedthrough, t0.get("g_den"), t0.get("g_num")) + fp
+    d = 1.0 if feedthrough else 0.0
+
+    def step(x, u, p):
+        return ca.vertcat(*_block_step(x, _nl_expr(nonlinearity, net, p, u[0], scale), p.g_den, n))
+
+    def observe(x, u, p):
+        return _block_output(x, _nl_expr(nonlinearity, net, p, u[0], scale), p.g_num, n, d)
+
+    return _model(step, observe, n, params, f"hammerstein_{n}_{nonlinearity}", process_std, measurement_std, dt)
+
+
+def wiener_hammerstein(n1: int = 2, n2: int = 2, *, feedthrough: tuple = (False, True), nonlinearity: str = "poly",
+                       degree: int = 3, hidden: int = 8, scale: float = 1.0, theta0: dict | None = None,
+                       seed: int = 0, mlp_prior_std: float | None = 1.0, process_std=1e-3,
+                       measurement_std=1e-2, dt: float | None = None) -> cc.StateSpaceModel:
+    """Wiener-Hammerstein model ``y = G2 f(G1 u)``: G1 of order ``n1`` (``g1_den``, ``g1_num``), G2 of
+    order ``n2`` (``g2_den``, ``g2_num``), f as in :func:`wiener`; states (G1's n1, G2's n2).
+
+    ``feedthrough = (G1, G2)``: which blocks have a direct term (fixed to 1; otherwise their
+    ``num[0] = 1`` is fixed). The default (False, True) makes y[t] depend on u[t-1] and earlier, as
+    a sampled continuous system with a hold. Other options as in :func:`wiener`.
+
+    Example::
+
+        model = wiener_hammerstein(3, 3, degree=3)
+        y = cc.simulate_output(model, theta, u, np.zeros(model.nx))
+    """
+    if len(tuple(feedthrough)) != 2:
+        raise cc.ShapeError(f"feedthrough: expected a pair (G1, G2) of bools, got {feedthrough!r}")
+    f1, f2 = (bool(b) for b in feedthrough)
+    t0 = dict(theta0 or {})
+    fp, net = _nl_params(nonlinearity, degree, hidden, t0, seed, mlp_prior_std)
+    params = (_block_params("g1", n1, f1, t0.get("g1_den"), t0.get("g1_num"))
+              + _block_params("g2", n2, f2, t0.get("g2_den"), t0.get("g2_num")) + fp)
+    d1, d2 = float(f1), float(f2)
+
+    def middle(x, u, p):
+        v = _block_output(x[:n1], u[0], p.g1_num, n1, d1)
+        return _nl_expr(nonlinearity, net, p, v, scale)
+
+    def step(x, u, p):
+        w = middle(x, u, p)
+        return ca.vertcat(*_block_step(x[:n1], u[0], p.g1_den, n1), *_block_step(x[n1:], w, p.g2_den, n2))
+
+    def observe(x, u, p):
+        return _block_output(x[n1:], middle(x, u, p), p.g2_num, n2, d2)
+
+    return _model(step, observe, n1 + n2, params, f"wh_{n1}_{n2}_{nonlinearity}", process_std, measurement_std, dt)
+
+
+# --------------------------------------------------------------------------------------------------
+# similarity-invariant views of a theta
+def _prefixes(theta: dict) -> list[str]:
+    return [p for p in ("g", "g1", "g2") if f"{p}_den" in theta]
+
+
+def block_poles(theta: dict, block: str = "g") -> np.ndarray:
+    """Poles (n,) complex of block ``block`` (``"g"``, ``"g1"`` or ``"g2"``), sorted by angle then modulus."""
+    den = np.asarray(theta[f"{block}_den"], float)
+    poles = []
+    for k, order in sections(den.size):
+        poles += list(np.roots([1.0, den[k], den[k + 1]]) if order == 2 else [-den[k]])
+    poles = np.asarray(poles, complex)
+    return poles[np.lexsort((np.abs(poles), np.round(np.angle(poles), 9)))]
+
+
+def block_markov(theta: dict, block: str = "g", feedthrough: bool = False, K: int = 30) -> np.ndarray:
+    """Impulse response ``[D, CB, CAB, ..., C A^(K-1) B]`` (K + 1,) of a block (invariant to its realisation)."""
+    A, B, C, D = block_system(theta[f"{block}_den"], theta[f"{block}_num"], float(feedthrough))
+    out, x = [D], B
+    for _ in range(K):
+        out.append(float(C @ x))
+        x = A @ x
+    return np.asarray(out)
+
+
+def simulate(model, theta: dict, u, *, noise_std: float = 0.0, seed=0, x0=None) -> cc.Trajectories:
+    """Noise-free run of a block model from ``x0`` (default zero) plus white output noise of std
+    ``noise_std`` (seeded): ``Trajectories`` with y (T, 1) for ``u`` (T,) or (T, 1)."""
+    u = np.asarray(u, float).reshape(-1, 1)
+    x0 = np.zeros(model.nx) if x0 is None else np.asarray(x0, float)
+    y = np.asarray(cc.simulate_output(model, theta, u, x0), float)
+    rng = np.random.default_rng(seed)
+    return cc.Trajectories([y + noise_std * rng.standard_normal(y.shape)], [u])
