@@ -30,7 +30,11 @@ from pathlib import Path
 import casadi as ca
 
 log = logging.getLogger(__name__)
-COMPILE_FLAGS = ("-O1", "-fPIC", "-fno-math-errno")
+COMPILE_FLAGS = ("-O1", "-fPIC", "-fno-math-errno")  # the first is the optimisation level, see opt_level
+# gcc -O1 time grows super-linearly in the program length: six coupled Lorenz, dyn_p_jac (67k SX
+# instructions) 35 s of gcc CPU at -O1, 3.6 s at -O0, and -O0 code ran 1.5-1.8x slower
+# (dyn_x_hess, dyn_p_jac): programs longer than this are compiled at -O0
+O1_MAX_INSTRUCTIONS = 60_000
 LINK_FLAGS = ("-shared",)
 FLAGS = COMPILE_FLAGS + LINK_FLAGS  # recorded with every library (a change rebuilds the cache)
 
@@ -117,6 +121,12 @@ def _run_all(cmds: list[list[str]], jobs: int, timeout_s: float, name: str) -> N
                 proc.communicate()
 
 
+def opt_level(f: ca.Function) -> str:
+    """``-O1`` for stage programs up to ``O1_MAX_INSTRUCTIONS`` SX instructions, ``-O0`` above."""
+    n = f.n_instructions() if f.is_a("SXFunction") else 0
+    return COMPILE_FLAGS[0] if n <= O1_MAX_INSTRUCTIONS else "-O0"
+
+
 def compile_jobs() -> int:
     """Parallel compiler processes: ``$CEEM_COMPILE_JOBS``, else the number of CPUs."""
     env = os.environ.get("CEEM_COMPILE_JOBS")
@@ -136,13 +146,15 @@ def compile_functions(functions: list[ca.Function], name: str = "ceem_stages",
 
     Each Function is generated into its own C file and compiled to an object file, up to
     ``jobs`` (default :func:`compile_jobs`) compilers at a time, then linked into one library:
-    gcc's time is dominated by the longest Function instead of the sum (six coupled Lorenz,
-    smoother stage Functions: see ``docs/scaling_records.md``)."""
+    gcc's time is dominated by the longest Function instead of the sum; programs longer than
+    ``O1_MAX_INSTRUCTIONS`` are compiled at ``-O0`` (:func:`opt_level`). Six coupled Lorenz:
+    see ``docs/scaling_records.md``."""
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc) to compile stage functions")
     sources = [_source([f], f"{name}_{i}") for i, f in enumerate(functions)]
-    key = hashlib.sha256(("\n".join(sources) + cc + compiler_version(cc) + " ".join(FLAGS)
+    levels = [opt_level(f) for f in functions]
+    key = hashlib.sha256(("\n".join(sources) + " ".join(levels) + cc + compiler_version(cc) + " ".join(FLAGS)
                           + ca.__version__).encode()).hexdigest()[:24]
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
@@ -158,7 +170,7 @@ def compile_functions(functions: list[ca.Function], name: str = "ceem_stages",
                 c_file, o_file = Path(tmp) / f"{name}_{i}.c", Path(tmp) / f"{name}_{i}.o"
                 c_file.write_text(sources[i])
                 objects.append(str(o_file))
-                cmds.append([cc, *COMPILE_FLAGS, "-c", str(c_file), "-o", str(o_file)])
+                cmds.append([cc, levels[i], *COMPILE_FLAGS[1:], "-c", str(c_file), "-o", str(o_file)])
             log.info("compiling %d stage functions (%d bytes of C, %d jobs): %s", len(functions),
                      sum(map(len, sources)), jobs or compile_jobs(), " ".join(cmds[0]))
             _run_all(cmds, jobs or compile_jobs(), timeout_s, name)

@@ -9,9 +9,10 @@ variant, and reports per variant the wall time of the build, the CPU seconds of 
 flag set). Then a second build in the same cache (``cached_s``: loaded, not compiled).
 
 Variants: ``jobs`` parallel compilers (1 = one after the other, as before issue 17) and the
-optimisation flag (``-O1`` the library's default, ``-O0``).
+optimisation flag: ``auto`` (the library's policy: ``-O1``, ``-O0`` for programs over
+``O1_MAX_INSTRUCTIONS``), ``-O1`` for all (as before issue 17) or ``-O0`` for all.
 
-    python -m scripts.bench_first_build [--variants 1:-O1,2:-O1,2:-O0] [--json PATH|-]
+    python -m scripts.bench_first_build [--variants 2:auto,1:-O1,2:-O1,2:-O0] [--json PATH|-]
 
 Timings on a shared machine are noisy: compare variants of the same run; gcc's CPU seconds are
 less sensitive to the load than its wall time.
@@ -58,8 +59,9 @@ def child(opt: str) -> dict:
     from ceem_casadi.stages import StageFunctions
     from models import lorenz
 
-    cmp.COMPILE_FLAGS = (opt, *cmp.COMPILE_FLAGS[1:])
-    cmp.FLAGS = cmp.COMPILE_FLAGS + cmp.LINK_FLAGS
+    if opt != "auto":  # one level for every Function instead of the library's opt_level policy
+        cmp.COMPILE_FLAGS = (opt, *cmp.COMPILE_FLAGS[1:])
+        cmp.O1_MAX_INSTRUCTIONS = 10**12
     truth, C = lorenz.coupled_truth(6, seed=0)
     model = lorenz.coupled_lorenz(6, C, process_std=1e-3)
     st = StageFunctions(model, "gauss-newton", compile=True)
@@ -105,7 +107,7 @@ def run_variant(jobs: int, opt: str) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variants", default="1:-O1,2:-O1,2:-O0", help="jobs:flag,...")
+    ap.add_argument("--variants", default="2:auto,1:-O1,2:-O1,2:-O0", help="jobs:flag,...")
     ap.add_argument("--json", default=None)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
