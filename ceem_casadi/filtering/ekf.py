@@ -238,25 +238,26 @@ class EKF:
         Q, R, P0 = as_cov("Q", Q, nx), as_cov("R", R, ny), as_cov("Sigma0", Sigma0, nx)
         mask = np.isfinite(y)
         Y, Mk, U, pv = np.where(mask, y, 0.0).T, mask.T.astype(float), u.T, np.asarray(theta_vec, float)
-        x, P, parts = np.asarray(x0, float).reshape(nx), P0, []
+        x, P = np.asarray(x0, float).reshape(nx), P0
+        # results written in place chunk by chunk (no stacked copies: T = 10^6 x 6 states)
+        out = dict(x_pred=np.empty((T, nx)), P_pred=np.empty((T, nx, nx)), y_pred=np.empty((T, ny)),
+                   S=np.empty((T, ny, ny)), x_filt=np.empty((T, nx)), P_filt=np.empty((T, nx, nx)),
+                   A=np.empty((T, nx, nx)))
+        loglik = -0.5 * mask.sum() * np.log(2 * np.pi)
         for s in range(0, T, self.chunk):
-            e = min(s + self.chunk, T)
-            out = [np.asarray(o) for o in self._accumulator(e - s)(x, P, Y[:, s:e], Mk[:, s:e], U[:, s:e], pv, Q, R)]
-            x, P = out[0][:, -1], out[1][:, -nx:]
-            parts.append(out)
-        xn, Pn, yp, S, xf, Pf, A, Sm, e = (np.hstack(o) for o in zip(*parts))
-        del parts
-        xn, Pn = xn.T, _blocks(Pn, nx, T)
-        Sm, e = _blocks(Sm, ny, T), e.T
-        L = np.linalg.cholesky(Sm)
-        alpha = np.linalg.solve(L, e[:, :, None])[:, :, 0]
-        loglik = (-0.5 * np.sum(alpha ** 2) - np.log(np.diagonal(L, axis1=1, axis2=2)).sum()
-                  - 0.5 * mask.sum() * np.log(2 * np.pi))
-        res = FilterResult(
-            y_pred=yp.T, S=_blocks(S, ny, T),
-            x_pred=np.vstack([np.asarray(x0, float).reshape(1, nx), xn[:-1]]),
-            P_pred=np.concatenate([P0[None], Pn[:-1]]), x_filt=xf.T, P_filt=_blocks(Pf, nx, T),
-            A=_blocks(A, nx, T)[:-1], loglik=float(loglik))
+            e, n = min(s + self.chunk, T), min(self.chunk, T - s)
+            xn, Pn, yp, S, xf, Pf, A, Sm, r = (np.asarray(o) for o in self._accumulator(n)(
+                x, P, Y[:, s:e], Mk[:, s:e], U[:, s:e], pv, Q, R))
+            out["x_pred"][s], out["P_pred"][s] = x, P
+            out["x_pred"][s + 1:e], out["P_pred"][s + 1:e] = xn[:, :-1].T, _blocks(Pn, nx, n)[:-1]
+            out["y_pred"][s:e], out["S"][s:e], out["x_filt"][s:e] = yp.T, _blocks(S, ny, n), xf.T
+            out["P_filt"][s:e], out["A"][s:e] = _blocks(Pf, nx, n), _blocks(A, nx, n)
+            x, P = xn[:, -1], _blocks(Pn, nx, n)[-1]
+            L = np.linalg.cholesky(_blocks(Sm, ny, n))
+            alpha = np.linalg.solve(L, r.T[:, :, None])[:, :, 0]
+            loglik += -0.5 * np.sum(alpha ** 2) - np.log(np.diagonal(L, axis1=1, axis2=2)).sum()
+        out["A"] = out["A"][:-1]
+        res = FilterResult(loglik=float(loglik), **out)
         if smooth:
             rts_smoother(res)
         return res
