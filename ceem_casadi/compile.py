@@ -2,7 +2,8 @@
 
 The stage Functions of a model (one time step's cost, gradient, Hessian or Jacobian) are
 short straight-line SX programs; compiled with ``gcc -O1`` they run ~10x faster than CasADi's
-virtual machine (see ``CASADI_NOTES.md``). All Functions of one model go into one C file; the
+virtual machine (see ``CASADI_NOTES.md``). Each Function of a group goes into its own C file,
+compiled in parallel processes (:func:`compile_jobs`) and linked into one library; the
 library is cached under ``$CEEM_CACHE`` (default ``~/.cache/ceem_casadi``) keyed by the SHA-256
 of the generated source, the compiler and its version, the flags and the CasADi version, so the
 compile cost is paid once per model. Next to each library ``<name>.so`` a record ``<name>.json``
@@ -23,12 +24,19 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import casadi as ca
 
 log = logging.getLogger(__name__)
-FLAGS = ("-O1", "-fPIC", "-shared", "-fno-math-errno")
+COMPILE_FLAGS = ("-O1", "-fPIC", "-fno-math-errno")  # the first is the optimisation level, see opt_level
+# gcc -O1 time grows super-linearly in the program length: six coupled Lorenz, dyn_p_jac (67k SX
+# instructions) 35 s of gcc CPU at -O1, 3.6 s at -O0, and -O0 code ran 1.5-1.8x slower
+# (dyn_x_hess, dyn_p_jac): programs longer than this are compiled at -O0
+O1_MAX_INSTRUCTIONS = 60_000
+LINK_FLAGS = ("-shared",)
+FLAGS = COMPILE_FLAGS + LINK_FLAGS  # recorded with every library (a change rebuilds the cache)
 
 
 def cache_dir() -> Path:
@@ -88,16 +96,66 @@ def verified(lib: Path, cc: str) -> str | None:
     return None
 
 
+def _run_all(cmds: list[list[str]], jobs: int, timeout_s: float, name: str) -> None:
+    """Run the commands, at most ``jobs`` at a time, each in its own process group (a timeout
+    also ends cc1); raise ``RuntimeError`` on failure or when all together exceed ``timeout_s``."""
+    t_end = time.monotonic() + timeout_s
+    pending, running = list(cmds), []
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                running.append(subprocess.Popen(pending.pop(0), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                start_new_session=True))
+            proc = running[0]
+            try:
+                _, err = proc.communicate(timeout=max(t_end - time.monotonic(), 0.001))
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"compiling {name} took longer than {timeout_s} s") from None
+            running.pop(0)
+            if proc.returncode != 0:
+                raise RuntimeError(f"compiling {name} failed: {err.decode(errors='replace')[-2000:]}")
+    finally:
+        for proc in running:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.communicate()
+
+
+def opt_level(f: ca.Function) -> str:
+    """``-O1`` for stage programs up to ``O1_MAX_INSTRUCTIONS`` SX instructions, ``-O0`` above."""
+    n = f.n_instructions() if f.is_a("SXFunction") else 0
+    return COMPILE_FLAGS[0] if n <= O1_MAX_INSTRUCTIONS else "-O0"
+
+
+def compile_jobs() -> int:
+    """Parallel compiler processes: ``$CEEM_COMPILE_JOBS``, else the number of CPUs."""
+    env = os.environ.get("CEEM_COMPILE_JOBS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise ValueError(f"CEEM_COMPILE_JOBS must be a positive integer, got {env!r}") from None
+    return max(1, os.cpu_count() or 1)
+
+
 def compile_functions(functions: list[ca.Function], name: str = "ceem_stages",
-                      timeout_s: float = 600.0) -> list[ca.Function]:
+                      timeout_s: float = 600.0, jobs: int | None = None) -> list[ca.Function]:
     """Compiled versions of ``functions`` (same names, inputs and outputs), from the cache when
     the same source was compiled before. Raises ``RuntimeError`` when no compiler is found or
-    compilation fails (the caller may fall back to the uncompiled Functions)."""
+    compilation fails (the caller may fall back to the uncompiled Functions).
+
+    Each Function is generated into its own C file and compiled to an object file, up to
+    ``jobs`` (default :func:`compile_jobs`) compilers at a time, then linked into one library:
+    gcc's time is dominated by the longest Function instead of the sum; programs longer than
+    ``O1_MAX_INSTRUCTIONS`` are compiled at ``-O0`` (:func:`opt_level`). Six coupled Lorenz:
+    see ``docs/scaling_records.md``."""
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc) to compile stage functions")
-    src = _source(functions, name)
-    key = hashlib.sha256((src + cc + compiler_version(cc) + " ".join(FLAGS) + ca.__version__).encode()).hexdigest()[:24]
+    sources = [_source([f], f"{name}_{i}") for i, f in enumerate(functions)]
+    levels = [opt_level(f) for f in functions]
+    key = hashlib.sha256(("\n".join(sources) + " ".join(levels) + cc + compiler_version(cc) + " ".join(FLAGS)
+                          + ca.__version__).encode()).hexdigest()[:24]
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     lib = folder / f"{name}_{key}.so"
@@ -106,20 +164,17 @@ def compile_functions(functions: list[ca.Function], name: str = "ceem_stages",
         log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
     if not lib.exists() or problem is not None:
         with tempfile.TemporaryDirectory(dir=folder) as tmp:
-            c_file, so_tmp = Path(tmp) / f"{name}.c", Path(tmp) / "lib.so"
-            c_file.write_text(src)
-            cmd = [cc, *FLAGS, str(c_file), "-o", str(so_tmp), "-lm"]
-            log.info("compiling %d stage functions (%d bytes of C): %s", len(functions), len(src), " ".join(cmd))
-            # own process group, so that a timeout also ends cc1
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-            try:
-                _, err = proc.communicate(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                proc.communicate()
-                raise RuntimeError(f"compiling {name} took longer than {timeout_s} s") from None
-            if proc.returncode != 0:
-                raise RuntimeError(f"compiling {name} failed: {err.decode(errors='replace')[-2000:]}")
+            so_tmp, objects, cmds = Path(tmp) / "lib.so", [], []
+            # biggest first: with fewer compilers than files the longest one starts at once
+            for i in sorted(range(len(sources)), key=lambda i: -len(sources[i])):
+                c_file, o_file = Path(tmp) / f"{name}_{i}.c", Path(tmp) / f"{name}_{i}.o"
+                c_file.write_text(sources[i])
+                objects.append(str(o_file))
+                cmds.append([cc, levels[i], *COMPILE_FLAGS[1:], "-c", str(c_file), "-o", str(o_file)])
+            log.info("compiling %d stage functions (%d bytes of C, %d jobs): %s", len(functions),
+                     sum(map(len, sources)), jobs or compile_jobs(), " ".join(cmds[0]))
+            _run_all(cmds, jobs or compile_jobs(), timeout_s, name)
+            _run_all([[cc, *LINK_FLAGS, *objects, "-o", str(so_tmp), "-lm"]], 1, timeout_s, name)
             rec_tmp = Path(tmp) / "lib.json"
             rec_tmp.write_text(json.dumps({**_record(cc), "sha256": _file_sha256(so_tmp)}))
             os.replace(rec_tmp, lib.with_suffix(".json"))

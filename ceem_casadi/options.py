@@ -45,6 +45,9 @@ class SmootherOptions:
     compile : bool, optional
         Compile the stage Functions to native code (cached on disk); ``None`` = when a C
         compiler exists and the stage programs are long enough to pay off.
+    chunk : int, optional
+        Evaluate cost, gradient and Hessian in chunks of this many time steps (memory of long
+        records, same numbers); ``None`` = chunks of 2,000 from T = 20,000 on, 0 = never.
 
     Raises
     ------
@@ -59,8 +62,11 @@ class SmootherOptions:
     x_lower: object = None
     x_upper: object = None
     compile: bool | None = None
+    chunk: int | None = None
 
     def __post_init__(self):
+        _require(self.chunk is None or (isinstance(self.chunk, int) and not isinstance(self.chunk, bool)
+                                        and self.chunk >= 0), f"chunk must be None or an int >= 0, got {self.chunk!r}")
         _require(self.rho_x >= 0, f"rho_x must be >= 0, got {self.rho_x}")
         _require(self.hessian in HESSIANS, f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
         _require(self.max_iter > 0 and self.tol > 0, "max_iter and tol must be positive")
@@ -240,8 +246,9 @@ class CEEMOptions:
 
 
 _KINDS = {"max_iters": "int", "n_jobs": "int", "max_iter": "int", "blas_threads": "int?", "tol": "float",
-          "rho_x": "float", "rho_theta": "float", "hessian": "str", "acceleration": "str", "joint_hessian": "str", "use_prior": "bool",
-          "raise_on_failure": "bool", "compile": "bool?", "x_lower": "bound", "x_upper": "bound"}
+          "rho_x": "float", "rho_theta": "float", "hessian": "str", "acceleration": "str", "joint_hessian": "str",
+          "use_prior": "bool", "raise_on_failure": "bool", "compile": "bool?", "chunk": "int?", "x_lower": "bound",
+          "x_upper": "bound"}
 _EXPECT = {"int": "an integer", "int?": "an integer", "float": "a finite number", "str": "a string",
            "bool": "true or false", "bool?": "true or false", "bound": "a number or a list of numbers"}
 

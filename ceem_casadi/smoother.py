@@ -7,8 +7,8 @@ For one trajectory of length T, with X = [x_1 ... x_T] (nx, T), the NLP is
 
 (see :mod:`ceem_casadi.stages`). Its Hessian is block tridiagonal with (nx, nx) blocks. The
 stage Functions give dense stage gradients and Hessians, mapped over time; the Hessian's
-upper triangle is assembled from them by a constant index gather, so building the solver
-does not depend on T and IPOPT (MUMPS) factorises a banded matrix with O(nx^2 T) nonzeros.
+upper triangle's nonzeros are the outputs of a small mapped Function of consecutive stage
+Hessians (:func:`band_column_functions`), so building the solver does not depend on T and IPOPT (MUMPS) factorises a banded matrix with O(nx^2 T) nonzeros.
 
 One :class:`TrajectorySmoother` is built per trajectory length and reused across EM
 iterations; theta, the data and X_prev are NLP parameters.
@@ -24,6 +24,7 @@ import numpy as np
 from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
 from .objective import log_normalisers
 from .options import SmootherOptions
+from .smoother_chunks import chunked_terms
 from .stages import StageFunctions
 
 
@@ -55,46 +56,56 @@ class SmoothResult:
     wall_s: float
 
 
-def block_tridiagonal_gather(nx: int, T: int):
-    """Sparsity of the upper triangle of a block-tridiagonal (nx*T)^2 matrix and the gather
-    indices that assemble its nonzeros from the stacked stage Hessians.
+def block_tridiagonal_upper(nx: int, T: int) -> ca.Sparsity:
+    """Sparsity of the upper triangle of a block-tridiagonal (nx*T)^2 matrix with (nx, nx) blocks.
 
-    The stacked vector is ``[vec(H_obs) ; vec(H_dyn) ; 0]`` with ``H_obs`` (nx, nx*T) and
-    ``H_dyn`` (2nx, 2nx*(T-1)) (column-major ``vec``). Returns ``(sparsity, idx)`` where
-    ``idx`` (3, nnz) holds for every nonzero the positions of its (up to three) summands;
-    absent summands point to the final zero.
+    Column ``c = t*nx + j`` holds the nx rows of block row t-1 (if t > 0), then rows
+    ``t*nx .. t*nx + j`` of its own block: the order in which :func:`band_column_functions`
+    emits the nonzeros. Built by CasADi's ``kron`` in C++ (from Python index arrays it took 14 s
+    and ~170 MB of lists at T = 10^5).
     """
-    n, N = nx, nx * T
-    off_d = n * n * T
-    zero = off_d + 4 * n * n * (T - 1)
-    c = np.arange(N)
-    bc, j = c // n, c % n
-    # rows per column: n rows of the block above (if any), then rows 0..j of the own block
-    n_above = np.where(bc > 0, n, 0)
-    counts = n_above + j + 1
-    colind = np.concatenate([[0], np.cumsum(counts)])
-    col_of = np.repeat(c, counts)
-    k_in_col = np.arange(colind[-1]) - colind[col_of]
-    bcol, jcol = bc[col_of], j[col_of]
-    above = k_in_col < n_above[col_of]
-    i = np.where(above, k_in_col, k_in_col - n_above[col_of])  # row within its block
-    rows = np.where(above, (bcol - 1) * n + i, bcol * n + i)
-    two = 2 * n
-    idx = np.full((3, rows.size), zero, dtype=np.int64)
-    # off-diagonal block (bc-1, bc): dynamics stage s = bc-1, local (a, b) = (i, n + j)
-    s = bcol - 1
-    idx[0] = np.where(above, off_d + (s * two + n + jcol) * two + i, idx[0])
-    diag = ~above
-    # diagonal block: observation stage bc
-    idx[0] = np.where(diag, (bcol * n + jcol) * n + i, idx[0])
-    # diagonal block: dynamics stage bc (first half), if bc < T-1
-    ok = diag & (bcol < T - 1)
-    idx[1] = np.where(ok, off_d + (bcol * two + jcol) * two + i, idx[1])
-    # diagonal block: dynamics stage bc-1 (second half), if bc > 0
-    ok = diag & (bcol > 0)
-    idx[2] = np.where(ok, off_d + (s * two + n + jcol) * two + n + i, idx[2])
-    sp = ca.Sparsity(N, N, colind.tolist(), rows.tolist())
-    return sp, idx
+    if T == 1:
+        return ca.Sparsity.upper(nx)
+    diag = ca.kron(ca.DM(ca.Sparsity.diag(T), 1), ca.DM(ca.Sparsity.upper(nx), 1)).sparsity()
+    above = ca.kron(ca.DM(ca.Sparsity.band(T, -1), 1), ca.DM(ca.Sparsity.dense(nx, nx), 1)).sparsity()
+    return diag.unite(above)
+
+
+def band_column_functions(nx: int) -> tuple[ca.Function, ca.Function]:
+    """SX Functions giving the nonzeros of one block column of the upper triangle of the
+    smoothing Hessian, in the column-major order of :func:`block_tridiagonal_upper`.
+
+    ``first(ho, hd_next, d)`` for block column 0 and ``column(ho, hd_prev, hd_next, d)`` for
+    t > 0, with ``ho`` (nx, nx) the observation stage Hessian at t, ``hd_prev`` / ``hd_next``
+    (2nx, 2nx) the dynamics stage Hessians of (x_{t-1}, x_t) and (x_t, x_{t+1}) (zero at the
+    end) and ``d`` (nx,) added to the diagonal. The diagonal block is
+    ``ho + hd_next[:nx, :nx] + hd_prev[nx:, nx:] + diag(d)``, the block above it
+    ``hd_prev[:nx, nx:]``: only upper triangles are read (the stage Functions compute no
+    more, ``*_x_hess_triu``). Mapped over time, the outputs stacked column by column ARE the
+    Hessian's nonzeros: no index vector of size nnz is stored (it was 3 x nnz int64, plus
+    Python lists of it while building: +330 MB at T = 10^5).
+    """
+    n = nx
+    ho, d = ca.SX.sym("ho", n, n), ca.SX.sym("d", n)
+    hp, hn = ca.SX.sym("hd_prev", 2 * n, 2 * n), ca.SX.sym("hd_next", 2 * n, 2 * n)
+    D = ho + hn[:n, :n] + hp[n:, n:] + ca.diag(d)
+    above = hp[:n, n:]
+    col = [e for j in range(n) for e in [above[i, j] for i in range(n)] + [D[i, j] for i in range(j + 1)]]
+    D0 = ho + hn[:n, :n] + ca.diag(d)
+    first = ca.Function("band_first", [ho, hn, d], [ca.vertcat(*[D0[i, j] for j in range(n) for i in range(j + 1)])])
+    return first, ca.Function("band_column", [ho, hp, hn, d], [ca.vertcat(*col)])
+
+
+# chunked evaluation (:mod:`ceem_casadi.smoother_chunks`) from this many steps on, in chunks of
+CHUNK_FROM, CHUNK_LENGTH = 20_000, 2_000
+
+
+def chunk_length(option, T: int) -> int:
+    """Chunk length for ``SmootherOptions.chunk`` (None: auto, 0: never, else steps) at length T;
+    0 = not chunked."""
+    if option is None:
+        return CHUNK_LENGTH if T >= CHUNK_FROM else 0
+    return min(int(option), T) if option and T > 1 else 0
 
 
 class TrajectorySmoother:
@@ -124,26 +135,44 @@ class TrajectorySmoother:
 
         obs_args, dyn_args = [X, U, Y, M, p, iv], [X0, X1, U0, p, iw]
         obs_cost, dyn_cost, obs_grad, dyn_grad, obs_hess, dyn_hess = stages.get(
-            "obs_cost", "dyn_cost", "obs_x_grad", "dyn_x_grad", "obs_x_hess", "dyn_x_hess")
+            "obs_cost", "dyn_cost", "obs_x_grad", "dyn_x_grad", "obs_x_hess_triu", "dyn_x_hess_triu")
         dx1 = X[:, 0] - mu1
         regulariser = rho * ca.sumsqr(X - Xprev) + 0.5 * ca.sumsqr(w1 * dx1)
-        cost = ca.sum2(obs_cost.map(T)(*obs_args)) + ca.sum2(dyn_cost.map(T - 1)(*dyn_args)) + regulariser
-        # the NLP's own objective expression must be differentiable by CasADi (it builds, but
-        # never calls, derivative Functions of it): use the SX stage costs there
-        cost_sx = (ca.sum2(stages.obs_cost.map(T)(*obs_args)) + ca.sum2(stages.dyn_cost.map(T - 1)(*dyn_args))
-                   + regulariser)
-        _, go = obs_grad.map(T)(*obs_args)
-        _, gd = dyn_grad.map(T - 1)(*dyn_args)
-        zcol = ca.MX(nx, 1)
-        G = (go + ca.horzcat(gd[:nx, :], zcol) + ca.horzcat(zcol, gd[nx:, :]) + 2 * rho * (X - Xprev)
-             + ca.horzcat(w1 ** 2 * dx1, ca.MX(nx, T - 1)))
-        ho = obs_hess.map(T)(*obs_args)
-        hd = dyn_hess.map(T - 1)(*dyn_args)
-        sp, idx = block_tridiagonal_gather(nx, T)
-        v = ca.vertcat(ca.vec(ho), ca.vec(hd), 0)
-        nz = v[idx[0].tolist()] + v[idx[1].tolist()] + v[idx[2].tolist()]
-        diag = 2 * rho + ca.vertcat(w1 ** 2, ca.MX(nx * (T - 1), 1))
-        H = ca.MX(sp, nz) + ca.diag(diag)
+        # costs: summed by the map itself, with p, iv, iw shared (not repeated T times); for the
+        # gradient and Hessian maps that layout needed MORE work memory (T = 10^4: 301 vs 216
+        # doubles per step), so they are mapped plainly
+        def obs_map(f, total=False):
+            return f.map(T, [False] * 4 + [True] * 2, [True] * f.n_out()) if total else f.map(T)
+
+        def dyn_map(f, total=False):
+            return f.map(T - 1, [False] * 3 + [True] * 2, [True] * f.n_out()) if total else f.map(T - 1)
+
+        L = chunk_length(options.chunk, T)
+        if L:
+            H, cost_st, G_st, cost_sx_st = self._chunked(stages, X, U, Y, M, p, iw, iv, rho, w1, L)
+            cost, cost_sx = cost_st + regulariser, cost_sx_st + regulariser
+            G = (G_st + 2 * rho * (X - Xprev) + ca.horzcat(w1 ** 2 * dx1, ca.MX(nx, T - 1)))
+        else:
+            cost = obs_map(obs_cost, True)(*obs_args) + dyn_map(dyn_cost, True)(*dyn_args) + regulariser
+            # the NLP's own objective expression must be differentiable by CasADi (it builds, but
+            # never calls, derivative Functions of it): use the SX stage costs there
+            cost_sx = (obs_map(stages.obs_cost, True)(*obs_args) + dyn_map(stages.dyn_cost, True)(*dyn_args)
+                       + regulariser)
+            _, go = obs_map(obs_grad)(*obs_args)
+            _, gd = dyn_map(dyn_grad)(*dyn_args)
+            zcol = ca.MX(nx, 1)
+            G = (go + ca.horzcat(gd[:nx, :], zcol) + ca.horzcat(zcol, gd[nx:, :]) + 2 * rho * (X - Xprev)
+                 + ca.horzcat(w1 ** 2 * dx1, ca.MX(nx, T - 1)))
+            ho = obs_map(obs_hess)(*obs_args)
+            hd = dyn_map(dyn_hess)(*dyn_args)
+            first, column = band_column_functions(nx)
+            z2 = ca.MX.zeros(2 * nx, 2 * nx)  # dense: a structural zero forced a densified copy of hd
+            d = 2 * rho * ca.DM.ones(nx)
+            nz0 = first(ho[:, :nx], hd[:, :2 * nx] if T > 1 else z2, d + w1 ** 2)
+            if T > 1:
+                rest = column.map(T - 1)(ho[:, nx:], hd, ca.horzcat(hd[:, 2 * nx:], z2), d)
+                nz0 = ca.vertcat(nz0, ca.vec(rest))
+            H = ca.MX(block_tridiagonal_upper(nx, T), nz0)
 
         opts = ipopt_options(options.max_iter, options.tol,
                              grad_f=grad_f_function(xv, P, cost, ca.vec(G)),
@@ -155,6 +184,20 @@ class TrajectorySmoother:
         self._lbx = np.tile(np.broadcast_to(np.asarray(lo, float), (nx,)), T)
         self._ubx = np.tile(np.broadcast_to(np.asarray(hi, float), (nx,)), T)
         self.build_s = time.perf_counter() - t0
+
+    @staticmethod
+    def _chunked(stages, X, U, Y, M, p, iw, iv, rho, w1, L):
+        """(H, stage cost, stage gradient, SX stage cost) from :mod:`ceem_casadi.smoother_chunks`."""
+        nx, T = X.shape
+        _, column = band_column_functions(nx)
+        cost, G, nz, cost_sx = chunked_terms(stages, column, X, U, Y, M, p, iw, iv, rho, L)
+        nzv, k = ca.vec(nz), nx * nx + nx * (nx + 1) // 2
+        own, off = [], 0  # block column 0 has no block above: keep its own entries, add w1^2
+        for j in range(nx):
+            own += [nzv[off + nx + i] + (w1[j] ** 2 if i == j else 0) for i in range(j + 1)]
+            off += nx + j + 1
+        nz0 = ca.vertcat(*own, nzv[k:]) if T > 1 else ca.vertcat(*own)
+        return ca.MX(block_tridiagonal_upper(nx, T), nz0), cost, G, cost_sx
 
     def parameter_vector(self, model, theta_vec, y, u, x_prev, rho) -> np.ndarray:
         """Flatten (theta vector, y (T, ny), u (T, nu), x_prev (T, nx), rho) into the NLP parameter."""

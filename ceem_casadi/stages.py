@@ -53,13 +53,16 @@ def _cross_hess(name, residual, wrt, p, inputs, in_names, hessian: str) -> ca.Fu
     return ca.Function(name + "_hess", inputs, [ca.densify(cross)], in_names, ["hess"])
 
 
-def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool) -> ca.Function:
-    """``hess`` of one stage with respect to ``wrt``: exact, or Gauss-Newton ``J^T J``."""
+def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool, upper: bool = False) -> ca.Function:
+    """``hess`` of one stage with respect to ``wrt``: exact, or Gauss-Newton ``J^T J``; with
+    ``upper`` only its upper triangle (zeros below): half the SX program, half the gcc time."""
     if hessian == "exact":
         hess, _ = ca.hessian(0.5 * ca.sumsqr(residual), wrt)
     else:
         jac = ca.jacobian(residual, wrt)
         hess = jac.T @ jac
+    if upper:
+        hess = ca.triu(hess)  # the lower entries' SX nodes are then never built into the program
     if dense:
         hess = ca.densify(hess)
     return ca.Function(name + "_hess", inputs, [hess], in_names, ["hess"])
@@ -96,8 +99,8 @@ class StageFunctions:
         def grad(name, residual, wrt, inputs, in_names, dense):
             return lambda: _cost_grad(name, residual, wrt, inputs, in_names, dense)
 
-        def hess(name, residual, wrt, inputs, in_names, dense):
-            return lambda: _hess(name, residual, wrt, inputs, in_names, hessian, dense)
+        def hess(name, residual, wrt, inputs, in_names, dense, upper=False):
+            return lambda: _hess(name, residual, wrt, inputs, in_names, hessian, dense, upper)
 
         self._lazy = {
             # derivatives with respect to the states (smoothing step), dense blocks
@@ -105,6 +108,9 @@ class StageFunctions:
             "obs_x_hess": hess("obs_x", r_obs, x, obs_in, obs_names, True),
             "dyn_x_grad": grad("dyn_x", r_dyn, z, dyn_in, dyn_names, True),
             "dyn_x_hess": hess("dyn_x", r_dyn, z, dyn_in, dyn_names, True),
+            # their upper triangles (dense, zeros below): all the smoother's Hessian assembly reads
+            "obs_x_hess_triu": hess("obs_x_triu", r_obs, x, obs_in, obs_names, True, True),
+            "dyn_x_hess_triu": hess("dyn_x_triu", r_dyn, z, dyn_in, dyn_names, True, True),
             # derivatives with respect to the parameters (learning step), sparse
             "obs_p_grad": grad("obs_p", r_obs, p, obs_in, obs_names, False),
             "obs_p_hess": hess("obs_p", r_obs, p, obs_in, obs_names, False),
