@@ -148,7 +148,7 @@ def compile_functions(functions: list[ca.Function], name: str = "ceem_stages",
     ``jobs`` (default :func:`compile_jobs`) compilers at a time, then linked into one library:
     gcc's time is dominated by the longest Function instead of the sum; programs longer than
     ``O1_MAX_INSTRUCTIONS`` are compiled at ``-O0`` (:func:`opt_level`). Six coupled Lorenz:
-    see ``docs/scaling_records.md``."""
+    see ``docs/scaling.md``."""
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc) to compile stage functions")
