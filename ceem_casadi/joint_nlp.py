@@ -38,7 +38,6 @@ import numpy as np
 from ._ipopt import ipopt_options, solve
 from .joint_gauss_newton import JointGaussNewton
 from .options import HESSIANS
-from .smoother import block_tridiagonal_gather
 from .stages import StageFunctions, stack_stages
 
 log = logging.getLogger(__name__)
@@ -50,9 +49,51 @@ JOINT_HESSIANS = (*HESSIANS, "auto")
 AUTO_SWITCH = 1e-6
 
 
+def block_tridiagonal_gather(nx: int, T: int):
+    """Sparsity of the upper triangle of a block-tridiagonal (nx*T)^2 matrix and the gather
+    indices that assemble its nonzeros from the stacked stage Hessians.
+
+    The stacked vector is ``[vec(H_obs) ; vec(H_dyn) ; 0]`` with ``H_obs`` (nx, nx*T) and
+    ``H_dyn`` (2nx, 2nx*(T-1)) (column-major ``vec``). Returns ``(sparsity, idx)`` where
+    ``idx`` (3, nnz) holds for every nonzero the positions of its (up to three) summands;
+    absent summands point to the final zero.
+    """
+    n, N = nx, nx * T
+    off_d = n * n * T
+    zero = off_d + 4 * n * n * (T - 1)
+    c = np.arange(N)
+    bc, j = c // n, c % n
+    # rows per column: n rows of the block above (if any), then rows 0..j of the own block
+    n_above = np.where(bc > 0, n, 0)
+    counts = n_above + j + 1
+    colind = np.concatenate([[0], np.cumsum(counts)])
+    col_of = np.repeat(c, counts)
+    k_in_col = np.arange(colind[-1]) - colind[col_of]
+    bcol, jcol = bc[col_of], j[col_of]
+    above = k_in_col < n_above[col_of]
+    i = np.where(above, k_in_col, k_in_col - n_above[col_of])  # row within its block
+    rows = np.where(above, (bcol - 1) * n + i, bcol * n + i)
+    two = 2 * n
+    idx = np.full((3, rows.size), zero, dtype=np.int64)
+    # off-diagonal block (bc-1, bc): dynamics stage s = bc-1, local (a, b) = (i, n + j)
+    s = bcol - 1
+    idx[0] = np.where(above, off_d + (s * two + n + jcol) * two + i, idx[0])
+    diag = ~above
+    # diagonal block: observation stage bc
+    idx[0] = np.where(diag, (bcol * n + jcol) * n + i, idx[0])
+    # diagonal block: dynamics stage bc (first half), if bc < T-1
+    ok = diag & (bcol < T - 1)
+    idx[1] = np.where(ok, off_d + (bcol * two + jcol) * two + i, idx[1])
+    # diagonal block: dynamics stage bc-1 (second half), if bc > 0
+    ok = diag & (bcol > 0)
+    idx[2] = np.where(ok, off_d + (s * two + n + jcol) * two + n + i, idx[2])
+    sp = ca.Sparsity(N, N, colind.tolist(), rows.tolist())
+    return sp, idx
+
+
 def arrowhead_sparsity(nx: int, lengths, nz: int) -> ca.Sparsity:
     """Upper triangle of the joint Hessian: per trajectory the block-tridiagonal (T_b nx)^2 pattern
-    (:func:`~ceem_casadi.smoother.block_tridiagonal_gather`), then ``nz`` dense columns."""
+    (:func:`block_tridiagonal_gather`), then ``nz`` dense columns."""
     n_x = nx * sum(lengths)
     x_part = ca.diagcat(*[block_tridiagonal_gather(nx, int(T))[0] for T in lengths])
     top = ca.horzcat(x_part, ca.Sparsity.dense(n_x, nz))
