@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
+from ._callbacks import SparsityCallback
 from ._ipopt import ipopt_options, solve
 from .joint_gauss_newton import JointGaussNewton
 from .options import HESSIANS
@@ -210,31 +211,12 @@ class _Evaluator:
         return float(cost), grad, np.concatenate([*x_vals, *cols])
 
 
-class _BufferCallback(ca.Callback):
+class _BufferCallback(SparsityCallback):
     """A CasADi Callback evaluated in numpy on CasADi's own buffers (zero copy)."""
 
     def __init__(self, name, sp_in, sp_out, names_in, names_out, fill):
-        ca.Callback.__init__(self)
-        self.sp_in, self.sp_out, self.names_in, self.names_out, self.fill = sp_in, sp_out, names_in, names_out, fill
-        self.construct(name, {})
-
-    def get_n_in(self):
-        return len(self.sp_in)
-
-    def get_n_out(self):
-        return len(self.sp_out)
-
-    def get_name_in(self, i):
-        return self.names_in[i]
-
-    def get_name_out(self, i):
-        return self.names_out[i]
-
-    def get_sparsity_in(self, i):
-        return self.sp_in[i]
-
-    def get_sparsity_out(self, i):
-        return self.sp_out[i]
+        self.fill = fill
+        super().__init__(name, sp_in, sp_out, names_in, names_out)
 
     def has_eval_buffer(self):
         return True

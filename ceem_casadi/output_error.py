@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
+from ._callbacks import SparsityCallback
 from ._ipopt import DEADLINE, deadline, ipopt_options, solve
 from .data import Trajectories
 from .errors import ShapeError, SolverError
@@ -158,29 +159,10 @@ class _GaussNewtonEvaluations:
         return self._val
 
 
-class _Output(ca.Callback):
+class _Output(SparsityCallback):
     def __init__(self, owner, name, sp_in, sp_out, names_in, names_out):
-        ca.Callback.__init__(self)
-        self.owner, self.sp_in, self.sp_out, self.names_in, self.names_out = owner, sp_in, sp_out, names_in, names_out
-        self.construct(name, {})
-
-    def get_n_in(self):
-        return len(self.sp_in)
-
-    def get_n_out(self):
-        return len(self.sp_out)
-
-    def get_name_in(self, i):
-        return self.names_in[i]
-
-    def get_name_out(self, i):
-        return self.names_out[i]
-
-    def get_sparsity_in(self, i):
-        return self.sp_in[i]
-
-    def get_sparsity_out(self, i):
-        return self.sp_out[i]
+        self.owner = owner
+        super().__init__(name, sp_in, sp_out, names_in, names_out)
 
     def eval(self, arg):
         cost, grad, hess = self.owner.at(arg[0], arg[1])

@@ -17,36 +17,17 @@ import time
 import casadi as ca
 import numpy as np
 
+from ._callbacks import SparsityCallback
 from ._ipopt import ACCEPTABLE, ipopt_options, solve
 from .learner import LearnResult
 
 
-class _Call(ca.Callback):
+class _Call(SparsityCallback):
     """A CasADi Callback calling a Python function of dense numpy inputs."""
 
     def __init__(self, name, fn, sp_in, sp_out, names_in, names_out, opts=None):
-        ca.Callback.__init__(self)
-        self.fn, self.sp_in, self.sp_out = fn, sp_in, sp_out
-        self.names_in, self.names_out = names_in, names_out
-        self.construct(name, opts or {})
-
-    def get_n_in(self):
-        return len(self.sp_in)
-
-    def get_n_out(self):
-        return len(self.sp_out)
-
-    def get_name_in(self, i):
-        return self.names_in[i]
-
-    def get_name_out(self, i):
-        return self.names_out[i]
-
-    def get_sparsity_in(self, i):
-        return self.sp_in[i]
-
-    def get_sparsity_out(self, i):
-        return self.sp_out[i]
+        self.fn = fn
+        super().__init__(name, sp_in, sp_out, names_in, names_out, opts)
 
     def eval(self, arg):
         return self.fn(*[np.asarray(a.full(), float).ravel() if a.numel() else None for a in arg])
