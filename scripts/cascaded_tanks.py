@@ -60,18 +60,6 @@ PUBLISHED = [("LTI state space", 0.588), ("pNARX", 0.413), ("LSTM", 0.490), ("PN
 
 
 # --------------------------------------------------------------------------------------------------
-def linear_x0(res, y, u, window: int) -> np.ndarray:
-    """Least-squares initial state of a linear model from the first ``window`` samples."""
-    nx = res.A.shape[0]
-    forced = res.simulate(u[:window], np.zeros(nx))
-    G, rows = res.C.copy(), []
-    for _ in range(window):
-        rows.append(G)
-        G = G @ res.A
-    Gam = np.vstack(rows)
-    return np.linalg.lstsq(Gam, (y[:window] - forced).ravel(), rcond=None)[0]
-
-
 def upper_level_starts(theta, y0: float) -> np.ndarray:
     """Candidate initial states (12, 2) for :func:`ceem_casadi.estimate_initial_state`: the lower
     level from the sensor map of the first output ``y0``, the hidden upper level on a grid over
@@ -174,8 +162,9 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     lin = n4sid(est.data, order=args.n4sid_order, horizon=10)
     y_lin_est = lin.simulate(est.u, lin.x0[0])
-    x0_lin = linear_x0(lin, tst.y, tst.u, INIT)
-    y_lin = lin.simulate(tst.u, x0_lin)
+    lin_model, lin_theta = lin.to_model()
+    x0_lin = cc.estimate_initial_state(lin_model, lin_theta, tst.y, tst.u, window=INIT)
+    y_lin = cc.simulate_output(lin_model, lin_theta, tst.u, x0_lin)
     results["n4sid"] = {"order": args.n4sid_order, "horizon": 10,
                         "estimation_rms": simulation_rms(est.y, y_lin_est),
                         "test_rms": simulation_rms(tst.y, y_lin, INIT), "seconds": time.perf_counter() - t0}

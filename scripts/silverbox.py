@@ -15,8 +15,8 @@ its first 32,000 samples, no extrapolation).
    :func:`ceem_casadi.refine_output_error`, single shooting over the first ``--refine-samples``
    training samples, from the CE-EM estimate. Both the CE-EM-only and the refined numbers are reported.
 Initial states of the test records: :func:`ceem_casadi.estimate_initial_state` on the first 50
-samples; free runs: :func:`ceem_casadi.simulate_output`. (The linear N4SID baseline's initial state
-is a small scipy least-squares fit: it is not a :class:`ceem_casadi.StateSpaceModel`.)
+samples; free runs: :func:`ceem_casadi.simulate_output` (also for the N4SID baseline, through
+:meth:`~ceem_casadi.baselines.n4sid.N4SIDResult.to_model`).
 
 Output (``--out DIR``): ``results.json``, ``table.md`` (beside the published results),
 ``test_multisine.png`` (measured vs simulated test output and the error).
@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import least_squares
 
 import ceem_casadi as cc
 from ceem_casadi.baselines import n4sid
@@ -63,10 +62,12 @@ def refine(model, p0, y, u, shooting=None, max_iter: int = 100) -> np.ndarray:
 
 
 def n4sid_rms(fit, split) -> float:
+    """Test RMS (mV) of the N4SID model as a library model: x0 from the first ``init_window`` samples."""
+    model, theta = fit.to_model()
     y, u = split.data.y[0], split.data.u[0]
     w = split.init_window
-    x0 = least_squares(lambda x: 1e3 * (fit.simulate(u[:w], x0=x)[:, 0] - y[:w, 0]), np.zeros(fit.nx)).x
-    return 1e3 * cc.simulation_rms(y[:, 0], fit.simulate(u, x0=x0)[:, 0], skip=w)
+    x0 = cc.estimate_initial_state(model, theta, y, u, window=w)
+    return 1e3 * cc.simulation_rms(y[:, 0], cc.simulate_output(model, theta, u, x0)[:, 0], skip=w)
 
 
 def figure(y, yhat, dt, path: Path, rms: float) -> None:
