@@ -13,7 +13,17 @@ import time
 import numpy as np
 
 from . import _shard_tasks as tasks
-from .distributed import RemoteStates, Smoothed, _remaining, assemble, model_spec, nbytes, outcomes, shard_index
+from .distributed import (
+    RemoteStates,
+    Smoothed,
+    _remaining,
+    _ShardedOutcomes,
+    assemble,
+    model_spec,
+    nbytes,
+    outcomes,
+    shard_index,
+)
 from .remote_learner import RemoteLearner
 
 
@@ -22,7 +32,7 @@ def _all(futures) -> list:
     return [f.result() for f in futures]
 
 
-class DaskEngine:
+class DaskEngine(_ShardedOutcomes):
     """Smoothing, J and the learner's map-reduce on a ``dask.distributed.Client``."""
 
     def __init__(self, sharded, model, data, options):
@@ -83,14 +93,6 @@ class DaskEngine:
         self._record("smooth", t0, [s.compute_s for s in summaries], sent + nbytes(theta_vec) * len(self.actors),
                      nbytes(summaries))
         return out
-
-    @staticmethod
-    def finite(r) -> bool:
-        return r.finite
-
-    @staticmethod
-    def states(sm: Smoothed):
-        return sm.xs
 
     def log_density(self, theta_vec, data, xs) -> float:
         t0 = time.perf_counter()

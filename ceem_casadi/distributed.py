@@ -190,7 +190,19 @@ def outcomes(index, summaries) -> Smoothed:
     return Smoothed(TrajectoryOutcome(*r) for r in assemble(index, rows))
 
 
-class ExecutorEngine:
+class _ShardedOutcomes:
+    """What ``ceem`` asks of a distributed smoothing step's outcomes (shared by both engines)."""
+
+    @staticmethod
+    def finite(r) -> bool:
+        return r.finite
+
+    @staticmethod
+    def states(sm: Smoothed):
+        return sm.xs
+
+
+class ExecutorEngine(_ShardedOutcomes):
     """Smoothing step on a ``concurrent.futures`` executor: one task per shard, states sent with
     each task and returned; J and the learning step on the client (``learner`` is None)."""
 
@@ -217,14 +229,6 @@ class ExecutorEngine:
                                        shard_s=[s.summary.compute_s for s in states],
                                        sent_bytes=nbytes(args), received_bytes=nbytes(states)))
         return out
-
-    @staticmethod
-    def finite(r) -> bool:
-        return r.finite
-
-    @staticmethod
-    def states(sm: Smoothed):
-        return sm.xs
 
     def log_density(self, theta_vec, data, xs) -> float:
         return joint_log_density(self.smoother, theta_vec, data, xs)

@@ -73,6 +73,17 @@ def weighted_stage_columns(model, data, xs: list[np.ndarray], weights=None):
     return (Xo, Uo, Yo, Mo, iv), (X0, X1, U0, iw)
 
 
+def learn_result(solver, sol: dict, theta_vec: np.ndarray, free: np.ndarray, wall: float) -> LearnResult:
+    """The :class:`LearnResult` of one learning IPOPT solve: ``theta_vec`` (n_p,) with its ``free``
+    entries replaced by the solution ``sol["x"]``, IPOPT's status and iteration count, ``wall`` (s)."""
+    st = solver.stats()
+    out = np.asarray(theta_vec, float).copy()
+    out[free] = np.asarray(sol["x"]).ravel()
+    status = st["return_status"]
+    return LearnResult(out, float(sol["f"]), status, status in ACCEPTABLE and np.all(np.isfinite(out)),
+                       int(st["iter_count"]), wall)
+
+
 class _GaussNewtonHessian(ca.Callback):
     """IPOPT ``hess_lag`` = lam_f * (J^T J + diag(d)) (upper triangle), J^T J by BLAS.
 
@@ -290,10 +301,4 @@ class Learner:
         t0 = time.perf_counter()
         sol = solve(self.solver, x0=np.asarray(theta_vec)[self.free], p=P,
                           lbx=params.lower[self.free], ubx=params.upper[self.free])
-        wall = time.perf_counter() - t0
-        st = self.solver.stats()
-        out = np.asarray(theta_vec, float).copy()
-        out[self.free] = np.asarray(sol["x"]).ravel()
-        status = st["return_status"]
-        return LearnResult(out, float(sol["f"]), status, status in ACCEPTABLE and np.all(np.isfinite(out)),
-                           int(st["iter_count"]), wall)
+        return learn_result(self.solver, sol, theta_vec, self.free, time.perf_counter() - t0)

@@ -18,8 +18,8 @@ import casadi as ca
 import numpy as np
 
 from ._callbacks import SparsityCallback
-from ._ipopt import ACCEPTABLE, ipopt_options, solve
-from .learner import LearnResult
+from ._ipopt import ipopt_options, solve
+from .learner import LearnResult, learn_result
 
 
 class _Call(SparsityCallback):
@@ -149,13 +149,7 @@ class RemoteLearner:
             self._end(t0)
         if self._error is not None:
             raise self._error
-        wall = time.perf_counter() - t0
-        st = self.solver.stats()
-        out = np.asarray(theta_vec, float).copy()
-        out[self.free] = np.asarray(sol["x"]).ravel()
-        status = st["return_status"]
-        return LearnResult(out, float(sol["f"]), status, status in ACCEPTABLE and np.all(np.isfinite(out)),
-                           int(st["iter_count"]), wall)
+        return learn_result(self.solver, sol, theta_vec, self.free, time.perf_counter() - t0)
 
     def hessian_matrix(self, theta_vec, data, xs) -> np.ndarray | None:
         """As :meth:`ceem_casadi.learner.Learner.hessian_matrix`: data terms + prior, no trust region."""
