@@ -94,15 +94,23 @@ class JointGaussNewton:
 
     def __init__(self, model, lengths, stages, *, use_prior: bool = True):
         self.model, self.lengths = model, tuple(int(T) for T in lengths)
-        obs, dyn = stages.get("obs_res_jac", "dyn_res_jac")
-        # p and the noise weights are shared by every stage (reduce_in), the rest is per column
-        self._obs = _BufferedCall(obs.map(sum(self.lengths), [False] * 4 + [True] * 2, [False] * 3))
-        self._dyn = _BufferedCall(dyn.map(sum(T - 1 for T in self.lengths), [False] * 3 + [True] * 2, [False] * 3))
         self._obs_p = bool(stages.obs_uses_p)  # observation residuals depend on theta (else Jpo = 0)
+        obs, dyn, *p_jacs = stages.get(*self.stage_names(stages))
+        # p and the noise weights are shared by every stage (reduce_in), the rest is per column
+        n_obs, n_dyn = sum(self.lengths), sum(T - 1 for T in self.lengths)
+        self._obs = _BufferedCall(obs.map(n_obs, [False] * 4 + [True] * 2, [False] * 2))
+        self._dyn = _BufferedCall(dyn.map(n_dyn, [False] * 3 + [True] * 2, [False] * 2))
+        self._dyn_p = _BufferedCall(p_jacs[0].map(n_dyn, [False] * 3 + [True] * 2, [False]))
+        self._obs_p_jac = _BufferedCall(p_jacs[1].map(n_obs, [False] * 4 + [True] * 2, [False])) if self._obs_p else None
         self.free = model.params.free_index
         mean, w = model.params.prior
         self._prior_mean, self._prior_w2 = mean[self.free], (w[self.free] ** 2 if use_prior else 0 * w[self.free])
         self.mu = 1e-3
+
+    @staticmethod
+    def stage_names(stages) -> tuple[str, ...]:
+        """The stage Functions a joint step evaluates (for :meth:`StageFunctions.prefetch`)."""
+        return ("obs_res_jac_x", "dyn_res_jac_z", "dyn_p_jac") + (("obs_p_jac",) if stages.obs_uses_p else ())
 
     def _linearise(self, theta_vec, data, xs):
         m, nx, ny = self.model, self.model.nx, self.model.ny
@@ -111,10 +119,12 @@ class JointGaussNewton:
         No, Nd, npar = Xo.shape[1], X0.shape[1], m.params.size
         f = self.free
         # column-major (rows, N * cols) outputs: stage k, column j, row i at (k * cols + j) * rows + i
-        ro, Jxo, Jpo = self._obs(Xo, Uo, Yo, Mo, theta_vec, iv)
+        ro, Jxo = self._obs(Xo, Uo, Yo, Mo, theta_vec, iv)
+        (Jpo,) = self._obs_p_jac(Xo, Uo, Yo, Mo, theta_vec, iv) if self._obs_p else (None,)
         obs = (ro.reshape(No, ny).copy(), Jxo.reshape(No, nx, ny).transpose(0, 2, 1).copy(),
                Jpo.reshape(No, npar, ny)[:, f, :].transpose(0, 2, 1).copy() if self._obs_p else None)
-        rd, Jzd, Jpd = self._dyn(X0, X1, U0, theta_vec, iw)
+        rd, Jzd = self._dyn(X0, X1, U0, theta_vec, iw)
+        (Jpd,) = self._dyn_p(X0, X1, U0, theta_vec, iw)
         dyn = (rd.reshape(Nd, nx).copy(), Jzd.reshape(Nd, 2 * nx, nx).transpose(0, 2, 1).copy(),
                Jpd.reshape(Nd, npar, nx)[:, f, :].transpose(0, 2, 1).copy())
         return (*obs, *dyn)
