@@ -27,10 +27,11 @@ POLL_S = 0.005  # how often the scheduler looks for finished processes
 
 
 class CompileJob:
-    """One compiler command; ``finish()`` runs in the scheduler thread after a zero exit status
-    (moves the result into place); ``size`` orders the queue (biggest first)."""
+    """One compiler command; ``finish(ok)`` runs once when it ends (in the scheduler thread: moves
+    the result into place when ``ok``, cleans up always, also after a failure or cancellation);
+    ``size`` orders the queue (biggest first)."""
 
-    def __init__(self, cmd: list[str], label: str, size: int, finish: Callable[[], None] | None = None):
+    def __init__(self, cmd: list[str], label: str, size: int, finish: Callable[[bool], None] | None = None):
         self.cmd, self.label, self.size, self.finish = cmd, label, size, finish
         self.done = threading.Event()
         self.error: str | None = None
@@ -85,6 +86,7 @@ class CompilePool:
                     job.log.close()
                 if not job.done.is_set():
                     job.error = why
+                    _finish(job, False)
                     job.done.set()
 
     def _serve(self) -> None:
@@ -102,6 +104,7 @@ class CompilePool:
                                                     stderr=job.log, start_new_session=True)
                     except OSError as exc:
                         job.error = str(exc)
+                        _finish(job, False)
                         job.done.set()
                         continue
                     job.started = time.monotonic()
@@ -124,18 +127,23 @@ class CompilePool:
         job.log.seek(0)
         err = job.log.read().decode(errors="replace")  # a file, not a pipe: a chatty compiler never blocks
         job.log.close()
-        try:
-            if proc.returncode != 0:
-                job.error = f"exit status {proc.returncode}: {err[-2000:]}"
-            elif job.finish is not None:
-                job.finish()
-        except Exception as exc:  # reported to the waiter, never lost in this thread
-            job.error = f"{type(exc).__name__}: {exc}"
+        if proc.returncode != 0:
+            job.error = f"exit status {proc.returncode}: {err[-2000:]}"
+        _finish(job, proc.returncode == 0)
         job.done.set()
 
     def _after_fork(self) -> None:
         self._lock = threading.Condition()
         self._pending, self._running, self._thread = [], [], None
+
+
+def _finish(job: CompileJob, ok: bool) -> None:
+    if job.finish is None:
+        return
+    try:
+        job.finish(ok)
+    except Exception as exc:  # reported to the waiter, never lost in the scheduler thread
+        job.error = job.error or f"{type(exc).__name__}: {exc}"
 
 
 def _kill(proc: subprocess.Popen) -> None:

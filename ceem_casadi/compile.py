@@ -214,8 +214,10 @@ def _job(f: ca.Function, unit: str, lib: Path, cc: str) -> CompileJob:
     c_file.write_text(source)
     cmd = [cc, opt_level(f), *COMPILE_FLAGS[1:], *LINK_FLAGS, str(c_file), "-o", str(so_tmp), "-lm"]
 
-    def finish():
+    def finish(ok: bool):
         try:
+            if not ok:
+                return
             rec_tmp.write_text(json.dumps({**_record(cc), "sha256": _file_sha256(so_tmp)}))
             os.replace(rec_tmp, lib.with_suffix(".json"))
             os.replace(so_tmp, lib)

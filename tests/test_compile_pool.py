@@ -41,7 +41,8 @@ def _child_pid(pidfile: Path) -> int:
 @pytest.mark.skipif(not Path("/proc").exists(), reason="needs /proc")
 def test_timed_out_job_kills_the_compilers_children(tmp_path):
     pidfile = tmp_path / "pid"
-    job = CompileJob(["sh", "-c", SLOW.format(pidfile=pidfile)], "slow", 1)
+    ends = []
+    job = CompileJob(["sh", "-c", SLOW.format(pidfile=pidfile)], "slow", 1, finish=ends.append)
     POOL.submit([job], 2)
     pid = _child_pid(pidfile)
     assert _alive(pid)
@@ -49,6 +50,16 @@ def test_timed_out_job_kills_the_compilers_children(tmp_path):
         job.wait(time.monotonic() + 0.2)
     time.sleep(0.2)
     assert not _alive(pid)
+    assert ends == [False]                                     # cleaned up, nothing moved into place
+
+
+def test_failed_command_reports_its_stderr():
+    ends = []
+    job = CompileJob(["sh", "-c", "echo 'error: boom' >&2; exit 3"], "broken", 1, finish=ends.append)
+    POOL.submit([job], 2)
+    with pytest.raises(RuntimeError, match="compiling broken failed: exit status 3: error: boom"):
+        job.wait(time.monotonic() + 30)
+    assert ends == [False]
 
 
 @pytest.mark.skipif(not Path("/proc").exists(), reason="needs /proc")
