@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 POLL_S = 0.005  # how often the scheduler looks for finished processes
+FORKED = "started by the parent process before a fork"
 
 
 class CompileJob:
@@ -133,6 +134,12 @@ class CompilePool:
         job.done.set()
 
     def _after_fork(self) -> None:
+        """In a forked child: the parent's jobs are not this process's (their waiters get
+        ``FORKED`` and compile again, usually a cache hit); start with an empty pool."""
+        for job in self._pending + self._running:
+            if not job.done.is_set():
+                job.error = FORKED
+                job.done.set()
         self._lock = threading.Condition()
         self._pending, self._running, self._thread = [], [], None
 

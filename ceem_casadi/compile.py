@@ -33,7 +33,7 @@ from pathlib import Path
 
 import casadi as ca
 
-from ._compile_pool import POOL, CompileJob
+from ._compile_pool import FORKED, POOL, CompileJob
 
 log = logging.getLogger(__name__)
 # -fno-thread-jumps: the generated C guards every output entry (``if (res[0]!=0) res[0][k]=...``);
@@ -145,15 +145,21 @@ def compile_jobs() -> int:
 class CompiledHandle:
     """A Function being compiled (or found in the cache): :meth:`result` waits and loads it."""
 
-    def __init__(self, f: ca.Function, lib: Path, job: CompileJob | None, deadline: float):
-        self.name, self.lib, self.job, self.deadline = f.name(), lib, job, deadline
+    def __init__(self, f: ca.Function, group: str, lib: Path, job: CompileJob | None, deadline: float):
+        self.f, self.group, self.lib, self.job, self.deadline = f, group, lib, job, deadline
 
     def result(self) -> ca.Function:
         """The compiled Function (``ca.external``); ``RuntimeError`` when compilation failed or
         exceeded its time limit (the compiler is then killed)."""
         if self.job is not None:
-            self.job.wait(self.deadline)
-        return ca.external(self.name, str(self.lib))
+            try:
+                self.job.wait(self.deadline)
+            except RuntimeError:
+                if self.job.error != FORKED:
+                    raise
+                # a handle inherited through fork: this process compiles (or finds) it itself
+                return start_compile([self.f], self.group, max(self.deadline - time.monotonic(), 1.0))[0].result()
+        return ca.external(self.f.name(), str(self.lib))
 
 
 def _safe(text: str) -> str:
@@ -162,6 +168,7 @@ def _safe(text: str) -> str:
 
 # libraries being built by this process, by path: a second request for one waits for the same job
 _IN_FLIGHT: dict[Path, CompileJob] = {}
+os.register_at_fork(after_in_child=_IN_FLIGHT.clear)  # a forked child waits for none of its parent's jobs
 
 
 def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeout_s: float = 600.0,
@@ -198,7 +205,7 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
                     log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
                 job = _IN_FLIGHT[lib] = _job(f, unit, lib, cc)
                 new.append(job)
-        handles.append(CompiledHandle(f, lib, job, deadline))
+        handles.append(CompiledHandle(f, name, lib, job, deadline))
     if new:
         log.info("compiling %d stage functions (%d jobs): %s", len(new), jobs or compile_jobs(), " ".join(new[0].cmd))
         POOL.submit(new, jobs or compile_jobs())

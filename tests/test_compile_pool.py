@@ -96,3 +96,27 @@ def test_prefetched_groups_share_the_pool_and_common_functions(tmp_path, monkeyp
             args = [rng.standard_normal(raw.sparsity_in(i).shape) for i in range(raw.n_in())]
             for a, b in zip(raw.call(args), f.call(args)):
                 np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.skipif(compiler() is None or not hasattr(os, "fork"), reason="needs a C compiler and fork")
+def test_forked_child_compiles_for_itself(tmp_path, monkeypatch):
+    """A handle inherited through fork (a process pool forked during a prefetch) does not wait for
+    the parent's compiler: the child compiles or finds the library itself."""
+    monkeypatch.setenv("CEEM_CACHE", str(tmp_path))
+    from ceem_casadi.compile import start_compile
+
+    raw = StageFunctions(lorenz.single_lorenz()).dyn_x_grad
+    args = [np.full(raw.sparsity_in(i).shape, 0.5) for i in range(raw.n_in())]
+    expected = [np.asarray(a) for a in raw.call(args)]
+    (handle,) = start_compile([raw], "fork_test", timeout_s=60)
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only with the right numbers
+        try:
+            got = handle.result().call(args)
+            ok = all(np.allclose(np.asarray(g), e, rtol=1e-12, atol=1e-12) for g, e in zip(got, expected))
+        except BaseException:  # any failure is the child's exit status
+            ok = False
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    np.testing.assert_allclose(np.asarray(handle.result().call(args)[1]), expected[1], rtol=1e-12)
