@@ -20,6 +20,8 @@ Variants ``jobs:mode`` (jobs = parallel compilers):
   their own copy of the parameter Jacobian (``obs_res_jac``, ``dyn_res_jac``), ``-O1`` without
   ``-fno-thread-jumps``, ``-O0`` above 60,000 instructions, groups one after another.
 - ``legacy``: before issue 17: as ``previous`` with ``-O1`` everywhere (run it with 1 job).
+- ``fit``: a whole Newton fit with library defaults (B = 2, T = 60, 4 iterations): its ``build_s``
+  and digests of the fitted numbers (run it on two versions of the library to compare them).
 
     python -m scripts.bench_first_build [--variants 2:auto,2:auto+groups,2:previous,1:legacy] [--json PATH|-]
 
@@ -83,8 +85,31 @@ def _old_joint_functions(model) -> dict:
                                        ["x", "x_next", "u", "p", "iw"], ["r", "jac_z", "jac_p"])}
 
 
+def fit_child() -> dict:
+    """A whole Newton fit (B = 2, T = 60, 4 iterations, library defaults) in the empty cache: its
+    ``build_s`` (compilation included) and SHA-256 digests of the fitted parameters and states
+    (equal digests from two versions of the library = the same numbers, bit for bit)."""
+    import hashlib
+
+    import ceem_casadi as cc
+    from models import lorenz
+
+    truth, C = lorenz.coupled_truth(6, seed=0)
+    model = lorenz.coupled_lorenz(6, C, process_std=1e-3, measurement_std=0.01)
+    data, _ = cc.simulate(model, truth, lorenz.initial_states(2, 6, seed=1), 60, measurement_std=0.01, seed=2)
+    theta0 = lorenz.perturbed(truth, 0.1, seed=3, free_masks={"H": lorenz.coupling_mask(6)})
+    t0 = time.perf_counter()
+    res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(max_iters=4, acceleration="newton"))
+    digest = lambda a: hashlib.sha256(np.ascontiguousarray(a, float).tobytes()).hexdigest()[:16]  # noqa: E731
+    return {"fit_build_s": res.build_s, "fit_s": time.perf_counter() - t0, "kinds": [r.kind for r in res.history],
+            "theta_sha256": digest(model.theta_vector(res.theta)),
+            "x_sha256": digest(np.concatenate([np.ravel(x) for x in res.x]))}
+
+
 def child(mode: str) -> dict:
     """Build all groups (compile on) as ``mode`` says, time it; then time the compiled Functions."""
+    if mode == "fit":
+        return fit_child()
     from ceem_casadi import compile as cmp
     from ceem_casadi.stages import StageFunctions
     from models import lorenz
