@@ -188,24 +188,30 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout_s
-    handles, new = [], []
-    for f in functions:
-        unit = f"{_safe(name)}_{_safe(f.name())}"
-        lib = folder / f"{unit}_{cache_key([f], name, cc)}.so"
-        job = _IN_FLIGHT.get(lib)
-        if job is not None and job.done.is_set() and job.error is None:
-            job = None  # built earlier in this process (and verified by its own build)
-        if job is None or job.error is not None:
-            problem = verified(lib, cc) if lib.exists() else "missing"
-            if problem is None:
-                log.debug("using cached %s", lib)
-                job = None
-            else:
-                if problem != "missing":
-                    log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
-                job = _IN_FLIGHT[lib] = _job(f, unit, lib, cc)
-                new.append(job)
-        handles.append(CompiledHandle(f, name, lib, job, deadline))
+    handles, new = [], {}
+    try:
+        for f in functions:
+            unit = f"{_safe(name)}_{_safe(f.name())}"
+            lib = folder / f"{unit}_{cache_key([f], name, cc)}.so"
+            job = new.get(lib) or _IN_FLIGHT.get(lib)  # the same Function twice: one job
+            if job is not None and job.done.is_set() and job.error is None:
+                job = None  # built earlier in this process (and verified by its own build)
+            if job is None or job.error is not None:
+                problem = verified(lib, cc) if lib.exists() else "missing"
+                if problem is None:
+                    log.debug("using cached %s", lib)
+                    job = None
+                else:
+                    if problem != "missing":
+                        log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
+                    job = new[lib] = _job(f, unit, lib, cc)
+            handles.append(CompiledHandle(f, name, lib, job, deadline))
+    except BaseException:
+        for job in new.values():  # generated but never queued: remove their C folders
+            job.finish(False)
+        raise
+    _IN_FLIGHT.update(new)
+    new = list(new.values())
     if new:
         log.info("compiling %d stage functions (%d jobs): %s", len(new), jobs or compile_jobs(), " ".join(new[0].cmd))
         POOL.submit(new, jobs or compile_jobs())

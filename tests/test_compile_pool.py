@@ -120,3 +120,15 @@ def test_forked_child_compiles_for_itself(tmp_path, monkeypatch):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     np.testing.assert_allclose(np.asarray(handle.result().call(args)[1]), expected[1], rtol=1e-12)
+
+
+@pytest.mark.skipif(compiler() is None, reason="needs a C compiler")
+def test_the_same_function_twice_is_one_job(tmp_path, monkeypatch):
+    monkeypatch.setenv("CEEM_CACHE", str(tmp_path))
+    from ceem_casadi.compile import compile_functions
+
+    raw = StageFunctions(lorenz.single_lorenz()).obs_cost
+    first, second = compile_functions([raw, raw], "twice", timeout_s=20)
+    args = [np.full(raw.sparsity_in(i).shape, 0.25) for i in range(raw.n_in())]
+    assert float(first.call(args)[0]) == float(second.call(args)[0]) == float(raw.call(args)[0])
+    assert len(list(tmp_path.glob("*.so"))) == 1
