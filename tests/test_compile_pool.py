@@ -3,9 +3,11 @@ or abandoned job, and the groups of a fit share one pool (a Function common to t
 compiled once)."""
 from __future__ import annotations
 
+import _thread
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -51,6 +53,23 @@ def test_timed_out_job_kills_the_compilers_children(tmp_path):
     time.sleep(0.2)
     assert not _alive(pid)
     assert ends == [False]                                     # cleaned up, nothing moved into place
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="needs /proc")
+def test_interrupted_wait_kills_the_compilers_children(tmp_path):
+    """Ctrl-C while a fit waits for its compilers ends them (they run in their own sessions, so
+    the terminal's SIGINT never reaches them)."""
+    pidfile = tmp_path / "pid"
+    job = CompileJob(["sh", "-c", SLOW.format(pidfile=pidfile)], "slow", 1)
+    POOL.submit([job], 2)
+    pid = _child_pid(pidfile)
+    timer = threading.Timer(0.2, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        job.wait(time.monotonic() + 30)
+    timer.join()
+    time.sleep(0.2)
+    assert not _alive(pid)
 
 
 def test_failed_command_reports_its_stderr():
