@@ -1,0 +1,57 @@
+"""Costs outside the smoothing solve of a long-record fit (issue 17): the learning step started at
+its optimum, the initial states' noise-level choice, compiled stage Functions for long records."""
+import numpy as np
+
+import ceem_casadi as cc
+
+
+def _bounded_linear(rng, lower=-5.0):
+    """x+ = A x + B u with lower bounds on A and B (IPOPT then starts its bound multipliers at 1,
+    far from their optimal 0: started at the optimum it stalls on round-off line searches)."""
+    A = np.array([[0.8, 0.2], [-0.1, 0.7]])
+    B, C = rng.standard_normal((2, 1)), np.array([[1.0, 0.0]])
+    params = cc.Parameters(cc.Param("A", A, lower=lower), cc.Param("B", B, lower=lower),
+                           cc.Param("C", C, free=False))
+    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.A @ x + p.B @ u, lambda x, u, p: p.C @ x,
+                                             nx=2, nu=1, params=params, process_std=[0.01, 0.02],
+                                             measurement_std=0.05)
+    return model, {"A": A, "B": B, "C": C}
+
+
+def _normal_equations(model, data, xs, theta):
+    """argmin over the free entries of the dynamics residuals (affine in them): dense solve."""
+    params, iw = model.params, 1 / model.noise.process_std
+    free = params.free_index
+
+    def residual(z):
+        vec = theta.copy()
+        vec[free] = z
+        th = params.from_vector(vec)
+        return np.concatenate([(iw * (x[1:] - x[:-1] @ th["A"].T - data.u[b][:-1] @ th["B"].T)).ravel()
+                               for b, x in enumerate(xs)])
+
+    r0 = residual(np.zeros(free.size))
+    J = np.column_stack([residual(e) - r0 for e in np.eye(free.size)])
+    out = theta.copy()
+    out[free] = np.linalg.solve(J.T @ J, -J.T @ r0)
+    return out
+
+
+def test_learner_started_at_its_optimum_skips_ipopt_and_elsewhere_solves():
+    """At the dense least-squares optimum the Newton model predicts a decrease below round-off:
+    no IPOPT iteration (IPOPT itself, bounded variables, takes several); 1e-3 away the solve
+    runs and reaches the same optimum."""
+    rng = np.random.default_rng(5)
+    model, truth = _bounded_linear(rng)
+    us = [rng.standard_normal((3000, 1))]
+    data, xs = cc.simulate(model, truth, np.zeros((1, 2)), [3000], u=us,
+                           process_std=model.noise.process_std, measurement_std=0.05, seed=6)
+    best = _normal_equations(model, data, xs, model.theta_vector(truth))
+    for hessian in ("exact", "gauss-newton"):
+        learner = cc.Learner(model, data.lengths, cc.LearnerOptions(hessian=hessian))
+        at = learner.solve(best, data, xs)
+        assert at.success and at.status == "Solve_Succeeded" and at.iterations == 0, (at.status, at.iterations)
+        np.testing.assert_array_equal(at.theta_vec, best)
+        near = learner.solve(best + 1e-3 * model.params.free_mask, data, xs, rho_theta=0.0)
+        assert near.success and near.iterations >= 1, (near.status, near.iterations)
+        np.testing.assert_allclose(near.theta_vec, best, atol=1e-8)
