@@ -55,3 +55,47 @@ def test_learner_started_at_its_optimum_skips_ipopt_and_elsewhere_solves():
         near = learner.solve(best + 1e-3 * model.params.free_mask, data, xs, rho_theta=0.0)
         assert near.success and near.iterations >= 1, (near.status, near.iterations)
         np.testing.assert_allclose(near.theta_vec, best, atol=1e-8)
+
+
+def _lorenz_record(T, sigma_w=1e-3, seed=0):
+    from models import lorenz
+
+    model = lorenz.single_lorenz(process_std=sigma_w, measurement_std=1e-2)
+    data, x = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(1, seed=seed), T,
+                          process_std=sigma_w, measurement_std=1e-2, seed=seed + 1)
+    theta0 = lorenz.perturbed(dict(lorenz.TRUE), 0.1, seed=seed + 2)
+    return model, data, x[0], model.theta_vector(theta0)
+
+
+class _CountingEKF(cc.filtering.EKF):
+    """An EKF that records the length of every trajectory it runs over."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.lengths = []
+
+    def run(self, theta_vec, y, u=None, **kw):
+        self.lengths.append(len(y))
+        return super().run(theta_vec, y, u, **kw)
+
+
+def test_initial_states_choose_the_noise_level_on_prefixes_and_run_the_record_once():
+    """Single Lorenz, sigma_w = 1e-3, parameters 10 % off (the noise level matters: a small q
+    diverges). Scored on the first 600 of 3000 samples, the EKF picks the same process-noise level
+    as scored on all of them, so the initial states are the same arrays; the whole record is
+    filtered once instead of once per candidate."""
+    from ceem_casadi.initialise import Q_CANDIDATES, eks_states, process_noise_scores
+
+    model, data, x_true, theta_vec = _lorenz_record(3000)
+    kw = dict(x0=np.zeros(3), Sigma0=100.0 * np.ones(3), R=model.noise.measurement_std ** 2,
+              ekf=cc.filtering.EKF(model))
+    on_prefix = process_noise_scores(model, theta_vec, data, steps=600, **kw)
+    on_all = process_noise_scores(model, theta_vec, data, steps=None, **kw)
+    np.testing.assert_array_equal(on_prefix[0][1], on_all[0][1])
+    assert len(on_all) < len(Q_CANDIDATES) or on_all[0][0] - on_all[-1][0] > 100  # the choice matters
+    counting = _CountingEKF(model)
+    fast = eks_states(model, theta_vec, data, ekf=counting, select_steps=600)
+    assert counting.lengths.count(3000) == 1 and max(counting.lengths[:-1]) == 600, counting.lengths
+    full = eks_states(model, theta_vec, data, select_steps=None)
+    np.testing.assert_array_equal(fast[0], full[0])
+    assert np.sqrt(np.mean((fast[0] - x_true) ** 2)) < 1.0  # a usable start
