@@ -129,3 +129,32 @@ def test_stage_functions_compile_for_many_stages_with_the_same_numbers(monkeypat
     np.testing.assert_allclose(th_c, th_vm, rtol=1e-12)
     np.testing.assert_allclose(step_c.theta_vec, step_vm.theta_vec, rtol=1e-12)
     np.testing.assert_allclose(step_c.xs[0], step_vm.xs[0], rtol=1e-12, atol=1e-12)
+
+
+def test_ekf_compiled_for_long_records_gives_the_same_numbers(monkeypatch):
+    """The EKF's mapaccum step compiled (automatically once steps x instructions reach
+    AUTO_COMPILE_WORK, lowered here) gives the virtual machine's filter to the last bit, with
+    missing outputs and chunks that do not divide the record."""
+    import pytest
+
+    from ceem_casadi import stages as stages_mod
+    from ceem_casadi.compile import compiler
+
+    if compiler() is None:
+        pytest.skip("no C compiler")
+    model, data, _, theta_vec = _lorenz_record(1000, sigma_w=1e-2)
+    data = data.with_missing(0.2, seed=3)
+    kw = dict(x0=np.zeros(3), Sigma0=100.0 * np.ones(3), Q=1e-2 * np.ones(3), R=1e-4 * np.ones(2), engine="casadi")
+    vm = cc.filtering.EKF(model, compile=False)
+    vm.chunk = 300
+    monkeypatch.setattr(stages_mod, "AUTO_COMPILE_WORK", 1000 * 10)
+    auto = cc.filtering.EKF(model)
+    auto.chunk = 300
+    a, b = vm.run(theta_vec, data.y[0], **kw), auto.run(theta_vec, data.y[0], **kw)
+    assert vm._native is None and auto._native is not None
+    for name in ("x_filt", "P_filt", "x_pred", "P_pred", "y_pred", "S", "A"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    assert a.loglik == b.loglik and np.isfinite(a.loglik)
+    python = cc.filtering.EKF(model).run(theta_vec, data.y[0], **{**kw, "engine": "python"})
+    np.testing.assert_allclose(b.x_filt, python.x_filt, atol=1e-9)
+    np.testing.assert_allclose(b.loglik, python.loglik, rtol=1e-10)
