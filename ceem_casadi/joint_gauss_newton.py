@@ -94,7 +94,7 @@ class JointGaussNewton:
 
     def __init__(self, model, lengths, stages, *, use_prior: bool = True):
         self.model, self.lengths = model, tuple(int(T) for T in lengths)
-        obs, dyn = stages.get("obs_res_jac", "dyn_res_jac", columns=sum(self.lengths))
+        obs, dyn = stages.get("obs_res_jac", "dyn_res_jac")
         # p and the noise weights are shared by every stage (reduce_in), the rest is per column
         self._obs = _BufferedCall(obs.map(sum(self.lengths), [False] * 4 + [True] * 2, [False] * 3))
         self._dyn = _BufferedCall(dyn.map(sum(T - 1 for T in self.lengths), [False] * 3 + [True] * 2, [False] * 3))
