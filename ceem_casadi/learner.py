@@ -25,6 +25,7 @@ from scipy.linalg import cho_factor, cho_solve
 
 from ._ipopt import ACCEPTABLE, STALL_OBJ_CHANGE, grad_f_function, hess_lag_function, ipopt_options, solve
 from ._linalg import gram
+from .learner_chunks import chunk_length, chunk_map, pack_columns
 from .options import LearnerOptions
 from .stages import StageFunctions, stack_stages
 
@@ -187,11 +188,21 @@ class Learner:
         nfree = self.free.size
         n_obs, n_dyn = sum(self.lengths), sum(T - 1 for T in self.lengths)
         z = ca.MX.sym("z", nfree)
-        syms = dict(p_base=ca.MX.sym("p_base", npar), Xo=ca.MX.sym("Xo", nx, n_obs),
-                    Uo=ca.MX.sym("Uo", nu, n_obs), Yo=ca.MX.sym("Yo", ny, n_obs), Mo=ca.MX.sym("Mo", ny, n_obs),
-                    X0=ca.MX.sym("X0", nx, n_dyn), X1=ca.MX.sym("X1", nx, n_dyn), U0=ca.MX.sym("U0", nu, n_dyn),
-                    iw=ca.MX.sym("iw", nx, n_dyn), iv=ca.MX.sym("iv", ny, n_obs), z_prev=ca.MX.sym("z_prev", nfree),
-                    rho=ca.MX.sym("rho"), mu=ca.MX.sym("mu", nfree), w=ca.MX.sym("w", nfree))
+        # the terms of the objective: (prefix, stages, residual rows, per-stage column arrays)
+        terms = ([("dyn", n_dyn, nx, ["X0", "X1", "U0", "iw"])] if stages.dyn_uses_p else []) + \
+                ([("obs", n_obs, ny, ["Xo", "Uo", "Yo", "Mo", "iv"])] if stages.obs_uses_p else [])
+        self._chunk = L = chunk_length(n_dyn)  # long records: chunk-major data (learner_chunks)
+        small = dict(z_prev=ca.MX.sym("z_prev", nfree), rho=ca.MX.sym("rho"), mu=ca.MX.sym("mu", nfree),
+                     w=ca.MX.sym("w", nfree))
+        if L:
+            rows = dict(X0=nx, X1=nx, U0=nu, iw=nx, Xo=nx, Uo=nu, Yo=ny, Mo=ny, iv=ny)
+            data = {f"{k}_data": ca.MX.sym(f"{k}_data", -(-n // L) * L * sum(rows[c] for c in cols))
+                    for k, n, _, cols in terms}
+        else:
+            data = dict(Xo=ca.MX.sym("Xo", nx, n_obs), Uo=ca.MX.sym("Uo", nu, n_obs), Yo=ca.MX.sym("Yo", ny, n_obs),
+                        Mo=ca.MX.sym("Mo", ny, n_obs), X0=ca.MX.sym("X0", nx, n_dyn), X1=ca.MX.sym("X1", nx, n_dyn),
+                        U0=ca.MX.sym("U0", nu, n_dyn), iw=ca.MX.sym("iw", nx, n_dyn), iv=ca.MX.sym("iv", ny, n_obs))
+        syms = {"p_base": ca.MX.sym("p_base", npar), **data, **small}
         self._names = list(syms)
         sizes = [s.numel() for s in syms.values()]
         P = ca.MX.sym("P", sum(sizes))
@@ -200,13 +211,17 @@ class Learner:
         E = ca.DM(ca.Sparsity.triplet(npar, nfree, self.free.tolist(), list(range(nfree))), 1.0)
         p = s["p_base"] + ca.mtimes(E, z)
 
-        obs_args = [s["Xo"], s["Uo"], s["Yo"], s["Mo"], p, s["iv"]]
-        dyn_args = [s["X0"], s["X1"], s["U0"], p, s["iw"]]
-        terms = []  # (prefix, stages, residual rows, args)
-        if stages.dyn_uses_p:
-            terms.append(("dyn", n_dyn, nx, dyn_args))
-        if stages.obs_uses_p:
-            terms.append(("obs", n_obs, ny, obs_args))
+        def over_stages(fun, prefix, n, cols, reduce=True):
+            """``fun`` over the n stages of a term, outputs summed (``reduce``) or stacked."""
+            p_index = 4 if prefix == "obs" else 3
+            if not L:
+                args = [s[c] for c in cols]
+                args.insert(p_index, p)
+                return (self._reduce(fun, n) if reduce else fun.map(n))(*args)
+            K = -(-n // L)
+            D = s[f"{prefix}_data"]
+            return chunk_map(fun, p_index, L, K, reduce)(ca.reshape(D, D.numel() // K, K), p)
+
         dz = z - s["z_prev"]
         diag = 2 * s["rho"] + s["w"] ** 2
         cost = s["rho"] * ca.sumsqr(dz) + 0.5 * ca.sumsqr(s["w"] * (z - s["mu"]))
@@ -214,17 +229,17 @@ class Learner:
         free = self.free.tolist()
         hess, jacs = ca.diag(diag), []
         cost_sx = cost  # the NLP's objective expression must stay differentiable by CasADi
-        for prefix, n, _, args in terms:
+        for prefix, n, _, cols in terms:
             fcost, fgrad = stages.get(f"{prefix}_cost", f"{prefix}_p_grad", columns=n)
-            cost = cost + self._reduce(fcost, n)(*args)
-            cost_sx = cost_sx + self._reduce(getattr(stages, f"{prefix}_cost"), n)(*args)
-            grad = grad + self._reduce(fgrad, n)(*args)[1][free]
+            cost = cost + over_stages(fcost, prefix, n, cols)
+            cost_sx = cost_sx + over_stages(getattr(stages, f"{prefix}_cost"), prefix, n, cols)
+            grad = grad + over_stages(fgrad, prefix, n, cols)[1][free]
             if kind == "exact":
                 (fhess,) = stages.get(f"{prefix}_p_hess", columns=n)
-                hess = hess + self._reduce(fhess, n)(*args)[free, free]
+                hess = hess + over_stages(fhess, prefix, n, cols)[free, free]
             elif kind == "gauss-newton":
                 (fjac,) = stages.get(f"{prefix}_p_jac", columns=n)
-                jacs.append(fjac.map(n)(*args))
+                jacs.append(over_stages(fjac, prefix, n, cols, reduce=False))
         extra = {"grad_f": grad_f_function(z, P, cost, grad)}
         self._grad_f = extra["grad_f"]
         if kind == "limited-memory":
@@ -234,8 +249,8 @@ class Learner:
             self._hess_fun = ca.Function("learn_hess", [z, P], [ca.densify(hess)])
         else:
             jac_fun = ca.Function("stage_jacobians", [z, P], [*jacs, diag])
-            self._hess_callback = _GaussNewtonHessian(jac_fun, [(nr, n) for _, n, nr, _ in terms],
-                                                      self.free, npar)
+            stacked = [(nr, -(-n // L) * L if L else n) for _, n, nr, _ in terms]  # incl. padding
+            self._hess_callback = _GaussNewtonHessian(jac_fun, stacked, self.free, npar)
             extra["hess_lag"] = self._hess_callback
         self.solver = ca.nlpsol("learner", "ipopt", {"x": z, "p": P, "f": cost_sx},
                                 ipopt_options(options.max_iter, options.tol, **extra))
@@ -256,10 +271,14 @@ class Learner:
         mean, w = params.prior
         if not self.options.use_prior:
             w = np.zeros_like(w)
-        vals = dict(p_base=base, Xo=Xo, Uo=Uo, Yo=Yo, Mo=Mo, X0=X0, X1=X1, U0=U0,
-                    iw=iw, iv=iv,
+        vals = dict(p_base=base, Xo=Xo, Uo=Uo, Yo=Yo, Mo=Mo, X0=X0, X1=X1, U0=U0, iw=iw, iv=iv,
                     z_prev=np.asarray(theta_vec, float)[self.free], rho=np.array([rho]),
                     mu=mean[self.free], w=w[self.free])
+        if self._chunk:  # zero padding for outputs, masks and noise weights, else the last column
+            if "dyn_data" in self._names:
+                vals["dyn_data"] = pack_columns([X0, X1, U0, iw], [False, False, False, True], self._chunk)
+            if "obs_data" in self._names:
+                vals["obs_data"] = pack_columns([Xo, Uo, Yo, Mo, iv], [False, False, True, True, True], self._chunk)
         return np.concatenate([np.asarray(vals[k], float).ravel(order="F") for k in self._names])
 
     def hessian_matrix(self, theta_vec, data, xs) -> np.ndarray | None:

@@ -153,3 +153,46 @@ def test_ekf_compiled_for_long_records_gives_the_same_numbers(monkeypatch):
     python = cc.filtering.EKF(model).run(theta_vec, data.y[0], **{**kw, "engine": "python"})
     np.testing.assert_allclose(b.x_filt, python.x_filt, atol=1e-9)
     np.testing.assert_allclose(b.loglik, python.loglik, rtol=1e-10)
+
+
+def _free_observation_model(rng):
+    """x+ = A x + B u, y = C x + B_0 u with A, B, C free: observation stages enter the learning
+    objective too."""
+    A, B, C = np.array([[0.8, 0.2], [-0.1, 0.7]]), rng.standard_normal((2, 1)), rng.standard_normal((2, 2))
+    params = cc.Parameters(cc.Param("A", A, lower=-3.0), cc.Param("B", B), cc.Param("C", C))
+    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.A @ x + p.B @ u,
+                                             lambda x, u, p: p.C @ x + p.B[0] * u[0], nx=2, nu=1,
+                                             params=params, process_std=[0.1, 0.2], measurement_std=[0.05, 0.5])
+    return model, {"A": A, "B": B, "C": C}
+
+
+def test_learner_chunk_major_layout_equals_the_plain_one(monkeypatch):
+    """Learner over many stages in chunks (lowered thresholds: chunks of 64 stages from 100 on,
+    two trajectories of 300 and 211 samples, so chunks pad; 10 % missing outputs, inputs, free
+    observation parameters): cost, Hessian and the learning solve equal the plain layout's."""
+    from ceem_casadi import learner_chunks
+
+    rng = np.random.default_rng(7)
+    model, truth = _free_observation_model(rng)
+    us = [rng.standard_normal((300, 1)), rng.standard_normal((211, 1))]
+    data, xs = cc.simulate(model, truth, rng.standard_normal((2, 2)), [300, 211], u=us,
+                           process_std=model.noise.process_std, measurement_std=model.noise.measurement_std, seed=8)
+    data = data.with_missing(0.1, seed=9)
+    start = model.theta_vector({"A": truth["A"] + 0.2, "B": truth["B"] - 0.3, "C": truth["C"] + 0.4})
+    z = start[model.params.free_index]
+    for hessian in ("exact", "gauss-newton"):
+        got = {}
+        for chunk_from in (10**9, 100):
+            monkeypatch.setattr(learner_chunks, "LEARN_CHUNK_FROM", chunk_from)
+            monkeypatch.setattr(learner_chunks, "LEARN_CHUNK", 64)
+            learner = cc.Learner(model, data.lengths, cc.LearnerOptions(hessian=hessian))
+            P = learner.parameter_vector(start, data, xs, 0.5)
+            got[chunk_from] = (learner._chunk, float(learner.cost_function(z, P)),
+                               learner.hessian_matrix(start, data, xs), learner.solve(start, data, xs))
+        (c0, f0, H0, r0), (c1, f1, H1, r1) = got.values()
+        assert (c0, c1) == (0, 64)
+        np.testing.assert_allclose(f1, f0, rtol=1e-13)
+        np.testing.assert_allclose(H1, H0, rtol=1e-12, atol=1e-12 * np.abs(H0).max())
+        assert r1.success and r1.iterations == r0.iterations
+        np.testing.assert_allclose(r1.theta_vec, r0.theta_vec, rtol=1e-10, atol=1e-12)
+        assert np.abs(r0.theta_vec - start).max() > 0.1
