@@ -211,6 +211,9 @@ class Learner:
         E = ca.DM(ca.Sparsity.triplet(npar, nfree, self.free.tolist(), list(range(nfree))), 1.0)
         p = s["p_base"] + ca.mtimes(E, z)
 
+        blocks = {k: ca.reshape(s[f"{k}_data"], s[f"{k}_data"].numel() // -(-n // L), -(-n // L))
+                  for k, n, _, _ in terms} if L else {}  # (c, K): one column per chunk
+
         def over_stages(fun, prefix, n, cols, reduce=True):
             """``fun`` over the n stages of a term, outputs summed (``reduce``) or stacked."""
             p_index = 4 if prefix == "obs" else 3
@@ -218,9 +221,8 @@ class Learner:
                 args = [s[c] for c in cols]
                 args.insert(p_index, p)
                 return (self._reduce(fun, n) if reduce else fun.map(n))(*args)
-            K = -(-n // L)
-            D = s[f"{prefix}_data"]
-            return chunk_map(fun, p_index, L, K, reduce)(ca.reshape(D, D.numel() // K, K), p)
+            out = chunk_map(fun, p_index, L, -(-n // L), reduce, blocks[prefix], p)
+            return out[0] if len(out) == 1 else out
 
         dz = z - s["z_prev"]
         diag = 2 * s["rho"] + s["w"] ** 2

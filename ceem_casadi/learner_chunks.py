@@ -55,20 +55,23 @@ def pack_columns(arrays, zero_pad, L: int) -> np.ndarray:
     return np.concatenate(blocks, axis=1).ravel()
 
 
-def chunk_map(fun: ca.Function, p_index: int, L: int, K: int, reduce: bool) -> ca.Function:
-    """``(D (c, K), p) -> outputs`` of ``fun`` over the K L stages of a chunk-major block.
+def chunk_map(fun: ca.Function, p_index: int, L: int, K: int, reduce: bool, D: ca.MX, p: ca.MX) -> list:
+    """The outputs of ``fun`` over the K L stages of a chunk-major block ``D`` (c, K).
 
-    ``fun``: a stage Function whose input ``p_index`` is shared by all stages (the parameters)
-    and whose other inputs are per-stage columns, stored in D's columns as :func:`pack_columns`
-    lays them out. ``reduce``: outputs summed over the stages, else stacked horizontally in
-    stage order (stages past the data at the end).
+    ``fun``: a stage Function whose input ``p_index`` (given: ``p``) is shared by all stages
+    (the parameters) and whose other inputs are per-stage columns, stored in D's columns as
+    :func:`pack_columns` lays them out. ``reduce``: outputs summed over the stages, else
+    stacked horizontally in stage order (stages past the data at the end). The outer map over
+    the chunks is a plain one (no MX wrapper of the (c, K) block; summing its K small outputs
+    is ``repsum``), so nothing but D itself is O(K L).
     """
     rows = [fun.size1_in(i) for i in range(fun.n_in()) if i != p_index]
     offsets = np.concatenate([[0], np.cumsum(rows) * L]).astype(int).tolist()
-    D, p = ca.MX.sym("D", offsets[-1]), ca.MX.sym("p", fun.size1_in(p_index))
-    cols = [ca.reshape(part, r, L) for part, r in zip(ca.vertsplit(D, offsets), rows)]
-    args = cols[:p_index] + [p] + cols[p_index:]
+    Dc, pc = ca.MX.sym("D", offsets[-1]), ca.MX.sym("p", fun.size1_in(p_index))
+    cols = [ca.reshape(part, r, L) for part, r in zip(ca.vertsplit(Dc, offsets), rows)]
+    args = cols[:p_index] + [pc] + cols[p_index:]
     shared = [i == p_index for i in range(fun.n_in())]
-    out = fun.map(L, shared, [reduce] * fun.n_out()).call(args)
-    inner = ca.Function(f"{fun.name()}_chunk{L}", [D, p], out)
-    return inner.map(K, [False, True], [reduce] * fun.n_out())
+    inner = ca.Function(f"{fun.name()}_chunk{L}", [Dc, pc],
+                        fun.map(L, shared, [reduce] * fun.n_out()).call(args))
+    out = inner.map(K, "serial").call([D, ca.repmat(p, 1, K)])
+    return [ca.repsum(o, 1, K) for o in out] if reduce else out
