@@ -122,8 +122,10 @@ def rts_means(res: FilterResult) -> np.ndarray:
     u = 2 * n - 1
     ab = np.zeros((u + 1, T * n))
     ab[u] = 1.0
-    t, i, j = np.meshgrid(np.arange(T - 1), np.arange(n), np.arange(n), indexing="ij")
-    ab[u + (t * n + i) - ((t + 1) * n + j), (t + 1) * n + j] = -G[t, i, j]
+    # M[t n + i, (t+1) n + j] = -G[t, i, j]: band row u - n + i - j, columns (t+1) n + j (strided)
+    for i in range(n):
+        for j in range(n):
+            ab[u - n + i - j, n + j::n] = -G[:, i, j]
     return solve_banded((0, u), ab, rhs.ravel(), check_finite=False).reshape(T, n)
 
 
