@@ -86,6 +86,37 @@ def learn_result(solver, sol: dict, theta_vec: np.ndarray, free: np.ndarray, wal
                        int(st["iter_count"]), wall)
 
 
+def stationary_start(solver: ca.Function, z: np.ndarray, p, lower: np.ndarray, upper: np.ndarray) -> float | None:
+    """The objective f at ``z`` when the Newton model there predicts a decrease below its
+    round-off, else None.
+
+    With f, g (n,) and H (n, n) the objective, gradient and Hessian that the IPOPT ``solver``
+    itself evaluates (its ``nlp_grad_f`` and ``nlp_hess_l`` Functions, NLP parameter ``p``; no
+    constraints): f when ``z`` is strictly inside the bounds, H is positive definite, the
+    Newton step ``d = -H^-1 g`` keeps ``z + d`` strictly inside the bounds and ``-g^T d / 2 <=
+    STALL_OBJ_CHANGE * max(1, |f|)`` (1e-12 relative: the stagnation threshold IPOPT is given).
+    None also for a limited-memory solver (no Hessian). Costs one gradient and one Hessian
+    evaluation, about one IPOPT iteration. Started at such a point IPOPT itself, with bounded
+    variables, spends 10-16 iterations failing line searches on round-off (its bound
+    multipliers start at 1, far from their optimal 0) before it stops at an acceptable level.
+    """
+    z = np.asarray(z, float)
+    if not np.all((lower < z) & (z < upper)):
+        return None
+    if not solver.has_function("nlp_hess_l"):  # limited-memory
+        return None
+    Hu = np.asarray(ca.DM(solver.get_function("nlp_hess_l")(z, p, 1.0, ca.DM(0, 1))).full())
+    H = np.triu(Hu) + np.triu(Hu, 1).T
+    f, g = (np.asarray(ca.DM(v).full(), float).ravel() for v in solver.get_function("nlp_grad_f")(z, p))
+    try:
+        d = -cho_solve(cho_factor(H), g)
+    except (np.linalg.LinAlgError, ValueError):
+        return None
+    inside = np.all((lower < z + d) & (z + d < upper))
+    small = -0.5 * g @ d <= STALL_OBJ_CHANGE * max(1.0, abs(f[0]))
+    return float(f[0]) if inside and np.isfinite(f[0]) and small else None
+
+
 class _GaussNewtonHessian(ca.Callback):
     """IPOPT ``hess_lag`` = lam_f * (J^T J + diag(d)) (upper triangle), J^T J by BLAS.
 
@@ -243,7 +274,6 @@ class Learner:
                 (fjac,) = stages.get(f"{prefix}_p_jac", columns=n)
                 jacs.append(over_stages(fjac, prefix, n, cols, reduce=False))
         extra = {"grad_f": grad_f_function(z, P, cost, grad)}
-        self._grad_f = extra["grad_f"]
         if kind == "limited-memory":
             extra["ipopt.hessian_approximation"] = "limited-memory"
         elif kind == "exact":
@@ -290,9 +320,9 @@ class Learner:
         P = ca.DM(self.parameter_vector(theta_vec, data, xs, 0.0))
         return self._hessian(np.asarray(theta_vec, float)[self.free], P)
 
-    def _hessian(self, z: np.ndarray, P: np.ndarray) -> np.ndarray | None:
-        """The solver's objective Hessian (n_free, n_free) at ``z`` (trust region and prior
-        included, as in ``P``); None for a limited-memory learner."""
+    def _hessian(self, z: np.ndarray, P) -> np.ndarray | None:
+        """The objective Hessian (n_free, n_free) at ``z`` (trust region and prior as in ``P``);
+        None for a limited-memory learner."""
         if self.hessian == "exact":
             return np.asarray(self._hess_fun(z, P))
         if self.hessian == "gauss-newton":
@@ -300,36 +330,12 @@ class Learner:
             return np.triu(H) + np.triu(H, 1).T
         return None
 
-    def stationary_cost(self, z: np.ndarray, P: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> float | None:
-        """The objective f at ``z`` when the Newton model there predicts a decrease below its
-        round-off, else None.
-
-        With f, g (n_free,) and H (n_free, n_free) the solver's objective, gradient and Hessian at
-        ``z`` (NLP parameter ``P``): f when H is positive definite, the Newton step
-        ``d = -H^-1 g`` keeps ``z + d`` strictly inside the bounds and ``-g^T d / 2 <=
-        STALL_OBJ_CHANGE * max(1, |f|)`` (1e-12 relative, the stagnation threshold IPOPT is given).
-        Costs one gradient and one Hessian evaluation (about one IPOPT iteration).
-        """
-        if not np.all((lower < z) & (z < upper)):
-            return None
-        H = self._hessian(z, P)
-        if H is None:
-            return None
-        f, g = (np.asarray(v, float).ravel() for v in self._grad_f(z, P))
-        try:
-            d = -cho_solve(cho_factor(H), g)
-        except (np.linalg.LinAlgError, ValueError):
-            return None
-        inside = np.all((lower < z + d) & (z + d < upper))
-        small = -0.5 * g @ d <= STALL_OBJ_CHANGE * max(1.0, abs(f[0]))
-        return float(f[0]) if inside and np.isfinite(f[0]) and small else None
-
     def solve(self, theta_vec: np.ndarray, data, xs: list[np.ndarray], rho_theta: float | None = None,
               weights=None) -> LearnResult:
         """Learn the free parameters for fixed states, warm-started at ``theta_vec``.
 
         When the start is already stationary to the objective's round-off
-        (:meth:`stationary_cost`), IPOPT is not called: the result is ``theta_vec`` itself
+        (:func:`stationary_start`), IPOPT is not called: the result is ``theta_vec`` itself
         with status ``"Solve_Succeeded"`` and ``iterations == 0``. (Started there, IPOPT spends
         10-16 iterations failing line searches on round-off before it stops at an acceptable
         level: the EM step that confirms convergence, single Lorenz T = 10^5, took 15 s of a
@@ -359,7 +365,7 @@ class Learner:
         params = self.model.params
         t0 = time.perf_counter()
         z0, lower, upper = np.asarray(theta_vec, float)[self.free], params.lower[self.free], params.upper[self.free]
-        cost = self.stationary_cost(z0, P, lower, upper)
+        cost = stationary_start(self.solver, z0, P, lower, upper)
         if cost is not None:
             return LearnResult(np.asarray(theta_vec, float).copy(), cost, "Solve_Succeeded",
                                bool(np.all(np.isfinite(theta_vec))), 0, time.perf_counter() - t0)

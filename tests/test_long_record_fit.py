@@ -196,3 +196,42 @@ def test_learner_chunk_major_layout_equals_the_plain_one(monkeypatch):
         assert r1.success and r1.iterations == r0.iterations
         np.testing.assert_allclose(r1.theta_vec, r0.theta_vec, rtol=1e-10, atol=1e-12)
         assert np.abs(r0.theta_vec - start).max() > 0.1
+
+
+class _InProcessEngine:
+    """The engine interface of RemoteLearner over one in-process Learner (as a Dask shard)."""
+
+    def __init__(self, model, data):
+        self.learner, self.data = cc.Learner(model, data.lengths, cc.LearnerOptions(use_prior=False)), data
+
+    def learning_session(self, theta_vec, xs):
+        return [self.learner.parameter_vector(theta_vec, self.data, xs, 0.0)]
+
+    def reduce(self, session, z, what):
+        solver, P = self.learner.solver, session[0]
+        f = float(solver.get_function("nlp_f")(z, P))
+        g = np.asarray(solver.get_function("nlp_grad_f")(z, P)[1], float).ravel()
+        H = np.asarray(solver.get_function("nlp_hess_l")(z, P, 1.0, np.zeros(0)).full())
+        return [(f, g, np.triu(H).T[np.tril_indices(z.size)], 0.0)], 0
+
+    def _record(self, *args, **kwargs):
+        pass
+
+
+def test_remote_learner_started_at_its_optimum_skips_ipopt():
+    """The client-side IPOPT of the distributed learner makes the same start test: at the dense
+    optimum no iteration (IPOPT itself stalls there), elsewhere the solve reaches it."""
+    from ceem_casadi.remote_learner import RemoteLearner
+
+    rng = np.random.default_rng(5)
+    model, truth = _bounded_linear(rng)
+    data, xs = cc.simulate(model, truth, np.zeros((1, 2)), [3000], u=[rng.standard_normal((3000, 1))],
+                           process_std=model.noise.process_std, measurement_std=0.05, seed=6)
+    best = _normal_equations(model, data, xs, model.theta_vector(truth))
+    remote = RemoteLearner(_InProcessEngine(model, data), model, cc.LearnerOptions(), "exact")
+    at = remote.solve(best, data, xs)
+    assert at.success and at.iterations == 0 and at.status == "Solve_Succeeded", (at.status, at.iterations)
+    np.testing.assert_array_equal(at.theta_vec, best)
+    near = remote.solve(best + 1e-3 * model.params.free_mask, data, xs, rho_theta=0.0)
+    assert near.success and near.iterations >= 1
+    np.testing.assert_allclose(near.theta_vec, best, atol=1e-8)
