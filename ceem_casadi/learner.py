@@ -190,10 +190,14 @@ class Learner:
         Trust region, Hessian, IPOPT limits, priors, compilation.
     stages : StageFunctions, optional
         Stage Functions shared with a smoother (built from the model when None).
+    columns : int, optional
+        Stages evaluated per objective evaluation, for the automatic compilation of the stage
+        Functions (:meth:`StageFunctions.get`); default: this learner's own stages. A learner
+        of one piece of a longer record passes the record's.
     """
 
     def __init__(self, model, lengths, options: LearnerOptions = LearnerOptions(),
-                 stages: StageFunctions | None = None):
+                 stages: StageFunctions | None = None, columns: int | None = None):
         t0 = time.perf_counter()
         self.model, self.options, self.lengths = model, options, tuple(lengths)
         params = model.params
@@ -263,15 +267,15 @@ class Learner:
         hess, jacs = ca.diag(diag), []
         cost_sx = cost  # the NLP's objective expression must stay differentiable by CasADi
         for prefix, n, _, cols in terms:
-            fcost, fgrad = stages.get(f"{prefix}_cost", f"{prefix}_p_grad", columns=n)
+            fcost, fgrad = stages.get(f"{prefix}_cost", f"{prefix}_p_grad", columns=columns or n)
             cost = cost + over_stages(fcost, prefix, n, cols)
             cost_sx = cost_sx + over_stages(getattr(stages, f"{prefix}_cost"), prefix, n, cols)
             grad = grad + over_stages(fgrad, prefix, n, cols)[1][free]
             if kind == "exact":
-                (fhess,) = stages.get(f"{prefix}_p_hess", columns=n)
+                (fhess,) = stages.get(f"{prefix}_p_hess", columns=columns or n)
                 hess = hess + over_stages(fhess, prefix, n, cols)[free, free]
             elif kind == "gauss-newton":
-                (fjac,) = stages.get(f"{prefix}_p_jac", columns=n)
+                (fjac,) = stages.get(f"{prefix}_p_jac", columns=columns or n)
                 jacs.append(over_stages(fjac, prefix, n, cols, reduce=False))
         extra = {"grad_f": grad_f_function(z, P, cost, grad)}
         if kind == "limited-memory":
