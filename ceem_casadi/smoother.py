@@ -240,7 +240,6 @@ class Smoother:
         self.model, self.options = model, options
         self.stages = stages if stages is not None else StageFunctions(model, options.hessian, options.compile)
         self._solvers: dict[int, TrajectorySmoother] = {}
-        self._cost_calls: dict = {}  # joint_log_density's zero-copy cost evaluations, per length
         self.build_s = 0.0
 
     def for_length(self, T: int) -> TrajectorySmoother:
@@ -291,16 +290,9 @@ class Smoother:
         -------
         float
         """
-        from ._linalg import BufferedCall
-
         total = 0.0
         for b, (y, x) in enumerate(zip(data.y, xs)):
-            T = y.shape[0]
-            ts = self.for_length(T)
+            ts = self.for_length(y.shape[0])
             P = ts.parameter_vector(self.model, theta_vec, y, data.inputs(b), x, 0.0)
-            # zero-copy evaluation: converting P (~13 T entries) to a DM took 2 s at T = 10^6
-            if T not in self._cost_calls:
-                self._cost_calls[T] = BufferedCall(ts.cost_function)
-            (cost,) = self._cost_calls[T](x.ravel(), P)
-            total += -float(cost[0]) + log_normalisers(self.model, y)
+            total += -float(ts.cost_function(x.ravel(), P)) + log_normalisers(self.model, y)
         return total
