@@ -5,7 +5,8 @@ Each fit runs in a fresh subprocess (peak RSS of that child alone, ``os.wait4``)
 library's entry points are wrapped with wall-clock timers for the duration of the fit (the
 library itself is not changed): solver construction (``TrajectorySmoother``, ``Learner``,
 ``JointGaussNewton``), the EKF/RTS initial states (``eks_states``), every smoothing solve,
-learning solve and joint Newton step (with its solver iterations), every evaluation of the
+learning solve (``Learner`` or the client-side ``RemoteLearner``) and joint Newton step (with
+its solver iterations), every evaluation of the
 joint log-density J, the final identifiability check, and ``other`` = the fit's wall time
 minus all of these (data checks, copies, the loop's bookkeeping). Per phase: total seconds,
 calls, share of the fit, and the single calls (seconds, iterations).
@@ -38,6 +39,7 @@ TARGETS = (
     ("initial_states", "ceem_casadi.ceem", "eks_states"),
     ("smoothing", "ceem_casadi.smoother", "TrajectorySmoother.solve"),
     ("learning", "ceem_casadi.learner", "Learner.solve"),
+    ("learning", "ceem_casadi.remote_learner", "RemoteLearner.solve"),  # distributed / piecewise
     ("newton_step", "ceem_casadi.joint_gauss_newton", "JointGaussNewton.step"),
     ("evaluate_J", "ceem_casadi.smoother", "Smoother.joint_log_density"),
     ("final_check", "ceem_casadi.ceem", "_check_learning_hessian"),
