@@ -238,7 +238,39 @@ class Learner:
         self.solver = ca.nlpsol("learner", "ipopt", {"x": z, "p": P, "f": cost_sx},
                                 ipopt_options(options.max_iter, options.tol, **extra))
         self.cost_function = ca.Function("learn_cost", [z, P], [cost])
+        self._graph = (z, P, [(prefix, n, args) for prefix, n, _, args in terms], stages)
+        self._stage_terms: dict[tuple, ca.Function] = {}
         self.build_s = time.perf_counter() - t0
+
+    def stage_terms_function(self, gradient: bool, hessian: bool) -> ca.Function:
+        """``(z, P) -> (rows, N)``: the data terms of every stage (one column per stage, the
+        dynamics stages first), unsummed, for sums that do not depend on how the stages are
+        grouped (:mod:`ceem_casadi._exact_sum`). Rows: the cost; with ``gradient`` its gradient
+        over the free parameters (n_free); with ``hessian`` (exact learners only) the upper
+        triangle of the exact Hessian over the free parameters, column-major (n_free (n_free + 1) / 2).
+        No trust region, no prior. Built on first use."""
+        key = (bool(gradient), bool(hessian))
+        if hessian and self.hessian != "exact":
+            raise ValueError(f"per-stage Hessians need an exact-Hessian learner, this one is {self.hessian!r}")
+        if key not in self._stage_terms:
+            z, P, calls, stages = self._graph
+            free = self.free.tolist()
+            rows, cols = np.tril_indices(len(free))  # (col, row) pairs of the column-major upper triangle
+            blocks = []
+            for prefix, n, args in calls:
+                # one SX program per stage (the raw SX stage Functions inlined): an MX wrapper
+                # mapped over 10^5 stages would cost microseconds of interpretation per stage
+                fgrad = getattr(stages, f"{prefix}_p_grad" if gradient else f"{prefix}_cost")
+                a = [ca.SX.sym(f"a{i}", fgrad.sparsity_in(i)) for i in range(fgrad.n_in())]
+                out = fgrad.call(a)
+                parts = [out[0]] if not gradient else [out[0], out[1][free]]
+                if hessian:
+                    H = getattr(stages, f"{prefix}_p_hess").call(a)[0][free, free]
+                    parts.append(ca.vertcat(*[H[c, r] for r, c in zip(rows, cols)]))
+                stage = ca.Function(f"{prefix}_stage_terms", a, [ca.cse(ca.densify(ca.vertcat(*parts)))])
+                blocks.append(stage.map(n)(*args))
+            self._stage_terms[key] = ca.Function("stage_terms", [z, P], [ca.horzcat(*blocks)])
+        return self._stage_terms[key]
 
     @staticmethod
     def _reduce(fun: ca.Function, n: int) -> ca.Function:

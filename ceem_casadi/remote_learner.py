@@ -18,8 +18,19 @@ import casadi as ca
 import numpy as np
 
 from ._callbacks import SparsityCallback
+from ._exact_sum import SplitSum, combine
 from ._ipopt import ipopt_options, solve
 from .learner import LearnResult, learn_result
+
+
+def _total(items: list):
+    """The client's sum of one term over the shards: exact for :class:`SplitSum` parts, a plain
+    sum in shard order for arrays, None for None."""
+    if items[0] is None:
+        return None
+    if isinstance(items[0], SplitSum):
+        return combine(items)
+    return sum(items)
 
 
 class _Call(SparsityCallback):
@@ -87,8 +98,10 @@ class RemoteLearner:
             self._received += received
             self._shard_s += np.array([r[-1] for r in res])
             parts = [r[:-1] for r in res]
-            self._cache[key] = tuple(None if parts[0][i] is None else sum(p[i] for p in parts)
-                                     for i in range(len(parts[0])))
+            totals = [_total([p[i] for p in parts]) for i in range(len(parts[0]))]
+            if what != "hess":  # the cost first, as a float
+                totals[0] = float(totals[0][0])
+            self._cache[key] = tuple(totals)
         return self._cache[key]
 
     def _value(self, z, p, what):

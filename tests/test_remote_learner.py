@@ -1,0 +1,84 @@
+"""The distributed learner's sums do not depend on the sharding (issue 17): the map-reduced
+learning step gives bit-identical iterates, and the same number of rounds, with 1, 2 or 3 shards."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import ceem_casadi as cc
+from ceem_casadi import _shard_tasks as tasks
+from ceem_casadi._exact_sum import SplitSum, combine, split_sums
+from ceem_casadi.distributed import model_spec, shard_index
+from ceem_casadi.remote_learner import RemoteLearner
+from models import lorenz
+
+
+class InProcessShards:
+    """The engine interface of :class:`RemoteLearner`, with the shards' tasks run in this process."""
+
+    def __init__(self, model, data, options, n_shards):
+        self.data, self.index = data, shard_index(data.lengths, n_shards)
+        self.spec = model_spec(model, options)
+        self.rounds = 0
+
+    def learning_session(self, theta_vec, xs):
+        self._session_sent = 0
+        return [tasks.learning_setup(self.spec, theta_vec, self.data[idx], [xs[b] for b in idx])
+                for idx in self.index]
+
+    def reduce(self, session, z, what):
+        return [tasks.learning_terms(self.spec, ls, z, what) for ls in session], 0
+
+    def _record(self, kind, t0, shard_s, sent, received, calls, **extra):
+        self.rounds = calls
+
+
+@pytest.fixture(scope="module")
+def problem():
+    """Single Lorenz, 7 trajectories of unequal length, states = truth + noise (fixed)."""
+    model = lorenz.single_lorenz(process_std=0.01, measurement_std=0.01)
+    lengths = [120, 80, 100, 90, 120, 60, 110]
+    data, x = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(len(lengths), seed=3), lengths,
+                          measurement_std=0.01, seed=4)
+    rng = np.random.default_rng(5)
+    xs = [np.asarray(xb) + 0.01 * rng.standard_normal(np.shape(xb)) for xb in x]
+    theta = model.params.to_vector(lorenz.perturbed(lorenz.TRUE, 0.1, seed=6))
+    return model, data, xs, theta
+
+
+def test_learner_iterates_do_not_depend_on_the_sharding(problem):
+    """Fails when the shards' sums are plain floating-point sums (``split_sums``/``combine`` in
+    ``_shard_tasks.learning_terms`` and ``remote_learner._total``): the iterates then differ in the
+    last bits between 1, 2 and 3 shards."""
+    model, data, xs, theta = problem
+    options = cc.CEEMOptions()
+    results, rounds = [], []
+    for n in (1, 2, 3):
+        engine = InProcessShards(model, data, options, n)
+        learner = RemoteLearner(engine, model, options.learner, "exact")
+        results.append(learner.solve(theta, data, xs))
+        rounds.append(engine.rounds)
+    assert all(r.success for r in results)
+    for r in results[1:]:
+        np.testing.assert_array_equal(r.theta_vec, results[0].theta_vec)
+        assert r.cost == results[0].cost and r.iterations == results[0].iterations
+    assert rounds[0] > 1 and rounds == [rounds[0]] * 3
+    # and it is the sequential learner's optimum (summed by CasADi in one map), up to round-off
+    seq = cc.Learner(model, data.lengths, options.learner).solve(theta, data, xs)
+    np.testing.assert_allclose(results[0].theta_vec, seq.theta_vec, rtol=1e-10)
+
+
+def test_split_sums_are_exact_for_any_split():
+    """Oracle: math.fsum over all terms at once (correctly rounded); terms of mixed sign and
+    magnitude, where a plain sum depends on the grouping."""
+    rng = np.random.default_rng(0)
+    terms = rng.standard_normal((3, 5000)) * np.exp(rng.uniform(-20, 20, (3, 5000)))
+    exact = np.array([math.fsum(row) for row in terms])
+    for cuts in ([], [2500], [1, 7, 4000], list(range(500, 5000, 500))):
+        parts = [split_sums(block) for block in np.split(terms, cuts, axis=1)]
+        np.testing.assert_array_equal(combine(parts), exact)
+        np.testing.assert_array_equal(combine(parts[::-1]), exact)
+    plain = [SplitSum(block.sum(axis=1)) for block in np.split(terms, [2500], axis=1)]  # lo None: plain sum
+    np.testing.assert_allclose(combine(plain), exact, rtol=1e-12)
