@@ -184,14 +184,12 @@ def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
     want_h = what == "all" and solver.has_function("nlp_hess_l")
     exact_g = want_g and 1 + n <= EXACT_SUM_ROWS
     exact_h = want_h and exact_g and learner.hessian == "exact" and 1 + n + n * (n + 1) // 2 <= EXACT_SUM_ROWS
-    rows = np.asarray(learner.stage_terms_function(exact_g, exact_h)(z, ls.P))
-    sums = split_sums(rows)
-    out = [SplitSum(sums.hi[:1], sums.lo[:1])]
-    if want_g:
-        if exact_g:
-            out.append(SplitSum(sums.hi[1:1 + n], sums.lo[1:1 + n]))
-        else:
-            out.append(SplitSum(np.asarray(solver.get_function("nlp_grad_f")(z, ls.P)[1], float).ravel()))
+    if want_g and not exact_g:  # costs exact, the gradient summed by CasADi in the same pass
+        terms, grad = learner.stage_terms_function("summed")(z, ls.P)
+        out = [split_sums(np.asarray(terms)), SplitSum(np.asarray(grad, float).ravel())]
+    else:
+        sums = split_sums(np.asarray(learner.stage_terms_function("rows" if exact_g else "none", exact_h)(z, ls.P)))
+        out = [SplitSum(sums.hi[:1], sums.lo[:1])] + ([SplitSum(sums.hi[1:1 + n], sums.lo[1:1 + n])] if want_g else [])
     if what == "all":
         if exact_h:
             out.append(SplitSum(sums.hi[1 + n:], sums.lo[1 + n:]))
