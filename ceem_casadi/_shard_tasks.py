@@ -169,7 +169,7 @@ def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
     Costs, gradients and Hessians (except for ``"hess"``) come as :class:`~ceem_casadi._exact_sum.SplitSum`:
     exact sums of the per-stage terms (so the client's total does not depend on the sharding)
     while the per-stage rows number at most ``EXACT_SUM_ROWS``; beyond that the gradient and the
-    Hessian are CasADi's sums (``lo`` None) and only the cost is exact.
+    Hessian are CasADi's sums (not ``exact``) and only the cost is exact.
     """
     t0 = time.perf_counter()
     learner = solvers(spec).learner(ls.lengths)
@@ -186,15 +186,15 @@ def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
     exact_h = want_h and exact_g and learner.hessian == "exact" and 1 + n + n * (n + 1) // 2 <= EXACT_SUM_ROWS
     if want_g and not exact_g:  # costs exact, the gradient summed by CasADi in the same pass
         terms, grad = learner.stage_terms_function("summed")(z, ls.P)
-        out = [split_sums(np.asarray(terms)), SplitSum(np.asarray(grad, float).ravel())]
+        out = [split_sums(np.asarray(terms)), SplitSum.plain(np.asarray(grad, float).ravel())]
     else:
         sums = split_sums(np.asarray(learner.stage_terms_function("rows" if exact_g else "none", exact_h)(z, ls.P)))
-        out = [SplitSum(sums.hi[:1], sums.lo[:1])] + ([SplitSum(sums.hi[1:1 + n], sums.lo[1:1 + n])] if want_g else [])
+        out = [sums.rows(0, 1)] + ([sums.rows(1, 1 + n)] if want_g else [])
     if what == "all":
         if exact_h:
-            out.append(SplitSum(sums.hi[1 + n:], sums.lo[1 + n:]))
+            out.append(sums.rows(1 + n))
         else:
-            out.append(SplitSum(_hessian_triangle(solver, z, ls.P)) if want_h else None)
+            out.append(SplitSum.plain(_hessian_triangle(solver, z, ls.P)) if want_h else None)
     return (*out, time.perf_counter() - t0)
 
 

@@ -16,6 +16,7 @@ The solver is built once per dataset shape and reused across EM iterations.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -24,8 +25,11 @@ import numpy as np
 
 from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
 from ._linalg import gram
+from .compile import compile_functions, compiler
 from .options import LearnerOptions
 from .stages import StageFunctions, stack_stages
+
+log = logging.getLogger(__name__)
 
 # "auto" Hessian: exact while the per-stage exact Hessian program is at most this long
 AUTO_EXACT_INSTRUCTIONS = 100_000
@@ -289,12 +293,28 @@ class Learner:
                 if hessian:
                     H = getattr(stages, f"{prefix}_p_hess").call(a)[0][free, free]
                     parts.append(ca.vertcat(*[H[c, r] for r, c in zip(rows, cols)]))
-                stage = ca.Function(f"{prefix}_stage_terms", a, [ca.cse(ca.densify(ca.vertcat(*parts)))],
-                                    fgrad.name_in(), ["terms"])
+                stage = self._compiled(ca.Function(f"{prefix}_stage_terms", a, [ca.cse(ca.densify(ca.vertcat(*parts)))],
+                                                   fgrad.name_in(), ["terms"]))
                 blocks.append(stage.map(n, _shared_p(stage), [False])(*args))
             outs = [ca.horzcat(*blocks)] + ([ca.densify(sum(grads))] if grads else [])
             self._stage_terms[key] = ca.Function("stage_terms", [z, P], outs)
         return self._stage_terms[key]
+
+    def _compiled(self, fun: ca.Function) -> ca.Function:
+        """``fun`` compiled unless ``options.compile`` is False or no compiler exists (then, and
+        when compilation fails, the SX Function). Called once per shard learner and mapped over
+        10^5 stages per round, a short program pays at once: Lorenz per-stage cost, gradient and
+        Hessian (624 instructions), 128k stages, 0.24 s compiled vs 1.59 s in the virtual machine,
+        0.3 s to compile (measured, loaded machine); cached per machine like the stage Functions."""
+        if self.options.compile is False or (self.options.compile is None and compiler() is None):
+            return fun
+        try:
+            return compile_functions([fun], f"ceem_{self.model.name}_learn")[0]
+        except RuntimeError as exc:
+            if self.options.compile:
+                raise
+            log.warning("per-stage learning terms not compiled (%s); using the CasADi virtual machine", exc)
+            return fun
 
     @staticmethod
     def _reduce(fun: ca.Function, n: int) -> ca.Function:

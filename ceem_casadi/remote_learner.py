@@ -104,15 +104,27 @@ class RemoteLearner:
             self._cache[key] = tuple(totals)
         return self._cache[key]
 
+    def _fetch(self, z, what: str) -> str:
+        """What to fetch at ``z`` when IPOPT asks for ``what`` ("f" or "grad"). With a Hessian,
+        everything in one round (line-search trial points are rarely rejected). Limited-memory:
+        the cost alone at a trial point, the gradient when IPOPT asks for it (at accepted points):
+        measured at the helicopter size, 4.5 trial points per iteration, a cost 1/3 of a cost and
+        gradient, so one round trip more per iteration saves ~40 % of the shards' work."""
+        if self.hessian != "limited-memory":
+            return "all"
+        if what == "f" and ("grad", z.tobytes()) in self._cache:
+            return "grad"
+        return what
+
     def _value(self, z, p, what):
         try:
             z_prev, rho, mu, w = self._split(p)
             dz, dm = z - z_prev, z - mu
             reg = rho * dz @ dz + 0.5 * (w * dm) @ (w * dm)
-            f, g, _ = self._remote(z, "all")
+            terms = self._remote(z, self._fetch(z, what))
             if what == "f":
-                return (f + reg,)
-            return f + reg, g + 2 * rho * dz + w ** 2 * dm
+                return (terms[0] + reg,)
+            return terms[0] + reg, terms[1] + 2 * rho * dz + w ** 2 * dm
         except Exception as exc:  # CasADi swallows exceptions raised in callbacks: re-raised after the solve
             self._error = self._error or exc
             raise

@@ -80,5 +80,8 @@ def test_split_sums_are_exact_for_any_split():
         parts = [split_sums(block) for block in np.split(terms, cuts, axis=1)]
         np.testing.assert_array_equal(combine(parts), exact)
         np.testing.assert_array_equal(combine(parts[::-1]), exact)
-    plain = [SplitSum(block.sum(axis=1)) for block in np.split(terms, [2500], axis=1)]  # lo None: plain sum
+    plain = [SplitSum.plain(block.sum(axis=1)) for block in np.split(terms, [2500], axis=1)]  # not exact
     np.testing.assert_allclose(combine(plain), exact, rtol=1e-12)
+    # a diverging trial point's cost reaches IPOPT as inf or NaN (it then backtracks), no error
+    odd = combine([split_sums(np.array([[1.0, np.inf], [np.nan, 1.0], [1e308, 1e308]]))])
+    assert odd[0] == np.inf and np.isnan(odd[1]) and odd[2] == np.inf
