@@ -18,14 +18,19 @@ import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, replace
 
+import casadi as ca
 import numpy as np
 
+from ._exact_sum import SplitSum, split_sums
 from ._ipopt import deadline
 from .learner import Learner
 from .objective import joint_log_density
 from .smoother import Smoother
 
 MAX_CACHED = 4  # models kept per worker thread (oldest dropped first)
+# per-stage rows (cost, gradient, Hessian triangle) up to which a shard sums its learning terms exactly
+# (:mod:`ceem_casadi._exact_sum`); beyond it only the cost (e.g. a 2,246-parameter MLP's gradient)
+EXACT_SUM_ROWS = 64
 
 _CACHE: OrderedDict = OrderedDict()  # (digest, thread id) -> _Solvers
 _BUILDS: Counter = Counter()  # digest -> solver sets built in this process
@@ -139,16 +144,19 @@ def log_density(spec: ModelSpec, theta_vec, shard, xs) -> float:
 
 @dataclass
 class LearningShard:
-    """A shard's learner NLP parameter for the data terms at fixed states (stays on its worker)."""
+    """A shard's learner NLP parameter ``P`` (a column DM) for the data terms at fixed states
+    (stays on its worker)."""
 
     lengths: tuple
-    P: np.ndarray
+    P: ca.DM
 
 
 def learning_setup(spec: ModelSpec, theta_vec, shard, xs) -> LearningShard:
     """The shard's learner parameter vector at ``theta_vec`` (fixed entries) and its states."""
     learner = solvers(spec).learner(shard.lengths)
-    return LearningShard(tuple(shard.lengths), learner.parameter_vector(theta_vec, shard, states(xs), 0.0))
+    # converted to a DM once: passed as numpy (all the shard's stage data: 2.3 M entries for
+    # Lorenz, B = 256, T = 500) it was converted in every call, 0.24 s each (measured)
+    return LearningShard(tuple(shard.lengths), ca.DM(learner.parameter_vector(theta_vec, shard, states(xs), 0.0)))
 
 
 def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
@@ -156,26 +164,44 @@ def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
     ``what = "f"``: (cost, seconds); ``"grad"``: (cost, gradient (n_free,), seconds);
     ``"hess"``: (upper triangle of the Hessian, column-major (n_free (n_free + 1) / 2,), seconds),
     exact or Gauss-Newton as the learner's ``hessian``; ``"all"``: (cost, gradient, Hessian
-    triangle or None for a limited-memory learner, seconds): one round trip per IPOPT iteration."""
+    triangle or None for a limited-memory learner, seconds): one round trip per IPOPT iteration.
+
+    Costs, gradients and Hessians (except for ``"hess"``) come as :class:`~ceem_casadi._exact_sum.SplitSum`:
+    exact sums of the per-stage terms (so the client's total does not depend on the sharding)
+    while the per-stage rows number at most ``EXACT_SUM_ROWS``; beyond that the gradient and the
+    Hessian are CasADi's sums (not ``exact``) and only the cost is exact.
+    """
     t0 = time.perf_counter()
-    solver = solvers(spec).learner(ls.lengths).solver
+    learner = solvers(spec).learner(ls.lengths)
+    solver = learner.solver
     z = np.asarray(z, float)
     if what not in ("f", "grad", "hess", "all"):
         raise ValueError(f"what must be 'f', 'grad', 'hess' or 'all', got {what!r}")
-    out = []
-    if what in ("f", "all"):  # IPOPT's objective values come from nlp_f (as in the sequential learner)
-        out.append(float(solver.get_function("nlp_f")(z, ls.P)))
-    if what in ("grad", "all"):
-        f, g = solver.get_function("nlp_grad_f")(z, ls.P)
-        out += [float(f)] if what == "grad" else []
-        out.append(np.asarray(g, float).ravel())
-    if what in ("hess", "all"):
-        if solver.has_function("nlp_hess_l"):
-            H = np.asarray(solver.get_function("nlp_hess_l")(z, ls.P, 1.0, np.zeros(0)).full())
-            out.append(np.triu(H).T[np.tril_indices(z.size)])  # structural zeros of the exact Hessian included
+    if what == "hess":
+        return (_hessian_triangle(solver, z, ls.P), time.perf_counter() - t0)
+    n = z.size
+    want_g = what in ("grad", "all")
+    want_h = what == "all" and solver.has_function("nlp_hess_l")
+    exact_g = want_g and 1 + n <= EXACT_SUM_ROWS
+    exact_h = want_h and exact_g and learner.hessian == "exact" and 1 + n + n * (n + 1) // 2 <= EXACT_SUM_ROWS
+    if want_g and not exact_g:  # costs exact, the gradient summed by CasADi in the same pass
+        terms, grad = learner.stage_terms_function("summed")(z, ls.P)
+        out = [split_sums(np.asarray(terms)), SplitSum.plain(np.asarray(grad, float).ravel())]
+    else:
+        sums = split_sums(np.asarray(learner.stage_terms_function("rows" if exact_g else "none", exact_h)(z, ls.P)))
+        out = [sums.rows(0, 1)] + ([sums.rows(1, 1 + n)] if want_g else [])
+    if what == "all":
+        if exact_h:
+            out.append(sums.rows(1 + n))
         else:
-            out.append(None)
+            out.append(SplitSum.plain(_hessian_triangle(solver, z, ls.P)) if want_h else None)
     return (*out, time.perf_counter() - t0)
+
+
+def _hessian_triangle(solver, z, P) -> np.ndarray:
+    """Upper triangle, column-major, of the learner's Hessian (exact or Gauss-Newton) at ``z``."""
+    H = np.asarray(solver.get_function("nlp_hess_l")(z, P, 1.0, np.zeros(0)).full())
+    return np.triu(H).T[np.tril_indices(z.size)]  # structural zeros of the exact Hessian included
 
 
 class ShardActor:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _shard_tasks as tasks
+from ._exact_sum import SplitSum
 from ._ipopt import DEADLINE
 from .data import Trajectories
 from .objective import joint_log_density
@@ -75,7 +76,7 @@ def model_spec(model, options) -> tasks.ModelSpec:
 def nbytes(obj) -> int:
     """Payload size (bytes) of arrays, bytes, numbers and containers of them (what crosses the network,
     without protocol overhead)."""
-    if isinstance(obj, np.ndarray):
+    if isinstance(obj, (np.ndarray, SplitSum)):
         return obj.nbytes
     if isinstance(obj, (bytes, str)):
         return len(obj)

@@ -18,8 +18,19 @@ import casadi as ca
 import numpy as np
 
 from ._callbacks import SparsityCallback
+from ._exact_sum import SplitSum, combine
 from ._ipopt import ipopt_options, solve
 from .learner import LearnResult, learn_result, stationary_start
+
+
+def _total(items: list):
+    """The client's sum of one term over the shards: exact for :class:`SplitSum` parts, a plain
+    sum in shard order for arrays, None for None."""
+    if items[0] is None:
+        return None
+    if isinstance(items[0], SplitSum):
+        return combine(items)
+    return sum(items)
 
 
 class _Call(SparsityCallback):
@@ -87,19 +98,33 @@ class RemoteLearner:
             self._received += received
             self._shard_s += np.array([r[-1] for r in res])
             parts = [r[:-1] for r in res]
-            self._cache[key] = tuple(None if parts[0][i] is None else sum(p[i] for p in parts)
-                                     for i in range(len(parts[0])))
+            totals = [_total([p[i] for p in parts]) for i in range(len(parts[0]))]
+            if what != "hess":  # the cost first, as a float
+                totals[0] = float(totals[0][0])
+            self._cache[key] = tuple(totals)
         return self._cache[key]
+
+    def _fetch(self, z, what: str) -> str:
+        """What to fetch at ``z`` when IPOPT asks for ``what`` ("f" or "grad"). With a Hessian,
+        everything in one round (line-search trial points are rarely rejected). Limited-memory:
+        the cost alone at a trial point, the gradient when IPOPT asks for it (at accepted points):
+        measured at the helicopter size, 4.5 trial points per iteration, a cost 1/3 of a cost and
+        gradient, so one round trip more per iteration saves ~40 % of the shards' work."""
+        if self.hessian != "limited-memory":
+            return "all"
+        if what == "f" and ("grad", z.tobytes()) in self._cache:
+            return "grad"
+        return what
 
     def _value(self, z, p, what):
         try:
             z_prev, rho, mu, w = self._split(p)
             dz, dm = z - z_prev, z - mu
             reg = rho * dz @ dz + 0.5 * (w * dm) @ (w * dm)
-            f, g, _ = self._remote(z, "all")
+            terms = self._remote(z, self._fetch(z, what))
             if what == "f":
-                return (f + reg,)
-            return f + reg, g + 2 * rho * dz + w ** 2 * dm
+                return (terms[0] + reg,)
+            return terms[0] + reg, terms[1] + 2 * rho * dz + w ** 2 * dm
         except Exception as exc:  # CasADi swallows exceptions raised in callbacks: re-raised after the solve
             self._error = self._error or exc
             raise

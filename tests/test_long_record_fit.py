@@ -212,7 +212,7 @@ class _InProcessEngine:
         f = float(solver.get_function("nlp_f")(z, P))
         g = np.asarray(solver.get_function("nlp_grad_f")(z, P)[1], float).ravel()
         H = np.asarray(solver.get_function("nlp_hess_l")(z, P, 1.0, np.zeros(0)).full())
-        return [(f, g, np.triu(H).T[np.tril_indices(z.size)], 0.0)], 0
+        return [(np.array([f]), g, np.triu(H).T[np.tril_indices(z.size)], 0.0)], 0  # shard terms as arrays
 
     def _record(self, *args, **kwargs):
         pass
