@@ -16,3 +16,25 @@ def gram(J: np.ndarray) -> np.ndarray:
         Js = csr_matrix(J)
         return np.asarray((Js.T @ Js).todense())
     return J.T @ J
+
+
+class BufferedCall:
+    """Evaluate a dense CasADi Function into preallocated numpy arrays (CasADi's zero-copy buffer
+    interface): converting tens of MB of Jacobian entries from DM would cost more than the step."""
+
+    def __init__(self, fun):
+        self.fun = fun
+        self.buf, self.trigger = fun.buffer()
+        self.out = [np.empty(fun.nnz_out(i)) for i in range(fun.n_out())]
+        for i, o in enumerate(self.out):
+            self.buf.set_res(i, memoryview(o))
+
+    def __call__(self, *args) -> list[np.ndarray]:
+        """Column-major flat outputs of ``fun(*args)`` (the arrays are reused by the next call)."""
+        self._args = [np.ascontiguousarray(np.asarray(a, float).ravel(order="F")) for a in args]
+        for i, a in enumerate(self._args):
+            if a.size != self.fun.nnz_in(i):
+                raise ValueError(f"{self.fun.name()}: input {i} has {a.size} entries, expected {self.fun.nnz_in(i)}")
+            self.buf.set_arg(i, memoryview(a))
+        self.trigger()
+        return self.out

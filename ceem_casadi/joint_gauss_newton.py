@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
 
-from ._linalg import gram
+from ._linalg import BufferedCall, gram
 from .stages import stack_stages
 
 log = logging.getLogger(__name__)
@@ -59,28 +59,6 @@ def _banded_upper(D: np.ndarray, Off: np.ndarray) -> np.ndarray:
     return ab
 
 
-class _BufferedCall:
-    """Evaluate a dense CasADi Function into preallocated numpy arrays (CasADi's zero-copy buffer
-    interface): converting tens of MB of Jacobian entries from DM would cost more than the step."""
-
-    def __init__(self, fun):
-        self.fun = fun
-        self.buf, self.trigger = fun.buffer()
-        self.out = [np.empty(fun.nnz_out(i)) for i in range(fun.n_out())]
-        for i, o in enumerate(self.out):
-            self.buf.set_res(i, memoryview(o))
-
-    def __call__(self, *args) -> list[np.ndarray]:
-        """Column-major flat outputs of ``fun(*args)`` (the arrays are reused by the next call)."""
-        self._args = [np.ascontiguousarray(np.asarray(a, float).ravel(order="F")) for a in args]
-        for i, a in enumerate(self._args):
-            if a.size != self.fun.nnz_in(i):
-                raise ValueError(f"{self.fun.name()}: input {i} has {a.size} entries, expected {self.fun.nnz_in(i)}")
-            self.buf.set_arg(i, memoryview(a))
-        self.trigger()
-        return self.out
-
-
 class JointGaussNewton:
     """Joint Levenberg-Marquardt steps for one model and one dataset shape (built once).
 
@@ -96,8 +74,8 @@ class JointGaussNewton:
         self.model, self.lengths = model, tuple(int(T) for T in lengths)
         obs, dyn = stages.get("obs_res_jac", "dyn_res_jac")
         # p and the noise weights are shared by every stage (reduce_in), the rest is per column
-        self._obs = _BufferedCall(obs.map(sum(self.lengths), [False] * 4 + [True] * 2, [False] * 3))
-        self._dyn = _BufferedCall(dyn.map(sum(T - 1 for T in self.lengths), [False] * 3 + [True] * 2, [False] * 3))
+        self._obs = BufferedCall(obs.map(sum(self.lengths), [False] * 4 + [True] * 2, [False] * 3))
+        self._dyn = BufferedCall(dyn.map(sum(T - 1 for T in self.lengths), [False] * 3 + [True] * 2, [False] * 3))
         self._obs_p = bool(stages.obs_uses_p)  # observation residuals depend on theta (else Jpo = 0)
         self.free = model.params.free_index
         mean, w = model.params.prior
