@@ -145,3 +145,54 @@ def test_ceem_with_banded_smoother_equals_ipopt(n_jobs):
     assert [f.status for f in fits] == [fits[0].status] * 2 and fits[0].iterations == fits[1].iterations
     np.testing.assert_allclose(model.theta_vector(fits[1].theta), model.theta_vector(fits[0].theta), rtol=1e-8)
     assert fits[1].J == pytest.approx(fits[0].J, rel=1e-10)
+
+
+def _worker_solver_kinds():
+    from ceem_casadi import _shard_tasks
+    return [ts.solver_kind for entry in _shard_tasks._CACHE.values() for ts in entry.smoother._solvers.values()]
+
+
+def test_dask_shard_smoother_uses_banded_solver():
+    """The Dask shard smoother builds its TrajectorySmoother from the same options: a fit on a
+    LocalCluster (2 workers) with solver="banded" equals the sequential banded fit (rounding of
+    the sharded learner's sums: 1e-8)."""
+    distributed = pytest.importorskip("distributed", reason="dask[distributed] is not installed")
+    from ceem_casadi.distributed import Sharded
+
+    model = lorenz.single_lorenz(process_std=0.01, measurement_std=0.01)
+    data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(3, seed=10), [64, 48, 56],
+                          measurement_std=0.01, seed=11)
+    theta0 = lorenz.perturbed(lorenz.TRUE, 0.1, seed=5)
+    opts = dict(max_iters=4, tol=0.0, smoother=cc.SmootherOptions(solver="banded", compile=False))
+    seq = cc.ceem(model, data, theta0, options=cc.CEEMOptions(**opts))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
+        res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(executor=Sharded(client), **opts))
+        kinds = client.run(_worker_solver_kinds)
+    assert sorted(k for ks in kinds.values() for k in ks) == ["banded"] * 3  # 3 lengths over 2 workers
+    np.testing.assert_allclose(model.theta_vector(res.theta), model.theta_vector(seq.theta), rtol=1e-8)
+    for a, b in zip(res.x, seq.x, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("chunk", [6, 1000])
+def test_joint_step_in_time_chunks_equals_dense_solve(monkeypatch, chunk):
+    """The joint Newton step, its stage Jacobians evaluated in chunks of 6 stages (lengths 20 and
+    13: a last chunk of 2 stages and one of a single observation stage) or in one piece, equals
+    one dense damped Gauss-Newton solve (oracle of tests/test_joint.py)."""
+    from ceem_casadi import joint_gauss_newton
+    from ceem_casadi.initialise import eks_states
+    from tests.test_joint import dense_step
+
+    monkeypatch.setattr(joint_gauss_newton, "JOINT_CHUNK", chunk)
+    model = lorenz.single_lorenz(process_std=0.01, measurement_std=0.01, theta0=lorenz.perturbed(lorenz.TRUE, 0.1, 3))
+    model = model.with_noise(x1_mean=[-6.0, -6.0, 24.0], x1_std=2.5)
+    data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(2, seed=4), [20, 13], measurement_std=0.01,
+                          seed=5)
+    data = data.with_missing(0.1, seed=6)
+    theta_vec = model.theta_vector(model.params.initial())
+    xs = eks_states(model, theta_vec, data)
+    st = joint_gauss_newton.JointGaussNewton(model, data.lengths, StageFunctions(model)).step(theta_vec, data, xs,
+                                                                                              mu=1e-3)
+    got = np.concatenate([x.ravel() for x in st.xs] + [st.theta_vec])
+    np.testing.assert_allclose(got, dense_step(model, data, theta_vec, xs, 1e-3), rtol=1e-8, atol=1e-8)
