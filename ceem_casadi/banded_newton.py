@@ -28,12 +28,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import casadi as ca
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
 
 from ._ipopt import ACCEPTABLE_TOL, DEADLINE
-from ._linalg import BufferedCall
 
 ARMIJO = 1e-4           # sufficient decrease: f(x + a d) <= f(x) + ARMIJO a g'd (+ round-off)
 MIN_STEP = 2.0 ** -40   # smallest line-search step before the shift is raised
@@ -85,34 +83,28 @@ class NewtonOutcome:
 
 
 class BandedNewton:
-    """Damped Newton solver for ``min_x f(x; P)`` with a block-tridiagonal Hessian.
+    """Damped Newton solver for ``min_x f(x)`` with a block-tridiagonal Hessian.
 
     Parameters
     ----------
-    newton : casadi.Function
-        ``(x (nx T), P) -> (f, g (nx T), nz (k, >= T), d0 (nx))``: objective, gradient, the
-        Hessian's block-column nonzeros (:func:`band_storage`) and a vector added to the first
-        nx diagonal entries.
-    cost : casadi.Function
-        ``(x, P) -> f`` (the line search's objective, the same number as ``newton``'s).
     nx, T : int
-        Block size and number of blocks.
+        Block size and number of blocks (x has nx T entries, block t = x[t nx : (t + 1) nx]).
     max_iter : int
         Newton step limit.
     tol : float
         Scaled stationarity tolerance (as IPOPT's ``tol``; see the module docstring).
+
+    The objective is given to :meth:`solve`: an object with ``newton(x) -> (f, g (nx T,),
+    nz (T, k), d0 (nx,))`` (objective, gradient, the Hessian's block-column nonzeros as in
+    :func:`band_storage`, a vector added to the first nx diagonal entries) and ``cost(x) -> f``
+    (the same objective, for the line search), e.g.
+    :class:`ceem_casadi.smoother_chunks.ChunkedObjective`.
     """
 
-    def __init__(self, newton: ca.Function, cost: ca.Function, nx: int, T: int, max_iter: int, tol: float):
-        self.newton, self.cost, self.nx, self.T = newton, cost, nx, T
+    def __init__(self, nx: int, T: int, max_iter: int, tol: float):
+        self.nx, self.T = nx, T
         self.max_iter, self.tol = int(max_iter), float(tol)
         self.acceptable_tol = max(100 * self.tol, ACCEPTABLE_TOL)
-        self._calls = None  # zero-copy evaluators, made on first use (not picklable)
-
-    def _evaluators(self):
-        if self._calls is None:
-            self._calls = BufferedCall(self.newton), BufferedCall(self.cost)
-        return self._calls
 
     def _direction(self, nz, d0, g, shift):
         """Solve ``(H + shift I) d = -g``; None when the factorisation fails."""
@@ -127,7 +119,8 @@ class BandedNewton:
         d = cho_solve_banded((chol, False), -g, check_finite=False)
         return d if np.all(np.isfinite(d)) else None
 
-    def _line_search(self, f_cost, x, f, g, d):
+    @staticmethod
+    def _line_search(f_cost, x, f, g, d):
         """Backtracking from the full step; ``(x_new, f_new)`` or None."""
         slope = float(g @ d)
         if not slope < 0:
@@ -136,26 +129,20 @@ class BandedNewton:
         alpha = 1.0
         while alpha >= MIN_STEP:
             xt = x + alpha * d
-            ft = float(f_cost(xt)[0][0])
+            ft = float(f_cost(xt))
             if np.isfinite(ft) and ft <= f + ARMIJO * alpha * slope + slack:
                 return xt, ft
             alpha *= 0.5
         return None
 
-    def solve(self, x0: np.ndarray, P: np.ndarray) -> NewtonOutcome:
-        """Minimise from ``x0`` (nx T,) with the NLP parameter vector ``P``."""
-        call_newton, call_cost = self._evaluators()
-        P = np.ascontiguousarray(P, float)
-
-        def f_cost(x):
-            return call_cost(x, P)
-
+    def solve(self, x0: np.ndarray, objective) -> NewtonOutcome:
+        """Minimise ``objective`` (see the class docstring) from ``x0`` (nx T,)."""
+        f_cost = objective.cost
         x = np.array(x0, float)
         scale, shift_last, max_shift, it = None, 0.0, 0.0, 0
         stalled = 0
         while True:
-            f_out, g, nz, d0 = call_newton(x, P)
-            f = float(f_out[0])
+            f, g, nz, d0 = objective.newton(x)
             gnorm = float(np.max(np.abs(g), initial=0.0))
             if not (np.isfinite(f) and np.isfinite(gnorm) and np.all(np.isfinite(nz))):
                 return NewtonOutcome(x, f, "Invalid_Number_Detected", it, np.nan, max_shift)
@@ -170,7 +157,6 @@ class BandedNewton:
                 return NewtonOutcome(x, f, "Maximum_Iterations_Exceeded", it, err, max_shift)
             if DEADLINE.interrupted or DEADLINE.expired():
                 return NewtonOutcome(x, f, "User_Requested_Stop", it, err, max_shift)
-            g = g.copy()
             step, shift, tries = None, 0.0, 0
             while step is None and tries <= MAX_RETRIES:
                 d = self._direction(nz, d0, g, shift / scale)

@@ -28,7 +28,7 @@ from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_option
 from .banded_newton import BandedNewton
 from .objective import log_normalisers
 from .options import SmootherOptions
-from .smoother_chunks import chunked_terms
+from .smoother_chunks import ChunkedObjective, chunked_terms
 from .stages import StageFunctions
 
 
@@ -127,10 +127,27 @@ class TrajectorySmoother:
     is None)."""
 
     def __init__(self, stages: StageFunctions, T: int, options: SmootherOptions = SmootherOptions()):
+        self.T, self.nx, self.options = T, stages.model.nx, options
+        t0 = time.perf_counter()
+        self.solver_kind = solver_kind(options, T)
+        if self.solver_kind == "banded":  # chunk by chunk from Python: nothing T-sized in CasADi
+            L = chunk_length(options.chunk, T) or T
+            self._objective = ChunkedObjective(stages, band_column_functions(self.nx)[1], T, L)
+            self._newton = BandedNewton(self.nx, T, options.max_iter, options.tol)
+            self.solver = None
+        else:
+            self._build_ipopt(stages, T, options)
+        self.build_s = time.perf_counter() - t0
+
+    def cost_function(self, xv, P):
+        """The objective at the flat states ``xv`` (nx T,) for the NLP parameter ``P``."""
+        if self.solver is None:
+            return self._objective.bind(P).cost(xv)
+        return self._cost_function(xv, P)
+
+    def _build_ipopt(self, stages: StageFunctions, T: int, options: SmootherOptions) -> None:
         model = stages.model
         nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
-        self.T, self.nx, self.options = T, nx, options
-        t0 = time.perf_counter()
         X = ca.MX.sym("X", nx, T)
         p, U = ca.MX.sym("p", npar), ca.MX.sym("U", nu, T)
         Y, M = ca.MX.sym("Y", ny, T), ca.MX.sym("M", ny, T)
@@ -163,8 +180,6 @@ class TrajectorySmoother:
             return f.map(T - 1, [False] * 3 + [True] * 2, [True] * f.n_out()) if total else f.map(T - 1)
 
         L = chunk_length(options.chunk, T)
-        self.solver_kind = solver_kind(options, T)
-        banded = self.solver_kind == "banded"
         _, column = band_column_functions(nx)
         d = 2 * rho * ca.DM.ones(nx)
         if L:
@@ -187,26 +202,15 @@ class TrajectorySmoother:
                  + ca.horzcat(w1 ** 2 * dx1, ca.MX(nx, T - 1)))
             ho = obs_map(obs_hess)(*obs_args)
             hd = dyn_map(dyn_hess)(*dyn_args)
-            z2 = ca.MX.zeros(2 * nx, 2 * nx)  # dense: a structural zero forced a densified copy of hd
-            if banded:  # every block column as column t > 0 (block 0's block above is zero)
-                nz = column.map(T)(ho, ca.horzcat(z2, hd), ca.horzcat(hd, z2), d)
-        self.cost_function = ca.Function("smooth_cost", [xv, P], [line_cost])
-        if banded:
-            self.solver = None
-            newton = ca.Function("smooth_newton", [xv, P], [cost, ca.vec(G), nz, w1 ** 2])
-            self._newton = BandedNewton(newton, self.cost_function, nx, T, options.max_iter, options.tol)
-        else:
-            H = (self._chunked_hessian(nz, w1, T) if L else
-                 self._plain_hessian(ho, hd, d, w1, T))
-            opts = ipopt_options(options.max_iter, options.tol,
-                                 grad_f=grad_f_function(xv, P, cost, ca.vec(G)),
-                                 hess_lag=hess_lag_function(xv, P, H))
-            self.solver = ca.nlpsol(f"smoother_T{T}", "ipopt", {"x": xv, "p": P, "f": cost_sx}, opts)
+        self._cost_function = ca.Function("smooth_cost", [xv, P], [line_cost])
+        H = self._chunked_hessian(nz, w1, T) if L else self._plain_hessian(ho, hd, d, w1, T)
+        opts = ipopt_options(options.max_iter, options.tol, grad_f=grad_f_function(xv, P, cost, ca.vec(G)),
+                             hess_lag=hess_lag_function(xv, P, H))
+        self.solver = ca.nlpsol(f"smoother_T{T}", "ipopt", {"x": xv, "p": P, "f": cost_sx}, opts)
         lo = -np.inf if options.x_lower is None else options.x_lower
         hi = np.inf if options.x_upper is None else options.x_upper
         self._lbx = np.tile(np.broadcast_to(np.asarray(lo, float), (nx,)), T)
         self._ubx = np.tile(np.broadcast_to(np.asarray(hi, float), (nx,)), T)
-        self.build_s = time.perf_counter() - t0
 
     @staticmethod
     def _plain_hessian(ho, hd, d, w1, T) -> ca.MX:
@@ -248,7 +252,7 @@ class TrajectorySmoother:
         P = self.parameter_vector(model, theta_vec, y, u, x_init, rho)
         t0 = time.perf_counter()
         if self.solver is None:
-            out = self._newton.solve(x_init.ravel(), P)
+            out = self._newton.solve(x_init.ravel(), self._objective.bind(P))
             x = out.x.reshape(self.T, self.nx)
             return SmoothResult(x, out.cost, out.status, out.status in ACCEPTABLE and bool(np.all(np.isfinite(x))),
                                 out.iterations, time.perf_counter() - t0)

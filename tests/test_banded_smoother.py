@@ -69,7 +69,7 @@ def test_far_start_needs_line_search_and_shift():
     a, b = ip.solve(model, theta, y, u, x0, 0.0), bd.solve(model, theta, y, u, x0, 0.0)
     assert a.success and b.success
     np.testing.assert_allclose(b.x, a.x, rtol=0, atol=1e-8 * np.abs(a.x).max())
-    out = bd._newton.solve(x0.ravel(), bd.parameter_vector(model, theta, y, u, x0, 0.0))
+    out = bd._newton.solve(x0.ravel(), bd._objective.bind(bd.parameter_vector(model, theta, y, u, x0, 0.0)))
     assert out.max_shift > 0 and out.status == "Solve_Succeeded"
 
 
