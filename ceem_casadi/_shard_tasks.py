@@ -158,20 +158,25 @@ def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
     exact or Gauss-Newton as the learner's ``hessian``; ``"all"``: (cost, gradient, Hessian
     triangle or None for a limited-memory learner, seconds): one round trip per IPOPT iteration."""
     t0 = time.perf_counter()
-    solver = solvers(spec).learner(ls.lengths).solver
+    return (*terms_of(solvers(spec).learner(ls.lengths).solver, ls.P, z, what)[:-1], time.perf_counter() - t0)
+
+
+def terms_of(solver, P, z, what: str):
+    """:func:`learning_terms` of a learner's IPOPT ``solver`` with NLP parameter ``P`` (seconds last)."""
+    t0 = time.perf_counter()
     z = np.asarray(z, float)
     if what not in ("f", "grad", "hess", "all"):
         raise ValueError(f"what must be 'f', 'grad', 'hess' or 'all', got {what!r}")
     out = []
     if what in ("f", "all"):  # IPOPT's objective values come from nlp_f (as in the sequential learner)
-        out.append(float(solver.get_function("nlp_f")(z, ls.P)))
+        out.append(float(solver.get_function("nlp_f")(z, P)))
     if what in ("grad", "all"):
-        f, g = solver.get_function("nlp_grad_f")(z, ls.P)
+        f, g = solver.get_function("nlp_grad_f")(z, P)
         out += [float(f)] if what == "grad" else []
         out.append(np.asarray(g, float).ravel())
     if what in ("hess", "all"):
         if solver.has_function("nlp_hess_l"):
-            H = np.asarray(solver.get_function("nlp_hess_l")(z, ls.P, 1.0, np.zeros(0)).full())
+            H = np.asarray(solver.get_function("nlp_hess_l")(z, P, 1.0, np.zeros(0)).full())
             out.append(np.triu(H).T[np.tril_indices(z.size)])  # structural zeros of the exact Hessian included
         else:
             out.append(None)

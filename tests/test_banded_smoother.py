@@ -196,3 +196,64 @@ def test_joint_step_in_time_chunks_equals_dense_solve(monkeypatch, chunk):
                                                                                               mu=1e-3)
     got = np.concatenate([x.ravel() for x in st.xs] + [st.theta_vec])
     np.testing.assert_allclose(got, dense_step(model, data, theta_vec, xs, 1e-3), rtol=1e-8, atol=1e-8)
+
+
+@pytest.mark.parametrize("make, hessian", [("lorenz", "exact"), ("block", "gauss-newton")])
+def test_piece_learner_equals_learner(make, hessian):
+    """The learning step over pieces of 7 stages (two trajectories of 61 and 30 samples, missing
+    outputs) == the Learner over all stages at once: parameters, cost and Hessian to 1e-10."""
+    from ceem_casadi.learner_pieces import PieceLearner, piece_bounds
+
+    assert piece_bounds(10, 3) == [(0, 4), (3, 7), (6, 10)] and piece_bounds(1, 3) == [(0, 1)]
+    if make == "lorenz":
+        model = lorenz.single_lorenz(process_std=0.05, measurement_std=0.1)
+        data, xt = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(2, seed=1), [61, 30], measurement_std=0.1,
+                               process_std=0.05, seed=2)
+        theta0 = lorenz.perturbed(lorenz.TRUE, 0.1, seed=3)
+    else:
+        from scripts.block_oriented_demo import TRUTH
+        model = wiener_hammerstein(3, 3, theta0=TRUTH, scale=2.0, process_std=0.02, measurement_std=0.05)
+        u = [np.random.default_rng(s).standard_normal((T, 1)) for s, T in ((1, 61), (2, 30))]
+        data, xt = cc.simulate(model, TRUTH, np.zeros((2, 6)), [61, 30], u=u, process_std=0.02,
+                               measurement_std=0.05, seed=4)
+        theta0 = lorenz.perturbed(TRUTH, 0.05, seed=3)
+        theta0["g1_num"][0] = 1.0
+    data, xs = data.with_missing(0.1, seed=6), list(xt)
+    th = model.theta_vector(theta0)
+    opts = cc.LearnerOptions(hessian=hessian, compile=False, tol=1e-12)
+    ref, pieces = cc.Learner(model, data.lengths, opts), PieceLearner(model, opts, piece=7)
+    a, b = ref.solve(th, data, xs), pieces.solve(th, data, xs)
+    assert a.success and b.success
+    np.testing.assert_allclose(b.theta_vec, a.theta_vec, rtol=1e-10, atol=1e-12)
+    assert b.cost == pytest.approx(a.cost, rel=1e-10)
+    Ha, Hb = ref.hessian_matrix(th, data, xs), pieces.hessian_matrix(th, data, xs)
+    np.testing.assert_allclose(Hb, Ha, rtol=1e-10, atol=1e-10 * np.abs(Ha).max())
+
+
+def test_ceem_uses_piece_learner_for_long_records(monkeypatch):
+    """With the thresholds lowered (pieces of 16 from T = 50 on), cc.ceem learns piece by piece and
+    its fit equals the one over all stages at once."""
+    from ceem_casadi import learner_pieces
+
+    model = lorenz.single_lorenz(process_std=0.05, measurement_std=0.1)
+    data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(1, seed=1), 80, measurement_std=0.1,
+                          process_std=0.05, seed=2)
+    theta0 = lorenz.perturbed(lorenz.TRUE, 0.05, seed=3)
+    opts = cc.CEEMOptions(max_iters=4, tol=0.0, smoother=cc.SmootherOptions(compile=False),
+                          learner=cc.LearnerOptions(compile=False))
+    whole = cc.ceem(model, data, theta0, options=opts)
+    made = []
+    monkeypatch.setattr(learner_pieces, "PIECE_FROM", 50)
+    monkeypatch.setattr(learner_pieces, "PIECE_LENGTH", 16)
+    monkeypatch.setattr(learner_pieces.PieceLearner, "__init__", _recording(learner_pieces.PieceLearner.__init__, made))
+    split = cc.ceem(model, data, theta0, options=opts)
+    assert made and made[0].engine.piece == 16
+    np.testing.assert_allclose(model.theta_vector(split.theta), model.theta_vector(whole.theta), rtol=1e-9)
+    assert split.J == pytest.approx(whole.J, rel=1e-10)
+
+
+def _recording(init, made):
+    def wrapped(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+    return wrapped
