@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import casadi as ca
 import numpy as np
 
 from ._shard_tasks import terms_of
@@ -36,6 +37,27 @@ def piece_bounds(T: int, L: int) -> list[tuple[int, int]]:
         a = e - 1
 
 
+class _LocalLearner(RemoteLearner):
+    """:class:`RemoteLearner` asking only for what IPOPT asks (a remote round trip fetches
+    everything at once; here the pieces are local and a Hessian at a rejected trial point would
+    be wasted work)."""
+
+    def _value(self, z, p, what):
+        z_prev, rho, mu, w = self._split(p)
+        dz, dm = z - z_prev, z - mu
+        reg = rho * dz @ dz + 0.5 * (w * dm) @ (w * dm)
+        if what == "f":
+            return (self._remote(z, "f")[0] + reg,)
+        f, g = self._remote(z, "grad")
+        return f + reg, g + 2 * rho * dz + w ** 2 * dm
+
+    def _hess_lag(self, z, p, lam_f, lam_g):
+        _, rho, _, w = self._split(p)
+        h = self._remote(z, "hess")[0].copy()
+        h[self._diag] += 2 * rho + w ** 2
+        return [ca.DM(ca.Sparsity.upper(self.n), float(lam_f[0]) * h)]
+
+
 class PieceEngine:
     """Learning data terms of every trajectory's pieces (see the module docstring); provides the
     engine interface of :class:`~ceem_casadi.remote_learner.RemoteLearner`, whose instance is
@@ -55,7 +77,7 @@ class PieceEngine:
         self.model, self.piece, self.stages = model, int(piece or PIECE_LENGTH), stages
         self.options = replace(options, use_prior=False)  # prior and trust region: on the IPOPT side
         self._learners: dict[int, Learner] = {}
-        self.learner = RemoteLearner(self, model, options, self._learner(self.piece + 1).hessian)
+        self.learner = _LocalLearner(self, model, options, self._learner(self.piece + 1).hessian)
 
     def _learner(self, n: int) -> Learner:
         if n not in self._learners:
@@ -73,7 +95,7 @@ class PieceEngine:
                     yp[0] = np.nan  # counted in the previous piece
                 learner = self._learner(e - a)
                 P = learner.parameter_vector(theta_vec, Trajectories([yp], [u[a:e]]), [x[a:e]], 0.0)
-                session.append((learner, P))
+                session.append((learner, ca.DM(P)))  # converted once: numpy -> DM costs more than a call
         return session
 
     def reduce(self, session: list, z: np.ndarray, what: str) -> tuple[list, int]:
