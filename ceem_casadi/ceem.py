@@ -41,6 +41,7 @@ from .options import CEEMOptions
 from .params import Theta
 from .results import CEEMResult, IterationRecord
 from .smoother import Smoother
+from .stages import SMOOTHER_STAGES
 from .status import Status
 
 log = logging.getLogger(__name__)
@@ -292,6 +293,10 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
 
     t_build = time.perf_counter()
     smoother = smoother or Smoother(model, options.smoother)
+    # every group of stage Functions this fit compiles (smoother, joint step; the learner's are among
+    # the joint step's or asked for next) in one background pool of compilers, before any is waited for
+    smoother.stages.prefetch(SMOOTHER_STAGES, *([JointGaussNewton.stage_names(smoother.stages)]
+                                                if options.acceleration == "newton" else []))
     engine = None if options.executor is None else start_engine(options.executor, model, data, options, smoother)
     # long records: the learner's data terms piece by piece (no T-sized graph; ceem_casadi.learner_pieces)
     learner = learner or getattr(engine, "learner", None) or learner_for(model, data.lengths, options.learner,

@@ -1,12 +1,15 @@
-"""Compile small CasADi Functions to native code once and cache the shared library on disk.
+"""Compile small CasADi Functions to native code once and cache the shared libraries on disk.
 
 The stage Functions of a model (one time step's cost, gradient, Hessian or Jacobian) are
 short straight-line SX programs; compiled with ``gcc -O1`` they run ~10x faster than CasADi's
-virtual machine (see ``CASADI_NOTES.md``). Each Function of a group goes into its own C file,
-compiled in parallel processes (:func:`compile_jobs`) and linked into one library; the
-library is cached under ``$CEEM_CACHE`` (default ``~/.cache/ceem_casadi``) keyed by the SHA-256
-of the generated source, the compiler and its version, the flags and the CasADi version, so the
-compile cost is paid once per model. Next to each library ``<name>.so`` a record ``<name>.json``
+virtual machine (see ``CASADI_NOTES.md``). Each Function becomes its own library, compiled by one
+compiler process in a process-wide background pool (:mod:`ceem_casadi._compile_pool`,
+:func:`compile_jobs` at once, shared by every group of Functions: :func:`start_compile`). The
+libraries are cached under ``$CEEM_CACHE`` (default ``~/.cache/ceem_casadi``) keyed by
+:func:`cache_key`: the SHA-256 of the serialized Function (``f.serialize()``, the whole SX
+program), its optimisation level, the code-generation options, the compiler and its version,
+the flags and the CasADi version, so the compile cost is paid once per model and a cached library
+is loaded without generating its C source. Next to each library ``<name>.so`` a record ``<name>.json``
 holds the SHA-256 of the library's bytes and the versions it was built with; a library whose
 bytes or versions do not match its record (truncated, overwritten, from another compiler) is
 never loaded: it is rebuilt with a warning.
@@ -21,6 +24,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -29,12 +33,17 @@ from pathlib import Path
 
 import casadi as ca
 
+from ._compile_pool import FORKED, POOL, CompileJob
+
 log = logging.getLogger(__name__)
-COMPILE_FLAGS = ("-O1", "-fPIC", "-fno-math-errno")  # the first is the optimisation level, see opt_level
-# gcc -O1 time grows super-linearly in the program length: six coupled Lorenz, dyn_p_jac (67k SX
-# instructions) 35 s of gcc CPU at -O1, 3.6 s at -O0, and -O0 code ran 1.5-1.8x slower
-# (dyn_x_hess, dyn_p_jac): programs longer than this are compiled at -O0
-O1_MAX_INSTRUCTIONS = 60_000
+# -fno-thread-jumps: the generated C guards every output entry (``if (res[0]!=0) res[0][k]=...``);
+# gcc -O1 threads those thousands of identical jumps and updates SSA after each (75% of its time):
+# without it, six coupled Lorenz, dyn_p_jac (67k SX instructions) 35 -> 6.3 s of gcc CPU, the old
+# obs_res_jac (5,472 guarded zeros) 7.1 -> 1.2 s, and the code is as fast or faster (bitwise equal)
+COMPILE_FLAGS = ("-O1", "-fno-thread-jumps", "-fPIC", "-fno-math-errno")  # the first: see opt_level
+# programs longer than this are compiled at -O0 (gcc time still grows faster than the length;
+# -O0 code runs 1.5-4x slower, so only where -O1 would cost far more than the evaluations gain)
+O1_MAX_INSTRUCTIONS = 120_000
 LINK_FLAGS = ("-shared",)
 FLAGS = COMPILE_FLAGS + LINK_FLAGS  # recorded with every library (a change rebuilds the cache)
 
@@ -51,8 +60,12 @@ def compiler() -> str | None:
     return None
 
 
+CODEGEN_OPTIONS = {"with_header": False, "casadi_real": "double"}
+KEY_SCHEME = "serialized-v1"  # change when the key's contents change (old libraries are then not found)
+
+
 def _source(functions: list[ca.Function], name: str) -> str:
-    gen = ca.CodeGenerator(name, {"with_header": False, "casadi_real": "double"})
+    gen = ca.CodeGenerator(name, dict(CODEGEN_OPTIONS))
     for f in functions:
         gen.add(f)
     return gen.dump()
@@ -96,29 +109,20 @@ def verified(lib: Path, cc: str) -> str | None:
     return None
 
 
-def _run_all(cmds: list[list[str]], jobs: int, timeout_s: float, name: str) -> None:
-    """Run the commands, at most ``jobs`` at a time, each in its own process group (a timeout
-    also ends cc1); raise ``RuntimeError`` on failure or when all together exceed ``timeout_s``."""
-    t_end = time.monotonic() + timeout_s
-    pending, running = list(cmds), []
-    try:
-        while pending or running:
-            while pending and len(running) < jobs:
-                running.append(subprocess.Popen(pending.pop(0), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                start_new_session=True))
-            proc = running[0]
-            try:
-                _, err = proc.communicate(timeout=max(t_end - time.monotonic(), 0.001))
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f"compiling {name} took longer than {timeout_s} s") from None
-            running.pop(0)
-            if proc.returncode != 0:
-                raise RuntimeError(f"compiling {name} failed: {err.decode(errors='replace')[-2000:]}")
-    finally:
-        for proc in running:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-                proc.communicate()
+def cache_key(functions: list[ca.Function], name: str, cc: str) -> str:
+    """Key of the library compiled from ``functions``: SHA-256 (24 hex digits) of each Function's
+    serialization (its SX program, names and options: the generated C is a function of it and of
+    the CasADi version), its optimisation level, the code-generation options, the library name,
+    the compiler and its version, the flags and the CasADi version. Cheaper than generating the C
+    source (six coupled Lorenz: ~0.05 s instead of ~0.2 s per big Function, and no C written)."""
+    h = hashlib.sha256()
+    for part in (KEY_SCHEME, name, repr(sorted(CODEGEN_OPTIONS.items())), cc, compiler_version(cc), " ".join(FLAGS),
+                 ca.__version__):
+        h.update(part.encode() + b"\0")
+    for f in functions:
+        h.update(opt_level(f).encode() + b"\0")
+        h.update(hashlib.sha256(f.serialize().encode()).digest())
+    return h.hexdigest()[:24]
 
 
 def opt_level(f: ca.Function) -> str:
@@ -138,47 +142,109 @@ def compile_jobs() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def compile_functions(functions: list[ca.Function], name: str = "ceem_stages",
-                      timeout_s: float = 600.0, jobs: int | None = None) -> list[ca.Function]:
-    """Compiled versions of ``functions`` (same names, inputs and outputs), from the cache when
-    the same source was compiled before. Raises ``RuntimeError`` when no compiler is found or
-    compilation fails (the caller may fall back to the uncompiled Functions).
+class CompiledHandle:
+    """A Function being compiled (or found in the cache): :meth:`result` waits and loads it."""
 
-    Each Function is generated into its own C file and compiled to an object file, up to
-    ``jobs`` (default :func:`compile_jobs`) compilers at a time, then linked into one library:
-    gcc's time is dominated by the longest Function instead of the sum; programs longer than
-    ``O1_MAX_INSTRUCTIONS`` are compiled at ``-O0`` (:func:`opt_level`). Six coupled Lorenz:
-    see ``docs/scaling.md``."""
+    def __init__(self, f: ca.Function, group: str, lib: Path, job: CompileJob | None, deadline: float):
+        self.f, self.group, self.lib, self.job, self.deadline = f, group, lib, job, deadline
+
+    def result(self) -> ca.Function:
+        """The compiled Function (``ca.external``); ``RuntimeError`` when compilation failed or
+        exceeded its time limit (the compiler is then killed)."""
+        if self.job is not None:
+            try:
+                self.job.wait(self.deadline)
+            except RuntimeError:
+                if self.job.error != FORKED:
+                    raise
+                # a handle inherited through fork: this process compiles (or finds) it itself
+                return start_compile([self.f], self.group, max(self.deadline - time.monotonic(), 1.0))[0].result()
+        return ca.external(self.f.name(), str(self.lib))
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"\W", "_", text)
+
+
+# libraries being built by this process, by path: a second request for one waits for the same job
+_IN_FLIGHT: dict[Path, CompileJob] = {}
+os.register_at_fork(after_in_child=_IN_FLIGHT.clear)  # a forked child waits for none of its parent's jobs
+
+
+def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeout_s: float = 600.0,
+                  jobs: int | None = None) -> list[CompiledHandle]:
+    """Start compiling ``functions`` in the background; one :class:`CompiledHandle` per Function.
+
+    Each Function becomes its own cached library ``<name>_<function>_<key>.so`` (key:
+    :func:`cache_key`), so a Function shared by two groups (``dyn_p_jac``: learner and joint step)
+    is compiled once. Cached libraries are only checked (no C generated); the others are
+    generated here and compiled and linked by one compiler process each, in the process-wide pool
+    of :mod:`ceem_casadi._compile_pool` (at most ``jobs``, default :func:`compile_jobs`, at once,
+    biggest first across every request). Programs longer than ``O1_MAX_INSTRUCTIONS`` are
+    compiled at ``-O0`` (:func:`opt_level`). Raises ``RuntimeError`` when no compiler is found."""
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc) to compile stage functions")
-    sources = [_source([f], f"{name}_{i}") for i, f in enumerate(functions)]
-    levels = [opt_level(f) for f in functions]
-    key = hashlib.sha256(("\n".join(sources) + " ".join(levels) + cc + compiler_version(cc) + " ".join(FLAGS)
-                          + ca.__version__).encode()).hexdigest()[:24]
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    lib = folder / f"{name}_{key}.so"
-    problem = verified(lib, cc) if lib.exists() else None
-    if problem is not None:
-        log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
-    if not lib.exists() or problem is not None:
-        with tempfile.TemporaryDirectory(dir=folder) as tmp:
-            so_tmp, objects, cmds = Path(tmp) / "lib.so", [], []
-            # biggest first: with fewer compilers than files the longest one starts at once
-            for i in sorted(range(len(sources)), key=lambda i: -len(sources[i])):
-                c_file, o_file = Path(tmp) / f"{name}_{i}.c", Path(tmp) / f"{name}_{i}.o"
-                c_file.write_text(sources[i])
-                objects.append(str(o_file))
-                cmds.append([cc, levels[i], *COMPILE_FLAGS[1:], "-c", str(c_file), "-o", str(o_file)])
-            log.info("compiling %d stage functions (%d bytes of C, %d jobs): %s", len(functions),
-                     sum(map(len, sources)), jobs or compile_jobs(), " ".join(cmds[0]))
-            _run_all(cmds, jobs or compile_jobs(), timeout_s, name)
-            _run_all([[cc, *LINK_FLAGS, *objects, "-o", str(so_tmp), "-lm"]], 1, timeout_s, name)
-            rec_tmp = Path(tmp) / "lib.json"
+    deadline = time.monotonic() + timeout_s
+    handles, new = [], {}
+    try:
+        for f in functions:
+            unit = f"{_safe(name)}_{_safe(f.name())}"
+            lib = folder / f"{unit}_{cache_key([f], name, cc)}.so"
+            job = new.get(lib) or _IN_FLIGHT.get(lib)  # the same Function twice: one job
+            if job is not None and job.done.is_set() and job.error is None:
+                job = None  # built earlier in this process (and verified by its own build)
+            if job is None or job.error is not None:
+                problem = verified(lib, cc) if lib.exists() else "missing"
+                if problem is None:
+                    log.debug("using cached %s", lib)
+                    job = None
+                else:
+                    if problem != "missing":
+                        log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
+                    job = new[lib] = _job(f, unit, lib, cc)
+            handles.append(CompiledHandle(f, name, lib, job, deadline))
+    except BaseException:
+        for job in new.values():  # generated but never queued: remove their C folders
+            job.finish(False)
+        raise
+    _IN_FLIGHT.update(new)
+    new = list(new.values())
+    if new:
+        log.info("compiling %d stage functions (%d jobs): %s", len(new), jobs or compile_jobs(), " ".join(new[0].cmd))
+        POOL.submit(new, jobs or compile_jobs())
+    return handles
+
+
+def _job(f: ca.Function, unit: str, lib: Path, cc: str) -> CompileJob:
+    """Generate ``f``'s C into a fresh folder next to ``lib``; the job compiles and links it and
+    moves library and record into place atomically (concurrent processes never see a partial one)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"{unit}_", dir=lib.parent))
+    source = _source([f], unit)
+    c_file, so_tmp, rec_tmp = tmp / f"{unit}.c", tmp / "lib.so", tmp / "lib.json"
+    c_file.write_text(source)
+    cmd = [cc, opt_level(f), *COMPILE_FLAGS[1:], *LINK_FLAGS, str(c_file), "-o", str(so_tmp), "-lm"]
+
+    def finish(ok: bool):
+        try:
+            if not ok:
+                return
             rec_tmp.write_text(json.dumps({**_record(cc), "sha256": _file_sha256(so_tmp)}))
             os.replace(rec_tmp, lib.with_suffix(".json"))
-            os.replace(so_tmp, lib)  # atomic: concurrent processes never see a partial library
-    else:
-        log.debug("using cached %s", lib)
-    return [ca.external(f.name(), str(lib)) for f in functions]
+            os.replace(so_tmp, lib)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    # expected gcc time ~ C length, ~2.5x less at -O0: the queue's order (longest first)
+    return CompileJob(cmd, f.name(), len(source) * (2 if cmd[1] == "-O0" else 5), finish)
+
+
+def compile_functions(functions: list[ca.Function], name: str = "ceem_stages",
+                      timeout_s: float = 600.0, jobs: int | None = None) -> list[ca.Function]:
+    """Compiled versions of ``functions`` (same names, inputs and outputs), from the cache when
+    the same Functions were compiled before: :func:`start_compile` and wait. Raises
+    ``RuntimeError`` when no compiler is found or compilation fails (the caller may fall back to
+    the uncompiled Functions). Six coupled Lorenz: see ``docs/scaling.md``."""
+    return [h.result() for h in start_compile(functions, name, timeout_s, jobs)]

@@ -84,31 +84,41 @@ class JointGaussNewton:
 
     def __init__(self, model, lengths, stages, *, use_prior: bool = True):
         self.model, self.lengths = model, tuple(int(T) for T in lengths)
-        self._funs = dict(zip(("obs", "dyn"), stages.get("obs_res_jac", "dyn_res_jac")))
-        self._maps: dict = {}
         self._obs_p = bool(stages.obs_uses_p)  # observation residuals depend on theta (else Jpo = 0)
+        names = self.stage_names(stages)
+        self._funs = dict(zip(names, stages.get(*names, columns=sum(self.lengths))))
+        self._maps: dict = {}
         self.free = model.params.free_index
         mean, w = model.params.prior
         self._prior_mean, self._prior_w2 = mean[self.free], (w[self.free] ** 2 if use_prior else 0 * w[self.free])
         self.mu = 1e-3
 
-    def _mapped(self, kind: str, n: int) -> BufferedCall:
-        """The stage Function mapped over n columns (p and the noise weights shared)."""
-        if (kind, n) not in self._maps:
-            f = self._funs[kind]
-            per_column = 4 if kind == "obs" else 3
-            self._maps[kind, n] = BufferedCall(f.map(n, [False] * per_column + [True] * 2, [False] * 3))
-        return self._maps[kind, n]
+    @staticmethod
+    def stage_names(stages) -> tuple[str, ...]:
+        """The stage Functions a joint step evaluates (for :meth:`StageFunctions.prefetch`)."""
+        return ("obs_res_jac_x", "dyn_res_jac_z", "dyn_p_jac") + (("obs_p_jac",) if stages.obs_uses_p else ())
+
+    def _mapped(self, name: str, n: int) -> BufferedCall:
+        """The stage Function ``name`` mapped over n columns (p and the noise weights shared)."""
+        if (name, n) not in self._maps:
+            f = self._funs[name]
+            per_column = 4 if name.startswith("obs") else 3
+            self._maps[name, n] = BufferedCall(f.map(n, [False] * per_column + [True] * 2, [False] * f.n_out()))
+        return self._maps[name, n]
 
     def _jacobians(self, kind, n, args, rows):
         """Residuals (n, rows), Jacobians in the states (n, rows, cols) and in the free
-        parameters (n, rows, n_free) of n stages (views of the evaluation buffers)."""
+        parameters (n, rows, n_free; None for observations that do not depend on theta) of n
+        stages (views of the evaluation buffers)."""
         npar = self.model.params.size
-        r, Jx, Jp = self._mapped(kind, n)(*args)
+        r, Jx = self._mapped("obs_res_jac_x" if kind == "obs" else "dyn_res_jac_z", n)(*args)
         # column-major (rows, n * cols) outputs: stage k, column j, row i at (k * cols + j) * rows + i
         cols = self.model.nx * (1 if kind == "obs" else 2)
-        return (r.reshape(n, rows), Jx.reshape(n, cols, rows).transpose(0, 2, 1),
-                Jp.reshape(n, npar, rows)[:, self.free, :].transpose(0, 2, 1))
+        out = (r.reshape(n, rows), Jx.reshape(n, cols, rows).transpose(0, 2, 1))
+        if kind == "obs" and not self._obs_p:
+            return (*out, None)
+        (Jp,) = self._mapped(f"{kind}_p_jac", n)(*args)
+        return (*out, Jp.reshape(n, npar, rows)[:, self.free, :].transpose(0, 2, 1))
 
     def _linearise(self, theta_vec, data, xs):
         """Residuals and Jacobians of ALL stages stacked (obs: ro (No, ny), Jxo (No, ny, nx), Jpo
@@ -117,9 +127,10 @@ class JointGaussNewton:
         m = self.model
         (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)
         iv, iw = m.noise.inv_measurement_std, m.noise.inv_process_std
-        obs = [a.copy() for a in self._jacobians("obs", Xo.shape[1], [Xo, Uo, Yo, Mo, theta_vec, iv], m.ny)]
+        obs = [None if a is None else a.copy()
+               for a in self._jacobians("obs", Xo.shape[1], [Xo, Uo, Yo, Mo, theta_vec, iv], m.ny)]
         dyn = [a.copy() for a in self._jacobians("dyn", X0.shape[1], [X0, X1, U0, theta_vec, iw], m.nx)]
-        return (*obs[:2], obs[2] if self._obs_p else None, *dyn)
+        return (*obs, *dyn)
 
     def _trajectory_blocks(self, theta_vec, y, u, x, D, Off, R):
         """Add trajectory (y, u, x)'s Gauss-Newton blocks into D (T, nx, nx), Off (T-1, nx, nx) and

@@ -43,19 +43,27 @@ class _LocalLearner(RemoteLearner):
     be wasted work)."""
 
     def _value(self, z, p, what):
-        z_prev, rho, mu, w = self._split(p)
-        dz, dm = z - z_prev, z - mu
-        reg = rho * dz @ dz + 0.5 * (w * dm) @ (w * dm)
-        if what == "f":
-            return (self._remote(z, "f")[0] + reg,)
-        f, g = self._remote(z, "grad")
-        return f + reg, g + 2 * rho * dz + w ** 2 * dm
+        try:
+            z_prev, rho, mu, w = self._split(p)
+            dz, dm = z - z_prev, z - mu
+            reg = rho * dz @ dz + 0.5 * (w * dm) @ (w * dm)
+            if what == "f":
+                return (self._remote(z, "f")[0] + reg,)
+            f, g = self._remote(z, "grad")
+            return f + reg, g + 2 * rho * dz + w ** 2 * dm
+        except Exception as exc:  # CasADi swallows exceptions raised in callbacks: re-raised after the solve
+            self._error = self._error or exc
+            raise
 
     def _hess_lag(self, z, p, lam_f, lam_g):
-        _, rho, _, w = self._split(p)
-        h = self._remote(z, "hess")[0].copy()
-        h[self._diag] += 2 * rho + w ** 2
-        return [ca.DM(ca.Sparsity.upper(self.n), float(lam_f[0]) * h)]
+        try:
+            _, rho, _, w = self._split(p)
+            h = self._remote(z, "hess")[0].copy()
+            h[self._diag] += 2 * rho + w ** 2
+            return [ca.DM(ca.Sparsity.upper(self.n), float(lam_f[0]) * h)]
+        except Exception as exc:
+            self._error = self._error or exc
+            raise
 
 
 class PieceEngine:
@@ -71,17 +79,19 @@ class PieceEngine:
         Shared with the smoother.
     piece : int, optional
         Stages per piece (default ``PIECE_LENGTH``).
+    columns : int, optional
+        Stages of all the records together (the stage Functions are compiled as for them).
     """
 
-    def __init__(self, model, options, stages=None, piece: int | None = None):
-        self.model, self.piece, self.stages = model, int(piece or PIECE_LENGTH), stages
+    def __init__(self, model, options, stages=None, piece: int | None = None, columns: int | None = None):
+        self.model, self.piece, self.stages, self.columns = model, int(piece or PIECE_LENGTH), stages, columns
         self.options = replace(options, use_prior=False)  # prior and trust region: on the IPOPT side
         self._learners: dict[int, Learner] = {}
         self.learner = _LocalLearner(self, model, options, self._learner(self.piece + 1).hessian)
 
     def _learner(self, n: int) -> Learner:
         if n not in self._learners:
-            self._learners[n] = Learner(self.model, (n,), self.options, self.stages)
+            self._learners[n] = Learner(self.model, (n,), self.options, self.stages, columns=self.columns)
         return self._learners[n]
 
     def learning_session(self, theta_vec, xs) -> list:
@@ -110,8 +120,8 @@ class PieceLearner:
     """:class:`~ceem_casadi.learner.Learner`'s interface (``solve``, ``hessian_matrix``) over the
     pieces of the trajectories (see the module docstring)."""
 
-    def __init__(self, model, options, stages=None, piece: int | None = None):
-        self.engine = PieceEngine(model, options, stages, piece)
+    def __init__(self, model, options, stages=None, piece: int | None = None, columns: int | None = None):
+        self.engine = PieceEngine(model, options, stages, piece, columns)
         self.hessian = self.engine.learner.hessian
 
     def solve(self, theta_vec, data, xs, rho_theta: float | None = None, weights=None):
@@ -129,5 +139,5 @@ def learner_for(model, lengths, options, stages=None):
     """A :class:`PieceLearner` when some trajectory has ``PIECE_FROM`` samples or more, else a
     :class:`~ceem_casadi.learner.Learner` over all stages at once."""
     if max(lengths) >= PIECE_FROM:
-        return PieceLearner(model, options, stages)
+        return PieceLearner(model, options, stages, columns=sum(lengths))
     return Learner(model, lengths, options, stages)

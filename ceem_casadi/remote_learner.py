@@ -19,7 +19,7 @@ import numpy as np
 
 from ._callbacks import SparsityCallback
 from ._ipopt import ipopt_options, solve
-from .learner import LearnResult, learn_result
+from .learner import LearnResult, learn_result, stationary_start
 
 
 class _Call(SparsityCallback):
@@ -141,14 +141,23 @@ class RemoteLearner:
         rho = self.options.rho_theta if rho_theta is None else rho_theta
         params = self.model.params
         t0 = time.perf_counter()
+        z0, lower, upper = np.asarray(theta_vec, float)[self.free], params.lower[self.free], params.upper[self.free]
         self._begin(theta_vec, xs)
-        try:
-            sol = solve(self.solver, x0=np.asarray(theta_vec, float)[self.free], p=self._p(theta_vec, rho),
-                        lbx=params.lower[self.free], ubx=params.upper[self.free])
+        cost = None
+        try:  # started where the Newton model predicts no decrease: no IPOPT (as Learner.solve)
+            cost = stationary_start(self.solver, z0, self._p(theta_vec, rho), lower, upper)
+            if cost is None:
+                sol = solve(self.solver, x0=z0, p=self._p(theta_vec, rho), lbx=lower, ubx=upper)
+        except RuntimeError:
+            if self._error is None:
+                raise
         finally:
             self._end(t0)
         if self._error is not None:
             raise self._error
+        if cost is not None:
+            return LearnResult(np.asarray(theta_vec, float).copy(), cost, "Solve_Succeeded",
+                               bool(np.all(np.isfinite(theta_vec))), 0, time.perf_counter() - t0)
         return learn_result(self.solver, sol, theta_vec, self.free, time.perf_counter() - t0)
 
     def hessian_matrix(self, theta_vec, data, xs) -> np.ndarray | None:

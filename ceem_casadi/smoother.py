@@ -29,7 +29,7 @@ from .banded_newton import BandedNewton
 from .objective import log_normalisers
 from .options import SmootherOptions
 from .smoother_chunks import ChunkedObjective, chunked_terms
-from .stages import StageFunctions
+from .stages import SMOOTHER_STAGES, StageFunctions
 
 
 @dataclass
@@ -166,8 +166,7 @@ class TrajectorySmoother:
         X0, X1, U0 = X[:, :-1], X[:, 1:], U[:, :-1]
 
         obs_args, dyn_args = [X, U, Y, M, p, iv], [X0, X1, U0, p, iw]
-        obs_cost, dyn_cost, obs_grad, dyn_grad, obs_hess, dyn_hess = stages.get(
-            "obs_cost", "dyn_cost", "obs_x_grad", "dyn_x_grad", "obs_x_hess_triu", "dyn_x_hess_triu")
+        obs_cost, dyn_cost, obs_grad, dyn_grad, obs_hess, dyn_hess = stages.get(*SMOOTHER_STAGES)
         dx1 = X[:, 0] - mu1
         regulariser = rho * ca.sumsqr(X - Xprev) + 0.5 * ca.sumsqr(w1 * dx1)
         # costs: summed by the map itself, with p, iv, iw shared (not repeated T times); for the

@@ -19,6 +19,8 @@ from __future__ import annotations
 import casadi as ca
 import numpy as np
 
+from .stages import SMOOTHER_STAGES
+
 
 def _chunk_function(stages, L: int, band_column: ca.Function, outputs: str = "ipopt") -> ca.Function:
     """``(Xc, xl, xr, Uc, ul, Yc, Mc, on, p, iw, iv, rho) -> (cost, G (nx, L), nz (k, L), cost_sx)``;
@@ -33,8 +35,7 @@ def _chunk_function(stages, L: int, band_column: ca.Function, outputs: str = "ip
     iw_s = ca.mtimes(iw, on)                      # (nx, L+1): 0 for stages outside the record
     obs_args = [Xc, Uc, Yc, Mc, p, iv]
     dyn_args = [Xe[:, :-1], Xe[:, 1:], ca.horzcat(ul, Uc), p, iw_s]  # stage s: (x_{a-1+s}, x_{a+s})
-    obs_cost, dyn_cost, obs_grad, dyn_grad, obs_hess, dyn_hess = stages.get(
-        "obs_cost", "dyn_cost", "obs_x_grad", "dyn_x_grad", "obs_x_hess_triu", "dyn_x_hess_triu")
+    obs_cost, dyn_cost, obs_grad, dyn_grad, obs_hess, dyn_hess = stages.get(*SMOOTHER_STAGES)
     # the cost counts stages 0 .. L-1 (stage L is the next chunk's stage 0); gradient and Hessian
     # take each half of stage L's derivatives in the column it belongs to
     cost = ca.sum2(obs_cost.map(L)(*obs_args)) + ca.sum2(dyn_cost.map(L + 1)(*dyn_args)[:, :L])

@@ -1,5 +1,6 @@
 """Compile cache verified (issue 15, point 3): a damaged cached library is rebuilt with a warning,
-never loaded (it used to kill every later fit with a bus error)."""
+never loaded (it used to kill every later fit with a bus error). Its key (issue 17) follows the
+serialized Function, the flags and the CasADi version, and a hit generates no C."""
 from __future__ import annotations
 
 import json
@@ -8,11 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import casadi as ca
 import numpy as np
 import pandas as pd
 import pytest
 
 import ceem_casadi as cc
+from ceem_casadi import compile as cmp
 from ceem_casadi.compile import compiler, verified
 from ceem_casadi.modelfile import load_model
 from models import lorenz
@@ -50,3 +53,38 @@ def test_truncated_library_rebuilt_with_warning(tmp_path):
     rec["compiler_version"] = "gcc 0.1"                                   # another compiler: not trusted either
     lib.with_suffix(".json").write_text(json.dumps(rec))
     assert "compiler_version" in verified(lib, compiler())
+
+
+def _scaled_sin(c: float) -> ca.Function:
+    x = ca.SX.sym("x", 3)
+    return ca.Function("scaled_sin", [x], [c * ca.sin(x) + ca.cos(x[0])], ["x"], ["y"])
+
+
+def test_cache_key_follows_function_flags_and_casadi_version(monkeypatch):
+    key = cmp.cache_key([_scaled_sin(2.0)], "k", "gcc")
+    assert cmp.cache_key([_scaled_sin(2.0)], "k", "gcc") == key             # rebuilt, same program: same key
+    assert cmp.cache_key([_scaled_sin(3.0)], "k", "gcc") != key             # a changed Function
+    monkeypatch.setattr(cmp, "FLAGS", (*cmp.FLAGS, "-ffast-math"))
+    assert cmp.cache_key([_scaled_sin(2.0)], "k", "gcc") != key             # other flags
+    monkeypatch.undo()
+    monkeypatch.setattr(cmp.ca, "__version__", "0.0.1")
+    assert cmp.cache_key([_scaled_sin(2.0)], "k", "gcc") != key             # another CasADi
+
+
+@pytest.mark.skipif(compiler() is None, reason="needs a C compiler")
+def test_cached_library_loaded_without_generating_c(tmp_path, monkeypatch):
+    monkeypatch.setenv("CEEM_CACHE", str(tmp_path))
+    x = np.array([0.3, -1.2, 2.0])
+    (first,) = cmp.compile_functions([_scaled_sin(2.0)], "reuse")
+    expected = np.asarray(_scaled_sin(2.0)(x)).ravel()
+    np.testing.assert_allclose(np.asarray(first(x)).ravel(), expected, rtol=1e-15)
+
+    def no_codegen(*_):
+        raise AssertionError("C generated for a cached library")
+
+    monkeypatch.setattr(cmp, "_source", no_codegen)
+    (again,) = cmp.compile_functions([_scaled_sin(2.0)], "reuse")           # a new, equal Function: cache hit
+    np.testing.assert_allclose(np.asarray(again(x)).ravel(), expected, rtol=1e-15)
+    assert len(list(tmp_path.glob("reuse_*.so"))) == 1
+    with pytest.raises(AssertionError, match="C generated"):                 # a changed one is compiled anew
+        cmp.compile_functions([_scaled_sin(3.0)], "reuse")

@@ -67,14 +67,21 @@ def test_unknown_stage_function_and_hessian_kind_are_refused():
 
 @pytest.fixture
 def compile_calls(monkeypatch):
-    """compile_functions replaced by a recorder returning the SX Functions (no C compiler run)."""
+    """start_compile replaced by a recorder whose handles return markers (no C compiler run)."""
     calls = []
+
+    class Done:
+        def __init__(self, name):
+            self.name = name
+
+        def result(self):
+            return ("compiled", self.name)
 
     def fake(funs, name):
         calls.append([f.name() for f in funs])
-        return [("compiled", f.name()) for f in funs]
+        return [Done(f.name()) for f in funs]
 
-    monkeypatch.setattr(stages_module, "compile_functions", fake)
+    monkeypatch.setattr(stages_module, "start_compile", fake)
     monkeypatch.setattr(stages_module, "compiler", lambda: "cc")
     return calls
 
@@ -111,7 +118,7 @@ def test_failed_compilation_falls_back_unless_compile_was_requested(monkeypatch,
     def broken(funs, name):
         raise RuntimeError("no compiler today")
 
-    monkeypatch.setattr(stages_module, "compile_functions", broken)
+    monkeypatch.setattr(stages_module, "start_compile", broken)
     monkeypatch.setattr(stages_module, "compiler", lambda: "cc")
     monkeypatch.setattr(stages_module, "AUTO_COMPILE_INSTRUCTIONS", 0)
     stages = StageFunctions(model)

@@ -1,0 +1,166 @@
+"""One background pool of compiler processes for the whole Python process (issue 17).
+
+Every compile request of every :class:`~ceem_casadi.stages.StageFunctions` (smoother, learner,
+joint step, prefetch) feeds the same queue, served biggest first by at most ``jobs`` processes at
+once, so no core idles at the tail of one group while the next group waits. A scheduler thread
+starts and reaps the processes; it never calls CasADi (not thread-safe): callers generate the C
+source before submitting and load the library after :meth:`CompileJob.wait`.
+
+Cancellation never leaves compilers behind: each command runs in its own process group
+(``cc1``/``as`` included), killed when its waiter gives up (timeout, ``KeyboardInterrupt``), when
+the job is cancelled, and at interpreter exit for jobs nobody waited for. A forked child starts with
+an empty pool (its parent's processes are not its own).
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+
+POLL_S = 0.005  # how often the scheduler looks for finished processes
+FORKED = "started by the parent process before a fork"
+
+
+class CompileJob:
+    """One compiler command; ``finish(ok)`` runs once when it ends (in the scheduler thread: moves
+    the result into place when ``ok``, cleans up always, also after a failure or cancellation);
+    ``size`` orders the queue (biggest first)."""
+
+    def __init__(self, cmd: list[str], label: str, size: int, finish: Callable[[bool], None] | None = None):
+        self.cmd, self.label, self.size, self.finish = cmd, label, size, finish
+        self.done = threading.Event()
+        self.error: str | None = None
+        self.proc: subprocess.Popen | None = None
+        self.log = None  # the compiler's stderr (a temporary file)
+        self.started = self.ended = None  # time.monotonic() of start and end (timelines)
+
+    def wait(self, deadline: float) -> None:
+        """Block until done; ``RuntimeError`` on failure, on cancellation, or after ``deadline``
+        (``time.monotonic()``), when the job is killed. Any interruption (Ctrl-C) kills it too."""
+        try:
+            while not self.done.wait(min(max(deadline - time.monotonic(), 0.0), 0.5)):
+                if time.monotonic() >= deadline:
+                    POOL.cancel([self], "took longer than its time limit")
+                    break
+        except BaseException:
+            POOL.cancel([self], "interrupted")
+            raise
+        if self.error is not None:
+            raise RuntimeError(f"compiling {self.label} failed: {self.error}")
+
+
+class CompilePool:
+    def __init__(self):
+        self._lock = threading.Condition()
+        self._pending: list[CompileJob] = []
+        self._running: list[CompileJob] = []
+        self._thread: threading.Thread | None = None
+        self.jobs = 1
+
+    def submit(self, new: list[CompileJob], jobs: int) -> None:
+        """Queue ``new``, biggest first among all queued jobs; at most ``jobs`` run at once."""
+        with self._lock:
+            self.jobs = max(1, int(jobs))
+            self._pending.extend(new)
+            self._pending.sort(key=lambda j: -j.size)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="ceem-compile", daemon=True)
+                self._thread.start()
+            self._lock.notify_all()
+
+    def cancel(self, jobs: list[CompileJob] | None = None, why: str = "cancelled") -> None:
+        """Drop ``jobs`` (default all) from the queue and kill the running ones' process groups."""
+        with self._lock:
+            chosen = list(self._pending) + list(self._running) if jobs is None else list(jobs)
+            for job in chosen:
+                if job in self._pending:
+                    self._pending.remove(job)
+                if job in self._running:
+                    self._running.remove(job)
+                    _kill(job.proc)
+                    job.log.close()
+                if not job.done.is_set():
+                    job.error = why
+                    _finish(job, False)
+                    job.done.set()
+
+    def _serve(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending and not self._running:
+                    if not self._lock.wait(timeout=5.0) and not self._pending and not self._running:
+                        self._thread = None  # idle: the next submit starts a new thread
+                        return
+                while self._pending and len(self._running) < self.jobs:
+                    job = self._pending.pop(0)
+                    try:
+                        job.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the job ends
+                        job.proc = subprocess.Popen(job.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                                    stderr=job.log, start_new_session=True)
+                    except OSError as exc:
+                        job.error = str(exc)
+                        _finish(job, False)
+                        job.done.set()
+                        continue
+                    job.started = time.monotonic()
+                    self._running.append(job)
+                finished = [j for j in self._running if j.proc.poll() is not None]
+                for job in finished:
+                    self._running.remove(job)
+            for job in finished:
+                self._complete(job)
+            if not finished:
+                time.sleep(POLL_S)
+
+    @staticmethod
+    def _complete(job: CompileJob) -> None:
+        job.ended = time.monotonic()
+        proc = job.proc
+        if job.done.is_set():  # cancelled meanwhile
+            job.log.close()
+            return
+        job.log.seek(0)
+        err = job.log.read().decode(errors="replace")  # a file, not a pipe: a chatty compiler never blocks
+        job.log.close()
+        if proc.returncode != 0:
+            job.error = f"exit status {proc.returncode}: {err[-2000:]}"
+        _finish(job, proc.returncode == 0)
+        job.done.set()
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's jobs are not this process's (their waiters get
+        ``FORKED`` and compile again, usually a cache hit); start with an empty pool."""
+        for job in self._pending + self._running:
+            if not job.done.is_set():
+                job.error = FORKED
+                job.done.set()
+        self._lock = threading.Condition()
+        self._pending, self._running, self._thread = [], [], None
+
+
+def _finish(job: CompileJob, ok: bool) -> None:
+    if job.finish is None:
+        return
+    try:
+        job.finish(ok)
+    except Exception as exc:  # reported to the waiter, never lost in the scheduler thread
+        job.error = job.error or f"{type(exc).__name__}: {exc}"
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill the process group of ``proc`` (the compiler driver with its cc1 and as) and reap it."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+POOL = CompilePool()
+atexit.register(POOL.cancel, None, "the interpreter exited")
+os.register_at_fork(after_in_child=POOL._after_fork)

@@ -1,0 +1,77 @@
+"""The learning step's stage sums over long records, evaluated chunk by chunk.
+
+Building the learner maps each stage Function over all N stages of the data: CasADi then
+creates (and ``nlpsol`` differentiates) MX nodes whose sparsity patterns hold O(N) indices
+(every split, reshape and mapped call of a (rows, N) matrix): single Lorenz, N = 10^6, 40 s
+of building under load. Here a term's per-stage columns are stored chunk-major in the NLP
+parameter (chunk k holds stages kL .. kL + L - 1 of every column array, each column-major) and
+the stage Function is mapped over L stages inside a small Function, itself mapped over the K
+chunks: only the data block itself is O(N). Stages past N (padding up to KL) repeat the last
+stage's states and inputs with zero noise weights and masks, so they add exactly 0 to every
+sum and a zero row to every Jacobian; the sums are the same up to rounding (the summation
+order differs), tested against the plain layout.
+"""
+from __future__ import annotations
+
+import casadi as ca
+import numpy as np
+
+# stages per chunk, and the smallest number of dynamics stages laid out in chunks
+LEARN_CHUNK = 4096
+LEARN_CHUNK_FROM = 50_000
+
+
+def chunk_length(n_dyn: int) -> int:
+    """Chunk length for a learner over ``n_dyn`` dynamics stages (0: the plain layout)."""
+    return LEARN_CHUNK if n_dyn >= LEARN_CHUNK_FROM else 0
+
+
+def pack_columns(arrays, zero_pad, L: int) -> np.ndarray:
+    """Flat chunk-major data block of per-stage column arrays.
+
+    Parameters
+    ----------
+    arrays : list of numpy.ndarray
+        (r_i, n) arrays, the same n stages each.
+    zero_pad : list of bool
+        Per array: pad with zeros (noise weights, masks, outputs) or with its last column
+        (states, inputs: finite wherever the data is).
+    L : int
+        Stages per chunk.
+
+    Returns
+    -------
+    numpy.ndarray
+        (K c,) with K = ceil(n / L) and c = L sum r_i: chunk k is the concatenation over i of
+        ``vec(arrays[i][:, kL:(k+1)L])`` (column-major).
+    """
+    n = arrays[0].shape[1]
+    K = -(-n // L)
+    blocks = []
+    for a, zero in zip(arrays, zero_pad):
+        a = np.asarray(a, float)
+        a = np.pad(a, ((0, 0), (0, K * L - n)), mode="constant" if zero or n == 0 else "edge")
+        blocks.append(a.reshape(a.shape[0], K, L).transpose(1, 2, 0).reshape(K, -1))
+    return np.concatenate(blocks, axis=1).ravel()
+
+
+def chunk_map(fun: ca.Function, p_index: int, L: int, K: int, reduce: bool, D: ca.MX, p: ca.MX) -> list:
+    """The outputs of ``fun`` over the K L stages of a chunk-major block ``D`` (c, K).
+
+    ``fun``: a stage Function whose input ``p_index`` (given: ``p``) is shared by all stages
+    (the parameters) and whose other inputs are per-stage columns, stored in D's columns as
+    :func:`pack_columns` lays them out. ``reduce``: outputs summed over the stages, else
+    stacked horizontally in stage order (stages past the data at the end). The outer map over
+    the chunks is a plain one (no MX wrapper of the (c, K) block; summing its K small outputs
+    is ``repsum``), so nothing but D itself is O(K L).
+    """
+    rows = [fun.size1_in(i) for i in range(fun.n_in()) if i != p_index]
+    offsets = np.concatenate([[0], np.cumsum(rows) * L]).astype(int).tolist()
+    Dc, pc = ca.MX.sym("D", offsets[-1]), ca.MX.sym("p", fun.size1_in(p_index))
+    cols = [ca.reshape(part, r, L) for part, r in zip(ca.vertsplit(Dc, offsets), rows)]
+    args = cols[:p_index] + [pc] + cols[p_index:]
+    shared = [i == p_index for i in range(fun.n_in())]
+    inner = ca.Function(f"{fun.name()}_chunk{L}", [Dc, pc],
+                        fun.map(L, shared, [reduce] * fun.n_out()).call(args))
+    out = inner.map(K, "serial").call([D, ca.repmat(p, 1, K)])
+    return [ca.repsum(o, 1, K) for o in out] if reduce else out
