@@ -172,29 +172,35 @@ def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
     Hessian are CasADi's sums (not ``exact``) and only the cost is exact.
     """
     t0 = time.perf_counter()
-    learner = solvers(spec).learner(ls.lengths)
+    return (*terms_of(solvers(spec).learner(ls.lengths), ls.P, z, what)[:-1], time.perf_counter() - t0)
+
+
+def terms_of(learner, P, z, what: str):
+    """:func:`learning_terms` of a :class:`~ceem_casadi.learner.Learner` with NLP parameter ``P``
+    (seconds last); also the pieces of a long record (:mod:`ceem_casadi.learner_pieces`)."""
+    t0 = time.perf_counter()
     solver = learner.solver
     z = np.asarray(z, float)
     if what not in ("f", "grad", "hess", "all"):
         raise ValueError(f"what must be 'f', 'grad', 'hess' or 'all', got {what!r}")
     if what == "hess":
-        return (_hessian_triangle(solver, z, ls.P), time.perf_counter() - t0)
+        return (_hessian_triangle(solver, z, P), time.perf_counter() - t0)
     n = z.size
     want_g = what in ("grad", "all")
     want_h = what == "all" and solver.has_function("nlp_hess_l")
     exact_g = want_g and 1 + n <= EXACT_SUM_ROWS
     exact_h = want_h and exact_g and learner.hessian == "exact" and 1 + n + n * (n + 1) // 2 <= EXACT_SUM_ROWS
     if want_g and not exact_g:  # costs exact, the gradient summed by CasADi in the same pass
-        terms, grad = learner.stage_terms_function("summed")(z, ls.P)
+        terms, grad = learner.stage_terms_function("summed")(z, P)
         out = [split_sums(np.asarray(terms)), SplitSum.plain(np.asarray(grad, float).ravel())]
     else:
-        sums = split_sums(np.asarray(learner.stage_terms_function("rows" if exact_g else "none", exact_h)(z, ls.P)))
+        sums = split_sums(np.asarray(learner.stage_terms_function("rows" if exact_g else "none", exact_h)(z, P)))
         out = [sums.rows(0, 1)] + ([sums.rows(1, 1 + n)] if want_g else [])
     if what == "all":
         if exact_h:
             out.append(sums.rows(1 + n))
         else:
-            out.append(SplitSum.plain(_hessian_triangle(solver, z, ls.P)) if want_h else None)
+            out.append(SplitSum.plain(_hessian_triangle(solver, z, P)) if want_h else None)
     return (*out, time.perf_counter() - t0)
 
 

@@ -35,6 +35,7 @@ from .initialise import check_states, eks_states
 from .joint_gauss_newton import JointGaussNewton, LinAlgError
 from .joint_nlp import JointSolver
 from .learner import Learner
+from .learner_pieces import learner_for
 from .objective import log_prior
 from .options import CEEMOptions
 from .params import Theta
@@ -297,8 +298,9 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     smoother.stages.prefetch(SMOOTHER_STAGES, *([JointGaussNewton.stage_names(smoother.stages)]
                                                 if options.acceleration == "newton" else []))
     engine = None if options.executor is None else start_engine(options.executor, model, data, options, smoother)
-    learner = learner or getattr(engine, "learner", None) or Learner(model, data.lengths, options.learner,
-                                                                     smoother.stages)
+    # long records: the learner's data terms piece by piece (no T-sized graph; ceem_casadi.learner_pieces)
+    learner = learner or getattr(engine, "learner", None) or learner_for(model, data.lengths, options.learner,
+                                                                         smoother.stages)
     joint = (JointGaussNewton(model, data.lengths, smoother.stages, use_prior=options.learner.use_prior)
              if options.acceleration == "newton" else None)
     if options.acceleration == "joint":

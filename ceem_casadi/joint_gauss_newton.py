@@ -24,9 +24,10 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
+from scipy.linalg import LinAlgError, cholesky_banded
+from scipy.linalg.lapack import dtbtrs
 
-from ._linalg import gram
+from ._linalg import BufferedCall, gram
 from .stages import stack_stages
 
 log = logging.getLogger(__name__)
@@ -59,30 +60,19 @@ def _banded_upper(D: np.ndarray, Off: np.ndarray) -> np.ndarray:
     return ab
 
 
-class _BufferedCall:
-    """Evaluate a dense CasADi Function into preallocated numpy arrays (CasADi's zero-copy buffer
-    interface): converting tens of MB of Jacobian entries from DM would cost more than the step."""
-
-    def __init__(self, fun):
-        self.fun = fun
-        self.buf, self.trigger = fun.buffer()
-        self.out = [np.empty(fun.nnz_out(i)) for i in range(fun.n_out())]
-        for i, o in enumerate(self.out):
-            self.buf.set_res(i, memoryview(o))
-
-    def __call__(self, *args) -> list[np.ndarray]:
-        """Column-major flat outputs of ``fun(*args)`` (the arrays are reused by the next call)."""
-        self._args = [np.ascontiguousarray(np.asarray(a, float).ravel(order="F")) for a in args]
-        for i, a in enumerate(self._args):
-            if a.size != self.fun.nnz_in(i):
-                raise ValueError(f"{self.fun.name()}: input {i} has {a.size} entries, expected {self.fun.nnz_in(i)}")
-            self.buf.set_arg(i, memoryview(a))
-        self.trigger()
-        return self.out
+# stages per evaluation of the residual Jacobians: their buffers, not the record, set the memory
+JOINT_CHUNK = 20_000
 
 
 class JointGaussNewton:
     """Joint Levenberg-Marquardt steps for one model and one dataset shape (built once).
+
+    The residual Jacobians are evaluated in chunks of at most ``JOINT_CHUNK`` stages of one
+    trajectory and reduced at once to the blocks of the step (Hxx's diagonal and off-diagonal
+    blocks, Hxp, gx; Hpp and gp summed), which are written into one (T nx, 1 + n_free) array
+    ``[gx Hxp]`` that the banded triangular solves then overwrite: at T = 10^6 nothing of size
+    T x (rows x columns of the stage Jacobians) is held (6 states, 15 free parameters: 1.4 GB of
+    Jacobians and about as much in copies before).
 
     Parameters
     ----------
@@ -95,13 +85,9 @@ class JointGaussNewton:
     def __init__(self, model, lengths, stages, *, use_prior: bool = True):
         self.model, self.lengths = model, tuple(int(T) for T in lengths)
         self._obs_p = bool(stages.obs_uses_p)  # observation residuals depend on theta (else Jpo = 0)
-        obs, dyn, *p_jacs = stages.get(*self.stage_names(stages))
-        # p and the noise weights are shared by every stage (reduce_in), the rest is per column
-        n_obs, n_dyn = sum(self.lengths), sum(T - 1 for T in self.lengths)
-        self._obs = _BufferedCall(obs.map(n_obs, [False] * 4 + [True] * 2, [False] * 2))
-        self._dyn = _BufferedCall(dyn.map(n_dyn, [False] * 3 + [True] * 2, [False] * 2))
-        self._dyn_p = _BufferedCall(p_jacs[0].map(n_dyn, [False] * 3 + [True] * 2, [False]))
-        self._obs_p_jac = _BufferedCall(p_jacs[1].map(n_obs, [False] * 4 + [True] * 2, [False])) if self._obs_p else None
+        names = self.stage_names(stages)
+        self._funs = dict(zip(names, stages.get(*names, columns=sum(self.lengths))))
+        self._maps: dict = {}
         self.free = model.params.free_index
         mean, w = model.params.prior
         self._prior_mean, self._prior_w2 = mean[self.free], (w[self.free] ** 2 if use_prior else 0 * w[self.free])
@@ -112,22 +98,76 @@ class JointGaussNewton:
         """The stage Functions a joint step evaluates (for :meth:`StageFunctions.prefetch`)."""
         return ("obs_res_jac_x", "dyn_res_jac_z", "dyn_p_jac") + (("obs_p_jac",) if stages.obs_uses_p else ())
 
+    def _mapped(self, name: str, n: int) -> BufferedCall:
+        """The stage Function ``name`` mapped over n columns (p and the noise weights shared)."""
+        if (name, n) not in self._maps:
+            f = self._funs[name]
+            per_column = 4 if name.startswith("obs") else 3
+            self._maps[name, n] = BufferedCall(f.map(n, [False] * per_column + [True] * 2, [False] * f.n_out()))
+        return self._maps[name, n]
+
+    def _jacobians(self, kind, n, args, rows):
+        """Residuals (n, rows), Jacobians in the states (n, rows, cols) and in the free
+        parameters (n, rows, n_free; None for observations that do not depend on theta) of n
+        stages (views of the evaluation buffers)."""
+        npar = self.model.params.size
+        r, Jx = self._mapped("obs_res_jac_x" if kind == "obs" else "dyn_res_jac_z", n)(*args)
+        # column-major (rows, n * cols) outputs: stage k, column j, row i at (k * cols + j) * rows + i
+        cols = self.model.nx * (1 if kind == "obs" else 2)
+        out = (r.reshape(n, rows), Jx.reshape(n, cols, rows).transpose(0, 2, 1))
+        if kind == "obs" and not self._obs_p:
+            return (*out, None)
+        (Jp,) = self._mapped(f"{kind}_p_jac", n)(*args)
+        return (*out, Jp.reshape(n, npar, rows)[:, self.free, :].transpose(0, 2, 1))
+
     def _linearise(self, theta_vec, data, xs):
-        m, nx, ny = self.model, self.model.nx, self.model.ny
+        """Residuals and Jacobians of ALL stages stacked (obs: ro (No, ny), Jxo (No, ny, nx), Jpo
+        (No, ny, n_free) or None; dyn: rd, Jzd (Nd, nx, 2 nx), Jpd) as copies: for
+        :mod:`ceem_casadi.uncertainty`, not for long records."""
+        m = self.model
         (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)
         iv, iw = m.noise.inv_measurement_std, m.noise.inv_process_std
-        No, Nd, npar = Xo.shape[1], X0.shape[1], m.params.size
-        f = self.free
-        # column-major (rows, N * cols) outputs: stage k, column j, row i at (k * cols + j) * rows + i
-        ro, Jxo = self._obs(Xo, Uo, Yo, Mo, theta_vec, iv)
-        (Jpo,) = self._obs_p_jac(Xo, Uo, Yo, Mo, theta_vec, iv) if self._obs_p else (None,)
-        obs = (ro.reshape(No, ny).copy(), Jxo.reshape(No, nx, ny).transpose(0, 2, 1).copy(),
-               Jpo.reshape(No, npar, ny)[:, f, :].transpose(0, 2, 1).copy() if self._obs_p else None)
-        rd, Jzd = self._dyn(X0, X1, U0, theta_vec, iw)
-        (Jpd,) = self._dyn_p(X0, X1, U0, theta_vec, iw)
-        dyn = (rd.reshape(Nd, nx).copy(), Jzd.reshape(Nd, 2 * nx, nx).transpose(0, 2, 1).copy(),
-               Jpd.reshape(Nd, npar, nx)[:, f, :].transpose(0, 2, 1).copy())
+        obs = [None if a is None else a.copy()
+               for a in self._jacobians("obs", Xo.shape[1], [Xo, Uo, Yo, Mo, theta_vec, iv], m.ny)]
+        dyn = [a.copy() for a in self._jacobians("dyn", X0.shape[1], [X0, X1, U0, theta_vec, iw], m.nx)]
         return (*obs, *dyn)
+
+    def _trajectory_blocks(self, theta_vec, y, u, x, D, Off, R):
+        """Add trajectory (y, u, x)'s Gauss-Newton blocks into D (T, nx, nx), Off (T-1, nx, nx) and
+        R (T, nx, 1 + n_free) = [gx Hxp]; returns its (Hpp, gp) contribution."""
+        m, nx, ny = self.model, self.model.nx, self.model.ny
+        iv, iw = m.noise.inv_measurement_std, m.noise.inv_process_std
+        nf = self.free.size
+        Hpp, gp = np.zeros((nf, nf)), np.zeros(nf)
+        T = x.shape[0]
+        mask = np.isfinite(y)
+        for a in range(0, T, JOINT_CHUNK):
+            b = min(a + JOINT_CHUNK, T)
+            ro, Jo, Jpo = self._jacobians("obs", b - a, [x[a:b].T, u[a:b].T, np.where(mask[a:b], y[a:b], 0.0).T,
+                                                         mask[a:b].T.astype(float), theta_vec, iv], ny)
+            D[a:b] += np.einsum("tri,trj->tij", Jo, Jo)
+            R[a:b, :, 0] += np.einsum("tri,tr->ti", Jo, ro)
+            if self._obs_p:
+                R[a:b, :, 1:] += np.einsum("tri,trk->tik", Jo, Jpo)
+                Jp2 = Jpo.reshape((b - a) * ny, nf)
+                Hpp += gram(Jp2)
+                gp += Jp2.T @ ro.ravel()
+            bd = min(b, T - 1)  # dynamics stages a .. bd - 1, between x_s and x_{s+1}
+            if bd <= a:
+                continue
+            rd, Jz, Jpd = self._jacobians("dyn", bd - a, [x[a:bd].T, x[a + 1:bd + 1].T, u[a:bd].T, theta_vec, iw], nx)
+            A, Bn = Jz[:, :, :nx], Jz[:, :, nx:]
+            D[a:bd] += np.einsum("tri,trj->tij", A, A)
+            D[a + 1:bd + 1] += np.einsum("tri,trj->tij", Bn, Bn)
+            Off[a:bd] = np.einsum("tri,trj->tij", A, Bn)
+            R[a:bd, :, 0] += np.einsum("tri,tr->ti", A, rd)
+            R[a + 1:bd + 1, :, 0] += np.einsum("tri,tr->ti", Bn, rd)
+            R[a:bd, :, 1:] += np.einsum("tri,trk->tik", A, Jpd)
+            R[a + 1:bd + 1, :, 1:] += np.einsum("tri,trk->tik", Bn, Jpd)
+            Jp2 = Jpd.reshape((bd - a) * nx, nf)
+            Hpp += gram(Jp2)
+            gp += Jp2.T @ rd.ravel()
+        return Hpp, gp
 
     def step(self, theta_vec, data, xs, mu: float | None = None) -> JointStep:
         """One damped Gauss-Newton step from ``(theta_vec, xs)`` (no acceptance test)."""
@@ -135,53 +175,46 @@ class JointGaussNewton:
         m, nx = self.model, self.model.nx
         noise = m.noise
         theta_vec = np.asarray(theta_vec, float)
-        ro, Jxo, Jpo, rd, Jzd, Jpd = self._linearise(theta_vec, data, xs)
         z = theta_vec[self.free]
         nf = z.size
-        Nd, No = Jpd.shape[0] * Jpd.shape[1], ro.size  # residual rows (explicit: nf may be 0)
-        # parameter blocks summed over every stage
-        Hpp, gp = gram(Jpd.reshape(Nd, nf)), Jpd.reshape(Nd, nf).T @ rd.ravel()
-        if Jpo is not None:
-            Hpp += gram(Jpo.reshape(No, nf))
-            gp += Jpo.reshape(No, nf).T @ ro.ravel()
+        per_traj, Hpp, gp = [], np.zeros((nf, nf)), np.zeros(nf)
+        w1sq = None if noise.x1_std is None else noise.inv_x1_std ** 2
+        for b, x in enumerate(xs):
+            T = x.shape[0]
+            D, Off, R = np.zeros((T, nx, nx)), np.zeros((max(T - 1, 0), nx, nx)), np.zeros((T, nx, 1 + nf))
+            h, g = self._trajectory_blocks(theta_vec, data.y[b], data.inputs(b), x, D, Off, R)
+            Hpp, gp = Hpp + h, gp + g
+            if w1sq is not None:
+                D[0][np.diag_indices(nx)] += w1sq
+                R[0, :, 0] += w1sq * (x[0] - noise.x1_mean)
+            diag = np.einsum("tii->ti", D)
+            diag += mu * np.maximum(diag, 1e-12 * max(1.0, diag.max()))
+            ab = cholesky_banded(_banded_upper(D, Off), lower=False, overwrite_ab=True)
+            del D, Off
+            # W = U^-T [gx Hxp] in place (H = U^T U): Hxp^T H^-1 Hxp = W1^T W1, Hxp^T H^-1 gx = W1^T w0
+            W, info = dtbtrs(ab, R.reshape(T * nx, 1 + nf), uplo="U", trans="T", overwrite_b=1)
+            if info != 0:
+                raise LinAlgError(f"banded triangular solve failed (info {info})")
+            per_traj.append((ab, W))
         Hpp[np.diag_indices(nf)] += self._prior_w2
         gp += self._prior_w2 * (z - self._prior_mean)
         Dp = np.maximum(np.diag(Hpp).copy(), 1e-12 * max(1.0, np.abs(np.diag(Hpp)).max(initial=0.0)))
         S, rhs = Hpp + np.diag(mu * Dp), gp.copy()
-        solved, o0, d0 = [], 0, 0
-        w1sq = None if noise.x1_std is None else noise.inv_x1_std ** 2
-        for T in self.lengths:
-            so, sd = slice(o0, o0 + T), slice(d0, d0 + T - 1)
-            Jo, A, Bn = Jxo[so], Jzd[sd, :, :nx], Jzd[sd, :, nx:]
-            D = np.einsum("tri,trj->tij", Jo, Jo)
-            D[:-1] += np.einsum("tri,trj->tij", A, A)
-            D[1:] += np.einsum("tri,trj->tij", Bn, Bn)
-            Off = np.einsum("tri,trj->tij", A, Bn)
-            gx = np.einsum("tri,tr->ti", Jo, ro[so])
-            gx[:-1] += np.einsum("tri,tr->ti", A, rd[sd])
-            gx[1:] += np.einsum("tri,tr->ti", Bn, rd[sd])
-            Hxp = np.zeros((T, nx, nf)) if Jpo is None else np.einsum("tri,trk->tik", Jo, Jpo[so])
-            Hxp[:-1] += np.einsum("tri,trk->tik", A, Jpd[sd])
-            Hxp[1:] += np.einsum("tri,trk->tik", Bn, Jpd[sd])
-            if w1sq is not None:
-                D[0][np.diag_indices(nx)] += w1sq
-                gx[0] += w1sq * (xs[len(solved)][0] - noise.x1_mean)
-            diag = np.einsum("tii->ti", D)
-            diag += mu * np.maximum(diag, 1e-12 * max(1.0, diag.max()))
-            chol = cholesky_banded(_banded_upper(D, Off), lower=False)
-            Z = cho_solve_banded((chol, False), np.column_stack([gx.ravel(), Hxp.reshape(T * nx, nf)]))
-            Hxp = Hxp.reshape(T * nx, nf)
-            S -= Hxp.T @ Z[:, 1:]
-            rhs -= Hxp.T @ Z[:, 0]
-            solved.append(Z)
-            o0, d0 = o0 + T, d0 + T - 1
+        for _, W in per_traj:
+            S -= W[:, 1:].T @ W[:, 1:]
+            rhs -= W[:, 1:].T @ W[:, 0]
         S = 0.5 * (S + S.T)
         dz = -np.linalg.solve(S, rhs) if nf else np.zeros(0)
         params = m.params
         new_theta = theta_vec.copy()
         new_theta[self.free] = np.clip(z + dz, params.lower[self.free], params.upper[self.free])
         dz = new_theta[self.free] - z
-        new_xs = [x - (Z[:, 0] + Z[:, 1:] @ dz).reshape(x.shape) for x, Z in zip(xs, solved)]
+        new_xs = []
+        for x, (ab, W) in zip(xs, per_traj):  # dx = -H^-1 (gx + Hxp dz) = -U^-1 (w0 + W1 dz)
+            v, info = dtbtrs(ab, (W[:, 0] + W[:, 1:] @ dz)[:, None], uplo="U", trans="N", overwrite_b=1)
+            if info != 0:
+                raise LinAlgError(f"banded triangular solve failed (info {info})")
+            new_xs.append(x - v[:, 0].reshape(x.shape))
         return JointStep(new_theta, new_xs, float(-(rhs @ dz) * 0.5), mu)
 
     def adapt(self, accepted: bool) -> None:

@@ -15,6 +15,7 @@ def _require(cond: bool, msg: str) -> None:
 
 
 ACCELERATIONS = ("none", "squarem", "newton", "joint")
+SMOOTHER_SOLVERS = ("ipopt", "banded")  # of the smoothing NLP (:mod:`ceem_casadi.banded_newton`)
 HESSIANS = ("gauss-newton", "exact")  # of the stage Functions (smoother, learner, uncertainty)
 
 
@@ -48,6 +49,11 @@ class SmootherOptions:
     chunk : int, optional
         Evaluate cost, gradient and Hessian in chunks of this many time steps (memory of long
         records, same numbers); ``None`` = chunks of 2,000 from T = 20,000 on, 0 = never.
+    solver : str, optional
+        ``"ipopt"`` (IPOPT + MUMPS), ``"banded"`` (Newton steps on the block-tridiagonal Hessian
+        with LAPACK's banded Cholesky, a Levenberg-Marquardt shift and an Armijo line search,
+        :mod:`ceem_casadi.banded_newton`; same optimum, no state bounds) or ``None`` (default):
+        ``"banded"`` from T = 20,000 on when there are no bounds, else ``"ipopt"``.
 
     Raises
     ------
@@ -63,8 +69,15 @@ class SmootherOptions:
     x_upper: object = None
     compile: bool | None = None
     chunk: int | None = None
+    solver: str | None = None
 
     def __post_init__(self):
+        _require(self.solver is None or self.solver in SMOOTHER_SOLVERS,
+                 f"solver must be None or one of {SMOOTHER_SOLVERS}, got {self.solver!r}")
+        _require(self.solver != "banded" or (self.x_lower is None and self.x_upper is None),
+                 "solver='banded' solves the smoothing problem without state bounds, but x_lower / x_upper "
+                 f"were given ({self.x_lower!r}, {self.x_upper!r}): use solver='ipopt' (or None) with bounds, "
+                 "or drop the bounds")
         _require(self.chunk is None or (isinstance(self.chunk, int) and not isinstance(self.chunk, bool)
                                         and self.chunk >= 0), f"chunk must be None or an int >= 0, got {self.chunk!r}")
         _require(self.rho_x >= 0, f"rho_x must be >= 0, got {self.rho_x}")
@@ -247,9 +260,11 @@ class CEEMOptions:
 
 _KINDS = {"max_iters": "int", "n_jobs": "int", "max_iter": "int", "blas_threads": "int?", "tol": "float",
           "rho_x": "float", "rho_theta": "float", "hessian": "str", "acceleration": "str", "joint_hessian": "str",
-          "use_prior": "bool", "raise_on_failure": "bool", "compile": "bool?", "chunk": "int?", "x_lower": "bound",
+          "use_prior": "bool", "raise_on_failure": "bool", "compile": "bool?", "chunk": "int?", "solver": "str?",
+          "x_lower": "bound",
           "x_upper": "bound"}
 _EXPECT = {"int": "an integer", "int?": "an integer", "float": "a finite number", "str": "a string",
+           "str?": "a string",
            "bool": "true or false", "bool?": "true or false", "bound": "a number or a list of numbers"}
 
 
@@ -274,7 +289,7 @@ def _typed_fields(cls, mapping, prefix: str, exclude=()) -> dict:
             ok = _is_number(v) and float(v).is_integer() and not isinstance(v, (float, np.floating))
         elif kind == "float":
             ok = _is_number(v) and bool(np.isfinite(v))
-        elif kind == "str":
+        elif kind.startswith("str"):
             ok = isinstance(v, str)
         elif kind.startswith("bool"):
             ok = isinstance(v, (bool, np.bool_))

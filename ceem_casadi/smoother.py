@@ -9,6 +9,9 @@ For one trajectory of length T, with X = [x_1 ... x_T] (nx, T), the NLP is
 stage Functions give dense stage gradients and Hessians, mapped over time; the Hessian's
 upper triangle's nonzeros are the outputs of a small mapped Function of consecutive stage
 Hessians (:func:`band_column_functions`), so building the solver does not depend on T and IPOPT (MUMPS) factorises a banded matrix with O(nx^2 T) nonzeros.
+Without state bounds the same cost, gradient and band nonzeros can instead drive damped Newton
+steps factorised by LAPACK's banded Cholesky (:mod:`ceem_casadi.banded_newton`,
+``SmootherOptions(solver="banded")``, the default for long records): no ``nlpsol``, no MUMPS.
 
 One :class:`TrajectorySmoother` is built per trajectory length and reused across EM
 iterations; theta, the data and X_prev are NLP parameters.
@@ -22,9 +25,10 @@ import casadi as ca
 import numpy as np
 
 from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
+from .banded_newton import BandedNewton
 from .objective import log_normalisers
 from .options import SmootherOptions
-from .smoother_chunks import chunked_terms
+from .smoother_chunks import ChunkedObjective, chunked_terms
 from .stages import SMOOTHER_STAGES, StageFunctions
 
 
@@ -39,11 +43,11 @@ class SmoothResult:
     cost : float
         Final objective: -J without its constants, trust-region term included.
     status : str
-        IPOPT return status.
+        Return status (IPOPT's, or the banded Newton solver's, which uses IPOPT's names).
     success : bool
-        An acceptable IPOPT status and finite states.
+        An acceptable status and finite states.
     iterations : int
-        IPOPT iterations.
+        IPOPT iterations or Newton steps.
     wall_s : float
         Wall-clock seconds of the solve.
     """
@@ -108,14 +112,42 @@ def chunk_length(option, T: int) -> int:
     return min(int(option), T) if option and T > 1 else 0
 
 
+def solver_kind(options: SmootherOptions, T: int) -> str:
+    """``"banded"`` or ``"ipopt"`` for ``SmootherOptions.solver`` at length T (None: banded for long
+    records without state bounds, the same threshold as chunking)."""
+    if options.solver is not None:
+        return options.solver
+    bounded = options.x_lower is not None or options.x_upper is not None
+    return "banded" if T >= CHUNK_FROM and not bounded else "ipopt"
+
+
 class TrajectorySmoother:
-    """IPOPT smoothing solver for one model and one trajectory length T (built once)."""
+    """Smoothing solver for one model and one trajectory length T (built once): IPOPT, or banded
+    Newton steps (:mod:`ceem_casadi.banded_newton`, ``solver_kind == "banded"``, then ``solver``
+    is None)."""
 
     def __init__(self, stages: StageFunctions, T: int, options: SmootherOptions = SmootherOptions()):
+        self.T, self.nx, self.options = T, stages.model.nx, options
+        t0 = time.perf_counter()
+        self.solver_kind = solver_kind(options, T)
+        if self.solver_kind == "banded":  # chunk by chunk from Python: nothing T-sized in CasADi
+            L = chunk_length(options.chunk, T) or T
+            self._objective = ChunkedObjective(stages, band_column_functions(self.nx)[1], T, L)
+            self._newton = BandedNewton(self.nx, T, options.max_iter, options.tol)
+            self.solver = None
+        else:
+            self._build_ipopt(stages, T, options)
+        self.build_s = time.perf_counter() - t0
+
+    def cost_function(self, xv, P):
+        """The objective at the flat states ``xv`` (nx T,) for the NLP parameter ``P``."""
+        if self.solver is None:
+            return self._objective.bind(P).cost(xv)
+        return self._cost_function(xv, P)
+
+    def _build_ipopt(self, stages: StageFunctions, T: int, options: SmootherOptions) -> None:
         model = stages.model
         nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
-        self.T, self.nx, self.options = T, nx, options
-        t0 = time.perf_counter()
         X = ca.MX.sym("X", nx, T)
         p, U = ca.MX.sym("p", npar), ca.MX.sym("U", nu, T)
         Y, M = ca.MX.sym("Y", ny, T), ca.MX.sym("M", ny, T)
@@ -147,12 +179,17 @@ class TrajectorySmoother:
             return f.map(T - 1, [False] * 3 + [True] * 2, [True] * f.n_out()) if total else f.map(T - 1)
 
         L = chunk_length(options.chunk, T)
+        _, column = band_column_functions(nx)
+        d = 2 * rho * ca.DM.ones(nx)
         if L:
-            H, cost_st, G_st, cost_sx_st = self._chunked(stages, X, U, Y, M, p, iw, iv, rho, w1, L)
+            cost_st, G_st, nz, cost_sx_st = chunked_terms(stages, column, X, U, Y, M, p, iw, iv, rho, L)
             cost, cost_sx = cost_st + regulariser, cost_sx_st + regulariser
             G = (G_st + 2 * rho * (X - Xprev) + ca.horzcat(w1 ** 2 * dx1, ca.MX(nx, T - 1)))
+            # cost alone (line searches, J): the chunk Function with derivatives computes them all
+            line_cost = chunked_terms(stages, column, X, U, Y, M, p, iw, iv, rho, L, cost_only=True) + regulariser
         else:
             cost = obs_map(obs_cost, True)(*obs_args) + dyn_map(dyn_cost, True)(*dyn_args) + regulariser
+            line_cost = cost
             # the NLP's own objective expression must be differentiable by CasADi (it builds, but
             # never calls, derivative Functions of it): use the SX stage costs there
             cost_sx = (obs_map(stages.obs_cost, True)(*obs_args) + dyn_map(stages.dyn_cost, True)(*dyn_args)
@@ -164,39 +201,39 @@ class TrajectorySmoother:
                  + ca.horzcat(w1 ** 2 * dx1, ca.MX(nx, T - 1)))
             ho = obs_map(obs_hess)(*obs_args)
             hd = dyn_map(dyn_hess)(*dyn_args)
-            first, column = band_column_functions(nx)
-            z2 = ca.MX.zeros(2 * nx, 2 * nx)  # dense: a structural zero forced a densified copy of hd
-            d = 2 * rho * ca.DM.ones(nx)
-            nz0 = first(ho[:, :nx], hd[:, :2 * nx] if T > 1 else z2, d + w1 ** 2)
-            if T > 1:
-                rest = column.map(T - 1)(ho[:, nx:], hd, ca.horzcat(hd[:, 2 * nx:], z2), d)
-                nz0 = ca.vertcat(nz0, ca.vec(rest))
-            H = ca.MX(block_tridiagonal_upper(nx, T), nz0)
-
-        opts = ipopt_options(options.max_iter, options.tol,
-                             grad_f=grad_f_function(xv, P, cost, ca.vec(G)),
+        self._cost_function = ca.Function("smooth_cost", [xv, P], [line_cost])
+        H = self._chunked_hessian(nz, w1, T) if L else self._plain_hessian(ho, hd, d, w1, T)
+        opts = ipopt_options(options.max_iter, options.tol, grad_f=grad_f_function(xv, P, cost, ca.vec(G)),
                              hess_lag=hess_lag_function(xv, P, H))
         self.solver = ca.nlpsol(f"smoother_T{T}", "ipopt", {"x": xv, "p": P, "f": cost_sx}, opts)
-        self.cost_function = ca.Function("smooth_cost", [xv, P], [cost])
         lo = -np.inf if options.x_lower is None else options.x_lower
         hi = np.inf if options.x_upper is None else options.x_upper
         self._lbx = np.tile(np.broadcast_to(np.asarray(lo, float), (nx,)), T)
         self._ubx = np.tile(np.broadcast_to(np.asarray(hi, float), (nx,)), T)
-        self.build_s = time.perf_counter() - t0
 
     @staticmethod
-    def _chunked(stages, X, U, Y, M, p, iw, iv, rho, w1, L):
-        """(H, stage cost, stage gradient, SX stage cost) from :mod:`ceem_casadi.smoother_chunks`."""
-        nx, T = X.shape
-        _, column = band_column_functions(nx)
-        cost, G, nz, cost_sx = chunked_terms(stages, column, X, U, Y, M, p, iw, iv, rho, L)
+    def _plain_hessian(ho, hd, d, w1, T) -> ca.MX:
+        """Upper triangle of the Hessian (IPOPT's) from the stage Hessians mapped over all T."""
+        nx = ho.shape[0]
+        first, column = band_column_functions(nx)
+        z2 = ca.MX.zeros(2 * nx, 2 * nx)
+        nz0 = first(ho[:, :nx], hd[:, :2 * nx] if T > 1 else z2, d + w1 ** 2)
+        if T > 1:
+            rest = column.map(T - 1)(ho[:, nx:], hd, ca.horzcat(hd[:, 2 * nx:], z2), d)
+            nz0 = ca.vertcat(nz0, ca.vec(rest))
+        return ca.MX(block_tridiagonal_upper(nx, T), nz0)
+
+    @staticmethod
+    def _chunked_hessian(nz, w1, T) -> ca.MX:
+        """Upper triangle of the Hessian (IPOPT's) from the chunked band nonzeros (k, >= T)."""
+        nx = w1.shape[0]
         nzv, k = ca.vec(nz), nx * nx + nx * (nx + 1) // 2
         own, off = [], 0  # block column 0 has no block above: keep its own entries, add w1^2
         for j in range(nx):
             own += [nzv[off + nx + i] + (w1[j] ** 2 if i == j else 0) for i in range(j + 1)]
             off += nx + j + 1
-        nz0 = ca.vertcat(*own, nzv[k:]) if T > 1 else ca.vertcat(*own)
-        return ca.MX(block_tridiagonal_upper(nx, T), nz0), cost, G, cost_sx
+        nz0 = ca.vertcat(*own, nzv[k:k * T]) if T > 1 else ca.vertcat(*own)
+        return ca.MX(block_tridiagonal_upper(nx, T), nz0)
 
     def parameter_vector(self, model, theta_vec, y, u, x_prev, rho) -> np.ndarray:
         """Flatten (theta vector, y (T, ny), u (T, nu), x_prev (T, nx), rho) into the NLP parameter."""
@@ -213,6 +250,11 @@ class TrajectorySmoother:
         rho = self.options.rho_x if rho_x is None else rho_x
         P = self.parameter_vector(model, theta_vec, y, u, x_init, rho)
         t0 = time.perf_counter()
+        if self.solver is None:
+            out = self._newton.solve(x_init.ravel(), self._objective.bind(P))
+            x = out.x.reshape(self.T, self.nx)
+            return SmoothResult(x, out.cost, out.status, out.status in ACCEPTABLE and bool(np.all(np.isfinite(x))),
+                                out.iterations, time.perf_counter() - t0)
         sol = solve(self.solver, x0=x_init.ravel(), p=P, lbx=self._lbx, ubx=self._ubx)
         wall = time.perf_counter() - t0
         st = self.solver.stats()

@@ -39,11 +39,11 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
 from scipy.stats import norm
 
-from ._linalg import gram
+from ._linalg import BufferedCall, gram
 from ._threads import blas_threads
 from .errors import OptionsError, SolverError
 from .identifiability import Direction, entry_names, spectrum, weak_directions
-from .joint_gauss_newton import JointGaussNewton, _banded_upper, _BufferedCall
+from .joint_gauss_newton import JointGaussNewton, _banded_upper
 from .learner import AUTO_EXACT_INSTRUCTIONS, weighted_stage_columns
 from .options import HESSIANS
 from .stages import StageFunctions
@@ -211,7 +211,7 @@ class _ExactBlocks:
             syms = [ca.MX.sym(f"a{i}", funs[0].sparsity_in(i).size1(),
                               funs[0].sparsity_in(i).size2() * (1 if i in shared else n)) for i in range(n_in)]
             out = [f(*syms) for f in per_stage] + [ca.densify(summed(*syms))]
-            return _BufferedCall(ca.Function(names[0] + "_blocks", syms, out))
+            return BufferedCall(ca.Function(names[0] + "_blocks", syms, out))
 
         # obs inputs x, u, y, m, p, iv; dyn inputs x, x_next, u, p, iw (p shared)
         self.obs = mapped(["obs_x_hess", "obs_xp_hess", "obs_p_hess"], n_obs, 6, {4})
