@@ -42,28 +42,11 @@ class _LocalLearner(RemoteLearner):
     everything at once; here the pieces are local and a Hessian at a rejected trial point would
     be wasted work)."""
 
-    def _value(self, z, p, what):
-        try:
-            z_prev, rho, mu, w = self._split(p)
-            dz, dm = z - z_prev, z - mu
-            reg = rho * dz @ dz + 0.5 * (w * dm) @ (w * dm)
-            if what == "f":
-                return (self._remote(z, "f")[0] + reg,)
-            f, g = self._remote(z, "grad")
-            return f + reg, g + 2 * rho * dz + w ** 2 * dm
-        except Exception as exc:  # CasADi swallows exceptions raised in callbacks: re-raised after the solve
-            self._error = self._error or exc
-            raise
+    def _fetch(self, z, what: str) -> str:
+        return what
 
-    def _hess_lag(self, z, p, lam_f, lam_g):
-        try:
-            _, rho, _, w = self._split(p)
-            h = self._remote(z, "hess")[0].copy()
-            h[self._diag] += 2 * rho + w ** 2
-            return [ca.DM(ca.Sparsity.upper(self.n), float(lam_f[0]) * h)]
-        except Exception as exc:
-            self._error = self._error or exc
-            raise
+    def _hessian(self, z) -> np.ndarray:
+        return self._remote(z, "hess")[0]
 
 
 class PieceEngine:

@@ -116,6 +116,10 @@ class RemoteLearner:
             return "grad"
         return what
 
+    def _hessian(self, z) -> np.ndarray:
+        """The summed data terms' Hessian triangle at ``z`` (from the round that fetched everything)."""
+        return self._remote(z, "all")[2]
+
     def _value(self, z, p, what):
         try:
             z_prev, rho, mu, w = self._split(p)
@@ -132,7 +136,7 @@ class RemoteLearner:
     def _hess_lag(self, z, p, lam_f, lam_g):
         try:
             _, rho, _, w = self._split(p)
-            h = self._remote(z, "all")[2].copy()
+            h = self._hessian(z).copy()
             h[self._diag] += 2 * rho + w ** 2
             return [ca.DM(ca.Sparsity.upper(self.n), float(lam_f[0]) * h)]
         except Exception as exc:

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from scripts.bench_scale_records import write_rows
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # (phase, module, attribute path): the callables timed during the fit
@@ -141,11 +143,7 @@ def main(argv=None) -> int:
         rows.append(run_child(args.model, T, args.max_iters))
         if args.json != "-":
             print(format_row(rows[-1]), flush=True)
-    if args.json == "-":
-        print(json.dumps(rows, indent=1))
-    elif args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
-    return 0 if all(r.get("status") != "error" for r in rows) else 1
+    return write_rows(rows, args.json)
 
 
 if __name__ == "__main__":

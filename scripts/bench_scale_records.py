@@ -216,10 +216,15 @@ def main(argv=None) -> int:
     models = [m for m in args.models.split(",") if m]
     rows = bench_records(lengths, models, smoke=args.smoke, max_iters=args.max_iters,
                          acceleration=args.acceleration, verbose=args.json != "-", solver=args.smoother_solver)
-    if args.json == "-":
+    return write_rows(rows, args.json)
+
+
+def write_rows(rows: list[dict], json_arg: str | None) -> int:
+    """Rows as JSON to stdout (``-``) or to the file ``json_arg``; exit status 1 if a row failed."""
+    if json_arg == "-":
         print(json.dumps(rows, indent=1))
-    elif args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+    elif json_arg:
+        Path(json_arg).write_text(json.dumps(rows, indent=1))
     return 0 if all(r.get("status") != "error" for r in rows) else 1
 
 
