@@ -8,6 +8,7 @@ from ceem_casadi.initialise import eks_states
 from ceem_casadi.joint_gauss_newton import JointGaussNewton
 from ceem_casadi.stages import StageFunctions
 from models import lorenz
+from tests.oracles import weighted_residuals
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +26,7 @@ def dense_step(model, data, theta_vec, xs, mu):
     nx = model.nx
     X = [ca.SX.sym(f"x{b}", nx, x.shape[0]) for b, x in enumerate(xs)]
     p = ca.SX.sym("p", model.params.size)
-    iv, iw = 1 / model.noise.measurement_std, 1 / model.noise.process_std
-    res = []
-    for b, Xb in enumerate(X):
-        y = data.y[b]
-        for t in range(y.shape[0]):
-            m = np.isfinite(y[t])
-            res.append(m * iv * (np.where(m, y[t], 0) - model.g(Xb[:, t], [], p)))
-            if t + 1 < y.shape[0]:
-                res.append(iw * (Xb[:, t + 1] - model.f(Xb[:, t], [], p)))
-        res.append((Xb[:, 0] - model.noise.x1_mean) / model.noise.x1_std)
+    res = weighted_residuals(model, data, X, p)
     free = model.params.free_index
     z = ca.vertcat(*[ca.vec(Xb) for Xb in X], p[free.tolist()])
     r = ca.vertcat(*res)
@@ -105,16 +97,7 @@ def _dense_damped_system(model, data, theta_vec, xs, mu):
     p = ca.SX(ca.DM(theta_vec))  # fixed entries at their values, free entries symbolic
     for k, i in enumerate(free):
         p[int(i)] = zp[k]
-    iv, iw = 1 / model.noise.measurement_std, 1 / model.noise.process_std
-    res = []
-    for b, Xb in enumerate(X):
-        y = data.y[b]
-        for t in range(y.shape[0]):
-            m = np.isfinite(y[t])
-            res.append(m * iv * (np.where(m, y[t], 0) - model.g(Xb[:, t], [], p)))
-            if t + 1 < y.shape[0]:
-                res.append(iw * (Xb[:, t + 1] - model.f(Xb[:, t], [], p)))
-        res.append((Xb[:, 0] - model.noise.x1_mean) / model.noise.x1_std)
+    res = weighted_residuals(model, data, X, p)
     res.append(w[free] * (zp - mean[free]))
     z = ca.vertcat(*[ca.vec(Xb) for Xb in X], zp)
     F = ca.Function("F", [z], [ca.vertcat(*res), ca.jacobian(ca.vertcat(*res), z)])

@@ -12,6 +12,7 @@ import ceem_casadi as cc
 from ceem_casadi.joint_nlp import JointSolver
 from ceem_casadi.stages import StageFunctions
 from models import lorenz
+from tests.oracles import weighted_residuals
 
 
 @pytest.fixture(scope="module")
@@ -36,15 +37,7 @@ def dense_objective(model, data, use_prior=True):
     nx = model.nx
     X = [ca.SX.sym(f"x{b}", nx, y.shape[0]) for b, y in enumerate(data.y)]
     p = ca.SX.sym("p", model.params.size)
-    iv, iw = 1 / model.noise.measurement_std, 1 / model.noise.process_std
-    res = []
-    for Xb, y in zip(X, data.y):
-        for t in range(y.shape[0]):
-            m = np.isfinite(y[t])
-            res.append(m * iv * (np.where(m, y[t], 0) - model.g(Xb[:, t], [], p)))
-            if t + 1 < y.shape[0]:
-                res.append(iw * (Xb[:, t + 1] - model.f(Xb[:, t], [], p)))
-        res.append((Xb[:, 0] - model.noise.x1_mean) / model.noise.x1_std)
+    res = weighted_residuals(model, data, X, p)
     mean, w = model.params.prior
     if use_prior:
         res.append(w * (p - mean))
