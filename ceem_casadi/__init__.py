@@ -24,37 +24,39 @@ Public API::
 """
 from . import baselines, filtering, io
 from .baselines import n4sid
-from .ceem import ceem
-from .checkpoint import CheckpointError, ceem_checkpointed
-from .codegen import GeneratedEKF, generate_ekf
-from .data import Trajectories, simulate
-from .datasets import (
-                       BenchmarkSplit,
-                       ChecksumError,
-                       DatasetNotFoundError,
-                       load_cascaded_tanks,
-                       load_silverbox,
-                       simulation_rms,
-)
+from .deploy._codegen import GeneratedEKF, generate_ekf
+from .deploy._modelfile import ModelFileError, SavedModel, load_model, save_model
+from .em._ceem import ceem
+from .em._checkpoint import CheckpointError, ceem_checkpointed
+from .em._options import CEEMOptions
+from .em._results import CEEMResult, IterationRecord
 from .errors import CeemError, ModelError, NonFiniteError, OptionsError, ParameterError, ShapeError, SolverError
-from .initial_state import InitialStateResult, estimate_initial_state
 from .io import DataFileError, read_trajectories
-from .learner import Learner, LearnResult
-from .learner_adam import AdamLearner, AdamLearnerOptions
-from .metrics import Metrics, ValidationReport, fit_percent, nrmse, rmse, validation_report
-from .model import Noise, StateSpaceModel
-from .modelfile import ModelFileError, SavedModel, load_model, save_model
-from .nn import MLP
-from .noise_calibration import NoiseCalibrationOptions, NoiseCalibrationResult, NoiseLevelFit, calibrate_noise
-from .objective import joint_log_density
-from .options import CEEMOptions, LearnerOptions, SmootherOptions
-from .output_error import OutputErrorOptions, OutputErrorResult, refine_output_error
-from .params import Param, Parameters
-from .results import CEEMResult, IterationRecord
-from .simulation import rollout, simulate_output
-from .smoother import Smoother, SmoothResult
-from .status import Status
-from .uncertainty import ParameterUncertainty, UncertaintyOptions, parameter_uncertainty
+from .io._data import Trajectories, simulate
+from .io._datasets import (
+    BenchmarkSplit,
+    ChecksumError,
+    DatasetNotFoundError,
+    load_cascaded_tanks,
+    load_silverbox,
+    simulation_rms,
+)
+from .learning._adam import AdamLearner, AdamLearnerOptions
+from .learning._learner import Learner, LearnResult
+from .learning._options import LearnerOptions
+from .model._model import Noise, StateSpaceModel
+from .model._nn import MLP
+from .model._params import Param, Parameters
+from .model._simulation import rollout, simulate_output
+from .objective._log_density import joint_log_density
+from .runtime._status import Status
+from .smoothing._options import SmootherOptions
+from .smoothing._smoother import Smoother, SmoothResult
+from .workflow._initial_state import InitialStateResult, estimate_initial_state
+from .workflow._metrics import Metrics, ValidationReport, fit_percent, nrmse, rmse, validation_report
+from .workflow._noise_calibration import NoiseCalibrationOptions, NoiseCalibrationResult, NoiseLevelFit, calibrate_noise
+from .workflow._output_error import OutputErrorOptions, OutputErrorResult, refine_output_error
+from .workflow._uncertainty import ParameterUncertainty, UncertaintyOptions, parameter_uncertainty
 
 __version__ = "0.1.0"
 
@@ -73,6 +75,6 @@ __all__ = [
 __all__ += ["AdamLearner", "AdamLearnerOptions", "DataFileError", "MLP", "OptionsError", "baselines", "filtering",
             "io", "n4sid", "read_trajectories"]
 __all__ += ["NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit", "calibrate_noise"]
-from .distributed import Sharded  # noqa: E402  (CEEMOptions(executor=Sharded(client)); docs/scaling.md)
+from .distributed._executors import Sharded  # noqa: E402  (CEEMOptions(executor=Sharded(client)); docs/scaling.md)
 
 __all__ += ["Sharded"]

@@ -53,7 +53,7 @@ import casadi as ca
 import numpy as np
 
 import ceem_casadi as cc
-from ceem_casadi.nn import MLP
+from ceem_casadi.model._nn import MLP
 
 NONLINEARITIES = ("poly", "mlp")
 

@@ -35,7 +35,7 @@ import numpy as np
 import scipy.signal as ss
 
 import ceem_casadi as cc
-from ceem_casadi.baselines.n4sid import N4SIDResult, n4sid
+from ceem_casadi.baselines._n4sid import N4SIDResult, n4sid
 
 from .block_oriented import block_system, hammerstein, sections, wiener, wiener_hammerstein
 

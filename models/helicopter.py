@@ -13,9 +13,9 @@ from __future__ import annotations
 import casadi as ca
 import numpy as np
 
-from ceem_casadi.model import StateSpaceModel
-from ceem_casadi.nn import MLP
-from ceem_casadi.params import Param, Parameters
+from ceem_casadi.model._model import StateSpaceModel
+from ceem_casadi.model._nn import MLP
+from ceem_casadi.model._params import Param, Parameters
 
 __all__ = ["batch_functions", "heli_model", "linear_theta"]
 

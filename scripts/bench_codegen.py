@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 import ceem_casadi as cc
-from ceem_casadi.codegen import compile_example, generate_ekf, run_example, write_csv
+from ceem_casadi.deploy._codegen import compile_example, generate_ekf, run_example, write_csv
 from ceem_casadi.filtering import EKF
 from models.linear_mlp import linear_mlp_model
 from models.lorenz import TRUE, single_lorenz

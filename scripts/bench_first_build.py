@@ -110,8 +110,8 @@ def child(mode: str) -> dict:
     """Build all groups (compile on) as ``mode`` says, time it; then time the compiled Functions."""
     if mode == "fit":
         return fit_child()
-    from ceem_casadi import compile as cmp
-    from ceem_casadi.stages import StageFunctions
+    from ceem_casadi.objective._stages import StageFunctions
+    from ceem_casadi.runtime import _compile as cmp
     from models import lorenz
 
     old = mode in ("previous", "legacy")

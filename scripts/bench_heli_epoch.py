@@ -34,14 +34,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ceem_casadi.baselines.n4sid import n4sid
-from ceem_casadi.ceem import ceem
-from ceem_casadi.data import Trajectories
-from ceem_casadi.initialise import eks_states
-from ceem_casadi.learner import Learner
-from ceem_casadi.learner_adam import AdamLearner, AdamLearnerOptions
-from ceem_casadi.options import CEEMOptions, LearnerOptions, SmootherOptions
-from ceem_casadi.smoother import Smoother
+from ceem_casadi.baselines._n4sid import n4sid
+from ceem_casadi.em._ceem import ceem
+from ceem_casadi.em._options import CEEMOptions
+from ceem_casadi.io._data import Trajectories
+from ceem_casadi.learning._adam import AdamLearner, AdamLearnerOptions
+from ceem_casadi.learning._learner import Learner
+from ceem_casadi.learning._options import LearnerOptions
+from ceem_casadi.smoothing._initial_states import eks_states
+from ceem_casadi.smoothing._options import SmootherOptions
+from ceem_casadi.smoothing._smoother import Smoother
 from models.helicopter import batch_functions, heli_model, linear_theta
 from scripts import heli_convert, heli_standin
 

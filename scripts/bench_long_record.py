@@ -108,7 +108,7 @@ def fit(model, data, theta0, acceleration: str, time_limit: float, tol: float = 
 
 def diagnose(model, data, result) -> dict:
     """Conditioning at the final iterate (see the module docstring)."""
-    from ceem_casadi.uncertainty import UncertaintyOptions, reduced_hessian
+    from ceem_casadi.workflow._uncertainty import UncertaintyOptions, reduced_hessian
 
     theta_vec = model.params.to_vector(result.theta)
     learner = cc.Learner(model, data.lengths)
@@ -136,7 +136,7 @@ def _cond_joint(model, data, theta_vec, xs) -> float:
     from scipy.sparse import csc_matrix, triu
     from scipy.sparse.linalg import LinearOperator, eigsh, splu
 
-    from ceem_casadi.joint_nlp import JointSolver
+    from ceem_casadi.em._joint_nlp import JointSolver
 
     solver = JointSolver(model, data, cc.Smoother(model).stages, hessian="gauss-newton")
     w = np.concatenate([x.ravel() for x in xs] + [theta_vec[model.params.free_index]])

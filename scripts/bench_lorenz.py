@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy as np
 
 import ceem_casadi as cc
-from ceem_casadi.compile import cache_dir
-from ceem_casadi.initialise import eks_states
-from ceem_casadi.options import ACCELERATIONS
+from ceem_casadi.runtime._compile import cache_dir
+from ceem_casadi.runtime._schema import ACCELERATIONS
+from ceem_casadi.smoothing._initial_states import eks_states
 from models import lorenz
 
 PROBLEMS = {"single": (1, 4), "coupled2": (6, 2), "coupled4": (6, 4), "coupled8": (6, 8)}

@@ -35,16 +35,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # (phase, module, attribute path): the callables timed during the fit
 TARGETS = (
-    ("smoother_build", "ceem_casadi.smoother", "TrajectorySmoother.__init__"),
-    ("learner_build", "ceem_casadi.learner", "Learner.__init__"),
-    ("joint_build", "ceem_casadi.joint_gauss_newton", "JointGaussNewton.__init__"),
-    ("initial_states", "ceem_casadi.ceem", "eks_states"),
-    ("smoothing", "ceem_casadi.smoother", "TrajectorySmoother.solve"),
-    ("learning", "ceem_casadi.learner", "Learner.solve"),
-    ("learning", "ceem_casadi.remote_learner", "RemoteLearner.solve"),  # distributed / piecewise
-    ("newton_step", "ceem_casadi.joint_gauss_newton", "JointGaussNewton.step"),
-    ("evaluate_J", "ceem_casadi.smoother", "Smoother.joint_log_density"),
-    ("final_check", "ceem_casadi.ceem", "_check_learning_hessian"),
+    ("smoother_build", "ceem_casadi.smoothing._smoother", "TrajectorySmoother.__init__"),
+    ("learner_build", "ceem_casadi.learning._learner", "Learner.__init__"),
+    ("joint_build", "ceem_casadi.em._joint_gauss_newton", "JointGaussNewton.__init__"),
+    ("initial_states", "ceem_casadi.em._ceem", "eks_states"),
+    ("smoothing", "ceem_casadi.smoothing._smoother", "TrajectorySmoother.solve"),
+    ("learning", "ceem_casadi.learning._learner", "Learner.solve"),
+    ("learning", "ceem_casadi.learning._remote", "RemoteLearner.solve"),  # distributed / piecewise
+    ("newton_step", "ceem_casadi.em._joint_gauss_newton", "JointGaussNewton.step"),
+    ("evaluate_J", "ceem_casadi.smoothing._smoother", "Smoother.joint_log_density"),
+    ("final_check", "ceem_casadi.em._ceem", "_check_learning_hessian"),
 )
 
 

@@ -35,7 +35,7 @@ import numpy as np
 from scipy.signal import tf2ss
 
 import ceem_casadi as cc
-from ceem_casadi.baselines.n4sid import n4sid
+from ceem_casadi.baselines._n4sid import n4sid
 from models.block_oriented import block_markov, block_poles, simulate, wiener, wiener_hammerstein
 from models.block_oriented_init import _den_from_poles, bla_initialise
 

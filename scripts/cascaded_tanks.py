@@ -43,8 +43,8 @@ from pathlib import Path
 import numpy as np
 
 import ceem_casadi as cc
-from ceem_casadi.baselines.n4sid import n4sid
-from ceem_casadi.datasets import DatasetNotFoundError, load_cascaded_tanks, simulation_rms
+from ceem_casadi.baselines._n4sid import n4sid
+from ceem_casadi.io._datasets import DatasetNotFoundError, load_cascaded_tanks, simulation_rms
 from models.cascaded_tanks import cascaded_tanks, initial_theta, steady_upper_level
 
 logger = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ def main(argv=None) -> dict:
     splits = load_cascaded_tanks(args.data_dir)
     est, tst = splits["estimation"], splits["test"]
     if args.smoke:
-        from ceem_casadi.datasets import BenchmarkSplit
+        from ceem_casadi.io._datasets import BenchmarkSplit
         n = 256
         est = BenchmarkSplit("estimation", cc.Trajectories([est.y[:n]], [est.u[:n]], dt=est.data.dt), 5)
         args.iters, args.refine_iters, args.process_std = 3, 5, args.process_std[:1]

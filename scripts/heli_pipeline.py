@@ -34,16 +34,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ceem_casadi.baselines.lstm import LSTM, sequence_loss_factory, windows
-from ceem_casadi.baselines.n4sid import n4sid
-from ceem_casadi.ceem import ceem
-from ceem_casadi.data import Trajectories
+from ceem_casadi.baselines._lstm import LSTM, sequence_loss_factory, windows
+from ceem_casadi.baselines._n4sid import n4sid
+from ceem_casadi.em._ceem import ceem
+from ceem_casadi.em._options import CEEMOptions
+from ceem_casadi.em._progress import Progress, chain
 from ceem_casadi.filtering import EKF
-from ceem_casadi.learner_adam import AdamLearner, AdamLearnerOptions
-from ceem_casadi.nn import MLP, AdamOptions, adam, flat_params, mse_loss_factory, namespace
-from ceem_casadi.options import CEEMOptions, LearnerOptions, SmootherOptions
-from ceem_casadi.params import Parameters
-from ceem_casadi.progress import Progress, chain
+from ceem_casadi.io._data import Trajectories
+from ceem_casadi.learning._adam import AdamLearner, AdamLearnerOptions
+from ceem_casadi.learning._options import LearnerOptions
+from ceem_casadi.model._nn import MLP, AdamOptions, adam, flat_params, mse_loss_factory, namespace
+from ceem_casadi.model._params import Parameters
+from ceem_casadi.smoothing._options import SmootherOptions
 from models.helicopter import batch_functions, heli_model, linear_theta
 from scripts import heli_convert, heli_standin
 

@@ -20,8 +20,8 @@ import json
 import time
 
 import ceem_casadi as cc
-from ceem_casadi.baselines.n4sid import n4sid
-from ceem_casadi.datasets import simulation_rms
+from ceem_casadi.baselines._n4sid import n4sid
+from ceem_casadi.io._datasets import simulation_rms
 from models.cascaded_tanks import cascaded_tanks, initial_theta
 
 INIT = 5  # test samples usable for the initial state (benchmark protocol)

@@ -82,7 +82,7 @@ def _in_process(lang: str, cmd: str, workdir: Path, env: dict) -> tuple[int, str
     import io
     import shlex
 
-    from ceem_casadi.cli import main as cli_main
+    from ceem_casadi.cli._main import main as cli_main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.chdir(workdir), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -100,7 +100,7 @@ def run_tutorial(workdir: Path, data: str, *, smoke: bool, echo: bool = True, in
     holds for the later commands. ``in_process``: the ``ceem-casadi`` commands and the Python block
     run in this process, other shell commands in bash. Returns one record per command (command,
     rc, seconds, output)."""
-    from ceem_casadi.codegen import compiler
+    from ceem_casadi.deploy._codegen import compiler
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "MPLBACKEND": "Agg"}

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi import _ipopt
-from ceem_casadi.banded_newton import band_storage
-from ceem_casadi.smoother import TrajectorySmoother, solver_kind
-from ceem_casadi.stages import StageFunctions
+from ceem_casadi.objective._stages import StageFunctions
+from ceem_casadi.runtime import _solve as _ipopt
+from ceem_casadi.smoothing._banded import band_storage
+from ceem_casadi.smoothing._smoother import TrajectorySmoother, solver_kind
 from models import lorenz
 from models.block_oriented import wiener_hammerstein
 
@@ -148,7 +148,7 @@ def test_ceem_with_banded_smoother_equals_ipopt(n_jobs):
 
 
 def _worker_solver_kinds():
-    from ceem_casadi import _shard_tasks
+    from ceem_casadi.distributed import _tasks as _shard_tasks
     return [ts.solver_kind for entry in _shard_tasks._CACHE.values() for ts in entry.smoother._solvers.values()]
 
 
@@ -157,7 +157,7 @@ def test_dask_shard_smoother_uses_banded_solver():
     LocalCluster (2 workers) with solver="banded" equals the sequential banded fit (rounding of
     the sharded learner's sums: 1e-8)."""
     distributed = pytest.importorskip("distributed", reason="dask[distributed] is not installed")
-    from ceem_casadi.distributed import Sharded
+    from ceem_casadi.distributed._executors import Sharded
 
     model = lorenz.single_lorenz(process_std=0.01, measurement_std=0.01)
     data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(3, seed=10), [64, 48, 56],
@@ -180,8 +180,8 @@ def test_joint_step_in_time_chunks_equals_dense_solve(monkeypatch, chunk):
     """The joint Newton step, its stage Jacobians evaluated in chunks of 6 stages (lengths 20 and
     13: a last chunk of 2 stages and one of a single observation stage) or in one piece, equals
     one dense damped Gauss-Newton solve (oracle of tests/test_joint.py)."""
-    from ceem_casadi import joint_gauss_newton
-    from ceem_casadi.initialise import eks_states
+    from ceem_casadi.em import _joint_gauss_newton as joint_gauss_newton
+    from ceem_casadi.smoothing._initial_states import eks_states
     from tests.test_joint import dense_step
 
     monkeypatch.setattr(joint_gauss_newton, "JOINT_CHUNK", chunk)
@@ -202,7 +202,7 @@ def test_joint_step_in_time_chunks_equals_dense_solve(monkeypatch, chunk):
 def test_piece_learner_equals_learner(make, hessian):
     """The learning step over pieces of 7 stages (two trajectories of 61 and 30 samples, missing
     outputs) == the Learner over all stages at once: parameters, cost and Hessian to 1e-10."""
-    from ceem_casadi.learner_pieces import PieceLearner, piece_bounds
+    from ceem_casadi.learning._pieces import PieceLearner, piece_bounds
 
     assert piece_bounds(10, 3) == [(0, 4), (3, 7), (6, 10)] and piece_bounds(1, 3) == [(0, 1)]
     if make == "lorenz":
@@ -233,7 +233,7 @@ def test_piece_learner_equals_learner(make, hessian):
 def test_ceem_uses_piece_learner_for_long_records(monkeypatch):
     """With the thresholds lowered (pieces of 16 from T = 50 on), cc.ceem learns piece by piece and
     its fit equals the one over all stages at once."""
-    from ceem_casadi import learner_pieces
+    from ceem_casadi.learning import _pieces as learner_pieces
 
     model = lorenz.single_lorenz(process_std=0.05, measurement_std=0.1)
     data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(1, seed=1), 80, measurement_std=0.1,

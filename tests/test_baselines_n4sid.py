@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.baselines.n4sid import n4sid
+from ceem_casadi.baselines._n4sid import n4sid
 
 EIG = np.array([0.9, 0.7, -0.5, 0.3])
 NX, NU, NY = 4, 2, 2

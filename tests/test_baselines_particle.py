@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.baselines.particle import ParticleFilter, ffbsi, particle_filter, systematic_resample
-from ceem_casadi.baselines.saem import ParticleEMOptions, particle_em, saem_weights
+from ceem_casadi.baselines._particle import ParticleFilter, ffbsi, particle_filter, systematic_resample
+from ceem_casadi.baselines._saem import ParticleEMOptions, particle_em, saem_weights
 from ceem_casadi.filtering import kalman_filter
 from models.lorenz import TRUE, initial_states, perturbed, single_lorenz
 

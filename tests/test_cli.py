@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.checkpoint import KILL_ENV, read_checkpoint
-from ceem_casadi.compile import compiler
-from ceem_casadi.modelfile import load_model
+from ceem_casadi.deploy._modelfile import load_model
+from ceem_casadi.em._checkpoint import KILL_ENV, read_checkpoint
+from ceem_casadi.runtime._compile import compiler
 from models import lorenz
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,7 +119,7 @@ def test_fit_evaluate_codegen_plot(lorenz_csv, tmp_path):
 def test_parquet_data_equals_csv(lorenz_csv, tmp_path):
     """The same table as Parquet (pandas + pyarrow, the ``parquet`` extra) loads to the same trajectories."""
     pytest.importorskip("pyarrow")
-    from ceem_casadi.cli import load_data
+    from ceem_casadi.cli._inputs import load_data
 
     pq = tmp_path / "lorenz.parquet"
     pd.read_csv(lorenz_csv).to_parquet(pq, index=False)
@@ -224,9 +224,9 @@ def test_input_model_fit_and_help(input_model):
 def test_progress_and_checkpoint_units(tmp_path):
     import io
 
-    from ceem_casadi.checkpoint import CheckpointWriter
+    from ceem_casadi.em._checkpoint import CheckpointWriter
+    from ceem_casadi.em._progress import Progress, chain
     from ceem_casadi.plots import plot_history
-    from ceem_casadi.progress import Progress, chain
 
     rec = cc.IterationRecord(1, -5.0, -5.0, 2.5, 0.25, 0.5, ["Solve_Succeeded"], "Solve_Succeeded", {"a": 1.0})
     lines, bar, quiet = io.StringIO(), io.StringIO(), io.StringIO()
@@ -287,7 +287,7 @@ def test_sigint_keeps_checkpoint_and_resumes(tmp_path):
 
 
 def test_ceem_checkpointed_library(tmp_path):
-    from ceem_casadi.checkpoint import CheckpointError, ceem_checkpointed
+    from ceem_casadi.em._checkpoint import CheckpointError, ceem_checkpointed
 
     model = lorenz.single_lorenz(measurement_std=0.05)
     data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(2, seed=5), 80, measurement_std=0.05, seed=6)

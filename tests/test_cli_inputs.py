@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ceem_casadi.cli import main
-from ceem_casadi.options import CEEMOptions
+from ceem_casadi.em._options import CEEMOptions
 
 LINEAR = textwrap.dedent('''
     import ceem_casadi as cc

@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.checkpoint import read_checkpoint
 from ceem_casadi.cli import main
-from ceem_casadi.cli_inputs import load_data
-from ceem_casadi.modelfile import build_model, load_model
+from ceem_casadi.cli._inputs import load_data
+from ceem_casadi.deploy._modelfile import build_model, load_model
+from ceem_casadi.em._checkpoint import read_checkpoint
 from models import lorenz
 
 ROOT = Path(__file__).resolve().parents[1]

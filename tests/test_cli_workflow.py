@@ -12,7 +12,7 @@ import pytest
 
 import ceem_casadi as cc
 from ceem_casadi.cli import main
-from ceem_casadi.modelfile import load_model
+from ceem_casadi.deploy._modelfile import load_model
 
 OSC = textwrap.dedent('''
     import casadi as ca

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.codegen import CFLAGS, compile_example, generate_ekf, run_example, write_csv
-from ceem_casadi.compile import compiler
+from ceem_casadi.deploy._codegen import CFLAGS, compile_example, generate_ekf, run_example, write_csv
 from ceem_casadi.filtering import EKF
+from ceem_casadi.runtime._compile import compiler
 from models.linear_mlp import linear_mlp_model
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler")

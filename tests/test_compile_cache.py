@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi import compile as cmp
-from ceem_casadi.compile import compiler, verified
-from ceem_casadi.modelfile import load_model
+from ceem_casadi.deploy._modelfile import load_model
+from ceem_casadi.runtime import _compile as cmp
+from ceem_casadi.runtime._compile import compiler, verified
 from models import lorenz
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ceem_casadi._compile_pool import POOL, CompileJob
-from ceem_casadi.compile import compiler
-from ceem_casadi.stages import StageFunctions
+from ceem_casadi.objective._stages import StageFunctions
+from ceem_casadi.runtime._compile import compiler
+from ceem_casadi.runtime._compile_pool import POOL, CompileJob
 from models import lorenz
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def test_failed_command_reports_its_stderr():
 @pytest.mark.skipif(not Path("/proc").exists(), reason="needs /proc")
 def test_interpreter_exit_kills_unwaited_jobs(tmp_path):
     pidfile = tmp_path / "pid"
-    script = (f"from ceem_casadi._compile_pool import POOL, CompileJob\n"
+    script = (f"from ceem_casadi.runtime._compile_pool import POOL, CompileJob\n"
               f"import pathlib, time\n"
               f"POOL.submit([CompileJob(['sh', '-c', {SLOW.format(pidfile=pidfile)!r}], 'slow', 1)], 1)\n"
               f"while not pathlib.Path({str(pidfile)!r}).exists(): time.sleep(0.01)\n")
@@ -122,7 +122,7 @@ def test_forked_child_compiles_for_itself(tmp_path, monkeypatch):
     """A handle inherited through fork (a process pool forked during a prefetch) does not wait for
     the parent's compiler: the child compiles or finds the library itself."""
     monkeypatch.setenv("CEEM_CACHE", str(tmp_path))
-    from ceem_casadi.compile import start_compile
+    from ceem_casadi.runtime._compile import start_compile
 
     raw = StageFunctions(lorenz.single_lorenz()).dyn_x_grad
     args = [np.full(raw.sparsity_in(i).shape, 0.5) for i in range(raw.n_in())]
@@ -144,7 +144,7 @@ def test_forked_child_compiles_for_itself(tmp_path, monkeypatch):
 @pytest.mark.skipif(compiler() is None, reason="needs a C compiler")
 def test_the_same_function_twice_is_one_job(tmp_path, monkeypatch):
     monkeypatch.setenv("CEEM_CACHE", str(tmp_path))
-    from ceem_casadi.compile import compile_functions
+    from ceem_casadi.runtime._compile import compile_functions
 
     raw = StageFunctions(lorenz.single_lorenz()).obs_cost
     first, second = compile_functions([raw, raw], "twice", timeout_s=20)

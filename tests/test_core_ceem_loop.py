@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.ceem import _EMRun, _Iterate
+from ceem_casadi.em._ceem import _EMRun, _Iterate
 from models import lorenz
 
 
@@ -138,7 +138,7 @@ def _mus(result):
 def test_newton_damping_falls_after_accepted_steps_and_rises_after_a_failed_solve(problem, monkeypatch):
     """Levenberg-Marquardt bookkeeping: each accepted joint step divides mu by 3 (from 1e-3); a
     linear-algebra failure multiplies it by 10 and the step is retried at once (same iteration)."""
-    from ceem_casadi.joint_gauss_newton import JointGaussNewton, LinAlgError
+    from ceem_casadi.em._joint_gauss_newton import JointGaussNewton, LinAlgError
     res = run(problem, max_iters=4, tol=0.0, acceleration="newton")
     mus = _mus(res)
     assert len(mus) >= 2 and mus[0] == pytest.approx(1e-3, rel=0.05)
@@ -206,7 +206,7 @@ def test_squarem_step_length_at_most_minus_one_bounds_and_degenerate_iterates():
 def test_smoothing_step_uses_processes_only_for_n_jobs_above_one(problem):
     """n_jobs=1 smooths in this process; n_jobs=k > 1 sets up a pool of k forked workers (not
     started here; test_core_ceem.py checks that parallel and sequential fits agree)."""
-    from ceem_casadi.ceem import _SmoothingStep
+    from ceem_casadi.em._ceem import _SmoothingStep
     smoother = problem[3]["smoother"]
     assert _SmoothingStep(smoother, 1).pool is None
     step = _SmoothingStep(smoother, 3)
@@ -315,7 +315,7 @@ def test_identifiability_check_after_the_fit(problem, monkeypatch):
     """The final check of the learning Hessian: a singular one (here: zero in sigma's row and column)
     is reported in result.warnings; none is checked above IDENTIFIABILITY_CHECK_MAX free parameters
     or when the Hessian is not finite."""
-    ceem_module = importlib.import_module("ceem_casadi.ceem")  # the module (cc.ceem is the function)
+    ceem_module = importlib.import_module("ceem_casadi.em._ceem")  # the module (cc.ceem is the function)
     singular = np.diag([0.0, 1.0, 1.0])
     monkeypatch.setattr(cc.Learner, "hessian_matrix", lambda self, *args: singular)
     assert any("sigma" in w for w in run(problem, max_iters=1, tol=0.0).warnings)

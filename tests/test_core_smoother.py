@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.smoother import TrajectorySmoother
-from ceem_casadi.stages import StageFunctions
+from ceem_casadi.objective._stages import StageFunctions
+from ceem_casadi.smoothing._smoother import TrajectorySmoother
 from models import lorenz
 
 

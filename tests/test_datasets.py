@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.io
 
-from ceem_casadi.datasets import (
+from ceem_casadi.io._datasets import (
     SILVERBOX_DT,
     BenchmarkSplit,
     ChecksumError,

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from ceem_casadi.codegen import compiler
+from ceem_casadi.deploy._codegen import compiler
 from scripts.own_data_tutorial import CLI, doc_blocks, run_tutorial, shell_commands, simulated_tanks_csv
 
 

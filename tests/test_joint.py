@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.initialise import eks_states
-from ceem_casadi.joint_gauss_newton import JointGaussNewton
-from ceem_casadi.stages import StageFunctions
+from ceem_casadi.em._joint_gauss_newton import JointGaussNewton
+from ceem_casadi.objective._stages import StageFunctions
+from ceem_casadi.smoothing._initial_states import eks_states
 from models import lorenz
 from tests.oracles import weighted_residuals
 

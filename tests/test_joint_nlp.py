@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.joint_nlp import JointSolver
-from ceem_casadi.stages import StageFunctions
+from ceem_casadi.em._joint_nlp import JointSolver
+from ceem_casadi.objective._stages import StageFunctions
+from ceem_casadi.smoothing._initial_states import eks_states
 from models import lorenz
 from tests.oracles import weighted_residuals
 
@@ -107,7 +108,7 @@ def test_hessian_has_the_arrowhead_pattern_and_equals_the_dense_hessian(problem,
     np.testing.assert_array_equal(got, want)
     # values: the dense SX Hessian (exact) or J^T J (Gauss-Newton) at a non-stationary point
     F, _ = dense_objective(model, data)
-    xs = cc.initialise.eks_states(model, model.params.to_vector(model.params.initial()), data)
+    xs = eks_states(model, model.params.to_vector(model.params.initial()), data)
     w = stacked(xs, model.params.to_vector(model.params.initial()))
     _, g_ref, H_ref, Jr, _ = (np.asarray(a) for a in F(w))
     if hessian == "gauss-newton":
@@ -153,7 +154,7 @@ def test_joint_acceleration_honours_the_time_limit(problem, monkeypatch):
     """A joint solve that outlives the budget is stopped; the fit reports time_limit."""
     import time
 
-    import ceem_casadi.joint_nlp as jn
+    from ceem_casadi.em import _joint_nlp as jn
 
     model, data = problem
     slow_at = jn._Evaluator.at
@@ -178,7 +179,7 @@ def test_auto_hessian_switches_to_exact_when_the_cost_stagnates(problem):
     solver = JointSolver(model, data, StageFunctions(model), hessian="auto")
     F, _ = dense_objective(model, data)
     theta_vec = model.params.to_vector(model.params.initial())
-    xs = cc.initialise.eks_states(model, theta_vec, data)
+    xs = eks_states(model, theta_vec, data)
     w = stacked(xs, theta_vec)
     sp = solver.sparsity
     _, _, H_exact, Jr, _ = (np.asarray(a) for a in F(w))

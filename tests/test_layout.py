@@ -1,7 +1,5 @@
 """The layout of issue 16 keeps old files and old import paths working: a checkpoint written
-before ``IterationRecord.decrease`` was renamed ``increase`` reads under the new name; the names
-``ceem_casadi.baselines`` exported before the filters moved to ``ceem_casadi.filtering`` remain;
-``cc.read_trajectories`` reads the files the CLI reads."""
+before ``IterationRecord.decrease`` was renamed ``increase`` reads under the new name; ``cc.read_trajectories`` reads the files the CLI reads."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,8 +7,8 @@ import pandas as pd
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi import baselines, filtering
-from ceem_casadi.checkpoint import read_checkpoint, write_checkpoint
+from ceem_casadi import filtering
+from ceem_casadi.em._checkpoint import read_checkpoint, write_checkpoint
 
 
 def test_old_checkpoint_history_reads_decrease_as_increase(tmp_path):
@@ -20,11 +18,6 @@ def test_old_checkpoint_history_reads_decrease_as_increase(tmp_path):
     path = write_checkpoint(tmp_path / "old.npz", {"a": np.array(1.0)}, [old])
     (rec,) = read_checkpoint(path).history
     assert rec["increase"] == 0.5 and "decrease" not in rec
-
-
-def test_baselines_keeps_the_filters_it_exported():
-    for name in ("EKF", "ekf", "kalman_filter", "rts_smoother"):
-        assert getattr(baselines, name) is getattr(filtering, name)
 
 
 def test_rts_smoother_of_a_kalman_result_needs_A():

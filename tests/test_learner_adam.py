@@ -6,15 +6,17 @@ import casadi as ca
 import numpy as np
 import pytest
 
-from ceem_casadi.ceem import ceem
-from ceem_casadi.data import Trajectories
+from ceem_casadi.em._ceem import ceem
+from ceem_casadi.em._options import CEEMOptions
 from ceem_casadi.errors import ModelError, OptionsError
-from ceem_casadi.learner import Learner
-from ceem_casadi.learner_adam import AdamLearner, AdamLearnerOptions
-from ceem_casadi.model import StateSpaceModel
-from ceem_casadi.nn import MLP
-from ceem_casadi.options import CEEMOptions, LearnerOptions, SmootherOptions
-from ceem_casadi.params import Param, Parameters
+from ceem_casadi.io._data import Trajectories
+from ceem_casadi.learning._adam import AdamLearner, AdamLearnerOptions
+from ceem_casadi.learning._learner import Learner
+from ceem_casadi.learning._options import LearnerOptions
+from ceem_casadi.model._model import StateSpaceModel
+from ceem_casadi.model._nn import MLP
+from ceem_casadi.model._params import Param, Parameters
+from ceem_casadi.smoothing._options import SmootherOptions
 
 RHO = 0.5
 

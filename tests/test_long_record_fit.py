@@ -84,7 +84,7 @@ def test_initial_states_choose_the_noise_level_on_prefixes_and_run_the_record_on
     diverges). Scored on the first 600 of 3000 samples, the EKF picks the same process-noise level
     as scored on all of them, so the initial states are the same arrays; the whole record is
     filtered once instead of once per candidate."""
-    from ceem_casadi.initialise import Q_CANDIDATES, eks_states, process_noise_scores
+    from ceem_casadi.smoothing._initial_states import Q_CANDIDATES, eks_states, process_noise_scores
 
     model, data, x_true, theta_vec = _lorenz_record(3000)
     kw = dict(x0=np.zeros(3), Sigma0=100.0 * np.ones(3), R=model.noise.measurement_std ** 2,
@@ -107,8 +107,8 @@ def test_stage_functions_compile_for_many_stages_with_the_same_numbers(monkeypat
     same numbers as in CasADi's virtual machine."""
     import pytest
 
-    from ceem_casadi import stages as stages_mod
-    from ceem_casadi.compile import compiler
+    from ceem_casadi.objective import _stages as stages_mod
+    from ceem_casadi.runtime._compile import compiler
 
     if compiler() is None:
         pytest.skip("no C compiler")
@@ -132,8 +132,8 @@ def test_ekf_compiled_for_long_records_gives_the_same_numbers(monkeypatch):
     missing outputs and chunks that do not divide the record."""
     import pytest
 
-    from ceem_casadi import stages as stages_mod
-    from ceem_casadi.compile import compiler
+    from ceem_casadi.objective import _stages as stages_mod
+    from ceem_casadi.runtime._compile import compiler
 
     if compiler() is None:
         pytest.skip("no C compiler")
@@ -170,7 +170,7 @@ def test_learner_chunk_major_layout_equals_the_plain_one(monkeypatch):
     """Learner over many stages in chunks (lowered thresholds: chunks of 64 stages from 100 on,
     two trajectories of 300 and 211 samples, so chunks pad; 10 % missing outputs, inputs, free
     observation parameters): cost, Hessian and the learning solve equal the plain layout's."""
-    from ceem_casadi import learner_chunks
+    from ceem_casadi.learning import _chunks as learner_chunks
 
     rng = np.random.default_rng(7)
     model, truth = _free_observation_model(rng)
@@ -221,7 +221,7 @@ class _InProcessEngine:
 def test_remote_learner_started_at_its_optimum_skips_ipopt():
     """The client-side IPOPT of the distributed learner makes the same start test: at the dense
     optimum no iteration (IPOPT itself stalls there), elsewhere the solve reaches it."""
-    from ceem_casadi.remote_learner import RemoteLearner
+    from ceem_casadi.learning._remote import RemoteLearner
 
     rng = np.random.default_rng(5)
     model, truth = _bounded_linear(rng)

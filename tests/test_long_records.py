@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi import compile as compile_mod
-from ceem_casadi.compile import compiler
 from ceem_casadi.filtering import EKF, rts_smoother
-from ceem_casadi.filtering.ekf import rts_means
-from ceem_casadi.smoother import TrajectorySmoother
-from ceem_casadi.stages import StageFunctions
+from ceem_casadi.filtering._ekf import rts_means
+from ceem_casadi.objective._stages import StageFunctions
+from ceem_casadi.runtime import _compile as compile_mod
+from ceem_casadi.runtime._compile import compiler
+from ceem_casadi.smoothing._smoother import TrajectorySmoother
 from models import lorenz
 from models.linear_mlp import linear_mlp_model
 

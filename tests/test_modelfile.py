@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.modelfile import (
+from ceem_casadi.deploy._modelfile import (
     FORMAT,
     ModelFileError,
     ModelSourceError,

@@ -13,8 +13,7 @@ import pandas as pd
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.compile import compiler
-from ceem_casadi.modelfile import (
+from ceem_casadi.deploy._modelfile import (
     FORMAT,
     FORMAT_VERSION,
     ModelFileError,
@@ -23,6 +22,7 @@ from ceem_casadi.modelfile import (
     save_model,
     write_archive,
 )
+from ceem_casadi.runtime._compile import compiler
 from models import lorenz
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import pytest
 from scipy.signal import tf2ss
 
 import ceem_casadi as cc
-from ceem_casadi.baselines.n4sid import n4sid
+from ceem_casadi.baselines._n4sid import n4sid
 
 # lightly damped 4th-order SISO system: poles 0.97 exp(+-0.4i), 0.9 exp(+-1.2i)
 POLES = np.array([0.97 * np.exp(0.4j), 0.97 * np.exp(-0.4j), 0.9 * np.exp(1.2j), 0.9 * np.exp(-1.2j)])

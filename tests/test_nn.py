@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from ceem_casadi.errors import OptionsError, ShapeError
-from ceem_casadi.model import StateSpaceModel
-from ceem_casadi.nn import MLP, AdamOptions, adam, flat_params, mse_loss_factory, namespace
-from ceem_casadi.params import Parameters
+from ceem_casadi.model._model import StateSpaceModel
+from ceem_casadi.model._nn import MLP, AdamOptions, adam, flat_params, mse_loss_factory, namespace
+from ceem_casadi.model._params import Parameters
 
 
 def test_mlp_symbolic_equals_numpy_and_batch():
@@ -65,14 +65,14 @@ def test_bad_options_and_shapes():
 
 # --- LSTM (ceem_casadi.lstm) ----------------------------------------------------------------------
 def _lstm(n_in=2, hidden=8, n_out=1, seed=0):
-    from ceem_casadi.baselines.lstm import LSTM
+    from ceem_casadi.baselines._lstm import LSTM
     net = LSTM(n_in, hidden=hidden, layers=2, n_out=n_out)
     params = Parameters(*net.params(np.random.default_rng(seed)))
     return net, params, params.to_vector({q.name: q.array("value") for q in params})
 
 
 def test_lstm_gradient_matches_finite_differences_and_numpy_forward():
-    from ceem_casadi.baselines.lstm import sequence_loss_factory
+    from ceem_casadi.baselines._lstm import sequence_loss_factory
     net, params, w0 = _lstm()
     rng = np.random.default_rng(1)
     L, B = 6, 5
@@ -94,7 +94,7 @@ def test_lstm_gradient_matches_finite_differences_and_numpy_forward():
 def test_lstm_learns_delayed_input():
     """y_t = u1_{t-3} + 0.5 u2_t needs memory: a memoryless model cannot beat variance 1 of u1_{t-3};
     the trained LSTM's last-step error on fresh windows is far below it."""
-    from ceem_casadi.baselines.lstm import sequence_loss_factory, windows
+    from ceem_casadi.baselines._lstm import sequence_loss_factory, windows
     net, params, w0 = _lstm()
     rng = np.random.default_rng(2)
 
@@ -116,7 +116,7 @@ def test_lstm_learns_delayed_input():
 
 
 def test_windows_layout():
-    from ceem_casadi.baselines.lstm import windows
+    from ceem_casadi.baselines._lstm import windows
     u = np.arange(2 * 7 * 3, dtype=float).reshape(2, 7, 3)
     U, Y = windows(u, u[:, :, :1], 4, stride=2)
     assert U.shape == (12, 4) and Y.shape == (4, 4)      # 2 trajectories x starts {0, 2}

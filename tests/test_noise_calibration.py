@@ -6,8 +6,8 @@ import pytest
 
 import ceem_casadi as cc
 from ceem_casadi.filtering import EKF, kalman_filter
-from ceem_casadi.noise_calibration import DEFAULT_GRID, NOT_RUN, _ceem_options, _Task
-from ceem_casadi.noise_criteria import innovation_loglik
+from ceem_casadi.workflow._noise_calibration import DEFAULT_GRID, NOT_RUN, _ceem_options, _Task
+from ceem_casadi.workflow._noise_criteria import innovation_loglik
 
 GRID = np.logspace(-1.5, 1.5, 7)  # multipliers of the nominal std: 0.0032 ... 3.2 absolute
 NOMINAL, TRUE_STD, MEAS_STD = 0.1, 0.02, 0.05
@@ -104,7 +104,7 @@ def test_holdout_criterion_equals_least_squares_oracle_on_a_linear_model(monkeyp
     data, _ = cc.simulate(model, {"a1": 1.5, "a2": -0.7}, x0=[[1.0, 0.0], [0.0, 2.0]], horizon=[120, 100],
                           process_std=[0.1, 0.05], measurement_std=0.2, seed=4)
     k, frac = 6, 0.3
-    import ceem_casadi.initial_state as ist
+    from ceem_casadi.workflow import _initial_state as ist
 
     builds, init = [], ist.InitialStateSolver.__init__
     monkeypatch.setattr(ist.InitialStateSolver, "__init__", lambda self, *a, **kw: (builds.append(a), init(self, *a, **kw))[1])

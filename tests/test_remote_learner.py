@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi import _shard_tasks as tasks
-from ceem_casadi._exact_sum import SplitSum, combine, split_sums
-from ceem_casadi.distributed import model_spec, shard_index
-from ceem_casadi.remote_learner import RemoteLearner
+from ceem_casadi.distributed import _tasks as tasks
+from ceem_casadi.distributed._executors import model_spec, shard_index
+from ceem_casadi.learning._remote import RemoteLearner
+from ceem_casadi.objective._exact_sum import SplitSum, combine, split_sums
 from models import lorenz
 
 
@@ -95,7 +95,7 @@ def test_stage_terms_of_a_chunked_learner_equal_the_plain_layout(problem, monkey
     e.g. Lorenz B = 256, T = 500: 64k stages per shard of two); their per-stage terms must sum to
     the plain layout's (padding stages add exact zeros). Fails when ``Learner.stage_terms_function``
     maps the stage Functions over the plain columns (``over_stages``) in the chunked layout."""
-    from ceem_casadi import learner_chunks
+    from ceem_casadi.learning import _chunks as learner_chunks
 
     model, data, xs, theta = problem
     options = cc.LearnerOptions(hessian="exact", use_prior=False)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi import _ipopt
+from ceem_casadi.runtime import _solve as _ipopt
 from models import lorenz
 
 

@@ -23,8 +23,8 @@ from scipy.linalg import subspace_angles
 
 import ceem_casadi as cc
 from ceem_casadi.filtering import kalman_filter
-from ceem_casadi.identifiability import combination, entry_names
-from ceem_casadi.uncertainty import reduced_hessian
+from ceem_casadi.workflow._identifiability import combination, entry_names
+from ceem_casadi.workflow._uncertainty import reduced_hessian
 from models import lorenz
 
 FAST = cc.CEEMOptions(acceleration="newton", max_iters=30)
@@ -275,7 +275,7 @@ def test_ceem_warns_about_a_singular_learning_hessian(caplog):
                                         params=params, process_std=0.01, measurement_std=0.01)
     data, _ = cc.simulate(model, truth, lorenz.initial_states(2, seed=0), 48, process_std=0.01,
                           measurement_std=0.01, seed=0)
-    with caplog.at_level("WARNING", logger="ceem_casadi.ceem"):
+    with caplog.at_level("WARNING", logger="ceem_casadi.em._ceem"):
         fit = cc.ceem(model, data, truth, options=cc.CEEMOptions(max_iters=2))
     assert len(fit.warnings) == 1 and "3 direction(s)" in fit.warnings[0]
     chunks = fit.warnings[0].split("determine ")[1].split(";")[:3]

@@ -9,8 +9,8 @@
 Used by the initial states of a fit (:mod:`ceem_casadi.initialise`), the metrics, the model
 files, the noise criteria and the C code generator.
 """
-from .ekf import EKF, ekf
-from .kalman import kalman_filter, rts_smoother
-from .result import FilterResult, as_cov
+from ._ekf import EKF, ekf
+from ._kalman import kalman_filter, rts_smoother
+from ._result import FilterResult, as_cov
 
 __all__ = ["EKF", "FilterResult", "as_cov", "ekf", "kalman_filter", "rts_smoother"]

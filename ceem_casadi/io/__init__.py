@@ -6,6 +6,6 @@
                                          (the helicopter converter, ``scripts/heli_convert.py``)
 """
 from . import torchfile
-from .trajectories import DataFileError, read_table, read_trajectories
+from ._readers import DataFileError, read_table, read_trajectories
 
 __all__ = ["DataFileError", "read_table", "read_trajectories", "torchfile"]

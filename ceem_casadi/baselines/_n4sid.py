@@ -1,0 +1,412 @@
+"""Subspace identification (N4SID with MOESP weighting) of a linear state-space model.
+
+Model identified (one or several trajectories b, t = 0..T_b-1, inputs optional)::
+
+    x[t+1] = A x[t] + B u[t] + w[t]
+    y[t]   = C x[t] + D u[t] + v[t],      cov([w; v]) = [[Q, S], [S^T, R]]
+
+Algorithm (Van Overschee & De Moor 1996, ch. 4, "robust" variant; MOESP weighting):
+
+1. For each trajectory the block-Hankel matrices ``U_{0|2i-1}`` (2i nu rows) and ``Y_{0|2i-1}``
+   (2i ny rows) with ``j_b = T_b - 2i + 1`` columns are built; the columns of all trajectories are
+   stacked side by side (never across a trajectory boundary). Columns touching a NaN output are dropped.
+2. LQ decomposition ``H / sqrt(N) = L Q`` of ``H = [U_f; U_p; Y_p; Y_f]`` (N columns in all), computed
+   as the R factor of a QR of ``H^T`` accumulated chunk by chunk (memory ``O(p^2 + chunk * p)`` with
+   ``p = 2 i (nu + ny)``). Only ``L`` is kept: every projection below is a matrix times ``Q``.
+3. Oblique projection ``O_i = Y_f /_{U_f} W_p`` (``W_p = [U_p; Y_p]``), weighted by ``Pi_{U_f^perp}``;
+   its SVD gives the singular values (returned) and ``Gamma_i = U_n S_n^{1/2}``.
+4. ``C`` = first block row of ``Gamma_i``; ``A`` from its shift invariance (least squares).
+4b. ``stable=True`` (``"reflect"``) and an unstable ``A``: in the real Schur form ``A = Z T Z^T`` every
+   diagonal block (a real eigenvalue or a complex pair) of modulus ``r >= 1`` is multiplied by
+   ``1 / r^2``, i.e. its eigenvalues ``l`` become ``1 / conj(l)`` (modulus ``1 / r``, capped at
+   ``1 - 1e-4``; same angle, so the same resonance frequencies and, up to a gain, the same
+   magnitude response). Stable by construction: the eigenvalues of a quasi-triangular matrix
+   are those of its diagonal blocks, and the stable ones are untouched. Such unstable
+   eigenvalues are typically spurious modes of an over-estimated order on short noisy records.
+   ``stable="maciejowski"``: ``A = Gamma_i^+ [Gamma_i(ny:, :); 0]``, the shift
+   equation with the shifted observability matrix padded by a zero block row (Maciejowski,
+   "Guaranteed stability with subspace methods", Systems & Control Letters 26, 1995; Chui &
+   Maciejowski, Automatica 32, 1996). Always stable: with ``Z`` the block up-shift (nilpotent,
+   ``||Z|| = 1``) and ``P`` the orthogonal projector on range(Gamma_i), an eigenpair ``A v = l v``
+   gives ``l Gamma_i v = P Z Gamma_i v``, so ``|l| ||Gamma_i v|| <= ||Z Gamma_i v|| <= ||Gamma_i v||``; and
+   ``|l| = 1`` would need ``Z Gamma_i v = l Gamma_i v``, impossible for a nilpotent Z and
+   ``Gamma_i v != 0`` (full column rank). The price is a bias of the poles towards the origin
+   that shrinks as the horizon i grows.
+5. ``B``, ``D`` and the initial state of every trajectory by linear least squares on the output
+   (simulation) error ``y[t] = C A^t x0_b + sum_k C A^(t-1-k) B u[k] + D u[t]`` (MOESP style; the
+   x0_b are eliminated per trajectory, so the cost is linear in the number of trajectories). If the
+   identified ``A`` is not stable, ``B``, ``D`` come from the state sequences instead (step 6), and a
+   warning is logged.
+6. State sequences ``X_i = Gamma_i^+ O_i`` and ``X_{i+1} = Gamma_{i-1}^+ O_{i+1}``; the residuals
+   ``[X_{i+1} - A X_i - B U_i;  Y_i - C X_i - D U_i]`` give ``Q``, ``S``, ``R``.
+
+Order selection (``order=None``): with the singular values ``s_1 >= s_2 >= ...`` (those below
+``1e-12 s_1`` clamped to that floor), the order is the ``n`` in ``1..n_max`` with the largest
+log-gap ``log(s_n / s_{n+1})``, ``n_max = min((i - 1) ny, len(s) - 1)``.
+
+Default block horizon: ``i = ceil(2 n_ref / ny) + 1`` with ``n_ref`` the order (or 10 when the order is
+to be selected), reduced if the data are too short (each trajectory needs ``T_b >= 2 i`` and in all
+``N >= 2 p`` Hankel columns are wanted, else ``N >= p``), but never below ``ceil(order / ny) + 1``;
+an explicit ``horizon`` is never changed.
+"""
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import scipy.linalg as sla
+
+from ..errors import OptionsError, ShapeError
+from ._n4sid_result import N4SIDResult
+
+logger = logging.getLogger(__name__)
+
+_CHUNK_ELEMENTS = 2_000_000   # rows of H^T per QR chunk: about this many doubles (16 MB)
+_RCOND = 1e-10                # relative rank tolerance of the projections' least squares
+_SV_FLOOR = 1e-12             # singular values below this fraction of s_1 are treated as zero
+_STABLE_RADIUS = 1.0 - 1e-4   # stable=True: reflected eigenvalues get at most this modulus
+
+
+# --------------------------------------------------------------------------------------------------
+def _default_horizon(n_ref: int, ny: int, nu: int, lengths, n_valid, i_min: int = 2) -> int:
+    """Largest ``i <= ceil(2 n_ref / ny) + 1`` (and ``>= i_min``) with ``2 p`` Hankel columns, else with ``p``."""
+    i_max = max(math.ceil(2 * max(n_ref, 1) / ny) + 1, i_min)
+    for factor in (2, 1):
+        for i in range(i_max, i_min - 1, -1):
+            p = 2 * i * (nu + ny)
+            n_total = sum(max(n_valid(T, i), 0) for T in lengths)
+            if min(lengths) >= 2 * i and n_total >= factor * p:
+                return i
+    return i_min
+
+
+def _hankel_rows(u: np.ndarray, y: np.ndarray, i: int) -> np.ndarray:
+    """Rows of ``H^T`` for one trajectory: (j, p) with columns ``[U_f, U_p, Y_0 .. Y_{2i-1}]``."""
+    T = y.shape[0]
+    j = T - 2 * i + 1
+    win_y = np.lib.stride_tricks.sliding_window_view(y, 2 * i, axis=0)[:j]   # (j, ny, 2i)
+    Yw = win_y.transpose(0, 2, 1).reshape(j, -1)                              # time-major
+    if u.shape[1]:
+        win_u = np.lib.stride_tricks.sliding_window_view(u, 2 * i, axis=0)[:j]
+        Uw = win_u.transpose(0, 2, 1).reshape(j, -1)
+        nu_i = i * u.shape[1]
+        rows = np.concatenate([Uw[:, nu_i:], Uw[:, :nu_i], Yw], axis=1)
+    else:
+        rows = Yw
+    return rows[np.all(np.isfinite(rows), axis=1)]
+
+
+def _lq(data, i: int) -> tuple[np.ndarray, int]:
+    """Lower-triangular ``L`` (p, p) with ``H / sqrt(N) = L Q`` and the number of columns N."""
+    R = None
+    N = 0
+    nu = data.nu
+    for b in range(len(data)):
+        rows = _hankel_rows(data.inputs(b), data.y[b], i)
+        if not rows.size:
+            continue
+        p = rows.shape[1]
+        step = max(p, _CHUNK_ELEMENTS // p)
+        for s in range(0, rows.shape[0], step):
+            chunk = rows[s:s + step]
+            N += chunk.shape[0]
+            stacked = chunk if R is None else np.vstack([R, chunk])
+            R = sla.qr(stacked, mode="r", overwrite_a=True, check_finite=False)[0]
+    if R is None:
+        p = 2 * i * (nu + data.ny)
+        return np.zeros((p, p)), 0
+    p = R.shape[1]
+    if R.shape[0] < p:
+        R = np.vstack([R, np.zeros((p - R.shape[0], p))])
+    return R.T / math.sqrt(max(N, 1)), N
+
+
+def _lstsq_rows(T: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """Minimum-norm ``c`` with ``c M ~= T`` (relative rank tolerance ``_RCOND``)."""
+    return sla.lstsq(M.T, T.T, cond=_RCOND, check_finite=False, lapack_driver="gelsd")[0].T
+
+
+def _oblique(L, target, along, onto, k) -> np.ndarray:
+    """Coefficients (in the Q basis) of ``rows(target) /_{rows(along)} rows(onto)``.
+
+    The rows of ``target`` are projected on the span of the first ``k`` rows of Q (which must contain
+    ``along`` and ``onto``) and split into their ``onto`` and ``along`` components.
+    """
+    M = np.vstack([L[onto, :k], L[along, :k]])
+    c = _lstsq_rows(L[target, :k], M)
+    return c[:, :len(onto)] @ L[onto, :]
+
+
+def _stable_shift(Gam: np.ndarray, ny: int) -> np.ndarray:
+    """Maciejowski's (1995) stable ``A = Gam^+ [Gam[ny:]; 0]`` (step 4b of the module docstring)."""
+    padded = np.vstack([Gam[ny:], np.zeros((ny, Gam.shape[1]))])
+    return sla.lstsq(Gam, padded, check_finite=False)[0]
+
+
+def _reflect_unstable(A: np.ndarray) -> np.ndarray:
+    """``A`` with its eigenvalues outside the unit disc reflected inside (step 4b of the module docstring)."""
+    T, Z = sla.schur(A, output="real")
+    n, k = A.shape[0], 0
+    while k < n:
+        size = 2 if k + 1 < n and T[k + 1, k] != 0.0 else 1
+        block = T[k:k + size, k:k + size]                 # a real eigenvalue or a complex pair
+        r = float(np.max(np.abs(np.linalg.eigvals(block))))
+        if r >= 1.0:
+            block *= min(1.0 / r, _STABLE_RADIUS) / r     # l -> l / |l|^2 = 1 / conj(l), same angle
+        k += size
+    return Z @ T @ Z.T
+
+
+def _select_order(s: np.ndarray, n_max: int) -> int:
+    s = np.maximum(s, _SV_FLOOR * s[0]) if s[0] > 0 else np.ones_like(s)
+    gaps = np.log(s[:n_max]) - np.log(s[1:n_max + 1])
+    return int(np.argmax(gaps)) + 1
+
+
+def _response_regressors(A, C, u: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
+    """Free-response ``Gamma`` (T, ny, nx) and input regressor ``Psi`` (nb, T, ny, nx nu + ny nu).
+
+    ``u`` (nb, T, nu). Row t of ``Gamma @ x0 + Psi @ [vec(B); vec(D)]`` (column-major vec) is the
+    noise-free output ``y[t]``.
+    """
+    nx, ny, nb, nu = A.shape[0], C.shape[0], u.shape[0], u.shape[2]
+    Gam = np.empty((T, ny, nx))
+    G = C.copy()
+    for t in range(T):
+        Gam[t] = G
+        G = G @ A
+    eye_x, eye_y = np.eye(nx), np.eye(ny)
+    Psi = np.empty((nb, T, ny, nx * nu + ny * nu))
+    Z = np.zeros((nb, nx, nu * nx))
+    for t in range(T):
+        Psi[:, t, :, :nx * nu] = C @ Z
+        Z = A @ Z + (u[:, t, None, :, None] * eye_x[None, :, None, :]).reshape(nb, nx, nu * nx)
+    Psi[:, :, :, nx * nu:] = (u[:, :, None, :, None] * eye_y[None, None, :, None, :]).reshape(nb, T, ny, ny * nu)
+    return Gam, Psi
+
+
+def _groups(data, max_elements: int, width: int):
+    """Batches of trajectory indices with equal length (bounded memory)."""
+    by_len: dict[int, list[int]] = {}
+    for b, T in enumerate(data.lengths):
+        by_len.setdefault(T, []).append(b)
+    for T, idx in by_len.items():
+        nb = max(1, max_elements // max(T * data.ny * width, 1))
+        for s in range(0, len(idx), nb):
+            yield T, idx[s:s + nb]
+
+
+def _fit_bd_x0(A, C, data, feedthrough: bool = True) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """``B``, ``D`` and per-trajectory ``x0`` by output-error least squares (x0 eliminated per trajectory).
+
+    Without ``feedthrough`` D is fixed to zero.
+    """
+    nx, ny, nu = A.shape[0], C.shape[0], data.nu
+    ntheta = nx * nu + (ny * nu if feedthrough else 0)
+    G = np.zeros((ntheta, ntheta))
+    h = np.zeros(ntheta)
+    cache = []
+    for T, idx in _groups(data, 4_000_000, ntheta + nx + 1):
+        u = np.stack([data.inputs(b) for b in idx])
+        y = np.stack([data.y[b] for b in idx])
+        Gam, Psi = _response_regressors(A, C, u, T)
+        obs = np.isfinite(y)                                          # (nb, T, ny)
+        yz = np.where(obs, y, 0.0).reshape(len(idx), T * ny)
+        Gz = np.where(obs[..., None], Gam[None], 0.0).reshape(len(idx), T * ny, nx)
+        Pz = np.where(obs[..., None], Psi[..., :ntheta], 0.0).reshape(len(idx), T * ny, ntheta)
+        Qg, _ = np.linalg.qr(Gz)                                      # (nb, T ny, nx)
+        Pp = Pz - Qg @ (Qg.transpose(0, 2, 1) @ Pz)
+        yp = yz - (Qg @ (Qg.transpose(0, 2, 1) @ yz[..., None]))[..., 0]
+        if ntheta:
+            flat = Pp.reshape(-1, ntheta)
+            G += flat.T @ flat
+            h += flat.T @ yp.reshape(-1)
+        cache.append((idx, Gz, Pz, yz))
+    if ntheta:
+        theta = sla.lstsq(G, h, cond=1e-14, check_finite=False)[0]
+    else:
+        theta = np.zeros(0)
+    B = theta[:nx * nu].reshape(nu, nx).T
+    D = theta[nx * nu:].reshape(nu, ny).T if feedthrough else np.zeros((ny, nu))
+    x0 = [None] * len(data)
+    for idx, Gz, Pz, yz in cache:
+        resid = yz - Pz @ theta
+        for k, b in enumerate(idx):
+            x0[b] = sla.lstsq(Gz[k], resid[k], check_finite=False)[0]
+    return B, D, x0
+
+
+def _fit_x0(A, B, C, D, data, window: int) -> list[np.ndarray]:
+    """Per-trajectory ``x0`` by least squares on the first ``window`` samples given A, B, C, D."""
+    nx = A.shape[0]
+    out = []
+    res = N4SIDResult(A, B, C, D, None, None, None, [], np.zeros(0), nx)
+    for b in range(len(data)):
+        y, u = data.y[b][:window], data.inputs(b)[:window]
+        T = y.shape[0]
+        y_forced = res.simulate(u, np.zeros(nx))
+        Gam = np.empty((T, C.shape[0], nx))
+        G = C.copy()
+        for t in range(T):
+            Gam[t] = G
+            G = G @ A
+        obs = np.isfinite(y)
+        out.append(sla.lstsq(Gam[obs], (y - y_forced)[obs], check_finite=False)[0])
+    return out
+
+
+def _as_data(data):
+    """``Trajectories`` from a Trajectories, or a list of ``(y, u)`` pairs / ``y`` arrays."""
+    from ..io._data import Trajectories
+
+    if isinstance(data, Trajectories):
+        return data
+    if isinstance(data, tuple) and len(data) == 2 and not isinstance(data[0], tuple):
+        data = [data]                                  # a single (y, u) pair
+    ys, us = [], []
+    for k, item in enumerate(data):
+        if isinstance(item, tuple):
+            if len(item) != 2:
+                raise ShapeError(f"data[{k}]: expected a (y, u) pair, got a tuple of {len(item)}")
+            y, u = item
+        else:
+            y, u = item, None
+        ys.append(y)
+        us.append(u)
+    if all(u is None for u in us):
+        return Trajectories(ys)
+    if any(u is None for u in us):
+        raise ShapeError("data: either every trajectory has inputs u or none has")
+    return Trajectories(ys, us)
+
+
+def n4sid(data, order: int | None = None, horizon: int | None = None, *,
+          feedthrough: bool = True, stable: bool | str = False) -> N4SIDResult:
+    """Identify a linear state-space model from one or several trajectories.
+
+    Parameters
+    ----------
+    data : Trajectories or list
+        Trajectories with ``y`` (T_b, ny) and optional inputs ``u`` (T_b, nu), or a list of
+        ``(y, u)`` pairs (or of ``y`` arrays when there are no inputs). NaN outputs are allowed
+        (Hankel columns touching them are dropped; they are skipped in the B/D/x0 least squares).
+    order : int, optional
+        Model order nx, or None to select it from the singular values (largest log-gap rule,
+        see the module docstring).
+    horizon : int, optional
+        Block horizon i (block rows of the past and of the future). Needs ``(i-1) ny >= order``,
+        ``T_b >= 2 i`` for every trajectory and at least ``2 i (nu + ny)`` Hankel columns in
+        all. Default: ``ceil(2 n_ref / ny) + 1`` (``n_ref`` = order, or 10), reduced to fit the
+        data (not below ``ceil(order / ny) + 1``).
+    feedthrough : bool
+        Estimate ``D`` (default); ``False`` fixes ``D = 0`` (strictly proper systems).
+    stable : bool or str
+        ``False`` (default) keeps the plain estimate; ``True`` (= ``"reflect"``) or
+        ``"maciejowski"`` guarantee a stable ``A`` (spectral radius < 1): when the
+        shift-invariance least squares (step 4) gives an unstable ``A``, it is replaced as in
+        step 4b of the module docstring and ``B``, ``D``, ``x0`` are refitted to it by the
+        output-error least squares (step 5). A stable least-squares ``A`` is kept, so ``stable``
+        changes nothing where the plain estimate is already stable.
+
+    Returns
+    -------
+    N4SIDResult
+    """
+    data = _as_data(data)
+    ny, nu = data.ny, data.nu
+    lengths = data.lengths
+    if order is not None and (int(order) != order or order < 1):
+        raise ShapeError(f"order must be a positive integer or None, got {order!r}")
+    if stable not in (False, True, "reflect", "maciejowski"):
+        raise OptionsError(f"stable must be False, True (= 'reflect') or 'maciejowski', got {stable!r}")
+
+    def n_cols(T, i):
+        return T - 2 * i + 1
+
+    if horizon is None:
+        i_min = 2 if order is None else max(2, math.ceil(order / ny) + 1)
+        i = _default_horizon(order if order is not None else 10, ny, nu, lengths, n_cols, i_min)
+        if min(lengths) < 2 * i or (order is not None and (i - 1) * ny < order):
+            need = i_min
+            raise ShapeError(
+                f"order {order} is too large for the data: it needs a block horizon i >= {need} "
+                f"(ny = {ny}), i.e. trajectories of at least {2 * need} samples and "
+                f">= {2 * need * (nu + ny)} Hankel columns; the data have lengths "
+                f"{min(lengths)}..{max(lengths)} ({len(lengths)} trajectories). Use a lower order or more data.")
+    else:
+        i = int(horizon)
+        if i != horizon or i < 2:
+            raise ShapeError(f"horizon must be an integer >= 2, got {horizon!r}")
+        if order is not None and (i - 1) * ny < order:
+            raise ShapeError(
+                f"horizon i={i} is too short for order {order} with ny={ny} outputs: "
+                f"(i-1)*ny = {(i - 1) * ny} < {order}; use horizon >= {math.ceil(order / ny) + 1}")
+        if min(lengths) < 2 * i:
+            raise ShapeError(
+                f"horizon i={i} is too long for the data: every trajectory needs at least 2i = {2 * i} "
+                f"samples, the shortest has {min(lengths)}")
+    p = 2 * i * (nu + ny)
+    L, n_columns = _lq(data, i)
+    if n_columns < p:
+        raise ShapeError(
+            f"not enough data for block horizon i={i}: {n_columns} complete Hankel columns (after dropping NaN), "
+            f"at least 2i(nu+ny) = {p} needed; use more or longer trajectories, or a smaller horizon/order")
+
+    def u_rows(times):
+        # U_f (times i..2i-1) come first, then U_p (times 0..i-1)
+        return [(t - i if t >= i else i + t) * nu + c for t in times for c in range(nu)]
+
+    def y_rows(times):
+        return [2 * i * nu + t * ny + c for t in times for c in range(ny)]
+
+    onto_i = u_rows(range(i)) + y_rows(range(i))
+    O_i = _oblique(L, y_rows(range(i, 2 * i)), u_rows(range(i, 2 * i)), onto_i, 2 * i * nu + i * ny)
+    W = O_i.copy()
+    W[:, :i * nu] = 0.0                      # Pi_{U_f^perp}: U_f spans the first i nu rows of Q
+    U_svd, s, _ = np.linalg.svd(W, full_matrices=False)
+    n_max = min((i - 1) * ny, len(s) - 1)
+    if order is None:
+        n = _select_order(s, n_max)
+        logger.info("n4sid: order %d selected from singular values %s", n, np.array2string(s[:n_max + 1], precision=3))
+    else:
+        n = int(order)
+        if n > n_max:
+            raise ShapeError(f"order {n} is too large for horizon i={i} and ny={ny}: at most {n_max}")
+    if s[n - 1] <= _SV_FLOOR * s[0]:
+        logger.warning("n4sid: singular value %d is numerically zero (%.3g); the data support a lower order",
+                       n, s[n - 1])
+    Gam = U_svd[:, :n] * np.sqrt(s[:n])
+    C = Gam[:ny].copy()
+    A = sla.lstsq(Gam[:-ny], Gam[ny:], check_finite=False)[0]
+    rho_ls = float(np.max(np.abs(np.linalg.eigvals(A))))
+    if stable and rho_ls >= 1.0:
+        A = _stable_shift(Gam, ny) if stable == "maciejowski" else _reflect_unstable(A)
+        logger.info("n4sid: least-squares A unstable (spectral radius %.4f); stable=%r gives %.4f",
+                    rho_ls, stable, np.max(np.abs(np.linalg.eigvals(A))))
+
+    # state sequences (Q basis) for the noise covariances (and the fallback B, D)
+    O_i1 = _oblique(L, y_rows(range(i + 1, 2 * i)), u_rows(range(i + 1, 2 * i)),
+                    u_rows(range(i + 1)) + y_rows(range(i + 1)), 2 * i * nu + (i + 1) * ny)
+    X_i = sla.pinv(Gam) @ O_i
+    X_i1 = sla.pinv(Gam[:-ny]) @ O_i1
+    U_i, Y_i = L[u_rows([i])], L[y_rows([i])]
+
+    rho = float(np.max(np.abs(np.linalg.eigvals(A))))
+    if rho < 1.0:
+        B, D, x0 = _fit_bd_x0(A, C, data, feedthrough)
+    else:
+        logger.warning("n4sid: identified A is not stable (spectral radius %.4f); B and D from the state "
+                       "sequences, x0 from the first %d samples", rho, 4 * i)
+        lhs = np.vstack([X_i1 - A @ X_i, Y_i - C @ X_i])
+        if not feedthrough:
+            lhs = lhs[:n]
+        BD = _lstsq_rows(lhs, U_i) if nu else np.zeros((lhs.shape[0], 0))
+        B = BD[:n]
+        D = BD[n:] if feedthrough else np.zeros((ny, nu))
+        x0 = _fit_x0(A, B, C, D, data, 4 * i)
+    res = np.vstack([X_i1 - A @ X_i - B @ U_i, Y_i - C @ X_i - D @ U_i])
+    cov = res @ res.T
+    cov = 0.5 * (cov + cov.T)
+    return N4SIDResult(A=A, B=B, C=C, D=D, Q=cov[:n, :n], R=cov[n:, n:], S=cov[:n, n:], x0=x0,
+                       singular_values=s, order=n, dt=data.dt, horizon=i, n_columns=n_columns)

@@ -1,0 +1,290 @@
+"""Particle EM: the particle filter and FFBSi E-step of :mod:`ceem_casadi.baselines.particle`
+with an SAEM M-step (the baseline of section 4.1.2 of the CE-EM paper).
+
+**M-step (SAEM, Delyon, Lavielle & Moulines 1999).** The SAEM objective after iteration k is
+``Q_k(theta) = sum_i gamma_i prod_{j>i} (1 - gamma_j) (1/Ns) sum_s log p(x^(i,s), y | theta)``.
+It is maximised with the CE-EM learning NLP (:class:`~ceem_casadi.learner.Learner`), built
+once on a fixed memory window of the last ``memory`` iterations' samples, each sampled
+trajectory weighted by its SAEM weight (weights renormalised to sum to one per data
+trajectory over the window; the truncation drops at most ``prod (1 - gamma_j)`` of the mass).
+Step sizes: ``gamma_k = 1`` for ``k <= saem_k0`` (plain Monte Carlo EM while far from the
+optimum), then ``gamma_k = (k - saem_k0)**-saem_alpha`` with ``0.5 < alpha <= 1`` (the SAEM
+conditions ``sum gamma = inf``, ``sum gamma^2 < inf``). The shift by ``k0`` avoids a jump from
+1 to ``k0**-alpha`` (e.g. 0.12 for k0 = 20) that would freeze the estimate right after the
+burn-in. Defaults ``k0 = 20``, ``alpha = 0.7``: on single Lorenz (sigma_w = 0.1, sigma_v = 0.5,
+4 trajectories) plain Monte Carlo EM still makes steady progress for ~20 iterations from a
+10 % initial error, while averaging from the start (k0 = 3) had barely moved after 20.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import OptionsError
+from ..io._data import Trajectories
+from ..learning._learner import Learner
+from ..learning._options import LearnerOptions
+from ..model._params import Theta
+from ..runtime._status import Status
+from ..runtime._threads import blas_threads
+from ._particle import ParticleFilter, ffbsi
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ParticleEMOptions:
+    """Particle EM settings (defaults from the paper: Np = 100, Ns = 10).
+
+    Parameters
+    ----------
+    n_particles : int
+        Filter particles Np.
+    n_smooth : int
+        FFBSi trajectories Ns per data trajectory.
+    max_iters : int
+        EM iterations.
+    ess_threshold : float
+        Resample when ESS < ess_threshold * Np.
+    saem_k0, saem_alpha : int, float
+        SAEM step sizes ``gamma_k = 1`` (k <= k0), ``(k - k0)**-alpha`` after.
+    memory : int
+        Iterations of samples kept in the M-step (window of the SAEM average).
+    x0_mean, x0_std : tuple of float, optional
+        (nx,) initial-state prior used when the model has no ``x1_mean``/``x1_std``.
+    proposal : str
+        ``"auto"`` (fully adapted when g is linear in x, else bootstrap) or ``"bootstrap"``.
+    learner : LearnerOptions
+        Options of the M-step NLP.
+    blas_threads : int, optional
+        BLAS threads during the run (1 by default, as for CE-EM; ``None`` leaves them): on the
+        shared 2-core machine one six-coupled-Lorenz epoch took 208 s with threaded BLAS and
+        14.5 s with one thread.
+
+    Raises
+    ------
+    ValueError
+        A value out of range.
+    """
+
+    n_particles: int = 100
+    n_smooth: int = 10
+    max_iters: int = 50
+    ess_threshold: float = 0.5
+    saem_k0: int = 20
+    saem_alpha: float = 0.7
+    memory: int = 5
+    x0_mean: tuple | None = None
+    x0_std: tuple | None = None
+    proposal: str = "auto"
+    learner: LearnerOptions = field(default_factory=LearnerOptions)
+    blas_threads: int | None = 1
+
+    def __post_init__(self):
+        checks = [
+            (self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1),
+             f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}"),
+            (self.n_particles >= 2, f"n_particles must be >= 2, got {self.n_particles}"),
+            (self.n_smooth >= 1, f"n_smooth must be >= 1, got {self.n_smooth}"),
+            (self.max_iters >= 1, f"max_iters must be >= 1, got {self.max_iters}"),
+            (0 < self.ess_threshold <= 1, f"ess_threshold must be in (0, 1], got {self.ess_threshold}"),
+            (self.saem_k0 >= 0, f"saem_k0 must be >= 0, got {self.saem_k0}"),
+            (0.5 < self.saem_alpha <= 1, f"saem_alpha must be in (0.5, 1], got {self.saem_alpha}"),
+            (self.memory >= 1, f"memory must be >= 1, got {self.memory}"),
+            (self.proposal in ("auto", "bootstrap"), f"proposal must be 'auto' or 'bootstrap', got {self.proposal!r}"),
+            ((self.x0_mean is None) == (self.x0_std is None), "give both x0_mean and x0_std, or neither"),
+            (isinstance(self.learner, LearnerOptions), "learner must be a LearnerOptions"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise OptionsError(msg)
+        if self.x0_std is not None and np.any(np.asarray(self.x0_std, float) <= 0):
+            raise OptionsError(f"x0_std must be positive, got {self.x0_std}")
+
+    def gamma(self, k: int) -> float:
+        """SAEM step size of iteration k (1-based)."""
+        return 1.0 if k <= self.saem_k0 else float(k - self.saem_k0) ** -self.saem_alpha
+
+
+@dataclass
+class ParticleEMRecord:
+    """One particle-EM iteration.
+
+    Attributes
+    ----------
+    iteration : int
+        1-based iteration number.
+    theta : dict
+        Parameters after the M-step.
+    wall_s : float
+        Wall time of the whole iteration (s).
+    loglik : float
+        Log-likelihood estimate at the theta used in the E-step.
+    gamma : float
+        SAEM step size of this iteration.
+    e_step_s, m_step_s : float
+        Wall time of the E-step and of the M-step (s).
+    learn_status : str
+        Status of the M-step's solver.
+    """
+
+    iteration: int
+    theta: Theta
+    wall_s: float
+    loglik: float
+    gamma: float
+    e_step_s: float
+    m_step_s: float
+    learn_status: str
+
+
+@dataclass
+class ParticleEMResult:
+    """Outcome of :func:`particle_em`.
+
+    Attributes
+    ----------
+    theta : dict
+        Final parameters (the last good theta after a solver failure).
+    history : list of ParticleEMRecord
+        One record per iteration.
+    status : Status
+        ``"max_iters"``, ``"stopped"`` (callback) or ``"solver_failed"``.
+    message : str
+        What happened.
+    build_s : float
+        One-off M-step NLP construction time (s).
+    """
+
+    theta: Theta
+    history: list[ParticleEMRecord]
+    status: str
+    message: str
+    build_s: float = 0.0
+
+    def __post_init__(self):
+        self.status = Status(self.status)
+
+    @property
+    def success(self) -> bool:
+        """True for ``"max_iters"`` and ``"stopped"``."""
+        return self.status in ("max_iters", "stopped")
+
+
+# ------------------------------------------------------------------------------------------
+# particle EM
+def _initial_prior(model, options: ParticleEMOptions):
+    nz = model.noise
+    if nz.x1_mean is not None:
+        return nz.x1_mean, nz.x1_std ** 2
+    if options.x0_mean is None:
+        raise ValueError("particle EM needs a prior on the first state: set x1_mean/x1_std on the model "
+                         "(model.with_noise(x1_mean=..., x1_std=...)) or pass ParticleEMOptions(x0_mean=..., "
+                         "x0_std=...)")
+    mean = np.broadcast_to(np.asarray(options.x0_mean, float), (model.nx,))
+    std = np.broadcast_to(np.asarray(options.x0_std, float), (model.nx,))
+    return mean.copy(), std ** 2
+
+
+def saem_weights(gammas: list[float], memory: int) -> np.ndarray:
+    """Weights (memory,) of the last ``memory`` iterations' samples, oldest first, summing to 1.
+
+    Iteration i of k gets ``gamma_i prod_{j>i} (1 - gamma_j)`` (slots before iteration 1 get 0),
+    renormalised over the window.
+    """
+    k = len(gammas)
+    w = np.zeros(memory)
+    for m in range(memory):
+        i = k - memory + m  # 0-based iteration index of slot m
+        if i < 0:
+            continue
+        w[m] = gammas[i] * np.prod([1.0 - g for g in gammas[i + 1:]])
+    return w / w.sum()
+
+
+def particle_em(model, data: Trajectories, theta0: Theta, *,
+                options: ParticleEMOptions = ParticleEMOptions(), seed: int | np.random.Generator = 0,
+                callback: Callable[[ParticleEMRecord], bool | None] | None = None) -> ParticleEMResult:
+    """Particle EM (particle filter + FFBSi E-step, SAEM M-step) from ``theta0``.
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
+    data : Trajectories
+        The trajectories.
+    theta0 : dict
+        Initial parameters.
+    options : ParticleEMOptions
+        Particles, SAEM steps, M-step options.
+    seed : int or numpy.random.Generator
+        All random draws.
+    callback : callable, optional
+        Called with each :class:`ParticleEMRecord`; returning True stops the loop.
+
+    Returns
+    -------
+    ParticleEMResult
+    """
+    with blas_threads(options.blas_threads):
+        return _particle_em(model, data, theta0, options, seed, callback)
+
+
+def _particle_em(model, data, theta0, options, seed, callback) -> ParticleEMResult:
+    data.check_model(model)
+    rng = np.random.default_rng(seed)
+    theta_vec = model.theta_vector(theta0)
+    m0, P0 = _initial_prior(model, options)
+    B, Ns, K = len(data), options.n_smooth, options.memory
+    t0 = time.perf_counter()
+    pf = ParticleFilter(model, options.n_particles, options.proposal)
+    # slot m, sample s, trajectory b  ->  flat position (m * Ns + s) * B + b
+    reps = K * Ns
+    data_rep = Trajectories([data.y[b] for _ in range(reps) for b in range(B)],
+                            None if data.u is None else [data.u[b] for _ in range(reps) for b in range(B)],
+                            data.dt)
+    learner = Learner(model, data_rep.lengths, options.learner)
+    build_s = time.perf_counter() - t0
+    slots: list[list[np.ndarray] | None] = [None] * K
+    gammas: list[float] = []
+    history: list[ParticleEMRecord] = []
+    status, message = "max_iters", f"stopped after {options.max_iters} iterations"
+    for k in range(1, options.max_iters + 1):
+        t_start = time.perf_counter()
+        loglik, samples = 0.0, [None] * (Ns * B)
+        for b in range(B):
+            res = pf.run(theta_vec, data.y[b], data.inputs(b), x0_mean=m0, x0_cov=P0, rng=rng,
+                         ess_threshold=options.ess_threshold)
+            loglik += res.loglik
+            xs = ffbsi(res, Ns, rng=rng)
+            for s in range(Ns):
+                samples[s * B + b] = xs[s]
+        t_e = time.perf_counter()
+        gammas.append(options.gamma(k))
+        slot_w = np.roll(saem_weights(gammas, K), k)  # window order (oldest first) -> ring slot order
+        slots[(k - 1) % K] = samples
+        xs_all, weights = [], []
+        for m in range(K):
+            xs_all.extend(slots[m] if slots[m] is not None else samples)
+            weights.extend([slot_w[m] / Ns if slots[m] is not None else 0.0] * (Ns * B))
+        lr = learner.solve(theta_vec, data_rep, xs_all, weights=np.array(weights))
+        t_end = time.perf_counter()
+        if not lr.success:
+            status = "solver_failed"
+            message = f"M-step solver failed at iteration {k} ({lr.status}); returning the last good theta"
+            log.warning(message)
+            break
+        theta_vec = lr.theta_vec
+        rec = ParticleEMRecord(k, model.params.from_vector(theta_vec), t_end - t_start, loglik, gammas[-1],
+                               t_e - t_start, t_end - t_e, lr.status)
+        history.append(rec)
+        log.info("particle EM %d: loglik %.3f gamma %.3f (%.2f s)", k, loglik, gammas[-1], rec.wall_s)
+        if callback is not None and callback(rec):
+            status, message = "stopped", f"stopped by the callback after iteration {k}"
+            break
+    return ParticleEMResult(model.params.from_vector(theta_vec), history, status, message, build_s)

@@ -1,0 +1,232 @@
+"""Bodies of the CLI subcommands that use a model: ``evaluate``, ``simulate``, ``smooth``, ``codegen``
+and ``plot``, and the initial-state rule shared by ``evaluate`` and ``plot`` (argument parsing:
+:mod:`ceem_casadi.cli`; validation helpers: :mod:`ceem_casadi.cli_inputs`; the commands that fit:
+:mod:`ceem_casadi.cli_fit`).
+
+Exit codes as in :mod:`ceem_casadi.cli`: 0 success, 2 bad input
+(:class:`~ceem_casadi.cli_inputs.UsageError`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CeemError
+from ..io._readers import columns, read_table
+from ._inputs import UsageError, at_least, data_from_args, int_list, model_from_args, names, states, theta_arg, writable
+
+ESTIMATE = "estimate"
+
+
+def default_x0_window(model, lengths) -> int:
+    """The window of :func:`~ceem_casadi.validation_report`: ``min(T_min - 1, max(10 nx, 2))``."""
+    return int(min(min(lengths) - 1, max(10 * model.nx, 2)))
+
+
+def initial_states_cli(model, theta_vec, data, x0_arg=None, window=None):
+    """Initial states (B, nx) for ``evaluate`` and ``plot``, a sentence saying where they come from,
+    and the window used (None unless estimated).
+
+    ``--x0 JSON`` is used as given; ``--x0 estimate``, ``--x0-window N``, or a model without
+    ``x1_mean`` estimate every trajectory's x0 from its first N samples
+    (:func:`~ceem_casadi.estimate_initial_state`, N default ``min(T_min - 1, 10 nx)``); else the
+    model's ``x1_mean``."""
+    from ..workflow._initial_state import estimate_initial_state
+
+    shortest = min(data.lengths)
+    if window is not None and not 1 <= window < shortest:
+        raise UsageError(f"--x0-window: expected an integer in [1, {shortest - 1}] (samples used to estimate x0, "
+                         f"fewer than the shortest trajectory's {shortest}), got {window}")
+    explicit = x0_arg is not None and x0_arg.strip() != ESTIMATE
+    if explicit and window is not None:
+        raise UsageError("--x0-window estimates the initial state, --x0 gives it: give one of them")
+    if explicit:
+        return states(x0_arg, "--x0", model.nx, len(data)), "x0 given with --x0", None
+    if x0_arg is None and window is None and model.noise.x1_mean is not None:
+        return np.tile(model.noise.x1_mean, (len(data), 1)), "x0 = the model's x1_mean", None
+    window = default_x0_window(model, data.lengths) if window is None else window
+    try:
+        x0 = estimate_initial_state(model, theta_vec, data, window=window)
+    except CeemError as exc:
+        raise UsageError(f"estimating x0 from the first {window} samples failed ({exc}); give --x0 or another "
+                         f"--x0-window") from None
+    rows = "; ".join(" ".join(f"{v:.6g}" for v in x) for x in x0[:5]) + (" ..." if len(x0) > 5 else "")
+    return x0, f"x0 estimated from the first {window} samples of each trajectory (--x0-window): {rows}", window
+
+
+def cmd_evaluate(args) -> int:
+    from ..workflow._metrics import validation_report
+
+    ks = int_list(args.k, "--k") if args.k else []
+    at_least(args.skip, 0, "--skip", " (leading samples left out)")
+    if args.json:
+        writable(args.json, "--json")
+    model, theta, saved = model_from_args(args)
+    data, _ = data_from_args(args, model)
+    theta_vec = model.theta_vector(theta)
+    x0, x0_note, window = initial_states_cli(model, theta_vec, data, args.x0, args.x0_window)
+    skip = args.skip if args.skip is not None else (window or 0)
+    if skip >= min(data.lengths):
+        raise UsageError(f"--skip: expected fewer than {min(data.lengths)} samples (the shortest trajectory), "
+                         f"got {skip}")
+    if ks and max(ks) >= min(data.lengths) - skip:
+        raise UsageError(f"--k: expected horizons below {min(data.lengths) - skip} (samples of the shortest "
+                         f"trajectory after --skip), got {max(ks)}")
+    print(x0_note + (f"; the metrics leave out the first {skip} samples (--skip)" if skip else ""))
+    unc = saved.uncertainty if saved is not None else None
+    try:
+        if args.uncertainty:  # the Laplace covariance at theta from the given data
+            from ..workflow._uncertainty import UncertaintyOptions, parameter_uncertainty
+
+            if not hasattr(model.params, "validate"):
+                raise UsageError("--uncertainty needs the model source (the file was loaded without it)")
+            unc = parameter_uncertainty(model, data, theta, options=UncertaintyOptions(hessian=args.uncertainty))
+        report = validation_report(model, theta_vec, data, x0=x0, k=ks, skip=skip, uncertainty=unc)
+    except CeemError as exc:
+        raise UsageError(str(exc)) from None
+    print(report.to_dataframe().to_string(float_format=lambda v: f"{v:.6g}"))
+    if unc is not None:
+        u = report.to_dict()["parameters"]
+        print(f"parameters (estimate ± standard error, {u['hessian']} Hessian):")
+        print("\n".join(f"  {n} = {e:.6g} ± {s:.3g}" for n, e, s in zip(u["names"], u["estimate"], u["std_error"])))
+        for w in u.get("warnings", []):
+            print(f"  warning: {w}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
+    return 0
+
+
+def cmd_simulate(args) -> int:
+    import pandas as pd
+
+    import ceem_casadi as cc
+
+    if args.horizon < 2:
+        raise UsageError(f"--horizon: expected an integer >= 2 (samples per trajectory), got {args.horizon}")
+    at_least(args.process_std, 0, "--process-std")
+    at_least(args.measurement_std, 0, "--measurement-std")
+    at_least(args.seed, 0, "--seed")
+    writable(args.out, "--out")
+    model, theta, _ = model_from_args(args)
+    theta = theta_arg(model, args.theta, "--theta", base=theta) or theta
+    x0 = states(args.x0, "--x0", model.nx)
+    if x0 is None:
+        if model.noise.x1_mean is None:
+            raise UsageError(f"give the initial state(s) as --x0 (JSON list of {model.nx} numbers, or lists)")
+        x0 = model.noise.x1_mean[None]
+    u = None
+    if model.nu:
+        if not args.input_file:
+            raise UsageError(f"the model has {model.nu} inputs: give --input-file with u columns")
+        df = read_table(Path(args.input_file))
+        try:
+            u = [df[columns(df, args.input_file, names(args.inputs), "u", model.nu, "inputs")].to_numpy(float)]
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{args.input_file}: non-numeric values in the input columns ({exc})") from None
+        if len(u[0]) < 2 or not np.all(np.isfinite(u[0])):
+            raise UsageError(f"{args.input_file}: expected at least 2 rows of finite inputs")
+        u = u * len(x0)
+    horizon = args.horizon if u is None else len(u[0])
+    data, xs = cc.simulate(model, theta, x0, horizon, u=u, process_std=args.process_std,
+                           measurement_std=args.measurement_std, seed=args.seed)
+    frames = []
+    for b, (y, x) in enumerate(zip(data.y, xs)):
+        cols = {"trajectory": b, "t": np.arange(len(y)) * (model.dt or 1.0)}
+        cols.update({f"y{j}": y[:, j] for j in range(model.ny)})
+        cols.update({f"u{j}": data.inputs(b)[:, j] for j in range(model.nu)})
+        cols.update({f"x{j}": x[:, j] for j in range(model.nx)})
+        frames.append(pd.DataFrame(cols))
+    pd.concat(frames).to_csv(args.out, index=False)
+    print(f"wrote {args.out}: {len(xs)} trajectories of {horizon} samples")
+    return 0
+
+
+def cmd_smooth(args) -> int:
+    import pandas as pd
+
+    from ..smoothing._initial_states import eks_states
+
+    writable(args.out, "--out")
+    model, theta, _ = model_from_args(args)
+    data, _ = data_from_args(args, model)
+    theta_vec = model.theta_vector(theta)
+    xs = eks_states(model, theta_vec, data)
+    if args.method == "ce":
+        from ..smoothing._smoother import Smoother
+
+        res = Smoother(model).solve(theta_vec, data, xs)
+        xs = [r.x for r in res]
+    frames = [pd.DataFrame({"trajectory": b, "t": np.arange(len(x)) * (model.dt or 1.0),
+                            **{f"x{j}": x[:, j] for j in range(model.nx)}}) for b, x in enumerate(xs)]
+    pd.concat(frames).to_csv(args.out, index=False)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_codegen(args) -> int:
+    from ..deploy._codegen import compile_example, generate_ekf
+
+    writable(args.out_dir, "--out-dir", directory=True)
+    model, theta, saved = model_from_args(args)
+    theta_vec = model.theta_vector(theta)
+    x0 = states(args.x0, "--x0", model.nx)[0] if args.x0 else (
+        saved.extra["x0"][0] if saved is not None and "x0" in saved.extra else None)
+    try:
+        gen = generate_ekf(model, theta_vec, args.out_dir, name=args.name, x0=x0,
+                           theta_as_argument=args.theta_as_argument)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"wrote {gen.source}, {gen.header}, {gen.example}")
+    if args.compile:
+        try:
+            print(f"compiled {compile_example(gen)}")
+        except RuntimeError as exc:
+            raise UsageError(str(exc)) from None
+    return 0
+
+
+def cmd_plot(args) -> int:
+    import ceem_casadi as cc
+
+    from .. import plots
+    from ..smoothing._initial_states import eks_states
+
+    out, ext = writable(args.out_dir, "--out-dir", directory=True), f".{args.format}"
+    model, theta, saved = model_from_args(args)
+    written = []
+    if saved is not None and saved.history:
+        written.append(plots.plot_history(saved.history, out / f"history{ext}", title=saved.source or ""))
+    if args.data:
+        data, _ = data_from_args(args, model)
+        b = args.trajectory
+        if not 0 <= b < len(data):
+            raise UsageError(f"--trajectory: expected 0..{len(data) - 1}, got {b}")
+        theta_vec = model.theta_vector(theta)
+        x = eks_states(model, theta_vec, data)[b]
+        u = data.inputs(b)
+        y_fit = np.asarray(model.g.map(len(x))(x.T, u.T, theta_vec)).T
+        written.append(plots.plot_states(x, data.y[b], out / f"states{ext}", y_fit=y_fit, dt=model.dt))
+        x0, x0_note, window = initial_states_cli(model, theta_vec, data[b:b + 1], args.x0, args.x0_window)
+        x0 = x0[0]
+        print(x0_note + (f"; the simulation is scored from sample {window} on" if window else ""))
+        y_sim = np.array(cc.simulate_output(model, theta_vec, u, x0), float)
+        y_sim[:window or 0] = np.nan  # as evaluate: the samples that fitted x0 are not scored
+        written.append(plots.plot_prediction(data.y[b], y_sim, out / f"simulation{ext}", dt=model.dt,
+                                             label="free-run simulation"))
+        if saved is not None:
+            pred = saved.predict(data.y[b], u, x0=x0).y_pred
+        else:
+            from ..filtering import EKF
+
+            n = model.noise
+            pred = EKF(model).run(theta_vec, data.y[b], u, x0=x0, Sigma0=n.process_std ** 2, Q=n.process_std ** 2,
+                                  R=n.measurement_std ** 2).y_pred
+        written.append(plots.plot_prediction(data.y[b], pred, out / f"prediction{ext}", dt=model.dt,
+                                             label="EKF one-step prediction"))
+    if not written:
+        raise UsageError("nothing to plot: give --model-file with a fit history and/or --data")
+    for p in written:
+        print(f"wrote {p}")
+    return 0

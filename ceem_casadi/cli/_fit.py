@@ -1,0 +1,237 @@
+"""Bodies of the CLI subcommands that fit a model and write a model file: ``fit``, ``refine`` and
+``calibrate-noise`` (argument parsing: :mod:`ceem_casadi.cli`; validation helpers:
+:mod:`ceem_casadi.cli_inputs`).
+
+Exit codes as in :mod:`ceem_casadi.cli`: 0 success, 1 the solver did not converge (the model file is
+still written), 2 bad input (:class:`~ceem_casadi.cli_inputs.UsageError`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CeemError
+from ._inputs import (
+    UsageError,
+    at_least,
+    build_options,
+    data_from_args,
+    json_object,
+    model_from_args,
+    model_ref,
+    names,
+    states,
+    theta_arg,
+    writable,
+)
+
+
+def positive_seconds(value, what: str):
+    """``value`` (seconds) unless it is not a finite number > 0; None passes."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{what}: expected a finite number of seconds > 0, got {value}")
+    return value
+
+
+def float_list(text: str, what: str) -> list[float]:
+    """Comma-separated distinct finite numbers > 0."""
+    try:
+        values = [float(s) for s in names(text) or []]
+    except ValueError:
+        raise UsageError(f"{what}: expected comma-separated numbers > 0 like 0.3,1,3, got {text!r}") from None
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise UsageError(f"{what}: expected comma-separated finite numbers > 0 like 0.3,1,3, got {text!r}")
+    if len(set(values)) != len(values):
+        raise UsageError(f"{what}: the levels must be distinct, got {text!r}")
+    return values
+
+
+def model_source(args, saved):
+    """(source, kwargs) to record in a derived model file: the factory given with ``--model``, or the
+    one named in ``--model-file`` only with ``--trust-source`` (saving a source imports it)."""
+    if saved is None:
+        return model_ref(args.model), json_object(args.model_kwargs, "--model-kwargs")
+    if getattr(args, "trust_source", False):
+        return saved.source, saved.kwargs
+    return None, None
+
+
+def _summary_line(text: str, quiet: bool) -> None:
+    if not quiet:
+        print(text, file=sys.stderr)
+
+
+# --- fit ---------------------------------------------------------------------------------------------
+def cmd_fit(args) -> int:
+    from ..deploy._modelfile import save_model
+    from ..em._checkpoint import ceem_checkpointed, read_checkpoint
+    from ..em._progress import Progress
+
+    if not args.model:
+        raise UsageError("give the model as --model package.module:factory or path/to/file.py:factory")
+    if args.resume and args.overwrite:
+        raise UsageError("--resume continues the checkpoint, --overwrite replaces it: give one of them")
+    out = writable(args.out, "--out")
+    ckpt_path = writable(args.checkpoint or out.with_name(out.name + ".ckpt.npz"), "--checkpoint")
+    if args.states:
+        writable(args.states, "--states")
+    if ckpt_path.exists() and not (args.resume or args.overwrite):
+        raise UsageError(f"checkpoint {ckpt_path} exists (an earlier fit): continue it with --resume, or start "
+                         f"again with --overwrite")
+    options = build_options(args.config, args)
+    model, theta_init, _ = model_from_args(args)
+    data, desc = data_from_args(args, model)
+    theta0 = theta_arg(model, args.theta0, "--theta0") or theta_init
+    kwargs = json_object(args.model_kwargs, "--model-kwargs")
+    source = model_ref(args.model)
+    if args.resume and not args.quiet:
+        print(f"resuming from {ckpt_path} after {read_checkpoint(ckpt_path).iterations} iterations"
+              if ckpt_path.exists() else f"no checkpoint {ckpt_path}; starting a new fit", file=sys.stderr)
+    progress = Progress(options.max_iters, quiet=args.quiet)
+    try:
+        fit = ceem_checkpointed(model, data, theta0, ckpt_path, options=options, resume_fit=args.resume,
+                                source={"source": source, "kwargs": kwargs}, callback=progress)
+    finally:
+        progress.close()
+    progress.close(fit.status, fit.message)
+    extra = {"x0": np.array([x[0] for x in fit.x])} if fit.x is not None else {}
+    save_model(out, model, fit.theta, source=source, kwargs=kwargs, options=options, data=desc,
+               history=fit.history, extra=extra, metadata={"status": fit.status, "message": fit.message})
+    if args.states and fit.x is not None:
+        np.savez(args.states, **{f"x_{b}": x for b, x in enumerate(fit.x)})
+    print(json.dumps({"status": fit.status, "iterations": len(fit.history), "model_file": str(out),
+                      "theta": {k: np.asarray(v).tolist() for k, v in fit.theta.items()}}))
+    return 0 if fit.status == "converged" else 1
+
+
+# --- refine ------------------------------------------------------------------------------------------
+def cmd_refine(args) -> int:
+    from ..deploy._modelfile import save_model
+    from ..workflow._output_error import OutputErrorOptions, refine_output_error
+
+    out = writable(args.out, "--out")
+    if args.shooting is not None and args.shooting < 1:
+        raise UsageError(f"--shooting: expected an integer >= 1 (samples per multiple-shooting segment), "
+                         f"got {args.shooting}")
+    positive_seconds(args.time_limit, "--time-limit")
+    if args.max_iter < 1:
+        raise UsageError(f"--max-iter: expected an integer >= 1 (IPOPT iterations), got {args.max_iter}")
+    model, theta, saved = model_from_args(args)
+    theta = theta_arg(model, args.theta0, "--theta0", base=theta) or theta
+    data, desc = data_from_args(args, model)
+    shortest = min(data.lengths)
+    if args.x0_window is not None and not 1 <= args.x0_window <= shortest:
+        raise UsageError(f"--x0-window: expected an integer in [1, {shortest}] (shortest trajectory), "
+                         f"got {args.x0_window}")
+    if args.x0 is not None and args.x0_window is not None:
+        raise UsageError("--x0-window estimates the starting initial states, --x0 gives them: give one of them")
+    x0 = states(args.x0, "--x0", model.nx, len(data)) if args.x0 is not None else None
+    options = OutputErrorOptions(max_iter=args.max_iter, hessian=args.hessian, use_prior=not args.no_prior,
+                                 time_limit=args.time_limit, x0_window=args.x0_window)
+    res = refine_output_error(model, theta, data, shooting=args.shooting, x0=x0, options=options)
+    source, kwargs = model_source(args, saved)
+    summary = {"status": str(res.status), "message": res.message, "iterations": res.iterations,
+               "cost_before": res.initial_cost, "cost_after": res.cost, "seconds": round(res.wall_s, 3),
+               "shooting": args.shooting, "constraint_violation": res.constraint_violation}
+    save_model(out, model, res.theta, source=source, kwargs=kwargs, options=options, data=desc,
+               extra={"x0": res.x0}, metadata={"status": str(res.status), "message": res.message,
+                                              "refine": summary, "started_from": str(args.model_file or args.model)})
+    how = "single shooting" if args.shooting is None else f"multiple shooting, {args.shooting}-sample segments"
+    _summary_line(f"output-error refinement ({how}): cost {res.initial_cost:.6g} -> {res.cost:.6g}, "
+                  f"{res.iterations} IPOPT iterations, {res.wall_s:.1f} s, status {res.status}", args.quiet)
+    summary.update(model_file=str(out), theta={k: np.asarray(v).tolist() for k, v in res.theta.items()},
+                   x0=res.x0.tolist())
+    print(json.dumps(summary))
+    return 0 if res.status == "converged" else 1
+
+
+# --- calibrate-noise ---------------------------------------------------------------------------------
+def _calibration_options(args):
+    from ..em._options import CEEMOptions
+    from ..workflow._noise_calibration import NoiseCalibrationOptions
+
+    cores = os.cpu_count() or 1
+    if args.n_jobs < 1 or args.n_jobs > 4 * cores:
+        raise UsageError(f"--n-jobs: expected an integer in [1, {4 * cores}] (this machine has {cores} cores), "
+                         f"got {args.n_jobs}")
+    if args.max_iters < 1:
+        raise UsageError(f"--max-iters: expected an integer >= 1 (CE-EM iterations per level), got {args.max_iters}")
+    positive_seconds(args.time_limit, "--time-limit")
+    if not 0 < args.holdout_fraction < 1:
+        raise UsageError(f"--holdout-fraction: expected a number in (0, 1), got {args.holdout_fraction}")
+    at_least(args.x0_window, 1, "--x0-window")
+    try:
+        ceem = CEEMOptions.from_mapping({"max_iters": args.max_iters, "acceleration": args.acceleration})
+        return NoiseCalibrationOptions(ceem=ceem, n_jobs=args.n_jobs, time_limit=args.time_limit,
+                                       holdout_fraction=args.holdout_fraction, x0_window=args.x0_window)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"invalid options: {exc}") from None
+
+
+def calibration_table(result):
+    """The calibration table as written by ``--table``: one row per level, ``process_std`` split into
+    ``process_std_0 ...`` columns, ``chosen`` marks the chosen level (no fit objects)."""
+    import pandas as pd
+
+    df = result.table.drop(columns=["fit", "process_std"]).copy()
+    stds = np.array([list(p) for p in result.table["process_std"]], float)
+    for j in range(stds.shape[1]):
+        df.insert(1 + j, f"process_std_{j}", stds[:, j])
+    df["chosen"] = np.isclose(df["level"].to_numpy(float), result.best.level)
+    return pd.DataFrame(df)
+
+
+def cmd_calibrate_noise(args) -> int:
+    from ..deploy._modelfile import save_model
+    from ..workflow._noise_calibration import calibrate_noise
+
+    out = writable(args.out, "--out")
+    for flag in ("table", "plot"):
+        if getattr(args, flag):
+            writable(getattr(args, flag), f"--{flag}")
+    grid = float_list(args.grid, "--grid") if args.grid is not None else None
+    options = _calibration_options(args)
+    model, theta, saved = model_from_args(args)
+    theta = theta_arg(model, args.theta0, "--theta0", base=theta) or theta
+    data, desc = data_from_args(args, model)
+    try:
+        res = calibrate_noise(model, data, theta, grid=grid, criterion=args.criterion, options=options)
+    except (ValueError, CeemError) as exc:
+        raise UsageError(str(exc)) from None
+    best, fit = res.best, res.best.fit
+    table = calibration_table(res)
+    if args.table:
+        table.to_csv(args.table, index=False)
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        ax = res.plot()
+        ax.figure.savefig(args.plot, dpi=120, bbox_inches="tight")
+        plt.close(ax.figure)
+    source, kwargs = model_source(args, saved)
+    extra = {"x0": np.array([x[0] for x in fit.x])} if fit.x is not None else {}
+    meta = {"status": str(fit.status), "message": fit.message,
+            "noise_calibration": {"criterion": args.criterion, "level": best.level, "criterion_value": best.criterion,
+                                  "process_std": best.process_std.tolist(), "seconds": round(res.seconds, 3),
+                                  "table": json.loads(table.to_json(orient="records"))},
+            "started_from": str(args.model_file or args.model)}
+    save_model(out, best.model, best.theta, source=source, kwargs=kwargs, options=options.ceem, data=desc,
+               history=fit.history, extra=extra, metadata=meta)
+    if not args.quiet:
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.6g}"), file=sys.stderr)
+    _summary_line(f"{args.criterion} criterion chose level {best.level:g} (process_std "
+                  f"{' '.join(f'{v:.4g}' for v in best.process_std)}) in {res.seconds:.1f} s; chosen fit: "
+                  f"{fit.status} after {len(fit.history)} iterations", args.quiet)
+    print(json.dumps({"status": str(fit.status), "criterion": args.criterion, "level": best.level,
+                      "process_std": best.process_std.tolist(), "model_file": str(out),
+                      "table": None if not args.table else str(Path(args.table)),
+                      "theta": {k: np.asarray(v).tolist() for k, v in best.theta.items()}}))
+    return 0 if fit.status == "converged" else 1

@@ -1,0 +1,210 @@
+"""Inputs of the command line interface, validated at the boundary.
+
+Every value that comes from a user (flags, JSON, TOML, data files) is checked here and a bad one
+raises :class:`UsageError`: one line saying what was expected, what was given and which flag
+fixes it; the CLI turns it into exit code 2. The readers of trajectory tables (CSV/Parquet/npz)
+live in :mod:`ceem_casadi.io.trajectories` (their :class:`~ceem_casadi.io.DataFileError` is a
+:class:`~ceem_casadi.errors.CeemError`, also exit code 2).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import tomllib
+
+from ..io._readers import read_trajectories
+
+log = logging.getLogger("ceem_casadi.cli")
+
+
+class UsageError(Exception):
+    """Bad command line input: reported in one line, exit code 2."""
+
+
+# --- scalars, lists, JSON ----------------------------------------------------------------------
+def json_arg(text: str | None, what: str):
+    """Parsed JSON text, or the contents of a ``.json`` file; None for None."""
+    if text is None:
+        return None
+    try:
+        if text.endswith(".json"):
+            return json.loads(Path(text).read_text())
+        return json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{what}: expected JSON text or a .json file, got {text!r} ({exc})") from None
+
+
+def json_object(text: str | None, what: str) -> dict:
+    """A JSON object (``{}`` for None)."""
+    value = json_arg(text, what)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UsageError(f"{what}: expected a JSON object like '{{\"name\": value}}', got {value!r}")
+    return value
+
+
+def names(text: str | None) -> list[str] | None:
+    return None if text is None else [s.strip() for s in text.split(",") if s.strip()]
+
+
+def int_list(text: str, what: str, minimum: int = 1) -> list[int]:
+    """Comma-separated integers >= ``minimum``."""
+    out = []
+    for s in names(text) or []:
+        try:
+            v = int(s)
+        except ValueError:
+            raise UsageError(f"{what}: expected comma-separated integers >= {minimum}, got {text!r}") from None
+        if v < minimum:
+            raise UsageError(f"{what}: expected integers >= {minimum}, got {v}")
+        out.append(v)
+    if not out:
+        raise UsageError(f"{what}: expected comma-separated integers >= {minimum}, got {text!r}")
+    return out
+
+
+def at_least(value, minimum, what: str, unit: str = ""):
+    """``value`` unless it is below ``minimum`` (or not finite)."""
+    if value is not None and not (math.isfinite(value) and value >= minimum):
+        raise UsageError(f"{what}: expected a number >= {minimum}{unit}, got {value}")
+    return value
+
+
+def states(text: str | None, what: str, nx: int, batch: int | None = None) -> np.ndarray | None:
+    """Initial state(s) from JSON: ``nx`` numbers or a list of such lists, as (B, nx) (B = ``batch``
+    copies of a single state when given)."""
+    value = json_arg(text, what)
+    if value is None:
+        return None
+    try:
+        x = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise UsageError(f"{what}: expected {nx} numbers or lists of {nx} numbers, got {text!r}") from None
+    if x.ndim == 1 and batch is not None:
+        x = np.tile(x, (batch, 1))
+    x = np.atleast_2d(x)
+    if x.ndim != 2 or x.shape[1] != nx or (batch is not None and len(x) != batch) or len(x) == 0:
+        want = f"{nx} numbers" + (f" or {batch} lists of them" if batch is not None else " or lists of them")
+        raise UsageError(f"{what}: expected {want}, got shape {np.shape(value)}")
+    if not np.all(np.isfinite(x)):
+        raise UsageError(f"{what}: the initial states must be finite, got {value}")
+    return x
+
+
+def theta_arg(model, text: str | None, what: str, base: dict | None = None) -> dict | None:
+    """Parameters from JSON (missing names: from ``base``, else the declared initial values)."""
+    from ..errors import CeemError
+
+    given = json_object(text, what) if text is not None else None
+    if given is None:
+        return None
+    try:
+        return model.params.validate({**(base or {}), **given}, partial=True)
+    except CeemError as exc:
+        raise UsageError(f"{what}: {exc}") from None
+
+
+def writable(path, what: str, directory: bool = False) -> Path:
+    """``path`` if a file (or, with ``directory``, a folder) can be written there, checked before any work."""
+    path = Path(path)
+    if path.exists() and path.is_dir() != directory:
+        raise UsageError(f"{what} {path}: is {'a file' if directory else 'a folder'}; give a "
+                         f"{'folder' if directory else 'file name'}")
+    parent = path if directory else path.parent
+    existing = parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{what} {path}: {existing} is not a folder")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".ceem-write-test-"):
+            pass
+        if path.exists() and not directory and not os.access(path, os.W_OK):
+            raise PermissionError(f"{path} is read-only")
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot write there ({exc}); choose another {what}") from None
+    return path
+
+
+def load_data(paths, model, *, outputs=None, inputs=None, trajectory_column=None):
+    """(Trajectories, description) of the ``--data`` files: :func:`~ceem_casadi.io.read_trajectories`."""
+    return read_trajectories(paths, model, outputs=outputs, inputs=inputs, trajectory_column=trajectory_column,
+                             describe=True)
+
+
+def data_from_args(args, model):
+    """(Trajectories, description) of ``--data`` with ``--outputs``, ``--inputs``, ``--trajectory-column``."""
+    return load_data(args.data, model, outputs=names(args.outputs), inputs=names(args.inputs),
+                     trajectory_column=args.trajectory_column)
+
+
+
+# --- model, options ----------------------------------------------------------------------------------
+def model_ref(ref: str) -> str:
+    """``--model`` with a file path made absolute (so that a model file names it from anywhere)."""
+    from ..model._source import is_file_ref
+
+    module, sep, attr = ref.rpartition(":")
+    if sep and is_file_ref(module):
+        return f"{Path(module).expanduser().resolve()}:{attr}"
+    return ref
+
+
+def model_from_args(args):
+    """(model, theta, SavedModel or None) from ``--model-file`` or ``--model`` / ``--model-kwargs``."""
+    from ..deploy._modelfile import build_model, load_model
+
+    if getattr(args, "model_file", None):
+        saved = load_model(args.model_file, trust_source=getattr(args, "trust_source", False))
+        return saved.model, saved.theta, saved
+    if not getattr(args, "model", None):
+        raise UsageError("give --model package.module:factory or path/to/file.py:factory (or --model-file)")
+    model = build_model(model_ref(args.model), json_object(args.model_kwargs, "--model-kwargs"))
+    return model, model.params.initial(), None
+
+
+FLAG_MAP = {"max_iters": ("ceem", "max_iters"), "tol": ("ceem", "tol"), "acceleration": ("ceem", "acceleration"),
+            "n_jobs": ("ceem", "n_jobs"), "rho_x": ("smoother", "rho_x"), "rho_theta": ("learner", "rho_theta"),
+            "smoother_max_iter": ("smoother", "max_iter"), "learner_max_iter": ("learner", "max_iter"),
+            "smoother_hessian": ("smoother", "hessian"), "learner_hessian": ("learner", "hessian"),
+            "time_limit": ("ceem", "time_limit")}
+
+
+def build_options(config: str | None, args):
+    """CEEMOptions from a TOML file (top-level CEEMOptions keys, tables [smoother] and [learner])
+    overridden by command line flags, through :meth:`CEEMOptions.from_mapping` (types checked)."""
+    from ..em._options import CEEMOptions
+
+    raw: dict = {}
+    if config:
+        try:
+            raw = tomllib.loads(Path(config).read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise UsageError(f"--config {config}: {exc}") from None
+        try:
+            CEEMOptions.from_mapping(raw)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"--config {config}: {exc}") from None
+    mapping = {k: (dict(v) if k in ("smoother", "learner") and isinstance(v, dict) else v) for k, v in raw.items()}
+    for flag, (sec, key) in FLAG_MAP.items():
+        if getattr(args, flag, None) is not None:
+            (mapping if sec == "ceem" else mapping.setdefault(sec, {}))[key] = getattr(args, flag)
+    if getattr(args, "no_prior", False):
+        mapping.setdefault("learner", {})["use_prior"] = False
+    try:
+        options = CEEMOptions.from_mapping(mapping)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"invalid options: {exc}") from None
+    cores = os.cpu_count() or 1
+    if options.n_jobs > 4 * cores:
+        raise UsageError(f"n_jobs = {options.n_jobs}: this machine has {cores} cores; more than {4 * cores} "
+                         f"processes only slow the fit down (give --n-jobs {cores})")
+    return options

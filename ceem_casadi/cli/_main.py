@@ -1,0 +1,215 @@
+"""Command line interface ``ceem-casadi``: fit, calibrate-noise, refine, evaluate, simulate, smooth, codegen, plot.
+
+Exit codes: 0 success; 1 the fit did not converge (results are still written); 2 bad input (a
+one-line message on stderr, no traceback); 130 interrupted (the last checkpoint is kept).
+See ``docs/usage_cli.md`` and ``ceem-casadi <command> --help``. This module builds the parser and maps errors
+to exit codes; the command bodies live in :mod:`ceem_casadi.cli_fit` (fit, refine, calibrate-noise)
+and :mod:`ceem_casadi.cli_commands` (evaluate, simulate, smooth, codegen, plot).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from ..errors import CeemError
+from ..runtime._schema import ACCELERATIONS
+from ._commands import cmd_codegen, cmd_evaluate, cmd_plot, cmd_simulate, cmd_smooth
+from ._fit import cmd_calibrate_noise, cmd_fit, cmd_refine
+from ._inputs import UsageError
+
+PROG = "ceem-casadi"
+
+
+class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # '--max-iter' must not silently mean '--max-iters'
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):  # one line instead of usage + message
+        exc = UsageError(f"{message} (see {self.prog} --help)")
+        exc.where = self.prog
+        raise exc
+
+
+# --- parser ---------------------------------------------------------------------------------------------
+def _add_model(p, *, file_only=False, file_allowed=True):
+    if file_allowed:
+        p.add_argument("--model-file", help="model file written by 'fit' (.npz)", required=file_only)
+        p.add_argument("--trust-source", action="store_true",
+                       help="rebuild the model by importing and calling the factory named in the model file: this "
+                            "RUNS CODE named by the file, only for files you made (default: the stored expression "
+                            "graphs, no code runs)")
+        p.add_argument("--saved-functions", action="store_true",
+                       help="deprecated, the default: use the model functions stored in the model file")
+    if not file_only:
+        p.add_argument("--model", help="model factory as path/to/file.py:factory or package.module:factory "
+                                       "(e.g. models/lorenz.py:single_lorenz)")
+        p.add_argument("--model-kwargs", help="JSON object (or .json file) of keyword arguments for the factory")
+
+
+def _add_data(p, required=True):
+    p.add_argument("--data", action="append", required=required, metavar="FILE",
+                   help="CSV/Parquet table or .npz (arrays y, u); repeat for several trajectories")
+    p.add_argument("--outputs", help="comma-separated output columns (default: columns named y*)")
+    p.add_argument("--inputs", help="comma-separated input columns (default: columns named u*)")
+    p.add_argument("--trajectory-column", help="column whose values split a table into trajectories "
+                                               "(default: the column 'trajectory' when present, as written by simulate)")
+
+
+def _add_x0(p):
+    p.add_argument("--x0", help="initial state(s) JSON, or 'estimate'; default x1_mean, else estimated from the first "
+                                "--x0-window samples of each trajectory")
+    p.add_argument("--x0-window", type=int, help="estimate x0 from this many leading samples (default min(T - 1, "
+                                                 "10 nx)); also for a model with x1_mean")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog=PROG, description="Identify, evaluate and deploy state-space models with CE-EM (CasADi).")
+    ap.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("fit", help="identify a model from data (CE-EM) and write a model file",
+                       description="Fit with CE-EM; writes the model file, a checkpoint per iteration, a JSON summary.")
+    _add_model(p, file_allowed=False)
+    _add_data(p)
+    p.add_argument("--theta0", help="initial parameters: JSON object (or .json file), missing names = factory's values")
+    p.add_argument("--config", help="TOML options: CEEMOptions keys at top level, tables [smoother], [learner]")
+    p.add_argument("--max-iters", type=int)
+    p.add_argument("--tol", type=float)
+    p.add_argument("--acceleration", choices=list(ACCELERATIONS))
+    p.add_argument("--n-jobs", type=int)
+    p.add_argument("--rho-x", type=float)
+    p.add_argument("--rho-theta", type=float)
+    p.add_argument("--smoother-max-iter", type=int)
+    p.add_argument("--learner-max-iter", type=int)
+    p.add_argument("--smoother-hessian")
+    p.add_argument("--learner-hessian")
+    p.add_argument("--no-prior", action="store_true", help="ignore the parameters' priors")
+    p.add_argument("--time-limit", type=float, help="wall-clock budget of the fit in seconds (status time_limit)")
+    p.add_argument("--out", default="model.npz", help="model file to write (default model.npz)")
+    p.add_argument("--checkpoint", help="checkpoint file (default <out>.ckpt.npz)")
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoint if it exists")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing checkpoint (start a new fit)")
+    p.add_argument("--states", help="also write the smoothed states (.npz, x_0, x_1, ...)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser("evaluate", help="validation report: RMSE/NRMSE/fit %% of free-run and k-step prediction")
+    _add_model(p)
+    _add_data(p)
+    p.add_argument("--k", default="1", help="comma-separated prediction horizons (samples), default 1")
+    p.add_argument("--skip", type=int, help="leading samples left out of the metrics (default: the --x0-window "
+                                           "samples when x0 is estimated, else 0)")
+    _add_x0(p)
+    p.add_argument("--json", help="write the report as JSON to this file")
+    p.add_argument("--uncertainty", choices=("exact", "gauss-newton"),
+                   help="compute parameter standard errors from this data (default: those stored in the model file)")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("simulate", help="simulate the model and write a CSV (t, y*, u*, x*)")
+    _add_model(p)
+    p.add_argument("--theta", help="parameters JSON (default: from the model file or the factory)")
+    p.add_argument("--x0", help="initial state(s): JSON list of nx numbers, or a list of such lists")
+    p.add_argument("--horizon", type=int, default=100, help="samples per trajectory (default 100)")
+    p.add_argument("--input-file", help="CSV/Parquet with input columns (models with inputs)")
+    p.add_argument("--inputs", help="comma-separated input columns (default u*)")
+    p.add_argument("--process-std", type=float, default=0.0)
+    p.add_argument("--measurement-std", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="CSV file to write")
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("smooth", help="smoothed state trajectories (CE smoother or EKF/RTS) as CSV")
+    _add_model(p)
+    _add_data(p)
+    p.add_argument("--method", choices=["ce", "eks"], default="ce")
+    p.add_argument("--out", required=True, help="CSV file to write (trajectory, t, x*)")
+    p.set_defaults(func=cmd_smooth)
+
+    p = sub.add_parser("codegen", help="C99 source of the EKF predictor (+ example program)")
+    _add_model(p)
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--name", default="ekf", help="C prefix and file name (default ekf)")
+    p.add_argument("--x0", help="initial state JSON (default: the fit's first initial state, else x1_mean/zeros)")
+    p.add_argument("--theta-as-argument", action="store_true", help="theta settable at run time")
+    p.add_argument("--compile", action="store_true", help="compile the example program with gcc -Werror")
+    p.set_defaults(func=cmd_codegen)
+
+    p = sub.add_parser("plot", help="figures: history, smoothed states with outputs, predicted vs measured")
+    _add_model(p)
+    _add_data(p, required=False)
+    p.add_argument("--trajectory", type=int, default=0, help="trajectory to plot (default 0)")
+    _add_x0(p)
+    p.add_argument("--format", choices=["png", "svg"], default="png")
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("refine", help="output-error (simulation-error) refinement of theta and x0; writes a model file",
+                       description="Fit the free parameters and every trajectory's initial state to the free-run "
+                                   "simulation error (cc.refine_output_error), e.g. after 'fit'.")
+    _add_model(p)
+    _add_data(p)
+    p.add_argument("--theta0", help="starting parameters JSON (default: the model file's or the factory's)")
+    p.add_argument("--shooting", type=int, help="multiple shooting with segments of this many samples "
+                                                "(default: single shooting)")
+    p.add_argument("--hessian", choices=("gauss-newton", "exact"), default="gauss-newton")
+    p.add_argument("--max-iter", type=int, default=500, help="IPOPT iterations (default 500)")
+    p.add_argument("--time-limit", type=float, help="wall-clock budget in seconds (status time_limit)")
+    p.add_argument("--x0", help="starting initial states JSON (default: estimated from --x0-window samples)")
+    p.add_argument("--x0-window", type=int, help="samples used to estimate the starting x0 (default min(T, 10 nx))")
+    p.add_argument("--no-prior", action="store_true", help="ignore the parameters' priors")
+    p.add_argument("--out", required=True, help="model file to write (.npz; theta and x0)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
+    p.set_defaults(func=cmd_refine)
+
+    p = sub.add_parser("calibrate-noise", help="CE-EM over a grid of process-noise levels, one chosen by a criterion",
+                       description="Fit CE-EM at every process-noise level of --grid (multipliers of the model's "
+                                   "process_std) and write the chosen fit (cc.calibrate_noise).")
+    _add_model(p)
+    _add_data(p)
+    p.add_argument("--theta0", help="starting parameters JSON (default: the model file's or the factory's)")
+    p.add_argument("--grid", help="comma-separated multipliers of the model's process_std (default 7 levels "
+                                  "0.032..32)")
+    p.add_argument("--criterion", choices=("innovation", "holdout"), default="innovation")
+    p.add_argument("--max-iters", type=int, default=50, help="CE-EM iterations per level (default 50)")
+    p.add_argument("--acceleration", choices=list(ACCELERATIONS), default="newton")
+    p.add_argument("--n-jobs", type=int, default=1, help="processes (default 1)")
+    p.add_argument("--time-limit", type=float, help="budget of the whole calibration in seconds")
+    p.add_argument("--holdout-fraction", type=float, default=0.25, help="tail held out by 'holdout' (default 0.25)")
+    p.add_argument("--x0-window", type=int, default=10, help="samples for each tail's x0 by 'holdout' (default 10)")
+    p.add_argument("--out", required=True, help="model file of the chosen level to write (.npz)")
+    p.add_argument("--table", help="write the table (one row per level) as CSV")
+    p.add_argument("--plot", help="write the criterion and J against the level (.png/.svg)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no table and summary on stderr")
+    p.set_defaults(func=cmd_calibrate_noise)
+    return ap
+
+
+def main(argv=None) -> int:
+    if os.getcwd() not in sys.path and "" not in sys.path:  # as 'python -m': models importable from cwd
+        sys.path.insert(0, os.getcwd())
+    parser = build_parser()
+    command = None
+    try:
+        args = parser.parse_args(argv)
+        command = args.command
+        logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
+                            format="%(levelname)s %(name)s: %(message)s")
+        return int(args.func(args))
+    except (UsageError, CeemError, OSError) as exc:
+        where = f"{PROG} {command}" if command else getattr(exc, "where", PROG)
+        msg = " ".join(str(exc).split()) or type(exc).__name__
+        if getattr(exc, "cause", None):  # a library error with API advice: give the CLI's instead
+            msg = f"{exc.cause}; try a --theta0 closer to the truth or a larger process_std in --model-kwargs"
+        print(f"{where}: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted (a fit keeps the checkpoint of its last complete iteration; continue "
+              f"with --resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""Save and load identified models: open formats, integrity-checked, never pickle, never code.
+
+A model file is a NumPy ``.npz`` archive (a zip of ``.npy`` arrays, read with
+``allow_pickle=False``) holding
+
+* ``__meta__``: UTF-8 JSON (as a uint8 array) with the format name and version, the library and
+  CasADi versions, the model source reference ``package.module:factory`` (or
+  ``path/to/file.py:factory``) and its keyword arguments, the parameter declarations (names,
+  shapes, initial values, bounds, free masks, priors), the noise settings, the fit options, a
+  description of the data, the iteration history and free-form user metadata;
+* ``theta``: the flat parameter vector; ``noise/<field>``: noise arrays; ``extra/<name>``:
+  user arrays (e.g. initial states);
+* ``sx/f/*``, ``sx/g/*`` (and ``sx/rhs/*``): the model functions as plain expression graphs
+  (:mod:`ceem_casadi.sxgraph`: instruction rows of elementary operations on x, u, p).
+
+The JSON holds ``sha256``, the SHA-256 over the canonical JSON (without that field) and every
+array's name, dtype, shape and bytes: a corrupted or edited file is refused with
+:class:`ModelFileError`. The digest protects against corruption and accidental edits, not
+against a forger who recomputes it.
+
+Trust model: by default :func:`load_model` runs no code from the file. It rebuilds the model
+from the stored expression graphs (a whitelist of arithmetic operations; calls to other
+Functions, CasADi's own deserialiser, ``External`` libraries and imports are never used), so
+a crafted file can at worst give a wrong model, not run a command. The factory named in the
+file is imported and called only with ``trust_source=True`` (CLI ``--trust-source``): only for
+files you made. Files of format 1 (before expression graphs were stored) need that opt-in.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import casadi as ca
+import numpy as np
+
+from ..errors import CeemError
+from ..io._archive import ModelFileError, read_archive, record_dict, to_jsonable, write_archive
+from ..model import _sxgraph as sxgraph
+from ..model._source import ModelSourceError, build_model, is_file_ref, load_factory  # noqa: F401 (re-exported)
+
+log = logging.getLogger(__name__)
+
+FORMAT = "ceem_casadi.model"
+FORMAT_VERSION = 2
+_NOISE_FIELDS = ("process_std", "measurement_std", "x1_mean", "x1_std")
+
+
+# --- model files ----------------------------------------------------------------------------
+@dataclass
+class SavedModel:
+    """An identified model loaded from a file.
+
+    Attributes
+    ----------
+    model : StateSpaceModel
+        Rebuilt from the stored expression graphs (or, with ``trust_source=True``, by its
+        factory); its noise settings are those saved.
+    theta : dict
+        Parameters, name -> array.
+    source : str or None
+        The model factory reference ``"package.module:factory"`` (text only unless loaded with
+        ``trust_source=True``).
+    kwargs : dict
+        The factory's keyword arguments.
+    meta : dict
+        The whole JSON metadata (options, data, history, versions, user metadata).
+    extra : dict of str to numpy.ndarray
+        User arrays saved with the model.
+    uncertainty : dict or None
+        Saved parameter uncertainty (JSON fields and the ``"covariance"`` array).
+    """
+
+    model: object
+    theta: dict
+    source: str | None
+    kwargs: dict
+    meta: dict
+    extra: dict = field(default_factory=dict)
+    uncertainty: dict | None = None  # saved parameter uncertainty (JSON fields + "covariance" array)
+
+    @property
+    def theta_vector(self) -> np.ndarray:
+        """(n_p,) flat parameter vector."""
+        return np.concatenate([np.ravel(self.theta[n]) for n in self.meta["theta_names"]]) \
+            if self.theta else np.zeros(0)
+
+    @property
+    def history(self) -> list:
+        """The fit's iteration records, as dicts of :class:`~ceem_casadi.IterationRecord` fields."""
+        return [record_dict(h) for h in self.meta.get("history", [])]
+
+    def predict(self, y, u=None, *, x0=None, Sigma0=None, Q=None, R=None, engine: str = "python"):
+        """EKF one-step predictions on one trajectory.
+
+        Parameters
+        ----------
+        y : numpy.ndarray
+            (T, ny) observations (NaN = missing).
+        u : numpy.ndarray, optional
+            (T, nu) inputs.
+        x0 : numpy.ndarray, optional
+            (nx,) prior mean; default ``extra['x0']`` if saved, else the noise ``x1_mean``, else zeros.
+        Sigma0, Q, R : float or numpy.ndarray, optional
+            Covariances; default ``x1_std**2`` (else ``process_std**2``), ``process_std**2``,
+            ``measurement_std**2``.
+        engine : str
+            ``"python"`` or ``"casadi"`` (see :class:`~ceem_casadi.filtering.EKF`).
+
+        Returns
+        -------
+        FilterResult
+        """
+        from ..filtering import EKF
+
+        m, noise = self.model, self.model.noise
+        if x0 is None:
+            x0 = self.extra.get("x0", noise.x1_mean if noise.x1_mean is not None else np.zeros(m.nx))
+            x0 = np.asarray(x0, float).reshape(-1, m.nx)[0]
+        if Sigma0 is None:
+            Sigma0 = (noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2
+        Q = noise.process_std ** 2 if Q is None else Q
+        R = noise.measurement_std ** 2 if R is None else R
+        return EKF(m).run(self.theta_vector, y, u, x0=x0, Sigma0=Sigma0, Q=Q, R=R, engine=engine)
+
+
+def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | None = None,
+               options=None, data: dict | None = None, history=None, extra: dict | None = None,
+               metadata: dict | None = None, uncertainty=None) -> Path:
+    """Write an identified model to ``path`` (``.npz``; written atomically).
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file.
+    model : StateSpaceModel
+        The model (its noise settings are saved).
+    theta : dict
+        Identified parameters, name -> array.
+    source : str, optional
+        ``"package.module:factory"`` that rebuilds ``model`` (used only by
+        ``load_model(..., trust_source=True)``); None stores only the expression graphs.
+    kwargs : dict, optional
+        The factory's keyword arguments (JSON types).
+    options : dataclass or dict, optional
+        Fit options (e.g. a :class:`~ceem_casadi.CEEMOptions`).
+    data : dict, optional
+        Description of the training data (JSON types: files, columns, lengths, dt, ...).
+    history : list of IterationRecord or dict, optional
+        The fit's iterations.
+    extra : dict of str to numpy.ndarray, optional
+        Numeric arrays to keep with the model (e.g. ``{"x0": (B, nx)}`` initial states).
+    metadata : dict, optional
+        Free-form JSON-able user metadata.
+    uncertainty : ParameterUncertainty, optional
+        Parameter uncertainty of the fit: its covariance is stored as the array
+        ``uncertainty/covariance``, the rest (names, estimates, standard errors, intervals,
+        identifiability) in the JSON field ``uncertainty``.
+
+    Returns
+    -------
+    pathlib.Path
+        The written file.
+
+    Raises
+    ------
+    ModelFileError
+        The model's functions cannot be stored as expression graphs.
+    """
+    from .._version import __version__
+
+    theta = model.params.validate(theta) if hasattr(model.params, "validate") else dict(theta)
+    names = list(model.params.names)
+    theta_vec = np.concatenate([np.ravel(np.asarray(theta[n], float)) for n in names]) if names else np.zeros(0)
+    meta = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "library_version": __version__,
+        "casadi_version": ca.__version__, "numpy_version": np.__version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": source, "kwargs": to_jsonable(kwargs or {}),
+        "model_name": getattr(model, "name", "model"), "nx": model.nx, "nu": model.nu, "ny": model.ny,
+        "dt": model.dt, "theta_names": names, "theta_shapes": [list(np.shape(theta[n])) for n in names],
+        "options": to_jsonable(options) if options is not None else None,
+        "data": to_jsonable(data or {}), "history": [record_dict(h) for h in (history or [])],
+        "metadata": to_jsonable(metadata or {}),
+    }
+    meta["params"] = _param_spec(model.params) if hasattr(model.params, "validate") else None
+    try:
+        arrays = {"theta": theta_vec, **sxgraph.to_arrays("sx/f", model.f), **sxgraph.to_arrays("sx/g", model.g)}
+        if getattr(model, "rhs", None) is not None:
+            arrays.update(sxgraph.to_arrays("sx/rhs", model.rhs))
+    except sxgraph.GraphError as exc:
+        raise ModelFileError(f"cannot save the model: {exc}") from None
+    for k in _NOISE_FIELDS:
+        v = getattr(model.noise, k)
+        if v is not None:
+            arrays[f"noise/{k}"] = np.asarray(v, float)
+    for k, v in (extra or {}).items():
+        arrays[f"extra/{k}"] = np.asarray(v)
+    if uncertainty is not None:
+        unc = uncertainty.to_dict()
+        arrays["uncertainty/covariance"] = np.asarray(unc.pop("covariance"), float)
+        unc.pop("correlation", None)
+        meta["uncertainty"] = to_jsonable(unc)
+    if source is not None:
+        build_model(source, kwargs)  # fail now, not in six months, if the reference is wrong
+    return write_archive(path, meta, arrays)
+
+
+def _same_function(a: ca.Function, b: ca.Function, nx: int, nu: int, n_p: int, theta_vec) -> bool:
+    rng = np.random.default_rng(0)
+    for scale in (0.5, 2.0):
+        args = (scale * rng.standard_normal(nx), scale * rng.standard_normal(nu),
+                theta_vec * (1 + 0.01 * rng.standard_normal(n_p)))
+        va, vb = np.asarray(a(*args)), np.asarray(b(*args))
+        if va.shape != vb.shape or not np.allclose(va, vb, rtol=1e-12, atol=1e-12, equal_nan=True):
+            return False
+    return True
+
+
+def _param_spec(params) -> list[dict]:
+    """JSON-able declarations of a :class:`~ceem_casadi.Parameters` (values, bounds, masks, priors)."""
+    keys = ("value", "lower", "upper", "free", "prior_mean", "prior_std")
+    return [{"name": p.name, "shape": list(p.shape), **{k: to_jsonable(p.array(k)) for k in keys}} for p in params]
+
+
+def _params_from_spec(spec, meta: dict, theta_vec: np.ndarray):
+    """Parameters of the stored declarations (or, without them, unbounded ones at the saved theta)."""
+    from ..model._params import Param, Parameters
+
+    if spec is None:
+        spec, off = [], 0
+        for name, shape in zip(meta["theta_names"], meta["theta_shapes"]):
+            n = int(np.prod(shape, dtype=int))
+            spec.append({"name": name, "shape": shape, "value": theta_vec[off:off + n].reshape(shape)})
+            off += n
+    params = Parameters(*[Param(d["name"], **{k: (np.asarray(v, float) if k != "free" else np.asarray(v, bool))
+                                              for k, v in d.items() if k not in ("name", "shape") and v is not None},
+                                shape=tuple(d["shape"])) for d in spec])
+    if params.names != list(meta["theta_names"]) or params.size != theta_vec.size:
+        raise ModelFileError(f"parameter declarations {params.names} do not match theta {meta['theta_names']}")
+    return params
+
+
+def _model_from_graphs(path, meta: dict, arrays: dict, noise, theta_vec):
+    """StateSpaceModel from the stored expression graphs: no import, no deserialiser, no code."""
+    from ..model._model import StateSpaceModel
+
+    try:
+        f = sxgraph.from_arrays(arrays, "sx/f", "f", "x_next")
+        g = sxgraph.from_arrays(arrays, "sx/g", "g", "y")
+        rhs = sxgraph.from_arrays(arrays, "sx/rhs", "rhs", "xdot")
+        if f is None or g is None:
+            raise sxgraph.GraphError("no stored expression graphs sx/f, sx/g")
+        params = _params_from_spec(meta.get("params"), meta, theta_vec)
+        model = StateSpaceModel.from_functions(f, g, params=params, dt=meta.get("dt"), rhs=rhs,
+                                               name=meta.get("model_name", "model"),
+                                               **{k: getattr(noise, k) for k in _NOISE_FIELDS})
+    except (CeemError, ValueError, TypeError, KeyError, IndexError, RuntimeError) as exc:
+        raise ModelFileError(f"{path}: the stored model functions are not a valid expression graph ({exc}); "
+                             f"refusing to load it") from None
+    if (model.nx, model.nu, model.ny) != (meta["nx"], meta["nu"], meta["ny"]):
+        raise ModelFileError(f"{path}: the stored functions have sizes {(model.nx, model.nu, model.ny)}, the "
+                             f"metadata {(meta['nx'], meta['nu'], meta['ny'])}; refusing to load it")
+    return model
+
+
+def load_model(path, *, trust_source: bool = False, check_source: bool = True, rebuild: bool | None = None
+               ) -> SavedModel:
+    """Read a model file written by :func:`save_model` (integrity-checked).
+
+    By default nothing in the file is executed: the model is rebuilt from the stored expression
+    graphs (:mod:`ceem_casadi.sxgraph`), with the stored parameter declarations and noise. The
+    result is a full :class:`~ceem_casadi.StateSpaceModel` (fit again, smooth, predict, codegen).
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file.
+    trust_source : bool
+        Import and call the factory named in the file (``source``, ``kwargs``) to rebuild the
+        model, as the model's author wrote it. This RUNS CODE named by the file: only for files
+        you made. Needed for files of format 1 (no stored expression graphs).
+    check_source : bool
+        With ``trust_source``, compare the factory's ``f``, ``g`` with the stored ones at random
+        points and raise :class:`ModelFileError` when the model source changed.
+    rebuild : bool, optional
+        Deprecated; ``False`` is the default behaviour, ``True`` was replaced by
+        ``trust_source=True``.
+
+    Returns
+    -------
+    SavedModel
+
+    Raises
+    ------
+    ModelFileError
+        A damaged or foreign file (digest mismatch, wrong format), or invalid stored graphs.
+    """
+    from ..model._model import Noise
+
+    if rebuild:
+        raise TypeError("load_model(rebuild=True) was replaced by load_model(trust_source=True), which imports and "
+                        "calls the factory named in the file (runs code: only for files you made)")
+    meta, arrays = read_archive(path, expected_format=FORMAT, max_version=FORMAT_VERSION)
+    theta_vec = arrays["theta"].astype(float)
+    noise = Noise(**{k: arrays.get(f"noise/{k}") for k in _NOISE_FIELDS})
+    source, kwargs = meta.get("source"), meta.get("kwargs") or {}
+    if meta["format_version"] < 2:
+        if not trust_source:
+            raise ModelFileError(f"{path}: written by an older ceem_casadi (format {meta['format_version']}) that "
+                                 f"stored its model functions in CasADi's own serialisation, which can load compiled "
+                                 f"code; refusing to load it. Load it with trust_source=True (CLI --trust-source) only "
+                                 f"if you made the file, and save it again")
+        try:
+            f = ca.Function.deserialize(arrays["casadi/f"].tobytes().decode())
+            g = ca.Function.deserialize(arrays["casadi/g"].tobytes().decode())
+        except Exception as exc:  # CasADi raises RuntimeError on bad input
+            raise ModelFileError(f"{path}: stored CasADi functions do not deserialise: {exc}") from None
+        stored = SimpleNamespace(f=f, g=g)
+    else:
+        stored = _model_from_graphs(path, meta, arrays, noise, theta_vec)
+    if trust_source and source:
+        model = build_model(source, kwargs)
+        if (model.nx, model.nu, model.ny) != (meta["nx"], meta["nu"], meta["ny"]) or \
+                list(model.params.names) != meta["theta_names"]:
+            raise ModelFileError(f"{path}: the model built by {source}({kwargs}) has sizes "
+                                 f"(nx, nu, ny) = {(model.nx, model.nu, model.ny)} and parameters "
+                                 f"{list(model.params.names)}, the file {(meta['nx'], meta['nu'], meta['ny'])} "
+                                 f"and {meta['theta_names']}: the model source changed")
+        if check_source and not (_same_function(model.f, stored.f, model.nx, model.nu, theta_vec.size, theta_vec)
+                                 and _same_function(model.g, stored.g, model.nx, model.nu, theta_vec.size, theta_vec)):
+            raise ModelFileError(f"{path}: the model built by {source} computes different values than the "
+                                 f"saved one (the source changed since the file was written); load without "
+                                 f"trust_source (CLI: drop --trust-source) to use the saved functions, or with "
+                                 f"check_source=False to use the changed source anyway")
+        model = model.with_noise(**{k: getattr(noise, k) for k in _NOISE_FIELDS})
+    elif meta["format_version"] < 2:
+        raise ModelFileError(f"{path}: a format-{meta['format_version']} file without a model source cannot be loaded")
+    else:
+        model = stored
+    theta, off = {}, 0
+    for name, shape in zip(meta["theta_names"], meta["theta_shapes"]):
+        n = int(np.prod(shape, dtype=int))
+        theta[name] = theta_vec[off:off + n].reshape(shape).copy()
+        off += n
+    extra = {k[len("extra/"):]: v for k, v in arrays.items() if k.startswith("extra/")}
+    unc = meta.get("uncertainty")
+    if unc is not None:
+        unc = dict(unc, covariance=arrays.get("uncertainty/covariance"))
+    return SavedModel(model, theta, source, kwargs, meta, extra, unc)

@@ -1,0 +1,117 @@
+"""The Dask engine of a distributed CE-EM fit (see :mod:`ceem_casadi.distributed`).
+
+Each shard is a Dask actor (:class:`~ceem_casadi._shard_tasks.ShardActor`) pinned to one worker:
+its data is sent there once per fit, its smoothing, J and learning calls run there, and its state
+trajectories stay there, numbered by version; the client holds only version numbers
+(:class:`~ceem_casadi.distributed.RemoteStates`).
+"""
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+
+from ..learning._remote import RemoteLearner
+from . import _tasks as tasks
+from ._executors import (
+    RemoteStates,
+    Smoothed,
+    _remaining,
+    _ShardedOutcomes,
+    assemble,
+    model_spec,
+    nbytes,
+    outcomes,
+    shard_index,
+)
+
+
+def _all(futures) -> list:
+    """Results of actor futures (all calls are issued before the first wait)."""
+    return [f.result() for f in futures]
+
+
+class DaskEngine(_ShardedOutcomes):
+    """Smoothing, J and the learner's map-reduce on a ``dask.distributed.Client``."""
+
+    def __init__(self, sharded, model, data, options):
+        t0 = time.perf_counter()
+        self.sharded, self.client = sharded, sharded.executor
+        workers = self.client.scheduler_info()["workers"]
+        if not workers:
+            raise RuntimeError("the Dask cluster has no workers: start some (or wait for them with "
+                               "client.wait_for_workers(n)) before the fit")
+        slots = [a for a in sorted(workers) for _ in range(int(workers[a].get("nthreads", 1)))]
+        self.index = shard_index(data.lengths, sharded.n_shards or len(slots))
+        self.where = [slots[k % len(slots)] for k in range(len(self.index))]
+        self.n_trajectories = len(data)
+        spec = model_spec(model, options)
+        spec_f = self.client.scatter(spec, broadcast=True, hash=False)
+        shards = [data[idx] for idx in self.index]
+        self.actors = [self.client.submit(tasks.ShardActor, spec_f, self.client.scatter([s], workers=[w], hash=False)[0],
+                                          workers=[w], allow_other_workers=False, actor=True).result()
+                       for s, w in zip(shards, self.where)]
+        kinds = _all([a.prepare() for a in self.actors])
+        self._version = itertools.count()
+        self._memo: tuple = (None, None)  # (the last list of states sent, its version)
+        self.learner = RemoteLearner(self, model, options.learner, kinds[0][0])
+        self._record("setup", t0, [k[1] for k in kinds], len(spec.blob) * len(workers) + nbytes(shards), 16)
+
+    def _record(self, kind, t0, shard_s, sent, received, **extra) -> None:
+        self.sharded.stats.append(dict(kind=kind, wall_s=time.perf_counter() - t0, shard_s=list(shard_s),
+                                       sent_bytes=int(sent), received_bytes=int(received), **extra))
+
+    def _version_of(self, xs) -> tuple[int, int]:
+        """(version of the states ``xs`` on the actors, bytes sent): a list is sent once."""
+        if isinstance(xs, RemoteStates) and xs.engine is self:
+            return xs.handle, 0
+        if self._memo[0] is xs:
+            return self._memo[1], 0
+        v = next(self._version)
+        parts = [[np.asarray(xs[b], float) for b in idx] for idx in self.index]
+        _all([a.put(v, p) for a, p in zip(self.actors, parts)])
+        self._memo = (xs, v)
+        return v, nbytes(parts)
+
+    def fetch(self, remote: RemoteStates) -> list:
+        """All states of ``remote`` on the client (list by trajectory)."""
+        t0 = time.perf_counter()
+        parts = _all([a.states(remote.handle) for a in self.actors])
+        self._record("fetch", t0, [], 0, nbytes(parts))
+        return assemble(self.index, parts)
+
+    # --- the steps -----------------------------------------------------------------------
+    def __call__(self, theta_vec, data, xs) -> Smoothed:
+        t0 = time.perf_counter()
+        theta_vec = np.asarray(theta_vec, float)
+        source, sent = self._version_of(xs)
+        target, remaining = next(self._version), _remaining()
+        summaries = _all([a.smooth(theta_vec, source, target, remaining) for a in self.actors])
+        out = outcomes(self.index, summaries)
+        out.xs = RemoteStates(self, target)
+        self._record("smooth", t0, [s.compute_s for s in summaries], sent + nbytes(theta_vec) * len(self.actors),
+                     nbytes(summaries))
+        return out
+
+    def log_density(self, theta_vec, data, xs) -> float:
+        t0 = time.perf_counter()
+        theta_vec = np.asarray(theta_vec, float)
+        version, sent = self._version_of(xs)
+        vals = _all([a.log_density(theta_vec, version) for a in self.actors])
+        self._record("J", t0, [v[1] for v in vals], sent + nbytes(theta_vec) * len(self.actors), 16 * len(vals))
+        return float(sum(v[0] for v in vals))
+
+    def learning_session(self, theta_vec, xs) -> list:
+        """Set up each shard's learner data terms at ``theta_vec`` and states ``xs``; the actors."""
+        version, self._session_sent = self._version_of(xs)
+        _all([a.learning_setup(np.asarray(theta_vec, float), version) for a in self.actors])
+        return self.actors
+
+    def reduce(self, session: list, z: np.ndarray, what: str) -> tuple[list, int]:
+        """Each shard's learning terms at ``z``: (list of per-shard tuples, bytes received)."""
+        res = _all([a.terms(z, what) for a in session])
+        return res, nbytes(res)
+
+    def close(self) -> None:
+        self._memo = (None, None)

@@ -1,0 +1,261 @@
+"""Tasks that run on the workers of a distributed CE-EM fit (see :mod:`ceem_casadi.distributed`).
+
+A *shard* is a group of trajectories handled by one task. Every function here is a plain module
+function of picklable arguments, so it runs on a Dask worker and in any
+``concurrent.futures`` process or thread pool alike.
+
+Solvers are cached per worker thread in a module-level dict keyed by the model's digest: the
+model travels as pickled bytes (:class:`ModelSpec`) and is unpickled and its smoother and
+learners built only on a cache miss, so a worker builds them once and reuses them across EM
+iterations (and across fits of the same model). CasADi objects are not safe to share between
+threads, hence one cache entry per thread; builds are serialised by a lock.
+"""
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, replace
+
+import casadi as ca
+import numpy as np
+
+from ..learning._learner import Learner
+from ..objective._exact_sum import SplitSum, split_sums
+from ..objective._log_density import joint_log_density
+from ..runtime._solve import deadline
+from ..smoothing._smoother import Smoother
+
+MAX_CACHED = 4  # models kept per worker thread (oldest dropped first)
+# per-stage rows (cost, gradient, Hessian triangle) up to which a shard sums its learning terms exactly
+# (:mod:`ceem_casadi._exact_sum`); beyond it only the cost (e.g. a 2,246-parameter MLP's gradient)
+EXACT_SUM_ROWS = 64
+
+_CACHE: OrderedDict = OrderedDict()  # (digest, thread id) -> _Solvers
+_BUILDS: Counter = Counter()  # digest -> solver sets built in this process
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model and its solver options as pickled bytes, with their SHA-256 ``digest`` (the cache key)."""
+
+    digest: str
+    blob: bytes
+
+
+class _Solvers:
+    """The smoother and the shard learners (data terms only: no prior, no trust region) of a model."""
+
+    def __init__(self, model, smoother_options, learner_options):
+        self.model = model
+        self.smoother = Smoother(model, smoother_options)
+        self.learner_options = replace(learner_options, use_prior=False)
+        self._learners: dict[tuple, Learner] = {}
+
+    def smoother_for(self, lengths) -> Smoother:
+        """The smoother with its solvers for every length in ``lengths`` built."""
+        with _LOCK:
+            for T in sorted(set(lengths)):
+                self.smoother.for_length(T)
+        return self.smoother
+
+    def learner(self, lengths) -> Learner:
+        key = tuple(lengths)
+        if key not in self._learners:
+            with _LOCK:
+                self._learners[key] = Learner(self.model, key, self.learner_options, self.smoother.stages)
+        return self._learners[key]
+
+
+def solvers(spec: ModelSpec) -> _Solvers:
+    """This thread's cached solvers of ``spec`` (built, and the model unpickled, on first use)."""
+    key = (spec.digest, threading.get_ident())
+    with _LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+        model, smoother_options, learner_options = pickle.loads(spec.blob)
+        entry = _Solvers(model, smoother_options, learner_options)
+        _BUILDS[spec.digest] += 1
+        _CACHE[key] = entry
+        while len(_CACHE) > MAX_CACHED:
+            _CACHE.popitem(last=False)
+        return entry
+
+
+def cache_info() -> dict:
+    """``{digest: number of solver sets built in this process}`` (tests, benchmarks)."""
+    return dict(_BUILDS)
+
+
+@dataclass
+class ShardSummary:
+    """What the client needs of one shard's smoothing: per trajectory status, finiteness,
+    iterations and solve time (s), and the task's compute time ``compute_s`` (s)."""
+
+    status: list
+    finite: list
+    iterations: list
+    wall_s: list
+    compute_s: float
+
+
+@dataclass
+class ShardState:
+    """A shard's smoothed states (list of (T_b, nx)); on Dask it stays on its worker."""
+
+    xs: list
+    summary: ShardSummary
+
+
+def prepare(spec: ModelSpec, shard) -> tuple[str, float]:
+    """Build (or find) the shard's smoother lengths and learner; ``(learner Hessian kind, seconds)``."""
+    t0 = time.perf_counter()
+    sol = solvers(spec)
+    sol.smoother_for(shard.lengths)
+    return sol.learner(shard.lengths).hessian, time.perf_counter() - t0
+
+
+def smooth(spec: ModelSpec, theta_vec, shard, xs, remaining: float | None) -> ShardState:
+    """Smooth every trajectory of ``shard`` warm-started at ``xs`` (a list or a :class:`ShardState`);
+    ``remaining`` is the fit's time budget left (s) or None."""
+    t0 = time.perf_counter()
+    xs = xs.xs if isinstance(xs, ShardState) else xs
+    smoother = solvers(spec).smoother_for(shard.lengths)
+    expires = None if remaining is None else time.perf_counter() + remaining
+    with deadline(expires):
+        res = smoother.solve(np.asarray(theta_vec, float), shard, xs)
+    summary = ShardSummary([r.status for r in res], [bool(np.all(np.isfinite(r.x))) for r in res],
+                           [r.iterations for r in res], [r.wall_s for r in res], time.perf_counter() - t0)
+    return ShardState([r.x for r in res], summary)
+
+
+def states(state) -> list:
+    """The states of a :class:`ShardState` (or of a plain list)."""
+    return state.xs if isinstance(state, ShardState) else state
+
+
+def log_density(spec: ModelSpec, theta_vec, shard, xs) -> float:
+    """The shard's part of J (all constants included), :func:`~ceem_casadi.objective.joint_log_density`."""
+    return joint_log_density(solvers(spec).smoother, np.asarray(theta_vec, float), shard, states(xs))
+
+
+@dataclass
+class LearningShard:
+    """A shard's learner NLP parameter ``P`` (a column DM) for the data terms at fixed states
+    (stays on its worker)."""
+
+    lengths: tuple
+    P: ca.DM
+
+
+def learning_setup(spec: ModelSpec, theta_vec, shard, xs) -> LearningShard:
+    """The shard's learner parameter vector at ``theta_vec`` (fixed entries) and its states."""
+    learner = solvers(spec).learner(shard.lengths)
+    # converted to a DM once: passed as numpy (all the shard's stage data: 2.3 M entries for
+    # Lorenz, B = 256, T = 500) it was converted in every call, 0.24 s each (measured)
+    return LearningShard(tuple(shard.lengths), ca.DM(learner.parameter_vector(theta_vec, shard, states(xs), 0.0)))
+
+
+def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
+    """The shard's data terms of the learning objective at the free parameters ``z`` (n_free,):
+    ``what = "f"``: (cost, seconds); ``"grad"``: (cost, gradient (n_free,), seconds);
+    ``"hess"``: (upper triangle of the Hessian, column-major (n_free (n_free + 1) / 2,), seconds),
+    exact or Gauss-Newton as the learner's ``hessian``; ``"all"``: (cost, gradient, Hessian
+    triangle or None for a limited-memory learner, seconds): one round trip per IPOPT iteration.
+
+    Costs, gradients and Hessians (except for ``"hess"``) come as :class:`~ceem_casadi._exact_sum.SplitSum`:
+    exact sums of the per-stage terms (so the client's total does not depend on the sharding)
+    while the per-stage rows number at most ``EXACT_SUM_ROWS``; beyond that the gradient and the
+    Hessian are CasADi's sums (not ``exact``) and only the cost is exact.
+    """
+    t0 = time.perf_counter()
+    return (*terms_of(solvers(spec).learner(ls.lengths), ls.P, z, what)[:-1], time.perf_counter() - t0)
+
+
+def terms_of(learner, P, z, what: str):
+    """:func:`learning_terms` of a :class:`~ceem_casadi.learner.Learner` with NLP parameter ``P``
+    (seconds last); also the pieces of a long record (:mod:`ceem_casadi.learner_pieces`)."""
+    t0 = time.perf_counter()
+    solver = learner.solver
+    z = np.asarray(z, float)
+    if what not in ("f", "grad", "hess", "all"):
+        raise ValueError(f"what must be 'f', 'grad', 'hess' or 'all', got {what!r}")
+    if what == "hess":
+        return (_hessian_triangle(solver, z, P), time.perf_counter() - t0)
+    n = z.size
+    want_g = what in ("grad", "all")
+    want_h = what == "all" and solver.has_function("nlp_hess_l")
+    exact_g = want_g and 1 + n <= EXACT_SUM_ROWS
+    exact_h = want_h and exact_g and learner.hessian == "exact" and 1 + n + n * (n + 1) // 2 <= EXACT_SUM_ROWS
+    if want_g and not exact_g:  # costs exact, the gradient summed by CasADi in the same pass
+        terms, grad = learner.stage_terms_function("summed")(z, P)
+        out = [split_sums(np.asarray(terms)), SplitSum.plain(np.asarray(grad, float).ravel())]
+    else:
+        sums = split_sums(np.asarray(learner.stage_terms_function("rows" if exact_g else "none", exact_h)(z, P)))
+        out = [sums.rows(0, 1)] + ([sums.rows(1, 1 + n)] if want_g else [])
+    if what == "all":
+        if exact_h:
+            out.append(sums.rows(1 + n))
+        else:
+            out.append(SplitSum.plain(_hessian_triangle(solver, z, P)) if want_h else None)
+    return (*out, time.perf_counter() - t0)
+
+
+def _hessian_triangle(solver, z, P) -> np.ndarray:
+    """Upper triangle, column-major, of the learner's Hessian (exact or Gauss-Newton) at ``z``."""
+    H = np.asarray(solver.get_function("nlp_hess_l")(z, P, 1.0, np.zeros(0)).full())
+    return np.triu(H).T[np.tril_indices(z.size)]  # structural zeros of the exact Hessian included
+
+
+class ShardActor:
+    """One shard on one Dask worker (a Dask actor): its data, its recent state trajectories by
+    version number, and its learner parameters during a learning step. Method calls go straight
+    from the client to the worker (~5 ms round trip here, against ~120 ms for a scheduled task
+    under load), which matters for the many small calls of the learner's IPOPT."""
+
+    KEEP = 6  # state versions kept (the EM loop holds at most a few iterates at once)
+
+    def __init__(self, spec: ModelSpec, shard):
+        self.spec, self.shard = spec, shard
+        self.versions: OrderedDict = OrderedDict()
+        self.learning: LearningShard | None = None
+
+    def prepare(self) -> tuple[str, float]:
+        return prepare(self.spec, self.shard)
+
+    def _store(self, version: int, xs: list) -> None:
+        self.versions[version] = xs
+        while len(self.versions) > self.KEEP:
+            self.versions.popitem(last=False)
+
+    def _get(self, version: int) -> list:
+        if version not in self.versions:
+            raise KeyError(f"state version {version} is no longer held by this shard (kept: "
+                           f"{list(self.versions)}); it was superseded by newer iterates")
+        return self.versions[version]
+
+    def put(self, version: int, xs: list) -> None:
+        self._store(version, xs)
+
+    def smooth(self, theta_vec, source: int, target: int, remaining: float | None) -> ShardSummary:
+        state = smooth(self.spec, theta_vec, self.shard, self._get(source), remaining)
+        self._store(target, state.xs)
+        return state.summary
+
+    def states(self, version: int) -> list:
+        return self._get(version)
+
+    def log_density(self, theta_vec, version: int) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        return log_density(self.spec, theta_vec, self.shard, self._get(version)), time.perf_counter() - t0
+
+    def learning_setup(self, theta_vec, version: int) -> float:
+        t0 = time.perf_counter()
+        self.learning = learning_setup(self.spec, theta_vec, self.shard, self._get(version))
+        return time.perf_counter() - t0
+
+    def terms(self, z, what: str):
+        return learning_terms(self.spec, self.learning, z, what)

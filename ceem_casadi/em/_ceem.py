@@ -1,0 +1,433 @@
+"""Certainty-equivalent EM (Algorithm 1 of Menda et al., ICML 2020).
+
+Block coordinate ascent on the joint log-density J(x_{1:T}, theta):
+
+    repeat
+        x     <- argmax_x  J(x, theta) - rho_x ||x - x_prev||^2                 (smoothing)
+        theta <- argmax_th J(x, th) - rho_theta ||th - theta_prev||^2 + log p(th) (learning)
+    until the increase of J + log p(theta) over one iteration is at most tol * max(1, |J|)
+
+Both solvers are built once and reused. A step whose solver fails (non-finite result or an
+IPOPT error status) is not taken: the loop stops with ``status = "solver_failed"`` and the
+last good iterate. A step that lowers the objective (possible when IPOPT stops early) is
+rejected the same way (recorded with ``accepted=False``), the loop stops with
+``status = "stalled"``, so the returned objective never decreases.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..distributed._executors import start_engine
+from ..em._options import CEEMOptions
+from ..errors import SolverError
+from ..io._data import Trajectories
+from ..learning._learner import Learner
+from ..learning._pieces import learner_for
+from ..model._params import Theta
+from ..objective._log_density import log_prior
+from ..objective._stages import SMOOTHER_STAGES
+from ..runtime._solve import DEADLINE, deadline
+from ..runtime._status import Status
+from ..runtime._threads import blas_threads
+from ..runtime._workers import die_with_parent
+from ..smoothing._initial_states import check_states, eks_states
+from ..smoothing._smoother import Smoother
+from ._joint_gauss_newton import JointGaussNewton, LinAlgError
+from ._joint_nlp import JointSolver
+from ._results import CEEMResult, IterationRecord
+
+log = logging.getLogger(__name__)
+
+
+# --- process pool for the smoothing step -------------------------------------------------
+_WORKER: dict = {}
+
+
+def _worker_init(model, smoother_options, parent_pid=None):
+    if parent_pid is not None:
+        die_with_parent(parent_pid)  # no orphaned workers when the fit is killed
+    _WORKER["smoother"] = Smoother(model, smoother_options)
+
+
+def _worker_smooth(args):
+    theta_vec, y, u, x0 = args
+    sm = _WORKER["smoother"]
+    return sm.for_length(y.shape[0]).solve(sm.model, theta_vec, y, u, x0)
+
+
+class _SmoothingStep:
+    """Sequential or process-parallel smoothing of all trajectories."""
+
+    def __init__(self, smoother: Smoother, n_jobs: int):
+        self.smoother, self.pool = smoother, None
+        if n_jobs > 1:
+            ctx = multiprocessing.get_context("fork")
+            self.pool = ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_worker_init,
+                                            initargs=(smoother.model, smoother.options, os.getpid()))
+
+    def __call__(self, theta_vec, data, xs):
+        if self.pool is None:
+            return self.smoother.solve(theta_vec, data, xs)
+        jobs = [(theta_vec, y, data.inputs(b), xs[b]) for b, y in enumerate(data.y)]
+        return list(self.pool.map(_worker_smooth, jobs))
+
+    # the interface shared with the distributed engines (ceem_casadi.distributed)
+    @staticmethod
+    def finite(r) -> bool:
+        return bool(np.all(np.isfinite(r.x)))
+
+    @staticmethod
+    def states(sm) -> list:
+        return [r.x for r in sm]
+
+    def log_density(self, theta_vec, data, xs) -> float:
+        return self.smoother.joint_log_density(theta_vec, data, xs)
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+@dataclass
+class _Iterate:
+    xs: list
+    theta_vec: np.ndarray
+    J: float
+    obj: float
+
+
+class _Failure(Exception):
+    pass
+
+
+class _TimeUp(Exception):
+    pass
+
+
+_INTERRUPTED = "User_Requested_Stop"  # IPOPT's status when the deadline callback stopped it
+
+
+class _EMRun:
+    """State of one CE-EM run: the solvers, the current iterate, the history."""
+
+    def __init__(self, model, data, options, smoother, learner, callback, engine=None):
+        self.model, self.data, self.options = model, data, options
+        self.smoother, self.learner, self.callback = smoother, learner, callback
+        # idle workers help nobody
+        self.step = engine if engine is not None else _SmoothingStep(smoother, min(options.n_jobs, len(data)))
+        self.history: list[IterationRecord] = []
+        self.stop_requested = False
+
+    def objective(self, J, theta_vec):
+        return J + (log_prior(self.model.params, theta_vec) if self.options.learner.use_prior else 0.0)
+
+    def evaluate(self, xs, theta_vec) -> _Iterate:
+        J = self.step.log_density(theta_vec, self.data, xs)
+        return _Iterate(xs, theta_vec, J, self.objective(J, theta_vec))
+
+    def em_step(self, it: _Iterate, kind: str, reference: _Iterate) -> tuple[_Iterate, IterationRecord]:
+        """One smoothing + learning step from ``it``; the record's increase is against ``reference``."""
+        k = len(self.history) + 1
+        sm = self.step(it.theta_vec, self.data, it.xs)
+        if any(r.status == _INTERRUPTED for r in sm):
+            raise _TimeUp(f"iteration {k}: time limit reached during the smoothing step (discarded)")
+        failed = [b for b, r in enumerate(sm) if not self.step.finite(r) or r.status not in _USABLE]
+        if failed:
+            raise _Failure(f"iteration {k}: smoothing failed on trajectories {failed} "
+                           f"({[sm[b].status for b in failed]}); returning the last good iterate")
+        new_xs = self.step.states(sm)
+        lr = self.learner.solve(it.theta_vec, self.data, new_xs)
+        if lr.status == _INTERRUPTED:
+            raise _TimeUp(f"iteration {k}: time limit reached during the learning step (discarded)")
+        if not np.all(np.isfinite(lr.theta_vec)) or lr.status not in _USABLE:
+            raise _Failure(f"iteration {k}: learning failed ({lr.status}); returning the last good iterate")
+        new = self.evaluate(new_xs, lr.theta_vec)
+        accepted = new.obj >= reference.obj - 1e-9 * max(1.0, abs(reference.obj))
+        rec = IterationRecord(k, new.J, new.obj, new.obj - reference.obj, sum(r.wall_s for r in sm), lr.wall_s,
+                              [r.status for r in sm], lr.status, self.model.params.from_vector(lr.theta_vec),
+                              accepted, kind)
+        self._record(rec, new_xs)
+        return new, rec
+
+    def _record(self, rec: IterationRecord, xs: list | None = None) -> None:
+        self.history.append(rec)
+        log.info("CE-EM iteration %d (%s): J=%.6g (increase %.3g), smooth %.3fs, learn %.3fs%s", rec.iteration,
+                 rec.kind, rec.J, rec.increase, rec.smooth_s, rec.learn_s, "" if rec.accepted else " [rejected]")
+        if self.callback is None:
+            return
+        rec.x = xs
+        try:
+            if self.callback(rec) is False:
+                self.stop_requested = True
+        finally:
+            rec.x = None
+
+    def newton_step(self, it: _Iterate, joint: JointGaussNewton, tries: int = 3):
+        """A joint Gauss-Newton (Levenberg-Marquardt) step on (x, theta) from ``it``, retried with
+        more damping up to ``tries`` times; ``(new iterate, record)`` when one increases the
+        objective, else None (nothing recorded)."""
+        t0 = time.perf_counter()
+        for _ in range(tries):
+            try:
+                cand = joint.step(it.theta_vec, self.data, it.xs)
+            except (LinAlgError, np.linalg.LinAlgError) as exc:
+                log.debug("joint Gauss-Newton step failed (%s); more damping", exc)
+                joint.adapt(False)
+                continue
+            if np.all(np.isfinite(cand.theta_vec)) and all(np.all(np.isfinite(x)) for x in cand.xs):
+                new = self.evaluate(cand.xs, cand.theta_vec)
+                if new.obj > it.obj:
+                    joint.adapt(True)
+                    rec = IterationRecord(len(self.history) + 1, new.J, new.obj, new.obj - it.obj, 0.0,
+                                          time.perf_counter() - t0, [], f"joint-gauss-newton (mu={cand.mu:.1e})",
+                                          self.model.params.from_vector(new.theta_vec), True, "newton")
+                    self._record(rec, new.xs)
+                    return new, rec
+            joint.adapt(False)
+        return None
+
+    def joint_solve(self, it: _Iterate, solver: JointSolver):
+        """The joint (x, theta) NLP solved from ``it``: ``(new iterate, record)`` when it increases the
+        objective (also when stopped by the time limit), else None (nothing recorded)."""
+        jr = solver.try_solve(it.theta_vec, it.xs)
+        new = None if jr is None else self.evaluate(jr.xs, jr.theta_vec)
+        if new is None or not new.obj > it.obj:
+            return None
+        rec = IterationRecord(len(self.history) + 1, new.J, new.obj, new.obj - it.obj, 0.0, jr.wall_s, [],
+                              f"joint-ipopt ({jr.status}, {jr.iterations} iterations)",
+                              self.model.params.from_vector(new.theta_vec), True, "joint")
+        self._record(rec, new.xs)
+        return new, rec
+
+    def extrapolate(self, it0: _Iterate, it1: _Iterate, it2: _Iterate) -> _Iterate | None:
+        """SQUAREM (Varadhan & Roland 2008, scheme S3) point from three successive iterates,
+        clipped to the parameter bounds; None when the iterates did not move."""
+        r = it1.theta_vec - it0.theta_vec
+        v = it2.theta_vec - it1.theta_vec - r
+        nv = np.linalg.norm(v)
+        if nv == 0 or np.linalg.norm(r) == 0:
+            return None
+        alpha = min(-1.0, -np.linalg.norm(r) / nv)
+        params = self.model.params
+        theta = np.clip(it0.theta_vec - 2 * alpha * r + alpha ** 2 * v, params.lower, params.upper)
+        xs = [x0 - 2 * alpha * (x1 - x0) + alpha ** 2 * (x2 - 2 * x1 + x0)
+              for x0, x1, x2 in zip(it0.xs, it1.xs, it2.xs)]
+        if not (np.all(np.isfinite(theta)) and all(np.all(np.isfinite(x)) for x in xs)):
+            return None
+        return _Iterate(xs, theta, np.nan, -np.inf)
+
+
+def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEEMOptions(),
+         x_init: list | None = None, callback: Callable[[IterationRecord], None] | None = None,
+         smoother: Smoother | None = None, learner: Learner | None = None) -> CEEMResult:
+    """Identify ``model`` from ``data`` with CE-EM, starting at ``theta0``.
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The gray-box model (structure and noise model).
+    data : Trajectories
+        B trajectories; their ny and nu must match the model.
+    theta0 : dict
+        Initial parameters, name -> array (every name; fixed entries stay as given).
+    options : CEEMOptions
+        Loop, smoother and learner options.
+    x_init : list of numpy.ndarray, optional
+        Initial state trajectories (T_b, nx); default: EKF + RTS smoother at ``theta0``.
+    callback : callable, optional
+        Called with each :class:`IterationRecord`; return ``False`` to stop early.
+    smoother, learner : Smoother, Learner, optional
+        Prebuilt solvers to reuse across calls (same model and data shape).
+
+    Returns
+    -------
+    CEEMResult
+        Status (with advice), parameters, smoothed states, the iteration history.
+
+    Raises
+    ------
+    SolverError
+        Only with ``options.raise_on_failure``: a solver failed (the error carries the result).
+
+    Notes
+    -----
+    With ``options.acceleration == "squarem"`` every two plain EM steps are followed by one
+    step from a SQUAREM extrapolation of theta (and of the states, as a warm start); that step
+    is kept only if it increases the objective beyond the plain steps, so the recorded
+    objective still never decreases.
+
+    With ``options.acceleration == "newton"`` the first iteration is a plain EM step; then each
+    iteration tries a joint Gauss-Newton (Levenberg-Marquardt) step on (x, theta)
+    (:mod:`ceem_casadi.joint_gauss_newton`), kept only when it increases the objective (record
+    kind ``"newton"``, its time in ``learn_s``), and falls back to a plain EM step otherwise.
+    Convergence is always judged on a plain EM step, so the result is a fixed point of
+    Algorithm 1; the trust regions rho_x, rho_theta apply to the EM steps only.
+
+    With ``"joint"``, after the first (plain EM) step IPOPT solves max_{x, theta} J + log p(theta)
+    in one NLP (:mod:`ceem_casadi.joint_nlp`; kind ``"joint"``, time in ``learn_s``), kept when it
+    increases the objective; a plain EM step follows to judge convergence. After
+    ``JOINT_MAX_FAILURES`` solves without increase, only EM steps are taken.
+    """
+    if not isinstance(options, CEEMOptions):
+        raise TypeError(f"options must be a CEEMOptions, got {type(options).__name__}")
+    t_start = time.perf_counter()
+    expires = None if options.time_limit is None else t_start + options.time_limit
+    with blas_threads(options.blas_threads), deadline(expires):
+        return _ceem(model, data, theta0, options, x_init, callback, smoother, learner)
+
+
+def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> CEEMResult:
+    data.check_model(model)
+    theta0 = model.params.validate(theta0)
+    theta_vec = model.params.to_vector(theta0)
+    first_x = np.zeros(model.nx) if x_init is None else np.asarray(x_init[0])[0]
+    model.check(theta0, first_x, data.inputs(0)[0])
+
+    t_build = time.perf_counter()
+    smoother = smoother or Smoother(model, options.smoother)
+    # every group of stage Functions this fit compiles (smoother, joint step; the learner's are among
+    # the joint step's or asked for next) in one background pool of compilers, before any is waited for
+    smoother.stages.prefetch(SMOOTHER_STAGES, *([JointGaussNewton.stage_names(smoother.stages)]
+                                                if options.acceleration == "newton" else []))
+    engine = None if options.executor is None else start_engine(options.executor, model, data, options, smoother)
+    # long records: the learner's data terms piece by piece (no T-sized graph; ceem_casadi.learner_pieces)
+    learner = learner or getattr(engine, "learner", None) or learner_for(model, data.lengths, options.learner,
+                                                                         smoother.stages)
+    joint = (JointGaussNewton(model, data.lengths, smoother.stages, use_prior=options.learner.use_prior)
+             if options.acceleration == "newton" else None)
+    if options.acceleration == "joint":
+        joint = JointSolver(model, data, smoother.stages, hessian=options.joint_hessian,
+                            use_prior=options.learner.use_prior, x_lower=options.smoother.x_lower,
+                            x_upper=options.smoother.x_upper)
+    for T in sorted(set(data.lengths)):
+        smoother.for_length(T)
+    build_s = time.perf_counter() - t_build
+    xs = eks_states(model, theta_vec, data) if x_init is None else check_states(model, data, x_init)
+
+    run = _EMRun(model, data, options, smoother, learner, callback, engine)
+    current = run.evaluate(xs, theta_vec)
+    result = CEEMResult(Status.MAX_ITERS, f"reached max_iters={options.max_iters} without meeting tol",
+                        model.params.from_vector(theta_vec), xs, current.J, history=run.history,
+                        build_s=build_s, init_J=current.J)
+    recent: list[_Iterate] = [current]  # plain EM iterates since the last extrapolation
+
+    def finish(status, message):
+        result.status, result.message = Status(status), message
+
+    def keep(it: _Iterate) -> None:  # the result always holds the last accepted iterate
+        result.theta = model.params.from_vector(it.theta_vec)
+        result.x, result.J = it.xs, it.J
+
+    def time_up() -> bool:
+        if DEADLINE.expired():
+            finish(Status.TIME_LIMIT, f"{_limit(options)} reached after {len(run.history)} "
+                                      "iterations; returning the last accepted iterate")
+            return True
+        return False
+
+    try:
+        try_newton = False  # the first iteration is always a plain EM step
+        joint_failures = 0
+        while len(run.history) < options.max_iters and not time_up():
+            stepped = None
+            if joint is not None and try_newton:
+                stepped = (run.newton_step if options.acceleration == "newton" else run.joint_solve)(current, joint)
+                joint_failures += stepped is None
+            if stepped is None:
+                new, rec = run.em_step(current, "em", current)
+                if not rec.accepted:
+                    finish(Status.STALLED, f"iteration {rec.iteration}: the step lowered the objective by "
+                                           f"{-rec.increase:.3g}; rejected, kept the previous iterate")
+                    break
+            else:
+                new, rec = stepped
+            improvement, current = new.obj - current.obj, new
+            keep(current)
+            small = improvement <= options.tol * max(1.0, abs(current.obj))
+            # convergence is judged on plain EM steps: after a small joint step, check with one
+            try_newton = joint is not None and not (stepped is not None and small)
+            if options.acceleration == "joint":  # after a joint solve, check it with an EM step
+                try_newton = stepped is None and joint_failures < JOINT_MAX_FAILURES
+            if stepped is not None and small:
+                small = False
+            recent.append(current)
+            if options.acceleration == "squarem" and len(recent) == 3 and len(run.history) < options.max_iters:
+                point = run.extrapolate(*recent)
+                recent = [current]
+                if point is not None:
+                    try:
+                        ext, rec = run.em_step(point, "extrapolated", current)
+                    except _Failure:
+                        ext, rec = None, None
+                    if rec is not None and rec.accepted and ext.obj > current.obj:
+                        improvement, current = ext.obj - current.obj, ext
+                        recent = [current]
+                    elif rec is not None:
+                        rec.accepted = False
+            keep(current)
+            if small:
+                finish("converged", f"objective increase {improvement:.3g} below tol after "
+                                    f"{len(run.history)} iterations")
+                break
+            if run.stop_requested:
+                finish("stopped", f"stopped by the callback after {len(run.history)} iterations")
+                break
+    except _Failure as exc:
+        finish("solver_failed", str(exc))
+    except _TimeUp as exc:
+        finish(Status.TIME_LIMIT, f"{_limit(options)} reached: {exc}; returning the "
+                                  f"last accepted iterate ({len(run.history)} iterations)")
+    finally:
+        result.x = list(result.x)  # distributed states are fetched from the workers here
+        run.step.close()
+    if result.status == "solver_failed" and options.raise_on_failure:
+        raise SolverError(result.message, result)
+    _check_learning_hessian(result, learner, model, data)
+    return result
+
+
+JOINT_MAX_FAILURES = 2  # joint solves without increase of the objective before EM steps only
+
+
+def _limit(options) -> str:
+    """'the time limit of 5 s', or 'the time limit' when the deadline came from an enclosing call."""
+    return "the time limit" if options.time_limit is None else f"the time limit of {options.time_limit:g} s"
+
+
+# above this many free parameters the final identifiability check (an eigen-decomposition) is skipped
+IDENTIFIABILITY_CHECK_MAX = 1000
+# relative eigenvalue below which a direction of the learning Hessian counts as singular
+IDENTIFIABILITY_TOL = 1e-10
+
+
+def _check_learning_hessian(result: CEEMResult, learner: Learner, model, data) -> None:
+    """Warn (``result.warnings`` and the log) when the learning step's Hessian at the final
+    iterate is singular in some direction (see :mod:`ceem_casadi.identifiability`)."""
+    from ..workflow._identifiability import describe, entry_names, weak_directions
+
+    free = model.params.free_index
+    hessian = getattr(learner, "hessian_matrix", None)  # custom learners (e.g. Adam) may have none
+    if hessian is None or result.x is None or not 0 < free.size <= IDENTIFIABILITY_CHECK_MAX:
+        return
+    H = hessian(model.params.to_vector(result.theta), data, result.x)
+    if H is None or not np.all(np.isfinite(H)):
+        return
+    dirs = weak_directions(H, entry_names(model.params, free), IDENTIFIABILITY_TOL)
+    if dirs:
+        msg = describe(dirs, "the learning step's Hessian")
+        result.warnings.append(msg)
+        log.warning(msg)
+
+
+# IPOPT statuses whose iterate is usable (a step stopped by the iteration limit is still
+# checked for improvement of the objective before it is accepted)
+_USABLE = {"Solve_Succeeded", "Solved_To_Acceptable_Level", "Search_Direction_Becomes_Too_Small",
+           "Maximum_Iterations_Exceeded", "Maximum_CpuTime_Exceeded", "Feasible_Point_Found"}

@@ -1,0 +1,271 @@
+"""Per-iteration checkpoints of a CE-EM fit, written atomically, and resuming from them.
+
+A checkpoint is an integrity-checked ``.npz`` (see :mod:`ceem_casadi.modelfile`) with the
+current theta, the iteration history, the smoothed states when available and a fingerprint of
+the model and data. :class:`CheckpointWriter` is a ``ceem`` callback that rewrites it after every
+iteration by writing a temporary file and renaming it over the old one, so a process killed at
+any moment (SIGINT or SIGKILL) leaves the previous complete checkpoint: at most the current
+iteration is lost. :func:`resume` restarts :func:`ceem_casadi.ceem` from the checkpointed theta
+(and states) and prepends the saved history; the fixed point is the same to solver tolerance.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..io._archive import ModelFileError, read_archive, record_dict, to_jsonable, write_archive
+from ..runtime._status import Status
+
+log = logging.getLogger(__name__)
+
+FORMAT = "ceem_casadi.checkpoint"
+FORMAT_VERSION = 1
+KILL_ENV = "CEEM_CASADI_TEST_KILL_AFTER"   # testing aid: SIGKILL self after this many iterations
+
+
+class CheckpointError(ModelFileError):
+    """A checkpoint is unreadable or belongs to another model / data set."""
+
+
+def fingerprint(model, data, source: dict | None = None) -> str:
+    """SHA-256 of the data (y, u, lengths), the model sizes and parameter names, and ``source``."""
+    h = hashlib.sha256()
+    h.update(json.dumps({"nx": model.nx, "nu": model.nu, "ny": model.ny, "params": list(model.params.names),
+                         "source": to_jsonable(source or {})}, sort_keys=True).encode())
+    for b, y in enumerate(data.y):
+        h.update(np.ascontiguousarray(y, float).tobytes())
+        h.update(np.ascontiguousarray(data.inputs(b), float).tobytes())
+    return h.hexdigest()
+
+
+@dataclass
+class Checkpoint:
+    """theta (dict), history (list of dicts), x (list of (T_b, nx) or None), meta (JSON dict)."""
+
+    theta: dict
+    history: list
+    x: list | None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def iterations(self) -> int:
+        return len(self.history)
+
+    @property
+    def status(self) -> str | None:
+        """Final status when the fit that wrote it finished, else None."""
+        return self.meta.get("status")
+
+
+def write_checkpoint(path, theta: dict, history: list, *, x=None, meta: dict | None = None) -> Path:
+    """Atomically (write, fsync, rename) write a checkpoint."""
+    names = list(theta)
+    arrays = {f"theta/{n}": np.asarray(theta[n], float) for n in names}
+    if x is not None:
+        for b, xb in enumerate(x):
+            arrays[f"x/{b}"] = np.asarray(xb, float)
+    body = {"format": FORMAT, "format_version": FORMAT_VERSION, "theta_names": names,
+            "n_x": 0 if x is None else len(x), "history": to_jsonable(history), **to_jsonable(meta or {})}
+    return write_archive(path, body, arrays)
+
+
+def read_checkpoint(path) -> Checkpoint:
+    """Read and verify a checkpoint (raises :class:`CheckpointError`)."""
+    try:
+        meta, arrays = read_archive(path, expected_format=FORMAT, max_version=FORMAT_VERSION)
+    except ModelFileError as exc:
+        raise CheckpointError(str(exc)) from None
+    theta = {n: arrays[f"theta/{n}"] for n in meta["theta_names"]}
+    x = [arrays[f"x/{b}"] for b in range(meta["n_x"])] if meta.get("n_x") else None
+    history = [record_dict(h) for h in meta.pop("history")]  # older files: "decrease" -> "increase"
+    return Checkpoint(theta, history, x, meta)
+
+
+class CheckpointWriter:
+    """``ceem`` callback writing a checkpoint after every iteration.
+
+    Parameters
+    ----------
+    path : checkpoint file.
+    theta0 : theta at the start (kept until an accepted iteration replaces it).
+    meta : JSON-able metadata stored in every checkpoint (e.g. the fingerprint).
+    history : records of earlier runs (dicts; a resumed fit) kept in front of the new ones.
+
+    The states are stored when the records carry them (an ``x`` attribute); otherwise a resumed
+    fit starts from the EKF/RTS states at the checkpointed theta.
+    """
+
+    def __init__(self, path, theta0: dict, *, meta: dict | None = None, history: list | None = None):
+        self.path, self.meta = Path(path), dict(meta or {})
+        self.history = list(history or [])
+        self.offset = len(self.history)
+        self.theta = {k: np.asarray(v, float) for k, v in theta0.items()}
+        self.x = None
+        kill = os.environ.get(KILL_ENV)
+        self.kill_after = int(kill) if kill else None
+
+    def __call__(self, rec) -> None:
+        self.history.append(record_dict(rec, self.offset))
+        if getattr(rec, "accepted", True):
+            self.theta = {k: np.asarray(v, float) for k, v in rec.theta.items()}
+            self.x = getattr(rec, "x", None)
+        write_checkpoint(self.path, self.theta, self.history, x=self.x, meta=self.meta)
+        log.debug("checkpoint %s: %d iterations", self.path, len(self.history))
+        if self.kill_after is not None and len(self.history) >= self.kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)  # testing aid: die like a killed process
+
+    def finish(self, status: str, message: str = "", theta: dict | None = None, x=None) -> Path:
+        """Write the final checkpoint with the fit's status (a later resume returns it as is)."""
+        if theta is not None:
+            self.theta = {k: np.asarray(v, float) for k, v in theta.items()}
+        return write_checkpoint(self.path, self.theta, self.history, x=x if x is not None else self.x,
+                                meta={**self.meta, "status": status, "message": message})
+
+
+def resume(path, model, data, *, fingerprint_value: str | None = None) -> Checkpoint:
+    """Checkpoint at ``path``, checked against the model/data ``fingerprint_value``.
+
+    Returns the :class:`Checkpoint`; restart with
+    ``ceem(model, data, ckpt.theta, x_init=ckpt.x, options=replace(options, max_iters=left))``
+    and a :class:`CheckpointWriter` given ``history=ckpt.history``.
+    """
+    ckpt = read_checkpoint(path)
+    if fingerprint_value is not None and ckpt.meta.get("fingerprint") != fingerprint_value:
+        raise CheckpointError(f"{path}: the checkpoint belongs to another model or data set (fingerprint "
+                              f"mismatch); delete it or fit without --resume")
+    if ckpt.x is not None and (len(ckpt.x) != len(data) or
+                               any(x.shape != (T, model.nx) for x, T in zip(ckpt.x, data.lengths))):
+        raise CheckpointError(f"{path}: stored states do not fit the data")
+    return ckpt
+
+
+@dataclass
+class CheckpointedFit:
+    """Outcome of :func:`ceem_checkpointed`.
+
+    Attributes
+    ----------
+    status : Status
+        As :attr:`CEEMResult.status <ceem_casadi.CEEMResult>`.
+    message : str
+        What happened.
+    theta : dict
+        Final parameters, name -> array.
+    x : list of numpy.ndarray or None
+        Smoothed states (T_b, nx) per trajectory.
+    history : list of dict
+        Every iteration of every run (earlier runs first), as dicts of :class:`IterationRecord` fields.
+    resumed_from : int
+        Iterations taken from the checkpoint (0 for a new fit).
+    """
+
+    status: str
+    message: str
+    theta: dict
+    x: list | None
+    history: list
+    resumed_from: int = 0
+
+    def __post_init__(self):
+        self.status = Status(self.status)
+
+
+def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_fit: bool = False,
+                      source: dict | None = None, callback=None) -> CheckpointedFit:
+    """:func:`ceem_casadi.ceem` with a checkpoint at ``path`` after every iteration.
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        As for :func:`ceem_casadi.ceem`.
+    data : Trajectories
+        As for :func:`ceem_casadi.ceem`.
+    theta0 : dict
+        Initial parameters (replaced by the checkpoint's when resuming).
+    path : str or pathlib.Path
+        Checkpoint file, written atomically after every iteration and with the final status.
+    options : CEEMOptions, optional
+        As for :func:`ceem_casadi.ceem`; ``max_iters`` counts the iterations of all runs together.
+    resume_fit : bool
+        Continue from ``path`` when it exists (and belongs to this model, data and ``source``):
+        theta and states from the checkpoint, the saved history in front. A finished checkpoint
+        (converged or solver failure) is returned as is.
+    source : dict, optional
+        JSON-able description of the model source, part of the fingerprint.
+    callback : callable, optional
+        Called with each new :class:`~ceem_casadi.IterationRecord`, its ``iteration`` counted
+        over all runs; return ``False`` to stop.
+
+    Returns
+    -------
+    CheckpointedFit
+
+    Raises
+    ------
+    CheckpointError
+        ``path`` belongs to another model, data set or source, or is damaged.
+    KeyboardInterrupt
+        On SIGINT; the checkpoint of the last complete iteration is kept.
+
+    Notes
+    -----
+    While it runs in the main thread, SIGINT (Ctrl-C) raises ``KeyboardInterrupt`` even when it
+    arrives inside IPOPT (which would otherwise report a solver failure), so a later
+    ``resume_fit=True`` continues from the last complete iteration.
+    """
+    import threading
+
+    from ..em._options import CEEMOptions
+    from ._ceem import ceem
+
+    options = CEEMOptions() if options is None else options
+    path = Path(path)
+    fp = fingerprint(model, data, source)
+    history, x_init, done = [], None, None
+    if resume_fit and path.exists():
+        ckpt = resume(path, model, data, fingerprint_value=fp)
+        history, theta0, x_init = ckpt.history, ckpt.theta, ckpt.x
+        done = ckpt.status if ckpt.status in ("converged", "solver_failed") else None  # max_iters: go on
+        log.info("resuming from %s after %d iterations", path, len(history))
+    writer = CheckpointWriter(path, theta0, meta={"fingerprint": fp}, history=history)
+    left = options.max_iters - len(history)
+    if done is not None or left <= 0:
+        status = done or "max_iters"
+        writer.finish(status, "taken from the finished checkpoint", theta=theta0, x=x_init)
+        return CheckpointedFit(status, "taken from the finished checkpoint", dict(theta0), x_init,
+                               writer.history, len(history))
+
+    offset = len(history)
+
+    def on_record(rec):
+        writer(rec)
+        if callback is not None:
+            return callback(dataclasses.replace(rec, iteration=rec.iteration + offset))
+        return None
+
+    interrupted = []
+
+    def on_sigint(signum, frame):  # IPOPT turns KeyboardInterrupt into a solver failure: remember it
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if main else None
+    try:
+        result = ceem(model, data, theta0, options=dataclasses.replace(options, max_iters=left),
+                      x_init=x_init, callback=on_record)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+    if interrupted:  # keep the last per-iteration checkpoint (no final status)
+        raise KeyboardInterrupt
+    writer.finish(result.status, result.message, theta=result.theta, x=result.x)
+    return CheckpointedFit(result.status, result.message, result.theta, result.x, writer.history, offset)

@@ -1,0 +1,225 @@
+"""Joint Gauss-Newton (Levenberg-Marquardt) steps on J(x_{1:T}, theta) over states AND parameters.
+
+CE-EM (Algorithm 1) is block coordinate ascent on J. When states and parameters are strongly
+coupled (nearly deterministic dynamics, many hidden states) it converges linearly and slowly.
+Near the optimum a joint Gauss-Newton step on the same objective converges quadratically; used
+as an *acceleration* of the EM iterations (``CEEMOptions(acceleration="newton")``), a step is
+kept only when it increases the objective, so the fixed point is the one CE-EM converges to.
+
+With r the stacked residuals (observation and dynamics stages of every trajectory, see
+:mod:`ceem_casadi.stages`), Jx and Jp their Jacobians in the states and in the free parameters,
+one step solves
+
+    [Hxx + mu Dx    Hxp        ] [dx]     [gx]
+    [Hxp^T          Hpp + mu Dp] [dp] = - [gp],   H = [Jx Jp]^T [Jx Jp],  g = [Jx Jp]^T r
+
+(plus the x_1 and theta priors), with Marquardt's scaling D = diag(H). Hxx is block diagonal over
+trajectories and block tridiagonal in time, so the Schur complement on p costs
+O(B T nx^2 (nx + np)) with LAPACK's banded Cholesky; nothing of size (B T nx)^2 is formed.
+Parameter bounds are honoured by projecting the step.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import LinAlgError, cholesky_banded
+from scipy.linalg.lapack import dtbtrs
+
+from ..objective._stages import stack_stages
+from ..runtime._linalg import BufferedCall, gram
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class JointStep:
+    """A candidate step: new flat parameter vector (np,), new states (list of (T_b, nx)),
+    the Gauss-Newton model's predicted decrease of -J and the damping used."""
+
+    theta_vec: np.ndarray
+    xs: list
+    predicted_decrease: float
+    mu: float
+
+
+def _banded_upper(D: np.ndarray, Off: np.ndarray) -> np.ndarray:
+    """LAPACK upper band storage (2n rows) of the symmetric block-tridiagonal matrix with
+    diagonal blocks ``D`` (T, n, n) and super-diagonal blocks ``Off`` (T-1, n, n)."""
+    T, n, _ = D.shape
+    u = 2 * n - 1
+    ab = np.zeros((u + 1, T * n))
+    i, j = np.triu_indices(n)
+    t = np.arange(T)[:, None]
+    ab[u + i - j, t * n + j] = D[:, i, j]
+    if T > 1:
+        i2, j2 = (a.ravel() for a in np.meshgrid(np.arange(n), np.arange(n), indexing="ij"))
+        t1 = np.arange(T - 1)[:, None]
+        ab[u + i2 - n - j2, (t1 + 1) * n + j2] = Off[:, i2, j2]
+    return ab
+
+
+# stages per evaluation of the residual Jacobians: their buffers, not the record, set the memory
+JOINT_CHUNK = 20_000
+
+
+class JointGaussNewton:
+    """Joint Levenberg-Marquardt steps for one model and one dataset shape (built once).
+
+    The residual Jacobians are evaluated in chunks of at most ``JOINT_CHUNK`` stages of one
+    trajectory and reduced at once to the blocks of the step (Hxx's diagonal and off-diagonal
+    blocks, Hxp, gx; Hpp and gp summed), which are written into one (T nx, 1 + n_free) array
+    ``[gx Hxp]`` that the banded triangular solves then overwrite: at T = 10^6 nothing of size
+    T x (rows x columns of the stage Jacobians) is held (6 states, 15 free parameters: 1.4 GB of
+    Jacobians and about as much in copies before).
+
+    Parameters
+    ----------
+    model : the :class:`~ceem_casadi.model.StateSpaceModel`.
+    lengths : trajectory lengths T_b.
+    stages : the model's :class:`~ceem_casadi.stages.StageFunctions` (shared with the smoother).
+    use_prior : include the parameters' Gaussian priors.
+    """
+
+    def __init__(self, model, lengths, stages, *, use_prior: bool = True):
+        self.model, self.lengths = model, tuple(int(T) for T in lengths)
+        self._obs_p = bool(stages.obs_uses_p)  # observation residuals depend on theta (else Jpo = 0)
+        names = self.stage_names(stages)
+        self._funs = dict(zip(names, stages.get(*names, columns=sum(self.lengths))))
+        self._maps: dict = {}
+        self.free = model.params.free_index
+        mean, w = model.params.prior
+        self._prior_mean, self._prior_w2 = mean[self.free], (w[self.free] ** 2 if use_prior else 0 * w[self.free])
+        self.mu = 1e-3
+
+    @staticmethod
+    def stage_names(stages) -> tuple[str, ...]:
+        """The stage Functions a joint step evaluates (for :meth:`StageFunctions.prefetch`)."""
+        return ("obs_res_jac_x", "dyn_res_jac_z", "dyn_p_jac") + (("obs_p_jac",) if stages.obs_uses_p else ())
+
+    def _mapped(self, name: str, n: int) -> BufferedCall:
+        """The stage Function ``name`` mapped over n columns (p and the noise weights shared)."""
+        if (name, n) not in self._maps:
+            f = self._funs[name]
+            per_column = 4 if name.startswith("obs") else 3
+            self._maps[name, n] = BufferedCall(f.map(n, [False] * per_column + [True] * 2, [False] * f.n_out()))
+        return self._maps[name, n]
+
+    def _jacobians(self, kind, n, args, rows):
+        """Residuals (n, rows), Jacobians in the states (n, rows, cols) and in the free
+        parameters (n, rows, n_free; None for observations that do not depend on theta) of n
+        stages (views of the evaluation buffers)."""
+        npar = self.model.params.size
+        r, Jx = self._mapped("obs_res_jac_x" if kind == "obs" else "dyn_res_jac_z", n)(*args)
+        # column-major (rows, n * cols) outputs: stage k, column j, row i at (k * cols + j) * rows + i
+        cols = self.model.nx * (1 if kind == "obs" else 2)
+        out = (r.reshape(n, rows), Jx.reshape(n, cols, rows).transpose(0, 2, 1))
+        if kind == "obs" and not self._obs_p:
+            return (*out, None)
+        (Jp,) = self._mapped(f"{kind}_p_jac", n)(*args)
+        return (*out, Jp.reshape(n, npar, rows)[:, self.free, :].transpose(0, 2, 1))
+
+    def _linearise(self, theta_vec, data, xs):
+        """Residuals and Jacobians of ALL stages stacked (obs: ro (No, ny), Jxo (No, ny, nx), Jpo
+        (No, ny, n_free) or None; dyn: rd, Jzd (Nd, nx, 2 nx), Jpd) as copies: for
+        :mod:`ceem_casadi.uncertainty`, not for long records."""
+        m = self.model
+        (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)
+        iv, iw = m.noise.inv_measurement_std, m.noise.inv_process_std
+        obs = [None if a is None else a.copy()
+               for a in self._jacobians("obs", Xo.shape[1], [Xo, Uo, Yo, Mo, theta_vec, iv], m.ny)]
+        dyn = [a.copy() for a in self._jacobians("dyn", X0.shape[1], [X0, X1, U0, theta_vec, iw], m.nx)]
+        return (*obs, *dyn)
+
+    def _trajectory_blocks(self, theta_vec, y, u, x, D, Off, R):
+        """Add trajectory (y, u, x)'s Gauss-Newton blocks into D (T, nx, nx), Off (T-1, nx, nx) and
+        R (T, nx, 1 + n_free) = [gx Hxp]; returns its (Hpp, gp) contribution."""
+        m, nx, ny = self.model, self.model.nx, self.model.ny
+        iv, iw = m.noise.inv_measurement_std, m.noise.inv_process_std
+        nf = self.free.size
+        Hpp, gp = np.zeros((nf, nf)), np.zeros(nf)
+        T = x.shape[0]
+        mask = np.isfinite(y)
+        for a in range(0, T, JOINT_CHUNK):
+            b = min(a + JOINT_CHUNK, T)
+            ro, Jo, Jpo = self._jacobians("obs", b - a, [x[a:b].T, u[a:b].T, np.where(mask[a:b], y[a:b], 0.0).T,
+                                                         mask[a:b].T.astype(float), theta_vec, iv], ny)
+            D[a:b] += np.einsum("tri,trj->tij", Jo, Jo)
+            R[a:b, :, 0] += np.einsum("tri,tr->ti", Jo, ro)
+            if self._obs_p:
+                R[a:b, :, 1:] += np.einsum("tri,trk->tik", Jo, Jpo)
+                Jp2 = Jpo.reshape((b - a) * ny, nf)
+                Hpp += gram(Jp2)
+                gp += Jp2.T @ ro.ravel()
+            bd = min(b, T - 1)  # dynamics stages a .. bd - 1, between x_s and x_{s+1}
+            if bd <= a:
+                continue
+            rd, Jz, Jpd = self._jacobians("dyn", bd - a, [x[a:bd].T, x[a + 1:bd + 1].T, u[a:bd].T, theta_vec, iw], nx)
+            A, Bn = Jz[:, :, :nx], Jz[:, :, nx:]
+            D[a:bd] += np.einsum("tri,trj->tij", A, A)
+            D[a + 1:bd + 1] += np.einsum("tri,trj->tij", Bn, Bn)
+            Off[a:bd] = np.einsum("tri,trj->tij", A, Bn)
+            R[a:bd, :, 0] += np.einsum("tri,tr->ti", A, rd)
+            R[a + 1:bd + 1, :, 0] += np.einsum("tri,tr->ti", Bn, rd)
+            R[a:bd, :, 1:] += np.einsum("tri,trk->tik", A, Jpd)
+            R[a + 1:bd + 1, :, 1:] += np.einsum("tri,trk->tik", Bn, Jpd)
+            Jp2 = Jpd.reshape((bd - a) * nx, nf)
+            Hpp += gram(Jp2)
+            gp += Jp2.T @ rd.ravel()
+        return Hpp, gp
+
+    def step(self, theta_vec, data, xs, mu: float | None = None) -> JointStep:
+        """One damped Gauss-Newton step from ``(theta_vec, xs)`` (no acceptance test)."""
+        mu = self.mu if mu is None else mu
+        m, nx = self.model, self.model.nx
+        noise = m.noise
+        theta_vec = np.asarray(theta_vec, float)
+        z = theta_vec[self.free]
+        nf = z.size
+        per_traj, Hpp, gp = [], np.zeros((nf, nf)), np.zeros(nf)
+        w1sq = None if noise.x1_std is None else noise.inv_x1_std ** 2
+        for b, x in enumerate(xs):
+            T = x.shape[0]
+            D, Off, R = np.zeros((T, nx, nx)), np.zeros((max(T - 1, 0), nx, nx)), np.zeros((T, nx, 1 + nf))
+            h, g = self._trajectory_blocks(theta_vec, data.y[b], data.inputs(b), x, D, Off, R)
+            Hpp, gp = Hpp + h, gp + g
+            if w1sq is not None:
+                D[0][np.diag_indices(nx)] += w1sq
+                R[0, :, 0] += w1sq * (x[0] - noise.x1_mean)
+            diag = np.einsum("tii->ti", D)
+            diag += mu * np.maximum(diag, 1e-12 * max(1.0, diag.max()))
+            ab = cholesky_banded(_banded_upper(D, Off), lower=False, overwrite_ab=True)
+            del D, Off
+            # W = U^-T [gx Hxp] in place (H = U^T U): Hxp^T H^-1 Hxp = W1^T W1, Hxp^T H^-1 gx = W1^T w0
+            W, info = dtbtrs(ab, R.reshape(T * nx, 1 + nf), uplo="U", trans="T", overwrite_b=1)
+            if info != 0:
+                raise LinAlgError(f"banded triangular solve failed (info {info})")
+            per_traj.append((ab, W))
+        Hpp[np.diag_indices(nf)] += self._prior_w2
+        gp += self._prior_w2 * (z - self._prior_mean)
+        Dp = np.maximum(np.diag(Hpp).copy(), 1e-12 * max(1.0, np.abs(np.diag(Hpp)).max(initial=0.0)))
+        S, rhs = Hpp + np.diag(mu * Dp), gp.copy()
+        for _, W in per_traj:
+            S -= W[:, 1:].T @ W[:, 1:]
+            rhs -= W[:, 1:].T @ W[:, 0]
+        S = 0.5 * (S + S.T)
+        dz = -np.linalg.solve(S, rhs) if nf else np.zeros(0)
+        params = m.params
+        new_theta = theta_vec.copy()
+        new_theta[self.free] = np.clip(z + dz, params.lower[self.free], params.upper[self.free])
+        dz = new_theta[self.free] - z
+        new_xs = []
+        for x, (ab, W) in zip(xs, per_traj):  # dx = -H^-1 (gx + Hxp dz) = -U^-1 (w0 + W1 dz)
+            v, info = dtbtrs(ab, (W[:, 0] + W[:, 1:] @ dz)[:, None], uplo="U", trans="N", overwrite_b=1)
+            if info != 0:
+                raise LinAlgError(f"banded triangular solve failed (info {info})")
+            new_xs.append(x - v[:, 0].reshape(x.shape))
+        return JointStep(new_theta, new_xs, float(-(rhs @ dz) * 0.5), mu)
+
+    def adapt(self, accepted: bool) -> None:
+        """Levenberg-Marquardt damping update after a step was accepted or rejected."""
+        self.mu = max(self.mu / 3.0, 1e-8) if accepted else min(self.mu * 10.0, 1e8)
+
+
+__all__ = ["JointGaussNewton", "JointStep", "LinAlgError"]

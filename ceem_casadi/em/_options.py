@@ -1,0 +1,132 @@
+"""Options of the EM loop (Algorithm 1 of the paper)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..distributed._executors import check_executor
+from ..errors import OptionsError
+from ..learning._options import LearnerOptions
+from ..runtime._schema import ACCELERATIONS, HESSIANS, check_time_limit, require, typed_fields
+from ..smoothing._options import SmootherOptions
+
+
+@dataclass(frozen=True)
+class CEEMOptions:
+    """The EM loop (Algorithm 1 of the paper).
+
+    Parameters
+    ----------
+    max_iters : int
+        Maximum number of EM iterations (smoothing + learning), >= 1.
+    tol : float
+        Stop when the increase of J over one iteration is at most ``tol * max(1, |J|)``.
+    smoother : SmootherOptions
+        Options of the smoothing step.
+    learner : LearnerOptions
+        Options of the learning step.
+    n_jobs : int
+        Processes for the smoothing step (trajectories are independent problems).
+    raise_on_failure : bool
+        Raise :class:`~ceem_casadi.errors.SolverError` instead of returning a result with
+        ``status = "solver_failed"``.
+    acceleration : str
+        ``"none"`` (Algorithm 1 as in the paper) or ``"squarem"``: after every two EM steps, one
+        step from a SQUAREM extrapolation, kept only if it improves the objective. Plain EM
+        converges linearly and slowly when states and parameters are strongly coupled (many
+        hidden, nearly deterministic states); SQUAREM needs far fewer iterations there.
+        ``"newton"``: after the first EM step, joint Gauss-Newton (Levenberg-Marquardt) steps on
+        (x, theta) over the same objective, each kept only if it improves it, with plain EM steps
+        whenever one fails; converges quadratically near the optimum (see :func:`ceem`).
+        ``"joint"``: after the first EM step, IPOPT solves the joint problem max_{x, theta} J in
+        one NLP (all states, free parameters; arrowhead Hessian, :mod:`ceem_casadi.joint_nlp`),
+        then a plain EM step checks the result (convergence is judged on it as always).
+    joint_hessian : str
+        Hessian of the ``"joint"`` NLP: ``"auto"`` (default; Gauss-Newton, then exact once
+        Gauss-Newton's progress per iteration is small), ``"exact"`` or ``"gauss-newton"``.
+    blas_threads : int, optional
+        Threads of numpy's/scipy's BLAS during the fit (1 by default: multi-threaded BLAS
+        degrades badly on shared cores, see :mod:`ceem_casadi._threads`); ``None`` leaves the
+        library's setting alone.
+    time_limit : float, optional
+        Wall-clock budget in seconds for the whole :func:`~ceem_casadi.ceem` call (solver
+        construction and initial states included), or ``None`` (default: no limit). The budget is
+        checked before every step and passed to every IPOPT solve, which stops at its next
+        iteration once it is spent (overrun: about one IPOPT iteration plus one evaluation of J);
+        the interrupted step is discarded and the fit returns ``status = "time_limit"`` with the
+        last accepted iterate (theta, states, history).
+    executor : ``None`` (default: ``n_jobs`` decides), a ``dask.distributed.Client`` (smoothing and
+        learning distributed, states kept on the workers), a ``concurrent.futures.Executor``
+        (smoothing distributed) or a :class:`~ceem_casadi.distributed.Sharded` wrapping either
+        (see :mod:`ceem_casadi.distributed` and docs/scaling.md). Not together with ``n_jobs > 1``.
+
+    Raises
+    ------
+    OptionsError
+        A value out of range or of the wrong type (also a ``ValueError``).
+    """
+
+    max_iters: int = 50
+    tol: float = 1e-9
+    smoother: SmootherOptions = field(default_factory=SmootherOptions)
+    learner: LearnerOptions = field(default_factory=LearnerOptions)
+    n_jobs: int = 1
+    raise_on_failure: bool = False
+    acceleration: str = "none"
+    blas_threads: int | None = 1
+    time_limit: float | None = None
+    joint_hessian: str = "auto"
+    executor: object = None
+
+    def __post_init__(self):
+        check_time_limit(self.time_limit)
+        require(self.joint_hessian in (*HESSIANS, "auto"),
+                 f"joint_hessian must be one of {(*HESSIANS, 'auto')}, got {self.joint_hessian!r}")
+        check_executor(self.executor)
+        require(self.executor is None or self.n_jobs == 1,
+                 f"give either executor or n_jobs > 1, not both (n_jobs={self.n_jobs}): n_jobs is the "
+                 "single-machine shorthand for an executor")
+        require(self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1),
+                 f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
+        require(self.acceleration in ACCELERATIONS,
+                 f"acceleration must be one of {ACCELERATIONS}, got {self.acceleration!r}")
+        require(self.max_iters >= 1, f"max_iters must be >= 1, got {self.max_iters}")
+        require(np.isfinite(self.tol) and self.tol >= 0, f"tol must be finite and >= 0, got {self.tol}")
+        require(self.n_jobs >= 1, f"n_jobs must be >= 1, got {self.n_jobs}")
+        require(isinstance(self.smoother, SmootherOptions), "smoother must be a SmootherOptions")
+        require(isinstance(self.learner, LearnerOptions), "learner must be a LearnerOptions")
+
+    @classmethod
+    def from_mapping(cls, mapping) -> CEEMOptions:
+        """Options from plain data (e.g. a parsed TOML or JSON file), with the types checked.
+
+        Parameters
+        ----------
+        mapping : Mapping
+            CEEMOptions fields at the top level and optional tables ``smoother`` and ``learner``
+            of :class:`SmootherOptions` / :class:`LearnerOptions` fields; absent fields keep
+            their defaults. Integers must be integers (``max_iters = 2.5`` is refused, not
+            truncated), numbers finite unless a bound, strings strings, flags booleans.
+
+        Returns
+        -------
+        CEEMOptions
+
+        Raises
+        ------
+        OptionsError
+            Naming the key, what was expected and what was given (also a ``ValueError``).
+        """
+        if not isinstance(mapping, Mapping):
+            raise OptionsError(f"options: expected a mapping of option names to values, got {type(mapping).__name__}")
+        tables = {"smoother": SmootherOptions, "learner": LearnerOptions}
+        top = {k: v for k, v in mapping.items() if k not in tables}
+        kwargs = typed_fields(cls, top, "", exclude=tuple(tables))
+        for key, sub in tables.items():
+            if key in mapping:
+                if not isinstance(mapping[key], Mapping):
+                    raise OptionsError(f"{key}: expected a table of {sub.__name__} options, got {mapping[key]!r}")
+                kwargs[key] = sub(**typed_fields(sub, mapping[key], f"{key}."))
+        return cls(**kwargs)

@@ -1,0 +1,123 @@
+"""What a CE-EM fit returns: :class:`CEEMResult` and one :class:`IterationRecord` per iteration."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..model._params import Theta
+from ..runtime._status import Status
+
+
+@dataclass
+class IterationRecord:
+    """One EM iteration: objective values, timings (s), solver statuses, the new theta.
+
+    Attributes
+    ----------
+    iteration : int
+        1-based iteration number (of this run; a resumed fit's checkpoint shifts it).
+    J : float
+        Joint log-density J(x, theta) after the step (all Gaussian constants included).
+    objective : float
+        The maximised objective: J plus log p(theta) when the learner uses the priors.
+    increase : float
+        ``objective`` minus the previous accepted objective; negative for a rejected step.
+    smooth_s, learn_s : float
+        Wall-clock seconds of the smoothing and learning steps.
+    smooth_status : list of str
+        IPOPT return status of each trajectory's smoothing solve.
+    learn_status : str
+        Return status of the learning solve (or a description of the joint step).
+    theta : Theta
+        Parameters after the step.
+    accepted : bool
+        Whether the step was kept (a step that lowers the objective is not).
+    kind : str
+        ``"em"`` (smoothing + learning), ``"newton"`` (joint Gauss-Newton step), ``"joint"``
+        (joint IPOPT solve, :mod:`ceem_casadi.joint_nlp`) or ``"extrapolated"`` (SQUAREM step).
+    x : list of numpy.ndarray or None
+        The iteration's states (T_b, nx) per trajectory, only while the callback runs (so a
+        checkpoint can store them); ``None`` in ``CEEMResult.history`` to keep memory flat.
+    """
+
+    iteration: int
+    J: float
+    objective: float
+    increase: float
+    smooth_s: float
+    learn_s: float
+    smooth_status: list[str]
+    learn_status: str
+    theta: Theta
+    accepted: bool = True
+    kind: str = "em"
+    x: list | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass
+class CEEMResult:
+    """Outcome of :func:`ceem`.
+
+    Attributes
+    ----------
+    status : Status
+        A ``str`` enum: ``"converged"``, ``"max_iters"``, ``"time_limit"``, ``"stopped"``
+        (callback), ``"stalled"`` (a plain EM step lowered the objective: rejected) or
+        ``"solver_failed"``; ``status.advice`` says what to try.
+    message : str
+        What happened, with the figures.
+    theta : dict
+        Final parameters, name -> array (the last accepted iterate).
+    x : list of numpy.ndarray
+        Smoothed states (T_b, nx) per trajectory.
+    J : float
+        Joint log-density at (x, theta).
+    history : list of IterationRecord
+        One record per iteration.
+    build_s : float
+        One-off solver construction time (s) inside :func:`ceem` (the initial EKF/RTS state
+        estimate excluded).
+    init_J : float
+        J at the initial states and ``theta0``.
+    warnings : list of str
+        Warnings raised after the fit (e.g. weakly identifiable parameters).
+    """
+
+    status: Status
+    message: str
+    theta: Theta
+    x: list
+    J: float
+    history: list[IterationRecord] = field(default_factory=list)
+    build_s: float = 0.0
+    init_J: float = float("nan")
+    warnings: list[str] = field(default_factory=list)
+
+    def uncertainty(self, model, data, **kwargs):
+        """Covariance, standard errors, intervals and identifiability of the free parameters.
+
+        Parameters
+        ----------
+        model : StateSpaceModel
+            The model that was fitted.
+        data : Trajectories
+            The data it was fitted to.
+        **kwargs
+            Passed to :func:`~ceem_casadi.parameter_uncertainty` (e.g. ``options=``).
+
+        Returns
+        -------
+        ParameterUncertainty
+        """
+        from ..workflow._uncertainty import parameter_uncertainty
+
+        return parameter_uncertainty(model, data, self, **kwargs)
+
+    @property
+    def success(self) -> bool:
+        """Whether ``status`` gives a regular estimate (converged, max_iters or time_limit)."""
+        return Status(self.status).usable
+
+    @property
+    def iterations(self) -> int:
+        """Number of iterations recorded in ``history``."""
+        return len(self.history)

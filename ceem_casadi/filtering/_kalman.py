@@ -1,0 +1,186 @@
+"""Linear Kalman filter and Rauch-Tung-Striebel smoother (the reference the EKF is tested against).
+
+Model (one trajectory, t = 1..T, inputs optional)::
+
+    x[t+1] = A x[t] + B u[t] + w[t],   w ~ N(0, Q)
+    y[t]   = C x[t] + D u[t] + v[t],   v ~ N(0, R)
+    x[1]   ~ N(x0, Sigma0)
+
+Same conventions as :mod:`ceem_casadi.filtering.ekf`: the prior of the first step is
+``x_{1|0} = x0``, ``P_{1|0} = Sigma0``; the predicted observation ``y_pred[t] = C x_{t|t-1} + D u[t]``
+and its covariance ``S[t]`` are recorded *before* the correction; NaN entries of ``y[t]``
+are skipped (only the observed rows correct the state and enter the log-likelihood);
+covariances are updated in Joseph form and symmetrised.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from ._result import FilterResult, as_cov
+
+
+def _matrix(name: str, value, shape) -> np.ndarray:
+    a = np.asarray(value, dtype=float)
+    if a.shape != shape:
+        raise ShapeError(f"{name}: expected shape {shape}, got {a.shape}")
+    return a
+
+
+def kalman_filter(A, C, Q, R, y, u=None, *, B=None, D=None, x0, Sigma0,
+                  smooth: bool = False) -> FilterResult:
+    """Kalman filter (and optionally the RTS smoother) for one trajectory.
+
+    Parameters
+    ----------
+    A, C : numpy.ndarray
+        (nx, nx) dynamics and (ny, nx) observation matrices.
+    Q, R : float or numpy.ndarray
+        Process (nx, nx) and measurement (ny, ny) noise covariances (scalars and diagonals allowed).
+    y : numpy.ndarray
+        (T, ny) observations, NaN = missing (entry-wise).
+    u : numpy.ndarray, optional
+        (T, nu) inputs.
+    B, D : numpy.ndarray, optional
+        (nx, nu) and (ny, nu) input matrices (default zero).
+    x0 : numpy.ndarray
+        (nx,) prior mean of x[1].
+    Sigma0 : float or numpy.ndarray
+        Prior covariance of x[1] (scalar, diagonal or (nx, nx)).
+    smooth : bool
+        Also run the RTS backward pass.
+
+    Returns
+    -------
+    FilterResult
+        Without Jacobians (``A`` is None).
+    """
+    A = np.atleast_2d(np.asarray(A, float))
+    nx = A.shape[0]
+    A = _matrix("A", A, (nx, nx))
+    C = np.atleast_2d(np.asarray(C, float))
+    ny = C.shape[0]
+    C = _matrix("C", C, (ny, nx))
+    y = np.asarray(y, float)
+    if y.ndim != 2 or y.shape[1] != ny:
+        raise ShapeError(f"y: expected shape (T, {ny}), got {y.shape}")
+    T = y.shape[0]
+    if u is None:
+        u = np.zeros((T, 0))
+    u = np.asarray(u, float)
+    if u.ndim != 2 or u.shape[0] != T:
+        raise ShapeError(f"u: expected shape ({T}, nu), got {u.shape}")
+    nu = u.shape[1]
+    B = np.zeros((nx, nu)) if B is None else _matrix("B", B, (nx, nu))
+    D = np.zeros((ny, nu)) if D is None else _matrix("D", D, (ny, nu))
+    Q, R, P = as_cov("Q", Q, nx), as_cov("R", R, ny), as_cov("Sigma0", Sigma0, nx)
+    x = _matrix("x0", np.asarray(x0, float).ravel(), (nx,)).copy()
+    out = {k: np.empty(s) for k, s in dict(
+        y_pred=(T, ny), S=(T, ny, ny), x_pred=(T, nx), P_pred=(T, nx, nx), x_filt=(T, nx),
+        P_filt=(T, nx, nx)).items()}
+    loglik = 0.0
+    eye = np.eye(nx)
+    for t in range(T):
+        out["x_pred"][t], out["P_pred"][t] = x, P
+        yp = C @ x + D @ u[t]
+        S = C @ P @ C.T + R
+        out["y_pred"][t], out["S"][t] = yp, 0.5 * (S + S.T)
+        obs = np.isfinite(y[t])
+        if obs.any():
+            Co, Ro = C[obs], R[np.ix_(obs, obs)]
+            So = Co @ P @ Co.T + Ro
+            e = y[t, obs] - yp[obs]
+            L = np.linalg.cholesky(0.5 * (So + So.T))
+            K = np.linalg.solve(L.T, np.linalg.solve(L, Co @ P)).T  # P C^T S^-1
+            x = x + K @ e
+            IKC = eye - K @ Co
+            P = IKC @ P @ IKC.T + K @ Ro @ K.T
+            P = 0.5 * (P + P.T)
+            alpha = np.linalg.solve(L, e)
+            loglik += -0.5 * (alpha @ alpha) - np.log(np.diag(L)).sum() - 0.5 * obs.sum() * np.log(2 * np.pi)
+        out["x_filt"][t], out["P_filt"][t] = x, P
+        if t < T - 1:
+            x = A @ x + B @ u[t]
+            P = A @ P @ A.T + Q
+            P = 0.5 * (P + P.T)
+    res = FilterResult(loglik=float(loglik), **out)
+    if smooth:
+        rts_smoother(res, A)
+    return res
+
+
+def rts_smoother(res: FilterResult, A=None) -> FilterResult:
+    """Rauch-Tung-Striebel backward pass on a filtered result (in place; also returned).
+
+    ``G_t = P_{t|t} A_t^T P_{t+1|t}^{-1}``,
+    ``x_{t|T} = x_{t|t} + G_t (x_{t+1|T} - x_{t+1|t})``,
+    ``P_{t|T} = P_{t|t} + G_t (P_{t+1|T} - P_{t+1|t}) G_t^T``.
+
+    Parameters
+    ----------
+    res : FilterResult
+        A filtered result of :func:`kalman_filter` or of the EKF.
+    A : numpy.ndarray, optional
+        (nx, nx) dynamics matrix, or a (T-1, nx, nx) stack for a time-varying model; None takes
+        the EKF's Jacobians ``res.A``.
+
+    Returns
+    -------
+    FilterResult
+        ``res`` with ``x_smooth`` (T, nx) and ``P_smooth`` (T, nx, nx) set.
+
+    Raises
+    ------
+    ValueError
+        ``A`` is None and ``res`` holds no Jacobians.
+    """
+    T = res.x_filt.shape[0]
+    if A is None:
+        if res.A is None:
+            raise ValueError("rts_smoother: give the dynamics matrix A (this result holds no Jacobians)")
+        A = res.A
+    A = np.asarray(A, float)
+    As = np.broadcast_to(A, (max(T - 1, 0),) + A.shape[-2:]) if A.ndim == 2 else A
+    xs, Ps = res.x_filt.copy(), res.P_filt.copy()
+    for t in range(T - 2, -1, -1):
+        Pp = res.P_pred[t + 1]
+        G = np.linalg.solve(Pp, As[t] @ res.P_filt[t]).T
+        xs[t] = res.x_filt[t] + G @ (xs[t + 1] - res.x_pred[t + 1])
+        Ps[t] = res.P_filt[t] + G @ (Ps[t + 1] - Pp) @ G.T
+        Ps[t] = 0.5 * (Ps[t] + Ps[t].T)
+    res.x_smooth, res.P_smooth = xs, Ps
+    return res
+
+
+def dense_moments(A, C, Q, R, T: int, u=None, *, B=None, D=None, x0, Sigma0):
+    """Mean (T*ny,) and covariance (T*ny, T*ny) of the stacked observations ``[y_1; ...; y_T]``.
+
+    A brute-force O((T nx)^2) construction, independent of the filter recursions (test oracle).
+    Also returns the state moments ``(mx (T*nx,), Pxx (T*nx, T*nx))``.
+    """
+    A = np.atleast_2d(np.asarray(A, float))
+    nx = A.shape[0]
+    C = np.atleast_2d(np.asarray(C, float))
+    ny = C.shape[0]
+    u = np.zeros((T, 0)) if u is None else np.asarray(u, float)
+    nu = u.shape[1]
+    B = np.zeros((nx, nu)) if B is None else np.asarray(B, float)
+    D = np.zeros((ny, nu)) if D is None else np.asarray(D, float)
+    Q, R, S0 = as_cov("Q", Q, nx), as_cov("R", R, ny), as_cov("Sigma0", Sigma0, nx)
+    # x = M e + c with e = [x1 - x0; w_1; ...; w_{T-1}] ~ N(0, blkdiag(Sigma0, Q, ..., Q))
+    M = np.zeros((T * nx, T * nx))
+    c = np.zeros(T * nx)
+    c[:nx] = np.asarray(x0, float).ravel()
+    M[:nx, :nx] = np.eye(nx)
+    for t in range(1, T):
+        rows, prev = slice(t * nx, (t + 1) * nx), slice((t - 1) * nx, t * nx)
+        M[rows] = A @ M[prev]
+        M[rows, rows] += np.eye(nx)
+        c[rows] = A @ c[prev] + B @ u[t - 1]
+    cov_e = np.kron(np.eye(T), Q)
+    cov_e[:nx, :nx] = S0
+    Pxx = M @ cov_e @ M.T
+    Cb = np.kron(np.eye(T), C)
+    my = Cb @ c + (u @ D.T).ravel()
+    Pyy = Cb @ Pxx @ Cb.T + np.kron(np.eye(T), R)
+    return my, Pyy, c, Pxx

@@ -1,0 +1,149 @@
+"""The integrity-checked ``.npz`` archive of model files and checkpoints.
+
+An archive holds ``__meta__`` (UTF-8 JSON as a uint8 array, with a ``sha256`` over the canonical
+JSON and every array's name, dtype, shape and bytes) and named arrays; it is written atomically
+and read with ``allow_pickle=False``. See :mod:`ceem_casadi.modelfile` for the model-file layout.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+import zipfile
+from dataclasses import asdict, fields, is_dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CeemError
+
+
+class ModelFileError(CeemError, ValueError):
+    """A model file is corrupted, edited, from a newer format version, or its model source
+    cannot be rebuilt."""
+
+
+# --- JSON helpers -------------------------------------------------------------------------
+def to_jsonable(obj):
+    """Plain JSON types of dataclasses, numpy arrays/scalars, dicts, lists, paths."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(asdict(obj))
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    raise TypeError(f"cannot store {type(obj).__name__} in a model file (JSON types, numpy arrays, "
+                    f"dataclasses only)")
+
+
+def record_dict(rec, offset: int = 0) -> dict:
+    """JSON-ready dict of an :class:`~ceem_casadi.IterationRecord` (or a dict of one), without
+    any state trajectories (``x``), its iteration shifted by ``offset``. A record written before
+    ``decrease`` was renamed ``increase`` (same value: objective minus the previous one) is read
+    under the new name."""
+    d = dict(rec) if isinstance(rec, dict) else {f.name: getattr(rec, f.name) for f in fields(rec)}
+    if "decrease" in d and "increase" not in d:
+        d["increase"] = d.pop("decrease")
+    d.pop("x", None)
+    d["iteration"] = int(d["iteration"]) + offset
+    return to_jsonable(d)
+
+
+def _digest(meta: dict, arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    body = {k: v for k, v in meta.items() if k != "sha256"}
+    h.update(json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True).encode())
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def atomic_write_bytes(path, data: bytes) -> Path:
+    """Write ``data`` to a temporary file in the same folder, fsync, then rename over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_archive(path, meta: dict, arrays: dict[str, np.ndarray]) -> Path:
+    """Atomically write an integrity-checked ``.npz`` (``meta`` JSON + numeric ``arrays``).
+
+    The zip comment (the file's last 64 bytes) is the hex SHA-256 of all bytes before it; the
+    metadata's ``sha256`` is the digest of the content (JSON + arrays).
+    """
+    arrays = {k: np.asarray(v) for k, v in arrays.items()}
+    for k, a in arrays.items():
+        if a.dtype == object:
+            raise TypeError(f"array {k!r} has dtype object; only numeric arrays are stored (no pickle)")
+    meta = dict(meta)
+    meta["sha256"] = _digest(meta, arrays)
+    blob = np.frombuffer(json.dumps(meta, sort_keys=True, allow_nan=True).encode(), dtype=np.uint8)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, a in [("__meta__", blob), *sorted(arrays.items())]:
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with zf.open(info, "w") as fh:
+                np.lib.format.write_array(fh, a, allow_pickle=False)
+        zf.comment = b"0" * 64
+    raw = buf.getvalue()[:-64]
+    return atomic_write_bytes(path, raw + hashlib.sha256(raw).hexdigest().encode())
+
+
+def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict, dict[str, np.ndarray]]:
+    """Read and verify a file written by :func:`write_archive`; raise :class:`ModelFileError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError(f"{path}: no such file")
+    raw = path.read_bytes()
+    if not raw.startswith(b"PK\x03\x04") or len(raw) < 64:
+        raise ModelFileError(f"{path}: not a readable {expected_format} file (corrupted or wrong type)")
+    if hashlib.sha256(raw[:-64]).hexdigest().encode() != raw[-64:]:
+        raise ModelFileError(f"{path}: integrity check failed (SHA-256 mismatch of the file): the file "
+                             f"was corrupted or edited; refusing to load it")
+    try:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as exc:  # any parse failure of a verified file is a bad file
+        raise ModelFileError(f"{path}: not a readable {expected_format} file "
+                             f"(corrupted or wrong type): {type(exc).__name__}: {exc}") from None
+    if "__meta__" not in arrays:
+        raise ModelFileError(f"{path}: not a {expected_format} file (no metadata)")
+    try:
+        meta = json.loads(arrays.pop("__meta__").tobytes().decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFileError(f"{path}: corrupted metadata ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != expected_format:
+        raise ModelFileError(f"{path}: expected a {expected_format!r} file, got format "
+                             f"{meta.get('format') if isinstance(meta, dict) else None!r}")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > max_version:
+        raise ModelFileError(f"{path}: format version {version} is newer than this ceem_casadi supports "
+                             f"({max_version}); upgrade ceem_casadi to read it")
+    if meta.get("sha256") != _digest(meta, arrays):
+        raise ModelFileError(f"{path}: integrity check failed (SHA-256 mismatch of the content): the file was corrupted "
+                             f"or edited; refusing to load it")
+    return meta, arrays

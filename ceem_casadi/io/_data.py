@@ -1,0 +1,218 @@
+"""Trajectory data (observations, inputs, sample time) and simulation of a model.
+
+Arrays are time-major NumPy arrays: ``y[b]`` is (T_b, ny), ``u[b]`` is (T_b, nu).
+NaN in ``y`` means "not observed" (entry-wise); inputs must be finite.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import NonFiniteError, ShapeError
+from ..model._params import Theta
+from ..model._simulation import noisy_rollout, run
+
+MAX_MAGNITUDE = 1e150   # |y| above this overflows when squared (1e308): refused with a clear message
+
+
+def _as_list(a, name: str) -> list[np.ndarray]:
+    if isinstance(a, np.ndarray):
+        if a.ndim == 2:
+            a = a[None]
+        if a.ndim != 3:
+            raise ShapeError(f"{name}: expected an array (B, T, n) or a list of (T, n) arrays, "
+                             f"got an array of shape {a.shape}")
+        return [np.array(ai, dtype=float) for ai in a]
+    out = []
+    for i, ai in enumerate(a):
+        ai = np.array(ai, dtype=float)
+        if ai.ndim == 1:
+            ai = ai[:, None]
+        if ai.ndim != 2:
+            raise ShapeError(f"{name}[{i}]: expected a (T, n) array, got shape {ai.shape}")
+        out.append(ai)
+    return out
+
+
+@dataclass(frozen=True, init=False)
+class Trajectories:
+    """B trajectories of observations ``y`` and optional inputs ``u``.
+
+    Parameters
+    ----------
+    y : numpy.ndarray or list of numpy.ndarray
+        (B, T, ny) array or a list of B arrays (T_b, ny); NaN marks a missing observation.
+    u : numpy.ndarray or list of numpy.ndarray, optional
+        (B, T, nu) array or a list of (T_b, nu) arrays (finite).
+    dt : float, optional
+        Sample time in seconds (informative).
+
+    Raises
+    ------
+    ShapeError, NonFiniteError
+        Inconsistent shapes, non-finite inputs or an all-missing trajectory.
+    """
+
+    y: tuple
+    u: tuple | None
+    dt: float | None
+
+    def __init__(self, y, u=None, dt: float | None = None):
+        ys = _as_list(y, "y")
+        if not ys:
+            raise ShapeError("y: expected at least one trajectory, got none")
+        ny = ys[0].shape[1]
+        for i, yi in enumerate(ys):
+            if yi.shape[1] != ny:
+                raise ShapeError(f"y[{i}]: expected {ny} output columns like y[0], got {yi.shape[1]}")
+            if yi.shape[0] < 2:
+                raise ShapeError(f"y[{i}]: expected at least 2 time steps, got {yi.shape[0]}")
+            if np.any(np.isinf(yi)):
+                raise NonFiniteError(f"y[{i}] contains inf; use NaN for missing observations")
+            big = np.nanmax(np.abs(yi), initial=0.0)
+            if big > MAX_MAGNITUDE:
+                raise NonFiniteError(f"y[{i}]: data magnitude {big:.3g} is beyond {MAX_MAGNITUDE:.0e}, where squares "
+                                     f"overflow double precision; rescale the outputs (e.g. to unit variance)")
+        us = None
+        if u is not None:
+            us = _as_list(u, "u")
+            if len(us) != len(ys):
+                raise ShapeError(f"u: expected {len(ys)} trajectories like y, got {len(us)}")
+            nu = us[0].shape[1]
+            for i, (ui, yi) in enumerate(zip(us, ys)):
+                if ui.shape != (yi.shape[0], nu):
+                    raise ShapeError(f"u[{i}]: expected shape {(yi.shape[0], nu)}, got {ui.shape}")
+                if not np.all(np.isfinite(ui)):
+                    raise NonFiniteError(f"u[{i}] contains NaN or inf; inputs must be finite")
+        if dt is not None and not (np.isfinite(dt) and dt > 0):
+            raise ShapeError(f"dt must be a positive sample time in seconds, got {dt}")
+        object.__setattr__(self, "y", tuple(ys))
+        object.__setattr__(self, "u", None if us is None else tuple(us))
+        object.__setattr__(self, "dt", dt)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, idx) -> Trajectories:
+        idx = [idx] if isinstance(idx, (int, np.integer)) else list(range(len(self)))[idx] \
+            if isinstance(idx, slice) else list(idx)
+        return Trajectories([self.y[i] for i in idx],
+                            None if self.u is None else [self.u[i] for i in idx], self.dt)
+
+    @property
+    def ny(self) -> int:
+        """Number of outputs."""
+        return self.y[0].shape[1]
+
+    @property
+    def nu(self) -> int:
+        """Number of inputs (0 without inputs)."""
+        return 0 if self.u is None else self.u[0].shape[1]
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        """Samples T_b of each trajectory."""
+        return tuple(yi.shape[0] for yi in self.y)
+
+    def inputs(self, b: int) -> np.ndarray:
+        """Inputs of trajectory ``b`` as (T_b, nu), zero columns when the data has none."""
+        return np.zeros((self.lengths[b], 0)) if self.u is None else self.u[b]
+
+    def check_model(self, model) -> None:
+        """Raise :class:`ShapeError` unless ny and nu match ``model``."""
+        if self.ny != model.ny:
+            raise ShapeError(f"data has ny={self.ny} output columns, the model observes ny={model.ny}")
+        if self.nu != model.nu:
+            raise ShapeError(f"data has nu={self.nu} input columns, the model expects nu={model.nu}")
+
+    def with_missing(self, fraction: float, seed: int | np.random.Generator) -> Trajectories:
+        """Copy with a random ``fraction`` of the y entries replaced by NaN (seeded)."""
+        rng = np.random.default_rng(seed)
+        ys = []
+        for yi in self.y:
+            yi = yi.copy()
+            yi[rng.random(yi.shape) < fraction] = np.nan
+            ys.append(yi)
+        return Trajectories(ys, self.u, self.dt)
+
+
+def single_trajectory(model, y, u=None) -> tuple[np.ndarray, np.ndarray]:
+    """Validated ``(y, u)`` of one trajectory for ``model``: ``y`` (T, ny) float with NaN = missing
+    (no infinities), ``u`` (T, nu) finite (zeros (T, nu) when None)."""
+    y = np.asarray(y, float)
+    if y.ndim != 2 or y.shape[1] != model.ny:
+        raise ShapeError(f"y: expected shape (T, {model.ny}), got {y.shape}")
+    if np.isinf(y).any():
+        raise NonFiniteError("y: expected finite values or NaN (missing), got infinities")
+    T = y.shape[0]
+    u = np.zeros((T, model.nu)) if u is None else np.asarray(u, float)
+    if u.shape != (T, model.nu):
+        raise ShapeError(f"u: expected shape {(T, model.nu)}, got {u.shape}")
+    if not np.all(np.isfinite(u)):
+        raise NonFiniteError("u: expected finite inputs, got NaN or infinity")
+    return y, u
+
+
+def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
+             process_std: float | np.ndarray = 0.0, measurement_std: float | np.ndarray = 0.0,
+             seed: int | np.random.Generator = 0) -> tuple[Trajectories, list[np.ndarray]]:
+    """Simulate ``model`` from initial states ``x0`` for ``horizon`` steps, with noise.
+
+    Process noise ``w ~ N(0, process_std**2)`` is added after each step and observation
+    noise ``v ~ N(0, measurement_std**2)`` to each output (both per component, seeded).
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
+    theta : dict
+        Parameter values, name -> array.
+    x0 : numpy.ndarray
+        (B, nx) initial states (or (nx,) for one trajectory).
+    horizon : int or sequence of int
+        Samples per trajectory (one for all, or B values).
+    u : numpy.ndarray or list of numpy.ndarray, optional
+        Inputs (B, T, nu) or a list of (T_b, nu); required when nu > 0.
+    process_std, measurement_std : float or numpy.ndarray
+        Noise standard deviations, scalar or (nx,) / (ny,), in the units of x and y.
+    seed : int or numpy.random.Generator
+        Seed of the noise draws.
+
+    Returns
+    -------
+    data : Trajectories
+        The noisy observations (and the inputs, ``dt = model.dt``).
+    x : list of numpy.ndarray
+        The B true state trajectories (T_b, nx).
+    """
+    rng = np.random.default_rng(seed)
+    x0 = np.atleast_2d(np.asarray(x0, dtype=float))
+    if x0.shape[1] != model.nx:
+        raise ShapeError(f"x0: expected shape (B, {model.nx}), got {x0.shape}")
+    B = x0.shape[0]
+    T = [int(horizon)] * B if np.ndim(horizon) == 0 else [int(h) for h in horizon]
+    us = [np.zeros((t, model.nu)) for t in T] if u is None else _as_list(u, "u")
+    if len(T) != B or len(us) != B:
+        raise ShapeError(f"expected {B} horizons and input trajectories (one per x0 row)")
+    theta_vec = model.theta_vector(theta)
+    sw = np.broadcast_to(np.asarray(process_std, float), (model.nx,))
+    sv = np.broadcast_to(np.asarray(measurement_std, float), (model.ny,))
+    xs, ys = [], []
+    for b in range(B):
+        if us[b].shape != (T[b], model.nu):
+            raise ShapeError(f"u[{b}]: expected shape {(T[b], model.nu)}, got {us[b].shape}")
+        # process noise enters between steps: a cached mapaccum of f + w (ceem_casadi.simulation)
+        w = rng.standard_normal((T[b] - 1, model.nx)) * sw
+        if np.any(sw > 0):
+            x = np.asarray(noisy_rollout(model, T[b])(x0[b], us[b].T, w.T, theta_vec)).T.reshape(T[b], model.nx)
+            y = np.asarray(model.g.map(T[b])(x.T, us[b].T, theta_vec)).T
+        else:
+            y, x = run(model, theta_vec, x0[b], us[b])
+        y = y + rng.standard_normal(y.shape) * sv
+        if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+            raise NonFiniteError(f"simulation of trajectory {b} diverged (non-finite states)")
+        xs.append(x)
+        ys.append(y)
+    return Trajectories(ys, None if model.nu == 0 else us, model.dt), xs

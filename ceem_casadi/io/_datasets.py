@@ -1,0 +1,267 @@
+"""Loaders of two real nonlinear system-identification benchmarks with their official splits.
+
+* **Cascaded Tanks** (Schoukens, Mattsson, Wigren, Noel, 2016): ``cascaded_tanks/dataBenchmark.mat``
+  with ``uEst, yEst, uVal, yVal`` (1024 samples each, volts) and ``Ts = 4`` s. u is the pump voltage,
+  y the lower-tank water level sensor voltage.
+* **Silverbox** (Wigren and Schoukens, ECC 2013): ``silverbox/SNLS80mV.mat`` with ``V1`` (input
+  voltage, u) and ``V2`` (output voltage, y), 131072 samples at ``fs = 1e7 / 2**14`` Hz.
+
+The data are third-party files and are never copied into this repository. A loader takes the data
+folder as ``data_dir``; when omitted it uses the environment variable ``CEEM_DATA`` if set, else
+``<repository>/../shared/data`` if that folder exists. Every file is checked against the SHA-256
+digest listed in ``<data_dir>/SHA256SUMS`` before it is read.
+
+Benchmark metric (both): free-run simulation RMS after an initialisation window of ``init_window``
+samples, ``sqrt(mean((y[n:] - yhat[n:])**2))`` (:func:`simulation_rms`); the initial state may be
+estimated from the first ``init_window`` samples only.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CeemError, ShapeError
+from ..workflow._metrics import rmse
+from ._data import Trajectories
+
+__all__ = ["BenchmarkSplit", "ChecksumError", "DatasetNotFoundError", "default_data_dir",
+           "load_cascaded_tanks", "load_silverbox", "simulation_rms", "verify_file",
+           "SILVERBOX_DT", "TANKS_DT"]
+
+#: Cascaded Tanks sample time (s).
+TANKS_DT = 4.0
+#: Silverbox sample time (s): fs = 1e7 / 2**14 Hz.
+SILVERBOX_DT = 2.0**14 / 1e7
+
+_TANKS_FILE = "cascaded_tanks/dataBenchmark.mat"
+_SILVERBOX_FILE = "silverbox/SNLS80mV.mat"
+
+
+class DatasetNotFoundError(CeemError, FileNotFoundError):
+    """A benchmark data file (or the data folder) is missing; the message says where to put it."""
+
+
+class ChecksumError(CeemError, ValueError):
+    """A data file's SHA-256 digest differs from the one listed in ``SHA256SUMS``."""
+
+
+@dataclass(frozen=True)
+class BenchmarkSplit:
+    """One official split of a benchmark.
+
+    Attributes
+    ----------
+    name : str
+        Split name (e.g. ``"estimation"``, ``"test"``).
+    data : Trajectories
+        A single trajectory, ``y`` (T, 1) and ``u`` (T, 1) in volts, ``dt`` in seconds.
+    init_window : int
+        Number of leading samples that may be used to estimate the initial state (the metric
+        skips them).
+    """
+
+    name: str
+    data: Trajectories
+    init_window: int
+
+    @property
+    def y(self) -> np.ndarray:
+        """Output (T, 1)."""
+        return self.data.y[0]
+
+    @property
+    def u(self) -> np.ndarray:
+        """Input (T, 1)."""
+        return self.data.u[0]
+
+    def __len__(self) -> int:
+        return self.data.y[0].shape[0]
+
+
+# --------------------------------------------------------------------------------------------------
+def default_data_dir() -> Path:
+    """The data folder used when a loader gets ``data_dir=None``.
+
+    ``$CEEM_DATA`` if set, else ``<repository>/../shared/data`` if it exists (repository = parent of
+    the ``ceem_casadi`` package folder). Raises :class:`DatasetNotFoundError` otherwise.
+    """
+    env = os.environ.get("CEEM_DATA")
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[2]
+    cand = repo.parent / "shared" / "data"
+    if cand.is_dir():
+        return cand
+    raise DatasetNotFoundError(
+        f"no benchmark data folder: expected {cand} (next to the repository) or the environment "
+        "variable CEEM_DATA pointing to a folder with cascaded_tanks/, silverbox/ and SHA256SUMS")
+
+
+def _resolve(data_dir) -> Path:
+    return default_data_dir() if data_dir is None else Path(data_dir)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _expected_digests(data_dir: Path) -> dict[str, str]:
+    sums = data_dir / "SHA256SUMS"
+    if not sums.is_file():
+        raise DatasetNotFoundError(
+            f"checksum list not found: expected {sums} (lines '<sha256>  <relative path>'); "
+            "pass data_dir= or set CEEM_DATA to the folder that holds it")
+    out = {}
+    for line in sums.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            out[parts[1].lstrip("*")] = parts[0].lower()
+    return out
+
+
+def verify_file(data_dir, relpath: str) -> Path:
+    """Path of ``<data_dir>/<relpath>`` after checking it exists and matches ``SHA256SUMS``.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        The file, or ``SHA256SUMS``, is missing (message names the expected path and ``CEEM_DATA``).
+    ChecksumError
+        The digest differs (message gives expected and computed digests), or the file is not listed.
+    """
+    data_dir = Path(data_dir)
+    path = data_dir / relpath
+    if not path.is_file():
+        raise DatasetNotFoundError(
+            f"benchmark file not found: expected {path}; put the file there, or pass data_dir= / set "
+            "the environment variable CEEM_DATA to the folder holding "
+            f"'{relpath}' and SHA256SUMS")
+    expected = _expected_digests(data_dir).get(relpath)
+    if expected is None:
+        raise ChecksumError(f"{relpath} is not listed in {data_dir / 'SHA256SUMS'}; cannot verify it")
+    got = _sha256(path)
+    if got != expected:
+        raise ChecksumError(f"SHA-256 mismatch for {path}: expected {expected}, got {got} "
+                            "(corrupted or different file)")
+    return path
+
+
+def _loadmat(path: Path) -> dict:
+    from scipy.io import loadmat  # scipy is a dependency; imported lazily to keep import time low
+
+    return loadmat(str(path))
+
+
+def _split(name: str, y, u, dt: float, init_window: int) -> BenchmarkSplit:
+    y = np.asarray(y, float).reshape(-1, 1)
+    u = np.asarray(u, float).reshape(-1, 1)
+    return BenchmarkSplit(name=name, data=Trajectories([y], [u], dt=dt), init_window=init_window)
+
+
+# --------------------------------------------------------------------------------------------------
+def load_cascaded_tanks(data_dir=None) -> dict[str, BenchmarkSplit]:
+    """Cascaded Tanks benchmark, official splits.
+
+    Parameters
+    ----------
+    data_dir : str or pathlib.Path, optional
+        Folder holding ``cascaded_tanks/`` and ``SHA256SUMS``; default ``$CEEM_DATA`` or
+        ``../shared/data``.
+
+    Returns
+    -------
+    dict of str to BenchmarkSplit
+        ``"estimation"`` (uEst, yEst) and ``"test"`` (uVal, yVal): 1024 samples each, volts,
+        ``dt = 4`` s; ``init_window = 5`` (test protocol; also set on the estimation split).
+
+    Raises
+    ------
+    DatasetNotFoundError
+        The file is not there (the message says where it was looked for).
+    ChecksumError
+        The file differs from its recorded SHA-256.
+    """
+    path = verify_file(_resolve(data_dir), _TANKS_FILE)
+    m = _loadmat(path)
+    dt = float(np.asarray(m.get("Ts", TANKS_DT)).ravel()[0])
+    out = {"estimation": _split("estimation", m["yEst"], m["uEst"], dt, 5),
+           "test": _split("test", m["yVal"], m["uVal"], dt, 5)}
+    for s in out.values():
+        if len(s) != 1024:
+            raise ShapeError(f"cascaded tanks {s.name}: expected 1024 samples, got {len(s)}")
+    return out
+
+
+def load_silverbox(data_dir=None) -> dict[str, BenchmarkSplit]:
+    """Silverbox benchmark (``SNLS80mV.mat``), official splits (0-based slices, u = V1, y = V2 in volts).
+
+    Parameters
+    ----------
+    data_dir : str or pathlib.Path, optional
+        As for :func:`load_cascaded_tanks`.
+
+    Returns
+    -------
+    dict of str to BenchmarkSplit
+        ``"train"``: multisine part ``[40650:127400]``, first 65062 samples;
+        ``"test_multisine"``: the remaining 21688 samples of the multisine part;
+        ``"test_arrow_full"``: ``[100:40575]`` (40475 samples);
+        ``"test_arrow_no_extrapolation"``: the first 32000 samples of the arrow.
+        ``dt = 2**14 / 1e7`` s and ``init_window = 50`` for all.
+
+    Raises
+    ------
+    DatasetNotFoundError, ChecksumError
+        As for :func:`load_cascaded_tanks`.
+    """
+    path = verify_file(_resolve(data_dir), _SILVERBOX_FILE)
+    m = _loadmat(path)
+    u = np.asarray(m["V1"], float).ravel()
+    y = np.asarray(m["V2"], float).ravel()
+    if u.shape != (131072,) or y.shape != (131072,):
+        raise ShapeError(f"silverbox: expected V1, V2 of 131072 samples, got {u.shape}, {y.shape}")
+    ms_u, ms_y = u[40650:127400], y[40650:127400]
+    ar_u, ar_y = u[100:40575], y[100:40575]
+    n_tr = 65062
+    dt = SILVERBOX_DT
+    return {"train": _split("train", ms_y[:n_tr], ms_u[:n_tr], dt, 50),
+            "test_multisine": _split("test_multisine", ms_y[n_tr:], ms_u[n_tr:], dt, 50),
+            "test_arrow_full": _split("test_arrow_full", ar_y, ar_u, dt, 50),
+            "test_arrow_no_extrapolation": _split("test_arrow_no_extrapolation", ar_y[:32000],
+                                                  ar_u[:32000], dt, 50)}
+
+
+def simulation_rms(y, yhat, skip: int = 0) -> float:
+    """Benchmark simulation RMS ``sqrt(mean((y[skip:] - yhat[skip:])**2))`` over all outputs.
+
+    Parameters
+    ----------
+    y, yhat : numpy.ndarray
+        (T,) or (T, ny) measured and simulated outputs (same units; the result is in those units).
+    skip : int
+        Number of leading samples excluded (the initialisation window).
+
+    Returns
+    -------
+    float
+        The RMS; ``inf`` when ``yhat`` is not finite after ``skip`` (a diverged simulation).
+        NaN in ``y`` is ignored.
+    """
+    y = np.asarray(y, float)
+    yhat = np.asarray(yhat, float)
+    if y.shape != yhat.shape:
+        raise ShapeError(f"y and yhat must have the same shape, got {y.shape} and {yhat.shape}")
+    if not 0 <= int(skip) < y.shape[0]:
+        raise ShapeError(f"skip must be in [0, {y.shape[0]}), got {skip}")
+    y, yhat = y[int(skip):].reshape(-1), yhat[int(skip):].reshape(-1)
+    if not np.all(np.isfinite(yhat[~np.isnan(y)])):
+        return float("inf")
+    return float(rmse(y, yhat))

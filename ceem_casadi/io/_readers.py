@@ -1,0 +1,234 @@
+"""Trajectory files: CSV and Parquet tables, ``.npz`` arrays (read without pickle).
+
+:func:`read_trajectories` (``cc.read_trajectories``) reads and validates them for a model; the
+command line interface reads its ``--data`` files with it.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CeemError
+
+log = logging.getLogger("ceem_casadi.io")
+TRAJECTORY_COLUMN = "trajectory"        # written by 'simulate' and 'smooth', read by default
+TIME_COLUMNS = ("t", "time")
+
+__all__ = ["DataFileError", "columns", "read_table", "read_trajectories"]
+
+
+class DataFileError(CeemError, ValueError):
+    """A data file is missing, unreadable or does not fit the model (the message names the file
+    and the fix)."""
+
+
+def read_table(path):
+    """A pandas DataFrame from a ``.csv`` or ``.parquet``/``.pq`` file.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file.
+
+    Returns
+    -------
+    pandas.DataFrame
+
+    Raises
+    ------
+    DataFileError
+        The file is missing, unparsable, of another type, or Parquet without pyarrow.
+    """
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataFileError(f"{path}: no such data file")
+    try:
+        if path.suffix.lower() == ".csv":
+            return pd.read_csv(path)
+        if path.suffix.lower() in (".parquet", ".pq"):
+            return pd.read_parquet(path)
+    except ImportError as exc:
+        raise DataFileError(f"{path}: reading Parquet needs pyarrow or fastparquet ({exc})") from None
+    except (ValueError, OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise DataFileError(f"{path}: cannot parse the table ({exc})") from None
+    raise DataFileError(f"{path}: unsupported data file type (use .csv, .parquet or .npz)")
+
+
+def columns(df, path, wanted, prefix, n, kind) -> list[str]:
+    """The ``n`` column names of ``kind`` (``"outputs"`` or ``"inputs"``) in table ``df``.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        The table read from ``path`` (named in messages).
+    path : str or pathlib.Path
+        The file the table came from.
+    wanted : list of str or None
+        Explicit column names, or None for the columns named ``<prefix>``, ``<prefix><digits>``
+        or ``<prefix>_...`` (e.g. ``y0, y1`` or ``y_pos``).
+    prefix : str
+        ``"y"`` or ``"u"``.
+    n : int
+        The number of columns the model needs (ny or nu).
+    kind : str
+        ``"outputs"`` or ``"inputs"`` (the keyword and CLI flag that name them).
+
+    Returns
+    -------
+    list of str
+        The column names, in order.
+    """
+    cols = [str(c) for c in df.columns]
+    if wanted is None:
+        wanted = [c for c in cols if re.fullmatch(rf"{prefix}\d*(_.*)?|{prefix}_.*", c)]
+        if len(wanted) != n:
+            raise DataFileError(f"{path}: found {kind} columns {wanted} (names starting with '{prefix}'), the model "
+                             f"has {n}; name them with {kind}= (--{kind})")
+    missing = [c for c in wanted if c not in cols]
+    if missing:
+        raise DataFileError(f"{path}: missing column(s) {missing}; columns in the file: {cols}")
+    if len(wanted) != n:
+        raise DataFileError(f"{kind} (--{kind}): the model has {n} {kind}, got {len(wanted)} columns {wanted}")
+    return wanted
+
+
+def _check_time(g, path, b, dt, used) -> None:
+    """Warn when a time column is not increasing or its step differs from the model's dt."""
+    col = next((c for c in g.columns if str(c).lower() in TIME_COLUMNS and str(c) not in used), None)
+    if col is None:
+        return
+    t = g[col].to_numpy()
+    if not np.issubdtype(t.dtype, np.number) or len(t) < 2:
+        return
+    d = np.diff(t.astype(float))
+    if np.any(~(d > 0)):
+        k = int(np.flatnonzero(~(d > 0))[0]) + 1
+        log.warning("%s, trajectory %d: rows are not sorted by the time column %r (row %d: %s after %s); they "
+                    "are used in file order: sort the file by time", path, b, col, k, t[k], t[k - 1])
+    elif dt and np.max(np.abs(d - dt)) > 1e-6 * dt:
+        log.warning("%s, trajectory %d: the time column %r has steps %.6g..%.6g, the model's dt is %.6g: the rows "
+                    "are used as samples dt apart (resample the data or fix the model's dt)",
+                    path, b, col, d.min(), d.max(), dt)
+
+
+def read_trajectories(paths, model, *, outputs=None, inputs=None, trajectory_column=None,
+                      describe: bool = False):
+    """Trajectories for ``model`` from CSV, Parquet or ``.npz`` files, validated.
+
+    A CSV/Parquet table holds one trajectory, or one per value of ``trajectory_column``
+    (default: the column ``trajectory`` when present, as ``ceem-casadi simulate`` writes it); an
+    optional time column ``t``/``time`` is checked against ``model.dt`` (a warning when it
+    differs or is not increasing). A ``.npz`` file holds ``y`` (T, ny) or (B, T, ny) and
+    optionally ``u`` alike; it is read without pickle.
+
+    Parameters
+    ----------
+    paths : str, pathlib.Path or list of them
+        The data files (trajectories of all files are concatenated in order).
+    model : StateSpaceModel
+        Gives ny, nu and dt.
+    outputs, inputs : list of str, optional
+        Column names of the ny outputs and nu inputs (default: columns named ``y...``/``u...``).
+    trajectory_column : str, optional
+        The column whose values split a table into trajectories.
+    describe : bool
+        Also return a description (files, columns, lengths, ny, nu, dt, trajectory column).
+
+    Returns
+    -------
+    Trajectories or (Trajectories, dict)
+        y (B, T_b, ny) with NaN for missing outputs; u (B, T_b, nu) when nu > 0.
+
+    Raises
+    ------
+    DataFileError
+        A file is missing or unreadable, a column is missing, values are non-numeric, an input
+        is not finite, a trajectory is shorter than 2 samples or an output is missing everywhere.
+    """
+    data, desc = _read(paths, model, outputs, inputs, trajectory_column)
+    return (data, desc) if describe else data
+
+
+def _read(paths, model, outputs, inputs, trajectory_column):
+    from ._data import Trajectories
+
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+
+    ys, us, desc = [], [], {"files": [], "outputs": None, "inputs": None}
+    used_column = trajectory_column
+    for path in map(Path, paths):
+        desc["files"].append(str(path))
+        if path.suffix.lower() == ".npz":
+            if not path.is_file():
+                raise DataFileError(f"{path}: no such data file")
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    if "y" not in z.files:
+                        raise DataFileError(f"{path}: missing array 'y' (arrays in the file: {z.files})")
+                    y = np.asarray(z["y"], float)
+                    u = np.asarray(z["u"], float) if "u" in z.files else None
+            except (ValueError, TypeError, OSError, zipfile.BadZipFile) as exc:  # object arrays, text, corrupt zip
+                raise DataFileError(f"{path}: not a readable .npz of numeric arrays y, u ({exc})") from None
+            if y.ndim not in (2, 3) or (u is not None and u.ndim != y.ndim):
+                raise DataFileError(f"{path}: expected y of shape (T, ny) or (B, T, ny) and u alike, got y {y.shape}"
+                                 f"{'' if u is None else f', u {u.shape}'}")
+            y = y[None] if y.ndim == 2 else y
+            u = (np.zeros(y.shape[:2] + (0,)) if u is None else (u[None] if u.ndim == 2 else u))
+            ys += list(y)
+            us += list(u)
+            continue
+        df = read_table(path)
+        ycols = columns(df, path, outputs, "y", model.ny, "outputs")
+        ucols = columns(df, path, inputs, "u", model.nu, "inputs") if model.nu else []
+        desc["outputs"], desc["inputs"] = ycols, ucols
+        column = trajectory_column
+        if column is None and TRAJECTORY_COLUMN in df.columns and TRAJECTORY_COLUMN not in ycols + ucols:
+            column = TRAJECTORY_COLUMN
+            log.info("%s: one trajectory per value of the column %r", path, column)
+        if column is not None and column not in df.columns:
+            raise DataFileError(f"{path}: missing column(s) ['{column}'] (trajectory_column, --trajectory-column); "
+                             f"columns in the file: {list(df.columns)}")
+        if column is not None:
+            used_column = column
+            if df[column].isna().any():
+                rows = np.flatnonzero(df[column].isna().to_numpy())[:5].tolist()
+                raise DataFileError(f"{path}: the trajectory column {column!r} is empty at rows {rows}; give every row "
+                                 f"a trajectory id")
+        groups = [df] if column is None else [g for _, g in df.groupby(column, sort=False)]
+        for g in groups:
+            _check_time(g, path, len(ys), model.dt, set(ycols + ucols))
+            try:
+                ys.append(g[ycols].to_numpy(float))
+                us.append(g[ucols].to_numpy(float) if ucols else np.zeros((len(g), 0)))
+            except (ValueError, TypeError) as exc:
+                raise DataFileError(f"{path}: non-numeric values in the data columns ({exc})") from None
+    for b, (y, u) in enumerate(zip(ys, us)):
+        if y.ndim != 2 or y.shape[1] != model.ny or len(y) < 2:
+            raise DataFileError(f"trajectory {b}: expected outputs of shape (T >= 2, {model.ny}), got {y.shape}")
+        if u.shape != (len(y), model.nu):
+            raise DataFileError(f"trajectory {b}: expected inputs of shape {(len(y), model.nu)}, got {u.shape}")
+        bad = np.flatnonzero(~np.all(np.isfinite(u), axis=1))
+        if bad.size:
+            raise DataFileError(f"trajectory {b}: inputs contain NaN/inf at rows {bad[:5].tolist()}"
+                             f"{'...' if bad.size > 5 else ''} (inputs must be finite; outputs may be NaN = missing)")
+        if np.all(np.isnan(y)):
+            raise DataFileError(f"trajectory {b}: every output is missing (NaN)")
+        if np.any(np.isinf(y)):
+            raise DataFileError(f"trajectory {b}: outputs contain inf (use NaN for missing values)")
+    if not ys:
+        raise DataFileError("no data: give at least one data file (--data FILE)")
+    empty = [j for j in range(model.ny) if all(np.all(np.isnan(y[:, j])) for y in ys)]
+    if empty:
+        cols = [desc["outputs"][j] for j in empty] if desc["outputs"] else [f"y[:, {j}]" for j in empty]
+        raise DataFileError(f"all outputs missing: output(s) {cols} are NaN in every row of every trajectory; check "
+                         f"the data file or choose the columns with outputs= (--outputs)")
+    data = Trajectories(ys, us if model.nu else None, model.dt)
+    desc.update(lengths=list(data.lengths), ny=model.ny, nu=model.nu, dt=model.dt, trajectory_column=used_column)
+    return data, desc

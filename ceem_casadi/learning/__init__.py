@@ -1,0 +1,7 @@
+"""The learning step (M-step): the parameters that maximise J for fixed states, by IPOPT over all
+stages, by Adam on mini-batches, piece by piece on long records, or map-reduced over shards."""
+from ._adam import AdamLearner, AdamLearnerOptions
+from ._learner import Learner, LearnResult
+from ._options import LearnerOptions
+
+__all__ = ["AdamLearner", "AdamLearnerOptions", "LearnResult", "Learner", "LearnerOptions"]

@@ -1,0 +1,126 @@
+"""The learning step of long records, its data terms evaluated piece by piece in this process.
+
+:class:`~ceem_casadi.learner.Learner` maps its stage Functions over all N = sum T_b stages in one
+MX graph: at T = 10^6 (6 states, 15 free parameters) building it took 101 s and +850 MB under
+load. Here each trajectory is cut into pieces of at most ``PIECE_LENGTH`` + 1 samples that
+overlap by one sample (the dynamics stage between pieces is in the earlier piece's last and the
+later piece's first sample; the shared sample's observation is counted once: it is marked
+missing in the later piece), one small :class:`Learner` is built per piece length, and the
+learner's IPOPT (:class:`~ceem_casadi.remote_learner.RemoteLearner`, the distributed learner's
+client side) sums the pieces' costs, gradients and Hessians: the same objective, stage by stage.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import casadi as ca
+import numpy as np
+
+from ..distributed._tasks import terms_of
+from ..io._data import Trajectories
+from ._learner import Learner
+from ._remote import RemoteLearner
+
+# from this trajectory length on (the smoother's chunking threshold), in pieces of this many steps
+PIECE_FROM, PIECE_LENGTH = 20_000, 20_000
+
+
+def piece_bounds(T: int, L: int) -> list[tuple[int, int]]:
+    """``[(a, e), ...]``: pieces of samples a .. e - 1 (at most L + 1 of them), consecutive pieces
+    sharing one sample, covering 0 .. T - 1."""
+    out, a = [], 0
+    while True:
+        e = min(a + L, T - 1) + 1
+        out.append((a, e))
+        if e >= T:
+            return out
+        a = e - 1
+
+
+class _LocalLearner(RemoteLearner):
+    """:class:`RemoteLearner` asking only for what IPOPT asks (a remote round trip fetches
+    everything at once; here the pieces are local and a Hessian at a rejected trial point would
+    be wasted work)."""
+
+    def _fetch(self, z, what: str) -> str:
+        return what
+
+    def _hessian(self, z) -> np.ndarray:
+        return self._remote(z, "hess")[0]
+
+
+class PieceEngine:
+    """Learning data terms of every trajectory's pieces (see the module docstring); provides the
+    engine interface of :class:`~ceem_casadi.remote_learner.RemoteLearner`, whose instance is
+    ``self.learner``.
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+    options : LearnerOptions
+    stages : StageFunctions, optional
+        Shared with the smoother.
+    piece : int, optional
+        Stages per piece (default ``PIECE_LENGTH``).
+    columns : int, optional
+        Stages of all the records together (the stage Functions are compiled as for them).
+    """
+
+    def __init__(self, model, options, stages=None, piece: int | None = None, columns: int | None = None):
+        self.model, self.piece, self.stages, self.columns = model, int(piece or PIECE_LENGTH), stages, columns
+        self.options = replace(options, use_prior=False)  # prior and trust region: on the IPOPT side
+        self._learners: dict[int, Learner] = {}
+        self.learner = _LocalLearner(self, model, options, self._learner(self.piece + 1).hessian)
+
+    def _learner(self, n: int) -> Learner:
+        if n not in self._learners:
+            self._learners[n] = Learner(self.model, (n,), self.options, self.stages, columns=self.columns)
+        return self._learners[n]
+
+    def learning_session(self, theta_vec, xs) -> list:
+        """Each piece's (learner, NLP parameter vector) at ``theta_vec`` and the states ``xs``."""
+        data, session = self._data, []
+        for b, x in enumerate(xs):
+            y, u = data.y[b], data.inputs(b)
+            for a, e in piece_bounds(x.shape[0], self.piece):
+                yp = y[a:e].copy()
+                if a > 0:
+                    yp[0] = np.nan  # counted in the previous piece
+                learner = self._learner(e - a)
+                P = learner.parameter_vector(theta_vec, Trajectories([yp], [u[a:e]]), [x[a:e]], 0.0)
+                session.append((learner, ca.DM(P)))  # converted once: numpy -> DM costs more than a call
+        return session
+
+    def reduce(self, session: list, z: np.ndarray, what: str) -> tuple[list, int]:
+        """Each piece's data terms at ``z`` (:func:`ceem_casadi._shard_tasks.terms_of`); 0 bytes."""
+        return [terms_of(learner, P, z, what) for learner, P in session], 0
+
+    def _record(self, *args, **kwargs) -> None:  # no network to account for
+        pass
+
+
+class PieceLearner:
+    """:class:`~ceem_casadi.learner.Learner`'s interface (``solve``, ``hessian_matrix``) over the
+    pieces of the trajectories (see the module docstring)."""
+
+    def __init__(self, model, options, stages=None, piece: int | None = None, columns: int | None = None):
+        self.engine = PieceEngine(model, options, stages, piece, columns)
+        self.hessian = self.engine.learner.hessian
+
+    def solve(self, theta_vec, data, xs, rho_theta: float | None = None, weights=None):
+        """As :meth:`ceem_casadi.learner.Learner.solve` (no ``weights``)."""
+        self.engine._data = data
+        return self.engine.learner.solve(theta_vec, data, xs, rho_theta, weights)
+
+    def hessian_matrix(self, theta_vec, data, xs):
+        """As :meth:`ceem_casadi.learner.Learner.hessian_matrix`."""
+        self.engine._data = data
+        return self.engine.learner.hessian_matrix(theta_vec, data, xs)
+
+
+def learner_for(model, lengths, options, stages=None):
+    """A :class:`PieceLearner` when some trajectory has ``PIECE_FROM`` samples or more, else a
+    :class:`~ceem_casadi.learner.Learner` over all stages at once."""
+    if max(lengths) >= PIECE_FROM:
+        return PieceLearner(model, options, stages, columns=sum(lengths))
+    return Learner(model, lengths, options, stages)

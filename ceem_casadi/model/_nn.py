@@ -1,0 +1,305 @@
+"""Small neural networks as CasADi expressions, and an Adam trainer on CasADi gradients.
+
+:class:`MLP` is a fully connected tanh network whose weights are named parameters
+(:class:`~ceem_casadi.params.Param`), so it can be used inside a
+:class:`~ceem_casadi.model.StateSpaceModel` observation or step function (one sample as an
+(n_in,) column) or evaluated on a batch (samples as the columns of an (n_in, N) matrix, which
+keeps the CasADi expression graph small). :func:`adam` minimises a CasADi loss over mini-batches
+with a harmonic learning-rate decay ``lr_k = lr / (1 + decay * k)``.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import casadi as ca
+import numpy as np
+
+from ..errors import NonFiniteError, OptionsError, ShapeError
+from ._params import Param, Parameters
+
+__all__ = ["MLP", "AdamOptions", "AdamResult", "adam", "adam_step", "flat_params", "mse_loss_factory", "namespace"]
+
+log = logging.getLogger(__name__)
+
+_ACTIVATIONS = {"tanh": ca.tanh, "relu": lambda z: ca.fmax(z, 0), "identity": lambda z: z}
+
+
+class MLP:
+    """Fully connected network ``sizes[0] -> sizes[1] -> ... -> sizes[-1]`` for model terms.
+
+    Its weights are named parameters, so an MLP term of a gray-box model is learned by CE-EM
+    like any other parameter.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Layer widths, e.g. ``(20, 32, 32, 6)``; the last layer is linear.
+    name : str
+        Prefix of the parameter names ``<name>_W<i>`` (sizes[i+1], sizes[i]) and ``<name>_b<i>``.
+    activation : str
+        Hidden-layer activation, ``"tanh"`` (default), ``"relu"`` or ``"identity"``.
+
+    Raises
+    ------
+    ShapeError
+        Fewer than two widths or a width below 1.
+    OptionsError
+        An unknown activation.
+    """
+
+    def __init__(self, sizes, name: str = "mlp", activation: str = "tanh"):
+        sizes = tuple(int(s) for s in sizes)
+        if len(sizes) < 2 or min(sizes) < 1:
+            raise ShapeError(f"MLP sizes must be >= 2 positive widths, got {sizes}")
+        if activation not in _ACTIVATIONS:
+            raise OptionsError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+        self.sizes, self.name, self.activation = sizes, name, activation
+
+    @property
+    def n_layers(self) -> int:
+        """Number of weight layers."""
+        return len(self.sizes) - 1
+
+    @property
+    def names(self) -> list[str]:
+        """Parameter names ``[<name>_W0, <name>_b0, ...]``."""
+        out = []
+        for i in range(self.n_layers):
+            out += [f"{self.name}_W{i}", f"{self.name}_b{i}"]
+        return out
+
+    def init(self, rng: np.random.Generator, last_scale: float = 1.0) -> dict[str, np.ndarray]:
+        """Glorot-uniform weights and zero biases.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The random draws.
+        last_scale : float
+            Multiplies the output layer's weights (0 starts the term at zero).
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+        """
+        theta = {}
+        for i in range(self.n_layers):
+            n_in, n_out = self.sizes[i], self.sizes[i + 1]
+            lim = np.sqrt(6.0 / (n_in + n_out))
+            W = rng.uniform(-lim, lim, size=(n_out, n_in))
+            if i == self.n_layers - 1:
+                W = W * last_scale
+            theta[f"{self.name}_W{i}"] = W
+            theta[f"{self.name}_b{i}"] = np.zeros(n_out)
+        return theta
+
+    def params(self, rng: np.random.Generator, last_scale: float = 1.0, **kwargs) -> list[Param]:
+        """:class:`~ceem_casadi.Param` objects initialised by :meth:`init`.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The random draws.
+        last_scale : float
+            As for :meth:`init`.
+        **kwargs
+            Passed to every :class:`~ceem_casadi.Param` (e.g. ``prior_std``).
+
+        Returns
+        -------
+        list of Param
+        """
+        return [Param(k, v, **kwargs) for k, v in self.init(rng, last_scale).items()]
+
+    def __call__(self, p, x):
+        """Network output.
+
+        Parameters
+        ----------
+        p : namespace or dict
+            The weights (``p.<name>`` or ``p[name]``): CasADi symbols or numpy arrays.
+        x : casadi.SX or casadi.MX or numpy.ndarray
+            (n_in,) or (n_in, N) input (columns are samples).
+
+        Returns
+        -------
+        casadi.SX or casadi.MX or numpy.ndarray
+            (n_out,) or (n_out, N).
+        """
+        get = p.get if isinstance(p, dict) else (lambda k: getattr(p, k))
+        numeric = isinstance(x, np.ndarray)
+        h = x
+        for i in range(self.n_layers):
+            W, b = get(f"{self.name}_W{i}"), get(f"{self.name}_b{i}")
+            if numeric:
+                W, b = np.asarray(W), np.asarray(b).reshape(-1, 1) if np.ndim(h) == 2 else np.asarray(b)
+                h = W @ h + b
+                if i < self.n_layers - 1:
+                    h = np.tanh(h) if self.activation == "tanh" else (
+                        np.maximum(h, 0) if self.activation == "relu" else h)
+            else:
+                n_cols = h.shape[1] if hasattr(h, "shape") and len(h.shape) == 2 else 1
+                z = ca.mtimes(W, h)
+                h = z + (ca.repmat(b, 1, n_cols) if n_cols > 1 else b)
+                if i < self.n_layers - 1:
+                    h = _ACTIVATIONS[self.activation](h)
+        return h
+
+
+def flat_params(*nets: MLP, rng: np.random.Generator, last_scale: float = 1.0):
+    """``(Parameters, theta0 vector, sym (n,) MX, namespace)`` for plain (non-model) training."""
+    params = Parameters(*[q for net in nets for q in net.params(rng, last_scale)])
+    theta0 = params.to_vector({q.name: q.array("value") for q in params})
+    w = ca.MX.sym("w", params.size)
+    return params, theta0, w, params.symbols(w)
+
+
+@dataclass(frozen=True)
+class AdamOptions:
+    """Adam with harmonic decay ``lr_k = lr / (1 + decay * epoch)``.
+
+    lr : initial step; decay : harmonic decay per epoch; epochs : passes over the data;
+    batch_size : samples per step (columns); beta1, beta2, eps : Adam constants;
+    seed : mini-batch shuffling seed; patience : stop when the validation loss (if given) has not
+    improved for this many epochs (0 = never), the best weights are returned.
+    """
+
+    lr: float = 1e-3
+    decay: float = 0.1
+    epochs: int = 20
+    batch_size: int = 512
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    seed: int = 0
+    patience: int = 0
+
+    def __post_init__(self):
+        if not (self.lr > 0 and self.decay >= 0 and self.epochs >= 1 and self.batch_size >= 1):
+            raise OptionsError(f"AdamOptions: need lr > 0, decay >= 0, epochs >= 1, batch_size >= 1; "
+                                 f"got lr={self.lr}, decay={self.decay}, epochs={self.epochs}, "
+                                 f"batch_size={self.batch_size}")
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.eps > 0 and self.patience >= 0):
+            raise OptionsError("AdamOptions: need 0 <= beta1, beta2 < 1, eps > 0, patience >= 0")
+
+
+@dataclass
+class AdamResult:
+    """w : best weights (n,); train_loss / valid_loss : per-epoch mean losses (valid may be empty)."""
+
+    w: np.ndarray
+    train_loss: list
+    valid_loss: list
+
+
+def adam_step(g, m, v, k: int, lr, *, beta1: float, beta2: float, eps: float):
+    """One Adam update (Kingma and Ba, 2015) with bias-corrected moments.
+
+    Parameters
+    ----------
+    g : numpy.ndarray
+        (n,) gradient at the current weights.
+    m, v : numpy.ndarray
+        (n,) first and second moment estimates before this step (zeros at the start).
+    k : int
+        1-based step number (for the bias correction).
+    lr : float or numpy.ndarray
+        Step size, scalar or per weight (n,).
+    beta1, beta2, eps : float
+        Adam constants.
+
+    Returns
+    -------
+    step, m, v : numpy.ndarray
+        The step to subtract from the weights, and the updated moments.
+    """
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    return lr * (m / (1 - beta1 ** k)) / (np.sqrt(v / (1 - beta2 ** k)) + eps), m, v
+
+
+def adam(loss, w0, data, *, options: AdamOptions = AdamOptions(), valid=None) -> AdamResult:
+    """Minimise ``loss(w, *batch)`` with Adam over mini-batches of columns of ``data``.
+
+    Parameters
+    ----------
+    loss : ``ca.Function`` with inputs ``(w (n,), D_1 (d_1, B), ..., D_k (d_k, B))`` and a scalar
+        output (a mean over the B columns), or a factory ``B -> ca.Function`` of that form (CasADi
+        matrix symbols have a fixed column count, so one Function per batch size), e.g.
+        :func:`mse_loss_factory`.
+    w0 : initial weights (n,).
+    data : tuple of arrays ``D_i`` (d_i, N), samples as columns.
+    valid : optional tuple like ``data`` for a per-epoch validation loss (early stopping).
+    """
+    data = tuple(np.asarray(d, float) for d in data)
+    N = data[0].shape[1]
+    if any(d.ndim != 2 or d.shape[1] != N for d in data):
+        raise ShapeError(f"data: every array must be (d_i, N) with N = {N}, got {[d.shape for d in data]}")
+    factory = loss if not isinstance(loss, ca.Function) else (lambda B: loss)
+    cache = {}
+
+    def grad_fn(B):
+        if B not in cache:
+            f = factory(B)
+            w = ca.MX.sym("w", f.size1_in(0))
+            ins = [ca.MX.sym(f"d{i}", *f.size_in(i + 1)) for i in range(len(data))]
+            L = f(w, *ins)
+            cache[B] = ca.Function("loss_grad", [w, *ins], [L, ca.gradient(L, w)])
+        return cache[B]
+
+    o = options
+    rng = np.random.default_rng(o.seed)
+    w = np.asarray(w0, float).copy()
+    m, v = np.zeros_like(w), np.zeros_like(w)
+    k = 0
+    best_w, best_val, since = w.copy(), np.inf, 0
+    train_hist, valid_hist = [], []
+    B = min(o.batch_size, N)
+    for epoch in range(o.epochs):
+        lr = o.lr / (1.0 + o.decay * epoch)
+        perm = rng.permutation(N)
+        losses = []
+        for s in range(0, N - B + 1, B):        # full batches only (one compiled size)
+            idx = perm[s:s + B]
+            L, g = grad_fn(B)(w, *[d[:, idx] for d in data])
+            g = np.asarray(g).ravel()
+            if not np.all(np.isfinite(g)):
+                raise NonFiniteError(f"adam: non-finite gradient at epoch {epoch}")
+            k += 1
+            step, m, v = adam_step(g, m, v, k, lr, beta1=o.beta1, beta2=o.beta2, eps=o.eps)
+            w = w - step
+            losses.append(float(L))
+        train_hist.append(float(np.mean(losses)))
+        if valid is not None:
+            vd = tuple(np.asarray(d, float) for d in valid)
+            val = float(factory(vd[0].shape[1])(w, *vd))
+            valid_hist.append(val)
+            if val < best_val:
+                best_w, best_val, since = w.copy(), val, 0
+            else:
+                since += 1
+            log.info("adam epoch %d: train %.5g valid %.5g", epoch, train_hist[-1], val)
+            if o.patience and since >= o.patience:
+                break
+        else:
+            best_w = w.copy()
+            log.info("adam epoch %d: train %.5g", epoch, train_hist[-1])
+    return AdamResult(best_w, train_hist, valid_hist)
+
+
+def mse_loss_factory(net: MLP, params: Parameters):
+    """``B -> ca.Function(w, X (n_in, B), Y (n_out, B)) -> mean squared error`` for ``net``."""
+    def make(B):
+        w = ca.MX.sym("w", params.size)
+        X = ca.MX.sym("X", net.sizes[0], B)
+        Y = ca.MX.sym("Y", net.sizes[-1], B)
+        E = net(params.symbols(w), X) - Y
+        return ca.Function("mse", [w, X, Y], [ca.sumsqr(E) / (B * net.sizes[-1])])
+    return make
+
+
+def namespace(params: Parameters, w) -> SimpleNamespace:
+    """Numeric namespace ``p.<name>`` of a flat vector ``w`` (for evaluating an MLP in numpy)."""
+    return SimpleNamespace(**params.from_vector(w))

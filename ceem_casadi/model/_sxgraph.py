@@ -1,0 +1,155 @@
+"""Model functions as plain arrays: store a CasADi SX Function and rebuild it without running code.
+
+A model file must be usable without trusting it. CasADi's own ``Function.deserialize`` can
+create any Function class, including ``External`` (a shared library that is loaded, and whose
+constructors run, while deserialising). So model files do not store CasADi's serialisation;
+they store each model function ``fun(x, u, p) -> out`` (an ``SXFunction``: a straight-line
+program of scalar operations) as its instruction list, in numeric arrays:
+
+* ``code`` (n, 4) int64: one row ``(op, a, b, o)`` per instruction, in CasADi's order:
+  ``OP_INPUT``: work[o] = input a, entry b; ``OP_OUTPUT``: output entry b = work[a];
+  ``OP_CONST``: work[o] = const[k]; unary op: work[o] = op(work[a]); binary op:
+  work[o] = op(work[a], work[b]);
+* ``const`` (n,) float64: the constant of each row (0 where unused);
+* ``shape`` (5,) int64: nx, nu, np, the output length and the work vector length;
+* ``rows`` (nnz,) int64: the rows of the output's structural nonzeros.
+
+:func:`rebuild` interprets the rows on fresh SX symbols with ``ca.SX.unary``/``ca.SX.binary``
+from a fixed list of elementary math operations; anything else (calls to other Functions,
+free symbols, out-of-range indices) is refused with :class:`GraphError`. No CasADi
+deserialiser, import or shared library is involved, so loading cannot run code.
+"""
+from __future__ import annotations
+
+import casadi as ca
+import numpy as np
+
+from ..errors import CeemError
+
+_UNARY_NAMES = ("ACOS", "ACOSH", "ASIN", "ASINH", "ATAN", "ATANH", "CEIL", "COS", "COSH", "ERF", "ERFINV",
+                "EXP", "EXPM1", "FABS", "FLOOR", "INV", "LOG", "LOG1P", "NEG", "NOT", "SIGN", "SIN", "SINH",
+                "SQ", "SQRT", "TAN", "TANH", "TWICE", "ASSIGN")
+_BINARY_NAMES = ("ADD", "SUB", "MUL", "DIV", "POW", "CONSTPOW", "EQ", "NE", "LT", "LE", "AND", "OR",
+                 "IF_ELSE_ZERO", "ATAN2", "FMIN", "FMAX", "COPYSIGN", "FMOD", "REMAINDER", "HYPOT")
+UNARY = {getattr(ca, f"OP_{n}") for n in _UNARY_NAMES if hasattr(ca, f"OP_{n}")}
+BINARY = {getattr(ca, f"OP_{n}") for n in _BINARY_NAMES if hasattr(ca, f"OP_{n}")}
+_OP_NAMES = {getattr(ca, n): n for n in dir(ca) if n.startswith("OP_")}
+OP_INPUT, OP_OUTPUT, OP_CONST = ca.OP_INPUT, ca.OP_OUTPUT, ca.OP_CONST
+_FIELDS = ("code", "const", "shape", "rows")
+
+
+class GraphError(CeemError, ValueError):
+    """A Function cannot be stored as a plain expression graph, or stored arrays are not one."""
+
+
+def export(fun: ca.Function) -> dict[str, np.ndarray]:
+    """Arrays ``code``, ``const``, ``shape``, ``rows`` of an SX model function ``fun(x, u, p)``.
+
+    Raises :class:`GraphError` when ``fun`` is not an ``SXFunction`` of three dense column
+    inputs and one column output, has free symbols, or uses an operation outside the whitelist
+    (e.g. a call to another Function).
+    """
+    if not fun.is_a("SXFunction"):
+        raise GraphError(f"model function {fun.name()!r} is a {fun.class_name()}, not an SXFunction: only "
+                         f"SX expression graphs can be stored (build the model with ca.SX symbols)")
+    if fun.has_free():
+        raise GraphError(f"model function {fun.name()!r} has free symbols {fun.get_free()}")
+    if fun.n_in() != 3 or fun.n_out() != 1:
+        raise GraphError(f"model function {fun.name()!r}: expected inputs (x, u, p) and one output")
+    for i in range(3):
+        sp = fun.sparsity_in(i)
+        if sp.size2() > 1 or not sp.is_dense():
+            raise GraphError(f"model function {fun.name()!r}: input {i} must be a dense column")
+    sp_out = fun.sparsity_out(0)
+    if sp_out.size2() != 1:
+        raise GraphError(f"model function {fun.name()!r}: the output must be a column")
+    n = fun.n_instructions()
+    code = np.full((n, 4), -1, dtype=np.int64)
+    const = np.zeros(n)
+    for k in range(n):
+        op = fun.instruction_id(k)
+        ins, outs = fun.instruction_input(k), fun.instruction_output(k)
+        if op == OP_INPUT:
+            code[k] = (op, ins[0], ins[1], outs[0])
+        elif op == OP_OUTPUT:
+            code[k] = (op, ins[0], outs[1], outs[0])
+        elif op == OP_CONST:
+            code[k] = (op, -1, -1, outs[0])
+            const[k] = fun.instruction_constant(k)
+        elif op in UNARY and len(ins) == 1:
+            code[k] = (op, ins[0], -1, outs[0])
+        elif op in BINARY and len(ins) == 2:
+            code[k] = (op, ins[0], ins[1], outs[0])
+        else:
+            raise GraphError(f"model function {fun.name()!r} uses operation {_OP_NAMES.get(op, op)} "
+                             f"(instruction {k}), which a model file cannot store")
+    shape = np.array([fun.nnz_in(0), fun.nnz_in(1), fun.nnz_in(2), sp_out.size1(), fun.sz_w()], dtype=np.int64)
+    return {"code": code, "const": const, "shape": shape, "rows": np.asarray(sp_out.row(), dtype=np.int64)}
+
+
+def rebuild(arrays: dict[str, np.ndarray], name: str, out_name: str) -> ca.Function:
+    """SX Function ``name(x, u, p) -> out_name`` from arrays made by :func:`export`.
+
+    Every row is checked (known operation, indices in range) before it is used; raises
+    :class:`GraphError` otherwise. Nothing but elementary SX arithmetic is evaluated.
+    """
+    try:
+        code, const = np.asarray(arrays["code"]), np.asarray(arrays["const"], dtype=float)
+        shape, rows = np.asarray(arrays["shape"]), np.asarray(arrays["rows"])
+    except KeyError as exc:
+        raise GraphError(f"{name}: missing array {exc}") from None
+    if (code.ndim != 2 or code.shape[1] != 4 or const.shape != (len(code),) or shape.shape != (5,)
+            or rows.ndim != 1 or not all(np.issubdtype(a.dtype, np.integer) for a in (code, shape, rows))):
+        raise GraphError(f"{name}: malformed expression graph arrays")
+    n_in = [int(s) for s in shape[:3]]
+    n_out, n_work = int(shape[3]), int(shape[4])
+    if min(*n_in, n_out, n_work) < 0 or n_out < 1 or len(rows) > n_out or np.any(rows < 0) or \
+            np.any(rows >= n_out) or np.any(np.diff(rows) <= 0) or n_work > 4 * len(code) + 16:
+        raise GraphError(f"{name}: malformed expression graph sizes {shape.tolist()}")
+    syms = [ca.SX.sym(s, k) for s, k in zip("xup", n_in)]
+    work: list = [None] * n_work
+    out: list = [None] * len(rows)
+
+    def get(i):
+        if not 0 <= i < n_work or work[i] is None:
+            raise GraphError(f"{name}: instruction reads work entry {i} before it is written")
+        return work[i]
+
+    for k, (op, a, b, o) in enumerate(code.tolist()):
+        if op == OP_OUTPUT:
+            if not 0 <= o < 1 or not 0 <= b < len(rows):
+                raise GraphError(f"{name}: instruction {k} writes output entry {b} out of range")
+            out[b] = get(a)
+            continue
+        if not 0 <= o < n_work:
+            raise GraphError(f"{name}: instruction {k} writes work entry {o} out of range")
+        if op == OP_INPUT:
+            if not (0 <= a < 3 and 0 <= b < n_in[a]):
+                raise GraphError(f"{name}: instruction {k} reads input {a} entry {b} out of range")
+            work[o] = syms[a][b]
+        elif op == OP_CONST:
+            work[o] = ca.SX(const[k])
+        elif op in UNARY:
+            work[o] = ca.SX.unary(op, get(a))
+        elif op in BINARY:
+            work[o] = ca.SX.binary(op, get(a), get(b))
+        else:
+            raise GraphError(f"{name}: instruction {k} has operation {_OP_NAMES.get(op, op)}, which is not "
+                             f"an elementary math operation: refusing the graph")
+    if any(v is None for v in out):
+        raise GraphError(f"{name}: output entries never written")
+    y = ca.SX(ca.Sparsity(n_out, 1, [0, len(rows)], rows.tolist()))
+    for j, v in enumerate(out):
+        y.nz[j] = v
+    return ca.Function(name, syms, [y], ["x", "u", "p"], [out_name])
+
+
+def to_arrays(prefix: str, fun: ca.Function) -> dict[str, np.ndarray]:
+    """``{f"{prefix}/{field}": array}`` of :func:`export` (for an archive)."""
+    return {f"{prefix}/{k}": v for k, v in export(fun).items()}
+
+
+def from_arrays(arrays: dict, prefix: str, name: str, out_name: str) -> ca.Function | None:
+    """:func:`rebuild` of the arrays under ``prefix`` of an archive; None when there are none."""
+    sub = {k: arrays[f"{prefix}/{k}"] for k in _FIELDS if f"{prefix}/{k}" in arrays}
+    return rebuild(sub, name, out_name) if sub else None

@@ -1,0 +1,244 @@
+"""Per-time-step pieces of the CE-EM objective and their exact derivatives.
+
+With r_o = m * (y - g(x, u, p)) / sigma_v and r_d = (x' - f(x, u, p)) / sigma_w the negative
+joint log-density is, up to constants,
+
+    -J = sum_t 0.5 ||r_o[t]||^2 + sum_t 0.5 ||r_d[t]||^2 + 0.5 ||(x_1 - mu_1) / s_1||^2 .
+
+Each sum is a *stage* touching one state (observation) or two consecutive states (dynamics).
+This module builds small SX Functions of one stage returning the cost, its gradient and its
+Hessian (exact or Gauss-Newton) with respect to the states or to the parameters, and the
+residual Jacobian with respect to the parameters. They are mapped over time by the smoother
+and the learner, so derivative graphs never grow with T. Optionally the Functions are compiled
+to native code (:mod:`ceem_casadi.compile`).
+"""
+from __future__ import annotations
+
+import logging
+
+import casadi as ca
+import numpy as np
+
+from ..runtime._compile import compiler, start_compile
+from ..runtime._schema import HESSIANS
+
+log = logging.getLogger(__name__)
+
+# compile automatically when the stage programs are at least this long (SX instructions), or
+# when one evaluation maps them over so many stages that instructions x stages reaches
+# AUTO_COMPILE_WORK (long records: the single-Lorenz learner's cost and gradient, 287
+# instructions, over 10^5 stages: 0.26 s in the virtual machine, compiled 4-6x less) ...
+AUTO_COMPILE_INSTRUCTIONS = 20_000
+AUTO_COMPILE_WORK = 20_000_000
+# ... and never compile a single program longer than this: gcc time grows super-linearly
+MAX_COMPILE_INSTRUCTIONS = 300_000
+# the Functions every smoothing NLP uses (:mod:`ceem_casadi.smoother`, :mod:`ceem_casadi.smoother_chunks`)
+SMOOTHER_STAGES = ("obs_cost", "dyn_cost", "obs_x_grad", "dyn_x_grad", "obs_x_hess_triu", "dyn_x_hess_triu")
+
+
+def _check_hessian(kind: str) -> None:
+    if kind not in HESSIANS:
+        raise ValueError(f"hessian must be one of {HESSIANS}, got {kind!r}")
+
+
+def _cost_grad(name, residual, wrt, inputs, in_names, dense: bool) -> ca.Function:
+    """``(cost, grad)`` of one stage with respect to ``wrt``."""
+    cost = 0.5 * ca.sumsqr(residual)
+    grad = ca.gradient(cost, wrt)  # one reverse sweep (not ny of them as J^T r would take)
+    if dense:
+        grad = ca.densify(grad)
+    return ca.Function(name + "_grad", inputs, [cost, grad], in_names, ["cost", "grad"])
+
+
+def _cross_hess(name, residual, wrt, p, inputs, in_names, hessian: str) -> ca.Function:
+    """Dense cross block d^2 cost / d wrt d p of one stage: exact, or Gauss-Newton ``J_w^T J_p``."""
+    if hessian == "exact":
+        cross = ca.jacobian(ca.gradient(0.5 * ca.sumsqr(residual), wrt), p)
+    else:
+        cross = ca.jacobian(residual, wrt).T @ ca.jacobian(residual, p)
+    return ca.Function(name + "_hess", inputs, [ca.densify(cross)], in_names, ["hess"])
+
+
+def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool, upper: bool = False) -> ca.Function:
+    """``hess`` of one stage with respect to ``wrt``: exact, or Gauss-Newton ``J^T J``; with
+    ``upper`` only its upper triangle (zeros below): half the SX program, half the gcc time."""
+    if hessian == "exact":
+        hess, _ = ca.hessian(0.5 * ca.sumsqr(residual), wrt)
+    else:
+        jac = ca.jacobian(residual, wrt)
+        hess = jac.T @ jac
+    if upper:
+        hess = ca.triu(hess)  # the lower entries' SX nodes are then never built into the program
+    if dense:
+        hess = ca.densify(hess)
+    return ca.Function(name + "_hess", inputs, [hess], in_names, ["hess"])
+
+
+class StageFunctions:
+    """SX stage Functions of a model (built once per model and Hessian kind).
+
+    Inputs (all columns): x, x_next (nx), u (nu), y, m (ny; m is the 0/1 observed mask),
+    p (np), iw (nx) = 1/sigma_w, iv (ny) = 1/sigma_v.
+
+    ``compile``: ``True`` compiles the Functions a solver asks for with :meth:`get`,
+    ``False`` never, ``None`` (default) when a C compiler exists and the stage programs are
+    long enough for compilation to pay off, or mapped over enough stages (``columns``).
+    """
+
+    def __init__(self, model, hessian: str = "gauss-newton", compile: bool | None = None):
+        _check_hessian(hessian)
+        self.model, self.hessian, self.compile = model, hessian, compile
+        nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
+        x, xn = ca.SX.sym("x", nx), ca.SX.sym("x_next", nx)
+        u, y, m = ca.SX.sym("u", nu), ca.SX.sym("y", ny), ca.SX.sym("m", ny)
+        p, iw, iv = ca.SX.sym("p", npar), ca.SX.sym("iw", nx), ca.SX.sym("iv", ny)
+        r_obs = m * iv * (y - model.g(x, u, p))
+        r_dyn = iw * (xn - model.f(x, u, p))
+        z = ca.vertcat(x, xn)
+        obs_in, obs_names = [x, u, y, m, p, iv], ["x", "u", "y", "m", "p", "iv"]
+        dyn_in, dyn_names = [x, xn, u, p, iw], ["x", "x_next", "u", "p", "iw"]
+        self.obs_uses_p = bool(ca.depends_on(r_obs, p))
+        self.dyn_uses_p = bool(ca.depends_on(r_dyn, p))
+        # Every Function is built on first request (:meth:`get` or attribute access): the
+        # parameter Hessians of a large MLP head cost minutes to build and a learner with a
+        # limited-memory or Gauss-Newton Hessian never asks for them.
+        def grad(name, residual, wrt, inputs, in_names, dense):
+            return lambda: _cost_grad(name, residual, wrt, inputs, in_names, dense)
+
+        def hess(name, residual, wrt, inputs, in_names, dense, upper=False):
+            return lambda: _hess(name, residual, wrt, inputs, in_names, hessian, dense, upper)
+
+        self._lazy = {
+            # derivatives with respect to the states (smoothing step), dense blocks
+            "obs_x_grad": grad("obs_x", r_obs, x, obs_in, obs_names, True),
+            "obs_x_hess": hess("obs_x", r_obs, x, obs_in, obs_names, True),
+            "dyn_x_grad": grad("dyn_x", r_dyn, z, dyn_in, dyn_names, True),
+            "dyn_x_hess": hess("dyn_x", r_dyn, z, dyn_in, dyn_names, True),
+            # their upper triangles (dense, zeros below): all the smoother's Hessian assembly reads
+            "obs_x_hess_triu": hess("obs_x_triu", r_obs, x, obs_in, obs_names, True, True),
+            "dyn_x_hess_triu": hess("dyn_x_triu", r_dyn, z, dyn_in, dyn_names, True, True),
+            # derivatives with respect to the parameters (learning step), sparse
+            "obs_p_grad": grad("obs_p", r_obs, p, obs_in, obs_names, False),
+            "obs_p_hess": hess("obs_p", r_obs, p, obs_in, obs_names, False),
+            "dyn_p_grad": grad("dyn_p", r_dyn, p, dyn_in, dyn_names, False),
+            "dyn_p_hess": hess("dyn_p", r_dyn, p, dyn_in, dyn_names, False),
+            # cross blocks states x parameters (dense; parameter uncertainty, :mod:`ceem_casadi.uncertainty`)
+            "obs_xp_hess": lambda: _cross_hess("obs_xp", r_obs, x, p, obs_in, obs_names, hessian),
+            "dyn_xp_hess": lambda: _cross_hess("dyn_xp", r_dyn, z, p, dyn_in, dyn_names, hessian),
+            # residual Jacobians with respect to the parameters (dense), for Gauss-Newton in numpy
+            "obs_p_jac": lambda: ca.Function("obs_p_jac", obs_in, [ca.densify(ca.jacobian(r_obs, p))],
+                                             obs_names, ["jac"]),
+            "dyn_p_jac": lambda: ca.Function("dyn_p_jac", dyn_in, [ca.densify(ca.jacobian(r_dyn, p))],
+                                             dyn_names, ["jac"]),
+            # plain costs (for J and diagnostics)
+            "obs_cost": lambda: ca.Function("obs_cost", obs_in, [0.5 * ca.sumsqr(r_obs)], obs_names, ["cost"]),
+            "dyn_cost": lambda: ca.Function("dyn_cost", dyn_in, [0.5 * ca.sumsqr(r_dyn)], dyn_names, ["cost"]),
+            # residuals with their Jacobians in the states (joint Gauss-Newton steps,
+            # :mod:`ceem_casadi.joint_gauss_newton`, which takes the parameter Jacobians from
+            # obs_p_jac / dyn_p_jac: one program each instead of a second copy in these)
+            "obs_res_jac_x": lambda: ca.Function(
+                "obs_res_jac_x", obs_in, [ca.densify(r_obs), ca.densify(ca.jacobian(r_obs, x))], obs_names, ["r", "jac_x"]),
+            "dyn_res_jac_z": lambda: ca.Function(
+                "dyn_res_jac_z", dyn_in, [ca.densify(r_dyn), ca.densify(ca.jacobian(r_dyn, z))], dyn_names, ["r", "jac_z"]),
+        }
+        self._raw: dict[str, ca.Function] = {}
+        self._compiled: dict[str, ca.Function] = {}
+        self._pending: dict = {}  # name -> compile.CompiledHandle (compiling in the background)
+
+    def _build(self, name: str) -> ca.Function:
+        if name not in self._raw:
+            if name not in self._lazy:
+                raise KeyError(f"no stage Function {name!r}; expected one of {sorted(self._lazy)}")
+            self._raw[name] = self._lazy[name]()
+        return self._raw[name]
+
+    def __getattr__(self, name):  # raw SX Functions as attributes: stages.obs_cost, ...
+        if name in self.__dict__.get("_lazy", {}):
+            return self._build(name)
+        raise AttributeError(name)
+
+    def instructions(self, names) -> int:
+        return sum(self._build(n).n_instructions() for n in names)
+
+    def _to_compile(self, names, columns: int = 1) -> list[str]:
+        """Those of ``names`` that :meth:`get` compiles (none when compilation is off for them).
+        ``columns``: how many stages one evaluation of the caller maps them over (automatic
+        compilation also when instructions x columns >= ``AUTO_COMPILE_WORK``)."""
+        for n in names:
+            self._build(n)
+        small = [n for n in names if self._raw[n].n_instructions() <= MAX_COMPILE_INSTRUCTIONS]
+        want = self.compile
+        if want is None:
+            work = self.instructions(small)
+            want = compiler() is not None and (
+                work >= AUTO_COMPILE_INSTRUCTIONS or work * columns >= AUTO_COMPILE_WORK)
+        return small if want else []
+
+    def _start(self, names: list[str]) -> None:
+        fresh = [n for n in names if n not in self._compiled and n not in self._pending]
+        if fresh:
+            handles = start_compile([self._raw[n] for n in fresh], f"ceem_{self.model.name}")
+            self._pending.update(zip(fresh, handles))
+
+    def prefetch(self, *groups) -> None:
+        """Start compiling in the background what ``get(*group)`` compiles, for each group (a
+        sequence of names), and return at once: the groups of a fit (smoother, learner, joint
+        step) then share one pool of compilers instead of each waiting for the previous one.
+        All groups are queued together (the longest program of any group starts first). Failures
+        are reported (or fallen back from) by :meth:`get`."""
+        names = list(dict.fromkeys(n for group in groups for n in self._to_compile(group)))
+        try:
+            self._start(names)
+        except RuntimeError as exc:
+            log.debug("prefetch of %s not started: %s", names, exc)
+
+    def get(self, *names: str, columns: int = 1) -> list[ca.Function]:
+        """The Functions ``names``, compiled when compilation is on (see class doc), waiting for
+        those still compiling. ``columns``: stages per evaluation of the caller (see
+        :meth:`_to_compile`). Programs longer than ``MAX_COMPILE_INSTRUCTIONS`` stay in the virtual
+        machine. Falls back to the SX Functions, with a warning in the log, if compilation fails."""
+        todo = self._to_compile(names, columns)
+        if not todo:
+            return [self._raw[n] for n in names]
+        missing = [n for n in todo if n not in self._compiled]
+        if missing:
+            try:
+                self._start(missing)
+                for n in missing:
+                    self._compiled[n] = self._pending[n].result()
+            except RuntimeError as exc:
+                if self.compile:
+                    raise
+                log.warning("stage functions not compiled (%s); using the CasADi virtual machine", exc)
+                return [self._raw[n] for n in names]
+            finally:
+                for n in missing:
+                    self._pending.pop(n, None)
+        return [self._compiled.get(n, self._raw[n]) for n in names]
+
+
+def stack_stages(data, xs: list[np.ndarray]):
+    """Stack all trajectories' stages column-wise (the learner's and the joint step's input).
+
+    Parameters
+    ----------
+    data : Trajectories
+        B trajectories, y (T_b, ny) with NaN = missing, inputs (T_b, nu).
+    xs : list of numpy.ndarray
+        The states (T_b, nx) of each trajectory.
+
+    Returns
+    -------
+    (X, U, Y, M), (X_t, X_next, U_t) : tuple of numpy.ndarray
+        Observation columns: states (nx, N_obs), inputs (nu, N_obs), outputs with NaN replaced by
+        0 (ny, N_obs) and the observed mask as 0/1 (ny, N_obs), N_obs = sum T_b; dynamics
+        columns: states at t (nx, N_dyn), at t+1 (nx, N_dyn) and inputs at t (nu, N_dyn),
+        N_dyn = sum (T_b - 1).
+    """
+    Xo, Uo, Yo, Mo, X0, X1, U0 = [], [], [], [], [], [], []
+    for b, x in enumerate(xs):
+        y, u = data.y[b], data.inputs(b)
+        mask = np.isfinite(y)
+        Xo.append(x.T), Uo.append(u.T), Yo.append(np.where(mask, y, 0.0).T), Mo.append(mask.T.astype(float))
+        X0.append(x[:-1].T), X1.append(x[1:].T), U0.append(u[:-1].T)
+    return [np.hstack(a) for a in (Xo, Uo, Yo, Mo)], [np.hstack(a) for a in (X0, X1, U0)]

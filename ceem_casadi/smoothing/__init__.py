@@ -1,0 +1,6 @@
+"""The smoothing step (E-step): the maximum-a-posteriori state trajectories for fixed theta, by
+IPOPT or by banded Newton steps, evaluated whole or in time chunks; EKF/RTS initial states."""
+from ._options import SmootherOptions
+from ._smoother import Smoother, SmoothResult
+
+__all__ = ["SmoothResult", "Smoother", "SmootherOptions"]

@@ -1,0 +1,181 @@
+"""Newton (or Gauss-Newton) steps for the smoothing NLP with LAPACK's banded Cholesky.
+
+Without state bounds the smoothing problem of :mod:`ceem_casadi.smoother` is unconstrained and
+its Hessian (exact or Gauss-Newton) is block tridiagonal with (nx, nx) blocks, i.e. a symmetric
+band matrix with ``2 nx - 1`` super-diagonals. One step
+
+    (H + delta I) d = -g,   x <- x + alpha d
+
+is factorised by ``scipy.linalg.cholesky_banded`` in O(nx^3 T) time and O(nx^2 T) memory (no
+sparse-matrix ordering, no MUMPS). ``delta`` is a Levenberg-Marquardt shift, 0 whenever the
+factorisation succeeds without it (an exact Hessian may be indefinite away from the optimum):
+tried as IPOPT does (first 1e-4, later a third of the last one that worked, grown 100x then 8x
+until the factorisation succeeds, in IPOPT's scaled units). ``alpha`` comes from a backtracking
+(Armijo) line search on the true objective, relaxed by 10 machine epsilons of |f| as IPOPT's is;
+if it fails the shift is raised (the step turns towards the steepest descent) and tried again.
+
+Stopping test: IPOPT's, for an unconstrained NLP with its default gradient-based scaling: the
+objective is scaled by ``s = min(1, 100 / ||g(x0)||_inf)``; converged when
+``s ||g||_inf <= tol`` and ``||g||_inf <= 1`` (IPOPT's ``dual_inf_tol``). Statuses are IPOPT's
+names, so the EM loop treats both solvers alike: ``Solve_Succeeded``,
+``Solved_To_Acceptable_Level`` (the line search cannot improve at round-off while
+``s ||g||_inf <= max(100 tol, 1e-4)``), ``Search_Direction_Becomes_Too_Small``,
+``Maximum_Iterations_Exceeded``, ``User_Requested_Stop`` (the library's deadline,
+:func:`ceem_casadi._ipopt.deadline`), and failures ``Invalid_Number_Detected`` and
+``Line_Search_Failed``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
+
+from ..runtime._solve import ACCEPTABLE_TOL, DEADLINE
+
+ARMIJO = 1e-4           # sufficient decrease: f(x + a d) <= f(x) + ARMIJO a g'd (+ round-off)
+MIN_STEP = 2.0 ** -40   # smallest line-search step before the shift is raised
+MAX_RETRIES = 12        # shift increases after failed line searches, per iteration
+SHIFT_FIRST, SHIFT_MIN, SHIFT_MAX = 1e-4, 1e-20, 1e40  # IPOPT's delta_w_0, _min, _max (scaled units)
+
+
+def band_patterns(nx: int):
+    """Where the nonzeros of one block column go in LAPACK's upper band storage.
+
+    The smoother's band Functions (:func:`ceem_casadi.smoother.band_column_functions`) emit,
+    per block column t and column j of it, the nx entries of the block above (rows of block
+    t-1) and then rows 0..j of the diagonal block. With ``u = 2 nx - 1`` super-diagonals,
+    matrix entry (r, c) lives in ``ab[u + r - c, c]``. Returns ``(cols, rows)``: int arrays of
+    length ``nx^2 + nx (nx + 1) / 2``, the column j within the block and the band row of each
+    nonzero.
+    """
+    cols, rows = [], []
+    for j in range(nx):
+        cols += [j] * (nx + j + 1)
+        rows += [nx - 1 + i - j for i in range(nx)] + [2 * nx - 1 + i - j for i in range(j + 1)]
+    return np.array(cols), np.array(rows)
+
+
+def band_storage(nz: np.ndarray, nx: int, T: int, out: np.ndarray | None = None) -> np.ndarray:
+    """LAPACK upper band storage (2 nx, nx T) (Fortran order) of a symmetric block-tridiagonal
+    matrix from its block columns' nonzeros ``nz`` (k, >= T) column-major flat (k entries per
+    block column as in :func:`band_patterns`; columns beyond T are ignored; block column 0's block
+    above must be zero or is ignored: LAPACK never reads those band entries)."""
+    cols, rows = band_patterns(nx)
+    k = cols.size
+    cube = np.zeros((T, nx, 2 * nx)) if out is None else out
+    cube[:, cols, rows] = nz.reshape(-1, k)[:T]
+    return cube.reshape(T * nx, 2 * nx).T
+
+
+@dataclass
+class NewtonOutcome:
+    """Result of :meth:`BandedNewton.solve`: states (nx T,), objective, IPOPT-style status,
+    accepted steps, the final scaled stationarity ``s ||g||_inf`` and the largest shift used
+    (IPOPT's scaled units: the shift added to H is ``max_shift / s``)."""
+
+    x: np.ndarray
+    cost: float
+    status: str
+    iterations: int
+    error: float
+    max_shift: float
+
+
+class BandedNewton:
+    """Damped Newton solver for ``min_x f(x)`` with a block-tridiagonal Hessian.
+
+    Parameters
+    ----------
+    nx, T : int
+        Block size and number of blocks (x has nx T entries, block t = x[t nx : (t + 1) nx]).
+    max_iter : int
+        Newton step limit.
+    tol : float
+        Scaled stationarity tolerance (as IPOPT's ``tol``; see the module docstring).
+
+    The objective is given to :meth:`solve`: an object with ``newton(x) -> (f, g (nx T,),
+    nz (T, k), d0 (nx,))`` (objective, gradient, the Hessian's block-column nonzeros as in
+    :func:`band_storage`, a vector added to the first nx diagonal entries) and ``cost(x) -> f``
+    (the same objective, for the line search), e.g.
+    :class:`ceem_casadi.smoother_chunks.ChunkedObjective`.
+    """
+
+    def __init__(self, nx: int, T: int, max_iter: int, tol: float):
+        self.nx, self.T = nx, T
+        self.max_iter, self.tol = int(max_iter), float(tol)
+        self.acceptable_tol = max(100 * self.tol, ACCEPTABLE_TOL)
+
+    def _direction(self, nz, d0, g, shift):
+        """Solve ``(H + shift I) d = -g``; None when the factorisation fails."""
+        ab = band_storage(nz, self.nx, self.T)
+        ab[-1, :self.nx] += d0
+        if shift:
+            ab[-1] += shift
+        try:
+            chol = cholesky_banded(ab, overwrite_ab=True, lower=False, check_finite=False)
+        except LinAlgError:
+            return None
+        d = cho_solve_banded((chol, False), -g, check_finite=False)
+        return d if np.all(np.isfinite(d)) else None
+
+    @staticmethod
+    def _line_search(f_cost, x, f, g, d):
+        """Backtracking from the full step; ``(x_new, f_new)`` or None."""
+        slope = float(g @ d)
+        if not slope < 0:
+            return None
+        slack = 10 * np.finfo(float).eps * abs(f)
+        alpha = 1.0
+        while alpha >= MIN_STEP:
+            xt = x + alpha * d
+            ft = float(f_cost(xt))
+            if np.isfinite(ft) and ft <= f + ARMIJO * alpha * slope + slack:
+                return xt, ft
+            alpha *= 0.5
+        return None
+
+    def solve(self, x0: np.ndarray, objective) -> NewtonOutcome:
+        """Minimise ``objective`` (see the class docstring) from ``x0`` (nx T,)."""
+        f_cost = objective.cost
+        x = np.array(x0, float)
+        scale, shift_last, max_shift, it = None, 0.0, 0.0, 0
+        stalled = 0
+        while True:
+            f, g, nz, d0 = objective.newton(x)
+            gnorm = float(np.max(np.abs(g), initial=0.0))
+            if not (np.isfinite(f) and np.isfinite(gnorm) and np.all(np.isfinite(nz))):
+                return NewtonOutcome(x, f, "Invalid_Number_Detected", it, np.nan, max_shift)
+            if scale is None:
+                scale = min(1.0, 100.0 / gnorm) if gnorm > 0 else 1.0
+            err = scale * gnorm
+            if err <= self.tol and gnorm <= 1.0:
+                return NewtonOutcome(x, f, "Solve_Succeeded", it, err, max_shift)
+            if stalled >= 3 and err <= self.acceptable_tol:
+                return NewtonOutcome(x, f, "Solved_To_Acceptable_Level", it, err, max_shift)
+            if it >= self.max_iter:
+                return NewtonOutcome(x, f, "Maximum_Iterations_Exceeded", it, err, max_shift)
+            if DEADLINE.interrupted or DEADLINE.expired():
+                return NewtonOutcome(x, f, "User_Requested_Stop", it, err, max_shift)
+            step, shift, tries = None, 0.0, 0
+            while step is None and tries <= MAX_RETRIES:
+                d = self._direction(nz, d0, g, shift / scale)
+                while d is None:  # not positive definite (or singular): raise the shift
+                    shift = (SHIFT_FIRST if shift_last == 0 else max(SHIFT_MIN, shift_last / 3)) if shift == 0 \
+                        else shift * (100 if shift_last == 0 else 8)
+                    if shift > SHIFT_MAX:
+                        return NewtonOutcome(x, f, "Line_Search_Failed", it, err, max_shift)
+                    d = self._direction(nz, d0, g, shift / scale)
+                if np.max(np.abs(d)) <= 10 * np.finfo(float).eps * max(1.0, float(np.max(np.abs(x)))):
+                    return NewtonOutcome(x, f, "Search_Direction_Becomes_Too_Small", it, err, max_shift)
+                step = self._line_search(f_cost, x, f, g, d)
+                if step is None:  # too long a step: damp it (towards steepest descent)
+                    shift, tries = max(shift * 10, SHIFT_FIRST), tries + 1
+            if step is None:
+                status = "Solved_To_Acceptable_Level" if err <= self.acceptable_tol else "Line_Search_Failed"
+                return NewtonOutcome(x, f, status, it, err, max_shift)
+            if shift:
+                shift_last, max_shift = shift, max(max_shift, shift)
+            x, f_new = step
+            stalled = stalled + 1 if abs(f_new - f) <= 1e-12 * max(1.0, abs(f)) else 0
+            it += 1

@@ -1,0 +1,173 @@
+"""The smoothing objective's cost, gradient and Hessian nonzeros evaluated in time chunks.
+
+For long records (T = 10^5 ... 10^6) the plain formulation of :mod:`ceem_casadi.smoother` maps
+the stage Functions over all T steps in one MX graph. CasADi then stores an explicit sparsity
+pattern for every (k, k*T)-sized intermediate and a work vector holding all of them (single
+Lorenz: ~180 doubles per time step for the Hessian; 6 states: ~740), i.e. GBs at T = 10^6.
+
+Here the same stage Functions are mapped over a chunk of L block columns inside a small MX
+Function, and that Function is mapped over the K = ceil(T / L) chunks: intermediates are
+O(L), only inputs and outputs are O(T). Chunk i covers block columns a = iL ... a + L - 1 and
+reads the state before and after it (``xl``, ``xr``) and the input before it (``ul``); the
+dynamics stages outside the record (before t = 0, from t = T - 1 on, and the padding up to KL)
+get weight 0 (their 1/sigma_w is multiplied by a constant 0/1 pattern), padded observations
+mask 0. Every term is the same SX stage Function on the same numbers as in the plain
+formulation: results agree to rounding (tested to 1e-10).
+"""
+from __future__ import annotations
+
+import casadi as ca
+import numpy as np
+
+from ..objective._stages import SMOOTHER_STAGES
+
+
+def _chunk_function(stages, L: int, band_column: ca.Function, outputs: str = "ipopt") -> ca.Function:
+    """``(Xc, xl, xr, Uc, ul, Yc, Mc, on, p, iw, iv, rho) -> (cost, G (nx, L), nz (k, L), cost_sx)``;
+    ``outputs="newton"``: without ``cost_sx``; ``"cost"``: the cost alone (no derivatives)."""
+    model = stages.model
+    nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
+    Xc, xl, xr = ca.MX.sym("Xc", nx, L), ca.MX.sym("xl", nx), ca.MX.sym("xr", nx)
+    Uc, ul = ca.MX.sym("Uc", nu, L), ca.MX.sym("ul", nu)
+    Yc, Mc, on = ca.MX.sym("Yc", ny, L), ca.MX.sym("Mc", ny, L), ca.MX.sym("on", 1, L + 1)
+    p, iw, iv, rho = ca.MX.sym("p", npar), ca.MX.sym("iw", nx), ca.MX.sym("iv", ny), ca.MX.sym("rho")
+    Xe = ca.horzcat(xl, Xc, xr)                  # columns a-1 .. a+L
+    iw_s = ca.mtimes(iw, on)                      # (nx, L+1): 0 for stages outside the record
+    obs_args = [Xc, Uc, Yc, Mc, p, iv]
+    dyn_args = [Xe[:, :-1], Xe[:, 1:], ca.horzcat(ul, Uc), p, iw_s]  # stage s: (x_{a-1+s}, x_{a+s})
+    obs_cost, dyn_cost, obs_grad, dyn_grad, obs_hess, dyn_hess = stages.get(*SMOOTHER_STAGES)
+    # the cost counts stages 0 .. L-1 (stage L is the next chunk's stage 0); gradient and Hessian
+    # take each half of stage L's derivatives in the column it belongs to
+    cost = ca.sum2(obs_cost.map(L)(*obs_args)) + ca.sum2(dyn_cost.map(L + 1)(*dyn_args)[:, :L])
+    ins = [Xc, xl, xr, Uc, ul, Yc, Mc, on, p, iw, iv, rho]
+    if outputs == "cost":
+        return ca.Function(f"smooth_chunk_cost_{L}", ins, [cost])
+    cost_sx = (ca.sum2(stages.obs_cost.map(L)(*obs_args))
+               + ca.sum2(stages.dyn_cost.map(L + 1)(*dyn_args)[:, :L]))
+    _, go = obs_grad.map(L)(*obs_args)
+    _, gd = dyn_grad.map(L + 1)(*dyn_args)
+    G = go + gd[nx:, :L] + gd[:nx, 1:]            # column j: stage j (second half), stage j+1 (first)
+    ho = obs_hess.map(L)(*obs_args)
+    hd = dyn_hess.map(L + 1)(*dyn_args)
+    n2 = 2 * nx
+    nz = band_column.map(L)(ho, hd[:, :n2 * L], hd[:, n2:], 2 * rho * ca.DM.ones(nx))
+    if outputs == "newton":
+        return ca.Function(f"smooth_chunk_newton_{L}", ins, [cost, G, nz])
+    return ca.Function(f"smooth_chunk_{L}", ins, [cost, G, nz, cost_sx])
+
+
+def stage_on_pattern(T: int, L: int) -> np.ndarray:
+    """(1, K (L+1)) 0/1 weights of chunk i's dynamics stage s (between columns iL+s-1, iL+s)."""
+    K = -(-T // L)
+    i, s = np.meshgrid(np.arange(K), np.arange(L + 1), indexing="ij")
+    left = i * L + s - 1
+    return ((left >= 0) & (left + 1 <= T - 1)).astype(float).reshape(1, -1)
+
+
+def chunked_terms(stages, band_column: ca.Function, X, U, Y, M, p, iw, iv, rho, L: int, cost_only: bool = False):
+    """Stage parts of (cost, gradient (nx, T), Hessian band nonzeros (k, K L), SX cost) of one
+    trajectory, evaluated in K chunks of ``L`` steps (see the module docstring); with
+    ``cost_only`` the cost alone. The nonzeros' first block column still includes its (zero)
+    block above, and columns T .. K L - 1 are padding: the caller drops them (no copy made
+    here: at T = 10^6, nx = 6, the nonzeros are 460 MB)."""
+    nx, T = X.shape
+    nu = U.shape[0]
+    K = -(-T // L)
+    pad = K * L - T
+
+    def padded(A):
+        return A if pad == 0 else ca.horzcat(A, ca.MX.zeros(A.shape[0], pad))
+
+    Xp, Up, Yp, Mp = padded(X), padded(U), padded(Y), padded(M)
+    xz, uz = ca.MX.zeros(nx, 1), ca.MX.zeros(nu, 1)
+    XL = ca.horzcat(xz, Xp[:, [i * L - 1 for i in range(1, K)]]) if K > 1 else xz
+    XR = ca.horzcat(Xp[:, [i * L for i in range(1, K)]], xz) if K > 1 else xz
+    UL = ca.horzcat(uz, Up[:, [i * L - 1 for i in range(1, K)]]) if K > 1 else uz
+    on = ca.DM(stage_on_pattern(T, L))
+    fun = _chunk_function(stages, L, band_column, "cost" if cost_only else "ipopt").map(K)
+    if cost_only:
+        return ca.sum2(fun(Xp, XL, XR, Up, UL, Yp, Mp, on, p, iw, iv, rho))
+    cost, G, nz, cost_sx = fun(Xp, XL, XR, Up, UL, Yp, Mp, on, p, iw, iv, rho)
+    return ca.sum2(cost), G[:, :T], nz, ca.sum2(cost_sx)
+
+
+class ChunkedObjective:
+    """The smoothing objective of one trajectory for the banded solver, evaluated chunk by chunk
+    from Python: the chunk Functions above (L steps each) are called K = ceil(T / L) times on
+    slices of numpy arrays, so nothing of size T is ever built in CasADi (a T = 10^6 MX graph of
+    the 6-state model took 17 s and 2.7 GB to build). The trust-region and x_1-prior terms are
+    added in numpy.
+
+    Parameters
+    ----------
+    stages : StageFunctions
+        The model's stage Functions.
+    band_column : casadi.Function
+        :func:`ceem_casadi.smoother.band_column_functions`'s column Function.
+    T, L : int
+        Trajectory and chunk length (L <= T).
+    """
+
+    def __init__(self, stages, band_column: ca.Function, T: int, L: int):
+        from ..runtime._linalg import BufferedCall
+
+        model = stages.model
+        self.nx, self.nu, self.ny, self.T, self.L = model.nx, model.nu, model.ny, T, L
+        self.K = -(-T // L)
+        self._newton = BufferedCall(_chunk_function(stages, L, band_column, "newton"))
+        self._cost = BufferedCall(_chunk_function(stages, L, band_column, "cost"))
+        self._on = stage_on_pattern(T, L).reshape(self.K, L + 1)
+        self.k = band_column.nnz_out(0)
+        self.sizes = [model.params.size, self.nu * T, self.ny * T, self.ny * T, self.nx * T, 1, self.nx, self.nx,
+                      self.nx, self.ny]
+
+    def bind(self, P: np.ndarray) -> ChunkedObjective:
+        """Use the NLP parameter vector ``P`` (:meth:`TrajectorySmoother.parameter_vector`)."""
+        T = self.T
+        p, U, Y, M, Xprev, rho, mu1, w1, iw, iv = np.split(np.asarray(P, float), np.cumsum(self.sizes)[:-1])
+        self.p, self.iw, self.iv, self.rho = p, iw, iv, rho
+        self.U, self.Y, self.M = U.reshape(T, self.nu), Y.reshape(T, self.ny), M.reshape(T, self.ny)
+        self.Xprev, self.mu1, self.w1 = Xprev.reshape(T, self.nx), mu1, w1
+        return self
+
+    def _chunks(self, x: np.ndarray):
+        """Each chunk's arguments (flat, column-major) and its column range [a, b)."""
+        L, T = self.L, self.T
+        zx, zu = np.zeros(self.nx), np.zeros(self.nu)
+        for i in range(self.K):
+            a, b = i * L, min((i + 1) * L, T)
+
+            def cols(A, a=a, b=b):
+                piece = A[a:b].reshape(-1)
+                return piece if b - a == L else np.concatenate([piece, np.zeros((L - (b - a)) * A.shape[1])])
+
+            args = [cols(x), x[a - 1] if a else zx, x[b] if b < T else zx, cols(self.U),
+                    self.U[a - 1] if a else zu, cols(self.Y), cols(self.M), self._on[i], self.p, self.iw,
+                    self.iv, self.rho]
+            yield args, a, b
+
+    def _regulariser(self, x):
+        dx, d1 = x - self.Xprev, self.w1 * (x[0] - self.mu1)
+        return float(self.rho[0] * np.sum(dx * dx) + 0.5 * np.sum(d1 * d1)), dx
+
+    def cost(self, x: np.ndarray) -> float:
+        """The objective at x (T nx,) (stage costs + trust region + x_1 prior)."""
+        x = np.asarray(x, float).reshape(self.T, self.nx)
+        total = sum(float(self._cost(*args)[0][0]) for args, _, _ in self._chunks(x))
+        return total + self._regulariser(x)[0]
+
+    def newton(self, x: np.ndarray):
+        """``(f, g (T nx,), nz (T, k), d0 (nx,))``: objective, gradient, the Hessian's block
+        columns' nonzeros (:func:`ceem_casadi.banded_newton.band_storage`) and the x_1 prior's
+        addition to the first diagonal block (the trust region's 2 rho is in ``nz``)."""
+        x = np.asarray(x, float).reshape(self.T, self.nx)
+        g, nz, f = np.empty((self.T, self.nx)), np.empty((self.T, self.k)), 0.0
+        for args, a, b in self._chunks(x):
+            c, G, H = self._newton(*args)
+            f += float(c[0])
+            g[a:b] = G.reshape(self.L, self.nx)[:b - a]
+            nz[a:b] = H.reshape(self.L, self.k)[:b - a]
+        reg, dx = self._regulariser(x)
+        g += 2 * self.rho[0] * dx
+        g[0] += self.w1 ** 2 * (x[0] - self.mu1)
+        return f + reg, g.reshape(-1), nz, self.w1 ** 2

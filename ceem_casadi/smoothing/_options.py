@@ -1,0 +1,75 @@
+"""Options of the smoothing step (E-step)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..runtime._schema import HESSIANS, SMOOTHER_SOLVERS, require
+
+
+@dataclass(frozen=True)
+class SmootherOptions:
+    """Smoothing step (E-step): IPOPT over x_{1:T} of each trajectory.
+
+    Parameters
+    ----------
+    rho_x : float
+        Trust-region weight of ``rho_x * ||x - x_prev||^2`` (paper: rho_x), >= 0.
+    hessian : str
+        ``"gauss-newton"`` (default; fastest in ``scripts/bench_lorenz.py``) or ``"exact"``.
+    max_iter : int
+        IPOPT iteration limit.
+    tol : float
+        IPOPT (scaled) tolerance.
+    x_lower, x_upper : float or sequence of float, optional
+        Bounds on every hidden state (a scalar or nx values).
+    compile : bool, optional
+        Compile the stage Functions to native code (cached on disk); ``None`` = when a C
+        compiler exists and the stage programs are long enough to pay off.
+    chunk : int, optional
+        Evaluate cost, gradient and Hessian in chunks of this many time steps (memory of long
+        records, same numbers); ``None`` = chunks of 2,000 from T = 20,000 on, 0 = never.
+    solver : str, optional
+        ``"ipopt"`` (IPOPT + MUMPS), ``"banded"`` (Newton steps on the block-tridiagonal Hessian
+        with LAPACK's banded Cholesky, a Levenberg-Marquardt shift and an Armijo line search,
+        :mod:`ceem_casadi.banded_newton`; same optimum, no state bounds) or ``None`` (default):
+        ``"banded"`` from T = 20,000 on when there are no bounds, else ``"ipopt"``.
+
+    Raises
+    ------
+    OptionsError
+        A value out of range (also a ``ValueError``).
+    """
+
+    rho_x: float = 0.0
+    hessian: str = "gauss-newton"
+    max_iter: int = 100
+    tol: float = 1e-8
+    x_lower: object = None
+    x_upper: object = None
+    compile: bool | None = None
+    chunk: int | None = None
+    solver: str | None = None
+
+    def __post_init__(self):
+        require(self.solver is None or self.solver in SMOOTHER_SOLVERS,
+                 f"solver must be None or one of {SMOOTHER_SOLVERS}, got {self.solver!r}")
+        require(self.solver != "banded" or (self.x_lower is None and self.x_upper is None),
+                 "solver='banded' solves the smoothing problem without state bounds, but x_lower / x_upper "
+                 f"were given ({self.x_lower!r}, {self.x_upper!r}): use solver='ipopt' (or None) with bounds, "
+                 "or drop the bounds")
+        require(self.chunk is None or (isinstance(self.chunk, int) and not isinstance(self.chunk, bool)
+                                        and self.chunk >= 0), f"chunk must be None or an int >= 0, got {self.chunk!r}")
+        require(self.rho_x >= 0, f"rho_x must be >= 0, got {self.rho_x}")
+        require(self.hessian in HESSIANS, f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
+        require(self.max_iter > 0 and self.tol > 0, "max_iter and tol must be positive")
+        for name in ("x_lower", "x_upper"):
+            v = getattr(self, name)
+            ok = v is None or not isinstance(v, (str, bytes, bool))
+            if ok and v is not None:
+                try:
+                    ok = np.asarray(v, dtype=float).ndim <= 1 and not np.any(np.isnan(np.asarray(v, dtype=float)))
+                except (TypeError, ValueError):
+                    ok = False
+            require(ok, f"{name} must be None, a number or a list of nx numbers, got {v!r}")

@@ -1,0 +1,339 @@
+"""Smoothing step (E-step): the maximum-a-posteriori state trajectory for fixed theta.
+
+For one trajectory of length T, with X = [x_1 ... x_T] (nx, T), the NLP is
+
+    min_X  sum_t 0.5||r_o[t](x_t)||^2 + sum_t 0.5||r_d[t](x_t, x_{t+1})||^2
+           + 0.5||(x_1 - mu_1)/s_1||^2 + rho_x ||X - X_prev||^2
+
+(see :mod:`ceem_casadi.stages`). Its Hessian is block tridiagonal with (nx, nx) blocks. The
+stage Functions give dense stage gradients and Hessians, mapped over time; the Hessian's
+upper triangle's nonzeros are the outputs of a small mapped Function of consecutive stage
+Hessians (:func:`band_column_functions`), so building the solver does not depend on T and IPOPT (MUMPS) factorises a banded matrix with O(nx^2 T) nonzeros.
+Without state bounds the same cost, gradient and band nonzeros can instead drive damped Newton
+steps factorised by LAPACK's banded Cholesky (:mod:`ceem_casadi.banded_newton`,
+``SmootherOptions(solver="banded")``, the default for long records): no ``nlpsol``, no MUMPS.
+
+One :class:`TrajectorySmoother` is built per trajectory length and reused across EM
+iterations; theta, the data and X_prev are NLP parameters.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import casadi as ca
+import numpy as np
+
+from ..objective._log_density import log_normalisers
+from ..objective._stages import SMOOTHER_STAGES, StageFunctions
+from ..runtime._solve import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
+from ..smoothing._options import SmootherOptions
+from ._banded import BandedNewton
+from ._chunks import ChunkedObjective, chunked_terms
+
+
+@dataclass
+class SmoothResult:
+    """Outcome of smoothing one trajectory.
+
+    Attributes
+    ----------
+    x : numpy.ndarray
+        (T, nx) smoothed states.
+    cost : float
+        Final objective: -J without its constants, trust-region term included.
+    status : str
+        Return status (IPOPT's, or the banded Newton solver's, which uses IPOPT's names).
+    success : bool
+        An acceptable status and finite states.
+    iterations : int
+        IPOPT iterations or Newton steps.
+    wall_s : float
+        Wall-clock seconds of the solve.
+    """
+
+    x: np.ndarray
+    cost: float
+    status: str
+    success: bool
+    iterations: int
+    wall_s: float
+
+
+def block_tridiagonal_upper(nx: int, T: int) -> ca.Sparsity:
+    """Sparsity of the upper triangle of a block-tridiagonal (nx*T)^2 matrix with (nx, nx) blocks.
+
+    Column ``c = t*nx + j`` holds the nx rows of block row t-1 (if t > 0), then rows
+    ``t*nx .. t*nx + j`` of its own block: the order in which :func:`band_column_functions`
+    emits the nonzeros. Built by CasADi's ``kron`` in C++ (from Python index arrays it took 14 s
+    and ~170 MB of lists at T = 10^5).
+    """
+    if T == 1:
+        return ca.Sparsity.upper(nx)
+    diag = ca.kron(ca.DM(ca.Sparsity.diag(T), 1), ca.DM(ca.Sparsity.upper(nx), 1)).sparsity()
+    above = ca.kron(ca.DM(ca.Sparsity.band(T, -1), 1), ca.DM(ca.Sparsity.dense(nx, nx), 1)).sparsity()
+    return diag.unite(above)
+
+
+def band_column_functions(nx: int) -> tuple[ca.Function, ca.Function]:
+    """SX Functions giving the nonzeros of one block column of the upper triangle of the
+    smoothing Hessian, in the column-major order of :func:`block_tridiagonal_upper`.
+
+    ``first(ho, hd_next, d)`` for block column 0 and ``column(ho, hd_prev, hd_next, d)`` for
+    t > 0, with ``ho`` (nx, nx) the observation stage Hessian at t, ``hd_prev`` / ``hd_next``
+    (2nx, 2nx) the dynamics stage Hessians of (x_{t-1}, x_t) and (x_t, x_{t+1}) (zero at the
+    end) and ``d`` (nx,) added to the diagonal. The diagonal block is
+    ``ho + hd_next[:nx, :nx] + hd_prev[nx:, nx:] + diag(d)``, the block above it
+    ``hd_prev[:nx, nx:]``: only upper triangles are read (the stage Functions compute no
+    more, ``*_x_hess_triu``). Mapped over time, the outputs stacked column by column ARE the
+    Hessian's nonzeros: no index vector of size nnz is stored (it was 3 x nnz int64, plus
+    Python lists of it while building: +330 MB at T = 10^5).
+    """
+    n = nx
+    ho, d = ca.SX.sym("ho", n, n), ca.SX.sym("d", n)
+    hp, hn = ca.SX.sym("hd_prev", 2 * n, 2 * n), ca.SX.sym("hd_next", 2 * n, 2 * n)
+    D = ho + hn[:n, :n] + hp[n:, n:] + ca.diag(d)
+    above = hp[:n, n:]
+    col = [e for j in range(n) for e in [above[i, j] for i in range(n)] + [D[i, j] for i in range(j + 1)]]
+    D0 = ho + hn[:n, :n] + ca.diag(d)
+    first = ca.Function("band_first", [ho, hn, d], [ca.vertcat(*[D0[i, j] for j in range(n) for i in range(j + 1)])])
+    return first, ca.Function("band_column", [ho, hp, hn, d], [ca.vertcat(*col)])
+
+
+# chunked evaluation (:mod:`ceem_casadi.smoother_chunks`) from this many steps on, in chunks of
+CHUNK_FROM, CHUNK_LENGTH = 20_000, 2_000
+
+
+def chunk_length(option, T: int) -> int:
+    """Chunk length for ``SmootherOptions.chunk`` (None: auto, 0: never, else steps) at length T;
+    0 = not chunked."""
+    if option is None:
+        return CHUNK_LENGTH if T >= CHUNK_FROM else 0
+    return min(int(option), T) if option and T > 1 else 0
+
+
+def solver_kind(options: SmootherOptions, T: int) -> str:
+    """``"banded"`` or ``"ipopt"`` for ``SmootherOptions.solver`` at length T (None: banded for long
+    records without state bounds, the same threshold as chunking)."""
+    if options.solver is not None:
+        return options.solver
+    bounded = options.x_lower is not None or options.x_upper is not None
+    return "banded" if T >= CHUNK_FROM and not bounded else "ipopt"
+
+
+class TrajectorySmoother:
+    """Smoothing solver for one model and one trajectory length T (built once): IPOPT, or banded
+    Newton steps (:mod:`ceem_casadi.banded_newton`, ``solver_kind == "banded"``, then ``solver``
+    is None)."""
+
+    def __init__(self, stages: StageFunctions, T: int, options: SmootherOptions = SmootherOptions()):
+        self.T, self.nx, self.options = T, stages.model.nx, options
+        t0 = time.perf_counter()
+        self.solver_kind = solver_kind(options, T)
+        if self.solver_kind == "banded":  # chunk by chunk from Python: nothing T-sized in CasADi
+            L = chunk_length(options.chunk, T) or T
+            self._objective = ChunkedObjective(stages, band_column_functions(self.nx)[1], T, L)
+            self._newton = BandedNewton(self.nx, T, options.max_iter, options.tol)
+            self.solver = None
+        else:
+            self._build_ipopt(stages, T, options)
+        self.build_s = time.perf_counter() - t0
+
+    def cost_function(self, xv, P):
+        """The objective at the flat states ``xv`` (nx T,) for the NLP parameter ``P``."""
+        if self.solver is None:
+            return self._objective.bind(P).cost(xv)
+        return self._cost_function(xv, P)
+
+    def _build_ipopt(self, stages: StageFunctions, T: int, options: SmootherOptions) -> None:
+        model = stages.model
+        nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
+        X = ca.MX.sym("X", nx, T)
+        p, U = ca.MX.sym("p", npar), ca.MX.sym("U", nu, T)
+        Y, M = ca.MX.sym("Y", ny, T), ca.MX.sym("M", ny, T)
+        Xprev, rho = ca.MX.sym("Xprev", nx, T), ca.MX.sym("rho")
+        mu1, w1 = ca.MX.sym("mu1", nx), ca.MX.sym("w1", nx)
+        iw, iv = ca.MX.sym("iw", nx), ca.MX.sym("iv", ny)
+        par_syms = [p, U, Y, M, Xprev, rho, mu1, w1, iw, iv]
+        self._par_sizes = [s.numel() for s in par_syms]
+        P = ca.vertcat(*[ca.vec(s) for s in par_syms])
+        xv = ca.vec(X)
+        # reconstruct every symbol from the flat parameter vector P
+        parts = ca.vertsplit(P, np.concatenate([[0], np.cumsum(self._par_sizes)]).tolist())
+        p, U, Y, M, Xprev, rho, mu1, w1, iw, iv = [
+            ca.reshape(part, s.shape[0], s.shape[1]) for part, s in zip(parts, par_syms)]
+        X = ca.reshape(xv, nx, T)
+        X0, X1, U0 = X[:, :-1], X[:, 1:], U[:, :-1]
+
+        obs_args, dyn_args = [X, U, Y, M, p, iv], [X0, X1, U0, p, iw]
+        obs_cost, dyn_cost, obs_grad, dyn_grad, obs_hess, dyn_hess = stages.get(*SMOOTHER_STAGES)
+        dx1 = X[:, 0] - mu1
+        regulariser = rho * ca.sumsqr(X - Xprev) + 0.5 * ca.sumsqr(w1 * dx1)
+        # costs: summed by the map itself, with p, iv, iw shared (not repeated T times); for the
+        # gradient and Hessian maps that layout needed MORE work memory (T = 10^4: 301 vs 216
+        # doubles per step), so they are mapped plainly
+        def obs_map(f, total=False):
+            return f.map(T, [False] * 4 + [True] * 2, [True] * f.n_out()) if total else f.map(T)
+
+        def dyn_map(f, total=False):
+            return f.map(T - 1, [False] * 3 + [True] * 2, [True] * f.n_out()) if total else f.map(T - 1)
+
+        L = chunk_length(options.chunk, T)
+        _, column = band_column_functions(nx)
+        d = 2 * rho * ca.DM.ones(nx)
+        if L:
+            cost_st, G_st, nz, cost_sx_st = chunked_terms(stages, column, X, U, Y, M, p, iw, iv, rho, L)
+            cost, cost_sx = cost_st + regulariser, cost_sx_st + regulariser
+            G = (G_st + 2 * rho * (X - Xprev) + ca.horzcat(w1 ** 2 * dx1, ca.MX(nx, T - 1)))
+            # cost alone (line searches, J): the chunk Function with derivatives computes them all
+            line_cost = chunked_terms(stages, column, X, U, Y, M, p, iw, iv, rho, L, cost_only=True) + regulariser
+        else:
+            cost = obs_map(obs_cost, True)(*obs_args) + dyn_map(dyn_cost, True)(*dyn_args) + regulariser
+            line_cost = cost
+            # the NLP's own objective expression must be differentiable by CasADi (it builds, but
+            # never calls, derivative Functions of it): use the SX stage costs there
+            cost_sx = (obs_map(stages.obs_cost, True)(*obs_args) + dyn_map(stages.dyn_cost, True)(*dyn_args)
+                       + regulariser)
+            _, go = obs_map(obs_grad)(*obs_args)
+            _, gd = dyn_map(dyn_grad)(*dyn_args)
+            zcol = ca.MX(nx, 1)
+            G = (go + ca.horzcat(gd[:nx, :], zcol) + ca.horzcat(zcol, gd[nx:, :]) + 2 * rho * (X - Xprev)
+                 + ca.horzcat(w1 ** 2 * dx1, ca.MX(nx, T - 1)))
+            ho = obs_map(obs_hess)(*obs_args)
+            hd = dyn_map(dyn_hess)(*dyn_args)
+        self._cost_function = ca.Function("smooth_cost", [xv, P], [line_cost])
+        H = self._chunked_hessian(nz, w1, T) if L else self._plain_hessian(ho, hd, d, w1, T)
+        opts = ipopt_options(options.max_iter, options.tol, grad_f=grad_f_function(xv, P, cost, ca.vec(G)),
+                             hess_lag=hess_lag_function(xv, P, H))
+        self.solver = ca.nlpsol(f"smoother_T{T}", "ipopt", {"x": xv, "p": P, "f": cost_sx}, opts)
+        lo = -np.inf if options.x_lower is None else options.x_lower
+        hi = np.inf if options.x_upper is None else options.x_upper
+        self._lbx = np.tile(np.broadcast_to(np.asarray(lo, float), (nx,)), T)
+        self._ubx = np.tile(np.broadcast_to(np.asarray(hi, float), (nx,)), T)
+
+    @staticmethod
+    def _plain_hessian(ho, hd, d, w1, T) -> ca.MX:
+        """Upper triangle of the Hessian (IPOPT's) from the stage Hessians mapped over all T."""
+        nx = ho.shape[0]
+        first, column = band_column_functions(nx)
+        z2 = ca.MX.zeros(2 * nx, 2 * nx)
+        nz0 = first(ho[:, :nx], hd[:, :2 * nx] if T > 1 else z2, d + w1 ** 2)
+        if T > 1:
+            rest = column.map(T - 1)(ho[:, nx:], hd, ca.horzcat(hd[:, 2 * nx:], z2), d)
+            nz0 = ca.vertcat(nz0, ca.vec(rest))
+        return ca.MX(block_tridiagonal_upper(nx, T), nz0)
+
+    @staticmethod
+    def _chunked_hessian(nz, w1, T) -> ca.MX:
+        """Upper triangle of the Hessian (IPOPT's) from the chunked band nonzeros (k, >= T)."""
+        nx = w1.shape[0]
+        nzv, k = ca.vec(nz), nx * nx + nx * (nx + 1) // 2
+        own, off = [], 0  # block column 0 has no block above: keep its own entries, add w1^2
+        for j in range(nx):
+            own += [nzv[off + nx + i] + (w1[j] ** 2 if i == j else 0) for i in range(j + 1)]
+            off += nx + j + 1
+        nz0 = ca.vertcat(*own, nzv[k:k * T]) if T > 1 else ca.vertcat(*own)
+        return ca.MX(block_tridiagonal_upper(nx, T), nz0)
+
+    def parameter_vector(self, model, theta_vec, y, u, x_prev, rho) -> np.ndarray:
+        """Flatten (theta vector, y (T, ny), u (T, nu), x_prev (T, nx), rho) into the NLP parameter."""
+        noise = model.noise
+        mask = np.isfinite(y)
+        mu1 = np.zeros(model.nx) if noise.x1_mean is None else noise.x1_mean
+        w1 = np.zeros(model.nx) if noise.x1_std is None else noise.inv_x1_std
+        return np.concatenate([theta_vec, u.ravel(), np.where(mask, y, 0.0).ravel(), mask.ravel().astype(float),
+                               x_prev.ravel(), [rho], mu1, w1, noise.inv_process_std, noise.inv_measurement_std])
+
+    def solve(self, model, theta_vec, y, u, x_init, rho_x: float | None = None) -> SmoothResult:
+        """Smooth one trajectory: ``y`` (T, ny) with NaN = missing, ``u`` (T, nu), ``x_init`` (T, nx)
+        (also the trust-region centre). Returns the states (T, nx)."""
+        rho = self.options.rho_x if rho_x is None else rho_x
+        P = self.parameter_vector(model, theta_vec, y, u, x_init, rho)
+        t0 = time.perf_counter()
+        if self.solver is None:
+            out = self._newton.solve(x_init.ravel(), self._objective.bind(P))
+            x = out.x.reshape(self.T, self.nx)
+            return SmoothResult(x, out.cost, out.status, out.status in ACCEPTABLE and bool(np.all(np.isfinite(x))),
+                                out.iterations, time.perf_counter() - t0)
+        sol = solve(self.solver, x0=x_init.ravel(), p=P, lbx=self._lbx, ubx=self._ubx)
+        wall = time.perf_counter() - t0
+        st = self.solver.stats()
+        x = np.asarray(sol["x"]).reshape(self.T, self.nx)
+        status = st["return_status"]
+        return SmoothResult(x, float(sol["f"]), status, status in ACCEPTABLE and np.all(np.isfinite(x)),
+                            int(st["iter_count"]), wall)
+
+
+class Smoother:
+    """Smoothing step (E-step) for a model: one :class:`TrajectorySmoother` per trajectory length.
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
+    options : SmootherOptions
+        Trust region, Hessian, IPOPT limits, state bounds, compilation.
+    stages : StageFunctions, optional
+        Stage Functions to share with a learner (built from the model when None).
+    """
+
+    def __init__(self, model, options: SmootherOptions = SmootherOptions(), stages: StageFunctions | None = None):
+        self.model, self.options = model, options
+        self.stages = stages if stages is not None else StageFunctions(model, options.hessian, options.compile)
+        self._solvers: dict[int, TrajectorySmoother] = {}
+        self.build_s = 0.0
+
+    def for_length(self, T: int) -> TrajectorySmoother:
+        """The solver for trajectories of ``T`` samples (built on first use, then cached)."""
+        if T not in self._solvers:
+            self._solvers[T] = TrajectorySmoother(self.stages, T, self.options)
+            self.build_s += self._solvers[T].build_s
+        return self._solvers[T]
+
+    def solve(self, theta_vec: np.ndarray, data, x_init: list[np.ndarray]) -> list[SmoothResult]:
+        """Smooth every trajectory of ``data`` (sequentially), warm-started at ``x_init``.
+
+        Parameters
+        ----------
+        theta_vec : numpy.ndarray
+            (n_p,) flat parameter vector.
+        data : Trajectories
+            The B trajectories.
+        x_init : list of numpy.ndarray
+            Warm starts and trust-region centres (T_b, nx).
+
+        Returns
+        -------
+        list of SmoothResult
+        """
+        out = []
+        for b, (y, T) in enumerate(zip(data.y, data.lengths)):
+            out.append(self.for_length(T).solve(self.model, theta_vec, y, data.inputs(b), x_init[b]))
+        return out
+
+    def joint_log_density(self, theta_vec: np.ndarray, data, xs: list[np.ndarray]) -> float:
+        """The joint log-density J(x, theta) of the paper, all Gaussian constants included.
+
+        ``J = log p(x_1) + sum_t log p_v(y_t - g(x_t)) + sum_t log p_w(x_{t+1} - f(x_t))`` summed
+        over the trajectories, observed entries only; evaluated with this smoother's cost
+        Functions (no trust-region term).
+
+        Parameters
+        ----------
+        theta_vec : numpy.ndarray
+            (n_p,) flat parameter vector.
+        data : Trajectories
+            The B trajectories.
+        xs : list of numpy.ndarray
+            The states (T_b, nx) of each trajectory.
+
+        Returns
+        -------
+        float
+        """
+        total = 0.0
+        for b, (y, x) in enumerate(zip(data.y, xs)):
+            ts = self.for_length(y.shape[0])
+            P = ts.parameter_vector(self.model, theta_vec, y, data.inputs(b), x, 0.0)
+            total += -float(ts.cost_function(x.ravel(), P)) + log_normalisers(self.model, y)
+        return total

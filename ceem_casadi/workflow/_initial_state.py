@@ -1,0 +1,265 @@
+"""Initial state of a trajectory from its first samples: a small least-squares NLP solved by IPOPT.
+
+With the free run ``yhat[t](x0)`` of :mod:`ceem_casadi.simulation` over the first ``k`` samples
+(``k`` = ``window``), the estimate is
+
+    x0* = argmin_{lo <= x0 <= hi}  0.5 sum_{t<k, j observed} ((y[t, j] - yhat[t, j](x0)) / sigma_v[j])^2
+                                   + 0.5 ||(x0 - x1_mean) / x1_std||^2        (when the model has a prior)
+
+with ``sigma_v`` the model's ``measurement_std``; NaN outputs are left out. The solver (IPOPT with a
+Gauss-Newton or exact Hessian of this nx-dimensional problem) is built once per (model, window,
+Hessian kind) and cached on the model; theta, the data, the weights and the prior are NLP parameters.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import casadi as ca
+import numpy as np
+
+from ..errors import NonFiniteError, ShapeError, SolverError
+from ..io._data import Trajectories
+from ..model._simulation import as_theta_vector, rollout
+from ..runtime._solve import DEADLINE, deadline, ipopt_options, solve
+from ..runtime._status import Status
+
+__all__ = ["InitialStateResult", "estimate_initial_state", "default_window"]
+
+
+def default_window(model, T: int) -> int:
+    """The default ``window``: ``min(T, 10 nx)`` samples (at least 2 when T allows)."""
+    return int(min(T, max(10 * model.nx, 2)))
+
+
+@dataclass
+class InitialStateResult:
+    """One trajectory's initial-state estimate.
+
+    Attributes
+    ----------
+    x0 : numpy.ndarray
+        (nx,) the estimate.
+    cost : float
+        The minimised objective (see the module docstring).
+    status : Status
+        Outcome of the best start's IPOPT solve.
+    message : str
+        What happened.
+    iterations : int
+        IPOPT iterations.
+    wall_s : float
+        Wall-clock seconds.
+    """
+
+    x0: np.ndarray
+    cost: float
+    status: Status
+    message: str
+    iterations: int
+    wall_s: float
+
+
+class InitialStateSolver:
+    """The IPOPT problem above for one model and window (use :func:`solver_for`: cached)."""
+
+    def __init__(self, model, window: int, hessian: str = "gauss-newton", max_iter: int = 100,
+                 tol: float = 1e-12):
+        if hessian not in ("gauss-newton", "exact"):
+            raise ValueError(f"hessian must be 'gauss-newton' or 'exact', got {hessian!r}")
+        self.model, self.window = model, int(window)
+        nx, nu, ny, k = model.nx, model.nu, model.ny, self.window
+        x0 = ca.MX.sym("x0", nx)
+        syms = [ca.MX.sym("p", model.params.size), ca.MX.sym("u", nu, k), ca.MX.sym("y", ny, k),
+                ca.MX.sym("m", ny, k), ca.MX.sym("iv", ny), ca.MX.sym("mu1", nx), ca.MX.sym("w1", nx)]
+        self._sizes = [s.numel() for s in syms]
+        P = ca.MX.sym("P", sum(self._sizes))
+        parts = ca.vertsplit(P, np.concatenate([[0], np.cumsum(self._sizes)]).tolist())
+        p, U, Y, M, iv, mu1, w1 = [ca.reshape(a, s.shape[0], s.shape[1]) for a, s in zip(parts, syms)]
+        Yhat, _ = rollout(model, k)(x0, U, p)
+        r = ca.vertcat(ca.vec(M * ca.repmat(iv, 1, k) * (Y - Yhat)), w1 * (x0 - mu1))
+        cost = 0.5 * ca.sumsqr(r)
+        if hessian == "gauss-newton":
+            jac = ca.jacobian(r, x0)
+            H = jac.T @ jac
+        else:
+            H, _ = ca.hessian(cost, x0)
+        lam_f, lam_g = ca.MX.sym("lam_f"), ca.MX.sym("lam_g", 0)
+        hess_lag = ca.Function("hess_lag", [x0, P, lam_f, lam_g], [lam_f * ca.triu(H)],
+                               ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
+        self.solver = ca.nlpsol(f"x0_window{k}", "ipopt", {"x": x0, "p": P, "f": cost},
+                                ipopt_options(max_iter, tol, hess_lag=hess_lag, show_eval_warnings=False))
+        self.cost = ca.Function("x0_cost", [x0, P], [cost])
+
+    def parameter(self, model, theta_vec, y, u, use_prior: bool = True) -> np.ndarray:
+        """The NLP parameter vector of theta (np,), y (>= k, ny) and u (>= k, nu); the weights and
+        the prior come from ``model`` (the built structure is shared with its ``with_noise`` copies)."""
+        k = self.window
+        y, u = y[:k], u[:k]
+        mask = np.isfinite(y)
+        noise = model.noise
+        prior = use_prior and noise.x1_mean is not None
+        mu1 = noise.x1_mean if prior else np.zeros(model.nx)
+        w1 = noise.inv_x1_std if prior else np.zeros(model.nx)
+        return np.concatenate([theta_vec, u.ravel(), np.where(mask, y, 0.0).ravel(), mask.ravel().astype(float),
+                               noise.inv_measurement_std, mu1, w1])
+
+    def solve(self, model, theta_vec, y, u, starts: np.ndarray, lower, upper,
+              use_prior: bool = True) -> InitialStateResult:
+        """Solve from the best of ``starts`` (S, nx) (lowest finite cost; clipped into the bounds)."""
+        P = self.parameter(model, theta_vec, y, u, use_prior)
+        starts = np.clip(starts, lower, upper)
+        with np.errstate(all="ignore"):
+            costs = np.array([float(self.cost(s, P)) for s in starts])
+        if not np.any(np.isfinite(costs)):
+            return InitialStateResult(np.full(self.model.nx, np.nan), np.nan, Status.SOLVER_FAILED,
+                                      f"the free run is not finite from any of the {len(starts)} start(s); "
+                                      "give starts= inside the model's domain", 0, 0.0)
+        best = starts[int(np.nanargmin(np.where(np.isfinite(costs), costs, np.nan)))]
+        t0 = time.perf_counter()
+        sol = solve(self.solver, x0=best, p=P, lbx=lower, ubx=upper)
+        wall = time.perf_counter() - t0
+        st = self.solver.stats()
+        x0 = np.asarray(sol["x"], float).ravel()
+        status = Status.from_ipopt(st["return_status"], time_up=DEADLINE.expired())
+        if not np.all(np.isfinite(x0)):
+            status = Status.SOLVER_FAILED
+        return InitialStateResult(x0, float(sol["f"]), status, f"IPOPT: {st['return_status']}",
+                                  int(st["iter_count"]), wall)
+
+
+def solver_for(model, window: int, hessian: str = "gauss-newton") -> InitialStateSolver:
+    """The cached :class:`InitialStateSolver` of ``model`` for ``window`` samples."""
+    cache = model.__dict__.setdefault("_initial_state_solvers", {})
+    key = (int(window), hessian)
+    if key not in cache:
+        cache[key] = InitialStateSolver(model, window, hessian)
+    return cache[key]
+
+
+def _bounds(model, value, fill, name):
+    v = np.broadcast_to(np.asarray(fill if value is None else value, float), (model.nx,)) \
+        if np.size(fill if value is None else value) in (1, model.nx) else None
+    if v is None:
+        raise ShapeError(f"{name}: expected a scalar or {model.nx} entries (nx), got shape {np.shape(value)}")
+    return v.copy()
+
+
+def _trajectories(model, y, u):
+    """``(list of y (T, ny), list of u (T, nu), single)`` from one trajectory or a batch."""
+    if isinstance(y, Trajectories):
+        y.check_model(model)
+        return list(y.y), [y.inputs(b) for b in range(len(y))], False
+    single = not isinstance(y, (list, tuple)) and np.ndim(y) <= 2
+    ys = [y] if single else list(y)
+    us = [None] * len(ys) if u is None else ([u] if single else list(u))
+    if len(us) != len(ys):
+        raise ShapeError(f"u: expected {len(ys)} input trajectories like y, got {len(us)}")
+    out_y, out_u = [], []
+    for b, (yb, ub) in enumerate(zip(ys, us)):
+        yb = np.asarray(yb, float)
+        yb = yb[:, None] if yb.ndim == 1 and model.ny == 1 else yb
+        if yb.ndim != 2 or yb.shape[1] != model.ny:
+            raise ShapeError(f"y[{b}]: expected shape (T, {model.ny}), got {yb.shape}")
+        if np.isinf(yb).any():
+            raise NonFiniteError(f"y[{b}] contains inf; use NaN for missing observations")
+        ub = np.zeros((yb.shape[0], model.nu)) if ub is None else np.asarray(ub, float)
+        ub = ub[:, None] if ub.ndim == 1 and model.nu == 1 else ub
+        if ub.shape != (yb.shape[0], model.nu):
+            raise ShapeError(f"u[{b}]: expected shape {(yb.shape[0], model.nu)} (nu={model.nu}), got {ub.shape}")
+        if not np.all(np.isfinite(ub)):
+            raise NonFiniteError(f"u[{b}] contains NaN or inf; inputs must be finite")
+        out_y.append(yb)
+        out_u.append(ub)
+    return out_y, out_u, single
+
+
+def _default_starts(model, theta_vec, ys, us, k: int) -> np.ndarray:
+    """(B, S, nx) candidate starts: the EKF/RTS state at t = 0 over the window (when the filter
+    stays finite) and the model's x1_mean (else zeros)."""
+    from ..filtering import EKF
+    from ..smoothing._initial_states import eks_states
+
+    base = model.noise.x1_mean if model.noise.x1_mean is not None else np.zeros(model.nx)
+    ekf = model.__dict__.get("_initial_state_ekf")
+    if ekf is None:  # built once per model (its mapaccum per length is cached inside)
+        ekf = model.__dict__["_initial_state_ekf"] = EKF(model)
+    window = Trajectories([yb[:max(k, 2)] for yb in ys], None if model.nu == 0 else [ub[:max(k, 2)] for ub in us])
+    try:
+        with np.errstate(all="ignore"):
+            first = np.array([x[0] for x in eks_states(model, theta_vec, window, ekf=ekf)])
+    except (NonFiniteError, ShapeError, np.linalg.LinAlgError):
+        first = np.tile(base, (len(ys), 1))
+    return np.stack([first, np.tile(base, (len(ys), 1))], axis=1)
+
+
+def estimate_initial_state(model, theta, y, u=None, *, window: int | None = None, x_init=None, starts=None,
+                           x_lower=None, x_upper=None, use_prior: bool = True, hessian: str = "gauss-newton",
+                           time_limit: float | None = None, full_output: bool = False):
+    """Initial state(s) that make the free run fit the first ``window`` samples (module docstring).
+
+    Parameters
+    ----------
+    model : :class:`~ceem_casadi.StateSpaceModel`.
+    theta : theta dict or flat parameter vector (np,).
+    y : one trajectory (T, ny), a batch (B, T, ny) / list of (T_b, ny), or a
+        :class:`~ceem_casadi.Trajectories` (then ``u`` is taken from it). NaN = missing.
+    u : inputs (T, nu), or a batch like ``y``; None when the model has no inputs.
+    window : number of leading samples fitted (default :func:`default_window`: ``min(T, 10 nx)``);
+        at most the shortest trajectory.
+    x_init : starting point (nx,) or one per trajectory (B, nx); default: the EKF + RTS smoothed
+        state at the first sample over the window (:func:`~ceem_casadi.initialise.eks_states`), and
+        the model's ``x1_mean`` (else zeros) as a second candidate.
+    starts : extra candidate starting points (S, nx) for every trajectory: the solve starts from
+        the candidate (``x_init`` included) with the lowest cost (e.g. a grid over a hidden state).
+    x_lower, x_upper : bounds on x0 (scalar or (nx,)), default unbounded.
+    use_prior : include the model's x1 prior when it has ``x1_mean``/``x1_std``.
+    hessian : ``"gauss-newton"`` (default) or ``"exact"``.
+    time_limit : seconds for all trajectories together (IPOPT stops at its next iteration).
+    full_output : return :class:`InitialStateResult` (or a list of them) instead of arrays.
+
+    Returns
+    -------
+    x0 : (nx,) for one trajectory, (B, nx) for a batch.
+
+    Raises
+    ------
+    SolverError
+        When a trajectory's estimate is not finite or IPOPT fails (unless ``full_output``).
+    """
+    theta_vec = as_theta_vector(model, theta)
+    ys, us, single = _trajectories(model, y, u)
+    shortest = min(yb.shape[0] for yb in ys)
+    k = default_window(model, shortest) if window is None else window
+    if int(k) != k or not 1 <= k <= shortest:
+        raise ShapeError(f"window: expected an integer in [1, {shortest}] (shortest trajectory), got {window!r}")
+    lower = _bounds(model, x_lower, -np.inf, "x_lower")
+    upper = _bounds(model, x_upper, np.inf, "x_upper")
+    if np.any(lower > upper):
+        raise ShapeError(f"x_lower must not exceed x_upper, got {lower} and {upper}")
+    extra = np.zeros((0, model.nx)) if starts is None else np.atleast_2d(np.asarray(starts, float))
+    if extra.shape[1:] != (model.nx,):
+        raise ShapeError(f"starts: expected shape (S, {model.nx}), got {extra.shape}")
+    if x_init is None:
+        init = _default_starts(model, theta_vec, ys, us, int(k))
+    else:
+        init = np.asarray(x_init, float)
+        init = np.tile(init, (len(ys), 1)) if init.ndim == 1 else init
+        if init.shape != (len(ys), model.nx) or not np.all(np.isfinite(init)):
+            raise ShapeError(f"x_init: expected finite values of shape ({model.nx},) or ({len(ys)}, {model.nx}), "
+                             f"got {np.shape(x_init)}")
+        init = init[:, None, :]
+    solver = solver_for(model, int(k), hessian)
+    expires = None if time_limit is None else time.perf_counter() + float(time_limit)
+    results = []
+    with deadline(expires):
+        for b, (yb, ub) in enumerate(zip(ys, us)):
+            results.append(solver.solve(model, theta_vec, yb, ub, np.vstack([init[b], extra]), lower, upper, use_prior))
+    if full_output:
+        return results[0] if single else results
+    bad = [b for b, r in enumerate(results) if r.status == Status.SOLVER_FAILED]
+    if bad:
+        raise SolverError(f"initial state of trajectory {bad[0]} failed: {results[bad[0]].message}; "
+                          "give x_init/starts closer to the data, bounds x_lower/x_upper, or a shorter window")
+    x0 = np.array([r.x0 for r in results])
+    return x0[0] if single else x0

@@ -1,0 +1,387 @@
+"""Validation report of a fitted state-space model: free-run simulation and k-step-ahead prediction.
+
+Error measures, per output ``j``, over the time steps where both ``y[:, j]`` and ``yhat[:, j]`` are
+not NaN (``n_j`` entries, pooled over all trajectories):
+
+* ``rmse_j  = sqrt(mean((y - yhat)^2))`` (units of the output);
+* ``nrmse_j = rmse_j / std(y)`` (population std of the same observed entries; dimensionless);
+* ``fit_j   = 100 (1 - ||y - yhat|| / ||y - mean(y)||)`` in percent (MATLAB ``compare``; equals
+  ``100 (1 - nrmse_j)``; 100 is perfect, 0 is as good as the mean, can be negative).
+
+Overall figures: ``rmse`` pools the squared errors of all outputs; ``nrmse`` and ``fit`` are the
+means of the per-output values (so outputs in different units weigh equally).
+
+Predictions:
+
+* **free-run simulation**: ``x[0] = x0``, ``x[t+1] = f(x[t], u[t])``, ``yhat[t] = g(x[t], u[t])``
+  (no measurement used after ``x0``);
+* **k-step-ahead prediction** (EKF based): ``yhat[t] = g(x_{t|t-k}, u[t])`` with ``x_{t|t-k}`` the EKF
+  filtered mean ``x_{t-k|t-k}`` propagated ``k`` steps through ``f`` open loop. For ``t < k`` the
+  prediction propagates the prior ``x0`` (so it equals the free run there). For ``k = 1`` this is the
+  EKF one-step predicted observation ``g(x_{t|t-1})`` (made before the correction).
+
+Non-finite predictions (a diverging simulation) where ``y`` is observed count as infinite errors.
+
+Initial states: given ``x0``, else the model's ``x1_mean``, else (or with ``x0="estimate"``) estimated
+from the first ``window`` samples of each trajectory by :func:`~ceem_casadi.estimate_initial_state`
+(least-squares fit of the free run). Estimated initial states have seen those samples, so by
+default they are left out of every metric (``skip = window``), as benchmark protocols do.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import NonFiniteError, ShapeError
+from ..model._simulation import as_theta_vector as _theta_vector
+from ..model._simulation import run
+from ._initial_state import estimate_initial_state
+
+__all__ = ["Metrics", "ValidationReport", "fit_percent", "nrmse", "rmse", "validation_report"]
+
+
+# --------------------------------------------------------------------------------------------------
+# plain-array helpers
+def _pair(y, yhat) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    y = np.asarray(y, float)
+    yhat = np.asarray(yhat, float)
+    if y.shape != yhat.shape:
+        raise ShapeError(f"y and yhat must have the same shape, got {y.shape} and {yhat.shape}")
+    if y.ndim == 0:
+        raise ShapeError("y: expected an array (T,), (T, ny) or (B, T, ny), got a scalar")
+    vector = y.ndim == 1
+    if vector:
+        y, yhat = y[:, None], yhat[:, None]
+    y = y.reshape(-1, y.shape[-1])
+    yhat = yhat.reshape(-1, yhat.shape[-1])
+    ok = ~(np.isnan(y) | np.isnan(yhat))
+    return y, yhat, ok, vector
+
+
+def _out(v: np.ndarray, vector: bool):
+    return float(v[0]) if vector else v
+
+
+def _stats(y, yhat):
+    """Per output: sum of squared errors, sum of squared deviations from the mean, count."""
+    y, yhat, ok, vector = _pair(y, yhat)
+    n = ok.sum(axis=0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(ok, y - yhat, 0.0)
+        sse = np.sum(err * err, axis=0)
+        mean = np.where(n > 0, np.sum(np.where(ok, y, 0.0), axis=0) / np.maximum(n, 1), np.nan)
+        dev = np.where(ok, y - mean, 0.0)
+        sst = np.sum(dev * dev, axis=0)
+    return sse, sst, n, vector
+
+
+def rmse(y, yhat):
+    """Root-mean-square error per output (last axis), ignoring entries where ``y`` or ``yhat`` is NaN.
+
+    Parameters
+    ----------
+    y, yhat : numpy.ndarray
+        Observations and predictions, (T,), (T, ny) or (B, T, ny), same shape and units.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        A float for 1-D input, else (ny,), in the units of ``y``; NaN for an output without any
+        valid entry.
+    """
+    sse, _, n, vector = _stats(y, yhat)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        val = np.where(n > 0, np.sqrt(sse / np.maximum(n, 1)), np.nan)
+    return _out(val, vector)
+
+
+def nrmse(y, yhat):
+    """RMSE divided by the (population) standard deviation of ``y`` over the same valid entries.
+
+    Parameters
+    ----------
+    y, yhat : numpy.ndarray
+        As for :func:`rmse`.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        As for :func:`rmse`, dimensionless; a constant output gives ``inf`` (NaN if also exact).
+    """
+    sse, sst, n, vector = _stats(y, yhat)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        val = np.where(n > 0, np.sqrt(sse / sst), np.nan)
+    return _out(val, vector)
+
+
+def fit_percent(y, yhat):
+    """Fit in percent, ``100 (1 - ||y - yhat|| / ||y - mean(y)||)`` per output (NaN entries ignored).
+
+    Parameters
+    ----------
+    y, yhat : numpy.ndarray
+        As for :func:`rmse`.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        As for :func:`rmse`, in percent (100 = exact; negative = worse than the mean).
+    """
+    sse, sst, n, vector = _stats(y, yhat)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        val = np.where(n > 0, 100.0 * (1.0 - np.sqrt(sse / sst)), np.nan)
+    return _out(val, vector)
+
+
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Metrics:
+    """Error measures of one kind of prediction (see the module docstring).
+
+    Attributes
+    ----------
+    rmse, nrmse, fit_percent : numpy.ndarray
+        (ny,) per output (units of y, dimensionless, percent).
+    n : numpy.ndarray
+        (ny,) number of valid entries per output.
+    rmse_overall, nrmse_overall, fit_overall : float
+        RMSE over all outputs pooled; mean NRMSE and mean fit over the outputs.
+    """
+
+    rmse: np.ndarray
+    nrmse: np.ndarray
+    fit_percent: np.ndarray
+    n: np.ndarray
+    rmse_overall: float
+    nrmse_overall: float
+    fit_overall: float
+
+    @classmethod
+    def of(cls, y, yhat) -> Metrics:
+        """Metrics of observations ``y`` and predictions ``yhat`` ((T, ny) or (B, T, ny) or lists)."""
+        if isinstance(y, (list, tuple)):
+            y, yhat = _stack_list(y, yhat)
+        sse, sst, n, _ = _stats(np.atleast_2d(y), np.atleast_2d(yhat))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = np.where(n > 0, np.sqrt(sse / np.maximum(n, 1)), np.nan)
+            nr = np.where(n > 0, np.sqrt(sse / sst), np.nan)
+            overall = float(np.sqrt(sse.sum() / n.sum())) if n.sum() else float("nan")
+        return cls(rmse=r, nrmse=nr, fit_percent=100.0 * (1.0 - nr), n=n, rmse_overall=overall,
+                   nrmse_overall=float(np.mean(nr)), fit_overall=float(np.mean(100.0 * (1.0 - nr))))
+
+    def to_dict(self, output_names: Sequence[str] | None = None) -> dict:
+        """JSON-ready dict (lists of floats; non-finite values as None)."""
+        names = list(output_names) if output_names is not None else [f"y{j}" for j in range(len(self.rmse))]
+
+        def num(v):
+            v = float(v)
+            return v if np.isfinite(v) else None
+
+        return {
+            "outputs": names,
+            "rmse": [num(v) for v in self.rmse],
+            "nrmse": [num(v) for v in self.nrmse],
+            "fit_percent": [num(v) for v in self.fit_percent],
+            "n": [int(v) for v in self.n],
+            "overall": {"rmse": num(self.rmse_overall), "nrmse": num(self.nrmse_overall),
+                        "fit_percent": num(self.fit_overall)},
+        }
+
+
+def _stack_list(y, yhat):
+    if len(y) != len(yhat):
+        raise ShapeError(f"expected as many predicted trajectories as observed ones: {len(y)} vs {len(yhat)}")
+    ys, hs = [], []
+    for b, (a, h) in enumerate(zip(y, yhat)):
+        a, h = np.atleast_2d(np.asarray(a, float)), np.atleast_2d(np.asarray(h, float))
+        if a.shape != h.shape:
+            raise ShapeError(f"trajectory {b}: y has shape {a.shape}, yhat {h.shape}")
+        ys.append(a)
+        hs.append(h)
+    return np.concatenate(ys), np.concatenate(hs)
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """Result of :func:`validation_report`.
+
+    Attributes
+    ----------
+    simulation : Metrics
+        Metrics of the free run.
+    prediction : dict of int to Metrics
+        Metrics of the k-step-ahead predictions.
+    output_names : tuple of str
+        (ny,) output names.
+    skip : int
+        Leading samples per trajectory left out of the metrics.
+    y_sim : list of numpy.ndarray
+        Free-run outputs (T_b, ny) per trajectory.
+    y_pred : dict of int to list of numpy.ndarray
+        k-step-ahead predictions (T_b, ny) per trajectory.
+    x0 : numpy.ndarray or None
+        (B, nx) initial states used (given, ``x1_mean`` or estimated).
+    uncertainty : ParameterUncertainty or dict or None
+        Parameter uncertainty (or its saved dict) carried into :meth:`to_dict` as ``"parameters"``.
+    """
+
+    simulation: Metrics
+    prediction: dict
+    output_names: tuple
+    skip: int = 0
+    y_sim: list = field(default_factory=list, repr=False, compare=False)
+    y_pred: dict = field(default_factory=dict, repr=False, compare=False)
+    x0: np.ndarray | None = field(default=None, repr=False, compare=False)
+    uncertainty: object = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict: ``{"simulation": {...}, "prediction": {"1": {...}, ...}, "skip": int}``,
+        plus ``"parameters"`` (estimates, standard errors, intervals) when ``uncertainty`` is set."""
+        out = {"simulation": self.simulation.to_dict(self.output_names),
+               "prediction": {str(k): m.to_dict(self.output_names) for k, m in self.prediction.items()},
+               "skip": self.skip}
+        if self.uncertainty is not None:
+            u = self.uncertainty
+            out["parameters"] = u.to_dict() if hasattr(u, "to_dict") else {
+                k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in dict(u).items()}
+        return out
+
+    def to_dataframe(self):
+        """pandas DataFrame, one row per (kind, output) with ``kind`` in ``"simulation"``, ``"k=1"``, ...
+
+        and ``output`` the output names plus ``"overall"``; columns ``rmse``, ``nrmse``, ``fit_percent``, ``n``.
+        """
+        import pandas as pd
+
+        rows = []
+        kinds = [("simulation", self.simulation)] + [(f"k={k}", m) for k, m in self.prediction.items()]
+        for kind, m in kinds:
+            for j, name in enumerate(self.output_names):
+                rows.append((kind, name, m.rmse[j], m.nrmse[j], m.fit_percent[j], int(m.n[j])))
+            rows.append((kind, "overall", m.rmse_overall, m.nrmse_overall, m.fit_overall, int(m.n.sum())))
+        df = pd.DataFrame(rows, columns=["kind", "output", "rmse", "nrmse", "fit_percent", "n"])
+        return df.set_index(["kind", "output"])
+
+
+# --------------------------------------------------------------------------------------------------
+def _initial_states(model, x0, n_traj: int) -> np.ndarray:
+    if x0 is None:
+        if model.noise.x1_mean is None:
+            raise ShapeError(f"x0: give the initial states ({n_traj}, {model.nx}) (the model has no x1_mean)")
+        return np.tile(model.noise.x1_mean, (n_traj, 1))
+    x0 = np.asarray(x0, float)
+    if x0.ndim == 1 and x0.shape == (model.nx,):
+        x0 = np.tile(x0, (n_traj, 1))
+    if x0.shape != (n_traj, model.nx):
+        raise ShapeError(f"x0: expected shape ({n_traj}, {model.nx}) (one initial state per trajectory), "
+                         f"got {x0.shape}")
+    if not np.all(np.isfinite(x0)):
+        raise NonFiniteError("x0 contains NaN or inf")
+    return x0
+
+
+def _free_run(model, theta_vec, x0, u) -> np.ndarray:
+    """Outputs (T, ny) of the noise-free run from ``x0`` (nx,) under ``u`` (T, nu) (cached rollout)."""
+    return run(model, theta_vec, x0, u)[0]
+
+
+def _k_step(model, theta_vec, x_filt, x0, u, k: int) -> np.ndarray:
+    """``g(x_{t|t-k})`` (T, ny): filtered means propagated k steps (prior x0 propagated for t < k)."""
+    T = u.shape[0]
+    fmap = model.f.map(T)
+    Z = x_filt.T.copy()                                # column j: x_{j|j}
+    idx = np.arange(T)
+    for s in range(k):
+        Z = np.asarray(fmap(Z, u[np.minimum(idx + s, T - 1)].T, theta_vec))   # column j: x_{j+s+1|j}
+    yhat = np.empty((T, model.ny))
+    if k < T:
+        yhat[k:] = np.asarray(model.g.map(T - k)(Z[:, :T - k], u[k:].T, theta_vec)).T
+    head = _free_run(model, theta_vec, x0, u[:min(k, T)])
+    yhat[:min(k, T)] = head
+    return yhat
+
+
+def _score(ys, preds, skip: int) -> Metrics:
+    y = np.concatenate([a[skip:] for a in ys])
+    h = np.concatenate([p[skip:] for p in preds])
+    h = np.where(np.isfinite(h) | np.isnan(y), h, np.inf)  # diverged predictions: infinite error
+    return Metrics.of(y, h)
+
+
+def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (1,), Sigma0=None, Q=None,
+                      R=None, skip: int | None = None, output_names: Sequence[str] | None = None,
+                      engine: str = "python", window: int | None = None, uncertainty=None) -> ValidationReport:
+    """Free-run and k-step-ahead prediction metrics of ``model`` at ``theta`` on ``data``.
+
+    Parameters
+    ----------
+    model : :class:`~ceem_casadi.StateSpaceModel`.
+    theta : theta dict (or flat parameter vector).
+    data : :class:`~ceem_casadi.Trajectories` (NaN = missing; missing entries are not scored).
+    x0 : (B, nx) initial state per trajectory (or (nx,) shared); default ``model.noise.x1_mean``;
+        when the model has none, or with ``x0="estimate"``, each trajectory's initial state is
+        estimated from its first ``window`` samples by :func:`~ceem_casadi.estimate_initial_state`
+        (weights 1/measurement_std, the model's x1 prior if any).
+    k : prediction horizon(s) in samples (positive ints); ``()`` for simulation only.
+    Sigma0, Q, R : EKF prior / process / measurement covariances (scalars, diagonals or matrices);
+        defaults from the model's noise: ``x1_std**2`` (else ``process_std**2``), ``process_std**2``,
+        ``measurement_std**2``.
+    skip : number of leading samples of every trajectory left out of all metrics (wash-out);
+        default ``window`` when the initial states are estimated (those samples were used to fit
+        them), else 0.
+    window : samples used to estimate x0 (default ``min(T_min - 1, 10 nx)``); only when x0 is estimated.
+    output_names : names of the ny outputs (default ``y0, y1, ...``).
+    engine : EKF engine (``"python"`` or ``"casadi"``, see :class:`~ceem_casadi.filtering.EKF`).
+    uncertainty : optional parameter uncertainty of ``theta`` (:func:`~ceem_casadi.parameter_uncertainty`
+        or the dict a model file stores), carried by the report.
+
+    Returns
+    -------
+    ValidationReport
+    """
+    from ..filtering import EKF
+
+    data.check_model(model)
+    theta_vec = _theta_vector(model, theta)
+    ks = (k,) if np.ndim(k) == 0 else tuple(k)
+    for kk in ks:
+        if int(kk) != kk or kk < 1:
+            raise ShapeError(f"k: expected positive integer horizon(s), got {k!r}")
+    ks = tuple(sorted({int(kk) for kk in ks}))
+    estimate = (isinstance(x0, str) and x0 == "estimate") or (x0 is None and model.noise.x1_mean is None)
+    if isinstance(x0, str) and not estimate:
+        raise ShapeError(f"x0: expected an array or 'estimate', got {x0!r}")
+    if estimate:
+        shortest = min(data.lengths)
+        window = min(shortest - 1, max(10 * model.nx, 2)) if window is None else window
+        x0 = estimate_initial_state(model, theta_vec, data, window=window)
+        skip = window if skip is None else skip
+    skip = 0 if skip is None else skip
+    if int(skip) != skip or skip < 0 or skip >= min(data.lengths):
+        raise ShapeError(f"skip must be an integer in [0, {min(data.lengths) - 1}] (shortest trajectory "
+                         f"{min(data.lengths)} samples), got {skip!r}")
+    names = tuple(output_names) if output_names is not None else tuple(f"y{j}" for j in range(model.ny))
+    if len(names) != model.ny:
+        raise ShapeError(f"output_names: expected {model.ny} names, got {len(names)}")
+    X0 = _initial_states(model, x0, len(data))
+    noise = model.noise
+    Q = np.diag(noise.process_std ** 2) if Q is None else Q
+    R = np.diag(noise.measurement_std ** 2) if R is None else R
+    if Sigma0 is None:
+        Sigma0 = np.diag((noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2)
+
+    y_sim = [_free_run(model, theta_vec, X0[b], data.inputs(b)) for b in range(len(data))]
+    y_pred: dict[int, list] = {kk: [] for kk in ks}
+    if ks:
+        ekf = EKF(model)
+        for b in range(len(data)):
+            u = data.inputs(b)
+            res = ekf.run(theta_vec, data.y[b], u, x0=X0[b], Sigma0=Sigma0, Q=Q, R=R, engine=engine)
+            for kk in ks:
+                y_pred[kk].append(_k_step(model, theta_vec, res.x_filt, X0[b], u, kk))
+    return ValidationReport(
+        simulation=_score(data.y, y_sim, skip),
+        prediction={kk: _score(data.y, y_pred[kk], skip) for kk in ks},
+        output_names=names, skip=int(skip), y_sim=y_sim, y_pred=y_pred, x0=X0, uncertainty=uncertainty)

@@ -1,0 +1,408 @@
+"""Process-noise calibration: CE-EM fits over a grid of process-noise levels, one chosen by a criterion.
+
+CE-EM maximises the joint log-density J(x, theta) for a *given* noise model. The measurement
+noise is usually known from the sensor; the process noise (how far the states may leave the
+model's trajectory per sample) is not, and the fitted parameters depend on it (on the Cascaded
+Tanks data, 40 plain EM iterations per level, the test RMS ranged 0.318-0.375 V over 0.001-0.03 V
+per sample, docs/results_real.md). J itself cannot choose it: at the optimum it is unbounded above
+as the process noise shrinks (the states can follow a model trajectory exactly while the
+normalising term ``-T log sigma_w`` grows). See docs/noise_calibration.md for measured results. :func:`calibrate_noise` fits every level of a grid and scores each fit with a criterion
+that uses the estimation data only (:mod:`ceem_casadi.noise_criteria`).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..em._ceem import CEEMResult, ceem
+from ..em._options import CEEMOptions
+from ..errors import NonFiniteError, ShapeError
+from ..filtering import EKF
+from ..io._data import Trajectories
+from ..learning._learner import Learner
+from ..model._params import Theta
+from ..runtime._schema import check_time_limit, require
+from ..smoothing._smoother import Smoother
+from ._noise_criteria import holdout_rms, innovation_loglik, split_tails
+
+log = logging.getLogger(__name__)
+
+CRITERIA = ("innovation", "holdout")
+#: default grid: multipliers of the model's ``process_std``, 7 levels log-spaced over 3 decades
+#: (0.032 ... 32, a factor sqrt(10) apart)
+DEFAULT_GRID = tuple(float(v) for v in np.logspace(-1.5, 1.5, 7))
+NOT_RUN = "not_run"
+
+
+@dataclass(frozen=True)
+class NoiseCalibrationOptions:
+    """Options of :func:`calibrate_noise` (defaults in brackets).
+
+    Parameters
+    ----------
+    ceem : CEEMOptions
+        Options of every CE-EM fit [``CEEMOptions(max_iters=50, acceleration="newton")``: the
+        same fixed points as plain EM, 1.8-5x faster over the grid of
+        tests/test_noise_calibration.py, seeds 0-2]; its ``time_limit`` is replaced by what
+        remains of ``time_limit`` below when a fit starts.
+    n_jobs : int
+        Processes running the chains [1].
+    chains : int, optional
+        Number of warm-start chains [None: ``n_jobs``]. The largest level is fitted first, from
+        ``theta0`` and the EKF/RTS states (the easiest fit: the states may follow the data); the
+        other levels, sorted from the largest down, are cut into this many contiguous blocks,
+        each fitted in order in one process, its first fit starting from the largest level's fit
+        and every later one from the previous level's theta and states (a continuation in the
+        noise level: a cold start at a small level can end in a poor local optimum, e.g. on the
+        Cascaded Tanks data). Results depend on ``chains``, never on ``n_jobs``:
+        ``n_jobs=1, chains=2`` gives exactly the fits of ``n_jobs=2, chains=2``.
+    warm_start : bool
+        Chain the fits as above [True]; False starts every fit from ``theta0``.
+    time_limit : float, optional
+        Overall budget in seconds for the whole calibration [None: none]. Levels not started
+        when it runs out are reported with status ``"not_run"``; a fit under way stops with the
+        time-limit status and its last good iterate.
+    holdout_fraction : float
+        Fraction of each estimation trajectory held out as its tail by the ``"holdout"``
+        criterion [0.25].
+    x0_window : int
+        Samples at the start of each tail used to estimate its initial state [10].
+    refit : bool
+        With ``"holdout"``, refit the chosen level on the whole estimation data, warm-started at
+        its head fit [True]; ``result.best`` is then that refit.
+    ekf_engine : str
+        Engine of the innovation criterion's EKF, ``"casadi"`` or ``"python"`` ["casadi"].
+    """
+
+    ceem: CEEMOptions = field(default_factory=lambda: CEEMOptions(max_iters=50, acceleration="newton"))
+    n_jobs: int = 1
+    chains: int | None = None
+    warm_start: bool = True
+    time_limit: float | None = None
+    holdout_fraction: float = 0.25
+    x0_window: int = 10
+    refit: bool = True
+    ekf_engine: str = "casadi"
+
+    def __post_init__(self):
+        require(isinstance(self.ceem, CEEMOptions), f"ceem must be a CEEMOptions, got {type(self.ceem).__name__}")
+        require(isinstance(self.n_jobs, int) and self.n_jobs >= 1, f"n_jobs must be an int >= 1, got {self.n_jobs!r}")
+        require(self.chains is None or (isinstance(self.chains, int) and self.chains >= 1),
+                 f"chains must be None or an int >= 1, got {self.chains!r}")
+        check_time_limit(self.time_limit)
+        require(0 < self.holdout_fraction < 1, f"holdout_fraction must be in (0, 1), got {self.holdout_fraction!r}")
+        require(isinstance(self.x0_window, int) and self.x0_window >= 1,
+                 f"x0_window must be an int >= 1, got {self.x0_window!r}")
+        require(self.ekf_engine in ("casadi", "python"),
+                 f"ekf_engine must be 'casadi' or 'python', got {self.ekf_engine!r}")
+
+
+@dataclass
+class NoiseLevelFit:
+    """The chosen process-noise level.
+
+    Attributes
+    ----------
+    level : float
+        Multiplier of the model's ``process_std``.
+    process_std : numpy.ndarray
+        (nx,) the process noise standard deviations at that level.
+    theta : dict
+        The fitted parameters.
+    model : StateSpaceModel
+        The model with that process noise.
+    fit : CEEMResult
+        Its fit; with ``"holdout"`` and ``refit`` the refit on the whole data, whose ``theta``
+        this is.
+    criterion : float
+        The value that chose it (with ``"holdout"``: that of the fit on the heads).
+    """
+
+    level: float
+    process_std: np.ndarray
+    theta: Theta
+    model: object
+    fit: CEEMResult
+    criterion: float
+
+
+@dataclass
+class NoiseCalibrationResult:
+    """Outcome of :func:`calibrate_noise`.
+
+    Attributes
+    ----------
+    table : pandas.DataFrame
+        One row per level (ascending), columns ``level`` (multiplier of the model's
+        process_std), ``process_std`` (tuple, nx), ``J`` (final joint log-density of the fit),
+        ``criterion`` (value of ``criterion``), ``status`` (the fit's status or ``"not_run"``),
+        ``iterations``, ``seconds`` (fit + criterion), ``fit`` (the :class:`CEEMResult` or None).
+    criterion : str
+        ``"innovation"`` (higher is better) or ``"holdout"`` (lower is better).
+    best : NoiseLevelFit
+        The chosen level.
+    seconds : float
+        Wall time of the whole calibration.
+    """
+
+    table: object
+    criterion: str
+    best: NoiseLevelFit
+    seconds: float = 0.0
+
+    def plot(self, ax=None):
+        """Criterion (left axis) and J (right axis) against the level (log scale), the chosen
+        level marked.
+
+        Parameters
+        ----------
+        ax : matplotlib.axes.Axes, optional
+            Where to draw (default a new figure).
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+        """
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 4))
+        df = self.table[self.table["status"] != NOT_RUN]
+        label = {"innovation": "EKF innovation log-likelihood", "holdout": "holdout free-run RMS"}[self.criterion]
+        ax.plot(df["level"], df["criterion"], "o-", color="C0", label=label)
+        ax.plot([self.best.level], [self.best.criterion], "*", ms=16, color="C3", label=f"chosen ({self.best.level:.3g})")
+        ax.set_xscale("log")
+        ax.set_xlabel("process-noise level (x model process_std)")
+        ax.set_ylabel(label, color="C0")
+        ax2 = ax.twinx()
+        ax2.plot(df["level"], df["J"], "s--", color="C1", label="J (CE-EM objective)")
+        ax2.set_ylabel("J", color="C1")
+        (h1, l1), (h2, l2) = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
+        ax.legend(h1 + h2, l1 + l2, loc="best", fontsize=8)
+        return ax
+
+
+# --- one chain of warm-started fits, in this process or in a worker ---------------------------
+@dataclass
+class _Task:
+    model: object
+    fit_data: Trajectories
+    tails: Trajectories | None
+    theta0: Theta
+    base_std: np.ndarray
+    criterion: str
+    options: NoiseCalibrationOptions
+    deadline: float | None
+
+
+class _Solvers:
+    """Solvers built once per process and shared by every level (the noise enters only as NLP
+    parameters read from ``.model``, so a shallow copy bound to the level's model is exact)."""
+
+    def __init__(self, task: _Task):
+        o = task.options.ceem
+        self.smoother = Smoother(task.model, o.smoother)
+        self.learner = Learner(task.model, task.fit_data.lengths, o.learner, self.smoother.stages)
+        self.ekf = EKF(task.model)
+
+    @staticmethod
+    def bound(solver, model):
+        new = copy.copy(solver)
+        new.model = model
+        return new
+
+
+@dataclass
+class _Row:
+    level: float
+    J: float = np.nan
+    criterion: float = np.nan
+    status: str = NOT_RUN
+    iterations: int = 0
+    seconds: float = 0.0
+    fit: CEEMResult | None = None
+
+
+def _ceem_options(task: _Task) -> CEEMOptions | None:
+    """The fit's options with what remains of the budget; None when nothing remains."""
+    if task.deadline is None:
+        return task.options.ceem
+    remaining = task.deadline - time.monotonic()
+    if remaining <= 0:
+        return None
+    limit = task.options.ceem.time_limit
+    return dataclasses.replace(task.options.ceem, time_limit=remaining if limit is None else min(limit, remaining))
+
+
+def _score(task: _Task, solvers: _Solvers, model, fit: CEEMResult) -> float:
+    theta_vec = model.params.to_vector(fit.theta)
+    if task.criterion == "innovation":
+        return innovation_loglik(solvers.ekf, model, theta_vec, task.fit_data, [x[0] for x in fit.x],
+                                 engine=task.options.ekf_engine)
+    # the free run and the initial-state fit do not involve the process noise: score with the base
+    # model, whose cached rollout and x0 solvers are then built once per process, not per level
+    return holdout_rms(task.model, fit.theta, task.tails, task.options.x0_window)
+
+
+def _run_chain(task: _Task, solvers: _Solvers, levels, theta: Theta, xs: list | None) -> list[_Row]:
+    """Fit ``levels`` in order, the first from ``(theta, xs)`` (states None: EKF/RTS), each later one
+    from the previous fit (or all from ``task.theta0`` without warm starts)."""
+    rows = []
+    for level in levels:
+        opts = _ceem_options(task)
+        if opts is None:
+            rows.append(_Row(level))
+            continue
+        model = task.model.with_noise(process_std=level * task.base_std)
+        t0 = time.perf_counter()
+        fit = ceem(model, task.fit_data, theta, options=opts, x_init=xs,
+                   smoother=solvers.bound(solvers.smoother, model), learner=solvers.bound(solvers.learner, model))
+        value = _score(task, solvers, model, fit) if np.isfinite(fit.J) else np.nan
+        rows.append(_Row(level, float(fit.J), float(value), fit.status, fit.iterations,
+                         time.perf_counter() - t0, fit))
+        log.info("noise level %.4g: %s after %d iterations, J=%.6g, %s=%.6g", level, fit.status, fit.iterations,
+                 fit.J, task.criterion, value)
+        if task.options.warm_start and np.isfinite(fit.J):
+            theta, xs = fit.theta, fit.x
+        elif not task.options.warm_start:
+            theta, xs = task.theta0, None
+    return rows
+
+
+_WORKER: dict = {}
+
+
+def _worker_init(task: _Task):
+    _WORKER["task"], _WORKER["solvers"] = task, None
+
+
+def _worker_chain(args):
+    if _WORKER["solvers"] is None:
+        _WORKER["solvers"] = _Solvers(_WORKER["task"])
+    return _run_chain(_WORKER["task"], _WORKER["solvers"], *args)
+
+
+# --- the public entry point ----------------------------------------------------------------------
+def _validate_grid(grid) -> np.ndarray:
+    g = np.asarray(DEFAULT_GRID if grid is None else grid, dtype=float).ravel()
+    if g.size == 0:
+        raise ShapeError("grid: expected at least one process-noise level, got an empty grid; "
+                         "pass e.g. grid=np.logspace(-1.5, 1.5, 7) or None for that default")
+    if not np.all(np.isfinite(g)) or np.any(g <= 0):
+        raise NonFiniteError(f"grid: expected finite positive multipliers of the model's process_std, got {g}")
+    if np.unique(g).size != g.size:
+        raise ValueError(f"grid: levels must be distinct, got {g}")
+    return np.sort(g)[::-1]
+
+
+def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, criterion: str = "innovation",
+                    options: NoiseCalibrationOptions = NoiseCalibrationOptions()) -> NoiseCalibrationResult:
+    """Fit CE-EM at several process-noise levels and choose one by a criterion on the estimation data.
+
+    Parameters
+    ----------
+    model : :class:`~ceem_casadi.StateSpaceModel`; its ``process_std`` (nx,) is the reference the
+        levels multiply, its ``measurement_std`` is kept.
+    data : :class:`~ceem_casadi.Trajectories`, the estimation data (no test data is used).
+    theta0 : initial parameters (dict), the start of every chain.
+    grid : positive **multipliers** of ``model.noise.process_std``: level ``s`` fits the model with
+        ``process_std = s * model.noise.process_std`` (the ratios between states are kept).
+        Default :data:`DEFAULT_GRID`, 7 levels from 0.032 to 32 (3 decades, sqrt(10) apart).
+    criterion : how the level is chosen (no test data in either):
+
+        * ``"innovation"`` (default): the EKF prediction-error log-likelihood
+          ``log p(y | theta_s, Q_s, R)`` of the estimation data, each fitted model filtered with
+          its own ``Q_s = diag(process_std_s**2)`` (see
+          :func:`~ceem_casadi.noise_criteria.innovation_loglik`); the highest wins. It is the
+          maximum-likelihood choice of the noise level given CE-EM's parameters, uses all the
+          data, and is the right criterion when the model is meant as a filter / predictor or
+          when the model structure is close to correct. It trusts ``measurement_std``: a wrong
+          sensor noise is compensated by the process noise.
+        * ``"holdout"``: fit on the first ``1 - holdout_fraction`` of every trajectory; score the
+          free-run simulation RMS on the held-out tails, each started from an initial state
+          estimated on the tail's first ``x0_window`` samples
+          (:func:`~ceem_casadi.noise_criteria.holdout_rms`); the lowest wins. Use it when the model
+          is meant for simulation (the usual benchmark metric) and its structure is only
+          approximate, so that the best simulator need not be the likeliest noise model. It
+          spends a quarter of the data on validation and is noisier.
+    options : :class:`NoiseCalibrationOptions` (processes, chains, warm start, time budget, ...).
+
+    Returns
+    -------
+    NoiseCalibrationResult
+        ``.table`` (one row per level), ``.best`` (level, theta, fitted model) and ``.plot()``.
+
+    Raises
+    ------
+    TypeError
+        ``data`` not a :class:`~ceem_casadi.Trajectories`, ``options`` not a :class:`NoiseCalibrationOptions`.
+    ValueError
+        unknown ``criterion``; repeated levels. :class:`~ceem_casadi.errors.ShapeError` for an empty
+        grid or tails too short; :class:`~ceem_casadi.errors.NonFiniteError` for non-positive or
+        non-finite levels. If no level could be fitted (time budget spent, every fit failed),
+        :class:`~ceem_casadi.errors.SolverError`.
+    """
+    import pandas as pd
+
+    from ..errors import SolverError
+
+    t_start = time.perf_counter()
+    if criterion not in CRITERIA:
+        raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
+    if not isinstance(options, NoiseCalibrationOptions):
+        raise TypeError(f"options must be a NoiseCalibrationOptions, got {type(options).__name__}")
+    levels = _validate_grid(grid)
+    if not isinstance(data, Trajectories):
+        raise TypeError(f"data must be a cc.Trajectories (e.g. cc.Trajectories(y, u)), got {type(data).__name__}")
+    data.check_model(model)
+    theta0 = model.params.validate(theta0)
+    fit_data, tails = data, None
+    if criterion == "holdout":
+        fit_data, tails = split_tails(data, options.holdout_fraction, options.x0_window)
+    deadline = None if options.time_limit is None else time.monotonic() + options.time_limit
+    task = _Task(model, fit_data, tails, theta0, model.noise.process_std.copy(), criterion, options, deadline)
+    solvers = _Solvers(task)
+    anchor = _run_chain(task, solvers, levels[:1], theta0, None)
+    start = (theta0, None)
+    if options.warm_start and anchor[0].fit is not None and np.isfinite(anchor[0].J):
+        start = (anchor[0].fit.theta, anchor[0].fit.x)
+    rest = levels[1:]
+    n_chains = min(options.chains or options.n_jobs, max(rest.size, 1))
+    blocks = [(list(b), *start) for b in np.array_split(rest, n_chains) if b.size]
+    n_jobs = min(options.n_jobs, len(blocks))
+    if n_jobs > 1:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_worker_init, initargs=(task,)) as pool:
+            chains = list(pool.map(_worker_chain, blocks))
+    else:
+        chains = [_run_chain(task, solvers, *b) for b in blocks]
+    rows = sorted((r for c in [anchor, *chains] for r in c), key=lambda r: r.level)
+
+    sign = 1.0 if criterion == "innovation" else -1.0
+    scored = [r for r in rows if r.fit is not None and np.isfinite(r.criterion)]
+    if not scored:
+        raise SolverError(f"calibrate_noise: no level could be fitted and scored "
+                          f"(statuses {[r.status for r in rows]}); raise time_limit or check the model")
+    chosen = max(scored, key=lambda r: sign * r.criterion)
+    chosen_model = model.with_noise(process_std=chosen.level * task.base_std)
+    best_fit = chosen.fit
+    if criterion == "holdout" and options.refit:
+        opts = _ceem_options(dataclasses.replace(task, fit_data=data))
+        if opts is not None:
+            best_fit = ceem(chosen_model, data, chosen.fit.theta, options=opts)
+    best = NoiseLevelFit(chosen.level, chosen.level * task.base_std, best_fit.theta, chosen_model, best_fit,
+                         chosen.criterion)
+    table = pd.DataFrame({
+        "level": [r.level for r in rows],
+        "process_std": [tuple(r.level * task.base_std) for r in rows],
+        "J": [r.J for r in rows], "criterion": [r.criterion for r in rows],
+        "status": [r.status for r in rows], "iterations": [r.iterations for r in rows],
+        "seconds": [r.seconds for r in rows], "fit": [r.fit for r in rows]})
+    return NoiseCalibrationResult(table, criterion, best, time.perf_counter() - t_start)

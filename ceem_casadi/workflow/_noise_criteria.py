@@ -1,0 +1,108 @@
+"""Selection criteria of :func:`~ceem_casadi.calibrate_noise` (no test data involved).
+
+Both criteria score one fitted model ``(theta, process_std)`` on the estimation data only:
+
+* :func:`innovation_loglik` -- the extended Kalman filter's prediction-error (innovation)
+  log-likelihood ``log p(y_{1:T} | theta, Q, R)`` of the estimation data, higher is better;
+* :func:`holdout_rms` -- the free-run simulation RMS on held-out tails of the estimation
+  trajectories (the model was fitted on the heads), lower is better.
+
+:func:`split_tails` cuts the estimation data into the heads and tails the holdout criterion uses.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..filtering import EKF
+from ..io._data import Trajectories
+from ..model._simulation import simulate_output
+from ._initial_state import estimate_initial_state
+
+
+def innovation_loglik(ekf: EKF, model, theta_vec, data: Trajectories, x_first: list[np.ndarray],
+                      *, engine: str = "casadi") -> float:
+    """EKF innovation log-likelihood of ``data`` under ``model`` (with its own noise) at ``theta_vec``.
+
+    .. math::
+
+        \\ell = \\sum_b \\sum_t \\log \\mathcal N\\big(y_t^b;\\ \\hat y_{t|t-1}^b,\\ S_t^b\\big),
+        \\qquad S_t = C_t P_{t|t-1} C_t^\\top + R,
+
+    from the EKF of :mod:`ceem_casadi.filtering.ekf` with ``Q = diag(process_std**2)``,
+    ``R = diag(measurement_std**2)`` (the model's noise), started at ``x_{1|0} = x_first[b]``
+    (nx,) with ``P_{1|0} = Q``: the fitted first state, known to one step of process noise.
+    Missing entries (NaN) are skipped. ``-inf`` when the filter fails (singular ``S``, non-finite
+    values). ``ekf`` is an :class:`~ceem_casadi.filtering.EKF` of the model's structure
+    (reused across noise levels: the noise enters only through ``Q`` and ``R``).
+    """
+    Q = np.diag(model.noise.process_std ** 2)
+    R = np.diag(model.noise.measurement_std ** 2)
+    total = 0.0
+    for b, y in enumerate(data.y):
+        try:
+            with np.errstate(all="ignore"):
+                res = ekf.run(theta_vec, y, data.inputs(b), x0=np.asarray(x_first[b], float), Sigma0=Q, Q=Q, R=R,
+                              engine=engine)
+        except (np.linalg.LinAlgError, RuntimeError):
+            return -np.inf
+        if not np.isfinite(res.loglik):
+            return -np.inf
+        total += res.loglik
+    return float(total)
+
+
+def split_tails(data: Trajectories, fraction: float, window: int) -> tuple[Trajectories, Trajectories]:
+    """``(heads, tails)``: the last ``round(fraction * T_b)`` samples of every trajectory are its tail.
+
+    Each tail must keep more than ``window`` samples (the first ``window`` estimate its initial
+    state, the rest are scored) and each head at least 2.
+    """
+    heads_y, tails_y, heads_u, tails_u = [], [], [], []
+    for b, (y, T) in enumerate(zip(data.y, data.lengths)):
+        n_tail = round(fraction * T)
+        if n_tail <= window or T - n_tail < 2:
+            raise ShapeError(f"holdout: trajectory {b} has {T} samples; its tail of {n_tail} "
+                             f"(holdout_fraction={fraction}) must be longer than x0_window={window} and "
+                             f"leave a head of at least 2 samples; change holdout_fraction or x0_window")
+        u = data.inputs(b)
+        heads_y.append(y[:T - n_tail])
+        tails_y.append(y[T - n_tail:])
+        heads_u.append(u[:T - n_tail])
+        tails_u.append(u[T - n_tail:])
+    if data.u is None:
+        heads_u = tails_u = None
+    return Trajectories(heads_y, heads_u, data.dt), Trajectories(tails_y, tails_u, data.dt)
+
+
+def holdout_rms(model, theta, tails: Trajectories, window: int) -> float:
+    """Free-run RMS on held-out tails: the model simulated from an initial state estimated on the
+    first ``window`` samples of each tail, scored on the remaining samples.
+
+    .. math::
+
+        \\mathrm{RMS} = \\Big(\\frac{1}{N}\\sum_b \\sum_{t > k} \\sum_j
+        \\big(y^b_{t,j} - \\hat y^b_{t,j}\\big)^2\\Big)^{1/2},\\qquad
+        \\hat y^b = \\mathrm{simulate\\_output}(\\theta, u^b, \\hat x^b_0),\\quad
+        \\hat x^b_0 = \\mathrm{estimate\\_initial\\_state}(\\theta, y^b_{1:k}, u^b_{1:k}),
+
+    pooled over every observed entry (NaN skipped) of every output, in the output's units
+    (scale outputs of different units before calibrating). ``inf`` when the simulation diverges
+    or the initial-state estimate fails.
+    """
+    sq, n = 0.0, 0
+    for b, y in enumerate(tails.y):
+        u = tails.inputs(b)
+        try:
+            x0 = estimate_initial_state(model, theta, y, u, window=window)
+            with np.errstate(all="ignore"):
+                yhat = np.asarray(simulate_output(model, theta, u, x0), float)
+        except (np.linalg.LinAlgError, RuntimeError, ValueError):
+            return np.inf
+        err = (y - yhat)[window:]
+        ok = np.isfinite(y[window:])
+        if not np.all(np.isfinite(err[ok])):
+            return np.inf
+        sq += float(np.sum(err[ok] ** 2))
+        n += int(ok.sum())
+    return float(np.sqrt(sq / n)) if n else np.nan

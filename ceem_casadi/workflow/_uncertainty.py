@@ -1,0 +1,425 @@
+"""Parameter uncertainty: the Laplace approximation at the CE-EM fixed point.
+
+CE-EM returns the mode (x*, theta*) of the joint log-density
+``L(x, theta) = J(x_{1:T}, theta) + log p(theta)`` (the states of every trajectory and the free
+parameters). The Laplace approximation replaces the posterior p(x, theta | y) by the Gaussian
+with that mean and precision ``H = -nabla^2 L(x*, theta*)``; the parameters' marginal covariance
+is the inverse of the Schur complement
+
+    I = H_tt - H_tx H_xx^{-1} H_xt ,
+
+the *observed information* of theta with the states eliminated. ``H_xx`` is block diagonal over
+trajectories and block tridiagonal in time (stages touch x_t or (x_t, x_{t+1}), see
+:mod:`ceem_casadi.stages`), so ``I`` is accumulated trajectory by trajectory with LAPACK's banded
+Cholesky in O(T nx^2 (nx + n_theta)) time; no (T nx)^2 matrix is formed. The prior's curvature
+(parameters' Gaussian priors and the x_1 prior) is included.
+
+``hessian="exact"`` (default) uses the exact second derivatives: ``I`` is then the observed
+information, and equals the Hessian of the profile objective ``-max_x L(x, theta)`` at theta*.
+``"gauss-newton"`` drops the residual-curvature terms (``J^T J``): the expected (Fisher)
+information of the residual model, positive semi-definite by construction, cheaper for models
+with hundreds of parameters.
+
+Caveat: certainty equivalence treats the states as fixed at their mode; the only account of
+their uncertainty is the Laplace term above. For linear-Gaussian models with parameters that
+enter the state means only (inputs, offsets, observation gains acting on known signals) the
+Laplace approximation is exact and ``I^{-1}`` equals the inverse Hessian of the Kalman-filter
+log-likelihood; for parameters in the dynamics or noise-to-signal ratios that are not small, the
+joint mode differs from the maximum-likelihood estimate and ``I`` from the likelihood's Hessian
+by the curvature of ``log det H_xx(theta)`` (see ``tests/test_uncertainty.py``).
+"""
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import casadi as ca
+import numpy as np
+from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
+from scipy.stats import norm
+
+from ..em._joint_gauss_newton import JointGaussNewton, _banded_upper
+from ..errors import OptionsError, SolverError
+from ..learning._learner import AUTO_EXACT_INSTRUCTIONS, weighted_stage_columns
+from ..objective._stages import StageFunctions
+from ..runtime._linalg import BufferedCall, gram
+from ..runtime._schema import HESSIANS
+from ..runtime._threads import blas_threads
+from ._identifiability import Direction, entry_names, spectrum, weak_directions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class UncertaintyOptions:
+    """Options of :func:`parameter_uncertainty`.
+
+    Parameters
+    ----------
+    hessian : str
+        ``"exact"`` (default; the observed information) or ``"gauss-newton"`` (J^T J).
+    level : float
+        Confidence level of the intervals (default 0.95).
+    identifiability_tol : float
+        A direction whose relative eigenvalue (see :mod:`ceem_casadi.identifiability`) is below
+        this is reported as non-identifiable (1e-10; structurally non-identifiable directions
+        sit at round-off, ~1e-16).
+    bound_tol : float
+        A parameter within ``bound_tol * max(1, |bound|)`` of a bound is "at the bound".
+    use_prior : bool
+        Include the parameters' Gaussian priors (as the fit does by default).
+    compile : bool, optional
+        Compile the stage Functions (as in :class:`~ceem_casadi.SmootherOptions`).
+    blas_threads : int, optional
+        BLAS threads during the computation (1 by default, as in
+        :class:`~ceem_casadi.CEEMOptions`: multi-threaded BLAS spins on shared cores; a banded
+        Cholesky of six coupled Lorenz took 2 s instead of milliseconds); ``None`` leaves it alone.
+
+    Raises
+    ------
+    ValueError
+        A value out of range.
+    """
+
+    hessian: str = "exact"
+    level: float = 0.95
+    identifiability_tol: float = 1e-10
+    bound_tol: float = 1e-6
+    use_prior: bool = True
+    compile: bool | None = None
+    blas_threads: int | None = 1
+
+    def __post_init__(self):
+        if self.hessian not in HESSIANS:
+            raise OptionsError(f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
+        if not 0 < self.level < 1:
+            raise OptionsError(f"level must be in (0, 1), e.g. 0.95, got {self.level!r}")
+        if not 0 < self.identifiability_tol < 1:
+            raise OptionsError(f"identifiability_tol must be in (0, 1), got {self.identifiability_tol!r}")
+        if not 0 <= self.bound_tol < 1:
+            raise OptionsError(f"bound_tol must be in [0, 1), got {self.bound_tol!r}")
+        if not (self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1)):
+            raise OptionsError(f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
+
+
+@dataclass
+class ParameterUncertainty:
+    """Uncertainty of the free parameters (n of them) at a fit.
+
+    Attributes
+    ----------
+    names : list of str
+        (n,) entry names (``"sigma"``, ``"H[0,1]"``).
+    index : numpy.ndarray
+        (n,) positions in the flat parameter vector.
+    estimate : numpy.ndarray
+        (n,) values.
+    information : numpy.ndarray
+        (n, n) the reduced Hessian I (observed information).
+    covariance : numpy.ndarray
+        (n, n) ``I^{-1}`` on the identifiable subspace (pseudo-inverse; rows/columns of
+        parameters at a bound are zero).
+    std_error : numpy.ndarray
+        (n,) square root of its diagonal, ``inf`` for parameters in a non-identifiable
+        direction, ``nan`` for parameters at a bound.
+    lower, upper : numpy.ndarray
+        (n,) ``estimate -/+ z * std_error`` with z the normal quantile of ``level``.
+    correlation : numpy.ndarray
+        (n, n) correlations (nan where a standard error is not finite).
+    at_bound : list of str
+        Names of parameters at a bound (held fixed: the others' covariance is conditional on
+        them; the Laplace approximation does not apply at a bound).
+    identifiable : numpy.ndarray
+        (n,) bool.
+    directions : list of Direction
+        The non-identifiable directions.
+    relative_eigenvalues : numpy.ndarray
+        (n_inactive,) ascending relative eigenvalues of the scaled information.
+    hessian : str
+        ``"exact"`` or ``"gauss-newton"``.
+    level : float
+        Confidence level of the intervals.
+    warnings : list of str
+        Messages also logged.
+    """
+
+    names: list
+    index: np.ndarray
+    estimate: np.ndarray
+    information: np.ndarray
+    covariance: np.ndarray
+    std_error: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    correlation: np.ndarray
+    at_bound: list
+    identifiable: np.ndarray
+    directions: list
+    relative_eigenvalues: np.ndarray
+    hessian: str
+    level: float
+    warnings: list = field(default_factory=list)
+
+    def std_errors(self, params) -> dict:
+        """Standard errors as a theta-shaped dict.
+
+        Parameters
+        ----------
+        params : Parameters
+            The model's parameters.
+
+        Returns
+        -------
+        dict
+            Name -> array of standard errors (``nan`` for fixed entries).
+        """
+        vec = np.full(params.size, np.nan)
+        vec[self.index] = self.std_error
+        return params.from_vector(vec)
+
+    def table(self) -> str:
+        """One line per parameter: ``name  estimate ± std_error  [lower, upper]``."""
+        w = max((len(n) for n in self.names), default=4)
+        rows = []
+        for i, n in enumerate(self.names):
+            flag = "  (at bound)" if n in self.at_bound else ("  (not identifiable)" if not self.identifiable[i] else "")
+            rows.append(f"{n:<{w}}  {self.estimate[i]:.6g} ± {self.std_error[i]:.3g}  "
+                        f"[{self.lower[i]:.6g}, {self.upper[i]:.6g}]{flag}")
+        rows += [f"not identifiable: {d.combination} (relative eigenvalue {d.relative_eigenvalue:.1e})"
+                 for d in self.directions]
+        return "\n".join(rows)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (inf/nan become strings "inf"/"nan" only through json's allow_nan)."""
+        return {"names": list(self.names), "estimate": self.estimate.tolist(), "std_error": self.std_error.tolist(),
+                "lower": self.lower.tolist(), "upper": self.upper.tolist(), "level": self.level,
+                "covariance": self.covariance.tolist(), "correlation": self.correlation.tolist(),
+                "at_bound": list(self.at_bound), "identifiable": self.identifiable.tolist(),
+                "directions": [d.to_dict() for d in self.directions], "hessian": self.hessian,
+                "warnings": list(self.warnings)}
+
+
+class _ExactBlocks:
+    """Mapped exact stage Hessians over all stages of a dataset shape (built once)."""
+
+    def __init__(self, stages: StageFunctions, n_obs: int, n_dyn: int):
+        def mapped(names, n, n_in, shared):
+            funs = stages.get(*names)
+            per_stage = [f.map(n, [i in shared for i in range(n_in)], [False]) for f in funs[:2]]
+            summed = funs[2].map(n, [False] * n_in, [True])
+            syms = [ca.MX.sym(f"a{i}", funs[0].sparsity_in(i).size1(),
+                              funs[0].sparsity_in(i).size2() * (1 if i in shared else n)) for i in range(n_in)]
+            out = [f(*syms) for f in per_stage] + [ca.densify(summed(*syms))]
+            return BufferedCall(ca.Function(names[0] + "_blocks", syms, out))
+
+        # obs inputs x, u, y, m, p, iv; dyn inputs x, x_next, u, p, iw (p shared)
+        self.obs = mapped(["obs_x_hess", "obs_xp_hess", "obs_p_hess"], n_obs, 6, {4})
+        self.dyn = mapped(["dyn_x_hess", "dyn_xp_hess", "dyn_p_hess"], n_dyn, 5, {3})
+        self.obs_uses_p = stages.obs_uses_p
+
+    def __call__(self, model, theta_vec, data, xs, free):
+        nx, npar = model.nx, model.params.size
+        (Xo, Uo, Yo, Mo, iv), (X0, X1, U0, iw) = weighted_stage_columns(model, data, xs)
+        No, Nd = Xo.shape[1], X0.shape[1]
+        ho, hxo, hpo = (a.copy() for a in self.obs(Xo, Uo, Yo, Mo, theta_vec, iv))
+        hd, hzd, hpd = (a.copy() for a in self.dyn(X0, X1, U0, theta_vec, iw))
+        Ho = ho.reshape(No, nx, nx).transpose(0, 2, 1)   # column-major (nx, No*nx) -> (No, nx, nx)
+        Hd = hd.reshape(Nd, 2 * nx, 2 * nx).transpose(0, 2, 1)
+        Hxo = hxo.reshape(No, npar, nx).transpose(0, 2, 1)[:, :, free]
+        Hzd = hzd.reshape(Nd, npar, 2 * nx).transpose(0, 2, 1)[:, :, free]
+        Hpp = (hpd.reshape(npar, npar) + hpo.reshape(npar, npar))[np.ix_(free, free)]
+        return Ho, Hd, Hxo, Hzd, Hpp
+
+
+class _GaussNewtonBlocks:
+    """Gauss-Newton blocks from the residual Jacobians of
+    :class:`~ceem_casadi.joint_gauss_newton.JointGaussNewton`."""
+
+    def __init__(self, model, lengths, stages):
+        self.joint = JointGaussNewton(model, lengths, stages, use_prior=False)
+
+    def __call__(self, model, theta_vec, data, xs, free):
+        ro, Jxo, Jpo, rd, Jzd, Jpd = self.joint._linearise(np.asarray(theta_vec, float), data, xs)
+        nf = free.size
+        Ho = np.einsum("tri,trj->tij", Jxo, Jxo)
+        Hd = np.einsum("tri,trj->tij", Jzd, Jzd)
+        Hzd = np.einsum("tri,trk->tik", Jzd, Jpd)
+        Hpp = gram(Jpd.reshape(-1, nf))
+        if Jpo is None:
+            Hxo = np.zeros((Jxo.shape[0], model.nx, nf))
+        else:
+            Hxo = np.einsum("tri,trk->tik", Jxo, Jpo)
+            Hpp = Hpp + gram(Jpo.reshape(-1, nf))
+        return Ho, Hd, Hxo, Hzd, Hpp
+
+
+# the most recently used stage Functions and mapped blocks, keyed by (id(model), hessian, compile
+# [, lengths]); each entry keeps its model alive, so an id is never reused while cached
+_CACHE: OrderedDict = OrderedDict()
+CACHE_SIZE = 8
+
+
+def _cached(key, model, build):
+    hit = _CACHE.get(key)
+    if hit is None or hit[0] is not model:
+        hit = _CACHE[key] = (model, build())
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    _CACHE.move_to_end(key)
+    return hit[1]
+
+
+def _blocks(model, lengths, options: UncertaintyOptions):
+    """Mapped stage blocks for ``model`` and these trajectory lengths (built once, cached)."""
+    base = (id(model), options.hessian, options.compile)
+    stages = _cached(base, model, lambda: StageFunctions(model, options.hessian, options.compile))
+    if options.hessian == "exact":
+        estimate = stages.instructions(["dyn_cost", "obs_cost"]) * model.params.size
+        if estimate > AUTO_EXACT_INSTRUCTIONS and (*base, tuple(lengths)) not in _CACHE:
+            log.warning("the exact parameter Hessian of model %r is long (~%d SX instructions per stage): building "
+                        "it may take minutes; UncertaintyOptions(hessian='gauss-newton') is much cheaper",
+                        getattr(model, "name", "model"), estimate)
+        build = lambda: _ExactBlocks(stages, sum(lengths), sum(T - 1 for T in lengths))  # noqa: E731
+    else:
+        build = lambda: _GaussNewtonBlocks(model, lengths, stages)  # noqa: E731
+    return _cached((*base, tuple(lengths)), model, build)
+
+
+def reduced_hessian(model, data, theta_vec, xs, options: UncertaintyOptions = UncertaintyOptions()) -> np.ndarray:
+    """The information ``I = H_tt - H_tx H_xx^{-1} H_xt`` (n_free, n_free) of the free parameters
+    at ``theta_vec`` (np,) and states ``xs`` (list of (T_b, nx)), states eliminated per trajectory
+    by a banded Cholesky factorisation of the block-tridiagonal ``H_xx``; priors included."""
+    theta_vec = np.asarray(theta_vec, float)
+    params, nx, noise = model.params, model.nx, model.noise
+    free = params.free_index
+    Ho, Hd, Hxo, Hzd, S = _blocks(model, data.lengths, options)(model, theta_vec, data, xs, free)
+    S = S.copy()
+    if options.use_prior:
+        S[np.diag_indices(free.size)] += params.prior[1][free] ** 2
+    w1sq = None if noise.x1_std is None else noise.inv_x1_std ** 2
+    o0 = d0 = 0
+    for b, T in enumerate(data.lengths):
+        so, sd = slice(o0, o0 + T), slice(d0, d0 + T - 1)
+        D = Ho[so].copy()
+        D[:-1] += Hd[sd, :nx, :nx]
+        D[1:] += Hd[sd, nx:, nx:]
+        Off = Hd[sd, :nx, nx:]
+        Hxp = Hxo[so].copy()
+        Hxp[:-1] += Hzd[sd, :nx]
+        Hxp[1:] += Hzd[sd, nx:]
+        if w1sq is not None:
+            D[0][np.diag_indices(nx)] += w1sq
+        try:
+            chol = cholesky_banded(_banded_upper(D, Off), lower=False)
+        except LinAlgError:
+            raise SolverError(
+                f"trajectory {b}: the Hessian of -J over the states is not positive definite at this "
+                f"point, so (x, theta) is not a maximum of J over the states; run ceem to convergence "
+                f"first, or use UncertaintyOptions(hessian='gauss-newton')") from None
+        Hxp = Hxp.reshape(T * nx, free.size)
+        S -= Hxp.T @ cho_solve_banded((chol, False), Hxp)
+        o0, d0 = o0 + T, d0 + T - 1
+    return 0.5 * (S + S.T)
+
+
+def _states_at(model, data, theta_vec):
+    """MAP states at fixed ``theta_vec`` (one smoothing step from the EKF/RTS estimate)."""
+    from ..smoothing._initial_states import eks_states
+    from ..smoothing._options import SmootherOptions
+    from ..smoothing._smoother import Smoother
+
+    sm = Smoother(model, SmootherOptions(max_iter=500))
+    res = sm.solve(theta_vec, data, eks_states(model, theta_vec, data))
+    bad = [b for b, r in enumerate(res) if not r.success]
+    if bad:
+        raise SolverError(f"smoothing at theta failed on trajectories {bad} ({[res[b].status for b in bad]})")
+    return [r.x for r in res]
+
+
+def parameter_uncertainty(model, data, result, *, options: UncertaintyOptions = UncertaintyOptions()
+                          ) -> ParameterUncertainty:
+    """Covariance, standard errors, intervals and identifiability of the free parameters.
+
+    Parameters
+    ----------
+    model : the :class:`~ceem_casadi.StateSpaceModel` that was fitted.
+    data : the :class:`~ceem_casadi.Trajectories` it was fitted on.
+    result : a :class:`~ceem_casadi.CEEMResult` (its ``theta`` and states ``x`` are used), or a
+        theta dict, whose states are then the smoothing step's optimum on ``data``.
+    options : :class:`UncertaintyOptions`.
+
+    Returns
+    -------
+    ParameterUncertainty
+        See the module docstring for the math and its caveat. Non-identifiable directions and
+        parameters at bounds are listed in ``warnings`` and logged.
+    """
+    if not isinstance(options, UncertaintyOptions):
+        raise TypeError(f"options must be an UncertaintyOptions, got {type(options).__name__}")
+    with blas_threads(options.blas_threads):
+        return _parameter_uncertainty(model, data, result, options)
+
+
+def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> ParameterUncertainty:
+    data.check_model(model)
+    params = model.params
+    theta = result if isinstance(result, dict) else result.theta
+    theta_vec = params.to_vector(theta)
+    xs = getattr(result, "x", None)
+    if xs is None:
+        xs = _states_at(model, data, theta_vec)
+    from ..smoothing._initial_states import check_states
+
+    xs = check_states(model, data, xs)
+    info = reduced_hessian(model, data, theta_vec, xs, options)
+    free = params.free_index
+    names = entry_names(params, free)
+    est = theta_vec[free]
+    lo, hi = params.lower[free], params.upper[free]
+    tol_b = options.bound_tol
+    active = ((np.isfinite(lo) & (est - lo <= tol_b * np.maximum(1.0, np.abs(lo))))
+              | (np.isfinite(hi) & (hi - est <= tol_b * np.maximum(1.0, np.abs(hi)))))
+    inner = np.flatnonzero(~active)
+    sub = info[np.ix_(inner, inner)]
+    spec = spectrum(sub, options.identifiability_tol)
+    inner_names = [names[i] for i in inner]
+    dirs: list[Direction] = weak_directions(sub, inner_names, options.identifiability_tol, spec)
+    strong = ~spec.weak
+    U = spec.vectors[:, strong]
+    cov_s = (U / (spec.eigenvalues[strong] * spec.top)) @ U.T
+    n = free.size
+    cov = np.zeros((n, n))
+    cov[np.ix_(inner, inner)] = spec.scale[:, None] * cov_s * spec.scale[None, :]
+    null_weight = np.sum(spec.vectors[:, spec.weak] ** 2, axis=1)
+    identifiable = np.ones(n, bool)
+    identifiable[inner] = null_weight < 1e-6
+    se = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    se[~identifiable] = np.inf
+    se[active] = np.nan
+    z = float(norm.ppf(0.5 + options.level / 2))
+    with np.errstate(invalid="ignore"):
+        corr = cov / np.outer(se, se)
+    corr[~np.isfinite(corr)] = np.nan
+    at_bound = [names[i] for i in np.flatnonzero(active)]
+    warnings = []
+    if dirs:
+        from ._identifiability import describe
+        warnings.append(describe(dirs, "the parameters' information (reduced Hessian)"))
+    if at_bound:
+        warnings.append(f"parameter(s) {at_bound} at a bound: no interval (the Laplace approximation does not "
+                        f"apply there); the other parameters' covariance is conditional on them")
+    status = getattr(result, "status", "converged")
+    if status != "converged":
+        warnings.append(f"the fit's status is {status!r}, not 'converged': the Laplace approximation assumes a "
+                        f"fixed point of CE-EM")
+    if np.any(spec.eigenvalues < -options.identifiability_tol):
+        warnings.append("the reduced Hessian has negative eigenvalues: the point is not a maximum of J; "
+                        "run ceem to convergence before computing uncertainties")
+    for w in warnings:
+        log.warning(w)
+    return ParameterUncertainty(names, free, est, info, cov, se, est - z * se, est + z * se, corr, at_bound,
+                                identifiable, dirs, spec.eigenvalues, options.hessian, options.level, warnings)
+
+
+__all__ = ["ParameterUncertainty", "UncertaintyOptions", "parameter_uncertainty", "reduced_hessian"]
