@@ -42,7 +42,7 @@ def run_one(name: str, T: int, solver: str, x_path: str, seed: int = 0) -> dict:
     x0 = x_true + 0.1 * np.random.default_rng(seed + 7).standard_normal(x_true.shape)
     del x_true
     t0 = time.perf_counter()
-    smoother = cc.Smoother(model, cc.SmootherOptions(solver=solver))
+    smoother = cc.smoothing.Smoother(model, cc.SmootherOptions(solver=solver))
     ts = smoother.for_length(T)
     build_s = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

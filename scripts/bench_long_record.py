@@ -111,7 +111,7 @@ def diagnose(model, data, result) -> dict:
     from ceem_casadi.workflow._uncertainty import UncertaintyOptions, reduced_hessian
 
     theta_vec = model.params.to_vector(result.theta)
-    learner = cc.Learner(model, data.lengths)
+    learner = cc.learning.Learner(model, data.lengths)
     H_learn = learner.hessian_matrix(theta_vec, data, result.x)
     I_ex = reduced_hessian(model, data, theta_vec, result.x, UncertaintyOptions(hessian="exact"))
     I_gn = reduced_hessian(model, data, theta_vec, result.x, UncertaintyOptions(hessian="gauss-newton"))
@@ -138,7 +138,7 @@ def _cond_joint(model, data, theta_vec, xs) -> float:
 
     from ceem_casadi.em._joint_nlp import JointSolver
 
-    solver = JointSolver(model, data, cc.Smoother(model).stages, hessian="gauss-newton")
+    solver = JointSolver(model, data, cc.smoothing.Smoother(model).stages, hessian="gauss-newton")
     w = np.concatenate([x.ravel() for x in xs] + [theta_vec[model.params.free_index]])
     _, _, vals = solver.evaluator.at(w, theta_vec)
     sp = solver.sparsity

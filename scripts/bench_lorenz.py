@@ -112,8 +112,8 @@ def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration
                           smoother=cc.SmootherOptions(hessian=smoother_hessian, rho_x=rho_x),
                           learner=cc.LearnerOptions(hessian=learner_hessian))
     t0 = time.perf_counter()
-    smoother = cc.Smoother(model, opts.smoother)
-    learner = cc.Learner(model, data.lengths, opts.learner, smoother.stages)
+    smoother = cc.smoothing.Smoother(model, opts.smoother)
+    learner = cc.learning.Learner(model, data.lengths, opts.learner, smoother.stages)
     smoother.for_length(lorenz.HORIZON)
     if acceleration == "newton":  # compile the joint step's stage Jacobians before the clock starts
         smoother.stages.get("obs_res_jac_x", "dyn_res_jac_z", "dyn_p_jac")

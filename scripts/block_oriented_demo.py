@@ -69,7 +69,7 @@ def wh_part(T: int, noise: float, seed: int) -> dict:
     t0 = time.perf_counter()
     init = bla_initialise("wiener_hammerstein", est, 3, 3)
     t_init = time.perf_counter() - t0
-    res = cc.refine_output_error(init.model, init.theta, est, x0=init.x0)
+    res = cc.refine_output_error(init.model, est, init.theta, x0=init.x0)
     y_val = cc.simulate_output(init.model, res.theta, u_val[:, None], np.zeros(6))
     y_init = cc.simulate_output(init.model, init.theta, u_val[:, None], np.zeros(6))
     bla = init.bla

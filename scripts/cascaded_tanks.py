@@ -72,7 +72,7 @@ def upper_level_starts(theta, y0: float) -> np.ndarray:
 def test_rms(model, theta, split) -> tuple[float, np.ndarray, np.ndarray]:
     """Test simulation RMS (V), simulated output (T, 1) and initial state (2,), x0 from the first
     ``INIT`` samples only (library initial-state NLP, best of the grid starts, levels in [0, 20] V)."""
-    x0 = cc.estimate_initial_state(model, theta, split.y[:INIT], split.u[:INIT], window=INIT,
+    x0 = cc.estimate_initial_state(model, split.y[:INIT], theta, u=split.u[:INIT], window=INIT,
                                    starts=upper_level_starts(theta, split.y[0, 0]), x_lower=0.0, x_upper=20.0)
     yhat = cc.simulate_output(model, theta, split.u, x0)
     return simulation_rms(split.y, yhat, INIT), yhat, x0
@@ -163,7 +163,7 @@ def main(argv=None) -> dict:
     lin = n4sid(est.data, order=args.n4sid_order, horizon=10)
     y_lin_est = lin.simulate(est.u, lin.x0[0])
     lin_model, lin_theta = lin.to_model()
-    x0_lin = cc.estimate_initial_state(lin_model, lin_theta, tst.y, tst.u, window=INIT)
+    x0_lin = cc.estimate_initial_state(lin_model, tst.y, lin_theta, u=tst.u, window=INIT)
     y_lin = cc.simulate_output(lin_model, lin_theta, tst.u, x0_lin)
     results["n4sid"] = {"order": args.n4sid_order, "horizon": 10,
                         "estimation_rms": simulation_rms(est.y, y_lin_est),
@@ -214,7 +214,7 @@ def main(argv=None) -> dict:
             m_s = cascaded_tanks(th_ce, process_std=args.process_std[0], measurement_std=args.measurement_std,
                                  substeps=args.substeps, pump=args.pump, free_u0=not args.fixed_u0,
                                  **STRUCTURES[structure])
-            rf = cc.refine_output_error(m_s, m_s.params.initial(), est.data, x0=x0_ce, options=cc.OutputErrorOptions(
+            rf = cc.refine_output_error(m_s, est.data, m_s.params.initial(), x0=x0_ce, options=cc.OutputErrorOptions(
                 max_iter=args.refine_iters, x_lower=0.0, x_upper=20.0))
             th_rf, x0_rf = rf.theta, rf.x0[0]
             info = {"status": str(rf.status), "message": rf.message, "iterations": rf.iterations,

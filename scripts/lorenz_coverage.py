@@ -3,7 +3,7 @@
 Per seed: B trajectories of T steps from the initial-state distribution, process and measurement
 noise sigma_w = sigma_v = 0.01 (``--process-std`` changes sigma_w) in the simulation and in the model (with the generator's x_1
 prior), a CE-EM fit from within 5 % of the truth (``acceleration="newton"``), then
-``result.uncertainty(model, data)`` with the exact Hessian (the observed information) and, for
+``cc.parameter_uncertainty(model, data, result)`` with the exact Hessian (the observed information) and, for
 comparison, the Gauss-Newton one. Reported per parameter: the fraction of seeds whose interval
 contains the truth (with its binomial 95 % Wilson interval), and the mean square of the
 standardised errors z = (estimate - truth) / standard error (1 when the standard errors are right;
@@ -44,8 +44,8 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 def run(seeds, batch: int, horizon: int, process_std: float = NOISE) -> list[dict]:
     model = lorenz.single_lorenz(process_std=process_std, measurement_std=NOISE, x1_prior=True)
     options = cc.CEEMOptions(acceleration="newton", max_iters=100)
-    smoother = cc.Smoother(model, options.smoother)
-    learner = cc.Learner(model, [horizon] * batch, options.learner, smoother.stages)
+    smoother = cc.smoothing.Smoother(model, options.smoother)
+    learner = cc.learning.Learner(model, [horizon] * batch, options.learner, smoother.stages)
     truth = model.theta_vector(lorenz.TRUE)
     runs = []
     for seed in seeds:
@@ -59,7 +59,7 @@ def run(seeds, batch: int, horizon: int, process_std: float = NOISE) -> list[dic
         rec = {"seed": seed, "status": fit.status, "iterations": fit.iterations, "fit_s": t1 - t0}
         if fit.success:
             for kind in ("exact", "gauss-newton"):
-                u = fit.uncertainty(model, data, options=cc.UncertaintyOptions(hessian=kind))
+                u = cc.parameter_uncertainty(model, data, fit, options=cc.UncertaintyOptions(hessian=kind))
                 rec[kind] = {"estimate": u.estimate.tolist(), "std_error": u.std_error.tolist(),
                              "z": ((u.estimate - truth) / u.std_error).tolist()}
             rec["uncertainty_s"] = time.perf_counter() - t1

@@ -28,7 +28,7 @@ INIT = 5  # test samples usable for the initial state (benchmark protocol)
 
 
 def test_rms(model, theta, split) -> float:
-    x0 = cc.estimate_initial_state(model, theta, split.y, split.u, window=INIT)
+    x0 = cc.estimate_initial_state(model, split.y, theta, u=split.u, window=INIT)
     return simulation_rms(split.y, cc.simulate_output(model, theta, split.u, x0), INIT)
 
 

@@ -51,7 +51,7 @@ def cascaded_tanks() -> dict | None:
     from models.cascaded_tanks import initial_theta
     try:
         splits = cc.load_cascaded_tanks()
-    except cc.DatasetNotFoundError:
+    except cc.io.DatasetNotFoundError:
         return None
     est = splits["estimation"]
     lin = cc.n4sid(est.data, order=2, horizon=10)

@@ -45,9 +45,9 @@ def test_rms(model, p, split) -> tuple[float, np.ndarray]:
     """Simulation RMS in mV after the init window and the simulated output (T, 1); x0 from the
     first ``init_window`` samples only (:func:`ceem_casadi.estimate_initial_state`)."""
     y, u, w = split.y, split.u, split.init_window
-    x0 = cc.estimate_initial_state(model, p, y[:w], u[:w], window=w, x_init=np.r_[y[0, 0], 0.0])
+    x0 = cc.estimate_initial_state(model, y[:w], p, u=u[:w], window=w, x_init=np.r_[y[0, 0], 0.0])
     yhat = cc.simulate_output(model, p, u, x0)
-    return 1e3 * cc.simulation_rms(y, yhat, skip=w), yhat
+    return 1e3 * cc.io.simulation_rms(y, yhat, skip=w), yhat
 
 
 def refine(model, p0, y, u, shooting=None, max_iter: int = 100) -> np.ndarray:
@@ -55,7 +55,7 @@ def refine(model, p0, y, u, shooting=None, max_iter: int = 100) -> np.ndarray:
     on one training record from ``p0`` (single shooting, or multiple shooting every ``shooting``
     samples); returns the flat parameter vector."""
     theta = model.params.from_vector(np.clip(p0, model.params.lower, model.params.upper))
-    res = cc.refine_output_error(model, theta, cc.Trajectories([y], [u], dt=DT), shooting=shooting,
+    res = cc.refine_output_error(model, cc.Trajectories([y], [u], dt=DT), theta, shooting=shooting,
                                  x0=np.r_[y[0, 0], 0.0], options=cc.OutputErrorOptions(max_iter=max_iter))
     print(f"refinement: {res.status}, {res.message}, cost {res.initial_cost:.4g} -> {res.cost:.4g}", flush=True)
     return model.theta_vector(res.theta)
@@ -66,8 +66,8 @@ def n4sid_rms(fit, split) -> float:
     model, theta = fit.to_model()
     y, u = split.data.y[0], split.data.u[0]
     w = split.init_window
-    x0 = cc.estimate_initial_state(model, theta, y, u, window=w)
-    return 1e3 * cc.simulation_rms(y[:, 0], cc.simulate_output(model, theta, u, x0)[:, 0], skip=w)
+    x0 = cc.estimate_initial_state(model, y, theta, u=u, window=w)
+    return 1e3 * cc.io.simulation_rms(y[:, 0], cc.simulate_output(model, theta, u, x0)[:, 0], skip=w)
 
 
 def figure(y, yhat, dt, path: Path, rms: float) -> None:
@@ -115,12 +115,12 @@ def main(argv=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     try:
         splits = cc.load_silverbox(args.data_dir)
-    except cc.DatasetNotFoundError as exc:
+    except cc.io.DatasetNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     tests = {k: splits[k] for k in TESTS}
     if args.smoke:  # short test records too
-        tests = {k: cc.BenchmarkSplit(k, cc.Trajectories(v.data.y[0][:3000], v.data.u[0][:3000], v.data.dt),
+        tests = {k: cc.io.BenchmarkSplit(k, cc.Trajectories(v.data.y[0][:3000], v.data.u[0][:3000], v.data.dt),
                                       v.init_window) for k, v in tests.items()}
     tr = splits["train"].data
     y, u = tr.y[0], tr.u[0]

@@ -157,7 +157,7 @@ def test_dask_shard_smoother_uses_banded_solver():
     LocalCluster (2 workers) with solver="banded" equals the sequential banded fit (rounding of
     the sharded learner's sums: 1e-8)."""
     distributed = pytest.importorskip("distributed", reason="dask[distributed] is not installed")
-    from ceem_casadi.distributed._executors import Sharded
+    from ceem_casadi.distributed import Sharded
 
     model = lorenz.single_lorenz(process_std=0.01, measurement_std=0.01)
     data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(3, seed=10), [64, 48, 56],
@@ -221,7 +221,7 @@ def test_piece_learner_equals_learner(make, hessian):
     data, xs = data.with_missing(0.1, seed=6), list(xt)
     th = model.theta_vector(theta0)
     opts = cc.LearnerOptions(hessian=hessian, compile=False, tol=1e-12)
-    ref, pieces = cc.Learner(model, data.lengths, opts), PieceLearner(model, opts, piece=7)
+    ref, pieces = cc.learning.Learner(model, data.lengths, opts), PieceLearner(model, opts, piece=7)
     a, b = ref.solve(th, data, xs), pieces.solve(th, data, xs)
     assert a.success and b.success
     np.testing.assert_allclose(b.theta_vec, a.theta_vec, rtol=1e-10, atol=1e-12)

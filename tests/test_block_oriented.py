@@ -119,7 +119,7 @@ def test_wiener_hammerstein_bla_split_and_refinement_recover_the_truth(truth, sc
     y0 = cc.simulate_output(init.model, init.theta, data.inputs(0), np.zeros(4))
     assert abs(_rms(y0[skip:], data.y[0][skip:]) - best.rms) < 1e-6 * best.rms
     # (b) refinement: simulation RMS at the noise level, poles, block impulse responses and f recovered
-    res = cc.refine_output_error(init.model, init.theta, data, x0=init.x0)
+    res = cc.refine_output_error(init.model, data, init.theta, x0=init.x0)
     assert res.status == "converged"
     y1 = cc.simulate_output(init.model, res.theta, data.inputs(0), res.x0[0])
     assert _rms(y1, data.y[0]) < 1.1 * noise
@@ -140,7 +140,7 @@ def test_one_block_bla_and_refinement_recover_the_truth(kind, factory, scale, ca
         init = bla_initialise(kind, data, 3)
     assert len(init.table) == 1 and init.best.rms < 0.4 * np.std(data.y[0])        # 0.34 (W), 0.21 (H)
     assert _hausdorff(block_poles(init.theta), block_poles(G_TRUE)) < 0.5           # a rough BLA
-    res = cc.refine_output_error(init.model, init.theta, data, x0=init.x0)
+    res = cc.refine_output_error(init.model, data, init.theta, x0=init.x0)
     y1 = cc.simulate_output(init.model, res.theta, data.inputs(0), res.x0[0])
     assert res.status == "converged" and _rms(y1, data.y[0]) < 1.1 * noise
     assert _hausdorff(block_poles(res.theta), block_poles(G_TRUE)) < 0.01
@@ -227,7 +227,7 @@ def test_mlp_refinement_reaches_the_noise_level(caplog):
     data, noise = _data(model, G_TRUE)
     with caplog.at_level(logging.ERROR):
         init = bla_initialise("wiener", data, 3, nonlinearity="mlp", hidden=6)
-    res = cc.refine_output_error(init.model, init.theta, data, x0=init.x0)
+    res = cc.refine_output_error(init.model, data, init.theta, x0=init.x0)
     y1 = cc.simulate_output(init.model, res.theta, data.inputs(0), res.x0[0])
     assert res.status == "converged" and _rms(y1, data.y[0]) < 1.1 * noise
     assert _hausdorff(block_poles(res.theta), block_poles(G_TRUE)) < 0.01

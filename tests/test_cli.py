@@ -228,7 +228,7 @@ def test_progress_and_checkpoint_units(tmp_path):
     from ceem_casadi.em._progress import Progress, chain
     from ceem_casadi.plots import plot_history
 
-    rec = cc.IterationRecord(1, -5.0, -5.0, 2.5, 0.25, 0.5, ["Solve_Succeeded"], "Solve_Succeeded", {"a": 1.0})
+    rec = cc.em.IterationRecord(1, -5.0, -5.0, 2.5, 0.25, 0.5, ["Solve_Succeeded"], "Solve_Succeeded", {"a": 1.0})
     lines, bar, quiet = io.StringIO(), io.StringIO(), io.StringIO()
     Progress(10, stream=lines)(rec)
     assert lines.getvalue() == ("iter   1/10: J = -5  dJ = +2.5  smooth 0.25 s  learn 0.50 s  "

@@ -132,7 +132,7 @@ def test_solver_error_carries_last_good_result():
     data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(1, seed=1), 60, measurement_std=0.05, seed=2)
     theta0 = {"sigma": 9.5, "rho": 29.0, "beta": 2.5}
 
-    class FailingSecond(cc.Learner):   # the second learning step reports an IPOPT failure
+    class FailingSecond(cc.learning.Learner):   # the second learning step reports an IPOPT failure
         calls = 0
 
         def solve(self, *a, **k):
@@ -140,7 +140,7 @@ def test_solver_error_carries_last_good_result():
             FailingSecond.calls += 1
             return dataclasses.replace(res, status="Invalid_Number_Detected") if FailingSecond.calls == 2 else res
 
-    sm = cc.Smoother(model)
+    sm = cc.smoothing.Smoother(model)
     quiet = cc.ceem(model, data, theta0, options=cc.CEEMOptions(max_iters=5), smoother=sm,
                     learner=FailingSecond(model, data.lengths, stages=sm.stages))
     assert quiet.status == "solver_failed" and len(quiet.history) == 1

@@ -22,7 +22,7 @@ def lorenz_data():
 def test_learner_recovers_lorenz_parameters_from_true_states(lorenz_data, hessian):
     model, _, xs = lorenz_data
     clean = cc.Trajectories([x @ lorenz.C_SINGLE.T for x in xs])  # noise-free observations
-    learner = cc.Learner(model, clean.lengths, cc.LearnerOptions(hessian=hessian))
+    learner = cc.learning.Learner(model, clean.lengths, cc.LearnerOptions(hessian=hessian))
     start = model.theta_vector(lorenz.perturbed(lorenz.TRUE, 0.1, seed=1))
     res = learner.solve(start, clean, xs)
     assert res.success, res.status
@@ -35,7 +35,7 @@ def test_learner_respects_bounds_fixed_entries_and_prior(lorenz_data):
                            cc.Param("beta", 2.0, prior_mean=2.0, prior_std=1e-6))
     m2 = cc.StateSpaceModel.from_ode(lorenz.lorenz_rhs, lambda x, u, p: lorenz.C_SINGLE @ x, nx=3, dt=lorenz.DT,
                                      params=params, process_std=0.01, measurement_std=0.01)
-    res = cc.Learner(m2, data.lengths).solve(np.array([9.0, 27.0, 2.0]), data, xs)
+    res = cc.learning.Learner(m2, data.lengths).solve(np.array([9.0, 27.0, 2.0]), data, xs)
     assert res.theta_vec[0] <= 9.5 + 1e-9 and res.theta_vec[0] > 9.4  # pushed onto the bound
     assert res.theta_vec[1] == 27.0                                   # fixed entry untouched
     assert abs(res.theta_vec[2] - 2.0) < 1e-3                         # tight prior wins

@@ -15,8 +15,8 @@ def problem():
     """Single Lorenz, 2 trajectories of 64 steps, shared prebuilt solvers (built once here)."""
     model = lorenz.single_lorenz(process_std=0.01, measurement_std=0.01)
     data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(2, seed=10), 64, measurement_std=0.01, seed=11)
-    smoother = cc.Smoother(model)
-    learner = cc.Learner(model, data.lengths, stages=smoother.stages)
+    smoother = cc.smoothing.Smoother(model)
+    learner = cc.learning.Learner(model, data.lengths, stages=smoother.stages)
     theta0 = lorenz.perturbed(lorenz.TRUE, 0.1, seed=5)
     return model, data, theta0, dict(smoother=smoother, learner=learner)
 
@@ -33,7 +33,7 @@ def thetas(result):
 def test_step_that_lowers_J_is_rejected_kept_out_and_reported(problem, monkeypatch):
     """The third learning step is replaced by one that moves sigma 30 % away (J drops by orders of
     magnitude): the loop must not take it, must keep the second iterate and must say so."""
-    original = cc.Learner.solve
+    original = cc.learning.Learner.solve
     calls = []
 
     def sabotaged(self, theta_vec, data, xs, *args, **kwargs):
@@ -43,7 +43,7 @@ def test_step_that_lowers_J_is_rejected_kept_out_and_reported(problem, monkeypat
             res.theta_vec = res.theta_vec * np.array([1.3, 1.0, 1.0])
         return res
 
-    monkeypatch.setattr(cc.Learner, "solve", sabotaged)
+    monkeypatch.setattr(cc.learning.Learner, "solve", sabotaged)
     res = run(problem, max_iters=6, tol=0.0)
     assert len(res.history) == 3, [(r.kind, r.accepted) for r in res.history]
     good, bad = res.history[1], res.history[2]
@@ -219,7 +219,7 @@ def test_smoothing_step_uses_processes_only_for_n_jobs_above_one(problem):
 def test_a_small_J_decrease_is_rejected_too(problem, monkeypatch):
     """Near convergence (J rises by ~0.02 per step at iteration 12) a learning step nudged by 0.2 %
     in sigma lowers the objective by ~1 (4e-4 of |J|, far above round-off): rejected."""
-    original = cc.Learner.solve
+    original = cc.learning.Learner.solve
     calls = []
 
     def nudged(self, theta_vec, data, xs, *args, **kwargs):
@@ -229,7 +229,7 @@ def test_a_small_J_decrease_is_rejected_too(problem, monkeypatch):
             res.theta_vec = res.theta_vec * np.array([1.002, 1.0, 1.0])
         return res
 
-    monkeypatch.setattr(cc.Learner, "solve", nudged)
+    monkeypatch.setattr(cc.learning.Learner, "solve", nudged)
     res = run(problem, max_iters=14, tol=0.0)
     bad = res.history[-1]
     assert len(res.history) == 12 and not bad.accepted and res.status == "stalled"
@@ -240,7 +240,7 @@ def test_a_small_J_decrease_is_rejected_too(problem, monkeypatch):
 def test_a_failed_solve_stops_with_the_last_good_iterate(problem, monkeypatch, stage):
     """A solver returning an error status (finite values) in iteration 2 is not taken: status
     solver_failed naming the step, the first iterate returned, SolverError on request."""
-    cls = cc.Smoother if stage == "smoothing" else cc.Learner
+    cls = cc.smoothing.Smoother if stage == "smoothing" else cc.learning.Learner
     original, calls = cls.solve, []
 
     def failing(self, *args, **kwargs):
@@ -307,7 +307,7 @@ def test_model_checked_at_the_first_given_state():
     good = [np.ones((5, 1))]
     cc.ceem(model, data, {"a": 0.5}, x_init=good, options=cc.CEEMOptions(max_iters=1))
     bad = [np.vstack([[-1.0], np.ones((4, 1))])]
-    with pytest.raises(cc.ModelError, match="non-finite"):
+    with pytest.raises(cc.errors.ModelError, match="non-finite"):
         cc.ceem(model, data, {"a": 0.5}, x_init=bad, options=cc.CEEMOptions(max_iters=1))
 
 
@@ -317,7 +317,7 @@ def test_identifiability_check_after_the_fit(problem, monkeypatch):
     or when the Hessian is not finite."""
     ceem_module = importlib.import_module("ceem_casadi.em._ceem")  # the module (cc.ceem is the function)
     singular = np.diag([0.0, 1.0, 1.0])
-    monkeypatch.setattr(cc.Learner, "hessian_matrix", lambda self, *args: singular)
+    monkeypatch.setattr(cc.learning.Learner, "hessian_matrix", lambda self, *args: singular)
     assert any("sigma" in w for w in run(problem, max_iters=1, tol=0.0).warnings)
     monkeypatch.setattr(ceem_module, "IDENTIFIABILITY_CHECK_MAX", 2)  # Lorenz has 3 free parameters
     assert run(problem, max_iters=1, tol=0.0).warnings == []
@@ -329,6 +329,6 @@ def test_identifiability_check_after_the_fit(problem, monkeypatch):
     params = cc.Parameters(cc.Param("sigma", 9.0), cc.Param("rho", 28.0, free=False), cc.Param("beta", 2.5))
     fixed_rho = cc.StateSpaceModel.from_ode(lorenz.lorenz_rhs, lambda x, u, p: lorenz.C_SINGLE @ x, nx=3,
                                             dt=lorenz.DT, params=params, process_std=0.01, measurement_std=0.01)
-    monkeypatch.setattr(cc.Learner, "hessian_matrix", lambda self, *args: np.diag([1.0, 0.0]))
+    monkeypatch.setattr(cc.learning.Learner, "hessian_matrix", lambda self, *args: np.diag([1.0, 0.0]))
     (warning,) = cc.ceem(fixed_rho, data, theta0, options=cc.CEEMOptions(max_iters=1)).warnings
     assert "beta" in warning and "rho" not in warning and "sigma" not in warning

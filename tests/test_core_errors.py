@@ -72,13 +72,13 @@ def test_parameter_shape_and_bounds(setup):
 
 def test_model_function_wrong_shape_or_nan():
     params = cc.Parameters(cc.Param("a", 1.0))
-    with pytest.raises(cc.ModelError, match=r"must return 2 entries \(nx\), got shape \(3, 1\)"):
+    with pytest.raises(cc.errors.ModelError, match=r"must return 2 entries \(nx\), got shape \(3, 1\)"):
         cc.StateSpaceModel.from_discrete(lambda x, u, p: ca.vertcat(x, p.a), lambda x, u, p: x[0], nx=2,
                                          params=params)
     model = cc.StateSpaceModel.from_discrete(lambda x, u, p: ca.sqrt(p.a) * x, lambda x, u, p: x[0], nx=2,
                                              params=params)
     data = cc.Trajectories([np.ones((10, 1))])
-    with pytest.raises(cc.ModelError, match="returns non-finite values at the initial guess"):
+    with pytest.raises(cc.errors.ModelError, match="returns non-finite values at the initial guess"):
         cc.ceem(model, data, {"a": -1.0})
 
 

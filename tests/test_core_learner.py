@@ -53,7 +53,7 @@ def test_learner_trust_region_and_weights_equal_dense_solve(hessian):
     plain = _dense_learn(model, data, xs, prev, 0.0, np.ones(2))
     assert np.abs(want - plain).max() > 0.05  # the trust region and the weights matter here
     tol = 1e-5 if hessian == "limited-memory" else 1e-7
-    via_options = cc.Learner(model, data.lengths, cc.LearnerOptions(rho_theta=rho, hessian=hessian))
+    via_options = cc.learning.Learner(model, data.lengths, cc.LearnerOptions(rho_theta=rho, hessian=hessian))
     res = via_options.solve(prev, data, xs, weights=weights)
     assert res.success, res.status
     if hessian != "limited-memory":  # a quadratic with its exact Hessian: one Newton step
@@ -61,7 +61,7 @@ def test_learner_trust_region_and_weights_equal_dense_solve(hessian):
     else:  # quasi-Newton: more than one step (an exact Hessian would take one)
         assert res.iterations > 1, res.iterations
     np.testing.assert_allclose(res.theta_vec, want, atol=tol)
-    learner = cc.Learner(model, data.lengths, cc.LearnerOptions(hessian=hessian))
+    learner = cc.learning.Learner(model, data.lengths, cc.LearnerOptions(hessian=hessian))
     np.testing.assert_allclose(learner.solve(prev, data, xs, rho_theta=rho, weights=weights).theta_vec, want, atol=tol)
     np.testing.assert_allclose(via_options.solve(prev, data, xs, rho_theta=0.0).theta_vec, plain, atol=tol)
     # warm-started at its optimum, the solve stops at once
@@ -100,7 +100,7 @@ def test_learner_with_a_free_observation_matrix_equals_dense_solve():
     r0 = residual(np.zeros(prev.size))
     J = np.column_stack([residual(e) - r0 for e in np.eye(prev.size)])
     want = np.linalg.solve(J.T @ J, -J.T @ r0)
-    res = cc.Learner(model, data.lengths, cc.LearnerOptions(hessian="gauss-newton")).solve(prev, data, xs)
+    res = cc.learning.Learner(model, data.lengths, cc.LearnerOptions(hessian="gauss-newton")).solve(prev, data, xs)
     assert res.success, res.status
     np.testing.assert_allclose(res.theta_vec, want, atol=1e-7)
     assert np.abs(model.params.from_vector(want)["C"] - model.params.from_vector(prev)["C"]).max() > 0.1
@@ -113,7 +113,7 @@ def test_learner_refuses_bad_weights_and_takes_an_integer_start():
     us = [rng.standard_normal((20, 1)), rng.standard_normal((15, 1))]
     data, xs = cc.simulate(model, truth, rng.standard_normal((2, 2)), [20, 15], u=us,
                            process_std=model.noise.process_std, measurement_std=0.05, seed=2)
-    learner = cc.Learner(model, data.lengths)
+    learner = cc.learning.Learner(model, data.lengths)
     start = model.theta_vector(truth)
     for bad in ([1.0, -0.5], [1.0, np.nan], [1.0, 1.0, 1.0]):
         with pytest.raises(ValueError, match="weights: expected 2 finite non-negative values"):

@@ -60,7 +60,7 @@ def test_linear_gaussian_smoother_equals_dense_solve_and_rts(hessian):
     y = data.y[0].copy()
     y[rng.random(y.shape) < 0.1] = np.nan  # some missing entries
     data = cc.Trajectories([y], [u])
-    sm = cc.Smoother(model, cc.SmootherOptions(hessian=hessian))
+    sm = cc.smoothing.Smoother(model, cc.SmootherOptions(hessian=hessian))
     pv = model.theta_vector(theta)
     res = sm.solve(pv, data, [np.zeros((T, model.nx))])[0]
     assert res.success, res.status
@@ -88,14 +88,14 @@ def test_trust_region_rho_x_equals_dense_trust_region_solve():
     far = np.abs(want - dense_map_states(model, theta, data.y[0], u)).max()
     assert far > 0.1  # the trust region matters at this rho
     # through the options (the EM loop's path) and through the per-call argument
-    via_options = cc.Smoother(model, cc.SmootherOptions(rho_x=rho)).solve(pv, data, [x_prev])[0]
-    ts = cc.Smoother(model).for_length(T)
+    via_options = cc.smoothing.Smoother(model, cc.SmootherOptions(rho_x=rho)).solve(pv, data, [x_prev])[0]
+    ts = cc.smoothing.Smoother(model).for_length(T)
     via_argument = ts.solve(model, pv, data.y[0], u, x_prev, rho_x=rho)
     for res in (via_options, via_argument):
         assert res.success, res.status
         np.testing.assert_allclose(res.x, want, atol=1e-6 * far)
     # rho_x=0 given explicitly overrides a positive option
-    plain = cc.Smoother(model, cc.SmootherOptions(rho_x=rho)).for_length(T).solve(model, pv, data.y[0], u, x_prev,
+    plain = cc.smoothing.Smoother(model, cc.SmootherOptions(rho_x=rho)).for_length(T).solve(model, pv, data.y[0], u, x_prev,
                                                                                   rho_x=0.0)
     np.testing.assert_allclose(plain.x, dense_map_states(model, theta, data.y[0], u), atol=1e-6)
 
@@ -136,9 +136,9 @@ def test_smoother_respects_state_bounds():
     data, xs = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(1, seed=0), 30, measurement_std=0.01, seed=1)
     pv = model.theta_vector(lorenz.TRUE)
     lo, hi = [-100, -100, 24], [100, 100, 30]
-    free = cc.Smoother(model).solve(pv, data, [xs[0]])[0]
+    free = cc.smoothing.Smoother(model).solve(pv, data, [xs[0]])[0]
     assert free.x[:, 2].min() < 24 - 0.5 and free.x[:, 2].max() > 30 + 0.5
-    sm = cc.Smoother(model, cc.SmootherOptions(x_lower=lo, x_upper=hi))
+    sm = cc.smoothing.Smoother(model, cc.SmootherOptions(x_lower=lo, x_upper=hi))
     res = sm.solve(pv, data, [np.clip(xs[0], lo, hi)])[0]
     assert res.success, res.status
     assert res.x[:, 2].min() >= 24 - 1e-8 and res.x[:, 2].max() <= 30 + 1e-8
@@ -158,7 +158,7 @@ def test_smoother_reports_cost_iterations_failure_and_build_time():
                           process_std=model.noise.process_std, measurement_std=model.noise.measurement_std, seed=3)
     x_prev = rng.standard_normal((T, model.nx))
     t0 = time.perf_counter()
-    sm = cc.Smoother(model, cc.SmootherOptions(rho_x=rho))
+    sm = cc.smoothing.Smoother(model, cc.SmootherOptions(rho_x=rho))
     ts = sm.for_length(T)
     sm.for_length(T + 1)
     outer = time.perf_counter() - t0
@@ -178,12 +178,12 @@ def test_smoother_reports_cost_iterations_failure_and_build_time():
     lz = lorenz.single_lorenz()
     d2, xs = cc.simulate(lz, lorenz.TRUE, lorenz.initial_states(1, seed=0), 30, measurement_std=0.01, seed=1)
     pv = lz.theta_vector(lorenz.TRUE)
-    lsm = cc.Smoother(lz)
+    lsm = cc.smoothing.Smoother(lz)
     cold = lsm.solve(pv, d2, [np.zeros_like(xs[0])])[0]  # measured: 6 iterations
     again = lsm.solve(pv, d2, [cold.x])[0]                # measured: 0-3 (round-off stagnation)
     assert cold.success and again.success and again.iterations < cold.iterations
     np.testing.assert_allclose(again.x, cold.x, atol=1e-6)
-    capped = cc.Smoother(lz, cc.SmootherOptions(max_iter=1)).solve(pv, d2, [xs[0] + 1.0])[0]
+    capped = cc.smoothing.Smoother(lz, cc.SmootherOptions(max_iter=1)).solve(pv, d2, [xs[0] + 1.0])[0]
     assert capped.status == "Maximum_Iterations_Exceeded" and np.all(np.isfinite(capped.x)) and not capped.success
 
 
@@ -192,6 +192,6 @@ def test_smoother_reuses_given_stages_and_passes_the_compile_option():
     and hands SmootherOptions.compile to the stages it builds itself."""
     model = lorenz.single_lorenz()
     stages = StageFunctions(model)
-    assert cc.Smoother(model, stages=stages).stages is stages
+    assert cc.smoothing.Smoother(model, stages=stages).stages is stages
     for compile in (False, True):
-        assert cc.Smoother(model, cc.SmootherOptions(compile=compile)).stages.compile is compile
+        assert cc.smoothing.Smoother(model, cc.SmootherOptions(compile=compile)).stages.compile is compile

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
+from ceem_casadi.distributed import Sharded, shard_index
 from ceem_casadi.distributed import _tasks as _shard_tasks
-from ceem_casadi.distributed._executors import Sharded, shard_index
 from models import lorenz
 
 OPTS = dict(max_iters=5, tol=0.0)  # five plain EM iterations (ProcessPoolExecutor, solver cache)

@@ -63,7 +63,7 @@ def test_joint_solve_reaches_the_plain_em_fixed_point(problem):
     for hessian in ("gauss-newton", "exact", "auto"):
         solver = JointSolver(model, data, StageFunctions(model), hessian=hessian)
         jr = solver.solve(model.params.to_vector(first.theta), first.x)
-        J = cc.joint_log_density(cc.Smoother(model), jr.theta_vec, data, jr.xs)
+        J = cc.objective.joint_log_density(cc.smoothing.Smoother(model), jr.theta_vec, data, jr.xs)
         assert abs(J - plain.J) < 1e-9 * abs(plain.J), hessian
         np.testing.assert_allclose(jr.theta_vec, model.params.to_vector(plain.theta), rtol=1e-6)
         for a, b in zip(jr.xs, plain.x):

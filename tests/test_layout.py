@@ -35,5 +35,5 @@ def test_read_trajectories_csv_and_errors(tmp_path):
     assert list(data.lengths) == [4, 3]
     np.testing.assert_array_equal(data.y[1][:, 0], [16.0, 25.0, 36.0])
     np.testing.assert_array_equal(data.inputs(0)[:, 0], [0.0, 1.0, 2.0, 3.0])
-    with pytest.raises(cc.DataFileError, match="missing column"):
+    with pytest.raises(cc.io.DataFileError, match="missing column"):
         cc.read_trajectories(tmp_path / "d.csv", model, outputs=["y7"])

@@ -48,7 +48,7 @@ def test_learner_started_at_its_optimum_skips_ipopt_and_elsewhere_solves():
                            process_std=model.noise.process_std, measurement_std=0.05, seed=6)
     best = _normal_equations(model, data, xs, model.theta_vector(truth))
     for hessian in ("exact", "gauss-newton"):
-        learner = cc.Learner(model, data.lengths, cc.LearnerOptions(hessian=hessian))
+        learner = cc.learning.Learner(model, data.lengths, cc.LearnerOptions(hessian=hessian))
         at = learner.solve(best, data, xs)
         assert at.success and at.status == "Solve_Succeeded" and at.iterations == 0, (at.status, at.iterations)
         np.testing.assert_array_equal(at.theta_vec, best)
@@ -118,7 +118,7 @@ def test_stage_functions_compile_for_many_stages_with_the_same_numbers(monkeypat
         if work is not None:
             monkeypatch.setattr(stages_mod, "AUTO_COMPILE_WORK", work)
         st = stages_mod.StageFunctions(model, "exact")
-        learner = cc.Learner(model, data.lengths, cc.LearnerOptions(), st)
+        learner = cc.learning.Learner(model, data.lengths, cc.LearnerOptions(), st)
         out[work] = (set(st._compiled), learner.solve(theta_vec, data, [x_true]))
     (vm, vm_res), (native, native_res) = out.values()
     assert vm == set() and {"dyn_cost", "dyn_p_grad", "dyn_p_hess"} <= native, (vm, native)
@@ -185,7 +185,7 @@ def test_learner_chunk_major_layout_equals_the_plain_one(monkeypatch):
         for chunk_from in (10**9, 100):
             monkeypatch.setattr(learner_chunks, "LEARN_CHUNK_FROM", chunk_from)
             monkeypatch.setattr(learner_chunks, "LEARN_CHUNK", 64)
-            learner = cc.Learner(model, data.lengths, cc.LearnerOptions(hessian=hessian))
+            learner = cc.learning.Learner(model, data.lengths, cc.LearnerOptions(hessian=hessian))
             P = learner.parameter_vector(start, data, xs, 0.5)
             got[chunk_from] = (learner._chunk, float(learner.cost_function(z, P)),
                                learner.hessian_matrix(start, data, xs), learner.solve(start, data, xs))
@@ -202,7 +202,7 @@ class _InProcessEngine:
     """The engine interface of RemoteLearner over one in-process Learner (as a Dask shard)."""
 
     def __init__(self, model, data):
-        self.learner, self.data = cc.Learner(model, data.lengths, cc.LearnerOptions(use_prior=False)), data
+        self.learner, self.data = cc.learning.Learner(model, data.lengths, cc.LearnerOptions(use_prior=False)), data
 
     def learning_session(self, theta_vec, xs):
         return [self.learner.parameter_vector(theta_vec, self.data, xs, 0.0)]
@@ -214,7 +214,7 @@ class _InProcessEngine:
         H = np.asarray(solver.get_function("nlp_hess_l")(z, P, 1.0, np.zeros(0)).full())
         return [(np.array([f]), g, np.triu(H).T[np.tril_indices(z.size)], 0.0)], 0  # shard terms as arrays
 
-    def _record(self, *args, **kwargs):
+    def record(self, *args, **kwargs):
         pass
 
 

@@ -52,7 +52,7 @@ def _linear(seed=0, T=80):
 
 def test_report_free_run_and_k_step_by_hand():
     model, theta, data, x0, (A, B, C) = _linear()
-    rep = validation_report(model, theta, data, x0=x0, k=(1, 3), skip=2, output_names=["p", "q"])
+    rep = validation_report(model, data, theta, x0=x0, k=(1, 3), skip=2, output_names=["p", "q"])
     ekf = EKF(model)
     pv = model.theta_vector(theta)
     Q, R, S0 = 0.01 * np.eye(3), 0.04 * np.eye(2), 0.01 * np.eye(3)
@@ -99,24 +99,24 @@ def test_exact_model_noise_free_fit_100_and_divergence_inf():
     model, theta, _, x0, _ = _linear()
     u = [np.ones((30, 1)), np.zeros((30, 1))]
     data, _ = cc.simulate(model, theta, x0, 30, u=u)
-    rep = validation_report(model, theta, data, x0=x0, k=2)
+    rep = validation_report(model, data, theta, x0=x0, k=2)
     np.testing.assert_allclose(rep.simulation.fit_percent, 100.0, atol=1e-9)
     assert rep.prediction[2].rmse_overall < 1e-10
     bad = dict(theta, A=3.0 * theta["A"])            # unstable: the free run blows up to inf in 200 steps
     long, _ = cc.simulate(model, theta, x0, 800, u=[np.ones((800, 1))] * 2)
-    rep = validation_report(model, bad, long, x0=x0, k=())
+    rep = validation_report(model, long, bad, x0=x0, k=())
     assert rep.simulation.rmse_overall == np.inf and rep.prediction == {}
 
 
 def test_report_errors():
     model, theta, data, x0, _ = _linear()
     with pytest.raises(cc.ShapeError, match="x0"):
-        validation_report(model, theta, data, x0=np.zeros((3, 3)))
+        validation_report(model, data, theta, x0=np.zeros((3, 3)))
     with pytest.raises(cc.ShapeError, match="x0"):
-        validation_report(model, theta, data, x0="guess")  # neither an array nor "estimate"
+        validation_report(model, data, theta, x0="guess")  # neither an array nor "estimate"
     with pytest.raises(cc.ShapeError, match="positive integer"):
-        validation_report(model, theta, data, x0=x0, k=0)
+        validation_report(model, data, theta, x0=x0, k=0)
     with pytest.raises(cc.ShapeError, match="skip"):
-        validation_report(model, theta, data, x0=x0, skip=80)
+        validation_report(model, data, theta, x0=x0, skip=80)
     with pytest.raises(cc.ShapeError, match="ny"):
-        validation_report(model, theta, cc.Trajectories([y[:, :1] for y in data.y], list(data.u)), x0=x0)
+        validation_report(model, cc.Trajectories([y[:, :1] for y in data.y], list(data.u)), theta, x0=x0)

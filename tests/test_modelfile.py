@@ -32,7 +32,7 @@ def saved(tmp_path):
     data, _ = cc.simulate(model, lorenz.TRUE, np.array([[-6.0, -6.0, 24.0]]), 200, measurement_std=0.1, seed=0)
     y = data.y[0].copy()
     y[::7, 1] = np.nan
-    rec = cc.IterationRecord(1, -12.5, -12.5, 3.0, 0.1, 0.2, ["Solve_Succeeded"], "Solve_Succeeded",
+    rec = cc.em.IterationRecord(1, -12.5, -12.5, 3.0, 0.1, 0.2, ["Solve_Succeeded"], "Solve_Succeeded",
                              {k: np.asarray(v) for k, v in THETA.items()})
     path = save_model(tmp_path / "m.npz", model, THETA, source=REF, kwargs=KW, options=cc.CEEMOptions(max_iters=7),
                       data={"files": ["train.csv"], "lengths": [200]}, history=[rec],

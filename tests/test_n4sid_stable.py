@@ -98,7 +98,7 @@ def test_stable_option_validated():
 def _tanks_available():
     try:
         cc.load_cascaded_tanks()
-    except (cc.DatasetNotFoundError, OSError):
+    except (cc.io.DatasetNotFoundError, OSError):
         return False
     return True
 

@@ -51,7 +51,7 @@ def _residuals(model, data, fixed=None):
 def test_noise_free_data_gives_the_truth_also_with_missing_outputs():
     model = pendulum()
     data = _data(model).with_missing(0.2, seed=4)
-    res = cc.refine_output_error(model, START, data)
+    res = cc.refine_output_error(model, data, START)
     assert res.status == cc.Status.CONVERGED and res.success, res.message
     for k, v in TRUTH.items():
         assert abs(float(res.theta[k]) - v) < 1e-6
@@ -64,14 +64,14 @@ def scipy_reference():
     model = pendulum()
     data = _data(model, T=60, noise=0.05, seed=3)
     fun, names = _residuals(model, data)
-    v0 = np.concatenate([[START[n] for n in names], cc.estimate_initial_state(model, START, data).ravel()])
+    v0 = np.concatenate([[START[n] for n in names], cc.estimate_initial_state(model, data, START).ravel()])
     return model, data, names, least_squares(fun, v0, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15)
 
 
 @pytest.mark.parametrize("hessian", ["gauss-newton", "exact"])
 def test_optimum_equals_scipy_least_squares(scipy_reference, hessian):
     model, data, names, ref = scipy_reference
-    res = cc.refine_output_error(model, START, data, options=cc.OutputErrorOptions(hessian=hessian))
+    res = cc.refine_output_error(model, data, START, options=cc.OutputErrorOptions(hessian=hessian))
     assert res.status == "converged", res.message
     assert res.cost == pytest.approx(ref.cost, rel=1e-6)
     np.testing.assert_allclose([float(res.theta[n]) for n in names], ref.x[:3], rtol=1e-5)
@@ -83,8 +83,8 @@ def test_multiple_shooting_reaches_the_single_shooting_optimum():
     full = _data(model, T=60, noise=0.05, seed=3)
     # unequal lengths: segments of 7 samples plus last segments of 4 and 2 (three rollout groups)
     data = cc.Trajectories([full.y[0], full.y[1][:37]], [full.u[0], full.u[1][:37]])
-    single = cc.refine_output_error(model, START, data)
-    multi = cc.refine_output_error(model, START, data, shooting=7)
+    single = cc.refine_output_error(model, data, START)
+    multi = cc.refine_output_error(model, data, START, shooting=7)
     assert multi.status == "converged" and multi.constraint_violation < 1e-8, multi.message
     for k in TRUTH:
         assert float(multi.theta[k]) == pytest.approx(float(single.theta[k]), abs=1e-6)
@@ -96,7 +96,7 @@ def test_fixed_entries_bounds_and_priors():
     model = pendulum(a={"upper": 1.9}, c={"free": False})
     data = _data(pendulum(), T=60, noise=0.05, seed=3)
     start = dict(START, c=0.9)
-    res = cc.refine_output_error(model, start, data)
+    res = cc.refine_output_error(model, data, start)
     assert res.success, res.message
     assert float(res.theta["c"]) == 0.9                       # fixed entry untouched
     assert 1.9 - 1e-8 <= float(res.theta["a"]) <= 1.9          # pushed onto its upper bound (truth 2.0)
@@ -107,16 +107,16 @@ def test_fixed_entries_bounds_and_priors():
     assert res.cost == pytest.approx(ref.cost, rel=1e-6)
     # a tight prior pulls b to its mean; without use_prior it is ignored
     tight = pendulum(b={"prior_mean": 0.5, "prior_std": 1e-4})
-    with_prior = cc.refine_output_error(tight, START, data)
+    with_prior = cc.refine_output_error(tight, data, START)
     assert abs(float(with_prior.theta["b"]) - 0.5) < 1e-3
-    without = cc.refine_output_error(tight, START, data, options=cc.OutputErrorOptions(use_prior=False))
+    without = cc.refine_output_error(tight, data, START, options=cc.OutputErrorOptions(use_prior=False))
     assert abs(float(without.theta["b"]) - 0.3) < 0.1
 
 
 def test_time_limit_returns_the_last_iterate_with_its_status():
     model = pendulum()
     data = _data(model, T=60, noise=0.05, seed=3)
-    res = cc.refine_output_error(model, START, data, options=cc.OutputErrorOptions(time_limit=1e-9))
+    res = cc.refine_output_error(model, data, START, options=cc.OutputErrorOptions(time_limit=1e-9))
     assert res.status == cc.Status.TIME_LIMIT and res.iterations <= 1, res.message
     assert all(np.isfinite(float(v)) for v in res.theta.values()) and np.all(np.isfinite(res.x0))
 
@@ -125,12 +125,12 @@ def test_errors():
     model = pendulum()
     data = _data(model, T=30)
     with pytest.raises(cc.ShapeError, match="shooting"):
-        cc.refine_output_error(model, START, data, shooting=0)
+        cc.refine_output_error(model, data, START, shooting=0)
     with pytest.raises(cc.ShapeError, match="x0"):
-        cc.refine_output_error(model, START, data, x0=np.zeros((3, 2)))
+        cc.refine_output_error(model, data, START, x0=np.zeros((3, 2)))
     with pytest.raises(ValueError, match="hessian"):
         cc.OutputErrorOptions(hessian="bfgs")
     with pytest.raises(ValueError, match="time_limit"):
         cc.OutputErrorOptions(time_limit=0)
     with pytest.raises(cc.ParameterError, match="missing"):
-        cc.refine_output_error(model, {"a": 1.0}, data)
+        cc.refine_output_error(model, data, {"a": 1.0})

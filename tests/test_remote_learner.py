@@ -9,7 +9,7 @@ import pytest
 
 import ceem_casadi as cc
 from ceem_casadi.distributed import _tasks as tasks
-from ceem_casadi.distributed._executors import model_spec, shard_index
+from ceem_casadi.distributed._shards import model_spec, shard_index
 from ceem_casadi.learning._remote import RemoteLearner
 from ceem_casadi.objective._exact_sum import SplitSum, combine, split_sums
 from models import lorenz
@@ -31,7 +31,7 @@ class InProcessShards:
     def reduce(self, session, z, what):
         return [tasks.learning_terms(self.spec, ls, z, what) for ls in session], 0
 
-    def _record(self, kind, t0, shard_s, sent, received, calls, **extra):
+    def record(self, kind, t0, shard_s, sent, received, calls, **extra):
         self.rounds = calls
 
 
@@ -68,7 +68,7 @@ def test_learner_iterates_do_not_depend_on_the_sharding(problem, hessian):
         assert r.cost == results[0].cost and r.iterations == results[0].iterations
     assert rounds[0] > 1 and rounds == [rounds[0]] * 3
     # and it is the sequential learner's optimum (summed by CasADi in one map), up to round-off
-    seq = cc.Learner(model, data.lengths, options.learner).solve(theta, data, xs)
+    seq = cc.learning.Learner(model, data.lengths, options.learner).solve(theta, data, xs)
     np.testing.assert_allclose(results[0].theta_vec, seq.theta_vec, rtol=1e-10 if hessian == "exact" else 1e-8)
 
 
@@ -99,10 +99,10 @@ def test_stage_terms_of_a_chunked_learner_equal_the_plain_layout(problem, monkey
 
     model, data, xs, theta = problem
     options = cc.LearnerOptions(hessian="exact", use_prior=False)
-    plain = cc.Learner(model, data.lengths, options)
+    plain = cc.learning.Learner(model, data.lengths, options)
     monkeypatch.setattr(learner_chunks, "LEARN_CHUNK_FROM", 100)
     monkeypatch.setattr(learner_chunks, "LEARN_CHUNK", 64)
-    chunked = cc.Learner(model, data.lengths, options)
+    chunked = cc.learning.Learner(model, data.lengths, options)
     assert chunked._chunk == 64 and plain._chunk == 0
     z = theta[plain.free]
     out = []

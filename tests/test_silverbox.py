@@ -12,7 +12,7 @@ from scripts import silverbox as script
 
 try:
     SPLITS = cc.load_silverbox()
-except cc.DatasetNotFoundError as exc:  # pragma: no cover - depends on the machine
+except cc.io.DatasetNotFoundError as exc:  # pragma: no cover - depends on the machine
     SPLITS, REASON = None, str(exc)
 else:
     REASON = ""

@@ -38,8 +38,8 @@ def test_simulate_output_equals_a_python_loop_and_reuses_its_rollout():
     u = data.u[0]
     y = cc.simulate_output(model, theta, u, x0[0])
     np.testing.assert_allclose(y, _loop(model, theta, x0[0], u), rtol=1e-13, atol=1e-13)
-    F = cc.rollout(model, len(u))
-    assert cc.rollout(model, len(u)) is F and model._rollout_cache[len(u)] is F  # built once per (model, T)
+    F = cc.model.rollout(model, len(u))
+    assert cc.model.rollout(model, len(u)) is F and model._rollout_cache[len(u)] is F  # built once per (model, T)
     # batches: a list of different lengths -> list; an array (B, T, nu) -> array (B, T, ny)
     ys = cc.simulate_output(model, theta, [u, u[:17]], x0)
     np.testing.assert_allclose(ys[1], _loop(model, theta, x0[1], u[:17]), rtol=1e-13, atol=1e-13)
@@ -100,13 +100,13 @@ def _lstsq_x0(model, theta, y, u, k, prior=None):
 def test_linear_initial_state_equals_the_least_squares_solution():
     model, theta, data, _ = _linear()
     k = 12
-    est = cc.estimate_initial_state(model, theta, data, window=k)
+    est = cc.estimate_initial_state(model, data, theta, window=k)
     assert est.shape == (2, 3)
     for b in range(2):
         G, r = _lstsq_x0(model, theta, data.y[b], data.u[b], k)
         np.testing.assert_allclose(est[b], np.linalg.lstsq(G, r, rcond=None)[0], atol=1e-8)
     # one trajectory -> (nx,); the solver is built once per (model, window)
-    one = cc.estimate_initial_state(model, theta, data.y[0], data.u[0], window=k)
+    one = cc.estimate_initial_state(model, data.y[0], theta, u=data.u[0], window=k)
     np.testing.assert_allclose(one, est[0], atol=1e-10)
     assert len(model._initial_state_solvers) == 1
 
@@ -115,16 +115,16 @@ def test_initial_state_with_prior_and_bounds_against_scipy():
     model, theta, data, _ = _linear()
     k = 8
     mean, std = np.array([0.5, -0.3, 0.2]), np.array([0.3, 1.0, 0.05])
-    cc.estimate_initial_state(model, theta, data.y[0], data.u[0], window=k)  # solver cached on model ...
+    cc.estimate_initial_state(model, data.y[0], theta, u=data.u[0], window=k)  # solver cached on model ...
     with_prior = model.with_noise(x1_mean=mean, x1_std=std)  # ... and shared with this copy
-    got = cc.estimate_initial_state(with_prior, theta, data.y[0], data.u[0], window=k)
+    got = cc.estimate_initial_state(with_prior, data.y[0], theta, u=data.u[0], window=k)
     G, r = _lstsq_x0(model, theta, data.y[0], data.u[0], k, prior=(mean, std))
     np.testing.assert_allclose(got, np.linalg.lstsq(G, r, rcond=None)[0], atol=1e-8)
     # bounds: the unconstrained optimum violates them; scipy's bounded linear least squares is the oracle
     G, r = _lstsq_x0(model, theta, data.y[0], data.u[0], k)
     free = np.linalg.lstsq(G, r, rcond=None)[0]
     hi = free - 0.3
-    got = cc.estimate_initial_state(model, theta, data.y[0], data.u[0], window=k, x_upper=hi)
+    got = cc.estimate_initial_state(model, data.y[0], theta, u=data.u[0], window=k, x_upper=hi)
     ref = lsq_linear(G, r, bounds=(-np.inf, hi), tol=1e-14).x
     assert np.all(got <= hi + 1e-9)
     np.testing.assert_allclose(got, ref, atol=1e-6)
@@ -134,10 +134,10 @@ def test_nonlinear_initial_state_recovers_the_truth_from_noise_free_data():
     model = lorenz.single_lorenz()
     x0 = lorenz.initial_states(3, seed=10)
     data, _ = cc.simulate(model, lorenz.TRUE, x0, 40)
-    est = cc.estimate_initial_state(model, lorenz.TRUE, data, window=15, x_init=x0 + 2.0)
+    est = cc.estimate_initial_state(model, data, lorenz.TRUE, window=15, x_init=x0 + 2.0)
     np.testing.assert_allclose(est, x0, atol=1e-6)
     # candidate starts: the solve begins from the one with the lowest cost
-    res = cc.estimate_initial_state(model, lorenz.TRUE, data.y[0], window=15, x_init=np.zeros(3),
+    res = cc.estimate_initial_state(model, data.y[0], lorenz.TRUE, window=15, x_init=np.zeros(3),
                                     starts=[x0[0] + 0.5, x0[0] + 30.0], full_output=True)
     assert res.status == "converged" and np.allclose(res.x0, x0[0], atol=1e-6) and res.cost < 1e-12
 
@@ -145,11 +145,11 @@ def test_nonlinear_initial_state_recovers_the_truth_from_noise_free_data():
 def test_initial_state_errors():
     model, theta, data, _ = _linear()
     with pytest.raises(cc.ShapeError, match="window"):
-        cc.estimate_initial_state(model, theta, data, window=1000)
+        cc.estimate_initial_state(model, data, theta, window=1000)
     with pytest.raises(cc.ShapeError, match="u\\[0\\]"):
-        cc.estimate_initial_state(model, theta, data.y[0], np.zeros((5, 1)))
+        cc.estimate_initial_state(model, data.y[0], theta, u=np.zeros((5, 1)))
     with pytest.raises(cc.ShapeError, match="x_upper"):
-        cc.estimate_initial_state(model, theta, data, x_upper=np.zeros(2))
+        cc.estimate_initial_state(model, data, theta, x_upper=np.zeros(2))
 
 
 def test_readme_validation_call_works_for_a_model_without_x1_mean():
@@ -165,18 +165,18 @@ def test_readme_validation_call_works_for_a_model_without_x1_mean():
     data, x_true = cc.simulate(model, truth, x0=np.array([[-6.0, -6, 24]]), horizon=128,
                                measurement_std=0.01, seed=0)
     theta = truth
-    report = cc.validation_report(model, theta, data, k=(1, 10))
+    report = cc.validation_report(model, data, theta, k=(1, 10))
     # x0 estimated from the first 30 = 10 nx samples, which are then left out of the metrics
     assert report.skip == 30 and report.simulation.n.tolist() == [98, 98]
-    x0 = cc.estimate_initial_state(model, theta, data, window=30)
+    x0 = cc.estimate_initial_state(model, data, theta, window=30)
     np.testing.assert_allclose(report.x0, x0, atol=1e-9)
     assert np.abs(x0[0] - x_true[0][0]).max() < 0.05
     yhat = cc.simulate_output(model, theta, x0=x0, horizon=128)[0]
-    np.testing.assert_allclose(report.simulation.rmse, cc.rmse(data.y[0][30:], yhat[30:]), rtol=1e-10)
+    np.testing.assert_allclose(report.simulation.rmse, cc.workflow.rmse(data.y[0][30:], yhat[30:]), rtol=1e-10)
     assert report.simulation.rmse_overall < 0.05  # measurement noise 0.01, x0 error amplified by chaos
 
 
 def test_initial_state_time_limit_is_reported():
     model, theta, data, _ = _linear()
-    res = cc.estimate_initial_state(model, theta, data, window=8, time_limit=1e-9, full_output=True)
+    res = cc.estimate_initial_state(model, data, theta, window=8, time_limit=1e-9, full_output=True)
     assert all(r.status == cc.Status.TIME_LIMIT and r.iterations <= 1 and np.all(np.isfinite(r.x0)) for r in res)

@@ -36,7 +36,7 @@ def test_time_limit_is_validated(bad):
 def test_deadline_stops_a_running_ipopt_solve(lorenz_fit):
     model, data, theta0 = lorenz_fit
     xs = list(cc.simulate(model, lorenz.TRUE, lorenz.initial_states(2, seed=10), 64)[1])
-    learner = cc.Learner(model, data.lengths)
+    learner = cc.learning.Learner(model, data.lengths)
     free = learner.solve(model.theta_vector(theta0), data, xs)
     assert free.status == "Solve_Succeeded" and free.iterations > 1
     with _ipopt.deadline(time.perf_counter()):
@@ -68,7 +68,7 @@ def test_time_limit_between_iterations_keeps_the_last_accepted_iterate(lorenz_fi
     assert all(np.array_equal(res.theta[k], last.theta[k]) for k in theta0)
 
 
-class _LearnerExpiringAt(cc.Learner):
+class _LearnerExpiringAt(cc.learning.Learner):
     """A learner whose ``n``-th solve starts exactly at the deadline (time runs out inside it)."""
 
     def __init__(self, *args, n=2, **kwargs):

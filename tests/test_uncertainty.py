@@ -23,7 +23,7 @@ from scipy.linalg import subspace_angles
 
 import ceem_casadi as cc
 from ceem_casadi.filtering import kalman_filter
-from ceem_casadi.workflow._identifiability import combination, entry_names
+from ceem_casadi.objective._identifiability import combination, entry_names
 from ceem_casadi.workflow._uncertainty import reduced_hessian
 from models import lorenz
 
@@ -140,7 +140,7 @@ def test_linear_gaussian_profile_identity_and_kalman_likelihood():
     data = _linear_data(model)
     fit = cc.ceem(model, data, model.params.initial(), options=FAST)
     assert fit.status == "converged"
-    unc = fit.uncertainty(model, data)
+    unc = cc.parameter_uncertainty(model, data, fit)
     pv = model.theta_vector(fit.theta)
     free = model.params.free_index
     h = 1e-2 * unc.std_error
@@ -171,8 +171,8 @@ def _lorenz_fit(model, seed, smoother, learner, B=2, T=64):
 
 
 def _solvers(model, B=2, T=64):
-    sm = cc.Smoother(model, FAST.smoother)
-    return sm, cc.Learner(model, [T] * B, FAST.learner, sm.stages)
+    sm = cc.smoothing.Smoother(model, FAST.smoother)
+    return sm, cc.learning.Learner(model, [T] * B, FAST.learner, sm.stages)
 
 
 def test_lorenz_intervals_are_calibrated():
@@ -187,7 +187,7 @@ def test_lorenz_intervals_are_calibrated():
     for seed in range(16):
         data, fit = _lorenz_fit(model, seed, sm, le)
         assert fit.status == "converged"
-        u = fit.uncertainty(model, data)
+        u = cc.parameter_uncertainty(model, data, fit)
         z.append((u.estimate - truth) / u.std_error)
     z = np.array(z)
     ms = float(np.mean(z ** 2))
@@ -205,7 +205,7 @@ def test_parametric_bootstrap_agrees():
     model = lorenz.single_lorenz(x1_prior=True)
     sm, le = _solvers(model, B=1, T=64)
     data, fit = _lorenz_fit(model, 0, sm, le, B=1)
-    u = fit.uncertainty(model, data)
+    u = cc.parameter_uncertainty(model, data, fit)
     x0 = np.array([x[0] for x in fit.x])
     refits = []
     for k in range(30):
@@ -320,9 +320,9 @@ def test_learning_hessian_exact_equals_gauss_newton_at_zero_residuals():
     model = lorenz.single_lorenz()
     data, xs = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(2, seed=0), 30, seed=0)
     pv = model.theta_vector(lorenz.TRUE)
-    H = [cc.Learner(model, data.lengths, cc.LearnerOptions(hessian=k)).hessian_matrix(pv, data, xs)
+    H = [cc.learning.Learner(model, data.lengths, cc.LearnerOptions(hessian=k)).hessian_matrix(pv, data, xs)
          for k in ("exact", "gauss-newton")]
     np.testing.assert_allclose(H[0], H[1], rtol=1e-9)
     assert np.all(np.linalg.eigvalsh(H[1]) > 0)
-    assert cc.Learner(model, data.lengths, cc.LearnerOptions(hessian="limited-memory")).hessian_matrix(
+    assert cc.learning.Learner(model, data.lengths, cc.LearnerOptions(hessian="limited-memory")).hessian_matrix(
         pv, data, xs) is None

@@ -25,7 +25,7 @@ def fitted(tmp_path_factory):
                           measurement_std=0.05, seed=1)
     fit = cc.ceem(model, data, lorenz.perturbed(lorenz.TRUE, 0.05, seed=0),
                   options=cc.CEEMOptions(acceleration="newton"))
-    unc = fit.uncertainty(model, data)
+    unc = cc.parameter_uncertainty(model, data, fit)
     csv = tmp / "data.csv"
     pd.concat([pd.DataFrame({"traj": b, "y0": y[:, 0], "y1": y[:, 1]}) for b, y in enumerate(data.y)]).to_csv(
         csv, index=False)
@@ -46,9 +46,9 @@ def test_model_file_stores_the_covariance(fitted):
 
 def test_validation_report_and_cli_evaluate(fitted, tmp_path, capsys):
     model, data, fit, unc, csv, path = fitted
-    report = cc.validation_report(model, fit.theta, data, x0=[x[0] for x in fit.x], uncertainty=unc)
+    report = cc.validation_report(model, data, fit.theta, x0=[x[0] for x in fit.x], uncertainty=unc)
     assert report.to_dict()["parameters"]["std_error"] == unc.std_error.tolist()
-    assert "parameters" not in cc.validation_report(model, fit.theta, data, x0=[x[0] for x in fit.x]).to_dict()
+    assert "parameters" not in cc.validation_report(model, data, fit.theta, x0=[x[0] for x in fit.x]).to_dict()
 
     out = tmp_path / "r.json"
     assert main(["evaluate", "--model-file", str(path), "--data", str(csv), "--trajectory-column", "traj",

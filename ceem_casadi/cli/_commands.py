@@ -48,7 +48,7 @@ def initial_states_cli(model, theta_vec, data, x0_arg=None, window=None):
         return np.tile(model.noise.x1_mean, (len(data), 1)), "x0 = the model's x1_mean", None
     window = default_x0_window(model, data.lengths) if window is None else window
     try:
-        x0 = estimate_initial_state(model, theta_vec, data, window=window)
+        x0 = estimate_initial_state(model, data, theta_vec, window=window)
     except CeemError as exc:
         raise UsageError(f"estimating x0 from the first {window} samples failed ({exc}); give --x0 or another "
                          f"--x0-window") from None
@@ -83,7 +83,7 @@ def cmd_evaluate(args) -> int:
             if not hasattr(model.params, "validate"):
                 raise UsageError("--uncertainty needs the model source (the file was loaded without it)")
             unc = parameter_uncertainty(model, data, theta, options=UncertaintyOptions(hessian=args.uncertainty))
-        report = validation_report(model, theta_vec, data, x0=x0, k=ks, skip=skip, uncertainty=unc)
+        report = validation_report(model, data, theta_vec, x0=x0, k=ks, skip=skip, uncertainty=unc)
     except CeemError as exc:
         raise UsageError(str(exc)) from None
     print(report.to_dataframe().to_string(float_format=lambda v: f"{v:.6g}"))

@@ -133,7 +133,7 @@ def cmd_refine(args) -> int:
     x0 = states(args.x0, "--x0", model.nx, len(data)) if args.x0 is not None else None
     options = OutputErrorOptions(max_iter=args.max_iter, hessian=args.hessian, use_prior=not args.no_prior,
                                  time_limit=args.time_limit, x0_window=args.x0_window)
-    res = refine_output_error(model, theta, data, shooting=args.shooting, x0=x0, options=options)
+    res = refine_output_error(model, data, theta, shooting=args.shooting, x0=x0, options=options)
     source, kwargs = model_source(args, saved)
     summary = {"status": str(res.status), "message": res.message, "iterations": res.iterations,
                "cost_before": res.initial_cost, "cost_after": res.cost, "seconds": round(res.wall_s, 3),

@@ -14,15 +14,15 @@ import numpy as np
 
 from ..learning._remote import RemoteLearner
 from . import _tasks as tasks
-from ._executors import (
+from ._shards import (
     RemoteStates,
+    ShardedOutcomes,
     Smoothed,
-    _remaining,
-    _ShardedOutcomes,
     assemble,
     model_spec,
     nbytes,
     outcomes,
+    remaining,
     shard_index,
 )
 
@@ -32,7 +32,7 @@ def _all(futures) -> list:
     return [f.result() for f in futures]
 
 
-class DaskEngine(_ShardedOutcomes):
+class DaskEngine(ShardedOutcomes):
     """Smoothing, J and the learner's map-reduce on a ``dask.distributed.Client``."""
 
     def __init__(self, sharded, model, data, options):
@@ -56,9 +56,9 @@ class DaskEngine(_ShardedOutcomes):
         self._version = itertools.count()
         self._memo: tuple = (None, None)  # (the last list of states sent, its version)
         self.learner = RemoteLearner(self, model, options.learner, kinds[0][0])
-        self._record("setup", t0, [k[1] for k in kinds], len(spec.blob) * len(workers) + nbytes(shards), 16)
+        self.record("setup", t0, [k[1] for k in kinds], len(spec.blob) * len(workers) + nbytes(shards), 16)
 
-    def _record(self, kind, t0, shard_s, sent, received, **extra) -> None:
+    def record(self, kind, t0, shard_s, sent, received, **extra) -> None:
         self.sharded.stats.append(dict(kind=kind, wall_s=time.perf_counter() - t0, shard_s=list(shard_s),
                                        sent_bytes=int(sent), received_bytes=int(received), **extra))
 
@@ -78,7 +78,7 @@ class DaskEngine(_ShardedOutcomes):
         """All states of ``remote`` on the client (list by trajectory)."""
         t0 = time.perf_counter()
         parts = _all([a.states(remote.handle) for a in self.actors])
-        self._record("fetch", t0, [], 0, nbytes(parts))
+        self.record("fetch", t0, [], 0, nbytes(parts))
         return assemble(self.index, parts)
 
     # --- the steps -----------------------------------------------------------------------
@@ -86,11 +86,11 @@ class DaskEngine(_ShardedOutcomes):
         t0 = time.perf_counter()
         theta_vec = np.asarray(theta_vec, float)
         source, sent = self._version_of(xs)
-        target, remaining = next(self._version), _remaining()
-        summaries = _all([a.smooth(theta_vec, source, target, remaining) for a in self.actors])
+        target, budget = next(self._version), remaining()
+        summaries = _all([a.smooth(theta_vec, source, target, budget) for a in self.actors])
         out = outcomes(self.index, summaries)
         out.xs = RemoteStates(self, target)
-        self._record("smooth", t0, [s.compute_s for s in summaries], sent + nbytes(theta_vec) * len(self.actors),
+        self.record("smooth", t0, [s.compute_s for s in summaries], sent + nbytes(theta_vec) * len(self.actors),
                      nbytes(summaries))
         return out
 
@@ -99,12 +99,12 @@ class DaskEngine(_ShardedOutcomes):
         theta_vec = np.asarray(theta_vec, float)
         version, sent = self._version_of(xs)
         vals = _all([a.log_density(theta_vec, version) for a in self.actors])
-        self._record("J", t0, [v[1] for v in vals], sent + nbytes(theta_vec) * len(self.actors), 16 * len(vals))
+        self.record("J", t0, [v[1] for v in vals], sent + nbytes(theta_vec) * len(self.actors), 16 * len(vals))
         return float(sum(v[0] for v in vals))
 
     def learning_session(self, theta_vec, xs) -> list:
         """Set up each shard's learner data terms at ``theta_vec`` and states ``xs``; the actors."""
-        version, self._session_sent = self._version_of(xs)
+        version, self.session_sent = self._version_of(xs)
         _all([a.learning_setup(np.asarray(theta_vec, float), version) for a in self.actors])
         return self.actors
 

@@ -22,20 +22,15 @@ The fit equals the sequential one up to the order of floating-point sums (tested
 """
 from __future__ import annotations
 
-import hashlib
-import pickle
 import time
-from collections.abc import Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
 
 import numpy as np
 
-from ..io._data import Trajectories
-from ..objective._exact_sum import SplitSum
 from ..objective._log_density import joint_log_density
-from ..runtime._solve import DEADLINE
 from . import _tasks as tasks
+from ._dask import DaskEngine
+from ._shards import ShardedOutcomes, Smoothed, assemble, model_spec, nbytes, outcomes, remaining, shard_index
 
 SUPPORTED = "a dask.distributed.Client, a concurrent.futures.Executor or a ceem_casadi.distributed.Sharded"
 
@@ -53,66 +48,6 @@ def check_executor(executor) -> None:
     raise TypeError(f"executor must be None, {SUPPORTED}; got {type(executor).__module__}."
                     f"{type(executor).__qualname__}. For a cluster: executor=dask.distributed.Client(address); "
                     "on one machine: n_jobs=2 or executor=concurrent.futures.ProcessPoolExecutor(2)")
-
-
-def shard_index(lengths, n_shards: int) -> list[list[int]]:
-    """Trajectory indices of ``n_shards`` groups balanced by total length (longest first to the
-    lightest group; ties by index), each group in increasing order."""
-    n = max(1, min(int(n_shards), len(lengths)))
-    groups, load = [[] for _ in range(n)], np.zeros(n)
-    for b in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        k = int(np.argmin(load))
-        groups[k].append(b)
-        load[k] += lengths[b]
-    return [sorted(g) for g in groups]
-
-
-def model_spec(model, options) -> tasks.ModelSpec:
-    """The model and its solver options pickled, with their SHA-256 digest (the workers' cache key)."""
-    blob = pickle.dumps((model, options.smoother, options.learner), protocol=pickle.HIGHEST_PROTOCOL)
-    return tasks.ModelSpec(hashlib.sha256(blob).hexdigest(), blob)
-
-
-def nbytes(obj) -> int:
-    """Payload size (bytes) of arrays, bytes, numbers and containers of them (what crosses the network,
-    without protocol overhead)."""
-    if isinstance(obj, (np.ndarray, SplitSum)):
-        return obj.nbytes
-    if isinstance(obj, (bytes, str)):
-        return len(obj)
-    if isinstance(obj, (list, tuple)):
-        return sum(nbytes(o) for o in obj)
-    if isinstance(obj, tasks.ModelSpec):
-        return len(obj.blob) + len(obj.digest)
-    if isinstance(obj, Trajectories):
-        return nbytes(obj.y) + nbytes(obj.u or ())
-    if isinstance(obj, (tasks.ShardState, tasks.ShardSummary)):
-        return sum(nbytes(v) for v in vars(obj).values())
-    return 8
-
-
-def _remaining() -> float | None:
-    """Seconds left of the fit's time budget (None: no budget); workers set their own deadline."""
-    if DEADLINE.expires is None:
-        return None
-    return max(DEADLINE.expires - time.perf_counter(), 1e-3)
-
-
-@dataclass
-class TrajectoryOutcome:
-    """One trajectory's smoothing outcome as the client sees it (the states stay with the engine)."""
-
-    status: str
-    finite: bool
-    iterations: int
-    wall_s: float
-
-
-class Smoothed(list):
-    """Per-trajectory :class:`TrajectoryOutcome` list of one smoothing step; ``xs`` holds the states
-    (a list of (T_b, nx) arrays or :class:`RemoteStates`)."""
-
-    xs: Sequence = ()
 
 
 class Sharded:
@@ -148,8 +83,6 @@ class Sharded:
     def start(self, model, data, options, smoother):
         """The engine of one fit (used by :func:`~ceem_casadi.ceem`)."""
         if is_dask_client(self.executor):
-            from ._dask import DaskEngine
-
             return DaskEngine(self, model, data, options)
         return ExecutorEngine(self, model, data, options, smoother)
 
@@ -160,50 +93,7 @@ def start_engine(executor, model, data, options, smoother):
     return sharded.start(model, data, options, smoother)
 
 
-class RemoteStates(Sequence):
-    """States of all trajectories held by the workers (``handle``: their version number there);
-    indexing or iterating fetches them all once (then cached). ``len`` is the number of trajectories."""
-
-    def __init__(self, engine, handle):
-        self.engine, self.handle, self._xs = engine, handle, None
-
-    def __len__(self) -> int:
-        return self.engine.n_trajectories
-
-    def __getitem__(self, b):
-        if self._xs is None:
-            self._xs = self.engine.fetch(self)
-        return self._xs[b]
-
-
-def assemble(index, parts) -> list:
-    """Per-shard lists (in ``index`` order) back into one list by trajectory."""
-    out = [None] * sum(len(i) for i in index)
-    for idx, part in zip(index, parts):
-        for b, v in zip(idx, part):
-            out[b] = v
-    return out
-
-
-def outcomes(index, summaries) -> Smoothed:
-    """Per-trajectory outcomes from the shards' :class:`~ceem_casadi._shard_tasks.ShardSummary`."""
-    rows = [list(zip(s.status, s.finite, s.iterations, s.wall_s)) for s in summaries]
-    return Smoothed(TrajectoryOutcome(*r) for r in assemble(index, rows))
-
-
-class _ShardedOutcomes:
-    """What ``ceem`` asks of a distributed smoothing step's outcomes (shared by both engines)."""
-
-    @staticmethod
-    def finite(r) -> bool:
-        return r.finite
-
-    @staticmethod
-    def states(sm: Smoothed):
-        return sm.xs
-
-
-class ExecutorEngine(_ShardedOutcomes):
+class ExecutorEngine(ShardedOutcomes):
     """Smoothing step on a ``concurrent.futures`` executor: one task per shard, states sent with
     each task and returned; J and the learning step on the client (``learner`` is None)."""
 
@@ -221,7 +111,7 @@ class ExecutorEngine(_ShardedOutcomes):
     def __call__(self, theta_vec, data, xs) -> Smoothed:
         t0 = time.perf_counter()
         theta_vec = np.asarray(theta_vec, float)
-        args = [(self.spec, theta_vec, shard, [np.asarray(xs[b]) for b in idx], _remaining())
+        args = [(self.spec, theta_vec, shard, [np.asarray(xs[b]) for b in idx], remaining())
                 for shard, idx in zip(self.shards, self.index)]
         states = [f.result() for f in [self.sharded.executor.submit(tasks.smooth, *a) for a in args]]
         out = outcomes(self.index, [s.summary for s in states])

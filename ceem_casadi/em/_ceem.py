@@ -411,7 +411,7 @@ IDENTIFIABILITY_TOL = 1e-10
 def _check_learning_hessian(result: CEEMResult, learner: Learner, model, data) -> None:
     """Warn (``result.warnings`` and the log) when the learning step's Hessian at the final
     iterate is singular in some direction (see :mod:`ceem_casadi.identifiability`)."""
-    from ..workflow._identifiability import describe, entry_names, weak_directions
+    from ..objective._identifiability import describe, entry_names, weak_directions
 
     free = model.params.free_index
     hessian = getattr(learner, "hessian_matrix", None)  # custom learners (e.g. Adam) may have none

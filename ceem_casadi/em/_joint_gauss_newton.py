@@ -44,7 +44,7 @@ class JointStep:
     mu: float
 
 
-def _banded_upper(D: np.ndarray, Off: np.ndarray) -> np.ndarray:
+def banded_upper(D: np.ndarray, Off: np.ndarray) -> np.ndarray:
     """LAPACK upper band storage (2n rows) of the symmetric block-tridiagonal matrix with
     diagonal blocks ``D`` (T, n, n) and super-diagonal blocks ``Off`` (T-1, n, n)."""
     T, n, _ = D.shape
@@ -90,7 +90,7 @@ class JointGaussNewton:
         self._maps: dict = {}
         self.free = model.params.free_index
         mean, w = model.params.prior
-        self._prior_mean, self._prior_w2 = mean[self.free], (w[self.free] ** 2 if use_prior else 0 * w[self.free])
+        self.prior_mean, self.prior_w2 = mean[self.free], (w[self.free] ** 2 if use_prior else 0 * w[self.free])
         self.mu = 1e-3
 
     @staticmethod
@@ -120,7 +120,7 @@ class JointGaussNewton:
         (Jp,) = self._mapped(f"{kind}_p_jac", n)(*args)
         return (*out, Jp.reshape(n, npar, rows)[:, self.free, :].transpose(0, 2, 1))
 
-    def _linearise(self, theta_vec, data, xs):
+    def linearise(self, theta_vec, data, xs):
         """Residuals and Jacobians of ALL stages stacked (obs: ro (No, ny), Jxo (No, ny, nx), Jpo
         (No, ny, n_free) or None; dyn: rd, Jzd (Nd, nx, 2 nx), Jpd) as copies: for
         :mod:`ceem_casadi.uncertainty`, not for long records."""
@@ -189,15 +189,15 @@ class JointGaussNewton:
                 R[0, :, 0] += w1sq * (x[0] - noise.x1_mean)
             diag = np.einsum("tii->ti", D)
             diag += mu * np.maximum(diag, 1e-12 * max(1.0, diag.max()))
-            ab = cholesky_banded(_banded_upper(D, Off), lower=False, overwrite_ab=True)
+            ab = cholesky_banded(banded_upper(D, Off), lower=False, overwrite_ab=True)
             del D, Off
             # W = U^-T [gx Hxp] in place (H = U^T U): Hxp^T H^-1 Hxp = W1^T W1, Hxp^T H^-1 gx = W1^T w0
             W, info = dtbtrs(ab, R.reshape(T * nx, 1 + nf), uplo="U", trans="T", overwrite_b=1)
             if info != 0:
                 raise LinAlgError(f"banded triangular solve failed (info {info})")
             per_traj.append((ab, W))
-        Hpp[np.diag_indices(nf)] += self._prior_w2
-        gp += self._prior_w2 * (z - self._prior_mean)
+        Hpp[np.diag_indices(nf)] += self.prior_w2
+        gp += self.prior_w2 * (z - self.prior_mean)
         Dp = np.maximum(np.diag(Hpp).copy(), 1e-12 * max(1.0, np.abs(np.diag(Hpp)).max(initial=0.0)))
         S, rhs = Hpp + np.diag(mu * Dp), gp.copy()
         for _, W in per_traj:

@@ -39,6 +39,7 @@ from ..objective._stages import StageFunctions, stack_stages
 from ..runtime._callbacks import SparsityCallback
 from ..runtime._schema import HESSIANS
 from ..runtime._solve import ipopt_options, solve
+from ._hessian_blocks import ExactBlocks
 from ._joint_gauss_newton import JointGaussNewton
 
 log = logging.getLogger(__name__)
@@ -128,10 +129,9 @@ class _Evaluator:
         self.use_exact = hessian == "exact"
         self.last_cost = None
         if hessian in ("exact", "auto"):
-            from ..workflow._uncertainty import _ExactBlocks
 
             ex = stages if stages.hessian == "exact" else StageFunctions(model, "exact", stages.compile)
-            self.exact = _ExactBlocks(ex, sum(self.lengths), sum(T - 1 for T in self.lengths))
+            self.exact = ExactBlocks(ex, sum(self.lengths), sum(T - 1 for T in self.lengths))
         nx = model.nx
         self.gathers = {T: block_tridiagonal_gather(nx, T)[1] for T in set(self.lengths)}
         self._key, self._val = None, None
@@ -156,15 +156,15 @@ class _Evaluator:
         m, nx, noise = self.model, self.model.nx, self.model.noise
         theta, xs = self.split(w, p_base)
         lin = self.lin
-        ro, Jxo, Jpo, rd, Jzd, Jpd = lin._linearise(theta, self.data, xs)
+        ro, Jxo, Jpo, rd, Jzd, Jpd = lin.linearise(theta, self.data, xs)
         z = theta[self.free]
         nf = z.size
         cost = 0.5 * (ro.ravel() @ ro.ravel() + rd.ravel() @ rd.ravel())
-        cost += 0.5 * float(lin._prior_w2 @ (z - lin._prior_mean) ** 2)
+        cost += 0.5 * float(lin.prior_w2 @ (z - lin.prior_mean) ** 2)
         w1sq = None if noise.x1_std is None else 1.0 / noise.x1_std ** 2
         if w1sq is not None:
             cost += sum(0.5 * float(w1sq @ (x[0] - noise.x1_mean) ** 2) for x in xs)
-        gp = Jpd.reshape(-1, nf).T @ rd.ravel() + lin._prior_w2 * (z - lin._prior_mean)
+        gp = Jpd.reshape(-1, nf).T @ rd.ravel() + lin.prior_w2 * (z - lin.prior_mean)
         if Jpo is not None:
             gp += Jpo.reshape(-1, nf).T @ ro.ravel()
         if self.hessian == "auto" and not self.use_exact and self.last_cost is not None:
@@ -180,7 +180,7 @@ class _Evaluator:
             Hpp = Jpd.reshape(-1, nf).T @ Jpd.reshape(-1, nf)
             if Jpo is not None:
                 Hpp = Hpp + Jpo.reshape(-1, nf).T @ Jpo.reshape(-1, nf)
-        Hpp = Hpp + np.diag(lin._prior_w2)
+        Hpp = Hpp + np.diag(lin.prior_w2)
         grads, x_vals, cross = [], [], []
         o0, d0 = 0, 0
         for b, T in enumerate(self.lengths):
@@ -309,7 +309,7 @@ class JointSolver:
         X1 = ca.horzcat(*[X[:, 1:] for X in Xb])
         cost = ca.sum2(stages.obs_cost.map(Yo.shape[1])(ca.horzcat(*Xb), Uo, Yo, Mo, p, iv))
         cost += ca.sum2(stages.dyn_cost.map(U0.shape[1])(X0, X1, U0, p, iw))
-        cost += 0.5 * ca.sumsqr(np.sqrt(lin._prior_w2) * (z - lin._prior_mean))
+        cost += 0.5 * ca.sumsqr(np.sqrt(lin.prior_w2) * (z - lin.prior_mean))
         if noise.x1_std is not None:
             cost += sum(0.5 * ca.sumsqr((X[:, 0] - noise.x1_mean) / noise.x1_std) for X in Xb)
         return cost

@@ -92,26 +92,6 @@ class CEEMResult:
     init_J: float = float("nan")
     warnings: list[str] = field(default_factory=list)
 
-    def uncertainty(self, model, data, **kwargs):
-        """Covariance, standard errors, intervals and identifiability of the free parameters.
-
-        Parameters
-        ----------
-        model : StateSpaceModel
-            The model that was fitted.
-        data : Trajectories
-            The data it was fitted to.
-        **kwargs
-            Passed to :func:`~ceem_casadi.parameter_uncertainty` (e.g. ``options=``).
-
-        Returns
-        -------
-        ParameterUncertainty
-        """
-        from ..workflow._uncertainty import parameter_uncertainty
-
-        return parameter_uncertainty(model, data, self, **kwargs)
-
     @property
     def success(self) -> bool:
         """Whether ``status`` gives a regular estimate (converged, max_iters or time_limit)."""

@@ -1,11 +1,24 @@
-"""File input: trajectory tables and arrays; a restricted reader of PyTorch files.
+"""Data: trajectories (arrays, simulated, or read from files), real benchmark datasets, the
+integrity-checked archive format, and a restricted reader of PyTorch files.
 
-    read_trajectories, DataFileError     Trajectories from CSV / Parquet / npz files, validated
-    read_table                           a CSV / Parquet table as a pandas DataFrame
-    torchfile                            ``torch.save`` files without torch and without running pickled code
-                                         (the helicopter converter, ``scripts/heli_convert.py``)
+    Trajectories, simulate                 observations, inputs, sample time; simulated data
+    read_trajectories, read_table          Trajectories from CSV / Parquet / npz files, validated
+    load_cascaded_tanks, load_silverbox    real benchmarks with their official splits (checksummed)
+    BenchmarkSplit, simulation_rms         one split of a benchmark; the benchmarks' error measure
+    torchfile                              ``torch.save`` files without torch and without running pickled code
 """
 from . import torchfile
+from ._data import Trajectories, simulate
+from ._datasets import (
+    BenchmarkSplit,
+    ChecksumError,
+    DatasetNotFoundError,
+    load_cascaded_tanks,
+    load_silverbox,
+    simulation_rms,
+)
 from ._readers import DataFileError, read_table, read_trajectories
 
-__all__ = ["DataFileError", "read_table", "read_trajectories", "torchfile"]
+__all__ = ["BenchmarkSplit", "ChecksumError", "DataFileError", "DatasetNotFoundError", "Trajectories",
+           "load_cascaded_tanks", "load_silverbox", "read_table", "read_trajectories", "simulate", "simulation_rms",
+           "torchfile"]

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CeemError, ShapeError
-from ..workflow._metrics import rmse
 from ._data import Trajectories
+from ._measures import rmse
 
 __all__ = ["BenchmarkSplit", "ChecksumError", "DatasetNotFoundError", "default_data_dir",
            "load_cascaded_tanks", "load_silverbox", "simulation_rms", "verify_file",

@@ -70,6 +70,7 @@ class PieceEngine:
         self.model, self.piece, self.stages, self.columns = model, int(piece or PIECE_LENGTH), stages, columns
         self.options = replace(options, use_prior=False)  # prior and trust region: on the IPOPT side
         self._learners: dict[int, Learner] = {}
+        self.data = None  # the trajectories of the current solve (set by PieceLearner)
         self.learner = _LocalLearner(self, model, options, self._learner(self.piece + 1).hessian)
 
     def _learner(self, n: int) -> Learner:
@@ -79,7 +80,7 @@ class PieceEngine:
 
     def learning_session(self, theta_vec, xs) -> list:
         """Each piece's (learner, NLP parameter vector) at ``theta_vec`` and the states ``xs``."""
-        data, session = self._data, []
+        data, session = self.data, []
         for b, x in enumerate(xs):
             y, u = data.y[b], data.inputs(b)
             for a, e in piece_bounds(x.shape[0], self.piece):
@@ -95,7 +96,7 @@ class PieceEngine:
         """Each piece's data terms at ``z`` (:func:`ceem_casadi._shard_tasks.terms_of`); 0 bytes."""
         return [terms_of(learner, P, z, what) for learner, P in session], 0
 
-    def _record(self, *args, **kwargs) -> None:  # no network to account for
+    def record(self, *args, **kwargs) -> None:  # no network to account for
         pass
 
 
@@ -109,12 +110,12 @@ class PieceLearner:
 
     def solve(self, theta_vec, data, xs, rho_theta: float | None = None, weights=None):
         """As :meth:`ceem_casadi.learner.Learner.solve` (no ``weights``)."""
-        self.engine._data = data
+        self.engine.data = data
         return self.engine.learner.solve(theta_vec, data, xs, rho_theta, weights)
 
     def hessian_matrix(self, theta_vec, data, xs):
         """As :meth:`ceem_casadi.learner.Learner.hessian_matrix`."""
-        self.engine._data = data
+        self.engine.data = data
         return self.engine.learner.hessian_matrix(theta_vec, data, xs)
 
 

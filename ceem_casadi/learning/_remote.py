@@ -49,7 +49,7 @@ class RemoteLearner:
 
     ``engine`` provides ``learning_session(theta_vec, xs) -> session`` and
     ``reduce(session, z, what) -> (per-shard results, bytes received)``
-    (see :func:`ceem_casadi._shard_tasks.learning_terms`) and ``_record`` for the measurements.
+    (see :func:`ceem_casadi._shard_tasks.learning_terms`) and ``record`` for the measurements.
     """
 
     def __init__(self, engine, model, options, hessian: str):
@@ -157,7 +157,7 @@ class RemoteLearner:
         self._shard_s = np.zeros(len(self._session))
 
     def _end(self, t0):
-        self.engine._record("learn", t0, self._shard_s, getattr(self.engine, "_session_sent", 0)
+        self.engine.record("learn", t0, self._shard_s, getattr(self.engine, "session_sent", 0)
                             + 8 * self.n * self._calls * len(self._session), self._received,
                             calls=self._calls, wait_s=self._wait, setup_s=self._setup_s)
         self._session, self._cache = None, {}

@@ -193,7 +193,7 @@ def _default_starts(model, theta_vec, ys, us, k: int) -> np.ndarray:
     return np.stack([first, np.tile(base, (len(ys), 1))], axis=1)
 
 
-def estimate_initial_state(model, theta, y, u=None, *, window: int | None = None, x_init=None, starts=None,
+def estimate_initial_state(model, data, theta, *, u=None, window: int | None = None, x_init=None, starts=None,
                            x_lower=None, x_upper=None, use_prior: bool = True, hessian: str = "gauss-newton",
                            time_limit: float | None = None, full_output: bool = False):
     """Initial state(s) that make the free run fit the first ``window`` samples (module docstring).
@@ -201,10 +201,11 @@ def estimate_initial_state(model, theta, y, u=None, *, window: int | None = None
     Parameters
     ----------
     model : :class:`~ceem_casadi.StateSpaceModel`.
+    data : a :class:`~ceem_casadi.Trajectories` (then ``u`` is taken from it), or the outputs
+        alone: one trajectory (T, ny), a batch (B, T, ny) / list of (T_b, ny). NaN = missing.
     theta : theta dict or flat parameter vector (np,).
-    y : one trajectory (T, ny), a batch (B, T, ny) / list of (T_b, ny), or a
-        :class:`~ceem_casadi.Trajectories` (then ``u`` is taken from it). NaN = missing.
-    u : inputs (T, nu), or a batch like ``y``; None when the model has no inputs.
+    u : inputs (T, nu), or a batch like ``data``, when ``data`` holds the outputs alone; None when
+        the model has no inputs.
     window : number of leading samples fitted (default :func:`default_window`: ``min(T, 10 nx)``);
         at most the shortest trajectory.
     x_init : starting point (nx,) or one per trajectory (B, nx); default: the EKF + RTS smoothed
@@ -228,7 +229,7 @@ def estimate_initial_state(model, theta, y, u=None, *, window: int | None = None
         When a trajectory's estimate is not finite or IPOPT fails (unless ``full_output``).
     """
     theta_vec = as_theta_vector(model, theta)
-    ys, us, single = _trajectories(model, y, u)
+    ys, us, single = _trajectories(model, data, u)
     shortest = min(yb.shape[0] for yb in ys)
     k = default_window(model, shortest) if window is None else window
     if int(k) != k or not 1 <= k <= shortest:

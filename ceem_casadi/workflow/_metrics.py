@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import NonFiniteError, ShapeError
+from ..io._measures import error_stats, fit_percent, nrmse, rmse
 from ..model._simulation import as_theta_vector as _theta_vector
 from ..model._simulation import run
 from ._initial_state import estimate_initial_state
@@ -44,97 +45,6 @@ __all__ = ["Metrics", "ValidationReport", "fit_percent", "nrmse", "rmse", "valid
 
 # --------------------------------------------------------------------------------------------------
 # plain-array helpers
-def _pair(y, yhat) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-    y = np.asarray(y, float)
-    yhat = np.asarray(yhat, float)
-    if y.shape != yhat.shape:
-        raise ShapeError(f"y and yhat must have the same shape, got {y.shape} and {yhat.shape}")
-    if y.ndim == 0:
-        raise ShapeError("y: expected an array (T,), (T, ny) or (B, T, ny), got a scalar")
-    vector = y.ndim == 1
-    if vector:
-        y, yhat = y[:, None], yhat[:, None]
-    y = y.reshape(-1, y.shape[-1])
-    yhat = yhat.reshape(-1, yhat.shape[-1])
-    ok = ~(np.isnan(y) | np.isnan(yhat))
-    return y, yhat, ok, vector
-
-
-def _out(v: np.ndarray, vector: bool):
-    return float(v[0]) if vector else v
-
-
-def _stats(y, yhat):
-    """Per output: sum of squared errors, sum of squared deviations from the mean, count."""
-    y, yhat, ok, vector = _pair(y, yhat)
-    n = ok.sum(axis=0)
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.where(ok, y - yhat, 0.0)
-        sse = np.sum(err * err, axis=0)
-        mean = np.where(n > 0, np.sum(np.where(ok, y, 0.0), axis=0) / np.maximum(n, 1), np.nan)
-        dev = np.where(ok, y - mean, 0.0)
-        sst = np.sum(dev * dev, axis=0)
-    return sse, sst, n, vector
-
-
-def rmse(y, yhat):
-    """Root-mean-square error per output (last axis), ignoring entries where ``y`` or ``yhat`` is NaN.
-
-    Parameters
-    ----------
-    y, yhat : numpy.ndarray
-        Observations and predictions, (T,), (T, ny) or (B, T, ny), same shape and units.
-
-    Returns
-    -------
-    float or numpy.ndarray
-        A float for 1-D input, else (ny,), in the units of ``y``; NaN for an output without any
-        valid entry.
-    """
-    sse, _, n, vector = _stats(y, yhat)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        val = np.where(n > 0, np.sqrt(sse / np.maximum(n, 1)), np.nan)
-    return _out(val, vector)
-
-
-def nrmse(y, yhat):
-    """RMSE divided by the (population) standard deviation of ``y`` over the same valid entries.
-
-    Parameters
-    ----------
-    y, yhat : numpy.ndarray
-        As for :func:`rmse`.
-
-    Returns
-    -------
-    float or numpy.ndarray
-        As for :func:`rmse`, dimensionless; a constant output gives ``inf`` (NaN if also exact).
-    """
-    sse, sst, n, vector = _stats(y, yhat)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        val = np.where(n > 0, np.sqrt(sse / sst), np.nan)
-    return _out(val, vector)
-
-
-def fit_percent(y, yhat):
-    """Fit in percent, ``100 (1 - ||y - yhat|| / ||y - mean(y)||)`` per output (NaN entries ignored).
-
-    Parameters
-    ----------
-    y, yhat : numpy.ndarray
-        As for :func:`rmse`.
-
-    Returns
-    -------
-    float or numpy.ndarray
-        As for :func:`rmse`, in percent (100 = exact; negative = worse than the mean).
-    """
-    sse, sst, n, vector = _stats(y, yhat)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        val = np.where(n > 0, 100.0 * (1.0 - np.sqrt(sse / sst)), np.nan)
-    return _out(val, vector)
-
-
 # --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Metrics:
@@ -163,7 +73,7 @@ class Metrics:
         """Metrics of observations ``y`` and predictions ``yhat`` ((T, ny) or (B, T, ny) or lists)."""
         if isinstance(y, (list, tuple)):
             y, yhat = _stack_list(y, yhat)
-        sse, sst, n, _ = _stats(np.atleast_2d(y), np.atleast_2d(yhat))
+        sse, sst, n, _ = error_stats(np.atleast_2d(y), np.atleast_2d(yhat))
         with np.errstate(invalid="ignore", divide="ignore"):
             r = np.where(n > 0, np.sqrt(sse / np.maximum(n, 1)), np.nan)
             nr = np.where(n > 0, np.sqrt(sse / sst), np.nan)
@@ -310,7 +220,7 @@ def _score(ys, preds, skip: int) -> Metrics:
     return Metrics.of(y, h)
 
 
-def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (1,), Sigma0=None, Q=None,
+def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (1,), Sigma0=None, Q=None,
                       R=None, skip: int | None = None, output_names: Sequence[str] | None = None,
                       engine: str = "python", window: int | None = None, uncertainty=None) -> ValidationReport:
     """Free-run and k-step-ahead prediction metrics of ``model`` at ``theta`` on ``data``.
@@ -318,8 +228,8 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
     Parameters
     ----------
     model : :class:`~ceem_casadi.StateSpaceModel`.
-    theta : theta dict (or flat parameter vector).
     data : :class:`~ceem_casadi.Trajectories` (NaN = missing; missing entries are not scored).
+    theta : theta dict (or flat parameter vector).
     x0 : (B, nx) initial state per trajectory (or (nx,) shared); default ``model.noise.x1_mean``;
         when the model has none, or with ``x0="estimate"``, each trajectory's initial state is
         estimated from its first ``window`` samples by :func:`~ceem_casadi.estimate_initial_state`
@@ -356,7 +266,7 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
     if estimate:
         shortest = min(data.lengths)
         window = min(shortest - 1, max(10 * model.nx, 2)) if window is None else window
-        x0 = estimate_initial_state(model, theta_vec, data, window=window)
+        x0 = estimate_initial_state(model, data, theta_vec, window=window)
         skip = window if skip is None else skip
     skip = 0 if skip is None else skip
     if int(skip) != skip or skip < 0 or skip >= min(data.lengths):

@@ -94,7 +94,7 @@ def holdout_rms(model, theta, tails: Trajectories, window: int) -> float:
     for b, y in enumerate(tails.y):
         u = tails.inputs(b)
         try:
-            x0 = estimate_initial_state(model, theta, y, u, window=window)
+            x0 = estimate_initial_state(model, y, theta, u=u, window=window)
             with np.errstate(all="ignore"):
                 yhat = np.asarray(simulate_output(model, theta, u, x0), float)
         except (np.linalg.LinAlgError, RuntimeError, ValueError):

@@ -291,15 +291,15 @@ def _state_bounds(model, value, fill, name) -> np.ndarray:
     return np.broadcast_to(v.ravel() if v.size > 1 else v, (model.nx,)).astype(float)
 
 
-def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: int | None = None, x0=None,
+def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: int | None = None, x0=None,
                         options: OutputErrorOptions = OutputErrorOptions()) -> OutputErrorResult:
     """Fit the free parameters and every trajectory's initial state by output error (module docstring).
 
     Parameters
     ----------
     model : :class:`~ceem_casadi.StateSpaceModel`.
-    theta : starting parameters (dict, all names; fixed entries stay as given), e.g. a CE-EM fit.
     data : :class:`~ceem_casadi.Trajectories` (NaN = missing output).
+    theta : starting parameters (dict, all names; fixed entries stay as given), e.g. a CE-EM fit.
     shooting : ``None`` (single shooting) or the segment length k >= 1 of multiple shooting.
     x0 : starting initial states (B, nx) (or (nx,) for all); default
         :func:`~ceem_casadi.estimate_initial_state` on the first ``options.x0_window`` samples.
@@ -326,7 +326,7 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
     expires = None if options.time_limit is None else t0 + options.time_limit
     with deadline(expires):
         if x0 is None:
-            x0 = estimate_initial_state(model, theta_vec, data, window=options.x0_window, x_lower=lo, x_upper=hi)
+            x0 = estimate_initial_state(model, data, theta_vec, window=options.x0_window, x_lower=lo, x_upper=hi)
         x0 = np.asarray(x0, float)
         x0 = np.tile(x0, (len(data), 1)) if x0.ndim == 1 else x0
         if x0.shape != (len(data), model.nx) or not np.all(np.isfinite(x0)):

@@ -34,19 +34,18 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-import casadi as ca
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
 from scipy.stats import norm
 
-from ..em._joint_gauss_newton import JointGaussNewton, _banded_upper
+from ..em._hessian_blocks import ExactBlocks, GaussNewtonBlocks
+from ..em._joint_gauss_newton import banded_upper
 from ..errors import OptionsError, SolverError
-from ..learning._learner import AUTO_EXACT_INSTRUCTIONS, weighted_stage_columns
+from ..learning._learner import AUTO_EXACT_INSTRUCTIONS
+from ..objective._identifiability import Direction, entry_names, spectrum, weak_directions
 from ..objective._stages import StageFunctions
-from ..runtime._linalg import BufferedCall, gram
 from ..runtime._schema import HESSIANS
 from ..runtime._threads import blas_threads
-from ._identifiability import Direction, entry_names, spectrum, weak_directions
 
 log = logging.getLogger(__name__)
 
@@ -200,60 +199,6 @@ class ParameterUncertainty:
                 "warnings": list(self.warnings)}
 
 
-class _ExactBlocks:
-    """Mapped exact stage Hessians over all stages of a dataset shape (built once)."""
-
-    def __init__(self, stages: StageFunctions, n_obs: int, n_dyn: int):
-        def mapped(names, n, n_in, shared):
-            funs = stages.get(*names)
-            per_stage = [f.map(n, [i in shared for i in range(n_in)], [False]) for f in funs[:2]]
-            summed = funs[2].map(n, [False] * n_in, [True])
-            syms = [ca.MX.sym(f"a{i}", funs[0].sparsity_in(i).size1(),
-                              funs[0].sparsity_in(i).size2() * (1 if i in shared else n)) for i in range(n_in)]
-            out = [f(*syms) for f in per_stage] + [ca.densify(summed(*syms))]
-            return BufferedCall(ca.Function(names[0] + "_blocks", syms, out))
-
-        # obs inputs x, u, y, m, p, iv; dyn inputs x, x_next, u, p, iw (p shared)
-        self.obs = mapped(["obs_x_hess", "obs_xp_hess", "obs_p_hess"], n_obs, 6, {4})
-        self.dyn = mapped(["dyn_x_hess", "dyn_xp_hess", "dyn_p_hess"], n_dyn, 5, {3})
-        self.obs_uses_p = stages.obs_uses_p
-
-    def __call__(self, model, theta_vec, data, xs, free):
-        nx, npar = model.nx, model.params.size
-        (Xo, Uo, Yo, Mo, iv), (X0, X1, U0, iw) = weighted_stage_columns(model, data, xs)
-        No, Nd = Xo.shape[1], X0.shape[1]
-        ho, hxo, hpo = (a.copy() for a in self.obs(Xo, Uo, Yo, Mo, theta_vec, iv))
-        hd, hzd, hpd = (a.copy() for a in self.dyn(X0, X1, U0, theta_vec, iw))
-        Ho = ho.reshape(No, nx, nx).transpose(0, 2, 1)   # column-major (nx, No*nx) -> (No, nx, nx)
-        Hd = hd.reshape(Nd, 2 * nx, 2 * nx).transpose(0, 2, 1)
-        Hxo = hxo.reshape(No, npar, nx).transpose(0, 2, 1)[:, :, free]
-        Hzd = hzd.reshape(Nd, npar, 2 * nx).transpose(0, 2, 1)[:, :, free]
-        Hpp = (hpd.reshape(npar, npar) + hpo.reshape(npar, npar))[np.ix_(free, free)]
-        return Ho, Hd, Hxo, Hzd, Hpp
-
-
-class _GaussNewtonBlocks:
-    """Gauss-Newton blocks from the residual Jacobians of
-    :class:`~ceem_casadi.joint_gauss_newton.JointGaussNewton`."""
-
-    def __init__(self, model, lengths, stages):
-        self.joint = JointGaussNewton(model, lengths, stages, use_prior=False)
-
-    def __call__(self, model, theta_vec, data, xs, free):
-        ro, Jxo, Jpo, rd, Jzd, Jpd = self.joint._linearise(np.asarray(theta_vec, float), data, xs)
-        nf = free.size
-        Ho = np.einsum("tri,trj->tij", Jxo, Jxo)
-        Hd = np.einsum("tri,trj->tij", Jzd, Jzd)
-        Hzd = np.einsum("tri,trk->tik", Jzd, Jpd)
-        Hpp = gram(Jpd.reshape(-1, nf))
-        if Jpo is None:
-            Hxo = np.zeros((Jxo.shape[0], model.nx, nf))
-        else:
-            Hxo = np.einsum("tri,trk->tik", Jxo, Jpo)
-            Hpp = Hpp + gram(Jpo.reshape(-1, nf))
-        return Ho, Hd, Hxo, Hzd, Hpp
-
-
 # the most recently used stage Functions and mapped blocks, keyed by (id(model), hessian, compile
 # [, lengths]); each entry keeps its model alive, so an id is never reused while cached
 _CACHE: OrderedDict = OrderedDict()
@@ -280,9 +225,9 @@ def _blocks(model, lengths, options: UncertaintyOptions):
             log.warning("the exact parameter Hessian of model %r is long (~%d SX instructions per stage): building "
                         "it may take minutes; UncertaintyOptions(hessian='gauss-newton') is much cheaper",
                         getattr(model, "name", "model"), estimate)
-        build = lambda: _ExactBlocks(stages, sum(lengths), sum(T - 1 for T in lengths))  # noqa: E731
+        build = lambda: ExactBlocks(stages, sum(lengths), sum(T - 1 for T in lengths))  # noqa: E731
     else:
-        build = lambda: _GaussNewtonBlocks(model, lengths, stages)  # noqa: E731
+        build = lambda: GaussNewtonBlocks(model, lengths, stages)  # noqa: E731
     return _cached((*base, tuple(lengths)), model, build)
 
 
@@ -311,7 +256,7 @@ def reduced_hessian(model, data, theta_vec, xs, options: UncertaintyOptions = Un
         if w1sq is not None:
             D[0][np.diag_indices(nx)] += w1sq
         try:
-            chol = cholesky_banded(_banded_upper(D, Off), lower=False)
+            chol = cholesky_banded(banded_upper(D, Off), lower=False)
         except LinAlgError:
             raise SolverError(
                 f"trajectory {b}: the Hessian of -J over the states is not positive definite at this "
@@ -337,7 +282,7 @@ def _states_at(model, data, theta_vec):
     return [r.x for r in res]
 
 
-def parameter_uncertainty(model, data, result, *, options: UncertaintyOptions = UncertaintyOptions()
+def parameter_uncertainty(model, data, theta, *, states=None, options: UncertaintyOptions = UncertaintyOptions()
                           ) -> ParameterUncertainty:
     """Covariance, standard errors, intervals and identifiability of the free parameters.
 
@@ -345,8 +290,12 @@ def parameter_uncertainty(model, data, result, *, options: UncertaintyOptions = 
     ----------
     model : the :class:`~ceem_casadi.StateSpaceModel` that was fitted.
     data : the :class:`~ceem_casadi.Trajectories` it was fitted on.
-    result : a :class:`~ceem_casadi.CEEMResult` (its ``theta`` and states ``x`` are used), or a
-        theta dict, whose states are then the smoothing step's optimum on ``data``.
+    theta : dict or CEEMResult
+        The parameters (name -> array), or the result of a fit: its ``theta``, its states ``x``
+        and its ``status`` (a warning when not converged) are used.
+    states : list of (T_b, nx) arrays, optional
+        The state trajectories at ``theta``; default: the fit's states, or the smoothing step's
+        optimum on ``data`` at ``theta``.
     options : :class:`UncertaintyOptions`.
 
     Returns
@@ -358,7 +307,19 @@ def parameter_uncertainty(model, data, result, *, options: UncertaintyOptions = 
     if not isinstance(options, UncertaintyOptions):
         raise TypeError(f"options must be an UncertaintyOptions, got {type(options).__name__}")
     with blas_threads(options.blas_threads):
-        return _parameter_uncertainty(model, data, result, options)
+        if states is not None:
+            theta = _Fit(theta if isinstance(theta, dict) else theta.theta, states,
+                         getattr(theta, "status", "converged"))
+        return _parameter_uncertainty(model, data, theta, options)
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """Parameters, states and status handed to the uncertainty as one fit."""
+
+    theta: dict
+    x: list
+    status: str = "converged"
 
 
 def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> ParameterUncertainty:
@@ -404,7 +365,7 @@ def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> 
     at_bound = [names[i] for i in np.flatnonzero(active)]
     warnings = []
     if dirs:
-        from ._identifiability import describe
+        from ..objective._identifiability import describe
         warnings.append(describe(dirs, "the parameters' information (reduced Hessian)"))
     if at_bound:
         warnings.append(f"parameter(s) {at_bound} at a bound: no interval (the Laplace approximation does not "

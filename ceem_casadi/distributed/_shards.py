@@ -1,0 +1,120 @@
+"""What both distributed engines share: the shards (groups of trajectories balanced by length),
+the pickled model they build their solvers from, the per-trajectory outcomes of a smoothing step,
+and the states that stay with the workers."""
+from __future__ import annotations
+
+import hashlib
+import pickle
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..io._data import Trajectories
+from ..objective._exact_sum import SplitSum
+from ..runtime._solve import DEADLINE
+from . import _tasks as tasks
+
+
+def shard_index(lengths, n_shards: int) -> list[list[int]]:
+    """Trajectory indices of ``n_shards`` groups balanced by total length (longest first to the
+    lightest group; ties by index), each group in increasing order."""
+    n = max(1, min(int(n_shards), len(lengths)))
+    groups, load = [[] for _ in range(n)], np.zeros(n)
+    for b in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        k = int(np.argmin(load))
+        groups[k].append(b)
+        load[k] += lengths[b]
+    return [sorted(g) for g in groups]
+
+
+def model_spec(model, options) -> tasks.ModelSpec:
+    """The model and its solver options pickled, with their SHA-256 digest (the workers' cache key)."""
+    blob = pickle.dumps((model, options.smoother, options.learner), protocol=pickle.HIGHEST_PROTOCOL)
+    return tasks.ModelSpec(hashlib.sha256(blob).hexdigest(), blob)
+
+
+def nbytes(obj) -> int:
+    """Payload size (bytes) of arrays, bytes, numbers and containers of them (what crosses the network,
+    without protocol overhead)."""
+    if isinstance(obj, (np.ndarray, SplitSum)):
+        return obj.nbytes
+    if isinstance(obj, (bytes, str)):
+        return len(obj)
+    if isinstance(obj, (list, tuple)):
+        return sum(nbytes(o) for o in obj)
+    if isinstance(obj, tasks.ModelSpec):
+        return len(obj.blob) + len(obj.digest)
+    if isinstance(obj, Trajectories):
+        return nbytes(obj.y) + nbytes(obj.u or ())
+    if isinstance(obj, (tasks.ShardState, tasks.ShardSummary)):
+        return sum(nbytes(v) for v in vars(obj).values())
+    return 8
+
+
+def remaining() -> float | None:
+    """Seconds left of the fit's time budget (None: no budget); workers set their own deadline."""
+    if DEADLINE.expires is None:
+        return None
+    return max(DEADLINE.expires - time.perf_counter(), 1e-3)
+
+
+@dataclass
+class TrajectoryOutcome:
+    """One trajectory's smoothing outcome as the client sees it (the states stay with the engine)."""
+
+    status: str
+    finite: bool
+    iterations: int
+    wall_s: float
+
+
+class Smoothed(list):
+    """Per-trajectory :class:`TrajectoryOutcome` list of one smoothing step; ``xs`` holds the states
+    (a list of (T_b, nx) arrays or :class:`RemoteStates`)."""
+
+    xs: Sequence = ()
+
+
+class RemoteStates(Sequence):
+    """States of all trajectories held by the workers (``handle``: their version number there);
+    indexing or iterating fetches them all once (then cached). ``len`` is the number of trajectories."""
+
+    def __init__(self, engine, handle):
+        self.engine, self.handle, self._xs = engine, handle, None
+
+    def __len__(self) -> int:
+        return self.engine.n_trajectories
+
+    def __getitem__(self, b):
+        if self._xs is None:
+            self._xs = self.engine.fetch(self)
+        return self._xs[b]
+
+
+def assemble(index, parts) -> list:
+    """Per-shard lists (in ``index`` order) back into one list by trajectory."""
+    out = [None] * sum(len(i) for i in index)
+    for idx, part in zip(index, parts):
+        for b, v in zip(idx, part):
+            out[b] = v
+    return out
+
+
+def outcomes(index, summaries) -> Smoothed:
+    """Per-trajectory outcomes from the shards' :class:`~ceem_casadi._shard_tasks.ShardSummary`."""
+    rows = [list(zip(s.status, s.finite, s.iterations, s.wall_s)) for s in summaries]
+    return Smoothed(TrajectoryOutcome(*r) for r in assemble(index, rows))
+
+
+class ShardedOutcomes:
+    """What ``ceem`` asks of a distributed smoothing step's outcomes (shared by both engines)."""
+
+    @staticmethod
+    def finite(r) -> bool:
+        return r.finite
+
+    @staticmethod
+    def states(sm: Smoothed):
+        return sm.xs

@@ -1,0 +1,98 @@
+"""Error measures between recorded and predicted outputs (RMSE, NRMSE, fit %), NaN-aware: the
+measures of the validation report and of the real benchmarks' protocols."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+
+
+def _pair(y, yhat) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    y = np.asarray(y, float)
+    yhat = np.asarray(yhat, float)
+    if y.shape != yhat.shape:
+        raise ShapeError(f"y and yhat must have the same shape, got {y.shape} and {yhat.shape}")
+    if y.ndim == 0:
+        raise ShapeError("y: expected an array (T,), (T, ny) or (B, T, ny), got a scalar")
+    vector = y.ndim == 1
+    if vector:
+        y, yhat = y[:, None], yhat[:, None]
+    y = y.reshape(-1, y.shape[-1])
+    yhat = yhat.reshape(-1, yhat.shape[-1])
+    ok = ~(np.isnan(y) | np.isnan(yhat))
+    return y, yhat, ok, vector
+
+
+def _out(v: np.ndarray, vector: bool):
+    return float(v[0]) if vector else v
+
+
+def error_stats(y, yhat):
+    """Per output: sum of squared errors, sum of squared deviations from the mean, count."""
+    y, yhat, ok, vector = _pair(y, yhat)
+    n = ok.sum(axis=0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(ok, y - yhat, 0.0)
+        sse = np.sum(err * err, axis=0)
+        mean = np.where(n > 0, np.sum(np.where(ok, y, 0.0), axis=0) / np.maximum(n, 1), np.nan)
+        dev = np.where(ok, y - mean, 0.0)
+        sst = np.sum(dev * dev, axis=0)
+    return sse, sst, n, vector
+
+
+def rmse(y, yhat):
+    """Root-mean-square error per output (last axis), ignoring entries where ``y`` or ``yhat`` is NaN.
+
+    Parameters
+    ----------
+    y, yhat : numpy.ndarray
+        Observations and predictions, (T,), (T, ny) or (B, T, ny), same shape and units.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        A float for 1-D input, else (ny,), in the units of ``y``; NaN for an output without any
+        valid entry.
+    """
+    sse, _, n, vector = error_stats(y, yhat)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        val = np.where(n > 0, np.sqrt(sse / np.maximum(n, 1)), np.nan)
+    return _out(val, vector)
+
+
+def nrmse(y, yhat):
+    """RMSE divided by the (population) standard deviation of ``y`` over the same valid entries.
+
+    Parameters
+    ----------
+    y, yhat : numpy.ndarray
+        As for :func:`rmse`.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        As for :func:`rmse`, dimensionless; a constant output gives ``inf`` (NaN if also exact).
+    """
+    sse, sst, n, vector = error_stats(y, yhat)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        val = np.where(n > 0, np.sqrt(sse / sst), np.nan)
+    return _out(val, vector)
+
+
+def fit_percent(y, yhat):
+    """Fit in percent, ``100 (1 - ||y - yhat|| / ||y - mean(y)||)`` per output (NaN entries ignored).
+
+    Parameters
+    ----------
+    y, yhat : numpy.ndarray
+        As for :func:`rmse`.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        As for :func:`rmse`, in percent (100 = exact; negative = worse than the mean).
+    """
+    sse, sst, n, vector = error_stats(y, yhat)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        val = np.where(n > 0, 100.0 * (1.0 - np.sqrt(sse / sst)), np.nan)
+    return _out(val, vector)

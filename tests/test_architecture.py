@@ -1,0 +1,153 @@
+"""The package's architecture, checked from its source: no import cycle (function-local imports
+included, and the implicit import of a package's ``__init__`` when one of its modules is imported),
+no module importing another module's underscore names, and the public API's size and argument
+convention."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import ceem_casadi as cc
+
+PKG = Path(cc.__file__).resolve().parent
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package (packages as their __init__)."""
+    out = {}
+    for path in PKG.rglob("*.py"):
+        parts = ("ceem_casadi", *path.relative_to(PKG).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def _resolve(importer: str, level: int, module: str | None) -> str:
+    if level == 0:
+        return module or ""
+    base = importer.split(".") if _is_package(importer) else importer.split(".")[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([module] if module else []))
+
+
+def imports_of(name: str):
+    """(target module, imported names) for every import in module ``name``, at any depth."""
+    tree = ast.parse(MODULES[name].read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "ceem_casadi":
+                    yield alias.name, []
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(name, node.level, node.module)
+            if target.split(".")[0] == "ceem_casadi":
+                yield target, [a.name for a in node.names]
+
+
+def graph() -> dict[str, set[str]]:
+    """Edges importer -> imported module. Importing ``a.b.c`` also runs the ``__init__`` of ``a.b``
+    and ``a``: those edges are added unless the importer lives inside that package (its parent
+    package is being imported already)."""
+    edges: dict[str, set[str]] = {m: set() for m in MODULES}
+    for name in MODULES:
+        for target, names in imports_of(name):
+            targets = {f"{target}.{n}" for n in names if f"{target}.{n}" in MODULES} or set()
+            if not targets or len(targets) < len(names):
+                targets.add(target)
+            for t in list(targets):
+                parts = t.split(".")
+                for k in range(1, len(parts)):
+                    pkg = ".".join(parts[:k])
+                    if not (name == pkg or name.startswith(pkg + ".")):
+                        targets.add(pkg)
+            edges[name] |= {t for t in targets if t in MODULES and t != name}
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_cycle_finder_sees_a_cycle():
+    """The checker itself: a two-module loop and a loop through a package's __init__ are found."""
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+    assert cycles({"p": {"p._x"}, "p._x": {"q._y"}, "q._y": {"p"}, "q": set()}) == [["p", "p._x", "q._y"]]
+
+
+def test_no_import_cycle():
+    found = cycles(graph())
+    assert not found, "import cycles (function-local imports included): " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_no_module_imports_another_modules_underscore_names():
+    """``from x import _name`` is allowed only when ``_name`` is a module (a private submodule);
+    attribute access ``module._name`` on an imported module of the package likewise."""
+    bad = []
+    for name in MODULES:
+        tree = ast.parse(MODULES[name].read_text())
+        aliases = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                target = _resolve(name, node.level, node.module)
+                if target.split(".")[0] != "ceem_casadi":
+                    continue
+                for a in node.names:
+                    full = f"{target}.{a.name}"
+                    if full in MODULES:
+                        aliases[a.asname or a.name] = full
+                    elif a.name.startswith("_") and not a.name.startswith("__"):
+                        bad.append(f"{name}: from {target} import {a.name}")
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                bad.append(f"{name}: {aliases[node.value.id]}.{node.attr}")
+    assert not bad, "private names used across modules: " + "; ".join(sorted(set(bad)))
+
+
+def test_library_never_imports_models_or_scripts():
+    bad = [f"{name}: {t}" for name in MODULES for t, _ in _raw_imports(name) if t.split(".")[0] in ("models", "scripts")]
+    assert not bad, bad
+
+
+def _raw_imports(name):
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Import):
+            yield from ((a.name, None) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module, None
