@@ -38,7 +38,7 @@ class ModelError(CeemError, ValueError):
 class SolverError(CeemError, RuntimeError):
     """A numerical solver failed and the caller asked for an exception.
 
-    ``result`` holds the outcome up to the failure (e.g. the :class:`~ceem_casadi.CEEMResult`
+    ``result`` holds the outcome up to the failure (e.g. the [`CEEMResult`][ceem_casadi.CEEMResult]
     with the last good iterate), or None.
     """
 

@@ -139,7 +139,7 @@ def plot_parameter_intervals(uncertainty, path, *, truth: dict | None = None, ma
     """Estimates with their confidence intervals, one row per free parameter entry (at most
     ``max_entries``), on a relative axis ``100 (value - estimate) / |estimate|`` [%] so that
     parameters of different units share it. ``uncertainty`` is a
-    :class:`~ceem_casadi.ParameterUncertainty` (or its ``to_dict()``); ``truth`` (theta dict)
+    [`ParameterUncertainty`][ceem_casadi.workflow.ParameterUncertainty] (or its ``to_dict()``); ``truth`` (theta dict)
     adds the true values. Non-identifiable entries are drawn as a red bar across the axis,
     entries at a bound as a grey diamond."""
     u = uncertainty.to_dict() if hasattr(uncertainty, "to_dict") else uncertainty

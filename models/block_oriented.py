@@ -35,7 +35,7 @@ nonlinearity then carries the whole gain and offset, all its parameters free.
 **Nonlinearity** (input scaled by the constant ``scale``, e.g. the standard deviation of its
 input signal, to keep the basis well conditioned):
 ``"poly"``: ``f(v) = sum_k c_k (v / scale)^k``, k = 0..degree, parameter ``f_coef`` (degree + 1,);
-``"mlp"``: ``f(v) = MLP(v / scale)``, a 1 -> hidden -> 1 tanh network (:class:`ceem_casadi.nn.MLP`,
+``"mlp"``: ``f(v) = MLP(v / scale)``, a 1 -> hidden -> 1 tanh network (`ceem_casadi.model.MLP`,
 parameters ``f_W0, f_b0, f_W1, f_b1``; besides the gain, the usual discrete symmetries of hidden
 units remain). The MLP weights get a Gaussian prior N(0, ``mlp_prior_std``^2) (default 1, on the
 scaled input; ``None``: none): without it the Gauss-Newton Hessian of ``refine_output_error`` is
@@ -43,9 +43,9 @@ nearly singular and IPOPT stalls on huge steps (Wiener order 3, 6 units, 1,000 s
 iterations without progress; with the prior: converged in 55 iterations to the noise level).
 
 States: Wiener / Hammerstein x = the block's n states; Wiener-Hammerstein x = (G1's n1, G2's n2).
-:func:`block_system` returns a block's (A, B, C, D) and :func:`block_poles`, :func:`block_markov`
-similarity-invariant quantities; :func:`nonlinearity` evaluates f numerically. The initialisation
-from the best linear approximation is :func:`models.block_oriented_init.bla_initialise`.
+`block_system` returns a block's (A, B, C, D) and `block_poles`, `block_markov`
+similarity-invariant quantities; `nonlinearity` evaluates f numerically. The initialisation
+from the best linear approximation is `models.block_oriented_init.bla_initialise`.
 """
 from __future__ import annotations
 
@@ -186,7 +186,7 @@ def wiener(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "poly",
     ambiguity (module docstring). ``theta0`` overrides initial values by name (defaults: poles at
     0.5, unit leading Markov coefficient, f(v) = v). ``scale`` (constant) divides f's input.
     ``mlp_prior_std``: std of the N(0, s^2) prior on the MLP weights (``None``: no prior).
-    Noise levels go to :class:`~ceem_casadi.StateSpaceModel`; ``dt`` (s) is informative only.
+    Noise levels go to `StateSpaceModel`; ``dt`` (s) is informative only.
     """
     t0 = dict(theta0 or {})
     fp, net = _nl_params(nonlinearity, degree, hidden, t0, seed, mlp_prior_std)
@@ -206,7 +206,7 @@ def hammerstein(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "p
                 hidden: int = 8, scale: float = 1.0, theta0: dict | None = None, seed: int = 0,
                 mlp_prior_std: float | None = 1.0, process_std=1e-3, measurement_std=1e-2,
                 dt: float | None = None) -> cc.StateSpaceModel:
-    """Hammerstein model ``y = G f(u)``; parameters and options as in :func:`wiener`."""
+    """Hammerstein model ``y = G f(u)``; parameters and options as in `wiener`."""
     t0 = dict(theta0 or {})
     fp, net = _nl_params(nonlinearity, degree, hidden, t0, seed, mlp_prior_std)
     params = _block_params("g", n, feedthrough, t0.get("g_den"), t0.get("g_num")) + fp
@@ -226,11 +226,11 @@ def wiener_hammerstein(n1: int = 2, n2: int = 2, *, feedthrough: tuple = (False,
                        seed: int = 0, mlp_prior_std: float | None = 1.0, process_std=1e-3,
                        measurement_std=1e-2, dt: float | None = None) -> cc.StateSpaceModel:
     """Wiener-Hammerstein model ``y = G2 f(G1 u)``: G1 of order ``n1`` (``g1_den``, ``g1_num``), G2 of
-    order ``n2`` (``g2_den``, ``g2_num``), f as in :func:`wiener`; states (G1's n1, G2's n2).
+    order ``n2`` (``g2_den``, ``g2_num``), f as in `wiener`; states (G1's n1, G2's n2).
 
     ``feedthrough = (G1, G2)``: which blocks have a direct term (fixed to 1; otherwise their
     ``num[0] = 1`` is fixed). The default (False, True) makes y[t] depend on u[t-1] and earlier, as
-    a sampled continuous system with a hold. Other options as in :func:`wiener`.
+    a sampled continuous system with a hold. Other options as in `wiener`.
 
     Example::
 

@@ -1,8 +1,8 @@
-"""Initialise a block-oriented model (:mod:`models.block_oriented`) from its best linear approximation.
+"""Initialise a block-oriented model (`models.block_oriented`) from its best linear approximation.
 
 For Gaussian-like inputs the best linear approximation (BLA) of a Wiener, Hammerstein or
 Wiener-Hammerstein system is proportional to the product of its linear blocks (Bussgang), so its
-poles and zeros are those of G (G1 G2). :func:`bla_initialise`:
+poles and zeros are those of G (G1 G2). `bla_initialise`:
 
 1. N4SID (``stable=True``) of order n (n1 + n2) on the mean-removed data gives the BLA; its poles
    and its zeros (the roots of the transfer function's numerator; surplus zeros of largest modulus,
@@ -23,7 +23,7 @@ poles and zeros are those of G (G1 G2). :func:`bla_initialise`:
    the model from rest) gives theta: each block's poles as second-order sections, its output row by
    matching its impulse response (exact: same poles), f's coefficients.
 
-Returns a :class:`BLAInit` with the model (``scale`` set), theta, and the table of all splits.
+Returns a `BLAInit` with the model (``scale`` set), theta, and the table of all splits.
 """
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ class SplitFit:
 
 @dataclass
 class BLAInit:
-    """Outcome of :func:`bla_initialise`: ``model`` (the factory's, with ``scale`` set), ``theta``
-    (dict), ``table`` (list of :class:`SplitFit`, best first), ``bla`` (the N4SID result), ``x0``
+    """Outcome of `bla_initialise`: ``model`` (the factory's, with ``scale`` set), ``theta``
+    (dict), ``table`` (list of `SplitFit`, best first), ``bla`` (the N4SID result), ``x0``
     (B, nx) zeros: the least squares simulate from rest, so refine from there,
     ``cc.refine_output_error(init.model, init.theta, data, x0=init.x0)`` (the default x0 estimate
     under the rough initial model can start a poorer local minimum: on the swapped
@@ -229,12 +229,12 @@ def bla_initialise(kind: str, data: cc.Trajectories, n1: int, n2: int = 0, *, fe
     Parameters
     ----------
     kind : ``"wiener"``, ``"hammerstein"`` or ``"wiener_hammerstein"``.
-    data : :class:`~ceem_casadi.Trajectories` with one input and one output (NaN outputs skipped
+    data : Trajectories with one input and one output (NaN outputs skipped
         in the least squares).
     n1, n2 : block orders (Wiener / Hammerstein: ``n1`` only).
     feedthrough : the factory's (a bool; a pair for Wiener-Hammerstein); default the factory's.
     nonlinearity, degree, hidden, seed : the factory's (``seed`` also draws the fixed hidden layer
-        of ``"mlp"``, see :func:`_hidden_layer`; its output layer gets a ridge of 1e-6 of the mean
+        of ``"mlp"``, see `_hidden_layer`; its output layer gets a ridge of 1e-6 of the mean
         diagonal of the normal equations).
     skip : samples left out at the start of every trajectory (default ``min(10 n, T_min // 4)``).
     max_splits : refuse to try more splits than this (the count grows combinatorially with n).

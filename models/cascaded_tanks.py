@@ -64,7 +64,7 @@ def smooth_sqrt(h, eps: float = _EPS_SQRT):
 
 def smooth_power(h, e, eps: float = _EPS_SQRT):
     """(eps * softplus(h / eps))**e: equals h**e for h >> eps, smooth and > 0 everywhere (e = 0.5:
-    :func:`smooth_sqrt`)."""
+    `smooth_sqrt`)."""
     return ca.exp(e * ca.log(eps * _softplus(h / eps)))
 
 
@@ -120,7 +120,7 @@ def default_theta() -> dict:
 
 
 def initial_theta(est, lin) -> dict:
-    """Physical initial guess from the estimation split ``est`` (a :class:`ceem_casadi.BenchmarkSplit`)
+    """Physical initial guess from the estimation split ``est`` (a `ceem_casadi.BenchmarkSplit`)
     and an order-2 linear model ``lin`` (N4SID result): Torricelli coefficients from the two time
     constants, pump gain from the mean mass balance, overflow levels at the largest measured level
     (docs/results_real.md, "Initial guess from data")."""
@@ -140,11 +140,11 @@ def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), meas
                    substeps: int = 4, free_c1: bool = False, free_b: bool = True, free_u0: bool = True,
                    pump: str = "deadzone", dt: float = TS, free_exponents: bool = False,
                    sensor_curvature: bool = False, jet: bool = False) -> cc.StateSpaceModel:
-    """The gray-box tanks model as a :class:`ceem_casadi.StateSpaceModel` (nx=2, nu=1, ny=1).
+    """The gray-box tanks model as a `ceem_casadi.StateSpaceModel` (nx=2, nu=1, ny=1).
 
     Parameters
     ----------
-    theta0 : initial values (defaults: :func:`default_theta`), clipped into :data:`BOUNDS`.
+    theta0 : initial values (defaults: `default_theta`), clipped into `BOUNDS`.
     process_std : (2,) process-noise std per sample of (h1, h2), volts (CE-EM weights).
     measurement_std : sensor noise std, volts.
     substeps : RK4 steps per sample of ``dt`` seconds.
@@ -158,7 +158,7 @@ def cascaded_tanks(theta0: dict | None = None, *, process_std=(0.01, 0.01), meas
     sensor_curvature : estimate the quadratic sensor term c2 (else 0).
     jet : estimate the jet term cj of the output (else 0).
     The defaults are the model of the earlier docs/results_real.md (11 parameters); each switch adds
-    its parameters (bounds :data:`EXTRA_BOUNDS`, initial values from ``theta0`` else :data:`NEUTRAL`,
+    its parameters (bounds `EXTRA_BOUNDS`, initial values from ``theta0`` else `NEUTRAL`,
     where the model equals the default one). Entries of ``theta0`` the model does not have are ignored.
     """
     th = {**default_theta(), **NEUTRAL}

@@ -23,7 +23,7 @@ __all__ = ["batch_functions", "heli_model", "linear_theta"]
 def batch_functions(head: MLP):
     """``(step, observe)`` of the NL model for samples as columns: X (nx, B), U (nu, B) and the
     parameter namespace ``p`` -> (nx, B) / (ny, B). The same functions define the model (one
-    column); :class:`ceem_casadi.learner_adam.AdamLearner` takes them as matrix-valued
+    column); `ceem_casadi.learning.AdamLearner` takes them as matrix-valued
     expressions (28x faster per mini-batch gradient than ``model.g.map``)."""
     def step(x, u, p):
         return ca.mtimes(p.A, x) + ca.mtimes(p.B, u)

@@ -11,7 +11,7 @@ Timed separately (seconds, JSON):
   per trajectory mean/max and total), at the parameters after one learning step, warm-started
   at the previous states (``smoothing_first``: the first E-step from the EKF + RTS states, which
   are already optimal for the linear warm start; solver build there);
-- ``learning_adam``: the M-step by :class:`ceem_casadi.learner_adam.AdamLearner` (``--adam-epochs``
+- ``learning_adam``: the M-step by `ceem_casadi.learning.AdamLearner` (``--adam-epochs``
   passes of mini-batches of 512 over all 233,000 samples, paper learning rates);
 - ``learning_ipopt``: the generic IPOPT learner (limited-memory Hessian) on ``--ipopt-traj``
   trajectories for ``--ipopt-iters`` iterations, with the per-iteration time extrapolated

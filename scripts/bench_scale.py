@@ -90,7 +90,7 @@ RHO = 0.5  # heli: rho_x = rho_theta of the paper's helicopter experiment
 
 
 def per_iteration(stats: list[dict], iters: int) -> list[dict]:
-    """Group a fit's :class:`Sharded` stats into EM iterations (smooth, learn, J each)."""
+    """Group a fit's `Sharded` stats into EM iterations (smooth, learn, J each)."""
     steps = [s for s in stats if s["kind"] in ("smooth", "learn", "J")][1:]  # drop the initial J
     rows = []
     for k in range(iters):
@@ -209,7 +209,7 @@ def part_c(rows: list[dict], predict_workers=(16, 64)) -> dict:
 
 
 def markdown(res: dict) -> str:
-    """The (b) and (c) tables of ``res`` (as written by :func:`main`) in Markdown."""
+    """The (b) and (c) tables of ``res`` (as written by `main`) in Markdown."""
     lines = []
     if res.get("part_b"):
         lines += ["| model | B | workers | s / iteration | speedup | smoothing (slowest shard) | learning: rounds, "

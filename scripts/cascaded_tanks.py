@@ -8,7 +8,7 @@ Steps
 -----
 1. **N4SID** (order given by ``--n4sid-order``, block horizon 10): linear baseline; its test initial
    state is the least-squares state fitting the first 5 test samples.
-2. **Initial guess from data** (documented in :func:`models.cascaded_tanks.initial_theta`): sensor offset 0 and gain 1, both
+2. **Initial guess from data** (documented in `models.cascaded_tanks.initial_theta`): sensor offset 0 and gain 1, both
    overflow levels at the largest measured level (the sensor saturates when the lower tank is full),
    Torricelli coefficients ``a1 = a2 = 2 sqrt(mean y) / sqrt(tau1 tau2)`` from the two time constants
    ``tau_i = -Ts / ln|lambda_i|`` of the order-2 N4SID model (linearised tank: ``tau = 2 sqrt(h) / a``),
@@ -18,15 +18,15 @@ Steps
    process-noise std in ``--process-std`` (default 0.003, 0.01, 0.03 V per sample); the fit with the
    lowest free-run simulation RMS on the ESTIMATION data is kept (the test split is never used to choose).
 4. **Refinement** (optional, ``--no-refine`` skips it): single-shooting simulation-error least squares
-   over the free parameters and the estimation initial state (:func:`ceem_casadi.refine_output_error`,
+   over the free parameters and the estimation initial state (`ceem_casadi.refine_output_error`,
    IPOPT with bounds, Gauss-Newton Hessian of the CasADi simulation), started from the CE-EM estimate,
-   once per structure of ``--refine-structures`` (:data:`STRUCTURES`: the CE-EM model, and the
+   once per structure of ``--refine-structures`` (`STRUCTURES`: the CE-EM model, and the
    "extended" one with free outflow exponents, a quadratic sensor term and the water-jet output term,
    whose new terms start neutral); the structure with the lowest AIC
    ``T ln(rms_est**2) + 2 (free parameters + 2 initial levels)`` on the ESTIMATION data is selected.
-Initial states on the test split come from :func:`ceem_casadi.estimate_initial_state` on the first
-5 samples (grid of starts over the hidden upper level, :func:`upper_level_starts`), free runs from
-:func:`ceem_casadi.simulate_output`.
+Initial states on the test split come from `ceem_casadi.estimate_initial_state` on the first
+5 samples (grid of starts over the hidden upper level, `upper_level_starts`), free runs from
+`ceem_casadi.simulate_output`.
 The test metric is reported after every stage; the JSON keeps all of them.
 
 Run: ``python -m scripts.cascaded_tanks [--out DIR] [--smoke]``.
@@ -61,7 +61,7 @@ PUBLISHED = [("LTI state space", 0.588), ("pNARX", 0.413), ("LSTM", 0.490), ("PN
 
 # --------------------------------------------------------------------------------------------------
 def upper_level_starts(theta, y0: float) -> np.ndarray:
-    """Candidate initial states (12, 2) for :func:`ceem_casadi.estimate_initial_state`: the lower
+    """Candidate initial states (12, 2) for `ceem_casadi.estimate_initial_state`: the lower
     level from the sensor map of the first output ``y0``, the hidden upper level on a grid over
     [0, h1max] plus its steady-state value for that lower level."""
     h2 = (y0 - theta["c0"]) / theta["c1"]

@@ -1,7 +1,7 @@
 """Convert the processed helicopter folder (``split_normalized``) into one plain ``.npz``.
 
 Reads every ``{train,valid,test}/*.pt`` (``(time, data (T, 19), controls (T, 4))``, torch zip or
-legacy format) and ``statistics.pt`` with :mod:`ceem_casadi.io.torchfile`, which never executes
+legacy format) and ``statistics.pt`` with `ceem_casadi.io.torchfile`, which never executes
 pickled code (a file that tries is refused with ``UnsafePickleError``). Output arrays
 (``allow_pickle=False``): ``{split}_y`` (N, T, 6) = data[:, -6:], ``{split}_u`` (N, T, 10) =
 controls + data[:, 7:13] (normalised), ``{split}_files``; ``y_mean``, ``y_std`` (6,), ``u_mean``,

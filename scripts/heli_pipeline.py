@@ -6,13 +6,13 @@ and every output is labelled synthetic.
 
 Models (normalised units; the paper's appendix):
 - naive: MLP 10 -> 8 x 32 tanh -> 6 on u_t; H25: the same on u_{t-24:t} (250 inputs); Adam with
-  harmonic decay, mini-batch 512 (CasADi gradients, :mod:`ceem_casadi.nn`).
+  harmonic decay, mini-batch 512 (CasADi gradients, `ceem_casadi.model._nn`).
 - SID: N4SID (nx = 10) on the naive model's residuals, on ``--sid-subsets`` random subsets of
   ``--sid-size`` training trajectories (paper: 10 x 100); reported as the distribution.
 - NL: x+ = A x + B u, y~ = C x + D u + MLP(x, u) (2 x 32 tanh) fitted by CE-EM with
   sigma_w = sigma_v = 1, rho_x = rho_theta = 0.5, warm-started from the SID fit with the best
   validation RMSE. Learning step (``--nl-learner``): ``adam`` (default, as the paper: mini-batch
-  Adam, lr 5e-4 dynamics / 1e-3 observation, :mod:`ceem_casadi.learner_adam`) or ``ipopt`` (the
+  Adam, lr 5e-4 dynamics / 1e-3 observation, `ceem_casadi.learning._adam`) or ``ipopt`` (the
   generic learner with a limited-memory Hessian; too slow at the full size).
 - LSTM: 2 layers of 32 on the naive residuals with input u (the authors' code): trained on
   windows of 25 steps with zero initial state (Adam on CasADi gradients, loss over all steps of

@@ -3,7 +3,7 @@
 Writes ``<out>/split_normalized/{train,valid,test}/*.pt`` (each a ``torch.save`` tuple
 ``(time (T,), data (T, 19), controls (T, 4))``, already normalised) and
 ``<out>/split_normalized/statistics.pt`` = ``(data_mean (19,), data_std (19,), controls_mean (4,),
-controls_std (4,))``, with :mod:`ceem_casadi.io.torchfile` (no torch). THIS IS NOT HELICOPTER DATA:
+controls_std (4,))``, with `ceem_casadi.io.torchfile` (no torch). THIS IS NOT HELICOPTER DATA:
 it is a simulated system with the same layout (50 Hz, 19 data columns, 4 controls; target = the
 last 6 columns, inputs = controls + data[:, 7:13]) whose targets depend on the inputs through a
 static nonlinearity AND on 4 hidden states with their own slow dynamics (driven by the inputs),

@@ -11,7 +11,7 @@ Problems (both simulated with process noise ``sigma_w`` on every state and measu
   x2 hidden; B = 2 trajectories of T = 128 with the generator's x1 prior; initial guess 10 % off.
   Nominal process std 0.1.
 
-For each problem, true ``sigma_w`` and seed, :func:`ceem_casadi.calibrate_noise` runs over the
+For each problem, true ``sigma_w`` and seed, `ceem_casadi.calibrate_noise` runs over the
 grid ``nominal * logspace(-2, 1, 13)`` (3 decades, a factor 1.78 apart) with each criterion; the
 table reports, per problem / truth / criterion, how often the chosen std is within a factor 3
 (and within one grid step, a factor 1.78) of the truth, and the median chosen/true ratio.

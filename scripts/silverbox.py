@@ -12,11 +12,11 @@ its first 32,000 samples, no extrapolation).
    independent per segment; the learning NLP sees all of them), model sigma_w small against
    sigma_v (``--process-std``, ``--measurement-std``) so that the smoothed states follow the model.
 4. Optional simulation-error refinement (default on, ``--no-refine`` skips it):
-   :func:`ceem_casadi.refine_output_error`, single shooting over the first ``--refine-samples``
+   `ceem_casadi.refine_output_error`, single shooting over the first ``--refine-samples``
    training samples, from the CE-EM estimate. Both the CE-EM-only and the refined numbers are reported.
-Initial states of the test records: :func:`ceem_casadi.estimate_initial_state` on the first 50
-samples; free runs: :func:`ceem_casadi.simulate_output` (also for the N4SID baseline, through
-:meth:`~ceem_casadi.baselines.n4sid.N4SIDResult.to_model`).
+Initial states of the test records: `ceem_casadi.estimate_initial_state` on the first 50
+samples; free runs: `ceem_casadi.simulate_output` (also for the N4SID baseline, through
+`to_model`).
 
 Output (``--out DIR``): ``results.json``, ``table.md`` (beside the published results),
 ``test_multisine.png`` (measured vs simulated test output and the error).
@@ -43,7 +43,7 @@ TESTS = ("test_multisine", "test_arrow_full", "test_arrow_no_extrapolation")
 
 def test_rms(model, p, split) -> tuple[float, np.ndarray]:
     """Simulation RMS in mV after the init window and the simulated output (T, 1); x0 from the
-    first ``init_window`` samples only (:func:`ceem_casadi.estimate_initial_state`)."""
+    first ``init_window`` samples only (`ceem_casadi.estimate_initial_state`)."""
     y, u, w = split.y, split.u, split.init_window
     x0 = cc.estimate_initial_state(model, y[:w], p, u=u[:w], window=w, x_init=np.r_[y[0, 0], 0.0])
     yhat = cc.simulate_output(model, p, u, x0)
@@ -51,7 +51,7 @@ def test_rms(model, p, split) -> tuple[float, np.ndarray]:
 
 
 def refine(model, p0, y, u, shooting=None, max_iter: int = 100) -> np.ndarray:
-    """Output-error refinement (:func:`ceem_casadi.refine_output_error`) of the parameters and x0
+    """Output-error refinement (`ceem_casadi.refine_output_error`) of the parameters and x0
     on one training record from ``p0`` (single shooting, or multiple shooting every ``shooting``
     samples); returns the flat parameter vector."""
     theta = model.params.from_vector(np.clip(p0, model.params.lower, model.params.upper))

@@ -65,5 +65,5 @@ class LinearGaussian:
 
 @pytest.fixture
 def lg():
-    """The :class:`LinearGaussian` helpers (``lg.system(seed)``, ``lg.model(sys)``, ``lg.with_nans(y)``)."""
+    """The `LinearGaussian` helpers (``lg.system(seed)``, ``lg.model(sys)``, ``lg.with_nans(y)``)."""
     return LinearGaussian

@@ -16,7 +16,7 @@ from models import lorenz
 
 
 class InProcessShards:
-    """The engine interface of :class:`RemoteLearner`, with the shards' tasks run in this process."""
+    """The engine interface of `RemoteLearner`, with the shards' tasks run in this process."""
 
     def __init__(self, model, data, options, n_shards):
         self.data, self.index = data, shard_index(data.lengths, n_shards)
@@ -91,7 +91,7 @@ def test_split_sums_are_exact_for_any_split():
 
 @pytest.mark.parametrize("gradient, hessian", [("rows", True), ("summed", False), ("none", False)])
 def test_stage_terms_of_a_chunked_learner_equal_the_plain_layout(problem, monkeypatch, gradient, hessian):
-    """Shards of long records use the chunk-major learner layout (:mod:`ceem_casadi.learner_chunks`,
+    """Shards of long records use the chunk-major learner layout (`ceem_casadi.learning._chunks`,
     e.g. Lorenz B = 256, T = 500: 64k stages per shard of two); their per-stage terms must sum to
     the plain layout's (padding stages add exact zeros). Fails when ``Learner.stage_terms_function``
     maps the stage Functions over the plain columns (``over_stages``) in the chunked layout."""

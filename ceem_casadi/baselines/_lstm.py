@@ -89,7 +89,7 @@ class LSTM:
         return theta
 
     def params(self, rng: np.random.Generator, **kwargs) -> list[Param]:
-        """:class:`~ceem_casadi.Param` objects initialised by :meth:`init`.
+        """[`Param`][ceem_casadi.Param] objects initialised by [`init`][ceem_casadi.baselines.LSTM.init].
 
         Parameters
         ----------
@@ -154,7 +154,7 @@ def sequence_loss_factory(net: LSTM, params: Parameters, L: int):
     Returns
     -------
     callable
-        ``B -> casadi.Function(w, U (L*n_in, B), Y (L*n_out, B)) -> mse`` (for :func:`ceem_casadi.nn.adam`).
+        ``B -> casadi.Function(w, U (L*n_in, B), Y (L*n_out, B)) -> mse`` (for `ceem_casadi.model._nn.adam`).
     """
     def make(B):
         w = ca.MX.sym("w", params.size)

@@ -1,4 +1,4 @@
-"""The identified linear model of :func:`~ceem_casadi.baselines.n4sid`."""
+"""The identified linear model of [`n4sid`][ceem_casadi.baselines.n4sid]."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -11,7 +11,7 @@ from ..errors import ShapeError
 
 @dataclass
 class N4SIDResult:
-    """Identified linear model (see :mod:`ceem_casadi.baselines.n4sid` for the equations).
+    """Identified linear model (see `ceem_casadi.baselines._n4sid` for the equations).
 
     Attributes
     ----------
@@ -21,7 +21,7 @@ class N4SIDResult:
         (nx, nx), (ny, ny), (nx, ny) noise covariances of the residuals of the estimated
         (Kalman-filter) state sequences, as in Van Overschee & De Moor: they describe the
         innovation model, so R is close to the innovation covariance (measurement noise plus
-        state uncertainty), not to the measurement noise alone (see :meth:`kalman_gain`).
+        state uncertainty), not to the measurement noise alone (see [`kalman_gain`][ceem_casadi.baselines.N4SIDResult.kalman_gain]).
     x0 : list of numpy.ndarray
         One (nx,) initial state per trajectory (the state at the first sample).
     singular_values : numpy.ndarray
@@ -119,7 +119,7 @@ class N4SIDResult:
         return K, 0.5 * (Re + Re.T)
 
     def to_model(self, process_std=None, measurement_std=None, free=True, *, name: str = "n4sid"):
-        """A :class:`~ceem_casadi.StateSpaceModel` ``x+ = A x + B u``, ``y = C x + D u`` and its theta.
+        """A [`StateSpaceModel`][ceem_casadi.StateSpaceModel] ``x+ = A x + B u``, ``y = C x + D u`` and its theta.
 
         The matrices are parameters named ``"A"``, ``"B"``, ``"C"``, ``"D"``, initialised at the
         identified values, e.g. to warm-start CE-EM; ``dt`` is carried over.

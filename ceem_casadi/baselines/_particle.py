@@ -19,7 +19,7 @@ is triggered when the effective sample size falls below ``ess_threshold * N``. N
 **Smoother.** FFBSi (Godsill, Doucet & West 2004) draws ``Ns`` trajectories backwards with
 weights ``w[t]^i N(x*[t+1]; f(x[t]^i), Q)``: O(N Ns) per step, vectorised.
 
-Particle EM (the SAEM M-step on these samples) is :mod:`ceem_casadi.baselines.saem`.
+Particle EM (the SAEM M-step on these samples) is `ceem_casadi.baselines._saem`.
 """
 from __future__ import annotations
 
@@ -205,7 +205,7 @@ def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x
                     proposal: str = "auto") -> ParticleFilterResult:
     """Run the particle filter on one trajectory (see the module docstring).
 
-    For repeated calls build a :class:`ParticleFilter` once.
+    For repeated calls build a `ParticleFilter` once.
 
     Parameters
     ----------

@@ -1,9 +1,9 @@
-"""Particle EM: the particle filter and FFBSi E-step of :mod:`ceem_casadi.baselines.particle`
+"""Particle EM: the particle filter and FFBSi E-step of `ceem_casadi.baselines._particle`
 with an SAEM M-step (the baseline of section 4.1.2 of the CE-EM paper).
 
 **M-step (SAEM, Delyon, Lavielle & Moulines 1999).** The SAEM objective after iteration k is
 ``Q_k(theta) = sum_i gamma_i prod_{j>i} (1 - gamma_j) (1/Ns) sum_s log p(x^(i,s), y | theta)``.
-It is maximised with the CE-EM learning NLP (:class:`~ceem_casadi.learner.Learner`), built
+It is maximised with the CE-EM learning NLP ([`Learner`][ceem_casadi.learning.Learner]), built
 once on a fixed memory window of the last ``memory`` iterations' samples, each sampled
 trajectory weighted by its SAEM weight (weights renormalised to sum to one per data
 trajectory over the window; the truncation drops at most ``prod (1 - gamma_j)`` of the mass).
@@ -145,7 +145,7 @@ class ParticleEMRecord:
 
 @dataclass
 class ParticleEMResult:
-    """Outcome of :func:`particle_em`.
+    """Outcome of [`particle_em`][ceem_casadi.baselines.particle_em].
 
     Attributes
     ----------
@@ -225,7 +225,7 @@ def particle_em(model, data: Trajectories, theta0: Theta, *,
     seed : int or numpy.random.Generator
         All random draws.
     callback : callable, optional
-        Called with each :class:`ParticleEMRecord`; returning True stops the loop.
+        Called with each [`ParticleEMRecord`][ceem_casadi.baselines.ParticleEMRecord]; returning True stops the loop.
 
     Returns
     -------

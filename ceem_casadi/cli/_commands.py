@@ -1,10 +1,10 @@
 """Bodies of the CLI subcommands that use a model: ``evaluate``, ``simulate``, ``smooth``, ``codegen``
 and ``plot``, and the initial-state rule shared by ``evaluate`` and ``plot`` (argument parsing:
-:mod:`ceem_casadi.cli`; validation helpers: :mod:`ceem_casadi.cli_inputs`; the commands that fit:
-:mod:`ceem_casadi.cli_fit`).
+`ceem_casadi.cli`; validation helpers: `ceem_casadi.cli._inputs`; the commands that fit:
+`ceem_casadi.cli._fit`).
 
-Exit codes as in :mod:`ceem_casadi.cli`: 0 success, 2 bad input
-(:class:`~ceem_casadi.cli_inputs.UsageError`).
+Exit codes as in `ceem_casadi.cli`: 0 success, 2 bad input
+(`UsageError`).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ ESTIMATE = "estimate"
 
 
 def default_x0_window(model, lengths) -> int:
-    """The window of :func:`~ceem_casadi.validation_report`: ``min(T_min - 1, max(10 nx, 2))``."""
+    """The window of [`validation_report`][ceem_casadi.validation_report]: ``min(T_min - 1, max(10 nx, 2))``."""
     return int(min(min(lengths) - 1, max(10 * model.nx, 2)))
 
 
@@ -31,7 +31,7 @@ def initial_states_cli(model, theta_vec, data, x0_arg=None, window=None):
 
     ``--x0 JSON`` is used as given; ``--x0 estimate``, ``--x0-window N``, or a model without
     ``x1_mean`` estimate every trajectory's x0 from its first N samples
-    (:func:`~ceem_casadi.estimate_initial_state`, N default ``min(T_min - 1, 10 nx)``); else the
+    ([`estimate_initial_state`][ceem_casadi.estimate_initial_state], N default ``min(T_min - 1, 10 nx)``); else the
     model's ``x1_mean``."""
     from ..workflow._initial_state import estimate_initial_state
 

@@ -1,10 +1,10 @@
 """Inputs of the command line interface, validated at the boundary.
 
 Every value that comes from a user (flags, JSON, TOML, data files) is checked here and a bad one
-raises :class:`UsageError`: one line saying what was expected, what was given and which flag
+raises `UsageError`: one line saying what was expected, what was given and which flag
 fixes it; the CLI turns it into exit code 2. The readers of trajectory tables (CSV/Parquet/npz)
-live in :mod:`ceem_casadi.io.trajectories` (their :class:`~ceem_casadi.io.DataFileError` is a
-:class:`~ceem_casadi.errors.CeemError`, also exit code 2).
+live in `ceem_casadi.io._readers` (their [`DataFileError`][ceem_casadi.io.DataFileError] is a
+[`CeemError`][ceem_casadi.CeemError], also exit code 2).
 """
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def writable(path, what: str, directory: bool = False) -> Path:
 
 
 def load_data(paths, model, *, outputs=None, inputs=None, trajectory_column=None):
-    """(Trajectories, description) of the ``--data`` files: :func:`~ceem_casadi.io.read_trajectories`."""
+    """(Trajectories, description) of the ``--data`` files: [`read_trajectories`][ceem_casadi.io.read_trajectories]."""
     return read_trajectories(paths, model, outputs=outputs, inputs=inputs, trajectory_column=trajectory_column,
                              describe=True)
 
@@ -180,7 +180,7 @@ FLAG_MAP = {"max_iters": ("ceem", "max_iters"), "tol": ("ceem", "tol"), "acceler
 
 def build_options(config: str | None, args):
     """CEEMOptions from a TOML file (top-level CEEMOptions keys, tables [smoother] and [learner])
-    overridden by command line flags, through :meth:`CEEMOptions.from_mapping` (types checked)."""
+    overridden by command line flags, through [`CEEMOptions.from_mapping`][ceem_casadi.CEEMOptions.from_mapping] (types checked)."""
     from ..em._options import CEEMOptions
 
     raw: dict = {}

@@ -3,8 +3,8 @@
 Exit codes: 0 success; 1 the fit did not converge (results are still written); 2 bad input (a
 one-line message on stderr, no traceback); 130 interrupted (the last checkpoint is kept).
 See ``docs/usage_cli.md`` and ``ceem-casadi <command> --help``. This module builds the parser and maps errors
-to exit codes; the command bodies live in :mod:`ceem_casadi.cli_fit` (fit, refine, calibrate-noise)
-and :mod:`ceem_casadi.cli_commands` (evaluate, simulate, smooth, codegen, plot).
+to exit codes; the command bodies live in `ceem_casadi.cli._fit` (fit, refine, calibrate-noise)
+and `ceem_casadi.cli._commands` (evaluate, simulate, smooth, codegen, plot).
 """
 from __future__ import annotations
 
@@ -188,6 +188,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run the ``ceem-casadi`` command line (the console script and ``python -m ceem_casadi.cli``).
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments after the program name; default ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        The exit status: 0 success; 1 the fit did not converge (results are still written); 2 bad
+        input (a one-line message on stderr, no traceback); 130 interrupted.
+
+    Examples
+    --------
+    A model reference that is neither ``package.module:factory`` nor ``file.py:factory`` is bad
+    input (exit status 2, the reason on stderr):
+
+    >>> from ceem_casadi.cli import main
+    >>> main(["evaluate", "--model", "missing.ceem.json", "--data", "missing.csv"])
+    2
+    """
     if os.getcwd() not in sys.path and "" not in sys.path:  # as 'python -m': models importable from cwd
         sys.path.insert(0, os.getcwd())
     parser = build_parser()

@@ -1,13 +1,13 @@
 """C code generation of the EKF predictor of an identified model.
 
-:func:`generate_ekf` writes a self-contained C99 source and header (libm only, no dynamic
+[`generate_ekf`][ceem_casadi.generate_ekf] writes a self-contained C99 source and header (libm only, no dynamic
 allocation) with
 
 * ``<name>_init(mem, x, P)``: defaults (theta, Q, R) into the work struct, initial ``x``/``P``;
 * ``<name>_set_theta(mem, theta)``: new parameters (only when generated with
   ``theta_as_argument=True``; otherwise theta is folded into the model code as constants);
 * ``<name>_step(mem, x, P, u, y, y_pred, x_out, P_out)``: one step of the EKF of
-  :mod:`ceem_casadi.filtering.ekf` -- ``y_pred = g(x)`` (before the correction), Joseph-form
+  `ceem_casadi.filtering._ekf` -- ``y_pred = g(x)`` (before the correction), Joseph-form
   correction with the observed (non-NaN) entries of ``y``, then ``x_out = f(x_filt)``,
   ``P_out = A P_filt A^T + Q``.
 
@@ -112,14 +112,14 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
 
     Parameters
     ----------
-    model : :class:`~ceem_casadi.StateSpaceModel`.
+    model : StateSpaceModel.
     theta : theta dict or flat vector (np,): the identified parameters (defaults in the C code).
     out_dir : folder (created if needed).
     name : C identifier prefix of every generated symbol and file name.
     x0 : (nx,) initial state; default ``model.noise.x1_mean`` or zeros.
     P0, Q, R : initial state, process and measurement covariances (scalars, diagonals or
         matrices); defaults ``x1_std**2`` (else ``process_std**2``), ``process_std**2``,
-        ``measurement_std**2`` (as in :func:`ceem_casadi.metrics.validation_report`).
+        ``measurement_std**2`` (as in [`ceem_casadi.validation_report`][ceem_casadi.validation_report]).
     theta_as_argument : keep theta a run-time argument (``<name>_set_theta``) instead of
         folding it into the code.
     example : also write the example program ``<name>_main.c``.

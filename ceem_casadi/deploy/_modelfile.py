@@ -11,14 +11,14 @@ A model file is a NumPy ``.npz`` archive (a zip of ``.npy`` arrays, read with
 * ``theta``: the flat parameter vector; ``noise/<field>``: noise arrays; ``extra/<name>``:
   user arrays (e.g. initial states);
 * ``sx/f/*``, ``sx/g/*`` (and ``sx/rhs/*``): the model functions as plain expression graphs
-  (:mod:`ceem_casadi.sxgraph`: instruction rows of elementary operations on x, u, p).
+  (`ceem_casadi.model._sxgraph`: instruction rows of elementary operations on x, u, p).
 
 The JSON holds ``sha256``, the SHA-256 over the canonical JSON (without that field) and every
 array's name, dtype, shape and bytes: a corrupted or edited file is refused with
-:class:`ModelFileError`. The digest protects against corruption and accidental edits, not
+[`ModelFileError`][ceem_casadi.deploy.ModelFileError]. The digest protects against corruption and accidental edits, not
 against a forger who recomputes it.
 
-Trust model: by default :func:`load_model` runs no code from the file. It rebuilds the model
+Trust model: by default [`load_model`][ceem_casadi.load_model] runs no code from the file. It rebuilds the model
 from the stored expression graphs (a whitelist of arithmetic operations; calls to other
 Functions, CasADi's own deserialiser, ``External`` libraries and imports are never used), so
 a crafted file can at worst give a wrong model, not run a command. The factory named in the
@@ -89,7 +89,7 @@ class SavedModel:
 
     @property
     def history(self) -> list:
-        """The fit's iteration records, as dicts of :class:`~ceem_casadi.IterationRecord` fields."""
+        """The fit's iteration records, as dicts of [`IterationRecord`][ceem_casadi.em.IterationRecord] fields."""
         return [record_dict(h) for h in self.meta.get("history", [])]
 
     def predict(self, y, u=None, *, x0=None, Sigma0=None, Q=None, R=None, engine: str = "python"):
@@ -107,7 +107,7 @@ class SavedModel:
             Covariances; default ``x1_std**2`` (else ``process_std**2``), ``process_std**2``,
             ``measurement_std**2``.
         engine : str
-            ``"python"`` or ``"casadi"`` (see :class:`~ceem_casadi.filtering.EKF`).
+            ``"python"`` or ``"casadi"`` (see [`EKF`][ceem_casadi.filtering.EKF]).
 
         Returns
         -------
@@ -145,7 +145,7 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
     kwargs : dict, optional
         The factory's keyword arguments (JSON types).
     options : dataclass or dict, optional
-        Fit options (e.g. a :class:`~ceem_casadi.CEEMOptions`).
+        Fit options (e.g. a [`CEEMOptions`][ceem_casadi.CEEMOptions]).
     data : dict, optional
         Description of the training data (JSON types: files, columns, lengths, dt, ...).
     history : list of IterationRecord or dict, optional
@@ -220,7 +220,7 @@ def _same_function(a: ca.Function, b: ca.Function, nx: int, nu: int, n_p: int, t
 
 
 def _param_spec(params) -> list[dict]:
-    """JSON-able declarations of a :class:`~ceem_casadi.Parameters` (values, bounds, masks, priors)."""
+    """JSON-able declarations of a [`Parameters`][ceem_casadi.Parameters] (values, bounds, masks, priors)."""
     keys = ("value", "lower", "upper", "free", "prior_mean", "prior_std")
     return [{"name": p.name, "shape": list(p.shape), **{k: to_jsonable(p.array(k)) for k in keys}} for p in params]
 
@@ -268,11 +268,11 @@ def _model_from_graphs(path, meta: dict, arrays: dict, noise, theta_vec):
 
 def load_model(path, *, trust_source: bool = False, check_source: bool = True, rebuild: bool | None = None
                ) -> SavedModel:
-    """Read a model file written by :func:`save_model` (integrity-checked).
+    """Read a model file written by [`save_model`][ceem_casadi.save_model] (integrity-checked).
 
     By default nothing in the file is executed: the model is rebuilt from the stored expression
-    graphs (:mod:`ceem_casadi.sxgraph`), with the stored parameter declarations and noise. The
-    result is a full :class:`~ceem_casadi.StateSpaceModel` (fit again, smooth, predict, codegen).
+    graphs (`ceem_casadi.model._sxgraph`), with the stored parameter declarations and noise. The
+    result is a full [`StateSpaceModel`][ceem_casadi.StateSpaceModel] (fit again, smooth, predict, codegen).
 
     Parameters
     ----------
@@ -284,7 +284,7 @@ def load_model(path, *, trust_source: bool = False, check_source: bool = True, r
         you made. Needed for files of format 1 (no stored expression graphs).
     check_source : bool
         With ``trust_source``, compare the factory's ``f``, ``g`` with the stored ones at random
-        points and raise :class:`ModelFileError` when the model source changed.
+        points and raise [`ModelFileError`][ceem_casadi.deploy.ModelFileError] when the model source changed.
     rebuild : bool, optional
         Deprecated; ``False`` is the default behaviour, ``True`` was replaced by
         ``trust_source=True``.

@@ -1,9 +1,9 @@
-"""The Dask engine of a distributed CE-EM fit (see :mod:`ceem_casadi.distributed`).
+"""The Dask engine of a distributed CE-EM fit (see `ceem_casadi.distributed`).
 
-Each shard is a Dask actor (:class:`~ceem_casadi._shard_tasks.ShardActor`) pinned to one worker:
+Each shard is a Dask actor (`ShardActor`) pinned to one worker:
 its data is sent there once per fit, its smoothing, J and learning calls run there, and its state
 trajectories stay there, numbered by version; the client holds only version numbers
-(:class:`~ceem_casadi.distributed.RemoteStates`).
+(`RemoteStates`).
 """
 from __future__ import annotations
 

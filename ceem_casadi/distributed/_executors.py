@@ -1,19 +1,19 @@
 """Distributed CE-EM: both steps on a Dask cluster, or the smoothing step on any executor.
 
 ``CEEMOptions(executor=...)`` takes a ``dask.distributed.Client``, a
-``concurrent.futures.Executor`` or a :class:`Sharded` wrapping either (to choose the number of
+``concurrent.futures.Executor`` or a [`Sharded`][ceem_casadi.Sharded] wrapping either (to choose the number of
 shards and read the per-step measurements). The trajectories are split into *shards* (groups
 balanced by length, one per worker thread by default):
 
 * **Smoothing**: one task per shard smooths its trajectories. Each worker builds the model's
   solvers once and keeps them across EM iterations in a cache keyed by the model's digest
-  (:mod:`ceem_casadi._shard_tasks`).
+  (`ceem_casadi.distributed._tasks`).
 * **Learning** (Dask only): the learner's IPOPT runs on the client; for every objective,
   gradient or Hessian it needs, each shard returns its data terms (cost, gradient, or the upper
   triangle of its exact or Gauss-Newton Hessian block) for its fixed states, the client sums them
   and adds the trust region and the prior. No worker ever ships all states.
 * **States** stay on the Dask workers between smoothing, learning and the evaluation of J: the
-  client holds futures (:class:`RemoteStates`) and fetches the arrays only when it needs them
+  client holds futures (`RemoteStates`) and fetches the arrays only when it needs them
   (a callback reading ``record.x``, the ``"newton"``/``"squarem"`` accelerations, the result).
 
 With a plain ``concurrent.futures.Executor`` (e.g. ``ProcessPoolExecutor``) the smoothing step is
@@ -42,7 +42,32 @@ def is_dask_client(obj) -> bool:
 
 
 def check_executor(executor) -> None:
-    """Raise TypeError unless ``executor`` is None or one of the supported kinds."""
+    """Raise TypeError unless ``executor`` is None or one of the supported kinds.
+
+    Parameters
+    ----------
+    executor : None, concurrent.futures.Executor, Sharded or dask.distributed.Client
+        What `ceem(..., options=CEEMOptions(executor=...))` would distribute the work with.
+
+    Returns
+    -------
+    None
+        Returns nothing when the executor is supported; raises `TypeError` (naming the type given
+        and the supported kinds) otherwise.
+
+    Examples
+    --------
+    >>> from concurrent.futures import ThreadPoolExecutor
+    >>> from ceem_casadi.distributed import check_executor
+    >>> check_executor(None)
+    >>> with ThreadPoolExecutor(1) as pool:
+    ...     check_executor(pool)
+    >>> try:
+    ...     check_executor("localhost:8786")
+    ... except TypeError as err:
+    ...     print(str(err)[:40])
+    executor must be None, a dask.distribute
+    """
     if executor is None or isinstance(executor, (Executor, Sharded)) or is_dask_client(executor):
         return
     raise TypeError(f"executor must be None, {SUPPORTED}; got {type(executor).__module__}."
@@ -81,14 +106,14 @@ class Sharded:
         self.executor, self.n_shards, self.stats = executor, n_shards, []
 
     def start(self, model, data, options, smoother):
-        """The engine of one fit (used by :func:`~ceem_casadi.ceem`)."""
+        """The engine of one fit (used by [`ceem`][ceem_casadi.ceem])."""
         if is_dask_client(self.executor):
             return DaskEngine(self, model, data, options)
         return ExecutorEngine(self, model, data, options, smoother)
 
 
 def start_engine(executor, model, data, options, smoother):
-    """The engine for ``CEEMOptions.executor`` (wrapped in a :class:`Sharded` unless it is one)."""
+    """The engine for ``CEEMOptions.executor`` (wrapped in a [`Sharded`][ceem_casadi.Sharded] unless it is one)."""
     sharded = executor if isinstance(executor, Sharded) else Sharded(executor)
     return sharded.start(model, data, options, smoother)
 

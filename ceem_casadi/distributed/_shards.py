@@ -19,7 +19,26 @@ from . import _tasks as tasks
 
 def shard_index(lengths, n_shards: int) -> list[list[int]]:
     """Trajectory indices of ``n_shards`` groups balanced by total length (longest first to the
-    lightest group; ties by index), each group in increasing order."""
+    lightest group; ties by index), each group in increasing order.
+
+    Parameters
+    ----------
+    lengths : sequence of int
+        Number of samples of each trajectory, shape (B,).
+    n_shards : int
+        Number of groups wanted; at most B groups are made (at least one).
+
+    Returns
+    -------
+    list of list of int
+        One list of trajectory indices per group, each sorted.
+
+    Examples
+    --------
+    >>> from ceem_casadi.distributed import shard_index
+    >>> shard_index([100, 10, 60, 50], 2)
+    [[0, 1], [2, 3]]
+    """
     n = max(1, min(int(n_shards), len(lengths)))
     groups, load = [[] for _ in range(n)], np.zeros(n)
     for b in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
@@ -71,8 +90,8 @@ class TrajectoryOutcome:
 
 
 class Smoothed(list):
-    """Per-trajectory :class:`TrajectoryOutcome` list of one smoothing step; ``xs`` holds the states
-    (a list of (T_b, nx) arrays or :class:`RemoteStates`)."""
+    """Per-trajectory `TrajectoryOutcome` list of one smoothing step; ``xs`` holds the states
+    (a list of (T_b, nx) arrays or `RemoteStates`)."""
 
     xs: Sequence = ()
 
@@ -103,7 +122,7 @@ def assemble(index, parts) -> list:
 
 
 def outcomes(index, summaries) -> Smoothed:
-    """Per-trajectory outcomes from the shards' :class:`~ceem_casadi._shard_tasks.ShardSummary`."""
+    """Per-trajectory outcomes from the shards' `ShardSummary`."""
     rows = [list(zip(s.status, s.finite, s.iterations, s.wall_s)) for s in summaries]
     return Smoothed(TrajectoryOutcome(*r) for r in assemble(index, rows))
 

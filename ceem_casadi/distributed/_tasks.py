@@ -1,11 +1,11 @@
-"""Tasks that run on the workers of a distributed CE-EM fit (see :mod:`ceem_casadi.distributed`).
+"""Tasks that run on the workers of a distributed CE-EM fit (see `ceem_casadi.distributed`).
 
 A *shard* is a group of trajectories handled by one task. Every function here is a plain module
 function of picklable arguments, so it runs on a Dask worker and in any
 ``concurrent.futures`` process or thread pool alike.
 
 Solvers are cached per worker thread in a module-level dict keyed by the model's digest: the
-model travels as pickled bytes (:class:`ModelSpec`) and is unpickled and its smoother and
+model travels as pickled bytes (`ModelSpec`) and is unpickled and its smoother and
 learners built only on a cache miss, so a worker builds them once and reuses them across EM
 iterations (and across fits of the same model). CasADi objects are not safe to share between
 threads, hence one cache entry per thread; builds are serialised by a lock.
@@ -119,7 +119,7 @@ def prepare(spec: ModelSpec, shard) -> tuple[str, float]:
 
 
 def smooth(spec: ModelSpec, theta_vec, shard, xs, remaining: float | None) -> ShardState:
-    """Smooth every trajectory of ``shard`` warm-started at ``xs`` (a list or a :class:`ShardState`);
+    """Smooth every trajectory of ``shard`` warm-started at ``xs`` (a list or a `ShardState`);
     ``remaining`` is the fit's time budget left (s) or None."""
     t0 = time.perf_counter()
     xs = xs.xs if isinstance(xs, ShardState) else xs
@@ -133,12 +133,12 @@ def smooth(spec: ModelSpec, theta_vec, shard, xs, remaining: float | None) -> Sh
 
 
 def states(state) -> list:
-    """The states of a :class:`ShardState` (or of a plain list)."""
+    """The states of a `ShardState` (or of a plain list)."""
     return state.xs if isinstance(state, ShardState) else state
 
 
 def log_density(spec: ModelSpec, theta_vec, shard, xs) -> float:
-    """The shard's part of J (all constants included), :func:`~ceem_casadi.objective.joint_log_density`."""
+    """The shard's part of J (all constants included), [`joint_log_density`][ceem_casadi.objective.joint_log_density]."""
     return joint_log_density(solvers(spec).smoother, np.asarray(theta_vec, float), shard, states(xs))
 
 
@@ -166,7 +166,7 @@ def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
     exact or Gauss-Newton as the learner's ``hessian``; ``"all"``: (cost, gradient, Hessian
     triangle or None for a limited-memory learner, seconds): one round trip per IPOPT iteration.
 
-    Costs, gradients and Hessians (except for ``"hess"``) come as :class:`~ceem_casadi._exact_sum.SplitSum`:
+    Costs, gradients and Hessians (except for ``"hess"``) come as `SplitSum`:
     exact sums of the per-stage terms (so the client's total does not depend on the sharding)
     while the per-stage rows number at most ``EXACT_SUM_ROWS``; beyond that the gradient and the
     Hessian are CasADi's sums (not ``exact``) and only the cost is exact.
@@ -176,8 +176,8 @@ def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
 
 
 def terms_of(learner, P, z, what: str):
-    """:func:`learning_terms` of a :class:`~ceem_casadi.learner.Learner` with NLP parameter ``P``
-    (seconds last); also the pieces of a long record (:mod:`ceem_casadi.learner_pieces`)."""
+    """`learning_terms` of a [`Learner`][ceem_casadi.learning.Learner] with NLP parameter ``P``
+    (seconds last); also the pieces of a long record (`ceem_casadi.learning._pieces`)."""
     t0 = time.perf_counter()
     solver = learner.solver
     z = np.asarray(z, float)

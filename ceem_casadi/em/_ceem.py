@@ -243,7 +243,7 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     x_init : list of numpy.ndarray, optional
         Initial state trajectories (T_b, nx); default: EKF + RTS smoother at ``theta0``.
     callback : callable, optional
-        Called with each :class:`IterationRecord`; return ``False`` to stop early.
+        Called with each [`IterationRecord`][ceem_casadi.em.IterationRecord]; return ``False`` to stop early.
     smoother, learner : Smoother, Learner, optional
         Prebuilt solvers to reuse across calls (same model and data shape).
 
@@ -266,13 +266,13 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
 
     With ``options.acceleration == "newton"`` the first iteration is a plain EM step; then each
     iteration tries a joint Gauss-Newton (Levenberg-Marquardt) step on (x, theta)
-    (:mod:`ceem_casadi.joint_gauss_newton`), kept only when it increases the objective (record
+    (`ceem_casadi.em._joint_gauss_newton`), kept only when it increases the objective (record
     kind ``"newton"``, its time in ``learn_s``), and falls back to a plain EM step otherwise.
     Convergence is always judged on a plain EM step, so the result is a fixed point of
     Algorithm 1; the trust regions rho_x, rho_theta apply to the EM steps only.
 
     With ``"joint"``, after the first (plain EM) step IPOPT solves max_{x, theta} J + log p(theta)
-    in one NLP (:mod:`ceem_casadi.joint_nlp`; kind ``"joint"``, time in ``learn_s``), kept when it
+    in one NLP (`ceem_casadi.em._joint_nlp`; kind ``"joint"``, time in ``learn_s``), kept when it
     increases the objective; a plain EM step follows to judge convergence. After
     ``JOINT_MAX_FAILURES`` solves without increase, only EM steps are taken.
     """
@@ -410,7 +410,7 @@ IDENTIFIABILITY_TOL = 1e-10
 
 def _check_learning_hessian(result: CEEMResult, learner: Learner, model, data) -> None:
     """Warn (``result.warnings`` and the log) when the learning step's Hessian at the final
-    iterate is singular in some direction (see :mod:`ceem_casadi.identifiability`)."""
+    iterate is singular in some direction (see `ceem_casadi.objective._identifiability`)."""
     from ..objective._identifiability import describe, entry_names, weak_directions
 
     free = model.params.free_index

@@ -1,11 +1,11 @@
 """Per-iteration checkpoints of a CE-EM fit, written atomically, and resuming from them.
 
-A checkpoint is an integrity-checked ``.npz`` (see :mod:`ceem_casadi.modelfile`) with the
+A checkpoint is an integrity-checked ``.npz`` (see `ceem_casadi.deploy._modelfile`) with the
 current theta, the iteration history, the smoothed states when available and a fingerprint of
-the model and data. :class:`CheckpointWriter` is a ``ceem`` callback that rewrites it after every
+the model and data. `CheckpointWriter` is a ``ceem`` callback that rewrites it after every
 iteration by writing a temporary file and renaming it over the old one, so a process killed at
 any moment (SIGINT or SIGKILL) leaves the previous complete checkpoint: at most the current
-iteration is lost. :func:`resume` restarts :func:`ceem_casadi.ceem` from the checkpointed theta
+iteration is lost. `resume` restarts [`ceem_casadi.ceem`][ceem_casadi.ceem] from the checkpointed theta
 (and states) and prepends the saved history; the fixed point is the same to solver tolerance.
 """
 from __future__ import annotations
@@ -78,7 +78,7 @@ def write_checkpoint(path, theta: dict, history: list, *, x=None, meta: dict | N
 
 
 def read_checkpoint(path) -> Checkpoint:
-    """Read and verify a checkpoint (raises :class:`CheckpointError`)."""
+    """Read and verify a checkpoint (raises [`CheckpointError`][ceem_casadi.em.CheckpointError])."""
     try:
         meta, arrays = read_archive(path, expected_format=FORMAT, max_version=FORMAT_VERSION)
     except ModelFileError as exc:
@@ -133,9 +133,9 @@ class CheckpointWriter:
 def resume(path, model, data, *, fingerprint_value: str | None = None) -> Checkpoint:
     """Checkpoint at ``path``, checked against the model/data ``fingerprint_value``.
 
-    Returns the :class:`Checkpoint`; restart with
+    Returns the `Checkpoint`; restart with
     ``ceem(model, data, ckpt.theta, x_init=ckpt.x, options=replace(options, max_iters=left))``
-    and a :class:`CheckpointWriter` given ``history=ckpt.history``.
+    and a `CheckpointWriter` given ``history=ckpt.history``.
     """
     ckpt = read_checkpoint(path)
     if fingerprint_value is not None and ckpt.meta.get("fingerprint") != fingerprint_value:
@@ -149,12 +149,12 @@ def resume(path, model, data, *, fingerprint_value: str | None = None) -> Checkp
 
 @dataclass
 class CheckpointedFit:
-    """Outcome of :func:`ceem_checkpointed`.
+    """Outcome of [`ceem_checkpointed`][ceem_casadi.ceem_checkpointed].
 
     Attributes
     ----------
     status : Status
-        As :attr:`CEEMResult.status <ceem_casadi.CEEMResult>`.
+        As [`CEEMResult.status`][ceem_casadi.CEEMResult].
     message : str
         What happened.
     theta : dict
@@ -162,7 +162,7 @@ class CheckpointedFit:
     x : list of numpy.ndarray or None
         Smoothed states (T_b, nx) per trajectory.
     history : list of dict
-        Every iteration of every run (earlier runs first), as dicts of :class:`IterationRecord` fields.
+        Every iteration of every run (earlier runs first), as dicts of [`IterationRecord`][ceem_casadi.em.IterationRecord] fields.
     resumed_from : int
         Iterations taken from the checkpoint (0 for a new fit).
     """
@@ -180,20 +180,20 @@ class CheckpointedFit:
 
 def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_fit: bool = False,
                       source: dict | None = None, callback=None) -> CheckpointedFit:
-    """:func:`ceem_casadi.ceem` with a checkpoint at ``path`` after every iteration.
+    """[`ceem_casadi.ceem`][ceem_casadi.ceem] with a checkpoint at ``path`` after every iteration.
 
     Parameters
     ----------
     model : StateSpaceModel
-        As for :func:`ceem_casadi.ceem`.
+        As for [`ceem_casadi.ceem`][ceem_casadi.ceem].
     data : Trajectories
-        As for :func:`ceem_casadi.ceem`.
+        As for [`ceem_casadi.ceem`][ceem_casadi.ceem].
     theta0 : dict
         Initial parameters (replaced by the checkpoint's when resuming).
     path : str or pathlib.Path
         Checkpoint file, written atomically after every iteration and with the final status.
     options : CEEMOptions, optional
-        As for :func:`ceem_casadi.ceem`; ``max_iters`` counts the iterations of all runs together.
+        As for [`ceem_casadi.ceem`][ceem_casadi.ceem]; ``max_iters`` counts the iterations of all runs together.
     resume_fit : bool
         Continue from ``path`` when it exists (and belongs to this model, data and ``source``):
         theta and states from the checkpoint, the saved history in front. A finished checkpoint
@@ -201,7 +201,7 @@ def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_f
     source : dict, optional
         JSON-able description of the model source, part of the fingerprint.
     callback : callable, optional
-        Called with each new :class:`~ceem_casadi.IterationRecord`, its ``iteration`` counted
+        Called with each new [`IterationRecord`][ceem_casadi.em.IterationRecord], its ``iteration`` counted
         over all runs; return ``False`` to stop.
 
     Returns

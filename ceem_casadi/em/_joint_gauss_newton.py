@@ -7,7 +7,7 @@ as an *acceleration* of the EM iterations (``CEEMOptions(acceleration="newton")`
 kept only when it increases the objective, so the fixed point is the one CE-EM converges to.
 
 With r the stacked residuals (observation and dynamics stages of every trajectory, see
-:mod:`ceem_casadi.stages`), Jx and Jp their Jacobians in the states and in the free parameters,
+`ceem_casadi.objective._stages`), Jx and Jp their Jacobians in the states and in the free parameters,
 one step solves
 
     [Hxx + mu Dx    Hxp        ] [dx]     [gx]
@@ -76,9 +76,9 @@ class JointGaussNewton:
 
     Parameters
     ----------
-    model : the :class:`~ceem_casadi.model.StateSpaceModel`.
+    model : the StateSpaceModel.
     lengths : trajectory lengths T_b.
-    stages : the model's :class:`~ceem_casadi.stages.StageFunctions` (shared with the smoother).
+    stages : the model's [`StageFunctions`][ceem_casadi.objective.StageFunctions] (shared with the smoother).
     use_prior : include the parameters' Gaussian priors.
     """
 
@@ -95,7 +95,7 @@ class JointGaussNewton:
 
     @staticmethod
     def stage_names(stages) -> tuple[str, ...]:
-        """The stage Functions a joint step evaluates (for :meth:`StageFunctions.prefetch`)."""
+        """The stage Functions a joint step evaluates (for [`StageFunctions.prefetch`][ceem_casadi.objective.StageFunctions.prefetch])."""
         return ("obs_res_jac_x", "dyn_res_jac_z", "dyn_p_jac") + (("obs_p_jac",) if stages.obs_uses_p else ())
 
     def _mapped(self, name: str, n: int) -> BufferedCall:
@@ -123,7 +123,7 @@ class JointGaussNewton:
     def linearise(self, theta_vec, data, xs):
         """Residuals and Jacobians of ALL stages stacked (obs: ro (No, ny), Jxo (No, ny, nx), Jpo
         (No, ny, n_free) or None; dyn: rd, Jzd (Nd, nx, 2 nx), Jpd) as copies: for
-        :mod:`ceem_casadi.uncertainty`, not for long records."""
+        `ceem_casadi.workflow._uncertainty`, not for long records."""
         m = self.model
         (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)
         iv, iw = m.noise.inv_measurement_std, m.noise.inv_process_std

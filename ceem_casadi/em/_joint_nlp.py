@@ -15,12 +15,12 @@ block diagonal over trajectories, block tridiagonal (nx, nx) blocks in time with
 (a stage touches x_t or (x_t, x_{t+1})), and dense rows/columns for z:
 
     [ Hxx_1              Hxz_1 ]
-    [        ...          ...  ]        upper triangle passed to IPOPT (:func:`arrowhead_sparsity`)
+    [        ...          ...  ]        upper triangle passed to IPOPT (`arrowhead_sparsity`)
     [             Hxx_B  Hxz_B ]
     [ Hzx_1 ...   Hzx_B  Hzz   ]
 
 with O(nx^2 sum T_b + nz nx sum T_b) nonzeros; MUMPS factorises it with the dense z columns
-ordered last. Gradient and Hessian come from the stage Functions of :mod:`ceem_casadi.stages`
+ordered last. Gradient and Hessian come from the stage Functions of `ceem_casadi.objective._stages`
 (residual Jacobians for the gradient and the Gauss-Newton Hessian, exact stage Hessians for
 ``hessian="exact"``), mapped over all stages and assembled in numpy inside CasADi Callbacks that
 read and write CasADi's buffers directly (no per-element conversion).
@@ -95,7 +95,7 @@ def block_tridiagonal_gather(nx: int, T: int):
 
 def arrowhead_sparsity(nx: int, lengths, nz: int) -> ca.Sparsity:
     """Upper triangle of the joint Hessian: per trajectory the block-tridiagonal (T_b nx)^2 pattern
-    (:func:`block_tridiagonal_gather`), then ``nz`` dense columns."""
+    (`block_tridiagonal_gather`), then ``nz`` dense columns."""
     n_x = nx * sum(lengths)
     x_part = ca.diagcat(*[block_tridiagonal_gather(nx, int(T))[0] for T in lengths])
     top = ca.horzcat(x_part, ca.Sparsity.dense(n_x, nz))
@@ -234,9 +234,9 @@ class JointSolver:
 
     Parameters
     ----------
-    model : the :class:`~ceem_casadi.model.StateSpaceModel`.
-    data : the :class:`~ceem_casadi.data.Trajectories` (fixed for the solver's life).
-    stages : the model's :class:`~ceem_casadi.stages.StageFunctions` (shared with the smoother).
+    model : the StateSpaceModel.
+    data : the Trajectories (fixed for the solver's life).
+    stages : the model's [`StageFunctions`][ceem_casadi.objective.StageFunctions] (shared with the smoother).
     hessian : ``"auto"`` (default): Gauss-Newton (positive semi-definite, robust far from the
         optimum) until the cost changes by less than ``AUTO_SWITCH`` (relative) between iterates,
         then the exact Hessian (quadratic convergence where Gauss-Newton converges linearly and
@@ -315,7 +315,7 @@ class JointSolver:
         return cost
 
     def try_solve(self, theta_vec, xs) -> JointResult | None:
-        """:meth:`solve`, or None when it raised (an evaluation error inside IPOPT's callbacks) or
+        """`solve`, or None when it raised (an evaluation error inside IPOPT's callbacks) or
         returned non-finite values."""
         try:
             jr = self.solve(theta_vec, xs)

@@ -30,7 +30,7 @@ class CEEMOptions:
     n_jobs : int
         Processes for the smoothing step (trajectories are independent problems).
     raise_on_failure : bool
-        Raise :class:`~ceem_casadi.errors.SolverError` instead of returning a result with
+        Raise [`SolverError`][ceem_casadi.SolverError] instead of returning a result with
         ``status = "solver_failed"``.
     acceleration : str
         ``"none"`` (Algorithm 1 as in the paper) or ``"squarem"``: after every two EM steps, one
@@ -39,19 +39,19 @@ class CEEMOptions:
         hidden, nearly deterministic states); SQUAREM needs far fewer iterations there.
         ``"newton"``: after the first EM step, joint Gauss-Newton (Levenberg-Marquardt) steps on
         (x, theta) over the same objective, each kept only if it improves it, with plain EM steps
-        whenever one fails; converges quadratically near the optimum (see :func:`ceem`).
+        whenever one fails; converges quadratically near the optimum (see [`ceem`][ceem_casadi.ceem]).
         ``"joint"``: after the first EM step, IPOPT solves the joint problem max_{x, theta} J in
-        one NLP (all states, free parameters; arrowhead Hessian, :mod:`ceem_casadi.joint_nlp`),
+        one NLP (all states, free parameters; arrowhead Hessian, `ceem_casadi.em._joint_nlp`),
         then a plain EM step checks the result (convergence is judged on it as always).
     joint_hessian : str
         Hessian of the ``"joint"`` NLP: ``"auto"`` (default; Gauss-Newton, then exact once
         Gauss-Newton's progress per iteration is small), ``"exact"`` or ``"gauss-newton"``.
     blas_threads : int, optional
         Threads of numpy's/scipy's BLAS during the fit (1 by default: multi-threaded BLAS
-        degrades badly on shared cores, see :mod:`ceem_casadi._threads`); ``None`` leaves the
+        degrades badly on shared cores, see `ceem_casadi.runtime._threads`); ``None`` leaves the
         library's setting alone.
     time_limit : float, optional
-        Wall-clock budget in seconds for the whole :func:`~ceem_casadi.ceem` call (solver
+        Wall-clock budget in seconds for the whole [`ceem`][ceem_casadi.ceem] call (solver
         construction and initial states included), or ``None`` (default: no limit). The budget is
         checked before every step and passed to every IPOPT solve, which stops at its next
         iteration once it is spent (overrun: about one IPOPT iteration plus one evaluation of J);
@@ -59,8 +59,8 @@ class CEEMOptions:
         last accepted iterate (theta, states, history).
     executor : ``None`` (default: ``n_jobs`` decides), a ``dask.distributed.Client`` (smoothing and
         learning distributed, states kept on the workers), a ``concurrent.futures.Executor``
-        (smoothing distributed) or a :class:`~ceem_casadi.distributed.Sharded` wrapping either
-        (see :mod:`ceem_casadi.distributed` and docs/scaling.md). Not together with ``n_jobs > 1``.
+        (smoothing distributed) or a [`Sharded`][ceem_casadi.Sharded] wrapping either
+        (see `ceem_casadi.distributed` and docs/scaling.md). Not together with ``n_jobs > 1``.
 
     Raises
     ------
@@ -106,7 +106,7 @@ class CEEMOptions:
         ----------
         mapping : Mapping
             CEEMOptions fields at the top level and optional tables ``smoother`` and ``learner``
-            of :class:`SmootherOptions` / :class:`LearnerOptions` fields; absent fields keep
+            of [`SmootherOptions`][ceem_casadi.SmootherOptions] / [`LearnerOptions`][ceem_casadi.LearnerOptions] fields; absent fields keep
             their defaults. Integers must be integers (``max_iters = 2.5`` is refused, not
             truncated), numbers finite unless a bound, strings strings, flags booleans.
 

@@ -1,7 +1,7 @@
 """Progress display for CE-EM fits: one line per iteration, or a bar on a terminal.
 
-The library itself stays quiet; pass a :class:`Progress` (or :func:`chain` of callbacks) as the
-``callback`` of :func:`ceem_casadi.ceem`::
+The library itself stays quiet; pass a `Progress` (or `chain` of callbacks) as the
+``callback`` of [`ceem_casadi.ceem`][ceem_casadi.ceem]::
 
     progress = Progress(max_iters=50)
     result = cc.ceem(model, data, theta0, options=cc.CEEMOptions(max_iters=50), callback=progress)
@@ -44,7 +44,7 @@ class Progress:
         self._open = False
 
     def line(self, rec) -> str:
-        """The progress text of one :class:`~ceem_casadi.IterationRecord`."""
+        """The progress text of one [`IterationRecord`][ceem_casadi.em.IterationRecord]."""
         k = self.offset + rec.iteration
         flag = "" if getattr(rec, "accepted", True) else " [rejected]"
         kind = "" if getattr(rec, "kind", "em") == "em" else f" ({rec.kind})"

@@ -1,4 +1,4 @@
-"""What a CE-EM fit returns: :class:`CEEMResult` and one :class:`IterationRecord` per iteration."""
+"""What a CE-EM fit returns: [`CEEMResult`][ceem_casadi.CEEMResult] and one [`IterationRecord`][ceem_casadi.em.IterationRecord] per iteration."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -33,7 +33,7 @@ class IterationRecord:
         Whether the step was kept (a step that lowers the objective is not).
     kind : str
         ``"em"`` (smoothing + learning), ``"newton"`` (joint Gauss-Newton step), ``"joint"``
-        (joint IPOPT solve, :mod:`ceem_casadi.joint_nlp`) or ``"extrapolated"`` (SQUAREM step).
+        (joint IPOPT solve, `ceem_casadi.em._joint_nlp`) or ``"extrapolated"`` (SQUAREM step).
     x : list of numpy.ndarray or None
         The iteration's states (T_b, nx) per trajectory, only while the callback runs (so a
         checkpoint can store them); ``None`` in ``CEEMResult.history`` to keep memory flat.
@@ -55,7 +55,7 @@ class IterationRecord:
 
 @dataclass
 class CEEMResult:
-    """Outcome of :func:`ceem`.
+    """Outcome of [`ceem`][ceem_casadi.ceem].
 
     Attributes
     ----------
@@ -74,7 +74,7 @@ class CEEMResult:
     history : list of IterationRecord
         One record per iteration.
     build_s : float
-        One-off solver construction time (s) inside :func:`ceem` (the initial EKF/RTS state
+        One-off solver construction time (s) inside [`ceem`][ceem_casadi.ceem] (the initial EKF/RTS state
         estimate excluded).
     init_J : float
         J at the initial states and ``theta0``.

@@ -6,7 +6,7 @@
     FilterResult                    the per-step result of both filters
     as_cov                          a covariance from a scalar, a diagonal or a matrix
 
-Used by the initial states of a fit (:mod:`ceem_casadi.initialise`), the metrics, the model
+Used by the initial states of a fit (`ceem_casadi.smoothing._initial_states`), the metrics, the model
 files, the noise criteria and the C code generator.
 """
 from ._ekf import EKF, ekf

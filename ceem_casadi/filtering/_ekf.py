@@ -1,4 +1,4 @@
-"""Extended Kalman filter and Rauch-Tung-Striebel smoother on a :class:`StateSpaceModel`.
+"""Extended Kalman filter and Rauch-Tung-Striebel smoother on a [`StateSpaceModel`][ceem_casadi.StateSpaceModel].
 
 Conventions (one trajectory of length T, time index t = 1..T):
 
@@ -39,7 +39,7 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
     Parameters
     ----------
     model : StateSpaceModel
-        The model (its Jacobians are built here; reuse :class:`EKF` to build them once).
+        The model (its Jacobians are built here; reuse [`EKF`][ceem_casadi.filtering.EKF] to build them once).
     theta_vec : numpy.ndarray
         (n_p,) flat parameter vector.
     y : numpy.ndarray
@@ -103,7 +103,7 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
 
 
 def rts_means(res: FilterResult) -> np.ndarray:
-    """The RTS smoothed means (T, nx) of a filtered :class:`FilterResult`, without covariances.
+    """The RTS smoothed means (T, nx) of a filtered [`FilterResult`][ceem_casadi.filtering.FilterResult], without covariances.
 
     Equal to ``rts_smoother(res).x_smooth``: the gains ``G_t = P_f[t] A_t^T P_p[t+1]^-1`` are solved for
     all t at once, and ``xs[t] - G_t xs[t+1] = x_f[t] - G_t x_p[t+1]`` (``xs[T-1] = x_f[T-1]``) is
@@ -180,7 +180,7 @@ class EKF:
     model : StateSpaceModel
         The model.
     compile : bool, optional
-        ``engine="casadi"`` only: run the step compiled to native code (:mod:`ceem_casadi.compile`,
+        ``engine="casadi"`` only: run the step compiled to native code (`ceem_casadi.runtime._compile`,
         cached): ``True`` always, ``False`` never, ``None`` (default) when a C compiler exists
         and the trajectory's steps x the step's SX instructions reach
         ``stages.AUTO_COMPILE_WORK`` (single Lorenz: from ~30,000 steps; the same numbers,

@@ -6,7 +6,7 @@ Model (one trajectory, t = 1..T, inputs optional)::
     y[t]   = C x[t] + D u[t] + v[t],   v ~ N(0, R)
     x[1]   ~ N(x0, Sigma0)
 
-Same conventions as :mod:`ceem_casadi.filtering.ekf`: the prior of the first step is
+Same conventions as `ceem_casadi.filtering._ekf`: the prior of the first step is
 ``x_{1|0} = x0``, ``P_{1|0} = Sigma0``; the predicted observation ``y_pred[t] = C x_{t|t-1} + D u[t]``
 and its covariance ``S[t]`` are recorded *before* the correction; NaN entries of ``y[t]``
 are skipped (only the observed rows correct the state and enter the log-likelihood);
@@ -119,7 +119,7 @@ def rts_smoother(res: FilterResult, A=None) -> FilterResult:
     Parameters
     ----------
     res : FilterResult
-        A filtered result of :func:`kalman_filter` or of the EKF.
+        A filtered result of [`kalman_filter`][ceem_casadi.filtering.kalman_filter] or of the EKF.
     A : numpy.ndarray, optional
         (nx, nx) dynamics matrix, or a (T-1, nx, nx) stack for a time-varying model; None takes
         the EKF's Jacobians ``res.A``.

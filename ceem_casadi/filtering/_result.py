@@ -26,7 +26,7 @@ class FilterResult:
         ``log p(y_{1:T})`` over the observed (non-NaN) entries.
     A : numpy.ndarray or None
         (T-1, nx, nx) dynamics Jacobians used in the predictions (EKF), or None (linear filter,
-        whose A is passed to :func:`~ceem_casadi.filtering.rts_smoother`).
+        whose A is passed to [`rts_smoother`][ceem_casadi.filtering.rts_smoother]).
     x_smooth, P_smooth : numpy.ndarray or None
         (T, nx) and (T, nx, nx) Rauch-Tung-Striebel smoothed moments, None unless smoothed.
     """

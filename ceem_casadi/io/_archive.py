@@ -2,7 +2,7 @@
 
 An archive holds ``__meta__`` (UTF-8 JSON as a uint8 array, with a ``sha256`` over the canonical
 JSON and every array's name, dtype, shape and bytes) and named arrays; it is written atomically
-and read with ``allow_pickle=False``. See :mod:`ceem_casadi.modelfile` for the model-file layout.
+and read with ``allow_pickle=False``. See `ceem_casadi.deploy._modelfile` for the model-file layout.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def to_jsonable(obj):
 
 
 def record_dict(rec, offset: int = 0) -> dict:
-    """JSON-ready dict of an :class:`~ceem_casadi.IterationRecord` (or a dict of one), without
+    """JSON-ready dict of an [`IterationRecord`][ceem_casadi.em.IterationRecord] (or a dict of one), without
     any state trajectories (``x``), its iteration shifted by ``offset``. A record written before
     ``decrease`` was renamed ``increase`` (same value: objective minus the previous one) is read
     under the new name."""
@@ -114,7 +114,7 @@ def write_archive(path, meta: dict, arrays: dict[str, np.ndarray]) -> Path:
 
 
 def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict, dict[str, np.ndarray]]:
-    """Read and verify a file written by :func:`write_archive`; raise :class:`ModelFileError`."""
+    """Read and verify a file written by `write_archive`; raise [`ModelFileError`][ceem_casadi.deploy.ModelFileError]."""
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"{path}: no such file")

@@ -121,7 +121,7 @@ class Trajectories:
         return np.zeros((self.lengths[b], 0)) if self.u is None else self.u[b]
 
     def check_model(self, model) -> None:
-        """Raise :class:`ShapeError` unless ny and nu match ``model``."""
+        """Raise [`ShapeError`][ceem_casadi.ShapeError] unless ny and nu match ``model``."""
         if self.ny != model.ny:
             raise ShapeError(f"data has ny={self.ny} output columns, the model observes ny={model.ny}")
         if self.nu != model.nu:

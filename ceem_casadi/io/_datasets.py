@@ -12,7 +12,7 @@ folder as ``data_dir``; when omitted it uses the environment variable ``CEEM_DAT
 digest listed in ``<data_dir>/SHA256SUMS`` before it is read.
 
 Benchmark metric (both): free-run simulation RMS after an initialisation window of ``init_window``
-samples, ``sqrt(mean((y[n:] - yhat[n:])**2))`` (:func:`simulation_rms`); the initial state may be
+samples, ``sqrt(mean((y[n:] - yhat[n:])**2))`` ([`simulation_rms`][ceem_casadi.io.simulation_rms]); the initial state may be
 estimated from the first ``init_window`` samples only.
 """
 from __future__ import annotations
@@ -87,7 +87,7 @@ def default_data_dir() -> Path:
     """The data folder used when a loader gets ``data_dir=None``.
 
     ``$CEEM_DATA`` if set, else ``<repository>/../shared/data`` if it exists (repository = parent of
-    the ``ceem_casadi`` package folder). Raises :class:`DatasetNotFoundError` otherwise.
+    the ``ceem_casadi`` package folder). Raises [`DatasetNotFoundError`][ceem_casadi.io.DatasetNotFoundError] otherwise.
     """
     env = os.environ.get("CEEM_DATA")
     if env:
@@ -206,7 +206,7 @@ def load_silverbox(data_dir=None) -> dict[str, BenchmarkSplit]:
     Parameters
     ----------
     data_dir : str or pathlib.Path, optional
-        As for :func:`load_cascaded_tanks`.
+        As for [`load_cascaded_tanks`][ceem_casadi.load_cascaded_tanks].
 
     Returns
     -------
@@ -220,7 +220,7 @@ def load_silverbox(data_dir=None) -> dict[str, BenchmarkSplit]:
     Raises
     ------
     DatasetNotFoundError, ChecksumError
-        As for :func:`load_cascaded_tanks`.
+        As for [`load_cascaded_tanks`][ceem_casadi.load_cascaded_tanks].
     """
     path = verify_file(_resolve(data_dir), _SILVERBOX_FILE)
     m = _loadmat(path)

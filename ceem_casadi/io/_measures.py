@@ -66,12 +66,12 @@ def nrmse(y, yhat):
     Parameters
     ----------
     y, yhat : numpy.ndarray
-        As for :func:`rmse`.
+        As for [`rmse`][ceem_casadi.workflow.rmse].
 
     Returns
     -------
     float or numpy.ndarray
-        As for :func:`rmse`, dimensionless; a constant output gives ``inf`` (NaN if also exact).
+        As for [`rmse`][ceem_casadi.workflow.rmse], dimensionless; a constant output gives ``inf`` (NaN if also exact).
     """
     sse, sst, n, vector = error_stats(y, yhat)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -85,12 +85,12 @@ def fit_percent(y, yhat):
     Parameters
     ----------
     y, yhat : numpy.ndarray
-        As for :func:`rmse`.
+        As for [`rmse`][ceem_casadi.workflow.rmse].
 
     Returns
     -------
     float or numpy.ndarray
-        As for :func:`rmse`, in percent (100 = exact; negative = worse than the mean).
+        As for [`rmse`][ceem_casadi.workflow.rmse], in percent (100 = exact; negative = worse than the mean).
     """
     sse, sst, n, vector = error_stats(y, yhat)
     with np.errstate(invalid="ignore", divide="ignore"):

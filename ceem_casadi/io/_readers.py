@@ -1,6 +1,6 @@
 """Trajectory files: CSV and Parquet tables, ``.npz`` arrays (read without pickle).
 
-:func:`read_trajectories` (``cc.read_trajectories``) reads and validates them for a model; the
+[`read_trajectories`][ceem_casadi.io.read_trajectories] (``cc.read_trajectories``) reads and validates them for a model; the
 command line interface reads its ``--data`` files with it.
 """
 from __future__ import annotations

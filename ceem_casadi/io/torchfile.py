@@ -1,9 +1,9 @@
 """Restricted reader (and writer) of PyTorch ``torch.save`` files, without torch.
 
 Reads both the zip format (torch >= 1.6) and the legacy pre-1.6 pickle-stream
-format. Unpickling goes through :class:`_SafeUnpickler`, whose ``find_class``
+format. Unpickling goes through `_SafeUnpickler`, whose ``find_class``
 allows only tensor/storage reconstruction and plain containers, so a file that
-tries to execute code on load raises :class:`UnsafePickleError` before any code runs.
+tries to execute code on load raises [`UnsafePickleError`][ceem_casadi.io.torchfile.UnsafePickleError] before any code runs.
 Tensors come back as numpy arrays; tuples, lists and dicts are kept.
 """
 from __future__ import annotations

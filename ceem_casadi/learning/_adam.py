@@ -1,6 +1,6 @@
 """Learning step (M-step) by Adam on mini-batches, for models with large neural-network parts.
 
-Minimises the same objective as :class:`ceem_casadi.learner.Learner` over the free entries z
+Minimises the same objective as [`ceem_casadi.learning.Learner`][ceem_casadi.learning.Learner] over the free entries z
 of the flat parameter vector p (fixed entries held at their values):
 
     F(z) = sum_obs 0.5||m * (y - g(x, u, p)) / sigma_v||^2 + sum_dyn 0.5||(x' - f(x, u, p)) / sigma_w||^2
@@ -42,12 +42,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class AdamLearnerOptions:
-    """Options of :class:`AdamLearner`.
+    """Options of [`AdamLearner`][ceem_casadi.learning.AdamLearner].
 
     Parameters
     ----------
     rho_theta : float
-        Trust-region weight (as :class:`~ceem_casadi.options.LearnerOptions`).
+        Trust-region weight (as [`LearnerOptions`][ceem_casadi.LearnerOptions]).
     epochs : int
         Passes over the observation columns per learning step.
     batch_size : int
@@ -97,10 +97,10 @@ class AdamLearnerOptions:
 
 
 class AdamLearner:
-    """Mini-batch Adam learning step with the interface of :class:`~ceem_casadi.learner.Learner`.
+    """Mini-batch Adam learning step with the interface of [`Learner`][ceem_casadi.learning.Learner].
 
-    Pass it to :func:`ceem_casadi.ceem` as ``learner=``. ``solve`` returns a
-    :class:`~ceem_casadi.learner.LearnResult` whose ``iterations`` counts Adam steps and whose
+    Pass it to [`ceem_casadi.ceem`][ceem_casadi.ceem] as ``learner=``. ``solve`` returns a
+    [`LearnResult`][ceem_casadi.learning.LearnResult] whose ``iterations`` counts Adam steps and whose
     ``cost`` is the full learning objective F at the returned point.
 
     Parameters

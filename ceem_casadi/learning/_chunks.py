@@ -60,7 +60,7 @@ def chunk_map(fun: ca.Function, p_index: int, L: int, K: int, reduce: bool, D: c
 
     ``fun``: a stage Function whose input ``p_index`` (given: ``p``) is shared by all stages
     (the parameters) and whose other inputs are per-stage columns, stored in D's columns as
-    :func:`pack_columns` lays them out. ``reduce``: outputs summed over the stages, else
+    `pack_columns` lays them out. ``reduce``: outputs summed over the stages, else
     stacked horizontally in stage order (stages past the data at the end). The outer map over
     the chunks is a plain one (no MX wrapper of the (c, K) block; summing its K small outputs
     is ``repsum``), so nothing but D itself is O(K L).

@@ -66,7 +66,7 @@ class LearnResult:
 
 
 def weighted_stage_columns(model, data, xs: list[np.ndarray], weights=None):
-    """:func:`stack_stages` plus the per-column inverse noise scales ``iv`` (ny, sum T_b) and ``iw``
+    """`stack_stages` plus the per-column inverse noise scales ``iv`` (ny, sum T_b) and ``iw``
     (nx, sum (T_b - 1)). ``weights`` (B,) scale each trajectory's squared residuals (e.g. SAEM
     weights), i.e. multiply its 1/sigma by sqrt(w); default 1."""
     (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)
@@ -80,7 +80,7 @@ def weighted_stage_columns(model, data, xs: list[np.ndarray], weights=None):
 
 
 def learn_result(solver, sol: dict, theta_vec: np.ndarray, free: np.ndarray, wall: float) -> LearnResult:
-    """The :class:`LearnResult` of one learning IPOPT solve: ``theta_vec`` (n_p,) with its ``free``
+    """The [`LearnResult`][ceem_casadi.learning.LearnResult] of one learning IPOPT solve: ``theta_vec`` (n_p,) with its ``free``
     entries replaced by the solution ``sol["x"]``, IPOPT's status and iteration count, ``wall`` (s)."""
     st = solver.stats()
     out = np.asarray(theta_vec, float).copy()
@@ -201,7 +201,7 @@ class Learner:
         Stage Functions shared with a smoother (built from the model when None).
     columns : int, optional
         Stages evaluated per objective evaluation, for the automatic compilation of the stage
-        Functions (:meth:`StageFunctions.get`); default: this learner's own stages. A learner
+        Functions ([`StageFunctions.get`][ceem_casadi.objective.StageFunctions.get]); default: this learner's own stages. A learner
         of one piece of a longer record passes the record's.
     """
 
@@ -260,7 +260,7 @@ class Learner:
 
         def over_stages(fun, prefix, n, cols, reduce=True):
             """``fun`` over the n stages of a term, outputs summed (``reduce``) or stacked; a
-            list of bools: per output (``p`` shared by the stages, see :func:`_shared_p`)."""
+            list of bools: per output (``p`` shared by the stages, see `_shared_p`)."""
             p_index = 4 if prefix == "obs" else 3
             flags = list(reduce) if isinstance(reduce, (list, tuple)) else [bool(reduce)] * fun.n_out()
             if not L:
@@ -311,7 +311,7 @@ class Learner:
     def stage_terms_function(self, gradient: str = "none", hessian: bool = False) -> ca.Function:
         """``(z, P) -> terms (rows, N)[, gradient (n_free, 1)]``: the data terms of every stage (one
         column per stage, the dynamics stages first), unsummed, for sums that do not depend on how
-        the stages are grouped (:mod:`ceem_casadi._exact_sum`). Rows: the cost; with
+        the stages are grouped (`ceem_casadi.objective._exact_sum`). Rows: the cost; with
         ``gradient="rows"`` its gradient over the free parameters (n_free); with ``hessian`` (exact
         learners, ``gradient="rows"``) the upper triangle of the exact Hessian over the free
         parameters, column-major (n_free (n_free + 1) / 2). ``gradient="summed"``: the gradient
@@ -412,7 +412,7 @@ class Learner:
         """Learn the free parameters for fixed states, warm-started at ``theta_vec``.
 
         When the start is already stationary to the objective's round-off
-        (:func:`stationary_start`), IPOPT is not called: the result is ``theta_vec`` itself
+        (`stationary_start`), IPOPT is not called: the result is ``theta_vec`` itself
         with status ``"Solve_Succeeded"`` and ``iterations == 0``. (Started there, IPOPT spends
         10-16 iterations failing line searches on round-off before it stops at an acceptable
         level: the EM step that confirms convergence, single Lorenz T = 10^5, took 15 s of a

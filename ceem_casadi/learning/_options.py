@@ -27,7 +27,7 @@ class LearnerOptions:
     use_prior : bool
         Include the parameters' Gaussian priors ``log p(theta)``.
     compile : bool, optional
-        As in :class:`SmootherOptions`.
+        As in [`SmootherOptions`][ceem_casadi.SmootherOptions].
 
     Raises
     ------

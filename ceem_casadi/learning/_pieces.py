@@ -1,12 +1,12 @@
 """The learning step of long records, its data terms evaluated piece by piece in this process.
 
-:class:`~ceem_casadi.learner.Learner` maps its stage Functions over all N = sum T_b stages in one
+[`Learner`][ceem_casadi.learning.Learner] maps its stage Functions over all N = sum T_b stages in one
 MX graph: at T = 10^6 (6 states, 15 free parameters) building it took 101 s and +850 MB under
 load. Here each trajectory is cut into pieces of at most ``PIECE_LENGTH`` + 1 samples that
 overlap by one sample (the dynamics stage between pieces is in the earlier piece's last and the
 later piece's first sample; the shared sample's observation is counted once: it is marked
-missing in the later piece), one small :class:`Learner` is built per piece length, and the
-learner's IPOPT (:class:`~ceem_casadi.remote_learner.RemoteLearner`, the distributed learner's
+missing in the later piece), one small [`Learner`][ceem_casadi.learning.Learner] is built per piece length, and the
+learner's IPOPT (`RemoteLearner`, the distributed learner's
 client side) sums the pieces' costs, gradients and Hessians: the same objective, stage by stage.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ def piece_bounds(T: int, L: int) -> list[tuple[int, int]]:
 
 
 class _LocalLearner(RemoteLearner):
-    """:class:`RemoteLearner` asking only for what IPOPT asks (a remote round trip fetches
+    """`RemoteLearner` asking only for what IPOPT asks (a remote round trip fetches
     everything at once; here the pieces are local and a Hessian at a rejected trial point would
     be wasted work)."""
 
@@ -51,7 +51,7 @@ class _LocalLearner(RemoteLearner):
 
 class PieceEngine:
     """Learning data terms of every trajectory's pieces (see the module docstring); provides the
-    engine interface of :class:`~ceem_casadi.remote_learner.RemoteLearner`, whose instance is
+    engine interface of `RemoteLearner`, whose instance is
     ``self.learner``.
 
     Parameters
@@ -93,7 +93,7 @@ class PieceEngine:
         return session
 
     def reduce(self, session: list, z: np.ndarray, what: str) -> tuple[list, int]:
-        """Each piece's data terms at ``z`` (:func:`ceem_casadi._shard_tasks.terms_of`); 0 bytes."""
+        """Each piece's data terms at ``z`` (`ceem_casadi.distributed._tasks.terms_of`); 0 bytes."""
         return [terms_of(learner, P, z, what) for learner, P in session], 0
 
     def record(self, *args, **kwargs) -> None:  # no network to account for
@@ -101,7 +101,7 @@ class PieceEngine:
 
 
 class PieceLearner:
-    """:class:`~ceem_casadi.learner.Learner`'s interface (``solve``, ``hessian_matrix``) over the
+    """[`Learner`][ceem_casadi.learning.Learner]'s interface (``solve``, ``hessian_matrix``) over the
     pieces of the trajectories (see the module docstring)."""
 
     def __init__(self, model, options, stages=None, piece: int | None = None, columns: int | None = None):
@@ -109,19 +109,19 @@ class PieceLearner:
         self.hessian = self.engine.learner.hessian
 
     def solve(self, theta_vec, data, xs, rho_theta: float | None = None, weights=None):
-        """As :meth:`ceem_casadi.learner.Learner.solve` (no ``weights``)."""
+        """As [`ceem_casadi.learning.Learner.solve`][ceem_casadi.learning.Learner.solve] (no ``weights``)."""
         self.engine.data = data
         return self.engine.learner.solve(theta_vec, data, xs, rho_theta, weights)
 
     def hessian_matrix(self, theta_vec, data, xs):
-        """As :meth:`ceem_casadi.learner.Learner.hessian_matrix`."""
+        """As [`ceem_casadi.learning.Learner.hessian_matrix`][ceem_casadi.learning.Learner.hessian_matrix]."""
         self.engine.data = data
         return self.engine.learner.hessian_matrix(theta_vec, data, xs)
 
 
 def learner_for(model, lengths, options, stages=None):
-    """A :class:`PieceLearner` when some trajectory has ``PIECE_FROM`` samples or more, else a
-    :class:`~ceem_casadi.learner.Learner` over all stages at once."""
+    """A `PieceLearner` when some trajectory has ``PIECE_FROM`` samples or more, else a
+    [`Learner`][ceem_casadi.learning.Learner] over all stages at once."""
     if max(lengths) >= PIECE_FROM:
         return PieceLearner(model, options, stages, columns=sum(lengths))
     return Learner(model, lengths, options, stages)

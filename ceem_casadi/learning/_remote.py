@@ -1,4 +1,4 @@
-"""The learning step with the data terms map-reduced over shards (see :mod:`ceem_casadi.distributed`).
+"""The learning step with the data terms map-reduced over shards (see `ceem_casadi.distributed`).
 
 IPOPT runs on the client over the free parameters z. Its objective, gradient and Hessian are
 
@@ -7,7 +7,7 @@ IPOPT runs on the client over the free parameters z. Its objective, gradient and
 
 so each call of IPOPT's callbacks is one round of small tasks (z out; a number, a gradient or
 the upper triangle of a Hessian block back). The Hessian is the one the shard learners use
-(exact or Gauss-Newton, as :class:`~ceem_casadi.learner.Learner` chooses for the options);
+(exact or Gauss-Newton, as [`Learner`][ceem_casadi.learning.Learner] chooses for the options);
 ``"limited-memory"`` asks for costs and gradients only.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ._learner import LearnResult, learn_result, stationary_start
 
 
 def _total(items: list):
-    """The client's sum of one term over the shards: exact for :class:`SplitSum` parts, a plain
+    """The client's sum of one term over the shards: exact for `SplitSum` parts, a plain
     sum in shard order for arrays, None for None."""
     if items[0] is None:
         return None
@@ -49,7 +49,7 @@ class RemoteLearner:
 
     ``engine`` provides ``learning_session(theta_vec, xs) -> session`` and
     ``reduce(session, z, what) -> (per-shard results, bytes received)``
-    (see :func:`ceem_casadi._shard_tasks.learning_terms`) and ``record`` for the measurements.
+    (see `ceem_casadi.distributed._tasks.learning_terms`) and ``record`` for the measurements.
     """
 
     def __init__(self, engine, model, options, hessian: str):
@@ -164,7 +164,7 @@ class RemoteLearner:
 
     # --- the learner interface ---------------------------------------------------------------
     def solve(self, theta_vec, data, xs, rho_theta: float | None = None, weights=None) -> LearnResult:
-        """As :meth:`ceem_casadi.learner.Learner.solve` (``weights`` are not supported here)."""
+        """As [`ceem_casadi.learning.Learner.solve`][ceem_casadi.learning.Learner.solve] (``weights`` are not supported here)."""
         if weights is not None:
             raise NotImplementedError("weights are not supported by the distributed learner; run without executor")
         rho = self.options.rho_theta if rho_theta is None else rho_theta
@@ -190,7 +190,7 @@ class RemoteLearner:
         return learn_result(self.solver, sol, theta_vec, self.free, time.perf_counter() - t0)
 
     def hessian_matrix(self, theta_vec, data, xs) -> np.ndarray | None:
-        """As :meth:`ceem_casadi.learner.Learner.hessian_matrix`: data terms + prior, no trust region."""
+        """As [`ceem_casadi.learning.Learner.hessian_matrix`][ceem_casadi.learning.Learner.hessian_matrix]: data terms + prior, no trust region."""
         if self.hessian == "limited-memory":
             return None
         t0 = time.perf_counter()

@@ -7,7 +7,7 @@ The model is
     x[1]   ~ N(x1_mean, diag(x1_std**2))            (optional)
 
 with ``x`` (nx,), ``u`` (nu,), ``y`` (ny,) and ``p`` the flat parameter vector of a
-:class:`~ceem_casadi.params.Parameters`. Continuous-time models give ``dx/dt = rhs(x, u, p)``
+[`Parameters`][ceem_casadi.Parameters]. Continuous-time models give ``dx/dt = rhs(x, u, p)``
 and are discretised with RK4 over the sample time ``dt`` (seconds).
 """
 from __future__ import annotations
@@ -69,7 +69,7 @@ _SPARE = 64  # at most this many extra inputs/states are tried to find what a fa
 
 def _traced(name, fun, x, u, p, nx: int, nu: int):
     """``fun(x, u, p)`` as a column; when tracing fails, find out whether the function indexes
-    ``u`` beyond ``nu`` or ``x`` beyond ``nx`` and raise :class:`ModelError` naming the fix."""
+    ``u`` beyond ``nu`` or ``x`` beyond ``nx`` and raise [`ModelError`][ceem_casadi.errors.ModelError] naming the fix."""
     try:
         return as_column(fun(x, u, p))
     except AttributeError as exc:  # p.<name> of an undeclared parameter
@@ -103,7 +103,7 @@ def _traced(name, fun, x, u, p, nx: int, nu: int):
 class StateSpaceModel:
     """Structure of a gray-box state-space model (no parameter values inside).
 
-    Build with :meth:`from_ode` (continuous time, RK4) or :meth:`from_discrete`. The user
+    Build with [`from_ode`][ceem_casadi.StateSpaceModel.from_ode] (continuous time, RK4) or [`from_discrete`][ceem_casadi.StateSpaceModel.from_discrete]. The user
     functions are traced once into the CasADi Functions ``f(x, u, p) -> x_next`` and
     ``g(x, u, p) -> y``.
 
@@ -311,7 +311,7 @@ class StateSpaceModel:
 
     # ------------------------------------------------------------------------------
     def theta_vector(self, theta: Theta) -> np.ndarray:
-        """Validated flat parameter vector (n_p,) of a theta dict (see :meth:`Parameters.to_vector`)."""
+        """Validated flat parameter vector (n_p,) of a theta dict (see [`Parameters.to_vector`][ceem_casadi.Parameters.to_vector])."""
         return self.params.to_vector(theta)
 
     def with_noise(self, **kwargs) -> StateSpaceModel:
@@ -342,7 +342,7 @@ class StateSpaceModel:
         return new
 
     def check(self, theta: Theta, x: np.ndarray, u: np.ndarray | None = None) -> None:
-        """Evaluate f and g once and raise :class:`ModelError` on NaN/inf.
+        """Evaluate f and g once and raise [`ModelError`][ceem_casadi.errors.ModelError] on NaN/inf.
 
         Parameters
         ----------

@@ -1,10 +1,10 @@
 """Small neural networks as CasADi expressions, and an Adam trainer on CasADi gradients.
 
-:class:`MLP` is a fully connected tanh network whose weights are named parameters
-(:class:`~ceem_casadi.params.Param`), so it can be used inside a
-:class:`~ceem_casadi.model.StateSpaceModel` observation or step function (one sample as an
+[`MLP`][ceem_casadi.MLP] is a fully connected tanh network whose weights are named parameters
+([`Param`][ceem_casadi.Param]), so it can be used inside a
+[`StateSpaceModel`][ceem_casadi.StateSpaceModel] observation or step function (one sample as an
 (n_in,) column) or evaluated on a batch (samples as the columns of an (n_in, N) matrix, which
-keeps the CasADi expression graph small). :func:`adam` minimises a CasADi loss over mini-batches
+keeps the CasADi expression graph small). `adam` minimises a CasADi loss over mini-batches
 with a harmonic learning-rate decay ``lr_k = lr / (1 + decay * k)``.
 """
 from __future__ import annotations
@@ -96,16 +96,16 @@ class MLP:
         return theta
 
     def params(self, rng: np.random.Generator, last_scale: float = 1.0, **kwargs) -> list[Param]:
-        """:class:`~ceem_casadi.Param` objects initialised by :meth:`init`.
+        """[`Param`][ceem_casadi.Param] objects initialised by [`init`][ceem_casadi.MLP.init].
 
         Parameters
         ----------
         rng : numpy.random.Generator
             The random draws.
         last_scale : float
-            As for :meth:`init`.
+            As for [`init`][ceem_casadi.MLP.init].
         **kwargs
-            Passed to every :class:`~ceem_casadi.Param` (e.g. ``prior_std``).
+            Passed to every [`Param`][ceem_casadi.Param] (e.g. ``prior_std``).
 
         Returns
         -------
@@ -228,7 +228,7 @@ def adam(loss, w0, data, *, options: AdamOptions = AdamOptions(), valid=None) ->
     loss : ``ca.Function`` with inputs ``(w (n,), D_1 (d_1, B), ..., D_k (d_k, B))`` and a scalar
         output (a mean over the B columns), or a factory ``B -> ca.Function`` of that form (CasADi
         matrix symbols have a fixed column count, so one Function per batch size), e.g.
-        :func:`mse_loss_factory`.
+        `mse_loss_factory`.
     w0 : initial weights (n,).
     data : tuple of arrays ``D_i`` (d_i, N), samples as columns.
     valid : optional tuple like ``data`` for a per-epoch validation loss (early stopping).

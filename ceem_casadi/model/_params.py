@@ -1,6 +1,6 @@
 """Named model parameters: shapes, initial values, bounds, free/fixed masks, priors.
 
-A :class:`Parameters` object holds *structure only*; parameter *values* travel as
+A [`Parameters`][ceem_casadi.Parameters] object holds *structure only*; parameter *values* travel as
 ``theta``: a ``dict`` mapping each name to a NumPy array of the parameter's shape.
 Internally all entries are stacked into one flat vector (``Parameters.size`` long),
 each parameter flattened in row-major (C) order, in declaration order.
@@ -102,7 +102,7 @@ class Param:
 
 
 class Parameters:
-    """An ordered collection of :class:`Param` with flat-vector conversions.
+    """An ordered collection of [`Param`][ceem_casadi.Param] with flat-vector conversions.
 
     The flat parameter vector (``theta_vec``, ``size`` entries) stacks every parameter's entries
     in declaration order (row-major within a matrix).

@@ -4,11 +4,11 @@ For initial state ``x0`` (nx,) and inputs ``u`` (T, nu) the free run is
 
     x[0] = x0,   x[t+1] = f(x[t], u[t], p),   yhat[t] = g(x[t], u[t], p)      (t = 0 .. T-1)
 
-(no measurement is used after ``x0``). :func:`rollout` returns it as one CasADi Function
+(no measurement is used after ``x0``). [`rollout`][ceem_casadi.model.rollout] returns it as one CasADi Function
 ``simulate_T{T}(x0, u, p) -> (y, x)`` (``f.mapaccum`` over T-1 steps, then ``g.map`` over T
 samples), cached on the model per T: a second call with the same T returns the same Function.
-It is used numerically here and symbolically (MX) by :mod:`ceem_casadi.initial_state` and
-:mod:`ceem_casadi.output_error`, so simulation and fitting share one graph.
+It is used numerically here and symbolically (MX) by `ceem_casadi.workflow._initial_state` and
+`ceem_casadi.workflow._output_error`, so simulation and fitting share one graph.
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def rollout(model, T: int) -> ca.Function:
 
 
 def noisy_rollout(model, T: int) -> ca.Function:
-    """``x[t+1] = f(x[t], u[t], p) + w[t]`` over T samples (cached like :func:`rollout`):
+    """``x[t+1] = f(x[t], u[t], p) + w[t]`` over T samples (cached like [`rollout`][ceem_casadi.model.rollout]):
     ``simulate_noisy_T{T}(x0 (nx, 1), u (nu, T), w (nx, T-1), p) -> x (nx, T)``."""
     key = ("process-noise", int(T))
     cache = _cache(model)
@@ -131,7 +131,7 @@ def simulate_output(model, theta, u=None, x0=None, *, horizon=None, return_state
     x0 : numpy.ndarray, optional
         Initial state(s) (nx,) for one trajectory, (B, nx) for a batch; default the model's
         ``x1_mean`` (an error when it has none: estimate x0 with
-        :func:`~ceem_casadi.estimate_initial_state`).
+        [`estimate_initial_state`][ceem_casadi.estimate_initial_state]).
     horizon : int or list of int, optional
         Number of samples T when ``u`` is None (or B of them for a batch).
     return_states : bool

@@ -14,9 +14,9 @@ program of scalar operations) as its instruction list, in numeric arrays:
 * ``shape`` (5,) int64: nx, nu, np, the output length and the work vector length;
 * ``rows`` (nnz,) int64: the rows of the output's structural nonzeros.
 
-:func:`rebuild` interprets the rows on fresh SX symbols with ``ca.SX.unary``/``ca.SX.binary``
+`rebuild` interprets the rows on fresh SX symbols with ``ca.SX.unary``/``ca.SX.binary``
 from a fixed list of elementary math operations; anything else (calls to other Functions,
-free symbols, out-of-range indices) is refused with :class:`GraphError`. No CasADi
+free symbols, out-of-range indices) is refused with `GraphError`. No CasADi
 deserialiser, import or shared library is involved, so loading cannot run code.
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ class GraphError(CeemError, ValueError):
 def export(fun: ca.Function) -> dict[str, np.ndarray]:
     """Arrays ``code``, ``const``, ``shape``, ``rows`` of an SX model function ``fun(x, u, p)``.
 
-    Raises :class:`GraphError` when ``fun`` is not an ``SXFunction`` of three dense column
+    Raises `GraphError` when ``fun`` is not an ``SXFunction`` of three dense column
     inputs and one column output, has free symbols, or uses an operation outside the whitelist
     (e.g. a call to another Function).
     """
@@ -88,10 +88,10 @@ def export(fun: ca.Function) -> dict[str, np.ndarray]:
 
 
 def rebuild(arrays: dict[str, np.ndarray], name: str, out_name: str) -> ca.Function:
-    """SX Function ``name(x, u, p) -> out_name`` from arrays made by :func:`export`.
+    """SX Function ``name(x, u, p) -> out_name`` from arrays made by `export`.
 
     Every row is checked (known operation, indices in range) before it is used; raises
-    :class:`GraphError` otherwise. Nothing but elementary SX arithmetic is evaluated.
+    `GraphError` otherwise. Nothing but elementary SX arithmetic is evaluated.
     """
     try:
         code, const = np.asarray(arrays["code"]), np.asarray(arrays["const"], dtype=float)
@@ -145,11 +145,11 @@ def rebuild(arrays: dict[str, np.ndarray], name: str, out_name: str) -> ca.Funct
 
 
 def to_arrays(prefix: str, fun: ca.Function) -> dict[str, np.ndarray]:
-    """``{f"{prefix}/{field}": array}`` of :func:`export` (for an archive)."""
+    """``{f"{prefix}/{field}": array}`` of `export` (for an archive)."""
     return {f"{prefix}/{k}": v for k, v in export(fun).items()}
 
 
 def from_arrays(arrays: dict, prefix: str, name: str, out_name: str) -> ca.Function | None:
-    """:func:`rebuild` of the arrays under ``prefix`` of an archive; None when there are none."""
+    """`rebuild` of the arrays under ``prefix`` of an archive; None when there are none."""
     sub = {k: arrays[f"{prefix}/{k}"] for k in _FIELDS if f"{prefix}/{k}" in arrays}
     return rebuild(sub, name, out_name) if sub else None

@@ -1,6 +1,6 @@
 """Sums of many floating-point terms that do not depend on how the terms are split into shards.
 
-The distributed learner (:mod:`ceem_casadi.remote_learner`) adds up per-stage data terms that
+The distributed learner (`ceem_casadi.learning._remote`) adds up per-stage data terms that
 live on several workers. Summed in floating point, the total depends on the grouping: with
 1 or 2 shards the learning objective at the same point differs by ~1e-15 relative (Lorenz,
 B = 256, T = 500: 384,000 terms, objective 3e6). That is above the round-off allowance of IPOPT's
@@ -9,7 +9,7 @@ line search (10 eps |f|), so near the optimum its Armijo test is decided by roun
 
 Here each shard returns every sum as a few doubles whose exact sum is its exact sum up to a tail
 below ~2^-100 of its largest term (error-free extraction, Rump, Ogita and Oishi's AccSum, three
-vectorised passes); the client adds all shards' doubles with :func:`math.fsum` (exactly, then
+vectorised passes); the client adds all shards' doubles with `math.fsum` (exactly, then
 rounded once). The result is the correctly rounded sum of all terms, the same for any split
 (barring a total within ~2^-100 of its largest term from a rounding tie), and accurate to
 eps |f|, which IPOPT's line search tolerates.
@@ -46,7 +46,7 @@ class SplitSum:
 
 
 def split_sums(terms: np.ndarray) -> SplitSum:
-    """The row sums of ``terms`` (rows, N) as :class:`SplitSum` parts (rows, PASSES + 1): per pass
+    """The row sums of ``terms`` (rows, N) as `SplitSum` parts (rows, PASSES + 1): per pass
     the exact sum of the extracted leading bits (sigma = 2^ceil(log2(N + 2)) 2^ceil(log2 max|x|),
     q = (sigma + x) - sigma, a sum of q is exact in any order), then the remainder's plain sum.
     Rows with a non-finite term get that row's plain sum (inf or NaN, as IPOPT expects)."""
@@ -72,7 +72,7 @@ def split_sums(terms: np.ndarray) -> SplitSum:
 
 
 def combine(parts: list[SplitSum]) -> np.ndarray:
-    """The sum (rows,) of the shards' :class:`SplitSum` ``parts``: exact and independent of their
+    """The sum (rows,) of the shards' `SplitSum` ``parts``: exact and independent of their
     order when every part is exact, a plain sum in the given order otherwise."""
     if not all(p.exact for p in parts):
         return np.sum([p.parts.sum(axis=1) for p in parts], axis=0)
@@ -81,7 +81,7 @@ def combine(parts: list[SplitSum]) -> np.ndarray:
 
 
 def _fsum(values: np.ndarray) -> float:
-    """:func:`math.fsum`, or the plain sum where it has none (non-finite terms, overflow)."""
+    """`math.fsum`, or the plain sum where it has none (non-finite terms, overflow)."""
     try:
         return math.fsum(values) if np.isfinite(values).all() else float(np.sum(values))
     except OverflowError:

@@ -10,7 +10,7 @@ This module builds small SX Functions of one stage returning the cost, its gradi
 Hessian (exact or Gauss-Newton) with respect to the states or to the parameters, and the
 residual Jacobian with respect to the parameters. They are mapped over time by the smoother
 and the learner, so derivative graphs never grow with T. Optionally the Functions are compiled
-to native code (:mod:`ceem_casadi.compile`).
+to native code (`ceem_casadi.runtime._compile`).
 """
 from __future__ import annotations
 
@@ -77,12 +77,36 @@ def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool, uppe
 class StageFunctions:
     """SX stage Functions of a model (built once per model and Hessian kind).
 
+    The pieces of the joint negative log-density J, one observation stage and one dynamics stage
+    per sample, with their derivatives; the smoother, the learners and the joint steps map them
+    over time. Every Function is built on first request (``stages.obs_cost`` or `get`).
+
     Inputs (all columns): x, x_next (nx), u (nu), y, m (ny; m is the 0/1 observed mask),
     p (np), iw (nx) = 1/sigma_w, iv (ny) = 1/sigma_v.
 
-    ``compile``: ``True`` compiles the Functions a solver asks for with :meth:`get`,
-    ``False`` never, ``None`` (default) when a C compiler exists and the stage programs are
-    long enough for compilation to pay off, or mapped over enough stages (``columns``).
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model whose f and g the stages are built from.
+    hessian : {"gauss-newton", "exact"}
+        Hessian of the stage costs: the Gauss-Newton product J_r' J_r (positive semidefinite) or
+        the exact second derivative.
+    compile : bool or None
+        ``True`` compiles the Functions a solver asks for with `get`, ``False`` never, ``None``
+        (default) when a C compiler exists and the stage programs are long enough for
+        compilation to pay off, or mapped over enough stages (``columns``).
+
+    Examples
+    --------
+    The observation cost 0.5 (iv (y - g(x)))^2 of one stage of a scalar model with g(x) = x:
+
+    >>> import ceem_casadi as cc
+    >>> from ceem_casadi.objective import StageFunctions
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x, lambda x, u, p: x, nx=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)))
+    >>> stages = StageFunctions(model, compile=False)
+    >>> float(stages.obs_cost(1.0, [], 3.0, 1.0, 0.5, 2.0))
+    8.0
     """
 
     def __init__(self, model, hessian: str = "gauss-newton", compile: bool | None = None):
@@ -158,10 +182,12 @@ class StageFunctions:
         raise AttributeError(name)
 
     def instructions(self, names) -> int:
+        """Total number of CasADi virtual-machine instructions of the Functions ``names`` (the
+        measure of program length the compilation decision uses)."""
         return sum(self._build(n).n_instructions() for n in names)
 
     def _to_compile(self, names, columns: int = 1) -> list[str]:
-        """Those of ``names`` that :meth:`get` compiles (none when compilation is off for them).
+        """Those of ``names`` that [`get`][ceem_casadi.objective.StageFunctions.get] compiles (none when compilation is off for them).
         ``columns``: how many stages one evaluation of the caller maps them over (automatic
         compilation also when instructions x columns >= ``AUTO_COMPILE_WORK``)."""
         for n in names:
@@ -185,7 +211,7 @@ class StageFunctions:
         sequence of names), and return at once: the groups of a fit (smoother, learner, joint
         step) then share one pool of compilers instead of each waiting for the previous one.
         All groups are queued together (the longest program of any group starts first). Failures
-        are reported (or fallen back from) by :meth:`get`."""
+        are reported (or fallen back from) by [`get`][ceem_casadi.objective.StageFunctions.get]."""
         names = list(dict.fromkeys(n for group in groups for n in self._to_compile(group)))
         try:
             self._start(names)
@@ -195,7 +221,7 @@ class StageFunctions:
     def get(self, *names: str, columns: int = 1) -> list[ca.Function]:
         """The Functions ``names``, compiled when compilation is on (see class doc), waiting for
         those still compiling. ``columns``: stages per evaluation of the caller (see
-        :meth:`_to_compile`). Programs longer than ``MAX_COMPILE_INSTRUCTIONS`` stay in the virtual
+        `_to_compile`). Programs longer than ``MAX_COMPILE_INSTRUCTIONS`` stay in the virtual
         machine. Falls back to the SX Functions, with a warning in the log, if compilation fails."""
         todo = self._to_compile(names, columns)
         if not todo:

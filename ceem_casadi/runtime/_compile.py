@@ -3,10 +3,10 @@
 The stage Functions of a model (one time step's cost, gradient, Hessian or Jacobian) are
 short straight-line SX programs; compiled with ``gcc -O1`` they run ~10x faster than CasADi's
 virtual machine (see ``CASADI_NOTES.md``). Each Function becomes its own library, compiled by one
-compiler process in a process-wide background pool (:mod:`ceem_casadi._compile_pool`,
-:func:`compile_jobs` at once, shared by every group of Functions: :func:`start_compile`). The
+compiler process in a process-wide background pool (`ceem_casadi.runtime._compile_pool`,
+`compile_jobs` at once, shared by every group of Functions: `start_compile`). The
 libraries are cached under ``$CEEM_CACHE`` (default ``~/.cache/ceem_casadi``) keyed by
-:func:`cache_key`: the SHA-256 of the serialized Function (``f.serialize()``, the whole SX
+`cache_key`: the SHA-256 of the serialized Function (``f.serialize()``, the whole SX
 program), its optimisation level, the code-generation options, the compiler and its version,
 the flags and the CasADi version, so the compile cost is paid once per model and a cached library
 is loaded without generating its C source. Next to each library ``<name>.so`` a record ``<name>.json``
@@ -143,7 +143,7 @@ def compile_jobs() -> int:
 
 
 class CompiledHandle:
-    """A Function being compiled (or found in the cache): :meth:`result` waits and loads it."""
+    """A Function being compiled (or found in the cache): `result` waits and loads it."""
 
     def __init__(self, f: ca.Function, group: str, lib: Path, job: CompileJob | None, deadline: float):
         self.f, self.group, self.lib, self.job, self.deadline = f, group, lib, job, deadline
@@ -173,15 +173,15 @@ os.register_at_fork(after_in_child=_IN_FLIGHT.clear)  # a forked child waits for
 
 def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeout_s: float = 600.0,
                   jobs: int | None = None) -> list[CompiledHandle]:
-    """Start compiling ``functions`` in the background; one :class:`CompiledHandle` per Function.
+    """Start compiling ``functions`` in the background; one `CompiledHandle` per Function.
 
     Each Function becomes its own cached library ``<name>_<function>_<key>.so`` (key:
-    :func:`cache_key`), so a Function shared by two groups (``dyn_p_jac``: learner and joint step)
+    `cache_key`), so a Function shared by two groups (``dyn_p_jac``: learner and joint step)
     is compiled once. Cached libraries are only checked (no C generated); the others are
     generated here and compiled and linked by one compiler process each, in the process-wide pool
-    of :mod:`ceem_casadi._compile_pool` (at most ``jobs``, default :func:`compile_jobs`, at once,
+    of `ceem_casadi.runtime._compile_pool` (at most ``jobs``, default `compile_jobs`, at once,
     biggest first across every request). Programs longer than ``O1_MAX_INSTRUCTIONS`` are
-    compiled at ``-O0`` (:func:`opt_level`). Raises ``RuntimeError`` when no compiler is found."""
+    compiled at ``-O0`` (`opt_level`). Raises ``RuntimeError`` when no compiler is found."""
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc) to compile stage functions")
@@ -244,7 +244,7 @@ def _job(f: ca.Function, unit: str, lib: Path, cc: str) -> CompileJob:
 def compile_functions(functions: list[ca.Function], name: str = "ceem_stages",
                       timeout_s: float = 600.0, jobs: int | None = None) -> list[ca.Function]:
     """Compiled versions of ``functions`` (same names, inputs and outputs), from the cache when
-    the same Functions were compiled before: :func:`start_compile` and wait. Raises
+    the same Functions were compiled before: `start_compile` and wait. Raises
     ``RuntimeError`` when no compiler is found or compilation fails (the caller may fall back to
     the uncompiled Functions). Six coupled Lorenz: see ``docs/scaling.md``."""
     return [h.result() for h in start_compile(functions, name, timeout_s, jobs)]

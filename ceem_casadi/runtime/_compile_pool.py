@@ -1,10 +1,10 @@
 """One background pool of compiler processes for the whole Python process (issue 17).
 
-Every compile request of every :class:`~ceem_casadi.stages.StageFunctions` (smoother, learner,
+Every compile request of every [`StageFunctions`][ceem_casadi.objective.StageFunctions] (smoother, learner,
 joint step, prefetch) feeds the same queue, served biggest first by at most ``jobs`` processes at
 once, so no core idles at the tail of one group while the next group waits. A scheduler thread
 starts and reaps the processes; it never calls CasADi (not thread-safe): callers generate the C
-source before submitting and load the library after :meth:`CompileJob.wait`.
+source before submitting and load the library after `CompileJob.wait`.
 
 Cancellation never leaves compilers behind: each command runs in its own process group
 (``cc1``/``as`` included), killed when its waiter gives up (timeout, ``KeyboardInterrupt``), when

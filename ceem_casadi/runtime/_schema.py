@@ -1,5 +1,5 @@
 """The one schema of the library's options: allowed values, field types, and the checks every
-option dataclass runs in its ``__post_init__`` (and :meth:`CEEMOptions.from_mapping` on plain data)."""
+option dataclass runs in its ``__post_init__`` (and [`CEEMOptions.from_mapping`][ceem_casadi.CEEMOptions.from_mapping] on plain data)."""
 from __future__ import annotations
 
 from dataclasses import fields

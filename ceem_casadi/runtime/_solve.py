@@ -92,7 +92,7 @@ DEADLINE = _DeadlineCallback()
 
 @contextlib.contextmanager
 def deadline(expires: float | None):
-    """Within the block, every IPOPT solver built with :func:`ipopt_options` stops at its next
+    """Within the block, every IPOPT solver built with `ipopt_options` stops at its next
     iteration once ``time.perf_counter() >= expires`` (``None``: no new deadline; an earlier
     deadline already in force is kept). Forked worker processes inherit the deadline in force
     when they start (``perf_counter`` is a system-wide monotonic clock)."""

@@ -1,6 +1,6 @@
 """Outcome of a fit: one status type shared by every solver of the library.
 
-:class:`Status` is a ``str`` enum, so ``result.status == "converged"`` keeps working and the value
+[`Status`][ceem_casadi.Status] is a ``str`` enum, so ``result.status == "converged"`` keeps working and the value
 prints and serialises (JSON) as the plain string. Every member carries an ``advice`` text saying
 what happened and what to try (the pattern of diffrax's ``RESULTS``).
 """

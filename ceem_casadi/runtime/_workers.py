@@ -2,7 +2,7 @@
 
 A pool worker blocked on its task queue does not notice that its parent was killed (it holds its
 own copy of the pipe, so it never reads end-of-file): after ``kill -9`` of a fit, the workers
-would live on with parent pid 1. :func:`die_with_parent`, called first in each worker, asks the
+would live on with parent pid 1. `die_with_parent`, called first in each worker, asks the
 Linux kernel to send SIGKILL when the parent dies (``prctl(PR_SET_PDEATHSIG)``) and, on every
 platform, starts a daemon thread that exits the worker once ``os.getppid()`` changes.
 

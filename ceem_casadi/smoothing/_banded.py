@@ -1,6 +1,6 @@
 """Newton (or Gauss-Newton) steps for the smoothing NLP with LAPACK's banded Cholesky.
 
-Without state bounds the smoothing problem of :mod:`ceem_casadi.smoother` is unconstrained and
+Without state bounds the smoothing problem of `ceem_casadi.smoothing._smoother` is unconstrained and
 its Hessian (exact or Gauss-Newton) is block tridiagonal with (nx, nx) blocks, i.e. a symmetric
 band matrix with ``2 nx - 1`` super-diagonals. One step
 
@@ -21,7 +21,7 @@ names, so the EM loop treats both solvers alike: ``Solve_Succeeded``,
 ``Solved_To_Acceptable_Level`` (the line search cannot improve at round-off while
 ``s ||g||_inf <= max(100 tol, 1e-4)``), ``Search_Direction_Becomes_Too_Small``,
 ``Maximum_Iterations_Exceeded``, ``User_Requested_Stop`` (the library's deadline,
-:func:`ceem_casadi._ipopt.deadline`), and failures ``Invalid_Number_Detected`` and
+`ceem_casadi.runtime._solve.deadline`), and failures ``Invalid_Number_Detected`` and
 ``Line_Search_Failed``.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ SHIFT_FIRST, SHIFT_MIN, SHIFT_MAX = 1e-4, 1e-20, 1e40  # IPOPT's delta_w_0, _min
 def band_patterns(nx: int):
     """Where the nonzeros of one block column go in LAPACK's upper band storage.
 
-    The smoother's band Functions (:func:`ceem_casadi.smoother.band_column_functions`) emit,
+    The smoother's band Functions (`ceem_casadi.smoothing._smoother.band_column_functions`) emit,
     per block column t and column j of it, the nx entries of the block above (rows of block
     t-1) and then rows 0..j of the diagonal block. With ``u = 2 nx - 1`` super-diagonals,
     matrix entry (r, c) lives in ``ab[u + r - c, c]``. Returns ``(cols, rows)``: int arrays of
@@ -59,7 +59,7 @@ def band_patterns(nx: int):
 def band_storage(nz: np.ndarray, nx: int, T: int, out: np.ndarray | None = None) -> np.ndarray:
     """LAPACK upper band storage (2 nx, nx T) (Fortran order) of a symmetric block-tridiagonal
     matrix from its block columns' nonzeros ``nz`` (k, >= T) column-major flat (k entries per
-    block column as in :func:`band_patterns`; columns beyond T are ignored; block column 0's block
+    block column as in `band_patterns`; columns beyond T are ignored; block column 0's block
     above must be zero or is ignored: LAPACK never reads those band entries)."""
     cols, rows = band_patterns(nx)
     k = cols.size
@@ -70,7 +70,7 @@ def band_storage(nz: np.ndarray, nx: int, T: int, out: np.ndarray | None = None)
 
 @dataclass
 class NewtonOutcome:
-    """Result of :meth:`BandedNewton.solve`: states (nx T,), objective, IPOPT-style status,
+    """Result of `BandedNewton.solve`: states (nx T,), objective, IPOPT-style status,
     accepted steps, the final scaled stationarity ``s ||g||_inf`` and the largest shift used
     (IPOPT's scaled units: the shift added to H is ``max_shift / s``)."""
 
@@ -94,11 +94,11 @@ class BandedNewton:
     tol : float
         Scaled stationarity tolerance (as IPOPT's ``tol``; see the module docstring).
 
-    The objective is given to :meth:`solve`: an object with ``newton(x) -> (f, g (nx T,),
+    The objective is given to `solve`: an object with ``newton(x) -> (f, g (nx T,),
     nz (T, k), d0 (nx,))`` (objective, gradient, the Hessian's block-column nonzeros as in
-    :func:`band_storage`, a vector added to the first nx diagonal entries) and ``cost(x) -> f``
+    `band_storage`, a vector added to the first nx diagonal entries) and ``cost(x) -> f``
     (the same objective, for the line search), e.g.
-    :class:`ceem_casadi.smoother_chunks.ChunkedObjective`.
+    `ceem_casadi.smoothing._chunks.ChunkedObjective`.
     """
 
     def __init__(self, nx: int, T: int, max_iter: int, tol: float):

@@ -1,6 +1,6 @@
 """The smoothing objective's cost, gradient and Hessian nonzeros evaluated in time chunks.
 
-For long records (T = 10^5 ... 10^6) the plain formulation of :mod:`ceem_casadi.smoother` maps
+For long records (T = 10^5 ... 10^6) the plain formulation of `ceem_casadi.smoothing._smoother` maps
 the stage Functions over all T steps in one MX graph. CasADi then stores an explicit sparsity
 pattern for every (k, k*T)-sized intermediate and a work vector holding all of them (single
 Lorenz: ~180 doubles per time step for the Hessian; 6 states: ~740), i.e. GBs at T = 10^6.
@@ -103,7 +103,7 @@ class ChunkedObjective:
     stages : StageFunctions
         The model's stage Functions.
     band_column : casadi.Function
-        :func:`ceem_casadi.smoother.band_column_functions`'s column Function.
+        `ceem_casadi.smoothing._smoother.band_column_functions`'s column Function.
     T, L : int
         Trajectory and chunk length (L <= T).
     """
@@ -122,7 +122,7 @@ class ChunkedObjective:
                       self.nx, self.ny]
 
     def bind(self, P: np.ndarray) -> ChunkedObjective:
-        """Use the NLP parameter vector ``P`` (:meth:`TrajectorySmoother.parameter_vector`)."""
+        """Use the NLP parameter vector ``P`` (`TrajectorySmoother.parameter_vector`)."""
         T = self.T
         p, U, Y, M, Xprev, rho, mu1, w1, iw, iv = np.split(np.asarray(P, float), np.cumsum(self.sizes)[:-1])
         self.p, self.iw, self.iv, self.rho = p, iw, iv, rho
@@ -158,7 +158,7 @@ class ChunkedObjective:
 
     def newton(self, x: np.ndarray):
         """``(f, g (T nx,), nz (T, k), d0 (nx,))``: objective, gradient, the Hessian's block
-        columns' nonzeros (:func:`ceem_casadi.banded_newton.band_storage`) and the x_1 prior's
+        columns' nonzeros (`ceem_casadi.smoothing._banded.band_storage`) and the x_1 prior's
         addition to the first diagonal block (the trust region's 2 rho is in ``nz``)."""
         x = np.asarray(x, float).reshape(self.T, self.nx)
         g, nz, f = np.empty((self.T, self.nx)), np.empty((self.T, self.k)), 0.0

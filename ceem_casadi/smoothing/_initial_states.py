@@ -69,10 +69,10 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
     that trusts a nearly deterministic model too much diverges on chaotic data (single Lorenz,
     sigma_w = 0.001, parameters 10 % off: state error 45 with q = 1e-4, 1.1 with q = 0.1, and
     CE-EM then ends in a poor local optimum), while too large a q throws the model away.
-    ``ekf``: a prebuilt :class:`~ceem_casadi.filtering.EKF` of ``model`` to reuse.
+    ``ekf``: a prebuilt [`EKF`][ceem_casadi.filtering.EKF] of ``model`` to reuse.
 
     The log-likelihoods are computed on the first ``select_steps`` samples of each trajectory
-    (:func:`process_noise_scores`; ``None``: all samples; trajectories no longer than that are
+    (`process_noise_scores`; ``None``: all samples; trajectories no longer than that are
     scored whole, so the choice is the full-data one), then the EKF + RTS pass runs once over
     the whole data with the best candidate (with the next one if it breaks down later in the
     record). Single Lorenz, T = 10^5: 5 full passes took 4.6 s of a 55 s fit. Trajectories

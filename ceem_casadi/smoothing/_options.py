@@ -33,7 +33,7 @@ class SmootherOptions:
     solver : str, optional
         ``"ipopt"`` (IPOPT + MUMPS), ``"banded"`` (Newton steps on the block-tridiagonal Hessian
         with LAPACK's banded Cholesky, a Levenberg-Marquardt shift and an Armijo line search,
-        :mod:`ceem_casadi.banded_newton`; same optimum, no state bounds) or ``None`` (default):
+        `ceem_casadi.smoothing._banded`; same optimum, no state bounds) or ``None`` (default):
         ``"banded"`` from T = 20,000 on when there are no bounds, else ``"ipopt"``.
 
     Raises

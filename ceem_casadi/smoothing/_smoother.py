@@ -5,15 +5,15 @@ For one trajectory of length T, with X = [x_1 ... x_T] (nx, T), the NLP is
     min_X  sum_t 0.5||r_o[t](x_t)||^2 + sum_t 0.5||r_d[t](x_t, x_{t+1})||^2
            + 0.5||(x_1 - mu_1)/s_1||^2 + rho_x ||X - X_prev||^2
 
-(see :mod:`ceem_casadi.stages`). Its Hessian is block tridiagonal with (nx, nx) blocks. The
+(see `ceem_casadi.objective._stages`). Its Hessian is block tridiagonal with (nx, nx) blocks. The
 stage Functions give dense stage gradients and Hessians, mapped over time; the Hessian's
 upper triangle's nonzeros are the outputs of a small mapped Function of consecutive stage
-Hessians (:func:`band_column_functions`), so building the solver does not depend on T and IPOPT (MUMPS) factorises a banded matrix with O(nx^2 T) nonzeros.
+Hessians (`band_column_functions`), so building the solver does not depend on T and IPOPT (MUMPS) factorises a banded matrix with O(nx^2 T) nonzeros.
 Without state bounds the same cost, gradient and band nonzeros can instead drive damped Newton
-steps factorised by LAPACK's banded Cholesky (:mod:`ceem_casadi.banded_newton`,
+steps factorised by LAPACK's banded Cholesky (`ceem_casadi.smoothing._banded`,
 ``SmootherOptions(solver="banded")``, the default for long records): no ``nlpsol``, no MUMPS.
 
-One :class:`TrajectorySmoother` is built per trajectory length and reused across EM
+One `TrajectorySmoother` is built per trajectory length and reused across EM
 iterations; theta, the data and X_prev are NLP parameters.
 """
 from __future__ import annotations
@@ -64,7 +64,7 @@ def block_tridiagonal_upper(nx: int, T: int) -> ca.Sparsity:
     """Sparsity of the upper triangle of a block-tridiagonal (nx*T)^2 matrix with (nx, nx) blocks.
 
     Column ``c = t*nx + j`` holds the nx rows of block row t-1 (if t > 0), then rows
-    ``t*nx .. t*nx + j`` of its own block: the order in which :func:`band_column_functions`
+    ``t*nx .. t*nx + j`` of its own block: the order in which `band_column_functions`
     emits the nonzeros. Built by CasADi's ``kron`` in C++ (from Python index arrays it took 14 s
     and ~170 MB of lists at T = 10^5).
     """
@@ -77,7 +77,7 @@ def block_tridiagonal_upper(nx: int, T: int) -> ca.Sparsity:
 
 def band_column_functions(nx: int) -> tuple[ca.Function, ca.Function]:
     """SX Functions giving the nonzeros of one block column of the upper triangle of the
-    smoothing Hessian, in the column-major order of :func:`block_tridiagonal_upper`.
+    smoothing Hessian, in the column-major order of `block_tridiagonal_upper`.
 
     ``first(ho, hd_next, d)`` for block column 0 and ``column(ho, hd_prev, hd_next, d)`` for
     t > 0, with ``ho`` (nx, nx) the observation stage Hessian at t, ``hd_prev`` / ``hd_next``
@@ -123,7 +123,7 @@ def solver_kind(options: SmootherOptions, T: int) -> str:
 
 class TrajectorySmoother:
     """Smoothing solver for one model and one trajectory length T (built once): IPOPT, or banded
-    Newton steps (:mod:`ceem_casadi.banded_newton`, ``solver_kind == "banded"``, then ``solver``
+    Newton steps (`ceem_casadi.smoothing._banded`, ``solver_kind == "banded"``, then ``solver``
     is None)."""
 
     def __init__(self, stages: StageFunctions, T: int, options: SmootherOptions = SmootherOptions()):
@@ -265,7 +265,7 @@ class TrajectorySmoother:
 
 
 class Smoother:
-    """Smoothing step (E-step) for a model: one :class:`TrajectorySmoother` per trajectory length.
+    """Smoothing step (E-step) for a model: one `TrajectorySmoother` per trajectory length.
 
     Parameters
     ----------

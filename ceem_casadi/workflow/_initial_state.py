@@ -1,6 +1,6 @@
 """Initial state of a trajectory from its first samples: a small least-squares NLP solved by IPOPT.
 
-With the free run ``yhat[t](x0)`` of :mod:`ceem_casadi.simulation` over the first ``k`` samples
+With the free run ``yhat[t](x0)`` of `ceem_casadi.model._simulation` over the first ``k`` samples
 (``k`` = ``window``), the estimate is
 
     x0* = argmin_{lo <= x0 <= hi}  0.5 sum_{t<k, j observed} ((y[t, j] - yhat[t, j](x0)) / sigma_v[j])^2
@@ -61,7 +61,7 @@ class InitialStateResult:
 
 
 class InitialStateSolver:
-    """The IPOPT problem above for one model and window (use :func:`solver_for`: cached)."""
+    """The IPOPT problem above for one model and window (use `solver_for`: cached)."""
 
     def __init__(self, model, window: int, hessian: str = "gauss-newton", max_iter: int = 100,
                  tol: float = 1e-12):
@@ -129,7 +129,7 @@ class InitialStateSolver:
 
 
 def solver_for(model, window: int, hessian: str = "gauss-newton") -> InitialStateSolver:
-    """The cached :class:`InitialStateSolver` of ``model`` for ``window`` samples."""
+    """The cached `InitialStateSolver` of ``model`` for ``window`` samples."""
     cache = model.__dict__.setdefault("_initial_state_solvers", {})
     key = (int(window), hessian)
     if key not in cache:
@@ -200,16 +200,16 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
 
     Parameters
     ----------
-    model : :class:`~ceem_casadi.StateSpaceModel`.
-    data : a :class:`~ceem_casadi.Trajectories` (then ``u`` is taken from it), or the outputs
+    model : StateSpaceModel.
+    data : a Trajectories (then ``u`` is taken from it), or the outputs
         alone: one trajectory (T, ny), a batch (B, T, ny) / list of (T_b, ny). NaN = missing.
     theta : theta dict or flat parameter vector (np,).
     u : inputs (T, nu), or a batch like ``data``, when ``data`` holds the outputs alone; None when
         the model has no inputs.
-    window : number of leading samples fitted (default :func:`default_window`: ``min(T, 10 nx)``);
+    window : number of leading samples fitted (default `default_window`: ``min(T, 10 nx)``);
         at most the shortest trajectory.
     x_init : starting point (nx,) or one per trajectory (B, nx); default: the EKF + RTS smoothed
-        state at the first sample over the window (:func:`~ceem_casadi.initialise.eks_states`), and
+        state at the first sample over the window (`eks_states`), and
         the model's ``x1_mean`` (else zeros) as a second candidate.
     starts : extra candidate starting points (S, nx) for every trajectory: the solve starts from
         the candidate (``x_init`` included) with the lowest cost (e.g. a grid over a hidden state).
@@ -217,7 +217,7 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
     use_prior : include the model's x1 prior when it has ``x1_mean``/``x1_std``.
     hessian : ``"gauss-newton"`` (default) or ``"exact"``.
     time_limit : seconds for all trajectories together (IPOPT stops at its next iteration).
-    full_output : return :class:`InitialStateResult` (or a list of them) instead of arrays.
+    full_output : return [`InitialStateResult`][ceem_casadi.workflow.InitialStateResult] (or a list of them) instead of arrays.
 
     Returns
     -------

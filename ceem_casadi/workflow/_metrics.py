@@ -23,7 +23,7 @@ Predictions:
 Non-finite predictions (a diverging simulation) where ``y`` is observed count as infinite errors.
 
 Initial states: given ``x0``, else the model's ``x1_mean``, else (or with ``x0="estimate"``) estimated
-from the first ``window`` samples of each trajectory by :func:`~ceem_casadi.estimate_initial_state`
+from the first ``window`` samples of each trajectory by [`estimate_initial_state`][ceem_casadi.estimate_initial_state]
 (least-squares fit of the free run). Estimated initial states have seen those samples, so by
 default they are left out of every metric (``skip = window``), as benchmark protocols do.
 """
@@ -115,7 +115,7 @@ def _stack_list(y, yhat):
 
 @dataclass(frozen=True)
 class ValidationReport:
-    """Result of :func:`validation_report`.
+    """Result of [`validation_report`][ceem_casadi.validation_report].
 
     Attributes
     ----------
@@ -134,7 +134,7 @@ class ValidationReport:
     x0 : numpy.ndarray or None
         (B, nx) initial states used (given, ``x1_mean`` or estimated).
     uncertainty : ParameterUncertainty or dict or None
-        Parameter uncertainty (or its saved dict) carried into :meth:`to_dict` as ``"parameters"``.
+        Parameter uncertainty (or its saved dict) carried into [`to_dict`][ceem_casadi.workflow.ValidationReport.to_dict] as ``"parameters"``.
     """
 
     simulation: Metrics
@@ -227,12 +227,12 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
 
     Parameters
     ----------
-    model : :class:`~ceem_casadi.StateSpaceModel`.
-    data : :class:`~ceem_casadi.Trajectories` (NaN = missing; missing entries are not scored).
+    model : StateSpaceModel.
+    data : Trajectories (NaN = missing; missing entries are not scored).
     theta : theta dict (or flat parameter vector).
     x0 : (B, nx) initial state per trajectory (or (nx,) shared); default ``model.noise.x1_mean``;
         when the model has none, or with ``x0="estimate"``, each trajectory's initial state is
-        estimated from its first ``window`` samples by :func:`~ceem_casadi.estimate_initial_state`
+        estimated from its first ``window`` samples by [`estimate_initial_state`][ceem_casadi.estimate_initial_state]
         (weights 1/measurement_std, the model's x1 prior if any).
     k : prediction horizon(s) in samples (positive ints); ``()`` for simulation only.
     Sigma0, Q, R : EKF prior / process / measurement covariances (scalars, diagonals or matrices);
@@ -243,8 +243,8 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
         them), else 0.
     window : samples used to estimate x0 (default ``min(T_min - 1, 10 nx)``); only when x0 is estimated.
     output_names : names of the ny outputs (default ``y0, y1, ...``).
-    engine : EKF engine (``"python"`` or ``"casadi"``, see :class:`~ceem_casadi.filtering.EKF`).
-    uncertainty : optional parameter uncertainty of ``theta`` (:func:`~ceem_casadi.parameter_uncertainty`
+    engine : EKF engine (``"python"`` or ``"casadi"``, see [`EKF`][ceem_casadi.filtering.EKF]).
+    uncertainty : optional parameter uncertainty of ``theta`` ([`parameter_uncertainty`][ceem_casadi.parameter_uncertainty]
         or the dict a model file stores), carried by the report.
 
     Returns

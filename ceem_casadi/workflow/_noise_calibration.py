@@ -6,8 +6,8 @@ model's trajectory per sample) is not, and the fitted parameters depend on it (o
 Tanks data, 40 plain EM iterations per level, the test RMS ranged 0.318-0.375 V over 0.001-0.03 V
 per sample, docs/results_real.md). J itself cannot choose it: at the optimum it is unbounded above
 as the process noise shrinks (the states can follow a model trajectory exactly while the
-normalising term ``-T log sigma_w`` grows). See docs/noise_calibration.md for measured results. :func:`calibrate_noise` fits every level of a grid and scores each fit with a criterion
-that uses the estimation data only (:mod:`ceem_casadi.noise_criteria`).
+normalising term ``-T log sigma_w`` grows). See docs/noise_calibration.md for measured results. [`calibrate_noise`][ceem_casadi.calibrate_noise] fits every level of a grid and scores each fit with a criterion
+that uses the estimation data only (`ceem_casadi.workflow._noise_criteria`).
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ NOT_RUN = "not_run"
 
 @dataclass(frozen=True)
 class NoiseCalibrationOptions:
-    """Options of :func:`calibrate_noise` (defaults in brackets).
+    """Options of [`calibrate_noise`][ceem_casadi.calibrate_noise] (defaults in brackets).
 
     Parameters
     ----------
@@ -135,7 +135,7 @@ class NoiseLevelFit:
 
 @dataclass
 class NoiseCalibrationResult:
-    """Outcome of :func:`calibrate_noise`.
+    """Outcome of [`calibrate_noise`][ceem_casadi.calibrate_noise].
 
     Attributes
     ----------
@@ -143,7 +143,7 @@ class NoiseCalibrationResult:
         One row per level (ascending), columns ``level`` (multiplier of the model's
         process_std), ``process_std`` (tuple, nx), ``J`` (final joint log-density of the fit),
         ``criterion`` (value of ``criterion``), ``status`` (the fit's status or ``"not_run"``),
-        ``iterations``, ``seconds`` (fit + criterion), ``fit`` (the :class:`CEEMResult` or None).
+        ``iterations``, ``seconds`` (fit + criterion), ``fit`` (the [`CEEMResult`][ceem_casadi.CEEMResult] or None).
     criterion : str
         ``"innovation"`` (higher is better) or ``"holdout"`` (lower is better).
     best : NoiseLevelFit
@@ -308,19 +308,19 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
 
     Parameters
     ----------
-    model : :class:`~ceem_casadi.StateSpaceModel`; its ``process_std`` (nx,) is the reference the
+    model : StateSpaceModel; its ``process_std`` (nx,) is the reference the
         levels multiply, its ``measurement_std`` is kept.
-    data : :class:`~ceem_casadi.Trajectories`, the estimation data (no test data is used).
+    data : Trajectories, the estimation data (no test data is used).
     theta0 : initial parameters (dict), the start of every chain.
     grid : positive **multipliers** of ``model.noise.process_std``: level ``s`` fits the model with
         ``process_std = s * model.noise.process_std`` (the ratios between states are kept).
-        Default :data:`DEFAULT_GRID`, 7 levels from 0.032 to 32 (3 decades, sqrt(10) apart).
+        Default `DEFAULT_GRID`, 7 levels from 0.032 to 32 (3 decades, sqrt(10) apart).
     criterion : how the level is chosen (no test data in either):
 
         * ``"innovation"`` (default): the EKF prediction-error log-likelihood
           ``log p(y | theta_s, Q_s, R)`` of the estimation data, each fitted model filtered with
           its own ``Q_s = diag(process_std_s**2)`` (see
-          :func:`~ceem_casadi.noise_criteria.innovation_loglik`); the highest wins. It is the
+          `innovation_loglik`); the highest wins. It is the
           maximum-likelihood choice of the noise level given CE-EM's parameters, uses all the
           data, and is the right criterion when the model is meant as a filter / predictor or
           when the model structure is close to correct. It trusts ``measurement_std``: a wrong
@@ -328,11 +328,11 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
         * ``"holdout"``: fit on the first ``1 - holdout_fraction`` of every trajectory; score the
           free-run simulation RMS on the held-out tails, each started from an initial state
           estimated on the tail's first ``x0_window`` samples
-          (:func:`~ceem_casadi.noise_criteria.holdout_rms`); the lowest wins. Use it when the model
+          (`holdout_rms`); the lowest wins. Use it when the model
           is meant for simulation (the usual benchmark metric) and its structure is only
           approximate, so that the best simulator need not be the likeliest noise model. It
           spends a quarter of the data on validation and is noisier.
-    options : :class:`NoiseCalibrationOptions` (processes, chains, warm start, time budget, ...).
+    options : NoiseCalibrationOptions (processes, chains, warm start, time budget, ...).
 
     Returns
     -------
@@ -342,12 +342,12 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
     Raises
     ------
     TypeError
-        ``data`` not a :class:`~ceem_casadi.Trajectories`, ``options`` not a :class:`NoiseCalibrationOptions`.
+        ``data`` not a [`Trajectories`][ceem_casadi.Trajectories], ``options`` not a [`NoiseCalibrationOptions`][ceem_casadi.NoiseCalibrationOptions].
     ValueError
-        unknown ``criterion``; repeated levels. :class:`~ceem_casadi.errors.ShapeError` for an empty
-        grid or tails too short; :class:`~ceem_casadi.errors.NonFiniteError` for non-positive or
+        unknown ``criterion``; repeated levels. [`ShapeError`][ceem_casadi.ShapeError] for an empty
+        grid or tails too short; [`NonFiniteError`][ceem_casadi.NonFiniteError] for non-positive or
         non-finite levels. If no level could be fitted (time budget spent, every fit failed),
-        :class:`~ceem_casadi.errors.SolverError`.
+        [`SolverError`][ceem_casadi.SolverError].
     """
     import pandas as pd
 

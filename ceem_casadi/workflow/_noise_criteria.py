@@ -1,13 +1,13 @@
-"""Selection criteria of :func:`~ceem_casadi.calibrate_noise` (no test data involved).
+"""Selection criteria of [`calibrate_noise`][ceem_casadi.calibrate_noise] (no test data involved).
 
 Both criteria score one fitted model ``(theta, process_std)`` on the estimation data only:
 
-* :func:`innovation_loglik` -- the extended Kalman filter's prediction-error (innovation)
+* `innovation_loglik` -- the extended Kalman filter's prediction-error (innovation)
   log-likelihood ``log p(y_{1:T} | theta, Q, R)`` of the estimation data, higher is better;
-* :func:`holdout_rms` -- the free-run simulation RMS on held-out tails of the estimation
+* `holdout_rms` -- the free-run simulation RMS on held-out tails of the estimation
   trajectories (the model was fitted on the heads), lower is better.
 
-:func:`split_tails` cuts the estimation data into the heads and tails the holdout criterion uses.
+`split_tails` cuts the estimation data into the heads and tails the holdout criterion uses.
 """
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ def innovation_loglik(ekf: EKF, model, theta_vec, data: Trajectories, x_first: l
         \\ell = \\sum_b \\sum_t \\log \\mathcal N\\big(y_t^b;\\ \\hat y_{t|t-1}^b,\\ S_t^b\\big),
         \\qquad S_t = C_t P_{t|t-1} C_t^\\top + R,
 
-    from the EKF of :mod:`ceem_casadi.filtering.ekf` with ``Q = diag(process_std**2)``,
+    from the EKF of `ceem_casadi.filtering._ekf` with ``Q = diag(process_std**2)``,
     ``R = diag(measurement_std**2)`` (the model's noise), started at ``x_{1|0} = x_first[b]``
     (nx,) with ``P_{1|0} = Q``: the fitted first state, known to one step of process noise.
     Missing entries (NaN) are skipped. ``-inf`` when the filter fails (singular ``S``, non-finite
-    values). ``ekf`` is an :class:`~ceem_casadi.filtering.EKF` of the model's structure
+    values). ``ekf`` is an [`EKF`][ceem_casadi.filtering.EKF] of the model's structure
     (reused across noise levels: the noise enters only through ``Q`` and ``R``).
     """
     Q = np.diag(model.noise.process_std ** 2)

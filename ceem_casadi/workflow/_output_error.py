@@ -3,7 +3,7 @@ an output-error model (MATLAB ``nlgreyest`` / ``pem``), as one IPOPT NLP.
 
 Decision variables: the free parameter entries z (fixed entries held at their values) and the
 initial state x0_b of every trajectory b. With the noise-free free run ``yhat_b(z, x0_b)`` of
-:mod:`ceem_casadi.simulation`,
+`ceem_casadi.model._simulation`,
 
     min_{z, x0}  0.5 sum_{b, t, j observed} ((y_b[t, j] - yhat_b[t, j]) / sigma_v[j])^2
                  + 0.5 ||(z - mu_p) / s_p||^2                 (the parameters' priors, optional)
@@ -41,7 +41,7 @@ __all__ = ["OutputErrorOptions", "OutputErrorResult", "refine_output_error"]
 
 @dataclass(frozen=True)
 class OutputErrorOptions:
-    """Options of :func:`refine_output_error`.
+    """Options of [`refine_output_error`][ceem_casadi.refine_output_error].
 
     Parameters
     ----------
@@ -65,11 +65,11 @@ class OutputErrorOptions:
         ``"time_limit"`` with the last iterate.
     x0_window : int, optional
         Samples used to estimate initial states that are not given (default as in
-        :func:`~ceem_casadi.estimate_initial_state`).
+        [`estimate_initial_state`][ceem_casadi.estimate_initial_state]).
     x_lower, x_upper : float or sequence of float, optional
         Bounds on the initial states and shooting nodes (scalar or (nx,)).
     raise_on_failure : bool
-        Raise :class:`~ceem_casadi.SolverError` instead of returning status ``"solver_failed"``.
+        Raise [`SolverError`][ceem_casadi.SolverError] instead of returning status ``"solver_failed"``.
 
     Raises
     ------
@@ -99,7 +99,7 @@ class OutputErrorOptions:
 
 @dataclass
 class OutputErrorResult:
-    """Outcome of :func:`refine_output_error`.
+    """Outcome of [`refine_output_error`][ceem_casadi.refine_output_error].
 
     Attributes
     ----------
@@ -276,7 +276,7 @@ class OutputErrorProblem:
 
 
 def problem_for(model, lengths, shooting, options: OutputErrorOptions) -> OutputErrorProblem:
-    """The cached :class:`OutputErrorProblem` (per model, lengths, shooting, Hessian, max_iter, tol)."""
+    """The cached `OutputErrorProblem` (per model, lengths, shooting, Hessian, max_iter, tol)."""
     cache = model.__dict__.setdefault("_output_error_problems", {})
     key = (tuple(lengths), shooting, options.hessian, options.max_iter, options.tol)
     if key not in cache:
@@ -297,13 +297,13 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
 
     Parameters
     ----------
-    model : :class:`~ceem_casadi.StateSpaceModel`.
-    data : :class:`~ceem_casadi.Trajectories` (NaN = missing output).
+    model : StateSpaceModel.
+    data : Trajectories (NaN = missing output).
     theta : starting parameters (dict, all names; fixed entries stay as given), e.g. a CE-EM fit.
     shooting : ``None`` (single shooting) or the segment length k >= 1 of multiple shooting.
     x0 : starting initial states (B, nx) (or (nx,) for all); default
-        :func:`~ceem_casadi.estimate_initial_state` on the first ``options.x0_window`` samples.
-    options : :class:`OutputErrorOptions`.
+        [`estimate_initial_state`][ceem_casadi.estimate_initial_state] on the first ``options.x0_window`` samples.
+    options : OutputErrorOptions.
 
     Returns
     -------

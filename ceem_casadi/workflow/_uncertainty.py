@@ -10,7 +10,7 @@ is the inverse of the Schur complement
 
 the *observed information* of theta with the states eliminated. ``H_xx`` is block diagonal over
 trajectories and block tridiagonal in time (stages touch x_t or (x_t, x_{t+1}), see
-:mod:`ceem_casadi.stages`), so ``I`` is accumulated trajectory by trajectory with LAPACK's banded
+`ceem_casadi.objective._stages`), so ``I`` is accumulated trajectory by trajectory with LAPACK's banded
 Cholesky in O(T nx^2 (nx + n_theta)) time; no (T nx)^2 matrix is formed. The prior's curvature
 (parameters' Gaussian priors and the x_1 prior) is included.
 
@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class UncertaintyOptions:
-    """Options of :func:`parameter_uncertainty`.
+    """Options of [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty].
 
     Parameters
     ----------
@@ -61,7 +61,7 @@ class UncertaintyOptions:
     level : float
         Confidence level of the intervals (default 0.95).
     identifiability_tol : float
-        A direction whose relative eigenvalue (see :mod:`ceem_casadi.identifiability`) is below
+        A direction whose relative eigenvalue (see `ceem_casadi.objective._identifiability`) is below
         this is reported as non-identifiable (1e-10; structurally non-identifiable directions
         sit at round-off, ~1e-16).
     bound_tol : float
@@ -69,10 +69,10 @@ class UncertaintyOptions:
     use_prior : bool
         Include the parameters' Gaussian priors (as the fit does by default).
     compile : bool, optional
-        Compile the stage Functions (as in :class:`~ceem_casadi.SmootherOptions`).
+        Compile the stage Functions (as in [`SmootherOptions`][ceem_casadi.SmootherOptions]).
     blas_threads : int, optional
         BLAS threads during the computation (1 by default, as in
-        :class:`~ceem_casadi.CEEMOptions`: multi-threaded BLAS spins on shared cores; a banded
+        [`CEEMOptions`][ceem_casadi.CEEMOptions]: multi-threaded BLAS spins on shared cores; a banded
         Cholesky of six coupled Lorenz took 2 s instead of milliseconds); ``None`` leaves it alone.
 
     Raises
@@ -288,15 +288,15 @@ def parameter_uncertainty(model, data, theta, *, states=None, options: Uncertain
 
     Parameters
     ----------
-    model : the :class:`~ceem_casadi.StateSpaceModel` that was fitted.
-    data : the :class:`~ceem_casadi.Trajectories` it was fitted on.
+    model : the StateSpaceModel that was fitted.
+    data : the Trajectories it was fitted on.
     theta : dict or CEEMResult
         The parameters (name -> array), or the result of a fit: its ``theta``, its states ``x``
         and its ``status`` (a warning when not converged) are used.
     states : list of (T_b, nx) arrays, optional
         The state trajectories at ``theta``; default: the fit's states, or the smoothing step's
         optimum on ``data`` at ``theta``.
-    options : :class:`UncertaintyOptions`.
+    options : UncertaintyOptions.
 
     Returns
     -------
