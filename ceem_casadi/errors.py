@@ -8,19 +8,69 @@ from __future__ import annotations
 
 
 class CeemError(Exception):
-    """Base class of every error raised on purpose by ceem_casadi."""
+    """Base class of every error raised on purpose by ceem_casadi.
+
+    Examples
+    --------
+    Every error the library raises on purpose is a `CeemError` and a builtin:
+
+    >>> import ceem_casadi as cc
+    >>> try:
+    ...     cc.Param("not a name")
+    ... except cc.CeemError as err:
+    ...     print(type(err).__name__, isinstance(err, KeyError))
+    ParameterError True
+    """
 
 
 class ShapeError(CeemError, ValueError):
-    """An array has the wrong shape (expected vs given shapes in the message)."""
+    """An array has the wrong shape (expected vs given shapes in the message).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> try:
+    ...     cc.Trajectories(np.zeros((5, 1)), u=np.zeros((4, 1)))
+    ... except cc.ShapeError as err:
+    ...     print(type(err).__name__, isinstance(err, ValueError))
+    ShapeError True
+    """
 
 
 class NonFiniteError(CeemError, ValueError):
-    """An input contains NaN or inf where only finite values are allowed."""
+    """An input contains NaN or inf where only finite values are allowed.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> try:
+    ...     cc.Trajectories(np.zeros((3, 1)), u=np.array([[0.0], [np.inf], [1.0]]))
+    ... except cc.NonFiniteError as err:
+    ...     print(type(err).__name__, isinstance(err, ValueError))
+    NonFiniteError True
+    """
 
 
 class ParameterError(CeemError, KeyError):
-    """Unknown or missing parameter names, or values outside their bounds."""
+    """Unknown or missing parameter names, or values outside their bounds.
+
+    Examples
+    --------
+    A theta with a name the model does not have:
+
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> try:
+    ...     cc.simulate_output(model, {"b": 0.8}, np.zeros((3, 1)), [0.0])
+    ... except cc.ParameterError as err:
+    ...     print(type(err).__name__, isinstance(err, KeyError))
+    ParameterError True
+    """
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return str(self.args[0]) if self.args else ""
@@ -28,7 +78,17 @@ class ParameterError(CeemError, KeyError):
 
 class OptionsError(CeemError, ValueError):
     """An option value is invalid (wrong type, out of range, unknown name); the message names the
-    option, what was expected and what was given."""
+    option, what was expected and what was given.
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> try:
+    ...     cc.CEEMOptions(max_iters=-1)
+    ... except cc.OptionsError as err:
+    ...     print(type(err).__name__, isinstance(err, ValueError))
+    OptionsError True
+    """
 
 
 class ModelError(CeemError, ValueError):
@@ -40,6 +100,16 @@ class SolverError(CeemError, RuntimeError):
 
     ``result`` holds the outcome up to the failure (e.g. the [`CEEMResult`][ceem_casadi.CEEMResult]
     with the last good iterate), or None.
+
+    Examples
+    --------
+    Raised instead of returning a failed result when the options ask for it
+    (``raise_on_failure=True``); ``result`` keeps the outcome up to the failure:
+
+    >>> import ceem_casadi as cc
+    >>> err = cc.SolverError("smoother failed at iteration 3", result=None)
+    >>> isinstance(err, RuntimeError), isinstance(err, cc.CeemError), err.result is None
+    (True, True, True)
     """
 
     def __init__(self, message: str = "", result=None):

@@ -312,6 +312,22 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     Returns
     -------
     N4SIDResult
+
+    Examples
+    --------
+    The linear baseline recovers the pole 0.8 of x[t+1] = 0.8 x[t] + u[t] from
+    noise-free data:
+
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> u = np.random.default_rng(0).normal(size=(200, 1))
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 200, u=u)
+    >>> lin = cc.n4sid(data, order=1)
+    >>> np.round(lin.A, 3)
+    array([[0.8]])
     """
     data = _as_data(data)
     ny, nu = data.ny, data.nu

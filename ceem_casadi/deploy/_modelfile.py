@@ -168,6 +168,21 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
     ------
     ModelFileError
         The model's functions cannot be stored as expression graphs.
+
+    Examples
+    --------
+    Save a model with its parameters and read it back (nothing in the file is executed):
+
+    >>> import tempfile, pathlib
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> path = cc.save_model(pathlib.Path(tempfile.mkdtemp()) / "m.npz", model, {"a": 0.8})
+    >>> saved = cc.load_model(path)
+    >>> float(saved.theta["a"]), float(saved.model.f(2.0, 1.0, 0.8))
+    (0.8, 2.6)
     """
     from .._version import __version__
 
@@ -297,6 +312,21 @@ def load_model(path, *, trust_source: bool = False, check_source: bool = True, r
     ------
     ModelFileError
         A damaged or foreign file (digest mismatch, wrong format), or invalid stored graphs.
+
+    Examples
+    --------
+    Save a model with its parameters and read it back (nothing in the file is executed):
+
+    >>> import tempfile, pathlib
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> path = cc.save_model(pathlib.Path(tempfile.mkdtemp()) / "m.npz", model, {"a": 0.8})
+    >>> saved = cc.load_model(path)
+    >>> float(saved.theta["a"]), float(saved.model.f(2.0, 1.0, 0.8))
+    (0.8, 2.6)
     """
     from ..model._model import Noise
 

@@ -95,6 +95,27 @@ class Sharded:
         ``sent_bytes`` and ``received_bytes`` (array payload between client and workers); for
         ``"learn"`` also ``calls`` (map-reduce rounds), ``wait_s`` (client time waiting for them)
         and ``setup_s`` (the shards building their learner parameters at the new states).
+
+    Examples
+    --------
+    A fit over four trajectories with their smoothing in two shards on a thread pool:
+
+    >>> from concurrent.futures import ThreadPoolExecutor
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> u = np.random.default_rng(0).normal(size=(4, 30, 1))
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [[0.0]] * 4, [30] * 4, u=list(u), process_std=0.1,
+    ...                       measurement_std=0.1, seed=1)
+    >>> with ThreadPoolExecutor(2) as pool:
+    ...     sharded = cc.Sharded(pool, n_shards=2)
+    ...     fit = cc.ceem(model, data, {"a": 0.5}, options=cc.CEEMOptions(
+    ...         executor=sharded, smoother=cc.SmootherOptions(compile=False),
+    ...         learner=cc.LearnerOptions(compile=False)))
+    >>> round(float(fit.theta["a"]), 2), sorted({s["kind"] for s in sharded.stats})  # doctest: +ELLIPSIS
+    (0.8, [...'smooth'...])
     """
 
     def __init__(self, executor, n_shards: int | None = None):

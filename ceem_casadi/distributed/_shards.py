@@ -36,7 +36,7 @@ def shard_index(lengths, n_shards: int) -> list[list[int]]:
     Examples
     --------
     >>> from ceem_casadi.distributed import shard_index
-    >>> shard_index([100, 10, 60, 50], 2)
+    >>> shard_index([10, 100, 60, 50], 2)   # 100 + 10 and 60 + 50 samples
     [[0, 1], [2, 3]]
     """
     n = max(1, min(int(n_shards), len(lengths)))

@@ -220,6 +220,30 @@ def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_f
     While it runs in the main thread, SIGINT (Ctrl-C) raises ``KeyboardInterrupt`` even when it
     arrives inside IPOPT (which would otherwise report a solver failure), so a later
     ``resume_fit=True`` continues from the last complete iteration.
+
+    Examples
+    --------
+    The fit writes a checkpoint after every iteration; a second call with
+    ``resume_fit=True`` returns the finished fit from the file:
+
+    >>> import tempfile, pathlib
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> u = np.random.default_rng(0).normal(size=(60, 1))
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
+    ...                       measurement_std=0.1, seed=1)
+    >>> options = cc.CEEMOptions(smoother=cc.SmootherOptions(compile=False),
+    ...                          learner=cc.LearnerOptions(compile=False))
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "fit.ckpt.npz"
+    >>> run = cc.ceem_checkpointed(model, data, {"a": 0.5}, path, options=options)
+    >>> round(float(run.theta["a"]), 2), path.exists()
+    (0.8, True)
+    >>> again = cc.ceem_checkpointed(model, data, {"a": 0.5}, path, options=options, resume_fit=True)
+    >>> float(again.theta["a"]) == float(run.theta["a"])
+    True
     """
     import threading
 

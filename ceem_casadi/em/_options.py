@@ -66,6 +66,19 @@ class CEEMOptions:
     ------
     OptionsError
         A value out of range or of the wrong type (also a ``ValueError``).
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> opts = cc.CEEMOptions(max_iters=20, acceleration="newton",
+    ...                       smoother=cc.SmootherOptions(compile=False))
+    >>> opts.max_iters, opts.acceleration, opts.smoother.compile
+    (20, 'newton', False)
+    >>> try:
+    ...     cc.CEEMOptions(acceleration="fast")
+    ... except cc.OptionsError as err:
+    ...     print(type(err).__name__)
+    OptionsError
     """
 
     max_iters: int = 50

@@ -80,6 +80,26 @@ class CEEMResult:
         J at the initial states and ``theta0``.
     warnings : list of str
         Warnings raised after the fit (e.g. weakly identifiable parameters).
+
+    Examples
+    --------
+    A fit's result: status, parameters, smoothed states and one record per iteration:
+
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> u = np.random.default_rng(0).normal(size=(60, 1))
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
+    ...                       measurement_std=0.1, seed=1)
+    >>> options = cc.CEEMOptions(smoother=cc.SmootherOptions(compile=False),
+    ...                          learner=cc.LearnerOptions(compile=False))
+    >>> fit = cc.ceem(model, data, {"a": 0.5}, options=options)
+    >>> fit.status, len(fit.history), round(float(fit.theta["a"]), 3)
+    (<Status.CONVERGED: 'converged'>, 8, 0.8)
+    >>> fit.history[-1].J == fit.J, fit.J > fit.init_J   # J, the joint log-density, went up
+    (True, True)
     """
 
     status: Status

@@ -53,6 +53,19 @@ class Trajectories:
     ------
     ShapeError, NonFiniteError
         Inconsistent shapes, non-finite inputs or an all-missing trajectory.
+
+    Examples
+    --------
+    Two trajectories of different lengths, one output and one input; NaN marks a
+    missing observation:
+
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> y = [np.array([[0.0], [np.nan], [1.0]]), np.zeros((5, 1))]
+    >>> u = [np.ones((3, 1)), np.ones((5, 1))]
+    >>> data = cc.Trajectories(y, u, dt=0.1)
+    >>> len(data.y), data.lengths, data.ny, data.nu
+    (2, (3, 5), 1, 1)
     """
 
     y: tuple
@@ -186,6 +199,22 @@ def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
         The noisy observations (and the inputs, ``dt = model.dt``).
     x : list of numpy.ndarray
         The B true state trajectories (T_b, nx).
+
+    Examples
+    --------
+    Three noisy samples of x[t+1] = 0.8 x[t] + u[t] from x[1] = 1 (seeded):
+
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> data, states = cc.simulate(model, {"a": 0.8}, [1.0], 3, u=np.ones((3, 1)))
+    >>> states[0].ravel()                     # noise-free: 1, 0.8 + 1, 0.8 * 1.8 + 1
+    array([1.  , 1.8 , 2.44])
+    >>> noisy, _ = cc.simulate(model, {"a": 0.8}, [1.0], 3, u=np.ones((3, 1)), measurement_std=0.1, seed=0)
+    >>> noisy.y[0].shape
+    (3, 1)
     """
     rng = np.random.default_rng(seed)
     x0 = np.atleast_2d(np.asarray(x0, dtype=float))

@@ -188,6 +188,19 @@ def load_cascaded_tanks(data_dir=None) -> dict[str, BenchmarkSplit]:
         The file is not there (the message says where it was looked for).
     ChecksumError
         The file differs from its recorded SHA-256.
+
+    Examples
+    --------
+    The loader takes the folder of the official files (checksummed); a folder
+    without them is reported with what to download:
+
+    >>> import tempfile
+    >>> import ceem_casadi as cc
+    >>> try:
+    ...     cc.load_cascaded_tanks(tempfile.mkdtemp())
+    ... except cc.io.DatasetNotFoundError as err:
+    ...     print(type(err).__name__)
+    DatasetNotFoundError
     """
     path = verify_file(_resolve(data_dir), _TANKS_FILE)
     m = _loadmat(path)
@@ -221,6 +234,19 @@ def load_silverbox(data_dir=None) -> dict[str, BenchmarkSplit]:
     ------
     DatasetNotFoundError, ChecksumError
         As for [`load_cascaded_tanks`][ceem_casadi.load_cascaded_tanks].
+
+    Examples
+    --------
+    The loader takes the folder of the official files (checksummed); a folder
+    without them is reported with what to download:
+
+    >>> import tempfile
+    >>> import ceem_casadi as cc
+    >>> try:
+    ...     cc.load_silverbox(tempfile.mkdtemp())
+    ... except cc.io.DatasetNotFoundError as err:
+    ...     print(type(err).__name__)
+    DatasetNotFoundError
     """
     path = verify_file(_resolve(data_dir), _SILVERBOX_FILE)
     m = _loadmat(path)

@@ -150,6 +150,22 @@ def read_trajectories(paths, model, *, outputs=None, inputs=None, trajectory_col
     DataFileError
         A file is missing or unreadable, a column is missing, values are non-numeric, an input
         is not finite, a trajectory is shorter than 2 samples or an output is missing everywhere.
+
+    Examples
+    --------
+    A CSV file with columns ``y0`` and ``u0`` read for a model with one output and one input:
+
+    >>> import tempfile, pathlib
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "run.csv"
+    >>> _ = path.write_text("y0,u0\\n0.0,1.0\\n1.0,0.5\\n1.0,0.0\\n")
+    >>> data = cc.read_trajectories(path, model)
+    >>> len(data.y), data.lengths, data.y[0].ravel().tolist()
+    (1, (3,), [0.0, 1.0, 1.0])
     """
     data, desc = _read(paths, model, outputs, inputs, trajectory_column)
     return (data, desc) if describe else data

@@ -33,6 +33,18 @@ class LearnerOptions:
     ------
     OptionsError
         A value out of range (also a ``ValueError``).
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> opts = cc.LearnerOptions(hessian="gauss-newton", max_iter=50)
+    >>> opts.hessian, opts.max_iter, opts.use_prior
+    ('gauss-newton', 50, True)
+    >>> try:
+    ...     cc.LearnerOptions(hessian="newton")
+    ... except cc.OptionsError as err:
+    ...     print(type(err).__name__)
+    OptionsError
     """
 
     rho_theta: float = 0.0

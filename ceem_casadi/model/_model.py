@@ -147,6 +147,20 @@ class StateSpaceModel:
     ModelError
         A function fails when traced, indexes ``u``/``x`` beyond ``nu``/``nx`` (naming the fix)
         or returns the wrong shape.
+
+    Examples
+    --------
+    A scalar linear model x[t+1] = a x[t] + u[t], y[t] = x[t] with one parameter:
+
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> model.nx, model.nu, model.ny, model.params.names
+    (1, 1, 1, ['a'])
+    >>> float(model.f(2.0, 1.0, 0.5))   # a x + u at x = 2, u = 1, a = 0.5
+    2.0
     """
 
     def __init__(self, step: Callable, observe: Callable, *, nx: int, nu: int = 0,

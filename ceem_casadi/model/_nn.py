@@ -47,6 +47,26 @@ class MLP:
         Fewer than two widths or a width below 1.
     OptionsError
         An unknown activation.
+
+    Examples
+    --------
+    A network 1 -> 4 -> 1 as the whole dynamics, x[t+1] = W1 tanh(W0 x[t] + b0) + b1; its
+    weights are parameters of the model:
+
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> net = cc.MLP((1, 4, 1), name="f")
+    >>> net.names
+    ['f_W0', 'f_b0', 'f_W1', 'f_b1']
+    >>> params = cc.Parameters(*net.params(np.random.default_rng(0)))
+    >>> params.size                           # 1*4 + 4 + 4*1 + 1
+    13
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: net(p, x), lambda x, u, p: x,
+    ...                                          nx=1, params=params)
+    >>> w = net.init(np.random.default_rng(0))
+    >>> by_hand = w["f_W1"] @ np.tanh(w["f_W0"] @ [0.5] + w["f_b0"]) + w["f_b1"]
+    >>> bool(np.isclose(float(model.f(0.5, [], params.to_vector(w))), by_hand[0]))
+    True
     """
 
     def __init__(self, sizes, name: str = "mlp", activation: str = "tanh"):

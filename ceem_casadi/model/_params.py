@@ -51,6 +51,19 @@ class Param:
     ------
     ParameterError
         A name that is not an identifier, lower above upper, an incomplete or non-positive prior.
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> a = cc.Param("a", 0.5, lower=0.0, upper=1.0)
+    >>> A = cc.Param("A", 0.0, shape=(2, 2), free=[[True, False], [True, True]])
+    >>> a.shape, A.shape, A.size
+    ((), (2, 2), 4)
+    >>> try:
+    ...     cc.Param("a", 0.5, lower=1.0, upper=0.0)
+    ... except cc.ParameterError as err:
+    ...     print(type(err).__name__)
+    ParameterError
     """
 
     name: str
@@ -123,6 +136,15 @@ class Parameters:
     ------
     ParameterError
         Duplicate names.
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> params = cc.Parameters(cc.Param("a", 0.5), cc.Param("b", [1.0, 2.0]))
+    >>> params.names, params.size
+    (['a', 'b'], 3)
+    >>> params.to_vector({"a": 0.9, "b": [3.0, 4.0]})
+    array([0.9, 3. , 4. ])
     """
 
     def __init__(self, *params: Param):

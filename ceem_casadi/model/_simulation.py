@@ -145,6 +145,18 @@ def simulate_output(model, theta, u=None, x0=None, *, horizon=None, return_state
         (no error).
     x : numpy.ndarray or list of numpy.ndarray
         Only with ``return_states``: the states, shaped like ``y`` with nx columns.
+
+    Examples
+    --------
+    The free-run output of x[t+1] = 0.5 x[t] + u[t], y = x from x[1] = 2:
+
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> cc.simulate_output(model, {"a": 0.5}, np.zeros((4, 1)), [2.0]).ravel()
+    array([2.  , 1.  , 0.5 , 0.25])
     """
     theta_vec = as_theta_vector(model, theta)
     if x0 is None:

@@ -19,6 +19,14 @@ class Status(str, Enum):
     progress was possible (steps at round-off) before the tolerance was met. ``SOLVER_FAILED``:
     a solver returned an error or non-finite values. ``STOPPED``: a callback asked to stop.
     Every result keeps the last good iterate whatever its status.
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> cc.Status("converged") is cc.Status.CONVERGED
+    True
+    >>> [s.value for s in cc.Status]          # doctest: +NORMALIZE_WHITESPACE
+    ['converged', 'max_iters', 'time_limit', 'stalled', 'solver_failed', 'stopped']
     """
 
     CONVERGED = "converged"

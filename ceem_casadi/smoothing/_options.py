@@ -40,6 +40,18 @@ class SmootherOptions:
     ------
     OptionsError
         A value out of range (also a ``ValueError``).
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> opts = cc.SmootherOptions(solver="banded", compile=False)
+    >>> opts.solver, opts.hessian
+    ('banded', 'gauss-newton')
+    >>> try:
+    ...     cc.SmootherOptions(max_iter=0)
+    ... except cc.OptionsError as err:
+    ...     print(type(err).__name__)
+    OptionsError
     """
 
     rho_x: float = 0.0

@@ -227,6 +227,20 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
     ------
     SolverError
         When a trajectory's estimate is not finite or IPOPT fails (unless ``full_output``).
+
+    Examples
+    --------
+    The initial state from the first samples (true x[1] = 2, no noise):
+
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [2.0], 20, u=np.zeros((20, 1)))
+    >>> x0 = cc.estimate_initial_state(model, data, {"a": 0.8})
+    >>> np.round(x0, 3)
+    array([[2.]])
     """
     theta_vec = as_theta_vector(model, theta)
     ys, us, single = _trajectories(model, data, u)

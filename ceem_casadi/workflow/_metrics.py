@@ -250,6 +250,23 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
     Returns
     -------
     ValidationReport
+
+    Examples
+    --------
+    Free-run and one-step-ahead errors of the true model on its own data; the
+    one-step error is close to the measurement noise (0.1):
+
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> u = np.random.default_rng(0).normal(size=(60, 1))
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
+    ...                       measurement_std=0.1, seed=1)
+    >>> report = cc.validation_report(model, data, {"a": 0.8}, k=1)
+    >>> round(float(report.simulation.rmse[0]), 2), round(float(report.prediction[1].rmse[0]), 2)
+    (0.14, 0.12)
     """
     from ..filtering import EKF
 

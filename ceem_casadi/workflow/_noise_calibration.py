@@ -79,6 +79,18 @@ class NoiseCalibrationOptions:
         its head fit [True]; ``result.best`` is then that refit.
     ekf_engine : str
         Engine of the innovation criterion's EKF, ``"casadi"`` or ``"python"`` ["casadi"].
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> opts = cc.NoiseCalibrationOptions(holdout_fraction=0.3, ceem=cc.CEEMOptions(max_iters=10))
+    >>> opts.holdout_fraction, opts.ceem.max_iters, opts.warm_start
+    (0.3, 10, True)
+    >>> try:
+    ...     cc.NoiseCalibrationOptions(holdout_fraction=1.0)
+    ... except cc.OptionsError as err:
+    ...     print(type(err).__name__)
+    OptionsError
     """
 
     ceem: CEEMOptions = field(default_factory=lambda: CEEMOptions(max_iters=50, acceleration="newton"))
@@ -348,6 +360,25 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
         grid or tails too short; [`NonFiniteError`][ceem_casadi.NonFiniteError] for non-positive or
         non-finite levels. If no level could be fitted (time budget spent, every fit failed),
         [`SolverError`][ceem_casadi.SolverError].
+
+    Examples
+    --------
+    Two process-noise levels (0.1 and 1 times the model's); the innovation
+    likelihood picks the true one (0.1 = 1 x the model's process_std):
+
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> u = np.random.default_rng(0).normal(size=(60, 1))
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
+    ...                       measurement_std=0.1, seed=1)
+    >>> opts = cc.NoiseCalibrationOptions(ceem=cc.CEEMOptions(
+    ...     smoother=cc.SmootherOptions(compile=False), learner=cc.LearnerOptions(compile=False)))
+    >>> cal = cc.calibrate_noise(model, data, {"a": 0.5}, grid=[0.1, 1.0], options=opts)
+    >>> float(cal.best.level), round(float(cal.best.theta["a"]), 2)
+    (1.0, 0.8)
     """
     import pandas as pd
 

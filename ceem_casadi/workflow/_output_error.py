@@ -75,6 +75,18 @@ class OutputErrorOptions:
     ------
     OptionsError
         A value out of range (also a ``ValueError``).
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> opts = cc.OutputErrorOptions(max_iter=100, time_limit=5.0)
+    >>> opts.max_iter, opts.hessian, opts.time_limit
+    (100, 'gauss-newton', 5.0)
+    >>> try:
+    ...     cc.OutputErrorOptions(time_limit=-1.0)
+    ... except cc.OptionsError as err:
+    ...     print(type(err).__name__)
+    OptionsError
     """
 
     max_iter: int = 500
@@ -310,6 +322,22 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
     OutputErrorResult
         theta, x0 (B, nx), cost, status, message, iterations, wall time. On a solver failure the
         starting point comes back (status ``"solver_failed"``) unless ``raise_on_failure``.
+
+    Examples
+    --------
+    Output-error (simulation-error) fit of a from the same start:
+
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> u = np.random.default_rng(0).normal(size=(60, 1))
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
+    ...                       measurement_std=0.1, seed=1)
+    >>> res = cc.refine_output_error(model, data, {"a": 0.5})
+    >>> res.status, round(float(res.theta["a"]), 2), res.cost < res.initial_cost
+    (<Status.CONVERGED: 'converged'>, 0.8, True)
     """
     if not isinstance(options, OutputErrorOptions):
         raise TypeError(f"options must be an OutputErrorOptions, got {type(options).__name__}")

@@ -79,6 +79,18 @@ class UncertaintyOptions:
     ------
     ValueError
         A value out of range.
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> opts = cc.UncertaintyOptions(hessian="gauss-newton", level=0.9)
+    >>> opts.hessian, opts.level
+    ('gauss-newton', 0.9)
+    >>> try:
+    ...     cc.UncertaintyOptions(level=1.5)
+    ... except cc.OptionsError as err:
+    ...     print(type(err).__name__)
+    OptionsError
     """
 
     hessian: str = "exact"
@@ -303,6 +315,28 @@ def parameter_uncertainty(model, data, theta, *, states=None, options: Uncertain
     ParameterUncertainty
         See the module docstring for the math and its caveat. Non-identifiable directions and
         parameters at bounds are listed in ``warnings`` and logged.
+
+    Examples
+    --------
+    Standard error and 95 % interval of a after a fit (exact Hessian of J):
+
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> u = np.random.default_rng(0).normal(size=(60, 1))
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
+    ...                       measurement_std=0.1, seed=1)
+    >>> options = cc.CEEMOptions(smoother=cc.SmootherOptions(compile=False),
+    ...                          learner=cc.LearnerOptions(compile=False))
+    >>> fit = cc.ceem(model, data, {"a": 0.5}, options=options)
+    >>> unc = cc.parameter_uncertainty(model, data, fit.theta, states=fit.x,
+    ...                                options=cc.UncertaintyOptions(compile=False))
+    >>> print(unc.table())                    # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
+    a  0.800... ± 0.0069  [0.78..., 0.81...]
+    >>> bool(unc.lower[0] < 0.8 < unc.upper[0])
+    True
     """
     if not isinstance(options, UncertaintyOptions):
         raise TypeError(f"options must be an UncertaintyOptions, got {type(options).__name__}")
