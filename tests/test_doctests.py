@@ -35,8 +35,8 @@ def _with_examples():
     for mod in (cc, *(importlib.import_module(f"ceem_casadi.{s}") for s in SUBPACKAGES)):
         for n in mod.__all__:
             obj = getattr(mod, n)
-            if (inspect.isfunction(obj) or inspect.isclass(obj)) and "Examples\n--------" in (obj.__doc__ and
-                                                                                                inspect.cleandoc(obj.__doc__) or ""):
+            own_doc = inspect.cleandoc(obj.__doc__ or "")
+            if (inspect.isfunction(obj) or inspect.isclass(obj)) and "Examples\n--------" in own_doc:
                 seen.setdefault(id(obj), (f"{mod.__name__}.{n}", obj))
     return list(seen.values())
 
