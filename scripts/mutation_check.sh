@@ -23,17 +23,17 @@ NICE="${MUTATION_NICE:-15}"
 SKIP="${MUTATION_SKIP-^\s*log\.(debug|info|warning|error)\(|ca\.(MX|SX)\.sym\(\"}"
 
 declare -A FILE TESTS
-FILE[stages]=ceem_casadi/stages.py
+FILE[stages]=ceem_casadi/objective/_stages.py
 TESTS[stages]='"tests/test_core_stages.py", "tests/test_core_smoother.py", "tests/test_core_learner.py", "tests/test_joint.py::test_joint_step_equals_dense_levenberg_marquardt_solve", "tests/test_uncertainty.py::test_reduced_hessian_equals_dense_schur_complement", "tests/test_core_ceem.py::test_learner_recovers_lorenz_parameters_from_true_states"'
-FILE[smoother]=ceem_casadi/smoother.py
+FILE[smoother]=ceem_casadi/smoothing/_smoother.py
 TESTS[smoother]='"tests/test_core_smoother.py", "tests/test_core_ceem_loop.py"'
-FILE[learner]=ceem_casadi/learner.py
+FILE[learner]=ceem_casadi/learning/_learner.py
 TESTS[learner]='"tests/test_core_learner.py", "tests/test_core_ceem.py::test_learner_recovers_lorenz_parameters_from_true_states", "tests/test_core_ceem.py::test_learner_respects_bounds_fixed_entries_and_prior", "tests/test_uncertainty.py::test_learning_hessian_exact_equals_gauss_newton_at_zero_residuals"'
-FILE[ceem]=ceem_casadi/ceem.py
+FILE[ceem]=ceem_casadi/em/_ceem.py
 TESTS[ceem]='"tests/test_core_ceem_loop.py", "tests/test_status_time_limit.py", "tests/test_core_ceem.py::test_ceem_parallel_smoothing_matches_sequential", "tests/test_core_errors.py"'
-FILE[joint]=ceem_casadi/joint_gauss_newton.py
+FILE[joint]=ceem_casadi/em/_joint_gauss_newton.py
 TESTS[joint]='"tests/test_joint.py::test_joint_step_equals_dense_levenberg_marquardt_solve", "tests/test_joint.py::test_joint_step_with_observed_parameters_priors_and_bounds_equals_dense_solve", "tests/test_joint.py::test_joint_step_without_free_parameters_is_a_damped_state_step", "tests/test_core_ceem_loop.py::test_newton_damping_falls_after_accepted_steps_and_rises_after_a_failed_solve", "tests/test_core_ceem_loop.py::test_acceleration_steps_are_taken_and_change_the_iterates"'
-FILE[ekf]=ceem_casadi/filtering/ekf.py
+FILE[ekf]=ceem_casadi/filtering/_ekf.py
 TESTS[ekf]='"tests/test_baselines_kalman_ekf.py"'
 
 modules=("$@")

@@ -4,9 +4,9 @@ or draw a seeded sample of them to check (mutmut runs about 10 mutants a minute 
 
 Run inside a scratch copy (e.g. /tmp/ceem_mutation/joint) after ``mutmut run`` generated its mutants:
 
-    python -m scripts.mutation_mutants ceem_casadi/joint_gauss_newton.py                    # every mutant: name [status], - old, + new
-    python -m scripts.mutation_mutants ceem_casadi/joint_gauss_newton.py --status survived  # the survivors only
-    python -m scripts.mutation_mutants ceem_casadi/joint_gauss_newton.py --sample 150 --seed 0 --functions 'step|adapt'
+    python -m scripts.mutation_mutants ceem_casadi/em/_joint_gauss_newton.py                    # every mutant: name [status], - old, + new
+    python -m scripts.mutation_mutants ceem_casadi/em/_joint_gauss_newton.py --status survived  # the survivors only
+    python -m scripts.mutation_mutants ceem_casadi/em/_joint_gauss_newton.py --sample 150 --seed 0 --functions 'step|adapt'
 
 ``--sample`` prints mutant names (for ``MUTATION_ONLY``), drawn uniformly with ``--seed`` among the
 mutants of the functions matching ``--functions``, leaving out string-only mutants of CasADi
