@@ -78,7 +78,7 @@ class JointGaussNewton:
     ----------
     model : the StateSpaceModel.
     lengths : trajectory lengths T_b.
-    stages : the model's [`StageFunctions`][ceem_casadi.objective.StageFunctions] (shared with the smoother).
+    stages : the model's StageFunctions (shared with the smoother).
     use_prior : include the parameters' Gaussian priors.
     """
 

@@ -236,7 +236,7 @@ class JointSolver:
     ----------
     model : the StateSpaceModel.
     data : the Trajectories (fixed for the solver's life).
-    stages : the model's [`StageFunctions`][ceem_casadi.objective.StageFunctions] (shared with the smoother).
+    stages : the model's StageFunctions (shared with the smoother).
     hessian : ``"auto"`` (default): Gauss-Newton (positive semi-definite, robust far from the
         optimum) until the cost changes by less than ``AUTO_SWITCH`` (relative) between iterates,
         then the exact Hessian (quadratic convergence where Gauss-Newton converges linearly and

@@ -57,7 +57,8 @@ class CEEMOptions:
         iteration once it is spent (overrun: about one IPOPT iteration plus one evaluation of J);
         the interrupted step is discarded and the fit returns ``status = "time_limit"`` with the
         last accepted iterate (theta, states, history).
-    executor : ``None`` (default: ``n_jobs`` decides), a ``dask.distributed.Client`` (smoothing and
+    executor : dask.distributed.Client, concurrent.futures.Executor or Sharded, optional
+        ``None`` (default: ``n_jobs`` decides), a ``dask.distributed.Client`` (smoothing and
         learning distributed, states kept on the workers), a ``concurrent.futures.Executor``
         (smoothing distributed) or a [`Sharded`][ceem_casadi.Sharded] wrapping either
         (see `ceem_casadi.distributed` and docs/scaling.md). Not together with ``n_jobs > 1``.

@@ -217,7 +217,7 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
     use_prior : include the model's x1 prior when it has ``x1_mean``/``x1_std``.
     hessian : ``"gauss-newton"`` (default) or ``"exact"``.
     time_limit : seconds for all trajectories together (IPOPT stops at its next iteration).
-    full_output : return [`InitialStateResult`][ceem_casadi.workflow.InitialStateResult] (or a list of them) instead of arrays.
+    full_output : return InitialStateResult (or a list of them) instead of arrays.
 
     Returns
     -------

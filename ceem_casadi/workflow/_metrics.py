@@ -227,24 +227,35 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
 
     Parameters
     ----------
-    model : StateSpaceModel.
-    data : Trajectories (NaN = missing; missing entries are not scored).
-    theta : theta dict (or flat parameter vector).
-    x0 : (B, nx) initial state per trajectory (or (nx,) shared); default ``model.noise.x1_mean``;
+    model : StateSpaceModel
+        The model.
+    data : Trajectories
+        The data (NaN = missing; missing entries are not scored).
+    theta : dict or numpy.ndarray
+        Parameters, name -> array (or the flat parameter vector).
+    x0 : numpy.ndarray or "estimate", optional
+        (B, nx) initial state per trajectory (or (nx,) shared); default ``model.noise.x1_mean``;
         when the model has none, or with ``x0="estimate"``, each trajectory's initial state is
         estimated from its first ``window`` samples by [`estimate_initial_state`][ceem_casadi.estimate_initial_state]
         (weights 1/measurement_std, the model's x1 prior if any).
-    k : prediction horizon(s) in samples (positive ints); ``()`` for simulation only.
-    Sigma0, Q, R : EKF prior / process / measurement covariances (scalars, diagonals or matrices);
+    k : int or sequence of int
+        Prediction horizon(s) in samples (positive); ``()`` for simulation only.
+    Sigma0, Q, R : float or numpy.ndarray, optional
+        EKF prior / process / measurement covariances (scalars, diagonals or matrices);
         defaults from the model's noise: ``x1_std**2`` (else ``process_std**2``), ``process_std**2``,
         ``measurement_std**2``.
-    skip : number of leading samples of every trajectory left out of all metrics (wash-out);
+    skip : int, optional
+        Number of leading samples of every trajectory left out of all metrics (wash-out);
         default ``window`` when the initial states are estimated (those samples were used to fit
         them), else 0.
-    window : samples used to estimate x0 (default ``min(T_min - 1, 10 nx)``); only when x0 is estimated.
-    output_names : names of the ny outputs (default ``y0, y1, ...``).
-    engine : EKF engine (``"python"`` or ``"casadi"``, see [`EKF`][ceem_casadi.filtering.EKF]).
-    uncertainty : optional parameter uncertainty of ``theta`` ([`parameter_uncertainty`][ceem_casadi.parameter_uncertainty]
+    output_names : sequence of str, optional
+        Names of the ny outputs (default ``y0, y1, ...``).
+    engine : {"python", "casadi"}
+        EKF engine (see [`EKF`][ceem_casadi.filtering.EKF]).
+    window : int, optional
+        Samples used to estimate x0 (default ``min(T_min - 1, 10 nx)``); only when x0 is estimated.
+    uncertainty : ParameterUncertainty or dict, optional
+        Parameter uncertainty of ``theta`` ([`parameter_uncertainty`][ceem_casadi.parameter_uncertainty]
         or the dict a model file stores), carried by the report.
 
     Returns

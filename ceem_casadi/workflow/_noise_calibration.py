@@ -320,14 +320,19 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
 
     Parameters
     ----------
-    model : StateSpaceModel; its ``process_std`` (nx,) is the reference the
-        levels multiply, its ``measurement_std`` is kept.
-    data : Trajectories, the estimation data (no test data is used).
-    theta0 : initial parameters (dict), the start of every chain.
-    grid : positive **multipliers** of ``model.noise.process_std``: level ``s`` fits the model with
+    model : StateSpaceModel
+        Its ``process_std`` (nx,) is the reference the levels multiply, its ``measurement_std``
+        is kept.
+    data : Trajectories
+        The estimation data (no test data is used).
+    theta0 : dict
+        Initial parameters, the start of every chain.
+    grid : sequence of float, optional
+        Positive **multipliers** of ``model.noise.process_std``: level ``s`` fits the model with
         ``process_std = s * model.noise.process_std`` (the ratios between states are kept).
         Default `DEFAULT_GRID`, 7 levels from 0.032 to 32 (3 decades, sqrt(10) apart).
-    criterion : how the level is chosen (no test data in either):
+    criterion : {"innovation", "holdout"}
+        How the level is chosen (no test data in either):
 
         * ``"innovation"`` (default): the EKF prediction-error log-likelihood
           ``log p(y | theta_s, Q_s, R)`` of the estimation data, each fitted model filtered with
@@ -344,7 +349,8 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
           is meant for simulation (the usual benchmark metric) and its structure is only
           approximate, so that the best simulator need not be the likeliest noise model. It
           spends a quarter of the data on validation and is noisier.
-    options : NoiseCalibrationOptions (processes, chains, warm start, time budget, ...).
+    options : NoiseCalibrationOptions
+        Processes, chains, warm start, time budget, the CE-EM options of every fit.
 
     Returns
     -------

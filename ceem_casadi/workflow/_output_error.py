@@ -309,13 +309,19 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
 
     Parameters
     ----------
-    model : StateSpaceModel.
-    data : Trajectories (NaN = missing output).
-    theta : starting parameters (dict, all names; fixed entries stay as given), e.g. a CE-EM fit.
-    shooting : ``None`` (single shooting) or the segment length k >= 1 of multiple shooting.
-    x0 : starting initial states (B, nx) (or (nx,) for all); default
+    model : StateSpaceModel
+        The model.
+    data : Trajectories
+        The data (NaN = missing output).
+    theta : dict
+        Starting parameters (all names; fixed entries stay as given), e.g. a CE-EM fit's.
+    shooting : int, optional
+        ``None`` (single shooting) or the segment length k >= 1 of multiple shooting.
+    x0 : numpy.ndarray, optional
+        Starting initial states (B, nx) (or (nx,) for all); default
         [`estimate_initial_state`][ceem_casadi.estimate_initial_state] on the first ``options.x0_window`` samples.
-    options : OutputErrorOptions.
+    options : OutputErrorOptions
+        Iteration limit, tolerance, Hessian, time limit, state bounds.
 
     Returns
     -------

@@ -300,15 +300,18 @@ def parameter_uncertainty(model, data, theta, *, states=None, options: Uncertain
 
     Parameters
     ----------
-    model : the StateSpaceModel that was fitted.
-    data : the Trajectories it was fitted on.
+    model : StateSpaceModel
+        The model that was fitted.
+    data : Trajectories
+        The data it was fitted on.
     theta : dict or CEEMResult
         The parameters (name -> array), or the result of a fit: its ``theta``, its states ``x``
         and its ``status`` (a warning when not converged) are used.
     states : list of (T_b, nx) arrays, optional
         The state trajectories at ``theta``; default: the fit's states, or the smoothing step's
         optimum on ``data`` at ``theta``.
-    options : UncertaintyOptions.
+    options : UncertaintyOptions
+        Hessian kind, interval level, identifiability tolerance, compilation.
 
     Returns
     -------
