@@ -80,8 +80,8 @@ def run(problems, criteria, seeds, grid=GRID, max_iters: int = 50, truths=TRUTHS
                     chosen = float(res.best.process_std[0])
                     runs.append({"problem": name, "sigma_w": sigma_w, "seed": seed, "criterion": crit,
                                  "chosen": chosen, "ratio": chosen / sigma_w, "seconds": time.perf_counter() - t0,
-                                 "iterations": int(res.table["iterations"].sum()),
-                                 "statuses": sorted(set(res.table["status"]))})
+                                 "iterations": int(res.levels["iterations"].sum()),
+                                 "statuses": sorted(set(res.levels["status"]))})
                     print(f"{name} sigma_w={sigma_w:g} seed={seed} {crit}: chosen {chosen:.4g} "
                           f"(ratio {chosen / sigma_w:.3g}, {runs[-1]['seconds']:.1f} s)", flush=True)
     return runs

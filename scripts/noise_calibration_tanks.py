@@ -55,7 +55,7 @@ def main(argv=None) -> dict:
         t0 = time.perf_counter()
         res = cc.calibrate_noise(model, est.data, theta0, grid=args.grid, criterion=crit, options=opts)
         rows = []
-        for _, r in res.table.iterrows():
+        for _, r in res.levels.iterrows():
             if r["fit"] is None:
                 rows.append({"level": r["level"], "status": r["status"]})
                 continue

@@ -5,7 +5,10 @@ convention."""
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
+
+import pytest
 
 import ceem_casadi as cc
 
@@ -151,3 +154,71 @@ def _raw_imports(name):
             yield from ((a.name, None) for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             yield node.module, None
+
+
+def test_public_api_is_small():
+    assert len(cc.__all__) <= 45, f"{len(cc.__all__)} names in ceem_casadi.__all__"
+    missing = [n for n in cc.__all__ if not hasattr(cc, n)]
+    assert not missing, missing
+
+
+def _public_functions():
+    for name in cc.__all__:
+        obj = getattr(cc, name)
+        if inspect.isfunction(obj):
+            yield name, obj
+
+
+def test_functions_that_take_data_take_model_data_theta_first():
+    """Every public function with a model and a positional ``data`` argument takes
+    ``(model, data, theta, *, ...)`` (``n4sid(data, ...)`` takes no model; ``save_model``'s
+    ``data=`` is a keyword describing the data)."""
+    checked, bad = [], []
+    for name, fn in _public_functions():
+        params = list(inspect.signature(fn).parameters.values())
+        names = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+        if "data" not in names or "model" not in names:
+            continue
+        checked.append(name)
+        if names[:3] not in (["model", "data", "theta"], ["model", "data", "theta0"]):
+            bad.append(f"{name}{inspect.signature(fn)}")
+        # everything after theta is keyword-only (except ceem_checkpointed's checkpoint path)
+        loose = [p.name for p in params[3:] if p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "path"]
+        if loose:
+            bad.append(f"{name}: positional options {loose}")
+    assert {"ceem", "refine_output_error", "validation_report", "estimate_initial_state",
+            "parameter_uncertainty", "calibrate_noise"} <= set(checked)
+    assert not bad, bad
+
+
+@pytest.fixture(scope="module")
+def small_fit():
+    """A scalar linear model x+ = a x + u, y = x, fitted from a = 0.5 (truth 0.8)."""
+    import numpy as np
+
+    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+                                             params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.01,
+                                             measurement_std=0.05)
+    u = np.random.default_rng(0).standard_normal((1, 60, 1))
+    data, _ = cc.simulate(model, {"a": 0.8}, np.zeros((1, 1)), 60, u=u, measurement_std=0.05, seed=1)
+    opts = cc.CEEMOptions(smoother=cc.SmootherOptions(compile=False), learner=cc.LearnerOptions(compile=False))
+    return model, data, cc.ceem(model, data, {"a": 0.5}, options=opts)
+
+
+def test_results_have_a_short_repr_a_table_and_plain_data(small_fit):
+    import json
+
+    model, data, fit = small_fit
+    assert abs(float(fit.theta["a"]) - 0.8) < 0.05
+    results = [fit, fit.history[-1], cc.refine_output_error(model, data, fit.theta),
+               cc.validation_report(model, data, fit.theta, k=1),
+               cc.parameter_uncertainty(model, data, fit),
+               cc.estimate_initial_state(model, data, fit.theta, full_output=True)]
+    for res in results:
+        res = res[0] if isinstance(res, list) else res
+        text = repr(res)
+        assert len(text) < 300 and "\n" not in text and text.startswith(type(res).__name__), text
+        table = res.table()
+        assert isinstance(table, str) and table.strip()
+        json.dumps(res.to_dict())  # plain data all the way down
+    assert "a" in fit.table() and f"{float(fit.theta['a']):.6g}" in fit.table()

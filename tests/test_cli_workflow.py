@@ -99,8 +99,8 @@ def test_calibrate_noise_matches_library(folder, monkeypatch, capsys):
                              options=cc.NoiseCalibrationOptions(ceem=cc.CEEMOptions(max_iters=8,
                                                                                     acceleration="newton")))
     table = pd.read_csv(folder / "cal.csv")
-    np.testing.assert_allclose(table["level"], ref.table["level"])
-    np.testing.assert_allclose(table["criterion"], ref.table["criterion"], rtol=1e-6)
+    np.testing.assert_allclose(table["level"], ref.levels["level"])
+    np.testing.assert_allclose(table["criterion"], ref.levels["criterion"], rtol=1e-6)
     assert table.loc[table["chosen"], "level"].item() == ref.best.level == json.loads(stdout)["level"]
     saved = load_model(folder / "cal.npz")
     np.testing.assert_allclose(saved.model.noise.process_std, ref.best.process_std)

@@ -54,7 +54,7 @@ def test_innovation_chooses_the_true_level_within_factor_3():
         ratio = res.best.process_std[0] / TRUE_STD
         hits.append(1 / 3 <= ratio <= 3)
         # J alone would pick the smallest level (it grows as the noise shrinks): the criterion does not
-        assert res.table["J"].idxmax() == 0 and res.best.level > GRID[0]
+        assert res.levels["J"].idxmax() == 0 and res.best.level > GRID[0]
     assert sum(hits) == 3, hits
 
 
@@ -72,7 +72,7 @@ def test_innovation_criterion_equals_kalman_filter_loglik():
     data, _ = cc.simulate(model, {"a1": 1.5, "a2": -0.7}, x0=[[1.0, 0.0], [0.0, 2.0]], horizon=120,
                           process_std=[0.1, 0.05], measurement_std=0.2, seed=4)
     res = cc.calibrate_noise(model, data, model.params.initial(), grid=[0.3, 1.0, 3.0], options=OPTS)
-    for _, row in res.table.iterrows():
+    for _, row in res.levels.iterrows():
         Q = np.diag(np.square(row["process_std"]))
         th = row["fit"].theta
         Anum = np.array([[th["a1"], 1.0], [th["a2"], 0.0]])
@@ -83,9 +83,9 @@ def test_innovation_criterion_equals_kalman_filter_loglik():
         python_engine = innovation_loglik(EKF(model), level_model, model.params.to_vector(th), data,
                                           [x[0] for x in row["fit"].x], engine="python")
         assert python_engine == pytest.approx(row["criterion"], rel=1e-9)
-    assert res.best.criterion == res.table["criterion"].max()
+    assert res.best.criterion == res.levels["criterion"].max()
     assert res.best.level == 1.0  # the data's own noise level wins
-    assert res.table["criterion"].nunique() == 3
+    assert res.levels["criterion"].nunique() == 3
 
 
 def test_holdout_criterion_equals_least_squares_oracle_on_a_linear_model(monkeypatch):
@@ -110,7 +110,7 @@ def test_holdout_criterion_equals_least_squares_oracle_on_a_linear_model(monkeyp
     monkeypatch.setattr(ist.InitialStateSolver, "__init__", lambda self, *a, **kw: (builds.append(a), init(self, *a, **kw))[1])
     res = cc.calibrate_noise(model, data, model.params.initial(), grid=[0.3, 1.0, 3.0], criterion="holdout",
                              options=cc.NoiseCalibrationOptions(ceem=OPTS.ceem, holdout_fraction=frac, x0_window=k))
-    for _, row in res.table.iterrows():
+    for _, row in res.levels.iterrows():
         A = Amat(row["fit"].theta["a1"], row["fit"].theta["a2"])
         assert [x.shape[0] for x in row["fit"].x] == [120 - 36, 100 - 30]  # fitted on the heads
         sq, n = 0.0, 0
@@ -121,18 +121,18 @@ def test_holdout_criterion_equals_least_squares_oracle_on_a_linear_model(monkeyp
             err = tail[k:, 0] - obs[k:] @ x0
             sq, n = sq + err @ err, n + err.size
         assert row["criterion"] == pytest.approx(np.sqrt(sq / n), rel=1e-6)
-    assert res.best.criterion == res.table["criterion"].min()
+    assert res.best.criterion == res.levels["criterion"].min()
     assert len(builds) == 1  # one x0 solver for every level and tail (not one per level)
     # refit of the chosen level on the whole data, warm-started at its head fit
     assert [x.shape[0] for x in res.best.fit.x] == [120, 100]
-    assert res.best.fit is not res.table.loc[res.table["level"] == res.best.level, "fit"].iloc[0]
+    assert res.best.fit is not res.levels.loc[res.levels["level"] == res.best.level, "fit"].iloc[0]
 
 
 def test_each_level_is_the_ceem_fit_of_that_noise_level(seed0):
     """The solvers shared across levels fit each level's own noise: a row equals a fresh cc.ceem of
     model.with_noise(process_std=level * nominal) warm-started at the previous (larger) level's fit."""
     model, data, res = seed0
-    rows = res.table
+    rows = res.levels
     # rows ascending; row 6 (largest level, the anchor) starts from theta0, row 5 from row 6's fit,
     # row 2 from row 3's fit (levels chained from the largest down)
     for i in (5, 2):
@@ -150,10 +150,10 @@ def test_warm_start_needs_fewer_iterations_than_cold_starts(seed0):
     model, data, warm = seed0
     cold = cc.calibrate_noise(model, data, model.params.initial(), grid=GRID,
                               options=cc.NoiseCalibrationOptions(ceem=OPTS.ceem, warm_start=False))
-    n_warm, n_cold = warm.table["iterations"].sum(), cold.table["iterations"].sum()
+    n_warm, n_cold = warm.levels["iterations"].sum(), cold.levels["iterations"].sum()
     assert n_warm < 0.85 * n_cold, (n_warm, n_cold)  # seed 0: 34 vs 46 (without acceleration 90 vs 172)
     # the largest level starts every chain: the same fit either way
-    assert warm.table["iterations"].iloc[-1] == cold.table["iterations"].iloc[-1]
+    assert warm.levels["iterations"].iloc[-1] == cold.levels["iterations"].iloc[-1]
 
 
 def test_parallel_chains_equal_sequential_chains():
@@ -164,14 +164,14 @@ def test_parallel_chains_equal_sequential_chains():
     par = cc.calibrate_noise(model, data, model.params.initial(), grid=grid,
                              options=cc.NoiseCalibrationOptions(ceem=OPTS.ceem, n_jobs=2))
     for col in ("level", "J", "criterion", "iterations", "status"):
-        assert list(seq.table[col]) == list(par.table[col]), col
-    for a, b in zip(seq.table["fit"], par.table["fit"]):
+        assert list(seq.levels[col]) == list(par.levels[col]), col
+    for a, b in zip(seq.levels["fit"], par.levels["fit"]):
         np.testing.assert_array_equal(model.params.to_vector(a.theta), model.params.to_vector(b.theta))
     # levels L0 > L1 > L2 > L3: one chain L0 -> L1 -> L2 -> L3; two chains L0, then L0 -> L1 -> L2 and
     # L0 -> L3: the same fits except the smallest level's (table rows are ascending)
     one = cc.calibrate_noise(model, data, model.params.initial(), grid=grid, options=OPTS)
-    assert list(one.table["J"])[1:] == list(seq.table["J"])[1:]
-    assert one.table["J"].iloc[0] != seq.table["J"].iloc[0]
+    assert list(one.levels["J"])[1:] == list(seq.levels["J"])[1:]
+    assert one.levels["J"].iloc[0] != seq.levels["J"].iloc[0]
 
 
 def test_time_budget_left_for_each_fit():
@@ -188,8 +188,8 @@ def test_time_budget_left_for_each_fit():
     # with the time-limit status and its last good iterate (here the start), and is still scored
     tight = cc.NoiseCalibrationOptions(ceem=cc.CEEMOptions(max_iters=30, time_limit=1e-6))
     res = cc.calibrate_noise(model, data, model.params.initial(), grid=GRID[:3], options=tight)
-    assert all(st == cc.Status.TIME_LIMIT for st in res.table["status"]), list(res.table["status"])
-    assert res.table["iterations"].eq(0).all() and np.isfinite(res.table["criterion"]).all()
+    assert all(st == cc.Status.TIME_LIMIT for st in res.levels["status"]), list(res.levels["status"])
+    assert res.levels["iterations"].eq(0).all() and np.isfinite(res.levels["criterion"]).all()
     with pytest.raises(cc.SolverError, match="no level could be fitted"):
         cc.calibrate_noise(model, data, model.params.initial(), grid=GRID,
                            options=cc.NoiseCalibrationOptions(time_limit=1e-9))
@@ -202,10 +202,10 @@ def test_result_plot_marks_the_chosen_level(seed0):
     ax = res.plot()
     star = [ln for ln in ax.get_lines() if ln.get_marker() == "*"]
     assert len(star) == 1 and star[0].get_xdata()[0] == res.best.level
-    assert list(ax.get_lines()[0].get_xdata()) == list(res.table["level"])
+    assert list(ax.get_lines()[0].get_xdata()) == list(res.levels["level"])
     assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "J (CE-EM objective)"
     plt.close(ax.figure)
-    assert res.table["status"].ne(NOT_RUN).all() and len(res.table) == len(GRID)
+    assert res.levels["status"].ne(NOT_RUN).all() and len(res.levels) == len(GRID)
     assert res.best.model.noise.process_std[0] == pytest.approx(res.best.level * NOMINAL)
 
 

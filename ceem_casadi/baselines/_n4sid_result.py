@@ -7,10 +7,11 @@ import numpy as np
 import scipy.linalg as sla
 
 from ..errors import ShapeError
+from ..runtime._result import Result
 
 
-@dataclass
-class N4SIDResult:
+@dataclass(repr=False)
+class N4SIDResult(Result):
     """Identified linear model (see `ceem_casadi.baselines._n4sid` for the equations).
 
     Attributes
@@ -33,6 +34,8 @@ class N4SIDResult:
     horizon : int
         The block horizon i used.
     """
+
+    SUMMARY = ('order', 'dt', 'horizon')
 
     A: np.ndarray
     B: np.ndarray

@@ -178,8 +178,8 @@ def calibration_table(result):
     ``process_std_0 ...`` columns, ``chosen`` marks the chosen level (no fit objects)."""
     import pandas as pd
 
-    df = result.table.drop(columns=["fit", "process_std"]).copy()
-    stds = np.array([list(p) for p in result.table["process_std"]], float)
+    df = result.levels.drop(columns=["fit", "process_std"]).copy()
+    stds = np.array([list(p) for p in result.levels["process_std"]], float)
     for j in range(stds.shape[1]):
         df.insert(1 + j, f"process_std_{j}", stds[:, j])
     df["chosen"] = np.isclose(df["level"].to_numpy(float), result.best.level)

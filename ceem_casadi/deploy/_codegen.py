@@ -34,14 +34,15 @@ import numpy as np
 from ..errors import ShapeError
 from ..filtering import as_cov
 from ..runtime._compile import compiler
+from ..runtime._result import Result
 
 log = logging.getLogger(__name__)
 
 CFLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror")
 
 
-@dataclass(frozen=True)
-class GeneratedEKF:
+@dataclass(frozen=True, repr=False)
+class GeneratedEKF(Result):
     """Paths of the generated files and the sizes of the predictor.
 
     Attributes
@@ -57,6 +58,8 @@ class GeneratedEKF:
     theta_as_argument : bool
         Whether the parameters are an argument of the C functions instead of constants.
     """
+
+    SUMMARY = ('name', 'nx', 'nu', 'ny', 'theta_as_argument')
 
     name: str
     source: Path

@@ -40,6 +40,7 @@ from ..errors import CeemError
 from ..io._archive import ModelFileError, read_archive, record_dict, to_jsonable, write_archive
 from ..model import _sxgraph as sxgraph
 from ..model._source import ModelSourceError, build_model, is_file_ref, load_factory  # noqa: F401 (re-exported)
+from ..runtime._result import Result
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,8 @@ _NOISE_FIELDS = ("process_std", "measurement_std", "x1_mean", "x1_std")
 
 
 # --- model files ----------------------------------------------------------------------------
-@dataclass
-class SavedModel:
+@dataclass(repr=False)
+class SavedModel(Result):
     """An identified model loaded from a file.
 
     Attributes
@@ -72,6 +73,8 @@ class SavedModel:
     uncertainty : dict or None
         Saved parameter uncertainty (JSON fields and the ``"covariance"`` array).
     """
+
+    SUMMARY = ('theta', 'source')
 
     model: object
     theta: dict

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io._archive import ModelFileError, read_archive, record_dict, to_jsonable, write_archive
+from ..runtime._result import Result
 from ..runtime._status import Status
 
 log = logging.getLogger(__name__)
@@ -147,8 +148,8 @@ def resume(path, model, data, *, fingerprint_value: str | None = None) -> Checkp
     return ckpt
 
 
-@dataclass
-class CheckpointedFit:
+@dataclass(repr=False)
+class CheckpointedFit(Result):
     """Outcome of [`ceem_checkpointed`][ceem_casadi.ceem_checkpointed].
 
     Attributes
@@ -166,6 +167,8 @@ class CheckpointedFit:
     resumed_from : int
         Iterations taken from the checkpoint (0 for a new fit).
     """
+
+    SUMMARY = ('status', 'theta', 'resumed_from')
 
     status: str
     message: str

@@ -4,11 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..model._params import Theta
+from ..runtime._result import Result, format_table, theta_rows
 from ..runtime._status import Status
 
 
-@dataclass
-class IterationRecord:
+@dataclass(repr=False)
+class IterationRecord(Result):
     """One EM iteration: objective values, timings (s), solver statuses, the new theta.
 
     Attributes
@@ -39,6 +40,8 @@ class IterationRecord:
         checkpoint can store them); ``None`` in ``CEEMResult.history`` to keep memory flat.
     """
 
+    SUMMARY = ('iteration', 'kind', 'J', 'increase', 'accepted')
+
     iteration: int
     J: float
     objective: float
@@ -53,8 +56,8 @@ class IterationRecord:
     x: list | None = field(default=None, repr=False, compare=False)
 
 
-@dataclass
-class CEEMResult:
+@dataclass(repr=False)
+class CEEMResult(Result):
     """Outcome of [`ceem`][ceem_casadi.ceem].
 
     Attributes
@@ -102,6 +105,8 @@ class CEEMResult:
     (True, True)
     """
 
+    SUMMARY = ('status', 'iterations', 'J', 'theta')
+
     status: Status
     message: str
     theta: Theta
@@ -112,6 +117,11 @@ class CEEMResult:
     init_J: float = float("nan")
     warnings: list[str] = field(default_factory=list)
 
+
+    def table(self) -> str:
+        """Status, iterations and the parameters as text (one row per parameter entry)."""
+        head = f"{type(self).__name__}: {Status(self.status).value} after {self.iterations} iterations"
+        return head + "\n" + format_table(["parameter", "value"], theta_rows(self.theta))
     @property
     def success(self) -> bool:
         """Whether ``status`` gives a regular estimate (converged, max_iters or time_limit)."""

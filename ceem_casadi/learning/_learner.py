@@ -28,6 +28,7 @@ from ..learning._options import LearnerOptions
 from ..objective._stages import StageFunctions, stack_stages
 from ..runtime._compile import compile_functions, compiler
 from ..runtime._linalg import gram
+from ..runtime._result import Result
 from ..runtime._solve import ACCEPTABLE, STALL_OBJ_CHANGE, grad_f_function, hess_lag_function, ipopt_options, solve
 from ._chunks import chunk_length, chunk_map, pack_columns
 
@@ -37,8 +38,8 @@ log = logging.getLogger(__name__)
 AUTO_EXACT_INSTRUCTIONS = 100_000
 
 
-@dataclass
-class LearnResult:
+@dataclass(repr=False)
+class LearnResult(Result):
     """Outcome of one learning step.
 
     Attributes
@@ -56,6 +57,8 @@ class LearnResult:
     wall_s : float
         Wall-clock seconds.
     """
+
+    SUMMARY = ('status', 'iterations', 'cost')
 
     theta_vec: np.ndarray
     cost: float

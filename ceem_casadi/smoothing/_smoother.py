@@ -26,14 +26,15 @@ import numpy as np
 
 from ..objective._log_density import log_normalisers
 from ..objective._stages import SMOOTHER_STAGES, StageFunctions
+from ..runtime._result import Result
 from ..runtime._solve import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
 from ..smoothing._options import SmootherOptions
 from ._banded import BandedNewton
 from ._chunks import ChunkedObjective, chunked_terms
 
 
-@dataclass
-class SmoothResult:
+@dataclass(repr=False)
+class SmoothResult(Result):
     """Outcome of smoothing one trajectory.
 
     Attributes
@@ -51,6 +52,8 @@ class SmoothResult:
     wall_s : float
         Wall-clock seconds of the solve.
     """
+
+    SUMMARY = ('status', 'iterations', 'cost')
 
     x: np.ndarray
     cost: float

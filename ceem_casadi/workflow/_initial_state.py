@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import NonFiniteError, ShapeError, SolverError
 from ..io._data import Trajectories
 from ..model._simulation import as_theta_vector, rollout
+from ..runtime._result import Result
 from ..runtime._solve import DEADLINE, deadline, ipopt_options, solve
 from ..runtime._status import Status
 
@@ -32,8 +33,8 @@ def default_window(model, T: int) -> int:
     return int(min(T, max(10 * model.nx, 2)))
 
 
-@dataclass
-class InitialStateResult:
+@dataclass(repr=False)
+class InitialStateResult(Result):
     """One trajectory's initial-state estimate.
 
     Attributes
@@ -51,6 +52,8 @@ class InitialStateResult:
     wall_s : float
         Wall-clock seconds.
     """
+
+    SUMMARY = ('status', 'iterations', 'cost', 'x0')
 
     x0: np.ndarray
     cost: float

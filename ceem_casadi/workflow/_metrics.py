@@ -38,6 +38,7 @@ from ..errors import NonFiniteError, ShapeError
 from ..io._measures import error_stats, fit_percent, nrmse, rmse
 from ..model._simulation import as_theta_vector as _theta_vector
 from ..model._simulation import run
+from ..runtime._result import Result
 from ._initial_state import estimate_initial_state
 
 __all__ = ["Metrics", "ValidationReport", "fit_percent", "nrmse", "rmse", "validation_report"]
@@ -46,8 +47,8 @@ __all__ = ["Metrics", "ValidationReport", "fit_percent", "nrmse", "rmse", "valid
 # --------------------------------------------------------------------------------------------------
 # plain-array helpers
 # --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Metrics:
+@dataclass(frozen=True, repr=False)
+class Metrics(Result):
     """Error measures of one kind of prediction (see the module docstring).
 
     Attributes
@@ -59,6 +60,8 @@ class Metrics:
     rmse_overall, nrmse_overall, fit_overall : float
         RMSE over all outputs pooled; mean NRMSE and mean fit over the outputs.
     """
+
+    SUMMARY = ('rmse_overall', 'nrmse_overall', 'fit_overall')
 
     rmse: np.ndarray
     nrmse: np.ndarray
@@ -113,8 +116,8 @@ def _stack_list(y, yhat):
     return np.concatenate(ys), np.concatenate(hs)
 
 
-@dataclass(frozen=True)
-class ValidationReport:
+@dataclass(frozen=True, repr=False)
+class ValidationReport(Result):
     """Result of [`validation_report`][ceem_casadi.validation_report].
 
     Attributes
@@ -137,6 +140,8 @@ class ValidationReport:
         Parameter uncertainty (or its saved dict) carried into [`to_dict`][ceem_casadi.workflow.ValidationReport.to_dict] as ``"parameters"``.
     """
 
+    SUMMARY = ('output_names', 'skip')
+
     simulation: Metrics
     prediction: dict
     output_names: tuple
@@ -157,6 +162,10 @@ class ValidationReport:
             out["parameters"] = u.to_dict() if hasattr(u, "to_dict") else {
                 k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in dict(u).items()}
         return out
+
+    def table(self) -> str:
+        """The metrics as text: one line per (kind, output), as [`to_dataframe`][ceem_casadi.workflow.ValidationReport.to_dataframe]."""
+        return self.to_dataframe().to_string(index=False)
 
     def to_dataframe(self):
         """pandas DataFrame, one row per (kind, output) with ``kind`` in ``"simulation"``, ``"k=1"``, ...

@@ -28,6 +28,7 @@ from ..filtering import EKF
 from ..io._data import Trajectories
 from ..learning._learner import Learner
 from ..model._params import Theta
+from ..runtime._result import Result, plain
 from ..runtime._schema import check_time_limit, require
 from ..smoothing._smoother import Smoother
 from ._noise_criteria import holdout_rms, innovation_loglik, split_tails
@@ -116,8 +117,8 @@ class NoiseCalibrationOptions:
                  f"ekf_engine must be 'casadi' or 'python', got {self.ekf_engine!r}")
 
 
-@dataclass
-class NoiseLevelFit:
+@dataclass(repr=False)
+class NoiseLevelFit(Result):
     """The chosen process-noise level.
 
     Attributes
@@ -137,6 +138,8 @@ class NoiseLevelFit:
         The value that chose it (with ``"holdout"``: that of the fit on the heads).
     """
 
+    SUMMARY = ('level', 'criterion', 'theta')
+
     level: float
     process_std: np.ndarray
     theta: Theta
@@ -145,13 +148,13 @@ class NoiseLevelFit:
     criterion: float
 
 
-@dataclass
-class NoiseCalibrationResult:
+@dataclass(repr=False)
+class NoiseCalibrationResult(Result):
     """Outcome of [`calibrate_noise`][ceem_casadi.calibrate_noise].
 
     Attributes
     ----------
-    table : pandas.DataFrame
+    levels : pandas.DataFrame
         One row per level (ascending), columns ``level`` (multiplier of the model's
         process_std), ``process_std`` (tuple, nx), ``J`` (final joint log-density of the fit),
         ``criterion`` (value of ``criterion``), ``status`` (the fit's status or ``"not_run"``),
@@ -164,10 +167,24 @@ class NoiseCalibrationResult:
         Wall time of the whole calibration.
     """
 
-    table: object
+    SUMMARY = ('criterion', 'best', 'seconds')
+
+    levels: object
     criterion: str
     best: NoiseLevelFit
     seconds: float = 0.0
+
+    def table(self) -> str:
+        """One line per level: level, J, criterion, status, iterations, seconds; the chosen one marked."""
+        df = self.levels.drop(columns=[c for c in ("fit", "process_std") if c in self.levels])
+        chosen = ["*" if lev == self.best.level else "" for lev in df["level"]]
+        return df.assign(chosen=chosen).to_string(index=False)
+
+    def to_dict(self) -> dict:
+        """The levels' rows (without the fitted results), the criterion, the chosen level, the wall time."""
+        rows = self.levels.drop(columns=[c for c in ("fit",) if c in self.levels]).to_dict(orient="records")
+        return {"levels": plain(rows), "criterion": self.criterion, "best_level": float(self.best.level),
+                "best_theta": plain(self.best.theta), "seconds": self.seconds}
 
     def plot(self, ax=None):
         """Criterion (left axis) and J (right axis) against the level (log scale), the chosen
@@ -186,7 +203,7 @@ class NoiseCalibrationResult:
 
         if ax is None:
             _, ax = plt.subplots(figsize=(6, 4))
-        df = self.table[self.table["status"] != NOT_RUN]
+        df = self.levels[self.levels["status"] != NOT_RUN]
         label = {"innovation": "EKF innovation log-likelihood", "holdout": "holdout free-run RMS"}[self.criterion]
         ax.plot(df["level"], df["criterion"], "o-", color="C0", label=label)
         ax.plot([self.best.level], [self.best.criterion], "*", ms=16, color="C3", label=f"chosen ({self.best.level:.3g})")
@@ -355,7 +372,7 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
     Returns
     -------
     NoiseCalibrationResult
-        ``.table`` (one row per level), ``.best`` (level, theta, fitted model) and ``.plot()``.
+        ``.levels`` (one row per level; ``.table()`` as text), ``.best`` (level, theta, fitted model) and ``.plot()``.
 
     Raises
     ------

@@ -31,6 +31,7 @@ from ..io._data import Trajectories
 from ..model._params import Theta
 from ..model._simulation import rollout, run
 from ..runtime._callbacks import SparsityCallback
+from ..runtime._result import Result, format_table, theta_rows
 from ..runtime._schema import HESSIANS, check_time_limit, require
 from ..runtime._solve import DEADLINE, deadline, ipopt_options, solve
 from ..runtime._status import Status
@@ -109,8 +110,8 @@ class OutputErrorOptions:
                  f"x0_window must be None or an int >= 1, got {self.x0_window!r}")
 
 
-@dataclass
-class OutputErrorResult:
+@dataclass(repr=False)
+class OutputErrorResult(Result):
     """Outcome of [`refine_output_error`][ceem_casadi.refine_output_error].
 
     Attributes
@@ -135,6 +136,8 @@ class OutputErrorResult:
         Max |continuity gap| of multiple shooting (0 for single shooting).
     """
 
+    SUMMARY = ('status', 'iterations', 'initial_cost', 'cost', 'theta')
+
     theta: Theta
     x0: np.ndarray
     cost: float
@@ -145,6 +148,11 @@ class OutputErrorResult:
     initial_cost: float = float("nan")
     constraint_violation: float = 0.0
 
+
+    def table(self) -> str:
+        """Status, iterations and the parameters as text (one row per parameter entry)."""
+        head = f"{type(self).__name__}: {Status(self.status).value} after {self.iterations} iterations"
+        return head + "\n" + format_table(["parameter", "value"], theta_rows(self.theta))
     @property
     def success(self) -> bool:
         """Whether ``status`` gives a regular estimate."""

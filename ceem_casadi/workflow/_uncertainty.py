@@ -44,6 +44,7 @@ from ..errors import OptionsError, SolverError
 from ..learning._learner import AUTO_EXACT_INSTRUCTIONS
 from ..objective._identifiability import Direction, entry_names, spectrum, weak_directions
 from ..objective._stages import StageFunctions
+from ..runtime._result import Result
 from ..runtime._schema import HESSIANS
 from ..runtime._threads import blas_threads
 
@@ -114,8 +115,8 @@ class UncertaintyOptions:
             raise OptionsError(f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
 
 
-@dataclass
-class ParameterUncertainty:
+@dataclass(repr=False)
+class ParameterUncertainty(Result):
     """Uncertainty of the free parameters (n of them) at a fit.
 
     Attributes
@@ -154,6 +155,8 @@ class ParameterUncertainty:
     warnings : list of str
         Messages also logged.
     """
+
+    SUMMARY = ('names', 'std_error', 'level', 'hessian')
 
     names: list
     index: np.ndarray
