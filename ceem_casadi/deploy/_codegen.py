@@ -115,17 +115,24 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
 
     Parameters
     ----------
-    model : StateSpaceModel.
-    theta : theta dict or flat vector (np,): the identified parameters (defaults in the C code).
-    out_dir : folder (created if needed).
-    name : C identifier prefix of every generated symbol and file name.
-    x0 : (nx,) initial state; default ``model.noise.x1_mean`` or zeros.
-    P0, Q, R : initial state, process and measurement covariances (scalars, diagonals or
-        matrices); defaults ``x1_std**2`` (else ``process_std**2``), ``process_std**2``,
+    model : StateSpaceModel
+        The model.
+    theta : dict or numpy.ndarray
+        The identified parameters (name -> array, or the flat vector (np,)); defaults in the C code.
+    out_dir : str or pathlib.Path
+        Folder (created if needed).
+    name : str
+        C identifier prefix of every generated symbol and file name.
+    x0 : numpy.ndarray, optional
+        (nx,) initial state; default ``model.noise.x1_mean`` or zeros.
+    P0, Q, R : float or numpy.ndarray, optional
+        Initial state, process and measurement covariances (scalars, diagonals or matrices);
+        defaults ``x1_std**2`` (else ``process_std**2``), ``process_std**2``,
         ``measurement_std**2`` (as in [`ceem_casadi.validation_report`][ceem_casadi.validation_report]).
-    theta_as_argument : keep theta a run-time argument (``<name>_set_theta``) instead of
-        folding it into the code.
-    example : also write the example program ``<name>_main.c``.
+    theta_as_argument : bool
+        Keep theta a run-time argument (``<name>_set_theta``) instead of folding it into the code.
+    example : bool
+        Also write the example program ``<name>_main.c``.
 
     Returns
     -------

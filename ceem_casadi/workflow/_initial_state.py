@@ -203,24 +203,37 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
 
     Parameters
     ----------
-    model : StateSpaceModel.
-    data : a Trajectories (then ``u`` is taken from it), or the outputs
-        alone: one trajectory (T, ny), a batch (B, T, ny) / list of (T_b, ny). NaN = missing.
-    theta : theta dict or flat parameter vector (np,).
-    u : inputs (T, nu), or a batch like ``data``, when ``data`` holds the outputs alone; None when
+    model : StateSpaceModel
+        The model.
+    data : Trajectories or numpy.ndarray or list of numpy.ndarray
+        A `Trajectories` (then ``u`` is taken from it), or the outputs alone: one trajectory
+        (T, ny), a batch (B, T, ny) / list of (T_b, ny). NaN = missing.
+    theta : dict or numpy.ndarray
+        Parameters (name -> array, or the flat vector (np,)).
+    u : numpy.ndarray or list of numpy.ndarray, optional
+        Inputs (T, nu), or a batch like ``data``, when ``data`` holds the outputs alone; None when
         the model has no inputs.
-    window : number of leading samples fitted (default `default_window`: ``min(T, 10 nx)``);
-        at most the shortest trajectory.
-    x_init : starting point (nx,) or one per trajectory (B, nx); default: the EKF + RTS smoothed
-        state at the first sample over the window (`eks_states`), and
-        the model's ``x1_mean`` (else zeros) as a second candidate.
-    starts : extra candidate starting points (S, nx) for every trajectory: the solve starts from
-        the candidate (``x_init`` included) with the lowest cost (e.g. a grid over a hidden state).
-    x_lower, x_upper : bounds on x0 (scalar or (nx,)), default unbounded.
-    use_prior : include the model's x1 prior when it has ``x1_mean``/``x1_std``.
-    hessian : ``"gauss-newton"`` (default) or ``"exact"``.
-    time_limit : seconds for all trajectories together (IPOPT stops at its next iteration).
-    full_output : return InitialStateResult (or a list of them) instead of arrays.
+    window : int, optional
+        Number of leading samples fitted (default `default_window`: ``min(T, 10 nx)``); at most
+        the shortest trajectory.
+    x_init : numpy.ndarray, optional
+        Starting point (nx,) or one per trajectory (B, nx); default: the EKF + RTS smoothed state
+        at the first sample over the window (`eks_states`), and the model's ``x1_mean`` (else
+        zeros) as a second candidate.
+    starts : numpy.ndarray, optional
+        Extra candidate starting points (S, nx) for every trajectory: the solve starts from the
+        candidate (``x_init`` included) with the lowest cost (e.g. a grid over a hidden state).
+    x_lower, x_upper : float or numpy.ndarray, optional
+        Bounds on x0 (scalar or (nx,)), default unbounded.
+    use_prior : bool
+        Include the model's x1 prior when it has ``x1_mean``/``x1_std``.
+    hessian : {"gauss-newton", "exact"}
+        The Hessian of the least squares (default Gauss-Newton).
+    time_limit : float, optional
+        Seconds for all trajectories together (IPOPT stops at its next iteration).
+    full_output : bool
+        Return [`InitialStateResult`][ceem_casadi.workflow.InitialStateResult] (or a list of them)
+        instead of arrays.
 
     Returns
     -------
