@@ -397,7 +397,7 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
     >>> u = np.random.default_rng(0).normal(size=(60, 1))
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
     ...                       measurement_std=0.1, seed=1)
-    >>> opts = cc.NoiseCalibrationOptions(ceem=cc.CEEMOptions(
+    >>> opts = cc.NoiseCalibrationOptions(ekf_engine="python", ceem=cc.CEEMOptions(
     ...     smoother=cc.SmootherOptions(compile=False), learner=cc.LearnerOptions(compile=False)))
     >>> cal = cc.calibrate_noise(model, data, {"a": 0.5}, grid=[0.1, 1.0], options=opts)
     >>> float(cal.best.level), round(float(cal.best.theta["a"]), 2)
