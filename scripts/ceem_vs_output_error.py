@@ -5,7 +5,7 @@ start, seeded): ``cc.ceem`` (``acceleration="newton"``) and ``cc.refine_output_e
 shooting, the initial states estimated too) from the same start; prints wall time, status and the
 relative parameter error of each.
 
-    python -m benchmarks.ceem_vs_output_error [--seeds 0,1,2]
+    python -m scripts.ceem_vs_output_error [--seeds 0,1,2]
 """
 from __future__ import annotations
 
