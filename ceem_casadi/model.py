@@ -341,6 +341,15 @@ class StateSpaceModel:
         )
         return new
 
+    def export_casadi(self, theta: Theta, path, *, keep_parameters: bool = False):
+        """Write this model's step, output and right-hand side as serialised CasADi Functions.
+
+        Delegates to [`export_casadi`][ceem_casadi.export.export_casadi] (same arguments, same
+        result).
+        """
+        from .export import export_casadi
+        return export_casadi(self, theta, path, keep_parameters=keep_parameters)
+
     def check(self, theta: Theta, x: np.ndarray, u: np.ndarray | None = None) -> None:
         """Evaluate f and g once and raise :class:`ModelError` on NaN/inf.
 
