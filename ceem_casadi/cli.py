@@ -14,6 +14,7 @@ import os
 import sys
 
 from .cli_commands import cmd_codegen, cmd_evaluate, cmd_plot, cmd_simulate, cmd_smooth
+from .cli_design import add_design_parser
 from .cli_fit import cmd_calibrate_noise, cmd_fit, cmd_refine
 from .cli_inputs import (
     UsageError,
@@ -187,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="write the criterion and J against the level (.png/.svg)")
     p.add_argument("-q", "--quiet", action="store_true", help="no table and summary on stderr")
     p.set_defaults(func=cmd_calibrate_noise)
+
+    add_design_parser(sub, _add_model)
     return ap
 
 
