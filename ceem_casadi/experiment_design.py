@@ -114,6 +114,16 @@ class InputDesign:
         ``seconds``.
     x0 : numpy.ndarray
         (nx,) the initial state of the designed record.
+
+    Examples
+    --------
+    >>> import numpy as np, ceem_casadi as cc
+    >>> from ceem_casadi.experiment_design import design_input
+    >>> m = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.5 * x + p.b * u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("b", 1.0)), measurement_std=0.1)
+    >>> d = design_input(m, {"b": 1.0}, 5, u_bounds=(-1, 1), starts=1)
+    >>> d.names, d.information.shape, len(d.table().splitlines())
+    (['b'], (1, 1), 2)
     """
 
     u: np.ndarray
@@ -131,8 +141,13 @@ class InputDesign:
 
     @property
     def std_errors(self) -> np.ndarray:
-        """(n,) Cramér-Rao standard errors ``sqrt(diag(I^{-1}))`` of the free parameters (units of theta)."""
-        return np.sqrt(np.diag(np.linalg.pinv(self.information)))
+        """(n,) Cramér-Rao standard errors ``sqrt(diag(I^{-1}))`` of the free parameters (units of theta);
+        ``inf`` where the information is singular."""
+        try:
+            var = np.diag(np.linalg.inv(self.information))
+        except np.linalg.LinAlgError:
+            return np.full(self.information.shape[0], np.inf)
+        return np.where(var > 0, np.sqrt(np.abs(var)), np.inf)
 
     def table(self) -> str:
         """One line per start: initial and final criterion, status, iterations, seconds."""

@@ -55,6 +55,20 @@ class ExportResult:
         Whether the Functions take the parameter vector ``p`` as their last input.
     dt : float or None
         Sample time of ``F`` in seconds.
+    parameter_names : list of str
+        The model's parameter names, in the order of the flat vector ``p``.
+
+    Examples
+    --------
+    >>> import tempfile, ceem_casadi as cc
+    >>> from ceem_casadi.export import export_casadi
+    >>> m = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                      params=cc.Parameters(cc.Param("a", 0.5)))
+    >>> res = export_casadi(m, {"a": 0.5}, tempfile.mkdtemp(), keep_parameters=True)
+    >>> res.inputs["F"]
+    [('x', (1, 1)), ('u', (1, 1)), ('p', (1, 1))]
+    >>> sorted(res.to_dict()["files"])
+    ['F', 'F_jac', 'G', 'G_jac', 'manifest']
     """
 
     folder: Path

@@ -1,7 +1,8 @@
 """Does optimal experiment design pay? Designed input vs PRBS vs random-phase multisine, Monte Carlo.
 
-For two models with an input, a D-optimal input (`ceem_casadi.experiment_design.design_input`,
-designed once at a GUESS 10 % off the truth, never at the truth) is compared with (b) a PRBS and
+For two models with an input, an A-optimal input (sum of relative variances; ``--criterion D``:
+log det; `ceem_casadi.experiment_design.design_input`, designed once at a GUESS 10 % off the truth,
+never at the truth) is compared with (b) a PRBS and
 (c) a random-phase multisine, all within the same amplitude bounds and of the same length, from
 the same known initial state:
 
@@ -109,6 +110,17 @@ def guess(case: Case, rng, rel: float = 0.1) -> dict:
     return p.from_vector(np.clip(vec, p.lower, p.upper))
 
 
+def std_errors(info: np.ndarray) -> np.ndarray:
+    """(n,) Cramer-Rao standard errors ``sqrt(diag(I^-1))``; ``inf`` where ``I`` is singular or not
+    positive definite (a pseudo-inverse would silently drop the undetermined directions and report them
+    as narrow)."""
+    try:
+        var = np.diag(np.linalg.inv(info))
+    except np.linalg.LinAlgError:
+        return np.full(info.shape[0], np.inf)
+    return np.where(var > 0, np.sqrt(np.abs(var)), np.inf)
+
+
 def fit_one(case: Case, u: np.ndarray, rng) -> dict:
     """Simulate a noisy record of ``u``, fit it by output error, return widths and coverage."""
     m = case.model
@@ -122,7 +134,7 @@ def fit_one(case: Case, u: np.ndarray, rng) -> dict:
     est = m.theta_vector(rf.theta)[free]
     truth = m.theta_vector(case.truth)[free]
     info = fisher_information(m, rf.theta, u, x0=case.x0)
-    se = np.sqrt(np.maximum(np.diag(np.linalg.pinv(info)), 0.0))
+    se = std_errors(info)
     return {"status": str(rf.status), "width": (2 * Z95 * se).tolist(),
             "covered": (np.abs(est - truth) <= Z95 * se).tolist(), "error": (est - truth).tolist()}
 
@@ -138,7 +150,7 @@ def summarise(fits: list, names: list) -> dict:
             "coverage_per_parameter": dict(zip(names, C.mean(axis=0).tolist())) if ok else {}}
 
 
-def run_case(case: Case, seeds: int, starts: int, design_iters: int = 300) -> dict:
+def run_case(case: Case, seeds: int, starts: int, design_iters: int = 300, criterion: str = "A") -> dict:
     m = case.model
     names = entry_names(m.params, m.params.free_index)
     t0 = time.perf_counter()
@@ -150,7 +162,7 @@ def run_case(case: Case, seeds: int, starts: int, design_iters: int = 300) -> di
              prbs(case.horizon, case.prbs_clock, case.u_bounds, rng)]
     given += [lo + (hi - lo) * np.repeat(rng.random(-(-case.horizon // case.hold)), case.hold)[:case.horizon, None]
               for _ in range(max(0, starts - 2))]
-    des = design_input(m, design_at, case.horizon, u_bounds=case.u_bounds, x0=case.x0,
+    des = design_input(m, design_at, case.horizon, u_bounds=case.u_bounds, x0=case.x0, criterion=criterion,
                        starts=np.stack(given[:max(starts, 1)]),
                        options=DesignOptions(hold=case.hold, max_iter=design_iters))
     t_design = time.perf_counter() - t0
@@ -166,11 +178,14 @@ def run_case(case: Case, seeds: int, starts: int, design_iters: int = 300) -> di
             results[kind].append(fit_one(case, u, np.random.default_rng(10_000 * (s + 1) + len(kind))))
             if s < 10 or kind != "designed":
                 info = fisher_information(m, case.truth, u, x0=case.x0)
-                predicted[kind].append(float(np.exp(np.mean(np.log(2 * Z95 * np.sqrt(np.diag(np.linalg.pinv(info))))))))
+                predicted[kind].append(float(np.exp(np.mean(np.log(2 * Z95 * std_errors(info))))))
                 logdet[kind].append(float(np.linalg.slogdet(info)[1]))
     summary = {k: summarise(v, names) for k, v in results.items()}
     for k in summary:
         summary[k]["predicted_geomean_width_at_truth"] = float(np.exp(np.mean(np.log(predicted[k]))))
+        summary[k]["predicted_width_at_truth_per_seed"] = {"min": min(predicted[k]),
+                                                           "median": float(np.median(predicted[k])),
+                                                           "max": max(predicted[k])}
         summary[k]["log_det_information_at_truth"] = {"min": min(logdet[k]), "median": float(np.median(logdet[k])),
                                                       "max": max(logdet[k])}
     best_base = min(summary["prbs"]["geomean_width"], summary["multisine"]["geomean_width"])
@@ -178,7 +193,7 @@ def run_case(case: Case, seeds: int, starts: int, design_iters: int = 300) -> di
             "design_at": {k: float(np.asarray(v)) for k, v in design_at.items()},
             "horizon": case.horizon, "dt": m.dt, "u_bounds": list(case.u_bounds), "hold": case.hold,
             "prbs_clock": case.prbs_clock, "multisine_band": case.band, "seeds": seeds,
-            "design": {"value": des.value, "status": str(des.status), "seconds": t_design, "starts": des.starts,
+            "design": {"criterion": criterion, "value": des.value, "status": str(des.status), "seconds": t_design, "starts": des.starts,
                        "u": des.u.ravel().tolist()},
             "summary": summary, "ratio_best_baseline_to_designed": best_base / summary["designed"]["geomean_width"],
             "seconds": time.perf_counter() - t0}
@@ -197,7 +212,7 @@ def plot(path, cases_out):
                label="PRBS (seed 0)")
         a.plot(t, multisine(case.horizon, case.band, case.u_bounds, rng), color="tab:orange", lw=1,
                label="multisine (seed 0)")
-        a.step(t, res["design"]["u"], where="post", color="k", lw=1.5, label="D-optimal")
+        a.step(t, res["design"]["u"], where="post", color="k", lw=1.5, label=f"{res['design']['criterion']}-optimal")
         s = res["summary"]
         a.set_title(f"{case.name}: 95 % interval width (geo. mean) designed {s['designed']['geomean_width']:.3g}, "
                     f"PRBS {s['prbs']['geomean_width']:.3g}, multisine {s['multisine']['geomean_width']:.3g}",
@@ -215,6 +230,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--seeds", type=int, default=50)
     ap.add_argument("--models", nargs="+", choices=("cascaded_tanks", "duffing"), default=["cascaded_tanks", "duffing"])
     ap.add_argument("--starts", type=int, default=4, help="starts of the design NLP: a multisine, a PRBS, then uniform random sequences")
+    ap.add_argument("--criterion", choices=("A", "D"), default="A",
+                    help="design criterion (default A: the sum of relative variances, the closest to the reported "
+                         "geometric mean of interval widths; D: log det)")
     ap.add_argument("--design-iters", type=int, default=300, help="IPOPT iterations per design start")
     ap.add_argument("--json", help="write the results as JSON to this file")
     ap.add_argument("--out", default="results/experiment_design", help="folder of the figure")
@@ -227,7 +245,7 @@ def main(argv=None) -> dict:
     cases_out, out = [], {"args": vars(args), "results": []}
     for name in args.models:
         case = makers[name](horizons[name])
-        res = run_case(case, args.seeds, args.starts, args.design_iters)
+        res = run_case(case, args.seeds, args.starts, args.design_iters, args.criterion)
         cases_out.append((case, res))
         out["results"].append(res)
         s = res["summary"]

@@ -200,12 +200,15 @@ def closed_loop(F, G, model, theta_plant, x_start, T: int, N: int, rng, *, du_we
     return out
 
 
-def metrics(run: dict) -> dict:
+def metrics(run: dict, horizon: int) -> dict:
+    """Tracking, bounds, solver and estimator figures of a closed-loop run. "Settled" leaves out the
+    ``horizon`` samples before each reference step (the controller sees it coming and moves early) and
+    the ``SETTLE`` samples after it."""
     e = run["y_true"] - run["r"]
     steps = np.r_[0, np.flatnonzero(np.diff(run["r"])) + 1]
     settled = np.ones(e.size, bool)
     for s in steps:
-        settled[s:s + SETTLE] = False
+        settled[max(0, s - horizon):s + SETTLE] = False
     u = run["u"]
     sec = run["seconds"]
     return {
@@ -283,7 +286,7 @@ def main(argv=None) -> dict:
     res = {"args": vars(args), "identification": ident,
            "theta": {k: float(v) for k, v in theta.items()},
            "theta_plant": {k: float(v) for k, v in theta_plant.items()},
-           "export": exported.to_dict(), "loop_seconds": time.perf_counter() - t0, **metrics(run),
+           "export": exported.to_dict(), "loop_seconds": time.perf_counter() - t0, **metrics(run, args.horizon),
            "u": run["u"].tolist(), "r": run["r"].tolist(), "y_true": run["y_true"].tolist()}
     plot(out / "mpc_cascaded_tanks.png", run, model.dt)
     if args.json:
