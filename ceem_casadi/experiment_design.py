@@ -179,14 +179,21 @@ def _scale(theta_vec, free) -> np.ndarray:
     return np.maximum(np.abs(theta_vec[free]), 1e-8)
 
 
-def _information_function(model, theta_vec, T: int, scale: np.ndarray) -> ca.Function:
-    """``info(x0 (nx,), u (nu, T)) -> I_s (n, n)``: the scaled Fisher information of T samples."""
+def _information_function(model, T: int) -> ca.Function:
+    """``info(x0 (nx,), u (nu, T), p (np,), scale (n,)) -> I_s (n, n)``: the Fisher information of T
+    samples for the relative free parameters ``theta_free / scale``; built once per (model, T) and
+    cached on the model (as the rollouts of ``ceem_casadi.simulation``)."""
+    cache = model.__dict__.setdefault("_design_cache", {})
+    if T in cache:
+        return cache[T]
     free = model.params.free_index
     n, nx = free.size, model.nx
-    pf = ca.SX.sym("pf", n)
-    p = ca.SX(ca.DM(theta_vec))
+    pf = ca.SX.sym("pf", n)          # relative free parameters, theta_free = pf * scale
+    pfull = ca.SX.sym("p", model.params.size)
+    sc = ca.SX.sym("scale", n)
+    p = ca.SX(pfull)
     for i, k in enumerate(free):
-        p[int(k)] = pf[i] * scale[i]  # relative parameters: theta = pf * scale
+        p[int(k)] = pf[i] * sc[i]
     x = ca.SX.sym("x", nx)
     X = ca.SX.sym("X", nx, n)
     u = ca.SX.sym("u", model.nu)
@@ -196,15 +203,20 @@ def _information_function(model, theta_vec, T: int, scale: np.ndarray) -> ca.Fun
     Xn = ca.jacobian(xn, x) @ X + ca.jacobian(xn, pf)
     S = ca.jacobian(y, x) @ X + ca.jacobian(y, pf)
     Sw = S * ca.DM(model.noise.inv_measurement_std)  # rows scaled by 1 / measurement_std
-    pf0 = ca.DM(theta_vec[free] / scale)
-    step = ca.Function("sens_step", [ca.vertcat(x, ca.vec(X), ca.vec(Iacc)), u, pf],
+    step = ca.Function("sens_step", [ca.vertcat(x, ca.vec(X), ca.vec(Iacc)), u, pf, pfull, sc],
                        [ca.vertcat(xn, ca.vec(Xn), ca.vec(Iacc + Sw.T @ Sw))])
-    acc = step.mapaccum("sens_rollout", T)
+    acc = step.mapaccum("sens_rollout", T, [0], [0])
     z0 = ca.MX.sym("x0", nx)
     U = ca.MX.sym("u", model.nu, T)
-    zT = acc(ca.vertcat(z0, ca.MX.zeros(nx * n + n * n)), U, ca.repmat(pf0, 1, T))
+    P = ca.MX.sym("p", model.params.size)
+    SC = ca.MX.sym("scale", n)
+    rel = P[[int(k) for k in free]] / SC
+    zT = acc(ca.vertcat(z0, ca.MX.zeros(nx * n + n * n)), U, ca.repmat(rel, 1, T), ca.repmat(P, 1, T),
+             ca.repmat(SC, 1, T))
     info = ca.reshape(zT[-(n * n):, -1], n, n)
-    return ca.Function("information", [z0, U], [0.5 * (info + info.T)], ["x0", "u"], ["I"])
+    cache[T] = ca.Function("information", [z0, U, P, SC], [0.5 * (info + info.T)], ["x0", "u", "p", "scale"],
+                           ["I"])
+    return cache[T]
 
 
 def _criterion_function(n: int, criterion: str, regularisation: float) -> ca.Function:
@@ -286,7 +298,7 @@ def fisher_information(model, theta, u, *, x0=None, process_noise: bool = False)
         data = Trajectories([y], [u], dt=model.dt)
         return reduced_hessian(model, data, theta_vec, [np.asarray(x)], UncertaintyOptions(use_prior=False))
     scale = _scale(theta_vec, free)
-    info = np.asarray(_information_function(model, theta_vec, u.shape[0], scale)(x0, u.T), float)
+    info = np.asarray(_information_function(model, u.shape[0])(x0, u.T, theta_vec, scale), float)
     return info / np.outer(scale, scale)
 
 
@@ -384,13 +396,13 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
         blocks0 = [np.clip(a[::hold], lo, hi) for a in arr]
 
     scale = _scale(theta_vec, free)
-    info_fun = _information_function(model, theta_vec, T, scale)
+    info_fun = _information_function(model, T)
     crit_fun = _criterion_function(n, criterion, options.regularisation)
     E = np.zeros((nb, T))
     E[np.arange(T) // hold, np.arange(T)] = 1.0
     w = ca.MX.sym("w", nu * nb)  # block values, input-major: w = vec(B) with B (nu, nb)
     B = ca.reshape(w, nu, nb)
-    Is = info_fun(ca.DM(x0), B @ ca.DM(E))
+    Is = info_fun(ca.DM(x0), B @ ca.DM(E), ca.DM(theta_vec), ca.DM(scale))
     obj = crit_fun(Is)
     nlp = {"x": w, "f": obj}
     lbg = ubg = None
@@ -431,7 +443,7 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
         raise ShapeError("design_input: the criterion is not finite at any start; check theta, x0 and the bounds")
     _, wbest, status, value = best
     u = (wbest.reshape(nb, nu).T @ E).T
-    info = np.asarray(info_fun(x0, u.T), float) / np.outer(scale, scale)
+    info = np.asarray(info_fun(x0, u.T, theta_vec, scale), float) / np.outer(scale, scale)
     from .identifiability import entry_names
 
     return InputDesign(u, criterion, value, info, entry_names(model.params, free), status, table, x0)
