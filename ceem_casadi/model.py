@@ -346,6 +346,14 @@ class StateSpaceModel:
 
         Delegates to [`export_casadi`][ceem_casadi.export.export_casadi] (same arguments, same
         result).
+
+        Examples
+        --------
+        >>> import tempfile, ceem_casadi as cc
+        >>> m = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+        ...                                      params=cc.Parameters(cc.Param("a", 0.5)))
+        >>> m.export_casadi({"a": 0.5}, tempfile.mkdtemp()).keep_parameters
+        False
         """
         from .export import export_casadi
         return export_casadi(self, theta, path, keep_parameters=keep_parameters)
