@@ -15,6 +15,7 @@ with ``theta`` a dict of arrays keyed by parameter name; results are dataclasses
     parameter_uncertainty, UncertaintyOptions   covariance, intervals, identifiability
     validation_report                           free-run and k-step-ahead prediction metrics
     save_model, load_model, generate_ekf        model files (never pickle) and C code of EKF predictors
+    export_casadi, design_input                 the model as CasADi Functions for control; optimal inputs
     n4sid, Sharded, Status                      linear baseline; distributed fits; the status of every fit
     CeemError, ShapeError, NonFiniteError,      typed errors (all ValueError or RuntimeError subclasses)
     ParameterError, OptionsError, SolverError
@@ -26,7 +27,7 @@ Everything else lives in the subpackages, one per concept: ``model``, ``io``, ``
 from . import baselines, distributed, filtering, io
 from ._version import __version__
 from .baselines import n4sid
-from .deploy import generate_ekf, load_model, save_model
+from .deploy import export_casadi, generate_ekf, load_model, save_model
 from .distributed import Sharded
 from .em import CEEMOptions, CEEMResult, ceem, ceem_checkpointed
 from .errors import CeemError, NonFiniteError, OptionsError, ParameterError, ShapeError, SolverError
@@ -40,6 +41,7 @@ from .workflow import (
     OutputErrorOptions,
     UncertaintyOptions,
     calibrate_noise,
+    design_input,
     estimate_initial_state,
     parameter_uncertainty,
     refine_output_error,
@@ -51,7 +53,7 @@ __all__ = [
     "OptionsError", "OutputErrorOptions", "Param", "ParameterError", "Parameters", "ShapeError", "Sharded",
     "SmootherOptions", "SolverError", "StateSpaceModel", "Status", "Trajectories", "UncertaintyOptions",
     "__version__", "baselines", "calibrate_noise", "ceem", "ceem_checkpointed", "distributed",
-    "estimate_initial_state", "filtering", "generate_ekf", "io", "load_cascaded_tanks", "load_model",
+    "design_input", "estimate_initial_state", "export_casadi", "filtering", "generate_ekf", "io", "load_cascaded_tanks", "load_model",
     "load_silverbox", "n4sid", "parameter_uncertainty", "read_trajectories", "refine_output_error", "save_model",
     "simulate", "simulate_output", "validation_report",
 ]

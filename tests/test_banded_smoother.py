@@ -148,7 +148,7 @@ def test_ceem_with_banded_smoother_equals_ipopt(n_jobs):
 
 
 def _worker_solver_kinds():
-    from ceem_casadi.distributed import _tasks as _shard_tasks
+    from ceem_casadi.distributed._executors import _tasks as _shard_tasks
     return [ts.solver_kind for entry in _shard_tasks._CACHE.values() for ts in entry.smoother._solvers.values()]
 
 
@@ -157,7 +157,7 @@ def test_dask_shard_smoother_uses_banded_solver():
     LocalCluster (2 workers) with solver="banded" equals the sequential banded fit (rounding of
     the sharded learner's sums: 1e-8)."""
     distributed = pytest.importorskip("distributed", reason="dask[distributed] is not installed")
-    from ceem_casadi.distributed import Sharded
+    from ceem_casadi.distributed._executors import Sharded
 
     model = lorenz.single_lorenz(process_std=0.01, measurement_std=0.01)
     data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(3, seed=10), [64, 48, 56],

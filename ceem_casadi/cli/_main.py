@@ -16,6 +16,7 @@ import sys
 from ..errors import CeemError
 from ..runtime._schema import ACCELERATIONS
 from ._commands import cmd_codegen, cmd_evaluate, cmd_plot, cmd_simulate, cmd_smooth
+from ._design import add_design_parser
 from ._fit import cmd_calibrate_noise, cmd_fit, cmd_refine
 from ._inputs import UsageError
 
@@ -184,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="write the criterion and J against the level (.png/.svg)")
     p.add_argument("-q", "--quiet", action="store_true", help="no table and summary on stderr")
     p.set_defaults(func=cmd_calibrate_noise)
+
+    add_design_parser(sub, _add_model)
     return ap
 
 

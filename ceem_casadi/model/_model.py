@@ -355,6 +355,23 @@ class StateSpaceModel:
         )
         return new
 
+    def export_casadi(self, theta: Theta, path, *, keep_parameters: bool = False):
+        """Write this model's step, output and right-hand side as serialised CasADi Functions.
+
+        Delegates to [`export_casadi`][ceem_casadi.export_casadi] (same arguments, same
+        result).
+
+        Examples
+        --------
+        >>> import tempfile, ceem_casadi as cc
+        >>> m = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+        ...                                      params=cc.Parameters(cc.Param("a", 0.5)))
+        >>> m.export_casadi({"a": 0.5}, tempfile.mkdtemp()).keep_parameters
+        False
+        """
+        from ._export import export_casadi
+        return export_casadi(self, theta, path, keep_parameters=keep_parameters)
+
     def check(self, theta: Theta, x: np.ndarray, u: np.ndarray | None = None) -> None:
         """Evaluate f and g once and raise [`ModelError`][ceem_casadi.errors.ModelError] on NaN/inf.
 

@@ -1,12 +1,13 @@
 """Everything around a fit: initial states, output-error refinement, noise calibration, parameter
-uncertainty and identifiability, validation metrics."""
+uncertainty and identifiability, validation metrics, optimal experiment design."""
+from ._experiment_design import DesignOptions, InputDesign, design_input, fisher_information
 from ._initial_state import InitialStateResult, estimate_initial_state
 from ._metrics import Metrics, ValidationReport, fit_percent, nrmse, rmse, validation_report
 from ._noise_calibration import NoiseCalibrationOptions, NoiseCalibrationResult, NoiseLevelFit, calibrate_noise
 from ._output_error import OutputErrorOptions, OutputErrorResult, refine_output_error
 from ._uncertainty import ParameterUncertainty, UncertaintyOptions, parameter_uncertainty
 
-__all__ = ["InitialStateResult", "Metrics", "NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit",
+__all__ = ["DesignOptions", "InitialStateResult", "InputDesign", "design_input", "fisher_information", "Metrics", "NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit",
            "OutputErrorOptions", "OutputErrorResult", "ParameterUncertainty", "UncertaintyOptions",
            "ValidationReport", "calibrate_noise", "estimate_initial_state", "fit_percent", "nrmse",
            "parameter_uncertainty", "refine_output_error", "rmse", "validation_report"]

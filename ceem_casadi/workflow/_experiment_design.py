@@ -1,0 +1,449 @@
+"""Optimal experiment design: the input sequence that makes the free parameters best determined.
+
+For a known initial state ``x0`` and inputs ``u_0 .. u_{T-1}`` the noise-free record of the model is
+
+    x_{t+1} = f(x_t, u_t, theta),   y_t = g(x_t, u_t, theta)          (t = 0 .. T-1)
+
+and the output sensitivities ``S_t = d y_t / d theta_free`` (ny, n) follow the forward sensitivity
+recursion ``X_{t+1} = f_x X_t + f_theta``, ``S_t = g_x X_t + g_theta`` (``X_0 = 0``). With the
+measurement noise ``R = diag(measurement_std**2)`` of the model the Fisher information of the
+free parameters in an output-error experiment is
+
+    I(u) = sum_t S_t^T R^{-1} S_t                                        (n, n)
+
+[`design_input`][ceem_casadi.design_input] maximises ``log det I`` (criterion
+``"D"``) or minimises ``trace I^{-1}`` (``"A"``) over the input sequence, as one CasADi NLP solved by
+IPOPT: the recursion is a ``mapaccum`` over T steps, the criterion a symbolic Cholesky factor of
+the (scaled) information, input bounds are bounds of the decision variables and rate bounds
+linear constraints ``|u_{k+1} - u_k| <= rate``. The criterion is computed on the information of the
+relative parameters ``theta_i / s_i`` with ``s_i = max(|theta_i|, 1e-8)`` (``log det`` differs from
+the unscaled one by a constant, so the D-optimal input is the same; ``"A"`` then minimises the sum
+of relative variances, which does not depend on the units). The NLP uses a limited-memory
+Hessian (the exact Hessian of ``log det`` through T sensitivity steps is costly and not needed).
+
+[`fisher_information`][ceem_casadi.workflow.fisher_information] evaluates ``I(u)`` for a
+given input (e.g. to compare a PRBS with the designed input); with ``process_noise=True`` it
+returns instead the information of CE-EM with the process noise of the model, from the exact
+reduced Hessian of [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty] (states
+eliminated, ``ceem_casadi.uncertainty.reduced_hessian``) at the noise-free record.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import casadi as ca
+import numpy as np
+
+from ..errors import OptionsError, ShapeError
+from ..model._simulation import as_theta_vector, simulate_output
+from ..runtime._solve import ipopt_options
+from ..runtime._status import Status
+
+__all__ = ["DesignOptions", "InputDesign", "design_input", "fisher_information"]
+
+CRITERIA = ("D", "A")
+
+
+@dataclass(frozen=True)
+class DesignOptions:
+    """Options of [`design_input`][ceem_casadi.design_input].
+
+    Parameters
+    ----------
+    hold : int
+        Samples each input value is held (1: a new value every sample); fewer decision variables
+        and slower inputs for large ``hold``.
+    max_iter : int
+        IPOPT iterations per start (default 300).
+    tol : float
+        IPOPT tolerance (default 1e-6).
+    regularisation : float
+        ``I_s + regularisation * trace(I_s) / n * eye(n)`` enters the criterion (default 1e-9), so a
+        start with a singular information (a constant input) has a finite criterion.
+
+    Raises
+    ------
+    OptionsError
+        A value out of range.
+
+    Examples
+    --------
+    >>> from ceem_casadi.workflow import DesignOptions
+    >>> DesignOptions(hold=5).hold
+    5
+    """
+
+    hold: int = 1
+    max_iter: int = 300
+    tol: float = 1e-6
+    regularisation: float = 1e-9
+
+    def __post_init__(self):
+        if not (isinstance(self.hold, int) and self.hold >= 1):
+            raise OptionsError(f"hold: expected an int >= 1 (samples per input value), got {self.hold!r}")
+        if not (isinstance(self.max_iter, int) and self.max_iter >= 1):
+            raise OptionsError(f"max_iter: expected an int >= 1, got {self.max_iter!r}")
+        if not (np.isfinite(self.tol) and self.tol > 0):
+            raise OptionsError(f"tol: expected a finite value > 0, got {self.tol!r}")
+        if not (np.isfinite(self.regularisation) and self.regularisation >= 0):
+            raise OptionsError(f"regularisation: expected a finite value >= 0, got {self.regularisation!r}")
+
+
+@dataclass
+class InputDesign:
+    """Outcome of [`design_input`][ceem_casadi.design_input].
+
+    Attributes
+    ----------
+    u : numpy.ndarray
+        (T, nu) the best input sequence found (units of the model's input).
+    criterion : str
+        ``"D"`` or ``"A"``.
+    value : float
+        The criterion at ``u`` on the relative-parameter information: ``log det I_s`` (D, larger is
+        better) or ``trace I_s^{-1}`` (A, smaller is better).
+    information : numpy.ndarray
+        (n, n) Fisher information ``I(u)`` of the free parameters (unscaled, units 1 / theta^2).
+    names : list of str
+        (n,) the free parameters' entry names.
+    status : Status
+        The status of the best start.
+    starts : list of dict
+        Per start: ``start``, ``initial`` and ``final`` criterion value, ``status``, ``iterations``,
+        ``seconds``.
+    x0 : numpy.ndarray
+        (nx,) the initial state of the designed record.
+
+    Examples
+    --------
+    >>> import numpy as np, ceem_casadi as cc
+    >>> from ceem_casadi.workflow import design_input
+    >>> m = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.5 * x + p.b * u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("b", 1.0)), measurement_std=0.1)
+    >>> d = design_input(m, {"b": 1.0}, 5, u_bounds=(-1, 1), starts=1)
+    >>> d.names, d.information.shape, len(d.table().splitlines())
+    (['b'], (1, 1), 2)
+    """
+
+    u: np.ndarray
+    criterion: str
+    value: float
+    information: np.ndarray
+    names: list
+    status: Status
+    starts: list = field(default_factory=list)
+    x0: np.ndarray | None = None
+
+    def __repr__(self) -> str:
+        return (f"InputDesign(criterion={self.criterion!r}, value={self.value:.6g}, T={self.u.shape[0]}, "
+                f"nu={self.u.shape[1]}, status={str(self.status)!r}, starts={len(self.starts)})")
+
+    @property
+    def std_errors(self) -> np.ndarray:
+        """(n,) Cramér-Rao standard errors ``sqrt(diag(I^{-1}))`` of the free parameters (units of theta);
+        ``inf`` where the information is singular."""
+        try:
+            var = np.diag(np.linalg.inv(self.information))
+        except np.linalg.LinAlgError:
+            return np.full(self.information.shape[0], np.inf)
+        return np.where(var > 0, np.sqrt(np.abs(var)), np.inf)
+
+    def table(self) -> str:
+        """One line per start: initial and final criterion, status, iterations, seconds."""
+        rows = [f"start  initial {self.criterion}     final {self.criterion}       status         iters  seconds"]
+        for s in self.starts:
+            rows.append(f"{s['start']:>5}  {s['initial']:>12.6g}  {s['final']:>12.6g}  {s['status']:<13}  "
+                        f"{s['iterations']:>5}  {s['seconds']:>7.2f}")
+        return "\n".join(rows)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict."""
+        return {"u": self.u.tolist(), "criterion": self.criterion, "value": self.value,
+                "information": self.information.tolist(), "names": list(self.names), "status": str(self.status),
+                "starts": [dict(s) for s in self.starts], "std_errors": self.std_errors.tolist(),
+                "x0": None if self.x0 is None else self.x0.tolist()}
+
+
+# --------------------------------------------------------------------------------------------------
+def _x0(model, x0) -> np.ndarray:
+    if x0 is None:
+        x0 = model.noise.x1_mean if model.noise.x1_mean is not None else np.zeros(model.nx)
+    x0 = np.asarray(x0, float).ravel()
+    if x0.shape != (model.nx,) or not np.all(np.isfinite(x0)):
+        raise ShapeError(f"x0: expected a finite initial state of {model.nx} entries (nx), got shape {x0.shape}")
+    return x0
+
+
+def _scale(theta_vec, free) -> np.ndarray:
+    return np.maximum(np.abs(theta_vec[free]), 1e-8)
+
+
+def _information_function(model, T: int) -> ca.Function:
+    """``info(x0 (nx,), u (nu, T), p (np,), scale (n,)) -> I_s (n, n)``: the Fisher information of T
+    samples for the relative free parameters ``theta_free / scale``; built once per (model, T) and
+    cached on the model (as the rollouts of ``ceem_casadi.simulation``)."""
+    cache = model.__dict__.setdefault("_design_cache", {})
+    if T in cache:
+        return cache[T]
+    free = model.params.free_index
+    n, nx = free.size, model.nx
+    pf = ca.SX.sym("pf", n)          # relative free parameters, theta_free = pf * scale
+    pfull = ca.SX.sym("p", model.params.size)
+    sc = ca.SX.sym("scale", n)
+    p = ca.SX(pfull)
+    for i, k in enumerate(free):
+        p[int(k)] = pf[i] * sc[i]
+    x = ca.SX.sym("x", nx)
+    X = ca.SX.sym("X", nx, n)
+    u = ca.SX.sym("u", model.nu)
+    Iacc = ca.SX.sym("I", n, n)
+    xn = model.f(x, u, p)
+    y = model.g(x, u, p)
+    Xn = ca.jacobian(xn, x) @ X + ca.jacobian(xn, pf)
+    S = ca.jacobian(y, x) @ X + ca.jacobian(y, pf)
+    Sw = S * ca.DM(model.noise.inv_measurement_std)  # rows scaled by 1 / measurement_std
+    step = ca.Function("sens_step", [ca.vertcat(x, ca.vec(X), ca.vec(Iacc)), u, pf, pfull, sc],
+                       [ca.vertcat(xn, ca.vec(Xn), ca.vec(Iacc + Sw.T @ Sw))])
+    acc = step.mapaccum("sens_rollout", T, [0], [0])
+    z0 = ca.MX.sym("x0", nx)
+    U = ca.MX.sym("u", model.nu, T)
+    P = ca.MX.sym("p", model.params.size)
+    SC = ca.MX.sym("scale", n)
+    rel = P[[int(k) for k in free]] / SC
+    zT = acc(ca.vertcat(z0, ca.MX.zeros(nx * n + n * n)), U, ca.repmat(rel, 1, T), ca.repmat(P, 1, T),
+             ca.repmat(SC, 1, T))
+    info = ca.reshape(zT[-(n * n):, -1], n, n)
+    cache[T] = ca.Function("information", [z0, U, P, SC], [0.5 * (info + info.T)], ["x0", "u", "p", "scale"],
+                           ["I"])
+    return cache[T]
+
+
+def _criterion_function(n: int, criterion: str, regularisation: float) -> ca.Function:
+    """``crit(I (n, n)) -> value`` minimised by the NLP: ``-log det`` (D) or ``trace inv`` (A), by a
+    symbolic Cholesky factor of ``I + regularisation * trace(I) / n * eye(n)``."""
+    M = ca.SX.sym("I", n, n)
+    A = M + regularisation * ca.trace(M) / n * ca.SX.eye(n)
+    L = [[ca.SX(0) for _ in range(n)] for _ in range(n)]
+    for j in range(n):
+        s = A[j, j] - sum((L[j][k] ** 2 for k in range(j)), ca.SX(0))
+        L[j][j] = ca.sqrt(s)
+        for i in range(j + 1, n):
+            L[i][j] = (A[i, j] - sum((L[i][k] * L[j][k] for k in range(j)), ca.SX(0))) / L[j][j]
+    if criterion == "D":
+        value = -2 * sum((ca.log(L[i][i]) for i in range(n)), ca.SX(0))
+    else:  # trace(A^-1) = ||L^-1||_F^2, L^-1 by forward substitution column by column
+        value = ca.SX(0)
+        for c in range(n):
+            z = [ca.SX(0)] * n
+            for i in range(c, n):
+                rhs = (1.0 if i == c else 0.0) - sum((L[i][k] * z[k] for k in range(c, i)), ca.SX(0))
+                z[i] = rhs / L[i][i]
+                value = value + z[i] ** 2
+    return ca.Function("criterion", [M], [value])
+
+
+def _u_matrix(model, u, T: int) -> np.ndarray:
+    u = np.asarray(u, float)
+    if u.ndim == 1 and model.nu == 1:
+        u = u[:, None]
+    if u.shape != (T, model.nu) or not np.all(np.isfinite(u)):
+        raise ShapeError(f"u: expected finite inputs of shape ({T}, {model.nu}) (T, nu), got {u.shape}")
+    return u
+
+
+def fisher_information(model, theta, u, *, x0=None, process_noise: bool = False) -> np.ndarray:
+    """Fisher information (n, n) of the free parameters in the noise-free record of input ``u``.
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model (its ``measurement_std`` sets R).
+    theta : dict
+        Parameter values (all names).
+    u : numpy.ndarray
+        (T, nu) inputs.
+    x0 : numpy.ndarray, optional
+        (nx,) known initial state (default ``x1_mean``, else zeros).
+    process_noise : bool
+        ``False`` (default): the output-error information ``sum_t S_t^T R^{-1} S_t`` (module
+        docstring; x0 known). ``True``: the information of CE-EM with the model's process noise,
+        the exact reduced Hessian of [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty]
+        at the noise-free states (states, including x0 unless the model has an ``x1`` prior,
+        eliminated).
+
+    Returns
+    -------
+    numpy.ndarray
+        (n, n) symmetric, units 1 / theta^2, in the order of ``model.params.free_index``.
+
+    Examples
+    --------
+    >>> import casadi as ca, numpy as np, ceem_casadi as cc
+    >>> from ceem_casadi.workflow import fisher_information
+    >>> m = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.5 * x + p.b * u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                      params=cc.Parameters(cc.Param("b", 1.0)), measurement_std=0.1)
+    >>> float(fisher_information(m, {"b": 1.0}, np.ones((3, 1)))[0, 0])  # (0 + 1 + 1.5^2) / 0.1^2
+    325.0...
+    """
+    theta_vec = as_theta_vector(model, theta)
+    x0 = _x0(model, x0)
+    u = _u_matrix(model, u, np.shape(u)[0])
+    free = model.params.free_index
+    if process_noise:
+        from ..io._data import Trajectories
+        from ._uncertainty import UncertaintyOptions, reduced_hessian
+
+        y, x = simulate_output(model, theta_vec, u, x0, return_states=True)
+        data = Trajectories([y], [u], dt=model.dt)
+        return reduced_hessian(model, data, theta_vec, [np.asarray(x)], UncertaintyOptions(use_prior=False))
+    scale = _scale(theta_vec, free)
+    info = np.asarray(_information_function(model, u.shape[0])(x0, u.T, theta_vec, scale), float)
+    return info / np.outer(scale, scale)
+
+
+def _bounds(model, value, what: str) -> tuple[np.ndarray, np.ndarray]:
+    arr = np.asarray(value, float)
+    if arr.shape == (2,):
+        arr = np.tile(arr, (model.nu, 1))
+    if arr.shape != (model.nu, 2) or np.any(~np.isfinite(arr)) or np.any(arr[:, 0] > arr[:, 1]):
+        raise ShapeError(f"{what}: expected finite (lower, upper) with lower <= upper, as (2,) or ({model.nu}, 2) "
+                         f"(nu, 2), got {value!r}")
+    return arr[:, 0], arr[:, 1]
+
+
+def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, criterion: str = "D", x0=None,
+                 starts=4, seed: int = 0, options: DesignOptions = DesignOptions()) -> InputDesign:
+    """The input sequence that maximises the information about the free parameters (module docstring).
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model with inputs (nu >= 1); ``measurement_std`` sets the noise of the outputs.
+    theta : dict
+        Parameter values at which to design (e.g. a fit or a prior guess), all names.
+    horizon : int
+        Samples T of the experiment.
+    u_bounds : array_like
+        ``(lower, upper)`` for every input, or (nu, 2), in input units.
+    rate_bounds : float or array_like, optional
+        Largest ``|u_{k+1} - u_k|`` between consecutive input values (scalar or (nu,)), or None.
+    criterion : str
+        ``"D"`` (maximise ``log det I``) or ``"A"`` (minimise ``trace I^{-1}``).
+    x0 : numpy.ndarray, optional
+        (nx,) known initial state (default ``x1_mean``, else zeros).
+    starts : int or numpy.ndarray
+        Number of random starts (uniform in the bounds, drawn from ``numpy.random.default_rng(seed)``),
+        or given start sequences (S, T, nu).
+    seed : int
+        Seed of the random starts.
+    options : DesignOptions
+        Input hold, IPOPT limits, regularisation.
+
+    Returns
+    -------
+    InputDesign
+        The best start's input (T, nu), criterion value, information (n, n), status, per-start table.
+        A start whose IPOPT solve fails is reported in the table with its status; the result's
+        status is that of the best start.
+
+    Raises
+    ------
+    ShapeError, OptionsError
+        Bad bounds, horizon, starts or criterion (the message names the argument).
+
+    Examples
+    --------
+    >>> import numpy as np, ceem_casadi as cc
+    >>> from ceem_casadi.workflow import design_input
+    >>> m = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + p.b * u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5), cc.Param("b", 1.0)), measurement_std=0.1)
+    >>> d = design_input(m, {"a": 0.5, "b": 1.0}, 10, u_bounds=(-1, 1), starts=2)
+    >>> d.u.shape, bool(np.all(np.abs(d.u) <= 1 + 1e-8))
+    ((10, 1), True)
+    """
+    if not isinstance(options, DesignOptions):
+        raise TypeError(f"options must be a DesignOptions, got {type(options).__name__}")
+    if criterion not in CRITERIA:
+        raise OptionsError(f"criterion: expected 'D' (log det) or 'A' (trace of the inverse), got {criterion!r}")
+    if model.nu < 1:
+        raise ShapeError("design_input: the model has no input (nu = 0); there is nothing to design")
+    if not (isinstance(horizon, (int, np.integer)) and horizon >= 2):
+        raise ShapeError(f"horizon: expected an int >= 2 (samples), got {horizon!r}")
+    T, nu, hold = int(horizon), model.nu, options.hold
+    theta_vec = as_theta_vector(model, theta)
+    x0 = _x0(model, x0)
+    free = model.params.free_index
+    n = free.size
+    if n == 0:
+        raise ShapeError("design_input: the model has no free parameter")
+    lo, hi = _bounds(model, u_bounds, "u_bounds")
+    nb = -(-T // hold)  # input values (blocks)
+    rate = None
+    if rate_bounds is not None:
+        rate = np.broadcast_to(np.asarray(rate_bounds, float), (nu,)) if np.size(rate_bounds) in (1, nu) else None
+        if rate is None or np.any(~(rate > 0)):
+            raise ShapeError(f"rate_bounds: expected a positive scalar or {nu} positive values, got {rate_bounds!r}")
+    rng = np.random.default_rng(seed)
+    if np.ndim(starts) == 0:
+        if int(starts) < 1:
+            raise ShapeError(f"starts: expected at least 1 start, got {starts!r}")
+        blocks0 = [lo + (hi - lo) * rng.random((nb, nu)) for _ in range(int(starts))]
+    else:
+        arr = np.asarray(starts, float)
+        if arr.ndim != 3 or arr.shape[1:] != (T, nu):
+            raise ShapeError(f"starts: expected a count or start sequences (S, {T}, {nu}), got shape {arr.shape}")
+        blocks0 = [np.clip(a[::hold], lo, hi) for a in arr]
+
+    scale = _scale(theta_vec, free)
+    info_fun = _information_function(model, T)
+    crit_fun = _criterion_function(n, criterion, options.regularisation)
+    E = np.zeros((nb, T))
+    E[np.arange(T) // hold, np.arange(T)] = 1.0
+    w = ca.MX.sym("w", nu * nb)  # block values, input-major: w = vec(B) with B (nu, nb)
+    B = ca.reshape(w, nu, nb)
+    Is = info_fun(ca.DM(x0), B @ ca.DM(E), ca.DM(theta_vec), ca.DM(scale))
+    obj = crit_fun(Is)
+    nlp = {"x": w, "f": obj}
+    lbg = ubg = None
+    if rate is not None and nb > 1:
+        nlp["g"] = ca.vec(B[:, 1:] - B[:, :-1])
+        lbg = np.tile(-rate, nb - 1)
+        ubg = np.tile(rate, nb - 1)
+    solver = ca.nlpsol("design", "ipopt", nlp, ipopt_options(
+        options.max_iter, options.tol, **{"ipopt.hessian_approximation": "limited-memory"}))
+    crit_at = ca.Function("crit_at", [w], [obj])
+    lbx, ubx = np.tile(lo, nb), np.tile(hi, nb)
+    table, best = [], None
+    for k, b0 in enumerate(blocks0):
+        t0 = time.perf_counter()
+        w0 = b0.ravel()  # (nb, nu) row-major == vec of (nu, nb)
+        initial = float(crit_at(w0))
+        kw = {"x0": w0, "lbx": lbx, "ubx": ubx}
+        if lbg is not None:
+            kw.update(lbg=lbg, ubg=ubg)
+        try:
+            sol = solver(**kw)
+            st = solver.stats()
+            status = Status.from_ipopt(st["return_status"])
+            wk = np.clip(np.asarray(sol["x"], float).ravel(), lbx, ubx)
+            final = float(crit_at(wk))
+            iters = int(st["iter_count"])
+        except RuntimeError as exc:  # IPOPT error (e.g. non-finite values): reported, start skipped
+            status, wk, final, iters = Status.SOLVER_FAILED, w0, initial, 0
+            del exc
+        if not np.isfinite(final):
+            status, wk, final = Status.SOLVER_FAILED, w0, initial
+        value = -final if criterion == "D" else final
+        table.append({"start": k, "initial": -initial if criterion == "D" else initial, "final": value,
+                      "status": str(status), "iterations": iters, "seconds": time.perf_counter() - t0})
+        if np.isfinite(final) and (best is None or final < best[0]):
+            best = (final, wk, status, value)
+    if best is None:
+        raise ShapeError("design_input: the criterion is not finite at any start; check theta, x0 and the bounds")
+    _, wbest, status, value = best
+    u = (wbest.reshape(nb, nu).T @ E).T
+    info = np.asarray(info_fun(x0, u.T, theta_vec, scale), float) / np.outer(scale, scale)
+    from ..objective._identifiability import entry_names
+
+    return InputDesign(u, criterion, value, info, entry_names(model.params, free), status, table, x0)
