@@ -36,9 +36,9 @@ from pathlib import Path
 
 import casadi as ca
 import numpy as np
-from ceem_casadi.objective._identifiability import entry_names
 
 import ceem_casadi as cc
+from ceem_casadi.objective._identifiability import entry_names
 from ceem_casadi.workflow import DesignOptions, design_input, fisher_information
 from models.cascaded_tanks import cascaded_tanks, tanks_observe, tanks_rhs
 
