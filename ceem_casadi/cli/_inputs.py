@@ -8,7 +8,6 @@ live in :mod:`ceem_casadi.io.trajectories` (their :class:`~ceem_casadi.io.DataFi
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import tomllib
 
+from ..io._limits import InputLimitError, check_text, loads_json
 from ..io._readers import read_trajectories
 
 log = logging.getLogger("ceem_casadi.cli")
@@ -34,10 +34,17 @@ def json_arg(text: str | None, what: str):
         return None
     try:
         if text.endswith(".json"):
-            return json.loads(Path(text).read_text())
-        return json.loads(text)
+            return loads_json(Path(text).read_text(), f"{what} {text}")
+        return loads_json(text, what)
+    except InputLimitError as exc:
+        raise UsageError(str(exc)) from None
     except (OSError, ValueError) as exc:
-        raise UsageError(f"{what}: expected JSON text or a .json file, got {text!r} ({exc})") from None
+        raise UsageError(f"{what}: expected JSON text or a .json file, got {shorten(text)} ({exc})") from None
+
+
+def shorten(text: str, n: int = 80) -> str:
+    """``repr(text)`` cut to about ``n`` characters (a message quotes what was given, not megabytes of it)."""
+    return repr(text) if len(text) <= n else f"{text[:n]!r}... ({len(text)} characters)"
 
 
 def json_object(text: str | None, what: str) -> dict:
@@ -134,6 +141,33 @@ def writable(path, what: str, directory: bool = False) -> Path:
     return path
 
 
+def figure_path(path, what: str) -> Path:
+    """``path`` when its suffix is a figure format the plots write (``.png``, ``.svg``), checked
+    before any work (a wrong suffix found after an hour of fitting loses the results)."""
+    from ..plots import SUFFIXES
+
+    path = Path(path)
+    if path.suffix.lower() not in SUFFIXES:
+        raise UsageError(f"{what} {path}: expected a file name ending in {' or '.join(SUFFIXES)}, got "
+                         f"{path.suffix or 'no suffix'!r}")
+    return path
+
+
+def optional_output(write, what: str, path) -> bool:
+    """Run ``write()`` (an optional output such as a figure, after the results are written); a
+    failure is reported on stderr as a warning and does not lose the results. True when written."""
+    import sys
+
+    try:
+        write()
+    except Exception as exc:  # any failure of an optional output: report, never lose the results
+        msg = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"warning: {what} {path} not written ({type(exc).__name__}: {msg}); the results were written",
+              file=sys.stderr)
+        return False
+    return True
+
+
 def load_data(paths, model, *, outputs=None, inputs=None, trajectory_column=None):
     """(Trajectories, description) of the ``--data`` files: :func:`~ceem_casadi.io.read_trajectories`."""
     return read_trajectories(paths, model, outputs=outputs, inputs=inputs, trajectory_column=trajectory_column,
@@ -186,9 +220,12 @@ def build_options(config: str | None, args):
     raw: dict = {}
     if config:
         try:
-            raw = tomllib.loads(Path(config).read_text())
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise UsageError(f"--config {config}: {exc}") from None
+            raw = tomllib.loads(check_text(Path(config).read_text(), f"--config {config}", toml=True))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, InputLimitError) as exc:
+            raise UsageError(f"--config {config}: {exc}" if not isinstance(exc, InputLimitError) else str(exc)) \
+                from None
+        except RecursionError:
+            raise UsageError(f"--config {config}: nested too deeply to parse") from None
         try:
             CEEMOptions.from_mapping(raw)
         except (TypeError, ValueError) as exc:

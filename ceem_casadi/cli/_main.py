@@ -187,9 +187,16 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def drop_working_directory() -> None:
+    """Remove the working directory ('' or its path) from ``sys.path`` (``python -m`` puts it first)."""
+    cwd = os.path.realpath(os.getcwd())
+    sys.path[:] = [p for p in sys.path if p != "" and os.path.realpath(p) != cwd]
+
+
 def main(argv=None) -> int:
-    if os.getcwd() not in sys.path and "" not in sys.path:  # as 'python -m': models importable from cwd
-        sys.path.insert(0, os.getcwd())
+    # the working directory is never put on the import path: a pandas.py or matplotlib.py in it
+    # would run when the commands import those (issue 25); --model file.py:factory and
+    # package.module:factory refs of the working directory are resolved by model._source
     parser = build_parser()
     command = None
     try:
@@ -197,6 +204,7 @@ def main(argv=None) -> int:
         command = args.command
         logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
                             format="%(levelname)s %(name)s: %(message)s")
+        logging.captureWarnings(True)  # every library warning (logged or warnings.warn) reaches stderr
         return int(args.func(args))
     except (UsageError, CeemError, OSError) as exc:
         where = f"{PROG} {command}" if command else getattr(exc, "where", PROG)

@@ -73,3 +73,20 @@ class SmootherOptions:
                 except (TypeError, ValueError):
                     ok = False
             require(ok, f"{name} must be None, a number or a list of nx numbers, got {v!r}")
+
+    def state_bounds(self, nx: int) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) state bounds as (nx,) arrays (infinite where none is given); raises
+        `OptionsError` when ``x_lower`` / ``x_upper`` is a list of another length than ``nx``.
+
+        Examples
+        --------
+        >>> SmootherOptions(x_lower=0.0).state_bounds(2)[0]
+        array([0., 0.])
+        """
+        out = []
+        for name, default in (("x_lower", -np.inf), ("x_upper", np.inf)):
+            v = np.asarray(default if getattr(self, name) is None else getattr(self, name), float)
+            require(v.size in (1, nx), f"{name}: expected a number or a list of nx = {nx} numbers (one per state), "
+                                       f"got {v.size} numbers {v.tolist()}")
+            out.append(np.broadcast_to(v.reshape(-1) if v.size == nx else v.reshape(()), (nx,)).copy())
+        return out[0], out[1]
