@@ -222,7 +222,9 @@ def cmd_calibrate_noise(args) -> int:
     data, desc = data_from_args(args, model)
     try:
         res = calibrate_noise(model, data, theta, grid=grid, criterion=args.criterion, options=options)
-    except (ValueError, CeemError) as exc:
+    except ValueError as exc:  # the library's plain ValueErrors too: one line (CeemErrors: by main)
+        if isinstance(exc, CeemError):
+            raise
         raise UsageError(str(exc)) from None
     best, fit = res.best, res.best.fit
     table = calibration_table(res)

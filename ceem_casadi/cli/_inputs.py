@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -25,6 +26,40 @@ log = logging.getLogger("ceem_casadi.cli")
 
 class UsageError(Exception):
     """Bad command line input: reported in one line, exit code 2."""
+
+
+# advice for a library error that carries its ``cause`` (the API's advice names API arguments)
+ADVICE = {"fit": "try a --theta0 closer to the truth or a larger process_std in --model-kwargs",
+          "calibrate-noise": "try a --theta0 closer to the truth or other --grid levels",
+          "refine": "try a --theta0 closer to the truth or give --x0"}
+# API argument -> CLI option, by command: a library message naming the argument names the option
+API_OPTIONS = {"grid": "--grid", "theta0": "--theta0", "time_limit": "--time-limit", "window": "--x0-window",
+               "max_iters": "--max-iters", "shooting": "--shooting", "max_iter": "--max-iter"}
+
+
+def cli_message(exc: BaseException, command: str | None, flags=()) -> str:
+    """One line for ``exc`` raised by ``command``: a library error's API advice is replaced by the
+    CLI's, and API argument names (``grid:``, ``raise time_limit``) by the command's options
+    ``flags`` (its option strings).
+
+    Examples
+    --------
+    >>> from ceem_casadi.errors import OptionsError
+    >>> cli_message(OptionsError("grid: expected positive levels; raise time_limit"), "calibrate-noise",
+    ...             ["--grid", "--time-limit"])
+    '--grid: expected positive levels; raise --time-limit'
+    """
+    msg = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, UsageError) or command is None:
+        return msg
+    cause = getattr(exc, "cause", None)
+    if cause:  # a library error with API advice: give the CLI's instead
+        msg = f"{' '.join(str(cause).split())}; {ADVICE.get(command, 'check the model and --data')}"
+    flags = set(flags)
+    for arg, flag in API_OPTIONS.items():
+        if flag in flags:
+            msg = re.sub(rf"(^|[\s(;]){arg}(?=[:=\s)]|$)", rf"\g<1>{flag}", msg)
+    return msg
 
 
 # --- scalars, lists, JSON ----------------------------------------------------------------------
@@ -196,6 +231,9 @@ def model_from_args(args):
     """(model, theta, SavedModel or None) from ``--model-file`` or ``--model`` / ``--model-kwargs``."""
     from ..deploy._modelfile import build_model, load_model
 
+    if getattr(args, "model_file", None) and (getattr(args, "model", None) or getattr(args, "model_kwargs", None)):
+        raise UsageError("--model-file gives the model, --model/--model-kwargs build one: give one of them (to "
+                         "rebuild the file's model from its factory use --model-file with --trust-source)")
     if getattr(args, "model_file", None):
         saved = load_model(args.model_file, trust_source=getattr(args, "trust_source", False))
         return saved.model, saved.theta, saved

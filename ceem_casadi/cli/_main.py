@@ -17,7 +17,7 @@ from ..errors import CeemError
 from ..runtime._schema import ACCELERATIONS
 from ._commands import cmd_codegen, cmd_evaluate, cmd_plot, cmd_simulate, cmd_smooth
 from ._fit import cmd_calibrate_noise, cmd_fit, cmd_refine
-from ._inputs import UsageError
+from ._inputs import UsageError, cli_message
 
 PROG = "ceem-casadi"
 
@@ -187,6 +187,16 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _command_flags(command: str | None) -> list[str]:
+    """The option strings of ``command`` (e.g. ``--grid``), from the parser."""
+    parser = build_parser()
+    for action in parser._subparsers._group_actions:
+        sub = action.choices.get(command)
+        if sub is not None:
+            return [o for a in sub._actions for o in a.option_strings]
+    return []
+
+
 def drop_working_directory() -> None:
     """Remove the working directory ('' or its path) from ``sys.path`` (``python -m`` puts it first)."""
     cwd = os.path.realpath(os.getcwd())
@@ -208,10 +218,7 @@ def main(argv=None) -> int:
         return int(args.func(args))
     except (UsageError, CeemError, OSError) as exc:
         where = f"{PROG} {command}" if command else getattr(exc, "where", PROG)
-        msg = " ".join(str(exc).split()) or type(exc).__name__
-        if getattr(exc, "cause", None):  # a library error with API advice: give the CLI's instead
-            msg = f"{exc.cause}; try a --theta0 closer to the truth or a larger process_std in --model-kwargs"
-        print(f"{where}: error: {msg}", file=sys.stderr)
+        print(f"{where}: error: {cli_message(exc, command, _command_flags(command))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted (a fit keeps the checkpoint of its last complete iteration; continue "

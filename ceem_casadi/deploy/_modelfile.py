@@ -324,6 +324,8 @@ def load_model(path, *, trust_source: bool = False, check_source: bool = True, r
     else:
         stored = _model_from_graphs(path, meta, arrays, noise, theta_vec)
     if trust_source and source:
+        log.warning("%s: trust_source: importing and calling the model factory %s named in the file (this runs "
+                    "its code)", path, source)
         model = build_model(source, kwargs)
         if (model.nx, model.nu, model.ny) != (meta["nx"], meta["nu"], meta["ny"]) or \
                 list(model.params.names) != meta["theta_names"]:

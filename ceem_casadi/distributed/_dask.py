@@ -20,6 +20,7 @@ from ._executors import (
     _remaining,
     _ShardedOutcomes,
     assemble,
+    check_executor,
     model_spec,
     nbytes,
     outcomes,
@@ -38,6 +39,7 @@ class DaskEngine(_ShardedOutcomes):
     def __init__(self, sharded, model, data, options):
         t0 = time.perf_counter()
         self.sharded, self.client = sharded, sharded.executor
+        check_executor(self.client)  # closed since the options were made: one clear message
         workers = self.client.scheduler_info()["workers"]
         if not workers:
             raise RuntimeError("the Dask cluster has no workers: start some (or wait for them with "

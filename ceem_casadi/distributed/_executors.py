@@ -48,6 +48,13 @@ def is_dask_client(obj) -> bool:
 
 def check_executor(executor) -> None:
     """Raise TypeError unless ``executor`` is None or one of the supported kinds."""
+    inner = executor.executor if isinstance(executor, Sharded) else executor
+    if is_dask_client(inner) and str(getattr(inner, "status", "running")) in ("closing", "closed"):
+        from ..errors import OptionsError
+
+        raise OptionsError(f"executor: the dask.distributed.Client is {inner.status} (client.close() was called or "
+                           f"its cluster shut down); pass an open Client, e.g. inside 'with Client(address) as "
+                           f"client:'")
     if executor is None or isinstance(executor, (Executor, Sharded)) or is_dask_client(executor):
         return
     raise TypeError(f"executor must be None, {SUPPORTED}; got {type(executor).__module__}."

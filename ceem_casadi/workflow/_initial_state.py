@@ -229,9 +229,13 @@ def estimate_initial_state(model, theta, y, u=None, *, window: int | None = None
     """
     theta_vec = as_theta_vector(model, theta)
     ys, us, single = _trajectories(model, y, u)
+    if not ys or min(yb.shape[0] for yb in ys) == 0:
+        raise ShapeError(f"y: expected one (T, ny = {model.ny}) array or several, each with at least one sample, got "
+                         f"{len(ys)} trajectories of lengths {[yb.shape[0] for yb in ys]}")
     shortest = min(yb.shape[0] for yb in ys)
     k = default_window(model, shortest) if window is None else window
-    if int(k) != k or not 1 <= k <= shortest:
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(k) or int(k) != k or not 1 <= k <= shortest:
         raise ShapeError(f"window: expected an integer in [1, {shortest}] (shortest trajectory), got {window!r}")
     lower = _bounds(model, x_lower, -np.inf, "x_lower")
     upper = _bounds(model, x_upper, np.inf, "x_upper")

@@ -367,11 +367,15 @@ def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> 
     theta = result if isinstance(result, dict) else result.theta
     theta_vec = params.to_vector(theta)
     xs = getattr(result, "x", None)
-    if xs is None:
-        xs = _states_at(model, data, theta_vec)
     from ..smoothing._initial_states import check_states
 
-    xs = check_states(model, data, xs)
+    if xs is not None:
+        xs = check_states(model, data, xs, "result.x (the fit's states)",
+                          f"; the fit's states cover trajectories of lengths {[len(x) for x in xs]}, the data "
+                          f"{list(data.lengths)}: pass the data the fit used, or the theta dict (the states are "
+                          f"then recomputed on this data)")
+    else:
+        xs = _states_at(model, data, theta_vec)
     info = reduced_hessian(model, data, theta_vec, xs, options)
     free = params.free_index
     names = entry_names(params, free)
