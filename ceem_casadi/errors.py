@@ -19,8 +19,9 @@ class NonFiniteError(CeemError, ValueError):
     """An input contains NaN or inf where only finite values are allowed."""
 
 
-class ParameterError(CeemError, KeyError):
-    """Unknown or missing parameter names, or values outside their bounds."""
+class ParameterError(CeemError, KeyError, ValueError):
+    """Unknown or missing parameter names, or values outside their bounds (also a ``ValueError``:
+    every input error of the library is one)."""
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return str(self.args[0]) if self.args else ""

@@ -259,6 +259,8 @@ def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_f
     from ._ceem import ceem
 
     options = CEEMOptions() if options is None else options
+    if not isinstance(options, CEEMOptions):
+        raise TypeError(f"options must be a CEEMOptions, got {type(options).__name__}")
     path = Path(path)
     fp = fingerprint(model, data, source)
     history, x_init, done = [], None, None

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..io._checks import is_integer
 from ..runtime._schema import HESSIANS, require
 
 
@@ -46,4 +47,5 @@ class LearnerOptions:
         require(self.rho_theta >= 0, f"rho_theta must be >= 0, got {self.rho_theta}")
         allowed = (*HESSIANS, "limited-memory", "auto")
         require(self.hessian in allowed, f"hessian must be one of {allowed}, got {self.hessian!r}")
-        require(self.max_iter > 0 and self.tol > 0, "max_iter and tol must be positive")
+        require(is_integer(self.max_iter) and self.max_iter > 0 and self.tol > 0,
+                f"max_iter must be an integer > 0 and tol > 0, got {self.max_iter!r} and {self.tol!r}")

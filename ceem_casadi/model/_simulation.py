@@ -146,7 +146,11 @@ def simulate_output(model, theta, u=None, x0=None, *, horizon=None, return_state
     x : numpy.ndarray or list of numpy.ndarray
         Only with ``return_states``: the states, shaped like ``y`` with nx columns.
     """
+    from ..io._checks import count
+
     theta_vec = as_theta_vector(model, theta)
+    if horizon is not None:
+        [count(h, "horizon") for h in np.ravel(np.asarray(horizon, dtype=object))]
     if x0 is None:
         if model.noise.x1_mean is None:
             raise ShapeError("x0: give the initial state(s) (nx,) or (B, nx); the model has no x1_mean. "

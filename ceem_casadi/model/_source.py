@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import CeemError
 
 
-class ModelSourceError(CeemError, ImportError):
+class ModelSourceError(CeemError, ImportError, ValueError):
     """A ``package.module:factory`` reference does not import or does not build a model."""
 
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..io._checks import is_integer
 from ..runtime._schema import HESSIANS, SMOOTHER_SOLVERS, require
 
 
@@ -63,7 +64,8 @@ class SmootherOptions:
                                         and self.chunk >= 0), f"chunk must be None or an int >= 0, got {self.chunk!r}")
         require(self.rho_x >= 0, f"rho_x must be >= 0, got {self.rho_x}")
         require(self.hessian in HESSIANS, f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
-        require(self.max_iter > 0 and self.tol > 0, "max_iter and tol must be positive")
+        require(is_integer(self.max_iter) and self.max_iter > 0 and self.tol > 0,
+                f"max_iter must be an integer > 0 and tol > 0, got {self.max_iter!r} and {self.tol!r}")
         for name in ("x_lower", "x_upper"):
             v = getattr(self, name)
             ok = v is None or not isinstance(v, (str, bytes, bool))

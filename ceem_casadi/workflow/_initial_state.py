@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import NonFiniteError, ShapeError, SolverError
 from ..io._data import Trajectories
 from ..model._simulation import as_theta_vector, rollout
+from ..runtime._schema import check_time_limit
 from ..runtime._solve import DEADLINE, deadline, ipopt_options, solve
 from ..runtime._status import Status
 
@@ -142,6 +143,8 @@ def _bounds(model, value, fill, name):
         if np.size(fill if value is None else value) in (1, model.nx) else None
     if v is None:
         raise ShapeError(f"{name}: expected a scalar or {model.nx} entries (nx), got shape {np.shape(value)}")
+    if np.isnan(v).any():
+        raise ShapeError(f"{name}: expected numbers (or -inf/inf for no bound), got {value!r}")
     return v.copy()
 
 
@@ -253,6 +256,7 @@ def estimate_initial_state(model, theta, y, u=None, *, window: int | None = None
             raise ShapeError(f"x_init: expected finite values of shape ({model.nx},) or ({len(ys)}, {model.nx}), "
                              f"got {np.shape(x_init)}")
         init = init[:, None, :]
+    check_time_limit(time_limit)  # None or a finite number of seconds > 0 (OptionsError)
     solver = solver_for(model, int(k), hessian)
     expires = None if time_limit is None else time.perf_counter() + float(time_limit)
     results = []

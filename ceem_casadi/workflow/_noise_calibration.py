@@ -298,6 +298,8 @@ def _worker_chain(args):
 
 # --- the public entry point ----------------------------------------------------------------------
 def _validate_grid(grid) -> np.ndarray:
+    if grid is not None and any(isinstance(v, (str, bytes, bool, np.bool_)) for v in np.ravel(np.asarray(grid, object))):
+        raise ValueError(f"grid: expected positive numbers (multipliers of process_std), got {grid!r}")
     g = np.asarray(DEFAULT_GRID if grid is None else grid, dtype=float).ravel()
     if g.size == 0:
         raise ShapeError("grid: expected at least one process-noise level, got an empty grid; "
