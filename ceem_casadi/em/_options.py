@@ -94,9 +94,9 @@ class CEEMOptions:
         require(self.acceleration in ACCELERATIONS,
                  f"acceleration must be one of {ACCELERATIONS}, got {self.acceleration!r}")
         require(is_integer(self.max_iters) and self.max_iters >= 1,
-                f"max_iters must be an integer >= 1, got {self.max_iters!r}")
+                f"max_iters must be >= 1 (an integer), got {self.max_iters!r}")
         require(np.isfinite(self.tol) and self.tol >= 0, f"tol must be finite and >= 0, got {self.tol}")
-        require(is_integer(self.n_jobs) and self.n_jobs >= 1, f"n_jobs must be an integer >= 1, got {self.n_jobs!r}")
+        require(is_integer(self.n_jobs) and self.n_jobs >= 1, f"n_jobs must be >= 1 (an integer), got {self.n_jobs!r}")
         require(isinstance(self.smoother, SmootherOptions), "smoother must be a SmootherOptions")
         require(isinstance(self.learner, LearnerOptions), "learner must be a LearnerOptions")
 

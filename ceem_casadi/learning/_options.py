@@ -48,4 +48,4 @@ class LearnerOptions:
         allowed = (*HESSIANS, "limited-memory", "auto")
         require(self.hessian in allowed, f"hessian must be one of {allowed}, got {self.hessian!r}")
         require(is_integer(self.max_iter) and self.max_iter > 0 and self.tol > 0,
-                f"max_iter must be an integer > 0 and tol > 0, got {self.max_iter!r} and {self.tol!r}")
+                f"max_iter and tol must be positive (max_iter an integer), got {self.max_iter!r} and {self.tol!r}")

@@ -65,7 +65,7 @@ class SmootherOptions:
         require(self.rho_x >= 0, f"rho_x must be >= 0, got {self.rho_x}")
         require(self.hessian in HESSIANS, f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
         require(is_integer(self.max_iter) and self.max_iter > 0 and self.tol > 0,
-                f"max_iter must be an integer > 0 and tol > 0, got {self.max_iter!r} and {self.tol!r}")
+                f"max_iter and tol must be positive (max_iter an integer), got {self.max_iter!r} and {self.tol!r}")
         for name in ("x_lower", "x_upper"):
             v = getattr(self, name)
             ok = v is None or not isinstance(v, (str, bytes, bool))

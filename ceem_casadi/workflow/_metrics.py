@@ -347,7 +347,10 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
     data.check_model(model)
     theta_vec = _theta_vector(model, theta)
     ks = (k,) if np.ndim(k) == 0 else tuple(k)
-    ks = tuple(sorted({count(kk, "k (prediction horizons)") for kk in ks}))
+    try:
+        ks = tuple(sorted({count(kk, "k") for kk in ks}))
+    except ShapeError:
+        raise ShapeError(f"k: expected positive integer horizon(s), got {k!r}") from None
     if skip is not None:
         count(skip, "skip", 0)
     if window is not None:
