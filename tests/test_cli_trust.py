@@ -236,3 +236,13 @@ def test_trust_source_warns_before_importing(folder, tmp_path, caplog):
     assert any("importing and calling the model factory" in r.getMessage() and "mymodel.py:make" in r.getMessage()
                for r in caplog.records)
     sys.modules.pop("mymodel", None)
+
+
+def test_states_format_checked_before_the_fit(folder, tmp_path, monkeypatch, capsys):
+    """fit --states s.csv: refused before the fit (np.savez would silently write s.csv.npz after it)."""
+    import ceem_casadi.em._checkpoint as ckpt
+
+    monkeypatch.setattr(ckpt, "ceem_checkpointed", lambda *a, **k: pytest.fail("the fit ran"))
+    rc, err = _main_err(capsys, "fit", "--model", folder / "mymodel.py:make", "--data", folder / "d.csv",
+                        "--out", tmp_path / "o.npz", "--states", tmp_path / "s.csv")
+    assert rc == 2 and len(err) == 1 and "--states" in err[0] and ".npz" in err[0]

@@ -82,6 +82,8 @@ def cmd_fit(args) -> int:
     ckpt_path = writable(args.checkpoint or out.with_name(out.name + ".ckpt.npz"), "--checkpoint")
     if args.states:
         writable(args.states, "--states")
+        if Path(args.states).suffix.lower() != ".npz":  # np.savez would write <name>.npz instead
+            raise UsageError(f"--states {args.states}: expected a file name ending in .npz (arrays x_0, x_1, ...)")
     if ckpt_path.exists() and not (args.resume or args.overwrite):
         raise UsageError(f"checkpoint {ckpt_path} exists (an earlier fit): continue it with --resume, or start "
                          f"again with --overwrite")

@@ -93,14 +93,16 @@ _CLEANED: set = set()
 
 def clean_stale(folder: Path) -> list[Path]:
     """Remove the build folders in ``folder`` whose owner process (on this host) is gone, and those
-    without an owner record older than ``ORPHAN_AGE_S``; once per process and folder. Returns them."""
+    without an owner record (older versions wrote none) older than ``ORPHAN_AGE_S``; once per
+    process and folder. Returns them."""
     key = str(folder)
     if key in _CLEANED:
         return []
     _CLEANED.add(key)
     removed, host = [], socket.gethostname()
     try:
-        entries = [p for p in folder.iterdir() if p.name.startswith(TMP_PREFIX) and p.is_dir()]
+        # build folders (and, from versions before owner records, folders named like a library unit)
+        entries = [p for p in folder.iterdir() if p.is_dir() and (p.name.startswith(TMP_PREFIX) or "_" in p.name)]
     except OSError:
         return []
     for p in entries:
