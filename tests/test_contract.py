@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 import os
 import signal
@@ -396,7 +397,7 @@ COMMANDS = {
     "simulate": (lambda m, d, o: ["simulate", "--model-file", m, "--input-file", d[1], "--x0", "[0.0]", "--out",
                                   o / "sim.csv"],
                  [lambda v: ["--measurement-std", str(v)], lambda v: ["--horizon", "1"],
-                  lambda v: ["--theta", '{"a": %s}' % {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}.get(v, "5")]]),
+                  lambda v: ["--theta", json.dumps({"a": float(v) if v != "-1" else 5.0})]]),
     "smooth": (lambda m, d, o: ["smooth", "--model-file", m, *d, "--out", o / "s.csv"],
                [lambda v: ["--method", "magic"], lambda v: ["--out", o_dir()], lambda v: ["--outputs", "zz"]]),
     "codegen": (lambda m, d, o: ["codegen", "--model-file", m, "--out-dir", o / "c"],
@@ -432,8 +433,6 @@ def run_cli(command, mutation, tmp: Path):
     y, u, theta, opt, refuse = _case(mutation, uses)
     if mutation[0] == "theta":  # theta on the CLI: --theta0 / --theta JSON; bad values as JSON tokens
         text = {k: (np.asarray(v).tolist() if not isinstance(v, str) else v) for k, v in theta.items()}
-        import json
-
         theta_json = json.dumps(text)
     model_file = _files(tmp)
     paths = _csv(y, u, tmp) if y else []
