@@ -99,3 +99,18 @@ def test_trust_source_load_warns(tmp_path, caplog):
         cc.load_model(path, trust_source=True)
     assert any("runs its code" in r.getMessage() and "models.lorenz:single_lorenz" in r.getMessage()
                for r in caplog.records)
+
+
+def test_uncertainty_at_a_point_that_is_not_a_maximum_warns(lorenz_data):
+    """A theta dict from a fit stopped after one iteration: the intervals would be many standard errors
+    from the estimate; the warning says how far (one Newton step in standard errors). At a fixed point
+    of CE-EM no such warning. Fails without _off_maximum in workflow/_uncertainty."""
+    model, data = lorenz_data
+    early = cc.ceem(model, data, {"sigma": 8.0, "rho": 25.0, "beta": 2.0}, options=cc.CEEMOptions(max_iters=1))
+    unc = cc.parameter_uncertainty(model, data, dict(early.theta))
+    assert any("is not a maximum" in w and "standard errors" in w for w in unc.warnings), unc.warnings
+    done = cc.ceem(model, data, lorenz.TRUE, options=cc.CEEMOptions(max_iters=40, acceleration="newton"))
+    unc = cc.parameter_uncertainty(model, data, dict(done.theta))
+    assert not any("is not a maximum" in w for w in unc.warnings), unc.warnings
+    unc = cc.parameter_uncertainty(model, data, early)        # a stopped CEEMResult: its status, as a value
+    assert any("status is 'max_iters'" in w for w in unc.warnings) and not any("Status." in w for w in unc.warnings)
