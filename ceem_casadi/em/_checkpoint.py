@@ -91,7 +91,7 @@ def read_checkpoint(path) -> Checkpoint:
 
 
 def check_checkpoint(path, meta: dict, arrays: dict) -> None:
-    """Raise [`CheckpointError`][ceem_casadi.em.CheckpointError] unless the checkpoint ``meta`` and
+    """Raise `CheckpointError` unless the checkpoint ``meta`` and
     ``arrays`` have the layout :func:`write_checkpoint` writes: every theta array present, real and
     finite, ``n_x`` state arrays of shape (T_b, nx), a list of iteration records (a crafted or
     truncated file is refused in one line instead of a ``KeyError`` on resume)."""

@@ -10,9 +10,14 @@ libraries are cached under ``$CEEM_CACHE`` (default ``~/.cache/ceem_casadi``) ke
 program), its optimisation level, the code-generation options, the compiler and its version,
 the flags and the CasADi version, so the compile cost is paid once per model and a cached library
 is loaded without generating its C source. Next to each library ``<name>.so`` a record ``<name>.json``
-holds the SHA-256 of the library's bytes and the versions it was built with; a library whose
-bytes or versions do not match its record (truncated, overwritten, from another compiler) is
-never loaded: it is rebuilt with a warning.
+holds the SHA-256 of the library's bytes, the versions it was built with, and the cache key and
+Function name it was built for; a library whose bytes, versions, key or name do not match its
+record (truncated, overwritten, from another compiler, another Function's or another model's
+library copied in) is never loaded: it is rebuilt with a warning, as is a loaded library whose
+values differ from the Function's at a random point. A cache folder that cannot be written raises
+`CompileCacheError` (the callers fall back to
+the CasADi virtual machine with a warning); compilers die with the process that started them, and
+build folders of dead processes are removed (:mod:`ceem_casadi.runtime._cache_guard`).
 
 Compiled Functions are loaded with ``ca.external`` and provide values only: the smoother and
 the learner never ask CasADi to differentiate them (they pass grad_f and hess_lag explicitly).
@@ -259,7 +264,7 @@ def _job(f: ca.Function, unit: str, lib: Path, cc: str, key: str) -> CompileJob:
     """Generate ``f``'s C into a fresh folder next to ``lib``; the job compiles and links it and
     moves library and record (which binds ``key`` and the Function's name) into place atomically
     (concurrent processes never see a partial one). A folder that cannot be written (read-only,
-    full) raises [`CompileCacheError`][ceem_casadi.runtime._compile.CompileCacheError] and
+    full) raises `CompileCacheError` and
     leaves nothing behind."""
     source = _source([f], unit)
     tmp = None
