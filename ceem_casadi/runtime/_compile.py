@@ -102,6 +102,9 @@ def _record(cc: str) -> dict:
     return {"casadi": ca.__version__, "compiler": cc, "compiler_version": compiler_version(cc), "flags": list(FLAGS)}
 
 
+OLD_RECORD = "recorded by an older version (no cache key)"  # rebuilt once, quietly
+
+
 def verified(lib: Path, cc: str, key: str | None = None, function: str | None = None) -> str | None:
     """None when ``lib`` matches its record ``lib.with_suffix('.json')`` (digest, versions, and the
     cache ``key`` and ``function`` name it was built for, when given), else why not."""
@@ -112,6 +115,8 @@ def verified(lib: Path, cc: str, key: str | None = None, function: str | None = 
     if not isinstance(rec, dict):
         return "no readable record of its digest"
     want = _record(cc)
+    if key is not None and "key" not in rec:
+        return OLD_RECORD
     if key is not None:
         want["key"] = key
     if function is not None:
@@ -244,7 +249,7 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
                     log.debug("using cached %s", lib)
                     job = None
                 else:
-                    if problem != "missing":
+                    if problem not in ("missing", OLD_RECORD):
                         log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
                     job = new[lib] = _job(f, unit, lib, cc, key)
             handles.append(CompiledHandle(f, name, lib, job, deadline))
