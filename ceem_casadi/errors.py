@@ -53,8 +53,9 @@ class NonFiniteError(CeemError, ValueError):
     """
 
 
-class ParameterError(CeemError, KeyError):
-    """Unknown or missing parameter names, or values outside their bounds.
+class ParameterError(CeemError, KeyError, ValueError):
+    """Unknown or missing parameter names, or values outside their bounds (also a ``ValueError``:
+    every input error of the library is one).
 
     Examples
     --------

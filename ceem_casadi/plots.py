@@ -31,10 +31,29 @@ def _save(fig, path) -> Path:
         plt.close(fig)
         raise ValueError(f"figure file must end in {' or '.join(SUFFIXES)}, got {path.name!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
+    plain_text(fig)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+MAX_TITLE_CHARS = 120  # a title is cut to this (texts from files may be long)
+
+
+def plain_text(fig) -> None:
+    """Draw every text of ``fig`` as written: no mathtext (names and titles come from files; a
+    ``$`` in them must neither raise nor start a math parser that can run for minutes)."""
+    from matplotlib.text import Text
+
+    for t in fig.findobj(Text):
+        t.set_parse_math(False)
+
+
+def short_title(title: str) -> str:
+    """``title`` cut to ``MAX_TITLE_CHARS`` characters on one line."""
+    title = " ".join(str(title).split())
+    return title if len(title) <= MAX_TITLE_CHARS else title[:MAX_TITLE_CHARS - 3] + "..."
 
 
 def _get(rec, key):
@@ -66,7 +85,7 @@ def plot_history(history, path, *, truth: dict | None = None, title: str = "") -
     else:
         ax.legend(loc="lower right")
     if title:
-        ax.set_title(title)
+        ax.set_title(short_title(title))
     for ax, name in zip(axes[1:, 0], names):
         vals = np.array([np.ravel(np.asarray(t[name], float)) for t in thetas])
         for j in range(min(vals.shape[1], MAX_LINES)):
@@ -176,5 +195,5 @@ def plot_parameter_intervals(uncertainty, path, *, truth: dict | None = None, ma
     ax.set_xlabel("100 (value - estimate) / |estimate|  [%]")
     ax.legend(loc="best", fontsize="small")
     if title:
-        ax.set_title(title)
+        ax.set_title(short_title(title))
     return _save(fig, path)

@@ -9,6 +9,7 @@ Exit codes as in `ceem_casadi.cli`: 0 success, 2 bad input
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,27 @@ def initial_states_cli(model, theta_vec, data, x0_arg=None, window=None):
     return x0, f"x0 estimated from the first {window} samples of each trajectory (--x0-window): {rows}", window
 
 
+@dataclass(frozen=True)
+class FitOutcome:
+    """What a model file says of the fit that wrote it: ``theta`` and ``status`` (``x`` None: the
+    states are recomputed), given to [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty]
+    so that it warns, as for a [`CEEMResult`][ceem_casadi.CEEMResult], when the fit stopped before
+    converging (``max_iters``, ``time_limit``): the intervals then describe no fixed point."""
+
+    theta: dict
+    status: str = "converged"
+    x: None = None
+
+
+def fit_outcome(saved, theta):
+    """``theta`` with the status recorded in the model file ``saved`` (None: ``theta`` as is)."""
+    if saved is None:
+        return theta
+    meta = saved.meta.get("metadata") if isinstance(saved.meta, dict) else None
+    status = meta.get("status") if isinstance(meta, dict) else None
+    return FitOutcome(theta, str(status)) if isinstance(status, str) else theta
+
+
 def cmd_evaluate(args) -> int:
     from ..workflow._metrics import validation_report
 
@@ -82,7 +104,8 @@ def cmd_evaluate(args) -> int:
 
             if not hasattr(model.params, "validate"):
                 raise UsageError("--uncertainty needs the model source (the file was loaded without it)")
-            unc = parameter_uncertainty(model, data, theta, options=UncertaintyOptions(hessian=args.uncertainty))
+            unc = parameter_uncertainty(model, data, fit_outcome(saved, theta),
+                                        options=UncertaintyOptions(hessian=args.uncertainty))
         report = validation_report(model, data, theta_vec, x0=x0, k=ks, skip=skip, uncertainty=unc)
     except CeemError as exc:
         raise UsageError(str(exc)) from None

@@ -21,10 +21,12 @@ from ._inputs import (
     at_least,
     build_options,
     data_from_args,
+    figure_path,
     json_object,
     model_from_args,
     model_ref,
     names,
+    optional_output,
     states,
     theta_arg,
     writable,
@@ -80,11 +82,17 @@ def cmd_fit(args) -> int:
     ckpt_path = writable(args.checkpoint or out.with_name(out.name + ".ckpt.npz"), "--checkpoint")
     if args.states:
         writable(args.states, "--states")
+        if Path(args.states).suffix.lower() != ".npz":  # np.savez would write <name>.npz instead
+            raise UsageError(f"--states {args.states}: expected a file name ending in .npz (arrays x_0, x_1, ...)")
     if ckpt_path.exists() and not (args.resume or args.overwrite):
         raise UsageError(f"checkpoint {ckpt_path} exists (an earlier fit): continue it with --resume, or start "
                          f"again with --overwrite")
     options = build_options(args.config, args)
     model, theta_init, _ = model_from_args(args)
+    try:
+        options.smoother.state_bounds(model.nx)  # the lengths of [smoother] x_lower / x_upper, before any work
+    except CeemError as exc:
+        raise UsageError(f"--config {args.config} [smoother]: {exc}") from None
     data, desc = data_from_args(args, model)
     theta0 = theta_arg(model, args.theta0, "--theta0") or theta_init
     kwargs = json_object(args.model_kwargs, "--model-kwargs")
@@ -186,6 +194,19 @@ def calibration_table(result):
     return pd.DataFrame(df)
 
 
+def _save_calibration_plot(res, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ax = res.plot()
+    try:
+        ax.figure.savefig(path, dpi=120, bbox_inches="tight")
+    finally:
+        plt.close(ax.figure)
+
+
 def cmd_calibrate_noise(args) -> int:
     from ..deploy._modelfile import save_model
     from ..workflow._noise_calibration import calibrate_noise
@@ -194,6 +215,8 @@ def cmd_calibrate_noise(args) -> int:
     for flag in ("table", "plot"):
         if getattr(args, flag):
             writable(getattr(args, flag), f"--{flag}")
+    if args.plot:
+        figure_path(args.plot, "--plot")
     grid = float_list(args.grid, "--grid") if args.grid is not None else None
     options = _calibration_options(args)
     model, theta, saved = model_from_args(args)
@@ -201,21 +224,12 @@ def cmd_calibrate_noise(args) -> int:
     data, desc = data_from_args(args, model)
     try:
         res = calibrate_noise(model, data, theta, grid=grid, criterion=args.criterion, options=options)
-    except (ValueError, CeemError) as exc:
+    except ValueError as exc:  # the library's plain ValueErrors too: one line (CeemErrors: by main)
+        if isinstance(exc, CeemError):
+            raise
         raise UsageError(str(exc)) from None
     best, fit = res.best, res.best.fit
     table = calibration_table(res)
-    if args.table:
-        table.to_csv(args.table, index=False)
-    if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        ax = res.plot()
-        ax.figure.savefig(args.plot, dpi=120, bbox_inches="tight")
-        plt.close(ax.figure)
     source, kwargs = model_source(args, saved)
     extra = {"x0": np.array([x[0] for x in fit.x])} if fit.x is not None else {}
     meta = {"status": str(fit.status), "message": fit.message,
@@ -224,7 +238,11 @@ def cmd_calibrate_noise(args) -> int:
                                   "table": json.loads(table.to_json(orient="records"))},
             "started_from": str(args.model_file or args.model)}
     save_model(out, best.model, best.theta, source=source, kwargs=kwargs, options=options.ceem, data=desc,
-               history=fit.history, extra=extra, metadata=meta)
+               history=fit.history, extra=extra, metadata=meta)  # the result first, then the optional outputs
+    if args.table:
+        table.to_csv(args.table, index=False)
+    if args.plot:
+        optional_output(lambda: _save_calibration_plot(res, args.plot), "--plot", args.plot)
     if not args.quiet:
         print(table.to_string(index=False, float_format=lambda v: f"{v:.6g}"), file=sys.stderr)
     _summary_line(f"{args.criterion} criterion chose level {best.level:g} (process_std "

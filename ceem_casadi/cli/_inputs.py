@@ -8,16 +8,17 @@ live in `ceem_casadi.io._readers` (their [`DataFileError`][ceem_casadi.io.DataFi
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import tomllib
 
+from ..io._limits import InputLimitError, check_text, loads_json
 from ..io._readers import read_trajectories
 
 log = logging.getLogger("ceem_casadi.cli")
@@ -27,6 +28,40 @@ class UsageError(Exception):
     """Bad command line input: reported in one line, exit code 2."""
 
 
+# advice for a library error that carries its ``cause`` (the API's advice names API arguments)
+ADVICE = {"fit": "try a --theta0 closer to the truth or a larger process_std in --model-kwargs",
+          "calibrate-noise": "try a --theta0 closer to the truth or other --grid levels",
+          "refine": "try a --theta0 closer to the truth or give --x0"}
+# API argument -> CLI option, by command: a library message naming the argument names the option
+API_OPTIONS = {"grid": "--grid", "theta0": "--theta0", "time_limit": "--time-limit", "window": "--x0-window",
+               "max_iters": "--max-iters", "shooting": "--shooting", "max_iter": "--max-iter"}
+
+
+def cli_message(exc: BaseException, command: str | None, flags=()) -> str:
+    """One line for ``exc`` raised by ``command``: a library error's API advice is replaced by the
+    CLI's, and API argument names (``grid:``, ``raise time_limit``) by the command's options
+    ``flags`` (its option strings).
+
+    Examples
+    --------
+    >>> from ceem_casadi.errors import OptionsError
+    >>> cli_message(OptionsError("grid: expected positive levels; raise time_limit"), "calibrate-noise",
+    ...             ["--grid", "--time-limit"])
+    '--grid: expected positive levels; raise --time-limit'
+    """
+    msg = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, UsageError) or command is None:
+        return msg
+    cause = getattr(exc, "cause", None)
+    if cause:  # a library error with API advice: give the CLI's instead
+        msg = f"{' '.join(str(cause).split())}; {ADVICE.get(command, 'check the model and --data')}"
+    flags = set(flags)
+    for arg, flag in API_OPTIONS.items():
+        if flag in flags:
+            msg = re.sub(rf"(^|[\s(;]){arg}(?=[:=\s)]|$)", rf"\g<1>{flag}", msg)
+    return msg
+
+
 # --- scalars, lists, JSON ----------------------------------------------------------------------
 def json_arg(text: str | None, what: str):
     """Parsed JSON text, or the contents of a ``.json`` file; None for None."""
@@ -34,10 +69,17 @@ def json_arg(text: str | None, what: str):
         return None
     try:
         if text.endswith(".json"):
-            return json.loads(Path(text).read_text())
-        return json.loads(text)
+            return loads_json(Path(text).read_text(), f"{what} {text}")
+        return loads_json(text, what)
+    except InputLimitError as exc:
+        raise UsageError(str(exc)) from None
     except (OSError, ValueError) as exc:
-        raise UsageError(f"{what}: expected JSON text or a .json file, got {text!r} ({exc})") from None
+        raise UsageError(f"{what}: expected JSON text or a .json file, got {shorten(text)} ({exc})") from None
+
+
+def shorten(text: str, n: int = 80) -> str:
+    """``repr(text)`` cut to about ``n`` characters (a message quotes what was given, not megabytes of it)."""
+    return repr(text) if len(text) <= n else f"{text[:n]!r}... ({len(text)} characters)"
 
 
 def json_object(text: str | None, what: str) -> dict:
@@ -134,6 +176,33 @@ def writable(path, what: str, directory: bool = False) -> Path:
     return path
 
 
+def figure_path(path, what: str) -> Path:
+    """``path`` when its suffix is a figure format the plots write (``.png``, ``.svg``), checked
+    before any work (a wrong suffix found after an hour of fitting loses the results)."""
+    from ..plots import SUFFIXES
+
+    path = Path(path)
+    if path.suffix.lower() not in SUFFIXES:
+        raise UsageError(f"{what} {path}: expected a file name ending in {' or '.join(SUFFIXES)}, got "
+                         f"{path.suffix or 'no suffix'!r}")
+    return path
+
+
+def optional_output(write, what: str, path) -> bool:
+    """Run ``write()`` (an optional output such as a figure, after the results are written); a
+    failure is reported on stderr as a warning and does not lose the results. True when written."""
+    import sys
+
+    try:
+        write()
+    except Exception as exc:  # any failure of an optional output: report, never lose the results
+        msg = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"warning: {what} {path} not written ({type(exc).__name__}: {msg}); the results were written",
+              file=sys.stderr)
+        return False
+    return True
+
+
 def load_data(paths, model, *, outputs=None, inputs=None, trajectory_column=None):
     """(Trajectories, description) of the ``--data`` files: [`read_trajectories`][ceem_casadi.io.read_trajectories]."""
     return read_trajectories(paths, model, outputs=outputs, inputs=inputs, trajectory_column=trajectory_column,
@@ -162,6 +231,9 @@ def model_from_args(args):
     """(model, theta, SavedModel or None) from ``--model-file`` or ``--model`` / ``--model-kwargs``."""
     from ..deploy._modelfile import build_model, load_model
 
+    if getattr(args, "model_file", None) and (getattr(args, "model", None) or getattr(args, "model_kwargs", None)):
+        raise UsageError("--model-file gives the model, --model/--model-kwargs build one: give one of them (to "
+                         "rebuild the file's model from its factory use --model-file with --trust-source)")
     if getattr(args, "model_file", None):
         saved = load_model(args.model_file, trust_source=getattr(args, "trust_source", False))
         return saved.model, saved.theta, saved
@@ -186,9 +258,12 @@ def build_options(config: str | None, args):
     raw: dict = {}
     if config:
         try:
-            raw = tomllib.loads(Path(config).read_text())
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise UsageError(f"--config {config}: {exc}") from None
+            raw = tomllib.loads(check_text(Path(config).read_text(), f"--config {config}", toml=True))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, InputLimitError) as exc:
+            raise UsageError(f"--config {config}: {exc}" if not isinstance(exc, InputLimitError) else str(exc)) \
+                from None
+        except RecursionError:
+            raise UsageError(f"--config {config}: nested too deeply to parse") from None
         try:
             CEEMOptions.from_mapping(raw)
         except (TypeError, ValueError) as exc:

@@ -18,7 +18,7 @@ from ..runtime._schema import ACCELERATIONS
 from ._commands import cmd_codegen, cmd_evaluate, cmd_plot, cmd_simulate, cmd_smooth
 from ._design import add_design_parser
 from ._fit import cmd_calibrate_noise, cmd_fit, cmd_refine
-from ._inputs import UsageError
+from ._inputs import UsageError, cli_message
 
 PROG = "ceem-casadi"
 
@@ -190,6 +190,22 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _command_flags(command: str | None) -> list[str]:
+    """The option strings of ``command`` (e.g. ``--grid``), from the parser."""
+    parser = build_parser()
+    for action in parser._subparsers._group_actions:
+        sub = action.choices.get(command)
+        if sub is not None:
+            return [o for a in sub._actions for o in a.option_strings]
+    return []
+
+
+def drop_working_directory() -> None:
+    """Remove the working directory ('' or its path) from ``sys.path`` (``python -m`` puts it first)."""
+    cwd = os.path.realpath(os.getcwd())
+    sys.path[:] = [p for p in sys.path if p != "" and os.path.realpath(p) != cwd]
+
+
 def main(argv=None) -> int:
     """Run the ``ceem-casadi`` command line (the console script and ``python -m ceem_casadi.cli``).
 
@@ -213,8 +229,9 @@ def main(argv=None) -> int:
     >>> main(["evaluate", "--model", "missing.ceem.json", "--data", "missing.csv"])
     2
     """
-    if os.getcwd() not in sys.path and "" not in sys.path:  # as 'python -m': models importable from cwd
-        sys.path.insert(0, os.getcwd())
+    # the working directory is never put on the import path: a pandas.py or matplotlib.py in it
+    # would run when the commands import those (issue 25); --model file.py:factory and
+    # package.module:factory refs of the working directory are resolved by model._source
     parser = build_parser()
     command = None
     try:
@@ -222,13 +239,11 @@ def main(argv=None) -> int:
         command = args.command
         logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
                             format="%(levelname)s %(name)s: %(message)s")
+        logging.captureWarnings(True)  # every library warning (logged or warnings.warn) reaches stderr
         return int(args.func(args))
     except (UsageError, CeemError, OSError) as exc:
         where = f"{PROG} {command}" if command else getattr(exc, "where", PROG)
-        msg = " ".join(str(exc).split()) or type(exc).__name__
-        if getattr(exc, "cause", None):  # a library error with API advice: give the CLI's instead
-            msg = f"{exc.cause}; try a --theta0 closer to the truth or a larger process_std in --model-kwargs"
-        print(f"{where}: error: {msg}", file=sys.stderr)
+        print(f"{where}: error: {cli_message(exc, command, _command_flags(command))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted (a fit keeps the checkpoint of its last complete iteration; continue "

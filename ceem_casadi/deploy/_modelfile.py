@@ -41,6 +41,7 @@ from ..io._archive import ModelFileError, read_archive, record_dict, to_jsonable
 from ..model import _sxgraph as sxgraph
 from ..model._source import ModelSourceError, build_model, is_file_ref, load_factory  # noqa: F401 (re-exported)
 from ..runtime._result import Result
+from ._modelfile_checks import check_model_file
 
 log = logging.getLogger(__name__)
 
@@ -337,6 +338,7 @@ def load_model(path, *, trust_source: bool = False, check_source: bool = True, r
         raise TypeError("load_model(rebuild=True) was replaced by load_model(trust_source=True), which imports and "
                         "calls the factory named in the file (runs code: only for files you made)")
     meta, arrays = read_archive(path, expected_format=FORMAT, max_version=FORMAT_VERSION)
+    check_model_file(path, meta, arrays)  # every field's type, range and size (a forger recomputes the digest)
     theta_vec = arrays["theta"].astype(float)
     noise = Noise(**{k: arrays.get(f"noise/{k}") for k in _NOISE_FIELDS})
     source, kwargs = meta.get("source"), meta.get("kwargs") or {}
@@ -355,6 +357,8 @@ def load_model(path, *, trust_source: bool = False, check_source: bool = True, r
     else:
         stored = _model_from_graphs(path, meta, arrays, noise, theta_vec)
     if trust_source and source:
+        log.warning("%s: trust_source: importing and calling the model factory %s named in the file (this runs "
+                    "its code)", path, source)
         model = build_model(source, kwargs)
         if (model.nx, model.nu, model.ny) != (meta["nx"], meta["nu"], meta["ny"]) or \
                 list(model.params.names) != meta["theta_names"]:

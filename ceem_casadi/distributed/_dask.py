@@ -19,6 +19,7 @@ from ._shards import (
     ShardedOutcomes,
     Smoothed,
     assemble,
+    check_client_open,
     model_spec,
     nbytes,
     outcomes,
@@ -38,6 +39,7 @@ class DaskEngine(ShardedOutcomes):
     def __init__(self, sharded, model, data, options):
         t0 = time.perf_counter()
         self.sharded, self.client = sharded, sharded.executor
+        check_client_open(self.client)  # closed since the options were made: one clear message
         workers = self.client.scheduler_info()["workers"]
         if not workers:
             raise RuntimeError("the Dask cluster has no workers: start some (or wait for them with "

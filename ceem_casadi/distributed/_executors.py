@@ -30,15 +30,20 @@ import numpy as np
 from ..objective._log_density import joint_log_density
 from . import _tasks as tasks
 from ._dask import DaskEngine
-from ._shards import ShardedOutcomes, Smoothed, assemble, model_spec, nbytes, outcomes, remaining, shard_index
+from ._shards import (
+    ShardedOutcomes,
+    Smoothed,
+    assemble,
+    check_client_open,
+    is_dask_client,
+    model_spec,
+    nbytes,
+    outcomes,
+    remaining,
+    shard_index,
+)
 
 SUPPORTED = "a dask.distributed.Client, a concurrent.futures.Executor or a ceem_casadi.distributed.Sharded"
-
-
-def is_dask_client(obj) -> bool:
-    """True for a ``dask.distributed.Client`` (checked without importing dask)."""
-    cls = type(obj)
-    return cls.__name__ == "Client" and cls.__module__.split(".")[0] == "distributed"
 
 
 def check_executor(executor) -> None:
@@ -68,6 +73,7 @@ def check_executor(executor) -> None:
     ...     print(str(err)[:40])
     executor must be None, a dask.distribute
     """
+    check_client_open(executor.executor if isinstance(executor, Sharded) else executor)
     if executor is None or isinstance(executor, (Executor, Sharded)) or is_dask_client(executor):
         return
     raise TypeError(f"executor must be None, {SUPPORTED}; got {type(executor).__module__}."

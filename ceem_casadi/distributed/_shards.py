@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import OptionsError
 from ..io._data import Trajectories
 from ..objective._exact_sum import SplitSum
 from ..runtime._solve import DEADLINE
@@ -137,3 +138,18 @@ class ShardedOutcomes:
     @staticmethod
     def states(sm: Smoothed):
         return sm.xs
+
+
+def is_dask_client(obj) -> bool:
+    """True for a ``dask.distributed.Client`` (checked without importing dask)."""
+    cls = type(obj)
+    return cls.__name__ == "Client" and cls.__module__.split(".")[0] == "distributed"
+
+
+def check_client_open(client) -> None:
+    """Raise `OptionsError` when ``client`` is a closing or closed ``dask.distributed.Client``
+    (anything else passes: the executor's kind is checked by `check_executor`)."""
+    if is_dask_client(client) and str(getattr(client, "status", "running")) in ("closing", "closed"):
+        raise OptionsError(f"executor: the dask.distributed.Client is {client.status} (client.close() was called or "
+                           f"its cluster shut down); pass an open Client, e.g. inside 'with Client(address) as "
+                           f"client:'")

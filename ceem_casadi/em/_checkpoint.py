@@ -84,10 +84,42 @@ def read_checkpoint(path) -> Checkpoint:
         meta, arrays = read_archive(path, expected_format=FORMAT, max_version=FORMAT_VERSION)
     except ModelFileError as exc:
         raise CheckpointError(str(exc)) from None
+    check_checkpoint(path, meta, arrays)
     theta = {n: arrays[f"theta/{n}"] for n in meta["theta_names"]}
     x = [arrays[f"x/{b}"] for b in range(meta["n_x"])] if meta.get("n_x") else None
     history = [record_dict(h) for h in meta.pop("history")]  # older files: "decrease" -> "increase"
     return Checkpoint(theta, history, x, meta)
+
+
+def check_checkpoint(path, meta: dict, arrays: dict) -> None:
+    """Raise `CheckpointError` unless the checkpoint ``meta`` and
+    ``arrays`` have the layout :func:`write_checkpoint` writes: every theta array present, real and
+    finite, ``n_x`` state arrays of shape (T_b, nx), a list of iteration records (a crafted or
+    truncated file is refused in one line instead of a ``KeyError`` on resume)."""
+    def bad(what: str) -> CheckpointError:
+        return CheckpointError(f"{path}: {what}; the checkpoint is damaged or not written by ceem_casadi (delete "
+                               f"it, or start again with --overwrite)")
+
+    names = meta.get("theta_names")
+    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        raise bad("'theta_names' is not a list of parameter names")
+    for n in names:
+        a = arrays.get(f"theta/{n}")
+        if a is None:
+            raise bad(f"the array of parameter {n!r} is missing")
+        if a.dtype.kind not in "iuf" or not np.all(np.isfinite(a)):
+            raise bad(f"the array of parameter {n!r} is not finite real numbers")
+    n_x = meta.get("n_x", 0)
+    if not isinstance(n_x, int) or isinstance(n_x, bool) or n_x < 0:
+        raise bad(f"'n_x' is {n_x!r}, not a count of state arrays")
+    for b in range(n_x):
+        a = arrays.get(f"x/{b}")
+        if a is None or a.ndim != 2 or a.dtype.kind != "f":
+            raise bad(f"state array x/{b} is missing or not a (T, nx) array")
+    history = meta.get("history")
+    if not (isinstance(history, list) and all(isinstance(h, dict) and isinstance(h.get("iteration"), int)
+                                              for h in history)):
+        raise bad("'history' is not a list of iteration records with an 'iteration' number")
 
 
 class CheckpointWriter:
@@ -254,6 +286,8 @@ def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_f
     from ._ceem import ceem
 
     options = CEEMOptions() if options is None else options
+    if not isinstance(options, CEEMOptions):
+        raise TypeError(f"options must be a CEEMOptions, got {type(options).__name__}")
     path = Path(path)
     fp = fingerprint(model, data, source)
     history, x_init, done = [], None, None

@@ -9,6 +9,7 @@ import numpy as np
 from ..distributed._executors import check_executor
 from ..errors import OptionsError
 from ..learning._options import LearnerOptions
+from ..runtime._checks import is_integer
 from ..runtime._schema import ACCELERATIONS, HESSIANS, check_time_limit, require, typed_fields
 from ..smoothing._options import SmootherOptions
 
@@ -106,9 +107,10 @@ class CEEMOptions:
                  f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
         require(self.acceleration in ACCELERATIONS,
                  f"acceleration must be one of {ACCELERATIONS}, got {self.acceleration!r}")
-        require(self.max_iters >= 1, f"max_iters must be >= 1, got {self.max_iters}")
+        require(is_integer(self.max_iters) and self.max_iters >= 1,
+                f"max_iters must be >= 1 (an integer), got {self.max_iters!r}")
         require(np.isfinite(self.tol) and self.tol >= 0, f"tol must be finite and >= 0, got {self.tol}")
-        require(self.n_jobs >= 1, f"n_jobs must be >= 1, got {self.n_jobs}")
+        require(is_integer(self.n_jobs) and self.n_jobs >= 1, f"n_jobs must be >= 1 (an integer), got {self.n_jobs!r}")
         require(isinstance(self.smoother, SmootherOptions), "smoother must be a SmootherOptions")
         require(isinstance(self.learner, LearnerOptions), "learner must be a LearnerOptions")
 

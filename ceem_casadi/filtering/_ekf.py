@@ -13,15 +13,19 @@ Jacobians come from CasADi (exact, symbolic).
 """
 from __future__ import annotations
 
+import logging
+
 import casadi as ca
 import numpy as np
 from scipy.linalg import solve_banded
 
 from ..io._data import single_trajectory
-from ..runtime._compile import compile_functions, compiler
+from ..runtime._compile import CompileCacheError, compile_functions, compiler
 from ..runtime._linalg import BufferedCall
 from ._kalman import rts_smoother
 from ._result import FilterResult, as_cov
+
+log = logging.getLogger(__name__)
 
 
 def _jacobian_functions(model):
@@ -244,9 +248,10 @@ class EKF:
         if want and self._native is None:
             try:
                 (self._native,) = compile_functions([self._step], f"ceem_ekf_{self.model.name}")
-            except RuntimeError:
-                if self.compile:
+            except RuntimeError as exc:
+                if self.compile and not isinstance(exc, CompileCacheError):  # an unwritable cache: fall back
                     raise
+                log.warning("EKF step not compiled (%s); using the CasADi virtual machine", exc)
                 self.compile = False  # no working compiler: the virtual machine from now on
                 return False
         return bool(want)

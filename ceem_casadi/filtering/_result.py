@@ -65,7 +65,11 @@ def as_cov(name: str, value, n: int) -> np.ndarray:
     ShapeError
         When ``value`` has another shape.
     """
+    if any(isinstance(v, (str, bytes, bool, np.bool_)) for v in np.ravel(np.asarray(value, dtype=object))):
+        raise ShapeError(f"{name}: expected numbers (a covariance), got {value!r}")
     a = np.asarray(value, dtype=float)
+    if not np.all(np.isfinite(a)):
+        raise ShapeError(f"{name}: expected a finite covariance, got NaN or inf")
     if a.ndim == 0:
         a = a * np.eye(n)
     elif a.ndim == 1 and a.shape == (n,):

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CeemError
+from ._limits import InputLimitError, check_npz, check_strings, loads_json, max_archive_bytes
 
 
 class ModelFileError(CeemError, ValueError):
@@ -125,6 +126,10 @@ def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict,
         raise ModelFileError(f"{path}: integrity check failed (SHA-256 mismatch of the file): the file "
                              f"was corrupted or edited; refusing to load it")
     try:
+        check_npz(raw, str(path))  # dtypes and sizes from the headers, before any array is allocated
+    except InputLimitError as exc:
+        raise ModelFileError(str(exc)) from None
+    try:
         with np.load(io.BytesIO(raw), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except Exception as exc:  # any parse failure of a verified file is a bad file
@@ -133,7 +138,10 @@ def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict,
     if "__meta__" not in arrays:
         raise ModelFileError(f"{path}: not a {expected_format} file (no metadata)")
     try:
-        meta = json.loads(arrays.pop("__meta__").tobytes().decode())
+        meta = loads_json(arrays.pop("__meta__").tobytes().decode(), f"{path}: metadata", max_archive_bytes())
+        check_strings(meta, f"{path}: metadata")
+    except InputLimitError as exc:
+        raise ModelFileError(str(exc)) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelFileError(f"{path}: corrupted metadata ({exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != expected_format:

@@ -139,6 +139,10 @@ class Trajectories:
             raise ShapeError(f"data has ny={self.ny} output columns, the model observes ny={model.ny}")
         if self.nu != model.nu:
             raise ShapeError(f"data has nu={self.nu} input columns, the model expects nu={model.nu}")
+        unobserved = [b for b, y in enumerate(self.y) if y.size and not np.isfinite(y).any()]
+        if unobserved:  # nothing to fit, smooth or score: a result would be the prior, silently
+            raise NonFiniteError(f"trajectories {unobserved}: every output is missing (NaN); drop them or give "
+                                 f"their outputs")
 
     def with_missing(self, fraction: float, seed: int | np.random.Generator) -> Trajectories:
         """Copy with a random ``fraction`` of the y entries replaced by NaN (seeded)."""
@@ -216,13 +220,21 @@ def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
     >>> noisy.y[0].shape
     (3, 1)
     """
-    rng = np.random.default_rng(seed)
+    from ..runtime._checks import count, noise_level, seed_value
+
+    rng = np.random.default_rng(seed_value(seed))
     x0 = np.atleast_2d(np.asarray(x0, dtype=float))
-    if x0.shape[1] != model.nx:
+    if x0.ndim != 2 or x0.shape[1] != model.nx:
         raise ShapeError(f"x0: expected shape (B, {model.nx}), got {x0.shape}")
+    if not np.all(np.isfinite(x0)):
+        raise NonFiniteError("x0: expected finite initial states, got NaN or inf")
     B = x0.shape[0]
-    T = [int(horizon)] * B if np.ndim(horizon) == 0 else [int(h) for h in horizon]
+    T = [count(horizon, "horizon")] * B if np.ndim(horizon) == 0 else [count(h, "horizon") for h in horizon]
+    if u is None and model.nu:
+        raise ShapeError(f"u: the model has nu={model.nu} inputs; give u, a (T, {model.nu}) array per trajectory")
     us = [np.zeros((t, model.nu)) for t in T] if u is None else _as_list(u, "u")
+    noise_level(process_std, "process_std", model.nx)
+    noise_level(measurement_std, "measurement_std", model.ny)
     if len(T) != B or len(us) != B:
         raise ShapeError(f"expected {B} horizons and input trajectories (one per x0 row)")
     theta_vec = model.theta_vector(theta)
@@ -232,6 +244,8 @@ def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
     for b in range(B):
         if us[b].shape != (T[b], model.nu):
             raise ShapeError(f"u[{b}]: expected shape {(T[b], model.nu)}, got {us[b].shape}")
+        if not np.all(np.isfinite(us[b])):
+            raise NonFiniteError(f"u[{b}]: inputs must be finite, got NaN or inf")
         # process noise enters between steps: a cached mapaccum of f + w (ceem_casadi.simulation)
         w = rng.standard_normal((T[b] - 1, model.nx)) * sw
         if np.any(sw > 0):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..runtime._checks import is_integer
 from ..runtime._schema import HESSIANS, require
 
 
@@ -58,4 +59,5 @@ class LearnerOptions:
         require(self.rho_theta >= 0, f"rho_theta must be >= 0, got {self.rho_theta}")
         allowed = (*HESSIANS, "limited-memory", "auto")
         require(self.hessian in allowed, f"hessian must be one of {allowed}, got {self.hessian!r}")
-        require(self.max_iter > 0 and self.tol > 0, "max_iter and tol must be positive")
+        require(is_integer(self.max_iter) and self.max_iter > 0 and self.tol > 0,
+                f"max_iter and tol must be positive (max_iter an integer), got {self.max_iter!r} and {self.tol!r}")

@@ -158,7 +158,11 @@ def simulate_output(model, theta, u=None, x0=None, *, horizon=None, return_state
     >>> cc.simulate_output(model, {"a": 0.5}, np.zeros((4, 1)), [2.0]).ravel()
     array([2.  , 1.  , 0.5 , 0.25])
     """
+    from ..runtime._checks import count
+
     theta_vec = as_theta_vector(model, theta)
+    if horizon is not None:
+        [count(h, "horizon") for h in np.ravel(np.asarray(horizon, dtype=object))]
     if x0 is None:
         if model.noise.x1_mean is None:
             raise ShapeError("x0: give the initial state(s) (nx,) or (B, nx); the model has no x1_mean. "

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import CeemError
 
 
-class ModelSourceError(CeemError, ImportError):
+class ModelSourceError(CeemError, ImportError, ValueError):
     """A ``package.module:factory`` reference does not import or does not build a model."""
 
 
@@ -38,7 +38,7 @@ def _import_file(file: str, ref: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module           # dataclasses and pickling look the module up by name
-    sys.path.insert(0, str(path.parent))  # the file may import its neighbours
+    sys.path.append(str(path.parent))  # the file may import its neighbours (installed modules first)
     try:
         spec.loader.exec_module(module)
     except BaseException:
@@ -47,6 +47,29 @@ def _import_file(file: str, ref: str):
     finally:
         sys.path.remove(str(path.parent))
     return module
+
+
+def _import_module(mod_name: str):
+    """Import ``package.module``; a package of the working directory (e.g. ``models``) that is not
+    on the import path is found by putting the working directory LAST on the path for this one
+    import (installed modules keep precedence: a ``pandas.py`` there never shadows pandas)."""
+    import sys
+
+    try:
+        return importlib.import_module(mod_name)
+    except ModuleNotFoundError as exc:
+        top = mod_name.split(".")[0]
+        cwd = os.getcwd()
+        if exc.name != top or not (Path(cwd, top).is_dir() or Path(cwd, top + ".py").is_file()):
+            raise
+    sys.path.append(cwd)
+    try:
+        return importlib.import_module(mod_name)
+    finally:
+        if sys.path and sys.path[-1] == cwd:
+            sys.path.pop()
+        elif cwd in sys.path:
+            sys.path.remove(cwd)
 
 
 def load_factory(ref: str):
@@ -60,7 +83,7 @@ def load_factory(ref: str):
         raise ModelSourceError(f"model reference must look like 'package.module:factory' or "
                                f"'path/to/file.py:factory', got {ref!r}")
     try:
-        module = _import_file(mod_name, ref) if is_file_ref(mod_name) else importlib.import_module(mod_name)
+        module = _import_file(mod_name, ref) if is_file_ref(mod_name) else _import_module(mod_name)
     except ModelSourceError:
         raise
     except (Exception, SystemExit) as exc:  # any import-time failure of user code (even sys.exit)

@@ -19,7 +19,7 @@ import logging
 import casadi as ca
 import numpy as np
 
-from ..runtime._compile import compiler, start_compile
+from ..runtime._compile import CompileCacheError, compiler, start_compile
 from ..runtime._schema import HESSIANS
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ class StageFunctions:
                 for n in missing:
                     self._compiled[n] = self._pending[n].result()
             except RuntimeError as exc:
-                if self.compile:
+                if self.compile and not isinstance(exc, CompileCacheError):  # an unwritable cache: fall back
                     raise
                 log.warning("stage functions not compiled (%s); using the CasADi virtual machine", exc)
                 return [self._raw[n] for n in names]

@@ -10,21 +10,26 @@ libraries are cached under ``$CEEM_CACHE`` (default ``~/.cache/ceem_casadi``) ke
 program), its optimisation level, the code-generation options, the compiler and its version,
 the flags and the CasADi version, so the compile cost is paid once per model and a cached library
 is loaded without generating its C source. Next to each library ``<name>.so`` a record ``<name>.json``
-holds the SHA-256 of the library's bytes and the versions it was built with; a library whose
-bytes or versions do not match its record (truncated, overwritten, from another compiler) is
-never loaded: it is rebuilt with a warning.
+holds the SHA-256 of the library's bytes, the versions it was built with, and the cache key and
+Function name it was built for; a library whose bytes, versions, key or name do not match its
+record (truncated, overwritten, from another compiler, another Function's or another model's
+library copied in) is never loaded: it is rebuilt with a warning, as is a loaded library whose
+values differ from the Function's at a random point. A cache folder that cannot be written raises
+`CompileCacheError` (the callers fall back to
+the CasADi virtual machine with a warning); compilers die with the process that started them, and
+build folders of dead processes are removed (:mod:`ceem_casadi.runtime._cache_guard`).
 
 Compiled Functions are loaded with ``ca.external`` and provide values only: the smoother and
 the learner never ask CasADi to differentiate them (they pass grad_f and hess_lag explicitly).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -33,6 +38,8 @@ from pathlib import Path
 
 import casadi as ca
 
+from ..errors import CeemError
+from ._cache_guard import TMP_PREFIX, clean_stale, safe_name, same_values, write_owner
 from ._compile_pool import FORKED, POOL, CompileJob
 
 log = logging.getLogger(__name__)
@@ -46,6 +53,12 @@ COMPILE_FLAGS = ("-O1", "-fno-thread-jumps", "-fPIC", "-fno-math-errno")  # the 
 O1_MAX_INSTRUCTIONS = 120_000
 LINK_FLAGS = ("-shared",)
 FLAGS = COMPILE_FLAGS + LINK_FLAGS  # recorded with every library (a change rebuilds the cache)
+
+
+class CompileCacheError(CeemError, RuntimeError):
+    """The compile cache folder cannot be written (read-only, full, not a folder): the message
+    names the folder and the reason. A ``RuntimeError``, so callers that compile automatically
+    fall back to the CasADi virtual machine with a warning."""
 
 
 def cache_dir() -> Path:
@@ -89,8 +102,12 @@ def _record(cc: str) -> dict:
     return {"casadi": ca.__version__, "compiler": cc, "compiler_version": compiler_version(cc), "flags": list(FLAGS)}
 
 
-def verified(lib: Path, cc: str) -> str | None:
-    """None when ``lib`` matches its record ``lib.with_suffix('.json')`` (digest and versions), else why not."""
+OLD_RECORD = "recorded by an older version (no cache key)"  # rebuilt once, quietly
+
+
+def verified(lib: Path, cc: str, key: str | None = None, function: str | None = None) -> str | None:
+    """None when ``lib`` matches its record ``lib.with_suffix('.json')`` (digest, versions, and the
+    cache ``key`` and ``function`` name it was built for, when given), else why not."""
     try:
         rec = json.loads(lib.with_suffix(".json").read_text())
     except (OSError, ValueError):
@@ -98,6 +115,12 @@ def verified(lib: Path, cc: str) -> str | None:
     if not isinstance(rec, dict):
         return "no readable record of its digest"
     want = _record(cc)
+    if key is not None and "key" not in rec:
+        return OLD_RECORD
+    if key is not None:
+        want["key"] = key
+    if function is not None:
+        want["function"] = function
     for k, v in want.items():
         if rec.get(k) != v:
             return f"built with {k} {rec.get(k)!r}, now {v!r}"
@@ -150,7 +173,9 @@ class CompiledHandle:
 
     def result(self) -> ca.Function:
         """The compiled Function (``ca.external``); ``RuntimeError`` when compilation failed or
-        exceeded its time limit (the compiler is then killed)."""
+        exceeded its time limit (the compiler is then killed). A cached library that does not
+        load or whose values differ from the Function's at a random point (another Function's
+        library under this name) is removed and rebuilt, with a warning."""
         if self.job is not None:
             try:
                 self.job.wait(self.deadline)
@@ -159,11 +184,27 @@ class CompiledHandle:
                     raise
                 # a handle inherited through fork: this process compiles (or finds) it itself
                 return start_compile([self.f], self.group, max(self.deadline - time.monotonic(), 1.0))[0].result()
-        return ca.external(self.f.name(), str(self.lib))
+        try:
+            out = ca.external(self.f.name(), str(self.lib))
+        except RuntimeError as exc:
+            out, why = None, f"it does not load ({str(exc).strip().splitlines()[0][:200]})"
+        else:
+            why = None if same_values(out, self.f) else "its values differ from the Function's (it was built from " \
+                                                          "another Function)"
+        if why is None:
+            return out
+        del out  # unload it before a rebuild at the same path
+        if self.job is not None:  # just built by this process: a compiler problem, not the cache
+            raise RuntimeError(f"compiled library {self.lib} of {self.f.name()} is not usable: {why}")
+        log.warning("compile cache: %s is not used: %s; rebuilding it", self.lib, why)
+        for p in (self.lib, self.lib.with_suffix(".json")):
+            with contextlib.suppress(OSError):
+                p.unlink()
+        return start_compile([self.f], self.group, max(self.deadline - time.monotonic(), 1.0))[0].result()
 
 
 def _safe(text: str) -> str:
-    return re.sub(r"\W", "_", text)
+    return safe_name(text)  # CasADi refuses names with '__' or a leading '_' or digit
 
 
 # libraries being built by this process, by path: a second request for one waits for the same job
@@ -186,25 +227,31 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc) to compile stage functions")
     folder = cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CompileCacheError(f"compile cache {folder}: cannot create the folder ({exc.strerror or exc}); set "
+                                f"$CEEM_CACHE to a writable folder") from None
+    clean_stale(folder)  # build folders of processes killed during a compile
     deadline = time.monotonic() + timeout_s
     handles, new = [], {}
     try:
         for f in functions:
-            unit = f"{_safe(name)}_{_safe(f.name())}"
-            lib = folder / f"{unit}_{cache_key([f], name, cc)}.so"
+            unit = _safe(f"{_safe(name)}_{_safe(f.name())}")
+            key = cache_key([f], name, cc)
+            lib = folder / f"{unit}_{key}.so"
             job = new.get(lib) or _IN_FLIGHT.get(lib)  # the same Function twice: one job
             if job is not None and job.done.is_set() and job.error is None:
                 job = None  # built earlier in this process (and verified by its own build)
             if job is None or job.error is not None:
-                problem = verified(lib, cc) if lib.exists() else "missing"
+                problem = verified(lib, cc, key, f.name()) if lib.exists() else "missing"
                 if problem is None:
                     log.debug("using cached %s", lib)
                     job = None
                 else:
-                    if problem != "missing":
+                    if problem not in ("missing", OLD_RECORD):
                         log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
-                    job = new[lib] = _job(f, unit, lib, cc)
+                    job = new[lib] = _job(f, unit, lib, cc, key)
             handles.append(CompiledHandle(f, name, lib, job, deadline))
     except BaseException:
         for job in new.values():  # generated but never queued: remove their C folders
@@ -218,20 +265,33 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
     return handles
 
 
-def _job(f: ca.Function, unit: str, lib: Path, cc: str) -> CompileJob:
+def _job(f: ca.Function, unit: str, lib: Path, cc: str, key: str) -> CompileJob:
     """Generate ``f``'s C into a fresh folder next to ``lib``; the job compiles and links it and
-    moves library and record into place atomically (concurrent processes never see a partial one)."""
-    tmp = Path(tempfile.mkdtemp(prefix=f"{unit}_", dir=lib.parent))
+    moves library and record (which binds ``key`` and the Function's name) into place atomically
+    (concurrent processes never see a partial one). A folder that cannot be written (read-only,
+    full) raises `CompileCacheError` and
+    leaves nothing behind."""
     source = _source([f], unit)
-    c_file, so_tmp, rec_tmp = tmp / f"{unit}.c", tmp / "lib.so", tmp / "lib.json"
-    c_file.write_text(source)
+    tmp = None
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{unit}-", dir=lib.parent))
+        write_owner(tmp)  # a later run removes the folder if this process dies (_cache_guard.clean_stale)
+        c_file, so_tmp, rec_tmp = tmp / f"{unit}.c", tmp / "lib.so", tmp / "lib.json"
+        c_file.write_text(source)
+    except OSError as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise CompileCacheError(f"compile cache {lib.parent}: cannot write the C source of {f.name()} "
+                                f"({exc.strerror or exc}); free space there or set $CEEM_CACHE to a writable "
+                                f"folder") from None
     cmd = [cc, opt_level(f), *COMPILE_FLAGS[1:], *LINK_FLAGS, str(c_file), "-o", str(so_tmp), "-lm"]
 
     def finish(ok: bool):
         try:
             if not ok:
                 return
-            rec_tmp.write_text(json.dumps({**_record(cc), "sha256": _file_sha256(so_tmp)}))
+            rec_tmp.write_text(json.dumps({**_record(cc), "key": key, "function": f.name(),
+                                           "sha256": _file_sha256(so_tmp)}))
             os.replace(rec_tmp, lib.with_suffix(".json"))
             os.replace(so_tmp, lib)
         finally:

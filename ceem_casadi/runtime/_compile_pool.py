@@ -23,6 +23,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from ._cache_guard import WATCHDOG
+
 POLL_S = 0.005  # how often the scheduler looks for finished processes
 FORKED = "started by the parent process before a fork"
 
@@ -101,8 +103,10 @@ class CompilePool:
                     job = self._pending.pop(0)
                     try:
                         job.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the job ends
-                        job.proc = subprocess.Popen(job.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                                    stderr=job.log, start_new_session=True)
+                        # under the watchdog shell: a SIGKILL of this process closes its stdin pipe and
+                        # the watchdog kills the compiler's process group (no gcc left running)
+                        job.proc = subprocess.Popen(["sh", "-c", WATCHDOG, "sh", *job.cmd], stdin=subprocess.PIPE,
+                                                    stdout=subprocess.DEVNULL, stderr=job.log, start_new_session=True)
                     except OSError as exc:
                         job.error = str(exc)
                         _finish(job, False)
@@ -122,6 +126,7 @@ class CompilePool:
     def _complete(job: CompileJob) -> None:
         job.ended = time.monotonic()
         proc = job.proc
+        _close_pipe(proc)
         if job.done.is_set():  # cancelled meanwhile
             job.log.close()
             return
@@ -137,6 +142,7 @@ class CompilePool:
         """In a forked child: the parent's jobs are not this process's (their waiters get
         ``FORKED`` and compile again, usually a cache hit); start with an empty pool."""
         for job in self._pending + self._running:
+            _close_pipe(job.proc)  # the parent's watchdog pipes: the parent's death must still close them
             if not job.done.is_set():
                 job.error = FORKED
                 job.done.set()
@@ -159,6 +165,14 @@ def _kill(proc: subprocess.Popen) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    _close_pipe(proc)
+
+
+def _close_pipe(proc: subprocess.Popen | None) -> None:
+    """Close the watchdog pipe of ``proc`` (its write end is this process's)."""
+    if proc is not None and proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
 
 
 POOL = CompilePool()

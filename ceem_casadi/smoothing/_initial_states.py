@@ -150,16 +150,17 @@ def _nonfinite_model(ekf, model, theta_vec, data, x0, Sigma0, R) -> str | None:
     return None
 
 
-def check_states(model, data, xs) -> list[np.ndarray]:
-    """Validate user-given state trajectories: one (T_b, nx) finite array per trajectory."""
+def check_states(model, data, xs, what: str = "x_init", hint: str = "") -> list[np.ndarray]:
+    """Validate user-given state trajectories: one (T_b, nx) finite array per trajectory (``what``
+    names them in messages, ``hint`` is appended to a shape error)."""
     if len(xs) != len(data):
-        raise ShapeError(f"x_init: expected {len(data)} state trajectories, got {len(xs)}")
+        raise ShapeError(f"{what}: expected {len(data)} state trajectories, got {len(xs)}{hint}")
     out = []
     for b, (x, T) in enumerate(zip(xs, data.lengths)):
         x = np.asarray(x, float)
         if x.shape != (T, model.nx):
-            raise ShapeError(f"x_init[{b}]: expected shape {(T, model.nx)}, got {x.shape}")
+            raise ShapeError(f"{what}[{b}]: expected shape {(T, model.nx)}, got {x.shape}{hint}")
         if not np.all(np.isfinite(x)):
-            raise ShapeError(f"x_init[{b}] contains NaN or inf")
+            raise ShapeError(f"{what}[{b}] contains NaN or inf")
         out.append(x.copy())
     return out

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..runtime._checks import is_integer
 from ..runtime._schema import HESSIANS, SMOOTHER_SOLVERS, require
 
 
@@ -75,7 +76,8 @@ class SmootherOptions:
                                         and self.chunk >= 0), f"chunk must be None or an int >= 0, got {self.chunk!r}")
         require(self.rho_x >= 0, f"rho_x must be >= 0, got {self.rho_x}")
         require(self.hessian in HESSIANS, f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
-        require(self.max_iter > 0 and self.tol > 0, "max_iter and tol must be positive")
+        require(is_integer(self.max_iter) and self.max_iter > 0 and self.tol > 0,
+                f"max_iter and tol must be positive (max_iter an integer), got {self.max_iter!r} and {self.tol!r}")
         for name in ("x_lower", "x_upper"):
             v = getattr(self, name)
             ok = v is None or not isinstance(v, (str, bytes, bool))
@@ -85,3 +87,20 @@ class SmootherOptions:
                 except (TypeError, ValueError):
                     ok = False
             require(ok, f"{name} must be None, a number or a list of nx numbers, got {v!r}")
+
+    def state_bounds(self, nx: int) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) state bounds as (nx,) arrays (infinite where none is given); raises
+        `OptionsError` when ``x_lower`` / ``x_upper`` is a list of another length than ``nx``.
+
+        Examples
+        --------
+        >>> SmootherOptions(x_lower=0.0).state_bounds(2)[0]
+        array([0., 0.])
+        """
+        out = []
+        for name, default in (("x_lower", -np.inf), ("x_upper", np.inf)):
+            v = np.asarray(default if getattr(self, name) is None else getattr(self, name), float)
+            require(v.size in (1, nx), f"{name}: expected a number or a list of nx = {nx} numbers (one per state), "
+                                       f"got {v.size} numbers {v.tolist()}")
+            out.append(np.broadcast_to(v.reshape(-1) if v.size == nx else v.reshape(()), (nx,)).copy())
+        return out[0], out[1]

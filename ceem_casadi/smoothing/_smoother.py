@@ -209,10 +209,9 @@ class TrajectorySmoother:
         opts = ipopt_options(options.max_iter, options.tol, grad_f=grad_f_function(xv, P, cost, ca.vec(G)),
                              hess_lag=hess_lag_function(xv, P, H))
         self.solver = ca.nlpsol(f"smoother_T{T}", "ipopt", {"x": xv, "p": P, "f": cost_sx}, opts)
-        lo = -np.inf if options.x_lower is None else options.x_lower
-        hi = np.inf if options.x_upper is None else options.x_upper
-        self._lbx = np.tile(np.broadcast_to(np.asarray(lo, float), (nx,)), T)
-        self._ubx = np.tile(np.broadcast_to(np.asarray(hi, float), (nx,)), T)
+        lo, hi = options.state_bounds(nx)  # OptionsError for a list of another length than nx
+        self._lbx = np.tile(lo, T)
+        self._ubx = np.tile(hi, T)
 
     @staticmethod
     def _plain_hessian(ho, hd, d, w1, T) -> ca.MX:

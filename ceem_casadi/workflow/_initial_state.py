@@ -22,6 +22,7 @@ from ..errors import NonFiniteError, ShapeError, SolverError
 from ..io._data import Trajectories
 from ..model._simulation import as_theta_vector, rollout
 from ..runtime._result import Result
+from ..runtime._schema import check_time_limit
 from ..runtime._solve import DEADLINE, deadline, ipopt_options, solve
 from ..runtime._status import Status
 
@@ -145,6 +146,8 @@ def _bounds(model, value, fill, name):
         if np.size(fill if value is None else value) in (1, model.nx) else None
     if v is None:
         raise ShapeError(f"{name}: expected a scalar or {model.nx} entries (nx), got shape {np.shape(value)}")
+    if np.isnan(v).any():
+        raise ShapeError(f"{name}: expected numbers (or -inf/inf for no bound), got {value!r}")
     return v.copy()
 
 
@@ -260,9 +263,13 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
     """
     theta_vec = as_theta_vector(model, theta)
     ys, us, single = _trajectories(model, data, u)
+    if not ys or min(yb.shape[0] for yb in ys) == 0:
+        raise ShapeError(f"y: expected one (T, ny = {model.ny}) array or several, each with at least one sample, got "
+                         f"{len(ys)} trajectories of lengths {[yb.shape[0] for yb in ys]}")
     shortest = min(yb.shape[0] for yb in ys)
     k = default_window(model, shortest) if window is None else window
-    if int(k) != k or not 1 <= k <= shortest:
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(k) or int(k) != k or not 1 <= k <= shortest:
         raise ShapeError(f"window: expected an integer in [1, {shortest}] (shortest trajectory), got {window!r}")
     lower = _bounds(model, x_lower, -np.inf, "x_lower")
     upper = _bounds(model, x_upper, np.inf, "x_upper")
@@ -280,6 +287,7 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
             raise ShapeError(f"x_init: expected finite values of shape ({model.nx},) or ({len(ys)}, {model.nx}), "
                              f"got {np.shape(x_init)}")
         init = init[:, None, :]
+    check_time_limit(time_limit)  # None or a finite number of seconds > 0 (OptionsError)
     solver = solver_for(model, int(k), hessian)
     expires = None if time_limit is None else time.perf_counter() + float(time_limit)
     results = []

@@ -38,6 +38,7 @@ from ..errors import NonFiniteError, ShapeError
 from ..io._measures import error_stats, fit_percent, nrmse, rmse
 from ..model._simulation import as_theta_vector as _theta_vector
 from ..model._simulation import run
+from ..runtime._checks import count
 from ..runtime._result import Result
 from ._initial_state import estimate_initial_state
 
@@ -293,10 +294,14 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
     data.check_model(model)
     theta_vec = _theta_vector(model, theta)
     ks = (k,) if np.ndim(k) == 0 else tuple(k)
-    for kk in ks:
-        if int(kk) != kk or kk < 1:
-            raise ShapeError(f"k: expected positive integer horizon(s), got {k!r}")
-    ks = tuple(sorted({int(kk) for kk in ks}))
+    try:
+        ks = tuple(sorted({count(kk, "k") for kk in ks}))
+    except ShapeError:
+        raise ShapeError(f"k: expected positive integer horizon(s), got {k!r}") from None
+    if skip is not None:
+        count(skip, "skip", 0)
+    if window is not None:
+        count(window, "window")
     estimate = (isinstance(x0, str) and x0 == "estimate") or (x0 is None and model.noise.x1_mean is None)
     if isinstance(x0, str) and not estimate:
         raise ShapeError(f"x0: expected an array or 'estimate', got {x0!r}")

@@ -291,8 +291,15 @@ def _run_chain(task: _Task, solvers: _Solvers, levels, theta: Theta, xs: list | 
             continue
         model = task.model.with_noise(process_std=level * task.base_std)
         t0 = time.perf_counter()
-        fit = ceem(model, task.fit_data, theta, options=opts, x_init=xs,
-                   smoother=solvers.bound(solvers.smoother, model), learner=solvers.bound(solvers.learner, model))
+        try:
+            fit = ceem(model, task.fit_data, theta, options=opts, x_init=xs,
+                       smoother=solvers.bound(solvers.smoother, model), learner=solvers.bound(solvers.learner, model))
+        except NonFiniteError as exc:  # name the grid level, not ceem's arguments
+            cause = getattr(exc, "cause", None) or str(exc)
+            err = NonFiniteError(f"grid level {level:g} (process_std {' '.join(f'{v:.4g}' for v in level * task.base_std)}"
+                                 f"): {cause}; start from theta0 closer to the truth or use other grid levels")
+            err.cause = f"grid level {level:g}: {cause}"
+            raise err from None
         value = _score(task, solvers, model, fit) if np.isfinite(fit.J) else np.nan
         rows.append(_Row(level, float(fit.J), float(value), fit.status, fit.iterations,
                          time.perf_counter() - t0, fit))
@@ -320,6 +327,8 @@ def _worker_chain(args):
 
 # --- the public entry point ----------------------------------------------------------------------
 def _validate_grid(grid) -> np.ndarray:
+    if grid is not None and any(isinstance(v, (str, bytes, bool, np.bool_)) for v in np.ravel(np.asarray(grid, object))):
+        raise ValueError(f"grid: expected positive numbers (multipliers of process_std), got {grid!r}")
     g = np.asarray(DEFAULT_GRID if grid is None else grid, dtype=float).ravel()
     if g.size == 0:
         raise ShapeError("grid: expected at least one process-noise level, got an empty grid; "
@@ -413,6 +422,12 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
     if not isinstance(options, NoiseCalibrationOptions):
         raise TypeError(f"options must be a NoiseCalibrationOptions, got {type(options).__name__}")
     levels = _validate_grid(grid)
+    with np.errstate(over="ignore"):
+        var = (levels.max() * np.asarray(model.noise.process_std, float)) ** 2
+    if not np.all(np.isfinite(var)) or not np.all(var < 1e300):
+        raise NonFiniteError(f"grid: level {levels.max():g} times the model's process_std "
+                             f"{np.asarray(model.noise.process_std).tolist()} overflows its variance; expected "
+                             f"multipliers with finite squares (e.g. 0.03 .. 30)")
     if not isinstance(data, Trajectories):
         raise TypeError(f"data must be a cc.Trajectories (e.g. cc.Trajectories(y, u)), got {type(data).__name__}")
     data.check_model(model)
@@ -442,8 +457,12 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
     sign = 1.0 if criterion == "innovation" else -1.0
     scored = [r for r in rows if r.fit is not None and np.isfinite(r.criterion)]
     if not scored:
-        raise SolverError(f"calibrate_noise: no level could be fitted and scored "
-                          f"(statuses {[r.status for r in rows]}); raise time_limit or check the model")
+        statuses = ", ".join(f"{r.level:g}: {'not started' if r.status is None else str(r.status)}" for r in rows)
+        timed_out = options.time_limit is not None and any(r.status in (None, "time_limit") for r in rows)
+        advice = "raise time_limit (the budget ran out) or check the model" if timed_out else \
+            "every fit diverged or gave a non-finite objective: check the model, theta0 and the grid"
+        raise SolverError(f"calibrate_noise: no level could be fitted and scored (status by level: {statuses}); "
+                          f"{advice}")
     chosen = max(scored, key=lambda r: sign * r.criterion)
     chosen_model = model.with_noise(process_std=chosen.level * task.base_std)
     best_fit = chosen.fit

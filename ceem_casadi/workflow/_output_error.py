@@ -361,7 +361,8 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
     data.check_model(model)
     theta = model.params.validate(theta)
     theta_vec = model.params.to_vector(theta)
-    if shooting is not None and (int(shooting) != shooting or shooting < 1):
+    if shooting is not None and (not isinstance(shooting, (int, np.integer)) or isinstance(shooting, bool)
+                                 or shooting < 1):
         raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
     lo = _state_bounds(model, options.x_lower, -np.inf, "x_lower")
     hi = _state_bounds(model, options.x_upper, np.inf, "x_upper")

@@ -283,6 +283,50 @@ def reduced_hessian(model, data, theta_vec, xs, options: UncertaintyOptions = Un
     return 0.5 * (S + S.T)
 
 
+GRADIENT_CHECK_MAX = 50  # free parameters up to which the stationarity of theta is checked (2 J per entry)
+
+
+def _off_maximum(model, data, theta_vec, xs, free, cov, se, names, use_prior: bool) -> str | None:
+    """A warning when ``theta_vec`` is not a maximum of ``max_x J(x, theta) (+ log prior)``: the
+    Newton step ``cov @ grad`` (the gradient by central differences of J at the states ``xs``, which
+    is the reduced objective's gradient when they are its maximisers) moves some parameter by more
+    than one standard error. The intervals then describe the curvature at a point that is not the
+    estimate (e.g. a theta from a fit stopped early, passed as a dict)."""
+    if not 0 < free.size <= GRADIENT_CHECK_MAX:
+        return None
+    from ..smoothing._smoother import Smoother
+
+    sm = Smoother(model)
+    mean, prec = model.params.prior
+
+    def objective(v):
+        val = sm.joint_log_density(v, data, xs)
+        if use_prior:
+            val -= 0.5 * float(np.sum(np.where(prec > 0, (v - mean) * prec, 0.0) ** 2))
+        return val
+
+    grad = np.zeros(free.size)
+    for k, i in enumerate(free):
+        h = 1e-6 * max(1.0, abs(theta_vec[i]))
+        up, down = theta_vec.copy(), theta_vec.copy()
+        up[i] += h
+        down[i] -= h
+        grad[k] = (objective(up) - objective(down)) / (2 * h)
+    if not np.all(np.isfinite(grad)):
+        return None
+    ok = np.isfinite(se) & (se > 0)
+    if not np.any(ok):
+        return None
+    z = np.abs(cov @ grad)[ok] / se[ok]
+    worst = int(np.argmax(z))
+    if z[worst] <= 1.0:
+        return None
+    name = [n for n, keep in zip(names, ok) if keep][worst]
+    return (f"theta is not a maximum of J{' + log prior' if use_prior else ''}: one Newton step from it moves "
+            f"{name} by {z[worst]:.1f} standard errors (the intervals describe the curvature at this point, not "
+            f"at the estimate); fit to convergence first (ceem, or the CLI's fit) and pass its result")
+
+
 def _states_at(model, data, theta_vec):
     """MAP states at fixed ``theta_vec`` (one smoothing step from the EKF/RTS estimate)."""
     from ..smoothing._initial_states import eks_states
@@ -368,11 +412,15 @@ def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> 
     theta = result if isinstance(result, dict) else result.theta
     theta_vec = params.to_vector(theta)
     xs = getattr(result, "x", None)
-    if xs is None:
-        xs = _states_at(model, data, theta_vec)
     from ..smoothing._initial_states import check_states
 
-    xs = check_states(model, data, xs)
+    if xs is not None:
+        xs = check_states(model, data, xs, "result.x (the fit's states)",
+                          f"; the fit's states cover trajectories of lengths {[len(x) for x in xs]}, the data "
+                          f"{list(data.lengths)}: pass the data the fit used, or the theta dict (the states are "
+                          f"then recomputed on this data)")
+    else:
+        xs = _states_at(model, data, theta_vec)
     info = reduced_hessian(model, data, theta_vec, xs, options)
     free = params.free_index
     names = entry_names(params, free)
@@ -412,8 +460,12 @@ def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> 
                         f"apply there); the other parameters' covariance is conditional on them")
     status = getattr(result, "status", "converged")
     if status != "converged":
-        warnings.append(f"the fit's status is {status!r}, not 'converged': the Laplace approximation assumes a "
+        warnings.append(f"the fit's status is '{status}', not 'converged': the Laplace approximation assumes a "
                         f"fixed point of CE-EM")
+    off = _off_maximum(model, data, theta_vec, xs, free, cov, se, names, options.use_prior) \
+        if status == "converged" else None  # a stopped fit already has its warning
+    if off:
+        warnings.append(off)
     if np.any(spec.eigenvalues < -options.identifiability_tol):
         warnings.append("the reduced Hessian has negative eigenvalues: the point is not a maximum of J; "
                         "run ceem to convergence before computing uncertainties")

@@ -1,0 +1,212 @@
+"""Size and nesting limits on what is read from files and command lines, checked before parsing.
+
+A model file, a checkpoint, a JSON or TOML option is data from somewhere else: a 1 MB ``.npz``
+can declare a 1 GiB array (compressed zeros), a 200 kB JSON text can nest 100,000 levels deep
+(Python's parsers then raise ``RecursionError``), a string can be megabytes long. Every reader
+checks these bounds first and raises [`InputLimitError`][ceem_casadi.io.InputLimitError] (a
+``ValueError``) with what was found and the limit, so nothing is allocated or parsed past them.
+
+The limits (module constants; the archive size also from ``$CEEM_MAX_ARCHIVE_MB``):
+
+* ``MAX_NESTING = 64``: brackets/braces open at once in JSON or TOML text;
+* ``MAX_TEXT_BYTES = 16 MiB``: a JSON or TOML text (option, file, model-file metadata);
+* ``MAX_STRING_CHARS = 10,000``: one string inside model-file or checkpoint metadata;
+* ``max_archive_bytes()`` (default 512 MiB): one array, and all arrays of one archive together,
+  uncompressed, read from the ``.npy`` headers before any array is loaded.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+
+import numpy as np
+
+from ..errors import CeemError
+
+MAX_NESTING = 64
+MAX_TEXT_BYTES = 16 * 2 ** 20
+MAX_STRING_CHARS = 10_000
+MAX_ARCHIVE_MB = 512
+MAX_ARCHIVE_ENTRIES = 100_000
+NUMERIC_KINDS = "biufc"  # bool, int, unsigned, float, complex: no objects, strings or records
+
+
+class InputLimitError(CeemError, ValueError):
+    """A file or text exceeds a size or nesting limit, or declares an array that may not be read
+    (too large, not numeric); nothing past the limit was allocated or parsed."""
+
+
+def max_archive_bytes() -> int:
+    """Largest array, and largest sum of arrays, of one archive (bytes): ``$CEEM_MAX_ARCHIVE_MB``
+    MiB, default ``MAX_ARCHIVE_MB``.
+
+    Examples
+    --------
+    >>> max_archive_bytes() >= 2 ** 20
+    True
+    """
+    env = os.environ.get("CEEM_MAX_ARCHIVE_MB")
+    if env:
+        try:
+            mb = float(env)
+        except ValueError:
+            raise InputLimitError(f"$CEEM_MAX_ARCHIVE_MB: expected a number of MiB > 0, got {env!r}") from None
+        if not mb > 0:
+            raise InputLimitError(f"$CEEM_MAX_ARCHIVE_MB: expected a number of MiB > 0, got {env!r}")
+        return int(mb * 2 ** 20)
+    return MAX_ARCHIVE_MB * 2 ** 20
+
+
+def nesting_depth(text: str, *, toml: bool = False, stop_at: int | None = None) -> int:
+    """Largest number of ``[`` / ``{`` open at once in JSON (or, with ``toml``, TOML) ``text``,
+    outside strings (and TOML comments); stops counting past ``stop_at``.
+
+    Examples
+    --------
+    >>> nesting_depth('{"a": [1, [2, "]]]"]]}')
+    3
+    >>> nesting_depth("a = [[1], 2]  # [[[[", toml=True)
+    2
+    """
+    depth = best = 0
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in "[{":
+            depth += 1
+            if depth > best:
+                best = depth
+                if stop_at is not None and best > stop_at:
+                    return best
+        elif c in "]}":
+            depth = max(depth - 1, 0)
+        elif c == '"' or (toml and c == "'"):
+            if toml and text.startswith(c * 3, i):  # TOML multi-line string
+                end = text.find(c * 3, i + 3)
+                while c == '"' and end > 0 and _escaped(text, end):
+                    end = text.find(c * 3, end + 1)
+                i = n if end < 0 else end + 3
+                continue
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if (c == '"' and text[j] == "\\") else 1
+            i = j + 1
+            continue
+        elif toml and c == "#":
+            j = text.find("\n", i)
+            i = n if j < 0 else j + 1
+            continue
+        i += 1
+    return best
+
+
+def _escaped(text: str, k: int) -> bool:
+    """True when ``text[k]`` is preceded by an odd number of backslashes."""
+    m = k - 1
+    while m >= 0 and text[m] == "\\":
+        m -= 1
+    return (k - 1 - m) % 2 == 1
+
+
+def check_text(text: str, what: str, *, toml: bool = False, max_chars: int = MAX_TEXT_BYTES) -> str:
+    """``text`` unless it is longer than ``max_chars`` or nests deeper than ``MAX_NESTING``.
+
+    Examples
+    --------
+    >>> check_text('[[1]]', "--x0")
+    '[[1]]'
+    >>> check_text('[' * 100 + ']' * 100, "--x0")
+    Traceback (most recent call last):
+    ...
+    ceem_casadi.io._limits.InputLimitError: --x0: nested more than 64 levels deep ...
+    """
+    if len(text) > max_chars:
+        raise InputLimitError(f"{what}: {len(text)} characters, more than the limit of {max_chars}")
+    if nesting_depth(text, toml=toml, stop_at=MAX_NESTING) > MAX_NESTING:
+        raise InputLimitError(f"{what}: nested more than {MAX_NESTING} levels deep (lists/objects inside each "
+                              f"other); expected plain values, lists of numbers and shallow objects")
+    return text
+
+
+def loads_json(text: str, what: str, max_chars: int = MAX_TEXT_BYTES):
+    """``json.loads`` of ``text`` after :func:`check_text` (``InputLimitError`` past the limits;
+    ``ValueError`` of the parser for bad JSON).
+
+    Examples
+    --------
+    >>> loads_json('{"a": [1, 2]}', "--theta0")
+    {'a': [1, 2]}
+    """
+    check_text(text, what, max_chars=max_chars)
+    try:
+        return json.loads(text)
+    except RecursionError:  # a parser deeper than the checked bound would need: never a traceback
+        raise InputLimitError(f"{what}: nested too deeply to parse") from None
+
+
+def check_strings(obj, what: str, max_chars: int = MAX_STRING_CHARS) -> None:
+    """Raise when a string (value or key) anywhere in the JSON value ``obj`` is longer than
+    ``max_chars`` (``obj`` nests at most ``MAX_NESTING`` levels: it was parsed by :func:`loads_json`)."""
+    stack = [obj]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if len(v) > max_chars:
+                raise InputLimitError(f"{what}: a text of {len(v)} characters ({v[:40]!r}...), more than the "
+                                      f"limit of {max_chars}")
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+
+
+def check_npz(raw: bytes, what: str, max_bytes: int | None = None) -> None:
+    """Check every ``.npy`` member of the ``.npz`` bytes ``raw`` from its header alone: numeric
+    dtype (no objects), non-negative shape, at most ``max_bytes`` (default
+    :func:`max_archive_bytes`) per array and in total, at most ``MAX_ARCHIVE_ENTRIES`` members.
+    Raises [`InputLimitError`][ceem_casadi.io.InputLimitError] before any array is allocated."""
+    limit = max_archive_bytes() if max_bytes is None else int(max_bytes)
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(raw))
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise InputLimitError(f"{what}: not a readable .npz archive ({exc})") from None
+    total = 0
+    with zf:
+        infos = zf.infolist()
+        if len(infos) > MAX_ARCHIVE_ENTRIES:
+            raise InputLimitError(f"{what}: {len(infos)} arrays, more than the limit of {MAX_ARCHIVE_ENTRIES}")
+        for info in infos:
+            name = info.filename
+            if not name.endswith(".npy"):
+                raise InputLimitError(f"{what}: member {name[:80]!r} is not a .npy array")
+            try:
+                with zf.open(info) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+                    elif version in ((2, 0), (3, 0)):
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+                    else:
+                        raise ValueError(f"unknown .npy version {version}")
+            except Exception as exc:  # any header the reader rejects is a bad file
+                raise InputLimitError(f"{what}: array {name[:80]!r} has no readable .npy header "
+                                      f"({type(exc).__name__}: {exc})") from None
+            if dtype.hasobject or dtype.kind not in NUMERIC_KINDS or dtype.fields is not None:
+                raise InputLimitError(f"{what}: array {name[:80]!r} has dtype {dtype}; only numeric arrays are read")
+            if not all(isinstance(d, int) and d >= 0 for d in shape):
+                raise InputLimitError(f"{what}: array {name[:80]!r} declares shape {shape}")
+            nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            total += nbytes
+            if nbytes > limit or total > limit:
+                raise InputLimitError(
+                    f"{what}: array {name[:80]!r} of shape {shape} and dtype {dtype} ({nbytes / 2 ** 20:.1f} MiB"
+                    f"{'' if nbytes > limit else f', {total / 2 ** 20:.1f} MiB with the arrays before it'}) exceeds "
+                    f"the limit of {limit / 2 ** 20:.0f} MiB; refusing to load it (raise $CEEM_MAX_ARCHIVE_MB only "
+                    f"for a file you trust)")
+
+
+__all__ = ["InputLimitError", "MAX_NESTING", "MAX_STRING_CHARS", "MAX_TEXT_BYTES", "check_npz", "check_strings",
+           "check_text", "loads_json", "max_archive_bytes", "nesting_depth"]

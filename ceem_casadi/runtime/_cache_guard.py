@@ -1,0 +1,150 @@
+"""What the compile cache trusts, and how it cleans up after processes that died (issue 25).
+
+The compile cache (:mod:`ceem_casadi.runtime._compile`) is a folder of shared libraries that the
+process loads and runs. A library is used only when
+
+* its record ``<lib>.json`` names the cache key it was built for (the file name's key) and the
+  Function's name, and the library's bytes have the SHA-256 of that record (a library copied in
+  under another name, or another model's same-named library, is rebuilt with a warning);
+* its values equal the CasADi Function's at one random point (:func:`same_values`), so even a
+  record forged to match a wrong library is caught before a fit uses it.
+
+The cache is not a sandbox: whoever can write the folder can put code there that this process
+runs. Keep ``$CEEM_CACHE`` (default ``~/.cache/ceem_casadi``) writable only by you.
+
+Each build works in a folder ``tmp-<unit>-XXXX`` holding ``owner.json`` (host, process id and its
+start time); :func:`clean_stale` removes the folders whose owner process is gone (killed during a
+compile), once per process and cache folder. Compiler processes run under :data:`WATCHDOG`: a
+shell that kills its whole process group when the pipe from this process closes, so a SIGKILL of
+the process stops its compilers at once instead of leaving them running.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("ceem_casadi.runtime._compile")
+
+TMP_PREFIX = "tmp-"
+OWNER = "owner.json"
+ORPHAN_AGE_S = 3600.0  # a build folder without an owner record is removed after this long
+# sh -c WATCHDOG sh cmd...: runs cmd with the pipe on stdin kept by a watcher that kills the whole
+# process group (cmd, cc1, as) at EOF, i.e. when the parent process dies; exits with cmd's status
+WATCHDOG = ('exec 3<&0; "$@" </dev/null 3<&- & c=$!; (read _ <&3; kill -KILL 0) & w=$!; exec 3<&-; '
+            'wait $c; rc=$?; kill $w 2>/dev/null; exit $rc')
+
+
+def safe_name(text: str) -> str:
+    """A C identifier and CasADi Function name made of ``text``: non-word characters become
+    ``_``, runs of ``_`` one ``_`` (CasADi reserves double underscores), no leading or trailing
+    ``_``, a letter first.
+
+    Examples
+    --------
+    >>> safe_name("ceem_--"), safe_name("__"), safe_name("9 lives")
+    ('ceem', 'm', 'm9_lives')
+    """
+    s = re.sub(r"_+", "_", re.sub(r"\W", "_", text, flags=re.ASCII)).strip("_")
+    return s if s[:1].isalpha() else "m" + s
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (clock ticks since boot, from /proc) or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def owner_record() -> dict:
+    """This process as the owner of a build folder."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_time(os.getpid())}
+
+
+def write_owner(folder: Path) -> None:
+    (folder / OWNER).write_text(json.dumps(owner_record()))
+
+
+def _alive(owner: dict) -> bool:
+    pid = owner.get("pid")
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    start = owner.get("start")
+    return start is None or _start_time(pid) in (None, start)  # a reused pid is another process
+
+
+_CLEANED: set = set()
+
+
+def clean_stale(folder: Path) -> list[Path]:
+    """Remove the build folders in ``folder`` whose owner process (on this host) is gone, and those
+    without an owner record (older versions wrote none) older than ``ORPHAN_AGE_S``; once per
+    process and folder. Returns them."""
+    key = str(folder)
+    if key in _CLEANED:
+        return []
+    _CLEANED.add(key)
+    removed, host = [], socket.gethostname()
+    try:
+        # build folders (and, from versions before owner records, folders named like a library unit)
+        entries = [p for p in folder.iterdir() if p.is_dir() and (p.name.startswith(TMP_PREFIX) or "_" in p.name)]
+    except OSError:
+        return []
+    for p in entries:
+        try:
+            owner = json.loads((p / OWNER).read_text())
+            stale = isinstance(owner, dict) and owner.get("host") == host and not _alive(owner)
+        except (OSError, ValueError):
+            try:
+                stale = time.time() - p.stat().st_mtime > ORPHAN_AGE_S
+            except OSError:
+                stale = False
+        if stale:
+            shutil.rmtree(p, ignore_errors=True)
+            if not p.exists():
+                removed.append(p)
+    if removed:
+        log.info("compile cache: removed %d build folders of processes that ended: %s", len(removed),
+                 " ".join(p.name for p in removed))
+    return removed
+
+
+def same_values(compiled, f, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
+    """True when the loaded library ``compiled`` and the CasADi Function ``f`` agree at one
+    random point (sparsity of every input and output, values to ``rtol``/``atol``)."""
+    import casadi as ca
+
+    if compiled.n_in() != f.n_in() or compiled.n_out() != f.n_out():
+        return False
+    for i in range(f.n_in()):
+        if compiled.sparsity_in(i) != f.sparsity_in(i):
+            return False
+    for i in range(f.n_out()):
+        if compiled.sparsity_out(i) != f.sparsity_out(i):
+            return False
+    rng = np.random.default_rng(12345)
+    args = [ca.DM(f.sparsity_in(i), 0.5 + rng.random(f.nnz_in(i))) for i in range(f.n_in())]
+    try:
+        a, b = compiled.call(args), f.call(args)
+    except RuntimeError:
+        return False
+    return all(np.allclose(np.asarray(ca.DM(x).nonzeros()), np.asarray(ca.DM(y).nonzeros()), rtol=rtol, atol=atol,
+                           equal_nan=True) for x, y in zip(a, b))
+
+
+__all__ = ["WATCHDOG", "clean_stale", "owner_record", "safe_name", "same_values", "write_owner"]

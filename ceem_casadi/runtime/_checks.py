@@ -1,0 +1,76 @@
+"""Checks of scalar arguments shared by every entry point: counts, noise levels, seeds.
+
+Each raises a library ``ValueError`` (`ShapeError`, `NonFiniteError`) that names the argument, what
+was expected and what was given, instead of the raw ``int(nan)`` / ``OverflowError`` / numpy
+messages that a plain conversion gives.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import NonFiniteError, ShapeError
+
+
+def count(value, what: str, minimum: int = 1, maximum: int | None = None) -> int:
+    """``value`` as an ``int`` when it is an integer (or an integral float) in ``[minimum, maximum]``.
+
+    Examples
+    --------
+    >>> count(3, "k"), count(2.0, "k")
+    (3, 2)
+    >>> count(float("nan"), "window")
+    Traceback (most recent call last):
+    ...
+    ceem_casadi.errors.ShapeError: window: expected an integer >= 1, got nan
+    """
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)) \
+        and np.isfinite(value) and int(value) == value
+    if ok:
+        ok = int(value) >= minimum and (maximum is None or int(value) <= maximum)
+    if not ok:
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ShapeError(f"{what}: expected an integer {bound}, got {value!r}")
+    return int(value)
+
+
+def noise_level(value, what: str, n: int) -> np.ndarray:
+    """``value`` (a number or ``n`` numbers) as an (n,) array of finite standard deviations >= 0.
+
+    Examples
+    --------
+    >>> noise_level(0.1, "process_std", 2)
+    array([0.1, 0.1])
+    """
+    arr = np.asarray(value, dtype=object)
+    if any(isinstance(v, (str, bytes, bool, np.bool_)) for v in arr.ravel()):
+        raise ShapeError(f"{what}: expected a number or {n} numbers >= 0, got {value!r}")
+    try:
+        arr = np.asarray(value, float)
+    except (TypeError, ValueError):
+        raise ShapeError(f"{what}: expected a number or {n} numbers >= 0, got {value!r}") from None
+    if arr.size not in (1, n) or arr.ndim > 1:
+        raise ShapeError(f"{what}: expected a number or {n} numbers >= 0, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise NonFiniteError(f"{what}: expected finite standard deviations >= 0, got {value!r}")
+    return np.broadcast_to(arr.reshape(-1) if arr.size == n else arr.reshape(()), (n,)).copy()
+
+
+def seed_value(seed, what: str = "seed"):
+    """``seed`` when it is an integer >= 0 or a ``numpy.random.Generator``."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    return count(seed, what, minimum=0)
+
+
+__all__ = ["count", "is_integer", "noise_level", "seed_value"]
+
+
+def is_integer(value) -> bool:
+    """True for an ``int`` or numpy integer (not a bool, not a float such as ``inf`` or ``2.5``).
+
+    Examples
+    --------
+    >>> is_integer(3), is_integer(float("inf")), is_integer(True)
+    (True, False, False)
+    """
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))

@@ -1,0 +1,476 @@
+"""One contract for every public entry point (issue 25): driven with generated bad inputs (all-NaN and
+partly NaN outputs, inf, empty, wrong shapes and lengths, wrong input dimension, unknown / missing /
+NaN theta entries, bad option types and values), each call either
+
+* raises a ``ValueError`` (or, for a wrong type, ``TypeError``) raised on purpose by ceem_casadi: the
+  raising frame is in the library, the message is not a CasADi assertion or a raw numpy/Python
+  message; on the CLI: exit code 2 and exactly one line on stderr; or
+* returns a correct result: finite where it must be, the right shapes, and never worse than the start
+  (J of a CE-EM fit does not decrease, the output error of a refinement does not increase).
+
+Inputs that can only be wrong (all-NaN outputs, inf, empty data, wrong shapes, NaN theta, a bad
+option value) must be refused: a result for them is a silent wrong answer. Every call runs under a
+time budget (a hang fails the test). A new public function joins by one row in ``ENTRIES`` (a
+call adapter and a result check); a new CLI command by one row in ``COMMANDS``.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import signal
+import traceback
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, example, given, seed, settings
+from hypothesis import strategies as st
+
+import ceem_casadi as cc
+from ceem_casadi.cli._main import main
+
+TRUE = {"a": 0.8, "b": 0.5}
+THETA0 = {"a": 0.6, "b": 0.4}
+T, B = 30, 2
+BUDGET_S = 60  # per call: a hang fails the test instead of blocking the suite
+# deterministic: a fixed seed per entry point (derandomize=True would give every entry point the same
+# examples); the valid inputs always run (@example), whatever the generator draws
+SETTINGS = settings(max_examples=16, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+ALWAYS = [("data", "ok", math.nan), ("data", "partly_nan", math.nan), ("theta", "missing", math.nan),
+          ("data", "one_sample", math.nan)]
+
+
+def contract(entry, max_examples=None):
+    """Decorate ``prop(mutation)`` as the property of ``entry``: examples ALWAYS, then generated ones."""
+    def wrap(prop):
+        for m in ALWAYS:
+            prop = example(mutation=m)(prop)
+        prop = given(mutation=MUTATION)(prop)
+        prop = seed(zlib.crc32(entry.encode()))(prop)
+        return (settings(SETTINGS, max_examples=max_examples) if max_examples else SETTINGS)(prop)
+    return wrap
+
+
+def make_model():
+    params = cc.Parameters(cc.Param("a", 0.6, lower=-2.0, upper=2.0), cc.Param("b", 0.4))
+    return cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + p.b * u, lambda x, u, p: x, nx=1, nu=1,
+                                            params=params, process_std=0.1, measurement_std=0.1, x1_mean=0.0,
+                                            x1_std=1.0, name="lin")
+
+
+MODEL = make_model()
+_rng = np.random.default_rng(0)
+U = [_rng.standard_normal((T, 1)) for _ in range(B)]
+DATA, XS = cc.simulate(MODEL, TRUE, np.zeros((B, 1)), T, u=U, process_std=0.05, measurement_std=0.1, seed=1)
+Y = [y.copy() for y in DATA.y]
+
+# --- generated bad inputs -------------------------------------------------------------------------------
+# data mutations: name -> (y list, u list) given a bad value v; REFUSE: only a refusal is correct
+DATA_CASES = {
+    "ok": lambda y, u, v: (y, u),
+    "partly_nan": lambda y, u, v: ([_holes(yb, b) for b, yb in enumerate(y)], u),
+    "all_nan": lambda y, u, v: ([np.full_like(yb, np.nan) for yb in y], u),
+    "bad_value_in_y": lambda y, u, v: ([_poke(yb, v) for yb in y], u),
+    "bad_value_in_u": lambda y, u, v: (y, [_poke(ub, v) for ub in u]),
+    "empty": lambda y, u, v: ([yb[:0] for yb in y], [ub[:0] for ub in u]),
+    "one_sample": lambda y, u, v: ([yb[:1] for yb in y], [ub[:1] for ub in u]),
+    "wrong_ny": lambda y, u, v: ([np.hstack([yb, yb]) for yb in y], u),
+    "u_short": lambda y, u, v: (y, [ub[:-3] for ub in u]),
+    "wrong_nu": lambda y, u, v: (y, [np.hstack([ub, ub]) for ub in u]),
+    "no_u": lambda y, u, v: (y, None),
+    "no_trajectories": lambda y, u, v: ([], []),
+}
+DATA_REFUSE = {"all_nan", "empty", "wrong_ny", "u_short", "wrong_nu", "no_u", "no_trajectories"}
+# which inputs a data mutation changes (a mutation of an input an entry point does not take is no error)
+TOUCHES = {"ok": set(), "partly_nan": {"y"}, "all_nan": {"y"}, "bad_value_in_y": {"y"}, "wrong_ny": {"y"},
+           "bad_value_in_u": {"u"}, "u_short": {"y+u"}, "wrong_nu": {"u"}, "no_u": {"u"}, "empty": {"y", "u"},
+           "one_sample": {"y", "u"}, "no_trajectories": {"y", "u"}}
+THETA_CASES = {
+    "ok": lambda v: dict(THETA0),
+    "unknown": lambda v: {**THETA0, "c": 1.0},
+    "missing": lambda v: {"a": THETA0["a"]},
+    "bad_value": lambda v: {**THETA0, "a": v},
+    "wrong_shape": lambda v: {**THETA0, "a": [0.6, 0.6]},
+    "string": lambda v: {**THETA0, "a": "0.6x"},
+}
+THETA_REFUSE = {"unknown", "bad_value", "wrong_shape", "string"}
+BAD_VALUES = [math.nan, math.inf, -math.inf, 1e300]  # 1e300: finite but absurd (overflows squares)
+
+
+def _num(v):
+    """``v`` where an array of numbers is built of it (a text would be converted: NaN instead)."""
+    return v if isinstance(v, float) else math.nan
+
+
+def bad_option(v):
+    """The value given to an option builder: invalid for every option it is used for (a count, a
+    tolerance, a time, a level, a state): NaN, inf, -inf, or a number as text."""
+    return "3" if v == 1e300 else v
+
+
+def _holes(y, seed):
+    y = y.copy()
+    y[np.random.default_rng(seed).random(y.shape) < 0.2] = np.nan
+    return y
+
+
+def _poke(a, v):
+    a = np.array(a, float)
+    if a.size:
+        a[len(a) // 2, 0] = v
+    return a
+
+
+MUTATION = st.one_of(
+    st.tuples(st.just("data"), st.sampled_from(sorted(DATA_CASES)), st.sampled_from(BAD_VALUES)),
+    st.tuples(st.just("theta"), st.sampled_from(sorted(THETA_CASES)), st.sampled_from(BAD_VALUES)),
+    st.tuples(st.just("option"), st.integers(0, 3), st.sampled_from(BAD_VALUES)),
+)
+
+
+def _case(mutation, uses=frozenset({"y", "u", "y+u", "theta"})):
+    """(y, u, theta, option index or None, must_refuse) of a generated mutation for an entry point that
+    takes the inputs ``uses``."""
+    kind, name, v = mutation
+    y, u, theta, opt = [yb.copy() for yb in Y], [ub.copy() for ub in U], dict(THETA0), None
+    if kind == "data":
+        y, u = DATA_CASES[name](y, u, v)
+        # NaN in y is a missing output (valid); inf anywhere, NaN in u: refused; 1e300 may be either
+        refuse = name in DATA_REFUSE or (name.startswith("bad_value") and np.isinf(v)) or \
+            (name == "bad_value_in_u" and np.isnan(v))
+        refuse = refuse and bool(TOUCHES[name] & uses)
+    elif kind == "theta":
+        theta = THETA_CASES[name](v)
+        refuse = name in THETA_REFUSE and "theta" in uses
+    else:
+        opt, refuse = name, True
+    return y, u, theta, opt, refuse
+
+
+# --- the contract ----------------------------------------------------------------------------------------
+class Hang(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def budget(seconds=BUDGET_S):
+    def on_alarm(signum, frame):
+        raise Hang(f"no answer within {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+RAW = ("Assertion", "casadi/core", "Notify the CasADi developers", "object is not", "not subscriptable",
+       "unsupported operand", "could not broadcast", "operands could not", "min() arg", "cannot convert float",
+       "index out of bounds", "list index out of range", "referenced before assignment", "not supported between",
+       "has no attribute", "invalid literal")
+
+
+def refused_on_purpose(exc: BaseException) -> str | None:
+    """None when ``exc`` is a library error (ValueError/TypeError raised in ceem_casadi with a message
+    of its own), else why not."""
+    if isinstance(exc, Hang):
+        return str(exc)
+    if not isinstance(exc, (ValueError, TypeError)):
+        return f"{type(exc).__name__} is not a ValueError"
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames or "ceem_casadi" not in frames[-1].filename:
+        return f"raised in {frames[-1].filename if frames else '?'}, not by ceem_casadi"
+    msg = str(exc)
+    raw = [r for r in RAW if r in msg]
+    if raw or not msg:
+        return f"raw message ({raw}): {msg[:200]}"
+    return None
+
+
+def run_contract(entry, mutation, tmp: Path):
+    call, check, options = ENTRIES[entry][:3]
+    uses = ENTRIES[entry][3] if len(ENTRIES[entry]) > 3 else {"y", "u", "y+u", "theta"}
+    y, u, theta, opt, refuse = _case(mutation, uses)
+    lenient = mutation[0] == "data" and mutation[2] == 1e300  # finite but absurd: refused or any result
+    try:
+        with budget():
+            kwargs = {} if opt is None else options[opt % len(options)](bad_option(mutation[2]))
+            result = call(y, u, theta, kwargs, tmp)
+    except Exception as exc:  # the contract inspects every exception
+        why = refused_on_purpose(exc)
+        assert why is None, f"{entry} {mutation}: {why}\n{''.join(traceback.format_exception(exc))[-3000:]}"
+        return
+    assert not refuse, f"{entry} {mutation}: returned a result for input that must be refused: {result!r:.300}"
+    if not lenient:
+        check(result, y, u, theta)
+
+
+# --- entry points: (call(y, u, theta, kwargs, tmp), check(result, y, u, theta), bad option builders) -----
+def _data(y, u):
+    return cc.Trajectories(y, u)
+
+
+def _finite_theta(theta):
+    return all(np.all(np.isfinite(np.asarray(v, float))) for v in theta.values())
+
+
+def _check_ceem(res, y, u, theta):
+    assert np.isfinite(res.J) and _finite_theta(res.theta)
+    assert res.J >= res.init_J - 1e-6 * max(1.0, abs(res.init_J)), (res.init_J, res.J)  # never worse than start
+
+
+def _check_refine(res, y, u, theta):
+    assert np.isfinite(res.cost) and _finite_theta(res.theta)
+    assert res.cost <= res.initial_cost * (1 + 1e-9) + 1e-12, (res.initial_cost, res.cost)
+
+
+def _check_x0(res, y, u, theta):
+    assert np.shape(res) in ((MODEL.nx,), (len(y), MODEL.nx)) and np.all(np.isfinite(res))
+
+
+def _check_calibration(res, y, u, theta):
+    assert res.best.level in (0.5, 2.0) and np.isfinite(res.best.criterion) and _finite_theta(res.best.theta)
+
+
+def _check_uncertainty(res, y, u, theta):
+    se = np.asarray(res.std_error, float)
+    assert not np.any(se < 0) and np.allclose(res.covariance, res.covariance.T)
+
+
+def _check_report(res, y, u, theta):
+    r = res.simulation.rmse
+    assert np.all(np.isfinite(r)) and np.all(r >= 0)
+
+
+def _check_simulate_output(res, y, u, theta):
+    assert np.shape(res) == (len(u[0]), MODEL.ny) and np.all(np.isfinite(res))
+
+
+def _check_simulate(res, y, u, theta):
+    data, xs = res
+    assert len(xs) == B and all(np.all(np.isfinite(x)) for x in xs) and all(np.all(np.isfinite(yb)) for yb in data.y)
+
+
+def _check_read(res, y, u, theta):
+    assert len(res) == len(y) and all(r.shape == yb.shape for r, yb in zip(res.y, y))
+    assert all(np.allclose(r, yb, equal_nan=True) for r, yb in zip(res.y, y))
+
+
+def _check_roundtrip(res, y, u, theta):
+    saved, want = res
+    assert all(np.allclose(saved.theta[k], want[k]) for k in want)
+
+
+def _check_codegen(res, y, u, theta):
+    assert Path(res.source).is_file() and Path(res.header).is_file()
+
+
+def _csv(y, u, tmp: Path) -> list[Path]:
+    paths = []
+    for b, yb in enumerate(y):
+        ub = u[b] if u is not None and b < len(u) else np.zeros((len(yb), 0))
+        n = min(len(yb), len(ub)) if ub.shape[1] else len(yb)
+        cols = {f"y{j}": yb[:n, j] for j in range(yb.shape[1])}
+        cols.update({f"u{j}": ub[:n, j] for j in range(ub.shape[1])})
+        paths.append(tmp / f"d{b}.csv")
+        pd.DataFrame(cols).to_csv(paths[-1], index=False)
+    return paths
+
+
+def _ckpt(y, u, theta, kw, tmp):
+    path = tmp / "c.ckpt.npz"
+    path.unlink(missing_ok=True)
+    return cc.ceem_checkpointed(MODEL, _data(y, u), theta, path, **{"options": cc.CEEMOptions(max_iters=2), **kw})
+
+
+def _roundtrip(y, u, theta, kw, tmp):
+    path = cc.save_model(tmp / "m.npz", MODEL, theta, **kw)
+    return cc.load_model(path), MODEL.params.validate(theta)
+
+
+ENTRIES = {
+    "ceem": (lambda y, u, th, kw, tmp: cc.ceem(MODEL, _data(y, u), th, **{"options": cc.CEEMOptions(max_iters=2),
+                                                                          **kw}),
+             _check_ceem,
+             [lambda v: {"options": cc.CEEMOptions(max_iters=v)}, lambda v: {"options": "fast"},
+              lambda v: {"options": cc.CEEMOptions(tol=v)}, lambda v: {"x_init": [np.full((T, 1), _num(v))] * B}]),
+    "ceem_checkpointed": (_ckpt, lambda res, y, u, th: _finite_theta(res.theta) or pytest.fail("theta not finite"),
+                          [lambda v: {"options": cc.CEEMOptions(max_iters=v)}, lambda v: {"options": 3},
+                           lambda v: {"options": cc.CEEMOptions(time_limit=v)}]),
+    "refine_output_error": (lambda y, u, th, kw, tmp: cc.refine_output_error(
+        MODEL, _data(y, u), th, **{"options": cc.OutputErrorOptions(max_iter=20), **kw}), _check_refine,
+        [lambda v: {"shooting": v}, lambda v: {"options": cc.OutputErrorOptions(max_iter=v)},
+         lambda v: {"x0": np.full((B, 1), _num(v))}, lambda v: {"options": cc.OutputErrorOptions(time_limit=v)}]),
+    "estimate_initial_state": (lambda y, u, th, kw, tmp: cc.estimate_initial_state(MODEL, _data(y, u), th, **kw),
+                               _check_x0,
+                               [lambda v: {"window": v}, lambda v: {"x_lower": 1.0 if v == -math.inf else v,
+                                                                    "x_upper": -1.0},
+                                lambda v: {"time_limit": v}, lambda v: {"hessian": str(v)}]),
+    "calibrate_noise": (lambda y, u, th, kw, tmp: cc.calibrate_noise(
+        MODEL, _data(y, u), th, **{"grid": [0.5, 2.0],
+                                   "options": cc.NoiseCalibrationOptions(ceem=cc.CEEMOptions(max_iters=2)), **kw}),
+        _check_calibration,
+        [lambda v: {"grid": [v]}, lambda v: {"criterion": "best"}, lambda v: {"grid": []},
+         lambda v: {"options": cc.NoiseCalibrationOptions(holdout_fraction=v)}]),
+    "parameter_uncertainty": (lambda y, u, th, kw, tmp: cc.parameter_uncertainty(MODEL, _data(y, u), th, **kw),
+                              _check_uncertainty,
+                              [lambda v: {"options": cc.UncertaintyOptions(level=v)}, lambda v: {"options": "exact"},
+                               lambda v: {"options": cc.UncertaintyOptions(identifiability_tol=v)}]),
+    "validation_report": (lambda y, u, th, kw, tmp: cc.validation_report(MODEL, _data(y, u), th, **kw),
+                          _check_report,
+                          [lambda v: {"k": [v]}, lambda v: {"skip": v}, lambda v: {"x0": np.full((B, 1), _num(v))},
+                           lambda v: {"window": v}]),
+    "simulate_output": (lambda y, u, th, kw, tmp: cc.simulate_output(MODEL, th, u[0] if u else u,
+                                                                     **{"x0": np.zeros(1), **kw}),
+                        _check_simulate_output,
+                        [lambda v: {"x0": np.full(1, _num(v))}, lambda v: {"x0": np.zeros(3)},
+                         lambda v: {"horizon": v}], {"u", "theta"}),
+    "simulate": (lambda y, u, th, kw, tmp: cc.simulate(MODEL, th, np.zeros((B, 1)), [len(ub) for ub in u] if u
+                                                       else T, **{"u": u, **kw}),
+                 _check_simulate,
+                 [lambda v: {"process_std": v}, lambda v: {"measurement_std": v}, lambda v: {"seed": v}],
+                 {"u", "theta"}),
+    "read_trajectories": (lambda y, u, th, kw, tmp: cc.read_trajectories(_csv(y, u, tmp), MODEL, **kw), _check_read,
+                          [lambda v: {"outputs": ["y9"]}, lambda v: {"inputs": [str(v)]},
+                           lambda v: {"trajectory_column": "nope"}], {"y", "u"}),
+    "save_model/load_model": (_roundtrip, _check_roundtrip,
+                              [lambda v: {"extra": {"x0": np.array(["a"])}}, lambda v: {"metadata": {"x": object()}},
+                               lambda v: {"source": "os:system"}], {"theta"}),
+    "generate_ekf": (lambda y, u, th, kw, tmp: cc.generate_ekf(MODEL, th, tmp / "ekf", **kw), _check_codegen,
+                     [lambda v: {"x0": np.full(1, _num(v))}, lambda v: {"name": "9 bad-name"}, lambda v: {"Q": v}],
+                     {"theta"}),
+}
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    return tmp_path_factory.mktemp("contract")
+
+
+@pytest.mark.parametrize("entry", list(ENTRIES))
+def test_public_function_contract(entry, scratch):
+    @contract(entry)
+    def prop(mutation):
+        run_contract(entry, mutation, scratch)
+
+    prop()
+
+
+# --- CLI commands --------------------------------------------------------------------------------------------
+def _files(tmp: Path):
+    model_file = tmp / "model.npz"
+    if not model_file.exists():
+        (tmp / "lin_factory.py").write_text(FACTORY)
+        cc.save_model(model_file, MODEL, TRUE, history=[{"iteration": 1, "J": -1.0, "theta": dict(TRUE)}])
+    return model_file
+
+
+FACTORY = """
+import ceem_casadi as cc
+
+
+def make_model():
+    params = cc.Parameters(cc.Param("a", 0.6, lower=-2.0, upper=2.0), cc.Param("b", 0.4))
+    return cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + p.b * u, lambda x, u, p: x, nx=1, nu=1,
+                                            params=params, process_std=0.1, measurement_std=0.1, x1_mean=0.0,
+                                            x1_std=1.0, name="lin")
+"""
+
+
+# command -> (args given (model file, data files, out folder), bad flags builders)
+COMMANDS = {
+    "fit": (lambda m, d, o: ["fit", "--model", f"{o / 'lin_factory.py'}:make_model", *d, "--max-iters", "2", "-q",
+                             "--overwrite", "--out", o / "fit.npz"],
+            [lambda v: ["--tol", str(v)], lambda v: ["--theta0", '{"a": "x"}'], lambda v: ["--rho-x", str(v)],
+             lambda v: ["--time-limit", str(v)]]),
+    "evaluate": (lambda m, d, o: ["evaluate", "--model-file", m, *d],
+                 [lambda v: ["--k", "0"], lambda v: ["--x0", _x0(v)], lambda v: ["--skip", "-1"],
+                  lambda v: ["--x0-window", "0"]]),
+    "simulate": (lambda m, d, o: ["simulate", "--model-file", m, "--input-file", d[1], "--x0", "[0.0]", "--out",
+                                  o / "sim.csv"],
+                 [lambda v: ["--measurement-std", str(v)], lambda v: ["--horizon", "1"],
+                  lambda v: ["--theta", json.dumps({"a": float(v) if v != "-1" else 5.0})]]),
+    "smooth": (lambda m, d, o: ["smooth", "--model-file", m, *d, "--out", o / "s.csv"],
+               [lambda v: ["--method", "magic"], lambda v: ["--out", o_dir()], lambda v: ["--outputs", "zz"]]),
+    "codegen": (lambda m, d, o: ["codegen", "--model-file", m, "--out-dir", o / "c"],
+                [lambda v: ["--x0", _x0(v)], lambda v: ["--name", "9-bad"], lambda v: ["--x0", "[1, 2]"]]),
+    "plot": (lambda m, d, o: ["plot", "--model-file", m, *d, "--out-dir", o / "p"],
+             [lambda v: ["--trajectory", "7"], lambda v: ["--format", "gif"], lambda v: ["--x0-window", str(v)]]),
+    "refine": (lambda m, d, o: ["refine", "--model-file", m, *d, "--max-iter", "10", "-q", "--out", o / "r.npz"],
+               [lambda v: ["--shooting", "0"], lambda v: ["--time-limit", str(v)], lambda v: ["--x0", _x0(v, B)]]),
+    "calibrate-noise": (lambda m, d, o: ["calibrate-noise", "--model-file", m, *d, "--grid", "0.5,2",
+                                         "--max-iters", "2", "-q", "--out", o / "cal.npz"],
+                        [lambda v: ["--grid", str(v)], lambda v: ["--holdout-fraction", str(v)],
+                         lambda v: ["--plot", "x.gif"], lambda v: ["--n-jobs", "0"]]),
+}
+
+
+def _x0(v: str, batch: int | None = None) -> str:
+    """An --x0 JSON that is wrong for every v: a non-finite state, or (for -1) one of the wrong length."""
+    state = {"nan": "[NaN]", "inf": "[Infinity]", "-inf": "[-Infinity]"}.get(v, "[1, 2]")
+    return state if batch is None else "[" + ", ".join([state] * batch) + "]"
+
+
+def o_dir():
+    return str(Path(os.sep))  # a folder where a file is expected
+
+
+def cli_bad(v) -> str:
+    """A flag value invalid for every numeric flag it is used with: nan, inf, -inf or -1."""
+    return "-1" if v == 1e300 else str(v)
+
+
+def run_cli(command, mutation, tmp: Path):
+    uses = {"y", "u", "theta"}  # the CSV writer keeps u and y of one length: "u_short" does not apply
+    y, u, theta, opt, refuse = _case(mutation, uses)
+    if mutation[0] == "theta":  # theta on the CLI: --theta0 / --theta JSON; bad values as JSON tokens
+        text = {k: (np.asarray(v).tolist() if not isinstance(v, str) else v) for k, v in theta.items()}
+        theta_json = json.dumps(text)
+    model_file = _files(tmp)
+    paths = _csv(y, u, tmp) if y else []
+    data_args = [a for p in paths for a in ("--data", str(p))] or ["--data", str(tmp / "missing.csv")]
+    if command == "simulate":
+        data_args = [None, str(paths[0]) if paths else str(tmp / "missing.csv")]
+    build, bad_flags = COMMANDS[command]
+    args = [str(a) for a in build(model_file, data_args, tmp)]
+    if opt is not None:
+        args += [str(a) for a in bad_flags[opt % len(bad_flags)](cli_bad(mutation[2]))]
+    if mutation[0] == "theta" and command in ("fit", "refine", "calibrate-noise", "simulate"):
+        args += ["--theta" if command == "simulate" else "--theta0", theta_json]
+    elif mutation[0] == "theta":
+        refuse = False  # the command takes no theta: the mutation does not apply
+    err = io.StringIO()
+    try:
+        with budget(), contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = main(args)
+    except Exception as exc:  # the contract: main never raises
+        pytest.fail(f"ceem-casadi {' '.join(args)}: raised {type(exc).__name__}: {exc}\n"
+                    f"{''.join(traceback.format_exception(exc))[-3000:]}")
+    lines = err.getvalue().strip().splitlines()
+    if rc == 2:
+        assert len(lines) == 1 and lines[0].startswith("ceem-casadi"), (args, lines)
+        assert not any(r in lines[0] for r in RAW), lines[0]
+        return
+    assert rc in (0, 1), (args, rc, lines)
+    if command in ("simulate",) and mutation[0] == "data" and mutation[1] != "bad_value_in_u":
+        refuse = False  # simulate reads only the input file
+    if command in ("codegen",) and mutation[0] == "data":
+        refuse = False  # codegen reads no data
+    assert not refuse, f"ceem-casadi {' '.join(args)}: exit {rc} for input that must be refused"
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_cli_command_contract(command, scratch):
+    @contract(command, max_examples=6 if command == "plot" else 10)
+    def prop(mutation):
+        run_cli(command, mutation, scratch)
+
+    prop()
