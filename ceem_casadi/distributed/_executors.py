@@ -34,7 +34,7 @@ import numpy as np
 from ..io._data import Trajectories
 from ..objective._exact_sum import SplitSum
 from ..objective._log_density import joint_log_density
-from ..runtime._solve import DEADLINE
+from ..runtime._solve import remaining
 from . import _tasks as tasks
 
 SUPPORTED = "a dask.distributed.Client, a concurrent.futures.Executor or a ceem_casadi.distributed.Sharded"
@@ -93,9 +93,7 @@ def nbytes(obj) -> int:
 
 def _remaining() -> float | None:
     """Seconds left of the fit's time budget (None: no budget); workers set their own deadline."""
-    if DEADLINE.expires is None:
-        return None
-    return max(DEADLINE.expires - time.perf_counter(), 1e-3)
+    return remaining()
 
 
 @dataclass

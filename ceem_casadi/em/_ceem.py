@@ -34,7 +34,7 @@ from ..learning._pieces import learner_for
 from ..model._params import Theta
 from ..objective._log_density import log_prior
 from ..objective._stages import SMOOTHER_STAGES
-from ..runtime._solve import DEADLINE, deadline
+from ..runtime._solve import deadline, expired
 from ..runtime._status import Status
 from ..runtime._threads import blas_threads
 from ..runtime._workers import die_with_parent
@@ -327,7 +327,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
         result.x, result.J = it.xs, it.J
 
     def time_up() -> bool:
-        if DEADLINE.expired():
+        if expired():
             finish(Status.TIME_LIMIT, f"{_limit(options)} reached after {len(run.history)} "
                                       "iterations; returning the last accepted iterate")
             return True

@@ -21,7 +21,8 @@ import numpy as np
 from ..errors import NonFiniteError, ShapeError, SolverError
 from ..io._data import Trajectories
 from ..model._simulation import as_theta_vector, rollout
-from ..runtime._solve import DEADLINE, deadline, ipopt_options, solve
+from ..runtime._best import BestIterate
+from ..runtime._solve import deadline, expired, ipopt_options, ipopt_solver, solve
 from ..runtime._status import Status
 
 __all__ = ["InitialStateResult", "estimate_initial_state", "default_window"]
@@ -87,8 +88,9 @@ class InitialStateSolver:
         lam_f, lam_g = ca.MX.sym("lam_f"), ca.MX.sym("lam_g", 0)
         hess_lag = ca.Function("hess_lag", [x0, P, lam_f, lam_g], [lam_f * ca.triu(H)],
                                ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
-        self.solver = ca.nlpsol(f"x0_window{k}", "ipopt", {"x": x0, "p": P, "f": cost},
-                                ipopt_options(max_iter, tol, hess_lag=hess_lag, show_eval_warnings=False))
+        self.solver = ipopt_solver(f"x0_window{k}", {"x": x0, "p": P, "f": cost},
+                                  ipopt_options(max_iter, tol, hess_lag=hess_lag, show_eval_warnings=False,
+                                                track=(model.nx, 0)))
         self.cost = ca.Function("x0_cost", [x0, P], [cost])
 
     def parameter(self, model, theta_vec, y, u, use_prior: bool = True) -> np.ndarray:
@@ -115,16 +117,19 @@ class InitialStateSolver:
             return InitialStateResult(np.full(self.model.nx, np.nan), np.nan, Status.SOLVER_FAILED,
                                       f"the free run is not finite from any of the {len(starts)} start(s); "
                                       "give starts= inside the model's domain", 0, 0.0)
-        best = starts[int(np.nanargmin(np.where(np.isfinite(costs), costs, np.nan)))]
+        i_best = int(np.nanargmin(np.where(np.isfinite(costs), costs, np.nan)))
+        tracker = BestIterate(starts[i_best], costs[i_best], label="the best starting point")
         t0 = time.perf_counter()
-        sol = solve(self.solver, x0=best, p=P, lbx=lower, ubx=upper)
+        sol = solve(self.solver, x0=starts[i_best], p=P, lbx=lower, ubx=upper, best=tracker)
         wall = time.perf_counter() - t0
         st = self.solver.stats()
-        x0 = np.asarray(sol["x"], float).ravel()
-        status = Status.from_ipopt(st["return_status"], time_up=DEADLINE.expired())
+        status = Status.from_ipopt(st["return_status"], time_up=expired())
+        # never worse than the start or than the best IPOPT iterate (a stop on time or a failure)
+        x0, cost, which = tracker.choose(np.asarray(sol["x"], float).ravel(), float(sol["f"]),
+                                         label="IPOPT's final iterate")
         if not np.all(np.isfinite(x0)):
             status = Status.SOLVER_FAILED
-        return InitialStateResult(x0, float(sol["f"]), status, f"IPOPT: {st['return_status']}",
+        return InitialStateResult(x0, cost, status, f"IPOPT: {st['return_status']}; {which}",
                                   int(st["iter_count"]), wall)
 
 

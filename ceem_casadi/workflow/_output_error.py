@@ -30,9 +30,10 @@ from ..errors import ShapeError, SolverError
 from ..io._data import Trajectories
 from ..model._params import Theta
 from ..model._simulation import rollout, run
+from ..runtime._best import BestIterate
 from ..runtime._callbacks import SparsityCallback
 from ..runtime._schema import HESSIANS, check_time_limit, require
-from ..runtime._solve import DEADLINE, deadline, ipopt_options, solve
+from ..runtime._solve import deadline, expired, ipopt_options, ipopt_solver, solve
 from ..runtime._status import Status
 from ._initial_state import estimate_initial_state
 
@@ -237,9 +238,10 @@ class OutputErrorProblem:
             extra["grad_f"], extra["hess_lag"] = self._gn.grad_f, self._gn.hess_lag
         # adaptive barrier: with bounds and a large-residual Gauss-Newton model the default monotone
         # strategy crawled (Cascaded Tanks, 11 parameters: 279 iterations, 62 s -> 23, 7.0 s)
-        self.solver = ca.nlpsol("output_error", "ipopt", {"x": w, "p": P, "f": cost, "g": g},
-                                ipopt_options(options.max_iter, options.tol, show_eval_warnings=False,
-                                              **{"ipopt.mu_strategy": "adaptive"}, **extra))
+        self.solver = ipopt_solver("output_error", {"x": w, "p": P, "f": cost, "g": g},
+                                   ipopt_options(options.max_iter, options.tol, show_eval_warnings=False,
+                                                 track=(w.numel(), g.numel()),
+                                                 **{"ipopt.mu_strategy": "adaptive"}, **extra))
         self.functions = ca.Function("output_error_eval", [w, P], [cost, g])
         self.ng = g.numel()
 
@@ -284,6 +286,10 @@ def problem_for(model, lengths, shooting, options: OutputErrorOptions) -> Output
     return cache[key]
 
 
+# largest continuity gap of an iterate that may be returned (multiple shooting)
+CONTINUITY_TOL = 1e-6
+
+
 def _state_bounds(model, value, fill, name) -> np.ndarray:
     v = np.asarray(fill if value is None else value, float)
     if v.size not in (1, model.nx):
@@ -308,8 +314,12 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
     Returns
     -------
     OutputErrorResult
-        theta, x0 (B, nx), cost, status, message, iterations, wall time. On a solver failure the
-        starting point comes back (status ``"solver_failed"``) unless ``raise_on_failure``.
+        theta, x0 (B, nx), cost, status, message, iterations, wall time. On any stop (time
+        limit, iteration limit, solver failure) the returned point is IPOPT's final iterate if it
+        is finite, meets continuity and is no worse than every earlier iterate, else the best
+        iterate IPOPT visited (or the start if none improved on it); ``message`` says which.
+        A solver failure raises [`SolverError`][ceem_casadi.SolverError] instead with
+        ``raise_on_failure``.
     """
     if not isinstance(options, OutputErrorOptions):
         raise TypeError(f"options must be an OutputErrorOptions, got {type(options).__name__}")
@@ -340,9 +350,12 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
         lbx = np.concatenate([model.params.lower[free], np.tile(lo, n_nodes)])
         ubx = np.concatenate([model.params.upper[free], np.tile(hi, n_nodes)])
         initial_cost = float(prob.functions(w0, P)[0])
-        sol = solve(prob.solver, x0=w0, p=P, lbx=lbx, ubx=ubx, lbg=0.0, ubg=0.0)
+        # the best iterate IPOPT visits (continuity met for multiple shooting) or the start:
+        # what comes back on any stop (time limit, failure) is never worse than either
+        tracker = BestIterate(w0, initial_cost, feasibility_tol=CONTINUITY_TOL)
+        sol = solve(prob.solver, x0=w0, p=P, lbx=lbx, ubx=ubx, lbg=0.0, ubg=0.0, best=tracker)
         st = prob.solver.stats()
-        status = Status.from_ipopt(st["return_status"], time_up=DEADLINE.expired())
+        status = Status.from_ipopt(st["return_status"], time_up=expired())
     w = np.asarray(sol["x"], float).ravel()
     message = f"IPOPT: {st['return_status']} after {st['iter_count']} iterations"
     cost, g = prob.functions(w, P)
@@ -350,15 +363,20 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
     if not (np.all(np.isfinite(w)) and np.isfinite(float(cost))):
         status = Status.SOLVER_FAILED
         message += "; non-finite iterate"
-    if status is Status.SOLVER_FAILED:
-        if options.raise_on_failure:
-            raise SolverError(f"refine_output_error: {message}. {status.advice}")
-        if not (np.isfinite(float(cost)) and float(cost) <= initial_cost and gap <= 1e-6):
-            w = w0  # the failed iterate is no better than the start: keep the last good point
-            cost, g = prob.functions(w, P)
-            message += "; returning the starting point (the last good iterate)"
-        else:
-            message += "; returning IPOPT's last iterate (lower cost than the start, continuity met)"
+    if status is Status.SOLVER_FAILED and options.raise_on_failure:
+        raise SolverError(f"refine_output_error: {message}. {status.advice}")
+    if status is Status.CONVERGED and gap <= CONTINUITY_TOL:
+        # a converged, feasible optimum is returned as is (an earlier iterate within the continuity
+        # tolerance can have a lower cost only by being slightly infeasible)
+        message += "; returning IPOPT's final iterate"
+    else:
+        w, _, which = tracker.choose(w, float(cost), gap, label="IPOPT's final iterate")
+        message += "; " + which
+    if not np.array_equal(w, np.asarray(sol["x"], float).ravel()):
+        cost, g = prob.functions(w, P)
+        if not float(cost) <= tracker.f * (1 + 1e-9) + 1e-300:  # the tracked cost must be the true one
+            w, (cost, g) = w0, prob.functions(w0, P)
+            message += " (its recomputed cost disagreed: returning the starting point instead)"
     out = theta_vec.copy()
     out[free] = w[:free.size]
     nodes = w[free.size:].reshape(n_nodes, model.nx)
