@@ -19,6 +19,11 @@ class NonFiniteError(CeemError, ValueError):
     """An input contains NaN or inf where only finite values are allowed."""
 
 
+class DataError(CeemError, ValueError):
+    """Data that cannot be fitted (every output of a trajectory or an output column missing, NaN
+    inputs, wrong lengths or dimensions); the message names the trajectory or column and the fix."""
+
+
 class ParameterError(CeemError, KeyError):
     """Unknown or missing parameter names, or values outside their bounds."""
 

@@ -29,6 +29,7 @@ from ..distributed._executors import start_engine
 from ..em._options import CEEMOptions
 from ..errors import SolverError
 from ..io._data import Trajectories
+from ..io._validate import check_data
 from ..learning._learner import Learner
 from ..learning._pieces import learner_for
 from ..model._params import Theta
@@ -285,7 +286,7 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
 
 
 def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> CEEMResult:
-    data.check_model(model)
+    check_data(model, data)
     theta0 = model.params.validate(theta0)
     theta_vec = model.params.to_vector(theta0)
     first_x = np.zeros(model.nx) if x_init is None else np.asarray(x_init[0])[0]

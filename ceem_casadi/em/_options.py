@@ -9,7 +9,7 @@ import numpy as np
 from ..distributed._executors import check_executor
 from ..errors import OptionsError
 from ..learning._options import LearnerOptions
-from ..runtime._schema import ACCELERATIONS, HESSIANS, check_time_limit, require, typed_fields
+from ..runtime._schema import ACCELERATIONS, HESSIANS, check_fields, check_time_limit, require, typed_fields
 from ..smoothing._options import SmootherOptions
 
 
@@ -81,6 +81,7 @@ class CEEMOptions:
     executor: object = None
 
     def __post_init__(self):
+        check_fields(self)
         check_time_limit(self.time_limit)
         require(self.joint_hessian in (*HESSIANS, "auto"),
                  f"joint_hessian must be one of {(*HESSIANS, 'auto')}, got {self.joint_hessian!r}")
@@ -92,6 +93,10 @@ class CEEMOptions:
                  f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
         require(self.acceleration in ACCELERATIONS,
                  f"acceleration must be one of {ACCELERATIONS}, got {self.acceleration!r}")
+        # strategy choices together: an option of one strategy given with another one is an error
+        require(self.joint_hessian == "auto" or self.acceleration == "joint",
+                f"joint_hessian={self.joint_hessian!r} is the Hessian of acceleration='joint', but acceleration="
+                f"{self.acceleration!r}: set acceleration='joint', or leave joint_hessian at 'auto'")
         require(self.max_iters >= 1, f"max_iters must be >= 1, got {self.max_iters}")
         require(np.isfinite(self.tol) and self.tol >= 0, f"tol must be finite and >= 0, got {self.tol}")
         require(self.n_jobs >= 1, f"n_jobs must be >= 1, got {self.n_jobs}")

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import ModelError, NonFiniteError, OptionsError
 from ..model._nn import adam_step
+from ..runtime._schema import check_fields
 from ._learner import LearnResult, weighted_stage_columns
 
 __all__ = ["AdamLearner", "AdamLearnerOptions"]
@@ -86,6 +87,7 @@ class AdamLearnerOptions:
     chunk: int = 8192
 
     def __post_init__(self):
+        check_fields(self)
         if not (self.rho_theta >= 0 and self.epochs >= 1 and self.batch_size >= 1 and self.chunk >= 1):
             raise OptionsError(f"AdamLearnerOptions: need rho_theta >= 0, epochs >= 1, batch_size >= 1, "
                                  f"chunk >= 1; got {self.rho_theta}, {self.epochs}, {self.batch_size}, {self.chunk}")

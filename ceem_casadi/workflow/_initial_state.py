@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
-from ..errors import NonFiniteError, ShapeError, SolverError
+from ..errors import DataError, NonFiniteError, ShapeError, SolverError
 from ..io._data import Trajectories
+from ..io._validate import check_data, check_outputs
 from ..model._simulation import as_theta_vector, rollout
 from ..runtime._best import BestIterate
 from ..runtime._solve import deadline, expired, ipopt_options, ipopt_solver, solve
@@ -153,7 +154,7 @@ def _bounds(model, value, fill, name):
 def _trajectories(model, y, u):
     """``(list of y (T, ny), list of u (T, nu), single)`` from one trajectory or a batch."""
     if isinstance(y, Trajectories):
-        y.check_model(model)
+        check_data(model, y)
         return list(y.y), [y.inputs(b) for b in range(len(y))], False
     single = not isinstance(y, (list, tuple)) and np.ndim(y) <= 2
     ys = [y] if single else list(y)
@@ -176,6 +177,7 @@ def _trajectories(model, y, u):
             raise NonFiniteError(f"u[{b}] contains NaN or inf; inputs must be finite")
         out_y.append(yb)
         out_u.append(ub)
+    check_outputs(out_y)
     return out_y, out_u, single
 
 
@@ -238,6 +240,11 @@ def estimate_initial_state(model, theta, y, u=None, *, window: int | None = None
     k = default_window(model, shortest) if window is None else window
     if int(k) != k or not 1 <= k <= shortest:
         raise ShapeError(f"window: expected an integer in [1, {shortest}] (shortest trajectory), got {window!r}")
+    empty = [b for b, yb in enumerate(ys) if np.all(np.isnan(yb[:int(k)]))]
+    if empty:
+        raise DataError(f"trajectory {empty[0]}: every output in the first {int(k)} samples (the window) is "
+                        "missing (NaN); the initial state cannot be estimated there: give a longer window= "
+                        "(x0_window=) or x_init=")
     lower = _bounds(model, x_lower, -np.inf, "x_lower")
     upper = _bounds(model, x_upper, np.inf, "x_upper")
     if np.any(lower > upper):

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import NonFiniteError, ShapeError
+from ..io._validate import check_data
 from ..model._simulation import as_theta_vector as _theta_vector
 from ..model._simulation import run
 from ._initial_state import estimate_initial_state
@@ -343,7 +344,7 @@ def validation_report(model, theta, data, *, x0=None, k: int | Sequence[int] = (
     """
     from ..filtering import EKF
 
-    data.check_model(model)
+    check_data(model, data)
     theta_vec = _theta_vector(model, theta)
     ks = (k,) if np.ndim(k) == 0 else tuple(k)
     for kk in ks:

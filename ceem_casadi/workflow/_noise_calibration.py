@@ -26,9 +26,10 @@ from ..em._options import CEEMOptions
 from ..errors import NonFiniteError, ShapeError
 from ..filtering import EKF
 from ..io._data import Trajectories
+from ..io._validate import check_data
 from ..learning._learner import Learner
 from ..model._params import Theta
-from ..runtime._schema import check_time_limit, require
+from ..runtime._schema import check_fields, check_time_limit, require
 from ..smoothing._smoother import Smoother
 from ._noise_criteria import holdout_rms, innovation_loglik, split_tails
 
@@ -92,6 +93,7 @@ class NoiseCalibrationOptions:
     ekf_engine: str = "casadi"
 
     def __post_init__(self):
+        check_fields(self)
         require(isinstance(self.ceem, CEEMOptions), f"ceem must be a CEEMOptions, got {type(self.ceem).__name__}")
         require(isinstance(self.n_jobs, int) and self.n_jobs >= 1, f"n_jobs must be an int >= 1, got {self.n_jobs!r}")
         require(self.chains is None or (isinstance(self.chains, int) and self.chains >= 1),
@@ -361,7 +363,7 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
     levels = _validate_grid(grid)
     if not isinstance(data, Trajectories):
         raise TypeError(f"data must be a cc.Trajectories (e.g. cc.Trajectories(y, u)), got {type(data).__name__}")
-    data.check_model(model)
+    check_data(model, data)
     theta0 = model.params.validate(theta0)
     fit_data, tails = data, None
     if criterion == "holdout":

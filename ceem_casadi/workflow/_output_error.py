@@ -21,18 +21,19 @@ Hessian. The NLP is built once per (model, trajectory lengths, shooting, options
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import casadi as ca
 import numpy as np
 
 from ..errors import ShapeError, SolverError
 from ..io._data import Trajectories
+from ..io._validate import check_data
 from ..model._params import Theta
 from ..model._simulation import rollout, run
 from ..runtime._best import BestIterate
 from ..runtime._callbacks import SparsityCallback
-from ..runtime._schema import HESSIANS, check_time_limit, require
+from ..runtime._schema import BOUND, HESSIANS, check_bounds, check_fields, check_time_limit, require
 from ..runtime._solve import deadline, expired, ipopt_options, ipopt_solver, solve
 from ..runtime._status import Status
 from ._initial_state import estimate_initial_state
@@ -84,11 +85,13 @@ class OutputErrorOptions:
     use_prior: bool = True
     time_limit: float | None = None
     x0_window: int | None = None
-    x_lower: object = None
-    x_upper: object = None
+    x_lower: object = field(default=None, metadata=BOUND)
+    x_upper: object = field(default=None, metadata=BOUND)
     raise_on_failure: bool = False
 
     def __post_init__(self):
+        check_fields(self)
+        check_bounds(self.x_lower, self.x_upper)
         require(isinstance(self.max_iter, int) and self.max_iter >= 1, f"max_iter must be an int >= 1, got {self.max_iter!r}")
         require(np.isfinite(self.tol) and self.tol > 0, f"tol must be finite and > 0, got {self.tol!r}")
         require(self.hessian in HESSIANS,
@@ -326,7 +329,7 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
     if not isinstance(data, Trajectories):
         raise TypeError(f"data must be a Trajectories, got {type(data).__name__}")
     t0 = time.perf_counter()
-    data.check_model(model)
+    check_data(model, data)
     theta = model.params.validate(theta)
     theta_vec = model.params.to_vector(theta)
     if shooting is not None and (int(shooting) != shooting or shooting < 1):

@@ -41,10 +41,11 @@ from scipy.stats import norm
 
 from ..em._joint_gauss_newton import JointGaussNewton, _banded_upper
 from ..errors import OptionsError, SolverError
+from ..io._validate import check_data
 from ..learning._learner import AUTO_EXACT_INSTRUCTIONS, weighted_stage_columns
 from ..objective._stages import StageFunctions
 from ..runtime._linalg import BufferedCall, gram
-from ..runtime._schema import HESSIANS
+from ..runtime._schema import HESSIANS, check_fields
 from ..runtime._threads import blas_threads
 from ._identifiability import Direction, entry_names, spectrum, weak_directions
 
@@ -91,6 +92,7 @@ class UncertaintyOptions:
     blas_threads: int | None = 1
 
     def __post_init__(self):
+        check_fields(self)
         if self.hessian not in HESSIANS:
             raise OptionsError(f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
         if not 0 < self.level < 1:
@@ -362,7 +364,7 @@ def parameter_uncertainty(model, data, result, *, options: UncertaintyOptions = 
 
 
 def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> ParameterUncertainty:
-    data.check_model(model)
+    check_data(model, data)
     params = model.params
     theta = result if isinstance(result, dict) else result.theta
     theta_vec = params.to_vector(theta)
