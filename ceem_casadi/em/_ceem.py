@@ -16,11 +16,8 @@ rejected the same way (recorded with ``accepted=False``), the loop stops with
 from __future__ import annotations
 
 import logging
-import multiprocessing
-import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,10 +32,10 @@ from ..learning._pieces import learner_for
 from ..model._params import Theta
 from ..objective._log_density import log_prior
 from ..objective._stages import SMOOTHER_STAGES
+from ..runtime._pool import WorkerPool
 from ..runtime._solve import deadline, expired
 from ..runtime._status import Status
 from ..runtime._threads import blas_threads
-from ..runtime._workers import die_with_parent
 from ..smoothing._initial_states import check_states, eks_states
 from ..smoothing._smoother import Smoother
 from ._joint_gauss_newton import JointGaussNewton, LinAlgError
@@ -52,9 +49,7 @@ log = logging.getLogger(__name__)
 _WORKER: dict = {}
 
 
-def _worker_init(model, smoother_options, parent_pid=None):
-    if parent_pid is not None:
-        die_with_parent(parent_pid)  # no orphaned workers when the fit is killed
+def _worker_init(model, smoother_options):
     _WORKER["smoother"] = Smoother(model, smoother_options)
 
 
@@ -70,15 +65,14 @@ class _SmoothingStep:
     def __init__(self, smoother: Smoother, n_jobs: int):
         self.smoother, self.pool = smoother, None
         if n_jobs > 1:
-            ctx = multiprocessing.get_context("fork")
-            self.pool = ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_worker_init,
-                                            initargs=(smoother.model, smoother.options, os.getpid()))
+            # workers end with this process (SIGKILL, SIGTERM) and are killed at once on Ctrl-C
+            self.pool = WorkerPool(n_jobs, initializer=_worker_init, initargs=(smoother.model, smoother.options))
 
     def __call__(self, theta_vec, data, xs):
         if self.pool is None:
             return self.smoother.solve(theta_vec, data, xs)
         jobs = [(theta_vec, y, data.inputs(b), xs[b]) for b, y in enumerate(data.y)]
-        return list(self.pool.map(_worker_smooth, jobs))
+        return self.pool.map(_worker_smooth, jobs)
 
     # the interface shared with the distributed engines (ceem_casadi.distributed)
     @staticmethod
@@ -94,7 +88,7 @@ class _SmoothingStep:
 
     def close(self):
         if self.pool is not None:
-            self.pool.shutdown()
+            self.pool.close()
 
 
 @dataclass

@@ -238,7 +238,7 @@ def _job(f: ca.Function, unit: str, lib: Path, cc: str) -> CompileJob:
             shutil.rmtree(tmp, ignore_errors=True)
 
     # expected gcc time ~ C length, ~2.5x less at -O0: the queue's order (longest first)
-    return CompileJob(cmd, f.name(), len(source) * (2 if cmd[1] == "-O0" else 5), finish)
+    return CompileJob(cmd, f.name(), len(source) * (2 if cmd[1] == "-O0" else 5), finish, cleanup=str(tmp))
 
 
 def compile_functions(functions: list[ca.Function], name: str = "ceem_stages",

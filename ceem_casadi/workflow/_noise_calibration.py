@@ -14,9 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +27,7 @@ from ..io._data import Trajectories
 from ..io._validate import check_data
 from ..learning._learner import Learner
 from ..model._params import Theta
+from ..runtime._pool import WorkerPool
 from ..runtime._schema import check_fields, check_time_limit, require
 from ..smoothing._smoother import Smoother
 from ._noise_criteria import holdout_rms, innovation_loglik, split_tails
@@ -380,9 +379,9 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
     blocks = [(list(b), *start) for b in np.array_split(rest, n_chains) if b.size]
     n_jobs = min(options.n_jobs, len(blocks))
     if n_jobs > 1:
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_worker_init, initargs=(task,)) as pool:
-            chains = list(pool.map(_worker_chain, blocks))
+        # workers end with this process (SIGKILL, SIGTERM) and are killed at once on Ctrl-C
+        with WorkerPool(n_jobs, initializer=_worker_init, initargs=(task,)) as pool:
+            chains = pool.map(_worker_chain, blocks)
     else:
         chains = [_run_chain(task, solvers, *b) for b in blocks]
     rows = sorted((r for c in [anchor, *chains] for r in c), key=lambda r: r.level)
