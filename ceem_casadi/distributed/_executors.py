@@ -152,6 +152,14 @@ class Sharded:
         return ExecutorEngine(self, model, data, options, smoother)
 
 
+def engine_has_learner(executor) -> bool:
+    """Whether the engine of ``executor`` runs its own learning step (Dask: the states stay on the
+    workers and the learner's data terms are map-reduced there), which a user's learner cannot
+    replace."""
+    inner = executor.executor if isinstance(executor, Sharded) else executor
+    return is_dask_client(inner)
+
+
 def start_engine(executor, model, data, options, smoother):
     """The engine for ``CEEMOptions.executor`` (wrapped in a :class:`Sharded` unless it is one)."""
     sharded = executor if isinstance(executor, Sharded) else Sharded(executor)

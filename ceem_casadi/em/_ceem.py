@@ -22,13 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..distributed._executors import start_engine
+from ..distributed._executors import engine_has_learner, start_engine
 from ..em._options import CEEMOptions
-from ..errors import SolverError
+from ..errors import OptionsError, SolverError
 from ..io._data import Trajectories
 from ..io._validate import check_data
-from ..learning._learner import Learner
-from ..learning._pieces import learner_for
+from ..learning._factory import learner_for
+from ..learning._protocol import LearningStep
 from ..model._params import Theta
 from ..objective._log_density import log_prior
 from ..objective._stages import SMOOTHER_STAGES
@@ -43,6 +43,12 @@ from ._joint_nlp import JointSolver
 from ._results import CEEMResult, IterationRecord
 
 log = logging.getLogger(__name__)
+
+
+_ENGINE_LEARNER = ("learner={learner} cannot be used with executor={executor}: this engine keeps the smoothed "
+                   "states on its workers and learns from them with its own map-reduced learner, which a learner "
+                   "given here would silently replace; drop learner= (the engine's learner follows "
+                   "options.learner) or drop executor= to use your learner")
 
 
 # --- process pool for the smoothing step -------------------------------------------------
@@ -222,7 +228,7 @@ class _EMRun:
 
 def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEEMOptions(),
          x_init: list | None = None, callback: Callable[[IterationRecord], None] | None = None,
-         smoother: Smoother | None = None, learner: Learner | None = None) -> CEEMResult:
+         smoother: Smoother | None = None, learner: LearningStep | None = None) -> CEEMResult:
     """Identify ``model`` from ``data`` with CE-EM, starting at ``theta0``.
 
     Parameters
@@ -239,8 +245,14 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
         Initial state trajectories (T_b, nx); default: EKF + RTS smoother at ``theta0``.
     callback : callable, optional
         Called with each :class:`IterationRecord`; return ``False`` to stop early.
-    smoother, learner : Smoother, Learner, optional
-        Prebuilt solvers to reuse across calls (same model and data shape).
+    smoother : Smoother, optional
+        A prebuilt smoother to reuse across calls (same model and data shape).
+    learner : LearningStep, optional
+        The learning step: any object with the [`LearningStep`][ceem_casadi.learning.LearningStep]
+        protocol's ``solve`` (e.g. a prebuilt [`Learner`][ceem_casadi.Learner] or an
+        [`AdamLearner`][ceem_casadi.AdamLearner]); default `learning.learner_for`. Not with a Dask
+        ``executor``, whose engine learns from the states kept on its workers (refused with
+        `OptionsError`).
 
     Returns
     -------
@@ -271,6 +283,9 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     increases the objective; a plain EM step follows to judge convergence. After
     ``JOINT_MAX_FAILURES`` solves without increase, only EM steps are taken.
     """
+    if learner is not None and not isinstance(learner, LearningStep):
+        raise TypeError(f"learner must implement the LearningStep protocol (a solve(theta_vec, data, xs, "
+                        f"rho_theta=None, weights=None) method returning a LearnResult), got {type(learner).__name__}")
     if not isinstance(options, CEEMOptions):
         raise TypeError(f"options must be a CEEMOptions, got {type(options).__name__}")
     t_start = time.perf_counter()
@@ -292,8 +307,15 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     # the joint step's or asked for next) in one background pool of compilers, before any is waited for
     smoother.stages.prefetch(SMOOTHER_STAGES, *([JointGaussNewton.stage_names(smoother.stages)]
                                                 if options.acceleration == "newton" else []))
+    if learner is not None and engine_has_learner(options.executor):
+        raise OptionsError(_ENGINE_LEARNER.format(learner=type(learner).__name__,
+                                                  executor=type(options.executor).__name__))
     engine = None if options.executor is None else start_engine(options.executor, model, data, options, smoother)
     # long records: the learner's data terms piece by piece (no T-sized graph; ceem_casadi.learner_pieces)
+    if learner is not None and getattr(engine, "learner", None) is not None:  # (refused before starting)
+        engine.close()
+        raise OptionsError(_ENGINE_LEARNER.format(learner=type(learner).__name__,
+                                                  executor=type(options.executor).__name__))
     learner = learner or getattr(engine, "learner", None) or learner_for(model, data.lengths, options.learner,
                                                                          smoother.stages)
     joint = (JointGaussNewton(model, data.lengths, smoother.stages, use_prior=options.learner.use_prior)
@@ -403,7 +425,7 @@ IDENTIFIABILITY_CHECK_MAX = 1000
 IDENTIFIABILITY_TOL = 1e-10
 
 
-def _check_learning_hessian(result: CEEMResult, learner: Learner, model, data) -> None:
+def _check_learning_hessian(result: CEEMResult, learner: LearningStep, model, data) -> None:
     """Warn (``result.warnings`` and the log) when the learning step's Hessian at the final
     iterate is singular in some direction (see :mod:`ceem_casadi.identifiability`)."""
     from ..workflow._identifiability import describe, entry_names, weak_directions
