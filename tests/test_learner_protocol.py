@@ -73,8 +73,8 @@ def test_a_learner_with_the_dask_engine_is_refused_not_silently_replaced(problem
     distributed = pytest.importorskip("distributed", reason="dask.distributed not installed")
     model, data, _ = problem
     user = _Delegating(cc.Learner(model, data.lengths))
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
-        with pytest.raises(cc.OptionsError, match="learner=_Delegating cannot be used with executor=Client"):
-            cc.ceem(model, data, lorenz.TRUE, options=cc.CEEMOptions(executor=client, max_iters=2), learner=user)
+    refused = pytest.raises(cc.OptionsError, match="learner=_Delegating cannot be used with executor=Client")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as \
+            cluster, distributed.Client(cluster) as client, refused:
+        cc.ceem(model, data, lorenz.TRUE, options=cc.CEEMOptions(executor=client, max_iters=2), learner=user)
     assert user.calls == 0

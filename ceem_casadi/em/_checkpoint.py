@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,6 @@ log = logging.getLogger(__name__)
 
 FORMAT = "ceem_casadi.checkpoint"
 FORMAT_VERSION = 1
-KILL_ENV = "CEEM_CASADI_TEST_KILL_AFTER"   # testing aid: SIGKILL self after this many iterations
 
 
 class CheckpointError(ModelFileError):
@@ -109,8 +107,6 @@ class CheckpointWriter:
         self.offset = len(self.history)
         self.theta = {k: np.asarray(v, float) for k, v in theta0.items()}
         self.x = None
-        kill = os.environ.get(KILL_ENV)
-        self.kill_after = int(kill) if kill else None
 
     def __call__(self, rec) -> None:
         self.history.append(record_dict(rec, self.offset))
@@ -119,8 +115,6 @@ class CheckpointWriter:
             self.x = getattr(rec, "x", None)
         write_checkpoint(self.path, self.theta, self.history, x=self.x, meta=self.meta)
         log.debug("checkpoint %s: %d iterations", self.path, len(self.history))
-        if self.kill_after is not None and len(self.history) >= self.kill_after:
-            os.kill(os.getpid(), signal.SIGKILL)  # testing aid: die like a killed process
 
     def finish(self, status: str, message: str = "", theta: dict | None = None, x=None) -> Path:
         """Write the final checkpoint with the fit's status (a later resume returns it as is)."""
