@@ -81,7 +81,7 @@ class BestIterate:
         if not np.all(np.isfinite(x)):
             return False
         self.x, self.f, self.violation = x.copy(), float(f), float(violation)
-        self.label = label if label != "IPOPT iteration" else f"IPOPT iteration {self.offered}"
+        self.label = label
         return True
 
     @property

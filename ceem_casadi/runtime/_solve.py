@@ -196,7 +196,7 @@ class _TrackingCallback(_DeadlineCallback):
             f = float(arg[names.index("f")])
             x = np.asarray(arg[names.index("x")].full(), float).ravel()
             g = np.asarray(arg[names.index("g")].full(), float).ravel()
-            tracker.offer(x, f, float(np.max(np.abs(g), initial=0.0)), label="IPOPT iteration")
+            tracker.offer(x, f, float(np.max(np.abs(g), initial=0.0)), label=f"IPOPT iteration {tracker.offered}")
         return [_should_stop()]
 
 
