@@ -238,7 +238,8 @@ def test_smoothing_step_uses_processes_only_for_n_jobs_above_one(problem):
     assert _SmoothingStep(smoother, 1).pool is None
     step = _SmoothingStep(smoother, 3)
     try:
-        assert step.pool._max_workers == 3 and step.pool._mp_context.get_start_method() == "fork"
+        pool = step.pool.executor  # a runtime._pool.WorkerPool (workers end with this process)
+        assert pool._max_workers == 3 and pool._mp_context.get_start_method() == "fork"
     finally:
         step.close()
 
