@@ -150,3 +150,22 @@ def test_output_error_stopped_on_an_infeasible_shooting_iterate_returns_a_feasib
     assert res.status == "max_iters"
     assert res.constraint_violation <= 1e-6 and res.cost <= res.initial_cost
     assert "violates the constraints" in res.message and "starting point" in res.message
+
+
+def test_the_best_iterate_is_kept_inside_the_bounds(monkeypatch):
+    """IPOPT's intermediate iterates may lie outside the bounds by its bound relaxation (~1e-8):
+    the best iterate returned after a stop is inside them (found on Cascaded Tanks: a returned
+    theta with b2 = -1e-8 < 0 that every later call refused)."""
+    from ceem_casadi.workflow import _output_error as oe
+
+    data = _data(pendulum(), T=60, noise=0.05, seed=3)
+    model = pendulum(a={"upper": 1.9})  # the optimum (a near 2) sits on the upper bound
+    cc.refine_output_error(model, START, data)
+    prob = oe.problem_for(model, data.lengths, None, cc.OutputErrorOptions())
+    monkeypatch.setattr(prob, "solver", _WorseFinal(prob.solver, lambda x: x * np.nan, "Restoration_Failed"))
+    res = cc.refine_output_error(model, START, data)
+    assert "best iterate seen" in res.message, res.message
+    assert float(res.theta["a"]) <= 1.9 and float(res.theta["a"]) > 1.89
+    model.params.validate(res.theta)  # inside every bound
+    best = BestIterate(np.zeros(2), 1.0, lower=[-1.0, 0.0], upper=[1.0, 1.0])
+    assert best.offer(np.array([-1.0 - 1e-8, 0.5]), 0.5) and best.x[0] == -1.0

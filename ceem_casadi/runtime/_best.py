@@ -30,6 +30,9 @@ class BestIterate:
         no constraints). The start is kept whatever its violation.
     label : str
         How the start is named in messages.
+    lower, upper : array_like, optional
+        Bounds of the iterate: a kept iterate is clipped into them (IPOPT's intermediate
+        iterates may lie outside the original bounds by its ``bound_relax_factor``, ~1e-8).
     rtol : float
         Relative slack of [`choose`][ceem_casadi.runtime._best.BestIterate.choose]: a final
         iterate within ``rtol * |f_best|`` of the best is returned (round-off, e.g. IPOPT's final
@@ -56,7 +59,7 @@ class BestIterate:
     """
 
     def __init__(self, x, f: float, *, feasibility_tol: float = math.inf, label: str = "the starting point",
-                 rtol: float = 1e-9):
+                 lower=None, upper=None, rtol: float = 1e-9):
         self.x = np.array(x, float, copy=True)
         self.f = float(f)
         self.violation = 0.0
@@ -65,6 +68,8 @@ class BestIterate:
         self.feasibility_tol = float(feasibility_tol)
         self.offered = 0
         self.rtol = float(rtol)
+        self.lower = None if lower is None else np.asarray(lower, float)
+        self.upper = None if upper is None else np.asarray(upper, float)
 
     def better(self, f: float, violation: float = 0.0) -> bool:
         """Whether an iterate of objective ``f`` and violation ``violation`` beats the best."""
@@ -80,6 +85,9 @@ class BestIterate:
         x = np.asarray(x, float)
         if not np.all(np.isfinite(x)):
             return False
+        if self.lower is not None or self.upper is not None:
+            x = np.clip(x, self.lower if self.lower is not None else -np.inf,
+                        self.upper if self.upper is not None else np.inf)
         self.x, self.f, self.violation = x.copy(), float(f), float(violation)
         self.label = label
         return True
@@ -108,7 +116,8 @@ class BestIterate:
                     and np.all(np.isfinite(x)) and (not math.isfinite(self.f) or f <= self.f + self.rtol * abs(self.f)))
         if final_ok:
             return x.copy(), f, f"returning {label}"
-        why = f"cost {self.f:.4g} < {f:.4g} of {label}" if math.isfinite(f) else f"{label} is not finite"
+        digits = 4 if not math.isfinite(f) or abs(f - self.f) > 1e-3 * abs(f) else 12
+        why = f"cost {self.f:.{digits}g} < {f:.{digits}g} of {label}" if math.isfinite(f) else f"{label} is not finite"
         if math.isfinite(f) and violation > self.feasibility_tol:
             why = f"{label} violates the constraints by {violation:.2g}"
         if self.is_start:

@@ -119,7 +119,8 @@ class InitialStateSolver:
                                       f"the free run is not finite from any of the {len(starts)} start(s); "
                                       "give starts= inside the model's domain", 0, 0.0)
         i_best = int(np.nanargmin(np.where(np.isfinite(costs), costs, np.nan)))
-        tracker = BestIterate(starts[i_best], costs[i_best], label="the best starting point")
+        tracker = BestIterate(starts[i_best], costs[i_best], label="the best starting point", lower=lower,
+                              upper=upper)
         t0 = time.perf_counter()
         sol = solve(self.solver, x0=starts[i_best], p=P, lbx=lower, ubx=upper, best=tracker)
         wall = time.perf_counter() - t0
