@@ -300,6 +300,23 @@ def _state_bounds(model, value, fill, name) -> np.ndarray:
     return np.broadcast_to(v.ravel() if v.size > 1 else v, (model.nx,)).astype(float)
 
 
+def _offer_resimulated(prob, model, theta_vec, data, P, w, lo, hi, tracker) -> None:
+    """Offer ``tracker`` the iterate ``w``'s free parameters and initial states with every other
+    node replaced by the free run from them (continuity met by construction)."""
+    nf = prob.free.size
+    th = theta_vec.copy()
+    th[prob.free] = w[:nf]
+    nodes = w[nf:].reshape(len(prob.segs), model.nx)
+    x0 = nodes[[i for i, (_, s0, _, _) in enumerate(prob.segs) if s0 == 0]]
+    with np.errstate(all="ignore"):
+        resim = np.clip(prob.nodes(model, th, data, x0), lo[:, None], hi[:, None])
+    w_new = np.concatenate([w[:nf], resim.ravel(order="F")])
+    cost, g = prob.functions(w_new, P)
+    gap = float(np.max(np.abs(np.asarray(g))))
+    tracker.offer(w_new, float(cost), gap, label="IPOPT's final parameters and initial states, the other "
+                                                 "nodes re-simulated from them")
+
+
 def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: int | None = None, x0=None,
                         options: OutputErrorOptions = OutputErrorOptions()) -> OutputErrorResult:
     """Fit the free parameters and every trajectory's initial state by output error (module docstring).
@@ -373,6 +390,10 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
         # tolerance can have a lower cost only by being slightly infeasible)
         message += "; returning IPOPT's final iterate"
     else:
+        if prob.ng and gap > CONTINUITY_TOL and np.all(np.isfinite(w)):
+            # multiple shooting stopped between nodes that do not join: the final parameters and
+            # initial states with the nodes re-simulated from them are a continuous candidate
+            _offer_resimulated(prob, model, theta_vec, data, P, w, lo, hi, tracker)
         w, _, which = tracker.choose(w, float(cost), gap, label="IPOPT's final iterate")
         message += "; " + which
     if not np.array_equal(w, np.asarray(sol["x"], float).ravel()):
