@@ -248,7 +248,7 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     smoother : Smoother, optional
         A prebuilt smoother to reuse across calls (same model and data shape).
     learner : LearningStep, optional
-        The learning step: any object with the [`LearningStep`][ceem_casadi.learning.LearningStep]
+        The learning step: any object with the `ceem_casadi.learning.LearningStep`
         protocol's ``solve`` (e.g. a prebuilt [`Learner`][ceem_casadi.Learner] or an
         [`AdamLearner`][ceem_casadi.AdamLearner]); default `learning.learner_for`. Not with a Dask
         ``executor``, whose engine learns from the states kept on its workers (refused with
