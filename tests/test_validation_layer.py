@@ -43,13 +43,15 @@ def test_all_nan_outputs_are_refused_with_one_message_by_every_entry_point(loren
     assert str(info.value).startswith("trajectory 0: every output is missing (NaN)")
 
 
-def test_the_cli_gives_the_same_message_as_the_library(lorenz_problem, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("command", ["fit", "refine", "calibrate-noise", "smooth"])
+def test_the_cli_gives_the_same_message_as_the_library(lorenz_problem, tmp_path, monkeypatch, capsys, command):
     model, _, nan = lorenz_problem
     with pytest.raises(DataError) as info:
         cc.ceem(model, nan, THETA)
     pd.DataFrame({"y0": np.full(40, np.nan), "y1": np.full(40, np.nan)}).to_csv(tmp_path / "nan.csv", index=False)
     monkeypatch.chdir(tmp_path)
-    rc = main(["fit", "--model", "models.lorenz:single_lorenz", "--data", "nan.csv", "--out", "m.npz", "-q"])
+    rc = main([command, "--model", "models.lorenz:single_lorenz", "--data", "nan.csv", "--out", "m.npz",
+               *([] if command == "smooth" else ["-q"])])
     err = capsys.readouterr().err
     assert rc == 2 and str(info.value) in err, err
 
