@@ -53,6 +53,11 @@ class NonFiniteError(CeemError, ValueError):
     """
 
 
+class DataError(CeemError, ValueError):
+    """Data that cannot be fitted (every output of a trajectory or an output column missing, NaN
+    inputs, wrong lengths or dimensions); the message names the trajectory or column and the fix."""
+
+
 class ParameterError(CeemError, KeyError, ValueError):
     """Unknown or missing parameter names, or values outside their bounds (also a ``ValueError``:
     every input error of the library is one).

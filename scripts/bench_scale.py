@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 import ceem_casadi as cc
-from ceem_casadi.distributed._executors import Sharded
+from ceem_casadi.distributed import Sharded
 from models import lorenz
 from models.helicopter import heli_model
 

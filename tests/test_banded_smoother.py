@@ -148,7 +148,7 @@ def test_ceem_with_banded_smoother_equals_ipopt(n_jobs):
 
 
 def _worker_solver_kinds():
-    from ceem_casadi.distributed._executors import _tasks as _shard_tasks
+    from ceem_casadi.distributed import _tasks as _shard_tasks
     return [ts.solver_kind for entry in _shard_tasks._CACHE.values() for ts in entry.smoother._solvers.values()]
 
 
@@ -181,10 +181,11 @@ def test_joint_step_in_time_chunks_equals_dense_solve(monkeypatch, chunk):
     13: a last chunk of 2 stages and one of a single observation stage) or in one piece, equals
     one dense damped Gauss-Newton solve (oracle of tests/test_joint.py)."""
     from ceem_casadi.em import _joint_gauss_newton as joint_gauss_newton
+    from ceem_casadi.runtime import _policy as policy
     from ceem_casadi.smoothing._initial_states import eks_states
     from tests.test_joint import dense_step
 
-    monkeypatch.setattr(joint_gauss_newton, "JOINT_CHUNK", chunk)
+    monkeypatch.setattr(policy, "JOINT_CHUNK", chunk)
     model = lorenz.single_lorenz(process_std=0.01, measurement_std=0.01, theta0=lorenz.perturbed(lorenz.TRUE, 0.1, 3))
     model = model.with_noise(x1_mean=[-6.0, -6.0, 24.0], x1_std=2.5)
     data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(2, seed=4), [20, 13], measurement_std=0.01,
@@ -234,6 +235,7 @@ def test_ceem_uses_piece_learner_for_long_records(monkeypatch):
     """With the thresholds lowered (pieces of 16 from T = 50 on), cc.ceem learns piece by piece and
     its fit equals the one over all stages at once."""
     from ceem_casadi.learning import _pieces as learner_pieces
+    from ceem_casadi.runtime import _policy as policy
 
     model = lorenz.single_lorenz(process_std=0.05, measurement_std=0.1)
     data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(1, seed=1), 80, measurement_std=0.1,
@@ -243,8 +245,8 @@ def test_ceem_uses_piece_learner_for_long_records(monkeypatch):
                           learner=cc.LearnerOptions(compile=False))
     whole = cc.ceem(model, data, theta0, options=opts)
     made = []
-    monkeypatch.setattr(learner_pieces, "PIECE_FROM", 50)
-    monkeypatch.setattr(learner_pieces, "PIECE_LENGTH", 16)
+    monkeypatch.setattr(policy, "PIECE_FROM", 50)
+    monkeypatch.setattr(policy, "PIECE_LENGTH", 16)
     monkeypatch.setattr(learner_pieces.PieceLearner, "__init__", _recording(learner_pieces.PieceLearner.__init__, made))
     split = cc.ceem(model, data, theta0, options=opts)
     assert made and made[0].engine.piece == 16

@@ -16,7 +16,7 @@ import pytest
 
 import ceem_casadi as cc
 from ceem_casadi.deploy._modelfile import load_model
-from ceem_casadi.em._checkpoint import KILL_ENV, read_checkpoint
+from ceem_casadi.em._checkpoint import read_checkpoint
 from ceem_casadi.runtime._compile import compiler
 from models import lorenz
 
@@ -37,12 +37,13 @@ INPUT_MODEL = textwrap.dedent('''
 ''')
 
 
-def run(*args, env=None, cwd=None, check_rc=None):
+def run(*args, env=None, cwd=None, check_rc=None, kill_after=None):
+    """The CLI in a subprocess; ``kill_after=n``: SIGKILLed right after the n-th checkpoint (tests/_kill_after.py)."""
     env = dict(env or {})
     path = os.pathsep.join([str(ROOT), *([env.pop("PYTHONPATH")] if "PYTHONPATH" in env else [])])
     e = {**os.environ, "PYTHONPATH": path, "MPLBACKEND": "Agg", **env}
-    e.pop(KILL_ENV, None) if KILL_ENV not in env else None
-    proc = subprocess.run([sys.executable, "-m", "ceem_casadi.cli", *map(str, args)], capture_output=True,
+    cli = ["-m", "ceem_casadi.cli"] if kill_after is None else [str(ROOT / "tests" / "_kill_after.py"), str(kill_after)]
+    proc = subprocess.run([sys.executable, *cli, *map(str, args)], capture_output=True,
                           text=True, env=e, cwd=cwd or ROOT, timeout=300)
     if check_rc is not None:
         assert proc.returncode == check_rc, proc.stderr[-3000:]
@@ -65,9 +66,10 @@ def lorenz_csv(tmp_path_factory):
     return path
 
 
-def _fit(csv, out, *extra, env=None, check_rc=0):
+def _fit(csv, out, *extra, env=None, check_rc=0, kill_after=None):
     return run("fit", "--model", MODEL, "--model-kwargs", KW, "--data", csv, "--trajectory-column", "traj",
-               "--theta0", THETA0, "--acceleration", "newton", "--out", out, *extra, env=env, check_rc=check_rc)
+               "--theta0", THETA0, "--acceleration", "newton", "--out", out, *extra, env=env, check_rc=check_rc,
+               kill_after=kill_after)
 
 
 def test_fit_evaluate_codegen_plot(lorenz_csv, tmp_path):
@@ -135,7 +137,7 @@ def test_parquet_data_equals_csv(lorenz_csv, tmp_path):
 
 def test_kill_after_two_iterations_and_resume(lorenz_csv, tmp_path):
     ref = json.loads(_fit(lorenz_csv, tmp_path / "ref.npz", "-q").stdout)
-    proc = _fit(lorenz_csv, tmp_path / "k.npz", "-q", env={KILL_ENV: "2"}, check_rc=None)
+    proc = _fit(lorenz_csv, tmp_path / "k.npz", "-q", kill_after=2, check_rc=None)
     assert proc.returncode == -9                       # SIGKILL: nothing after the checkpoint ran
     assert not (tmp_path / "k.npz").exists()
     ckpt = read_checkpoint(tmp_path / "k.npz.ckpt.npz")
@@ -201,7 +203,7 @@ def test_bad_input_exit_2_one_line(input_model, case, args, words):
 
 def test_input_model_fit_and_help(input_model):
     script = shutil.which("ceem-casadi")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", KILL_ENV)}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if script:   # only when the console script runs this checkout (not another editable install)
         where = subprocess.run([sys.executable, "-c", "import ceem_casadi; print(ceem_casadi.__file__)"], env=env,
                                cwd=input_model, capture_output=True, text=True).stdout.strip()
@@ -265,7 +267,6 @@ def test_sigint_keeps_checkpoint_and_resumes(tmp_path):
             tmp_path / "d.csv", "--trajectory-column", "traj", "--theta0", THETA0, "--max-iters", "500",
             "--out", tmp_path / "m.npz", "-q"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop(KILL_ENV, None)
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ckpt = tmp_path / "m.npz.ckpt.npz"
     t0 = time.time()

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ceem_casadi.cli._main import main
+from ceem_casadi.cli import main
 from ceem_casadi.em._options import CEEMOptions
 
 LINEAR = textwrap.dedent('''

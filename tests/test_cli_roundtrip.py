@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 import ceem_casadi as cc
+from ceem_casadi.cli import main
 from ceem_casadi.cli._inputs import load_data
-from ceem_casadi.cli._main import main
 from ceem_casadi.deploy._modelfile import build_model, load_model
 from ceem_casadi.em._checkpoint import read_checkpoint
 from models import lorenz

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.cli._main import main
+from ceem_casadi.cli import main
 from ceem_casadi.deploy._modelfile import load_model
 
 OSC = textwrap.dedent('''

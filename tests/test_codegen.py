@@ -94,7 +94,7 @@ def test_no_dynamic_allocation_and_bad_name(tmp_path):
         assert word not in src
     with pytest.raises(ValueError, match="C identifier"):
         generate_ekf(model, [10.0, 28.0, 2.6], tmp_path, name="bad-name")
-    with pytest.raises(cc.ShapeError, match="expected 3 parameters"):
+    with pytest.raises(cc.ShapeError, match="a vector of 3 entries, got 2"):
         generate_ekf(model, [10.0, 28.0], tmp_path)
 
 

@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 
 import ceem_casadi as cc
-from ceem_casadi.cli._main import main
+from ceem_casadi.cli import main
 
 TRUE = {"a": 0.8, "b": 0.5}
 THETA0 = {"a": 0.6, "b": 0.4}

@@ -108,16 +108,43 @@ def test_acceleration_steps_are_taken_and_change_the_iterates(problem, accelerat
         np.testing.assert_array_equal(fast.theta[k], fast.history[-1].theta[k])
 
 
+def _joint_log_density(model, data, theta, xs) -> float:
+    """J(x, theta) with all constants, from the model's f and g sample by sample (independent of
+    the library's stage Functions): observed outputs, transitions, the x1 prior if declared."""
+    p = model.params.to_vector(theta)
+    sv, sw = model.noise.measurement_std, model.noise.process_std
+    J = 0.0
+    for y, x in zip(data.y, xs):
+        for t in range(y.shape[0]):
+            m = np.isfinite(y[t])
+            r = (y[t] - np.asarray(model.g(x[t], [], p)).ravel())[m] / sv[m]
+            J += -0.5 * r @ r - 0.5 * np.sum(np.log(2 * np.pi * sv[m] ** 2))
+            if t + 1 < y.shape[0]:
+                w = (x[t + 1] - np.asarray(model.f(x[t], [], p)).ravel()) / sw
+                J += -0.5 * w @ w - 0.5 * np.sum(np.log(2 * np.pi * sw ** 2))
+        if model.noise.x1_mean is not None:
+            z = (x[0] - model.noise.x1_mean) / model.noise.x1_std
+            J += -0.5 * z @ z - 0.5 * np.sum(np.log(2 * np.pi * model.noise.x1_std ** 2))
+    return J
+
+
 @pytest.mark.parametrize("acceleration", ["none", "squarem", "newton"])
 def test_history_records_are_consistent(problem, acceleration):
-    """Every IterationRecord against values recomputed here: its number, J from the joint
-    log-density of its own iterate's theta (objective = J without priors), the increase over the
-    last accepted objective, the statuses of the solvers that produced it, finite timings."""
-    model, data, _, solvers = problem
-    res = run(problem, max_iters=6, tol=0.0, acceleration=acceleration)
+    """Every IterationRecord against values recomputed here: its number, J recomputed from the joint
+    log-density at the record's own states and theta (objective = J without priors), the increase
+    over the last accepted objective, the statuses of the solvers that produced it, finite timings."""
+    model, data, theta0, solvers = problem
+    seen = []  # (theta, states) of each record, copied in the callback (the record drops its states after it)
+    res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(max_iters=6, tol=0.0, acceleration=acceleration),
+                  callback=lambda rec: seen.append(({k: np.array(v) for k, v in rec.theta.items()},
+                                                    [np.array(x) for x in rec.x])), **solvers)
+    assert len(seen) == len(res.history)
     last = res.init_J
     for i, r in enumerate(res.history):
         assert r.iteration == i + 1 and r.kind in ("em", "extrapolated", "newton")
+        theta, xs = seen[i]
+        assert all(np.array_equal(theta[k], r.theta[k]) for k in theta)
+        assert r.J == pytest.approx(_joint_log_density(model, data, theta, xs), rel=1e-10, abs=1e-8)
         assert np.isfinite(r.J) and r.objective == r.J  # no priors declared
         assert abs(r.increase - (r.objective - last)) <= 1e-9 * abs(last)
         assert np.isfinite([r.smooth_s, r.learn_s]).all() and r.smooth_s >= 0 and r.learn_s >= 0
@@ -211,7 +238,8 @@ def test_smoothing_step_uses_processes_only_for_n_jobs_above_one(problem):
     assert _SmoothingStep(smoother, 1).pool is None
     step = _SmoothingStep(smoother, 3)
     try:
-        assert step.pool._max_workers == 3 and step.pool._mp_context.get_start_method() == "fork"
+        pool = step.pool.executor  # a runtime._pool.WorkerPool (workers end with this process)
+        assert pool._max_workers == 3 and pool._mp_context.get_start_method() == "fork"
     finally:
         step.close()
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.objective._log_density import _stages as stages_module
+from ceem_casadi.objective import _stages as stages_module
 from ceem_casadi.objective._stages import StageFunctions
 
 
@@ -122,7 +122,7 @@ def test_failed_compilation_falls_back_unless_compile_was_requested(monkeypatch,
     monkeypatch.setattr(stages_module, "compiler", lambda: "cc")
     monkeypatch.setattr(stages_module, "AUTO_COMPILE_INSTRUCTIONS", 0)
     stages = StageFunctions(model)
-    with caplog.at_level("WARNING", logger="ceem_casadi.objective._log_density._stages"):
+    with caplog.at_level("WARNING", logger="ceem_casadi.objective._stages"):
         (f,) = stages.get("obs_cost")
     assert f is stages.obs_cost and "no compiler today" in caplog.text
     with pytest.raises(RuntimeError, match="no compiler today"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "ceem_casadi"
-UPWARD = {("learning", "distributed")}   # named on the page: the piece learner uses distributed._tasks
+UPWARD: set = set()  # no import points up the layers
 
 
 def _subpackage(module: str) -> str | None:

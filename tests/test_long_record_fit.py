@@ -170,7 +170,7 @@ def test_learner_chunk_major_layout_equals_the_plain_one(monkeypatch):
     """Learner over many stages in chunks (lowered thresholds: chunks of 64 stages from 100 on,
     two trajectories of 300 and 211 samples, so chunks pad; 10 % missing outputs, inputs, free
     observation parameters): cost, Hessian and the learning solve equal the plain layout's."""
-    from ceem_casadi.learning import _chunks as learner_chunks
+    from ceem_casadi.runtime import _policy as policy
 
     rng = np.random.default_rng(7)
     model, truth = _free_observation_model(rng)
@@ -183,8 +183,8 @@ def test_learner_chunk_major_layout_equals_the_plain_one(monkeypatch):
     for hessian in ("exact", "gauss-newton"):
         got = {}
         for chunk_from in (10**9, 100):
-            monkeypatch.setattr(learner_chunks, "LEARN_CHUNK_FROM", chunk_from)
-            monkeypatch.setattr(learner_chunks, "LEARN_CHUNK", 64)
+            monkeypatch.setattr(policy, "LEARN_CHUNK_FROM", chunk_from)
+            monkeypatch.setattr(policy, "LEARN_CHUNK", 64)
             learner = cc.learning.Learner(model, data.lengths, cc.LearnerOptions(hessian=hessian))
             P = learner.parameter_vector(start, data, xs, 0.5)
             got[chunk_from] = (learner._chunk, float(learner.cost_function(z, P)),

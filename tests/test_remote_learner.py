@@ -95,13 +95,13 @@ def test_stage_terms_of_a_chunked_learner_equal_the_plain_layout(problem, monkey
     e.g. Lorenz B = 256, T = 500: 64k stages per shard of two); their per-stage terms must sum to
     the plain layout's (padding stages add exact zeros). Fails when ``Learner.stage_terms_function``
     maps the stage Functions over the plain columns (``over_stages``) in the chunked layout."""
-    from ceem_casadi.learning import _chunks as learner_chunks
+    from ceem_casadi.runtime import _policy as policy
 
     model, data, xs, theta = problem
     options = cc.LearnerOptions(hessian="exact", use_prior=False)
     plain = cc.learning.Learner(model, data.lengths, options)
-    monkeypatch.setattr(learner_chunks, "LEARN_CHUNK_FROM", 100)
-    monkeypatch.setattr(learner_chunks, "LEARN_CHUNK", 64)
+    monkeypatch.setattr(policy, "LEARN_CHUNK_FROM", 100)
+    monkeypatch.setattr(policy, "LEARN_CHUNK", 64)
     chunked = cc.learning.Learner(model, data.lengths, options)
     assert chunked._chunk == 64 and plain._chunk == 0
     z = theta[plain.free]

@@ -27,9 +27,11 @@ import numpy as np
 
 from ..errors import OptionsError
 from ..io._data import Trajectories
+from ..io._validate import check_data
 from ..learning._learner import Learner
 from ..learning._options import LearnerOptions
 from ..model._params import Theta
+from ..runtime._schema import check_fields
 from ..runtime._status import Status
 from ..runtime._threads import blas_threads
 from ._particle import ParticleFilter, ffbsi
@@ -86,6 +88,7 @@ class ParticleEMOptions:
     blas_threads: int | None = 1
 
     def __post_init__(self):
+        check_fields(self)
         checks = [
             (self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1),
              f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}"),
@@ -236,7 +239,7 @@ def particle_em(model, data: Trajectories, theta0: Theta, *,
 
 
 def _particle_em(model, data, theta0, options, seed, callback) -> ParticleEMResult:
-    data.check_model(model)
+    check_data(model, data)
     rng = np.random.default_rng(seed)
     theta_vec = model.theta_vector(theta0)
     m0, P0 = _initial_prior(model, options)

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..filtering import as_cov
+from ..model._simulation import as_theta_vector
 from ..runtime._compile import compiler
 from ..runtime._result import Result
 
@@ -159,10 +160,7 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
     from .._version import __version__
 
     nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
-    theta_vec = (model.theta_vector(theta) if isinstance(theta, dict)
-                 else np.asarray(theta, float).ravel())
-    if theta_vec.size != npar:
-        raise ShapeError(f"theta: expected {npar} parameters, got {theta_vec.size}")
+    theta_vec = as_theta_vector(model, theta)  # names, shapes, finiteness, bounds (one validation)
     noise = model.noise
     x0 = (noise.x1_mean if noise.x1_mean is not None else np.zeros(nx)) if x0 is None else x0
     x0 = np.asarray(x0, float).ravel()

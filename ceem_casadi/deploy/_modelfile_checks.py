@@ -1,11 +1,11 @@
 """The layout a model file must have, checked field by field before anything is built from it.
 
-The archive's digest (:mod:`ceem_casadi.io._archive`) catches damage, not a forger who recomputes
+The archive's digest (`ceem_casadi.io._archive`) catches damage, not a forger who recomputes
 it: a crafted file can hold any JSON and any numeric arrays. `check_model_file` checks the type, range and size of every metadata field and
 array that [`load_model`][ceem_casadi.load_model] and the CLI read, so a crafted file is refused
 with a one-line `ModelFileError` (a ``ValueError``) instead
 of a ``KeyError``, ``TypeError`` or a wrong model. Sizes and nesting are bounded earlier, by the
-archive reader (:mod:`ceem_casadi.io._limits`).
+archive reader (`ceem_casadi.io._limits`).
 """
 from __future__ import annotations
 

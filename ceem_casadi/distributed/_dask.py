@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from ..learning._remote import RemoteLearner
+from ..runtime._solve import remaining
 from . import _tasks as tasks
 from ._shards import (
     RemoteStates,
@@ -23,7 +24,6 @@ from ._shards import (
     model_spec,
     nbytes,
     outcomes,
-    remaining,
     shard_index,
 )
 

@@ -28,6 +28,7 @@ from concurrent.futures import Executor
 import numpy as np
 
 from ..objective._log_density import joint_log_density
+from ..runtime._solve import remaining
 from . import _tasks as tasks
 from ._dask import DaskEngine
 from ._shards import (
@@ -39,7 +40,6 @@ from ._shards import (
     model_spec,
     nbytes,
     outcomes,
-    remaining,
     shard_index,
 )
 
@@ -137,6 +137,14 @@ class Sharded:
         if is_dask_client(self.executor):
             return DaskEngine(self, model, data, options)
         return ExecutorEngine(self, model, data, options, smoother)
+
+
+def engine_has_learner(executor) -> bool:
+    """Whether the engine of ``executor`` runs its own learning step (Dask: the states stay on the
+    workers and the learner's data terms are map-reduced there), which a user's learner cannot
+    replace."""
+    inner = executor.executor if isinstance(executor, Sharded) else executor
+    return is_dask_client(inner)
 
 
 def start_engine(executor, model, data, options, smoother):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,7 +13,6 @@ import numpy as np
 from ..errors import OptionsError
 from ..io._data import Trajectories
 from ..objective._exact_sum import SplitSum
-from ..runtime._solve import DEADLINE
 from . import _tasks as tasks
 
 
@@ -71,13 +69,6 @@ def nbytes(obj) -> int:
     if isinstance(obj, (tasks.ShardState, tasks.ShardSummary)):
         return sum(nbytes(v) for v in vars(obj).values())
     return 8
-
-
-def remaining() -> float | None:
-    """Seconds left of the fit's time budget (None: no budget); workers set their own deadline."""
-    if DEADLINE.expires is None:
-        return None
-    return max(DEADLINE.expires - time.perf_counter(), 1e-3)
 
 
 @dataclass

@@ -16,28 +16,26 @@ rejected the same way (recorded with ``accepted=False``), the loop stops with
 from __future__ import annotations
 
 import logging
-import multiprocessing
-import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..distributed._executors import start_engine
+from ..distributed._executors import engine_has_learner, start_engine
 from ..em._options import CEEMOptions
-from ..errors import SolverError
+from ..errors import OptionsError, SolverError
 from ..io._data import Trajectories
-from ..learning._learner import Learner
-from ..learning._pieces import learner_for
+from ..io._validate import check_data
+from ..learning._factory import learner_for
+from ..learning._protocol import LearningStep
 from ..model._params import Theta
 from ..objective._log_density import log_prior
 from ..objective._stages import SMOOTHER_STAGES
-from ..runtime._solve import DEADLINE, deadline
+from ..runtime._pool import WorkerPool
+from ..runtime._solve import deadline, expired
 from ..runtime._status import Status
 from ..runtime._threads import blas_threads
-from ..runtime._workers import die_with_parent
 from ..smoothing._initial_states import check_states, eks_states
 from ..smoothing._smoother import Smoother
 from ._joint_gauss_newton import JointGaussNewton, LinAlgError
@@ -47,13 +45,17 @@ from ._results import CEEMResult, IterationRecord
 log = logging.getLogger(__name__)
 
 
+_ENGINE_LEARNER = ("learner={learner} cannot be used with executor={executor}: this engine keeps the smoothed "
+                   "states on its workers and learns from them with its own map-reduced learner, which a learner "
+                   "given here would silently replace; drop learner= (the engine's learner follows "
+                   "options.learner) or drop executor= to use your learner")
+
+
 # --- process pool for the smoothing step -------------------------------------------------
 _WORKER: dict = {}
 
 
-def _worker_init(model, smoother_options, parent_pid=None):
-    if parent_pid is not None:
-        die_with_parent(parent_pid)  # no orphaned workers when the fit is killed
+def _worker_init(model, smoother_options):
     _WORKER["smoother"] = Smoother(model, smoother_options)
 
 
@@ -69,15 +71,14 @@ class _SmoothingStep:
     def __init__(self, smoother: Smoother, n_jobs: int):
         self.smoother, self.pool = smoother, None
         if n_jobs > 1:
-            ctx = multiprocessing.get_context("fork")
-            self.pool = ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_worker_init,
-                                            initargs=(smoother.model, smoother.options, os.getpid()))
+            # workers end with this process (SIGKILL, SIGTERM) and are killed at once on Ctrl-C
+            self.pool = WorkerPool(n_jobs, initializer=_worker_init, initargs=(smoother.model, smoother.options))
 
     def __call__(self, theta_vec, data, xs):
         if self.pool is None:
             return self.smoother.solve(theta_vec, data, xs)
         jobs = [(theta_vec, y, data.inputs(b), xs[b]) for b, y in enumerate(data.y)]
-        return list(self.pool.map(_worker_smooth, jobs))
+        return self.pool.map(_worker_smooth, jobs)
 
     # the interface shared with the distributed engines (ceem_casadi.distributed)
     @staticmethod
@@ -93,7 +94,7 @@ class _SmoothingStep:
 
     def close(self):
         if self.pool is not None:
-            self.pool.shutdown()
+            self.pool.close()
 
 
 @dataclass
@@ -227,7 +228,7 @@ class _EMRun:
 
 def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEEMOptions(),
          x_init: list | None = None, callback: Callable[[IterationRecord], None] | None = None,
-         smoother: Smoother | None = None, learner: Learner | None = None) -> CEEMResult:
+         smoother: Smoother | None = None, learner: LearningStep | None = None) -> CEEMResult:
     """Identify ``model`` from ``data`` with CE-EM, starting at ``theta0``.
 
     Parameters
@@ -244,8 +245,14 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
         Initial state trajectories (T_b, nx); default: EKF + RTS smoother at ``theta0``.
     callback : callable, optional
         Called with each [`IterationRecord`][ceem_casadi.em.IterationRecord]; return ``False`` to stop early.
-    smoother, learner : Smoother, Learner, optional
-        Prebuilt solvers to reuse across calls (same model and data shape).
+    smoother : Smoother, optional
+        A prebuilt smoother to reuse across calls (same model and data shape).
+    learner : LearningStep, optional
+        The learning step: any object with the `ceem_casadi.learning.LearningStep`
+        protocol's ``solve`` (e.g. a prebuilt [`Learner`][ceem_casadi.learning.Learner] or an
+        [`AdamLearner`][ceem_casadi.learning.AdamLearner]); default `learning.learner_for`. Not with a Dask
+        ``executor``, whose engine learns from the states kept on its workers (refused with
+        `OptionsError`).
 
     Returns
     -------
@@ -296,6 +303,9 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     >>> fit.x[0].shape                        # smoothed states of trajectory 0, (T, nx)
     (60, 1)
     """
+    if learner is not None and not isinstance(learner, LearningStep):
+        raise TypeError(f"learner must implement the LearningStep protocol (a solve(theta_vec, data, xs, "
+                        f"rho_theta=None, weights=None) method returning a LearnResult), got {type(learner).__name__}")
     if not isinstance(options, CEEMOptions):
         raise TypeError(f"options must be a CEEMOptions, got {type(options).__name__}")
     t_start = time.perf_counter()
@@ -305,7 +315,7 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
 
 
 def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> CEEMResult:
-    data.check_model(model)
+    check_data(model, data)
     theta0 = model.params.validate(theta0)
     theta_vec = model.params.to_vector(theta0)
     first_x = np.zeros(model.nx) if x_init is None else np.asarray(x_init[0])[0]
@@ -317,8 +327,15 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     # the joint step's or asked for next) in one background pool of compilers, before any is waited for
     smoother.stages.prefetch(SMOOTHER_STAGES, *([JointGaussNewton.stage_names(smoother.stages)]
                                                 if options.acceleration == "newton" else []))
+    if learner is not None and engine_has_learner(options.executor):
+        raise OptionsError(_ENGINE_LEARNER.format(learner=type(learner).__name__,
+                                                  executor=type(options.executor).__name__))
     engine = None if options.executor is None else start_engine(options.executor, model, data, options, smoother)
     # long records: the learner's data terms piece by piece (no T-sized graph; ceem_casadi.learner_pieces)
+    if learner is not None and getattr(engine, "learner", None) is not None:  # (refused before starting)
+        engine.close()
+        raise OptionsError(_ENGINE_LEARNER.format(learner=type(learner).__name__,
+                                                  executor=type(options.executor).__name__))
     learner = learner or getattr(engine, "learner", None) or learner_for(model, data.lengths, options.learner,
                                                                          smoother.stages)
     joint = (JointGaussNewton(model, data.lengths, smoother.stages, use_prior=options.learner.use_prior)
@@ -347,7 +364,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
         result.x, result.J = it.xs, it.J
 
     def time_up() -> bool:
-        if DEADLINE.expired():
+        if expired():
             finish(Status.TIME_LIMIT, f"{_limit(options)} reached after {len(run.history)} "
                                       "iterations; returning the last accepted iterate")
             return True
@@ -428,7 +445,7 @@ IDENTIFIABILITY_CHECK_MAX = 1000
 IDENTIFIABILITY_TOL = 1e-10
 
 
-def _check_learning_hessian(result: CEEMResult, learner: Learner, model, data) -> None:
+def _check_learning_hessian(result: CEEMResult, learner: LearningStep, model, data) -> None:
     """Warn (``result.warnings`` and the log) when the learning step's Hessian at the final
     iterate is singular in some direction (see `ceem_casadi.objective._identifiability`)."""
     from ..objective._identifiability import describe, entry_names, weak_directions

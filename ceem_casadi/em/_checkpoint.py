@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,6 @@ log = logging.getLogger(__name__)
 
 FORMAT = "ceem_casadi.checkpoint"
 FORMAT_VERSION = 1
-KILL_ENV = "CEEM_CASADI_TEST_KILL_AFTER"   # testing aid: SIGKILL self after this many iterations
 
 
 class CheckpointError(ModelFileError):
@@ -93,7 +91,7 @@ def read_checkpoint(path) -> Checkpoint:
 
 def check_checkpoint(path, meta: dict, arrays: dict) -> None:
     """Raise `CheckpointError` unless the checkpoint ``meta`` and
-    ``arrays`` have the layout :func:`write_checkpoint` writes: every theta array present, real and
+    ``arrays`` have the layout `write_checkpoint` writes: every theta array present, real and
     finite, ``n_x`` state arrays of shape (T_b, nx), a list of iteration records (a crafted or
     truncated file is refused in one line instead of a ``KeyError`` on resume)."""
     def bad(what: str) -> CheckpointError:
@@ -142,8 +140,6 @@ class CheckpointWriter:
         self.offset = len(self.history)
         self.theta = {k: np.asarray(v, float) for k, v in theta0.items()}
         self.x = None
-        kill = os.environ.get(KILL_ENV)
-        self.kill_after = int(kill) if kill else None
 
     def __call__(self, rec) -> None:
         self.history.append(record_dict(rec, self.offset))
@@ -152,8 +148,6 @@ class CheckpointWriter:
             self.x = getattr(rec, "x", None)
         write_checkpoint(self.path, self.theta, self.history, x=self.x, meta=self.meta)
         log.debug("checkpoint %s: %d iterations", self.path, len(self.history))
-        if self.kill_after is not None and len(self.history) >= self.kill_after:
-            os.kill(os.getpid(), signal.SIGKILL)  # testing aid: die like a killed process
 
     def finish(self, status: str, message: str = "", theta: dict | None = None, x=None) -> Path:
         """Write the final checkpoint with the fit's status (a later resume returns it as is)."""

@@ -28,6 +28,7 @@ from scipy.linalg import LinAlgError, cholesky_banded
 from scipy.linalg.lapack import dtbtrs
 
 from ..objective._stages import stack_stages
+from ..runtime import _policy as policy
 from ..runtime._linalg import BufferedCall, gram
 
 log = logging.getLogger(__name__)
@@ -60,14 +61,14 @@ def banded_upper(D: np.ndarray, Off: np.ndarray) -> np.ndarray:
     return ab
 
 
-# stages per evaluation of the residual Jacobians: their buffers, not the record, set the memory
-JOINT_CHUNK = 20_000
+# stages per evaluation of the residual Jacobians (policy.JOINT_CHUNK, runtime/_policy.py): their
+# buffers, not the record, set the memory
 
 
 class JointGaussNewton:
     """Joint Levenberg-Marquardt steps for one model and one dataset shape (built once).
 
-    The residual Jacobians are evaluated in chunks of at most ``JOINT_CHUNK`` stages of one
+    The residual Jacobians are evaluated in chunks of at most ``policy.JOINT_CHUNK`` stages of one
     trajectory and reduced at once to the blocks of the step (Hxx's diagonal and off-diagonal
     blocks, Hxp, gx; Hpp and gp summed), which are written into one (T nx, 1 + n_free) array
     ``[gx Hxp]`` that the banded triangular solves then overwrite: at T = 10^6 nothing of size
@@ -141,8 +142,8 @@ class JointGaussNewton:
         Hpp, gp = np.zeros((nf, nf)), np.zeros(nf)
         T = x.shape[0]
         mask = np.isfinite(y)
-        for a in range(0, T, JOINT_CHUNK):
-            b = min(a + JOINT_CHUNK, T)
+        for a in range(0, T, policy.JOINT_CHUNK):
+            b = min(a + policy.JOINT_CHUNK, T)
             ro, Jo, Jpo = self._jacobians("obs", b - a, [x[a:b].T, u[a:b].T, np.where(mask[a:b], y[a:b], 0.0).T,
                                                          mask[a:b].T.astype(float), theta_vec, iv], ny)
             D[a:b] += np.einsum("tri,trj->tij", Jo, Jo)

@@ -10,7 +10,7 @@ from ..distributed._executors import check_executor
 from ..errors import OptionsError
 from ..learning._options import LearnerOptions
 from ..runtime._checks import is_integer
-from ..runtime._schema import ACCELERATIONS, HESSIANS, check_time_limit, require, typed_fields
+from ..runtime._schema import ACCELERATIONS, HESSIANS, check_fields, check_time_limit, require, typed_fields
 from ..smoothing._options import SmootherOptions
 
 
@@ -96,6 +96,7 @@ class CEEMOptions:
     executor: object = None
 
     def __post_init__(self):
+        check_fields(self)
         check_time_limit(self.time_limit)
         require(self.joint_hessian in (*HESSIANS, "auto"),
                  f"joint_hessian must be one of {(*HESSIANS, 'auto')}, got {self.joint_hessian!r}")
@@ -107,6 +108,10 @@ class CEEMOptions:
                  f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
         require(self.acceleration in ACCELERATIONS,
                  f"acceleration must be one of {ACCELERATIONS}, got {self.acceleration!r}")
+        # strategy choices together: an option of one strategy given with another one is an error
+        require(self.joint_hessian == "auto" or self.acceleration == "joint",
+                f"joint_hessian={self.joint_hessian!r} is the Hessian of acceleration='joint', but acceleration="
+                f"{self.acceleration!r}: set acceleration='joint', or leave joint_hessian at 'auto'")
         require(is_integer(self.max_iters) and self.max_iters >= 1,
                 f"max_iters must be >= 1 (an integer), got {self.max_iters!r}")
         require(np.isfinite(self.tol) and self.tol >= 0, f"tol must be finite and >= 0, got {self.tol}")

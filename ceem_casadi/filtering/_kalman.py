@@ -150,37 +150,3 @@ def rts_smoother(res: FilterResult, A=None) -> FilterResult:
         Ps[t] = 0.5 * (Ps[t] + Ps[t].T)
     res.x_smooth, res.P_smooth = xs, Ps
     return res
-
-
-def dense_moments(A, C, Q, R, T: int, u=None, *, B=None, D=None, x0, Sigma0):
-    """Mean (T*ny,) and covariance (T*ny, T*ny) of the stacked observations ``[y_1; ...; y_T]``.
-
-    A brute-force O((T nx)^2) construction, independent of the filter recursions (test oracle).
-    Also returns the state moments ``(mx (T*nx,), Pxx (T*nx, T*nx))``.
-    """
-    A = np.atleast_2d(np.asarray(A, float))
-    nx = A.shape[0]
-    C = np.atleast_2d(np.asarray(C, float))
-    ny = C.shape[0]
-    u = np.zeros((T, 0)) if u is None else np.asarray(u, float)
-    nu = u.shape[1]
-    B = np.zeros((nx, nu)) if B is None else np.asarray(B, float)
-    D = np.zeros((ny, nu)) if D is None else np.asarray(D, float)
-    Q, R, S0 = as_cov("Q", Q, nx), as_cov("R", R, ny), as_cov("Sigma0", Sigma0, nx)
-    # x = M e + c with e = [x1 - x0; w_1; ...; w_{T-1}] ~ N(0, blkdiag(Sigma0, Q, ..., Q))
-    M = np.zeros((T * nx, T * nx))
-    c = np.zeros(T * nx)
-    c[:nx] = np.asarray(x0, float).ravel()
-    M[:nx, :nx] = np.eye(nx)
-    for t in range(1, T):
-        rows, prev = slice(t * nx, (t + 1) * nx), slice((t - 1) * nx, t * nx)
-        M[rows] = A @ M[prev]
-        M[rows, rows] += np.eye(nx)
-        c[rows] = A @ c[prev] + B @ u[t - 1]
-    cov_e = np.kron(np.eye(T), Q)
-    cov_e[:nx, :nx] = S0
-    Pxx = M @ cov_e @ M.T
-    Cb = np.kron(np.eye(T), C)
-    my = Cb @ c + (u @ D.T).ravel()
-    Pyy = Cb @ Pxx @ Cb.T + np.kron(np.eye(T), R)
-    return my, Pyy, c, Pxx

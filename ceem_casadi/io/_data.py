@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import NonFiniteError, ShapeError
+from ..errors import DataError, NonFiniteError, ShapeError
 from ..model._params import Theta
 from ..model._simulation import noisy_rollout, run
 
@@ -134,15 +134,13 @@ class Trajectories:
         return np.zeros((self.lengths[b], 0)) if self.u is None else self.u[b]
 
     def check_model(self, model) -> None:
-        """Raise [`ShapeError`][ceem_casadi.ShapeError] unless ny and nu match ``model``."""
+        """Raise [`ShapeError`][ceem_casadi.ShapeError] unless ny and nu match ``model``, and
+        `DataError` when a trajectory or an output column is never observed (`check_outputs`)."""
         if self.ny != model.ny:
             raise ShapeError(f"data has ny={self.ny} output columns, the model observes ny={model.ny}")
         if self.nu != model.nu:
             raise ShapeError(f"data has nu={self.nu} input columns, the model expects nu={model.nu}")
-        unobserved = [b for b, y in enumerate(self.y) if y.size and not np.isfinite(y).any()]
-        if unobserved:  # nothing to fit, smooth or score: a result would be the prior, silently
-            raise NonFiniteError(f"trajectories {unobserved}: every output is missing (NaN); drop them or give "
-                                 f"their outputs")
+        check_outputs(self.y)  # nothing to fit, smooth or score: a result would be the prior, silently
 
     def with_missing(self, fraction: float, seed: int | np.random.Generator) -> Trajectories:
         """Copy with a random ``fraction`` of the y entries replaced by NaN (seeded)."""
@@ -153,6 +151,41 @@ class Trajectories:
             yi[rng.random(yi.shape) < fraction] = np.nan
             ys.append(yi)
         return Trajectories(ys, self.u, self.dt)
+
+
+def check_outputs(ys, names=None, error: type[Exception] = DataError) -> None:
+    """Raise ``error`` when a trajectory has no observed output at all, or when an output column is
+    missing (NaN) in every row of every trajectory.
+
+    Parameters
+    ----------
+    ys : list of numpy.ndarray
+        Outputs (T_b, ny) per trajectory, NaN = missing.
+    names : list of str, optional
+        Output names for the message (default ``y[:, j]``).
+    error : type
+        The exception raised ([`DataError`][ceem_casadi.errors.DataError]; the file reader passes
+        its own subclass).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> check_outputs([np.array([[1.0, np.nan], [2.0, np.nan]])])
+    Traceback (most recent call last):
+    ...
+    ceem_casadi.errors.DataError: all outputs missing: output(s) ['y[:, 1]'] are NaN in every row of every trajectory; check the data or choose the observed outputs (--outputs)
+    """
+    for b, y in enumerate(ys):
+        if y.size and np.all(np.isnan(y)):  # an empty trajectory is the length checks' to refuse
+            raise error(f"trajectory {b}: every output is missing (NaN); nothing to fit there: drop the "
+                        "trajectory or give its observed outputs")
+    ys = [y for y in ys if y.size]
+    ny = ys[0].shape[1] if ys else 0
+    empty = [j for j in range(ny) if all(np.all(np.isnan(y[:, j])) for y in ys)]
+    if empty:
+        cols = [names[j] for j in empty] if names else [f"y[:, {j}]" for j in empty]
+        raise error(f"all outputs missing: output(s) {cols} are NaN in every row of every trajectory; check "
+                    f"the data or choose the observed outputs (--outputs)")
 
 
 def single_trajectory(model, y, u=None) -> tuple[np.ndarray, np.ndarray]:

@@ -131,7 +131,7 @@ def check_text(text: str, what: str, *, toml: bool = False, max_chars: int = MAX
 
 
 def loads_json(text: str, what: str, max_chars: int = MAX_TEXT_BYTES):
-    """``json.loads`` of ``text`` after :func:`check_text` (``InputLimitError`` past the limits;
+    """``json.loads`` of ``text`` after `check_text` (``InputLimitError`` past the limits;
     ``ValueError`` of the parser for bad JSON).
 
     Examples
@@ -148,7 +148,7 @@ def loads_json(text: str, what: str, max_chars: int = MAX_TEXT_BYTES):
 
 def check_strings(obj, what: str, max_chars: int = MAX_STRING_CHARS) -> None:
     """Raise when a string (value or key) anywhere in the JSON value ``obj`` is longer than
-    ``max_chars`` (``obj`` nests at most ``MAX_NESTING`` levels: it was parsed by :func:`loads_json`)."""
+    ``max_chars`` (``obj`` nests at most ``MAX_NESTING`` levels: it was parsed by `loads_json`)."""
     stack = [obj]
     while stack:
         v = stack.pop()
@@ -166,7 +166,7 @@ def check_strings(obj, what: str, max_chars: int = MAX_STRING_CHARS) -> None:
 def check_npz(raw: bytes, what: str, max_bytes: int | None = None) -> None:
     """Check every ``.npy`` member of the ``.npz`` bytes ``raw`` from its header alone: numeric
     dtype (no objects), non-negative shape, at most ``max_bytes`` (default
-    :func:`max_archive_bytes`) per array and in total, at most ``MAX_ARCHIVE_ENTRIES`` members.
+    `max_archive_bytes`) per array and in total, at most ``MAX_ARCHIVE_ENTRIES`` members.
     Raises [`InputLimitError`][ceem_casadi.io.InputLimitError] before any array is allocated."""
     limit = max_archive_bytes() if max_bytes is None else int(max_bytes)
     try:

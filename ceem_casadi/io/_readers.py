@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CeemError
+from ..errors import DataError
+from ._validate import check_outputs
 
 log = logging.getLogger("ceem_casadi.io")
 TRAJECTORY_COLUMN = "trajectory"        # written by 'simulate' and 'smooth', read by default
@@ -21,7 +22,7 @@ TIME_COLUMNS = ("t", "time")
 __all__ = ["DataFileError", "columns", "read_table", "read_trajectories"]
 
 
-class DataFileError(CeemError, ValueError):
+class DataFileError(DataError):
     """A data file is missing, unreadable or does not fit the model (the message names the file
     and the fix)."""
 
@@ -234,17 +235,12 @@ def _read(paths, model, outputs, inputs, trajectory_column):
         if bad.size:
             raise DataFileError(f"trajectory {b}: inputs contain NaN/inf at rows {bad[:5].tolist()}"
                              f"{'...' if bad.size > 5 else ''} (inputs must be finite; outputs may be NaN = missing)")
-        if np.all(np.isnan(y)):
-            raise DataFileError(f"trajectory {b}: every output is missing (NaN)")
         if np.any(np.isinf(y)):
             raise DataFileError(f"trajectory {b}: outputs contain inf (use NaN for missing values)")
     if not ys:
         raise DataFileError("no data: give at least one data file (--data FILE)")
-    empty = [j for j in range(model.ny) if all(np.all(np.isnan(y[:, j])) for y in ys)]
-    if empty:
-        cols = [desc["outputs"][j] for j in empty] if desc["outputs"] else [f"y[:, {j}]" for j in empty]
-        raise DataFileError(f"all outputs missing: output(s) {cols} are NaN in every row of every trajectory; check "
-                         f"the data file or choose the columns with outputs= (--outputs)")
+    # the library's one check of the outputs (same message as every public entry point)
+    check_outputs(ys, desc["outputs"] or None, error=DataFileError)
     data = Trajectories(ys, us if model.nu else None, model.dt)
     desc.update(lengths=list(data.lengths), ny=model.ny, nu=model.nu, dt=model.dt, trajectory_column=used_column)
     return data, desc

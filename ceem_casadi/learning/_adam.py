@@ -33,6 +33,8 @@ import numpy as np
 
 from ..errors import ModelError, NonFiniteError, OptionsError
 from ..model._nn import adam_step
+from ..runtime._best import BestIterate
+from ..runtime._schema import check_fields
 from ._learner import LearnResult, weighted_stage_columns
 
 __all__ = ["AdamLearner", "AdamLearnerOptions"]
@@ -86,6 +88,7 @@ class AdamLearnerOptions:
     chunk: int = 8192
 
     def __post_init__(self):
+        check_fields(self)
         if not (self.rho_theta >= 0 and self.epochs >= 1 and self.batch_size >= 1 and self.chunk >= 1):
             raise OptionsError(f"AdamLearnerOptions: need rho_theta >= 0, epochs >= 1, batch_size >= 1, "
                                  f"chunk >= 1; got {self.rho_theta}, {self.epochs}, {self.batch_size}, {self.chunk}")
@@ -310,10 +313,11 @@ class AdamLearner:
                 step, m, v = adam_step(g, m, v, k, scale * lr_vec, beta1=o.beta1, beta2=o.beta2, eps=o.eps)
                 p[free] = np.clip(p[free] - step, lo, hi)
         F1 = self._full(p, p0, rho, obs, dyn)
-        kept = np.isfinite(F1) and F1 <= F0
+        # never worse than the start (the shared best-iterate rule; no slack: a step must lower F)
+        p, F1, which = BestIterate(p0, F0, rtol=0.0).choose(p, F1, label="the last Adam step")
+        kept = which == "returning the last Adam step"
         if not kept:
-            log.info("AdamLearner: %d steps did not lower F (%.6g -> %.6g); keeping the start", k, F0, F1)
-            p, F1 = p0, F0
+            log.info("AdamLearner: %d steps did not lower F; %s", k, which)
         wall = time.perf_counter() - t0
         log.info("AdamLearner: %d steps, F %.6g -> %.6g, %.2fs", k, F0, F1, wall)
         status = "Solve_Succeeded" if kept else "Search_Direction_Becomes_Too_Small"

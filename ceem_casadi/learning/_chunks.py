@@ -16,14 +16,15 @@ from __future__ import annotations
 import casadi as ca
 import numpy as np
 
-# stages per chunk, and the smallest number of dynamics stages laid out in chunks
-LEARN_CHUNK = 4096
-LEARN_CHUNK_FROM = 50_000
+from ..runtime import _policy as policy
+
+# stages per chunk (policy.LEARN_CHUNK), and the smallest number of dynamics stages laid out in
+# chunks (policy.LEARN_CHUNK_FROM): runtime/_policy.py
 
 
 def chunk_length(n_dyn: int) -> int:
     """Chunk length for a learner over ``n_dyn`` dynamics stages (0: the plain layout)."""
-    return LEARN_CHUNK if n_dyn >= LEARN_CHUNK_FROM else 0
+    return policy.LEARN_CHUNK if n_dyn >= policy.LEARN_CHUNK_FROM else 0
 
 
 def pack_columns(arrays, zero_pad, L: int) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..runtime._checks import is_integer
-from ..runtime._schema import HESSIANS, require
+from ..runtime._schema import HESSIANS, check_fields, require
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class LearnerOptions:
     compile: bool | None = None
 
     def __post_init__(self):
+        check_fields(self)
         require(self.rho_theta >= 0, f"rho_theta must be >= 0, got {self.rho_theta}")
         allowed = (*HESSIANS, "limited-memory", "auto")
         require(self.hessian in allowed, f"hessian must be one of {allowed}, got {self.hessian!r}")

@@ -2,7 +2,7 @@
 
 [`Learner`][ceem_casadi.learning.Learner] maps its stage Functions over all N = sum T_b stages in one
 MX graph: at T = 10^6 (6 states, 15 free parameters) building it took 101 s and +850 MB under
-load. Here each trajectory is cut into pieces of at most ``PIECE_LENGTH`` + 1 samples that
+load. Here each trajectory is cut into pieces of at most ``policy.PIECE_LENGTH`` + 1 samples that
 overlap by one sample (the dynamics stage between pieces is in the earlier piece's last and the
 later piece's first sample; the shared sample's observation is counted once: it is marked
 missing in the later piece), one small [`Learner`][ceem_casadi.learning.Learner] is built per piece length, and the
@@ -16,13 +16,13 @@ from dataclasses import replace
 import casadi as ca
 import numpy as np
 
-from ..distributed._tasks import terms_of
 from ..io._data import Trajectories
+from ..runtime import _policy as policy
 from ._learner import Learner
 from ._remote import RemoteLearner
+from ._terms import terms_of
 
-# from this trajectory length on (the smoother's chunking threshold), in pieces of this many steps
-PIECE_FROM, PIECE_LENGTH = 20_000, 20_000
+# from policy.PIECE_FROM samples on (learning/_factory.py), in pieces of policy.PIECE_LENGTH steps
 
 
 def piece_bounds(T: int, L: int) -> list[tuple[int, int]]:
@@ -61,13 +61,13 @@ class PieceEngine:
     stages : StageFunctions, optional
         Shared with the smoother.
     piece : int, optional
-        Stages per piece (default ``PIECE_LENGTH``).
+        Stages per piece (default ``policy.PIECE_LENGTH``).
     columns : int, optional
         Stages of all the records together (the stage Functions are compiled as for them).
     """
 
     def __init__(self, model, options, stages=None, piece: int | None = None, columns: int | None = None):
-        self.model, self.piece, self.stages, self.columns = model, int(piece or PIECE_LENGTH), stages, columns
+        self.model, self.piece, self.stages, self.columns = model, int(piece or policy.PIECE_LENGTH), stages, columns
         self.options = replace(options, use_prior=False)  # prior and trust region: on the IPOPT side
         self._learners: dict[int, Learner] = {}
         self.data = None  # the trajectories of the current solve (set by PieceLearner)
@@ -93,7 +93,7 @@ class PieceEngine:
         return session
 
     def reduce(self, session: list, z: np.ndarray, what: str) -> tuple[list, int]:
-        """Each piece's data terms at ``z`` (`ceem_casadi.distributed._tasks.terms_of`); 0 bytes."""
+        """Each piece's data terms at ``z`` (`terms_of`); 0 bytes."""
         return [terms_of(learner, P, z, what) for learner, P in session], 0
 
     def record(self, *args, **kwargs) -> None:  # no network to account for
@@ -117,11 +117,3 @@ class PieceLearner:
         """As [`ceem_casadi.learning.Learner.hessian_matrix`][ceem_casadi.learning.Learner.hessian_matrix]."""
         self.engine.data = data
         return self.engine.learner.hessian_matrix(theta_vec, data, xs)
-
-
-def learner_for(model, lengths, options, stages=None):
-    """A `PieceLearner` when some trajectory has ``PIECE_FROM`` samples or more, else a
-    [`Learner`][ceem_casadi.learning.Learner] over all stages at once."""
-    if max(lengths) >= PIECE_FROM:
-        return PieceLearner(model, options, stages, columns=sum(lengths))
-    return Learner(model, lengths, options, stages)

@@ -17,6 +17,7 @@ import casadi as ca
 import numpy as np
 
 from ..errors import NonFiniteError, OptionsError, ShapeError
+from ..runtime._schema import check_fields
 from ._params import Param, Parameters
 
 __all__ = ["MLP", "AdamOptions", "AdamResult", "adam", "adam_step", "flat_params", "mse_loss_factory", "namespace"]
@@ -197,6 +198,7 @@ class AdamOptions:
     patience: int = 0
 
     def __post_init__(self):
+        check_fields(self)
         if not (self.lr > 0 and self.decay >= 0 and self.epochs >= 1 and self.batch_size >= 1):
             raise OptionsError(f"AdamOptions: need lr > 0, decay >= 0, epochs >= 1, batch_size >= 1; "
                                  f"got lr={self.lr}, decay={self.decay}, epochs={self.epochs}, "

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import casadi as ca
 import numpy as np
 
-from ..errors import NonFiniteError, ShapeError
+from ..errors import NonFiniteError, ParameterError, ShapeError
 
 __all__ = ["rollout", "simulate_output"]
 
@@ -31,6 +31,12 @@ def as_theta_vector(model, theta) -> np.ndarray:
         raise ShapeError(f"theta: expected a dict or a vector of {model.params.size} entries, got {vec.size}")
     if not np.all(np.isfinite(vec)):
         raise NonFiniteError("theta: the parameter vector contains NaN or inf")
+    lo, hi = model.params.lower, model.params.upper
+    bad = np.flatnonzero((vec < lo) | (vec > hi))
+    if bad.size:
+        i = int(bad[0])
+        raise ParameterError(f"theta: entry {i} of the parameter vector, {vec[i]!r}, is outside its bounds "
+                             f"[{lo[i]}, {hi[i]}]")
     return vec
 
 

@@ -1,22 +1,22 @@
 """What the compile cache trusts, and how it cleans up after processes that died (issue 25).
 
-The compile cache (:mod:`ceem_casadi.runtime._compile`) is a folder of shared libraries that the
+The compile cache (`ceem_casadi.runtime._compile`) is a folder of shared libraries that the
 process loads and runs. A library is used only when
 
 * its record ``<lib>.json`` names the cache key it was built for (the file name's key) and the
   Function's name, and the library's bytes have the SHA-256 of that record (a library copied in
   under another name, or another model's same-named library, is rebuilt with a warning);
-* its values equal the CasADi Function's at one random point (:func:`same_values`), so even a
+* its values equal the CasADi Function's at one random point (`same_values`), so even a
   record forged to match a wrong library is caught before a fit uses it.
 
 The cache is not a sandbox: whoever can write the folder can put code there that this process
 runs. Keep ``$CEEM_CACHE`` (default ``~/.cache/ceem_casadi``) writable only by you.
 
 Each build works in a folder ``tmp-<unit>-XXXX`` holding ``owner.json`` (host, process id and its
-start time); :func:`clean_stale` removes the folders whose owner process is gone (killed during a
-compile), once per process and cache folder. Compiler processes run under :data:`WATCHDOG`: a
-shell that kills its whole process group when the pipe from this process closes, so a SIGKILL of
-the process stops its compilers at once instead of leaving them running.
+start time); `clean_stale` removes the folders whose owner process is gone (killed during a
+compile and not cleaned up by its supervisor), once per process and cache folder. Compiler
+processes run under the supervisor of `ceem_casadi.runtime._supervise`, which kills their
+process group and removes the build folder when this process dies (SIGKILL included).
 """
 from __future__ import annotations
 
@@ -36,10 +36,7 @@ log = logging.getLogger("ceem_casadi.runtime._compile")
 TMP_PREFIX = "tmp-"
 OWNER = "owner.json"
 ORPHAN_AGE_S = 3600.0  # a build folder without an owner record is removed after this long
-# sh -c WATCHDOG sh cmd...: runs cmd with the pipe on stdin kept by a watcher that kills the whole
-# process group (cmd, cc1, as) at EOF, i.e. when the parent process dies; exits with cmd's status
-WATCHDOG = ('exec 3<&0; "$@" </dev/null 3<&- & c=$!; (read _ <&3; kill -KILL 0) & w=$!; exec 3<&-; '
-            'wait $c; rc=$?; kill $w 2>/dev/null; exit $rc')
+
 
 
 def safe_name(text: str) -> str:
@@ -147,4 +144,4 @@ def same_values(compiled, f, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
                            equal_nan=True) for x, y in zip(a, b))
 
 
-__all__ = ["WATCHDOG", "clean_stale", "owner_record", "safe_name", "same_values", "write_owner"]
+__all__ = ["clean_stale", "owner_record", "safe_name", "same_values", "write_owner"]

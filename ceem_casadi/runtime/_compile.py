@@ -17,7 +17,7 @@ library copied in) is never loaded: it is rebuilt with a warning, as is a loaded
 values differ from the Function's at a random point. A cache folder that cannot be written raises
 `CompileCacheError` (the callers fall back to
 the CasADi virtual machine with a warning); compilers die with the process that started them, and
-build folders of dead processes are removed (:mod:`ceem_casadi.runtime._cache_guard`).
+build folders of dead processes are removed (`ceem_casadi.runtime._cache_guard`).
 
 Compiled Functions are loaded with ``ca.external`` and provide values only: the smoother and
 the learner never ask CasADi to differentiate them (they pass grad_f and hess_lag explicitly).
@@ -298,7 +298,7 @@ def _job(f: ca.Function, unit: str, lib: Path, cc: str, key: str) -> CompileJob:
             shutil.rmtree(tmp, ignore_errors=True)
 
     # expected gcc time ~ C length, ~2.5x less at -O0: the queue's order (longest first)
-    return CompileJob(cmd, f.name(), len(source) * (2 if cmd[1] == "-O0" else 5), finish)
+    return CompileJob(cmd, f.name(), len(source) * (2 if cmd[1] == "-O0" else 5), finish, cleanup=str(tmp))
 
 
 def compile_functions(functions: list[ca.Function], name: str = "ceem_stages",

@@ -8,7 +8,9 @@ source before submitting and load the library after `CompileJob.wait`.
 
 Cancellation never leaves compilers behind: each command runs in its own process group
 (``cc1``/``as`` included), killed when its waiter gives up (timeout, ``KeyboardInterrupt``), when
-the job is cancelled, and at interpreter exit for jobs nobody waited for. A forked child starts with
+the job is cancelled, and at interpreter exit for jobs nobody waited for. The group's leader is a
+small supervisor (`runtime/_supervise.py`) that kills the group and removes the job's temporary
+folder when this process dies without cleaning up (SIGKILL, SIGTERM). A forked child starts with
 an empty pool (its parent's processes are not its own).
 """
 from __future__ import annotations
@@ -18,14 +20,14 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 
-from ._cache_guard import WATCHDOG
-
 POLL_S = 0.005  # how often the scheduler looks for finished processes
+SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_supervise.py")
 FORKED = "started by the parent process before a fork"
 
 
@@ -34,8 +36,10 @@ class CompileJob:
     the result into place when ``ok``, cleans up always, also after a failure or cancellation);
     ``size`` orders the queue (biggest first)."""
 
-    def __init__(self, cmd: list[str], label: str, size: int, finish: Callable[[bool], None] | None = None):
+    def __init__(self, cmd: list[str], label: str, size: int, finish: Callable[[bool], None] | None = None,
+                 cleanup: str | None = None):
         self.cmd, self.label, self.size, self.finish = cmd, label, size, finish
+        self.cleanup = cleanup  # a temporary folder the supervisor removes if this process dies
         self.done = threading.Event()
         self.error: str | None = None
         self.proc: subprocess.Popen | None = None
@@ -103,10 +107,10 @@ class CompilePool:
                     job = self._pending.pop(0)
                     try:
                         job.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the job ends
-                        # under the watchdog shell: a SIGKILL of this process closes its stdin pipe and
-                        # the watchdog kills the compiler's process group (no gcc left running)
-                        job.proc = subprocess.Popen(["sh", "-c", WATCHDOG, "sh", *job.cmd], stdin=subprocess.PIPE,
-                                                    stdout=subprocess.DEVNULL, stderr=job.log, start_new_session=True)
+                        # the supervisor leads the job's process group: the compiler never outlives us
+                        cmd = [sys.executable, "-S", SUPERVISOR, str(os.getpid()), job.cleanup or "", "--", *job.cmd]
+                        job.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                                    stderr=job.log, start_new_session=True)
                     except OSError as exc:
                         job.error = str(exc)
                         _finish(job, False)

@@ -2,7 +2,9 @@
 option dataclass runs in its ``__post_init__`` (and [`CEEMOptions.from_mapping`][ceem_casadi.CEEMOptions.from_mapping] on plain data)."""
 from __future__ import annotations
 
-from dataclasses import fields
+import types
+import typing
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -26,45 +28,132 @@ def check_time_limit(value) -> None:
     require(ok, f"time_limit must be None or a finite number of seconds > 0, got {value!r}")
 
 
-_KINDS = {"max_iters": "int", "n_jobs": "int", "max_iter": "int", "blas_threads": "int?", "tol": "float",
-          "rho_x": "float", "rho_theta": "float", "hessian": "str", "acceleration": "str", "joint_hessian": "str",
-          "use_prior": "bool", "raise_on_failure": "bool", "compile": "bool?", "chunk": "int?", "solver": "str?",
-          "x_lower": "bound",
-          "x_upper": "bound"}
-_EXPECT = {"int": "an integer", "int?": "an integer", "float": "a finite number", "str": "a string",
-           "str?": "a string",
-           "bool": "true or false", "bool?": "true or false", "bound": "a number or a list of numbers"}
+# A field's kind comes from its annotation (``int``, ``float``, ``bool``, ``str``, ``X | None``, an
+# options class); a field annotated ``object`` may name its kind in its metadata (``BOUND``).
+BOUND = {"kind": "bound"}  # dataclasses.field(metadata=BOUND): a number (inf allowed) or a list of numbers
+_EXPECT = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false",
+           "bound": "a number or a list of numbers"}
 
 
 def is_number(v) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
 
+@dataclass(frozen=True)
+class FieldKind:
+    """What a field of an option dataclass accepts: ``kind`` (int, float, str, bool, "bound",
+    an options class, or None for anything) and whether None is allowed."""
+
+    kind: object
+    optional: bool
+
+    def accepts(self, v) -> bool:
+        if v is None:
+            return self.optional or self.kind is None
+        k = self.kind
+        if k is None:
+            return True
+        if k is int:
+            return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+        if k is float:
+            return is_number(v) and bool(np.isfinite(v))
+        if k is bool:
+            return isinstance(v, (bool, np.bool_))
+        if k is str:
+            return isinstance(v, str)
+        if k == "bound":
+            return (is_number(v) and not np.isnan(v)) or (isinstance(v, (list, tuple, np.ndarray)) and len(v) > 0
+                                                           and np.ndim(v) == 1 and all(is_number(e) and not np.isnan(e)
+                                                                                       for e in v))
+        if k in (tuple, list):
+            return isinstance(v, (list, tuple, np.ndarray))
+        return isinstance(v, k)
+
+    @property
+    def expected(self) -> str:
+        if self.kind is None:
+            return "any value"
+        what = _EXPECT.get(self.kind) or f"a {getattr(self.kind, '__name__', self.kind)}"
+        return f"None or {what}" if self.optional else what
+
+
+_KIND_CACHE: dict = {}
+
+
+def field_kinds(cls) -> dict[str, FieldKind]:
+    """The [`FieldKind`][ceem_casadi.runtime._schema.FieldKind] of every field of the dataclass
+    ``cls``, derived from its annotations (and ``metadata={"kind": ...}`` for ``object`` fields).
+
+    Examples
+    --------
+    >>> from ceem_casadi import SmootherOptions
+    >>> kinds = field_kinds(SmootherOptions)
+    >>> kinds["max_iter"].expected, kinds["chunk"].expected, kinds["x_lower"].expected
+    ('an integer', 'None or an integer', 'None or a number or a list of numbers')
+    """
+    if cls not in _KIND_CACHE:
+        hints = typing.get_type_hints(cls)
+        out = {}
+        for f in fields(cls):
+            hint = hints.get(f.name, object)
+            args = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
+                else (hint,)
+            optional = type(None) in args
+            rest = [a for a in args if a is not type(None)]
+            kind = rest[0] if len(rest) == 1 else None
+            kind = typing.get_origin(kind) or kind  # tuple[float, ...] -> tuple
+            if not (kind is None or kind == "bound" or isinstance(kind, type)):
+                kind = None  # a type the schema cannot check (Literal, a protocol, ...): the dataclass checks it
+            if kind is object:
+                kind = f.metadata.get("kind")
+                optional = True
+            out[f.name] = FieldKind(kind, optional)
+        _KIND_CACHE[cls] = out
+    return _KIND_CACHE[cls]
+
+
+def type_error(prefix: str, name: str, kind: FieldKind, v) -> OptionsError:
+    """The one message of a value of the wrong type (from the dataclass and from `typed_fields`)."""
+    return OptionsError(f"option {prefix}{name} must be {kind.expected}, got {v!r} ({type(v).__name__})")
+
+
+def check_fields(obj) -> None:
+    """Raise `OptionsError` unless every field of the option dataclass ``obj`` has a value of its
+    annotated type (called first in every option dataclass's ``__post_init__``)."""
+    for name, kind in field_kinds(type(obj)).items():
+        v = getattr(obj, name)
+        if not kind.accepts(v):
+            raise type_error(f"{type(obj).__name__}.", name, kind, v)
+
+
+def check_bounds(lower, upper, what: str = "x_lower and x_upper") -> None:
+    """Raise `OptionsError` unless ``lower <= upper`` entry-wise (None: unbounded; scalars broadcast)."""
+    if lower is None or upper is None:
+        return
+    lo, hi = np.asarray(lower, float).ravel(), np.asarray(upper, float).ravel()
+    require(lo.size == hi.size or 1 in (lo.size, hi.size),
+            f"{what} must have the same length (or one be a scalar), got {lo.size} and {hi.size} entries")
+    bad = np.flatnonzero(np.broadcast_to(lo, np.broadcast_shapes(lo.shape, hi.shape))
+                         > np.broadcast_to(hi, np.broadcast_shapes(lo.shape, hi.shape)))
+    require(bad.size == 0, f"{what}: the lower bound must not exceed the upper bound, got lower {lower!r} > "
+                           f"upper {upper!r} (entry {int(bad[0]) if bad.size else 0})")
+
+
 def typed_fields(cls, mapping, prefix: str, exclude=()) -> dict:
+    """Keyword arguments of ``cls`` from plain data (e.g. TOML), with the same type checks as
+    `check_fields` and the key's full name in the message."""
     known = [f.name for f in fields(cls) if f.name not in exclude]
+    kinds = field_kinds(cls)
     out = {}
     for key, v in mapping.items():
         if key not in known:
             raise OptionsError(f"unknown option '{prefix}{key}'; known: {sorted(known)}"
                              + (", tables smoother, learner" if exclude else ""))
-        kind = _KINDS.get(key)
-        if kind is None:  # a field without a declared kind: its dataclass validates it
+        kind = kinds[key]
+        if kind.kind in (int, float, str, bool, "bound"):
+            if not kind.accepts(v):
+                raise type_error(prefix, key, kind, v)
+            out[key] = int(v) if kind.kind is int and v is not None else v
+        else:  # an options table or an untyped field: its dataclass validates it
             out[key] = v
-            continue
-        if kind.endswith("?") and v is None:
-            ok = True
-        elif kind.startswith("int"):
-            ok = is_number(v) and float(v).is_integer() and not isinstance(v, (float, np.floating))
-        elif kind == "float":
-            ok = is_number(v) and bool(np.isfinite(v))
-        elif kind.startswith("str"):
-            ok = isinstance(v, str)
-        elif kind.startswith("bool"):
-            ok = isinstance(v, (bool, np.bool_))
-        else:  # bound: a number (inf allowed) or a flat list of numbers
-            ok = (is_number(v) and not np.isnan(v)) or (isinstance(v, (list, tuple)) and len(v) > 0 and all(
-                is_number(e) and not np.isnan(e) for e in v))
-        if not ok:
-            raise OptionsError(f"option {prefix}{key} must be {_EXPECT[kind]}, got {v!r} ({type(v).__name__})")
-        out[key] = int(v) if kind.startswith("int") and v is not None else v
     return out

@@ -1,12 +1,25 @@
-"""Small helpers shared by the IPOPT-based steps."""
+"""The solve layer under every IPOPT-based step: IPOPT options, a wall-clock deadline per call
+(per thread), Ctrl-C handling, the status of a finished solve, and best-iterate tracking.
+
+State of a solve in progress (its deadline, whether Ctrl-C arrived, the tracker of its best
+iterate) lives in context variables (`contextvars`), never in module globals: each thread (a Dask
+worker thread, a test thread) sees only the deadline it set itself, and leaving a
+[`deadline`][ceem_casadi.runtime._solve.deadline] block restores exactly the value before it, in
+that thread, whatever other threads do meanwhile (issue 23, bug 1).
+"""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import signal
 import threading
 import time
 
 import casadi as ca
+import numpy as np
+
+from ._best import BestIterate
+from ._status import Status
 
 QUIET = {"print_time": False, "ipopt.print_level": 0, "ipopt.sb": "yes",
          # multipliers w.r.t. p would need derivatives of compiled stage Functions (not available)
@@ -27,15 +40,33 @@ ACCEPTABLE_ITER = 3
 STALL_OBJ_CHANGE = 1e-12
 
 
-def ipopt_options(max_iter: int, tol: float, **extra) -> dict:
+def ipopt_options(max_iter: int, tol: float, *, track: tuple[int, int] | None = None, **extra) -> dict:
+    """IPOPT options of the library (quiet, stall-aware termination, the deadline callback).
+
+    ``track=(nx, ng)`` (the numbers of decision variables and constraints) gives the solver an
+    iteration callback that also reads every iterate ``x``, its objective and its constraints, so
+    that [`solve`][ceem_casadi.runtime._solve.solve] with ``best=`` a
+    [`BestIterate`][ceem_casadi.runtime._best.BestIterate] can keep the best iterate IPOPT visited
+    (a copy of ``x`` per iteration: for small NLPs such as output error).
+    """
     opts = dict(QUIET)
     opts.update({"ipopt.max_iter": int(max_iter), "ipopt.tol": float(tol),
                  "ipopt.acceptable_tol": max(100 * float(tol), ACCEPTABLE_TOL),
                  "ipopt.acceptable_iter": ACCEPTABLE_ITER,
                  "ipopt.acceptable_obj_change_tol": STALL_OBJ_CHANGE,
-                 "ipopt.honor_original_bounds": "yes", "iteration_callback": DEADLINE})
+                 "ipopt.honor_original_bounds": "yes",
+                 "iteration_callback": DEADLINE if track is None else _TrackingCallback(*track)})
     opts.update(extra)
     return opts
+
+
+def ipopt_solver(name: str, nlp: dict, opts: dict) -> ca.Function:
+    """``ca.nlpsol(name, "ipopt", nlp, opts)`` that keeps the options' iteration callback alive as
+    long as the solver (CasADi holds no Python reference to it; a tracking callback of
+    `ipopt_options` is created per solver)."""
+    solver = ca.nlpsol(name, "ipopt", nlp, opts)
+    solver._ceem_iteration_callback = opts.get("iteration_callback")
+    return solver
 
 
 def hess_lag_function(x: ca.MX, p: ca.MX, hess_triu_of_f) -> ca.Function:
@@ -50,19 +81,79 @@ def grad_f_function(x: ca.MX, p: ca.MX, f, grad) -> ca.Function:
     return ca.Function("grad_f", [x, p], [f, grad], ["x", "p"], ["f", "grad_f_x"])
 
 
-# --- wall-clock deadline --------------------------------------------------------------------
+# --- wall-clock deadline, Ctrl-C and the best iterate, per call ------------------------------
 # IPOPT's own ``max_wall_time`` is fixed when a solver is built (CasADi cannot change it later),
 # and solvers are built once and reused, so the library's time budgets reach IPOPT through an
-# iteration callback instead: every solver gets the same :class:`_DeadlineCallback`, which asks
-# IPOPT to stop (status ``User_Requested_Stop``) once ``time.perf_counter()`` passes the deadline
-# set by :func:`deadline`. Its inputs are declared empty (only ``f`` is read), so the callback
-# copies no data: measured 0.30 s with it vs 0.34 s without (noise) for 17 IPOPT iterations at
-# n = 20,000; declared dense, the copies cost ~3 %.
+# iteration callback instead: every solver gets a stateless callback that asks IPOPT to stop
+# (status ``User_Requested_Stop``) once ``time.perf_counter()`` passes the deadline of the calling
+# thread's context (set by `deadline`), or once Ctrl-C arrived during `solve`. The plain callback's
+# inputs are declared empty (only ``f`` is read), so it copies no data: measured 0.30 s with it vs
+# 0.34 s without (noise) for 17 IPOPT iterations at n = 20,000; declared dense, the copies cost ~3 %.
+_EXPIRES: contextvars.ContextVar[float | None] = contextvars.ContextVar("ceem_deadline", default=None)
+_INTERRUPT: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("ceem_interrupt", default=None)
+_TRACKER: contextvars.ContextVar[BestIterate | None] = contextvars.ContextVar("ceem_best_iterate", default=None)
+
+
+def current_deadline() -> float | None:
+    """The ``time.perf_counter()`` value at which solves of this thread stop (None: no deadline)."""
+    return _EXPIRES.get()
+
+
+def expired() -> bool:
+    """Whether this thread's deadline has passed."""
+    expires = _EXPIRES.get()
+    return expires is not None and time.perf_counter() >= expires
+
+
+def remaining() -> float | None:
+    """Seconds left before this thread's deadline (at least 1 ms), or None without a deadline."""
+    expires = _EXPIRES.get()
+    return None if expires is None else max(expires - time.perf_counter(), 1e-3)
+
+
+def interrupted() -> bool:
+    """Whether Ctrl-C arrived during the `solve` call in progress (main thread only)."""
+    event = _INTERRUPT.get()
+    return event is not None and event.is_set()
+
+
+def _should_stop() -> float:
+    return 1.0 if interrupted() or expired() else 0.0
+
+
+@contextlib.contextmanager
+def deadline(expires: float | None):
+    """Within the block, every IPOPT solver built with `ipopt_options` (and the banded Newton
+    smoother) that runs in THIS thread stops at its next iteration once
+    ``time.perf_counter() >= expires`` (``None``: no new deadline; an earlier deadline already in
+    force is kept). Other threads are not affected; forked worker processes inherit the deadline
+    in force when they start (``perf_counter`` is a system-wide monotonic clock).
+
+    Examples
+    --------
+    >>> import time
+    >>> from ceem_casadi.runtime._solve import current_deadline, deadline, expired
+    >>> with deadline(time.perf_counter() - 1.0):
+    ...     expired()
+    True
+    >>> current_deadline() is None
+    True
+    """
+    previous = _EXPIRES.get()
+    if expires is not None:
+        expires = float(expires) if previous is None else min(previous, float(expires))
+    token = _EXPIRES.set(previous if expires is None else expires)
+    try:
+        yield expires
+    finally:
+        _EXPIRES.reset(token)
+
+
 class _DeadlineCallback(ca.Callback):
+    """Stateless IPOPT iteration callback: stop on this thread's deadline or Ctrl-C."""
+
     def __init__(self):
         ca.Callback.__init__(self)
-        self.expires: float | None = None
-        self.interrupted = False  # Ctrl-C arrived during a solve run by :func:`solve`
         self.construct("ceem_deadline", {})
 
     def get_n_in(self):
@@ -81,55 +172,90 @@ class _DeadlineCallback(ca.Callback):
         return ca.Sparsity.dense(1, 1) if ca.nlpsol_out(i) == "f" else ca.Sparsity(0, 1)
 
     def eval(self, arg):
-        return [1.0 if self.interrupted or self.expired() else 0.0]
+        return [_should_stop()]
 
-    def expired(self) -> bool:
-        return self.expires is not None and time.perf_counter() >= self.expires
+
+class _TrackingCallback(_DeadlineCallback):
+    """The deadline callback that also offers each iterate (x, f, max |g|) to the
+    `BestIterate` of the `solve` call in progress (if any)."""
+
+    def __init__(self, nx: int, ng: int):
+        self.nx, self.ng = int(nx), int(ng)
+        ca.Callback.__init__(self)
+        self.construct("ceem_deadline_tracking", {})
+
+    def get_sparsity_in(self, i):
+        name = ca.nlpsol_out(i)
+        return {"f": ca.Sparsity.dense(1, 1), "x": ca.Sparsity.dense(self.nx, 1),
+                "g": ca.Sparsity.dense(self.ng, 1)}.get(name, ca.Sparsity(0, 1))
+
+    def eval(self, arg):
+        tracker = _TRACKER.get()
+        if tracker is not None:
+            names = [ca.nlpsol_out(i) for i in range(ca.nlpsol_n_out())]
+            f = float(arg[names.index("f")])
+            x = np.asarray(arg[names.index("x")].full(), float).ravel()
+            g = np.asarray(arg[names.index("g")].full(), float).ravel()
+            tracker.offer(x, f, float(np.max(np.abs(g), initial=0.0)), label=f"IPOPT iteration {tracker.offered}")
+        return [_should_stop()]
 
 
 DEADLINE = _DeadlineCallback()
 
 
-@contextlib.contextmanager
-def deadline(expires: float | None):
-    """Within the block, every IPOPT solver built with `ipopt_options` stops at its next
-    iteration once ``time.perf_counter() >= expires`` (``None``: no new deadline; an earlier
-    deadline already in force is kept). Forked worker processes inherit the deadline in force
-    when they start (``perf_counter`` is a system-wide monotonic clock)."""
-    previous = DEADLINE.expires
-    if expires is not None:
-        DEADLINE.expires = expires if previous is None else min(previous, expires)
-    try:
-        yield DEADLINE
-    finally:
-        DEADLINE.expires = previous
+def solve(solver: ca.Function, *, best: BestIterate | None = None, expires: float | None = None, **kwargs) -> dict:
+    """``solver(**kwargs)`` under this thread's deadline, such that Ctrl-C stops IPOPT at its next
+    iteration and is then raised.
 
-
-def solve(solver: ca.Function, **kwargs) -> dict:
-    """``solver(**kwargs)`` such that Ctrl-C stops IPOPT at its next iteration and is then raised.
+    Parameters
+    ----------
+    solver : casadi.Function
+        An ``nlpsol`` built with `ipopt_options` (``track=(nx, ng)`` for ``best``).
+    best : BestIterate, optional
+        Receives every iterate IPOPT visits (objective, iterate, constraint violation).
+    expires : float, optional
+        A deadline (``time.perf_counter()`` value) for this call only, on top of the one in force.
+    **kwargs
+        The solver's inputs (``x0``, ``p``, ``lbx``, ...).
 
     A ``KeyboardInterrupt`` raised inside a Python callback during IPOPT is swallowed by CasADi
     (at best the solve stops with an error status). So, in the main thread, SIGINT only sets a
-    flag during the solve; the deadline callback stops IPOPT on it, and afterwards the previous
-    SIGINT handler is called (by default: ``KeyboardInterrupt`` is raised).
+    flag of this call during the solve; the callback stops IPOPT on it, and afterwards the
+    previous SIGINT handler is called (by default: ``KeyboardInterrupt`` is raised).
     """
-    if threading.current_thread() is not threading.main_thread():
-        return solver(**kwargs)
+    token = _TRACKER.set(best)
+    try:
+        with deadline(expires):
+            if threading.current_thread() is not threading.main_thread():
+                return solver(**kwargs)
+            return _solve_main_thread(solver, kwargs)
+    finally:
+        _TRACKER.reset(token)
+
+
+def _solve_main_thread(solver: ca.Function, kwargs: dict) -> dict:
     previous = signal.getsignal(signal.SIGINT)
-    DEADLINE.interrupted = False
+    event = threading.Event()
+    token = _INTERRUPT.set(event)
 
     def on_sigint(signum, frame):
-        DEADLINE.interrupted = True
+        event.set()
 
     signal.signal(signal.SIGINT, on_sigint)
     try:
         out = solver(**kwargs)
     finally:
         signal.signal(signal.SIGINT, previous)
-    if DEADLINE.interrupted:
-        DEADLINE.interrupted = False
+        _INTERRUPT.reset(token)
+    if event.is_set():
         if callable(previous):
             previous(signal.SIGINT, None)
         elif previous != signal.SIG_IGN:
             raise KeyboardInterrupt
     return out
+
+
+def status_of(solver: ca.Function) -> Status:
+    """The [`Status`][ceem_casadi.Status] of ``solver``'s last solve (a stop requested by this
+    thread's deadline counts as ``TIME_LIMIT``)."""
+    return Status.from_ipopt(solver.stats()["return_status"], time_up=expired())

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
 
-from ..runtime._solve import ACCEPTABLE_TOL, DEADLINE
+from ..runtime._solve import ACCEPTABLE_TOL, expired, interrupted
 
 ARMIJO = 1e-4           # sufficient decrease: f(x + a d) <= f(x) + ARMIJO a g'd (+ round-off)
 MIN_STEP = 2.0 ** -40   # smallest line-search step before the shift is raised
@@ -155,7 +155,7 @@ class BandedNewton:
                 return NewtonOutcome(x, f, "Solved_To_Acceptable_Level", it, err, max_shift)
             if it >= self.max_iter:
                 return NewtonOutcome(x, f, "Maximum_Iterations_Exceeded", it, err, max_shift)
-            if DEADLINE.interrupted or DEADLINE.expired():
+            if interrupted() or expired():
                 return NewtonOutcome(x, f, "User_Requested_Stop", it, err, max_shift)
             step, shift, tries = None, 0.0, 0
             while step is None and tries <= MAX_RETRIES:

@@ -11,18 +11,19 @@ import numpy as np
 from ..errors import NonFiniteError, ShapeError
 from ..filtering import EKF
 from ..filtering._ekf import rts_means
+from ..runtime import _policy as policy
+from ..runtime._policy import FROM_POLICY
 
 # candidate process-noise variances of the initialising EKF, per state and step
 Q_CANDIDATES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
 
-# the candidates are scored on at most this many first samples of each trajectory; the full
-# EKF + RTS pass then runs once, with the winner (a record of T = 10^6 ran it 5 times)
-SELECT_STEPS = 20_000
+# the candidates are scored on at most policy.SELECT_STEPS first samples of each trajectory; the
+# full EKF + RTS pass then runs once, with the winner (a record of T = 10^6 ran it 5 times)
 
 
 def process_noise_scores(model, theta_vec, data, *, x0, Sigma0, R, ekf: EKF,
-                         steps: int | None = SELECT_STEPS) -> list[tuple[float, np.ndarray]]:
+                         steps: int | None = FROM_POLICY) -> list[tuple[float, np.ndarray]]:
     """The EKF's marginal log-likelihood of each candidate process-noise variance, best first.
 
     Candidates: ``max(process_std**2, q)`` per state for q in ``Q_CANDIDATES`` (duplicates run
@@ -32,6 +33,7 @@ def process_noise_scores(model, theta_vec, data, *, x0, Sigma0, R, ekf: EKF,
     failed factorisation) is left out. Returns ``[(loglik, Q (nx,)), ...]`` sorted by
     decreasing log-likelihood (possibly empty).
     """
+    steps = policy.SELECT_STEPS if steps == FROM_POLICY else steps
     out = []
     for Qc in _candidates(model):
         ll, finite = 0.0, True
@@ -59,7 +61,7 @@ def _candidates(model) -> list[np.ndarray]:
 
 
 def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, ekf: EKF | None = None,
-               select_steps: int | None = SELECT_STEPS) -> list[np.ndarray]:
+               select_steps: int | None = FROM_POLICY) -> list[np.ndarray]:
     """EKF + RTS smoothed means (T_b, nx) of every trajectory.
 
     Defaults: ``x0`` = the model's ``x1_mean`` (else zeros), ``Sigma0`` = ``x1_std**2`` (else
@@ -78,6 +80,7 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
     record). Single Lorenz, T = 10^5: 5 full passes took 4.6 s of a 55 s fit. Trajectories
     all at most ``select_steps`` long: every candidate runs over all the data, as before.
     """
+    select_steps = policy.SELECT_STEPS if select_steps == FROM_POLICY else select_steps
     noise, nx = model.noise, model.nx
     x0 = (noise.x1_mean if noise.x1_mean is not None else np.zeros(nx)) if x0 is None else np.asarray(x0, float)
     if Sigma0 is None:

@@ -1,12 +1,12 @@
 """Options of the smoothing step (E-step)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..runtime._checks import is_integer
-from ..runtime._schema import HESSIANS, SMOOTHER_SOLVERS, require
+from ..runtime._schema import BOUND, HESSIANS, SMOOTHER_SOLVERS, check_bounds, check_fields, require
 
 
 @dataclass(frozen=True)
@@ -59,13 +59,15 @@ class SmootherOptions:
     hessian: str = "gauss-newton"
     max_iter: int = 100
     tol: float = 1e-8
-    x_lower: object = None
-    x_upper: object = None
+    x_lower: object = field(default=None, metadata=BOUND)
+    x_upper: object = field(default=None, metadata=BOUND)
     compile: bool | None = None
     chunk: int | None = None
     solver: str | None = None
 
     def __post_init__(self):
+        check_fields(self)
+        check_bounds(self.x_lower, self.x_upper)
         require(self.solver is None or self.solver in SMOOTHER_SOLVERS,
                  f"solver must be None or one of {SMOOTHER_SOLVERS}, got {self.solver!r}")
         require(self.solver != "banded" or (self.x_lower is None and self.x_upper is None),

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..objective._log_density import log_normalisers
 from ..objective._stages import SMOOTHER_STAGES, StageFunctions
+from ..runtime import _policy as policy
 from ..runtime._result import Result
 from ..runtime._solve import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
 from ..smoothing._options import SmootherOptions
@@ -103,15 +104,15 @@ def band_column_functions(nx: int) -> tuple[ca.Function, ca.Function]:
     return first, ca.Function("band_column", [ho, hp, hn, d], [ca.vertcat(*col)])
 
 
-# chunked evaluation (:mod:`ceem_casadi.smoother_chunks`) from this many steps on, in chunks of
-CHUNK_FROM, CHUNK_LENGTH = 20_000, 2_000
+# chunked evaluation (smoothing/_chunks.py) from policy.CHUNK_FROM steps on, in chunks of
+# policy.CHUNK_LENGTH (runtime/_policy.py: the long-record policy)
 
 
 def chunk_length(option, T: int) -> int:
     """Chunk length for ``SmootherOptions.chunk`` (None: auto, 0: never, else steps) at length T;
     0 = not chunked."""
     if option is None:
-        return CHUNK_LENGTH if T >= CHUNK_FROM else 0
+        return policy.CHUNK_LENGTH if T >= policy.CHUNK_FROM else 0
     return min(int(option), T) if option and T > 1 else 0
 
 
@@ -121,7 +122,7 @@ def solver_kind(options: SmootherOptions, T: int) -> str:
     if options.solver is not None:
         return options.solver
     bounded = options.x_lower is not None or options.x_upper is not None
-    return "banded" if T >= CHUNK_FROM and not bounded else "ipopt"
+    return "banded" if T >= policy.CHUNK_FROM and not bounded else "ipopt"
 
 
 class TrajectorySmoother:

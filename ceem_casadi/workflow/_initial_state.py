@@ -18,12 +18,14 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
-from ..errors import NonFiniteError, ShapeError, SolverError
+from ..errors import DataError, NonFiniteError, ShapeError, SolverError
 from ..io._data import Trajectories
+from ..io._validate import check_data, check_outputs
 from ..model._simulation import as_theta_vector, rollout
+from ..runtime._best import BestIterate
 from ..runtime._result import Result
 from ..runtime._schema import check_time_limit
-from ..runtime._solve import DEADLINE, deadline, ipopt_options, solve
+from ..runtime._solve import deadline, expired, ipopt_options, ipopt_solver, solve
 from ..runtime._status import Status
 
 __all__ = ["InitialStateResult", "estimate_initial_state", "default_window"]
@@ -91,8 +93,9 @@ class InitialStateSolver:
         lam_f, lam_g = ca.MX.sym("lam_f"), ca.MX.sym("lam_g", 0)
         hess_lag = ca.Function("hess_lag", [x0, P, lam_f, lam_g], [lam_f * ca.triu(H)],
                                ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
-        self.solver = ca.nlpsol(f"x0_window{k}", "ipopt", {"x": x0, "p": P, "f": cost},
-                                ipopt_options(max_iter, tol, hess_lag=hess_lag, show_eval_warnings=False))
+        self.solver = ipopt_solver(f"x0_window{k}", {"x": x0, "p": P, "f": cost},
+                                  ipopt_options(max_iter, tol, hess_lag=hess_lag, show_eval_warnings=False,
+                                                track=(model.nx, 0)))
         self.cost = ca.Function("x0_cost", [x0, P], [cost])
 
     def parameter(self, model, theta_vec, y, u, use_prior: bool = True) -> np.ndarray:
@@ -119,16 +122,20 @@ class InitialStateSolver:
             return InitialStateResult(np.full(self.model.nx, np.nan), np.nan, Status.SOLVER_FAILED,
                                       f"the free run is not finite from any of the {len(starts)} start(s); "
                                       "give starts= inside the model's domain", 0, 0.0)
-        best = starts[int(np.nanargmin(np.where(np.isfinite(costs), costs, np.nan)))]
+        i_best = int(np.nanargmin(np.where(np.isfinite(costs), costs, np.nan)))
+        tracker = BestIterate(starts[i_best], costs[i_best], label="the best starting point", lower=lower,
+                              upper=upper)
         t0 = time.perf_counter()
-        sol = solve(self.solver, x0=best, p=P, lbx=lower, ubx=upper)
+        sol = solve(self.solver, x0=starts[i_best], p=P, lbx=lower, ubx=upper, best=tracker)
         wall = time.perf_counter() - t0
         st = self.solver.stats()
-        x0 = np.asarray(sol["x"], float).ravel()
-        status = Status.from_ipopt(st["return_status"], time_up=DEADLINE.expired())
+        status = Status.from_ipopt(st["return_status"], time_up=expired())
+        # never worse than the start or than the best IPOPT iterate (a stop on time or a failure)
+        x0, cost, which = tracker.choose(np.asarray(sol["x"], float).ravel(), float(sol["f"]),
+                                         label="IPOPT's final iterate")
         if not np.all(np.isfinite(x0)):
             status = Status.SOLVER_FAILED
-        return InitialStateResult(x0, float(sol["f"]), status, f"IPOPT: {st['return_status']}",
+        return InitialStateResult(x0, cost, status, f"IPOPT: {st['return_status']}; {which}",
                                   int(st["iter_count"]), wall)
 
 
@@ -154,7 +161,7 @@ def _bounds(model, value, fill, name):
 def _trajectories(model, y, u):
     """``(list of y (T, ny), list of u (T, nu), single)`` from one trajectory or a batch."""
     if isinstance(y, Trajectories):
-        y.check_model(model)
+        check_data(model, y)
         return list(y.y), [y.inputs(b) for b in range(len(y))], False
     single = not isinstance(y, (list, tuple)) and np.ndim(y) <= 2
     ys = [y] if single else list(y)
@@ -177,6 +184,7 @@ def _trajectories(model, y, u):
             raise NonFiniteError(f"u[{b}] contains NaN or inf; inputs must be finite")
         out_y.append(yb)
         out_u.append(ub)
+    check_outputs(out_y)
     return out_y, out_u, single
 
 
@@ -271,6 +279,11 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
     if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, float, np.integer, np.floating)) \
             or not np.isfinite(k) or int(k) != k or not 1 <= k <= shortest:
         raise ShapeError(f"window: expected an integer in [1, {shortest}] (shortest trajectory), got {window!r}")
+    empty = [b for b, yb in enumerate(ys) if np.all(np.isnan(yb[:int(k)]))]
+    if empty:
+        raise DataError(f"trajectory {empty[0]}: every output in the first {int(k)} samples (the window) is "
+                        "missing (NaN); the initial state cannot be estimated there: give a longer window= "
+                        "(x0_window=) or x_init=")
     lower = _bounds(model, x_lower, -np.inf, "x_lower")
     upper = _bounds(model, x_upper, np.inf, "x_upper")
     if np.any(lower > upper):

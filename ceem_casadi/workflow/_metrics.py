@@ -36,6 +36,7 @@ import numpy as np
 
 from ..errors import NonFiniteError, ShapeError
 from ..io._measures import error_stats, fit_percent, nrmse, rmse
+from ..io._validate import check_data
 from ..model._simulation import as_theta_vector as _theta_vector
 from ..model._simulation import run
 from ..runtime._checks import count
@@ -291,7 +292,7 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
     """
     from ..filtering import EKF
 
-    data.check_model(model)
+    check_data(model, data)
     theta_vec = _theta_vector(model, theta)
     ks = (k,) if np.ndim(k) == 0 else tuple(k)
     try:

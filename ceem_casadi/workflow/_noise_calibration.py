@@ -14,9 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,10 +24,12 @@ from ..em._options import CEEMOptions
 from ..errors import NonFiniteError, ShapeError
 from ..filtering import EKF
 from ..io._data import Trajectories
+from ..io._validate import check_data
 from ..learning._learner import Learner
 from ..model._params import Theta
+from ..runtime._pool import WorkerPool
 from ..runtime._result import Result, plain
-from ..runtime._schema import check_time_limit, require
+from ..runtime._schema import check_fields, check_time_limit, require
 from ..smoothing._smoother import Smoother
 from ._noise_criteria import holdout_rms, innovation_loglik, split_tails
 
@@ -105,6 +105,7 @@ class NoiseCalibrationOptions:
     ekf_engine: str = "casadi"
 
     def __post_init__(self):
+        check_fields(self)
         require(isinstance(self.ceem, CEEMOptions), f"ceem must be a CEEMOptions, got {type(self.ceem).__name__}")
         require(isinstance(self.n_jobs, int) and self.n_jobs >= 1, f"n_jobs must be an int >= 1, got {self.n_jobs!r}")
         require(self.chains is None or (isinstance(self.chains, int) and self.chains >= 1),
@@ -430,7 +431,7 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
                              f"multipliers with finite squares (e.g. 0.03 .. 30)")
     if not isinstance(data, Trajectories):
         raise TypeError(f"data must be a cc.Trajectories (e.g. cc.Trajectories(y, u)), got {type(data).__name__}")
-    data.check_model(model)
+    check_data(model, data)
     theta0 = model.params.validate(theta0)
     fit_data, tails = data, None
     if criterion == "holdout":
@@ -447,9 +448,9 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
     blocks = [(list(b), *start) for b in np.array_split(rest, n_chains) if b.size]
     n_jobs = min(options.n_jobs, len(blocks))
     if n_jobs > 1:
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_worker_init, initargs=(task,)) as pool:
-            chains = list(pool.map(_worker_chain, blocks))
+        # workers end with this process (SIGKILL, SIGTERM) and are killed at once on Ctrl-C
+        with WorkerPool(n_jobs, initializer=_worker_init, initargs=(task,)) as pool:
+            chains = pool.map(_worker_chain, blocks)
     else:
         chains = [_run_chain(task, solvers, *b) for b in blocks]
     rows = sorted((r for c in [anchor, *chains] for r in c), key=lambda r: r.level)

@@ -21,19 +21,21 @@ Hessian. The NLP is built once per (model, trajectory lengths, shooting, options
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import casadi as ca
 import numpy as np
 
 from ..errors import ShapeError, SolverError
 from ..io._data import Trajectories
+from ..io._validate import check_data
 from ..model._params import Theta
 from ..model._simulation import rollout, run
+from ..runtime._best import BestIterate
 from ..runtime._callbacks import SparsityCallback
 from ..runtime._result import Result, format_table, theta_rows
-from ..runtime._schema import HESSIANS, check_time_limit, require
-from ..runtime._solve import DEADLINE, deadline, ipopt_options, solve
+from ..runtime._schema import BOUND, HESSIANS, check_bounds, check_fields, check_time_limit, require
+from ..runtime._solve import deadline, expired, ipopt_options, ipopt_solver, solve
 from ..runtime._status import Status
 from ._initial_state import estimate_initial_state
 
@@ -96,11 +98,13 @@ class OutputErrorOptions:
     use_prior: bool = True
     time_limit: float | None = None
     x0_window: int | None = None
-    x_lower: object = None
-    x_upper: object = None
+    x_lower: object = field(default=None, metadata=BOUND)
+    x_upper: object = field(default=None, metadata=BOUND)
     raise_on_failure: bool = False
 
     def __post_init__(self):
+        check_fields(self)
+        check_bounds(self.x_lower, self.x_upper)
         require(isinstance(self.max_iter, int) and self.max_iter >= 1, f"max_iter must be an int >= 1, got {self.max_iter!r}")
         require(np.isfinite(self.tol) and self.tol > 0, f"tol must be finite and > 0, got {self.tol!r}")
         require(self.hessian in HESSIANS,
@@ -257,9 +261,10 @@ class OutputErrorProblem:
             extra["grad_f"], extra["hess_lag"] = self._gn.grad_f, self._gn.hess_lag
         # adaptive barrier: with bounds and a large-residual Gauss-Newton model the default monotone
         # strategy crawled (Cascaded Tanks, 11 parameters: 279 iterations, 62 s -> 23, 7.0 s)
-        self.solver = ca.nlpsol("output_error", "ipopt", {"x": w, "p": P, "f": cost, "g": g},
-                                ipopt_options(options.max_iter, options.tol, show_eval_warnings=False,
-                                              **{"ipopt.mu_strategy": "adaptive"}, **extra))
+        self.solver = ipopt_solver("output_error", {"x": w, "p": P, "f": cost, "g": g},
+                                   ipopt_options(options.max_iter, options.tol, show_eval_warnings=False,
+                                                 track=(w.numel(), g.numel()),
+                                                 **{"ipopt.mu_strategy": "adaptive"}, **extra))
         self.functions = ca.Function("output_error_eval", [w, P], [cost, g])
         self.ng = g.numel()
 
@@ -304,11 +309,32 @@ def problem_for(model, lengths, shooting, options: OutputErrorOptions) -> Output
     return cache[key]
 
 
+# largest continuity gap of an iterate that may be returned (multiple shooting)
+CONTINUITY_TOL = 1e-6
+
+
 def _state_bounds(model, value, fill, name) -> np.ndarray:
     v = np.asarray(fill if value is None else value, float)
     if v.size not in (1, model.nx):
         raise ShapeError(f"{name}: expected a scalar or {model.nx} entries (nx), got shape {v.shape}")
     return np.broadcast_to(v.ravel() if v.size > 1 else v, (model.nx,)).astype(float)
+
+
+def _offer_resimulated(prob, model, theta_vec, data, P, w, lo, hi, tracker) -> None:
+    """Offer ``tracker`` the iterate ``w``'s free parameters and initial states with every other
+    node replaced by the free run from them (continuity met by construction)."""
+    nf = prob.free.size
+    th = theta_vec.copy()
+    th[prob.free] = w[:nf]
+    nodes = w[nf:].reshape(len(prob.segs), model.nx)
+    x0 = nodes[[i for i, (_, s0, _, _) in enumerate(prob.segs) if s0 == 0]]
+    with np.errstate(all="ignore"):
+        resim = np.clip(prob.nodes(model, th, data, x0), lo[:, None], hi[:, None])
+    w_new = np.concatenate([w[:nf], resim.ravel(order="F")])
+    cost, g = prob.functions(w_new, P)
+    gap = float(np.max(np.abs(np.asarray(g))))
+    tracker.offer(w_new, float(cost), gap, label="IPOPT's final parameters and initial states, the other "
+                                                 "nodes re-simulated from them")
 
 
 def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: int | None = None, x0=None,
@@ -334,8 +360,12 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
     Returns
     -------
     OutputErrorResult
-        theta, x0 (B, nx), cost, status, message, iterations, wall time. On a solver failure the
-        starting point comes back (status ``"solver_failed"``) unless ``raise_on_failure``.
+        theta, x0 (B, nx), cost, status, message, iterations, wall time. On any stop (time
+        limit, iteration limit, solver failure) the returned point is IPOPT's final iterate if it
+        is finite, meets continuity and is no worse than every earlier iterate, else the best
+        iterate IPOPT visited (or the start if none improved on it); ``message`` says which.
+        A solver failure raises [`SolverError`][ceem_casadi.SolverError] instead with
+        ``raise_on_failure``.
 
     Examples
     --------
@@ -358,7 +388,7 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
     if not isinstance(data, Trajectories):
         raise TypeError(f"data must be a Trajectories, got {type(data).__name__}")
     t0 = time.perf_counter()
-    data.check_model(model)
+    check_data(model, data)
     theta = model.params.validate(theta)
     theta_vec = model.params.to_vector(theta)
     if shooting is not None and (not isinstance(shooting, (int, np.integer)) or isinstance(shooting, bool)
@@ -383,9 +413,12 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
         lbx = np.concatenate([model.params.lower[free], np.tile(lo, n_nodes)])
         ubx = np.concatenate([model.params.upper[free], np.tile(hi, n_nodes)])
         initial_cost = float(prob.functions(w0, P)[0])
-        sol = solve(prob.solver, x0=w0, p=P, lbx=lbx, ubx=ubx, lbg=0.0, ubg=0.0)
+        # the best iterate IPOPT visits (continuity met for multiple shooting) or the start:
+        # what comes back on any stop (time limit, failure) is never worse than either
+        tracker = BestIterate(w0, initial_cost, feasibility_tol=CONTINUITY_TOL, lower=lbx, upper=ubx)
+        sol = solve(prob.solver, x0=w0, p=P, lbx=lbx, ubx=ubx, lbg=0.0, ubg=0.0, best=tracker)
         st = prob.solver.stats()
-        status = Status.from_ipopt(st["return_status"], time_up=DEADLINE.expired())
+        status = Status.from_ipopt(st["return_status"], time_up=expired())
     w = np.asarray(sol["x"], float).ravel()
     message = f"IPOPT: {st['return_status']} after {st['iter_count']} iterations"
     cost, g = prob.functions(w, P)
@@ -393,15 +426,24 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
     if not (np.all(np.isfinite(w)) and np.isfinite(float(cost))):
         status = Status.SOLVER_FAILED
         message += "; non-finite iterate"
-    if status is Status.SOLVER_FAILED:
-        if options.raise_on_failure:
-            raise SolverError(f"refine_output_error: {message}. {status.advice}")
-        if not (np.isfinite(float(cost)) and float(cost) <= initial_cost and gap <= 1e-6):
-            w = w0  # the failed iterate is no better than the start: keep the last good point
-            cost, g = prob.functions(w, P)
-            message += "; returning the starting point (the last good iterate)"
-        else:
-            message += "; returning IPOPT's last iterate (lower cost than the start, continuity met)"
+    if status is Status.SOLVER_FAILED and options.raise_on_failure:
+        raise SolverError(f"refine_output_error: {message}. {status.advice}")
+    if status is Status.CONVERGED and gap <= CONTINUITY_TOL:
+        # a converged, feasible optimum is returned as is (an earlier iterate within the continuity
+        # tolerance can have a lower cost only by being slightly infeasible)
+        message += "; returning IPOPT's final iterate"
+    else:
+        if prob.ng and gap > CONTINUITY_TOL and np.all(np.isfinite(w)):
+            # multiple shooting stopped between nodes that do not join: the final parameters and
+            # initial states with the nodes re-simulated from them are a continuous candidate
+            _offer_resimulated(prob, model, theta_vec, data, P, w, lo, hi, tracker)
+        w, _, which = tracker.choose(w, float(cost), gap, label="IPOPT's final iterate")
+        message += "; " + which
+    if not np.array_equal(w, np.asarray(sol["x"], float).ravel()):
+        cost, g = prob.functions(w, P)
+        if not float(cost) <= initial_cost:  # safety net: never worse than the start, recomputed
+            w, (cost, g) = w0, prob.functions(w0, P)
+            message += " (its recomputed cost exceeds the start's: returning the starting point instead)"
     out = theta_vec.copy()
     out[free] = w[:free.size]
     nodes = w[free.size:].reshape(n_nodes, model.nx)

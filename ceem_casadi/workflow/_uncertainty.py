@@ -41,11 +41,12 @@ from scipy.stats import norm
 from ..em._hessian_blocks import ExactBlocks, GaussNewtonBlocks
 from ..em._joint_gauss_newton import banded_upper
 from ..errors import OptionsError, SolverError
+from ..io._validate import check_data
 from ..learning._learner import AUTO_EXACT_INSTRUCTIONS
 from ..objective._identifiability import Direction, entry_names, spectrum, weak_directions
 from ..objective._stages import StageFunctions
 from ..runtime._result import Result
-from ..runtime._schema import HESSIANS
+from ..runtime._schema import HESSIANS, check_fields
 from ..runtime._threads import blas_threads
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class UncertaintyOptions:
     blas_threads: int | None = 1
 
     def __post_init__(self):
+        check_fields(self)
         if self.hessian not in HESSIANS:
             raise OptionsError(f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
         if not 0 < self.level < 1:
@@ -407,7 +409,7 @@ class _Fit:
 
 
 def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> ParameterUncertainty:
-    data.check_model(model)
+    check_data(model, data)
     params = model.params
     theta = result if isinstance(result, dict) else result.theta
     theta_vec = params.to_vector(theta)

@@ -1,0 +1,36 @@
+"""The one validation of data against a model, shared by every public entry point and the CLI.
+
+[`check_data`][ceem_casadi.io._validate.check_data] is called by `ceem`, `ceem_checkpointed`,
+`refine_output_error`, `estimate_initial_state`, `calibrate_noise`, `parameter_uncertainty` and
+`validation_report`, and by the data-file reader of the command line, so that the same data
+give the same message whichever way they come in (issue 23, item 5).
+"""
+from __future__ import annotations
+
+from ._data import Trajectories, check_outputs
+
+__all__ = ["check_data", "check_outputs"]
+
+
+def check_data(model, data, *, what: str = "data") -> Trajectories:
+    """Raise a clear error unless ``data`` can be fitted with ``model``; return it.
+
+    Checks: ``data`` is a [`Trajectories`][ceem_casadi.Trajectories] (its constructor already
+    refused inf outputs, NaN inputs, mismatched lengths and fewer than 2 samples), its output
+    and input dimensions match the model (`ShapeError`), and every trajectory and every output
+    column has at least one observed value ([`DataError`][ceem_casadi.errors.DataError]).
+
+    Examples
+    --------
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.5 * x, lambda x, u, p: x, nx=1,
+    ...                                          params=cc.Parameters())
+    >>> check_data(model, cc.Trajectories([np.full((5, 1), np.nan)]))
+    Traceback (most recent call last):
+    ...
+    ceem_casadi.errors.DataError: trajectory 0: every output is missing (NaN); nothing to fit there: drop the trajectory or give its observed outputs
+    """
+    if not isinstance(data, Trajectories):
+        raise TypeError(f"{what} must be a Trajectories (cc.Trajectories(y, u)), got {type(data).__name__}")
+    data.check_model(model)
+    return data

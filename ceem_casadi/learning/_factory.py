@@ -1,0 +1,44 @@
+"""The one factory of learning steps: which [`LearningStep`][ceem_casadi.learning.LearningStep]
+a fit uses when the caller gives none (the thresholds live in the long-record policy)."""
+from __future__ import annotations
+
+from ..runtime import _policy as policy
+from ._learner import Learner
+from ._pieces import PieceLearner
+from ._protocol import LearningStep
+
+__all__ = ["learner_for"]
+
+
+def learner_for(model, lengths, options, stages=None) -> LearningStep:
+    """The default learning step of a fit.
+
+    A `PieceLearner` (data terms piece by piece, no T-sized graph) when some trajectory has
+    `policy.PIECE_FROM` samples or more, else a [`Learner`][ceem_casadi.learning.Learner] over all stages.
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+    lengths : sequence of int
+        Trajectory lengths T_b.
+    options : LearnerOptions
+    stages : StageFunctions, optional
+        Shared with the smoother.
+
+    Returns
+    -------
+    LearningStep
+        A `PieceLearner` or a `Learner` for these lengths.
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x, lambda x, u, p: x, nx=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)))
+    >>> from ceem_casadi.learning import learner_for
+    >>> type(learner_for(model, (50,), cc.LearnerOptions())).__name__
+    'Learner'
+    """
+    if max(lengths) >= policy.PIECE_FROM:
+        return PieceLearner(model, options, stages, columns=sum(lengths))
+    return Learner(model, lengths, options, stages)

@@ -1,0 +1,81 @@
+"""What every learning step (M-step) of the library provides: the
+[`LearningStep`][ceem_casadi.learning.LearningStep] protocol.
+
+The EM loop (`ceem`), particle EM and noise calibration call only ``solve``; the curvature warning
+of a fit and `parameter_uncertainty` use ``hessian_matrix`` when a learner has it
+([`CurvatureLearningStep`][ceem_casadi.learning.CurvatureLearningStep]). Implementations:
+[`Learner`][ceem_casadi.learning.Learner] (IPOPT over all stages), [`AdamLearner`][ceem_casadi.learning.AdamLearner]
+(mini-batch Adam), `PieceLearner` (long records piece by piece), `RemoteLearner` (data terms
+map-reduced over shards) and the piece engine's local learner. A user's own class needs no base
+class: a ``solve`` method of this signature returning a [`LearnResult`][ceem_casadi.learning.LearnResult]
+is enough.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ..io._data import Trajectories
+    from ._learner import LearnResult
+
+__all__ = ["CurvatureLearningStep", "LearningStep"]
+
+
+@runtime_checkable
+class LearningStep(Protocol):
+    """A learning step: the free parameters that maximise J for fixed states.
+
+    Anything with this ``solve`` method can be passed as ``ceem(..., learner=...)``:
+    [`Learner`][ceem_casadi.learning.Learner], [`AdamLearner`][ceem_casadi.learning.AdamLearner],
+    the piece learner of long records, the distributed learner, or a user's own.
+
+    Attributes
+    ----------
+    solve : callable
+        ``solve(theta_vec, data, xs, rho_theta=None, weights=None) -> LearnResult``: one learning
+        step from ``theta_vec`` (np,) for the states ``xs`` (B arrays (T_b, nx)) of ``data``.
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> from ceem_casadi.learning import LearningStep
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x, lambda x, u, p: x, nx=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)))
+    >>> isinstance(cc.learning.Learner(model, (20,)), LearningStep)
+    True
+    """
+
+    def solve(self, theta_vec: np.ndarray, data: Trajectories, xs: list[np.ndarray],
+              rho_theta: float | None = None, weights=None) -> LearnResult:
+        """One learning step from ``theta_vec`` (np,) for the states ``xs`` (B arrays (T_b, nx)) of
+        ``data``; ``rho_theta`` overrides the trust-region weight, ``weights`` (B,) weights the
+        trajectories (particle EM). Returns a ``LearnResult`` (theta vector, cost, status)."""
+        ...
+
+
+@runtime_checkable
+class CurvatureLearningStep(LearningStep, Protocol):
+    """A [`LearningStep`][ceem_casadi.learning.LearningStep] that also gives the Hessian of its
+    objective (data terms and prior, no trust region) at fixed states (the ``"newton"``
+    acceleration and the identifiability check use it).
+
+    Attributes
+    ----------
+    hessian_matrix : callable
+        ``hessian_matrix(theta_vec, data, xs) -> (n_free, n_free) array or None``.
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> from ceem_casadi.learning import CurvatureLearningStep
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x, lambda x, u, p: x, nx=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)))
+    >>> isinstance(cc.learning.Learner(model, (20,)), CurvatureLearningStep)
+    True
+    """
+
+    def hessian_matrix(self, theta_vec: np.ndarray, data: Trajectories, xs: list[np.ndarray]) -> np.ndarray | None:
+        """(n_free, n_free) Hessian at ``theta_vec``, or None where it cannot be formed."""
+        ...

@@ -1,0 +1,125 @@
+"""Best-iterate tracking: the rule "never return an iterate worse than the start or than the best
+seen" in one small piece, shared by every step that can stop on a budget or a failure.
+
+A [`BestIterate`][ceem_casadi.runtime._best.BestIterate] starts from the starting point; every
+iterate a solver visits is offered to it (IPOPT's iterations through the solve layer's tracking
+callback, an optimiser's steps by hand). It keeps the feasible iterate of lowest objective, and
+[`choose`][ceem_casadi.runtime._best.BestIterate.choose] compares a solver's final iterate with it
+and says in a sentence which one it returns.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["BestIterate"]
+
+
+class BestIterate:
+    """The lowest-objective feasible iterate seen so far (minimisation).
+
+    Parameters
+    ----------
+    x : array_like
+        The starting iterate (any shape; kept as a float copy).
+    f : float
+        Its objective. A non-finite ``f`` makes any finite iterate better.
+    feasibility_tol : float
+        Largest constraint violation (max-norm) of an iterate that may be kept (default: inf,
+        no constraints). The start is kept whatever its violation.
+    label : str
+        How the start is named in messages.
+    lower, upper : array_like, optional
+        Bounds of the iterate: a kept iterate is clipped into them (IPOPT's intermediate
+        iterates may lie outside the original bounds by its ``bound_relax_factor``, ~1e-8).
+    rtol : float
+        Relative slack of [`choose`][ceem_casadi.runtime._best.BestIterate.choose]: a final
+        iterate within ``rtol * |f_best|`` of the best is returned (round-off, e.g. IPOPT's final
+        projection onto the bounds, must not replace a converged iterate by an earlier one).
+
+    Attributes
+    ----------
+    x, f, violation, label :
+        The best iterate, its objective, its violation and its name.
+    offered : int
+        Iterates offered so far (the start excluded).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> best = BestIterate(np.zeros(2), 10.0)
+    >>> best.offer(np.ones(2), 3.0, label="iteration 1")
+    True
+    >>> best.offer(np.full(2, 2.0), 5.0, label="iteration 2")
+    False
+    >>> x, f, msg = best.choose(np.full(2, 9.0), 1e9, label="the final iterate")
+    >>> f, msg
+    (3.0, 'returning the best iterate seen (iteration 1, cost 3 < 1e+09 of the final iterate)')
+    """
+
+    def __init__(self, x, f: float, *, feasibility_tol: float = math.inf, label: str = "the starting point",
+                 lower=None, upper=None, rtol: float = 1e-9):
+        self.x = np.array(x, float, copy=True)
+        self.f = float(f)
+        self.violation = 0.0
+        self.label = label
+        self.start_label = label
+        self.feasibility_tol = float(feasibility_tol)
+        self.offered = 0
+        self.rtol = float(rtol)
+        self.lower = None if lower is None else np.asarray(lower, float)
+        self.upper = None if upper is None else np.asarray(upper, float)
+
+    def better(self, f: float, violation: float = 0.0) -> bool:
+        """Whether an iterate of objective ``f`` and violation ``violation`` beats the best."""
+        f = float(f)
+        return (math.isfinite(f) and math.isfinite(violation) and violation <= self.feasibility_tol
+                and (not math.isfinite(self.f) or f < self.f))
+
+    def offer(self, x, f: float, violation: float = 0.0, *, label: str = "an iterate") -> bool:
+        """Keep ``x`` if it beats the best (finite, feasible, lower objective); return whether it did."""
+        self.offered += 1
+        if not self.better(f, violation):
+            return False
+        x = np.asarray(x, float)
+        if not np.all(np.isfinite(x)):
+            return False
+        if self.lower is not None or self.upper is not None:
+            x = np.clip(x, self.lower if self.lower is not None else -np.inf,
+                        self.upper if self.upper is not None else np.inf)
+        self.x, self.f, self.violation = x.copy(), float(f), float(violation)
+        self.label = label
+        return True
+
+    @property
+    def is_start(self) -> bool:
+        """Whether no offered iterate beat the start."""
+        return self.label == self.start_label
+
+    def choose(self, x, f: float, violation: float = 0.0, *, label: str = "the final iterate"):
+        """The final iterate ``x`` if it is at least as good as the best seen, else the best.
+
+        Returns
+        -------
+        x : numpy.ndarray
+            The chosen iterate.
+        f : float
+            Its objective.
+        message : str
+            Which iterate is returned, e.g. ``"returning the final iterate"`` or ``"returning the
+            starting point (no iterate improved on it; cost ...)"``.
+        """
+        f = float(f)
+        x = np.asarray(x, float)
+        final_ok = (math.isfinite(f) and math.isfinite(violation) and violation <= self.feasibility_tol
+                    and np.all(np.isfinite(x)) and (not math.isfinite(self.f) or f <= self.f + self.rtol * abs(self.f)))
+        if final_ok:
+            return x.copy(), f, f"returning {label}"
+        digits = 4 if not math.isfinite(f) or abs(f - self.f) > 1e-3 * abs(f) else 12
+        why = f"cost {self.f:.{digits}g} < {f:.{digits}g} of {label}" if math.isfinite(f) else f"{label} is not finite"
+        if math.isfinite(f) and violation > self.feasibility_tol:
+            why = f"{label} violates the constraints by {violation:.2g}"
+        if self.is_start:
+            return self.x.copy(), self.f, f"returning {self.label} (no iterate improved on it; {why})"
+        return self.x.copy(), self.f, f"returning the best iterate seen ({self.label}, {why})"

@@ -1,0 +1,37 @@
+"""The long-record policy: every length threshold that switches a step to its long-record form,
+named in one place (issue 23, item 7). Each switch gives the same optimum as the plain path (to
+rounding): only memory, build time and speed change. ``docs/long_records.md`` has the table.
+
+Users read the values at call time (``policy.CHUNK_FROM``, never ``from ... import CHUNK_FROM``),
+so that a test can lower them all by patching this module.
+
+=================  =========  ===============================================================
+name               value      effect (records at least this long)
+=================  =========  ===============================================================
+CHUNK_FROM         20,000     smoother: cost/gradient/Hessian in chunks of CHUNK_LENGTH steps,
+                              and the banded Newton solver (no state bounds) instead of IPOPT
+CHUNK_LENGTH       2,000      steps per smoother chunk
+PIECE_FROM         20,000     learner: data terms piece by piece (`PieceLearner`), no T-sized graph
+PIECE_LENGTH       20,000     steps per learner piece
+LEARN_CHUNK_FROM   50,000     learner over all stages: data laid out chunk-major (dynamics stages)
+LEARN_CHUNK        4,096      stages per learner chunk
+JOINT_CHUNK        20,000     joint Gauss-Newton step: residual Jacobians in chunks of this many
+                              stages (bounds the memory of its buffers)
+SELECT_STEPS       20,000     initial states: the EKF's process-noise candidates are scored on
+                              at most this many first samples, then one full EKF + RTS pass
+=================  =========  ===============================================================
+"""
+from __future__ import annotations
+
+CHUNK_FROM = 20_000
+CHUNK_LENGTH = 2_000
+PIECE_FROM = 20_000
+PIECE_LENGTH = 20_000
+LEARN_CHUNK_FROM = 50_000
+LEARN_CHUNK = 4096
+JOINT_CHUNK = 20_000
+SELECT_STEPS = 20_000
+
+FROM_POLICY = -1  # a function argument whose default is "the policy's value" (read at call time)
+
+THRESHOLDS = ("CHUNK_FROM", "PIECE_FROM", "LEARN_CHUNK_FROM", "JOINT_CHUNK", "SELECT_STEPS")
