@@ -21,7 +21,7 @@ Hessian. The NLP is built once per (model, trajectory lengths, shooting, options
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import casadi as ca
 import numpy as np
@@ -46,9 +46,15 @@ class OutputErrorOptions:
     Parameters
     ----------
     max_iter : int
-        IPOPT iteration limit (default 500).
+        Iteration limit (default 500).
     tol : float
-        IPOPT tolerance (default 1e-10).
+        Tolerance (default 1e-10): IPOPT's ``tol``; for ``solver="lm"`` the ``ftol``, ``xtol`` and
+        ``gtol`` of [`LeastSquaresOptions`][ceem_casadi.least_squares.LeastSquaresOptions].
+    solver : str
+        ``"lm"`` (default): the Levenberg-Marquardt engine of `ceem_casadi.least_squares` (exact
+        sparse Jacobian, automatic scaling, rejection of non-finite or unstable trials, never
+        returns an iterate worse than its start; Gauss-Newton by construction, ``hessian`` is not
+        used). ``"ipopt"``: one IPOPT NLP (interior point, continuity as constraints).
     hessian : str
         ``"gauss-newton"`` (default: ``J^T J`` of the output residuals, positive semi-definite,
         constraint curvature ignored) or ``"exact"`` (CasADi's exact Hessian of the Lagrangian;
@@ -86,8 +92,10 @@ class OutputErrorOptions:
     x_lower: object = None
     x_upper: object = None
     raise_on_failure: bool = False
+    solver: str = "lm"
 
     def __post_init__(self):
+        _require(self.solver in ("lm", "ipopt"), f"solver must be 'lm' or 'ipopt', got {self.solver!r}")
         _require(isinstance(self.max_iter, int) and self.max_iter >= 1, f"max_iter must be an int >= 1, got {self.max_iter!r}")
         _require(np.isfinite(self.tol) and self.tol > 0, f"tol must be finite and > 0, got {self.tol!r}")
         _require(self.hessian in HESSIANS,
@@ -121,6 +129,12 @@ class OutputErrorResult:
         The objective at the start.
     constraint_violation : float
         Max |continuity gap| of multiple shooting (0 for single shooting).
+    solver : str
+        ``"lm"`` or ``"ipopt"``.
+    returned : str
+        ``solver="lm"``: which iterate came back (``"last"``, ``"best"``, ``"start"``).
+    starts : list of dict
+        ``solver="lm"`` with ``starts=``: one row per start.
     """
 
     theta: Theta
@@ -132,6 +146,9 @@ class OutputErrorResult:
     wall_s: float
     initial_cost: float = float("nan")
     constraint_violation: float = 0.0
+    solver: str = "ipopt"
+    returned: str = ""
+    starts: list = field(default_factory=list, repr=False)
 
     @property
     def success(self) -> bool:
@@ -292,7 +309,7 @@ def _state_bounds(model, value, fill, name) -> np.ndarray:
 
 
 def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: int | None = None, x0=None,
-                        options: OutputErrorOptions = OutputErrorOptions()) -> OutputErrorResult:
+                        starts=None, options: OutputErrorOptions = OutputErrorOptions()) -> OutputErrorResult:
     """Fit the free parameters and every trajectory's initial state by output error (module docstring).
 
     Parameters
@@ -303,18 +320,27 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
     shooting : ``None`` (single shooting) or the segment length k >= 1 of multiple shooting.
     x0 : starting initial states (B, nx) (or (nx,) for all); default
         :func:`~ceem_casadi.estimate_initial_state` on the first ``options.x0_window`` samples.
+    starts : more starting parameter sets (dicts, possibly partial), ``solver="lm"`` only: the
+        lowest objective over all starts is returned (``result.starts``: one row per start).
     options : :class:`OutputErrorOptions`.
 
     Returns
     -------
     OutputErrorResult
         theta, x0 (B, nx), cost, status, message, iterations, wall time. On a solver failure the
-        starting point comes back (status ``"solver_failed"``) unless ``raise_on_failure``.
+        starting point comes back (status ``"solver_failed"``) unless ``raise_on_failure``; with
+        ``solver="lm"`` the returned cost is never above the start's, whatever the status.
     """
     if not isinstance(options, OutputErrorOptions):
         raise TypeError(f"options must be an OutputErrorOptions, got {type(options).__name__}")
     if not isinstance(data, Trajectories):
         raise TypeError(f"data must be a Trajectories, got {type(data).__name__}")
+    if options.solver == "lm":
+        from .least_squares import refine_with_least_squares
+
+        return refine_with_least_squares(model, theta, data, shooting=shooting, x0=x0, starts=starts, options=options)
+    if starts is not None:
+        raise ShapeError("starts= needs solver='lm' (OutputErrorOptions(solver='lm'))")
     t0 = time.perf_counter()
     data.check_model(model)
     theta = model.params.validate(theta)
