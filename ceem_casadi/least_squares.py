@@ -57,6 +57,8 @@ __all__ = ["LeastSquaresOptions", "LeastSquaresResult", "OutputErrorLeastSquares
            "output_error_problem", "refine_with_least_squares", "segments", "solve_least_squares"]
 
 _ACCEPT = 1e-4          # minimum ratio actual / predicted reduction of the merit
+_DEBUG = False
+_SENS_MAX = 3e7      # doubles of forward sensitivities above which CasADi's reverse/forward AD is used
 _DENSE_MAX = 600        # unknowns + constraints up to which the step is solved densely
 
 
@@ -249,6 +251,7 @@ class _Problem:
 
 def _lm(prob: _Problem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, opts: LeastSquaresOptions,
         expires: float | None) -> LeastSquaresResult:
+    """Trust-region Levenberg-Marquardt (module docstring) from ``w0``; returns the best iterate."""
     t0 = time.perf_counter()
     w = np.clip(np.asarray(w0, float), lower, upper)
     out = prob.evaluate(w, True)
@@ -257,16 +260,14 @@ def _lm(prob: _Problem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, op
                                   "the residuals are not finite at the start; start inside the model's domain",
                                   0, 1, time.perf_counter() - t0, "start")
     r, J, c, C = out
-    f_start = 0.5 * float(r @ r)
-    norm = max(f_start, 1e-300)          # residual scaling: the objective relative to the start's
+    norm = max(0.5 * float(r @ r), 1e-300)      # residual scaling: the objective relative to the start's
     honest_start = prob.objective(w, r if prob.n_con == 0 else None)
     best = (honest_start, w.copy(), 0)
     history = [honest_start]
-    q = prob.n_con
-    cs = prob.c_scale
+    q, cs = prob.n_con, prob.c_scale
     nu = 0.0
     D = np.zeros(w.size)
-    lam = None
+    radius = None
     status, why = None, ""
     it = evals = 0
 
@@ -281,41 +282,35 @@ def _lm(prob: _Problem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, op
             status, why = Status.MAX_ITERS, f"iteration limit ({opts.max_iter})"
             break
         it += 1
-        Js = J / np.sqrt(norm)
-        rs = r / np.sqrt(norm)
-        col = np.sqrt(np.asarray(Js.multiply(Js).sum(axis=0)).ravel())
-        D = np.maximum(D, col)
+        Js, rs = J / np.sqrt(norm), r / np.sqrt(norm)
+        D = np.maximum(D, np.sqrt(np.asarray(Js.multiply(Js).sum(axis=0)).ravel()))   # More's scaling
         Dsafe = np.where(D > 0, D, 1.0)
-        Jsc = Js @ sps.diags(1.0 / Dsafe)
+        Jsc = (Js @ sps.diags(1.0 / Dsafe)).tocsc()
         grad = np.asarray(Jsc.T @ rs).ravel()
-        # active bounds: at a bound with the gradient pushing outwards -> held
         span = np.maximum(1.0, np.abs(w))
-        at_lo = (w <= lower + 1e-12 * span) & (grad > 0)
-        at_hi = (w >= upper - 1e-12 * span) & (grad < 0)
-        free = ~(at_lo | at_hi)
+        free = ~(((w <= lower + 1e-12 * span) & (grad > 0)) | ((w >= upper - 1e-12 * span) & (grad < 0)))
         if q == 0:
             rn = np.sqrt(float(rs @ rs))
-            colsc = np.sqrt(np.asarray(Jsc.multiply(Jsc).sum(axis=0)).ravel())
-            cosine = np.abs(grad[free]) / np.maximum(colsc[free] * rn, 1e-300)
+            colsc = np.sqrt(np.asarray(Jsc.multiply(Jsc).sum(axis=0)).ravel())[free]
+            cosine = np.abs(grad[free]) / np.maximum(colsc * rn, 1e-300)
             if rn == 0.0 or cosine.size == 0 or float(np.max(cosine)) <= opts.gtol:
                 status, why = Status.CONVERGED, "gradient test (gtol)"
                 break
-        Jf = Jsc[:, free].tocsc()
-        H = (Jf.T @ Jf).tocsc()
-        if lam is None:
-            lam = opts.initial_damping * max(float(H.diagonal().max(initial=0.0)), 1e-300)
+        Jf = Jsc[:, free]
         gf = grad[free]
+        Cs = Cf = cv = None
         if q:
             Cs = (sps.diags(1.0 / cs) @ C @ sps.diags(1.0 / Dsafe)).tocsc()
-            Cf = Cs[:, free].tocsc()
-            cv = c / cs
-        m_now = merit(r, c)
+            Cf, cv = Cs[:, free], c / cs
+        sub = _Subproblem((Jf.T @ Jf).tocsc(), gf, Cf, cv)
+        if radius is None:
+            radius = float(np.linalg.norm(w * Dsafe)) or 1.0
         accepted = False
-        while not accepted:  # damping loop: until a trial is accepted or lambda is too large
+        while not accepted:  # shrink the trust region until a trial is accepted
             if expires is not None and time.perf_counter() >= expires:
                 break
             try:
-                dfree, mult = _step(H, gf, lam, Cf if q else None, cv if q else None)
+                dfree, mult = sub.solve(radius)
             except (np.linalg.LinAlgError, RuntimeError, ValueError):
                 dfree, mult = None, None
             if dfree is not None and np.all(np.isfinite(dfree)):
@@ -323,37 +318,39 @@ def _lm(prob: _Problem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, op
                 d[free] = dfree
                 w_try = np.clip(w + d / Dsafe, lower, upper)
                 d_eff = (w_try - w) * Dsafe
+                step = float(np.linalg.norm(d_eff))
                 if q and mult is not None:
                     nu = max(nu, 1.1 * float(np.max(np.abs(mult), initial=0.0)))
-                    m_now = merit(r, c)
+                m_now = merit(r, c)
                 lin_r = rs + Jsc @ d_eff
-                pred = m_now - (0.5 * float(lin_r @ lin_r)
-                                + (nu * float(np.abs(cv + Cs @ d_eff).sum()) if q else 0.0))
+                pred = m_now - (0.5 * float(lin_r @ lin_r) + (nu * float(np.abs(cv + Cs @ d_eff).sum()) if q else 0.0))
                 out_try = prob.evaluate(w_try, False)
                 evals += 1
                 ok = out_try is not None
                 if ok and q and opts.reject_unstable:
                     ok = bool(np.isfinite(prob.objective(w_try)))
-                if ok:
-                    actual = m_now - merit(out_try[0], out_try[2])
-                    if pred > 0 and actual >= _ACCEPT * pred:
-                        small_step = np.linalg.norm(d_eff) <= opts.xtol * (opts.xtol + np.linalg.norm(w * Dsafe))
-                        rel = max(m_now, 1e-300)
-                        small_f = abs(actual) <= opts.ftol * rel and pred <= opts.ftol * rel
-                        ratio = actual / pred
-                        if ratio > 0.25:
-                            lam *= max(1.0 / 3.0, 1.0 - (2.0 * ratio - 1.0) ** 3)
-                        w = w_try
-                        accepted = True
-                        break
-            lam *= 10.0
-            if lam > opts.max_damping:
+                ratio = (m_now - merit(out_try[0], out_try[2])) / pred if ok and pred > 0 else -1.0
+                if ratio < 0.25:
+                    radius = 0.25 * (step if ok and step > 0 else radius)
+                elif ratio > 0.75 and step >= 0.95 * radius:
+                    radius *= 2.0
+                if ratio >= _ACCEPT:
+                    actual = ratio * pred
+                    small_step = step <= opts.xtol * (opts.xtol + np.linalg.norm(w * Dsafe))
+                    rel = max(m_now, 1e-300)
+                    small_f = abs(actual) <= opts.ftol * rel and pred <= opts.ftol * rel
+                    w = w_try
+                    accepted = True
+                    break
+            else:
+                radius *= 0.25
+            if radius <= opts.xtol * (opts.xtol + np.linalg.norm(w * Dsafe)):
                 break
         if not accepted:
-            if lam > opts.max_damping:
-                status, why = Status.STALLED, f"no acceptable step up to damping {opts.max_damping:g}"
-            else:
+            if expires is not None and time.perf_counter() >= expires:
                 status, why = Status.TIME_LIMIT, "time limit"
+            else:
+                status, why = Status.STALLED, "no acceptable step in a trust region down to xtol"
             break
         out = prob.evaluate(w, True)
         if out is None:  # pragma: no cover - the trial was finite at this point
@@ -362,20 +359,21 @@ def _lm(prob: _Problem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, op
         r, J, c, C = out
         honest = prob.objective(w, r if q == 0 else None)
         history.append(honest)
+        if _DEBUG:  # pragma: no cover
+            print(f"it {it} f {honest:.8g} radius {radius:.3g} ratio {ratio:.3g} |d| {step:.3g}")
         if honest < best[0]:
             best = (honest, w.copy(), it)
         feasible = q == 0 or float(np.max(np.abs(c / cs), initial=0.0)) <= opts.gap_tol
         if feasible and (small_step or small_f):
             status, why = Status.CONVERGED, "step test (xtol)" if small_step else "reduction test (ftol)"
             break
-    # the returned iterate: the last one when it is the best seen, else the best
-    last_honest = history[-1]
-    if best[0] < last_honest:
+    last = history[-1]
+    if best[0] < last:
         w_out, cost, returned = best[1], best[0], ("start" if best[2] == 0 else "best")
         note = (f"returning the {'starting point' if best[2] == 0 else f'iterate of iteration {best[2]}'} "
-                f"(lowest objective seen, {cost:.6g}; the last iterate had {last_honest:.6g})")
+                f"(lowest objective seen, {cost:.6g}; the last iterate had {last:.6g})")
     else:
-        w_out, cost, returned = w, last_honest, ("start" if it == 0 or len(history) == 1 else "last")
+        w_out, cost, returned = w, last, ("start" if len(history) == 1 else "last")
         note = "returning the last iterate (the lowest objective seen)" if returned == "last" else \
             "returning the starting point (no step was accepted)"
     gap = 0.0
@@ -387,14 +385,71 @@ def _lm(prob: _Problem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, op
                               time.perf_counter() - t0, returned, gap, history)
 
 
+class _Subproblem:
+    """The scaled trust-region subproblem ``min 0.5 d^T H d + g^T d`` s.t. ``||d|| <= radius`` (and
+    ``C d = -c``): solved exactly through an eigendecomposition of H when small and unconstrained,
+    else through the Levenberg-Marquardt parameter ``lambda`` of ``(H + lambda I) d = -g - C^T y``,
+    searched on a log scale until ``||d||`` is at most the radius."""
+
+    def __init__(self, H, g, C, c):
+        self.H, self.g, self.C, self.c = H, g, C, c
+        self.n = H.shape[0]
+        self.q = 0 if C is None else C.shape[0]
+        self.eig = None
+        if self.q == 0 and self.n <= _DENSE_MAX:
+            S, V = np.linalg.eigh(H.toarray())
+            self.eig = (np.maximum(S, 0.0), V, V.T @ g)
+        self.lam = 0.0
+
+    def _solve_lam(self, lam):
+        if self.eig is not None:
+            S, V, gt = self.eig
+            return -V @ (gt / np.maximum(S + lam, 1e-14 * max(float(S.max(initial=0.0)), 1e-300))), None
+        return _step(self.H, self.g, lam, self.C, self.c)
+
+    def solve(self, radius):
+        d, y = self._solve_lam(0.0)
+        if np.linalg.norm(d) <= radius:
+            return d, y
+        if self.eig is not None:  # secular equation 1/||d(lam)|| = 1/radius by Newton (More-Sorensen)
+            S, V, gt = self.eig
+            lam = 0.0
+            for _ in range(50):
+                den = S + lam
+                dn = np.sqrt(float(np.sum(gt ** 2 / den ** 2)))
+                if abs(dn - radius) <= 1e-3 * radius:
+                    break
+                dphi = float(np.sum(gt ** 2 / den ** 3)) / dn ** 3
+                lam = max(lam + (1.0 / radius - 1.0 / dn) / dphi, 0.5 * lam + 1e-300)
+            return -V @ (gt / (S + lam)), None
+        lo, hi = 0.0, max(self.lam, 1e-8 * max(float(self.H.diagonal().max(initial=0.0)), 1e-300))
+        while True:  # bracket
+            d, y = _step(self.H, self.g, hi, self.C, self.c)
+            if np.linalg.norm(d) <= radius or hi > 1e30:
+                break
+            lo, hi = hi, hi * 10.0
+        for _ in range(6):  # refine on a log scale; keep a step inside the region
+            mid = np.sqrt(max(lo, hi * 1e-3) * hi)
+            dm, ym = _step(self.H, self.g, mid, self.C, self.c)
+            if np.linalg.norm(dm) <= radius:
+                hi, d, y = mid, dm, ym
+            else:
+                lo = mid
+        self.lam = hi
+        if np.linalg.norm(d) > radius and self.q == 0:
+            d = d * (radius / np.linalg.norm(d))
+        return d, y
+
+
 def _step(H, g, lam, C, c):
     """Damped Gauss-Newton step (and multipliers) of the scaled problem: ``(H + lam I) d + C^T y = -g``,
     ``C d = -c``."""
     n = H.shape[0]
     q = 0 if C is None else C.shape[0]
     if q == 0:
-        A = H.toarray() + lam * np.eye(n) if n <= _DENSE_MAX else H + lam * sps.identity(n, format="csc")
+        A = H + lam * sps.identity(n, format="csc")
         if n <= _DENSE_MAX:
+            A = A.toarray()
             try:
                 return sla.cho_solve(sla.cho_factor(A, lower=False, check_finite=True), -g), None
             except np.linalg.LinAlgError:
@@ -403,7 +458,7 @@ def _step(H, g, lam, C, c):
     K = sps.bmat([[H + lam * sps.identity(n, format="csc"), C.T], [C, None]], format="csc")
     rhs = np.concatenate([-g, -c])
     if n + q <= _DENSE_MAX:
-        sol = np.linalg.solve(K.toarray(), rhs)
+        sol = np.linalg.lstsq(K.toarray(), rhs, rcond=None)[0] if lam == 0 else np.linalg.solve(K.toarray(), rhs)
     else:
         sol = spla.splu(K).solve(rhs)
     return sol[:n], sol[n:]
@@ -550,13 +605,114 @@ class OutputErrorLeastSquares(_Problem):
         g = ca.vertcat(*gaps) if gaps else ca.MX(0, 1)
         ins = [w, *syms.values()]
         self.F = ca.Function("oe_residuals", ins, [r, g])
-        self.FJ = ca.Function("oe_residuals_jac", ins, [r, ca.jacobian(r, w), g, ca.jacobian(g, w)])
+        n_total = sum(L * len(idx) for L, idx in self.groups)
+        # forward sensitivities in one mapped SX rollout (fast), unless they would not fit in memory
+        self.sensitivity = n_total * nx * (nx + nf + 1) <= _SENS_MAX
+        if self.sensitivity:
+            self._build_sensitivities(model, syms, nf)
+        else:
+            self.FJ = ca.Function("oe_residuals_jac", ins, [r, ca.jacobian(r, w), g, ca.jacobian(g, w)])
         self.n_con = int(g.numel())
         self.nw = int(w.numel())
         self.c_scale = np.ones(self.n_con)
         self._data = None
         self._single = None
         self._prior = (np.zeros(nf), np.zeros(nf))
+
+    def _build_sensitivities(self, model, syms, nf):
+        """``x[t+1] = f``, ``S_x[t+1] = f_x S_x``, ``S_z[t+1] = f_x S_z + f_p E`` as one SX step mapped
+        over time (``mapaccum``) and over the segments of every length (``map``), and the index
+        arrays that scatter ``dy/dx0``, ``dy/dz`` and the gaps' derivatives into J and C."""
+        nx, nu, npar = model.nx, model.nu, model.params.size
+        x, u = ca.SX.sym("x", nx), ca.SX.sym("u", nu)
+        Sx, Sz = ca.SX.sym("Sx", nx, nx), ca.SX.sym("Sz", nx, nf)
+        pb, z = ca.SX.sym("pb", npar), ca.SX.sym("z", nf)
+        E = ca.DM(ca.Sparsity.triplet(npar, nf, self.free.tolist(), list(range(nf))), 1.0)
+        p = pb + ca.mtimes(E, z)
+        fx_, gx_ = model.f(x, u, p), model.g(x, u, p)
+        fx, fp = ca.jacobian(fx_, x), ca.jacobian(fx_, z)       # d/dz = d/dp E (p = pb + E z)
+        gx, gp = ca.jacobian(gx_, x), ca.jacobian(gx_, z)
+        xa = ca.vertcat(x, ca.vec(Sx), ca.vec(Sz))
+        step = ca.Function("oe_sens_step", [xa, u, pb, z],
+                           [ca.vertcat(fx_, ca.vec(ca.mtimes(fx, Sx)), ca.vec(ca.mtimes(fx, Sz) + fp))])
+        out = ca.Function("oe_sens_out", [xa, u, pb, z],
+                          [ca.vertcat(gx_, ca.vec(ca.mtimes(gx, Sx)), ca.vec(ca.mtimes(gx, Sz) + gp))])
+        na = xa.numel()
+        self._sens = []
+        x0m = ca.MX.sym("x0", nx)
+        pbm, zm = ca.MX.sym("pb", npar), ca.MX.sym("z", nf)
+        xa0 = ca.vertcat(x0m, ca.vec(ca.DM.eye(nx)), ca.DM.zeros(nx * nf))
+        for L, idx in self.groups:
+            Um = ca.MX.sym("U", nu, L)
+            Xa = xa0 if L == 1 else ca.horzcat(xa0, step.mapaccum(L - 1)(xa0, Um[:, :L - 1], pbm, zm))
+            Ya = out.map(L)(Xa, Um, pbm, zm)
+            one = ca.Function(f"oe_sens_L{L}", [x0m, Um, pbm, zm], [Ya, Xa[:, L - 1]])
+            self._sens.append(one.map(len(idx)) if len(idx) > 1 else one)
+        self._na = na
+        # scatter indices: residual rows (obs column c, output j) -> r index c * ny + j
+        cols_node, tcols = [], []
+        u_col = 0
+        for L, idx in self.groups:
+            for jj, i in enumerate(idx):
+                n = self.segs[i][2]
+                cols_node.append(np.full(n, i))
+                tcols.append(u_col + jj * L + np.arange(n))        # column of the group's outputs
+            u_col += L * len(idx)
+        self._obs_node = np.concatenate(cols_node)
+        self._obs_src = np.concatenate(tcols)                      # column in the concatenated group outputs
+        self._gap_list = [(i, gi, jj) for gi, (L, idx) in enumerate(self.groups)
+                          for jj, i in enumerate(idx) if self.segs[i][3]]
+
+    def _jacobian(self, w):
+        """``(r, J, g, C)`` from the forward sensitivities (see `_build_sensitivities`)."""
+        nx, ny = self.model.nx, self.model.ny
+        nf = self.free.size
+        z = w[:nf]
+        nodes = w[nf:].reshape(-1, nx)
+        pb = self._data[0]
+        Ys, ends = [], []
+        u_col = 0
+        U = self._U
+        for (L, idx), fun in zip(self.groups, self._sens):
+            Ya, Xe = fun(ca.DM(nodes[idx].T), ca.DM(U[:, u_col:u_col + L * len(idx)]), pb, ca.DM(z))
+            Ys.append(np.asarray(Ya, float))
+            ends.append(np.asarray(Xe, float).reshape(self._na, -1))
+            u_col += L * len(idx)
+        Ya = np.hstack(Ys)[:, self._obs_src]                      # (ny (1 + nx + nf), n_obs)
+        n_obs = Ya.shape[1]
+        wgt = self._M * self._iv[:, None]                          # (ny, n_obs)
+        r = (wgt * (self._Y - Ya[:ny])).ravel(order="F")
+        if not np.all(np.isfinite(Ya)):
+            return None
+        dx0 = Ya[ny:ny + ny * nx].reshape(nx, ny, n_obs)           # [k, j, c] = dy_j/dx0_k
+        dz = Ya[ny + ny * nx:].reshape(nf, ny, n_obs)
+        rows = (np.arange(n_obs)[None, :] * ny + np.arange(ny)[:, None])  # (ny, n_obs)
+        vz = -(wgt[None] * dz)                                     # (nf, ny, n_obs)
+        vx = -(wgt[None] * dx0)
+        R1 = np.broadcast_to(rows[None], (nf, ny, n_obs))
+        C1 = np.broadcast_to(np.arange(nf)[:, None, None], (nf, ny, n_obs))
+        R2 = np.broadcast_to(rows[None], (nx, ny, n_obs))
+        C2 = nf + self._obs_node[None, None, :] * nx + np.arange(nx)[:, None, None]
+        J = sps.csc_matrix((np.concatenate([vz.ravel(), vx.ravel()]),
+                            (np.concatenate([R1.ravel(), R2.ravel()]), np.concatenate([C1.ravel(), np.broadcast_to(C2, R2.shape).ravel()]))),
+                           shape=(n_obs * ny, self.nw))
+        q = len(self._gap_list)
+        g = np.zeros(q * nx)
+        Cr, Cc, Cv = [], [], []
+        for k, (i, gi, jj) in enumerate(self._gap_list):
+            xa = ends[gi][:, jj]
+            g[k * nx:(k + 1) * nx] = xa[:nx] - nodes[i + 1]
+            Sx = xa[nx:nx + nx * nx].reshape(nx, nx, order="F")
+            Sz = xa[nx + nx * nx:].reshape(nx, nf, order="F")
+            rr = k * nx + np.arange(nx)
+            Cr += [np.repeat(rr, nf), np.repeat(rr, nx), rr]
+            Cc += [np.tile(np.arange(nf), nx), np.tile(nf + i * nx + np.arange(nx), nx), nf + (i + 1) * nx + np.arange(nx)]
+            Cv += [Sz.ravel(), Sx.ravel(), -np.ones(nx)]
+        G = sps.csc_matrix((np.concatenate(Cv), (np.concatenate(Cr), np.concatenate(Cc))), shape=(q * nx, self.nw)) \
+            if q else sps.csc_matrix((0, self.nw))
+        if not (np.all(np.isfinite(g)) and np.all(np.isfinite(G.data))):
+            return None
+        return r, J, g, G
 
     # -- data ---------------------------------------------------------------------------------
     def set_data(self, model, theta_vec, data: Trajectories, use_prior: bool) -> None:
@@ -571,6 +727,8 @@ class OutputErrorLeastSquares(_Problem):
                 Y.append(data.y[b][s0:s0 + n].T)
         Y = np.hstack(Y)
         mask = np.isfinite(Y)
+        self._U, self._Y, self._M = np.hstack(U), np.where(mask, Y, 0.0), mask.astype(float)
+        self._iv = np.asarray(model.noise.inv_measurement_std, float)
         self._data = [ca.DM(base), ca.DM(np.hstack(U)), ca.DM(np.where(mask, Y, 0.0)), ca.DM(mask.astype(float)),
                       ca.DM(np.asarray(model.noise.inv_measurement_std, float))]
         mean, wp = model.params.prior
@@ -584,6 +742,16 @@ class OutputErrorLeastSquares(_Problem):
         nf = self.free.size
         mu, wp = self._prior
         rp = wp * (w[:nf] - mu)
+        if jac and self.sensitivity:
+            with np.errstate(all="ignore"):
+                out = self._jacobian(w)
+            if out is None:
+                return None
+            r, J, g, G = out
+            if np.any(wp):
+                Jp = sps.csc_matrix((wp, (np.arange(nf), np.arange(nf))), shape=(nf, self.nw))
+                r, J = np.concatenate([r, rp]), sps.vstack([J, Jp], format="csc")
+            return r, J, g, G
         if jac:
             r, J, g, G = self.FJ(w, *self._data)
             r, g = np.asarray(r, float).ravel(), np.asarray(g, float).ravel()
