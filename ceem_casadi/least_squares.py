@@ -37,6 +37,7 @@ budget and returns the lowest objective, with one table row per start.
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ import scipy.sparse as sps
 import scipy.sparse.linalg as spla
 
 from ._ipopt import deadline
+from ._linalg import BufferedCall
 from .data import Trajectories
 from .errors import OptionsError, ParameterError, ShapeError, SolverError
 from .status import Status
@@ -57,6 +59,7 @@ __all__ = ["LeastSquaresOptions", "LeastSquaresResult", "OutputErrorLeastSquares
            "output_error_problem", "refine_with_least_squares", "segments", "solve_least_squares"]
 
 _ACCEPT = 1e-4          # minimum ratio actual / predicted reduction of the merit
+logger = logging.getLogger(__name__)
 _DEBUG = False
 _SENS_MAX = 3e7      # doubles of forward sensitivities above which CasADi's reverse/forward AD is used
 _DENSE_MAX = 600        # unknowns + constraints up to which the step is solved densely
@@ -97,6 +100,11 @@ class LeastSquaresOptions:
     reject_unstable : bool
         Multiple shooting: reject a trial whose free run from its initial state is not finite
         (default True).
+    compile : bool or "auto"
+        Output error: compile the sensitivity step (the model's step and its Jacobians, one small
+        SX Function) to native code with the library's cached compiler (`ceem_casadi.compile`);
+        ``"auto"`` (default) when the data have at least 20,000 samples. Falls back to CasADi's
+        virtual machine, with a warning, when no compiler works.
     x0_window : int, optional
         Samples of [`estimate_initial_state`][ceem_casadi.estimate_initial_state] for initial states
         that are not given (output error only).
@@ -122,6 +130,7 @@ class LeastSquaresOptions:
     max_damping: float = 1e12
     use_prior: bool = True
     reject_unstable: bool = True
+    compile: object = "auto"
     x0_window: int | None = None
     x_lower: object = None
     x_upper: object = None
@@ -137,6 +146,7 @@ class LeastSquaresOptions:
         t = self.time_limit
         _check(t is None or (isinstance(t, (int, float)) and not isinstance(t, bool) and np.isfinite(t) and t > 0),
                f"time_limit must be None or a finite number of seconds > 0, got {t!r}")
+        _check(self.compile in (True, False, "auto"), f"compile must be True, False or 'auto', got {self.compile!r}")
         _check(self.x0_window is None or (isinstance(self.x0_window, int) and self.x0_window >= 1),
                f"x0_window must be None or an int >= 1, got {self.x0_window!r}")
 
@@ -282,16 +292,19 @@ def _lm(prob: _Problem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, op
             status, why = Status.MAX_ITERS, f"iteration limit ({opts.max_iter})"
             break
         it += 1
+        dense = isinstance(J, np.ndarray)
         Js, rs = J / np.sqrt(norm), r / np.sqrt(norm)
-        D = np.maximum(D, np.sqrt(np.asarray(Js.multiply(Js).sum(axis=0)).ravel()))   # More's scaling
+        colnorm = np.sqrt(np.einsum("ij,ij->j", Js, Js)) if dense else \
+            np.sqrt(np.asarray(Js.multiply(Js).sum(axis=0)).ravel())
+        D = np.maximum(D, colnorm)   # More's scaling
         Dsafe = np.where(D > 0, D, 1.0)
-        Jsc = (Js @ sps.diags(1.0 / Dsafe)).tocsc()
+        Jsc = Js / Dsafe if dense else (Js @ sps.diags(1.0 / Dsafe)).tocsc()
         grad = np.asarray(Jsc.T @ rs).ravel()
         span = np.maximum(1.0, np.abs(w))
         free = ~(((w <= lower + 1e-12 * span) & (grad > 0)) | ((w >= upper - 1e-12 * span) & (grad < 0)))
         if q == 0:
             rn = np.sqrt(float(rs @ rs))
-            colsc = np.sqrt(np.asarray(Jsc.multiply(Jsc).sum(axis=0)).ravel())[free]
+            colsc = (colnorm / Dsafe)[free]
             cosine = np.abs(grad[free]) / np.maximum(colsc * rn, 1e-300)
             if rn == 0.0 or cosine.size == 0 or float(np.max(cosine)) <= opts.gtol:
                 status, why = Status.CONVERGED, "gradient test (gtol)"
@@ -302,7 +315,7 @@ def _lm(prob: _Problem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, op
         if q:
             Cs = (sps.diags(1.0 / cs) @ C @ sps.diags(1.0 / Dsafe)).tocsc()
             Cf, cv = Cs[:, free], c / cs
-        sub = _Subproblem((Jf.T @ Jf).tocsc(), gf, Cf, cv)
+        sub = _Subproblem(sps.csc_matrix(Jf.T @ Jf) if dense else (Jf.T @ Jf).tocsc(), gf, Cf, cv)
         if radius is None:
             radius = float(np.linalg.norm(w * Dsafe)) or 1.0
         accepted = False
@@ -569,9 +582,10 @@ class OutputErrorLeastSquares(_Problem):
     one model, set of trajectory lengths and shooting (built once per key, cached on the model:
     use `output_error_problem`)."""
 
-    def __init__(self, model, lengths, shooting):
+    def __init__(self, model, lengths, shooting, compiled: bool = False):
         from .simulation import rollout
 
+        self.compiled = bool(compiled)
         self.model, self.lengths, self.shooting = model, tuple(lengths), shooting
         nx, nu, ny = model.nx, model.nu, model.ny
         self.free = model.params.free_index
@@ -608,9 +622,8 @@ class OutputErrorLeastSquares(_Problem):
         n_total = sum(L * len(idx) for L, idx in self.groups)
         # forward sensitivities in one mapped SX rollout (fast), unless they would not fit in memory
         self.sensitivity = n_total * nx * (nx + nf + 1) <= _SENS_MAX
-        if self.sensitivity:
-            self._build_sensitivities(model, syms, nf)
-        else:
+        self._sens = None          # built at the first Jacobian (a problem used for values only never builds it)
+        if not self.sensitivity:
             self.FJ = ca.Function("oe_residuals_jac", ins, [r, ca.jacobian(r, w), g, ca.jacobian(g, w)])
         self.n_con = int(g.numel())
         self.nw = int(w.numel())
@@ -619,7 +632,7 @@ class OutputErrorLeastSquares(_Problem):
         self._single = None
         self._prior = (np.zeros(nf), np.zeros(nf))
 
-    def _build_sensitivities(self, model, syms, nf):
+    def _build_sensitivities(self, model, nf):
         """``x[t+1] = f``, ``S_x[t+1] = f_x S_x``, ``S_z[t+1] = f_x S_z + f_p E`` as one SX step mapped
         over time (``mapaccum``) and over the segments of every length (``map``), and the index
         arrays that scatter ``dy/dx0``, ``dy/dz`` and the gaps' derivatives into J and C."""
@@ -638,6 +651,14 @@ class OutputErrorLeastSquares(_Problem):
         out = ca.Function("oe_sens_out", [xa, u, pb, z],
                           [ca.vertcat(gx_, ca.vec(ca.mtimes(gx, Sx)), ca.vec(ca.mtimes(gx, Sz) + gp))])
         na = xa.numel()
+        if self.compiled:
+            try:
+                from .compile import compile_functions
+
+                step, out = compile_functions([step, out], name=f"oe_sens_{model.name}")
+            except RuntimeError as exc:  # no compiler, or it failed: the SX virtual machine
+                logger.warning("output error: the sensitivity step was not compiled (%s); using CasADi's VM", exc)
+                self.compiled = False
         self._sens = []
         x0m = ca.MX.sym("x0", nx)
         pbm, zm = ca.MX.sym("pb", npar), ca.MX.sym("z", nf)
@@ -647,7 +668,8 @@ class OutputErrorLeastSquares(_Problem):
             Xa = xa0 if L == 1 else ca.horzcat(xa0, step.mapaccum(L - 1)(xa0, Um[:, :L - 1], pbm, zm))
             Ya = out.map(L)(Xa, Um, pbm, zm)
             one = ca.Function(f"oe_sens_L{L}", [x0m, Um, pbm, zm], [Ya, Xa[:, L - 1]])
-            self._sens.append(one.map(len(idx)) if len(idx) > 1 else one)
+            self._sens.append(BufferedCall(one.map(len(idx), [False, False, True, True], [False, False])
+                                           if len(idx) > 1 else one))
         self._na = na
         # scatter indices: residual rows (obs column c, output j) -> r index c * ny + j
         cols_node, tcols = [], []
@@ -667,18 +689,20 @@ class OutputErrorLeastSquares(_Problem):
         """``(r, J, g, C)`` from the forward sensitivities (see `_build_sensitivities`)."""
         nx, ny = self.model.nx, self.model.ny
         nf = self.free.size
+        if self._sens is None:
+            self._build_sensitivities(self.model, nf)
         z = w[:nf]
         nodes = w[nf:].reshape(-1, nx)
-        pb = self._data[0]
+        pb = self._pbase
         Ys, ends = [], []
         u_col = 0
         U = self._U
         for (L, idx), fun in zip(self.groups, self._sens):
-            Ya, Xe = fun(ca.DM(nodes[idx].T), ca.DM(U[:, u_col:u_col + L * len(idx)]), pb, ca.DM(z))
-            Ys.append(np.asarray(Ya, float))
-            ends.append(np.asarray(Xe, float).reshape(self._na, -1))
+            Ya, Xe = fun(nodes[idx].T, U[:, u_col:u_col + L * len(idx)], pb, z)
+            Ys.append(Ya.reshape(-1, L * len(idx), order="F"))
+            ends.append(Xe.reshape(self._na, -1, order="F").copy())
             u_col += L * len(idx)
-        Ya = np.hstack(Ys)[:, self._obs_src]                      # (ny (1 + nx + nf), n_obs)
+        Ya = (np.hstack(Ys) if len(Ys) > 1 else Ys[0])[:, self._obs_src]                      # (ny (1 + nx + nf), n_obs)
         n_obs = Ya.shape[1]
         wgt = self._M * self._iv[:, None]                          # (ny, n_obs)
         r = (wgt * (self._Y - Ya[:ny])).ravel(order="F")
@@ -686,16 +710,25 @@ class OutputErrorLeastSquares(_Problem):
             return None
         dx0 = Ya[ny:ny + ny * nx].reshape(nx, ny, n_obs)           # [k, j, c] = dy_j/dx0_k
         dz = Ya[ny + ny * nx:].reshape(nf, ny, n_obs)
-        rows = (np.arange(n_obs)[None, :] * ny + np.arange(ny)[:, None])  # (ny, n_obs)
         vz = -(wgt[None] * dz)                                     # (nf, ny, n_obs)
         vx = -(wgt[None] * dx0)
-        R1 = np.broadcast_to(rows[None], (nf, ny, n_obs))
-        C1 = np.broadcast_to(np.arange(nf)[:, None, None], (nf, ny, n_obs))
-        R2 = np.broadcast_to(rows[None], (nx, ny, n_obs))
-        C2 = nf + self._obs_node[None, None, :] * nx + np.arange(nx)[:, None, None]
-        J = sps.csc_matrix((np.concatenate([vz.ravel(), vx.ravel()]),
-                            (np.concatenate([R1.ravel(), R2.ravel()]), np.concatenate([C1.ravel(), np.broadcast_to(C2, R2.shape).ravel()]))),
-                           shape=(n_obs * ny, self.nw))
+        if self.nw <= _DENSE_MAX and n_obs * ny * self.nw <= 5e7:   # dense: cheaper to build and use
+            J = np.zeros((n_obs, ny, self.nw))
+            J[:, :, :nf] = vz.transpose(2, 1, 0)
+            for b_node in np.unique(self._obs_node):
+                sel = self._obs_node == b_node
+                J[sel, :, nf + b_node * nx:nf + (b_node + 1) * nx] = vx[:, :, sel].transpose(2, 1, 0)
+            J = J.reshape(n_obs * ny, self.nw)
+        else:
+            rows = (np.arange(n_obs)[None, :] * ny + np.arange(ny)[:, None])  # (ny, n_obs): r index
+            R1 = np.broadcast_to(rows[None], (nf, ny, n_obs))
+            C1 = np.broadcast_to(np.arange(nf)[:, None, None], (nf, ny, n_obs))
+            R2 = np.broadcast_to(rows[None], (nx, ny, n_obs))
+            C2 = nf + self._obs_node[None, None, :] * nx + np.arange(nx)[:, None, None]
+            J = sps.csc_matrix((np.concatenate([vz.ravel(), vx.ravel()]),
+                                (np.concatenate([R1.ravel(), R2.ravel()]),
+                                 np.concatenate([C1.ravel(), np.broadcast_to(C2, R2.shape).ravel()]))),
+                               shape=(n_obs * ny, self.nw))
         q = len(self._gap_list)
         g = np.zeros(q * nx)
         Cr, Cc, Cv = [], [], []
@@ -728,6 +761,7 @@ class OutputErrorLeastSquares(_Problem):
         Y = np.hstack(Y)
         mask = np.isfinite(Y)
         self._U, self._Y, self._M = np.hstack(U), np.where(mask, Y, 0.0), mask.astype(float)
+        self._pbase = base
         self._iv = np.asarray(model.noise.inv_measurement_std, float)
         self._data = [ca.DM(base), ca.DM(np.hstack(U)), ca.DM(np.where(mask, Y, 0.0)), ca.DM(mask.astype(float)),
                       ca.DM(np.asarray(model.noise.inv_measurement_std, float))]
@@ -750,7 +784,8 @@ class OutputErrorLeastSquares(_Problem):
             r, J, g, G = out
             if np.any(wp):
                 Jp = sps.csc_matrix((wp, (np.arange(nf), np.arange(nf))), shape=(nf, self.nw))
-                r, J = np.concatenate([r, rp]), sps.vstack([J, Jp], format="csc")
+                r = np.concatenate([r, rp])
+                J = np.vstack([J, Jp.toarray()]) if isinstance(J, np.ndarray) else sps.vstack([J, Jp], format="csc")
             return r, J, g, G
         if jac:
             r, J, g, G = self.FJ(w, *self._data)
@@ -799,10 +834,11 @@ class OutputErrorLeastSquares(_Problem):
         return np.array([runs[b][s0] for b, s0, _, _ in self.segs])
 
 
-def output_error_problem(model, lengths, shooting) -> OutputErrorLeastSquares:
-    """The cached `OutputErrorLeastSquares` of ``model`` for these lengths and shooting."""
+def output_error_problem(model, lengths, shooting, compiled: bool = False) -> OutputErrorLeastSquares:
+    """The cached `OutputErrorLeastSquares` of ``model`` for these lengths and shooting (``compiled``:
+    the sensitivity step compiled to native code, see `LeastSquaresOptions.compile`)."""
     cache = model.__dict__.setdefault("_output_error_least_squares", {})
-    key = (tuple(int(t) for t in lengths), None if shooting is None else int(shooting))
+    key = (tuple(int(t) for t in lengths), None if shooting is None else int(shooting), bool(compiled))
     if key not in cache:
         cache[key] = OutputErrorLeastSquares(model, *key)
     return cache[key]
@@ -878,7 +914,8 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
         if x0.shape != (len(data), nx) or not np.all(np.isfinite(x0)):
             raise ShapeError(f"x0: expected finite initial states ({len(data)}, {nx}) or ({nx},), got {x0.shape}")
     expires = None if options.time_limit is None else t0 + options.time_limit
-    prob = output_error_problem(model, data.lengths, shooting)
+    compiled = options.compile is True or (options.compile == "auto" and sum(data.lengths) >= 20000)
+    prob = output_error_problem(model, data.lengths, shooting, compiled)
     free = prob.free
     n_nodes = len(prob.segs)
     lower = np.concatenate([model.params.lower[free], np.tile(lo_x, n_nodes)])
