@@ -376,15 +376,14 @@ def refine_output_error(model, theta: Theta, data: Trajectories, *, shooting: in
     if not (np.all(np.isfinite(w)) and np.isfinite(float(cost))):
         status = Status.SOLVER_FAILED
         message += "; non-finite iterate"
-    if status is Status.SOLVER_FAILED:
-        if options.raise_on_failure:
-            raise SolverError(f"refine_output_error: {message}. {status.advice}")
-        if not (np.isfinite(float(cost)) and float(cost) <= initial_cost and gap <= 1e-6):
-            w = w0  # the failed iterate is no better than the start: keep the last good point
-            cost, g = prob.functions(w, P)
-            message += "; returning the starting point (the last good iterate)"
-        else:
-            message += "; returning IPOPT's last iterate (lower cost than the start, continuity met)"
+    if status is Status.SOLVER_FAILED and options.raise_on_failure:
+        raise SolverError(f"refine_output_error: {message}. {status.advice}")
+    if not (np.isfinite(float(cost)) and float(cost) <= initial_cost and gap <= 1e-6):
+        w = w0  # IPOPT's iterate (any status) is no better than the start: keep the start
+        cost, g = prob.functions(w, P)
+        message += "; returning the starting point (IPOPT's last iterate was not better, or broke continuity)"
+    elif status is Status.SOLVER_FAILED:
+        message += "; returning IPOPT's last iterate (lower cost than the start, continuity met)"
     out = theta_vec.copy()
     out[free] = w[:free.size]
     nodes = w[free.size:].reshape(n_nodes, model.nx)
