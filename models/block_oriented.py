@@ -42,6 +42,21 @@ scaled input; ``None``: none): without it the Gauss-Newton Hessian of ``refine_o
 nearly singular and IPOPT stalls on huge steps (Wiener order 3, 6 units, 1,000 samples: 500
 iterations without progress; with the prior: converged in 55 iterations to the noise level).
 
+**Conditioning for real records** (factory options; the defaults keep the conventions above):
+``gain="dc"`` divides every linear block's output by its static gain ``num . x_ss + d`` (x_ss the
+cascade's rest state under a unit input, :func:`steady_state`), so each block has unit DC gain
+whatever its leading Markov coefficient: a low-pass whose first impulse-response sample is 0.01
+(a Chebyshev filter at a tenth of the sampling rate) is no longer scaled by 100, the intermediate
+signal has the input's range and the nonlinearity carries the static gain of the whole chain
+(scale-invariant: rescaling u or y rescales f only). It needs blocks with a nonzero static gain
+(not for band- or high-pass blocks). ``basis="chebyshev"``: ``f(v) = out_scale sum_k c_k T_k((v -
+center) / scale)`` with Chebyshev polynomials T_k, orthogonal over [-1, 1]: with ``center`` and
+``scale`` the midpoint and half-width of the range of f's input (as
+:func:`models.block_oriented_init.bla_initialise` sets them from the BLA), the coefficients are
+well conditioned up to high degree, where the monomials of v / std(v) reach 4^9 at the edges.
+``out_scale`` (constant) multiplies f (``bla_initialise``: the output's standard deviation), so
+the coefficients are O(1) whatever the units of y.
+
 States: Wiener / Hammerstein x = the block's n states; Wiener-Hammerstein x = (G1's n1, G2's n2).
 :func:`block_system` returns a block's (A, B, C, D) and :func:`block_poles`, :func:`block_markov`
 similarity-invariant quantities; :func:`nonlinearity` evaluates f numerically. The initialisation
@@ -56,6 +71,8 @@ import ceem_casadi as cc
 from ceem_casadi.nn import MLP
 
 NONLINEARITIES = ("poly", "mlp")
+GAINS = ("markov", "dc")            # gain convention of the linear blocks (module docstring)
+BASES = ("monomial", "chebyshev")   # basis of the polynomial nonlinearity
 
 
 # --------------------------------------------------------------------------------------------------
@@ -83,14 +100,38 @@ def _block_step(x, v, den, n: int) -> list:
     return out
 
 
-def block_system(den, num, d: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """State-space matrices ``(A (n, n), B (n,), C (n,), D)`` of a block with ``<g>_den``, ``<g>_num``, ``d``."""
+def steady_state(den, n: int) -> list:
+    """State (list of n) of the cascade at rest under a unit constant input (numpy or CasADi): a
+    second-order section settles at ``in / (1 + a1 + a2)`` in both states, a first-order one at
+    ``in / (1 + a1)``, and feeds its first state to the next section."""
+    out, inp = [], 1.0
+    for k, order in sections(n):
+        if order == 2:
+            s0 = inp / (1 + den[k] + den[k + 1])
+            out += [s0, s0]
+        else:
+            s0 = inp / (1 + den[k])
+            out += [s0]
+        inp = s0
+    return out
+
+
+def dc_gain(den, num, d: float):
+    """Static gain ``num . x_ss + d`` of a block (numpy or CasADi)."""
+    n = len(den) if not hasattr(den, "shape") else den.shape[0]
+    return sum(num[j] * x for j, x in enumerate(steady_state(den, n))) + d
+
+
+def block_system(den, num, d: float, gain: str = "markov") -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """State-space matrices ``(A (n, n), B (n,), C (n,), D)`` of a block with ``<g>_den``, ``<g>_num``, ``d``
+    (``gain="dc"``: C and D divided by the block's static gain, the models' ``gain="dc"`` convention)."""
     den, num = np.asarray(den, float).ravel(), np.asarray(num, float).ravel()
     n = den.size
     eye = np.eye(n)
     A = np.column_stack([np.array(_block_step(eye[:, j], 0.0, den, n), float) for j in range(n)])
     B = np.array(_block_step(np.zeros(n), 1.0, den, n), float)
-    return A, B, num.copy(), float(d)
+    k = float(dc_gain(den, num, d)) if gain == "dc" else 1.0
+    return A, B, num.copy() / k, float(d) / k
 
 
 def _block_params(prefix: str, n: int, feedthrough: bool, den=None, num=None) -> list:
@@ -121,8 +162,9 @@ def _block_params(prefix: str, n: int, feedthrough: bool, den=None, num=None) ->
             cc.Param(f"{prefix}_num", np.asarray(num, float), free=free)]
 
 
-def _block_output(x, v, num, n: int, d: float):
-    return sum(num[j] * x[j] for j in range(n)) + d * v
+def _block_output(x, v, num, n: int, d: float, den=None, gain: str = "markov"):
+    out = sum(num[j] * x[j] for j in range(n)) + d * v
+    return out / dc_gain(den, num, d) if gain == "dc" else out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -146,26 +188,36 @@ def _nl_params(kind: str, degree: int, hidden: int, theta0: dict, seed: int, pri
     return [cc.Param(k, np.asarray(theta0.get(k, v), float), **prior) for k, v in init.items()], net
 
 
-def _nl_expr(kind: str, net, p, v, scale: float):
-    z = v / scale
+def _nl_expr(kind: str, net, p, v, scale: float, basis: str = "monomial", center: float = 0.0,
+             out_scale: float = 1.0):
+    z = (v - center) / scale
     if kind == "poly":
         coef = p.f_coef
+        if basis == "chebyshev":                        # Clenshaw: sum c_k T_k(z)
+            b1, b2 = 0.0, 0.0
+            for k in range(coef.shape[0] - 1, 0, -1):
+                b1, b2 = 2 * z * b1 - b2 + coef[k], b1
+            return out_scale * (z * b1 - b2 + coef[0])
         out = coef[coef.shape[0] - 1]
         for k in range(coef.shape[0] - 2, -1, -1):      # Horner
             out = out * z + coef[k]
-        return out
-    return net(p, z)
+        return out_scale * out
+    return out_scale * net(p, z)
 
 
-def nonlinearity(theta: dict, v, *, scale: float = 1.0) -> np.ndarray:
-    """f(v) (same shape as ``v``) of a model's ``theta`` (``"poly"`` or ``"mlp"``, detected from the names)."""
+def nonlinearity(theta: dict, v, *, scale: float = 1.0, basis: str = "monomial", center: float = 0.0,
+                 out_scale: float = 1.0) -> np.ndarray:
+    """f(v) (same shape as ``v``) of a model's ``theta`` (``"poly"`` or ``"mlp"``, detected from the names);
+    ``scale``, ``basis``, ``center``, ``out_scale`` as given to the factory."""
     v = np.asarray(v, float)
-    z = v / scale
+    z = (v - center) / scale
     if "f_coef" in theta:
-        return np.polynomial.polynomial.polyval(z, np.asarray(theta["f_coef"], float))
+        c = np.asarray(theta["f_coef"], float)
+        val = np.polynomial.chebyshev.chebval(z, c) if basis == "chebyshev" else np.polynomial.polynomial.polyval(z, c)
+        return out_scale * val
     hidden = np.asarray(theta["f_W0"]).shape[0]
     out = MLP((1, hidden, 1), name="f")(theta, z.reshape(1, -1))
-    return np.asarray(out, float).reshape(v.shape)
+    return out_scale * np.asarray(out, float).reshape(v.shape)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -175,10 +227,18 @@ def _model(step, observe, nx, params, name, process_std, measurement_std, dt):
                                             process_std=process_std, measurement_std=measurement_std, name=name)
 
 
+def _check_conditioning(gain, basis):
+    if gain not in GAINS:
+        raise cc.OptionsError(f"gain must be one of {GAINS}, got {gain!r}")
+    if basis not in BASES:
+        raise cc.OptionsError(f"basis must be one of {BASES}, got {basis!r}")
+
+
 def wiener(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "poly", degree: int = 3,
            hidden: int = 8, scale: float = 1.0, theta0: dict | None = None, seed: int = 0,
            mlp_prior_std: float | None = 1.0, process_std=1e-3, measurement_std=1e-2,
-           dt: float | None = None) -> cc.StateSpaceModel:
+           dt: float | None = None, gain: str = "markov", basis: str = "monomial", center: float = 0.0,
+           out_scale: float = 1.0) -> cc.StateSpaceModel:
     """Wiener model ``y = f(G u)``: G of order ``n`` (parameters ``g_den``, ``g_num``), f ``"poly"``
     (``f_coef``) or ``"mlp"`` (``f_W0, f_b0, f_W1, f_b1``; Glorot weights from ``seed``).
 
@@ -187,17 +247,22 @@ def wiener(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "poly",
     0.5, unit leading Markov coefficient, f(v) = v). ``scale`` (constant) divides f's input.
     ``mlp_prior_std``: std of the N(0, s^2) prior on the MLP weights (``None``: no prior).
     Noise levels go to :class:`~ceem_casadi.StateSpaceModel`; ``dt`` (s) is informative only.
+    Conditioning (module docstring, "Conditioning for real records"): ``gain`` (``"markov"`` or
+    ``"dc"``), ``basis`` (``"monomial"`` or ``"chebyshev"``), ``center`` and ``out_scale``.
     """
+    _check_conditioning(gain, basis)
     t0 = dict(theta0 or {})
     fp, net = _nl_params(nonlinearity, degree, hidden, t0, seed, mlp_prior_std)
     params = _block_params("g", n, feedthrough, t0.get("g_den"), t0.get("g_num")) + fp
     d = 1.0 if feedthrough else 0.0
 
+    nl = dict(basis=basis, center=center, out_scale=out_scale)
+
     def step(x, u, p):
         return ca.vertcat(*_block_step(x, u[0], p.g_den, n))
 
     def observe(x, u, p):
-        return _nl_expr(nonlinearity, net, p, _block_output(x, u[0], p.g_num, n, d), scale)
+        return _nl_expr(nonlinearity, net, p, _block_output(x, u[0], p.g_num, n, d, p.g_den, gain), scale, **nl)
 
     return _model(step, observe, n, params, f"wiener_{n}_{nonlinearity}", process_std, measurement_std, dt)
 
@@ -205,18 +270,22 @@ def wiener(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "poly",
 def hammerstein(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "poly", degree: int = 3,
                 hidden: int = 8, scale: float = 1.0, theta0: dict | None = None, seed: int = 0,
                 mlp_prior_std: float | None = 1.0, process_std=1e-3, measurement_std=1e-2,
-                dt: float | None = None) -> cc.StateSpaceModel:
+                dt: float | None = None, gain: str = "markov", basis: str = "monomial", center: float = 0.0,
+                out_scale: float = 1.0) -> cc.StateSpaceModel:
     """Hammerstein model ``y = G f(u)``; parameters and options as in :func:`wiener`."""
+    _check_conditioning(gain, basis)
     t0 = dict(theta0 or {})
     fp, net = _nl_params(nonlinearity, degree, hidden, t0, seed, mlp_prior_std)
     params = _block_params("g", n, feedthrough, t0.get("g_den"), t0.get("g_num")) + fp
     d = 1.0 if feedthrough else 0.0
 
+    nl = dict(basis=basis, center=center, out_scale=out_scale)
+
     def step(x, u, p):
-        return ca.vertcat(*_block_step(x, _nl_expr(nonlinearity, net, p, u[0], scale), p.g_den, n))
+        return ca.vertcat(*_block_step(x, _nl_expr(nonlinearity, net, p, u[0], scale, **nl), p.g_den, n))
 
     def observe(x, u, p):
-        return _block_output(x, _nl_expr(nonlinearity, net, p, u[0], scale), p.g_num, n, d)
+        return _block_output(x, _nl_expr(nonlinearity, net, p, u[0], scale, **nl), p.g_num, n, d, p.g_den, gain)
 
     return _model(step, observe, n, params, f"hammerstein_{n}_{nonlinearity}", process_std, measurement_std, dt)
 
@@ -224,7 +293,8 @@ def hammerstein(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "p
 def wiener_hammerstein(n1: int = 2, n2: int = 2, *, feedthrough: tuple = (False, True), nonlinearity: str = "poly",
                        degree: int = 3, hidden: int = 8, scale: float = 1.0, theta0: dict | None = None,
                        seed: int = 0, mlp_prior_std: float | None = 1.0, process_std=1e-3,
-                       measurement_std=1e-2, dt: float | None = None) -> cc.StateSpaceModel:
+                       measurement_std=1e-2, dt: float | None = None, gain: str = "markov",
+                       basis: str = "monomial", center: float = 0.0, out_scale: float = 1.0) -> cc.StateSpaceModel:
     """Wiener-Hammerstein model ``y = G2 f(G1 u)``: G1 of order ``n1`` (``g1_den``, ``g1_num``), G2 of
     order ``n2`` (``g2_den``, ``g2_num``), f as in :func:`wiener`; states (G1's n1, G2's n2).
 
@@ -237,6 +307,7 @@ def wiener_hammerstein(n1: int = 2, n2: int = 2, *, feedthrough: tuple = (False,
         model = wiener_hammerstein(3, 3, degree=3)
         y = cc.simulate_output(model, theta, u, np.zeros(model.nx))
     """
+    _check_conditioning(gain, basis)
     if len(tuple(feedthrough)) != 2:
         raise cc.ShapeError(f"feedthrough: expected a pair (G1, G2) of bools, got {feedthrough!r}")
     f1, f2 = (bool(b) for b in feedthrough)
@@ -246,16 +317,18 @@ def wiener_hammerstein(n1: int = 2, n2: int = 2, *, feedthrough: tuple = (False,
               + _block_params("g2", n2, f2, t0.get("g2_den"), t0.get("g2_num")) + fp)
     d1, d2 = float(f1), float(f2)
 
+    nl = dict(basis=basis, center=center, out_scale=out_scale)
+
     def middle(x, u, p):
-        v = _block_output(x[:n1], u[0], p.g1_num, n1, d1)
-        return _nl_expr(nonlinearity, net, p, v, scale)
+        v = _block_output(x[:n1], u[0], p.g1_num, n1, d1, p.g1_den, gain)
+        return _nl_expr(nonlinearity, net, p, v, scale, **nl)
 
     def step(x, u, p):
         w = middle(x, u, p)
         return ca.vertcat(*_block_step(x[:n1], u[0], p.g1_den, n1), *_block_step(x[n1:], w, p.g2_den, n2))
 
     def observe(x, u, p):
-        return _block_output(x[n1:], middle(x, u, p), p.g2_num, n2, d2)
+        return _block_output(x[n1:], middle(x, u, p), p.g2_num, n2, d2, p.g2_den, gain)
 
     return _model(step, observe, n1 + n2, params, f"wh_{n1}_{n2}_{nonlinearity}", process_std, measurement_std, dt)
 
@@ -276,9 +349,11 @@ def block_poles(theta: dict, block: str = "g") -> np.ndarray:
     return poles[np.lexsort((np.abs(poles), np.round(np.angle(poles), 9)))]
 
 
-def block_markov(theta: dict, block: str = "g", feedthrough: bool = False, K: int = 30) -> np.ndarray:
-    """Impulse response ``[D, CB, CAB, ..., C A^(K-1) B]`` (K + 1,) of a block (invariant to its realisation)."""
-    A, B, C, D = block_system(theta[f"{block}_den"], theta[f"{block}_num"], float(feedthrough))
+def block_markov(theta: dict, block: str = "g", feedthrough: bool = False, K: int = 30,
+                 gain: str = "markov") -> np.ndarray:
+    """Impulse response ``[D, CB, CAB, ..., C A^(K-1) B]`` (K + 1,) of a block (invariant to its realisation;
+    ``gain="dc"``: of the unit-static-gain block of a ``gain="dc"`` model)."""
+    A, B, C, D = block_system(theta[f"{block}_den"], theta[f"{block}_num"], float(feedthrough), gain)
     out, x = [D], B
     for _ in range(K):
         out.append(float(C @ x))
