@@ -61,7 +61,6 @@ __all__ = ["LeastSquaresOptions", "LeastSquaresResult", "OutputErrorLeastSquares
 
 _ACCEPT = 1e-4          # minimum ratio actual / predicted reduction of the merit
 logger = logging.getLogger(__name__)
-_DEBUG = False
 _ROUNDOFF_GTOL = 1e-6   # cosine test of a point where no step decreases the objective any more
 _SENS_MAX = 3e7      # doubles of forward sensitivities above which CasADi's reverse/forward AD is used
 _DENSE_MAX = 600        # unknowns + constraints up to which the step is solved densely
@@ -195,6 +194,15 @@ class LeastSquaresResult:
     starts : list of dict
         Multi-start: one row per start (``start``, ``initial_cost``, ``cost``, ``status``,
         ``iterations``, ``wall_s``); the result is the row with the lowest ``cost``.
+
+    Examples
+    --------
+    >>> import casadi as ca
+    >>> from ceem_casadi.least_squares import solve_least_squares
+    >>> x = ca.SX.sym("x")
+    >>> res = solve_least_squares(ca.Function("r", [x], [ca.vertcat(x - 2, 0.5 * (x - 2))]), [0.0])
+    >>> res.returned, round(res.cost, 12), res.to_dict()["status"]
+    ('last', 0.0, 'converged')
     """
 
     x: np.ndarray
@@ -403,8 +411,8 @@ def _lm_run(prob: _Problem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray
         r, J, c, C = out
         honest = prob.objective(w, r if q == 0 else None)
         history.append(honest)
-        if _DEBUG:  # pragma: no cover
-            print(f"it {it} f {honest:.8g} radius {radius:.3g} ratio {ratio:.3g} |d| {step:.3g}")
+        logger.debug("iteration %d: objective %.10g, trust radius %.3g, ratio %.3g, scaled step %.3g",
+                     it, honest, radius, ratio, step)
         if honest < best[0]:
             best = (honest, w.copy(), it)
         feasible = q == 0 or float(np.max(np.abs(c / cs), initial=0.0)) <= opts.gap_tol
@@ -602,7 +610,14 @@ def solve_least_squares(residual: ca.Function, x0, *, p=None, lower=None, upper=
 # --------------------------------------------------------------------------------------------------
 # output error
 def segments(lengths, shooting) -> list[tuple[int, int, int, bool]]:
-    """``(trajectory, start, samples, has_next)`` per shooting segment (k samples from every node)."""
+    """``(trajectory, start, samples, has_next)`` per shooting segment (k samples from every node).
+
+    Examples
+    --------
+    >>> from ceem_casadi.least_squares import segments
+    >>> segments([5], 2)
+    [(0, 0, 2, True), (0, 2, 2, True), (0, 4, 1, False)]
+    """
     out = []
     for b, T in enumerate(lengths):
         k = T if shooting is None else int(shooting)
@@ -615,7 +630,26 @@ def segments(lengths, shooting) -> list[tuple[int, int, int, bool]]:
 class OutputErrorLeastSquares(_Problem):
     """Residuals, continuity gaps and their exact sparse Jacobians of the output-error problem for
     one model, set of trajectory lengths and shooting (built once per key, cached on the model:
-    use `output_error_problem`)."""
+    use `output_error_problem`).
+
+    ``evaluate(w, jac)`` returns the weighted residuals (prior rows appended), their Jacobian (dense
+    for single shooting with few unknowns, else sparse CSC), the continuity gaps and their sparse
+    Jacobian; ``w`` = (free parameters, nodes (n_nodes, nx) row by row). The Jacobian comes from
+    forward sensitivities ``S_x``, ``S_z`` propagated with the state in one mapped SX rollout.
+
+    Examples
+    --------
+    >>> import numpy as np, ceem_casadi as cc
+    >>> from ceem_casadi.least_squares import output_error_problem
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), measurement_std=1.0)
+    >>> data = cc.Trajectories([np.ones((4, 1))], [np.zeros((4, 1))])
+    >>> prob = output_error_problem(model, data.lengths, None)
+    >>> prob.set_data(model, np.array([0.5]), data, use_prior=False)
+    >>> r, J, g, C = prob.evaluate(np.array([0.5, 1.0]), True)
+    >>> r.round(3).tolist(), J.shape
+    ([0.0, 0.5, 0.75, 0.875], (4, 2))
+    """
 
     def __init__(self, model, lengths, shooting, compiled: bool = False):
         from .simulation import rollout

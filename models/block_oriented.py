@@ -44,7 +44,7 @@ iterations without progress; with the prior: converged in 55 iterations to the n
 
 **Conditioning for real records** (factory options; the defaults keep the conventions above):
 ``gain="dc"`` divides every linear block's output by its static gain ``num . x_ss + d`` (x_ss the
-cascade's rest state under a unit input, :func:`steady_state`), so each block has unit DC gain
+cascade's rest state under a unit input, `steady_state`), so each block has unit DC gain
 whatever its leading Markov coefficient: a low-pass whose first impulse-response sample is 0.01
 (a Chebyshev filter at a tenth of the sampling rate) is no longer scaled by 100, the intermediate
 signal has the input's range and the nonlinearity carries the static gain of the whole chain
@@ -52,7 +52,7 @@ signal has the input's range and the nonlinearity carries the static gain of the
 (not for band- or high-pass blocks). ``basis="chebyshev"``: ``f(v) = out_scale sum_k c_k T_k((v -
 center) / scale)`` with Chebyshev polynomials T_k, orthogonal over [-1, 1]: with ``center`` and
 ``scale`` the midpoint and half-width of the range of f's input (as
-:func:`models.block_oriented_init.bla_initialise` sets them from the BLA), the coefficients are
+`models.block_oriented_init.bla_initialise` sets them from the BLA), the coefficients are
 well conditioned up to high degree, where the monomials of v / std(v) reach 4^9 at the edges.
 ``out_scale`` (constant) multiplies f (``bla_initialise``: the output's standard deviation), so
 the coefficients are O(1) whatever the units of y.
@@ -103,7 +103,13 @@ def _block_step(x, v, den, n: int) -> list:
 def steady_state(den, n: int) -> list:
     """State (list of n) of the cascade at rest under a unit constant input (numpy or CasADi): a
     second-order section settles at ``in / (1 + a1 + a2)`` in both states, a first-order one at
-    ``in / (1 + a1)``, and feeds its first state to the next section."""
+    ``in / (1 + a1)``, and feeds its first state to the next section.
+
+    Examples
+    --------
+    >>> steady_state([-1.0, 0.25, -0.5], 3)        # (z - 0.5)^2 then z - 0.5: 4, 4, then 4 / 0.5
+    [4.0, 4.0, 8.0]
+    """
     out, inp = [], 1.0
     for k, order in sections(n):
         if order == 2:
@@ -117,7 +123,13 @@ def steady_state(den, n: int) -> list:
 
 
 def dc_gain(den, num, d: float):
-    """Static gain ``num . x_ss + d`` of a block (numpy or CasADi)."""
+    """Static gain ``num . x_ss + d`` of a block (numpy or CasADi).
+
+    Examples
+    --------
+    >>> float(dc_gain([-0.5], [1.0], 0.0))          # 1 / (1 - 0.5 q^-1) q^-1
+    2.0
+    """
     n = len(den) if not hasattr(den, "shape") else den.shape[0]
     return sum(num[j] * x for j, x in enumerate(steady_state(den, n))) + d
 

@@ -289,7 +289,7 @@ def bla_initialise(kind: str, data: cc.Trajectories, n1: int, n2: int = 0, *, fe
     max_splits : refuse to try more splits than this (the count grows combinatorially with n).
     gain, basis : the factory's conditioning (``gain="dc", basis="chebyshev"`` for real records:
         unit-static-gain blocks, Chebyshev polynomials over the range of f's input on the data,
-        ``out_scale`` = std(y); see :mod:`models.block_oriented`).
+        ``out_scale`` = std(y); see `models.block_oriented`).
     bla : a BLA of order n1 + n2 to use instead of N4SID's: an object with ``A, B, C, D`` (e.g.
         an N4SIDResult of your own, or a state-space fit of a frequency-domain BLA) or a transfer
         function ``(b, a)`` in powers of q^-1 (of the mean-removed data).
