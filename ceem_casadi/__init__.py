@@ -73,6 +73,11 @@ __all__ = [
 __all__ += ["AdamLearner", "AdamLearnerOptions", "DataFileError", "MLP", "OptionsError", "baselines", "filtering",
             "io", "n4sid", "read_trajectories"]
 __all__ += ["NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit", "calibrate_noise"]
+from .identify import IdentifyResult, StageFit, StructureComparison, compare_structures, identify  # noqa: E402
+from .least_squares import LeastSquaresOptions, LeastSquaresResult, solve_least_squares  # noqa: E402
+
+__all__ += ["IdentifyResult", "StageFit", "StructureComparison", "compare_structures", "identify",
+            "LeastSquaresOptions", "LeastSquaresResult", "solve_least_squares"]
 from .distributed import Sharded  # noqa: E402  (CEEMOptions(executor=Sharded(client)); docs/scaling.md)
 
 __all__ += ["Sharded"]
