@@ -83,8 +83,16 @@ class StageFit:
 
 @dataclass
 class IdentifyResult:
-    """Outcome of `identify`: ``best`` (the `StageFit` with the lowest estimation objective),
-    ``stages`` (all, in run order), ``theta`` and ``x0`` of the best, ``wall_s``.
+    """Outcome of `identify`.
+
+    Attributes
+    ----------
+    best : StageFit
+        The stage with the lowest output-error objective on the estimation data.
+    stages : list of StageFit
+        Every stage, in run order.
+    wall_s : float
+        Seconds for the whole call.
 
     Examples
     --------
@@ -104,10 +112,12 @@ class IdentifyResult:
 
     @property
     def theta(self) -> dict:
+        """Parameters of the best stage, name -> array."""
         return self.best.theta
 
     @property
     def x0(self) -> np.ndarray:
+        """(B, nx) initial states of the best stage."""
         return self.best.x0
 
     def __repr__(self) -> str:
@@ -245,8 +255,16 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
 # --------------------------------------------------------------------------------------------------
 @dataclass
 class StructureComparison:
-    """Outcome of `compare_structures`: ``rows`` (one dict per candidate: ``name``, ``criterion``,
-    ``objective``, ``rms``, ``n_estimated``, ``status``), sorted best first; ``best`` its name.
+    """Outcome of `compare_structures`.
+
+    Attributes
+    ----------
+    rows : list of dict
+        One per candidate, best first: ``name``, ``criterion`` (its value), ``objective`` (the fit's
+        output-error objective), ``rms`` (units of y), ``n_estimated`` (k), ``status``, ``fit`` (the
+        `LeastSquaresResult`).
+    criterion : str
+        ``"aic"`` or ``"split"``.
 
     Examples
     --------
@@ -270,6 +288,7 @@ class StructureComparison:
 
     @property
     def best(self) -> str:
+        """Name of the best candidate."""
         return self.rows[0]["name"]
 
     def __repr__(self) -> str:

@@ -49,7 +49,7 @@ class OutputErrorOptions:
         Iteration limit (default 500).
     tol : float
         Tolerance (default 1e-10): IPOPT's ``tol``; for ``solver="lm"`` the ``ftol``, ``xtol`` and
-        ``gtol`` of [`LeastSquaresOptions`][ceem_casadi.least_squares.LeastSquaresOptions].
+        ``gtol`` of [`LeastSquaresOptions`][ceem_casadi.LeastSquaresOptions].
     solver : str
         ``"lm"`` (default): the Levenberg-Marquardt engine of `ceem_casadi.least_squares` (exact
         sparse Jacobian, automatic scaling, rejection of non-finite or unstable trials, never
