@@ -369,7 +369,10 @@ def _lm_run(prob: _Problem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray
                 d_eff = (w_try - w) * Dsafe
                 step = float(np.linalg.norm(d_eff))
                 if q and mult is not None:
-                    nu = max(nu, 1.1 * float(np.max(np.abs(mult), initial=0.0)))
+                    # the l1 penalty from this step's multipliers (not the largest seen: a penalty
+                    # kept from early iterations rejected good steps for their O(|d|^2) gaps and
+                    # stalled the oscillator of tests/test_cli_workflow.py at 68x the optimum)
+                    nu = 1.1 * float(np.max(np.abs(mult), initial=0.0))
                 m_now = merit(r, c)
                 lin_r = rs + Jsc @ d_eff
                 pred = m_now - (0.5 * float(lin_r @ lin_r) + (nu * float(np.abs(cv + Cs @ d_eff).sum()) if q else 0.0))
@@ -379,6 +382,22 @@ def _lm_run(prob: _Problem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray
                 if ok and q and opts.reject_unstable:
                     ok = bool(np.isfinite(prob.objective(w_try)))
                 ratio = (m_now - merit(out_try[0], out_try[2])) / pred if ok and pred > 0 else -1.0
+                if q and out_try is not None and pred > 0 and ratio < _ACCEPT:
+                    # second-order correction (Maratos effect: the l1 merit rejects good steps for the
+                    # O(|d|^2) continuity gaps they open): least-norm step back onto c = 0, then retry
+                    soc = _second_order_correction(Cf, out_try[2] / cs, free, w.size)
+                    if soc is not None:
+                        w_soc = np.clip(w_try + soc / Dsafe, lower, upper)
+                        out_soc = prob.evaluate(w_soc, False)
+                        evals += 1
+                        ok_soc = out_soc is not None and (not opts.reject_unstable
+                                                          or bool(np.isfinite(prob.objective(w_soc))))
+                        if ok_soc:
+                            ratio_soc = (m_now - merit(out_soc[0], out_soc[2])) / pred
+                            if ratio_soc >= _ACCEPT:
+                                w_try, out_try, ok, ratio = w_soc, out_soc, True, ratio_soc
+                                d_eff = (w_try - w) * Dsafe
+                                step = float(np.linalg.norm(d_eff))
                 if ratio < 0.25:
                     radius = 0.25 * (step if ok and step > 0 else radius)
                 elif ratio > 0.75 and step >= 0.95 * radius:
@@ -399,8 +418,15 @@ def _lm_run(prob: _Problem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray
             if expires is not None and time.perf_counter() >= expires:
                 status, why = Status.TIME_LIMIT, "time limit"
             else:  # the model predicts decreases that round-off swallows: a first-order point or a stall
-                stationary = (float(np.max(cosine, initial=0.0)) <= _ROUNDOFF_GTOL) if q == 0 else \
-                    float(np.max(np.abs(c / cs), initial=0.0)) <= opts.gap_tol
+                if q == 0:
+                    stationary = float(np.max(cosine, initial=0.0)) <= _ROUNDOFF_GTOL
+                else:  # feasible, and the undamped step is at round-off relative to the iterate
+                    try:
+                        d0 = sub.solve(np.inf)[0]
+                    except (np.linalg.LinAlgError, RuntimeError, ValueError):
+                        d0 = np.full(1, np.inf)
+                    stationary = float(np.max(np.abs(c / cs), initial=0.0)) <= opts.gap_tol and \
+                        float(np.linalg.norm(d0)) <= np.sqrt(_ROUNDOFF_GTOL) * (1.0 + np.linalg.norm(w * Dsafe))
                 status, why = (Status.CONVERGED, "no decrease left above round-off at a stationary point") \
                     if stationary else (Status.STALLED, "no acceptable step in a trust region down to xtol")
             break
@@ -496,6 +522,19 @@ class _Subproblem:
         if np.linalg.norm(d) > radius and self.q == 0:
             d = d * (radius / np.linalg.norm(d))
         return d, y
+
+
+def _second_order_correction(Cf, c_scaled, free, n):
+    """Least-norm scaled correction ``d`` (n,) with ``C_f d_free = -c`` (None when it fails)."""
+    try:
+        M = (Cf @ Cf.T).tocsc()
+        y = spla.splu(M + 1e-14 * max(float(M.diagonal().max(initial=0.0)), 1e-300)
+                      * sps.identity(M.shape[0], format="csc")).solve(-c_scaled)
+    except (RuntimeError, ValueError):
+        return None
+    d = np.zeros(n)
+    d[free] = np.asarray(Cf.T @ y).ravel()
+    return d if np.all(np.isfinite(d)) else None
 
 
 def _step(H, g, lam, C, c):
