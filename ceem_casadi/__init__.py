@@ -10,6 +10,7 @@ with ``theta`` a dict of arrays keyed by parameter name; results are dataclasses
     ceem, CEEMOptions, SmootherOptions,         the EM loop and its two steps' options
     LearnerOptions, CEEMResult, ceem_checkpointed
     refine_output_error, OutputErrorOptions     output-error (simulation-error) identification
+    identify, compare_structures                the recommended pipeline; structure selection on estimation data
     estimate_initial_state, simulate_output     initial states from the first samples; free runs
     calibrate_noise, NoiseCalibrationOptions    process-noise level chosen on the estimation data
     parameter_uncertainty, UncertaintyOptions   covariance, intervals, identifiability
@@ -41,8 +42,10 @@ from .workflow import (
     OutputErrorOptions,
     UncertaintyOptions,
     calibrate_noise,
+    compare_structures,
     design_input,
     estimate_initial_state,
+    identify,
     parameter_uncertainty,
     refine_output_error,
     validation_report,
@@ -52,8 +55,8 @@ __all__ = [
     "MLP", "CEEMOptions", "CEEMResult", "CeemError", "LearnerOptions", "NoiseCalibrationOptions", "NonFiniteError",
     "OptionsError", "OutputErrorOptions", "Param", "ParameterError", "Parameters", "ShapeError", "Sharded",
     "SmootherOptions", "SolverError", "StateSpaceModel", "Status", "Trajectories", "UncertaintyOptions",
-    "__version__", "baselines", "calibrate_noise", "ceem", "ceem_checkpointed", "distributed",
-    "design_input", "estimate_initial_state", "export_casadi", "filtering", "generate_ekf", "io", "load_cascaded_tanks", "load_model",
+    "__version__", "baselines", "calibrate_noise", "ceem", "compare_structures", "ceem_checkpointed", "distributed",
+    "design_input", "estimate_initial_state", "export_casadi", "filtering", "generate_ekf", "identify", "io", "load_cascaded_tanks", "load_model",
     "load_silverbox", "n4sid", "parameter_uncertainty", "read_trajectories", "refine_output_error", "save_model",
     "simulate", "simulate_output", "validation_report",
 ]

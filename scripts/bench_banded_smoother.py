@@ -2,7 +2,7 @@
 
 For each (model, T, solver) a fresh Python subprocess simulates the record of
 ``scripts/bench_scale_records.py`` (``lorenz``: single Lorenz; ``wh33``: 6-state
-Wiener-Hammerstein from ``models/block_oriented.py``), builds the smoother for it
+Wiener-Hammerstein from ``ceem_casadi/model/_block_oriented.py``), builds the smoother for it
 (``SmootherOptions(solver=...)``, chunked from T = 20,000 on as by default) and solves ONE
 smoothing problem at the benchmark's initial parameters (10 % off the truth) from the simulated
 states plus N(0, 0.1^2) noise (seeded; the same start for both solvers). Reported per row:

@@ -1,7 +1,7 @@
 """Long records: CE-EM on a 20,000-sample Wiener-Hammerstein record (issue 14, item 5).
 
 System: a 3rd-order discrete linear filter G1, a saturating static nonlinearity (cubic), a
-3rd-order linear filter G2 (6 states; ``models.block_oriented.wiener_hammerstein(3, 3)``, 15 free
+3rd-order linear filter G2 (6 states; ``ceem_casadi.model._block_oriented.wiener_hammerstein(3, 3)``, 15 free
 parameters), driven by a random-phase multisine, output noise 1 % of the output's RMS; the initial
 guess is the truth with every entry perturbed by up to 5 %. Fitted (a) on 10 segments of 2,000 samples and (b) in one piece (1 x 20,000),
 before (``acceleration="newton"``) and after (``acceleration="joint"``). Printed per run:
@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 import ceem_casadi as cc
-from models.block_oriented import wiener_hammerstein
+from ceem_casadi.model._block_oriented import wiener_hammerstein
 
 N_TRAIN = 20_000
 N_SMOKE = 1_000
@@ -47,7 +47,7 @@ def multisine(n: int, f_max: float, rms: float, seed) -> np.ndarray:
     return rms * u / np.sqrt(np.mean(u ** 2))
 
 
-# the true system, in the factory's parameterisation (cascaded sections, see models/block_oriented.py):
+# the true system, in the factory's parameterisation (cascaded sections, see ceem_casadi/model/_block_oriented.py):
 # G1 poles 0.7 +- 0.3j and 0.6, G2 poles 0.5 +- 0.5j and 0.8 (with feedthrough), f(v) = z - 0.08 z^3 with
 # z = v / scale (its slope vanishes at |z| = 2.04: a soft saturation over the input range)
 TRUTH = {"g1_den": [-1.4, 0.58, -0.6], "g1_num": [1.0, 0.3, -0.2], "g2_den": [-1.0, 0.5, -0.8],

@@ -94,7 +94,7 @@ def simulate_long(model, truth, x0, T: int, *, u=None, process_std=0.0, measurem
 def _wh33():
     """(model, truth): ``models/block_oriented.wiener_hammerstein(3, 3)`` (cubic polynomial f,
     G1 without, G2 with feedthrough; 6 states, 15 free parameters) at the demo's truth."""
-    from models.block_oriented import wiener_hammerstein
+    from ceem_casadi.model._block_oriented import wiener_hammerstein
     from scripts.block_oriented_demo import TRUTH
 
     return wiener_hammerstein(3, 3, theta0=TRUTH, scale=2.0, process_std=0.01, measurement_std=0.02), dict(TRUTH)

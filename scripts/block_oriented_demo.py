@@ -36,8 +36,8 @@ from scipy.signal import tf2ss
 
 import ceem_casadi as cc
 from ceem_casadi.baselines._n4sid import n4sid
-from models.block_oriented import block_markov, block_poles, simulate, wiener, wiener_hammerstein
-from models.block_oriented_init import _den_from_poles, bla_initialise
+from ceem_casadi.model._block_oriented import block_markov, block_poles, wiener, wiener_hammerstein
+from ceem_casadi.workflow._bla import _den_from_poles, bla_initialise
 
 G1_POLES = np.array([0.9 * np.exp(0.4j), 0.9 * np.exp(-0.4j), 0.5])
 G2_POLES = np.array([0.8 * np.exp(1.0j), 0.8 * np.exp(-1.0j), -0.4])
@@ -45,6 +45,16 @@ TRUTH = {"g1_den": _den_from_poles(G1_POLES, 3), "g1_num": np.array([1.0, -0.6, 
          "g2_den": _den_from_poles(G2_POLES, 3), "g2_num": np.array([0.5, -0.2, 0.3]),
          "f_coef": np.array([0.05, 1.0, 0.25, -0.12])}
 
+
+
+def simulate(model, theta: dict, u, *, noise_std: float = 0.0, seed=0, x0=None) -> cc.Trajectories:
+    """Noise-free run of a block model from ``x0`` (default zero) plus white output noise of std
+    ``noise_std`` (seeded): ``Trajectories`` with y (T, 1) for ``u`` (T,) or (T, 1)."""
+    u = np.asarray(u, float).reshape(-1, 1)
+    x0 = np.zeros(model.nx) if x0 is None else np.asarray(x0, float)
+    y = np.asarray(cc.simulate_output(model, theta, u, x0), float)
+    rng = np.random.default_rng(seed)
+    return cc.Trajectories([y + noise_std * rng.standard_normal(y.shape)], [u])
 
 def _rms(a, b) -> float:
     return float(np.sqrt(np.mean((np.asarray(a) - np.asarray(b)) ** 2)))

@@ -135,7 +135,8 @@ def main(argv=None) -> dict:
                     help="pump characteristic (models.cascaded_tanks.cascaded_tanks)")
     ap.add_argument("--fixed-u0", action="store_true", help="keep the pump dead-zone voltage at 0")
     ap.add_argument("--no-refine", action="store_true")
-    ap.add_argument("--refine-iters", type=int, default=200, help="IPOPT iterations of the refinement")
+    ap.add_argument("--refine-iters", type=int, default=1000,
+                    help="iterations of the refinement (Levenberg-Marquardt; the extended structure needs ~320)")
     ap.add_argument("--ceem-structure", choices=tuple(STRUCTURES), default="torricelli",
                     help="model structure of the CE-EM stage (its extra terms start neutral); a refinement "
                          "structure with fewer free terms keeps them at the CE-EM values")

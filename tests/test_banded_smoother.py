@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
+from ceem_casadi.model._block_oriented import wiener_hammerstein
 from ceem_casadi.objective._stages import StageFunctions
 from ceem_casadi.runtime import _solve as _ipopt
 from ceem_casadi.smoothing._banded import band_storage
 from ceem_casadi.smoothing._smoother import TrajectorySmoother, solver_kind
 from models import lorenz
-from models.block_oriented import wiener_hammerstein
 
 
 def _lorenz(T, seed=4):

@@ -1,4 +1,4 @@
-"""Block-oriented models (models/block_oriented.py) and their BLA initialisation (models/block_oriented_init.py):
+"""Block-oriented models (ceem_casadi/model/_block_oriented.py) and their BLA initialisation (ceem_casadi/workflow/_bla.py):
 simulations against a numpy loop of the blocks' (A, B, C, D), the chosen pole split against the true blocks'
 poles, output-error refinement against the truth (poles, Markov parameters, f on a grid: invariants of the
 realisation), and the fixed gain ambiguity (a full-rank output-error Jacobian at the truth)."""
@@ -9,17 +9,16 @@ import pytest
 import scipy.signal as ss
 
 import ceem_casadi as cc
-from models.block_oriented import (
+from ceem_casadi.model._block_oriented import (
     block_markov,
     block_poles,
     block_system,
     hammerstein,
     nonlinearity,
-    simulate,
     wiener,
     wiener_hammerstein,
 )
-from models.block_oriented_init import _block_theta, _den_from_poles, bla_initialise
+from ceem_casadi.workflow._bla import _block_theta, _den_from_poles, bla_initialise
 
 T = 1000
 NOISE = 0.01          # output noise: this fraction of the noise-free output's standard deviation
@@ -38,6 +37,16 @@ WH_SWAPPED = {"g1_den": _den_from_poles(np.array([0.6, -0.3]), 2), "g1_num": np.
 G_TRUE = {"g_den": _den_from_poles(np.array([0.85 * np.exp(0.6j), 0.85 * np.exp(-0.6j), 0.5]), 3),
           "g_num": np.array([1.0, -0.3, 0.2]), "f_coef": np.array([0.0, 1.0, 0.2, -0.15])}
 
+
+
+def simulate(model, theta: dict, u, *, noise_std: float = 0.0, seed=0, x0=None) -> cc.Trajectories:
+    """Noise-free run of a block model from ``x0`` (default zero) plus white output noise of std
+    ``noise_std`` (seeded): ``Trajectories`` with y (T, 1) for ``u`` (T,) or (T, 1)."""
+    u = np.asarray(u, float).reshape(-1, 1)
+    x0 = np.zeros(model.nx) if x0 is None else np.asarray(x0, float)
+    y = np.asarray(cc.simulate_output(model, theta, u, x0), float)
+    rng = np.random.default_rng(seed)
+    return cc.Trajectories([y + noise_std * rng.standard_normal(y.shape)], [u])
 
 def _rms(a, b):
     return float(np.sqrt(np.mean((np.asarray(a) - np.asarray(b)) ** 2)))

@@ -4,6 +4,7 @@ results are written before anything optional, the API's warnings reach stderr, b
 with one line that names the CLI option (never an API argument)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -46,13 +47,10 @@ def folder(tmp_path_factory):
     matplotlib.py that would write a marker file if they ran."""
     d = tmp_path_factory.mktemp("shared")
     (d / "mymodel.py").write_text(FACTORY)
-    sys.path.insert(0, str(d))
-    try:
-        import mymodel
-    finally:
-        sys.path.remove(str(d))
-        sys.modules.pop("mymodel", None)
-    model = mymodel.make()
+    spec = importlib.util.spec_from_file_location("trust_factory", d / "mymodel.py")  # not a cached 'mymodel'
+    factory = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(factory)
+    model = factory.make()
     data, _ = cc.simulate(model, {"a": 0.8}, np.array([[1.0]]), 60, process_std=0.05, measurement_std=0.1, seed=3)
     pd.DataFrame({"y0": data.y[0][:, 0]}).to_csv(d / "d.csv", index=False)
     save_model(d / "m.npz", model, {"a": 0.8}, history=[{"iteration": 1, "J": -5.0, "theta": {"a": 0.8}}],

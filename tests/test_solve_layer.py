@@ -16,6 +16,8 @@ from ceem_casadi.runtime._best import BestIterate
 sys.path.insert(0, str(Path(__file__).parent))
 from test_output_error import START, _data, pendulum
 
+IPOPT = cc.OutputErrorOptions(solver="ipopt")  # these tests drive IPOPT's iterates (the default is the LM engine)
+
 
 def _rosenbrock_solver(n=50):
     x = ca.MX.sym("x", n)
@@ -124,10 +126,10 @@ def test_output_error_returns_the_best_iterate_seen_not_the_final_or_the_start(m
 
     model = pendulum()
     data = _data(model, T=60, noise=0.05, seed=3)
-    reference = cc.refine_output_error(model, data, START)  # also builds the cached problem
-    prob = oe.problem_for(model, data.lengths, None, cc.OutputErrorOptions())
+    reference = cc.refine_output_error(model, data, START, options=IPOPT)  # also builds the cached problem
+    prob = oe.problem_for(model, data.lengths, None, IPOPT)
     monkeypatch.setattr(prob, "solver", _WorseFinal(prob.solver, final, status))
-    res = cc.refine_output_error(model, data, START)
+    res = cc.refine_output_error(model, data, START, options=IPOPT)
     assert res.status is expected
     # progress kept: far below the start (the old code returned the start on solver_failed) and at
     # the converged optimum's cost (the best IPOPT iterate is its last one here)
@@ -136,7 +138,7 @@ def test_output_error_returns_the_best_iterate_seen_not_the_final_or_the_start(m
     assert "returning the best iterate seen (IPOPT iteration" in res.message, res.message
     # the reported cost is the objective at the returned theta and x0 (independent evaluation)
     res2 = cc.refine_output_error(model, data, res.theta, x0=res.x0,
-                                  options=cc.OutputErrorOptions(max_iter=1))
+                                  options=cc.OutputErrorOptions(solver="ipopt", max_iter=1))
     assert res2.initial_cost == pytest.approx(res.cost, rel=1e-9)
 
 
@@ -147,12 +149,12 @@ def test_output_error_stopped_on_an_infeasible_shooting_iterate_returns_a_feasib
     model = pendulum()
     data = _data(model, T=60, noise=0.05, seed=3)
     start = {"a": 0.5, "b": 1.0, "c": 0.2}
-    res = cc.refine_output_error(model, data, start, shooting=7, options=cc.OutputErrorOptions(max_iter=2))
+    res = cc.refine_output_error(model, data, start, shooting=7, options=cc.OutputErrorOptions(solver="ipopt", max_iter=2))
     assert res.status == "max_iters"
     assert res.constraint_violation <= 1e-6 and res.cost < 0.5 * res.initial_cost
     assert "violates the constraints" in res.message and "re-simulated" in res.message, res.message
     # continuous: its cost is the single-shooting (free-run) cost at its theta and x0
-    single = cc.refine_output_error(model, data, res.theta, x0=res.x0, options=cc.OutputErrorOptions(max_iter=1))
+    single = cc.refine_output_error(model, data, res.theta, x0=res.x0, options=cc.OutputErrorOptions(solver="ipopt", max_iter=1))
     assert single.initial_cost == pytest.approx(res.cost, rel=1e-9)
 
 
@@ -164,10 +166,10 @@ def test_the_best_iterate_is_kept_inside_the_bounds(monkeypatch):
 
     data = _data(pendulum(), T=60, noise=0.05, seed=3)
     model = pendulum(a={"upper": 1.9})  # the optimum (a near 2) sits on the upper bound
-    cc.refine_output_error(model, data, START)
-    prob = oe.problem_for(model, data.lengths, None, cc.OutputErrorOptions())
+    cc.refine_output_error(model, data, START, options=IPOPT)
+    prob = oe.problem_for(model, data.lengths, None, IPOPT)
     monkeypatch.setattr(prob, "solver", _WorseFinal(prob.solver, lambda x: x * np.nan, "Restoration_Failed"))
-    res = cc.refine_output_error(model, data, START)
+    res = cc.refine_output_error(model, data, START, options=IPOPT)
     assert "best iterate seen" in res.message, res.message
     assert float(res.theta["a"]) <= 1.9 and float(res.theta["a"]) > 1.89
     model.params.validate(res.theta)  # inside every bound

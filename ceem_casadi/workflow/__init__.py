@@ -1,13 +1,19 @@
 """Everything around a fit: initial states, output-error refinement, noise calibration, parameter
-uncertainty and identifiability, validation metrics, optimal experiment design."""
+uncertainty and identifiability, validation metrics, optimal experiment design,
+the best-linear-approximation initialiser of block-oriented models, the least-squares engine of output error and the recommended pipeline (`identify`)."""
+from ._bla import bla_initialise
 from ._experiment_design import DesignOptions, InputDesign, design_input, fisher_information
+from ._identify import IdentifyResult, StageFit, StructureComparison, compare_structures, identify
 from ._initial_state import InitialStateResult, estimate_initial_state
+from ._least_squares import LeastSquaresOptions, LeastSquaresResult, solve_least_squares
 from ._metrics import Metrics, ValidationReport, fit_percent, nrmse, rmse, validation_report
 from ._noise_calibration import NoiseCalibrationOptions, NoiseCalibrationResult, NoiseLevelFit, calibrate_noise
 from ._output_error import OutputErrorOptions, OutputErrorResult, refine_output_error
 from ._uncertainty import ParameterUncertainty, UncertaintyOptions, parameter_uncertainty
 
-__all__ = ["DesignOptions", "InitialStateResult", "InputDesign", "design_input", "fisher_information", "Metrics", "NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit",
+__all__ = ["DesignOptions", "bla_initialise", "IdentifyResult", "InitialStateResult", "InputDesign", "LeastSquaresOptions",
+           "LeastSquaresResult", "StageFit", "StructureComparison", "compare_structures", "identify",
+           "solve_least_squares", "design_input", "fisher_information", "Metrics", "NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit",
            "OutputErrorOptions", "OutputErrorResult", "ParameterUncertainty", "UncertaintyOptions",
            "ValidationReport", "calibrate_noise", "estimate_initial_state", "fit_percent", "nrmse",
            "parameter_uncertainty", "refine_output_error", "rmse", "validation_report"]

@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.signal as ss
 
-import ceem_casadi as cc
-from ceem_casadi.baselines._n4sid import N4SIDResult, n4sid
-
-from .block_oriented import block_system, hammerstein, sections, wiener, wiener_hammerstein
+from ..baselines._n4sid import N4SIDResult, n4sid
+from ..errors import OptionsError, ShapeError
+from ..io._data import Trajectories
+from ..model._block_oriented import block_system, hammerstein, sections, wiener, wiener_hammerstein
+from ..model._model import StateSpaceModel
 
 logger = logging.getLogger(__name__)
 KINDS = ("wiener", "hammerstein", "wiener_hammerstein")
@@ -56,6 +57,7 @@ class SplitFit:
     rms: float
     coef: np.ndarray = field(repr=False)
     scale: float = 1.0
+    center: float = 0.0
 
 
 @dataclass
@@ -63,15 +65,17 @@ class BLAInit:
     """Outcome of `bla_initialise`: ``model`` (the factory's, with ``scale`` set), ``theta``
     (dict), ``table`` (list of `SplitFit`, best first), ``bla`` (the N4SID result), ``x0``
     (B, nx) zeros: the least squares simulate from rest, so refine from there,
-    ``cc.refine_output_error(init.model, init.theta, data, x0=init.x0)`` (the default x0 estimate
+    ``cc.refine_output_error(init.model, data, init.theta, x0=init.x0)`` (the default x0 estimate
     under the rough initial model can start a poorer local minimum: on the swapped
     Wiener-Hammerstein test case cost 1691 instead of 953, the truth's)."""
 
-    model: cc.StateSpaceModel
+    model: StateSpaceModel
     theta: dict
     table: list
     bla: N4SIDResult
     x0: np.ndarray
+    bla_rms: float = float("nan")
+    conditioning: dict = field(default_factory=dict)
 
     @property
     def best(self) -> SplitFit:
@@ -124,16 +128,27 @@ def _bla_roots(bla: N4SIDResult, n_zeros: int) -> tuple[np.ndarray, np.ndarray]:
     return poles, zeros.astype(complex)
 
 
-def _tf(poles, zeros, feedthrough: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``(b, a)`` in powers of q^-1 with a unit leading Markov coefficient (b[0] = 1, or b[1] = 1)."""
+def _tf(poles, zeros, feedthrough: bool, gain: str = "markov") -> tuple[np.ndarray, np.ndarray]:
+    """``(b, a)`` in powers of q^-1 with a unit leading Markov coefficient (b[0] = 1, or b[1] = 1), or
+    (``gain="dc"``) a unit static gain ``sum b / sum a = 1``."""
     b = np.real(np.poly(zeros)) if len(zeros) else np.ones(1)
     a = np.real(np.poly(poles))
-    return (b if feedthrough else np.concatenate([[0.0], b])), a
+    b = b if feedthrough else np.concatenate([[0.0], b])
+    if gain == "dc":
+        k = float(np.sum(b) / np.sum(a))
+        if not np.isfinite(k) or abs(k) < 1e-12:
+            raise OptionsError("gain='dc' needs blocks with a nonzero static gain; this split has a zero at z = 1: "
+                                  "use gain='markov'")
+        b = b / k
+    return b, a
 
 
-def _features(z, kind: str, degree: int, hidden) -> np.ndarray:
-    """Basis (T, k) of f at ``z = v / scale``: monomials z^0..z^degree, or 1 and tanh(W0 z + b0)."""
+def _features(z, kind: str, degree: int, hidden, basis: str = "monomial") -> np.ndarray:
+    """Basis (T, k) of f at ``z = (v - center) / scale``: monomials z^0..z^degree, Chebyshev polynomials
+    T_0(z)..T_degree(z), or 1 and tanh(W0 z + b0)."""
     if kind == "poly":
+        if basis == "chebyshev":
+            return np.polynomial.chebyshev.chebvander(z, degree)
         return z[:, None] ** np.arange(degree + 1)
     W0, b0 = hidden
     return np.column_stack([np.ones_like(z), np.tanh(z[:, None] * W0[:, 0] + b0)])
@@ -148,24 +163,30 @@ def _hidden_layer(hidden: int, rng) -> tuple[np.ndarray, np.ndarray]:
     return W0.reshape(-1, 1), -W0 * centres
 
 
-def _fit_split(kind, data, skip, blocks, feedthrough, nl, degree, hidden) -> tuple[float, np.ndarray, float]:
-    """RMS, coefficients and scale of the least-squares nonlinearity for given block transfer functions."""
+def _fit_split(kind, data, skip, blocks, feedthrough, nl, degree, hidden, gain="markov", basis="monomial",
+               out_scale=1.0) -> tuple[float, np.ndarray, float, float]:
+    """RMS, coefficients, scale and center of the least-squares nonlinearity for given block transfer
+    functions (coefficients of ``f / out_scale``)."""
     ys, vs = [], []
     for b in range(len(data)):
         u = data.inputs(b)[:, 0]
         if kind == "hammerstein":
             vs.append(u)
         else:
-            vs.append(ss.lfilter(*_tf(*blocks[0], feedthrough[0]), u))
+            vs.append(ss.lfilter(*_tf(*blocks[0], feedthrough[0], gain), u))
         ys.append(data.y[b][:, 0])
     used = np.concatenate([v[skip:] for v in vs])
-    scale = float(np.std(used)) or 1.0
+    if basis == "chebyshev":     # [-1, 1] = the input range of f on the data, widened by 10 %
+        center = 0.5 * float(np.max(used) + np.min(used))
+        scale = 0.55 * float(np.max(used) - np.min(used)) or 1.0
+    else:
+        center, scale = 0.0, float(np.std(used)) or 1.0
     rows = []
     for v in vs:
-        phi = _features(v / scale, nl, degree, hidden)
+        phi = _features((v - center) / scale, nl, degree, hidden, basis)
         if kind != "wiener":                         # the output block filters every basis signal
             g = blocks[-1]
-            phi = ss.lfilter(*_tf(*g, feedthrough[-1]), phi, axis=0)
+            phi = ss.lfilter(*_tf(*g, feedthrough[-1], gain), phi, axis=0)
         rows.append(phi[skip:])
     Phi = np.vstack(rows)
     y = np.concatenate([yy[skip:] for yy in ys])
@@ -176,7 +197,7 @@ def _fit_split(kind, data, skip, blocks, feedthrough, nl, degree, hidden) -> tup
     coef = np.linalg.solve(G + (1e-6 * np.trace(G) / G.shape[0] if nl == "mlp" else 0.0) * np.eye(G.shape[0]), Phi.T @ y) \
         if nl == "mlp" else np.linalg.lstsq(Phi, y, rcond=1e-10)[0]
     rms = float(np.sqrt(np.mean((y - Phi @ coef) ** 2)))
-    return rms, coef, scale
+    return rms, coef / out_scale, scale, center
 
 
 def _den_from_poles(poles, n: int) -> np.ndarray:
@@ -221,9 +242,38 @@ def _nl_theta(nl, coef, hidden) -> dict:
     return {"f_W0": W0, "f_b0": b0, "f_W1": coef[1:].reshape(1, -1), "f_b1": coef[:1].copy()}
 
 
-def bla_initialise(kind: str, data: cc.Trajectories, n1: int, n2: int = 0, *, feedthrough=None,
+def _as_bla(bla, n: int):
+    """A user BLA as ``(A, B, C, D)``: an object with A, B, C, D (an N4SIDResult) or a transfer function
+    ``(b, a)`` in powers of q^-1."""
+    if all(hasattr(bla, k) for k in "ABCD"):
+        A, B, C, D = (np.atleast_2d(np.asarray(getattr(bla, k), float)) for k in "ABCD")
+    elif isinstance(bla, (tuple, list)) and len(bla) == 2:
+        b, a = (np.asarray(x, float).ravel() for x in bla)
+        A, B, C, D = ss.tf2ss(b, a)
+    else:
+        raise ShapeError("bla: expected an object with A, B, C, D (e.g. an N4SIDResult) or a transfer function "
+                            f"(b, a) in powers of q^-1, got {type(bla).__name__}")
+    if A.shape[0] != n:
+        raise ShapeError(f"bla: expected order n1 + n2 = {n} (the model's total order), got {A.shape[0]}")
+    return A, B, C, D
+
+
+def _bla_rms(A, B, C, D, data, skip: int, y_mean: float, u_mean: float) -> float:
+    """Simulation RMS (units of y) of the BLA from rest on ``data`` (first ``skip`` samples left out)."""
+    err = []
+    for b in range(len(data)):
+        u = data.inputs(b)[:, 0] - u_mean
+        _, yb, _ = ss.dlsim((A, B, C, D, 1.0), u)
+        e = data.y[b][skip:, 0] - (yb[skip:, 0] + y_mean)
+        err.append(e[np.isfinite(e)])
+    return float(np.sqrt(np.mean(np.concatenate(err) ** 2)))
+
+
+def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedthrough=None,
                    nonlinearity: str = "poly", degree: int = 3, hidden: int = 8, seed: int = 0,
-                   skip: int | None = None, max_splits: int = 5000, **model_kwargs) -> BLAInit:
+                   skip: int | None = None, max_splits: int = 5000, gain: str = "markov",
+                   basis: str = "monomial", bla=None, n4sid_options: dict | None = None,
+                   **model_kwargs) -> BLAInit:
     """Initial theta of a block-oriented model from the best linear approximation (module docstring).
 
     Parameters
@@ -238,25 +288,33 @@ def bla_initialise(kind: str, data: cc.Trajectories, n1: int, n2: int = 0, *, fe
         diagonal of the normal equations).
     skip : samples left out at the start of every trajectory (default ``min(10 n, T_min // 4)``).
     max_splits : refuse to try more splits than this (the count grows combinatorially with n).
+    gain, basis : the factory's conditioning (``gain="dc", basis="chebyshev"`` for real records:
+        unit-static-gain blocks, Chebyshev polynomials over the range of f's input on the data,
+        ``out_scale`` = std(y); see `ceem_casadi.model.wiener`).
+    bla : a BLA of order n1 + n2 to use instead of N4SID's: an object with ``A, B, C, D`` (e.g.
+        an N4SIDResult of your own, or a state-space fit of a frequency-domain BLA) or a transfer
+        function ``(b, a)`` in powers of q^-1 (of the mean-removed data).
+    n4sid_options : more keyword arguments of N4SID (e.g. ``{"horizon": 30}``).
     model_kwargs : passed to the factory (noise levels, ``dt``).
 
     Returns
     -------
     BLAInit
-        ``model``, ``theta``, ``table`` (best first) and the N4SID ``bla``.
+        ``model``, ``theta``, ``table`` (best first), the ``bla`` used, and ``bla_rms``: the BLA's own
+        simulation RMS on the data (units of y; the figure every block model should beat).
     """
     if kind not in KINDS:
-        raise cc.OptionsError(f"kind must be one of {KINDS}, got {kind!r}")
-    if not isinstance(data, cc.Trajectories) or data.nu != 1 or data.ny != 1:
-        raise cc.ShapeError("data: expected a cc.Trajectories with one input and one output (nu = ny = 1)")
+        raise OptionsError(f"kind must be one of {KINDS}, got {kind!r}")
+    if not isinstance(data, Trajectories) or data.nu != 1 or data.ny != 1:
+        raise ShapeError("data: expected a Trajectories with one input and one output (nu = ny = 1)")
     two = kind == "wiener_hammerstein"
     if n1 < 1 or (two and n2 < 1):
-        raise cc.ShapeError(f"{kind} needs block orders >= 1 (n1{', n2' if two else ''}), got n1={n1}, n2={n2}")
+        raise ShapeError(f"{kind} needs block orders >= 1 (n1{', n2' if two else ''}), got n1={n1}, n2={n2}")
     orders = (n1, n2) if two else (n1,)
     if feedthrough is None:
         feedthrough = (False, True) if two else False
     if two and (np.ndim(feedthrough) != 1 or len(feedthrough) != 2):
-        raise cc.ShapeError(f"feedthrough: expected a pair (G1, G2) of bools for wiener_hammerstein, got {feedthrough!r}")
+        raise ShapeError(f"feedthrough: expected a pair (G1, G2) of bools for wiener_hammerstein, got {feedthrough!r}")
     fts = tuple(bool(f) for f in feedthrough) if two else (bool(feedthrough),)
     n = sum(orders)
     skip = min(10 * n, min(data.lengths) // 4) if skip is None else int(skip)
@@ -265,9 +323,17 @@ def bla_initialise(kind: str, data: cc.Trajectories, n1: int, n2: int = 0, *, fe
 
     y_mean = np.nanmean(np.concatenate([data.y[b] for b in range(len(data))]))
     u_mean = np.mean(np.concatenate([data.inputs(b) for b in range(len(data))]))
-    centred = cc.Trajectories([data.y[b] - y_mean for b in range(len(data))],
-                              [data.inputs(b) - u_mean for b in range(len(data))], dt=data.dt)
-    bla = n4sid(centred, order=n, feedthrough=all(fts), stable=True)
+    if bla is None:
+        centred = Trajectories([data.y[b] - y_mean for b in range(len(data))],
+                                  [data.inputs(b) - u_mean for b in range(len(data))], dt=data.dt)
+        bla = n4sid(centred, **{"order": n, "feedthrough": all(fts), "stable": True, **(n4sid_options or {})})
+    A_b, B_b, C_b, D_b = _as_bla(bla, n)
+    bla_rms = _bla_rms(A_b, B_b, C_b, D_b, data, skip, y_mean, u_mean)
+    if not all(hasattr(bla, k) for k in "ABCD"):
+        bla = type("BLA", (), {"A": A_b, "B": B_b, "C": C_b, "D": D_b})()
+    out_scale = float(np.nanstd(np.concatenate([data.y[b][:, 0] for b in range(len(data))]))) \
+        if gain == "dc" else 1.0
+    out_scale = out_scale or 1.0
     n_zeros = [k - 1 + f for k, f in zip(orders, fts)]
     poles, zeros = _bla_roots(bla, sum(n_zeros))
     pg, zg = _groups(poles), _groups(zeros)
@@ -286,7 +352,7 @@ def bla_initialise(kind: str, data: cc.Trajectories, n1: int, n2: int = 0, *, fe
         zg = zg[:k] + [np.array([complex(zg[k][0].real)])] * 2 + zg[k + 1:]
         zero_sets = list(_subsets(zg, n_zeros[0]))
     if len(pole_sets) * len(zero_sets) > max_splits:
-        raise cc.OptionsError(f"{len(pole_sets) * len(zero_sets)} splits to try, more than max_splits="
+        raise OptionsError(f"{len(pole_sets) * len(zero_sets)} splits to try, more than max_splits="
                                 f"{max_splits}; raise max_splits or lower the orders")
     table, seen = [], set()
     for ps, zs in itertools.product(pole_sets, zero_sets):
@@ -296,9 +362,10 @@ def bla_initialise(kind: str, data: cc.Trajectories, n1: int, n2: int = 0, *, fe
         if key in seen:                              # equal roots in different groups (a double pole)
             continue
         seen.add(key)
-        rms, coef, scale = _fit_split(kind, data, skip, blocks, fts, nonlinearity, degree, hidden_layer)
+        rms, coef, scale, center = _fit_split(kind, data, skip, blocks, fts, nonlinearity, degree, hidden_layer,
+                                              gain, basis, out_scale)
         g2 = blocks[1] if two else (np.zeros(0, complex), np.zeros(0, complex))
-        table.append(SplitFit(blocks[0][0], blocks[0][1], g2[0], g2[1], rms, coef, scale))
+        table.append(SplitFit(blocks[0][0], blocks[0][1], g2[0], g2[1], rms, coef, scale, center))
     table.sort(key=lambda s: s.rms)
     best = table[0]
     logger.info("bla_initialise: %d splits tried, best simulation RMS %.4g", len(table), best.rms)
@@ -308,11 +375,12 @@ def bla_initialise(kind: str, data: cc.Trajectories, n1: int, n2: int = 0, *, fe
     else:
         theta = _block_theta("g", best.g1_poles, best.g1_zeros, fts[0])
     theta.update(_nl_theta(nonlinearity, best.coef, hidden_layer))
+    conditioning = dict(gain=gain, basis=basis, center=best.center, out_scale=out_scale)
     opts = dict(nonlinearity=nonlinearity, degree=degree, hidden=hidden, scale=best.scale, theta0=theta,
-                seed=seed, **model_kwargs)
+                seed=seed, **conditioning, **model_kwargs)
     if two:
         model = wiener_hammerstein(n1, n2, feedthrough=fts, **opts)
     else:
         model = (wiener if kind == "wiener" else hammerstein)(n1, feedthrough=fts[0], **opts)
     return BLAInit(model=model, theta=model.params.validate(theta), table=table, bla=bla,
-                   x0=np.zeros((len(data), model.nx)))
+                   x0=np.zeros((len(data), model.nx)), bla_rms=bla_rms, conditioning=conditioning)

@@ -1,0 +1,182 @@
+"""The Levenberg-Marquardt engine of ceem_casadi.workflow._least_squares (issue 24, item 1): agreement with
+scipy.optimize.least_squares, the best-iterate guarantee, multi-start, and the output-error failure
+cases of the issue reproduced on simulated data (IPOPT as the peer in the same run)."""
+import casadi as ca
+import numpy as np
+import pytest
+from scipy.optimize import least_squares
+
+import ceem_casadi as cc
+from ceem_casadi.workflow._least_squares import (
+    LeastSquaresOptions,
+    output_error_least_squares,
+    output_error_problem,
+    solve_least_squares,
+)
+
+TIGHT = dict(ftol=1e-15, xtol=1e-15, gtol=1e-15)
+
+
+def _exp_fit():
+    """Sum of two decaying exponentials fitted to noisy samples (a classic ill-conditioned fit)."""
+    t = np.linspace(0, 4, 60)
+    rng = np.random.default_rng(0)
+    y = 2.0 * np.exp(-1.3 * t) + 0.5 * np.exp(-0.2 * t) + 0.01 * rng.standard_normal(t.size)
+    x = ca.SX.sym("x", 4)
+    r = x[0] * np.exp(0) * ca.exp(-x[1] * ca.DM(t)) + x[2] * ca.exp(-x[3] * ca.DM(t)) - ca.DM(y)
+    fun = ca.Function("r", [x], [r])
+    return fun, (lambda v: np.asarray(fun(v)).ravel()), np.array([1.0, 1.0, 1.0, 0.1])
+
+
+def test_generic_problem_matches_scipy_lm_and_trf_with_bounds():
+    fun, f_np, x0 = _exp_fit()
+    res = solve_least_squares(fun, x0, options=LeastSquaresOptions(**TIGHT))
+    ref = least_squares(f_np, x0, method="lm", **TIGHT)
+    assert res.status == "converged", res.message
+    assert res.cost == pytest.approx(ref.cost, rel=1e-10)
+    np.testing.assert_allclose(res.x, ref.x, rtol=1e-7)
+    # an active upper bound on the fast rate (unconstrained optimum 1.3): scipy's trf as the oracle
+    hi = np.array([np.inf, 1.0, np.inf, np.inf])
+    resb = solve_least_squares(fun, x0, upper=hi, options=LeastSquaresOptions(**TIGHT))
+    refb = least_squares(f_np, x0, bounds=(-np.inf, hi), method="trf", **TIGHT)
+    assert resb.success and resb.x[1] == pytest.approx(1.0, abs=1e-12)
+    assert resb.cost == pytest.approx(refb.cost, rel=1e-9)
+    np.testing.assert_allclose(resb.x, refb.x, rtol=1e-6, atol=1e-9)
+
+
+def test_rosenbrock_and_scale_invariance():
+    x = ca.SX.sym("x", 2)
+    rosen = ca.Function("r", [x], [ca.vertcat(10 * (x[1] - x[0] ** 2), 1 - x[0])])
+    res = solve_least_squares(rosen, [-1.2, 1.0], options=LeastSquaresOptions(**TIGHT))
+    np.testing.assert_allclose(res.x, [1.0, 1.0], atol=1e-10)
+    # residuals x 1e4 and the second unknown in other units (x1 = 1e-3 x1'): same iterates, same answer
+    xs = ca.SX.sym("xs", 2)
+    scaled = ca.Function("r", [xs], [1e4 * rosen(ca.vertcat(xs[0], 1e-3 * xs[1]))])
+    res2 = solve_least_squares(scaled, [-1.2, 1e3], options=LeastSquaresOptions(**TIGHT))
+    assert res2.iterations == res.iterations
+    np.testing.assert_allclose(res2.x, [1.0, 1e3], rtol=1e-9)
+
+
+def _pendulum():
+    params = cc.Parameters(cc.Param("a", 1.6, lower=0.0), cc.Param("b", 0.2), cc.Param("c", 1.0))
+
+    def rhs(x, u, p):
+        return ca.vertcat(x[1], -p.a * ca.sin(x[0]) - p.b * x[1] + p.c * u[0])
+    return cc.StateSpaceModel.from_ode(rhs, lambda x, u, p: x[0], nx=2, nu=1, dt=0.1, params=params,
+                                       measurement_std=0.05)
+
+
+@pytest.fixture(scope="module")
+def pendulum_case():
+    model = _pendulum()
+    rng = np.random.default_rng(3)
+    T = 60
+    u = [np.sin(0.1 * np.arange(T) * (b + 1))[:, None] + 0.3 * rng.standard_normal((T, 1)) for b in range(2)]
+    data = cc.simulate(model, {"a": 2.0, "b": 0.3, "c": 0.8}, np.array([[0.5, 0.0], [-0.3, 0.2]]), T, u=u,
+                       measurement_std=0.05, seed=4)[0]
+    return model, data
+
+
+def test_output_error_single_and_multiple_shooting_match_scipy(pendulum_case):
+    """The residual vector is the engine's own (checked against finite differences of the
+    independent MX residual Function below), the optimum scipy's trf from the same start."""
+    model, data = pendulum_case
+    start = model.params.initial()
+    x0 = cc.estimate_initial_state(model, data, start)
+    res = output_error_least_squares(model, data, start, x0=x0, options=LeastSquaresOptions(**TIGHT))
+    prob = output_error_problem(model, data.lengths, None)
+    prob.set_data(model, model.params.to_vector(start), data, True)
+    fun = lambda w: prob.evaluate(w, False)[0]                        # noqa: E731 (MX residuals, no sensitivities)
+    w0 = np.concatenate([[1.6, 0.2, 1.0], x0.ravel()])
+    ref = least_squares(fun, w0, method="trf", x_scale="jac", **TIGHT)
+    assert res.status == "converged" and res.returned == "last", res.message
+    assert res.cost == pytest.approx(ref.cost, rel=1e-10)
+    np.testing.assert_allclose(res.x, ref.x, rtol=1e-6, atol=1e-8)
+    # the sensitivity Jacobian equals central differences of the MX residuals
+    _, J, _, _ = prob.evaluate(ref.x, True)
+    fd = np.column_stack([(fun(ref.x + e) - fun(ref.x - e)) / 2e-6 for e in 1e-6 * np.eye(ref.x.size)])
+    np.testing.assert_allclose(J, fd, atol=1e-5 * np.abs(fd).max())
+    # multiple shooting (segments of 9 and a last one of 6) reaches the same optimum, continuity met
+    ms = output_error_least_squares(model, data, start, x0=x0, shooting=9, options=LeastSquaresOptions(**TIGHT))
+    assert ms.status == "converged" and ms.constraint_violation < 1e-8, ms.message
+    assert ms.cost == pytest.approx(ref.cost, rel=1e-8)
+    np.testing.assert_allclose([float(ms.theta[k]) for k in "abc"], ref.x[:3], rtol=1e-5)
+    assert ms.to_dict()["status"] == "converged" and "cost" in ms.table()
+
+
+def test_never_worse_than_start_on_any_stop(pendulum_case):
+    model, data = pendulum_case
+    start = {"a": 0.3, "b": -0.5, "c": 3.0}             # far: the first trials are rejected
+    for kw in ({"max_iter": 0}, {"max_iter": 1}, {"max_iter": 3}, {"time_limit": 1e-9}):
+        res = output_error_least_squares(model, data, start, x0=np.zeros((2, 2)),
+                                         options=LeastSquaresOptions(**kw))
+        assert res.cost <= res.initial_cost and np.isfinite(res.cost), (kw, res.message)
+        assert (res.returned in ("last", "start", "best") and res.returned in res.message) or "returning" in res.message
+    assert res.status == "time_limit" and res.returned == "start"
+    limited = output_error_least_squares(model, data, start, x0=np.zeros((2, 2)),
+                                         options=LeastSquaresOptions(max_iter=3))
+    assert limited.status == "max_iters" and limited.cost < limited.initial_cost
+
+
+def test_multi_start_returns_the_best_start(pendulum_case):
+    model, data = pendulum_case
+    bad = {"a": 40.0, "b": 0.3, "c": 0.8}               # a far local minimum of the pendulum's frequency
+    alone = output_error_least_squares(model, data, bad, options=LeastSquaresOptions(max_iter=30))
+    multi = output_error_least_squares(model, data, bad, starts=[{"a": 2.5}, {"a": 1.0, "c": 1.0}],
+                                       options=LeastSquaresOptions(max_iter=30))
+    assert len(multi.starts) == 3 and [r["start"] for r in multi.starts] == [0, 1, 2]
+    assert multi.cost == min(r["cost"] for r in multi.starts)
+    assert multi.cost < 0.5 * alone.cost
+    assert abs(float(multi.theta["a"]) - 2.0) < 0.1
+    with pytest.raises(cc.ParameterError):
+        output_error_least_squares(model, data, bad, starts=[[1.0]])
+
+
+def _resonator():
+    params = cc.Parameters(cc.Param("a1", -1.6), cc.Param("a2", 0.8), cc.Param("b", 1.0))
+
+    def step(x, u, p):
+        return ca.vertcat(-p.a1 * x[0] - p.a2 * x[1] + p.b * u[0], x[0])
+    return cc.StateSpaceModel.from_discrete(step, lambda x, u, p: x[0], nx=2, nu=1, params=params,
+                                            measurement_std=0.1)
+
+
+def test_multiple_shooting_never_returns_an_unstable_iterate():
+    """A lightly damped resonator (|pole| 0.995), 3,000 samples, segments of 50: IPOPT's third
+    iterate has a pole outside the unit circle (free run ~1e40 before this issue); the engine
+    returns, on every iteration limit, an iterate whose FREE RUN is no worse than the start's."""
+    model = _resonator()
+    T = 3000
+    rng = np.random.default_rng(0)
+    u = rng.standard_normal((T, 1))
+    truth = {"a1": -2 * 0.995 * np.cos(0.3), "a2": 0.995 ** 2, "b": 0.1}
+    y = cc.simulate_output(model, truth, u, np.zeros(2)) + 0.1 * rng.standard_normal((T, 1))
+    data = cc.Trajectories([y], [u])
+    start = {"a1": -2 * 0.9 * np.cos(0.5), "a2": 0.81, "b": 0.05}
+
+    def free_run_cost(res):
+        return 0.5 * np.sum(((y - cc.simulate_output(model, res.theta, u, res.x0[0])) / 0.1) ** 2)
+
+    for it in (2, 3, 5):
+        lm = cc.refine_output_error(model, data, start, shooting=50, x0=np.zeros(2),
+                                    options=cc.OutputErrorOptions(max_iter=it))
+        assert lm.solver == "lm" and free_run_cost(lm) <= lm.initial_cost * (1 + 1e-12), lm.message
+        assert np.all(np.abs(np.roots([1, float(lm.theta["a1"]), float(lm.theta["a2"])])) < 1)
+        ip = cc.refine_output_error(model, data, start, shooting=50, x0=np.zeros(2),
+                                    options=cc.OutputErrorOptions(max_iter=it, solver="ipopt"))
+        assert free_run_cost(ip) <= ip.initial_cost * (1 + 1e-9)        # the IPOPT path now checks too
+    done = cc.refine_output_error(model, data, start, shooting=50, x0=np.zeros(2))
+    assert done.status == "converged" and done.constraint_violation < 1e-6
+    assert free_run_cost(done) == pytest.approx(done.cost, rel=1e-6)
+    assert abs(np.abs(np.roots([1, float(done.theta["a1"]), float(done.theta["a2"])])).max() - 0.995) < 2e-3
+
+
+def test_options_validate():
+    with pytest.raises(cc.OptionsError, match="max_iter"):
+        LeastSquaresOptions(max_iter=-1)
+    with pytest.raises(cc.OptionsError, match="ftol"):
+        LeastSquaresOptions(ftol=0)
+    with pytest.raises(cc.OptionsError, match="compile"):
+        LeastSquaresOptions(compile="yes")
+    with pytest.raises(cc.OptionsError, match="solver"):
+        cc.OutputErrorOptions(solver="newton")
