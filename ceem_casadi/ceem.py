@@ -28,6 +28,7 @@ import numpy as np
 from ._ipopt import DEADLINE, deadline
 from ._threads import blas_threads
 from ._workers import die_with_parent
+from .batched_smoother import any_batched
 from .data import Trajectories
 from .distributed import start_engine
 from .errors import SolverError
@@ -63,11 +64,16 @@ def _worker_smooth(args):
     return sm.for_length(y.shape[0]).solve(sm.model, theta_vec, y, u, x0)
 
 
+def _worker_smooth_shard(args):
+    theta_vec, shard, xs = args  # a Trajectories shard: its trajectories of a length are batched
+    return _WORKER["smoother"].solve(theta_vec, shard, xs)
+
+
 class _SmoothingStep:
     """Sequential or process-parallel smoothing of all trajectories."""
 
     def __init__(self, smoother: Smoother, n_jobs: int):
-        self.smoother, self.pool = smoother, None
+        self.smoother, self.pool, self.n_jobs = smoother, None, n_jobs
         if n_jobs > 1:
             ctx = multiprocessing.get_context("fork")
             self.pool = ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_worker_init,
@@ -76,6 +82,10 @@ class _SmoothingStep:
     def __call__(self, theta_vec, data, xs):
         if self.pool is None:
             return self.smoother.solve(theta_vec, data, xs)
+        if any_batched(self.smoother.options, data.lengths):  # one shard of trajectories per process
+            shards = np.array_split(np.arange(len(data)), self.n_jobs)
+            jobs = [(theta_vec, data[s.tolist()], [xs[b] for b in s]) for s in shards if s.size]
+            return [r for part in self.pool.map(_worker_smooth_shard, jobs) for r in part]
         jobs = [(theta_vec, y, data.inputs(b), xs[b]) for b, y in enumerate(data.y)]
         return list(self.pool.map(_worker_smooth, jobs))
 

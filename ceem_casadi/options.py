@@ -15,7 +15,7 @@ def _require(cond: bool, msg: str) -> None:
 
 
 ACCELERATIONS = ("none", "squarem", "newton", "joint")
-SMOOTHER_SOLVERS = ("ipopt", "banded")  # of the smoothing NLP (:mod:`ceem_casadi.banded_newton`)
+SMOOTHER_SOLVERS = ("ipopt", "banded", "batched")  # of the smoothing NLP (:mod:`ceem_casadi.banded_newton`)
 HESSIANS = ("gauss-newton", "exact")  # of the stage Functions (smoother, learner, uncertainty)
 
 
@@ -52,8 +52,10 @@ class SmootherOptions:
     solver : str, optional
         ``"ipopt"`` (IPOPT + MUMPS), ``"banded"`` (Newton steps on the block-tridiagonal Hessian
         with LAPACK's banded Cholesky, a Levenberg-Marquardt shift and an Armijo line search,
-        :mod:`ceem_casadi.banded_newton`; same optimum, no state bounds) or ``None`` (default):
-        ``"banded"`` from T = 20,000 on when there are no bounds, else ``"ipopt"``.
+        :mod:`ceem_casadi.banded_newton`; same optimum, no state bounds), ``"batched"`` (the same
+        Newton steps for all trajectories of a length at once, `ceem_casadi.batched_smoother`)
+        or ``None`` (default): ``"banded"`` from T = 20,000 on when there are no bounds, batched
+        where `ceem_casadi.batched_smoother.batched_default` says so, else ``"ipopt"``.
 
     Raises
     ------
@@ -74,8 +76,8 @@ class SmootherOptions:
     def __post_init__(self):
         _require(self.solver is None or self.solver in SMOOTHER_SOLVERS,
                  f"solver must be None or one of {SMOOTHER_SOLVERS}, got {self.solver!r}")
-        _require(self.solver != "banded" or (self.x_lower is None and self.x_upper is None),
-                 "solver='banded' solves the smoothing problem without state bounds, but x_lower / x_upper "
+        _require(self.solver not in ("banded", "batched") or (self.x_lower is None and self.x_upper is None),
+                 f"solver={self.solver!r} solves the smoothing problem without state bounds, but x_lower / x_upper "
                  f"were given ({self.x_lower!r}, {self.x_upper!r}): use solver='ipopt' (or None) with bounds, "
                  "or drop the bounds")
         _require(self.chunk is None or (isinstance(self.chunk, int) and not isinstance(self.chunk, bool)

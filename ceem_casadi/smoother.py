@@ -26,6 +26,7 @@ import numpy as np
 
 from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
 from .banded_newton import BandedNewton
+from .batched_smoother import smooth_batched
 from .objective import log_normalisers
 from .options import SmootherOptions
 from .smoother_chunks import ChunkedObjective, chunked_terms
@@ -115,8 +116,8 @@ def chunk_length(option, T: int) -> int:
 def solver_kind(options: SmootherOptions, T: int) -> str:
     """``"banded"`` or ``"ipopt"`` for ``SmootherOptions.solver`` at length T (None: banded for long
     records without state bounds, the same threshold as chunking)."""
-    if options.solver is not None:
-        return options.solver
+    if options.solver is not None:  # one trajectory of the batched solver: the banded one
+        return "banded" if options.solver == "batched" else options.solver
     bounded = options.x_lower is not None or options.x_upper is not None
     return "banded" if T >= CHUNK_FROM and not bounded else "ipopt"
 
@@ -291,7 +292,8 @@ class Smoother:
         return self._solvers[T]
 
     def solve(self, theta_vec: np.ndarray, data, x_init: list[np.ndarray]) -> list[SmoothResult]:
-        """Smooth every trajectory of ``data`` (sequentially), warm-started at ``x_init``.
+        """Smooth every trajectory of ``data`` (sequentially, or those of a length together:
+        `ceem_casadi.batched_smoother.smooth_batched`), warm-started at ``x_init``.
 
         Parameters
         ----------
@@ -306,10 +308,7 @@ class Smoother:
         -------
         list of SmoothResult
         """
-        out = []
-        for b, (y, T) in enumerate(zip(data.y, data.lengths)):
-            out.append(self.for_length(T).solve(self.model, theta_vec, y, data.inputs(b), x_init[b]))
-        return out
+        return smooth_batched(self, theta_vec, data, x_init)  # one by one where it does not batch
 
     def joint_log_density(self, theta_vec: np.ndarray, data, xs: list[np.ndarray]) -> float:
         """The joint log-density J(x, theta) of the paper, all Gaussian constants included.
