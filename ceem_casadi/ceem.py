@@ -28,7 +28,7 @@ import numpy as np
 from ._ipopt import DEADLINE, deadline
 from ._threads import blas_threads
 from ._workers import die_with_parent
-from .batched_smoother import any_batched
+from .batched_smoother import BATCHED_STAGES, any_batched
 from .data import Trajectories
 from .distributed import start_engine
 from .errors import SolverError
@@ -306,7 +306,8 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     # every group of stage Functions this fit compiles (smoother, joint step; the learner's are among
     # the joint step's or asked for next) in one background pool of compilers, before any is waited for
     smoother.stages.prefetch(SMOOTHER_STAGES, *([JointGaussNewton.stage_names(smoother.stages)]
-                                                if options.acceleration == "newton" else []))
+                                                if options.acceleration == "newton" else []),
+                             *([BATCHED_STAGES] if any_batched(options.smoother, data.lengths) else []))
     engine = None if options.executor is None else start_engine(options.executor, model, data, options, smoother)
     # long records: the learner's data terms piece by piece (no T-sized graph; ceem_casadi.learner_pieces)
     learner = learner or getattr(engine, "learner", None) or learner_for(model, data.lengths, options.learner,

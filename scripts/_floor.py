@@ -24,6 +24,7 @@ import time
 from functools import partial
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ceem_casadi._linalg import BufferedCall, gram
 from ceem_casadi.banded_newton import BandedNewton
@@ -37,12 +38,18 @@ from ceem_casadi.stages import stack_stages
 LEARN_CHUNK = 20_000  # stages per mapped learning evaluation (bounded memory at T = 10^6)
 
 
-def _best(fn, repeats: int) -> float:
-    best = np.inf
-    for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
+def _best(work, repeats: int) -> float:
+    """Run every closure of ``work`` once untimed (builds the mapped Functions), then the
+    minimum over ``repeats`` of the time to run them all; one BLAS thread, as ``ceem()`` by default."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        for w in work:
+            w()
+        best = np.inf
+        for _ in range(max(1, repeats)):
+            t0 = time.perf_counter()
+            for w in work:
+                w()
+            best = min(best, time.perf_counter() - t0)
     return float(best)
 
 
@@ -94,9 +101,15 @@ def smoothing_floor(stages, theta_vec, data, xs, rho: float = 0.0, repeats: int 
             obj = BatchObjective(stages, T).bind(model, theta_vec, [data.y[b] for b in part],
                                                  [data.inputs(b) for b in part], [xs[b] for b in part], rho)
             work.append(partial(_batch, obj, [np.ravel(xs[b]) for b in part], model.nx, T))
-    for w in work:  # build the mapped Functions before the clock
-        w()
-    return _best(lambda: [w() for w in work], repeats)
+    return _best(work, repeats)
+
+
+def _learn(calls, args, m: int, npar: int):
+    calls[0](*args)
+    if len(calls) > 1:  # stage Jacobians (nr, m np) column-major -> rows of J (m nr, np), then J^T J
+        (J,) = calls[1](*args)
+        nr = J.size // (m * npar)
+        gram(J.reshape(m, npar, nr).transpose(0, 2, 1).reshape(m * nr, npar))
 
 
 def _mapped_sum(fun, n: int, shared: list[bool], reduce_out: list[bool]):
@@ -144,16 +157,8 @@ def learning_floor(stages, theta_vec, data, xs, hessian: bool = True, repeats: i
             if hessian:
                 calls.append(_mapped_sum(funs[1], b - a, shared, [False]))
 
-            def one(calls=calls, args=args, m=b - a):
-                calls[0](*args)
-                if len(calls) > 1:
-                    (J,) = calls[1](*args)
-                    nr = J.size // (m * p.size)
-                    gram(J.reshape(m, p.size, nr).transpose(0, 2, 1).reshape(m * nr, p.size))
-            work.append(one)
-    for w_ in work:
-        w_()
-    return _best(lambda: [w_() for w_ in work], repeats)
+            work.append(partial(_learn, calls, args, b - a, p.size))
+    return _best(work, repeats)
 
 
 def floor_row(phase_s: float, floor_s: float, iterations: float | None = None) -> dict:

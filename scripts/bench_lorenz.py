@@ -8,7 +8,12 @@ Reported per problem: ``epochs``, ``wall_s`` (the fit, excluding one-off solver 
 which is ``build_s``), median ``smooth_s`` / ``learn_s`` per epoch, ``param_rel_err`` (max over
 free entries of |est - true| / max(|true|, 1): relative for sigma, rho, beta; absolute for the
 coupling entries of H, many of which are near zero), ``eps`` (paper's dynamics error, 1000
-seeded draws) at the start and the end, and ``peak_rss_mb`` (this process and its workers).
+seeded draws) at the start and the end, and ``peak_rss_mb`` (this process and its workers);
+the measured floor of one iteration in the same run (``scripts/_floor.py``, at the final states
+and parameters): ``smooth_floor_s`` (one evaluation of all stage derivatives of all trajectories +
+one banded factorisation and solve over all of them), ``learn_floor_s`` (one objective, gradient
+and Gauss-Newton Hessian evaluation), ``floor_s`` = their sum and the ratios ``smooth_ratio`` =
+smooth_s / smooth_floor_s, ``learn_ratio`` = learn_s / learn_floor_s.
 
     python -m scripts.bench_lorenz [--problems single,coupled2,coupled4,coupled8] [--json PATH]
                                    [--time-limit 300] [--acceleration squarem] [--n-jobs 2] [--peer]
@@ -40,6 +45,7 @@ from ceem_casadi.compile import cache_dir
 from ceem_casadi.initialise import eks_states
 from ceem_casadi.options import ACCELERATIONS
 from models import lorenz
+from scripts._floor import learning_floor, smoothing_floor
 
 PROBLEMS = {"single": (1, 4), "coupled2": (6, 2), "coupled4": (6, 4), "coupled8": (6, 8)}
 # the model's sigma_w (the data are simulated without process noise). For the coupled problems
@@ -131,12 +137,18 @@ def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration
     em = [r for r in res.history if r.kind == "em"]
     newton = [r for r in res.history if r.kind == "newton"]
     med = lambda v: float(np.median(v)) if v else float("nan")  # noqa: E731
+    theta_vec = model.theta_vector(res.theta)
+    fs = smoothing_floor(smoother.stages, theta_vec, data, res.x, rho_x)
+    fl = learning_floor(smoother.stages, theta_vec, data, res.x, hessian=learner.hessian != "limited-memory")
+    smooth_s, learn_s = med([r.smooth_s for r in em]), med([r.learn_s for r in em])
     return {
         "problem": name, "trajectories": len(data), "epochs": res.iterations, "status": res.status,
         "em_steps": len(em), "newton_steps": len(newton),
         "wall_s": wall, "build_s": build_s + res.build_s, "init_s": init_s,
-        "smooth_s": med([r.smooth_s for r in em]), "learn_s": med([r.learn_s for r in em]),
+        "smooth_s": smooth_s, "learn_s": learn_s,
         "newton_s": med([r.learn_s for r in newton]),
+        "smooth_floor_s": fs, "learn_floor_s": fl, "floor_s": fs + fl,
+        "smooth_ratio": smooth_s / fs, "learn_ratio": learn_s / fl,
         "param_rel_err": param_error(model, res.theta, truth), "eps0": eps0,
         "eps": lorenz.dynamics_error(model, res.theta, truth), "peak_rss_mb": peak_rss_mb(),
         "acceleration": acceleration, "n_jobs": n_jobs, "smoother_hessian": smoother_hessian,
@@ -251,6 +263,8 @@ def main(argv=None) -> int:
               f"smooth/EM={row['smooth_s']:.3f}s learn/EM={row['learn_s']:.3f}s joint={row['newton_s']:.3f}s "
               f"param_err={row['param_rel_err']:.2e} eps {row['eps0']:.3g} -> {row['eps']:.3g} "
               f"rss={row['peak_rss_mb']:.0f}MB [{row['status']}]", flush=True)
+        print(f"{'floor':>9} smooth {row['smooth_s']:.3f} / {row['smooth_floor_s']:.3f} s = {row['smooth_ratio']:.2f}x, "
+              f"learn {row['learn_s']:.3f} / {row['learn_floor_s']:.3f} s = {row['learn_ratio']:.2f}x", flush=True)
         assert np.isfinite(row["eps"]) and np.isfinite(row["wall_s"])
         if peer_py is not None:
             peer = run_peer(name, seed=args.seed, max_epochs=3 if args.smoke else 5000,
