@@ -194,6 +194,9 @@ class BatchObjective:
         self._column = band_column_functions(self.nx)[1]
         self.k = self._column.nnz_out(0)
         self._calls: dict[int, tuple[BufferedCall, BufferedCall]] = {}
+        self.speculate = True
+        self._ahead: dict[int, tuple] = {}   # trajectory -> (x, newton result) evaluated by cost_many
+        self._fresh: set[int] = set()        # trajectories whose last request was newton_many
 
     def _functions(self, n: int) -> tuple[BufferedCall, BufferedCall]:
         if n not in self._calls:
@@ -215,6 +218,8 @@ class BatchObjective:
         self.iw, self.iv = noise.inv_process_std, noise.inv_measurement_std
         self.mu1 = np.zeros(self.nx) if noise.x1_mean is None else np.asarray(noise.x1_mean, float)
         self.w1 = np.zeros(self.nx) if noise.x1_std is None else noise.inv_x1_std
+        self._ahead.clear()
+        self._fresh.clear()
         return self
 
     def _padded(self, idx, xs):
@@ -236,16 +241,47 @@ class BatchObjective:
 
     def cost_many(self, idx, xs) -> list[float]:
         """The objectives (stage costs + trust region + x_1 prior) of trajectories ``idx`` at
-        ``xs`` (each (nx T,), states x_t in entries t nx .. t nx + nx - 1)."""
-        pidx, pxs = self._padded(idx, xs)
-        (c,) = self._functions(len(pidx))[1](*self._args(pidx, pxs))
-        return [float(c[j]) + self._regulariser(i, np.reshape(x, (self.T, self.nx)))[0]
-                for j, (i, x) in enumerate(zip(idx, xs))]
+        ``xs`` (each (nx T,), states x_t in entries t nx .. t nx + nx - 1).
+
+        The first trial point of a line search (the full Newton step, accepted nearly always)
+        is evaluated with its derivatives, kept for the ``newton_many`` request that follows at
+        the same point: one evaluation per Newton step instead of a cost and then derivatives
+        (``speculate``; later, shorter trials get the cost alone)."""
+        first = [j for j, i in enumerate(idx) if i in self._fresh] if self.speculate else []
+        out: list = [None] * len(idx)
+        if first:
+            res = self._evaluate([idx[j] for j in first], [xs[j] for j in first])
+            for j, r in zip(first, res):
+                self._ahead[idx[j]] = (xs[j], r)
+                out[j] = r[0]
+        rest = [j for j in range(len(idx)) if out[j] is None]
+        if rest:
+            pidx, pxs = self._padded([idx[j] for j in rest], [xs[j] for j in rest])
+            (c,) = self._functions(len(pidx))[1](*self._args(pidx, pxs))
+            for m, j in enumerate(rest):
+                out[j] = float(c[m]) + self._regulariser(idx[j], np.reshape(xs[j], (self.T, self.nx)))[0]
+        self._fresh.difference_update(idx)
+        return out
 
     def newton_many(self, idx, xs) -> list[tuple]:
         """``(f, g (nx T,), nz (T, k), d0 (nx,))`` of trajectories ``idx`` at ``xs``: objective,
         gradient, the Hessian's band nonzeros and the x_1 prior's diagonal (as
-        ``ChunkedObjective.newton`` of one trajectory)."""
+        ``ChunkedObjective.newton`` of one trajectory); evaluated ahead by ``cost_many`` where
+        that was at the same point (the same array)."""
+        out: list = [None] * len(idx)
+        for j, (i, x) in enumerate(zip(idx, xs)):
+            ahead = self._ahead.pop(i, None)
+            if ahead is not None and ahead[0] is x:
+                out[j] = ahead[1]
+        rest = [j for j in range(len(idx)) if out[j] is None]
+        if rest:
+            for j, r in zip(rest, self._evaluate([idx[j] for j in rest], [xs[j] for j in rest])):
+                out[j] = r
+        self._fresh.update(idx)
+        return out
+
+    def _evaluate(self, idx, xs) -> list[tuple]:
+        """One mapped evaluation of cost, gradient and band for trajectories ``idx`` at ``xs``."""
         T, nx = self.T, self.nx
         pidx, pxs = self._padded(idx, xs)
         c, G, H = self._functions(len(pidx))[0](*self._args(pidx, pxs), self.rho)

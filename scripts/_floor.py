@@ -12,7 +12,9 @@ the phase it is compared with:
 - learning: ONE evaluation of the learning objective and its gradient over all stages (the
   compiled ``*_p_grad`` stage Functions mapped with p shared, summed by the map) and, with
   ``hessian=True``, the Gauss-Newton Hessian: the stage residual Jacobians (``*_p_jac``) and
-  J^T J.
+  J^T J. For a learner with its own full-batch evaluation (the helicopter's Adam learner on
+  matrix-valued model functions: a per-stage gradient of its 2,246 parameters would be a
+  (2,246 x stages) map output) time that instead with :func:`best_time`.
 
 Each floor is the minimum of ``repeats`` timings (the machine is shared: the minimum is the
 least disturbed). Benchmarks print and write ``floor_s`` beside each phase's time and
@@ -38,9 +40,11 @@ from ceem_casadi.stages import stack_stages
 LEARN_CHUNK = 20_000  # stages per mapped learning evaluation (bounded memory at T = 10^6)
 
 
-def _best(work, repeats: int) -> float:
-    """Run every closure of ``work`` once untimed (builds the mapped Functions), then the
-    minimum over ``repeats`` of the time to run them all; one BLAS thread, as ``ceem()`` by default."""
+def best_time(work, repeats: int = 3) -> float:
+    """Run every closure of ``work`` (a list of callables without arguments) once untimed (builds
+    the mapped Functions), then the minimum over ``repeats`` of the time to run them all; one BLAS
+    thread, as ``ceem()`` by default. E.g. the floor of a learner that has its own full-batch
+    evaluation: ``best_time([lambda: adam.objective(theta, data, xs, gradient=True)])``."""
     with threadpool_limits(limits=1, user_api="blas"):
         for w in work:
             w()
@@ -101,7 +105,7 @@ def smoothing_floor(stages, theta_vec, data, xs, rho: float = 0.0, repeats: int 
             obj = BatchObjective(stages, T).bind(model, theta_vec, [data.y[b] for b in part],
                                                  [data.inputs(b) for b in part], [xs[b] for b in part], rho)
             work.append(partial(_batch, obj, [np.ravel(xs[b]) for b in part], model.nx, T))
-    return _best(work, repeats)
+    return best_time(work, repeats)
 
 
 def _learn(calls, args, m: int, npar: int):
@@ -158,7 +162,7 @@ def learning_floor(stages, theta_vec, data, xs, hessian: bool = True, repeats: i
                 calls.append(_mapped_sum(funs[1], b - a, shared, [False]))
 
             work.append(partial(_learn, calls, args, b - a, p.size))
-    return _best(work, repeats)
+    return best_time(work, repeats)
 
 
 def floor_row(phase_s: float, floor_s: float, iterations: float | None = None) -> dict:
