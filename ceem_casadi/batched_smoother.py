@@ -358,6 +358,48 @@ class BatchedSmoother:
         return out
 
 
+def _groups(lengths) -> dict[int, list[int]]:
+    groups: dict[int, list[int]] = {}
+    for b, T in enumerate(lengths):
+        groups.setdefault(T, []).append(b)
+    return groups
+
+
+def _batched_for(smoother, T: int) -> BatchedSmoother:
+    cache = smoother.__dict__.setdefault("_batched", {})
+    if T not in cache:
+        cache[T] = BatchedSmoother(smoother.stages, T, smoother.options)
+    return cache[T]
+
+
+def batched_costs(smoother, theta_vec, data, xs) -> list[float | None]:
+    """The smoothing objective without trust region (stage costs + x_1 prior) of every trajectory
+    that [`batched_default`][ceem_casadi.batched_smoother.batched_default] batches, one mapped
+    evaluation per batch; None for the others (the caller evaluates those one by one).
+
+    Examples
+    --------
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
+    >>> data = cc.Trajectories([np.ones((3, 1)), np.zeros((3, 1)), np.zeros((4, 1))])
+    >>> sm = cc.Smoother(model, cc.SmootherOptions(compile=False))
+    >>> [None if c is None else round(c, 6) for c in batched_costs(sm, np.zeros(0), data, [np.ones((T, 1)) for T in data.lengths])]
+    [0.01, 1.51, None]
+    """
+    out: list[float | None] = [None] * len(data)
+    for T, idx in _groups(data.lengths).items():
+        if not batched_default(smoother.options, T, len(idx)):
+            continue
+        bs = _batched_for(smoother, T)
+        for a in range(0, len(idx), bs.batch):
+            part = idx[a:a + bs.batch]
+            obj = bs.objective.bind(smoother.model, theta_vec, [data.y[b] for b in part],
+                                    [data.inputs(b) for b in part], [xs[b] for b in part], 0.0)
+            for b, c in zip(part, obj.cost_many(list(range(len(part))), [np.ravel(xs[b]) for b in part])):
+                out[b] = c
+    return out
+
+
 def smooth_batched(smoother, theta_vec, data, x_init) -> list:
     """[`Smoother.solve`][ceem_casadi.smoother.Smoother.solve] with the trajectories of each
     length that [`batched_default`][ceem_casadi.batched_smoother.batched_default] selects solved
@@ -374,20 +416,13 @@ def smooth_batched(smoother, theta_vec, data, x_init) -> list:
     >>> [r.x.shape for r in smooth_batched(sm, th, data, [np.zeros((T, 1)) for T in data.lengths])]
     [(5, 1), (4, 1), (5, 1)]
     """
-    lengths = data.lengths
-    groups: dict[int, list[int]] = {}
-    for b, T in enumerate(lengths):
-        groups.setdefault(T, []).append(b)
-    out: list = [None] * len(lengths)
-    cache = smoother.__dict__.setdefault("_batched", {})
-    for T, idx in groups.items():
+    out: list = [None] * len(data)
+    for T, idx in _groups(data.lengths).items():
         if not batched_default(smoother.options, T, len(idx)):
             for b in idx:
                 out[b] = smoother.for_length(T).solve(smoother.model, theta_vec, data.y[b], data.inputs(b), x_init[b])
             continue
-        if T not in cache:
-            cache[T] = BatchedSmoother(smoother.stages, T, smoother.options)
-        res = cache[T].solve(smoother.model, theta_vec, [data.y[b] for b in idx], [data.inputs(b) for b in idx],
+        res = _batched_for(smoother, T).solve(smoother.model, theta_vec, [data.y[b] for b in idx], [data.inputs(b) for b in idx],
                              [x_init[b] for b in idx])
         for b, r in zip(idx, res):
             out[b] = r

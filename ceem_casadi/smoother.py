@@ -26,7 +26,7 @@ import numpy as np
 
 from ._ipopt import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
 from .banded_newton import BandedNewton
-from .batched_smoother import smooth_batched
+from .batched_smoother import batched_costs, smooth_batched
 from .objective import log_normalisers
 from .options import SmootherOptions
 from .smoother_chunks import ChunkedObjective, chunked_terms
@@ -331,7 +331,11 @@ class Smoother:
         float
         """
         total = 0.0
+        batched = batched_costs(self, theta_vec, data, xs)  # None where the trajectories are not batched
         for b, (y, x) in enumerate(zip(data.y, xs)):
+            if batched[b] is not None:
+                total += -batched[b] + log_normalisers(self.model, y)
+                continue
             ts = self.for_length(y.shape[0])
             P = ts.parameter_vector(self.model, theta_vec, y, data.inputs(b), x, 0.0)
             total += -float(ts.cost_function(x.ravel(), P)) + log_normalisers(self.model, y)

@@ -160,3 +160,18 @@ def test_ceem_default_batched_equals_ipopt(n_jobs):
     assert fits[0].iterations == fits[1].iterations
     np.testing.assert_allclose(model.theta_vector(fits[1].theta), model.theta_vector(fits[0].theta), rtol=1e-8)
     assert fits[1].J == pytest.approx(fits[0].J, rel=1e-10)
+
+
+def test_joint_log_density_batched_equals_one_by_one():
+    """Smoother.joint_log_density with the batched costs (lengths 25, 25, 25, 18: three batched,
+    one alone; missing outputs, x_1 prior) == the IPOPT smoother's per-trajectory cost Functions."""
+    model = lorenz.single_lorenz(process_std=0.1, measurement_std=0.5).with_noise(x1_mean=[0, 0, 20], x1_std=5)
+    data, xt = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(4, seed=2), [25, 25, 25, 18],
+                           process_std=0.1, measurement_std=0.5, seed=2)
+    data = data.with_missing(0.1, seed=3)
+    theta = model.theta_vector(lorenz.perturbed(lorenz.TRUE, 0.1, seed=1))
+    xs = _starts(xt, 0.5)
+    sm = Smoother(model, cc.SmootherOptions(compile=False))
+    ref = Smoother(model, cc.SmootherOptions(compile=False, solver="ipopt"))
+    assert sm.joint_log_density(theta, data, xs) == pytest.approx(ref.joint_log_density(theta, data, xs), rel=1e-13)
+    assert sorted(sm._batched) == [25] and 18 in sm._solvers
