@@ -88,10 +88,12 @@ def peak_rss_mb() -> float:
 
 def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration: str, n_jobs: int | None,
         eps_target: float | None = None, process_std: float | None = None,
-        smoother_hessian: str = "gauss-newton", learner_hessian: str = "auto", rho_x: float = 0.0) -> dict:
+        smoother_hessian: str = "gauss-newton", learner_hessian: str = "auto", rho_x: float = 0.0,
+        smoother_solver: str | None = None) -> dict:
     """Fit one problem with CE-EM and return the benchmark record (see the module docstring).
 
-    ``rho_x`` is the smoothing step's trust-region weight (paper eq. for x^(k); 0 = none)."""
+    ``rho_x`` is the smoothing step's trust-region weight (paper eq. for x^(k); 0 = none);
+    ``smoother_solver`` its ``SmootherOptions.solver`` (None: the library's choice)."""
     model, data, truth, theta0 = make_problem(name, seed, process_std)
     if n_jobs is None:  # processes pay off for the coupled problems' expensive smoothing only
         n_jobs = 1 if PROBLEMS[name][0] == 1 else 2
@@ -115,7 +117,7 @@ def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration
 
     # build once (compiles stage functions on first use, cached on disk afterwards)
     opts = cc.CEEMOptions(max_iters=max_iters, acceleration=acceleration, n_jobs=n_jobs,
-                          smoother=cc.SmootherOptions(hessian=smoother_hessian, rho_x=rho_x),
+                          smoother=cc.SmootherOptions(hessian=smoother_hessian, rho_x=rho_x, solver=smoother_solver),
                           learner=cc.LearnerOptions(hessian=learner_hessian))
     t0 = time.perf_counter()
     smoother = cc.Smoother(model, opts.smoother)
@@ -152,7 +154,8 @@ def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration
         "param_rel_err": param_error(model, res.theta, truth), "eps0": eps0,
         "eps": lorenz.dynamics_error(model, res.theta, truth), "peak_rss_mb": peak_rss_mb(),
         "acceleration": acceleration, "n_jobs": n_jobs, "smoother_hessian": smoother_hessian,
-        "learner_hessian": learner_hessian, "rho_x": rho_x, "trace": trace,
+        "learner_hessian": learner_hessian, "rho_x": rho_x, "smoother_solver": smoother_solver or "auto",
+        "trace": trace,
     }
 
 
@@ -237,6 +240,8 @@ def main(argv=None) -> int:
                     help="the smoothing NLP's Hessian (the default was chosen with this benchmark)")
     ap.add_argument("--learner-hessian", choices=["auto", "exact", "gauss-newton", "limited-memory"],
                     default="auto", help="the learning NLP's Hessian")
+    ap.add_argument("--smoother-solver", default="auto", choices=["auto", "ipopt", "banded", "batched"],
+                    help="SmootherOptions.solver (auto = the library's choice)")
     ap.add_argument("--json", default=None, help="write the results to this JSON file")
     ap.add_argument("--smoke", action="store_true", help="single Lorenz, 3 epochs (for CI)")
     ap.add_argument("--peer", action="store_true",
@@ -256,9 +261,10 @@ def main(argv=None) -> int:
         row = run(name, seed=args.seed, max_iters=3 if args.smoke else args.max_iters,
                   time_limit=args.time_limit, acceleration=args.acceleration, n_jobs=args.n_jobs,
                   eps_target=args.eps_target, process_std=args.process_std,
-                  smoother_hessian=args.smoother_hessian, learner_hessian=args.learner_hessian)
+                  smoother_hessian=args.smoother_hessian, learner_hessian=args.learner_hessian,
+                  smoother_solver=None if args.smoother_solver == "auto" else args.smoother_solver)
         rows.append(row)
-        print(f"{row['problem']:>9} B={row['trajectories']} epochs={row['epochs']:3d} ({row['em_steps']} EM, "
+        print(f"{row['problem']:>9} [{row['smoother_solver']}] B={row['trajectories']} epochs={row['epochs']:3d} ({row['em_steps']} EM, "
               f"{row['newton_steps']} joint) wall={row['wall_s']:7.2f}s build={row['build_s']:5.1f}s "
               f"smooth/EM={row['smooth_s']:.3f}s learn/EM={row['learn_s']:.3f}s joint={row['newton_s']:.3f}s "
               f"param_err={row['param_rel_err']:.2e} eps {row['eps0']:.3g} -> {row['eps']:.3g} "

@@ -231,7 +231,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="write the rows as JSON to PATH ('-' = stdout)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--acceleration", default="newton", choices=("none", "squarem", "newton"))
-    ap.add_argument("--smoother-solver", default="auto", choices=("auto", "ipopt", "banded"),
+    ap.add_argument("--smoother-solver", default="auto", choices=("auto", "ipopt", "banded", "batched"),
                     help="SmootherOptions.solver (auto = the library's choice: banded from T = 20,000 on)")
     ap.add_argument("--child", nargs=5, metavar=("MODEL", "T", "MAX_ITERS", "ACCELERATION", "SOLVER"),
                     help=argparse.SUPPRESS)
