@@ -175,3 +175,48 @@ def test_joint_log_density_batched_equals_one_by_one():
     ref = Smoother(model, cc.SmootherOptions(compile=False, solver="ipopt"))
     assert sm.joint_log_density(theta, data, xs) == pytest.approx(ref.joint_log_density(theta, data, xs), rel=1e-13)
     assert sorted(sm._batched) == [25] and 18 in sm._solvers
+
+
+def test_one_mapped_evaluation_per_newton_step(monkeypatch):
+    """Full Newton steps (Gauss-Newton, near the optimum): the trial point of each step is
+    evaluated with its derivatives and reused, so k steps cost k + 1 mapped evaluations for the
+    whole batch and no separate cost calls; without that (speculate = False) the outcome is the
+    same with k more cost calls."""
+    from ceem_casadi import batched_smoother
+
+    B, T = 4, 40
+    model, theta, data, xt = _single(B, T)
+    x0 = _starts(xt, 0.05)
+    us = [data.inputs(b) for b in range(B)]
+    calls = {"evaluate": 0, "cost": 0}
+    evaluate, functions = batched_smoother.BatchObjective._evaluate, batched_smoother.BatchObjective._functions
+
+    def counted_evaluate(self, idx, xs):
+        calls["evaluate"] += 1
+        return evaluate(self, idx, xs)
+
+    class CountedCost:
+        def __init__(self, call):
+            self.call = call
+
+        def __call__(self, *args):
+            calls["cost"] += 1
+            return self.call(*args)
+
+    monkeypatch.setattr(batched_smoother.BatchObjective, "_evaluate", counted_evaluate)
+    monkeypatch.setattr(batched_smoother.BatchObjective, "_functions",
+                        lambda self, n: (functions(self, n)[0], CountedCost(functions(self, n)[1])))
+    outs = {}
+    for speculate in (True, False):
+        bs = BatchedSmoother(StageFunctions(model, compile=False), T, cc.SmootherOptions(solver="batched"))
+        bs.objective.speculate = speculate
+        calls.update(evaluate=0, cost=0)
+        outs[speculate] = (bs.solve(model, theta, list(data.y), us, x0), dict(calls))
+    (fast, c_fast), (slow, c_slow) = outs[True], outs[False]
+    k = max(r.iterations for r in fast)
+    assert all(r.status == "Solve_Succeeded" for r in fast) and k >= 2
+    assert c_fast == {"evaluate": k + 1, "cost": 0}
+    assert c_slow == {"evaluate": k + 1, "cost": k}
+    for a, b in zip(fast, slow):
+        assert a.iterations == b.iterations
+        np.testing.assert_allclose(a.x, b.x, rtol=0, atol=1e-12 * np.abs(b.x).max())
