@@ -80,13 +80,22 @@ def _newton_terms(name, residual, wrt, inputs, in_names, hessian: str) -> ca.Fun
     Jacobian J alone (grad = J^T r, hess = upper triangle of J^T J: the model is evaluated and
     differentiated once, not once per output); exact: the gradient and the Hessian's upper triangle."""
     cost = 0.5 * ca.sumsqr(residual)
+
+    def program(grad, hess):
+        return ca.Function(name + "_newton", inputs, [cost, ca.densify(grad), ca.densify(ca.triu(hess))], in_names,
+                           ["cost", "grad", "hess"])
+
     if hessian == "exact":
         hess, grad = ca.hessian(cost, wrt)
-    else:
-        jac = ca.jacobian(residual, wrt)
-        grad, hess = jac.T @ residual, jac.T @ jac
-    return ca.Function(name + "_newton", inputs, [cost, ca.densify(grad), ca.densify(ca.triu(hess))], in_names,
-                       ["cost", "grad", "hess"])
+        return program(grad, hess)
+    # J by CasADi's jacobian (forward sweeps, one per column of wrt) or by one reverse sweep per
+    # residual row: the shorter program (helicopter-size MLP head, 6 rows x 10 states: 24.3k
+    # instead of 31.8k SX instructions)
+    candidates, rows = [], residual.numel()
+    for jac in [ca.jacobian(residual, wrt)] + ([ca.vertcat(*[ca.gradient(residual[i], wrt).T for i in range(rows)])]
+                                               if rows else []):
+        candidates.append(program(jac.T @ residual, jac.T @ jac))
+    return min(candidates, key=lambda f: f.n_instructions())
 
 
 class StageFunctions:
