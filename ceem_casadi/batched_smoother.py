@@ -43,8 +43,12 @@ BATCHED_STAGES = ("obs_cost", "dyn_cost", "obs_x_newton", "dyn_x_newton")
 
 # the one threshold of the default choice (solver=None): batch the trajectories of a length when
 # there are at least this many of them (and no state bounds, T below the long-record threshold
-# ceem_casadi.smoother.CHUNK_FROM). Measured: docs/performance.md.
-BATCHED_MIN_TRAJECTORIES = 2
+# ceem_casadi.smoother.CHUNK_FROM). 1: the choice never depends on how the trajectories are
+# grouped (a Dask shard or a worker process holding one trajectory of a length solves it as the
+# whole data set does: with 2, a shard's single trajectory went to IPOPT and the sharded fit
+# differed from the sequential one by 1.3e-10 in theta). A lone trajectory is the banded solver
+# (six coupled Lorenz, T = 128: 26 ms vs IPOPT 43 ms per trajectory). Measured: docs/performance.md.
+BATCHED_MIN_TRAJECTORIES = 1
 # at most this many time steps (trajectories x T) in one batched evaluation: the work memory of
 # one evaluation is ~ (5 nx^2 + 2 nx + k) doubles per step (helicopter size, nx = 10: 5 kB)
 BATCH_COLUMNS = 20_000
@@ -62,6 +66,8 @@ def batched_default(options, T: int, count: int) -> bool:
     >>> from ceem_casadi.options import SmootherOptions
     >>> batched_default(SmootherOptions(), 500, 466), batched_default(SmootherOptions(x_lower=-5), 500, 466)
     (True, False)
+    >>> batched_default(SmootherOptions(), 20_000, 3)  # long records: the chunked banded solver
+    False
     """
     from .smoother import CHUNK_FROM
 
@@ -79,8 +85,8 @@ def any_batched(options, lengths) -> bool:
     Examples
     --------
     >>> from ceem_casadi.options import SmootherOptions
-    >>> any_batched(SmootherOptions(), [500, 400]), any_batched(SmootherOptions(), [500, 500, 400])
-    (False, True)
+    >>> any_batched(SmootherOptions(), [500, 400]), any_batched(SmootherOptions(x_upper=9.0), [500, 500])
+    (True, False)
     """
     counts: dict[int, int] = {}
     for T in lengths:
@@ -384,7 +390,7 @@ def batched_costs(smoother, theta_vec, data, xs) -> list[float | None]:
     >>> data = cc.Trajectories([np.ones((3, 1)), np.zeros((3, 1)), np.zeros((4, 1))])
     >>> sm = cc.Smoother(model, cc.SmootherOptions(compile=False))
     >>> [None if c is None else round(c, 6) for c in batched_costs(sm, np.zeros(0), data, [np.ones((T, 1)) for T in data.lengths])]
-    [0.01, 1.51, None]
+    [0.01, 1.51, 2.015]
     """
     out: list[float | None] = [None] * len(data)
     for T, idx in _groups(data.lengths).items():
