@@ -40,20 +40,22 @@ from ceem_casadi.stages import stack_stages
 LEARN_CHUNK = 20_000  # stages per mapped learning evaluation (bounded memory at T = 10^6)
 
 
-def best_time(work, repeats: int = 3) -> float:
+def best_time(work, repeats: int = 3, clock=time.perf_counter) -> float:
     """Run every closure of ``work`` (a list of callables without arguments) once untimed (builds
     the mapped Functions), then the minimum over ``repeats`` of the time to run them all; one BLAS
     thread, as ``ceem()`` by default. E.g. the floor of a learner that has its own full-batch
-    evaluation: ``best_time([lambda: adam.objective(theta, data, xs, gradient=True)])``."""
+    evaluation: ``best_time([lambda: adam.objective(theta, data, xs, gradient=True)])``.
+    ``clock``: ``time.perf_counter`` (wall) or ``time.process_time`` (this process's CPU time:
+    on a machine shared with other jobs, comparable between runs where wall times are not)."""
     with threadpool_limits(limits=1, user_api="blas"):
         for w in work:
             w()
         best = np.inf
         for _ in range(max(1, repeats)):
-            t0 = time.perf_counter()
+            t0 = clock()
             for w in work:
                 w()
-            best = min(best, time.perf_counter() - t0)
+            best = min(best, clock() - t0)
     return float(best)
 
 
@@ -67,7 +69,8 @@ def _batch(obj, x, nx, T):
     stacked_directions([(nz, d0, g, 0.0) for _, g, nz, d0 in res], nx, T)
 
 
-def smoothing_floor(stages, theta_vec, data, xs, rho: float = 0.0, repeats: int = 3) -> float:
+def smoothing_floor(stages, theta_vec, data, xs, rho: float = 0.0, repeats: int = 3,
+                    clock=time.perf_counter) -> float:
     """Seconds of one smoothing iteration's irreducible work for all trajectories (module docstring).
 
     Parameters
@@ -84,6 +87,8 @@ def smoothing_floor(stages, theta_vec, data, xs, rho: float = 0.0, repeats: int 
         Trust-region weight rho_x.
     repeats : int
         Timings; the minimum is returned.
+    clock : callable
+        ``time.perf_counter`` (wall seconds) or ``time.process_time`` (CPU seconds), see :func:`best_time`.
     """
     model = stages.model
     groups: dict[int, list[int]] = {}
@@ -105,7 +110,7 @@ def smoothing_floor(stages, theta_vec, data, xs, rho: float = 0.0, repeats: int 
             obj = BatchObjective(stages, T).bind(model, theta_vec, [data.y[b] for b in part],
                                                  [data.inputs(b) for b in part], [xs[b] for b in part], rho)
             work.append(partial(_batch, obj, [np.ravel(xs[b]) for b in part], model.nx, T))
-    return best_time(work, repeats)
+    return best_time(work, repeats, clock)
 
 
 def _learn(calls, args, m: int, npar: int):
@@ -120,7 +125,8 @@ def _mapped_sum(fun, n: int, shared: list[bool], reduce_out: list[bool]):
     return BufferedCall(fun.map(n, shared, reduce_out))
 
 
-def learning_floor(stages, theta_vec, data, xs, hessian: bool = True, repeats: int = 3) -> float:
+def learning_floor(stages, theta_vec, data, xs, hessian: bool = True, repeats: int = 3,
+                   clock=time.perf_counter) -> float:
     """Seconds of one evaluation of the learning objective, its gradient and (``hessian``) the
     Gauss-Newton Hessian over all stages of ``data`` at states ``xs`` (module docstring).
 
@@ -138,6 +144,8 @@ def learning_floor(stages, theta_vec, data, xs, hessian: bool = True, repeats: i
         Include the Gauss-Newton Hessian (False for learners without one, e.g. Adam).
     repeats : int
         Timings; the minimum is returned.
+    clock : callable
+        ``time.perf_counter`` (wall seconds) or ``time.process_time`` (CPU seconds), see :func:`best_time`.
     """
     model = stages.model
     (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)
@@ -162,7 +170,7 @@ def learning_floor(stages, theta_vec, data, xs, hessian: bool = True, repeats: i
                 calls.append(_mapped_sum(funs[1], b - a, shared, [False]))
 
             work.append(partial(_learn, calls, args, b - a, p.size))
-    return best_time(work, repeats)
+    return best_time(work, repeats, clock)
 
 
 def floor_row(phase_s: float, floor_s: float, iterations: float | None = None) -> dict:
