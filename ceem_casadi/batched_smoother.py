@@ -204,7 +204,9 @@ class BatchObjective:
         self._ahead: dict[int, tuple] = {}   # trajectory -> (x, newton result) evaluated by cost_many
         self._fresh: set[int] = set()        # trajectories whose last request was newton_many
 
-    def _functions(self, n: int) -> tuple[BufferedCall, BufferedCall]:
+    def functions(self, n: int) -> tuple[BufferedCall, BufferedCall]:
+        """The (newton, cost) evaluations of n trajectories (:func:`batch_functions` behind
+        buffered calls), built on first use and cached."""
         if n not in self._calls:
             newton, cost = batch_functions(self.stages, self._column, n, self.T)
             self._calls[n] = BufferedCall(newton), BufferedCall(cost)
@@ -263,7 +265,7 @@ class BatchObjective:
         rest = [j for j in range(len(idx)) if out[j] is None]
         if rest:
             pidx, pxs = self._padded([idx[j] for j in rest], [xs[j] for j in rest])
-            (c,) = self._functions(len(pidx))[1](*self._args(pidx, pxs))
+            (c,) = self.functions(len(pidx))[1](*self._args(pidx, pxs))
             for m, j in enumerate(rest):
                 out[j] = float(c[m]) + self._regulariser(idx[j], np.reshape(xs[j], (self.T, self.nx)))[0]
         self._fresh.difference_update(idx)
@@ -290,7 +292,7 @@ class BatchObjective:
         """One mapped evaluation of cost, gradient and band for trajectories ``idx`` at ``xs``."""
         T, nx = self.T, self.nx
         pidx, pxs = self._padded(idx, xs)
-        c, G, H = self._functions(len(pidx))[0](*self._args(pidx, pxs), self.rho)
+        c, G, H = self.functions(len(pidx))[0](*self._args(pidx, pxs), self.rho)
         G = G.reshape(len(pidx), T, nx)
         H = H.reshape(len(pidx), T, self.k)[:len(idx)].copy()  # the call's buffers are reused by the next call
         out = []
@@ -337,6 +339,12 @@ class BatchedSmoother:
         self.batch = max(1, BATCH_COLUMNS // T)
         self.objective = BatchObjective(stages, T)
         self.newton = BandedNewton(self.nx, T, options.max_iter, options.tol)
+
+    def prepare(self, count: int) -> None:
+        """Build the mapped Functions a solve of ``count`` trajectories starts with (its first
+        batch), e.g. in a parent process before worker processes are forked from it: building
+        them costs ~0.1 s per 10^5 Hessian entries of the batch (CasADi's sparsity patterns)."""
+        self.objective.functions(min(max(1, count), self.batch))
 
     def solve(self, model, theta_vec, ys, us, x_inits, rho_x: float | None = None) -> list:
         """Smooth B trajectories ``ys`` (T, ny) with inputs ``us`` (T, nu), warm-started at (and
@@ -404,6 +412,29 @@ def batched_costs(smoother, theta_vec, data, xs) -> list[float | None]:
             for b, c in zip(part, obj.cost_many(list(range(len(part))), [np.ravel(xs[b]) for b in part])):
                 out[b] = c
     return out
+
+
+def prepare_batched(smoother, lengths, shards: int = 1) -> list[int]:
+    """Build, on ``smoother``, the batched solvers and mapped Functions that smoothing
+    trajectories of ``lengths`` split into ``shards`` contiguous shards will start with (the
+    lengths [`batched_default`][ceem_casadi.batched_smoother.batched_default] batches); returns
+    the other lengths (for the per-trajectory solvers). A forked worker then inherits them.
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
+    >>> sm = cc.Smoother(model, cc.SmootherOptions(compile=False))
+    >>> prepare_batched(sm, [5, 5, 5, 6], shards=2), sorted(sm._batched)
+    ([], [5, 6])
+    """
+    rest = []
+    for T, idx in _groups(lengths).items():
+        if batched_default(smoother.options, T, len(idx)):
+            _batched_for(smoother, T).prepare(-(-len(idx) // max(1, shards)))
+        else:
+            rest.append(T)
+    return rest
 
 
 def smooth_batched(smoother, theta_vec, data, x_init) -> list:

@@ -28,7 +28,7 @@ import numpy as np
 from ._ipopt import DEADLINE, deadline
 from ._threads import blas_threads
 from ._workers import die_with_parent
-from .batched_smoother import BATCHED_STAGES, any_batched
+from .batched_smoother import BATCHED_STAGES, any_batched, prepare_batched
 from .data import Trajectories
 from .distributed import start_engine
 from .errors import SolverError
@@ -52,10 +52,11 @@ log = logging.getLogger(__name__)
 _WORKER: dict = {}
 
 
-def _worker_init(model, smoother_options, parent_pid=None):
+def _worker_init(model, smoother_options, parent_pid=None, smoother=None):
     if parent_pid is not None:
         die_with_parent(parent_pid)  # no orphaned workers when the fit is killed
-    _WORKER["smoother"] = Smoother(model, smoother_options)
+    # the parent's smoother, inherited through fork with everything it built (not pickled)
+    _WORKER["smoother"] = smoother if smoother is not None else Smoother(model, smoother_options)
 
 
 def _worker_smooth(args):
@@ -77,7 +78,7 @@ class _SmoothingStep:
         if n_jobs > 1:
             ctx = multiprocessing.get_context("fork")
             self.pool = ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=_worker_init,
-                                            initargs=(smoother.model, smoother.options, os.getpid()))
+                                            initargs=(smoother.model, smoother.options, os.getpid(), smoother))
 
     def __call__(self, theta_vec, data, xs):
         if self.pool is None:
@@ -318,7 +319,11 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
         joint = JointSolver(model, data, smoother.stages, hessian=options.joint_hessian,
                             use_prior=options.learner.use_prior, x_lower=options.smoother.x_lower,
                             x_upper=options.smoother.x_upper)
-    for T in sorted(set(data.lengths)):
+    # batched lengths: their mapped Functions, for the shards the worker processes (forked with
+    # this smoother) will take; the others: one solver per length. An engine builds its own.
+    rest = prepare_batched(smoother, data.lengths, min(options.n_jobs, len(data))) if engine is None \
+        else [T for T in set(data.lengths) if not any_batched(options.smoother, [T] * data.lengths.count(T))]
+    for T in sorted(rest):
         smoother.for_length(T)
     build_s = time.perf_counter() - t_build
     xs = eks_states(model, theta_vec, data) if x_init is None else check_states(model, data, x_init)

@@ -190,7 +190,7 @@ def test_one_mapped_evaluation_per_newton_step(monkeypatch):
     x0 = _starts(xt, 0.05)
     us = [data.inputs(b) for b in range(B)]
     calls = {"evaluate": 0, "cost": 0}
-    evaluate, functions = batched_smoother.BatchObjective._evaluate, batched_smoother.BatchObjective._functions
+    evaluate, functions = batched_smoother.BatchObjective._evaluate, batched_smoother.BatchObjective.functions
 
     def counted_evaluate(self, idx, xs):
         calls["evaluate"] += 1
@@ -205,7 +205,7 @@ def test_one_mapped_evaluation_per_newton_step(monkeypatch):
             return self.call(*args)
 
     monkeypatch.setattr(batched_smoother.BatchObjective, "_evaluate", counted_evaluate)
-    monkeypatch.setattr(batched_smoother.BatchObjective, "_functions",
+    monkeypatch.setattr(batched_smoother.BatchObjective, "functions",
                         lambda self, n: (functions(self, n)[0], CountedCost(functions(self, n)[1])))
     outs = {}
     for speculate in (True, False):
