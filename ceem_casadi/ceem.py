@@ -306,9 +306,12 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     smoother = smoother or Smoother(model, options.smoother)
     # every group of stage Functions this fit compiles (smoother, joint step; the learner's are among
     # the joint step's or asked for next) in one background pool of compilers, before any is waited for
-    smoother.stages.prefetch(SMOOTHER_STAGES, *([JointGaussNewton.stage_names(smoother.stages)]
-                                                if options.acceleration == "newton" else []),
-                             *([BATCHED_STAGES] if any_batched(options.smoother, data.lengths) else []))
+    # the lengths the batched smoother does not take (ceem_casadi.batched_smoother) need SMOOTHER_STAGES
+    unbatched = [T for T in set(data.lengths) if not any_batched(smoother.options, [T] * data.lengths.count(T))]
+    smoother.stages.prefetch(*([SMOOTHER_STAGES] if unbatched else []),
+                             *([JointGaussNewton.stage_names(smoother.stages)] if options.acceleration == "newton"
+                               else []),
+                             *([BATCHED_STAGES] if len(unbatched) < len(set(data.lengths)) else []))
     engine = None if options.executor is None else start_engine(options.executor, model, data, options, smoother)
     # long records: the learner's data terms piece by piece (no T-sized graph; ceem_casadi.learner_pieces)
     learner = learner or getattr(engine, "learner", None) or learner_for(model, data.lengths, options.learner,
@@ -321,9 +324,9 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
                             x_upper=options.smoother.x_upper)
     # batched lengths: their mapped Functions, for the shards the worker processes (forked with
     # this smoother) will take; the others: one solver per length. An engine builds its own.
-    rest = prepare_batched(smoother, data.lengths, min(options.n_jobs, len(data))) if engine is None \
-        else [T for T in set(data.lengths) if not any_batched(options.smoother, [T] * data.lengths.count(T))]
-    for T in sorted(rest):
+    if engine is None:
+        prepare_batched(smoother, data.lengths, min(options.n_jobs, len(data)))
+    for T in sorted(unbatched):
         smoother.for_length(T)
     build_s = time.perf_counter() - t_build
     xs = eks_states(model, theta_vec, data) if x_init is None else check_states(model, data, x_init)
