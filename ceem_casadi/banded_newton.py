@@ -114,7 +114,7 @@ class BandedNewton:
 
     def direction(self, nz, d0, g, shift):
         """Solve ``(H + shift I) d = -g`` for the Hessian given by its block columns' nonzeros ``nz``
-        (T, k) (:func:`band_storage`) plus ``d0`` (nx,) on its first nx diagonal entries; None when
+        (T, k) (`band_storage`) plus ``d0`` (nx,) on its first nx diagonal entries; None when
         the factorisation fails or d is not finite."""
         ab = band_storage(nz, self.nx, self.T)
         ab[-1, :self.nx] += d0
@@ -145,8 +145,8 @@ class BandedNewton:
         return None
 
     def solve(self, x0: np.ndarray, objective) -> NewtonOutcome:
-        """Minimise ``objective`` (see the class docstring) from ``x0`` (nx T,): :meth:`steps`
-        with every request answered by ``objective`` and :meth:`direction`."""
+        """Minimise ``objective`` (see the class docstring) from ``x0`` (nx T,): `steps`
+        with every request answered by ``objective`` and `direction`."""
         answer = {NEWTON: objective.newton, COST: objective.cost, DIRECTION: lambda a: self.direction(*a)}
         steps = self.steps(x0)
         try:
@@ -162,7 +162,7 @@ class BandedNewton:
 
         Yields ``(kind, argument)`` requests and expects their answers sent back:
         ``(NEWTON, x)`` -> ``(f, g, nz, d0)`` as ``objective.newton(x)``; ``(COST, x)`` -> f as
-        ``objective.cost(x)``; ``(DIRECTION, (nz, d0, g, shift))`` -> :meth:`direction`'s result.
+        ``objective.cost(x)``; ``(DIRECTION, (nz, d0, g, shift))`` -> `direction`'s result.
         Returns (``StopIteration.value``) the [`NewtonOutcome`][ceem_casadi.banded_newton.NewtonOutcome].
         """
         x = np.array(x0, float)

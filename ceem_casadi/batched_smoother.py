@@ -205,7 +205,7 @@ class BatchObjective:
         self._fresh: set[int] = set()        # trajectories whose last request was newton_many
 
     def functions(self, n: int) -> tuple[BufferedCall, BufferedCall]:
-        """The (newton, cost) evaluations of n trajectories (:func:`batch_functions` behind
+        """The (newton, cost) evaluations of n trajectories ([`batch_functions`][ceem_casadi.batched_smoother.batch_functions] behind
         buffered calls), built on first use and cached."""
         if n not in self._calls:
             newton, cost = batch_functions(self.stages, self._column, n, self.T)

@@ -76,7 +76,7 @@ def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool, uppe
 
 def _newton_terms(name, residual, wrt, inputs, in_names, hessian: str) -> ca.Function:
     """``(cost, grad, hess)`` of one stage with respect to ``wrt`` in ONE program (the batched
-    smoother's evaluation, :mod:`ceem_casadi.batched_smoother`): Gauss-Newton from the residual
+    smoother's evaluation, `ceem_casadi.batched_smoother`): Gauss-Newton from the residual
     Jacobian J alone (grad = J^T r, hess = upper triangle of J^T J: the model is evaluated and
     differentiated once, not once per output); exact: the gradient and the Hessian's upper triangle."""
     cost = 0.5 * ca.sumsqr(residual)

@@ -14,11 +14,11 @@ the phase it is compared with:
   ``hessian=True``, the Gauss-Newton Hessian: the stage residual Jacobians (``*_p_jac``) and
   J^T J. For a learner with its own full-batch evaluation (the helicopter's Adam learner on
   matrix-valued model functions: a per-stage gradient of its 2,246 parameters would be a
-  (2,246 x stages) map output) time that instead with :func:`best_time`.
+  (2,246 x stages) map output) time that instead with `best_time`.
 
 Each floor is the minimum of ``repeats`` timings (the machine is shared: the minimum is the
 least disturbed). Benchmarks print and write ``floor_s`` beside each phase's time and
-``ratio = phase_s / floor_s`` (:func:`floor_row`).
+``ratio = phase_s / floor_s`` (`floor_row`).
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def smoothing_floor(stages, theta_vec, data, xs, rho: float = 0.0, repeats: int 
     repeats : int
         Timings; the minimum is returned.
     clock : callable
-        ``time.perf_counter`` (wall seconds) or ``time.process_time`` (CPU seconds), see :func:`best_time`.
+        ``time.perf_counter`` (wall seconds) or ``time.process_time`` (CPU seconds), see `best_time`.
     """
     model = stages.model
     groups: dict[int, list[int]] = {}
@@ -145,7 +145,7 @@ def learning_floor(stages, theta_vec, data, xs, hessian: bool = True, repeats: i
     repeats : int
         Timings; the minimum is returned.
     clock : callable
-        ``time.perf_counter`` (wall seconds) or ``time.process_time`` (CPU seconds), see :func:`best_time`.
+        ``time.perf_counter`` (wall seconds) or ``time.process_time`` (CPU seconds), see `best_time`.
     """
     model = stages.model
     (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)
