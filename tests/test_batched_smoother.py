@@ -221,3 +221,23 @@ def test_one_mapped_evaluation_per_newton_step(monkeypatch):
     for a, b in zip(fast, slow):
         assert a.iterations == b.iterations
         np.testing.assert_allclose(a.x, b.x, rtol=0, atol=1e-12 * np.abs(b.x).max())
+
+
+def test_stalled_objective_stops_after_stall_stop_steps():
+    """An objective that no longer changes (f constant at 1e3, gradient stuck at 1e-3 > the
+    acceptable tolerance, Hessian 1e6 I: steps of 1e-9 that change f below round-off) ends after
+    STALL_STOP steps as Search_Direction_Becomes_Too_Small (usable), for every problem of a batch,
+    instead of running to max_iter."""
+    from ceem_casadi.banded_newton import STALL_STOP
+    from ceem_casadi.batched_newton import solve_many
+
+    class Flat:
+        def cost_many(self, idx, xs):
+            return [1e3] * len(idx)
+
+        def newton_many(self, idx, xs):
+            nz = np.tile([0.0, 1e6], (5, 1))
+            return [(1e3, np.full(5, 1e-3), nz, np.zeros(1)) for _ in idx]
+
+    out = solve_many(BandedNewton(1, 5, 100, 1e-8), [np.zeros(5)] * 2, Flat())
+    assert [(o.status, o.iterations) for o in out] == [("Search_Direction_Becomes_Too_Small", STALL_STOP)] * 2
