@@ -8,7 +8,12 @@ Reported per problem: ``epochs``, ``wall_s`` (the fit, excluding one-off solver 
 which is ``build_s``), median ``smooth_s`` / ``learn_s`` per epoch, ``param_rel_err`` (max over
 free entries of |est - true| / max(|true|, 1): relative for sigma, rho, beta; absolute for the
 coupling entries of H, many of which are near zero), ``eps`` (paper's dynamics error, 1000
-seeded draws) at the start and the end, and ``peak_rss_mb`` (this process and its workers).
+seeded draws) at the start and the end, and ``peak_rss_mb`` (this process and its workers);
+the measured floor of one iteration in the same run (``scripts/_floor.py``, at the final states
+and parameters): ``smooth_floor_s`` (one evaluation of all stage derivatives of all trajectories +
+one banded factorisation and solve over all of them), ``learn_floor_s`` (one objective, gradient
+and Gauss-Newton Hessian evaluation), ``floor_s`` = their sum and the ratios ``smooth_ratio`` =
+smooth_s / smooth_floor_s, ``learn_ratio`` = learn_s / learn_floor_s.
 
     python -m scripts.bench_lorenz [--problems single,coupled2,coupled4,coupled8] [--json PATH]
                                    [--time-limit 300] [--acceleration squarem] [--n-jobs 2] [--peer]
@@ -40,6 +45,7 @@ from ceem_casadi.runtime._compile import cache_dir
 from ceem_casadi.runtime._schema import ACCELERATIONS
 from ceem_casadi.smoothing._initial_states import eks_states
 from models import lorenz
+from scripts._floor import learning_floor, smoothing_floor
 
 PROBLEMS = {"single": (1, 4), "coupled2": (6, 2), "coupled4": (6, 4), "coupled8": (6, 8)}
 # the model's sigma_w (the data are simulated without process noise). For the coupled problems
@@ -82,10 +88,12 @@ def peak_rss_mb() -> float:
 
 def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration: str, n_jobs: int | None,
         eps_target: float | None = None, process_std: float | None = None,
-        smoother_hessian: str = "gauss-newton", learner_hessian: str = "auto", rho_x: float = 0.0) -> dict:
+        smoother_hessian: str = "gauss-newton", learner_hessian: str = "auto", rho_x: float = 0.0,
+        smoother_solver: str | None = None) -> dict:
     """Fit one problem with CE-EM and return the benchmark record (see the module docstring).
 
-    ``rho_x`` is the smoothing step's trust-region weight (paper eq. for x^(k); 0 = none)."""
+    ``rho_x`` is the smoothing step's trust-region weight (paper eq. for x^(k); 0 = none);
+    ``smoother_solver`` its ``SmootherOptions.solver`` (None: the library's choice)."""
     model, data, truth, theta0 = make_problem(name, seed, process_std)
     if n_jobs is None:  # processes pay off for the coupled problems' expensive smoothing only
         n_jobs = 1 if PROBLEMS[name][0] == 1 else 2
@@ -109,7 +117,7 @@ def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration
 
     # build once (compiles stage functions on first use, cached on disk afterwards)
     opts = cc.CEEMOptions(max_iters=max_iters, acceleration=acceleration, n_jobs=n_jobs,
-                          smoother=cc.SmootherOptions(hessian=smoother_hessian, rho_x=rho_x),
+                          smoother=cc.SmootherOptions(hessian=smoother_hessian, rho_x=rho_x, solver=smoother_solver),
                           learner=cc.LearnerOptions(hessian=learner_hessian))
     t0 = time.perf_counter()
     smoother = cc.smoothing.Smoother(model, opts.smoother)
@@ -131,16 +139,23 @@ def run(name: str, *, seed: int, max_iters: int, time_limit: float, acceleration
     em = [r for r in res.history if r.kind == "em"]
     newton = [r for r in res.history if r.kind == "newton"]
     med = lambda v: float(np.median(v)) if v else float("nan")  # noqa: E731
+    theta_vec = model.theta_vector(res.theta)
+    fs = smoothing_floor(smoother.stages, theta_vec, data, res.x, rho_x)
+    fl = learning_floor(smoother.stages, theta_vec, data, res.x, hessian=learner.hessian != "limited-memory")
+    smooth_s, learn_s = med([r.smooth_s for r in em]), med([r.learn_s for r in em])
     return {
         "problem": name, "trajectories": len(data), "epochs": res.iterations, "status": res.status,
         "em_steps": len(em), "newton_steps": len(newton),
         "wall_s": wall, "build_s": build_s + res.build_s, "init_s": init_s,
-        "smooth_s": med([r.smooth_s for r in em]), "learn_s": med([r.learn_s for r in em]),
+        "smooth_s": smooth_s, "learn_s": learn_s,
         "newton_s": med([r.learn_s for r in newton]),
+        "smooth_floor_s": fs, "learn_floor_s": fl, "floor_s": fs + fl,
+        "smooth_ratio": smooth_s / fs, "learn_ratio": learn_s / fl,
         "param_rel_err": param_error(model, res.theta, truth), "eps0": eps0,
         "eps": lorenz.dynamics_error(model, res.theta, truth), "peak_rss_mb": peak_rss_mb(),
         "acceleration": acceleration, "n_jobs": n_jobs, "smoother_hessian": smoother_hessian,
-        "learner_hessian": learner_hessian, "rho_x": rho_x, "trace": trace,
+        "learner_hessian": learner_hessian, "rho_x": rho_x, "smoother_solver": smoother_solver or "auto",
+        "trace": trace,
     }
 
 
@@ -225,6 +240,8 @@ def main(argv=None) -> int:
                     help="the smoothing NLP's Hessian (the default was chosen with this benchmark)")
     ap.add_argument("--learner-hessian", choices=["auto", "exact", "gauss-newton", "limited-memory"],
                     default="auto", help="the learning NLP's Hessian")
+    ap.add_argument("--smoother-solver", default="auto", choices=["auto", "ipopt", "banded", "batched"],
+                    help="SmootherOptions.solver (auto = the library's choice)")
     ap.add_argument("--json", default=None, help="write the results to this JSON file")
     ap.add_argument("--smoke", action="store_true", help="single Lorenz, 3 epochs (for CI)")
     ap.add_argument("--peer", action="store_true",
@@ -244,13 +261,16 @@ def main(argv=None) -> int:
         row = run(name, seed=args.seed, max_iters=3 if args.smoke else args.max_iters,
                   time_limit=args.time_limit, acceleration=args.acceleration, n_jobs=args.n_jobs,
                   eps_target=args.eps_target, process_std=args.process_std,
-                  smoother_hessian=args.smoother_hessian, learner_hessian=args.learner_hessian)
+                  smoother_hessian=args.smoother_hessian, learner_hessian=args.learner_hessian,
+                  smoother_solver=None if args.smoother_solver == "auto" else args.smoother_solver)
         rows.append(row)
-        print(f"{row['problem']:>9} B={row['trajectories']} epochs={row['epochs']:3d} ({row['em_steps']} EM, "
+        print(f"{row['problem']:>9} [{row['smoother_solver']}] B={row['trajectories']} epochs={row['epochs']:3d} ({row['em_steps']} EM, "
               f"{row['newton_steps']} joint) wall={row['wall_s']:7.2f}s build={row['build_s']:5.1f}s "
               f"smooth/EM={row['smooth_s']:.3f}s learn/EM={row['learn_s']:.3f}s joint={row['newton_s']:.3f}s "
               f"param_err={row['param_rel_err']:.2e} eps {row['eps0']:.3g} -> {row['eps']:.3g} "
               f"rss={row['peak_rss_mb']:.0f}MB [{row['status']}]", flush=True)
+        print(f"{'floor':>9} smooth {row['smooth_s']:.3f} / {row['smooth_floor_s']:.3f} s = {row['smooth_ratio']:.2f}x, "
+              f"learn {row['learn_s']:.3f} / {row['learn_floor_s']:.3f} s = {row['learn_ratio']:.2f}x", flush=True)
         assert np.isfinite(row["eps"]) and np.isfinite(row["wall_s"])
         if peer_py is not None:
             peer = run_peer(name, seed=args.seed, max_epochs=3 if args.smoke else 5000,

@@ -16,7 +16,13 @@ initialisation and the fit. Reported per row: ``model``, ``T``, ``fit_s`` (the w
 ``cc.ceem`` call: solver construction, initial states, EM iterations), ``iterations``,
 ``s_per_iteration`` (median time of one iteration: smoothing + learning, or one joint step), ``build_s``,
 ``peak_rss_mb``, ``J`` (final joint log-density), ``theta_err`` (max over free entries of
-|est - true| / max(|true|, 1)) and ``status``.
+|est - true| / max(|true|, 1)) and ``status``; and the measured floor of one iteration in the same
+process after the fit (``scripts/_floor.py``, at the final states and parameters):
+``smooth_floor_s`` (one evaluation of all stage derivatives + one banded factorisation and solve),
+``learn_floor_s`` (one objective, gradient and Gauss-Newton Hessian evaluation), ``floor_s``
+(their sum), the median ``smooth_s`` / ``learn_s`` of the EM iterations and of the joint Newton
+steps (``joint_s``), and the ratios ``ratio`` = s_per_iteration / floor_s, ``smooth_ratio``,
+``learn_ratio``.
 
     python -m scripts.bench_scale_records [--lengths 1000,10000,100000,1000000]
                                           [--models lorenz,wh33] [--json PATH|-] [--smoke]
@@ -142,9 +148,29 @@ def run_one(name: str, T: int, max_iters: int = 30, acceleration: str = "newton"
     res = cc.ceem(model, data, theta0, options=opts)
     fit_s = time.perf_counter() - t0
     em = [r.smooth_s + r.learn_s for r in res.history]  # EM and joint Newton steps alike
-    return {"model": name, "T": T, "fit_s": fit_s, "iterations": res.iterations,
-            "s_per_iteration": float(np.median(em)) if em else float("nan"), "build_s": res.build_s,
-            "acceleration": acceleration, "smoother_solver": solver, "J": res.J, "theta_err": theta_error(model, res.theta, truth), "status": str(res.status)}
+    row = {"model": name, "T": T, "fit_s": fit_s, "iterations": res.iterations,
+           "s_per_iteration": float(np.median(em)) if em else float("nan"), "build_s": res.build_s,
+           "acceleration": acceleration, "smoother_solver": solver, "J": res.J, "theta_err": theta_error(model, res.theta, truth), "status": str(res.status)}
+    row.update(floors(model, res, data, row["s_per_iteration"]))
+    return row
+
+
+def floors(model, res, data, s_per_iteration: float) -> dict:
+    """The floor of one iteration at the fit's final states and parameters (``scripts/_floor.py``)
+    beside the measured phase times (medians over the fit's history) and their ratios."""
+    from ceem_casadi.objective._stages import StageFunctions
+    from scripts._floor import learning_floor, smoothing_floor
+
+    stages = StageFunctions(model)
+    theta_vec = model.theta_vector(res.theta)
+    fs = smoothing_floor(stages, theta_vec, data, res.x)
+    fl = learning_floor(stages, theta_vec, data, res.x, hessian=True)
+    med = lambda v: float(np.median(v)) if v else float("nan")  # noqa: E731
+    em = [r for r in res.history if r.kind == "em"]
+    smooth_s, learn_s = med([r.smooth_s for r in em]), med([r.learn_s for r in em])
+    return {"smooth_floor_s": fs, "learn_floor_s": fl, "floor_s": fs + fl, "smooth_s": smooth_s, "learn_s": learn_s,
+            "joint_s": med([r.learn_s for r in res.history if r.kind == "newton"]),
+            "ratio": s_per_iteration / (fs + fl), "smooth_ratio": smooth_s / fs, "learn_ratio": learn_s / fl}
 
 
 def run_child(name: str, T: int, max_iters: int, acceleration: str = "newton", solver: str = "auto") -> dict:
@@ -192,7 +218,9 @@ def _format(r: dict) -> str:
         return f"{r['model']:>7} T={r['T']:>8}: ERROR {r['error'][-300:]}"
     return (f"{r['model']:>7} T={r['T']:>8}: fit {r['fit_s']:8.2f} s, {r['iterations']:>3} it, "
             f"{r['s_per_iteration']:7.3f} s/it, build {r['build_s']:5.2f} s, peak RSS {r['peak_rss_mb']:7.0f} MB, "
-            f"J {r['J']:.6g}, theta err {r['theta_err']:.2e}, {r['status']}")
+            f"J {r['J']:.6g}, theta err {r['theta_err']:.2e}, {r['status']}; floor {r['floor_s']:.3f} s "
+            f"(ratio {r['ratio']:.2f}x; smoothing {r['smooth_s']:.3f} / {r['smooth_floor_s']:.3f} s = "
+            f"{r['smooth_ratio']:.2f}x, learning {r['learn_s']:.3f} / {r['learn_floor_s']:.3f} s = {r['learn_ratio']:.2f}x)")
 
 
 def main(argv=None) -> int:
@@ -203,7 +231,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="write the rows as JSON to PATH ('-' = stdout)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--acceleration", default="newton", choices=("none", "squarem", "newton"))
-    ap.add_argument("--smoother-solver", default="auto", choices=("auto", "ipopt", "banded"),
+    ap.add_argument("--smoother-solver", default="auto", choices=("auto", "ipopt", "banded", "batched"),
                     help="SmootherOptions.solver (auto = the library's choice: banded from T = 20,000 on)")
     ap.add_argument("--child", nargs=5, metavar=("MODEL", "T", "MAX_ITERS", "ACCELERATION", "SOLVER"),
                     help=argparse.SUPPRESS)

@@ -93,3 +93,8 @@ def test_bench_epoch_smoke(tmp_path):
     assert res["learning_adam"]["F_after"] <= res["learning_adam"]["F_start"]
     assert res["epoch"]["J_after"] >= res["epoch"]["J_start"]
     assert json.loads((tmp_path / "bench_heli_epoch.json").read_text())["samples"]["observation"] == 600
+    # issue 26: the floor of each phase beside its time, and the IPOPT peer on a subset agrees
+    smooth = res["floor"]["smoothing"]
+    assert smooth["floor_s"] > 0 and smooth["ratio"] * smooth["floor_s"] == pytest.approx(res["smoothing"]["total_s"])
+    assert res["floor"]["learning_adam"]["floor_s"] > 0 and "epoch_learning" in res["floor"]
+    assert res["smoothing_ipopt_subset"]["max_abs_state_difference"] < 1e-8

@@ -36,6 +36,7 @@ from ..runtime._pool import WorkerPool
 from ..runtime._solve import deadline, expired
 from ..runtime._status import Status
 from ..runtime._threads import blas_threads
+from ..smoothing._batched import BATCHED_STAGES, any_batched, prepare_batched
 from ..smoothing._initial_states import check_states, eks_states
 from ..smoothing._smoother import Smoother
 from ._joint_gauss_newton import JointGaussNewton, LinAlgError
@@ -55,8 +56,9 @@ _ENGINE_LEARNER = ("learner={learner} cannot be used with executor={executor}: t
 _WORKER: dict = {}
 
 
-def _worker_init(model, smoother_options):
-    _WORKER["smoother"] = Smoother(model, smoother_options)
+def _worker_init(model, smoother_options, smoother=None):
+    # the parent's smoother, inherited through fork with everything it built (not pickled)
+    _WORKER["smoother"] = smoother if smoother is not None else Smoother(model, smoother_options)
 
 
 def _worker_smooth(args):
@@ -65,18 +67,27 @@ def _worker_smooth(args):
     return sm.for_length(y.shape[0]).solve(sm.model, theta_vec, y, u, x0)
 
 
+def _worker_smooth_shard(args):
+    theta_vec, shard, xs = args  # a Trajectories shard: its trajectories of a length are batched
+    return _WORKER["smoother"].solve(theta_vec, shard, xs)
+
+
 class _SmoothingStep:
     """Sequential or process-parallel smoothing of all trajectories."""
 
     def __init__(self, smoother: Smoother, n_jobs: int):
-        self.smoother, self.pool = smoother, None
+        self.smoother, self.pool, self.n_jobs = smoother, None, n_jobs
         if n_jobs > 1:
             # workers end with this process (SIGKILL, SIGTERM) and are killed at once on Ctrl-C
-            self.pool = WorkerPool(n_jobs, initializer=_worker_init, initargs=(smoother.model, smoother.options))
+            self.pool = WorkerPool(n_jobs, initializer=_worker_init, initargs=(smoother.model, smoother.options, smoother))
 
     def __call__(self, theta_vec, data, xs):
         if self.pool is None:
             return self.smoother.solve(theta_vec, data, xs)
+        if any_batched(self.smoother.options, data.lengths):  # one shard of trajectories per process
+            shards = np.array_split(np.arange(len(data)), self.n_jobs)
+            jobs = [(theta_vec, data[s.tolist()], [xs[b] for b in s]) for s in shards if s.size]
+            return [r for part in self.pool.map(_worker_smooth_shard, jobs) for r in part]
         jobs = [(theta_vec, y, data.inputs(b), xs[b]) for b, y in enumerate(data.y)]
         return self.pool.map(_worker_smooth, jobs)
 
@@ -325,8 +336,12 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     smoother = smoother or Smoother(model, options.smoother)
     # every group of stage Functions this fit compiles (smoother, joint step; the learner's are among
     # the joint step's or asked for next) in one background pool of compilers, before any is waited for
-    smoother.stages.prefetch(SMOOTHER_STAGES, *([JointGaussNewton.stage_names(smoother.stages)]
-                                                if options.acceleration == "newton" else []))
+    # the lengths the batched smoother does not take (ceem_casadi.batched_smoother) need SMOOTHER_STAGES
+    unbatched = [T for T in set(data.lengths) if not any_batched(smoother.options, [T] * data.lengths.count(T))]
+    smoother.stages.prefetch(*([SMOOTHER_STAGES] if unbatched else []),
+                             *([JointGaussNewton.stage_names(smoother.stages)] if options.acceleration == "newton"
+                               else []),
+                             *([BATCHED_STAGES] if len(unbatched) < len(set(data.lengths)) else []))
     if learner is not None and engine_has_learner(options.executor):
         raise OptionsError(_ENGINE_LEARNER.format(learner=type(learner).__name__,
                                                   executor=type(options.executor).__name__))
@@ -344,7 +359,11 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
         joint = JointSolver(model, data, smoother.stages, hessian=options.joint_hessian,
                             use_prior=options.learner.use_prior, x_lower=options.smoother.x_lower,
                             x_upper=options.smoother.x_upper)
-    for T in sorted(set(data.lengths)):
+    # batched lengths: their mapped Functions, for the shards the worker processes (forked with
+    # this smoother) will take; the others: one solver per length. An engine builds its own.
+    if engine is None:
+        prepare_batched(smoother, data.lengths, min(options.n_jobs, len(data)))
+    for T in sorted(unbatched):
         smoother.for_length(T)
     build_s = time.perf_counter() - t_build
     xs = eks_states(model, theta_vec, data) if x_init is None else check_states(model, data, x_init)

@@ -74,6 +74,30 @@ def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool, uppe
     return ca.Function(name + "_hess", inputs, [hess], in_names, ["hess"])
 
 
+def _newton_terms(name, residual, wrt, inputs, in_names, hessian: str) -> ca.Function:
+    """``(cost, grad, hess)`` of one stage with respect to ``wrt`` in ONE program (the batched
+    smoother's evaluation, `ceem_casadi.batched_smoother`): Gauss-Newton from the residual
+    Jacobian J alone (grad = J^T r, hess = upper triangle of J^T J: the model is evaluated and
+    differentiated once, not once per output); exact: the gradient and the Hessian's upper triangle."""
+    cost = 0.5 * ca.sumsqr(residual)
+
+    def program(grad, hess):
+        return ca.Function(name + "_newton", inputs, [cost, ca.densify(grad), ca.densify(ca.triu(hess))], in_names,
+                           ["cost", "grad", "hess"])
+
+    if hessian == "exact":
+        hess, grad = ca.hessian(cost, wrt)
+        return program(grad, hess)
+    # J by CasADi's jacobian (forward sweeps, one per column of wrt) or by one reverse sweep per
+    # residual row: the shorter program (helicopter-size MLP head, 6 rows x 10 states: 24.3k
+    # instead of 31.8k SX instructions)
+    candidates, rows = [], residual.numel()
+    for jac in [ca.jacobian(residual, wrt)] + ([ca.vertcat(*[ca.gradient(residual[i], wrt).T for i in range(rows)])]
+                                               if rows else []):
+        candidates.append(program(jac.T @ residual, jac.T @ jac))
+    return min(candidates, key=lambda f: f.n_instructions())
+
+
 class StageFunctions:
     """SX stage Functions of a model (built once per model and Hessian kind).
 
@@ -141,6 +165,9 @@ class StageFunctions:
             # their upper triangles (dense, zeros below): all the smoother's Hessian assembly reads
             "obs_x_hess_triu": hess("obs_x_triu", r_obs, x, obs_in, obs_names, True, True),
             "dyn_x_hess_triu": hess("dyn_x_triu", r_dyn, z, dyn_in, dyn_names, True, True),
+            # cost, gradient and upper Hessian triangle in one program (batched smoother)
+            "obs_x_newton": lambda: _newton_terms("obs_x", r_obs, x, obs_in, obs_names, hessian),
+            "dyn_x_newton": lambda: _newton_terms("dyn_x", r_dyn, z, dyn_in, dyn_names, hessian),
             # derivatives with respect to the parameters (learning step), sparse
             "obs_p_grad": grad("obs_p", r_obs, p, obs_in, obs_names, False),
             "obs_p_hess": hess("obs_p", r_obs, p, obs_in, obs_names, False),

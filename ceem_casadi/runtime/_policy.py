@@ -19,6 +19,10 @@ JOINT_CHUNK        20,000     joint Gauss-Newton step: residual Jacobians in chu
                               stages (bounds the memory of its buffers)
 SELECT_STEPS       20,000     initial states: the EKF's process-noise candidates are scored on
                               at most this many first samples, then one full EKF + RTS pass
+BATCHED_MIN_TRAJ.  1          smoother (no state bounds, T < CHUNK_FROM): batch the trajectories
+                              of a length when there are at least this many of them (1: the
+                              choice never depends on how trajectories are sharded)
+BATCH_COLUMNS      20,000     time steps (trajectories x T) in one batched evaluation (memory)
 =================  =========  ===============================================================
 """
 from __future__ import annotations
@@ -31,6 +35,11 @@ LEARN_CHUNK_FROM = 50_000
 LEARN_CHUNK = 4096
 JOINT_CHUNK = 20_000
 SELECT_STEPS = 20_000
+# batched smoothing of many short trajectories (smoothing/_batched.py). 1: the choice never depends
+# on how the trajectories are grouped (with 2, a Dask shard's single trajectory went to IPOPT and
+# the sharded fit differed from the sequential one by 1.3e-10 in theta); docs/performance.md
+BATCHED_MIN_TRAJECTORIES = 1
+BATCH_COLUMNS = 20_000
 
 FROM_POLICY = -1  # a function argument whose default is "the policy's value" (read at call time)
 

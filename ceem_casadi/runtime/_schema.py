@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import OptionsError
 
 ACCELERATIONS = ("none", "squarem", "newton", "joint")
-SMOOTHER_SOLVERS = ("ipopt", "banded")  # of the smoothing NLP (ceem_casadi.smoothing)
+SMOOTHER_SOLVERS = ("ipopt", "banded", "batched")  # of the smoothing NLP (ceem_casadi.smoothing)
 HESSIANS = ("gauss-newton", "exact")  # of the stage Functions (smoother, learner, uncertainty)
 
 

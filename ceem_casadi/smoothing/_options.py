@@ -34,8 +34,11 @@ class SmootherOptions:
     solver : str, optional
         ``"ipopt"`` (IPOPT + MUMPS), ``"banded"`` (Newton steps on the block-tridiagonal Hessian
         with LAPACK's banded Cholesky, a Levenberg-Marquardt shift and an Armijo line search,
-        `ceem_casadi.smoothing._banded`; same optimum, no state bounds) or ``None`` (default):
-        ``"banded"`` from T = 20,000 on when there are no bounds, else ``"ipopt"``.
+        `ceem_casadi.smoothing._banded`; same optimum, no state bounds), ``"batched"`` (the same
+        Newton steps for all trajectories of a length at once, one mapped evaluation of all stage
+        derivatives per step, `ceem_casadi.smoothing._batched`) or ``None`` (default): without
+        state bounds, batched below T = 20,000 and banded from there on (the long-record policy,
+        `ceem_casadi.runtime._policy`); with bounds ``"ipopt"``.
 
     Raises
     ------
@@ -70,8 +73,8 @@ class SmootherOptions:
         check_bounds(self.x_lower, self.x_upper)
         require(self.solver is None or self.solver in SMOOTHER_SOLVERS,
                  f"solver must be None or one of {SMOOTHER_SOLVERS}, got {self.solver!r}")
-        require(self.solver != "banded" or (self.x_lower is None and self.x_upper is None),
-                 "solver='banded' solves the smoothing problem without state bounds, but x_lower / x_upper "
+        require(self.solver not in ("banded", "batched") or (self.x_lower is None and self.x_upper is None),
+                 f"solver={self.solver!r} solves the smoothing problem without state bounds, but x_lower / x_upper "
                  f"were given ({self.x_lower!r}, {self.x_upper!r}): use solver='ipopt' (or None) with bounds, "
                  "or drop the bounds")
         require(self.chunk is None or (isinstance(self.chunk, int) and not isinstance(self.chunk, bool)

@@ -19,7 +19,6 @@ iterations; theta, the data and X_prev are NLP parameters.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import casadi as ca
 import numpy as np
@@ -27,82 +26,12 @@ import numpy as np
 from ..objective._log_density import log_normalisers
 from ..objective._stages import SMOOTHER_STAGES, StageFunctions
 from ..runtime import _policy as policy
-from ..runtime._result import Result
 from ..runtime._solve import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
 from ..smoothing._options import SmootherOptions
 from ._banded import BandedNewton
+from ._batched import batched_costs, smooth_batched
 from ._chunks import ChunkedObjective, chunked_terms
-
-
-@dataclass(repr=False)
-class SmoothResult(Result):
-    """Outcome of smoothing one trajectory.
-
-    Attributes
-    ----------
-    x : numpy.ndarray
-        (T, nx) smoothed states.
-    cost : float
-        Final objective: -J without its constants, trust-region term included.
-    status : str
-        Return status (IPOPT's, or the banded Newton solver's, which uses IPOPT's names).
-    success : bool
-        An acceptable status and finite states.
-    iterations : int
-        IPOPT iterations or Newton steps.
-    wall_s : float
-        Wall-clock seconds of the solve.
-    """
-
-    SUMMARY = ('status', 'iterations', 'cost')
-
-    x: np.ndarray
-    cost: float
-    status: str
-    success: bool
-    iterations: int
-    wall_s: float
-
-
-def block_tridiagonal_upper(nx: int, T: int) -> ca.Sparsity:
-    """Sparsity of the upper triangle of a block-tridiagonal (nx*T)^2 matrix with (nx, nx) blocks.
-
-    Column ``c = t*nx + j`` holds the nx rows of block row t-1 (if t > 0), then rows
-    ``t*nx .. t*nx + j`` of its own block: the order in which `band_column_functions`
-    emits the nonzeros. Built by CasADi's ``kron`` in C++ (from Python index arrays it took 14 s
-    and ~170 MB of lists at T = 10^5).
-    """
-    if T == 1:
-        return ca.Sparsity.upper(nx)
-    diag = ca.kron(ca.DM(ca.Sparsity.diag(T), 1), ca.DM(ca.Sparsity.upper(nx), 1)).sparsity()
-    above = ca.kron(ca.DM(ca.Sparsity.band(T, -1), 1), ca.DM(ca.Sparsity.dense(nx, nx), 1)).sparsity()
-    return diag.unite(above)
-
-
-def band_column_functions(nx: int) -> tuple[ca.Function, ca.Function]:
-    """SX Functions giving the nonzeros of one block column of the upper triangle of the
-    smoothing Hessian, in the column-major order of `block_tridiagonal_upper`.
-
-    ``first(ho, hd_next, d)`` for block column 0 and ``column(ho, hd_prev, hd_next, d)`` for
-    t > 0, with ``ho`` (nx, nx) the observation stage Hessian at t, ``hd_prev`` / ``hd_next``
-    (2nx, 2nx) the dynamics stage Hessians of (x_{t-1}, x_t) and (x_t, x_{t+1}) (zero at the
-    end) and ``d`` (nx,) added to the diagonal. The diagonal block is
-    ``ho + hd_next[:nx, :nx] + hd_prev[nx:, nx:] + diag(d)``, the block above it
-    ``hd_prev[:nx, nx:]``: only upper triangles are read (the stage Functions compute no
-    more, ``*_x_hess_triu``). Mapped over time, the outputs stacked column by column ARE the
-    Hessian's nonzeros: no index vector of size nnz is stored (it was 3 x nnz int64, plus
-    Python lists of it while building: +330 MB at T = 10^5).
-    """
-    n = nx
-    ho, d = ca.SX.sym("ho", n, n), ca.SX.sym("d", n)
-    hp, hn = ca.SX.sym("hd_prev", 2 * n, 2 * n), ca.SX.sym("hd_next", 2 * n, 2 * n)
-    D = ho + hn[:n, :n] + hp[n:, n:] + ca.diag(d)
-    above = hp[:n, n:]
-    col = [e for j in range(n) for e in [above[i, j] for i in range(n)] + [D[i, j] for i in range(j + 1)]]
-    D0 = ho + hn[:n, :n] + ca.diag(d)
-    first = ca.Function("band_first", [ho, hn, d], [ca.vertcat(*[D0[i, j] for j in range(n) for i in range(j + 1)])])
-    return first, ca.Function("band_column", [ho, hp, hn, d], [ca.vertcat(*col)])
-
+from ._structure import SmoothResult, band_column_functions, block_tridiagonal_upper
 
 # chunked evaluation (smoothing/_chunks.py) from policy.CHUNK_FROM steps on, in chunks of
 # policy.CHUNK_LENGTH (runtime/_policy.py: the long-record policy)
@@ -119,8 +48,8 @@ def chunk_length(option, T: int) -> int:
 def solver_kind(options: SmootherOptions, T: int) -> str:
     """``"banded"`` or ``"ipopt"`` for ``SmootherOptions.solver`` at length T (None: banded for long
     records without state bounds, the same threshold as chunking)."""
-    if options.solver is not None:
-        return options.solver
+    if options.solver is not None:  # one trajectory of the batched solver: the banded one
+        return "banded" if options.solver == "batched" else options.solver
     bounded = options.x_lower is not None or options.x_upper is not None
     return "banded" if T >= policy.CHUNK_FROM and not bounded else "ipopt"
 
@@ -294,7 +223,8 @@ class Smoother:
         return self._solvers[T]
 
     def solve(self, theta_vec: np.ndarray, data, x_init: list[np.ndarray]) -> list[SmoothResult]:
-        """Smooth every trajectory of ``data`` (sequentially), warm-started at ``x_init``.
+        """Smooth every trajectory of ``data`` (sequentially, or those of a length together:
+        `ceem_casadi.batched_smoother.smooth_batched`), warm-started at ``x_init``.
 
         Parameters
         ----------
@@ -309,10 +239,7 @@ class Smoother:
         -------
         list of SmoothResult
         """
-        out = []
-        for b, (y, T) in enumerate(zip(data.y, data.lengths)):
-            out.append(self.for_length(T).solve(self.model, theta_vec, y, data.inputs(b), x_init[b]))
-        return out
+        return smooth_batched(self, theta_vec, data, x_init)  # one by one where it does not batch
 
     def joint_log_density(self, theta_vec: np.ndarray, data, xs: list[np.ndarray]) -> float:
         """The joint log-density J(x, theta) of the paper, all Gaussian constants included.
@@ -335,7 +262,11 @@ class Smoother:
         float
         """
         total = 0.0
+        batched = batched_costs(self, theta_vec, data, xs)  # None where the trajectories are not batched
         for b, (y, x) in enumerate(zip(data.y, xs)):
+            if batched[b] is not None:
+                total += -batched[b] + log_normalisers(self.model, y)
+                continue
             ts = self.for_length(y.shape[0])
             P = ts.parameter_vector(self.model, theta_vec, y, data.inputs(b), x, 0.0)
             total += -float(ts.cost_function(x.ravel(), P)) + log_normalisers(self.model, y)

@@ -1,0 +1,80 @@
+"""The structure of the smoothing problem shared by its solvers: the block-tridiagonal sparsity of
+its Hessian, the Functions that give one block column of it, and the result of one solve."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import casadi as ca
+import numpy as np
+
+from ..runtime._result import Result
+
+
+@dataclass(repr=False)
+class SmoothResult(Result):
+    """Outcome of smoothing one trajectory.
+
+    Attributes
+    ----------
+    x : numpy.ndarray
+        (T, nx) smoothed states.
+    cost : float
+        Final objective: -J without its constants, trust-region term included.
+    status : str
+        Return status (IPOPT's, or the banded Newton solver's, which uses IPOPT's names).
+    success : bool
+        An acceptable status and finite states.
+    iterations : int
+        IPOPT iterations or Newton steps.
+    wall_s : float
+        Wall-clock seconds of the solve.
+    """
+
+    SUMMARY = ('status', 'iterations', 'cost')
+
+    x: np.ndarray
+    cost: float
+    status: str
+    success: bool
+    iterations: int
+    wall_s: float
+
+
+def block_tridiagonal_upper(nx: int, T: int) -> ca.Sparsity:
+    """Sparsity of the upper triangle of a block-tridiagonal (nx*T)^2 matrix with (nx, nx) blocks.
+
+    Column ``c = t*nx + j`` holds the nx rows of block row t-1 (if t > 0), then rows
+    ``t*nx .. t*nx + j`` of its own block: the order in which `band_column_functions`
+    emits the nonzeros. Built by CasADi's ``kron`` in C++ (from Python index arrays it took 14 s
+    and ~170 MB of lists at T = 10^5).
+    """
+    if T == 1:
+        return ca.Sparsity.upper(nx)
+    diag = ca.kron(ca.DM(ca.Sparsity.diag(T), 1), ca.DM(ca.Sparsity.upper(nx), 1)).sparsity()
+    above = ca.kron(ca.DM(ca.Sparsity.band(T, -1), 1), ca.DM(ca.Sparsity.dense(nx, nx), 1)).sparsity()
+    return diag.unite(above)
+
+
+def band_column_functions(nx: int) -> tuple[ca.Function, ca.Function]:
+    """SX Functions giving the nonzeros of one block column of the upper triangle of the
+    smoothing Hessian, in the column-major order of `block_tridiagonal_upper`.
+
+    ``first(ho, hd_next, d)`` for block column 0 and ``column(ho, hd_prev, hd_next, d)`` for
+    t > 0, with ``ho`` (nx, nx) the observation stage Hessian at t, ``hd_prev`` / ``hd_next``
+    (2nx, 2nx) the dynamics stage Hessians of (x_{t-1}, x_t) and (x_t, x_{t+1}) (zero at the
+    end) and ``d`` (nx,) added to the diagonal. The diagonal block is
+    ``ho + hd_next[:nx, :nx] + hd_prev[nx:, nx:] + diag(d)``, the block above it
+    ``hd_prev[:nx, nx:]``: only upper triangles are read (the stage Functions compute no
+    more, ``*_x_hess_triu``). Mapped over time, the outputs stacked column by column ARE the
+    Hessian's nonzeros: no index vector of size nnz is stored (it was 3 x nnz int64, plus
+    Python lists of it while building: +330 MB at T = 10^5).
+    """
+    n = nx
+    ho, d = ca.SX.sym("ho", n, n), ca.SX.sym("d", n)
+    hp, hn = ca.SX.sym("hd_prev", 2 * n, 2 * n), ca.SX.sym("hd_next", 2 * n, 2 * n)
+    D = ho + hn[:n, :n] + hp[n:, n:] + ca.diag(d)
+    above = hp[:n, n:]
+    col = [e for j in range(n) for e in [above[i, j] for i in range(n)] + [D[i, j] for i in range(j + 1)]]
+    D0 = ho + hn[:n, :n] + ca.diag(d)
+    first = ca.Function("band_first", [ho, hn, d], [ca.vertcat(*[D0[i, j] for j in range(n) for i in range(j + 1)])])
+    return first, ca.Function("band_column", [ho, hp, hn, d], [ca.vertcat(*col)])
