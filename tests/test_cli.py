@@ -178,29 +178,6 @@ def input_model(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("case, args, words", [
-    ("missing column", ["--data", "good.csv", "--outputs", "y0,y7"], ["missing column", "y7"]),
-    ("nan inputs", ["--data", "nan_u.csv"], ["inputs contain NaN", "rows [7]"]),
-    ("unknown flag", ["--data", "good.csv", "--max-iter", "3"], ["unrecognized arguments", "--max-iter"]),
-    ("unknown toml option", ["--data", "good.csv", "--config", "bad.toml"], ["unknown option", "foo"]),
-    ("bad option value", ["--data", "good.csv", "--tol", "-1"], ["invalid options", "tol"]),
-    ("model does not import", ["--data", "good.csv", "--model", "no_such_pkg.models:make"],
-     ["cannot import module", "no_such_pkg.models"]),
-    ("no such attribute", ["--data", "good.csv", "--model", "mymodel:nope"], ["has no attribute", "nope"]),
-    ("no data file", ["--data", "missing.csv"], ["no such data file"]),
-])
-def test_bad_input_exit_2_one_line(input_model, case, args, words):
-    if "--model" not in args:
-        args = ["--model", "mymodel:make", *args]
-    proc = run("fit", *args, "--out", "m.npz", env={"PYTHONPATH": str(input_model)}, cwd=input_model)
-    assert proc.returncode == 2, (case, proc.stderr)
-    err = proc.stderr.strip()
-    assert "\n" not in err and "Traceback" not in err, err
-    assert err.startswith("ceem-casadi"), err
-    for w in words:
-        assert w in err, (case, err)
-
-
 def test_input_model_fit_and_help(input_model):
     script = shutil.which("ceem-casadi")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

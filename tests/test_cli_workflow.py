@@ -37,10 +37,9 @@ def _osc_model():
     return namespace["osc"]()
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    """osc.py and sim.csv: two trajectories of 120 samples, zero process noise, sensor noise 0.01."""
-    d = tmp_path_factory.mktemp("workflow")
+def write_workflow(d) -> None:
+    """osc.py and sim.csv in folder ``d``: two trajectories of 120 samples, zero process noise,
+    sensor noise 0.01 (shared with tests/test_cli_exit2.py)."""
     (d / "osc.py").write_text(OSC)
     model = _osc_model()
     rng = np.random.default_rng(3)
@@ -48,6 +47,12 @@ def folder(tmp_path_factory):
     data, xs = cc.simulate(model, TRUE, X0, 120, u=u, process_std=0.0, measurement_std=SIGMA_V, seed=4)
     pd.concat([pd.DataFrame({"trajectory": b, "u0": data.inputs(b)[:, 0], "y0": data.y[b][:, 0]})
                for b in range(len(data))]).to_csv(d / "sim.csv", index=False)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    d = tmp_path_factory.mktemp("workflow")
+    write_workflow(d)
     return d
 
 
@@ -130,52 +135,3 @@ def test_evaluate_and_plot_estimate_x0_without_prior(folder, monkeypatch, capsys
     assert "estimated from the first 10 samples" in stdout
     for name in ("states", "simulation", "prediction"):
         assert (folder / "figs" / f"{name}.png").stat().st_size > 1000
-
-
-REFINE = ["refine", "--model", "osc.py:osc", "--data", "sim.csv", "--out", "bad.npz"]
-CAL = ["calibrate-noise", "--model", "osc.py:osc", "--data", "sim.csv", "--out", "bad.npz"]
-EVAL = ["evaluate", "--model", "osc.py:osc", "--data", "sim.csv"]
-BAD = [
-    ([*REFINE, "--shooting", "0"], ["--shooting", ">= 1"]),
-    ([*REFINE, "--time-limit", "-1"], ["--time-limit", "> 0"]),
-    ([*REFINE, "--time-limit", "nan"], ["--time-limit"]),
-    ([*REFINE, "--max-iter", "0"], ["--max-iter", ">= 1"]),
-    ([*REFINE, "--x0", "[1, 2, 3]"], ["--x0", "2 numbers"]),
-    ([*REFINE, "--x0", "[1, 2]", "--x0-window", "5"], ["--x0-window", "--x0"]),
-    ([*REFINE, "--x0-window", "0"], ["--x0-window", "[1, 120]"]),
-    ([*REFINE, "--x0-window", "500"], ["--x0-window", "[1, 120]"]),
-    ([*REFINE, "--theta0", '{"k": "a"}'], ["--theta0", "'k'"]),
-    ([*REFINE, "--hessian", "newton"], ["--hessian", "invalid choice"]),
-    ([*REFINE[:-1], "sim.csv/x.npz"], ["--out", "not a folder"]),
-    ([*CAL, "--grid", "a,b"], ["--grid", "numbers"]),
-    ([*CAL, "--grid", "0,1"], ["--grid", "> 0"]),
-    ([*CAL, "--grid", "1,1"], ["--grid", "distinct"]),
-    ([*CAL, "--grid", ","], ["--grid"]),
-    ([*CAL, "--grid", "1,inf"], ["--grid", "finite"]),
-    ([*CAL, "--criterion", "aic"], ["--criterion", "invalid choice"]),
-    ([*CAL, "--n-jobs", "0"], ["--n-jobs", "cores"]),
-    ([*CAL, "--max-iters", "0"], ["--max-iters", ">= 1"]),
-    ([*CAL, "--time-limit", "0"], ["--time-limit", "> 0"]),
-    ([*CAL, "--holdout-fraction", "1.5"], ["--holdout-fraction", "(0, 1)"]),
-    ([*CAL, "--x0-window", "0"], ["--x0-window", ">= 1"]),
-    ([*CAL, "--table", "sim.csv/t.csv"], ["--table", "not a folder"]),
-    ([*CAL, "--plot", "."], ["--plot", "folder"]),
-    ([*EVAL, "--x0-window", "0"], ["--x0-window", "[1, 119]"]),
-    ([*EVAL, "--x0-window", "120"], ["--x0-window", "[1, 119]"]),
-    ([*EVAL, "--x0", "[1, 2]", "--x0-window", "5"], ["--x0-window", "--x0"]),
-    ([*EVAL, "--x0", "[1]"], ["--x0", "2 numbers"]),
-    ([*EVAL, "--x0-window", "100", "--k", "30"], ["--k", "below 20"]),
-    (["plot", "--model", "osc.py:osc", "--data", "sim.csv", "--out-dir", "f", "--x0-window", "-2"], ["--x0-window"]),
-    (["fit", "--model", "osc.py:osc", "--data", "sim.csv", "--out", "bad.npz", "--time-limit", "-5"],
-     ["time_limit", "> 0"]),
-]
-
-
-@pytest.mark.parametrize("argv, words", BAD, ids=[f"{i}:{' '.join(a[:1] + a[-2:])}" for i, (a, _) in enumerate(BAD)])
-def test_bad_new_flags_exit_2_one_line(folder, monkeypatch, capsys, argv, words):
-    rc, _, err = _run(folder, monkeypatch, capsys, *argv)
-    err = err.strip()
-    assert rc == 2, err
-    assert "\n" not in err and err.startswith(f"ceem-casadi {argv[0]}: error:"), err
-    for w in words:
-        assert w in err, (w, err)

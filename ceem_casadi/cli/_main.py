@@ -235,8 +235,10 @@ def main(argv=None) -> int:
     parser = build_parser()
     command = None
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
         command = args.command
+        if extra:  # named by the command they were given to, like every other bad input
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see {PROG} {command} --help)")
         logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
                             format="%(levelname)s %(name)s: %(message)s")
         logging.captureWarnings(True)  # every library warning (logged or warnings.warn) reaches stderr
