@@ -762,7 +762,7 @@ class OutputErrorLeastSquares(_Problem):
         na = xa.numel()
         if self.compiled:
             try:
-                from .compile import compile_functions
+                from ..runtime._compile import compile_functions
 
                 step, out = compile_functions([step, out], name=f"oe_sens_{model.name}")
             except RuntimeError as exc:  # no compiler, or it failed: the SX virtual machine
