@@ -55,9 +55,10 @@ from ..io._data import Trajectories
 from ..runtime._linalg import BufferedCall
 from ..runtime._solve import deadline
 from ..runtime._status import Status
+from ._shooting import ShootingLayout
 
 __all__ = ["LeastSquaresOptions", "LeastSquaresResult", "OutputErrorLeastSquares", "output_error_least_squares",
-           "output_error_problem", "segments", "solve_least_squares"]
+           "output_error_problem", "solve_least_squares"]
 
 _ACCEPT = 1e-4          # minimum ratio actual / predicted reduction of the merit
 logger = logging.getLogger(__name__)
@@ -649,24 +650,6 @@ def solve_least_squares(residual: ca.Function, x0, *, p=None, lower=None, upper=
 
 # --------------------------------------------------------------------------------------------------
 # output error
-def segments(lengths, shooting) -> list[tuple[int, int, int, bool]]:
-    """``(trajectory, start, samples, has_next)`` per shooting segment (k samples from every node).
-
-    Examples
-    --------
-    >>> from ceem_casadi.workflow import segments
-    >>> segments([5], 2)
-    [(0, 0, 2, True), (0, 2, 2, True), (0, 4, 1, False)]
-    """
-    out = []
-    for b, T in enumerate(lengths):
-        k = T if shooting is None else int(shooting)
-        for s0 in range(0, T, k):
-            n = min(k, T - s0)
-            out.append((b, s0, n, s0 + n < T))
-    return out
-
-
 class OutputErrorLeastSquares(_Problem):
     """Residuals, continuity gaps and their exact sparse Jacobians of the output-error problem for
     one model, set of trajectory lengths and shooting (built once per key, cached on the model:
@@ -699,16 +682,11 @@ class OutputErrorLeastSquares(_Problem):
         nx, nu, ny = model.nx, model.nu, model.ny
         self.free = model.params.free_index
         nf = self.free.size
-        self.segs = segments(self.lengths, shooting)
+        layout = ShootingLayout.of(self.lengths, shooting)
+        self.segs, self.groups, n_u, n_obs = layout.segs, layout.groups, layout.n_u, layout.n_obs
         n_nodes = len(self.segs)
         w = ca.MX.sym("w", nf + nx * n_nodes)
         z, nodes = w[:nf], ca.reshape(w[nf:], nx, n_nodes)
-        groups: dict[int, list[int]] = {}
-        for i, (_, _, n, nxt) in enumerate(self.segs):
-            groups.setdefault(n + int(nxt), []).append(i)
-        self.groups = sorted(groups.items())
-        n_u = sum(L * len(idx) for L, idx in self.groups)
-        n_obs = sum(n for _, _, n, _ in self.segs)
         npar = model.params.size
         syms = dict(p_base=ca.MX.sym("p_base", npar), U=ca.MX.sym("U", nu, n_u), Y=ca.MX.sym("Y", ny, n_obs),
                     M=ca.MX.sym("M", ny, n_obs), iv=ca.MX.sym("iv", ny))

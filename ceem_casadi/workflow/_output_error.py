@@ -38,6 +38,7 @@ from ..runtime._schema import BOUND, HESSIANS, check_bounds, check_fields, check
 from ..runtime._solve import deadline, expired, ipopt_options, ipopt_solver, solve
 from ..runtime._status import Status
 from ._initial_state import estimate_initial_state
+from ._shooting import ShootingLayout
 
 __all__ = ["OutputErrorOptions", "OutputErrorResult", "refine_output_error"]
 
@@ -210,17 +211,6 @@ class _Output(SparsityCallback):
         return [cost, grad] if len(self.sp_out) == 2 else [arg[2] * hess]
 
 
-def _segments(lengths, shooting):
-    """(b, start, n_obs, has_next) per segment: k samples from every node, the last one shorter."""
-    out = []
-    for b, T in enumerate(lengths):
-        k = T if shooting is None else int(shooting)
-        for s in range(0, T, k):
-            n = min(k, T - s)
-            out.append((b, s, n, s + n < T))
-    return out
-
-
 class OutputErrorProblem:
     """The NLP of the module docstring for one model, set of lengths and shooting (built once)."""
 
@@ -230,18 +220,11 @@ class OutputErrorProblem:
         nx, nu, ny, npar = model.nx, model.nu, model.ny, params.size
         self.free = params.free_index
         nf = self.free.size
-        self.segs = _segments(self.lengths, shooting)
+        layout = ShootingLayout.of(self.lengths, shooting)
+        self.segs, self.groups, n_u, n_obs = layout.segs, layout.groups, layout.n_u, layout.n_obs
         n_nodes = len(self.segs)
         w = ca.MX.sym("w", nf + nx * n_nodes)
         z, nodes = w[:nf], ca.reshape(w[nf:], nx, n_nodes)
-        # groups of segments simulated by one mapped rollout: (samples simulated) -> segment indices;
-        # a segment with a successor simulates one sample more to predict the next node
-        groups: dict[int, list[int]] = {}
-        for i, (_, _, n, nxt) in enumerate(self.segs):
-            groups.setdefault(n + int(nxt), []).append(i)
-        self.groups = sorted(groups.items())
-        n_u = sum(L * len(idx) for L, idx in self.groups)
-        n_obs = sum(n for _, _, n, _ in self.segs)
         syms = dict(p_base=ca.MX.sym("p_base", npar), U=ca.MX.sym("U", nu, n_u), Y=ca.MX.sym("Y", ny, n_obs),
                     M=ca.MX.sym("M", ny, n_obs), iv=ca.MX.sym("iv", ny), mu=ca.MX.sym("mu", nf),
                     wp=ca.MX.sym("wp", nf))

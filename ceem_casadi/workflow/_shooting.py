@@ -1,0 +1,58 @@
+"""The layout of single- and multiple-shooting output-error problems, shared by the IPOPT problem
+and the Levenberg-Marquardt engine: the segments of every trajectory and the groups of segments
+simulated by one mapped rollout."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def segments(lengths, shooting) -> list[tuple[int, int, int, bool]]:
+    """``(trajectory, start, samples, has_next)`` per shooting segment (k samples from every node,
+    the last one shorter; ``shooting=None``: one segment per trajectory).
+
+    Examples
+    --------
+    >>> from ceem_casadi.workflow._shooting import segments
+    >>> segments([5], 2)
+    [(0, 0, 2, True), (0, 2, 2, True), (0, 4, 1, False)]
+    """
+    out = []
+    for b, T in enumerate(lengths):
+        k = T if shooting is None else int(shooting)
+        for s0 in range(0, T, k):
+            n = min(k, T - s0)
+            out.append((b, s0, n, s0 + n < T))
+    return out
+
+
+@dataclass(frozen=True)
+class ShootingLayout:
+    """Segments and rollout groups of one set of trajectory lengths and one shooting length.
+
+    Attributes
+    ----------
+    segs : list of tuple
+        `segments` of the lengths.
+    groups : list of (int, list of int)
+        (samples simulated, segment indices) per mapped rollout: a segment with a successor
+        simulates one sample more, to predict the next node.
+    n_u : int
+        Input columns of all rollouts together.
+    n_obs : int
+        Observed samples of all segments together.
+    """
+
+    segs: list
+    groups: list
+    n_u: int
+    n_obs: int
+
+    @classmethod
+    def of(cls, lengths, shooting) -> ShootingLayout:
+        """The layout of trajectories of ``lengths`` with segments of ``shooting`` samples (None: single)."""
+        segs = segments(lengths, shooting)
+        grouped: dict[int, list[int]] = {}
+        for i, (_, _, n, nxt) in enumerate(segs):
+            grouped.setdefault(n + int(nxt), []).append(i)
+        groups = sorted(grouped.items())
+        return cls(segs, groups, sum(L * len(idx) for L, idx in groups), sum(n for _, _, n, _ in segs))
