@@ -230,7 +230,7 @@ def test_every_import_of_the_package_resolves():
     that branch runs, e.g. on 20,000 samples)."""
     bad = []
     for name in MODULES:
-        for target, names in imports_of(name):
+        for target, _names in imports_of(name):
             if target in MODULES:
                 continue
             parent, _, leaf = target.rpartition(".")
