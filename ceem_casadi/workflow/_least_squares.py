@@ -37,620 +37,32 @@ budget and returns the lowest objective, with one table row per start.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import casadi as ca
 import numpy as np
-import scipy.linalg as sla
 import scipy.sparse as sps
-import scipy.sparse.linalg as spla
 
 from ..errors import OptionsError, ParameterError, ShapeError, SolverError
 from ..io._data import Trajectories
 from ..runtime._linalg import BufferedCall
 from ..runtime._solve import deadline
 from ..runtime._status import Status
+from ._lm import DENSE_MAX, LeastSquaresProblem, box_bounds, levenberg_marquardt, solve_least_squares, to_csc
+from ._lm_options import LeastSquaresOptions, LeastSquaresResult
 from ._shooting import ShootingLayout
 
 __all__ = ["LeastSquaresOptions", "LeastSquaresResult", "OutputErrorLeastSquares", "output_error_least_squares",
            "output_error_problem", "solve_least_squares"]
 
-_ACCEPT = 1e-4          # minimum ratio actual / predicted reduction of the merit
 logger = logging.getLogger(__name__)
-_ROUNDOFF_GTOL = 1e-6   # cosine test of a point where no step decreases the objective any more
 _SENS_MAX = 3e7      # doubles of forward sensitivities above which CasADi's reverse/forward AD is used
-_DENSE_MAX = 600        # unknowns + constraints up to which the step is solved densely
 
 
-def _check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise OptionsError(msg)
-
-
-@dataclass(frozen=True)
-class LeastSquaresOptions:
-    """Options of the Levenberg-Marquardt engine (`solve_least_squares`, `output_error_least_squares`).
-
-    Parameters
-    ----------
-    max_iter : int
-        Jacobian evaluations (outer iterations), default 200.
-    ftol : float
-        Stop when both the actual and the predicted relative reduction of the objective are below
-        ``ftol`` (MINPACK's test), default 1e-10.
-    xtol : float
-        Stop when the scaled step is below ``xtol`` times the scaled iterate, default 1e-10.
-    gtol : float
-        Stop when every free column's cosine with the residual vector, ``|J_i^T r| / (||J_i|| ||r||)``,
-        is below ``gtol`` (single shooting only), default 1e-10.
-    flat_tol, flat_iter : float, int
-        Stop (converged) when the objective fell by less than ``flat_tol`` (relative) over the last
-        ``flat_iter`` iterations (default 1e-5 over 10): a flat valley where full Gauss-Newton steps
-        keep creeping (measured: the 100,000-sample Wiener-Hammerstein bench crept on for 400
-        iterations at a relative decrease of 1e-6 per step after settling in 25, its RMS unchanged
-        to four digits). The message says when this test stopped the run.
-    gap_tol : float
-        Multiple shooting: largest continuity gap (relative to each state's spread over the nodes)
-        of a converged iterate, default 1e-8.
-    time_limit : float, optional
-        Wall-clock seconds for the whole call (all starts), or ``None``.
-    initial_damping : float
-        ``lambda`` of the first step relative to the scaled normal matrix (unit diagonal), default 1e-3.
-    max_damping : float
-        ``lambda`` beyond which no step can be found (status ``"stalled"``), default 1e12.
-    use_prior : bool
-        Include the parameters' Gaussian priors (output error only).
-    reject_unstable : bool
-        Multiple shooting: reject a trial whose free run from its initial state is not finite
-        (default True).
-    compile : bool or "auto"
-        Output error: compile the sensitivity step (the model's step and its Jacobians, one small
-        SX Function) to native code with the library's cached compiler (`ceem_casadi.compile`);
-        ``"auto"`` (default) when the data have at least 20,000 samples. Falls back to CasADi's
-        virtual machine, with a warning, when no compiler works.
-    x0_window : int, optional
-        Samples of [`estimate_initial_state`][ceem_casadi.estimate_initial_state] for initial states
-        that are not given (output error only).
-    x_lower, x_upper : float or sequence of float, optional
-        Bounds on the initial states and nodes (scalar or (nx,)).
-    raise_on_failure : bool
-        Raise [`SolverError`][ceem_casadi.SolverError] when the status is ``"solver_failed"``.
-
-    Examples
-    --------
-    >>> from ceem_casadi.workflow import LeastSquaresOptions
-    >>> LeastSquaresOptions(max_iter=50, time_limit=10.0).max_iter
-    50
-    """
-
-    max_iter: int = 200
-    ftol: float = 1e-10
-    xtol: float = 1e-10
-    gtol: float = 1e-10
-    gap_tol: float = 1e-8
-    flat_tol: float = 1e-5
-    flat_iter: int = 10
-    time_limit: float | None = None
-    initial_damping: float = 1e-3
-    max_damping: float = 1e12
-    use_prior: bool = True
-    reject_unstable: bool = True
-    compile: object = "auto"
-    x0_window: int | None = None
-    x_lower: object = None
-    x_upper: object = None
-    raise_on_failure: bool = False
-
-    def __post_init__(self):
-        _check(isinstance(self.max_iter, int) and not isinstance(self.max_iter, bool) and self.max_iter >= 0,
-               f"max_iter must be an int >= 0, got {self.max_iter!r}")
-        _check(isinstance(self.flat_iter, int) and self.flat_iter >= 1, f"flat_iter must be an int >= 1, got {self.flat_iter!r}")
-        for name in ("ftol", "xtol", "gtol", "gap_tol", "flat_tol", "initial_damping", "max_damping"):
-            v = getattr(self, name)
-            _check(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) and v > 0,
-                   f"{name} must be a finite number > 0, got {v!r}")
-        t = self.time_limit
-        _check(t is None or (isinstance(t, (int, float)) and not isinstance(t, bool) and np.isfinite(t) and t > 0),
-               f"time_limit must be None or a finite number of seconds > 0, got {t!r}")
-        _check(self.compile in (True, False, "auto"), f"compile must be True, False or 'auto', got {self.compile!r}")
-        _check(self.x0_window is None or (isinstance(self.x0_window, int) and self.x0_window >= 1),
-               f"x0_window must be None or an int >= 1, got {self.x0_window!r}")
-
-
-@dataclass
-class LeastSquaresResult:
-    """Outcome of the engine.
-
-    Attributes
-    ----------
-    x : numpy.ndarray
-        (n,) the returned unknowns (for output error: free parameters, then the nodes).
-    cost : float
-        Objective ``0.5 ||r||^2`` (+ prior) at ``x``; for multiple shooting the single-shooting
-        (free-run) objective.
-    initial_cost : float
-        The same at the start.
-    status : Status
-        How the run ended (``status.advice`` says what to try).
-    message : str
-        What happened, and which iterate is returned.
-    iterations : int
-        Jacobian evaluations.
-    evaluations : int
-        Residual evaluations (trials included).
-    wall_s : float
-        Seconds.
-    returned : str
-        ``"last"`` (the final iterate), ``"best"`` (an earlier iterate with a lower objective) or
-        ``"start"``.
-    constraint_violation : float
-        Largest absolute continuity gap at ``x`` (0 for single shooting).
-    history : list of float
-        Objective after every accepted step.
-    starts : list of dict
-        Multi-start: one row per start (``start``, ``initial_cost``, ``cost``, ``status``,
-        ``iterations``, ``wall_s``); the result is the row with the lowest ``cost``.
-
-    Examples
-    --------
-    >>> from ceem_casadi.workflow import LeastSquaresResult
-    >>> import casadi as ca
-    >>> from ceem_casadi.workflow import solve_least_squares
-    >>> x = ca.SX.sym("x")
-    >>> res = solve_least_squares(ca.Function("r", [x], [ca.vertcat(x - 2, 0.5 * (x - 2))]), [0.0])
-    >>> res.returned, round(res.cost, 12), res.to_dict()["status"]
-    ('last', 0.0, 'converged')
-    """
-
-    x: np.ndarray
-    cost: float
-    initial_cost: float
-    status: Status
-    message: str
-    iterations: int
-    evaluations: int
-    wall_s: float
-    returned: str = "last"
-    constraint_violation: float = 0.0
-    history: list = field(default_factory=list, repr=False)
-    starts: list = field(default_factory=list, repr=False)
-    theta: dict | None = field(default=None, repr=False)
-    x0: np.ndarray | None = field(default=None, repr=False)
-
-    def __repr__(self) -> str:
-        return (f"LeastSquaresResult(status={self.status}, cost={self.cost:.6g}, initial_cost={self.initial_cost:.6g}, "
-                f"iterations={self.iterations}, returned={self.returned!r}, wall_s={self.wall_s:.3g})")
-
-    @property
-    def success(self) -> bool:
-        """Whether ``status`` gives a regular estimate."""
-        return self.status.usable
-
-    def table(self) -> str:
-        """One line per start (a single line without multi-start)."""
-        rows = self.starts or [dict(start=0, initial_cost=self.initial_cost, cost=self.cost, status=str(self.status),
-                                    iterations=self.iterations, wall_s=self.wall_s)]
-        out = [f"{'start':>5}  {'initial cost':>14}  {'cost':>14}  {'status':<13}  {'iter':>5}  {'wall s':>7}"]
-        for r in rows:
-            out.append(f"{r['start']:>5}  {r['initial_cost']:14.7g}  {r['cost']:14.7g}  {r['status']:<13}  "
-                       f"{r['iterations']:>5}  {r['wall_s']:7.2f}")
-        return "\n".join(out)
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict."""
-        d = dict(x=self.x.tolist(), cost=self.cost, initial_cost=self.initial_cost, status=str(self.status),
-                 message=self.message, iterations=self.iterations, evaluations=self.evaluations, wall_s=self.wall_s,
-                 returned=self.returned, constraint_violation=self.constraint_violation, history=list(self.history),
-                 starts=list(self.starts))
-        if self.theta is not None:
-            d["theta"] = {k: np.asarray(v).tolist() for k, v in self.theta.items()}
-            d["x0"] = np.asarray(self.x0).tolist()
-        return d
-
-
-# --------------------------------------------------------------------------------------------------
-# the engine
-def _to_csc(m: ca.DM) -> sps.csc_matrix:
-    sp = m.sparsity()
-    colind, row = sp.get_ccs()
-    return sps.csc_matrix((np.asarray(m.nonzeros(), float), np.asarray(row), np.asarray(colind)), shape=m.shape)
-
-
-class _Problem:
-    """Evaluations the engine needs (the output-error and the generic problems implement them).
-
-    ``evaluate(w, jac)`` -> ``(r (m,), J (m, n) csc or None, c (q,), C (q, n) csc or None)`` or None
-    when not finite; ``objective(w)`` -> the honest objective used to rank iterates (inf when the
-    free run is not finite); ``c_scale`` (q,) divides the gaps."""
-
-    n_con = 0
-    c_scale = np.ones(0)
-
-    def objective(self, w, r=None):  # default: the least-squares cost itself
-        if r is None:
-            out = self.evaluate(w, False)
-            if out is None:
-                return np.inf
-            r = out[0]
-        return 0.5 * float(r @ r)
-
-
-def _blas_single_thread():
-    """One BLAS thread for the engine's small dense products when threadpoolctl is installed (an
-    optional extra): on a loaded 2-core machine the 100,000 x 28 Gram matrix took 4 ms or 1.5 s
-    depending on whether OpenBLAS's threads had to be woken against other processes."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover
-        return contextlib.nullcontext()
-    return threadpool_limits(1, user_api="blas")
-
-
-def _lm(prob: _Problem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, opts: LeastSquaresOptions,
-        expires: float | None) -> LeastSquaresResult:
-    """Trust-region Levenberg-Marquardt (module docstring) from ``w0``; returns the best iterate."""
-    with _blas_single_thread():
-        return _lm_run(prob, w0, lower, upper, opts, expires)
-
-
-def _lm_run(prob: _Problem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, opts: LeastSquaresOptions,
-            expires: float | None) -> LeastSquaresResult:
-    t0 = time.perf_counter()
-    w = np.clip(np.asarray(w0, float), lower, upper)
-    out = prob.evaluate(w, True)
-    if out is None:
-        return LeastSquaresResult(w, np.inf, np.inf, Status.SOLVER_FAILED,
-                                  "the residuals are not finite at the start; start inside the model's domain",
-                                  0, 1, time.perf_counter() - t0, "start")
-    r, J, c, C = out
-    norm = max(0.5 * float(r @ r), 1e-300)      # residual scaling: the objective relative to the start's
-    honest_start = prob.objective(w, r if prob.n_con == 0 else None)
-    best = (honest_start, w.copy(), 0)
-    history = [honest_start]
-    q, cs = prob.n_con, prob.c_scale
-    nu = 0.0
-    D = np.zeros(w.size)
-    radius = None
-    status, why = None, ""
-    it = evals = 0
-
-    def merit(r_, c_):
-        return 0.5 * float(r_ @ r_) / norm + (nu * float(np.abs(c_ / cs).sum()) if q else 0.0)
-
-    while True:
-        if expires is not None and time.perf_counter() >= expires:
-            status, why = Status.TIME_LIMIT, "time limit"
-            break
-        if it >= opts.max_iter:
-            status, why = Status.MAX_ITERS, f"iteration limit ({opts.max_iter})"
-            break
-        it += 1
-        dense = isinstance(J, np.ndarray)
-        Js, rs = J / np.sqrt(norm), r / np.sqrt(norm)
-        colnorm = np.sqrt(np.einsum("ij,ij->j", Js, Js)) if dense else \
-            np.sqrt(np.asarray(Js.multiply(Js).sum(axis=0)).ravel())
-        D = np.maximum(D, colnorm)   # More's scaling
-        Dsafe = np.where(D > 0, D, 1.0)
-        Jsc = Js / Dsafe if dense else (Js @ sps.diags(1.0 / Dsafe)).tocsc()
-        grad = np.asarray(Jsc.T @ rs).ravel()
-        span = np.maximum(1.0, np.abs(w))
-        free = ~(((w <= lower + 1e-12 * span) & (grad > 0)) | ((w >= upper - 1e-12 * span) & (grad < 0)))
-        if q == 0:
-            rn = np.sqrt(float(rs @ rs))
-            colsc = (colnorm / Dsafe)[free]
-            cosine = np.abs(grad[free]) / np.maximum(colsc * rn, 1e-300)
-            if rn == 0.0 or cosine.size == 0 or float(np.max(cosine)) <= opts.gtol:
-                status, why = Status.CONVERGED, "gradient test (gtol)"
-                break
-        Jf = Jsc[:, free]
-        gf = grad[free]
-        Cs = Cf = cv = None
-        if q:
-            Cs = (sps.diags(1.0 / cs) @ C @ sps.diags(1.0 / Dsafe)).tocsc()
-            Cf, cv = Cs[:, free], c / cs
-        sub = _Subproblem(sps.csc_matrix(Jf.T @ Jf) if dense else (Jf.T @ Jf).tocsc(), gf, Cf, cv)
-        if radius is None:
-            radius = float(np.linalg.norm(w * Dsafe)) or 1.0
-        accepted = False
-        while not accepted:  # shrink the trust region until a trial is accepted
-            if expires is not None and time.perf_counter() >= expires:
-                break
-            try:
-                dfree, mult = sub.solve(radius)
-            except (np.linalg.LinAlgError, RuntimeError, ValueError):
-                dfree, mult = None, None
-            if dfree is not None and np.all(np.isfinite(dfree)):
-                d = np.zeros(w.size)
-                d[free] = dfree
-                w_try = np.clip(w + d / Dsafe, lower, upper)
-                d_eff = (w_try - w) * Dsafe
-                step = float(np.linalg.norm(d_eff))
-                if q and mult is not None:
-                    # the l1 penalty from this step's multipliers (not the largest seen: a penalty
-                    # kept from early iterations rejected good steps for their O(|d|^2) gaps and
-                    # stalled the oscillator of tests/test_cli_workflow.py at 68x the optimum)
-                    nu = 1.1 * float(np.max(np.abs(mult), initial=0.0))
-                m_now = merit(r, c)
-                lin_r = rs + Jsc @ d_eff
-                pred = m_now - (0.5 * float(lin_r @ lin_r) + (nu * float(np.abs(cv + Cs @ d_eff).sum()) if q else 0.0))
-                out_try = prob.evaluate(w_try, False)
-                evals += 1
-                ok = out_try is not None
-                if ok and q and opts.reject_unstable:
-                    ok = bool(np.isfinite(prob.objective(w_try)))
-                ratio = (m_now - merit(out_try[0], out_try[2])) / pred if ok and pred > 0 else -1.0
-                if q and out_try is not None and pred > 0 and ratio < _ACCEPT:
-                    # second-order correction (Maratos effect: the l1 merit rejects good steps for the
-                    # O(|d|^2) continuity gaps they open): least-norm step back onto c = 0, then retry
-                    soc = _second_order_correction(Cf, out_try[2] / cs, free, w.size)
-                    if soc is not None:
-                        w_soc = np.clip(w_try + soc / Dsafe, lower, upper)
-                        out_soc = prob.evaluate(w_soc, False)
-                        evals += 1
-                        ok_soc = out_soc is not None and (not opts.reject_unstable
-                                                          or bool(np.isfinite(prob.objective(w_soc))))
-                        if ok_soc:
-                            ratio_soc = (m_now - merit(out_soc[0], out_soc[2])) / pred
-                            if ratio_soc >= _ACCEPT:
-                                w_try, out_try, ok, ratio = w_soc, out_soc, True, ratio_soc
-                                d_eff = (w_try - w) * Dsafe
-                                step = float(np.linalg.norm(d_eff))
-                if ratio < 0.25:
-                    radius = 0.25 * (step if ok and step > 0 else radius)
-                elif ratio > 0.75 and step >= 0.95 * radius:
-                    radius *= 2.0
-                if ratio >= _ACCEPT:
-                    actual = ratio * pred
-                    small_step = step <= opts.xtol * (opts.xtol + np.linalg.norm(w * Dsafe))
-                    rel = max(m_now, 1e-300)
-                    small_f = abs(actual) <= opts.ftol * rel and pred <= opts.ftol * rel
-                    w = w_try
-                    accepted = True
-                    break
-            else:
-                radius *= 0.25
-            if radius <= opts.xtol * (opts.xtol + np.linalg.norm(w * Dsafe)):
-                break
-        if not accepted:
-            if expires is not None and time.perf_counter() >= expires:
-                status, why = Status.TIME_LIMIT, "time limit"
-            else:  # the model predicts decreases that round-off swallows: a first-order point or a stall
-                if q == 0:
-                    stationary = float(np.max(cosine, initial=0.0)) <= _ROUNDOFF_GTOL
-                else:  # feasible, and the undamped step is at round-off relative to the iterate
-                    try:
-                        d0 = sub.solve(np.inf)[0]
-                    except (np.linalg.LinAlgError, RuntimeError, ValueError):
-                        d0 = np.full(1, np.inf)
-                    stationary = float(np.max(np.abs(c / cs), initial=0.0)) <= opts.gap_tol and \
-                        float(np.linalg.norm(d0)) <= np.sqrt(_ROUNDOFF_GTOL) * (1.0 + np.linalg.norm(w * Dsafe))
-                status, why = (Status.CONVERGED, "no decrease left above round-off at a stationary point") \
-                    if stationary else (Status.STALLED, "no acceptable step in a trust region down to xtol")
-            break
-        out = prob.evaluate(w, True)
-        if out is None:  # pragma: no cover - the trial was finite at this point
-            status, why = Status.SOLVER_FAILED, "the Jacobian is not finite at an accepted iterate"
-            break
-        r, J, c, C = out
-        honest = prob.objective(w, r if q == 0 else None)
-        history.append(honest)
-        logger.debug("iteration %d: objective %.10g, trust radius %.3g, ratio %.3g, scaled step %.3g",
-                     it, honest, radius, ratio, step)
-        if honest < best[0]:
-            best = (honest, w.copy(), it)
-        feasible = q == 0 or float(np.max(np.abs(c / cs), initial=0.0)) <= opts.gap_tol
-        if feasible and (small_step or small_f):
-            status, why = Status.CONVERGED, "step test (xtol)" if small_step else "reduction test (ftol)"
-            break
-        k = opts.flat_iter
-        if feasible and len(history) > k and history[-k - 1] - history[-1] <= opts.flat_tol * abs(history[-1]):
-            status, why = Status.CONVERGED, (f"flat valley: the objective fell by less than {opts.flat_tol:g} "
-                                             f"(relative) over the last {k} iterations")
-            break
-    last = history[-1]
-    if best[0] < last:
-        w_out, cost, returned = best[1], best[0], ("start" if best[2] == 0 else "best")
-        note = (f"returning the {'starting point' if best[2] == 0 else f'iterate of iteration {best[2]}'} "
-                f"(lowest objective seen, {cost:.6g}; the last iterate had {last:.6g})")
-    else:
-        w_out, cost, returned = w, last, ("start" if len(history) == 1 else "last")
-        note = "returning the last iterate (the lowest objective seen)" if returned == "last" else \
-            "returning the starting point (no step was accepted)"
-    gap = 0.0
-    if q:
-        o = prob.evaluate(w_out, False)
-        gap = float(np.max(np.abs(o[2]), initial=0.0)) if o is not None else np.inf
-    msg = f"Levenberg-Marquardt: {status} ({why}) after {it} iterations, {evals} trial evaluations; {note}"
-    return LeastSquaresResult(w_out, float(cost), float(honest_start), status, msg, it, evals,
-                              time.perf_counter() - t0, returned, gap, history)
-
-
-class _Subproblem:
-    """The scaled trust-region subproblem ``min 0.5 d^T H d + g^T d`` s.t. ``||d|| <= radius`` (and
-    ``C d = -c``): solved exactly through an eigendecomposition of H when small and unconstrained,
-    else through the Levenberg-Marquardt parameter ``lambda`` of ``(H + lambda I) d = -g - C^T y``,
-    searched on a log scale until ``||d||`` is at most the radius."""
-
-    def __init__(self, H, g, C, c):
-        self.H, self.g, self.C, self.c = H, g, C, c
-        self.n = H.shape[0]
-        self.q = 0 if C is None else C.shape[0]
-        self.eig = None
-        if self.q == 0 and self.n <= _DENSE_MAX:
-            S, V = np.linalg.eigh(H.toarray())
-            self.eig = (np.maximum(S, 0.0), V, V.T @ g)
-        self.lam = 0.0
-
-    def _solve_lam(self, lam):
-        if self.eig is not None:
-            S, V, gt = self.eig
-            return -V @ (gt / np.maximum(S + lam, 1e-14 * max(float(S.max(initial=0.0)), 1e-300))), None
-        return _step(self.H, self.g, lam, self.C, self.c)
-
-    def solve(self, radius):
-        d, y = self._solve_lam(0.0)
-        if np.linalg.norm(d) <= radius:
-            return d, y
-        if self.eig is not None:  # secular equation 1/||d(lam)|| = 1/radius by Newton (More-Sorensen)
-            S, V, gt = self.eig
-            lam = 1e-14 * max(float(S.max(initial=0.0)), 1e-300)   # S >= 0; a zero eigenvalue needs lam > 0
-            for _ in range(50):
-                den = S + lam
-                dn = np.sqrt(float(np.sum(gt ** 2 / den ** 2)))
-                if abs(dn - radius) <= 1e-3 * radius:
-                    break
-                dphi = float(np.sum(gt ** 2 / den ** 3)) / dn ** 3
-                lam = max(lam + (1.0 / radius - 1.0 / dn) / dphi, 0.5 * lam + 1e-300)
-            return -V @ (gt / (S + lam)), None
-        lo, hi = 0.0, max(self.lam, 1e-8 * max(float(self.H.diagonal().max(initial=0.0)), 1e-300))
-        while True:  # bracket
-            d, y = _step(self.H, self.g, hi, self.C, self.c)
-            if np.linalg.norm(d) <= radius or hi > 1e30:
-                break
-            lo, hi = hi, hi * 10.0
-        for _ in range(6):  # refine on a log scale; keep a step inside the region
-            mid = np.sqrt(max(lo, hi * 1e-3) * hi)
-            dm, ym = _step(self.H, self.g, mid, self.C, self.c)
-            if np.linalg.norm(dm) <= radius:
-                hi, d, y = mid, dm, ym
-            else:
-                lo = mid
-        self.lam = hi
-        if np.linalg.norm(d) > radius and self.q == 0:
-            d = d * (radius / np.linalg.norm(d))
-        return d, y
-
-
-def _second_order_correction(Cf, c_scaled, free, n):
-    """Least-norm scaled correction ``d`` (n,) with ``C_f d_free = -c`` (None when it fails)."""
-    try:
-        M = (Cf @ Cf.T).tocsc()
-        y = spla.splu(M + 1e-14 * max(float(M.diagonal().max(initial=0.0)), 1e-300)
-                      * sps.identity(M.shape[0], format="csc")).solve(-c_scaled)
-    except (RuntimeError, ValueError):
-        return None
-    d = np.zeros(n)
-    d[free] = np.asarray(Cf.T @ y).ravel()
-    return d if np.all(np.isfinite(d)) else None
-
-
-def _step(H, g, lam, C, c):
-    """Damped Gauss-Newton step (and multipliers) of the scaled problem: ``(H + lam I) d + C^T y = -g``,
-    ``C d = -c``."""
-    n = H.shape[0]
-    q = 0 if C is None else C.shape[0]
-    if q == 0:
-        A = H + lam * sps.identity(n, format="csc")
-        if n <= _DENSE_MAX:
-            A = A.toarray()
-            try:
-                return sla.cho_solve(sla.cho_factor(A, lower=False, check_finite=True), -g), None
-            except np.linalg.LinAlgError:
-                return np.linalg.lstsq(A, -g, rcond=None)[0], None
-        return spla.spsolve(A.tocsc(), -g), None
-    # sparse LU of the bordered system (dense LAPACK of a few hundred unknowns was 50x slower on a
-    # loaded 2-core machine: BLAS threads); a singular H at lam = 0 gets a round-off-sized damping
-    lam = max(lam, 1e-12 * max(float(H.diagonal().max(initial=0.0)), 1e-300))
-    K = sps.bmat([[H + lam * sps.identity(n, format="csc"), C.T], [C, None]], format="csc")
-    sol = spla.splu(K).solve(np.concatenate([-g, -c]))
-    return sol[:n], sol[n:]
-
-
-# --------------------------------------------------------------------------------------------------
-# generic problems
-class _GenericProblem(_Problem):
-    def __init__(self, residual: ca.Function, p):
-        if not isinstance(residual, ca.Function) or residual.n_out() < 1 or residual.n_in() not in (1, 2):
-            raise OptionsError("residual: expected a casadi.Function r(x) or r(x, p) with the residual vector "
-                               f"as its first output, got {residual!r}")
-        x = ca.MX.sym("x", residual.sparsity_in(0))
-        args = [x]
-        if residual.n_in() == 2:
-            pp = ca.MX.sym("p", residual.sparsity_in(1))
-            args.append(pp)
-            self.p = ca.DM(np.zeros(residual.sparsity_in(1).shape) if p is None else np.asarray(p, float))
-        else:
-            self.p = None
-        r = ca.vec(residual(*args) if residual.n_out() == 1 else residual(*args)[0])
-        self.F = ca.Function("lm_r", args, [r])
-        self.FJ = ca.Function("lm_rJ", args, [r, ca.jacobian(r, x)])
-        self.n = x.numel()
-
-    def evaluate(self, w, jac):
-        args = [w] if self.p is None else [w, self.p]
-        if jac:
-            r, J = self.FJ(*args)
-            r = np.asarray(r, float).ravel()
-            J = _to_csc(J)
-            if not (np.all(np.isfinite(r)) and np.all(np.isfinite(J.data))):
-                return None
-            return r, J, np.zeros(0), None
-        r = np.asarray(self.F(*args), float).ravel()
-        return (r, None, np.zeros(0), None) if np.all(np.isfinite(r)) else None
-
-
-def _box(value, n, fill, name):
-    v = np.asarray(fill if value is None else value, float)
-    if v.size not in (1, n):
-        raise ShapeError(f"{name}: expected a scalar or {n} entries, got shape {v.shape}")
-    return np.broadcast_to(v.ravel() if v.size > 1 else v, (n,)).astype(float)
-
-
-def solve_least_squares(residual: ca.Function, x0, *, p=None, lower=None, upper=None,
-                        options: LeastSquaresOptions = LeastSquaresOptions()) -> LeastSquaresResult:
-    """Minimise ``0.5 ||r(x)||^2`` subject to ``lower <= x <= upper`` with the engine of this module.
-
-    Parameters
-    ----------
-    residual : casadi.Function
-        ``r(x)`` or ``r(x, p)``: the residual vector (m,) (first output) of the unknowns (n,); its
-        exact sparse Jacobian is built by CasADi AD once.
-    x0 : array_like
-        (n,) start.
-    p : array_like, optional
-        Value of the second input of ``residual``.
-    lower, upper : float or array_like, optional
-        Bounds (scalar or (n,)), default unbounded.
-    options : LeastSquaresOptions
-        Tolerances and limits (the output-error fields are ignored).
-
-    Returns
-    -------
-    LeastSquaresResult
-        ``x``, ``cost`` (never above the start's), ``status``, ``message``.
-
-    Examples
-    --------
-    >>> import casadi as ca
-    >>> from ceem_casadi.workflow import solve_least_squares
-    >>> x = ca.SX.sym("x", 2)
-    >>> rosenbrock = ca.Function("r", [x], [ca.vertcat(10 * (x[1] - x[0] ** 2), 1 - x[0])])
-    >>> res = solve_least_squares(rosenbrock, [-1.2, 1.0])
-    >>> str(res.status), [round(float(v), 6) for v in res.x]
-    ('converged', [1.0, 1.0])
-    """
-    prob = _GenericProblem(residual, p)
-    w0 = np.asarray(x0, float).ravel()
-    if w0.size != prob.n:
-        raise ShapeError(f"x0: expected {prob.n} entries (the residual's first input), got {w0.size}")
-    lo, hi = _box(lower, prob.n, -np.inf, "lower"), _box(upper, prob.n, np.inf, "upper")
-    if np.any(lo > hi):
-        raise ShapeError("lower must not exceed upper")
-    expires = None if options.time_limit is None else time.perf_counter() + options.time_limit
-    res = _lm(prob, w0, lo, hi, options, expires)
-    if options.raise_on_failure and res.status is Status.SOLVER_FAILED:
-        raise SolverError(f"solve_least_squares: {res.message}. {res.status.advice}", res)
-    return res
-
-
-# --------------------------------------------------------------------------------------------------
-# output error
-class OutputErrorLeastSquares(_Problem):
+class OutputErrorLeastSquares(LeastSquaresProblem):
     """Residuals, continuity gaps and their exact sparse Jacobians of the output-error problem for
     one model, set of trajectory lengths and shooting (built once per key, cached on the model:
     use `output_error_problem`).
@@ -799,7 +211,7 @@ class OutputErrorLeastSquares(_Problem):
         dz = Ya[ny + ny * nx:].reshape(nf, ny, n_obs)
         vz = -(wgt[None] * dz)                                     # (nf, ny, n_obs)
         vx = -(wgt[None] * dx0)
-        if self.shooting is None and self.nw <= _DENSE_MAX and n_obs * ny * self.nw <= 5e7:   # dense: cheaper
+        if self.shooting is None and self.nw <= DENSE_MAX and n_obs * ny * self.nw <= 5e7:   # dense: cheaper
             J = np.zeros((n_obs, ny, self.nw))
             J[:, :, :nf] = vz.transpose(2, 1, 0)
             for b_node in np.unique(self._obs_node):
@@ -877,7 +289,7 @@ class OutputErrorLeastSquares(_Problem):
         if jac:
             r, J, g, G = self.FJ(w, *self._data)
             r, g = np.asarray(r, float).ravel(), np.asarray(g, float).ravel()
-            J, G = _to_csc(J), _to_csc(G)
+            J, G = to_csc(J), to_csc(G)
             if not (np.all(np.isfinite(r)) and np.all(np.isfinite(J.data)) and np.all(np.isfinite(g))
                     and np.all(np.isfinite(G.data))):
                 return None
@@ -898,7 +310,7 @@ class OutputErrorLeastSquares(_Problem):
     def objective(self, w, r=None):
         """Single-shooting objective (free run from every trajectory's first node)."""
         if self.shooting is None:
-            return _Problem.objective(self, w, r)
+            return LeastSquaresProblem.objective(self, w, r)
         nf, nx = self.free.size, self.model.nx
         nodes = w[nf:].reshape(-1, nx)
         ws = np.concatenate([w[:nf], nodes[self.first_nodes()].ravel()])
@@ -994,7 +406,7 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
             raise ParameterError(f"starts[{i}]: expected a dict of parameter values, got {type(s).__name__}")
         candidates.append(model.params.validate({**base, **s}))
     nx = model.nx
-    lo_x, hi_x = _box(options.x_lower, nx, -np.inf, "x_lower"), _box(options.x_upper, nx, np.inf, "x_upper")
+    lo_x, hi_x = box_bounds(options.x_lower, nx, -np.inf, "x_lower"), box_bounds(options.x_upper, nx, np.inf, "x_upper")
     if x0 is not None:
         x0 = np.asarray(x0, float)
         x0 = np.tile(x0, (len(data), 1)) if x0.ndim == 1 else x0
@@ -1033,7 +445,7 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
             spread = np.maximum(spread, 1e-6 * max(float(np.max(spread)), 1e-300))
             prob.c_scale = np.tile(np.where(spread > 0, spread, 1.0), n_nodes - len(data))
         w0 = np.concatenate([tv[free], nodes.ravel()])
-        res = _lm(prob, w0, lower, upper, options, expires)
+        res = levenberg_marquardt(prob, w0, lower, upper, options, expires)
         res.initial_cost = float(res.initial_cost) if prob.n_con == 0 else prob.objective(w0)
         out = tv.copy()
         out[free] = res.x[:free.size]
