@@ -108,6 +108,7 @@ BAD = [
     ([*REFINE, "--x0-window", "500"], ["--x0-window", "[1, 120]"]),
     ([*REFINE, "--theta0", '{"k": "a"}'], ["--theta0", "'k'"]),
     ([*REFINE, "--hessian", "newton"], ["--hessian", "invalid choice"]),
+    ([*REFINE, "--solver", "gn"], ["--solver", "invalid choice"]),
     ([*REFINE[:-1], "sim.csv/x.npz"], ["--out", "not a folder"]),
     ([*CAL, "--grid", "a,b"], ["--grid", "numbers"]),
     ([*CAL, "--grid", "0,1"], ["--grid", "> 0"]),

@@ -128,7 +128,7 @@ def cmd_refine(args) -> int:
                          f"got {args.shooting}")
     positive_seconds(args.time_limit, "--time-limit")
     if args.max_iter < 1:
-        raise UsageError(f"--max-iter: expected an integer >= 1 (IPOPT iterations), got {args.max_iter}")
+        raise UsageError(f"--max-iter: expected an integer >= 1 (solver iterations), got {args.max_iter}")
     model, theta, saved = model_from_args(args)
     theta = theta_arg(model, args.theta0, "--theta0", base=theta) or theta
     data, desc = data_from_args(args, model)
@@ -139,7 +139,7 @@ def cmd_refine(args) -> int:
     if args.x0 is not None and args.x0_window is not None:
         raise UsageError("--x0-window estimates the starting initial states, --x0 gives them: give one of them")
     x0 = states(args.x0, "--x0", model.nx, len(data)) if args.x0 is not None else None
-    options = OutputErrorOptions(max_iter=args.max_iter, hessian=args.hessian, use_prior=not args.no_prior,
+    options = OutputErrorOptions(solver=args.solver, max_iter=args.max_iter, hessian=args.hessian, use_prior=not args.no_prior,
                                  time_limit=args.time_limit, x0_window=args.x0_window)
     res = refine_output_error(model, data, theta, shooting=args.shooting, x0=x0, options=options)
     source, kwargs = model_source(args, saved)
@@ -151,7 +151,8 @@ def cmd_refine(args) -> int:
                                               "refine": summary, "started_from": str(args.model_file or args.model)})
     how = "single shooting" if args.shooting is None else f"multiple shooting, {args.shooting}-sample segments"
     _summary_line(f"output-error refinement ({how}): cost {res.initial_cost:.6g} -> {res.cost:.6g}, "
-                  f"{res.iterations} IPOPT iterations, {res.wall_s:.1f} s, status {res.status}", args.quiet)
+                  f"{res.iterations} {'IPOPT' if args.solver == 'ipopt' else 'Levenberg-Marquardt'} iterations, "
+                  f"{res.wall_s:.1f} s, status {res.status}", args.quiet)
     summary.update(model_file=str(out), theta={k: np.asarray(v).tolist() for k, v in res.theta.items()},
                    x0=res.x0.tolist())
     print(json.dumps(summary))

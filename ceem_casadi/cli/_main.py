@@ -155,8 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--theta0", help="starting parameters JSON (default: the model file's or the factory's)")
     p.add_argument("--shooting", type=int, help="multiple shooting with segments of this many samples "
                                                 "(default: single shooting)")
-    p.add_argument("--hessian", choices=("gauss-newton", "exact"), default="gauss-newton")
-    p.add_argument("--max-iter", type=int, default=500, help="IPOPT iterations (default 500)")
+    p.add_argument("--solver", choices=("lm", "ipopt"), default="lm",
+                   help="lm: the Levenberg-Marquardt engine (default); ipopt: one IPOPT NLP")
+    p.add_argument("--hessian", choices=("gauss-newton", "exact"), default="gauss-newton",
+                   help="Hessian of the IPOPT NLP (--solver ipopt)")
+    p.add_argument("--max-iter", type=int, default=500, help="iterations of the solver (default 500)")
     p.add_argument("--time-limit", type=float, help="wall-clock budget in seconds (status time_limit)")
     p.add_argument("--x0", help="starting initial states JSON (default: estimated from --x0-window samples)")
     p.add_argument("--x0-window", type=int, help="samples used to estimate the starting x0 (default min(T, 10 nx))")
