@@ -74,7 +74,7 @@ def drive_rhs(x, u, p, r: float = R_INERTIA):
     --------
     >>> import types
     >>> p = types.SimpleNamespace(**TRUE)
-    >>> [float(v) for v in drive_rhs([0.1, 1.0, 0.0], [0.0], p)]  # tau = 4 + 0.6
+    >>> ca.DM(drive_rhs([0.1, 1.0, 0.0], [0.0], p)).full().ravel().round(12).tolist()  # tau = 4 + 0.6
     [1.0, -6.6, 4.6]
     """
     tau = p.k * x[0] + p.d * (x[1] - x[2])
