@@ -16,7 +16,7 @@ Protocol
    (the test is stricter, not looser).
 4. Per free parameter: truth, estimate, standard error, ``|estimate - truth| / SE``.
 
-Run: ``python -m scripts.drive_pipeline [--smoke] [--json PATH]``.
+Run: ``python -m scripts.drive_pipeline [--smoke] [--coverage N] [--json PATH]``.
 """
 from __future__ import annotations
 
@@ -119,6 +119,8 @@ def main(argv=None) -> int:
     ap.add_argument("--noise", type=float, default=0.05, help="output noise std, rad/s")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-limit", type=float, default=120.0)
+    ap.add_argument("--coverage", type=int, default=0, metavar="N",
+                    help="also run seeds 0..N-1 and report how many |est-truth|/SE exceed 2 (nominal 5 %%)")
     ap.add_argument("--json", default=None, help="write the result to this path")
     a = ap.parse_args(argv)
     kw = dict(records=a.records, samples=a.samples, noise=a.noise, seed=a.seed, time_limit=a.time_limit)
@@ -130,6 +132,15 @@ def main(argv=None) -> int:
     for r in out["rows"]:
         print(f"{r['name']:>6} {r['truth']:9.4g} {r['guess']:9.4g} {r['estimate']:10.5g} {r['se']:9.3g} {r['z']:15.2f}")
     print(f"best stage: {out['best_stage']}; max |est-truth|/SE = {out['max_z']:.2f}; wall {out['wall_s']:.1f} s")
+    if a.coverage:
+        zs = []
+        for seed in range(a.coverage):
+            o = out if seed == a.seed else run(**{**kw, "seed": seed})
+            zs.extend(r["z"] for r in o["rows"])
+            print(f"seed {seed}: " + " ".join(f"{r['name']} {r['z']:.2f}" for r in o["rows"]))
+        out["coverage"] = dict(seeds=a.coverage, n=len(zs), beyond_2=int(np.sum(np.array(zs) > 2)), max_z=max(zs))
+        print(f"coverage: {out['coverage']['beyond_2']} of {len(zs)} beyond 2 SE (nominal 5 %), "
+              f"max {max(zs):.2f}")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(out, fh, indent=1)
