@@ -224,6 +224,30 @@ def test_results_have_a_short_repr_a_table_and_plain_data(small_fit):
     assert "a" in fit.table() and f"{float(fit.theta['a']):.6g}" in fit.table()
 
 
+def test_results_of_the_pipeline_control_and_least_squares_keep_the_contract(small_fit, tmp_path):
+    """The results added beside the first ones (identify and its stages, compare_structures, the
+    least-squares engine, export_casadi, design_input) are `Result`s with the same contract."""
+    import json
+
+    from ceem_casadi.runtime._result import Result
+    from ceem_casadi.workflow._least_squares import output_error_least_squares
+
+    model, data, fit = small_fit
+    ident = cc.identify(model, data, {"a": 0.5}, time_limit=60)
+    assert abs(float(ident.theta["a"]) - 0.8) < 0.05
+    lin2 = {"one": (model, None), "two": (model, {"a": 0.7})}
+    results = [ident, ident.stages[0], cc.compare_structures(lin2, data),
+               output_error_least_squares(model, data, {"a": 0.5}),
+               cc.export_casadi(model, fit.theta, tmp_path / "export"),
+               cc.design_input(model, fit.theta, 20, u_bounds=(-1, 1), starts=2, x0=[0.0])]
+    for res in results:
+        assert isinstance(res, Result), type(res).__name__
+        text = repr(res)
+        assert len(text) < 300 and "\n" not in text, text
+        assert isinstance(res.table(), str) and res.table().strip()
+        json.dumps(res.to_dict())
+
+
 def test_every_import_of_the_package_resolves():
     """Every import of a ``ceem_casadi`` module, function-local ones included, names a module that
     exists (a function-local ``from .compile import ...`` left behind by a move fails only when

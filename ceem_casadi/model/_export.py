@@ -31,13 +31,14 @@ import casadi as ca
 import numpy as np
 
 from ..errors import ModelError
+from ..runtime._result import Result
 from ._simulation import as_theta_vector
 
 __all__ = ["ExportResult", "export_casadi"]
 
 
-@dataclass(frozen=True)
-class ExportResult:
+@dataclass(frozen=True, repr=False)
+class ExportResult(Result):
     """What [`export_casadi`][ceem_casadi.export_casadi] wrote.
 
     Attributes

@@ -37,6 +37,8 @@ import numpy as np
 
 from ..errors import OptionsError, ShapeError
 from ..model._simulation import as_theta_vector, simulate_output
+from ..runtime._result import Result
+from ..runtime._schema import check_fields
 from ..runtime._solve import ipopt_options
 from ..runtime._status import Status
 
@@ -80,6 +82,7 @@ class DesignOptions:
     regularisation: float = 1e-9
 
     def __post_init__(self):
+        check_fields(self)
         if not (isinstance(self.hold, int) and self.hold >= 1):
             raise OptionsError(f"hold: expected an int >= 1 (samples per input value), got {self.hold!r}")
         if not (isinstance(self.max_iter, int) and self.max_iter >= 1):
@@ -90,8 +93,8 @@ class DesignOptions:
             raise OptionsError(f"regularisation: expected a finite value >= 0, got {self.regularisation!r}")
 
 
-@dataclass
-class InputDesign:
+@dataclass(repr=False)
+class InputDesign(Result):
     """Outcome of [`design_input`][ceem_casadi.design_input].
 
     Attributes

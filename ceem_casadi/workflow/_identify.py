@@ -32,14 +32,15 @@ import numpy as np
 
 from ..errors import OptionsError, ShapeError, SolverError
 from ..io._data import Trajectories
+from ..runtime._result import Result
 from ..runtime._status import Status
 from ._least_squares import LeastSquaresOptions, output_error_least_squares
 
 __all__ = ["IdentifyResult", "StageFit", "StructureComparison", "compare_structures", "identify"]
 
 
-@dataclass
-class StageFit:
+@dataclass(repr=False)
+class StageFit(Result):
     """One stage of `identify` on the estimation data.
 
     Attributes
@@ -64,6 +65,8 @@ class StageFit:
         What happened.
     """
 
+    SUMMARY = ("stage", "status", "iterations", "objective")
+
     stage: str
     theta: dict = field(repr=False)
     x0: np.ndarray = field(repr=False)
@@ -81,8 +84,8 @@ class StageFit:
                     status=self.status, iterations=self.iterations, wall_s=self.wall_s, message=self.message)
 
 
-@dataclass
-class IdentifyResult:
+@dataclass(repr=False)
+class IdentifyResult(Result):
     """Outcome of `identify`.
 
     Attributes
@@ -269,8 +272,8 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
 
 
 # --------------------------------------------------------------------------------------------------
-@dataclass
-class StructureComparison:
+@dataclass(repr=False)
+class StructureComparison(Result):
     """Outcome of `compare_structures`.
 
     Attributes

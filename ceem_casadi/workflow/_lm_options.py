@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..runtime._result import Result
 from ..runtime._schema import check_fields, require
 from ..runtime._status import Status
 
@@ -101,8 +102,8 @@ class LeastSquaresOptions:
                f"x0_window must be None or an int >= 1, got {self.x0_window!r}")
 
 
-@dataclass
-class LeastSquaresResult:
+@dataclass(repr=False)
+class LeastSquaresResult(Result):
     """Outcome of the engine.
 
     Attributes
