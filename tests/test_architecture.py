@@ -275,3 +275,39 @@ def _defines(module: str, name: str) -> bool:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             return True
     return False
+
+
+def _option_classes():
+    """Every ``*Options`` dataclass defined in the package."""
+    import dataclasses
+    import importlib
+
+    found = {}
+    for name in MODULES:
+        if name.endswith("__main__"):  # running it is the CLI itself
+            continue
+        module = importlib.import_module(name)
+        for attr, obj in vars(module).items():
+            if (attr.endswith("Options") and isinstance(obj, type) and dataclasses.is_dataclass(obj)
+                    and obj.__module__ == name):
+                found[f"{name}.{attr}"] = obj
+    return found
+
+
+OPTION_CLASSES = _option_classes()
+
+
+@pytest.mark.parametrize("name", sorted(OPTION_CLASSES))
+def test_every_option_class_checks_its_field_types_by_the_one_schema(name):
+    """A value of the wrong type in any typed field raises the library's OptionsError naming the
+    field (never a raw TypeError, never accepted): every option dataclass runs runtime._schema."""
+    from ceem_casadi.errors import OptionsError
+    from ceem_casadi.runtime._schema import field_kinds
+
+    cls = OPTION_CLASSES[name]
+    kinds = field_kinds(cls)
+    assert kinds, f"{name}: no typed field"
+    field, kind = next((f, k) for f, k in kinds.items() if not k.accepts("not a value of this kind"))
+    with pytest.raises(OptionsError, match=field):
+        cls(**{field: "not a value of this kind"})
+    assert len(OPTION_CLASSES) >= 11
