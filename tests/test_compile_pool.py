@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _procs import alive
 
 from ceem_casadi.objective._stages import StageFunctions
 from ceem_casadi.runtime._compile import compiler
@@ -24,12 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SLOW = "sleep 60 & echo $! > {pidfile}; wait"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie has ended
 
 
 def _child_pid(pidfile: Path) -> int:
@@ -47,11 +42,11 @@ def test_timed_out_job_kills_the_compilers_children(tmp_path):
     job = CompileJob(["sh", "-c", SLOW.format(pidfile=pidfile)], "slow", 1, finish=ends.append)
     POOL.submit([job], 2)
     pid = _child_pid(pidfile)
-    assert _alive(pid)
+    assert alive(pid)
     with pytest.raises(RuntimeError, match="time limit"):
         job.wait(time.monotonic() + 0.2)
     time.sleep(0.2)
-    assert not _alive(pid)
+    assert not alive(pid)
     assert ends == [False]                                     # cleaned up, nothing moved into place
 
 
@@ -69,7 +64,7 @@ def test_interrupted_wait_kills_the_compilers_children(tmp_path):
         job.wait(time.monotonic() + 30)
     timer.join()
     time.sleep(0.2)
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 def test_failed_command_reports_its_stderr():
@@ -92,10 +87,10 @@ def test_interpreter_exit_kills_unwaited_jobs(tmp_path):
                    env={**os.environ, "PYTHONPATH": str(ROOT)})
     pid = _child_pid(pidfile)
     for _ in range(100):
-        if not _alive(pid):
+        if not alive(pid):
             break
         time.sleep(0.02)
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 @pytest.mark.skipif(compiler() is None, reason="needs a C compiler")

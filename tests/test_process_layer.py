@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from _procs import alive, children
 
 import ceem_casadi as cc
 from ceem_casadi.runtime._pool import WorkerPool
@@ -23,24 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find processes")
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(d.name))
-    return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _wait_until(cond, timeout: float) -> bool:
@@ -73,20 +58,20 @@ def test_calibrate_noise_workers_end_with_their_parent(lorenz_csv, tmp_path, sig
     proc = subprocess.Popen(list(map(str, args)), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     workers: list[int] = []
     try:
-        assert _wait_until(lambda: len(_children(proc.pid)) >= 2 or proc.poll() is not None, 120)
-        workers = _children(proc.pid)
+        assert _wait_until(lambda: len(children(proc.pid)) >= 2 or proc.poll() is not None, 120)
+        workers = children(proc.pid)
         assert proc.poll() is None and len(workers) >= 2, proc.stderr.read().decode()[-2000:]
         time.sleep(0.5)  # the workers are inside their first fits
         t0 = time.monotonic()
         proc.send_signal(sig)
         proc.wait(timeout=30)  # bounded; SIGINT used to wait for the workers' chains (> 150 s here)
         exit_s = time.monotonic() - t0
-        assert _wait_until(lambda: not any(_alive(w) for w in workers), 5.0), [w for w in workers if _alive(w)]
+        assert _wait_until(lambda: not any(alive(w) for w in workers), 5.0), [w for w in workers if alive(w)]
         if sig == signal.SIGINT:
             assert proc.returncode == 130 and exit_s < 5.0, (proc.returncode, exit_s)  # loaded machine: 2 s + margin
     finally:
         for w in workers:
-            if _alive(w):
+            if alive(w):
                 os.kill(w, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
@@ -112,7 +97,7 @@ def test_worker_pool_maps_in_order_and_is_killed_on_interruption():
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt), pool:
         raise KeyboardInterrupt
-    assert time.monotonic() - t0 < 5.0 and not any(_alive(p) for p in pids)
+    assert time.monotonic() - t0 < 5.0 and not any(alive(p) for p in pids)
     assert future.cancelled() or future.done()
 
 
@@ -141,13 +126,13 @@ def test_a_killed_process_leaves_no_compiler_and_no_temporary_folder(tmp_path, s
         assert _wait_until(lambda: pidfile.exists() and pidfile.read_text().strip() != "", 60), \
             proc.stderr.read().decode() if proc.poll() is not None else "no compiler started"
         compiler_pid = int(pidfile.read_text())
-        assert _alive(compiler_pid)
+        assert alive(compiler_pid)
         proc.send_signal(sig)
         proc.wait(timeout=30)
-        assert _wait_until(lambda: not _alive(compiler_pid), 5.0)
+        assert _wait_until(lambda: not alive(compiler_pid), 5.0)
         assert _wait_until(lambda: not tmpdir.exists(), 5.0)
     finally:
-        if compiler_pid and _alive(compiler_pid):
+        if compiler_pid and alive(compiler_pid):
             os.kill(compiler_pid, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()

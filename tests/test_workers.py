@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from _procs import alive, children
 
 import ceem_casadi as cc
 from models import lorenz
@@ -18,26 +19,8 @@ from models import lorenz
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _children(pid: int) -> list[int]:
-    """Pids whose parent is ``pid`` (from /proc, no psutil)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(d.name))
-    return out
 
 
-def _alive(pid: int) -> bool:
-    """Running (a zombie waiting for a reaper counts as dead)."""
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the workers")
@@ -57,15 +40,15 @@ def test_workers_die_with_killed_parent(tmp_path):
         t0 = time.time()
         while not (tmp_path / "m.npz.ckpt.npz").exists() and proc.poll() is None and time.time() - t0 < 120:
             time.sleep(0.05)
-        workers = _children(proc.pid)
+        workers = children(proc.pid)
         assert proc.poll() is None and len(workers) >= 2, (workers, proc.stderr.read() if proc.poll() else "")
         proc.kill()
         proc.wait()
         time.sleep(5)
-        assert [w for w in workers if _alive(w)] == []
+        assert [w for w in workers if alive(w)] == []
     finally:
         for w in workers:      # leave nothing running, whatever happened
-            if _alive(w):
+            if alive(w):
                 os.kill(w, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
