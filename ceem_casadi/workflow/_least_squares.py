@@ -105,17 +105,8 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         self._names = list(syms)
         E = ca.DM(ca.Sparsity.triplet(npar, nf, self.free.tolist(), list(range(nf))), 1.0)
         pvec = syms["p_base"] + ca.mtimes(E, z)
-        yhat, gaps, u_col = [], [], 0
-        for L, idx in self.groups:
-            Yh, Xh = rollout(model, L).map(len(idx))(nodes[:, idx], syms["U"][:, u_col:u_col + L * len(idx)], pvec)
-            u_col += L * len(idx)
-            for j, i in enumerate(idx):
-                _, _, n, nxt = self.segs[i]
-                yhat.append(Yh[:, j * L:j * L + n])
-                if nxt:
-                    gaps.append(Xh[:, j * L + n] - nodes[:, i + 1])
-        r = ca.vec(syms["M"] * ca.repmat(syms["iv"], 1, n_obs) * (syms["Y"] - ca.horzcat(*yhat)))
-        g = ca.vertcat(*gaps) if gaps else ca.MX(0, 1)
+        Yhat, g = layout.free_runs(lambda L: rollout(model, L), nodes, syms["U"], pvec)
+        r = ca.vec(syms["M"] * ca.repmat(syms["iv"], 1, n_obs) * (syms["Y"] - Yhat))
         ins = [w, *syms.values()]
         self.F = ca.Function("oe_residuals", ins, [r, g])
         n_total = sum(L * len(idx) for L, idx in self.groups)

@@ -235,20 +235,10 @@ class OutputErrorProblem:
         s = {k: ca.reshape(a, v.shape[0], v.shape[1]) for (k, v), a in zip(syms.items(), parts)}
         E = ca.DM(ca.Sparsity.triplet(npar, nf, self.free.tolist(), list(range(nf))), 1.0)
         p = s["p_base"] + ca.mtimes(E, z)
-        yhat, gaps, u_col = [], [], 0
-        for L, idx in self.groups:
-            Yh, Xh = rollout(model, L).map(len(idx))(nodes[:, idx], s["U"][:, u_col:u_col + L * len(idx)], p)
-            u_col += L * len(idx)
-            for j, i in enumerate(idx):
-                _, _, n, nxt = self.segs[i]
-                yhat.append(Yh[:, j * L:j * L + n])
-                if nxt:
-                    gaps.append(Xh[:, j * L + n] - nodes[:, i + 1])
-        Yhat = ca.horzcat(*yhat)
+        Yhat, g = layout.free_runs(lambda L: rollout(model, L), nodes, s["U"], p)
         r = ca.vec(s["M"] * ca.repmat(s["iv"], 1, n_obs) * (s["Y"] - Yhat))
         prior = s["wp"] * (z - s["mu"])
         cost = 0.5 * ca.sumsqr(r) + 0.5 * ca.sumsqr(prior)
-        g = ca.vertcat(*gaps) if gaps else ca.MX(0, 1)
         extra = {}
         if options.hessian == "gauss-newton":
             # cost, gradient J^T r and J^T J from ONE evaluation of the residual Jacobian J per

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import casadi as ca
+
 
 def segments(lengths, shooting) -> list[tuple[int, int, int, bool]]:
     """``(trajectory, start, samples, has_next)`` per shooting segment (k samples from every node,
@@ -56,3 +58,35 @@ class ShootingLayout:
             grouped.setdefault(n + int(nxt), []).append(i)
         groups = sorted(grouped.items())
         return cls(segs, groups, sum(L * len(idx) for L, idx in groups), sum(n for _, _, n, _ in segs))
+
+    def free_runs(self, rollout, nodes, U, p):
+        """Symbolic free runs of every segment from its node: the predicted outputs (ny, n_obs)
+        and the continuity gaps (next node minus predicted state) of the segments with a successor.
+
+        Parameters
+        ----------
+        rollout : callable
+            ``rollout(L)`` -> the model's rollout Function over ``L`` samples
+            (`ceem_casadi.model._simulation.rollout` bound to the model).
+        nodes : casadi.MX
+            (nx, n_nodes) initial state of every segment.
+        U : casadi.MX
+            (nu, n_u) inputs of all rollouts, group after group.
+        p : casadi.MX
+            (n_p,) full parameter vector.
+
+        Returns
+        -------
+        (casadi.MX, casadi.MX)
+            ``Yhat`` (ny, n_obs) and ``gaps`` (nx * n_gaps, 1; empty for single shooting).
+        """
+        yhat, gaps, u_col = [], [], 0
+        for L, idx in self.groups:
+            Yh, Xh = rollout(L).map(len(idx))(nodes[:, idx], U[:, u_col:u_col + L * len(idx)], p)
+            u_col += L * len(idx)
+            for j, i in enumerate(idx):
+                _, _, n, nxt = self.segs[i]
+                yhat.append(Yh[:, j * L:j * L + n])
+                if nxt:
+                    gaps.append(Xh[:, j * L + n] - nodes[:, i + 1])
+        return ca.horzcat(*yhat), (ca.vertcat(*gaps) if gaps else ca.MX(0, 1))
