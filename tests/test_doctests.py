@@ -68,3 +68,30 @@ def test_examples_pass(name, obj):
     wall = time.perf_counter() - t0
     assert result.failed == 0, f"{name}: {result.failed} of {result.attempted} examples failed:\n" + "".join(out)
     assert wall < 10.0, f"{name}: examples took {wall:.1f} s (keep each under a second: tiny problems, compile=False)"
+
+
+def _library_modules() -> list[str]:
+    """Every module of the package (private ones included), except the CLI's ``__main__``."""
+    from pathlib import Path
+
+    root = Path(cc.__file__).resolve().parent
+    names = []
+    for path in sorted(root.rglob("*.py")):
+        parts = ("ceem_casadi", *path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__main__":
+            continue
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+@pytest.mark.parametrize("module", _library_modules())
+def test_every_docstring_example_of_the_library_passes(module):
+    """The examples of private modules too (a moved module's examples kept importing its old path,
+    e.g. ``from ceem_casadi.stages import ...``, and nothing ran them)."""
+    mod = importlib.import_module(module)
+    out = []
+    runner = doctest.DocTestRunner(optionflags=FLAGS)
+    for test in doctest.DocTestFinder(exclude_empty=True).find(mod, module):
+        if test.examples:
+            runner.run(test, out=out.append)
+    assert runner.failures == 0, "".join(out)

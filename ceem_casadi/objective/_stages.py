@@ -32,7 +32,7 @@ AUTO_COMPILE_INSTRUCTIONS = 20_000
 AUTO_COMPILE_WORK = 20_000_000
 # ... and never compile a single program longer than this: gcc time grows super-linearly
 MAX_COMPILE_INSTRUCTIONS = 300_000
-# the Functions every smoothing NLP uses (:mod:`ceem_casadi.smoother`, :mod:`ceem_casadi.smoother_chunks`)
+# the Functions every smoothing NLP uses (`ceem_casadi.smoothing._smoother`, `ceem_casadi.smoothing._chunks`)
 SMOOTHER_STAGES = ("obs_cost", "dyn_cost", "obs_x_grad", "dyn_x_grad", "obs_x_hess_triu", "dyn_x_hess_triu")
 
 
@@ -76,7 +76,7 @@ def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool, uppe
 
 def _newton_terms(name, residual, wrt, inputs, in_names, hessian: str) -> ca.Function:
     """``(cost, grad, hess)`` of one stage with respect to ``wrt`` in ONE program (the batched
-    smoother's evaluation, `ceem_casadi.batched_smoother`): Gauss-Newton from the residual
+    smoother's evaluation, `ceem_casadi.smoothing._batched`): Gauss-Newton from the residual
     Jacobian J alone (grad = J^T r, hess = upper triangle of J^T J: the model is evaluated and
     differentiated once, not once per output); exact: the gradient and the Hessian's upper triangle."""
     cost = 0.5 * ca.sumsqr(residual)
@@ -173,7 +173,7 @@ class StageFunctions:
             "obs_p_hess": hess("obs_p", r_obs, p, obs_in, obs_names, False),
             "dyn_p_grad": grad("dyn_p", r_dyn, p, dyn_in, dyn_names, False),
             "dyn_p_hess": hess("dyn_p", r_dyn, p, dyn_in, dyn_names, False),
-            # cross blocks states x parameters (dense; parameter uncertainty, :mod:`ceem_casadi.uncertainty`)
+            # cross blocks states x parameters (dense; parameter uncertainty, `ceem_casadi.workflow._uncertainty`)
             "obs_xp_hess": lambda: _cross_hess("obs_xp", r_obs, x, p, obs_in, obs_names, hessian),
             "dyn_xp_hess": lambda: _cross_hess("dyn_xp", r_dyn, z, p, dyn_in, dyn_names, hessian),
             # residual Jacobians with respect to the parameters (dense), for Gauss-Newton in numpy
@@ -185,7 +185,7 @@ class StageFunctions:
             "obs_cost": lambda: ca.Function("obs_cost", obs_in, [0.5 * ca.sumsqr(r_obs)], obs_names, ["cost"]),
             "dyn_cost": lambda: ca.Function("dyn_cost", dyn_in, [0.5 * ca.sumsqr(r_dyn)], dyn_names, ["cost"]),
             # residuals with their Jacobians in the states (joint Gauss-Newton steps,
-            # :mod:`ceem_casadi.joint_gauss_newton`, which takes the parameter Jacobians from
+            # `ceem_casadi.em._joint_gauss_newton`, which takes the parameter Jacobians from
             # obs_p_jac / dyn_p_jac: one program each instead of a second copy in these)
             "obs_res_jac_x": lambda: ca.Function(
                 "obs_res_jac_x", obs_in, [ca.densify(r_obs), ca.densify(ca.jacobian(r_obs, x))], obs_names, ["r", "jac_x"]),

@@ -158,12 +158,12 @@ class BandedNewton:
 
     def steps(self, x0: np.ndarray):
         """The solver as a generator, for callers that answer the requests of many solves at once
-        ([`ceem_casadi.batched_newton.solve_many`][ceem_casadi.batched_newton.solve_many]).
+        (`ceem_casadi.smoothing._batched_newton.solve_many`).
 
         Yields ``(kind, argument)`` requests and expects their answers sent back:
         ``(NEWTON, x)`` -> ``(f, g, nz, d0)`` as ``objective.newton(x)``; ``(COST, x)`` -> f as
         ``objective.cost(x)``; ``(DIRECTION, (nz, d0, g, shift))`` -> `direction`'s result.
-        Returns (``StopIteration.value``) the [`NewtonOutcome`][ceem_casadi.banded_newton.NewtonOutcome].
+        Returns (``StopIteration.value``) the `NewtonOutcome`.
         """
         x = np.array(x0, float)
         scale, shift_last, max_shift, it = None, 0.0, 0.0, 0

@@ -4,7 +4,7 @@ The smoothing problems of B trajectories of the same length T are independent: t
 their sum is block diagonal, with one block-tridiagonal (nx T)^2 block per trajectory, i.e. ONE
 band matrix of nx T B columns with 2 nx - 1 super-diagonals whose coupling between consecutive
 trajectories is zero. This module solves them side by side with the damped Newton method of
-[`ceem_casadi.banded_newton`][ceem_casadi.banded_newton] (each trajectory keeps its own
+`ceem_casadi.smoothing._banded` (each trajectory keeps its own
 iterate, line search, Levenberg-Marquardt shift, stopping test and IPOPT-named status, exactly
 as ``SmootherOptions(solver="banded")`` per trajectory), with every round's work done in one call
 each (`solve_many`):
@@ -23,7 +23,7 @@ Hessians of one evaluation take (2 nx)^2 doubles per step). ``SmootherOptions(so
 selects it; with ``solver=None`` it is used where it was measured faster than IPOPT:
 `batched_default`, one threshold
 ``policy.BATCHED_MIN_TRAJECTORIES`` (and no state bounds, records shorter than the long-record threshold
-of [`ceem_casadi.smoother`][ceem_casadi.smoother]).
+of `ceem_casadi.smoothing._smoother`).
 """
 from __future__ import annotations
 
@@ -92,9 +92,9 @@ def batch_functions(stages, band_column: ca.Function, n: int, T: int) -> tuple[c
     Parameters
     ----------
     stages : StageFunctions
-        The model's stage Functions (compiled where [`StageFunctions.get`][ceem_casadi.stages.StageFunctions.get] compiles).
+        The model's stage Functions (compiled where `StageFunctions.get` compiles).
     band_column : casadi.Function
-        [`band_column_functions`][ceem_casadi.smoothing._structure.band_column_functions]'s column Function.
+        `band_column_functions`'s column Function.
     n, T : int
         Trajectories and steps; the N = n T columns of the inputs are the trajectories one after
         the other.
@@ -106,14 +106,14 @@ def batch_functions(stages, band_column: ca.Function, n: int, T: int) -> tuple[c
         -> (costs (1, n), G (nx, N), nz (k, N))``: each trajectory's stage cost (no trust-region
         or x_1 prior term), its gradient and the band nonzeros of its Hessian including the trust
         region's 2 rho on the diagonal (layout of
-        [`band_storage`][ceem_casadi.banded_newton.band_storage]); ``cost(X, U, Y, M, p, iw, iv)
+        `band_storage`); ``cost(X, U, Y, M, p, iw, iv)
         -> costs (1, n)``.
 
     Examples
     --------
     >>> import ceem_casadi as cc
     >>> from ceem_casadi.smoothing._structure import band_column_functions
-    >>> from ceem_casadi.stages import StageFunctions
+    >>> from ceem_casadi.objective._stages import StageFunctions
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
     >>> newton, cost = batch_functions(StageFunctions(model, compile=False), band_column_functions(1)[1], 2, 3)
     >>> newton.size_out(2), cost.size_out(0)
@@ -168,7 +168,7 @@ class BatchObjective:
     Examples
     --------
     >>> import numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.stages import StageFunctions
+    >>> from ceem_casadi.objective._stages import StageFunctions
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
     >>> obj = BatchObjective(StageFunctions(model, compile=False), 3)
     >>> y = [np.ones((3, 1)), np.zeros((3, 1))]
@@ -297,7 +297,7 @@ class BatchedSmoother:
     Parameters
     ----------
     stages : StageFunctions
-        The model's stage Functions (shared with a [`Smoother`][ceem_casadi.smoother.Smoother]).
+        The model's stage Functions (shared with a `Smoother`).
     T : int
         Trajectory length.
     options : SmootherOptions
@@ -306,7 +306,7 @@ class BatchedSmoother:
     Examples
     --------
     >>> import numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.stages import StageFunctions
+    >>> from ceem_casadi.objective._stages import StageFunctions
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
     >>> bs = BatchedSmoother(StageFunctions(model, compile=False), 5, cc.SmootherOptions(solver="batched"))
     >>> th = np.zeros(0)
@@ -381,7 +381,7 @@ def batched_costs(smoother, theta_vec, data, xs) -> list[float | None]:
     >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
     >>> data = cc.Trajectories([np.ones((3, 1)), np.zeros((3, 1)), np.zeros((4, 1))])
-    >>> sm = cc.Smoother(model, cc.SmootherOptions(compile=False))
+    >>> sm = cc.smoothing.Smoother(model, cc.SmootherOptions(compile=False))
     >>> [None if c is None else round(c, 6) for c in batched_costs(sm, np.zeros(0), data, [np.ones((T, 1)) for T in data.lengths])]
     [0.01, 1.51, 2.015]
     """
@@ -409,7 +409,7 @@ def prepare_batched(smoother, lengths, shards: int = 1) -> list[int]:
     --------
     >>> import ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
-    >>> sm = cc.Smoother(model, cc.SmootherOptions(compile=False))
+    >>> sm = cc.smoothing.Smoother(model, cc.SmootherOptions(compile=False))
     >>> prepare_batched(sm, [5, 5, 5, 6], shards=2), sorted(sm._batched)
     ([], [5, 6])
     """
@@ -423,7 +423,7 @@ def prepare_batched(smoother, lengths, shards: int = 1) -> list[int]:
 
 
 def smooth_batched(smoother, theta_vec, data, x_init) -> list:
-    """[`Smoother.solve`][ceem_casadi.smoother.Smoother.solve] with the trajectories of each
+    """`Smoother.solve` with the trajectories of each
     length that `batched_default` selects solved
     by a `BatchedSmoother` (built once per length
     and kept on ``smoother``), the others one by one as before.
@@ -433,7 +433,7 @@ def smooth_batched(smoother, theta_vec, data, x_init) -> list:
     >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
     >>> data = cc.Trajectories([np.ones((5, 1)), np.zeros((4, 1)), np.zeros((5, 1))])
-    >>> sm = cc.Smoother(model, cc.SmootherOptions(compile=False))
+    >>> sm = cc.smoothing.Smoother(model, cc.SmootherOptions(compile=False))
     >>> th = np.zeros(0)
     >>> [r.x.shape for r in smooth_batched(sm, th, data, [np.zeros((T, 1)) for T in data.lengths])]
     [(5, 1), (4, 1), (5, 1)]

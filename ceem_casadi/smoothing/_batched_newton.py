@@ -1,6 +1,6 @@
 """Many banded Newton solves at once: one evaluation and one LAPACK call per round for all of them.
 
-[`BandedNewton.steps`][ceem_casadi.banded_newton.BandedNewton.steps] is the damped Newton solver
+`BandedNewton.steps` is the damped Newton solver
 of one block-tridiagonal problem written as a generator of requests (derivatives at x, the cost
 at a trial point, a Newton direction). `solve_many`
 runs B such generators side by side: in every round it collects the pending requests of all
@@ -10,7 +10,7 @@ objective (one mapped CasADi evaluation over every problem's stages), the direct
 factorisation (LAPACK ``dpbtrf``) and one solve (``dpbtrs``) of the block-diagonal matrix of all
 B block-tridiagonal matrices, stored as one band. Each problem keeps its own iterate, scaling,
 shift, line search, stopping test and status: the outcomes are those of B separate
-[`BandedNewton.solve`][ceem_casadi.banded_newton.BandedNewton.solve] calls (up to the rounding
+`BandedNewton.solve` calls (up to the rounding
 of LAPACK's blocking), only the number of calls into CasADi and LAPACK drops from O(B) to O(1)
 per round.
 """
@@ -30,7 +30,7 @@ def stacked_directions(requests, nx: int, T: int) -> list[np.ndarray | None]:
     requests : sequence of tuple
         m tuples ``(nz, d0, g, shift)`` as yielded by ``BandedNewton.steps`` with ``DIRECTION``:
         the block columns' nonzeros ``nz`` (T, k) (k = nx^2 + nx (nx + 1) / 2, layout of
-        [`band_storage`][ceem_casadi.banded_newton.band_storage]), ``d0`` (nx,) added to the first
+        `band_storage`), ``d0`` (nx,) added to the first
         nx diagonal entries, the gradient ``g`` (nx T,) and the shift (a float added to the diagonal).
     nx, T : int
         Block size and number of blocks of every system.
@@ -40,7 +40,7 @@ def stacked_directions(requests, nx: int, T: int) -> list[np.ndarray | None]:
     list of numpy.ndarray or None
         ``d`` (nx T,) solving ``(H + shift I) d = -g`` for each request, None where H + shift I is
         not numerically positive definite or d is not finite (as
-        [`BandedNewton.direction`][ceem_casadi.banded_newton.BandedNewton.direction]). A system
+        `BandedNewton.direction`). A system
         that fails is dropped and the others are factorised again (one more call per failure).
 
     Examples

@@ -224,7 +224,7 @@ class Smoother:
 
     def solve(self, theta_vec: np.ndarray, data, x_init: list[np.ndarray]) -> list[SmoothResult]:
         """Smooth every trajectory of ``data`` (sequentially, or those of a length together:
-        `ceem_casadi.batched_smoother.smooth_batched`), warm-started at ``x_init``.
+        `ceem_casadi.smoothing._batched.smooth_batched`), warm-started at ``x_init``.
 
         Parameters
         ----------

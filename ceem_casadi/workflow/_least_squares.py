@@ -75,7 +75,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
     Examples
     --------
     >>> import numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.workflow import output_error_problem
+    >>> from ceem_casadi.workflow._least_squares import output_error_problem
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...                                          params=cc.Parameters(cc.Param("a", 0.5)), measurement_std=1.0)
     >>> data = cc.Trajectories([np.ones((4, 1))], [np.zeros((4, 1))])
@@ -373,7 +373,7 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
     Examples
     --------
     >>> import casadi as ca, numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.workflow import output_error_least_squares
+    >>> from ceem_casadi.workflow._least_squares import output_error_least_squares
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...                                          params=cc.Parameters(cc.Param("a", 0.5)), measurement_std=0.1)
     >>> u = np.sin(0.3 * np.arange(50))[:, None]
