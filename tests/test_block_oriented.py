@@ -19,6 +19,7 @@ from ceem_casadi.model._block_oriented import (
     wiener_hammerstein,
 )
 from ceem_casadi.workflow._bla import _block_theta, _den_from_poles, bla_initialise
+from scripts.block_oriented_demo import simulate  # the demo's record generator, one copy
 
 T = 1000
 NOISE = 0.01          # output noise: this fraction of the noise-free output's standard deviation
@@ -38,15 +39,6 @@ G_TRUE = {"g_den": _den_from_poles(np.array([0.85 * np.exp(0.6j), 0.85 * np.exp(
           "g_num": np.array([1.0, -0.3, 0.2]), "f_coef": np.array([0.0, 1.0, 0.2, -0.15])}
 
 
-
-def simulate(model, theta: dict, u, *, noise_std: float = 0.0, seed=0, x0=None) -> cc.Trajectories:
-    """Noise-free run of a block model from ``x0`` (default zero) plus white output noise of std
-    ``noise_std`` (seeded): ``Trajectories`` with y (T, 1) for ``u`` (T,) or (T, 1)."""
-    u = np.asarray(u, float).reshape(-1, 1)
-    x0 = np.zeros(model.nx) if x0 is None else np.asarray(x0, float)
-    y = np.asarray(cc.simulate_output(model, theta, u, x0), float)
-    rng = np.random.default_rng(seed)
-    return cc.Trajectories([y + noise_std * rng.standard_normal(y.shape)], [u])
 
 def _rms(a, b):
     return float(np.sqrt(np.mean((np.asarray(a) - np.asarray(b)) ** 2)))
