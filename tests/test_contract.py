@@ -296,6 +296,25 @@ def _roundtrip(y, u, theta, kw, tmp):
     return cc.load_model(path), MODEL.params.validate(theta)
 
 
+def _check_identify(res, y, u, theta):
+    start = next(s for s in res.stages if s.stage == "theta0")
+    assert _finite_theta(res.theta) and np.isfinite(res.best.objective)
+    assert not np.isfinite(start.objective) or res.best.objective <= start.objective * (1 + 1e-9) + 1e-12
+
+
+def _check_structures(res, y, u, theta):
+    assert res.best == "m"
+
+
+def _check_export(res, y, u, theta):
+    d = res.to_dict()
+    assert d["files"] and all(Path(f).is_file() for f in d["files"].values())
+
+
+def _check_design(res, y, u, theta):
+    assert np.all(np.isfinite(res.u)) and np.all(np.abs(res.u) <= 1.0 + 1e-9)
+
+
 ENTRIES = {
     "ceem": (lambda y, u, th, kw, tmp: cc.ceem(MODEL, _data(y, u), th, **{"options": cc.CEEMOptions(max_iters=2),
                                                                           **kw}),
@@ -347,7 +366,19 @@ ENTRIES = {
     "generate_ekf": (lambda y, u, th, kw, tmp: cc.generate_ekf(MODEL, th, tmp / "ekf", **kw), _check_codegen,
                      [lambda v: {"x0": np.full(1, _num(v))}, lambda v: {"name": "9 bad-name"}, lambda v: {"Q": v}],
                      {"theta"}),
+    "identify": (lambda y, u, th, kw, tmp: cc.identify(MODEL, _data(y, u), th, **{"time_limit": 30.0, **kw}),
+                 _check_identify, [lambda v: {"time_limit": v}, lambda v: {"shooting": v},
+                                   lambda v: {"starts": [{"a": v}]}]),
+    "compare_structures": (lambda y, u, th, kw, tmp: cc.compare_structures({"m": (MODEL, th)}, _data(y, u), **kw),
+                           _check_structures, [lambda v: {"criterion": v}, lambda v: {"holdout": v}]),
+    "export_casadi": (lambda y, u, th, kw, tmp: cc.export_casadi(MODEL, th, tmp / "export", **kw), _check_export,
+                      [lambda v: {"keep_parameters": v}], {"theta"}),
+    "design_input": (lambda y, u, th, kw, tmp: cc.design_input(MODEL, th, 8, **{"u_bounds": (-1.0, 1.0), "starts": 1,
+                                                                                "x0": [0.0], **kw}),
+                     _check_design, [lambda v: {"u_bounds": (v, 1.0)}, lambda v: {"criterion": v},
+                                     lambda v: {"starts": v}, lambda v: {"rate_bounds": v}], {"theta"}),
 }
+
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from pathlib import Path
 import casadi as ca
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, OptionsError
 from ..runtime._result import Result
 from ._simulation import as_theta_vector
 
@@ -153,6 +153,8 @@ def export_casadi(model, theta, path, *, keep_parameters: bool = False) -> Expor
     >>> bool(abs(float(F(1.0, 0.0)) - float(m.f(1.0, 0.0, 2.0))) < 1e-14)
     True
     """
+    if not isinstance(keep_parameters, bool):
+        raise OptionsError(f"keep_parameters: expected True or False, got {keep_parameters!r}")
     theta_vec = as_theta_vector(model, theta)
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)

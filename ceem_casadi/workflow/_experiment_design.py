@@ -37,6 +37,7 @@ import numpy as np
 
 from ..errors import OptionsError, ShapeError
 from ..model._simulation import as_theta_vector, simulate_output
+from ..runtime._checks import count
 from ..runtime._result import Result
 from ..runtime._schema import check_fields
 from ..runtime._solve import ipopt_options
@@ -46,6 +47,8 @@ __all__ = ["DesignOptions", "InputDesign", "design_input", "fisher_information"]
 
 CRITERIA = ("D", "A")
 
+
+MAX_STARTS = 1000  # random starts of one design (each an IPOPT solve): more is a typo, refused
 
 @dataclass(frozen=True)
 class DesignOptions:
@@ -306,6 +309,8 @@ def fisher_information(model, theta, u, *, x0=None, process_noise: bool = False)
 
 
 def _bounds(model, value, what: str) -> tuple[np.ndarray, np.ndarray]:
+    if any(isinstance(v, (str, bytes)) for v in np.asarray(value, dtype=object).ravel()):
+        raise ShapeError(f"{what}: expected numbers (lower, upper), got {value!r}")  # "3" is not converted
     arr = np.asarray(value, float)
     if arr.shape == (2,):
         arr = np.tile(arr, (model.nu, 1))
@@ -384,14 +389,16 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
     nb = -(-T // hold)  # input values (blocks)
     rate = None
     if rate_bounds is not None:
-        rate = np.broadcast_to(np.asarray(rate_bounds, float), (nu,)) if np.size(rate_bounds) in (1, nu) else None
-        if rate is None or np.any(~(rate > 0)):
-            raise ShapeError(f"rate_bounds: expected a positive scalar or {nu} positive values, got {rate_bounds!r}")
+        numeric = np.asarray(rate_bounds).dtype.kind in "iuf"  # text such as "3" is refused, not converted
+        rate = (np.broadcast_to(np.asarray(rate_bounds, float), (nu,))
+                if numeric and np.size(rate_bounds) in (1, nu) else None)
+        if rate is None or np.any(~(rate > 0)) or not np.all(np.isfinite(rate)):
+            raise ShapeError(f"rate_bounds: expected a finite positive scalar or {nu} finite positive values "
+                             f"(None: no rate bound), got {rate_bounds!r}")
     rng = np.random.default_rng(seed)
     if np.ndim(starts) == 0:
-        if int(starts) < 1:
-            raise ShapeError(f"starts: expected at least 1 start, got {starts!r}")
-        blocks0 = [lo + (hi - lo) * rng.random((nb, nu)) for _ in range(int(starts))]
+        n_starts = count(starts, "starts", minimum=1, maximum=MAX_STARTS)  # the shared scalar check
+        blocks0 = [lo + (hi - lo) * rng.random((nb, nu)) for _ in range(n_starts)]
     else:
         arr = np.asarray(starts, float)
         if arr.ndim != 3 or arr.shape[1:] != (T, nu):

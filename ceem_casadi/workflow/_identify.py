@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OptionsError, ShapeError, SolverError
+from ..errors import OptionsError, SolverError
 from ..io._data import Trajectories
+from ..io._validate import check_data
 from ..runtime._result import Result
 from ..runtime._status import Status
 from ._least_squares import LeastSquaresOptions, output_error_least_squares
@@ -223,8 +224,7 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     from ..em._options import CEEMOptions
     from ._initial_state import estimate_initial_state
 
-    if not isinstance(data, Trajectories):
-        raise ShapeError(f"data must be a Trajectories, got {type(data).__name__}")
+    check_data(model, data)  # the one data check of every entry point (io/_validate.py)
     if time_limit is not None and not (np.isfinite(time_limit) and time_limit > 0):
         raise OptionsError(f"time_limit must be None or a finite number of seconds > 0, got {time_limit!r}")
     options = LeastSquaresOptions() if options is None else options

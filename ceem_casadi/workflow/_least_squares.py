@@ -48,6 +48,7 @@ import scipy.sparse as sps
 
 from ..errors import OptionsError, ParameterError, ShapeError, SolverError
 from ..io._data import Trajectories
+from ..io._validate import check_data
 from ..runtime._linalg import BufferedCall
 from ..runtime._solve import deadline
 from ..runtime._status import Status
@@ -384,10 +385,8 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
     """
     if not isinstance(options, LeastSquaresOptions):
         raise OptionsError(f"options must be a LeastSquaresOptions, got {type(options).__name__}")
-    if not isinstance(data, Trajectories):
-        raise ShapeError(f"data must be a Trajectories, got {type(data).__name__}")
     t0 = time.perf_counter()
-    data.check_model(model)
+    check_data(model, data)  # the one data check of every entry point (io/_validate.py)
     if shooting is not None and (int(shooting) != shooting or shooting < 1):
         raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
     base = model.params.validate(theta)
