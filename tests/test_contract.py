@@ -441,6 +441,10 @@ COMMANDS = {
                                          "--max-iters", "2", "-q", "--out", o / "cal.npz"],
                         [lambda v: ["--grid", str(v)], lambda v: ["--holdout-fraction", str(v)],
                          lambda v: ["--plot", "x.gif"], lambda v: ["--n-jobs", "0"]]),
+    "design-input": (lambda m, d, o: ["design-input", "--model-file", m, "--horizon", "8", "--u-bounds=-1,1",
+                                      "--starts", "1", "--x0", "[0.0]", "-q", "--out", o / "u.npz"],
+                     [lambda v: ["--rate-bound", str(v)], lambda v: ["--u-bounds", f"{v},1"],
+                      lambda v: ["--horizon", "1"], lambda v: ["--out", "u.gif"]]),
 }
 
 
