@@ -242,3 +242,24 @@ def test_stalled_objective_stops_after_stall_stop_steps():
 
     out = solve_many(BandedNewton(1, 5, 100, 1e-8), [np.zeros(5)] * 2, Flat())
     assert [(o.status, o.iterations) for o in out] == [("Search_Direction_Becomes_Too_Small", STALL_STOP)] * 2
+
+
+def test_calls_are_built_for_at_most_per_call_trajectories(monkeypatch):
+    """A batch of 7 trajectories with CALL_COLUMNS = 3 T: the mapped Functions exist only for
+    1, 2 and 3 trajectories (never 4 or 7: their build time grows with the columns, and forked
+    workers pay it again), and every trajectory's states equal the per-trajectory banded
+    solver's to 1e-10."""
+    from ceem_casadi.runtime import _policy as policy
+
+    B, T = 7, 30
+    model, theta, data, xt = _single(B, T)
+    monkeypatch.setattr(policy, "CALL_COLUMNS", 3 * T)
+    stages = StageFunctions(model, compile=False)
+    bs = BatchedSmoother(stages, T, cc.SmootherOptions(solver="batched", tol=1e-10))
+    x0, us = _starts(xt, 0.3), [data.inputs(b) for b in range(B)]
+    got = bs.solve(model, theta, list(data.y), us, x0, 0.3)
+    assert set(bs.objective._calls) <= {1, 2, 3} and 3 in bs.objective._calls
+    ref = TrajectorySmoother(stages, T, cc.SmootherOptions(solver="banded", tol=1e-10))
+    for b in range(B):
+        r = ref.solve(model, theta, data.y[b], us[b], x0[b], 0.3)
+        np.testing.assert_allclose(got[b].x, r.x, rtol=0, atol=1e-10 * np.abs(r.x).max())

@@ -22,7 +22,11 @@ SELECT_STEPS       20,000     initial states: the EKF's process-noise candidates
 BATCHED_MIN_TRAJ.  1          smoother (no state bounds, T < CHUNK_FROM): batch the trajectories
                               of a length when there are at least this many of them (1: the
                               choice never depends on how trajectories are sharded)
-BATCH_COLUMNS      20,000     time steps (trajectories x T) in one batched evaluation (memory)
+BATCH_COLUMNS      20,000     time steps (trajectories x T) in one batched Newton solve (memory)
+CALL_COLUMNS       2,000      time steps (trajectories x T) in one call of the batched smoother's
+                              mapped stage programs (a batch makes several calls): building a
+                              mapped Function costs time in proportion to its columns, and larger
+                              calls were not faster per step
 =================  =========  ===============================================================
 """
 from __future__ import annotations
@@ -40,6 +44,9 @@ SELECT_STEPS = 20_000
 # the sharded fit differed from the sequential one by 1.3e-10 in theta); docs/performance.md
 BATCHED_MIN_TRAJECTORIES = 1
 BATCH_COLUMNS = 20_000
+# helicopter size (T = 500, 2,246-parameter head), per trajectory: 4.7-5.1 ms at 1-40 trajectories
+# per call, but 1.8 s to build the 40-trajectory Function, in every fresh worker process
+CALL_COLUMNS = 2_000
 
 FROM_POLICY = -1  # a function argument whose default is "the policy's value" (read at call time)
 

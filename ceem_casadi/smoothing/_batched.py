@@ -9,9 +9,12 @@ iterate, line search, Levenberg-Marquardt shift, stopping test and IPOPT-named s
 as ``SmootherOptions(solver="banded")`` per trajectory), with every round's work done in one call
 each (`solve_many`):
 
-- the cost, gradient and Hessian band of all requesting trajectories: ONE CasADi Function
-  mapping the (compiled) stage Functions over all their n T steps, the parameter vector p and
-  the noise weights passed once (``map`` with ``reduce_in``: repeating p for every step copies
+- the cost, gradient and Hessian band of all requesting trajectories: CasADi Functions
+  mapping the (compiled) stage Functions over the n T steps of up to ``policy.CALL_COLUMNS``
+  steps' worth of trajectories per call (a fixed, small set of Function sizes: building one costs
+  time in proportion to its columns, 1.8 s for 40 helicopter-size trajectories, paid again in
+  every fresh worker process, while per step the calls of 1 to 40 trajectories ran equally
+  fast), the parameter vector p and the noise weights passed once (``map`` with ``reduce_in``: repeating p for every step copies
   np x n T doubles per call; the 2,246-parameter helicopter-size head at T = 500: 160 ms instead
   of 14 ms per trajectory, measured in issue 26). The stacked trajectories are one long record
   whose dynamics stages across a trajectory boundary have weight 0;
@@ -216,13 +219,22 @@ class BatchObjective:
         self._fresh.clear()
         return self
 
-    def _padded(self, idx, xs):
-        """``idx``, ``xs`` padded with copies of their first entry to the next power of two (at
-        most the bound batch's size): the mapped Functions are built for O(log B) sizes, not for
-        every number of trajectories still iterating (each build costs ~5-30 ms)."""
-        n = len(idx)
-        size = min(1 << (n - 1).bit_length(), max(len(self.Y), n))
-        return list(idx) + [idx[0]] * (size - n), list(xs) + [xs[0]] * (size - n)
+    @property
+    def per_call(self) -> int:
+        """Trajectories per call of the mapped Functions (``policy.CALL_COLUMNS`` steps, at
+        least one trajectory)."""
+        return max(1, policy.CALL_COLUMNS // self.T)
+
+    def _calls_of(self, idx, xs):
+        """``(idx, xs)`` split into calls of at most `per_call` trajectories, each padded with
+        copies of its first entry to the next power of two (at most `per_call`): the mapped
+        Functions are built for O(log per_call) sizes, never for every number of trajectories
+        still iterating; yields ``(n, padded idx, padded xs)`` with n the real entries."""
+        step = self.per_call
+        for a in range(0, len(idx), step):
+            i, x = list(idx[a:a + step]), list(xs[a:a + step])
+            size = min(1 << (len(i) - 1).bit_length(), step)
+            yield len(i), i + [i[0]] * (size - len(i)), x + [x[0]] * (size - len(x))
 
     def _args(self, idx, xs):
         return [np.concatenate([np.ravel(x) for x in xs]), np.concatenate([self.U[i] for i in idx]),
@@ -250,8 +262,8 @@ class BatchObjective:
                 out[j] = r[0]
         rest = [j for j in range(len(idx)) if out[j] is None]
         if rest:
-            pidx, pxs = self._padded([idx[j] for j in rest], [xs[j] for j in rest])
-            (c,) = self.functions(len(pidx))[1](*self._args(pidx, pxs))
+            c = np.concatenate([self.functions(len(pidx))[1](*self._args(pidx, pxs))[0][:n].copy()
+                                for n, pidx, pxs in self._calls_of([idx[j] for j in rest], [xs[j] for j in rest])])
             for m, j in enumerate(rest):
                 out[j] = float(c[m]) + self._regulariser(idx[j], np.reshape(xs[j], (self.T, self.nx)))[0]
         self._fresh.difference_update(idx)
@@ -275,19 +287,20 @@ class BatchObjective:
         return out
 
     def _evaluate(self, idx, xs) -> list[tuple]:
-        """One mapped evaluation of cost, gradient and band for trajectories ``idx`` at ``xs``."""
+        """Cost, gradient and band for trajectories ``idx`` at ``xs``: one mapped evaluation per
+        `per_call` trajectories."""
         T, nx = self.T, self.nx
-        pidx, pxs = self._padded(idx, xs)
-        c, G, H = self.functions(len(pidx))[0](*self._args(pidx, pxs), self.rho)
-        G = G.reshape(len(pidx), T, nx)
-        H = H.reshape(len(pidx), T, self.k)[:len(idx)].copy()  # the call's buffers are reused by the next call
         out = []
-        for j, (i, x) in enumerate(zip(idx, xs)):
-            x = np.reshape(x, (T, nx))
-            reg, dx = self._regulariser(i, x)
-            g = G[j] + 2 * self.rho * dx
-            g[0] += self.w1 ** 2 * (x[0] - self.mu1)
-            out.append((float(c[j]) + reg, g.reshape(-1), H[j], self.w1 ** 2))
+        for n, pidx, pxs in self._calls_of(idx, xs):
+            c, G, H = self.functions(len(pidx))[0](*self._args(pidx, pxs), self.rho)
+            G = G.reshape(len(pidx), T, nx)
+            H = H.reshape(len(pidx), T, self.k)[:n].copy()  # the call's buffers are reused by the next call
+            for j, (i, x) in enumerate(zip(pidx[:n], pxs[:n])):
+                x = np.reshape(x, (T, nx))
+                reg, dx = self._regulariser(i, x)
+                g = G[j] + 2 * self.rho * dx
+                g[0] += self.w1 ** 2 * (x[0] - self.mu1)
+                out.append((float(c[j]) + reg, g.reshape(-1), H[j], self.w1 ** 2))
         return out
 
 
@@ -330,7 +343,9 @@ class BatchedSmoother:
         """Build the mapped Functions a solve of ``count`` trajectories starts with (its first
         batch), e.g. in a parent process before worker processes are forked from it: building
         them costs ~0.1 s per 10^5 Hessian entries of the batch (CasADi's sparsity patterns)."""
-        self.objective.functions(min(max(1, count), self.batch))
+        top = min(max(1, count), self.batch, self.objective.per_call)
+        for size in {min(1 << k, top) for k in range(top.bit_length() + 1)}:  # every size a call pads to
+            self.objective.functions(size)
 
     def solve(self, model, theta_vec, ys, us, x_inits, rho_x: float | None = None) -> list:
         """Smooth B trajectories ``ys`` (T, ny) with inputs ``us`` (T, nu), warm-started at (and
