@@ -14,7 +14,11 @@ one gradient is one reverse sweep over a graph whose size does not depend on the
 By default these are ``model.g.map(B)`` and ``model.f.map(B)``; a model whose step/observation
 functions accept matrices (columns = samples) can pass them as ``step=``/``observe=``, which is
 much faster (helicopter NL model, B = 512: gradient 2.5 ms instead of 71 ms); they are checked
-against ``model.f``/``model.g`` at construction. The last partial batch of
+against ``model.f``/``model.g`` at construction. The batch Functions are then evaluated by numpy
+(`ceem_casadi.runtime.NumpyFunction`: the same instruction list, matrix products by BLAS) when
+every operation they use is supported: helicopter size, one BLAS thread, B = 512 gradient
+0.51 ms instead of 3.8 ms by CasADi's dense kernels, full-objective chunk of 8,192 columns
+2.8 ms instead of 40 ms (same values to 1e-14). The last partial batch of
 an epoch is padded with zero-weight columns (one compiled batch size). Bounds are enforced by
 projection.
 
@@ -34,6 +38,7 @@ import numpy as np
 from ..errors import ModelError, NonFiniteError, OptionsError
 from ..model._nn import adam_step
 from ..runtime._best import BestIterate
+from ..runtime._numpy_eval import NumpyFunction
 from ..runtime._schema import check_fields
 from ._learner import LearnResult, weighted_stage_columns
 
@@ -97,6 +102,19 @@ class AdamLearnerOptions:
                                  f"got {self.lr_dynamics}, {self.lr_observation}, {self.decay}")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.eps > 0):
             raise OptionsError("AdamLearnerOptions: need 0 <= beta1, beta2 < 1 and eps > 0")
+
+
+def _by_numpy(fun: ca.Function):
+    """``fun`` evaluated by numpy where every operation of it is supported, else ``fun``."""
+    try:
+        return NumpyFunction(fun)
+    except NotImplementedError as exc:
+        log.debug("AdamLearner: %s evaluated by CasADi (%s)", fun.name(), exc)
+        return fun
+
+
+def _scalar(value) -> float:
+    return float(np.asarray(value).reshape(-1)[0])
 
 
 class AdamLearner:
@@ -181,8 +199,9 @@ class AdamLearner:
             r_dyn = IW * (X1 - F)
             c_obs, c_dyn = 0.5 * ca.sumsqr(r_obs), 0.5 * ca.sumsqr(r_dyn)
             ins = [p, so, sd, Xo, Uo, Yo, Mo, IV, X0, X1, U0, IW]
-            self._batch[B] = (ca.Function("batch_cost", ins, [c_obs, c_dyn]),
-                              ca.Function("batch_grad", ins, [c_obs, c_dyn, ca.gradient(so * c_obs + sd * c_dyn, p)]))
+            self._batch[B] = tuple(_by_numpy(f) for f in (
+                ca.Function("batch_cost", ins, [c_obs, c_dyn]),
+                ca.Function("batch_grad", ins, [c_obs, c_dyn, ca.gradient(so * c_obs + sd * c_dyn, p)])))
         return self._batch[B]
 
     def _columns(self, data, xs, weights):
@@ -250,7 +269,7 @@ class AdamLearner:
         for s in range(0, max(n_obs, n_dyn), C):
             io, idn = np.arange(s, min(s + C, n_obs)), np.arange(s, min(s + C, n_dyn))
             out = f(p, 1.0, 1.0, *self._take(obs, io, C), *self._take(dyn, idn, C))
-            total += float(out[0]) + float(out[1])
+            total += _scalar(out[0]) + _scalar(out[1])
             if gradient:
                 g += np.asarray(out[2]).ravel()
         reg, greg = self._regulariser(p, p_prev, rho)
