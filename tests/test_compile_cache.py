@@ -88,3 +88,22 @@ def test_cached_library_loaded_without_generating_c(tmp_path, monkeypatch):
     assert len(list(tmp_path.glob("reuse_*.so"))) == 1
     with pytest.raises(AssertionError, match="C generated"):                 # a changed one is compiled anew
         cmp.compile_functions([_scaled_sin(3.0)], "reuse")
+
+
+def test_compiler_lookup_follows_cc_and_path(monkeypatch, tmp_path):
+    """The compiler lookup is cached per ($CC, $PATH): a PATH without gcc/cc (and no $CC) finds
+    none, a fake ``mycc`` named by $CC on that PATH is found, and the original PATH finds gcc
+    again (a cache keyed on nothing would keep returning the first answer)."""
+    before = compiler()
+    if before is None:
+        pytest.skip("no C compiler on this machine")
+    fake = tmp_path / "mycc"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert compiler() is None
+    monkeypatch.setenv("CC", "mycc")
+    assert compiler() == "mycc"
+    monkeypatch.undo()
+    assert compiler() == before

@@ -131,7 +131,7 @@ class Trajectories:
 
     def inputs(self, b: int) -> np.ndarray:
         """Inputs of trajectory ``b`` as (T_b, nu), zero columns when the data has none."""
-        return np.zeros((self.lengths[b], 0)) if self.u is None else self.u[b]
+        return np.zeros((self.y[b].shape[0], 0)) if self.u is None else self.u[b]
 
     def check_model(self, model) -> None:
         """Raise [`ShapeError`][ceem_casadi.ShapeError] unless ny and nu match ``model``, and

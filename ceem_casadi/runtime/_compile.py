@@ -67,8 +67,15 @@ def cache_dir() -> Path:
 
 def compiler() -> str | None:
     """The C compiler to use (``$CC`` or gcc/cc on PATH), or None."""
-    for cc in (os.environ.get("CC"), "gcc", "cc"):
-        if cc and shutil.which(cc):
+    return _find_compiler(os.environ.get("CC"), os.environ.get("PATH"))
+
+
+@functools.lru_cache(maxsize=16)
+def _find_compiler(cc_env: str | None, path: str | None) -> str | None:
+    # cached per ($CC, $PATH): the lookup stats every PATH entry, and the EKF asks once per
+    # trajectory (1,000 short trajectories x 3 noise levels: 0.28 s of a 1.3 s initialisation)
+    for cc in (cc_env, "gcc", "cc"):
+        if cc and shutil.which(cc, path=path):
             return cc
     return None
 
