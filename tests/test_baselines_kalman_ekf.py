@@ -169,3 +169,35 @@ def test_ekf_smooths_only_on_request(lg, engine):
     assert filtered.x_smooth is None and filtered.P_smooth is None
     assert smoothed.x_smooth is not None and np.abs(smoothed.x_smooth - smoothed.x_filt).max() > 1e-3
     np.testing.assert_array_equal(filtered.x_filt, smoothed.x_filt)
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_ekf_run_many_equals_one_by_one(lg, monkeypatch, compile):
+    """EKF.run_many: trajectories of a length filtered by one mapped call of up to CALL_COLUMNS
+    // T of them (here 3 per call: 7 trajectories of 40 steps = calls of 3, 3 and a padded 1,
+    plus 2 of another length and one longer than the chunk, one by one), missing outputs:
+    every result equals `run(engine="casadi")` on its own to 1e-12 (means, covariances,
+    log-likelihood, smoothed means). Compiled and virtual-machine steps alike."""
+    from ceem_casadi.runtime import _policy as policy
+    from models.lorenz import TRUE, initial_states, single_lorenz
+
+    if compile and cc.runtime._compile.compiler() is None:
+        pytest.skip("no C compiler")
+    lz = single_lorenz(process_std=0.1, measurement_std=0.5)
+    lengths = [40] * 7 + [25, 25, 70]
+    ys = []
+    for b, T in enumerate(lengths):
+        d, _ = cc.simulate(lz, TRUE, initial_states(1, seed=b), T, process_std=0.1, measurement_std=0.5, seed=b)
+        ys.append(lg.with_nans(d.y[0], seed=b))
+    monkeypatch.setattr(policy, "CALL_COLUMNS", 3 * 40)
+    ekf = EKF(lz, compile=compile)
+    ekf.chunk = 64                                           # the 70-step trajectory: chunked, alone
+    kw = dict(x0=[-6.0, -6.0, 24.0], Sigma0=6.25, Q=0.01, R=0.25)
+    th = lz.theta_vector(TRUE)
+    many = ekf.run_many(th, ys, None, smooth=True, **kw)
+    assert any(key[0] == "many" and key[2] == 3 for key in ekf._accum)      # the mapped call was used
+    for y, got in zip(ys, many):
+        want = ekf.run(th, y, engine="casadi", smooth=True, **kw)
+        for name in ("x_pred", "P_pred", "y_pred", "S", "x_filt", "P_filt", "A", "x_smooth"):
+            np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-12, atol=1e-12, err_msg=name)
+        assert got.loglik == pytest.approx(want.loglik, rel=1e-12)

@@ -78,6 +78,10 @@ class _CountingEKF(cc.filtering.EKF):
         self.lengths.append(len(y))
         return super().run(theta_vec, y, u, **kw)
 
+    def run_many(self, theta_vec, ys, us=None, **kw):
+        self.lengths.extend(len(y) for y in ys)
+        return super().run_many(theta_vec, ys, us, **kw)
+
 
 def test_initial_states_choose_the_noise_level_on_prefixes_and_run_the_record_once():
     """Single Lorenz, sigma_w = 1e-3, parameters 10 % off (the noise level matters: a small q

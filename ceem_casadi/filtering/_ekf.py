@@ -269,18 +269,14 @@ class EKF:
 
     def _run_casadi(self, theta_vec, y, u, *, x0, Sigma0, Q, R, smooth) -> FilterResult:
         model = self.model
-        nx, ny = model.nx, model.ny
+        nx = model.nx
         y, u = single_trajectory(model, y, u)
         T = y.shape[0]
-        Q, R, P0 = as_cov("Q", Q, nx), as_cov("R", R, ny), as_cov("Sigma0", Sigma0, nx)
+        Q, R, P0 = as_cov("Q", Q, nx), as_cov("R", R, model.ny), as_cov("Sigma0", Sigma0, nx)
         mask = np.isfinite(y)
         Y, Mk, U, pv = np.where(mask, y, 0.0).T, mask.T.astype(float), u.T, np.asarray(theta_vec, float)
         x, P = np.asarray(x0, float).reshape(nx), P0
-        # results written in place chunk by chunk (no stacked copies: T = 10^6 x 6 states)
-        out = dict(x_pred=np.empty((T, nx)), P_pred=np.empty((T, nx, nx)), y_pred=np.empty((T, ny)),
-                   S=np.empty((T, ny, ny)), x_filt=np.empty((T, nx)), P_filt=np.empty((T, nx, nx)),
-                   A=np.empty((T, nx, nx)))
-        loglik = -0.5 * mask.sum() * np.log(2 * np.pi)
+        out, loglik = self._empty(T, mask)
         if self._step is None:
             self._step = _step_function(model, self._fns)
         native = self._native_step(T)
@@ -288,16 +284,105 @@ class EKF:
             e, n = min(s + self.chunk, T), min(self.chunk, T - s)
             # column-major flat outputs (overwritten by the next call: copied out below)
             flat = self._accumulator(n, native)(x, P, Y[:, s:e], Mk[:, s:e], U[:, s:e], pv, Q, R)
-            rows = (nx, nx, ny, ny, nx, nx, nx, ny, ny)
-            xn, Pn, yp, S, xf, Pf, A, Sm, r = (a.reshape(-1, k).T for a, k in zip(flat, rows))
-            out["x_pred"][s], out["P_pred"][s] = x, P
-            out["x_pred"][s + 1:e], out["P_pred"][s + 1:e] = xn[:, :-1].T, _blocks(Pn, nx, n)[:-1]
-            out["y_pred"][s:e], out["S"][s:e], out["x_filt"][s:e] = yp.T, _blocks(S, ny, n), xf.T
-            out["P_filt"][s:e], out["A"][s:e] = _blocks(Pf, nx, n), _blocks(A, nx, n)
-            x, P = xn[:, -1].copy(), _blocks(Pn, nx, n)[-1].copy()
-            L = np.linalg.cholesky(_blocks(Sm, ny, n))
-            alpha = np.linalg.solve(L, r.T[:, :, None])[:, :, 0]
-            loglik += -0.5 * np.sum(alpha ** 2) - np.log(np.diagonal(L, axis1=1, axis2=2)).sum()
+            x, P, ll = self._store(out, flat, s, e, x, P)
+            loglik += ll
+        return self._finish(out, loglik, smooth)
+
+    def run_many(self, theta_vec, ys, us=None, *, x0, Sigma0, Q, R, smooth: bool = False) -> list[FilterResult]:
+        """Filter many trajectories: `run` with ``engine="casadi"`` on each, the same numbers.
+
+        Trajectories of one length T (at most the chunk of 4,096 steps) are filtered together:
+        one call of the step's mapaccum mapped over up to ``policy.CALL_COLUMNS // T`` of them
+        (the prior, p, Q and R passed once), compiled when that call's work reaches the
+        compilation threshold (1,000 single-Lorenz trajectories of 100 steps: each alone stays in
+        CasADi's virtual machine). Others run one by one.
+
+        Parameters
+        ----------
+        theta_vec : numpy.ndarray
+            (n_p,) flat parameter vector.
+        ys : list of numpy.ndarray
+            (T_b, ny) observations, NaN = missing.
+        us : list of numpy.ndarray, optional
+            (T_b, nu) inputs (required when nu > 0).
+        x0, Sigma0, Q, R, smooth
+            As for `run`, shared by all trajectories.
+
+        Returns
+        -------
+        list of FilterResult
+            One per trajectory, in order.
+        """
+        from ..runtime import _policy as policy
+
+        model = self.model
+        nx = model.nx
+        pairs = [single_trajectory(model, y, None if us is None else us[b]) for b, y in enumerate(ys)]
+        res: list = [None] * len(pairs)
+        groups: dict[int, list[int]] = {}
+        for b, (y, _) in enumerate(pairs):
+            groups.setdefault(y.shape[0], []).append(b)
+        Qc, Rc, P0 = as_cov("Q", Q, nx), as_cov("R", R, model.ny), as_cov("Sigma0", Sigma0, nx)
+        x0 = np.asarray(x0, float).reshape(nx)
+        pv = np.asarray(theta_vec, float)
+        if self._step is None:
+            self._step = _step_function(model, self._fns)
+        for T, idx in groups.items():
+            k = min(len(idx), max(1, policy.CALL_COLUMNS // T))
+            if T > self.chunk or k == 1:
+                for b in idx:
+                    res[b] = self._run_casadi(pv, *pairs[b], x0=x0, Sigma0=P0, Q=Qc, R=Rc, smooth=smooth)
+                continue
+            call = self._mapped(T, k, self._native_step(T * len(idx)))  # compiled for the whole group's work
+            for a in range(0, len(idx), k):
+                part = idx[a:a + k]
+                part = part + [part[0]] * (k - len(part))            # padded with copies of the first
+                masks = [np.isfinite(pairs[b][0]) for b in part]
+                Y = np.hstack([np.where(m, pairs[b][0], 0.0).T for m, b in zip(masks, part)])
+                Mk = np.hstack([m.T.astype(float) for m in masks])
+                U = np.hstack([pairs[b][1].T for b in part])
+                flat = call(x0, P0, Y, Mk, U, pv, Qc, Rc)
+                per = [np.reshape(f, (k, -1)) for f in flat]          # trajectory j's block is contiguous
+                for j, b in enumerate(idx[a:a + k]):
+                    out, loglik = self._empty(T, masks[j])
+                    _, _, ll = self._store(out, [f[j] for f in per], 0, T, x0, P0)
+                    res[b] = self._finish(out, loglik + ll, smooth)
+        return res
+
+    def _mapped(self, T: int, k: int, native: bool) -> BufferedCall:
+        """The accumulator over T steps mapped over k trajectories (x0, P0, p, Q, R shared)."""
+        key = ("many", T, k, native)
+        if key not in self._accum:
+            fun = self._accumulator(T, native).fun
+            shared = [True, True, False, False, False, True, True, True]
+            self._accum[key] = BufferedCall(fun.map(k, shared, [False] * fun.n_out()))
+        return self._accum[key]
+
+    def _empty(self, T: int, mask: np.ndarray) -> tuple[dict, float]:
+        nx, ny = self.model.nx, self.model.ny
+        # results written in place chunk by chunk (no stacked copies: T = 10^6 x 6 states)
+        out = dict(x_pred=np.empty((T, nx)), P_pred=np.empty((T, nx, nx)), y_pred=np.empty((T, ny)),
+                   S=np.empty((T, ny, ny)), x_filt=np.empty((T, nx)), P_filt=np.empty((T, nx, nx)),
+                   A=np.empty((T, nx, nx)))
+        return out, -0.5 * mask.sum() * np.log(2 * np.pi)
+
+    def _store(self, out: dict, flat, s: int, e: int, x, P):
+        """Copy one chunk's flat accumulator outputs (steps s .. e-1, started from x, P) into
+        ``out``; returns the next (x, P) and the chunk's log-likelihood terms."""
+        nx, ny, n = self.model.nx, self.model.ny, e - s
+        rows = (nx, nx, ny, ny, nx, nx, nx, ny, ny)
+        xn, Pn, yp, S, xf, Pf, A, Sm, r = (np.asarray(a).reshape(-1, k).T for a, k in zip(flat, rows))
+        out["x_pred"][s], out["P_pred"][s] = x, P
+        out["x_pred"][s + 1:e], out["P_pred"][s + 1:e] = xn[:, :-1].T, _blocks(Pn, nx, n)[:-1]
+        out["y_pred"][s:e], out["S"][s:e], out["x_filt"][s:e] = yp.T, _blocks(S, ny, n), xf.T
+        out["P_filt"][s:e], out["A"][s:e] = _blocks(Pf, nx, n), _blocks(A, nx, n)
+        L = np.linalg.cholesky(_blocks(Sm, ny, n))
+        alpha = np.linalg.solve(L, r.T[:, :, None])[:, :, 0]
+        ll = -0.5 * np.sum(alpha ** 2) - np.log(np.diagonal(L, axis1=1, axis2=2)).sum()
+        return xn[:, -1].copy(), _blocks(Pn, nx, n)[-1].copy(), ll
+
+    @staticmethod
+    def _finish(out: dict, loglik: float, smooth: bool) -> FilterResult:
         out["A"] = out["A"][:-1]
         res = FilterResult(loglik=float(loglik), **out)
         if smooth:

@@ -91,14 +91,14 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
 
     def run(Qc):
         # the whole forward pass as CasADi mapaccums (same numbers as the Python loop to rounding,
-        # ~10x faster per step: 466 helicopter trajectories x 500 steps); only the smoothed
-        # means are needed (rts_means: no covariance pass), one trajectory at a time
+        # ~10x faster per step: 466 helicopter trajectories x 500 steps), trajectories of a
+        # length together (EKF.run_many); only the smoothed means are needed (rts_means: no
+        # covariance pass)
         loglik, xs = 0.0, []
-        for b, y in enumerate(data.y):
-            r = ekf.run(theta_vec, y, data.inputs(b), x0=x0, Sigma0=Sigma0, Q=Qc, R=R, engine="casadi")
+        for r in ekf.run_many(theta_vec, list(data.y), [data.inputs(b) for b in range(len(data))],
+                              x0=x0, Sigma0=Sigma0, Q=Qc, R=R):
             loglik += r.loglik
             xs.append(rts_means(r) if np.isfinite(r.loglik) else r.x_filt)
-            del r
         return loglik, xs
 
     if Q is not None:
