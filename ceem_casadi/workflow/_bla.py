@@ -39,6 +39,7 @@ from ..errors import OptionsError, ShapeError
 from ..io._data import Trajectories
 from ..model._block_oriented import block_system, hammerstein, sections, wiener, wiener_hammerstein
 from ..model._model import StateSpaceModel
+from ._frf import FRF, FRFFit, frf_bla
 
 logger = logging.getLogger(__name__)
 KINDS = ("wiener", "hammerstein", "wiener_hammerstein")
@@ -65,6 +66,7 @@ class BLAInit:
     """Outcome of `bla_initialise`: ``model`` (the factory's, with ``scale`` set), ``theta``
     (dict), ``table`` (list of `SplitFit`, best first), ``bla`` (the N4SID result), ``x0``
     (B, nx) zeros: the least squares simulate from rest, so refine from there,
+    ``frf`` (the [`FRFFit`][ceem_casadi.workflow.FRFFit] used as the BLA with ``period=``, else None),
     ``cc.refine_output_error(init.model, data, init.theta, x0=init.x0)`` (the default x0 estimate
     under the rough initial model can start a poorer local minimum: on the swapped
     Wiener-Hammerstein test case cost 1691 instead of 953, the truth's)."""
@@ -76,6 +78,7 @@ class BLAInit:
     x0: np.ndarray
     bla_rms: float = float("nan")
     conditioning: dict = field(default_factory=dict)
+    frf: FRFFit | None = None
 
     @property
     def best(self) -> SplitFit:
@@ -273,7 +276,7 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
                    nonlinearity: str = "poly", degree: int = 3, hidden: int = 8, seed: int = 0,
                    skip: int | None = None, max_splits: int = 5000, gain: str = "markov",
                    basis: str = "monomial", bla=None, n4sid_options: dict | None = None,
-                   **model_kwargs) -> BLAInit:
+                   period: int | None = None, **model_kwargs) -> BLAInit:
     """Initial theta of a block-oriented model from the best linear approximation (module docstring).
 
     Parameters
@@ -294,7 +297,14 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
     bla : a BLA of order n1 + n2 to use instead of N4SID's: an object with ``A, B, C, D`` (e.g.
         an N4SIDResult of your own, or a state-space fit of a frequency-domain BLA) or a transfer
         function ``(b, a)`` in powers of q^-1 (of the mean-removed data).
+        ``"frf"``, an [`FRF`][ceem_casadi.workflow.FRF] or an [`FRFFit`][ceem_casadi.workflow.FRFFit]: the
+        nonparametric BLA of periodic data, fitted by [`fit_frf`][ceem_casadi.workflow.fit_frf]
+        (order n1 + n2, strictly proper unless both blocks have feedthrough).
     n4sid_options : more keyword arguments of N4SID (e.g. ``{"horizon": 30}``).
+    period : samples per period of a periodic input (e.g. a multisine; every trajectory one
+        realisation, its first period the transient): the BLA is then the FRF's fit
+        ([`estimate_frf`][ceem_casadi.workflow.estimate_frf]) instead of N4SID's; a non-periodic input
+        is refused.
     model_kwargs : passed to the factory (noise levels, ``dt``).
 
     Returns
@@ -323,7 +333,14 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
 
     y_mean = np.nanmean(np.concatenate([data.y[b] for b in range(len(data))]))
     u_mean = np.mean(np.concatenate([data.inputs(b) for b in range(len(data))]))
-    if bla is None:
+    frf = None
+    if period is not None or isinstance(bla, (str, FRF, FRFFit)):
+        if (isinstance(bla, str) and bla != "frf") or not (bla is None or isinstance(bla, (str, FRF, FRFFit))):
+            raise OptionsError(f"bla: with period= expected None, 'frf', an FRF or an FRFFit, got {bla!r}"
+                               if not isinstance(bla, str) else f"bla: expected 'frf' or a BLA object, got {bla!r}")
+        frf = frf_bla(bla, data, period, n, all(fts))
+        bla = (np.trim_zeros(frf.b, "f"), frf.a)
+    elif bla is None:
         centred = Trajectories([data.y[b] - y_mean for b in range(len(data))],
                                   [data.inputs(b) - u_mean for b in range(len(data))], dt=data.dt)
         bla = n4sid(centred, **{"order": n, "feedthrough": all(fts), "stable": True, **(n4sid_options or {})})
@@ -383,4 +400,4 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
     else:
         model = (wiener if kind == "wiener" else hammerstein)(n1, feedthrough=fts[0], **opts)
     return BLAInit(model=model, theta=model.params.validate(theta), table=table, bla=bla,
-                   x0=np.zeros((len(data), model.nx)), bla_rms=bla_rms, conditioning=conditioning)
+                   x0=np.zeros((len(data), model.nx)), bla_rms=bla_rms, conditioning=conditioning, frf=frf)
