@@ -4,12 +4,13 @@ the best-linear-approximation initialiser of block-oriented models (and the nonp
 from ._bla import bla_initialise
 from ._experiment_design import DesignOptions, InputDesign, design_input, fisher_information
 from ._frf import FRF, FRFFit, estimate_frf, fit_frf
-from ._identify import IdentifyResult, StageFit, StructureComparison, compare_structures, identify
+from ._identify import IdentifyResult, StageFit, identify
 from ._initial_state import InitialStateResult, estimate_initial_state
 from ._least_squares import LeastSquaresOptions, LeastSquaresResult, solve_least_squares
 from ._metrics import Metrics, ValidationReport, fit_percent, nrmse, rmse, validation_report
 from ._noise_calibration import NoiseCalibrationOptions, NoiseCalibrationResult, NoiseLevelFit, calibrate_noise
 from ._output_error import OutputErrorOptions, OutputErrorResult, refine_output_error
+from ._structures import StructureComparison, compare_structures
 from ._uncertainty import ParameterUncertainty, UncertaintyOptions, parameter_uncertainty
 
 __all__ = ["DesignOptions", "FRF", "FRFFit", "bla_initialise", "estimate_frf", "fit_frf", "IdentifyResult", "InitialStateResult", "InputDesign", "LeastSquaresOptions",
