@@ -67,3 +67,21 @@ def test_compare_structures_finds_the_true_structure(criterion):
         assert cmp2.best == "linear", cmp2.table()
     with pytest.raises(cc.OptionsError):
         cc.compare_structures(cands, cc.Trajectories([y], [u]), criterion="bic")
+
+
+def test_compare_structures_starts_each_candidate_from_its_own_initial_state():
+    """A third entry (model, theta, x0) is the start of the candidate's fit (as the Cascaded Tanks
+    script gives the CE-EM fit's initial state); the start's cost is recomputed here."""
+    rng = np.random.default_rng(1)
+    u = rng.standard_normal((120, 1))
+    truth = {"a": 0.7, "b": 0.3}
+    y = cc.simulate_output(_poly_model(True), truth, u, np.array([3.0])) + 0.01 * rng.standard_normal((120, 1))
+    data = cc.Trajectories([y], [u])
+    cmp = cc.compare_structures({"q": (_poly_model(True), truth, [3.0])}, data,
+                                options=cc.workflow.LeastSquaresOptions(max_iter=3))
+    fit = cmp.rows[0]["fit"]
+    start = 0.5 * np.sum(((y - cc.simulate_output(_poly_model(True), truth, u, np.array([3.0]))) / 0.01) ** 2)
+    assert fit.initial_cost == pytest.approx(start, rel=1e-9)
+    assert abs(float(fit.x0[0, 0]) - 3.0) < 0.05
+    with pytest.raises(cc.OptionsError, match="expected \\(model, theta\\) or \\(model, theta, x0\\)"):
+        cc.compare_structures({"q": (_poly_model(True),)}, data)

@@ -405,6 +405,11 @@ def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool =
     def resid(p):
         return _ri(w * (G - (Zb @ p[:nbp]) / (1.0 + Za @ p[nbp:])))
 
+    def jac(p):                  # d/db_i = -w z^-i / A, d/da_i = w B z^-i / A^2
+        A, B = 1.0 + Za @ p[nbp:], Zb @ p[:nbp]
+        J = np.hstack([-Zb * (w / A)[:, None], Za * (w * B / A ** 2)[:, None]])
+        return np.vstack([J.real, J.imag])
+
     a_sk, it = _sk_denominator(G, w, Zb, Za, iterations, tol)
     starts = [a_sk]
     for q in range(2 * order, 4 * order + 1, order):
@@ -416,7 +421,7 @@ def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool =
     best = None
     for a0 in starts:
         theta = np.concatenate([_numerator(G, w, Zb, 1.0 + Za @ a0), a0])
-        sol = so.least_squares(resid, theta, method="lm", xtol=1e-12, ftol=1e-12, gtol=1e-12)
+        sol = so.least_squares(resid, theta, jac=jac, method="lm", xtol=1e-12, ftol=1e-12, gtol=1e-12)
         theta = sol.x if np.sum(sol.fun ** 2) <= np.sum(resid(theta) ** 2) else theta
         poles = np.roots(np.concatenate([[1.0], theta[nbp:]]))
         unstable = bool(np.any(np.abs(poles) >= 1.0))

@@ -80,7 +80,9 @@ def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, c
     Parameters
     ----------
     candidates : dict
-        Name -> ``(model, theta)`` (``theta`` None: the model's initial values).
+        Name -> ``(model, theta)`` or ``(model, theta, x0)`` (``theta`` None: the model's initial
+        values; ``x0`` (B, nx) or (nx,) the starting initial states, e.g. a CE-EM fit's, default
+        [`estimate_initial_state`][ceem_casadi.estimate_initial_state]'s).
     data : Trajectories
         Estimation data.
     criterion : str
@@ -122,7 +124,11 @@ def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, c
         raise OptionsError(f"holdout must be in (0, 1), got {holdout!r}")
     options = LeastSquaresOptions() if options is None else options
     rows = []
-    for name, (model, theta) in candidates.items():
+    for name, cand in candidates.items():
+        if not isinstance(cand, (tuple, list)) or len(cand) not in (2, 3):
+            raise OptionsError(f"candidates[{name!r}]: expected (model, theta) or (model, theta, x0), got "
+                               f"{type(cand).__name__}{'' if not isinstance(cand, (tuple, list)) else f' of {len(cand)}'}")
+        model, theta, x0 = (*cand, None) if len(cand) == 2 else cand
         theta = model.params.initial() if theta is None else theta
         if criterion == "split":
             cut = [max(2, round((1 - holdout) * T)) for T in data.lengths]
@@ -130,7 +136,7 @@ def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, c
                                     None if data.u is None else [data.inputs(b)[:c] for b, c in enumerate(cut)])
         else:
             fit_data = data
-        res = output_error_least_squares(model, fit_data, theta, options=options)
+        res = output_error_least_squares(model, fit_data, theta, x0=x0, options=options)
         iv = np.asarray(model.noise.inv_measurement_std, float)
         from ..model._simulation import simulate_output
 
