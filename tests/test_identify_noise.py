@@ -81,3 +81,17 @@ def test_a_parameter_pinned_at_its_bound_by_the_calibration_rejects_it():
     assert verdict(model, inside, ce) == ""
     # already at the bound before the calibration: not the calibration's doing
     assert verdict(model, pinned, StageFit("CE-EM", pinned.theta, x0, 60.0, np.ones(1), "converged", 5, 0.1)) == ""
+
+
+def test_a_rejected_stage_is_never_chosen_even_with_the_lowest_objective(monkeypatch):
+    """The calibration of the first test, forced to be rejected, with output error cut to one
+    iteration so that the calibrated fit has the lowest estimation objective of all stages."""
+    import ceem_casadi.workflow._identify_noise as stage
+
+    monkeypatch.setattr(stage, "verdict", lambda model, s, ref: "rejected: forced by the test")
+    data = _data(_pendulum(), TRUTH)
+    res = cc.identify(_pendulum(process_std=1e-4), data, START, noise_grid=(10.0, 100.0), time_limit=120,
+                      ceem_options=cc.CEEMOptions(max_iters=30), options=cc.workflow.LeastSquaresOptions(max_iter=1))
+    cal = next(s for s in res.stages if s.stage.startswith("noise calibration"))
+    assert cal.objective == min(s.objective for s in res.stages)
+    assert res.best is not cal and "rejected: forced by the test" in res.table()
