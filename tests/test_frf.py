@@ -168,7 +168,7 @@ def test_fit_frf_without_std_uses_unit_weights_and_refuses_too_few_bins():
 
 def test_subspace_start_recovers_exact_poles():
     """The frequency-domain subspace start of fit_frf (noise-free FRF of the 6th-order product G2 G1)."""
-    from ceem_casadi.workflow._frf import _subspace_poles
+    from ceem_casadi.workflow._frf_fit import _subspace_poles
 
     f = np.arange(1, 201) / 512
     G0 = response(np.convolve(B1, B2), np.convolve(A1, A2), f)

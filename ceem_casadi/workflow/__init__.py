@@ -3,7 +3,8 @@ uncertainty and identifiability, validation metrics, optimal experiment design,
 the best-linear-approximation initialiser of block-oriented models (and the nonparametric BLA of periodic data), the least-squares engine of output error and the recommended pipeline (`identify`)."""
 from ._bla import bla_initialise
 from ._experiment_design import DesignOptions, InputDesign, design_input, fisher_information
-from ._frf import FRF, FRFFit, estimate_frf, fit_frf
+from ._frf import FRF, estimate_frf
+from ._frf_fit import FRFFit, fit_frf
 from ._identify import IdentifyResult, StageFit, identify
 from ._initial_state import InitialStateResult, estimate_initial_state
 from ._least_squares import LeastSquaresOptions, LeastSquaresResult, solve_least_squares

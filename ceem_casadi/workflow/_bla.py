@@ -41,7 +41,8 @@ from ..errors import OptionsError, ShapeError
 from ..io._data import Trajectories
 from ..model._block_oriented import block_system, hammerstein, sections, wiener, wiener_hammerstein
 from ..model._model import StateSpaceModel
-from ._frf import FRF, FRFFit, frf_bla
+from ._frf import FRF
+from ._frf_fit import FRFFit, frf_bla
 
 logger = logging.getLogger(__name__)
 KINDS = ("wiener", "hammerstein", "wiener_hammerstein")
