@@ -174,3 +174,29 @@ def test_subspace_start_recovers_exact_poles():
     G0 = response(np.convolve(B1, B2), np.convolve(A1, A2), f)
     p = _subspace_poles(f, G0, np.ones(200), 1.0, 6, 12)
     assert _hausdorff(p, np.roots(np.convolve(A1, A2))) < 1e-6
+
+
+def test_period_auto_detects_the_period_or_falls_back_to_n4sid(caplog):
+    from ceem_casadi.workflow._frf import detect_period
+
+    data = records(linear, 256, 3, 2, 100, 0.05, seed=4)
+    assert detect_period(data) == 256                                 # not 512 = 2 N, nor a divisor of N
+    auto, given = estimate_frf(data, "auto"), estimate_frf(data, 256)
+    assert auto.period == 256 and np.array_equal(auto.G, given.G)
+    u = np.random.default_rng(5).standard_normal((768, 1))
+    aperiodic = cc.Trajectories([linear(u[:, 0])[:, None]], [u])
+    assert detect_period(aperiodic) is None
+    # a second realisation with period 96 (480 samples): no common period (a multiple would do: 128 x 2 = 256)
+    other = np.tile(u[:96], (5, 1))
+    assert detect_period(cc.Trajectories([data.y[0], other], [data.u[0], other])) is None
+    assert detect_period(cc.Trajectories([data.y[0], data.y[0][:512]], [data.u[0], np.tile(data.u[0][:128], (4, 1))])) \
+        == 256
+    with pytest.raises(DataError, match="period='auto'"):
+        estimate_frf(aperiodic, "auto")
+    with caplog.at_level(logging.ERROR):
+        fallback = bla_initialise("wiener", aperiodic, 3, period="auto")
+        both = bla_initialise("wiener", data, 3, period="auto")
+    assert fallback.frf is None and {s.bla for s in fallback.table} == {"n4sid"}
+    assert both.frf is not None and {s.bla for s in both.table} == {"n4sid", "frf"}
+    with pytest.raises(DataError, match="not periodic"):
+        bla_initialise("wiener", aperiodic, 3, period="auto", bla="frf")

@@ -321,7 +321,7 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
                    nonlinearity: str = "poly", degree: int = 3, hidden: int = 8, seed: int = 0,
                    skip: int | None = None, max_splits: int = 5000, gain: str = "markov",
                    basis: str = "monomial", bla=None, n4sid_options: dict | None = None,
-                   period: int | None = None, **model_kwargs) -> BLAInit:
+                   period: int | str | None = None, **model_kwargs) -> BLAInit:
     """Initial theta of a block-oriented model from the best linear approximation (module docstring).
 
     Parameters
@@ -350,7 +350,9 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
         realisation, its first period the transient): the FRF's fit
         ([`estimate_frf`][ceem_casadi.workflow.estimate_frf]) joins N4SID's BLA (``bla=None``) or
         replaces it (``bla="frf"``), and the split of lowest simulation RMS on the data wins
-        (``best.bla`` says which BLA); a non-periodic input is refused.
+        (``best.bla`` says which BLA); a non-periodic input is refused. ``"auto"``: the period is
+        detected (the smallest with which every input repeats exactly), and without one the BLA is
+        N4SID's alone.
     model_kwargs : passed to the factory (noise levels, ``dt``).
 
     Returns
@@ -388,13 +390,14 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
             raise OptionsError(f"bla: with period= expected None, 'frf', an FRF or an FRFFit, got {bla!r}"
                                if not isinstance(bla, str) else f"bla: expected 'frf' or a BLA object, got {bla!r}")
         frf = frf_bla(bla, data, period, n, all(fts))
-        candidates.append(("frf", (np.trim_zeros(frf.b, "f"), frf.a)))
+        if frf is not None:
+            candidates.append(("frf", (np.trim_zeros(frf.b, "f"), frf.a)))
     if bla is None:
         centred = Trajectories([data.y[b] - y_mean for b in range(len(data))],
                                   [data.inputs(b) - u_mean for b in range(len(data))], dt=data.dt)
         candidates.append(("n4sid", n4sid(centred, **{"order": n, "feedthrough": all(fts), "stable": True,
                                                          **(n4sid_options or {})})))
-    elif frf is None:
+    elif not isinstance(bla, (str, FRF, FRFFit)):
         candidates.append(("user", bla))
     table, blas = [], {}
     for source, cand in candidates:

@@ -116,6 +116,24 @@ def _periods(x: np.ndarray, period: int, transient: int, b: int, what: str) -> n
     return x[transient * period:].reshape(n, period)
 
 
+def detect_period(data: Trajectories, input_tol: float = 1e-6) -> int | None:
+    """The smallest N >= 4 that divides every trajectory's length at least twice and with which
+    every input is periodic (``max |u[t + N] - u[t]| <= input_tol`` times the input's RMS about its
+    mean); None when there is none (an aperiodic or a constant input)."""
+    common: set | None = None
+    for b in range(len(data)):
+        u = data.inputs(b)[:, 0]
+        T, rms = u.size, float(np.std(u))
+        if rms == 0.0:
+            return None
+        ok = {N for N in range(4, T // 2 + 1)
+              if T % N == 0 and float(np.max(np.abs(u[N:] - u[:-N]))) <= input_tol * rms}
+        common = ok if common is None else common & ok
+        if not common:
+            return None
+    return min(common)
+
+
 def estimate_frf(data: Trajectories, period: int, *, transient_periods: int = 1, input_tol: float = 1e-6,
                  excitation_tol: float = 1e-6) -> FRF:
     """Frequency response of the best linear approximation from periodic data (module docstring).
@@ -126,8 +144,9 @@ def estimate_frf(data: Trajectories, period: int, *, transient_periods: int = 1,
         One input, one output (SISO), no missing outputs; every trajectory is one realisation (an
         experiment with its own periodic input, e.g. a random-phase multisine), its length a
         multiple of ``period``.
-    period : int
-        Samples per period, N (>= 4).
+    period : int or "auto"
+        Samples per period, N (>= 4); ``"auto"``: the smallest N with which every input is
+        periodic (`detect_period`), refused when there is none.
     transient_periods : int
         Periods left out at the start of every trajectory (the transient), default 1.
     input_tol : float
@@ -167,6 +186,12 @@ def estimate_frf(data: Trajectories, period: int, *, transient_periods: int = 1,
     """
     if not isinstance(data, Trajectories) or data.nu != 1 or data.ny != 1:
         raise ShapeError("data: expected a Trajectories with one input and one output (nu = ny = 1)")
+    if isinstance(period, str) and period == "auto":
+        found = detect_period(data, input_tol if isinstance(input_tol, (int, float)) else 1e-6)
+        if found is None:
+            raise DataError("period='auto': no period N >= 4 dividing every trajectory's length twice makes every "
+                            f"input periodic within input_tol={input_tol!r} of its RMS: the input is not periodic")
+        period = found
     if isinstance(period, bool) or not isinstance(period, (int, np.integer)) or period < 4:
         raise OptionsError(f"period: expected an int >= 4 (samples per period), got {period!r}")
     if isinstance(transient_periods, bool) or not isinstance(transient_periods, (int, np.integer)) \

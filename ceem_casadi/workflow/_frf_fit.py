@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.optimize as so
 
-from ..errors import OptionsError, ShapeError
+from ..errors import DataError, OptionsError, ShapeError
 from ..io._data import Trajectories
 from ..runtime._result import Result
-from ._frf import FRF, estimate_frf
+from ._frf import FRF, detect_period, estimate_frf
 
 logger = logging.getLogger(__name__)
 __all__ = ["FRFFit", "fit_frf"]
@@ -243,15 +243,24 @@ def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool =
                   stabilised, frf.dt)
 
 
-def frf_bla(bla, data: Trajectories, period: int | None, order: int, feedthrough: bool) -> FRFFit:
-    """The BLA of `bla_initialise` from periodic data: ``bla`` is ``"frf"`` or None (estimate the
-    FRF of ``data`` with ``period``), an `FRF` (fit it) or an `FRFFit` (use it)."""
+def frf_bla(bla, data: Trajectories, period, order: int, feedthrough: bool) -> FRFFit | None:
+    """The FRF's BLA of `bla_initialise`: ``bla`` is ``"frf"`` or None (estimate the FRF of ``data``
+    with ``period``; ``"auto"``: detected, None when the input is not periodic), an `FRF` (fit it)
+    or an `FRFFit` (use it)."""
     if isinstance(bla, FRFFit):
         return bla
     if isinstance(bla, FRF):
         frf = bla
     else:
         if period is None:
-            raise OptionsError("bla='frf' needs the input's period: give period= (samples per period)")
+            raise OptionsError("bla='frf' needs the input's period: give period= (samples per period, or 'auto')")
+        if isinstance(period, str) and period == "auto":
+            period = detect_period(data)
+            if period is None:
+                if bla == "frf":
+                    raise DataError("bla='frf', period='auto': the input is not periodic (no period found)")
+                logger.info("bla_initialise: period='auto' found no period; the BLA is N4SID's only")
+                return None
+            logger.info("bla_initialise: period='auto' found a period of %d samples", period)
         frf = estimate_frf(data, period)
     return fit_frf(frf, order, feedthrough=feedthrough)
