@@ -200,3 +200,15 @@ def test_period_auto_detects_the_period_or_falls_back_to_n4sid(caplog):
     assert both.frf is not None and {s.bla for s in both.table} == {"n4sid", "frf"}
     with pytest.raises(DataError, match="not periodic"):
         bla_initialise("wiener", aperiodic, 3, period="auto", bla="frf")
+
+
+def test_fit_frf_reflects_unstable_poles_into_the_unit_circle():
+    """The FRF of an unstable first-order system (pole 1.25): the fit keeps its magnitude shape with
+    the pole reflected to 1 / 1.25 = 0.8 (|G| of the reflected system is proportional), B refitted."""
+    f = np.arange(1, 60) / 128
+    G = response(np.array([0.0, 1.0]), np.array([1.0, -1.25]), f)
+    frf = FRF(f, np.arange(1, 60), G, np.full(59, np.nan), np.full(59, np.nan), 128, 1, 1, 1.0)
+    fit = fit_frf(frf, 1, feedthrough=False)
+    assert fit.stabilised and np.allclose(fit.poles, [0.8], atol=1e-9)
+    ratio = np.abs(fit.response(f)) / np.abs(G)
+    assert np.ptp(ratio) < 1e-6 * ratio.mean()
