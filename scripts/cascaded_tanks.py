@@ -18,12 +18,13 @@ Steps
    process-noise std in ``--process-std`` (default 0.003, 0.01, 0.03 V per sample); the fit with the
    lowest free-run simulation RMS on the ESTIMATION data is kept (the test split is never used to choose).
 4. **Refinement** (optional, ``--no-refine`` skips it): single-shooting simulation-error least squares
-   over the free parameters and the estimation initial state (`ceem_casadi.refine_output_error`,
-   IPOPT with bounds, Gauss-Newton Hessian of the CasADi simulation), started from the CE-EM estimate,
+   over the free parameters and the estimation initial state (the Levenberg-Marquardt engine of
+   `ceem_casadi.refine_output_error`, levels bounded to [0, 20] V), started from the CE-EM estimate,
    once per structure of ``--refine-structures`` (`STRUCTURES`: the CE-EM model, and the
    "extended" one with free outflow exponents, a quadratic sensor term and the water-jet output term,
-   whose new terms start neutral); the structure with the lowest AIC
-   ``T ln(rms_est**2) + 2 (free parameters + 2 initial levels)`` on the ESTIMATION data is selected.
+   whose new terms start neutral), by `ceem_casadi.compare_structures`, which also selects the
+   structure with the lowest AIC ``T ln(mean((y - yhat)**2) / sigma_v**2) + 2 (free parameters + 2
+   initial levels)`` on the ESTIMATION data.
 Initial states on the test split come from `ceem_casadi.estimate_initial_state` on the first
 5 samples (grid of starts over the hidden upper level, `upper_level_starts`), free runs from
 `ceem_casadi.simulate_output`.
@@ -208,30 +209,36 @@ def main(argv=None) -> dict:
             f"gray-box CE-EM ({rms_ce:.3f} V)": y_ce}
 
     # 4. refinement, once per structure; the structure is selected by AIC on the ESTIMATION data
+    #    (cc.compare_structures: output error from the CE-EM fit and its initial state, then
+    #    N ln(mean squared weighted error) + 2 (free parameters + initial states))
     if not args.no_refine:
+        t0 = time.perf_counter()
+        models = {s: cascaded_tanks(th_ce, process_std=args.process_std[0], measurement_std=args.measurement_std,
+                                    substeps=args.substeps, pump=args.pump, free_u0=not args.fixed_u0,
+                                    **STRUCTURES[s]) for s in args.refine_structures}
+        # the tolerances of cc.refine_output_error's Levenberg-Marquardt engine (OutputErrorOptions(tol=1e-10))
+        lso = cc.workflow.LeastSquaresOptions(max_iter=args.refine_iters, ftol=1e-8, xtol=1e-8, gtol=1e-10,
+                                              gap_tol=1e-8, x_lower=0.0, x_upper=20.0)
+        cmp = cc.compare_structures({s: (m, m.params.initial(), x0_ce) for s, m in models.items()}, est.data,
+                                    criterion="aic", options=lso)
+        rows = {r["name"]: r for r in cmp.rows}
         recs = []
         for structure in args.refine_structures:
-            t0 = time.perf_counter()
-            m_s = cascaded_tanks(th_ce, process_std=args.process_std[0], measurement_std=args.measurement_std,
-                                 substeps=args.substeps, pump=args.pump, free_u0=not args.fixed_u0,
-                                 **STRUCTURES[structure])
-            rf = cc.refine_output_error(m_s, est.data, m_s.params.initial(), x0=x0_ce, options=cc.OutputErrorOptions(
-                max_iter=args.refine_iters, x_lower=0.0, x_upper=20.0))
-            th_rf, x0_rf = rf.theta, rf.x0[0]
+            row, m_s = rows[structure], models[structure]
+            rf = row["fit"]
             info = {"status": str(rf.status), "message": rf.message, "iterations": rf.iterations,
                     "cost_start": rf.initial_cost, "cost_end": rf.cost}
-            rms_est = simulation_rms(est.y, cc.simulate_output(m_s, th_rf, est.u, x0_rf))
-            n_free = int(m_s.params.free_index.size) + m_s.nx
-            rms_rf, y_rf, x0t_rf = test_rms(m_s, th_rf, tst)
-            recs.append({"structure": structure, "theta": {k: float(v) for k, v in th_rf.items()}, "solver": info,
-                         "estimation_rms": rms_est, "n_estimated": n_free,
-                         "aic": len(est) * float(np.log(rms_est ** 2)) + 2 * n_free, "test_rms": rms_rf,
-                         "test_x0": x0t_rf.tolist(), "seconds": time.perf_counter() - t0})
+            rms_rf, y_rf, x0t_rf = test_rms(m_s, rf.theta, tst)
+            recs.append({"structure": structure, "theta": {k: float(v) for k, v in rf.theta.items()}, "solver": info,
+                         "estimation_rms": row["rms"], "n_estimated": row["n_estimated"], "aic": row["criterion"],
+                         "test_rms": rms_rf, "test_x0": x0t_rf.tolist(), "seconds": rf.wall_s})
             yhat[f"CE-EM + refinement, {structure} ({rms_rf:.3f} V)"] = y_rf
-            logger.info("refined (%s): est %.4f AIC %.1f test %.4f (%.0f s)", structure, rms_est, recs[-1]["aic"],
-                        rms_rf, recs[-1]["seconds"])
+            logger.info("refined (%s): est %.4f AIC %.1f test %.4f (%.0f s)", structure, row["rms"], row["criterion"],
+                        rms_rf, rf.wall_s)
+        logger.info("structure comparison (%.0f s):\n%s", time.perf_counter() - t0, cmp.table())
         results["refined_all"] = recs
-        results["refined"] = dict(min(recs, key=lambda r: r["aic"]), selected_by="lowest AIC on the estimation data")
+        results["refined"] = dict(next(r for r in recs if r["structure"] == cmp.best),
+                                  selected_by="lowest AIC on the estimation data (cc.compare_structures)")
 
     results["total_seconds"] = time.perf_counter() - t_start
     (out / "results.json").write_text(json.dumps(results, indent=2, default=float))

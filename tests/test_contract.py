@@ -315,6 +315,10 @@ def _check_design(res, y, u, theta):
     assert np.all(np.isfinite(res.u)) and np.all(np.abs(res.u) <= 1.0 + 1e-9)
 
 
+def _check_frf(res, y, u, theta):
+    assert np.all(np.isfinite(res.G)) and np.all(res.std_noise >= 0) and res.G.shape == res.freqs.shape
+
+
 ENTRIES = {
     "ceem": (lambda y, u, th, kw, tmp: cc.ceem(MODEL, _data(y, u), th, **{"options": cc.CEEMOptions(max_iters=2),
                                                                           **kw}),
@@ -373,6 +377,9 @@ ENTRIES = {
                            _check_structures, [lambda v: {"criterion": v}, lambda v: {"holdout": v}]),
     "export_casadi": (lambda y, u, th, kw, tmp: cc.export_casadi(MODEL, th, tmp / "export", **kw), _check_export,
                       [lambda v: {"keep_parameters": v}], {"theta"}),
+    "estimate_frf": (lambda y, u, th, kw, tmp: cc.workflow.estimate_frf(_data(y, u), **{"period": 10, **kw}),
+                     _check_frf, [lambda v: {"period": v}, lambda v: {"transient_periods": v},
+                                  lambda v: {"input_tol": v}], {"y", "u", "y+u"}),
     "design_input": (lambda y, u, th, kw, tmp: cc.design_input(MODEL, th, 8, **{"u_bounds": (-1.0, 1.0), "starts": 1,
                                                                                 "x0": [0.0], **kw}),
                      _check_design, [lambda v: {"u_bounds": (v, 1.0)}, lambda v: {"criterion": v},

@@ -6,13 +6,13 @@ import pytest
 import ceem_casadi as cc
 
 
-def _pendulum(**free):
+def _pendulum(process_std=0.01):
     params = cc.Parameters(cc.Param("a", 1.6, lower=0.0), cc.Param("b", 0.2), cc.Param("c", 1.0))
 
     def rhs(x, u, p):
         return ca.vertcat(x[1], -p.a * ca.sin(x[0]) - p.b * x[1] + p.c * u[0])
     return cc.StateSpaceModel.from_ode(rhs, lambda x, u, p: x[0], nx=2, nu=1, dt=0.1, params=params,
-                                       measurement_std=0.05, process_std=0.01)
+                                       measurement_std=0.05, process_std=process_std)
 
 
 def _data(model, truth, T=60, seed=3):
@@ -27,7 +27,7 @@ def test_identify_runs_every_stage_and_keeps_the_best_on_estimation_data():
     truth = {"a": 2.0, "b": 0.3, "c": 0.8}
     data = _data(model, truth)
     res = cc.identify(model, data, {"a": 1.0, "b": 0.0, "c": 1.2}, starts=[{"a": 3.0}],
-                      ceem_options=cc.CEEMOptions(max_iters=5), time_limit=60)
+                      ceem_options=cc.CEEMOptions(max_iters=5), time_limit=60, calibrate=False)
     names = [s.stage for s in res.stages]
     assert names == ["theta0", "CE-EM", "output error from theta0", "output error from CE-EM"]
     # the chosen stage has the lowest estimation objective, recomputed here by an independent free run
@@ -67,3 +67,21 @@ def test_compare_structures_finds_the_true_structure(criterion):
         assert cmp2.best == "linear", cmp2.table()
     with pytest.raises(cc.OptionsError):
         cc.compare_structures(cands, cc.Trajectories([y], [u]), criterion="bic")
+
+
+def test_compare_structures_starts_each_candidate_from_its_own_initial_state():
+    """A third entry (model, theta, x0) is the start of the candidate's fit (as the Cascaded Tanks
+    script gives the CE-EM fit's initial state); the start's cost is recomputed here."""
+    rng = np.random.default_rng(1)
+    u = rng.standard_normal((120, 1))
+    truth = {"a": 0.7, "b": 0.3}
+    y = cc.simulate_output(_poly_model(True), truth, u, np.array([3.0])) + 0.01 * rng.standard_normal((120, 1))
+    data = cc.Trajectories([y], [u])
+    cmp = cc.compare_structures({"q": (_poly_model(True), truth, [3.0])}, data,
+                                options=cc.workflow.LeastSquaresOptions(max_iter=3))
+    fit = cmp.rows[0]["fit"]
+    start = 0.5 * np.sum(((y - cc.simulate_output(_poly_model(True), truth, u, np.array([3.0]))) / 0.01) ** 2)
+    assert fit.initial_cost == pytest.approx(start, rel=1e-9)
+    assert abs(float(fit.x0[0, 0]) - 3.0) < 0.05
+    with pytest.raises(cc.OptionsError, match="expected \\(model, theta\\) or \\(model, theta, x0\\)"):
+        cc.compare_structures({"q": (_poly_model(True),)}, data)

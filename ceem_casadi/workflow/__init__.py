@@ -1,17 +1,20 @@
 """Everything around a fit: initial states, output-error refinement, noise calibration, parameter
 uncertainty and identifiability, validation metrics, optimal experiment design,
-the best-linear-approximation initialiser of block-oriented models, the least-squares engine of output error and the recommended pipeline (`identify`)."""
+the best-linear-approximation initialiser of block-oriented models (and the nonparametric BLA of periodic data), the least-squares engine of output error and the recommended pipeline (`identify`)."""
 from ._bla import bla_initialise
 from ._experiment_design import DesignOptions, InputDesign, design_input, fisher_information
-from ._identify import IdentifyResult, StageFit, StructureComparison, compare_structures, identify
+from ._frf import FRF, estimate_frf
+from ._frf_fit import FRFFit, fit_frf
+from ._identify import IdentifyResult, StageFit, identify
 from ._initial_state import InitialStateResult, estimate_initial_state
 from ._least_squares import LeastSquaresOptions, LeastSquaresResult, solve_least_squares
 from ._metrics import Metrics, ValidationReport, fit_percent, nrmse, rmse, validation_report
 from ._noise_calibration import NoiseCalibrationOptions, NoiseCalibrationResult, NoiseLevelFit, calibrate_noise
 from ._output_error import OutputErrorOptions, OutputErrorResult, refine_output_error
+from ._structures import StructureComparison, compare_structures
 from ._uncertainty import ParameterUncertainty, UncertaintyOptions, parameter_uncertainty
 
-__all__ = ["DesignOptions", "bla_initialise", "IdentifyResult", "InitialStateResult", "InputDesign", "LeastSquaresOptions",
+__all__ = ["DesignOptions", "FRF", "FRFFit", "bla_initialise", "estimate_frf", "fit_frf", "IdentifyResult", "InitialStateResult", "InputDesign", "LeastSquaresOptions",
            "LeastSquaresResult", "StageFit", "StructureComparison", "compare_structures", "identify",
            "solve_least_squares", "design_input", "fisher_information", "Metrics", "NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit",
            "OutputErrorOptions", "OutputErrorResult", "ParameterUncertainty", "UncertaintyOptions",

@@ -6,7 +6,9 @@ poles and zeros are those of G (G1 G2). `bla_initialise`:
 
 1. N4SID (``stable=True``) of order n (n1 + n2) on the mean-removed data gives the BLA; its poles
    and its zeros (the roots of the transfer function's numerator; surplus zeros of largest modulus,
-   e.g. from an estimated near-zero leading coefficient, are dropped).
+   e.g. from an estimated near-zero leading coefficient, are dropped). With a periodic input
+   (``period=``) the transfer-function fit of the nonparametric BLA (`ceem_casadi.workflow._frf`)
+   is a second candidate, and the splits of both are tried (``bla="frf"``: the FRF's only).
 2. Every split of the poles (real ones or complex-conjugate pairs, n1 to G1) and of the zeros (as
    many as G1's structure has: n1 - 1, or n1 with feedthrough) across the two blocks is tried;
    Wiener and Hammerstein have one block, hence one split. When no split exists (n1 odd and the
@@ -20,7 +22,7 @@ poles and zeros are those of G (G1 G2). `bla_initialise`:
    = std(v). The first ``skip`` samples of every trajectory (transient from the unknown initial
    state) are left out.
 4. The split with the smallest simulation RMS (the least-squares residual is the free-run error of
-   the model from rest) gives theta: each block's poles as second-order sections, its output row by
+   the model from rest; estimation data only) gives theta: each block's poles as second-order sections, its output row by
    matching its impulse response (exact: same poles), f's coefficients.
 
 Returns a `BLAInit` with the model (``scale`` set), theta, and the table of all splits.
@@ -39,6 +41,8 @@ from ..errors import OptionsError, ShapeError
 from ..io._data import Trajectories
 from ..model._block_oriented import block_system, hammerstein, sections, wiener, wiener_hammerstein
 from ..model._model import StateSpaceModel
+from ._frf import FRF
+from ._frf_fit import FRFFit, frf_bla
 
 logger = logging.getLogger(__name__)
 KINDS = ("wiener", "hammerstein", "wiener_hammerstein")
@@ -48,7 +52,8 @@ _IMAG_TOL = 1e-8
 @dataclass
 class SplitFit:
     """One split tried: poles and zeros (complex arrays) of G1 and G2 (G2 empty for one-block models),
-    simulation RMS of the least-squares fit (units of y), and the fitted coefficients."""
+    simulation RMS of the least-squares fit (units of y), the fitted coefficients, and the BLA it
+    splits (``bla``: ``"n4sid"``, ``"frf"`` or ``"user"``)."""
 
     g1_poles: np.ndarray
     g1_zeros: np.ndarray
@@ -58,13 +63,15 @@ class SplitFit:
     coef: np.ndarray = field(repr=False)
     scale: float = 1.0
     center: float = 0.0
+    bla: str = "n4sid"
 
 
 @dataclass
 class BLAInit:
     """Outcome of `bla_initialise`: ``model`` (the factory's, with ``scale`` set), ``theta``
-    (dict), ``table`` (list of `SplitFit`, best first), ``bla`` (the N4SID result), ``x0``
+    (dict), ``table`` (list of `SplitFit`, best first), ``bla`` (the BLA of the best split: the N4SID result or a state-space object), ``x0``
     (B, nx) zeros: the least squares simulate from rest, so refine from there,
+    ``frf`` (the [`FRFFit`][ceem_casadi.workflow.FRFFit] of a ``period=`` call, else None),
     ``cc.refine_output_error(init.model, data, init.theta, x0=init.x0)`` (the default x0 estimate
     under the rough initial model can start a poorer local minimum: on the swapped
     Wiener-Hammerstein test case cost 1691 instead of 953, the truth's)."""
@@ -76,6 +83,7 @@ class BLAInit:
     x0: np.ndarray
     bla_rms: float = float("nan")
     conditioning: dict = field(default_factory=dict)
+    frf: FRFFit | None = None
 
     @property
     def best(self) -> SplitFit:
@@ -269,71 +277,11 @@ def _bla_rms(A, B, C, D, data, skip: int, y_mean: float, u_mean: float) -> float
     return float(np.sqrt(np.mean(np.concatenate(err) ** 2)))
 
 
-def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedthrough=None,
-                   nonlinearity: str = "poly", degree: int = 3, hidden: int = 8, seed: int = 0,
-                   skip: int | None = None, max_splits: int = 5000, gain: str = "markov",
-                   basis: str = "monomial", bla=None, n4sid_options: dict | None = None,
-                   **model_kwargs) -> BLAInit:
-    """Initial theta of a block-oriented model from the best linear approximation (module docstring).
-
-    Parameters
-    ----------
-    kind : ``"wiener"``, ``"hammerstein"`` or ``"wiener_hammerstein"``.
-    data : Trajectories with one input and one output (NaN outputs skipped
-        in the least squares).
-    n1, n2 : block orders (Wiener / Hammerstein: ``n1`` only).
-    feedthrough : the factory's (a bool; a pair for Wiener-Hammerstein); default the factory's.
-    nonlinearity, degree, hidden, seed : the factory's (``seed`` also draws the fixed hidden layer
-        of ``"mlp"``, see `_hidden_layer`; its output layer gets a ridge of 1e-6 of the mean
-        diagonal of the normal equations).
-    skip : samples left out at the start of every trajectory (default ``min(10 n, T_min // 4)``).
-    max_splits : refuse to try more splits than this (the count grows combinatorially with n).
-    gain, basis : the factory's conditioning (``gain="dc", basis="chebyshev"`` for real records:
-        unit-static-gain blocks, Chebyshev polynomials over the range of f's input on the data,
-        ``out_scale`` = std(y); see `ceem_casadi.model.wiener`).
-    bla : a BLA of order n1 + n2 to use instead of N4SID's: an object with ``A, B, C, D`` (e.g.
-        an N4SIDResult of your own, or a state-space fit of a frequency-domain BLA) or a transfer
-        function ``(b, a)`` in powers of q^-1 (of the mean-removed data).
-    n4sid_options : more keyword arguments of N4SID (e.g. ``{"horizon": 30}``).
-    model_kwargs : passed to the factory (noise levels, ``dt``).
-
-    Returns
-    -------
-    BLAInit
-        ``model``, ``theta``, ``table`` (best first), the ``bla`` used, and ``bla_rms``: the BLA's own
-        simulation RMS on the data (units of y; the figure every block model should beat).
-    """
-    if kind not in KINDS:
-        raise OptionsError(f"kind must be one of {KINDS}, got {kind!r}")
-    if not isinstance(data, Trajectories) or data.nu != 1 or data.ny != 1:
-        raise ShapeError("data: expected a Trajectories with one input and one output (nu = ny = 1)")
-    two = kind == "wiener_hammerstein"
-    if n1 < 1 or (two and n2 < 1):
-        raise ShapeError(f"{kind} needs block orders >= 1 (n1{', n2' if two else ''}), got n1={n1}, n2={n2}")
-    orders = (n1, n2) if two else (n1,)
-    if feedthrough is None:
-        feedthrough = (False, True) if two else False
-    if two and (np.ndim(feedthrough) != 1 or len(feedthrough) != 2):
-        raise ShapeError(f"feedthrough: expected a pair (G1, G2) of bools for wiener_hammerstein, got {feedthrough!r}")
-    fts = tuple(bool(f) for f in feedthrough) if two else (bool(feedthrough),)
-    n = sum(orders)
-    skip = min(10 * n, min(data.lengths) // 4) if skip is None else int(skip)
-    rng = np.random.default_rng(seed)
-    hidden_layer = _hidden_layer(hidden, rng) if nonlinearity == "mlp" else None
-
-    y_mean = np.nanmean(np.concatenate([data.y[b] for b in range(len(data))]))
-    u_mean = np.mean(np.concatenate([data.inputs(b) for b in range(len(data))]))
-    if bla is None:
-        centred = Trajectories([data.y[b] - y_mean for b in range(len(data))],
-                                  [data.inputs(b) - u_mean for b in range(len(data))], dt=data.dt)
-        bla = n4sid(centred, **{"order": n, "feedthrough": all(fts), "stable": True, **(n4sid_options or {})})
-    A_b, B_b, C_b, D_b = _as_bla(bla, n)
-    bla_rms = _bla_rms(A_b, B_b, C_b, D_b, data, skip, y_mean, u_mean)
-    if not all(hasattr(bla, k) for k in "ABCD"):
-        bla = type("BLA", (), {"A": A_b, "B": B_b, "C": C_b, "D": D_b})()
-    out_scale = float(np.nanstd(np.concatenate([data.y[b][:, 0] for b in range(len(data))]))) \
-        if gain == "dc" else 1.0
-    out_scale = out_scale or 1.0
+def _split_table(bla, source, kind, data, skip, orders, fts, nonlinearity, degree, hidden_layer, gain, basis,
+                 out_scale, max_splits) -> list:
+    """Every split of one BLA's poles and zeros across the blocks, each with its least-squares
+    nonlinearity (steps 2-3 of the module docstring)."""
+    two, n1 = kind == "wiener_hammerstein", orders[0]
     n_zeros = [k - 1 + f for k, f in zip(orders, fts)]
     poles, zeros = _bla_roots(bla, sum(n_zeros))
     pg, zg = _groups(poles), _groups(zeros)
@@ -365,10 +313,104 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
         rms, coef, scale, center = _fit_split(kind, data, skip, blocks, fts, nonlinearity, degree, hidden_layer,
                                               gain, basis, out_scale)
         g2 = blocks[1] if two else (np.zeros(0, complex), np.zeros(0, complex))
-        table.append(SplitFit(blocks[0][0], blocks[0][1], g2[0], g2[1], rms, coef, scale, center))
+        table.append(SplitFit(blocks[0][0], blocks[0][1], g2[0], g2[1], rms, coef, scale, center, source))
+    return table
+
+
+def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedthrough=None,
+                   nonlinearity: str = "poly", degree: int = 3, hidden: int = 8, seed: int = 0,
+                   skip: int | None = None, max_splits: int = 5000, gain: str = "markov",
+                   basis: str = "monomial", bla=None, n4sid_options: dict | None = None,
+                   period: int | str | None = None, **model_kwargs) -> BLAInit:
+    """Initial theta of a block-oriented model from the best linear approximation (module docstring).
+
+    Parameters
+    ----------
+    kind : ``"wiener"``, ``"hammerstein"`` or ``"wiener_hammerstein"``.
+    data : Trajectories with one input and one output (NaN outputs skipped
+        in the least squares).
+    n1, n2 : block orders (Wiener / Hammerstein: ``n1`` only).
+    feedthrough : the factory's (a bool; a pair for Wiener-Hammerstein); default the factory's.
+    nonlinearity, degree, hidden, seed : the factory's (``seed`` also draws the fixed hidden layer
+        of ``"mlp"``, see `_hidden_layer`; its output layer gets a ridge of 1e-6 of the mean
+        diagonal of the normal equations).
+    skip : samples left out at the start of every trajectory (default ``min(10 n, T_min // 4)``).
+    max_splits : refuse to try more splits than this (the count grows combinatorially with n).
+    gain, basis : the factory's conditioning (``gain="dc", basis="chebyshev"`` for real records:
+        unit-static-gain blocks, Chebyshev polynomials over the range of f's input on the data,
+        ``out_scale`` = std(y); see `ceem_casadi.model.wiener`).
+    bla : a BLA of order n1 + n2 to use instead of N4SID's: an object with ``A, B, C, D`` (e.g.
+        an N4SIDResult of your own, or a state-space fit of a frequency-domain BLA) or a transfer
+        function ``(b, a)`` in powers of q^-1 (of the mean-removed data).
+        ``"frf"``, an [`FRF`][ceem_casadi.workflow.FRF] or an [`FRFFit`][ceem_casadi.workflow.FRFFit]: the
+        nonparametric BLA of periodic data, fitted by [`fit_frf`][ceem_casadi.workflow.fit_frf]
+        (order n1 + n2, strictly proper unless both blocks have feedthrough), alone.
+    n4sid_options : more keyword arguments of N4SID (e.g. ``{"horizon": 30}``).
+    period : samples per period of a periodic input (e.g. a multisine; every trajectory one
+        realisation, its first period the transient): the FRF's fit
+        ([`estimate_frf`][ceem_casadi.workflow.estimate_frf]) joins N4SID's BLA (``bla=None``) or
+        replaces it (``bla="frf"``), and the split of lowest simulation RMS on the data wins
+        (``best.bla`` says which BLA); a non-periodic input is refused. ``"auto"``: the period is
+        detected (the smallest with which every input repeats exactly), and without one the BLA is
+        N4SID's alone.
+    model_kwargs : passed to the factory (noise levels, ``dt``).
+
+    Returns
+    -------
+    BLAInit
+        ``model``, ``theta``, ``table`` (best first), the ``bla`` used, and ``bla_rms``: the BLA's own
+        simulation RMS on the data (units of y; the figure every block model should beat).
+    """
+    if kind not in KINDS:
+        raise OptionsError(f"kind must be one of {KINDS}, got {kind!r}")
+    if not isinstance(data, Trajectories) or data.nu != 1 or data.ny != 1:
+        raise ShapeError("data: expected a Trajectories with one input and one output (nu = ny = 1)")
+    two = kind == "wiener_hammerstein"
+    if n1 < 1 or (two and n2 < 1):
+        raise ShapeError(f"{kind} needs block orders >= 1 (n1{', n2' if two else ''}), got n1={n1}, n2={n2}")
+    orders = (n1, n2) if two else (n1,)
+    if feedthrough is None:
+        feedthrough = (False, True) if two else False
+    if two and (np.ndim(feedthrough) != 1 or len(feedthrough) != 2):
+        raise ShapeError(f"feedthrough: expected a pair (G1, G2) of bools for wiener_hammerstein, got {feedthrough!r}")
+    fts = tuple(bool(f) for f in feedthrough) if two else (bool(feedthrough),)
+    n = sum(orders)
+    skip = min(10 * n, min(data.lengths) // 4) if skip is None else int(skip)
+    rng = np.random.default_rng(seed)
+    hidden_layer = _hidden_layer(hidden, rng) if nonlinearity == "mlp" else None
+
+    y_mean = np.nanmean(np.concatenate([data.y[b] for b in range(len(data))]))
+    u_mean = np.mean(np.concatenate([data.inputs(b) for b in range(len(data))]))
+    out_scale = float(np.nanstd(np.concatenate([data.y[b][:, 0] for b in range(len(data))]))) \
+        if gain == "dc" else 1.0
+    out_scale = out_scale or 1.0
+    frf, candidates = None, []                       # (source, BLA): one, or with period= and no bla, two
+    if period is not None or isinstance(bla, (str, FRF, FRFFit)):
+        if (isinstance(bla, str) and bla != "frf") or not (bla is None or isinstance(bla, (str, FRF, FRFFit))):
+            raise OptionsError(f"bla: with period= expected None, 'frf', an FRF or an FRFFit, got {bla!r}"
+                               if not isinstance(bla, str) else f"bla: expected 'frf' or a BLA object, got {bla!r}")
+        frf = frf_bla(bla, data, period, n, all(fts))
+        if frf is not None:
+            candidates.append(("frf", (np.trim_zeros(frf.b, "f"), frf.a)))
+    if bla is None:
+        centred = Trajectories([data.y[b] - y_mean for b in range(len(data))],
+                                  [data.inputs(b) - u_mean for b in range(len(data))], dt=data.dt)
+        candidates.append(("n4sid", n4sid(centred, **{"order": n, "feedthrough": all(fts), "stable": True,
+                                                         **(n4sid_options or {})})))
+    elif not isinstance(bla, (str, FRF, FRFFit)):
+        candidates.append(("user", bla))
+    table, blas = [], {}
+    for source, cand in candidates:
+        A_b, B_b, C_b, D_b = _as_bla(cand, n)
+        if not all(hasattr(cand, k) for k in "ABCD"):
+            cand = type("BLA", (), {"A": A_b, "B": B_b, "C": C_b, "D": D_b})()
+        blas[source] = (cand, _bla_rms(A_b, B_b, C_b, D_b, data, skip, y_mean, u_mean))
+        table += _split_table(cand, source, kind, data, skip, orders, fts, nonlinearity, degree, hidden_layer,
+                              gain, basis, out_scale, max_splits)
     table.sort(key=lambda s: s.rms)
     best = table[0]
-    logger.info("bla_initialise: %d splits tried, best simulation RMS %.4g", len(table), best.rms)
+    bla, bla_rms = blas[best.bla]
+    logger.info("bla_initialise: %d splits tried, best simulation RMS %.4g (BLA: %s)", len(table), best.rms, best.bla)
     if two:
         theta = {**_block_theta("g1", best.g1_poles, best.g1_zeros, fts[0]),
                  **_block_theta("g2", best.g2_poles, best.g2_zeros, fts[1])}
@@ -383,4 +425,4 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
     else:
         model = (wiener if kind == "wiener" else hammerstein)(n1, feedthrough=fts[0], **opts)
     return BLAInit(model=model, theta=model.params.validate(theta), table=table, bla=bla,
-                   x0=np.zeros((len(data), model.nx)), bla_rms=bla_rms, conditioning=conditioning)
+                   x0=np.zeros((len(data), model.nx)), bla_rms=bla_rms, conditioning=conditioning, frf=frf)

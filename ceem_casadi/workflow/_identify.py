@@ -15,11 +15,12 @@ choosing on test data, with a table of every stage's estimation figures. Output 
 work when the model can simulate the record (no unmeasured disturbances): on real records the
 issue measured it ahead of CE-EM (coupled electric drives: 0.18 against 0.69 test RMS); CE-EM
 helps when the start is far and the states are observable, and gives output error a better start.
-Noise calibration ([`calibrate_noise`][ceem_casadi.calibrate_noise]) is not a stage here.
+With ``calibrate`` (default), a noise-calibration stage ([`calibrate_noise`][ceem_casadi.calibrate_noise]
+from the CE-EM estimate) follows CE-EM; it is accepted only when it lowers the CE-EM stage's
+estimation objective without pinning a parameter at a bound (`ceem_casadi.workflow._identify_noise`),
+and output error then also runs from it.
 
-`compare_structures` fits candidate model structures by output error and ranks them by AIC
-(``N log(mean squared weighted error) + 2 k``, k = free parameters + initial states) or by the
-error on a held-out tail of every estimation trajectory (``criterion="split"``).
+`compare_structures` (`ceem_casadi.workflow._structures`) chooses between model structures.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from ..runtime._result import Result
 from ..runtime._status import Status
 from ._least_squares import LeastSquaresOptions, output_error_least_squares
 
-__all__ = ["IdentifyResult", "StageFit", "StructureComparison", "compare_structures", "identify"]
+__all__ = ["IdentifyResult", "StageFit", "identify"]
 
 
 @dataclass(repr=False)
@@ -64,6 +65,10 @@ class StageFit(Result):
         Its seconds.
     message : str
         What happened.
+    rejected : str
+        Why the stage cannot be chosen ("" when it can): a noise-calibration stage that did not
+        lower the estimation objective or pinned a parameter at a bound
+        (`ceem_casadi.workflow._identify_noise`).
     """
 
     SUMMARY = ("stage", "status", "iterations", "objective")
@@ -77,12 +82,14 @@ class StageFit(Result):
     iterations: int
     wall_s: float
     message: str = field(default="", repr=False)
+    rejected: str = ""
 
     def to_dict(self) -> dict:
         """JSON-ready dict."""
         return dict(stage=self.stage, theta={k: np.asarray(v).tolist() for k, v in self.theta.items()},
                     x0=np.asarray(self.x0).tolist(), objective=self.objective, rms=np.asarray(self.rms).tolist(),
-                    status=self.status, iterations=self.iterations, wall_s=self.wall_s, message=self.message)
+                    status=self.status, iterations=self.iterations, wall_s=self.wall_s, message=self.message,
+                    rejected=self.rejected)
 
 
 @dataclass(repr=False)
@@ -129,14 +136,15 @@ class IdentifyResult(Result):
                 f"stages={len(self.stages)}, wall_s={self.wall_s:.3g})")
 
     def table(self) -> str:
-        """One line per stage: objective, RMS per output, status, iterations, seconds; ``*`` = chosen."""
+        """One line per stage: objective, RMS per output, status, iterations, seconds, and why a
+        stage was rejected; ``*`` = chosen."""
         w = max(len(s.stage) for s in self.stages)
         out = [f"  {'stage':<{w}}  {'objective':>12}  {'estimation RMS':>16}  {'status':<13}  {'iter':>5}  {'wall s':>7}"]
         for s in self.stages:
             mark = "*" if s is self.best else " "
             rms = " ".join(f"{v:.4g}" for v in np.atleast_1d(s.rms))
-            out.append(f"{mark} {s.stage:<{w}}  {s.objective:12.6g}  {rms:>16}  {s.status:<13}  {s.iterations:>5}  "
-                       f"{s.wall_s:7.2f}")
+            out.append((f"{mark} {s.stage:<{w}}  {s.objective:12.6g}  {rms:>16}  {s.status:<13}  {s.iterations:>5}  "
+                        f"{s.wall_s:7.2f}  {s.rejected}").rstrip())
         return "\n".join(out)
 
     def to_dict(self) -> dict:
@@ -170,7 +178,8 @@ def _remaining(expires):
 
 def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit: float | None = None,
              starts: Sequence[Mapping[str, Any]] | None = None, ceem: bool = True, ceem_options=None,
-             shooting: int | None = None, options: LeastSquaresOptions | None = None) -> IdentifyResult:
+             shooting: int | None = None, options: LeastSquaresOptions | None = None, calibrate: bool = True,
+             noise_grid: Sequence[float] | None = None, noise_criterion: str = "innovation") -> IdentifyResult:
     """Run the recommended sequence (module docstring) and return the best stage on the estimation data.
 
     Parameters
@@ -182,7 +191,8 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     theta0 : dict
         Starting parameters, name -> array.
     time_limit : float, optional
-        Seconds for everything: CE-EM gets half of it, the output-error stages share the rest.
+        Seconds for everything: CE-EM gets half of it (a third with ``calibrate``, the noise
+        calibration half of what then remains), the output-error stages share the rest.
     starts : sequence of dict, optional
         More starting parameter sets for the output-error stage from ``theta0`` (multi-start).
     ceem : bool
@@ -193,6 +203,15 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
         Multiple shooting segment length of the output-error stages (``None``: single shooting).
     options : LeastSquaresOptions, optional
         Options of the output-error stages (their ``time_limit`` is set from the budget).
+    calibrate : bool
+        With ``ceem``: a noise-calibration stage ([`calibrate_noise`][ceem_casadi.calibrate_noise]
+        from the CE-EM estimate over ``noise_grid``), accepted only when its free run lowers the
+        estimation objective of the CE-EM stage without pinning a parameter at a bound (else the
+        table says it was rejected, and why); when accepted, output error also runs from it.
+    noise_grid : sequence of float, optional
+        Multipliers of the model's ``process_std`` tried by the calibration (default ``(0.1, 10)``).
+    noise_criterion : str
+        Its criterion, ``"innovation"`` or ``"holdout"`` (both on the estimation data).
 
     Returns
     -------
@@ -222,11 +241,16 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     """
     from ..em._ceem import ceem as run_ceem
     from ..em._options import CEEMOptions
+    from ._identify_noise import calibration_stage, failed, verdict
     from ._initial_state import estimate_initial_state
 
     check_data(model, data)  # the one data check of every entry point (io/_validate.py)
     if time_limit is not None and not (np.isfinite(time_limit) and time_limit > 0):
         raise OptionsError(f"time_limit must be None or a finite number of seconds > 0, got {time_limit!r}")
+    if not isinstance(calibrate, bool):
+        raise OptionsError(f"calibrate must be True or False, got {calibrate!r}")
+    if noise_criterion not in ("innovation", "holdout"):
+        raise OptionsError(f"noise_criterion must be 'innovation' or 'holdout', got {noise_criterion!r}")
     options = LeastSquaresOptions() if options is None else options
     t_all = time.perf_counter()
     expires = None if time_limit is None else t_all + float(time_limit)
@@ -237,6 +261,7 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
         obj, rms = _free_run_fit(model, theta, data, x0)
         stages.append(StageFit(stage, theta, np.asarray(x0, float), obj, rms, str(status), int(iterations),
                                time.perf_counter() - t0, message))
+        return stages[-1]
 
     t0 = time.perf_counter()
     try:
@@ -249,161 +274,36 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     if ceem:
         t0 = time.perf_counter()
         copt = ceem_options if ceem_options is not None else CEEMOptions()
-        budget = None if expires is None else 0.5 * _remaining(expires)
+        budget = None if expires is None else _remaining(expires) / (3.0 if calibrate else 2.0)
         ce = run_ceem(model, data, theta0, options=replace(copt, time_limit=budget))
         x_ce = np.array([x[0] for x in ce.x])
-        add("CE-EM", ce.theta, x_ce, ce.status, len(ce.history), t0, ce.message)
+        ce_stage = add("CE-EM", ce.theta, x_ce, ce.status, len(ce.history), t0, ce.message)
 
     runs = [("output error from theta0", theta0, starts)]
     if ce is not None and ce.status is not Status.SOLVER_FAILED:
         runs.append(("output error from CE-EM", ce.theta, None))
+        if calibrate:
+            t0 = time.perf_counter()
+            budget = None if expires is None else 0.5 * _remaining(expires)
+            try:
+                name, th, x0, status, its, msg = calibration_stage(model, data, ce.theta, copt, noise_grid,
+                                                                   noise_criterion, budget)
+                cal = add(name, th, x0, status, its, t0, msg)
+                cal.rejected = verdict(model, cal, ce_stage)
+                if not cal.rejected:
+                    runs.append(("output error from noise calibration", cal.theta, None))
+            except SolverError as exc:
+                stages.append(StageFit("noise calibration", ce.theta, x_ce, np.inf, np.full(model.ny, np.inf),
+                                       "solver_failed", 0, time.perf_counter() - t0, str(exc), failed(exc)))
     for k, (name, th, st) in enumerate(runs):
         t0 = time.perf_counter()
         budget = None if expires is None else _remaining(expires) / (len(runs) - k)
         res = output_error_least_squares(model, data, th, shooting=shooting, starts=st,
                                          options=replace(options, time_limit=budget))
         add(name, res.theta, res.x0, res.status, res.iterations, t0, res.message)
-    finite = [s for s in stages if np.isfinite(s.objective)]
+    finite = [s for s in stages if np.isfinite(s.objective) and not s.rejected]
     if not finite:
         raise SolverError("identify: no stage gives a finite free run on the estimation data: "
                           + "; ".join(f"{s.stage}: {s.message}" for s in stages))
     best = min(finite, key=lambda s: s.objective)
     return IdentifyResult(best, stages, time.perf_counter() - t_all)
-
-
-# --------------------------------------------------------------------------------------------------
-@dataclass(repr=False)
-class StructureComparison(Result):
-    """Outcome of `compare_structures`.
-
-    Attributes
-    ----------
-    rows : list of dict
-        One per candidate, best first: ``name``, ``criterion`` (its value), ``objective`` (the fit's
-        output-error objective), ``rms`` (units of y), ``n_estimated`` (k), ``status``, ``fit`` (the
-        `LeastSquaresResult`).
-    criterion : str
-        ``"aic"`` or ``"split"``.
-
-    Examples
-    --------
-    >>> import numpy as np, ceem_casadi as cc
-    >>> def make(free_b):
-    ...     params = cc.Parameters(cc.Param("a", 0.5), cc.Param("b", 0.0, free=free_b))
-    ...     return cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u + p.b * u ** 2,
-    ...                                             lambda x, u, p: x, nx=1, nu=1, params=params,
-    ...                                             measurement_std=0.01)
-    >>> u = np.random.default_rng(0).standard_normal((200, 1))
-    >>> y = cc.simulate_output(make(True), {"a": 0.7, "b": 0.3}, u, np.zeros(1))
-    >>> y = y + 0.01 * np.random.default_rng(1).standard_normal(y.shape)
-    >>> cmp = cc.compare_structures({"linear": (make(False), None), "quadratic": (make(True), None)},
-    ...                             cc.Trajectories([y], [u]))
-    >>> cmp.best
-    'quadratic'
-    """
-
-    rows: list
-    criterion: str
-
-    @property
-    def best(self) -> str:
-        """Name of the best candidate."""
-        return self.rows[0]["name"]
-
-    def __repr__(self) -> str:
-        return f"StructureComparison(best={self.best!r}, criterion={self.criterion!r}, candidates={len(self.rows)})"
-
-    def table(self) -> str:
-        """One line per candidate, best first."""
-        w = max(len(r["name"]) for r in self.rows)
-        out = [f"{'structure':<{w}}  {self.criterion:>12}  {'RMS':>10}  {'k':>4}  status"]
-        for r in self.rows:
-            out.append(f"{r['name']:<{w}}  {r['criterion']:12.6g}  {r['rms']:10.4g}  {r['n_estimated']:>4}  {r['status']}")
-        return "\n".join(out)
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict."""
-        return dict(criterion=self.criterion, best=self.best, rows=[dict(r, fit=None) for r in self.rows])
-
-
-def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, criterion: str = "aic",
-                       holdout: float = 0.3, options: LeastSquaresOptions | None = None) -> StructureComparison:
-    """Fit every candidate structure by output error and rank them on the estimation data.
-
-    Parameters
-    ----------
-    candidates : dict
-        Name -> ``(model, theta)`` (``theta`` None: the model's initial values).
-    data : Trajectories
-        Estimation data.
-    criterion : str
-        ``"aic"``: ``N log(mean squared error) + 2 k`` of the fit on all of ``data`` (N outputs
-        observed, k = free parameters + B nx initial states; errors weighted by ``1 / sigma_v``).
-        ``"split"``: fit on the first ``1 - holdout`` of every trajectory, then the RMS of the free
-        run continued over the held-out tail.
-    holdout : float
-        Fraction held out by ``"split"`` (0 < holdout < 1).
-    options : LeastSquaresOptions, optional
-        Options of the fits.
-
-    Returns
-    -------
-    StructureComparison
-        ``rows`` best first (each with its fit under ``"fit"``), ``best``, ``table()``.
-    Examples
-    --------
-    Data of a linear system: the linear structure wins by AIC over a cubic one.
-
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> params = lambda *extra: cc.Parameters(cc.Param("a", 0.5), *extra)
-    >>> linear = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1, params=params(),
-    ...     process_std=0.1, measurement_std=0.1)
-    >>> cubic = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + p.b * x ** 3 + u, lambda x, u, p: x, nx=1, nu=1,
-    ...     params=params(cc.Param("b", 0.0)), process_std=0.1, measurement_std=0.1)
-    >>> u = np.random.default_rng(0).normal(size=(60, 1))
-    >>> data, _ = cc.simulate(linear, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
-    ...                       measurement_std=0.1, seed=1)
-    >>> cc.compare_structures({"linear": (linear, None), "cubic": (cubic, None)}, data).best
-    'linear'
-    """
-    if criterion not in ("aic", "split"):
-        raise OptionsError(f"criterion must be 'aic' or 'split', got {criterion!r}")
-    if not 0.0 < holdout < 1.0:
-        raise OptionsError(f"holdout must be in (0, 1), got {holdout!r}")
-    options = LeastSquaresOptions() if options is None else options
-    rows = []
-    for name, (model, theta) in candidates.items():
-        theta = model.params.initial() if theta is None else theta
-        if criterion == "split":
-            cut = [max(2, round((1 - holdout) * T)) for T in data.lengths]
-            fit_data = Trajectories([data.y[b][:c] for b, c in enumerate(cut)],
-                                    None if data.u is None else [data.inputs(b)[:c] for b, c in enumerate(cut)])
-        else:
-            fit_data = data
-        res = output_error_least_squares(model, fit_data, theta, options=options)
-        iv = np.asarray(model.noise.inv_measurement_std, float)
-        from ..model._simulation import simulate_output
-
-        errs, werrs = [], []
-        for b in range(len(data)):
-            with np.errstate(all="ignore"):
-                yh = np.asarray(simulate_output(model, res.theta, data.inputs(b), res.x0[b]), float)
-            start = cut[b] if criterion == "split" else 0
-            e = (data.y[b] - yh.reshape(data.y[b].shape))[start:]
-            ok = np.isfinite(data.y[b][start:])
-            errs.append(e[ok])
-            werrs.append((e * iv)[ok])
-        e, we = np.concatenate(errs), np.concatenate(werrs)
-        k = int(model.params.free_index.size) + len(data) * model.nx
-        rms = float(np.sqrt(np.mean(e ** 2))) if np.all(np.isfinite(e)) else np.inf
-        if criterion == "aic":
-            value = e.size * float(np.log(np.mean(we ** 2))) + 2 * k if np.isfinite(rms) else np.inf
-        else:
-            value = rms
-        rows.append(dict(name=name, criterion=value, objective=float(res.cost), rms=rms, n_estimated=k,
-                         status=str(res.status), fit=res))
-    rows.sort(key=lambda r: r["criterion"])
-    return StructureComparison(rows, criterion)

@@ -1,0 +1,247 @@
+"""Nonparametric best linear approximation from periodic data, and its parametric fit.
+
+With a periodic input (N samples per period, P periods after the transient, M realisations such as
+independent random-phase multisines: the robust method of Pintelon and Schoukens, *System
+Identification: A Frequency Domain Approach*, 2nd ed., 2012, sections 3.4 and 4.3), the discrete
+Fourier transforms ``U[m, p](k)``, ``Y[m, p](k)`` of every period give on every excited bin k
+
+.. math::
+
+    \\hat G_m(k) = \\frac{\\bar Y_m(k)}{\\bar U_m(k)},\\qquad
+    \\hat\\sigma^2_{n,m}(k) = \\frac{\\sum_p |Y_{m,p}(k) - \\bar Y_m(k)|^2}{P (P - 1) |\\bar U_m(k)|^2},
+
+    \\hat G(k) = \\frac1M \\sum_m \\hat G_m(k),\\qquad
+    \\hat\\sigma^2_n(k) = \\frac{1}{M^2} \\sum_m \\hat\\sigma^2_{n,m}(k),\\qquad
+    \\hat\\sigma^2_{\\hat G}(k) = \\frac{\\sum_m |\\hat G_m(k) - \\hat G(k)|^2}{M (M - 1)}:
+
+the variance over periods is the noise's (the input is exactly periodic, so is the response of the
+system, nonlinear distortions included); the variance over realisations is the total one (noise
+plus the stochastic nonlinear distortions, which change with the phases of the multisine). Both
+are variances of the estimate ``G`` itself (divided by P and M).
+
+`ceem_casadi.workflow._frf_fit` fits a transfer function to it; `bla_initialise(..., period=N)`
+uses that fit as a BLA.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import DataError, OptionsError, ShapeError
+from ..io._data import Trajectories
+from ..runtime._result import Result
+
+logger = logging.getLogger(__name__)
+__all__ = ["FRF", "estimate_frf"]
+
+
+@dataclass(repr=False)
+class FRF(Result):
+    """A frequency response estimated from periodic data (`estimate_frf`).
+
+    Attributes
+    ----------
+    freqs : numpy.ndarray
+        (K,) frequencies of the excited bins, Hz (``bins / (period dt)``; dt = 1 when the data have none).
+    bins : numpy.ndarray
+        (K,) their DFT bin indices k (1 <= k < period / 2).
+    G : numpy.ndarray
+        (K,) complex frequency response, units of y per unit of u.
+    std_noise : numpy.ndarray
+        (K,) standard deviation of ``G`` due to the noise (from the variation over periods);
+        NaN with one period.
+    std_total : numpy.ndarray
+        (K,) standard deviation of ``G`` over realisations (noise + stochastic nonlinear
+        distortions); NaN with one realisation.
+    period : int
+        Samples per period, N.
+    periods : int
+        Periods used per realisation (after the transient), P (the smallest over realisations).
+    realisations : int
+        Realisations (trajectories), M.
+    dt : float
+        Sample time, s.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.signal as ss, ceem_casadi as cc
+    >>> from ceem_casadi.workflow import estimate_frf
+    >>> k = np.arange(1, 32)
+    >>> t = np.arange(128)
+    >>> u = np.cos(2 * np.pi * np.outer(t, k) / 128 + np.random.default_rng(0).uniform(0, 6.3, 31)).sum(1)
+    >>> u = np.tile(u, 3)[:, None]
+    >>> y = ss.lfilter([0.0, 0.5], [1.0, -0.5], u, axis=0)
+    >>> frf = estimate_frf(cc.Trajectories([y], [u]), period=128)
+    >>> G = 0.5 * np.exp(-2j * np.pi * frf.freqs) / (1 - 0.5 * np.exp(-2j * np.pi * frf.freqs))
+    >>> frf.bins.size, bool(np.allclose(frf.G, G))
+    (31, True)
+    """
+
+    SUMMARY = ("period", "periods", "realisations", "bins")
+
+    freqs: np.ndarray
+    bins: np.ndarray
+    G: np.ndarray
+    std_noise: np.ndarray
+    std_total: np.ndarray
+    period: int
+    periods: int
+    realisations: int
+    dt: float
+
+    @property
+    def std(self) -> np.ndarray:
+        """(K,) the total standard deviation where there are several realisations, else the noise's."""
+        return self.std_total if self.realisations > 1 else self.std_noise
+
+    @property
+    def distortion_std(self) -> np.ndarray:
+        """(K,) standard deviation of ``G`` due to the stochastic nonlinear distortions,
+        ``sqrt(max(std_total^2 - std_noise^2, 0))`` (NaN with one realisation or one period)."""
+        return np.sqrt(np.maximum(self.std_total ** 2 - self.std_noise ** 2, 0.0))
+
+
+# --------------------------------------------------------------------------------------------------
+def _periods(x: np.ndarray, period: int, transient: int, b: int, what: str) -> np.ndarray:
+    T = x.shape[0]
+    if T % period:
+        raise ShapeError(f"period={period} does not divide the length {T} of trajectory {b}: expected a whole "
+                         f"number of periods (trim the record or give the right period)")
+    n = T // period - transient
+    if n < 1:
+        raise ShapeError(f"trajectory {b} has {T // period} period(s) of {period} samples; expected more than "
+                         f"transient_periods={transient} ({what})")
+    return x[transient * period:].reshape(n, period)
+
+
+def detect_period(data: Trajectories, input_tol: float = 1e-6) -> int | None:
+    """The smallest N >= 4 that divides every trajectory's length at least twice and with which
+    every input is periodic (``max |u[t + N] - u[t]| <= input_tol`` times the input's RMS about its
+    mean); None when there is none (an aperiodic or a constant input)."""
+    common: set | None = None
+    for b in range(len(data)):
+        u = data.inputs(b)[:, 0]
+        T, rms = u.size, float(np.std(u))
+        if rms == 0.0:
+            return None
+        ok = {N for N in range(4, T // 2 + 1)
+              if T % N == 0 and float(np.max(np.abs(u[N:] - u[:-N]))) <= input_tol * rms}
+        common = ok if common is None else common & ok
+        if not common:
+            return None
+    return min(common)
+
+
+def estimate_frf(data: Trajectories, period: int, *, transient_periods: int = 1, input_tol: float = 1e-6,
+                 excitation_tol: float = 1e-6) -> FRF:
+    """Frequency response of the best linear approximation from periodic data (module docstring).
+
+    Parameters
+    ----------
+    data : Trajectories
+        One input, one output (SISO), no missing outputs; every trajectory is one realisation (an
+        experiment with its own periodic input, e.g. a random-phase multisine), its length a
+        multiple of ``period``.
+    period : int or "auto"
+        Samples per period, N (>= 4); ``"auto"``: the smallest N with which every input is
+        periodic (`detect_period`), refused when there is none.
+    transient_periods : int
+        Periods left out at the start of every trajectory (the transient), default 1.
+    input_tol : float
+        Largest deviation of one period's input from the mean period, relative to the input's RMS:
+        beyond it the input is not periodic and the call is refused.
+    excitation_tol : float
+        A bin is excited when its input power exceeds ``excitation_tol`` times the largest (in
+        every realisation); DC and the Nyquist bin are left out.
+
+    Returns
+    -------
+    FRF
+        ``freqs`` (K,) Hz, ``bins``, ``G``, ``std_noise``, ``std_total`` (see [`FRF`][ceem_casadi.workflow.FRF]).
+
+    Raises
+    ------
+    ShapeError
+        Not SISO, or ``period`` does not divide a trajectory's length, or no period is left.
+    DataError
+        Missing outputs; an input that is not periodic; an output whose period-to-period variation
+        exceeds its periodic part (not in periodic steady state, or the wrong period); no excited bin.
+
+    Examples
+    --------
+    A random input of period 64, repeated three times, given the wrong period is refused:
+
+    >>> import numpy as np, ceem_casadi as cc
+    >>> from ceem_casadi.workflow import estimate_frf
+    >>> u = np.tile(np.random.default_rng(0).normal(size=64), 3)[:, None]
+    >>> for period in (48, 50):
+    ...     try:
+    ...         estimate_frf(cc.Trajectories([u], [u]), period=period)
+    ...     except ValueError as err:
+    ...         print(type(err).__name__, str(err)[:36])
+    DataError the input of trajectory 0 is not per
+    ShapeError period=50 does not divide the length
+    """
+    if not isinstance(data, Trajectories) or data.nu != 1 or data.ny != 1:
+        raise ShapeError("data: expected a Trajectories with one input and one output (nu = ny = 1)")
+    if isinstance(period, str) and period == "auto":
+        found = detect_period(data, input_tol if isinstance(input_tol, (int, float)) else 1e-6)
+        if found is None:
+            raise DataError("period='auto': no period N >= 4 dividing every trajectory's length twice makes every "
+                            f"input periodic within input_tol={input_tol!r} of its RMS: the input is not periodic")
+        period = found
+    if isinstance(period, bool) or not isinstance(period, (int, np.integer)) or period < 4:
+        raise OptionsError(f"period: expected an int >= 4 (samples per period), got {period!r}")
+    if isinstance(transient_periods, bool) or not isinstance(transient_periods, (int, np.integer)) \
+            or transient_periods < 0:
+        raise OptionsError(f"transient_periods: expected an int >= 0, got {transient_periods!r}")
+    for name, v in (("input_tol", input_tol), ("excitation_tol", excitation_tol)):
+        if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
+            raise OptionsError(f"{name}: expected a finite number > 0, got {v!r}")
+    N, kmax = int(period), (int(period) - 1) // 2
+    Gm, var_n, powers = [], [], []
+    P_min = np.inf
+    for b in range(len(data)):
+        y, u = data.y[b][:, 0], data.inputs(b)[:, 0]
+        if not np.all(np.isfinite(y)):
+            raise DataError(f"trajectory {b} has missing outputs; the FRF needs complete periods")
+        U, Y = _periods(u, N, transient_periods, b, "input"), _periods(y, N, transient_periods, b, "output")
+        rms = float(np.sqrt(np.mean((U - U.mean()) ** 2)))
+        if rms == 0.0:
+            raise DataError(f"the input of trajectory {b} is constant: nothing excites the system")
+        dev = float(np.max(np.abs(U - U.mean(axis=0)))) / rms
+        if dev > input_tol:
+            raise DataError(f"the input of trajectory {b} is not periodic with period={N}: its periods differ by "
+                            f"{dev:.3g} of its RMS (input_tol={input_tol:g}); give the right period, or a periodic input")
+        P = U.shape[0]
+        P_min = min(P_min, P)
+        if P > 1:
+            ybar = Y.mean(axis=0)
+            noise, signal = float(np.mean(np.var(Y, axis=0, ddof=1))), float(np.var(ybar))
+            if noise > signal:
+                raise DataError(f"the output of trajectory {b} is not periodic with period={N}: its period-to-period "
+                                f"variance {noise:.3g} exceeds the variance {signal:.3g} of its mean period (still in "
+                                f"its transient? raise transient_periods; or the wrong period)")
+        Uf = np.fft.rfft(U, axis=1)[:, 1:kmax + 1]
+        Yf = np.fft.rfft(Y, axis=1)[:, 1:kmax + 1]
+        Ub, Yb = Uf.mean(axis=0), Yf.mean(axis=0)
+        powers.append(np.abs(Ub) ** 2)
+        with np.errstate(all="ignore"):
+            Gm.append(Yb / Ub)
+            var_n.append(np.sum(np.abs(Yf - Yb) ** 2, axis=0) / (P * (P - 1)) / np.abs(Ub) ** 2 if P > 1
+                         else np.full(kmax, np.nan))
+    excited = np.all([p > excitation_tol * p.max() for p in powers], axis=0)
+    if not np.any(excited):
+        raise DataError(f"no bin 1..{kmax} is excited in every realisation (excitation_tol={excitation_tol:g})")
+    Gm, var_n = np.array(Gm)[:, excited], np.array(var_n)[:, excited]
+    M = Gm.shape[0]
+    G = Gm.mean(axis=0)
+    std_noise = np.sqrt(var_n.sum(axis=0)) / M
+    std_total = np.sqrt(np.sum(np.abs(Gm - G) ** 2, axis=0) / (M * (M - 1))) if M > 1 else np.full(G.shape, np.nan)
+    dt = 1.0 if data.dt is None else float(data.dt)
+    bins = np.arange(1, kmax + 1)[excited]
+    return FRF(bins / (N * dt), bins, G, std_noise, std_total, N, int(P_min), M, dt)
+
+
