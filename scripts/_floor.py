@@ -5,7 +5,7 @@ the phase it is compared with:
 
 - smoothing: ONE evaluation of every stage derivative of every trajectory (cost, gradient and
   Hessian band; the compiled stage Functions mapped over all steps, p passed once:
-  `ceem_casadi.smoothing._batched.BatchObjective`, or for a long record the chunked objective of
+  `ceem_casadi.smoothing._batch_objective.BatchObjective`, or for a long record the chunked objective of
   the banded solver) plus ONE banded Cholesky factorisation and solve over all trajectories
   (`ceem_casadi.smoothing._batched_newton.stacked_directions`). A Newton smoother needs at least this per
   iteration (plus line-search costs).
@@ -33,7 +33,7 @@ from ceem_casadi.objective._stages import stack_stages
 from ceem_casadi.runtime._linalg import BufferedCall, gram
 from ceem_casadi.runtime._policy import BATCH_COLUMNS, CHUNK_FROM, CHUNK_LENGTH
 from ceem_casadi.smoothing._banded import BandedNewton
-from ceem_casadi.smoothing._batched import BatchObjective
+from ceem_casadi.smoothing._batch_objective import BatchObjective
 from ceem_casadi.smoothing._batched_newton import stacked_directions
 from ceem_casadi.smoothing._chunks import ChunkedObjective
 from ceem_casadi.smoothing._smoother import TrajectorySmoother
@@ -72,7 +72,7 @@ def _batch(obj, x, nx, T):
 
 
 def smoothing_floor(stages, theta_vec, data, xs, rho: float = 0.0, repeats: int = 3,
-                    clock=time.perf_counter) -> float:
+                    clock=time.perf_counter, observe=None) -> float:
     """Seconds of one smoothing iteration's irreducible work for all trajectories (module docstring).
 
     Parameters
@@ -91,6 +91,9 @@ def smoothing_floor(stages, theta_vec, data, xs, rho: float = 0.0, repeats: int 
         Timings; the minimum is returned.
     clock : callable
         ``time.perf_counter`` (wall seconds) or ``time.process_time`` (CPU seconds), see `best_time`.
+    observe : callable, optional
+        The smoother's column-wise observation map (`Smoother(observe=...)`): the batched
+        trajectories' observation terms are then evaluated as the smoother evaluates them.
     """
     model = stages.model
     groups: dict[int, list[int]] = {}
@@ -109,7 +112,7 @@ def smoothing_floor(stages, theta_vec, data, xs, rho: float = 0.0, repeats: int 
         per = max(1, BATCH_COLUMNS // T)
         for a in range(0, len(idx), per):
             part = idx[a:a + per]
-            obj = BatchObjective(stages, T).bind(model, theta_vec, [data.y[b] for b in part],
+            obj = BatchObjective(stages, T, observe).bind(model, theta_vec, [data.y[b] for b in part],
                                                  [data.inputs(b) for b in part], [xs[b] for b in part], rho)
             work.append(partial(_batch, obj, [np.ravel(xs[b]) for b in part], model.nx, T))
     return best_time(work, repeats, clock)
@@ -148,6 +151,9 @@ def learning_floor(stages, theta_vec, data, xs, hessian: bool = True, repeats: i
         Timings; the minimum is returned.
     clock : callable
         ``time.perf_counter`` (wall seconds) or ``time.process_time`` (CPU seconds), see `best_time`.
+    observe : callable, optional
+        The smoother's column-wise observation map (`Smoother(observe=...)`): the batched
+        trajectories' observation terms are then evaluated as the smoother evaluates them.
     """
     model = stages.model
     (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)

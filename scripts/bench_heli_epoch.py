@@ -8,7 +8,9 @@ N4SID (nx = 10) on ``--sid-size`` trajectories, head output layer zero, initial 
 
 Timed separately (seconds, JSON):
 - ``smoothing``: the E-step, every trajectory by the smoother of ``--smoother-solver`` (default
-  ``auto``: the library's choice, batched Newton steps for these 466 equal-length trajectories;
+  ``auto``: the library's choice, batched Newton steps for these 466 equal-length trajectories,
+  the head's observation terms by numpy from the column-wise ``observe`` as the Adam learner
+  takes it: ``Smoother(observe=...)``; ``--scalar-head``: by the compiled scalar programs);
   sequential, per trajectory mean/max and total), at the parameters after one learning step, warm-started
   at the previous states (``smoothing_first``: the first E-step from the EKF + RTS states, which
   are already optimal for the linear warm start; solver build there);
@@ -89,6 +91,8 @@ def _main(argv=None):
     ap.add_argument("--mapped", action="store_true",
                     help="Adam learner on model.g.map/model.f.map instead of the matrix-valued model functions")
     ap.add_argument("--smoke", action="store_true", help="tiny run (6 x 100 steps)")
+    ap.add_argument("--scalar-head", action="store_true",
+                    help="smoother without observe=: the head's terms by the compiled scalar stage programs")
     a = ap.parse_args(argv)
     if a.smoke:
         a.n_train, a.T, a.sid_size, a.ipopt_traj, a.ipopt_iters, a.ipopt_subset = 6, 100, 6, 2, 5, 3
@@ -119,7 +123,7 @@ def _main(argv=None):
 
     # smoothing step (sequential) -----------------------------------------------------------------
     t = time.perf_counter()
-    sm = Smoother(model, SmootherOptions(rho_x=RHO, solver=solver))
+    sm = Smoother(model, SmootherOptions(rho_x=RHO, solver=solver), observe=None if a.scalar_head else observe)
     sm.for_length(a.T)
     smoother_build = time.perf_counter() - t
 
@@ -177,8 +181,8 @@ def _main(argv=None):
         print(json.dumps({"smoothing_ipopt_subset": res["smoothing_ipopt_subset"]}), flush=True)
 
     # the floors of the two phases, same run -------------------------------------------------------
-    fs = smoothing_floor(sm.stages, theta1, data, xs1, RHO)
-    fs_cpu = smoothing_floor(sm.stages, theta1, data, xs1, RHO, clock=time.process_time)
+    fs = smoothing_floor(sm.stages, theta1, data, xs1, RHO, observe=sm.observe)
+    fs_cpu = smoothing_floor(sm.stages, theta1, data, xs1, RHO, clock=time.process_time, observe=sm.observe)
     fl = best_time([lambda: al.objective(theta, data, xs1, gradient=True)], repeats=2)
     res["floor"] = {"smoothing": floor_row(res["smoothing"]["total_s"], fs, res["smoothing"]["ipopt_iterations_mean"]),
                     "smoothing_cpu": floor_row(res["smoothing"]["total_cpu_s"], fs_cpu,

@@ -45,6 +45,7 @@ from ceem_casadi.learning._adam import AdamLearner, AdamLearnerOptions
 from ceem_casadi.learning._options import LearnerOptions
 from ceem_casadi.model._nn import MLP, AdamOptions, adam, flat_params, mse_loss_factory, namespace
 from ceem_casadi.model._params import Parameters
+from ceem_casadi.smoothing import Smoother
 from ceem_casadi.smoothing._options import SmootherOptions
 from models.helicopter import batch_functions, heli_model, linear_theta
 from scripts import heli_convert, heli_standin
@@ -270,8 +271,10 @@ def main(argv=None):
             model, AdamLearnerOptions(rho_theta=0.5, epochs=a.nl_adam_epochs, seed=a.seed),
             step=step, observe=observe)
         progress = Progress(a.nl_iters, quiet=a.quiet)
+        # the head's observation terms in the smoothing step by numpy, from the same column-wise observe
+        smoother = Smoother(model, options.smoother, observe=observe)
         fit = ceem(model, data, sid_fits[best][1], options=options, callback=chain(records.append, progress),
-                   learner=learner)
+                   learner=learner, smoother=smoother)
         progress.close(fit.status, fit.message)
         nl_vec = model.theta_vector(fit.theta)
         preds["NL"] = ekf_predict(ekf, nl_vec, res["test"], te_u, 10) + npred["test"]

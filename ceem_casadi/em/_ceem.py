@@ -36,7 +36,8 @@ from ..runtime._pool import WorkerPool
 from ..runtime._solve import deadline, expired
 from ..runtime._status import Status
 from ..runtime._threads import blas_threads
-from ..smoothing._batched import BATCHED_STAGES, any_batched, prepare_batched
+from ..smoothing._batch_objective import BATCHED_STAGES
+from ..smoothing._batched import any_batched, prepare_batched
 from ..smoothing._initial_states import check_states, eks_states
 from ..smoothing._smoother import Smoother
 from ._joint_gauss_newton import JointGaussNewton, LinAlgError

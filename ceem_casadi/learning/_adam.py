@@ -35,7 +35,8 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
-from ..errors import ModelError, NonFiniteError, OptionsError
+from ..errors import NonFiniteError, OptionsError
+from ..model._columns import check_columnwise
 from ..model._nn import adam_step
 from ..runtime._best import BestIterate
 from ..runtime._numpy_eval import NumpyFunction
@@ -149,7 +150,7 @@ class AdamLearner:
         self._step, self._observe = step, observe
         for name, fun, ref in (("step", step, model.f), ("observe", observe, model.g)):
             if fun is not None:
-                self._check_batch(name, fun, ref)
+                check_columnwise(model, name, fun, ref)
         nx, nu, npar = model.nx, model.nu, model.params.size
         self.free = model.params.free_index
         # which parameters the dynamics use: their Adam step is lr_dynamics
@@ -159,24 +160,6 @@ class AdamLearner:
         self._batch = {}
         self._rng = np.random.default_rng(options.seed)
         self.build_s = time.perf_counter() - t0
-
-    def _check_batch(self, name, fun, ref, B: int = 7):
-        """``fun`` on B random columns must equal ``ref`` column by column."""
-        m = self.model
-        rng = np.random.default_rng(0)
-        X, U = rng.normal(size=(m.nx, B)), rng.normal(size=(m.nu, B))
-        p0 = m.params.to_vector({q.name: q.array("value") for q in m.params})
-        p0 = p0 + 0.1 * rng.normal(size=p0.size)
-        ps, Xs, Us = ca.MX.sym("p", p0.size), ca.MX.sym("X", m.nx, B), ca.MX.sym("U", m.nu, B)
-        try:
-            got = np.asarray(ca.Function("b", [Xs, Us, ps], [fun(Xs, Us, m.params.symbols(ps))])(X, U, p0))
-        except Exception as exc:        # any failure means: not batch-capable
-            raise ModelError(f"AdamLearner: {name}= must accept (n, B) matrices (columns = samples): {exc}") from exc
-        want = np.asarray(ref.map(B)(X, U, p0))
-        if got.shape != want.shape or not np.allclose(got, want, rtol=1e-10, atol=1e-10):
-            raise ModelError(f"AdamLearner: {name}= on sample columns differs from model.{ref.name()} "
-                             f"(shape {got.shape} vs {want.shape}, max difference "
-                             f"{np.max(np.abs(got - want)) if got.shape == want.shape else 'n/a'})")
 
     # --- CasADi pieces -------------------------------------------------------------------------
     def _functions(self, B: int) -> tuple[ca.Function, ca.Function]:

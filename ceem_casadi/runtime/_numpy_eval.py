@@ -144,6 +144,23 @@ class NumpyFunction:
                 out[dst] = a.ravel(order="F")[src]
                 return out.reshape(shape, order="F")
             return get, ins, outs
+        if op in (ca.OP_HORZSPLIT, ca.OP_VERTSPLIT):      # nonzero ranges of the input, one per output
+            offset = list(node.info()["offset"])
+            src = _flat_index(node.dep(0).sparsity())
+            parts = []
+            for i in range(len(offset) - 1):
+                o = node.get_output(i)
+                parts.append((src[offset[i]:offset[i + 1]], _flat_index(o.sparsity()), o.size()))
+
+            def split(a):
+                flat = a.ravel(order="F")
+                res = []
+                for take, put, size in parts:
+                    out = np.zeros(size[0] * size[1])
+                    out[put] = flat[take]
+                    res.append(out.reshape(size, order="F"))
+                return tuple(res)
+            return split, ins, outs
         if op in (ca.OP_ADDNONZEROS, ca.OP_SETNONZEROS):
             nz = _nz_of(node)
             dst = _flat_index(sp)[nz]
@@ -181,7 +198,13 @@ class NumpyFunction:
                 else:
                     out[op[1]] = w[ins[0]]
                 continue
-            w[outs[0]] = op(*[w[i] for i in ins])
+            val = op(*[w[i] for i in ins])
+            if len(outs) == 1:
+                w[outs[0]] = val
+            else:                                    # a split: one value per output (-1: unused)
+                for slot, v in zip(outs, val):
+                    if slot >= 0:
+                        w[slot] = v
         for i, shape in enumerate(self.shapes_out):
             if out[i] is None:
                 out[i] = np.zeros(shape)

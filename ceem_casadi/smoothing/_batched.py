@@ -17,7 +17,11 @@ each (`solve_many`):
   fast), the parameter vector p and the noise weights passed once (``map`` with ``reduce_in``: repeating p for every step copies
   np x n T doubles per call; the 2,246-parameter helicopter-size head at T = 500: 160 ms instead
   of 14 ms per trajectory, measured in issue 26). The stacked trajectories are one long record
-  whose dynamics stages across a trajectory boundary have weight 0;
+  whose dynamics stages across a trajectory boundary have weight 0 (`BatchObjective`, in
+  `ceem_casadi.smoothing._batch_objective`). With ``Smoother(observe=...)`` (a column-wise
+  observation map) and the Gauss-Newton Hessian, the observation stages' terms come from
+  [`ObservationColumns`][ceem_casadi.smoothing.ObservationColumns] (numpy, BLAS) and enter
+  these Functions as inputs: helicopter size, the smoothing step's CPU time 8.4 -> 5.5 s;
 - the trial costs of the line searches: one mapped cost Function;
 - the Newton directions: one LAPACK banded Cholesky factorisation and solve over the stacked band.
 
@@ -32,19 +36,15 @@ from __future__ import annotations
 
 import time
 
-import casadi as ca
 import numpy as np
 
 from ..runtime import _policy as policy
-from ..runtime._linalg import BufferedCall
 from ..runtime._solve import ACCEPTABLE
 from ._banded import BandedNewton
+from ._batch_objective import BatchObjective
 from ._batched_newton import solve_many
-from ._structure import SmoothResult, band_column_functions
+from ._structure import SmoothResult
 
-# the stage Functions one batched evaluation uses (costs for line searches; cost, gradient and
-# Hessian triangle in one program each for the Newton steps)
-BATCHED_STAGES = ("obs_cost", "dyn_cost", "obs_x_newton", "dyn_x_newton")
 
 def batched_default(options, T: int, count: int) -> bool:
     """Whether the smoother batches ``count`` trajectories of length ``T`` under ``options``.
@@ -84,226 +84,6 @@ def any_batched(options, lengths) -> bool:
     return any(batched_default(options, T, c) for T, c in counts.items())
 
 
-def _shared(fun: ca.Function, names=("p", "iv")) -> list[bool]:
-    """``reduce_in`` of a stage map: the inputs ``names`` are the same for every step."""
-    return [n in names for n in fun.name_in()]
-
-
-def batch_functions(stages, band_column: ca.Function, n: int, T: int) -> tuple[ca.Function, ca.Function]:
-    """The stage parts of the smoothing objectives of n trajectories of length T, in one evaluation.
-
-    Parameters
-    ----------
-    stages : StageFunctions
-        The model's stage Functions (compiled where `StageFunctions.get` compiles).
-    band_column : casadi.Function
-        `band_column_functions`'s column Function.
-    n, T : int
-        Trajectories and steps; the N = n T columns of the inputs are the trajectories one after
-        the other.
-
-    Returns
-    -------
-    newton, cost : casadi.Function
-        ``newton(X (nx, N), U (nu, N), Y (ny, N), M (ny, N), p (np,), iw (nx,), iv (ny,), rho)
-        -> (costs (1, n), G (nx, N), nz (k, N))``: each trajectory's stage cost (no trust-region
-        or x_1 prior term), its gradient and the band nonzeros of its Hessian including the trust
-        region's 2 rho on the diagonal (layout of
-        `band_storage`); ``cost(X, U, Y, M, p, iw, iv)
-        -> costs (1, n)``.
-
-    Examples
-    --------
-    >>> import ceem_casadi as cc
-    >>> from ceem_casadi.smoothing._structure import band_column_functions
-    >>> from ceem_casadi.objective._stages import StageFunctions
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
-    >>> newton, cost = batch_functions(StageFunctions(model, compile=False), band_column_functions(1)[1], 2, 3)
-    >>> newton.size_out(2), cost.size_out(0)
-    ((2, 6), (1, 2))
-    """
-    model = stages.model
-    nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
-    N = n * T
-    X, U = ca.MX.sym("X", nx, N), ca.MX.sym("U", nu, N)
-    Y, M = ca.MX.sym("Y", ny, N), ca.MX.sym("M", ny, N)
-    p, iw, iv, rho = ca.MX.sym("p", npar), ca.MX.sym("iw", nx), ca.MX.sym("iv", ny), ca.MX.sym("rho")
-    on = np.ones((1, N))
-    on[0, T - 1::T] = 0.0                        # no dynamics stage from a trajectory's last step
-    Xn = ca.horzcat(X[:, 1:], ca.MX.zeros(nx, 1))
-    iw_s = ca.mtimes(iw, ca.DM(on))              # (nx, N)
-    obs_args, dyn_args = [X, U, Y, M, p, iv], [X, Xn, U, p, iw_s]
-
-    def per_trajectory(c):                       # (1, N) stage costs -> (1, n) sums
-        return ca.sum1(ca.reshape(c, T, n))
-
-    ins, names = [X, U, Y, M, p, iw, iv], ["X", "U", "Y", "M", "p", "iw", "iv"]
-    obs_cost, dyn_cost, obs_newton, dyn_newton = stages.get(*BATCHED_STAGES, columns=N)
-    costs = (obs_cost.map(N, _shared(obs_cost), [False])(*obs_args)
-             + dyn_cost.map(N, _shared(dyn_cost), [False])(*dyn_args))
-    cost = ca.Function(f"smooth_batch_cost_{n}x{T}", ins, [per_trajectory(costs)], names, ["costs"])
-    co, go, ho = obs_newton.map(N, _shared(obs_newton), [False] * 3)(*obs_args)
-    cd, gd, hd = dyn_newton.map(N, _shared(dyn_newton), [False] * 3)(*dyn_args)
-    G = go + gd[:nx, :] + ca.horzcat(ca.MX.zeros(nx, 1), gd[nx:, :-1])
-    n2 = 2 * nx
-    hd_prev = ca.horzcat(ca.MX.zeros(n2, n2), hd[:, :-n2])
-    nz = band_column.map(N, [False, False, False, True], [False])(ho, hd_prev, hd, 2 * rho * ca.DM.ones(nx))
-    newton = ca.Function(f"smooth_batch_newton_{n}x{T}", ins + [rho], [per_trajectory(co + cd), G, nz],
-                         names + ["rho"], ["costs", "G", "nz"])
-    return newton, cost
-
-
-class BatchObjective:
-    """The smoothing objectives of B trajectories of length T, answered for any subset in one call
-    (the ``objective`` of `solve_many`).
-
-    Parameters
-    ----------
-    stages : StageFunctions
-        The model's stage Functions.
-    T : int
-        Trajectory length.
-
-    Call `bind` with the data first. The
-    mapped Functions are built per number of trajectories n (MX graphs over compiled stage
-    Functions: milliseconds) and cached.
-
-    Examples
-    --------
-    >>> import numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.objective._stages import StageFunctions
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
-    >>> obj = BatchObjective(StageFunctions(model, compile=False), 3)
-    >>> y = [np.ones((3, 1)), np.zeros((3, 1))]
-    >>> obj = obj.bind(model, np.zeros(0), y, [np.zeros((3, 0))] * 2,
-    ...                [np.zeros((3, 1))] * 2, 0.0)
-    >>> [round(c, 6) for c in obj.cost_many([0, 1], [np.ones(3)] * 2)]  # y = x = 1: dynamics only
-    [0.01, 1.51]
-    """
-
-    def __init__(self, stages, T: int):
-
-        self.stages, self.T = stages, T
-        model = stages.model
-        self.nx, self.nu, self.ny = model.nx, model.nu, model.ny
-        self._column = band_column_functions(self.nx)[1]
-        self.k = self._column.nnz_out(0)
-        self._calls: dict[int, tuple[BufferedCall, BufferedCall]] = {}
-        self.speculate = True
-        self._ahead: dict[int, tuple] = {}   # trajectory -> (x, newton result) evaluated by cost_many
-        self._fresh: set[int] = set()        # trajectories whose last request was newton_many
-
-    def functions(self, n: int) -> tuple[BufferedCall, BufferedCall]:
-        """The (newton, cost) evaluations of n trajectories (`batch_functions` behind
-        buffered calls), built on first use and cached."""
-        if n not in self._calls:
-            newton, cost = batch_functions(self.stages, self._column, n, self.T)
-            self._calls[n] = BufferedCall(newton), BufferedCall(cost)
-        return self._calls[n]
-
-    def bind(self, model, theta_vec, ys, us, x_prevs, rho: float) -> BatchObjective:
-        """Use the data of the B trajectories: outputs ``ys`` (T, ny) with NaN = missing, inputs
-        ``us`` (T, nu), trust-region centres ``x_prevs`` (T, nx), the parameters ``theta_vec``
-        (np,) and the trust-region weight ``rho`` (>= 0)."""
-        noise = model.noise
-        masks = [np.isfinite(y) for y in ys]
-        self.Y = [np.where(m, y, 0.0).ravel() for m, y in zip(masks, ys)]
-        self.M = [m.astype(float).ravel() for m in masks]
-        self.U = [np.asarray(u, float).ravel() for u in us]
-        self.Xprev = [np.asarray(x, float).reshape(self.T, self.nx) for x in x_prevs]
-        self.p, self.rho = np.asarray(theta_vec, float), float(rho)
-        self.iw, self.iv = noise.inv_process_std, noise.inv_measurement_std
-        self.mu1 = np.zeros(self.nx) if noise.x1_mean is None else np.asarray(noise.x1_mean, float)
-        self.w1 = np.zeros(self.nx) if noise.x1_std is None else noise.inv_x1_std
-        self._ahead.clear()
-        self._fresh.clear()
-        return self
-
-    @property
-    def per_call(self) -> int:
-        """Trajectories per call of the mapped Functions (``policy.CALL_COLUMNS`` steps, at
-        least one trajectory)."""
-        return max(1, policy.CALL_COLUMNS // self.T)
-
-    def _calls_of(self, idx, xs):
-        """``(idx, xs)`` split into calls of at most `per_call` trajectories, each padded with
-        copies of its first entry to the next power of two (at most `per_call`): the mapped
-        Functions are built for O(log per_call) sizes, never for every number of trajectories
-        still iterating; yields ``(n, padded idx, padded xs)`` with n the real entries."""
-        step = self.per_call
-        for a in range(0, len(idx), step):
-            i, x = list(idx[a:a + step]), list(xs[a:a + step])
-            size = min(1 << (len(i) - 1).bit_length(), step)
-            yield len(i), i + [i[0]] * (size - len(i)), x + [x[0]] * (size - len(x))
-
-    def _args(self, idx, xs):
-        return [np.concatenate([np.ravel(x) for x in xs]), np.concatenate([self.U[i] for i in idx]),
-                np.concatenate([self.Y[i] for i in idx]), np.concatenate([self.M[i] for i in idx]),
-                self.p, self.iw, self.iv]
-
-    def _regulariser(self, i, x):
-        dx, d1 = x - self.Xprev[i], self.w1 * (x[0] - self.mu1)
-        return self.rho * float(np.sum(dx * dx)) + 0.5 * float(np.sum(d1 * d1)), dx
-
-    def cost_many(self, idx, xs) -> list[float]:
-        """The objectives (stage costs + trust region + x_1 prior) of trajectories ``idx`` at
-        ``xs`` (each (nx T,), states x_t in entries t nx .. t nx + nx - 1).
-
-        The first trial point of a line search (the full Newton step, accepted nearly always)
-        is evaluated with its derivatives, kept for the ``newton_many`` request that follows at
-        the same point: one evaluation per Newton step instead of a cost and then derivatives
-        (``speculate``; later, shorter trials get the cost alone)."""
-        first = [j for j, i in enumerate(idx) if i in self._fresh] if self.speculate else []
-        out: list = [None] * len(idx)
-        if first:
-            res = self._evaluate([idx[j] for j in first], [xs[j] for j in first])
-            for j, r in zip(first, res):
-                self._ahead[idx[j]] = (xs[j], r)
-                out[j] = r[0]
-        rest = [j for j in range(len(idx)) if out[j] is None]
-        if rest:
-            c = np.concatenate([self.functions(len(pidx))[1](*self._args(pidx, pxs))[0][:n].copy()
-                                for n, pidx, pxs in self._calls_of([idx[j] for j in rest], [xs[j] for j in rest])])
-            for m, j in enumerate(rest):
-                out[j] = float(c[m]) + self._regulariser(idx[j], np.reshape(xs[j], (self.T, self.nx)))[0]
-        self._fresh.difference_update(idx)
-        return out
-
-    def newton_many(self, idx, xs) -> list[tuple]:
-        """``(f, g (nx T,), nz (T, k), d0 (nx,))`` of trajectories ``idx`` at ``xs``: objective,
-        gradient, the Hessian's band nonzeros and the x_1 prior's diagonal (as
-        ``ChunkedObjective.newton`` of one trajectory); evaluated ahead by ``cost_many`` where
-        that was at the same point (the same array)."""
-        out: list = [None] * len(idx)
-        for j, (i, x) in enumerate(zip(idx, xs)):
-            ahead = self._ahead.pop(i, None)
-            if ahead is not None and ahead[0] is x:
-                out[j] = ahead[1]
-        rest = [j for j in range(len(idx)) if out[j] is None]
-        if rest:
-            for j, r in zip(rest, self._evaluate([idx[j] for j in rest], [xs[j] for j in rest])):
-                out[j] = r
-        self._fresh.update(idx)
-        return out
-
-    def _evaluate(self, idx, xs) -> list[tuple]:
-        """Cost, gradient and band for trajectories ``idx`` at ``xs``: one mapped evaluation per
-        `per_call` trajectories."""
-        T, nx = self.T, self.nx
-        out = []
-        for n, pidx, pxs in self._calls_of(idx, xs):
-            c, G, H = self.functions(len(pidx))[0](*self._args(pidx, pxs), self.rho)
-            G = G.reshape(len(pidx), T, nx)
-            H = H.reshape(len(pidx), T, self.k)[:n].copy()  # the call's buffers are reused by the next call
-            for j, (i, x) in enumerate(zip(pidx[:n], pxs[:n])):
-                x = np.reshape(x, (T, nx))
-                reg, dx = self._regulariser(i, x)
-                g = G[j] + 2 * self.rho * dx
-                g[0] += self.w1 ** 2 * (x[0] - self.mu1)
-                out.append((float(c[j]) + reg, g.reshape(-1), H[j], self.w1 ** 2))
-        return out
-
-
 class BatchedSmoother:
     """Smoothing solver for trajectories of one length T, solved in batches (see the module docstring).
 
@@ -315,6 +95,8 @@ class BatchedSmoother:
         Trajectory length.
     options : SmootherOptions
         ``rho_x``, ``max_iter`` and ``tol`` as for the banded solver (state bounds are not supported).
+    observe : callable, optional
+        The observation map written for sample columns (`Smoother`'s ``observe=``).
 
     Examples
     --------
@@ -328,7 +110,7 @@ class BatchedSmoother:
     ['Solve_Succeeded', 'Solve_Succeeded', 'Solve_Succeeded']
     """
 
-    def __init__(self, stages, T: int, options):
+    def __init__(self, stages, T: int, options, observe=None):
         from ..errors import OptionsError
 
         if options.x_lower is not None or options.x_upper is not None:
@@ -336,13 +118,14 @@ class BatchedSmoother:
                                f"({options.x_lower!r}, {options.x_upper!r}): use solver='ipopt' with bounds")
         self.T, self.nx, self.options = T, stages.model.nx, options
         self.batch = max(1, policy.BATCH_COLUMNS // T)
-        self.objective = BatchObjective(stages, T)
+        self.objective = BatchObjective(stages, T, observe)
         self.newton = BandedNewton(self.nx, T, options.max_iter, options.tol)
 
     def prepare(self, count: int) -> None:
         """Build the mapped Functions a solve of ``count`` trajectories starts with (its first
         batch), e.g. in a parent process before worker processes are forked from it: building
         them costs ~0.1 s per 10^5 Hessian entries of the batch (CasADi's sparsity patterns)."""
+        self.objective.work_columns = max(self.objective.work_columns, min(max(1, count), self.batch) * self.T)
         top = min(max(1, count), self.batch, self.objective.per_call)
         for size in {min(1 << k, top) for k in range(top.bit_length() + 1)}:  # every size a call pads to
             self.objective.functions(size)
@@ -382,7 +165,7 @@ def _groups(lengths) -> dict[int, list[int]]:
 def _batched_for(smoother, T: int) -> BatchedSmoother:
     cache = smoother.__dict__.setdefault("_batched", {})
     if T not in cache:
-        cache[T] = BatchedSmoother(smoother.stages, T, smoother.options)
+        cache[T] = BatchedSmoother(smoother.stages, T, smoother.options, getattr(smoother, "observe", None))
     return cache[T]
 
 
