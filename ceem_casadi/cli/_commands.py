@@ -100,7 +100,8 @@ def cmd_evaluate(args) -> int:
     unc = saved.uncertainty if saved is not None else None
     try:
         if args.uncertainty:  # the Laplace covariance at theta from the given data
-            from ..workflow._uncertainty import UncertaintyOptions, parameter_uncertainty
+            from ..workflow._uncertainty import parameter_uncertainty
+            from ..workflow._uncertainty_options import UncertaintyOptions
 
             if not hasattr(model.params, "validate"):
                 raise UsageError("--uncertainty needs the model source (the file was loaded without it)")

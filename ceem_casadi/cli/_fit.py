@@ -120,7 +120,8 @@ def cmd_fit(args) -> int:
 # --- refine ------------------------------------------------------------------------------------------
 def cmd_refine(args) -> int:
     from ..deploy._modelfile import save_model
-    from ..workflow._output_error import OutputErrorOptions, refine_output_error
+    from ..workflow._output_error import refine_output_error
+    from ..workflow._output_error_options import OutputErrorOptions
 
     out = writable(args.out, "--out")
     if args.shooting is not None and args.shooting < 1:
@@ -162,7 +163,7 @@ def cmd_refine(args) -> int:
 # --- calibrate-noise ---------------------------------------------------------------------------------
 def _calibration_options(args):
     from ..em._options import CEEMOptions
-    from ..workflow._noise_calibration import NoiseCalibrationOptions
+    from ..workflow._noise_calibration_options import NoiseCalibrationOptions
 
     cores = os.cpu_count() or 1
     if args.n_jobs < 1 or args.n_jobs > 4 * cores:

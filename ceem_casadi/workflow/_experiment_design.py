@@ -298,7 +298,8 @@ def fisher_information(model, theta, u, *, x0=None, process_noise: bool = False)
     free = model.params.free_index
     if process_noise:
         from ..io._data import Trajectories
-        from ._uncertainty import UncertaintyOptions, reduced_hessian
+        from ._uncertainty import reduced_hessian
+        from ._uncertainty_options import UncertaintyOptions
 
         y, x = simulate_output(model, theta_vec, u, x0, return_states=True)
         data = Trajectories([y], [u], dt=model.dt)

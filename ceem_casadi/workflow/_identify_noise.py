@@ -20,7 +20,8 @@ import dataclasses
 import numpy as np
 
 from ..errors import SolverError
-from ._noise_calibration import NoiseCalibrationOptions, calibrate_noise
+from ._noise_calibration import calibrate_noise
+from ._noise_calibration_options import NoiseCalibrationOptions
 
 #: default grid of the stage: multipliers of the model's process_std
 DEFAULT_STAGE_GRID = (0.1, 10.0)

@@ -15,7 +15,7 @@ import copy
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,195 +28,19 @@ from ..io._validate import check_data
 from ..learning._learner import Learner
 from ..model._params import Theta
 from ..runtime._pool import WorkerPool
-from ..runtime._result import Result, plain
-from ..runtime._schema import check_fields, check_time_limit, require
 from ..smoothing._smoother import Smoother
+from ._noise_calibration_options import (
+    CRITERIA,
+    DEFAULT_GRID,
+    NOT_RUN,
+    NoiseCalibrationOptions,
+    NoiseCalibrationResult,
+    NoiseLevelFit,
+)
 from ._noise_criteria import holdout_rms, innovation_loglik, split_tails
 
 log = logging.getLogger(__name__)
 
-CRITERIA = ("innovation", "holdout")
-#: default grid: multipliers of the model's ``process_std``, 7 levels log-spaced over 3 decades
-#: (0.032 ... 32, a factor sqrt(10) apart)
-DEFAULT_GRID = tuple(float(v) for v in np.logspace(-1.5, 1.5, 7))
-NOT_RUN = "not_run"
-
-
-@dataclass(frozen=True)
-class NoiseCalibrationOptions:
-    """Options of [`calibrate_noise`][ceem_casadi.calibrate_noise] (defaults in brackets).
-
-    Parameters
-    ----------
-    ceem : CEEMOptions
-        Options of every CE-EM fit [``CEEMOptions(max_iters=50, acceleration="newton")``: the
-        same fixed points as plain EM, 1.8-5x faster over the grid of
-        tests/test_noise_calibration.py, seeds 0-2]; its ``time_limit`` is replaced by what
-        remains of ``time_limit`` below when a fit starts.
-    n_jobs : int
-        Processes running the chains [1].
-    chains : int, optional
-        Number of warm-start chains [None: ``n_jobs``]. The largest level is fitted first, from
-        ``theta0`` and the EKF/RTS states (the easiest fit: the states may follow the data); the
-        other levels, sorted from the largest down, are cut into this many contiguous blocks,
-        each fitted in order in one process, its first fit starting from the largest level's fit
-        and every later one from the previous level's theta and states (a continuation in the
-        noise level: a cold start at a small level can end in a poor local optimum, e.g. on the
-        Cascaded Tanks data). Results depend on ``chains``, never on ``n_jobs``:
-        ``n_jobs=1, chains=2`` gives exactly the fits of ``n_jobs=2, chains=2``.
-    warm_start : bool
-        Chain the fits as above [True]; False starts every fit from ``theta0``.
-    time_limit : float, optional
-        Overall budget in seconds for the whole calibration [None: none]. Levels not started
-        when it runs out are reported with status ``"not_run"``; a fit under way stops with the
-        time-limit status and its last good iterate.
-    holdout_fraction : float
-        Fraction of each estimation trajectory held out as its tail by the ``"holdout"``
-        criterion [0.25].
-    x0_window : int
-        Samples at the start of each tail used to estimate its initial state [10].
-    refit : bool
-        With ``"holdout"``, refit the chosen level on the whole estimation data, warm-started at
-        its head fit [True]; ``result.best`` is then that refit.
-    ekf_engine : str
-        Engine of the innovation criterion's EKF, ``"casadi"`` or ``"python"`` ["casadi"].
-
-    Examples
-    --------
-    >>> import ceem_casadi as cc
-    >>> opts = cc.NoiseCalibrationOptions(holdout_fraction=0.3, ceem=cc.CEEMOptions(max_iters=10))
-    >>> opts.holdout_fraction, opts.ceem.max_iters, opts.warm_start
-    (0.3, 10, True)
-    >>> try:
-    ...     cc.NoiseCalibrationOptions(holdout_fraction=1.0)
-    ... except cc.OptionsError as err:
-    ...     print(type(err).__name__)
-    OptionsError
-    """
-
-    ceem: CEEMOptions = field(default_factory=lambda: CEEMOptions(max_iters=50, acceleration="newton"))
-    n_jobs: int = 1
-    chains: int | None = None
-    warm_start: bool = True
-    time_limit: float | None = None
-    holdout_fraction: float = 0.25
-    x0_window: int = 10
-    refit: bool = True
-    ekf_engine: str = "casadi"
-
-    def __post_init__(self):
-        check_fields(self)
-        require(isinstance(self.ceem, CEEMOptions), f"ceem must be a CEEMOptions, got {type(self.ceem).__name__}")
-        require(isinstance(self.n_jobs, int) and self.n_jobs >= 1, f"n_jobs must be an int >= 1, got {self.n_jobs!r}")
-        require(self.chains is None or (isinstance(self.chains, int) and self.chains >= 1),
-                 f"chains must be None or an int >= 1, got {self.chains!r}")
-        check_time_limit(self.time_limit)
-        require(0 < self.holdout_fraction < 1, f"holdout_fraction must be in (0, 1), got {self.holdout_fraction!r}")
-        require(isinstance(self.x0_window, int) and self.x0_window >= 1,
-                 f"x0_window must be an int >= 1, got {self.x0_window!r}")
-        require(self.ekf_engine in ("casadi", "python"),
-                 f"ekf_engine must be 'casadi' or 'python', got {self.ekf_engine!r}")
-
-
-@dataclass(repr=False)
-class NoiseLevelFit(Result):
-    """The chosen process-noise level.
-
-    Attributes
-    ----------
-    level : float
-        Multiplier of the model's ``process_std``.
-    process_std : numpy.ndarray
-        (nx,) the process noise standard deviations at that level.
-    theta : dict
-        The fitted parameters.
-    model : StateSpaceModel
-        The model with that process noise.
-    fit : CEEMResult
-        Its fit; with ``"holdout"`` and ``refit`` the refit on the whole data, whose ``theta``
-        this is.
-    criterion : float
-        The value that chose it (with ``"holdout"``: that of the fit on the heads).
-    """
-
-    SUMMARY = ('level', 'criterion', 'theta')
-
-    level: float
-    process_std: np.ndarray
-    theta: Theta
-    model: object
-    fit: CEEMResult
-    criterion: float
-
-
-@dataclass(repr=False)
-class NoiseCalibrationResult(Result):
-    """Outcome of [`calibrate_noise`][ceem_casadi.calibrate_noise].
-
-    Attributes
-    ----------
-    levels : pandas.DataFrame
-        One row per level (ascending), columns ``level`` (multiplier of the model's
-        process_std), ``process_std`` (tuple, nx), ``J`` (final joint log-density of the fit),
-        ``criterion`` (value of ``criterion``), ``status`` (the fit's status or ``"not_run"``),
-        ``iterations``, ``seconds`` (fit + criterion), ``fit`` (the [`CEEMResult`][ceem_casadi.CEEMResult] or None).
-    criterion : str
-        ``"innovation"`` (higher is better) or ``"holdout"`` (lower is better).
-    best : NoiseLevelFit
-        The chosen level.
-    seconds : float
-        Wall time of the whole calibration.
-    """
-
-    SUMMARY = ('criterion', 'best', 'seconds')
-
-    levels: object
-    criterion: str
-    best: NoiseLevelFit
-    seconds: float = 0.0
-
-    def table(self) -> str:
-        """One line per level: level, J, criterion, status, iterations, seconds; the chosen one marked."""
-        df = self.levels.drop(columns=[c for c in ("fit", "process_std") if c in self.levels])
-        chosen = ["*" if lev == self.best.level else "" for lev in df["level"]]
-        return df.assign(chosen=chosen).to_string(index=False)
-
-    def to_dict(self) -> dict:
-        """The levels' rows (without the fitted results), the criterion, the chosen level, the wall time."""
-        rows = self.levels.drop(columns=[c for c in ("fit",) if c in self.levels]).to_dict(orient="records")
-        return {"levels": plain(rows), "criterion": self.criterion, "best_level": float(self.best.level),
-                "best_theta": plain(self.best.theta), "seconds": self.seconds}
-
-    def plot(self, ax=None):
-        """Criterion (left axis) and J (right axis) against the level (log scale), the chosen
-        level marked.
-
-        Parameters
-        ----------
-        ax : matplotlib.axes.Axes, optional
-            Where to draw (default a new figure).
-
-        Returns
-        -------
-        matplotlib.axes.Axes
-        """
-        import matplotlib.pyplot as plt
-
-        if ax is None:
-            _, ax = plt.subplots(figsize=(6, 4))
-        df = self.levels[self.levels["status"] != NOT_RUN]
-        label = {"innovation": "EKF innovation log-likelihood", "holdout": "holdout free-run RMS"}[self.criterion]
-        ax.plot(df["level"], df["criterion"], "o-", color="C0", label=label)
-        ax.plot([self.best.level], [self.best.criterion], "*", ms=16, color="C3", label=f"chosen ({self.best.level:.3g})")
-        ax.set_xscale("log")
-        ax.set_xlabel("process-noise level (x model process_std)")
-        ax.set_ylabel(label, color="C0")
-        ax2 = ax.twinx()
-        ax2.plot(df["level"], df["J"], "s--", color="C1", label="J (CE-EM objective)")
-        ax2.set_ylabel("J", color="C1")
-        (h1, l1), (h2, l2) = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
-        ax.legend(h1 + h2, l1 + l2, loc="best", fontsize=8)
-        return ax
 
 
 # --- one chain of warm-started fits, in this process or in a worker ---------------------------

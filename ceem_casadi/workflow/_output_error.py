@@ -21,7 +21,6 @@ Hessian. The NLP is built once per (model, trajectory lengths, shooting, options
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import casadi as ca
 import numpy as np
@@ -33,152 +32,13 @@ from ..model._params import Theta
 from ..model._simulation import rollout, run
 from ..runtime._best import BestIterate
 from ..runtime._callbacks import SparsityCallback
-from ..runtime._result import Result, format_table, theta_rows
-from ..runtime._schema import BOUND, HESSIANS, check_bounds, check_fields, check_time_limit, require
 from ..runtime._solve import deadline, expired, ipopt_options, ipopt_solver, solve
 from ..runtime._status import Status
 from ._initial_state import estimate_initial_state
+from ._output_error_options import OutputErrorOptions, OutputErrorResult
 from ._shooting import ShootingLayout
 
-__all__ = ["OutputErrorOptions", "OutputErrorResult", "refine_output_error"]
-
-
-@dataclass(frozen=True)
-class OutputErrorOptions:
-    """Options of [`refine_output_error`][ceem_casadi.refine_output_error].
-
-    Parameters
-    ----------
-    max_iter : int
-        Iteration limit (default 500).
-    tol : float
-        Tolerance (default 1e-10): IPOPT's ``tol``; for ``solver="lm"`` the ``ftol``, ``xtol`` and
-        ``gtol`` of [`LeastSquaresOptions`][ceem_casadi.workflow.LeastSquaresOptions].
-    solver : str
-        ``"lm"`` (default): the Levenberg-Marquardt engine of `ceem_casadi.least_squares` (exact
-        sparse Jacobian, automatic scaling, rejection of non-finite or unstable trials, never
-        returns an iterate worse than its start; Gauss-Newton by construction, ``hessian`` is not
-        used). ``"ipopt"``: one IPOPT NLP (interior point, continuity as constraints).
-    hessian : str
-        ``"gauss-newton"`` (default: ``J^T J`` of the output residuals, positive semi-definite,
-        constraint curvature ignored) or ``"exact"`` (CasADi's exact Hessian of the Lagrangian;
-        2-5x slower per iteration in the measurements of the README). With multiple shooting on
-        very short segments (``shooting=1``: all the dynamics sit in the constraints, whose
-        curvature Gauss-Newton ignores) Gauss-Newton can stall (pendulum, 2 noisy trajectories:
-        500 iterations without convergence at k = 1; 9 iterations at k = 2, 3, 5, like single
-        shooting); use segments of a few samples, or ``"exact"`` there.
-    use_prior : bool
-        Include the parameters' Gaussian priors.
-    time_limit : float, optional
-        Wall-clock budget in seconds for the whole call (initial states included), or ``None``;
-        when spent, IPOPT stops at its next iteration and the result has status
-        ``"time_limit"`` with the last iterate.
-    x0_window : int, optional
-        Samples used to estimate initial states that are not given (default as in
-        [`estimate_initial_state`][ceem_casadi.estimate_initial_state]).
-    x_lower, x_upper : float or sequence of float, optional
-        Bounds on the initial states and shooting nodes (scalar or (nx,)).
-    raise_on_failure : bool
-        Raise [`SolverError`][ceem_casadi.SolverError] instead of returning status ``"solver_failed"``.
-
-    Raises
-    ------
-    OptionsError
-        A value out of range (also a ``ValueError``).
-
-    Examples
-    --------
-    >>> import ceem_casadi as cc
-    >>> opts = cc.OutputErrorOptions(max_iter=100, time_limit=5.0)
-    >>> opts.max_iter, opts.hessian, opts.time_limit
-    (100, 'gauss-newton', 5.0)
-    >>> try:
-    ...     cc.OutputErrorOptions(time_limit=-1.0)
-    ... except cc.OptionsError as err:
-    ...     print(type(err).__name__)
-    OptionsError
-    """
-
-    max_iter: int = 500
-    tol: float = 1e-10
-    hessian: str = "gauss-newton"
-    use_prior: bool = True
-    time_limit: float | None = None
-    x0_window: int | None = None
-    x_lower: object = field(default=None, metadata=BOUND)
-    x_upper: object = field(default=None, metadata=BOUND)
-    raise_on_failure: bool = False
-    solver: str = "lm"
-
-    def __post_init__(self):
-        check_fields(self)
-        check_bounds(self.x_lower, self.x_upper)
-        require(self.solver in ("lm", "ipopt"), f"solver must be 'lm' or 'ipopt', got {self.solver!r}")
-        require(isinstance(self.max_iter, int) and self.max_iter >= 1, f"max_iter must be an int >= 1, got {self.max_iter!r}")
-        require(np.isfinite(self.tol) and self.tol > 0, f"tol must be finite and > 0, got {self.tol!r}")
-        require(self.hessian in HESSIANS,
-                 f"hessian must be 'gauss-newton' or 'exact', got {self.hessian!r}")
-        check_time_limit(self.time_limit)
-        require(self.x0_window is None or (isinstance(self.x0_window, int) and self.x0_window >= 1),
-                 f"x0_window must be None or an int >= 1, got {self.x0_window!r}")
-
-
-@dataclass(repr=False)
-class OutputErrorResult(Result):
-    """Outcome of [`refine_output_error`][ceem_casadi.refine_output_error].
-
-    Attributes
-    ----------
-    theta : dict
-        Parameters, name -> array.
-    x0 : numpy.ndarray
-        (B, nx) initial state per trajectory.
-    cost : float
-        The minimised objective (module docstring) at the returned point.
-    status : Status
-        ``status.advice`` says what to try.
-    message : str
-        IPOPT's return status and more.
-    iterations : int
-        IPOPT iterations.
-    wall_s : float
-        Seconds for the whole call.
-    initial_cost : float
-        The objective at the start.
-    constraint_violation : float
-        Max |continuity gap| of multiple shooting (0 for single shooting).
-    solver : str
-        ``"lm"`` or ``"ipopt"``.
-    returned : str
-        ``solver="lm"``: which iterate came back (``"last"``, ``"best"``, ``"start"``).
-    starts : list of dict
-        ``solver="lm"`` with ``starts=``: one row per start.
-    """
-
-    SUMMARY = ('status', 'iterations', 'initial_cost', 'cost', 'theta')
-
-    theta: Theta
-    x0: np.ndarray
-    cost: float
-    status: Status
-    message: str
-    iterations: int
-    wall_s: float
-    initial_cost: float = float("nan")
-    constraint_violation: float = 0.0
-    solver: str = "ipopt"
-    returned: str = ""
-    starts: list = field(default_factory=list, repr=False)
-
-
-    def table(self) -> str:
-        """Status, iterations and the parameters as text (one row per parameter entry)."""
-        head = f"{type(self).__name__}: {Status(self.status).value} after {self.iterations} iterations"
-        return head + "\n" + format_table(["parameter", "value"], theta_rows(self.theta))
-    @property
-    def success(self) -> bool:
-        """Whether ``status`` gives a regular estimate."""
-        return self.status.usable
+__all__ = ["refine_output_error"]
 
 
 class _GaussNewtonEvaluations:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
@@ -40,181 +40,15 @@ from scipy.stats import norm
 
 from ..em._hessian_blocks import ExactBlocks, GaussNewtonBlocks
 from ..em._joint_gauss_newton import banded_upper
-from ..errors import OptionsError, SolverError
+from ..errors import SolverError
 from ..io._validate import check_data
 from ..learning._learner import AUTO_EXACT_INSTRUCTIONS
 from ..objective._identifiability import Direction, entry_names, spectrum, weak_directions
 from ..objective._stages import StageFunctions
-from ..runtime._result import Result
-from ..runtime._schema import HESSIANS, check_fields
 from ..runtime._threads import blas_threads
+from ._uncertainty_options import ParameterUncertainty, UncertaintyOptions
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class UncertaintyOptions:
-    """Options of [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty].
-
-    Parameters
-    ----------
-    hessian : str
-        ``"exact"`` (default; the observed information) or ``"gauss-newton"`` (J^T J).
-    level : float
-        Confidence level of the intervals (default 0.95).
-    identifiability_tol : float
-        A direction whose relative eigenvalue (see `ceem_casadi.objective._identifiability`) is below
-        this is reported as non-identifiable (1e-10; structurally non-identifiable directions
-        sit at round-off, ~1e-16).
-    bound_tol : float
-        A parameter within ``bound_tol * max(1, |bound|)`` of a bound is "at the bound".
-    use_prior : bool
-        Include the parameters' Gaussian priors (as the fit does by default).
-    compile : bool, optional
-        Compile the stage Functions (as in [`SmootherOptions`][ceem_casadi.SmootherOptions]).
-    blas_threads : int, optional
-        BLAS threads during the computation (1 by default, as in
-        [`CEEMOptions`][ceem_casadi.CEEMOptions]: multi-threaded BLAS spins on shared cores; a banded
-        Cholesky of six coupled Lorenz took 2 s instead of milliseconds); ``None`` leaves it alone.
-
-    Raises
-    ------
-    ValueError
-        A value out of range.
-
-    Examples
-    --------
-    >>> import ceem_casadi as cc
-    >>> opts = cc.UncertaintyOptions(hessian="gauss-newton", level=0.9)
-    >>> opts.hessian, opts.level
-    ('gauss-newton', 0.9)
-    >>> try:
-    ...     cc.UncertaintyOptions(level=1.5)
-    ... except cc.OptionsError as err:
-    ...     print(type(err).__name__)
-    OptionsError
-    """
-
-    hessian: str = "exact"
-    level: float = 0.95
-    identifiability_tol: float = 1e-10
-    bound_tol: float = 1e-6
-    use_prior: bool = True
-    compile: bool | None = None
-    blas_threads: int | None = 1
-
-    def __post_init__(self):
-        check_fields(self)
-        if self.hessian not in HESSIANS:
-            raise OptionsError(f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
-        if not 0 < self.level < 1:
-            raise OptionsError(f"level must be in (0, 1), e.g. 0.95, got {self.level!r}")
-        if not 0 < self.identifiability_tol < 1:
-            raise OptionsError(f"identifiability_tol must be in (0, 1), got {self.identifiability_tol!r}")
-        if not 0 <= self.bound_tol < 1:
-            raise OptionsError(f"bound_tol must be in [0, 1), got {self.bound_tol!r}")
-        if not (self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1)):
-            raise OptionsError(f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
-
-
-@dataclass(repr=False)
-class ParameterUncertainty(Result):
-    """Uncertainty of the free parameters (n of them) at a fit.
-
-    Attributes
-    ----------
-    names : list of str
-        (n,) entry names (``"sigma"``, ``"H[0,1]"``).
-    index : numpy.ndarray
-        (n,) positions in the flat parameter vector.
-    estimate : numpy.ndarray
-        (n,) values.
-    information : numpy.ndarray
-        (n, n) the reduced Hessian I (observed information).
-    covariance : numpy.ndarray
-        (n, n) ``I^{-1}`` on the identifiable subspace (pseudo-inverse; rows/columns of
-        parameters at a bound are zero).
-    std_error : numpy.ndarray
-        (n,) square root of its diagonal, ``inf`` for parameters in a non-identifiable
-        direction, ``nan`` for parameters at a bound.
-    lower, upper : numpy.ndarray
-        (n,) ``estimate -/+ z * std_error`` with z the normal quantile of ``level``.
-    correlation : numpy.ndarray
-        (n, n) correlations (nan where a standard error is not finite).
-    at_bound : list of str
-        Names of parameters at a bound (held fixed: the others' covariance is conditional on
-        them; the Laplace approximation does not apply at a bound).
-    identifiable : numpy.ndarray
-        (n,) bool.
-    directions : list of Direction
-        The non-identifiable directions.
-    relative_eigenvalues : numpy.ndarray
-        (n_inactive,) ascending relative eigenvalues of the scaled information.
-    hessian : str
-        ``"exact"`` or ``"gauss-newton"``.
-    level : float
-        Confidence level of the intervals.
-    warnings : list of str
-        Messages also logged.
-    """
-
-    SUMMARY = ('names', 'std_error', 'level', 'hessian')
-
-    names: list
-    index: np.ndarray
-    estimate: np.ndarray
-    information: np.ndarray
-    covariance: np.ndarray
-    std_error: np.ndarray
-    lower: np.ndarray
-    upper: np.ndarray
-    correlation: np.ndarray
-    at_bound: list
-    identifiable: np.ndarray
-    directions: list
-    relative_eigenvalues: np.ndarray
-    hessian: str
-    level: float
-    warnings: list = field(default_factory=list)
-
-    def std_errors(self, params) -> dict:
-        """Standard errors as a theta-shaped dict.
-
-        Parameters
-        ----------
-        params : Parameters
-            The model's parameters.
-
-        Returns
-        -------
-        dict
-            Name -> array of standard errors (``nan`` for fixed entries).
-        """
-        vec = np.full(params.size, np.nan)
-        vec[self.index] = self.std_error
-        return params.from_vector(vec)
-
-    def table(self) -> str:
-        """One line per parameter: ``name  estimate ± std_error  [lower, upper]``."""
-        w = max((len(n) for n in self.names), default=4)
-        rows = []
-        for i, n in enumerate(self.names):
-            flag = "  (at bound)" if n in self.at_bound else ("  (not identifiable)" if not self.identifiable[i] else "")
-            rows.append(f"{n:<{w}}  {self.estimate[i]:.6g} ± {self.std_error[i]:.3g}  "
-                        f"[{self.lower[i]:.6g}, {self.upper[i]:.6g}]{flag}")
-        rows += [f"not identifiable: {d.combination} (relative eigenvalue {d.relative_eigenvalue:.1e})"
-                 for d in self.directions]
-        return "\n".join(rows)
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict (inf/nan become strings "inf"/"nan" only through json's allow_nan)."""
-        return {"names": list(self.names), "estimate": self.estimate.tolist(), "std_error": self.std_error.tolist(),
-                "lower": self.lower.tolist(), "upper": self.upper.tolist(), "level": self.level,
-                "covariance": self.covariance.tolist(), "correlation": self.correlation.tolist(),
-                "at_bound": list(self.at_bound), "identifiable": self.identifiable.tolist(),
-                "directions": [d.to_dict() for d in self.directions], "hessian": self.hessian,
-                "warnings": list(self.warnings)}
-
 
 # the most recently used stage Functions and mapped blocks, keyed by (id(model), hessian, compile
 # [, lengths]); each entry keeps its model alive, so an id is never reused while cached
@@ -477,4 +311,4 @@ def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> 
                                 identifiable, dirs, spec.eigenvalues, options.hessian, options.level, warnings)
 
 
-__all__ = ["ParameterUncertainty", "UncertaintyOptions", "parameter_uncertainty", "reduced_hessian"]
+__all__ = ["parameter_uncertainty", "reduced_hessian"]
