@@ -42,6 +42,7 @@ from ..smoothing._smoother import Smoother
 from ._joint_gauss_newton import JointGaussNewton, LinAlgError
 from ._joint_nlp import JointSolver
 from ._results import CEEMResult, IterationRecord
+from ._warm_start import leading_fit
 
 log = logging.getLogger(__name__)
 
@@ -322,7 +323,9 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     t_start = time.perf_counter()
     expires = None if options.time_limit is None else t_start + options.time_limit
     with blas_threads(options.blas_threads), deadline(expires):
-        return _ceem(model, data, theta0, options, x_init, callback, smoother, learner)
+        result = _ceem(model, data, theta0, options, x_init, callback, smoother, learner)
+    result.wall_s = time.perf_counter() - t_start
+    return result
 
 
 def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> CEEMResult:
@@ -334,6 +337,11 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
 
     t_build = time.perf_counter()
     smoother = smoother or Smoother(model, options.smoother)
+    t_warm = time.perf_counter()
+    warm = leading_fit(_ceem, model, data, theta_vec, options, x_init, smoother)
+    if warm is not None and Status(warm.status).usable:
+        theta_vec = model.params.to_vector(warm.theta)
+    t_build += time.perf_counter() - t_warm  # build_s: this fit's own solver construction
     # every group of stage Functions this fit compiles (smoother, joint step; the learner's are among
     # the joint step's or asked for next) in one background pool of compilers, before any is waited for
     # the lengths the batched smoother does not take (ceem_casadi.batched_smoother) need SMOOTHER_STAGES
@@ -372,7 +380,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     current = run.evaluate(xs, theta_vec)
     result = CEEMResult(Status.MAX_ITERS, f"reached max_iters={options.max_iters} without meeting tol",
                         model.params.from_vector(theta_vec), xs, current.J, history=run.history,
-                        build_s=build_s, init_J=current.J)
+                        build_s=build_s, init_J=current.J, warm_start=warm)
     recent: list[_Iterate] = [current]  # plain EM iterates since the last extrapolation
 
     def finish(status, message):
@@ -451,6 +459,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
 
 
 JOINT_MAX_FAILURES = 2  # joint solves without increase of the objective before EM steps only
+
 
 
 def _limit(options) -> str:

@@ -23,6 +23,12 @@ BATCHED_MIN_TRAJ.  1          smoother (no state bounds, T < CHUNK_FROM): batch 
                               of a length when there are at least this many of them (1: the
                               choice never depends on how trajectories are sharded)
 BATCH_COLUMNS      20,000     time steps (trajectories x T) in one batched evaluation (memory)
+WARM_FROM          100,000    CE-EM: first fit the leading WARM_LENGTH samples of every trajectory,
+                              then the whole record from that theta (`CEEMOptions.warm_start`)
+WARM_LENGTH        20,000     samples per trajectory of that warm-start fit
+INIT_SAMPLES       100,000    `bla_initialise`: N4SID and the splits' least squares use at most
+                              this many leading samples per trajectory
+REFINE_SAMPLES     20,000     `bla_initialise(refine=True)`: the output-error polish's samples
 =================  =========  ===============================================================
 """
 from __future__ import annotations
@@ -40,6 +46,13 @@ SELECT_STEPS = 20_000
 # the sharded fit differed from the sequential one by 1.3e-10 in theta); docs/performance.md
 BATCHED_MIN_TRAJECTORIES = 1
 BATCH_COLUMNS = 20_000
+# long records (issue 24, item 3): the iterations far from the optimum on a leading part, where each
+# costs T / WARM_LENGTH times less; the whole record then needs few (docs/long_records.md)
+WARM_FROM = 100_000
+WARM_LENGTH = 20_000
+# the initialiser's least squares on at most this many leading samples (N4SID's LQ grows with T)
+INIT_SAMPLES = 100_000
+REFINE_SAMPLES = 20_000
 
 FROM_POLICY = -1  # a function argument whose default is "the policy's value" (read at call time)
 
