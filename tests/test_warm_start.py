@@ -46,6 +46,8 @@ def test_warm_start_reaches_the_plain_fits_optimum(record, monkeypatch):
     first = warm.history[0].theta
     assert not np.allclose(first["g2_den"], plain.history[0].theta["g2_den"], rtol=1e-4)
     assert warm.iterations < plain.iterations
+    # after a converged warm start the joint step comes first (no plain EM step from the EKF states)
+    assert warm.history[0].kind == "newton" and plain.history[0].kind == "em"
     for k in plain.theta:
         np.testing.assert_allclose(warm.theta[k], plain.theta[k], rtol=1e-6, atol=1e-9, err_msg=k)
     assert warm.J == pytest.approx(plain.J, rel=1e-9)
