@@ -19,8 +19,8 @@ and the states' block is damped ``STATE_DAMPING`` times less, mu_x = STATE_DAMPI
 Dx = diag(Hxx). Hxx holds the dynamics' 1/sigma_w^2 terms, so it is well conditioned, while S,
 the curvature left in theta once the states follow, is a tiny difference of large terms (1e-6 of
 diag(Hpp) on the Wiener-Hammerstein records of ``docs/results_long_record.md``): with the joint
-diag(H) scaling, damping the states by mu = 1e-3 changed S by ~1e3 times itself and damping theta
-by diag(Hpp) cut its step to a fraction, so the steps crawled (11 iterations instead of 6 on the
+diag(H) scaling, damping the states by mu changes S by up to about mu diag(Hpp), i.e. by far more than
+S itself, and damping theta by mu diag(Hpp) cuts its step to a fraction, so the steps crawled (11 iterations instead of 6 on the
 warm-started 10^5-sample record, 12 instead of 7 on its 20,000-sample lead). Hxx is block diagonal over
 trajectories and block tridiagonal in time, so the Schur complement on p costs
 O(B T nx^2 (nx + np)) with LAPACK's banded Cholesky; nothing of size (B T nx)^2 is formed.
