@@ -120,7 +120,8 @@ def diagnose(model, data, result) -> dict:
     # I - H_learn^{-1} I_ex per iteration; Gauss-Newton on the reduced problem by I - I_gn^{-1} I_ex
     rate_em = float(np.max(np.abs(np.linalg.eigvals(np.eye(len(I_ex)) - np.linalg.solve(H_learn, I_ex)))))
     rate_gn = float(np.max(np.abs(np.linalg.eigvals(np.eye(len(I_ex)) - np.linalg.solve(I_gn, I_ex)))))
-    # the "newton" acceleration's Levenberg-Marquardt damping mu * diag(Hpp) is scaled by the JOINT
+    # (the damping before issue 24, item 3, kept as a diagnosis:) the "newton" acceleration's
+    # Levenberg-Marquardt damping mu * diag(Hpp) is scaled by the JOINT
     # Hessian's parameter block, but the curvature left in theta is the reduced I: in the worst
     # direction one LM step takes this fraction of the Newton step (at mu = 1e-6)
     D = np.diag(np.diag(H_learn))

@@ -21,6 +21,23 @@ def problem():
     return model, data
 
 
+def damped(H, n_states, mu):
+    """The Levenberg-Marquardt matrix of `JointGaussNewton.step` from the dense H: the states' block damped
+    by STATE_DAMPING mu diag(Hxx), the parameters' by mu diag(S), S = Hpp - Hxp^T (Hxx + damping)^-1 Hxp (the
+    Schur complement: Marquardt's scaling of the reduced problem)."""
+    from ceem_casadi.em._joint_gauss_newton import STATE_DAMPING
+
+    K = H.copy()
+    dx = np.diag(H)[:n_states]
+    K[np.arange(n_states), np.arange(n_states)] += STATE_DAMPING * mu * np.maximum(dx, 1e-12 * max(1.0, dx.max()))
+    Hxp = H[:n_states, n_states:]
+    S = H[n_states:, n_states:] - Hxp.T @ np.linalg.solve(K[:n_states, :n_states], Hxp)
+    dp = np.maximum(np.diag(S), 1e-12 * max(1.0, np.abs(np.diag(H)[n_states:]).max(initial=0.0)))
+    idx = np.arange(n_states, H.shape[0])
+    K[idx, idx] += mu * dp
+    return K
+
+
 def dense_step(model, data, theta_vec, xs, mu):
     """The same Levenberg-Marquardt step from one dense CasADi Jacobian of all residuals."""
     nx = model.nx
@@ -34,8 +51,7 @@ def dense_step(model, data, theta_vec, xs, mu):
     z0 = np.concatenate([x.T.ravel(order="F") for x in xs] + [theta_vec[free]])
     r0, J = (np.asarray(a) for a in F(z0))
     H, g = J.T @ J, J.T @ r0.ravel()
-    d = np.diag(H).copy()
-    step = -np.linalg.solve(H + mu * np.diag(np.maximum(d, 1e-12 * max(1.0, d.max()))), g)
+    step = -np.linalg.solve(damped(H, z0.size - free.size, mu), g)
     return z0 + step
 
 
@@ -49,7 +65,7 @@ def test_joint_step_equals_dense_levenberg_marquardt_solve(problem):
         st = jg.step(theta_vec, data, xs, mu=mu)
         got = np.concatenate([x.ravel() for x in st.xs] + [st.theta_vec])
         want = dense_step(model, data, theta_vec, xs, mu)
-        # the Marquardt scaling of the Schur form uses diag(Hxx) and diag(Hpp): the same as the dense diag(H)
+        # the reduced problem's Marquardt scaling, the states damped STATE_DAMPING times less (`damped`)
         np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-8)
 
 
@@ -104,8 +120,7 @@ def _dense_damped_system(model, data, theta_vec, xs, mu):
     z0 = np.concatenate([x.T.ravel(order="F") for x in xs] + [theta_vec[free]])
     r0, J = (np.asarray(a) for a in F(z0))
     H, g = J.T @ J, J.T @ r0.ravel()
-    d = np.diag(H).copy()
-    return z0, H, g, H + mu * np.diag(np.maximum(d, 1e-12 * max(1.0, d.max()))), z0.size - free.size
+    return z0, H, g, damped(H, z0.size - free.size, mu), z0.size - free.size
 
 
 def _observed_parameter_data(truth):
@@ -120,14 +135,14 @@ def test_joint_step_with_observed_parameters_priors_and_bounds_equals_dense_solv
     """The observation residuals depend on theta (their parameter Jacobian enters H_pp, g_p and
     H_xp), the Gaussian prior on A adds rows w (theta - mean), and both bounds on c are active:
     the step equals the dense damped solve for theta clipped to the bound and, for that clipped
-    theta step, the states' dense solve  dx = -(H_xx + mu D_xx)^-1 (g_x + H_xp dtheta)."""
+    theta step, the states' dense solve  dx = -(H_xx + mu_x D_xx)^-1 (g_x + H_xp dtheta)."""
     model, truth = _observed_parameter_model(c_upper=0.21, c_lower=0.29)
     data = _observed_parameter_data(truth)
     # c = (0.3, -0.2) in the data
     theta_vec = model.theta_vector({"A": truth["A"] - 0.1, "C": truth["C"] + 0.1, "c": np.array([0.2, 0.3])})
     xs = eks_states(model, theta_vec, data)
     free, params = model.params.free_index, model.params
-    mu = 0.05
+    mu = 2.0  # a step that crosses both bounds of c
     z0, H, g, K, nxs = _dense_damped_system(model, data, theta_vec, xs, mu)
     assert np.abs(H[:nxs, nxs:][:, -1]).max() > 0  # c couples to the states through the observations
     unclipped = -np.linalg.solve(K, g)

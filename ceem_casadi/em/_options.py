@@ -58,6 +58,16 @@ class CEEMOptions:
         iteration once it is spent (overrun: about one IPOPT iteration plus one evaluation of J);
         the interrupted step is discarded and the fit returns ``status = "time_limit"`` with the
         last accepted iterate (theta, states, history).
+    warm_start : int, optional
+        Long records: first fit the leading ``warm_start`` samples of every trajectory (same
+        options, no callback), then the whole record from that fit's theta; ``result.warm_start``
+        holds the leading fit. ``None`` (default): the long-record policy, a leading fit of
+        ``WARM_LENGTH`` = 20,000 samples once a trajectory has ``WARM_FROM`` = 100,000 or more
+        (`ceem_casadi.runtime._policy`); ``0``: never. Skipped when ``x_init`` is given, when no
+        trajectory is longer than the leading length, and with an ``executor``. The fixed point
+        is the whole record's, as without it (the leading fit only moves the start); far from the
+        optimum, where EM and its accelerations need many iterations, each costs T / warm_start
+        times less there (Wiener-Hammerstein, T = 10^6: docs/scaling.md).
     executor : dask.distributed.Client, concurrent.futures.Executor or Sharded, optional
         ``None`` (default: ``n_jobs`` decides), a ``dask.distributed.Client`` (smoothing and
         learning distributed, states kept on the workers), a ``concurrent.futures.Executor``
@@ -94,6 +104,7 @@ class CEEMOptions:
     time_limit: float | None = None
     joint_hessian: str = "auto"
     executor: object = None
+    warm_start: int | None = None
 
     def __post_init__(self):
         check_fields(self)
@@ -115,6 +126,9 @@ class CEEMOptions:
         require(is_integer(self.max_iters) and self.max_iters >= 1,
                 f"max_iters must be >= 1 (an integer), got {self.max_iters!r}")
         require(np.isfinite(self.tol) and self.tol >= 0, f"tol must be finite and >= 0, got {self.tol}")
+        require(self.warm_start is None or (is_integer(self.warm_start) and self.warm_start >= 0),
+                f"warm_start must be None (the long-record policy), 0 (never) or a number of samples >= 1, "
+                f"got {self.warm_start!r}")
         require(is_integer(self.n_jobs) and self.n_jobs >= 1, f"n_jobs must be >= 1 (an integer), got {self.n_jobs!r}")
         require(isinstance(self.smoother, SmootherOptions), "smoother must be a SmootherOptions")
         require(isinstance(self.learner, LearnerOptions), "learner must be a LearnerOptions")

@@ -83,6 +83,11 @@ class CEEMResult(Result):
         J at the initial states and ``theta0``.
     warnings : list of str
         Warnings raised after the fit (e.g. weakly identifiable parameters).
+    wall_s : float
+        Seconds of the whole fit (solver construction, warm start and initial states included).
+    warm_start : CEEMResult or None
+        The fit of the leading samples of every trajectory that started this one
+        (`CEEMOptions.warm_start`; its states are those of the leading part), or None.
 
     Examples
     --------
@@ -116,6 +121,8 @@ class CEEMResult(Result):
     build_s: float = 0.0
     init_J: float = float("nan")
     warnings: list[str] = field(default_factory=list)
+    wall_s: float = float("nan")
+    warm_start: CEEMResult | None = field(default=None, repr=False)
 
 
     def table(self) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import casadi as ca
 import numpy as np
 
 from ..io._data import Trajectories
@@ -89,7 +88,7 @@ class PieceEngine:
                     yp[0] = np.nan  # counted in the previous piece
                 learner = self._learner(e - a)
                 P = learner.parameter_vector(theta_vec, Trajectories([yp], [u[a:e]]), [x[a:e]], 0.0)
-                session.append((learner, ca.DM(P)))  # converted once: numpy -> DM costs more than a call
+                session.append((learner, np.asarray(P, float)))  # evaluated through CasADi's buffers (_terms)
         return session
 
     def reduce(self, session: list, z: np.ndarray, what: str) -> tuple[list, int]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import time
 
+import casadi as ca
 import numpy as np
 
 from ..objective._exact_sum import SplitSum, split_sums
+from ..runtime._linalg import BufferedCall
 
 # per-stage rows (cost, gradient, Hessian triangle) up to which a shard sums its learning terms exactly
 # (:mod:`ceem_casadi._exact_sum`); beyond it only the cost (e.g. a 2,246-parameter MLP's gradient)
@@ -23,27 +25,55 @@ def terms_of(learner, P, z, what: str):
     if what not in ("f", "grad", "hess", "all"):
         raise ValueError(f"what must be 'f', 'grad', 'hess' or 'all', got {what!r}")
     if what == "hess":
-        return (_hessian_triangle(solver, z, P), time.perf_counter() - t0)
+        return (_hessian_triangle(learner, solver, z, P), time.perf_counter() - t0)
     n = z.size
     want_g = what in ("grad", "all")
     want_h = what == "all" and solver.has_function("nlp_hess_l")
     exact_g = want_g and 1 + n <= EXACT_SUM_ROWS
     exact_h = want_h and exact_g and learner.hessian == "exact" and 1 + n + n * (n + 1) // 2 <= EXACT_SUM_ROWS
     if want_g and not exact_g:  # costs exact, the gradient summed by CasADi in the same pass
-        terms, grad = learner.stage_terms_function("summed")(z, P)
+        terms, grad = _call(learner, ("summed", False), learner.stage_terms_function("summed"), z, P)
         out = [split_sums(np.asarray(terms)), SplitSum.plain(np.asarray(grad, float).ravel())]
     else:
-        sums = split_sums(np.asarray(learner.stage_terms_function("rows" if exact_g else "none", exact_h)(z, P)))
+        key = ("rows" if exact_g else "none", exact_h)
+        sums = split_sums(_call(learner, key, learner.stage_terms_function(*key), z, P)[0])
         out = [sums.rows(0, 1)] + ([sums.rows(1, 1 + n)] if want_g else [])
     if what == "all":
         if exact_h:
             out.append(sums.rows(1 + n))
         else:
-            out.append(SplitSum.plain(_hessian_triangle(solver, z, P)) if want_h else None)
+            out.append(SplitSum.plain(_hessian_triangle(learner, solver, z, P)) if want_h else None)
     return (*out, time.perf_counter() - t0)
 
 
-def _hessian_triangle(solver, z, P) -> np.ndarray:
+def _call(learner, key, fun: ca.Function, *args) -> list[np.ndarray]:
+    """``fun(*args)`` as dense numpy arrays (copies). With a numpy ``P`` (the pieces of a long record)
+    through CasADi's buffer interface, kept per learner and ``key``: the DM conversions of a plain
+    call (a piece's P has ~3 10^5 entries, its per-stage costs 4 10^4) took 8.5 of the 21 s of one
+    learning step at T = 10^6 (6 states, 50 pieces). Otherwise (a DM ``P``) a plain call."""
+    if not isinstance(args[-1], np.ndarray):
+        return [np.asarray(o.full() if isinstance(o, ca.DM) else o) for o in _as_list(fun(*args))]
+    cache = learner.__dict__.setdefault("_buffered_calls", {})
+    if key not in cache:  # the call and, per output, its shape and the (rows, cols) of a sparse one's nonzeros
+        sps = [fun.sparsity_out(i) for i in range(fun.n_out())]
+        cache[key] = (BufferedCall(fun), [(sp.shape, None if sp.is_dense() else sp.get_triplet()) for sp in sps])
+    call, layout = cache[key]
+    out = []
+    for f, (shape, where) in zip(call(*args), layout):
+        if where is None:
+            out.append(f.reshape(shape, order="F").copy())
+        else:
+            dense = np.zeros(shape)
+            dense[where[0], where[1]] = f
+            out.append(dense)
+    return out
+
+
+def _as_list(res) -> list:
+    return list(res) if isinstance(res, (list, tuple)) else [res]
+
+
+def _hessian_triangle(learner, solver, z, P) -> np.ndarray:
     """Upper triangle, column-major, of the learner's Hessian (exact or Gauss-Newton) at ``z``."""
-    H = np.asarray(solver.get_function("nlp_hess_l")(z, P, 1.0, np.zeros(0)).full())
+    H = _call(learner, "nlp_hess_l", solver.get_function("nlp_hess_l"), z, P, np.ones(1), np.zeros(0))[0]
     return np.triu(H).T[np.tril_indices(z.size)]  # structural zeros of the exact Hessian included

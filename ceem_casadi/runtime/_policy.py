@@ -27,6 +27,12 @@ CALL_COLUMNS       2,000      time steps (trajectories x T) in one call of the b
                               mapped stage programs (a batch makes several calls): building a
                               mapped Function costs time in proportion to its columns, and larger
                               calls were not faster per step
+WARM_FROM          100,000    CE-EM: first fit the leading WARM_LENGTH samples of every trajectory,
+                              then the whole record from that theta (`CEEMOptions.warm_start`)
+WARM_LENGTH        20,000     samples per trajectory of that warm-start fit
+INIT_SAMPLES       100,000    `bla_initialise`: N4SID and the splits' least squares use at most
+                              this many leading samples per trajectory
+REFINE_SAMPLES     20,000     `bla_initialise(refine=True)`: the output-error polish's samples
 =================  =========  ===============================================================
 """
 from __future__ import annotations
@@ -47,6 +53,13 @@ BATCH_COLUMNS = 20_000
 # helicopter size (T = 500, 2,246-parameter head), per trajectory: 4.7-5.1 ms at 1-40 trajectories
 # per call, but 1.8 s to build the 40-trajectory Function, in every fresh worker process
 CALL_COLUMNS = 2_000
+# long records (issue 24, item 3): the iterations far from the optimum on a leading part, where each
+# costs T / WARM_LENGTH times less; the whole record then needs few (docs/long_records.md)
+WARM_FROM = 100_000
+WARM_LENGTH = 20_000
+# the initialiser's least squares on at most this many leading samples (N4SID's LQ grows with T)
+INIT_SAMPLES = 100_000
+REFINE_SAMPLES = 20_000
 
 FROM_POLICY = -1  # a function argument whose default is "the policy's value" (read at call time)
 

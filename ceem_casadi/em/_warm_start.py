@@ -1,0 +1,62 @@
+"""The long-record warm start of CE-EM: fit the leading samples first (`CEEMOptions.warm_start`).
+
+Far from the optimum EM and its accelerations need many iterations; on a leading part of
+``n`` samples each costs T / n times less, and the whole record then starts near its own
+optimum and needs few. The fixed point is the whole record's either way: the leading fit only
+moves the start (``tests/test_warm_start.py``). Measured on the 6-state Wiener-Hammerstein model
+at T = 10^6: docs/scaling.md.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+
+from ..errors import DataError, NonFiniteError, ShapeError
+from ..io._data import Trajectories
+from ..io._validate import check_data
+from ..runtime import _policy as policy
+from ..runtime._status import Status
+from ._options import CEEMOptions
+from ._results import CEEMResult
+
+log = logging.getLogger(__name__)
+
+__all__ = ["leading_fit", "warm_start_length"]
+
+
+def warm_start_length(options: CEEMOptions, lengths, x_init=None) -> int:
+    """Samples per trajectory of the leading fit that `ceem` runs first (0: none): ``options.warm_start``,
+    or with None the long-record policy (``policy.WARM_LENGTH`` once a trajectory has ``policy.WARM_FROM``
+    samples); 0 when ``x_init`` is given, with an executor, or when no trajectory is longer."""
+    if x_init is not None or options.executor is not None:
+        return 0
+    longest = max(lengths)
+    n = options.warm_start
+    if n is None:
+        n = policy.WARM_LENGTH if longest >= policy.WARM_FROM else 0
+    return int(n) if n and longest > n else 0
+
+
+def leading_fit(fit, model, data, theta_vec, options, x_init, smoother) -> CEEMResult | None:
+    """The fit of the leading `warm_start_length` samples of every trajectory from ``theta_vec`` (same
+    options, same smoother, no callback), or None when there is none (see `CEEMOptions.warm_start`).
+
+    ``fit(model, data, theta0, options, x_init, callback, smoother, learner)`` is the fit itself
+    (`ceem_casadi.em._ceem`'s loop, passed in: this module is imported by it)."""
+    n = warm_start_length(options, data.lengths, x_init)
+    if not n:
+        return None
+    try:
+        lead = Trajectories([y[:n] for y in data.y], None if data.u is None else [u[:n] for u in data.u], dt=data.dt)
+        check_data(model, lead)
+    except (DataError, ShapeError, NonFiniteError) as exc:  # e.g. a leading part without one observation
+        log.info("no warm start: the leading %d samples are not a valid record (%s)", n, exc)
+        return None
+    t0 = time.perf_counter()
+    warm = fit(model, lead, model.params.from_vector(theta_vec),
+               replace(options, warm_start=0, raise_on_failure=False), None, None, smoother, None)
+    warm.wall_s = time.perf_counter() - t0
+    log.info("warm start on the leading %d samples: %s after %d iterations (%.1f s)", n, Status(warm.status).value,
+             warm.iterations, warm.wall_s)
+    return warm
