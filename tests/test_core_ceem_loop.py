@@ -233,10 +233,10 @@ def test_squarem_step_length_at_most_minus_one_bounds_and_degenerate_iterates():
 def test_smoothing_step_uses_processes_only_for_n_jobs_above_one(problem):
     """n_jobs=1 smooths in this process; n_jobs=k > 1 sets up a pool of k forked workers (not
     started here; test_core_ceem.py checks that parallel and sequential fits agree)."""
-    from ceem_casadi.em._ceem import _SmoothingStep
+    from ceem_casadi.em._smoothing_step import SmoothingStep
     smoother = problem[3]["smoother"]
-    assert _SmoothingStep(smoother, 1).pool is None
-    step = _SmoothingStep(smoother, 3)
+    assert SmoothingStep(smoother, 1).pool is None
+    step = SmoothingStep(smoother, 3)
     try:
         pool = step.pool.executor  # a runtime._pool.WorkerPool (workers end with this process)
         assert pool._max_workers == 3 and pool._mp_context.get_start_method() == "fork"

@@ -32,7 +32,6 @@ from ..learning._protocol import LearningStep
 from ..model._params import Theta
 from ..objective._log_density import log_prior
 from ..objective._stages import SMOOTHER_STAGES
-from ..runtime._pool import WorkerPool
 from ..runtime._solve import deadline, expired
 from ..runtime._status import Status
 from ..runtime._threads import blas_threads
@@ -43,6 +42,7 @@ from ..smoothing._smoother import Smoother
 from ._joint_gauss_newton import JointGaussNewton, LinAlgError
 from ._joint_nlp import JointSolver
 from ._results import CEEMResult, IterationRecord
+from ._smoothing_step import SmoothingStep
 from ._warm_start import leading_fit
 
 log = logging.getLogger(__name__)
@@ -52,62 +52,6 @@ _ENGINE_LEARNER = ("learner={learner} cannot be used with executor={executor}: t
                    "states on its workers and learns from them with its own map-reduced learner, which a learner "
                    "given here would silently replace; drop learner= (the engine's learner follows "
                    "options.learner) or drop executor= to use your learner")
-
-
-# --- process pool for the smoothing step -------------------------------------------------
-_WORKER: dict = {}
-
-
-def _worker_init(model, smoother_options, smoother=None):
-    # the parent's smoother, inherited through fork with everything it built (not pickled)
-    _WORKER["smoother"] = smoother if smoother is not None else Smoother(model, smoother_options)
-
-
-def _worker_smooth(args):
-    theta_vec, y, u, x0 = args
-    sm = _WORKER["smoother"]
-    return sm.for_length(y.shape[0]).solve(sm.model, theta_vec, y, u, x0)
-
-
-def _worker_smooth_shard(args):
-    theta_vec, shard, xs = args  # a Trajectories shard: its trajectories of a length are batched
-    return _WORKER["smoother"].solve(theta_vec, shard, xs)
-
-
-class _SmoothingStep:
-    """Sequential or process-parallel smoothing of all trajectories."""
-
-    def __init__(self, smoother: Smoother, n_jobs: int):
-        self.smoother, self.pool, self.n_jobs = smoother, None, n_jobs
-        if n_jobs > 1:
-            # workers end with this process (SIGKILL, SIGTERM) and are killed at once on Ctrl-C
-            self.pool = WorkerPool(n_jobs, initializer=_worker_init, initargs=(smoother.model, smoother.options, smoother))
-
-    def __call__(self, theta_vec, data, xs):
-        if self.pool is None:
-            return self.smoother.solve(theta_vec, data, xs)
-        if any_batched(self.smoother.options, data.lengths):  # one shard of trajectories per process
-            shards = np.array_split(np.arange(len(data)), self.n_jobs)
-            jobs = [(theta_vec, data[s.tolist()], [xs[b] for b in s]) for s in shards if s.size]
-            return [r for part in self.pool.map(_worker_smooth_shard, jobs) for r in part]
-        jobs = [(theta_vec, y, data.inputs(b), xs[b]) for b, y in enumerate(data.y)]
-        return self.pool.map(_worker_smooth, jobs)
-
-    # the interface shared with the distributed engines (ceem_casadi.distributed)
-    @staticmethod
-    def finite(r) -> bool:
-        return bool(np.all(np.isfinite(r.x)))
-
-    @staticmethod
-    def states(sm) -> list:
-        return [r.x for r in sm]
-
-    def log_density(self, theta_vec, data, xs) -> float:
-        return self.smoother.joint_log_density(theta_vec, data, xs)
-
-    def close(self):
-        if self.pool is not None:
-            self.pool.close()
 
 
 @dataclass
@@ -136,7 +80,7 @@ class _EMRun:
         self.model, self.data, self.options = model, data, options
         self.smoother, self.learner, self.callback = smoother, learner, callback
         # idle workers help nobody
-        self.step = engine if engine is not None else _SmoothingStep(smoother, min(options.n_jobs, len(data)))
+        self.step = engine if engine is not None else SmoothingStep(smoother, min(options.n_jobs, len(data)))
         self.history: list[IterationRecord] = []
         self.stop_requested = False
 
