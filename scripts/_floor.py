@@ -151,9 +151,6 @@ def learning_floor(stages, theta_vec, data, xs, hessian: bool = True, repeats: i
         Timings; the minimum is returned.
     clock : callable
         ``time.perf_counter`` (wall seconds) or ``time.process_time`` (CPU seconds), see `best_time`.
-    observe : callable, optional
-        The smoother's column-wise observation map (`Smoother(observe=...)`): the batched
-        trajectories' observation terms are then evaluated as the smoother evaluates them.
     """
     model = stages.model
     (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)

@@ -117,3 +117,20 @@ def test_valid_options_and_strategy_pairs_are_accepted():
     cc.CEEMOptions(acceleration="joint", joint_hessian="exact")
     cc.SmootherOptions(x_lower=-1.0, x_upper=np.array([1.0, 2.0, 3.0]), chunk=0)
     cc.CEEMOptions(max_iters=np.int64(3), tol=0)
+
+
+def test_trajectories_leading_takes_the_first_samples_of_every_trajectory():
+    """`Trajectories.leading(n)`: the first n samples of outputs and inputs of each trajectory
+    (the warm start and the block-model initialiser use it); the same object when none is longer."""
+    from ceem_casadi.io import Trajectories
+
+    y = [np.arange(10.0).reshape(5, 2), np.arange(6.0).reshape(3, 2)]
+    u = [np.arange(5.0)[:, None], np.arange(3.0)[:, None]]
+    data = Trajectories(y, u, dt=0.1)
+    lead = data.leading(4)
+    assert lead.lengths == (4, 3) and lead.dt == 0.1
+    np.testing.assert_array_equal(lead.y[0], y[0][:4])
+    np.testing.assert_array_equal(lead.u[0], u[0][:4])
+    np.testing.assert_array_equal(lead.y[1], y[1])
+    assert data.leading(5) is data
+    assert Trajectories(y).leading(2).u is None

@@ -13,7 +13,6 @@ import time
 from dataclasses import replace
 
 from ..errors import DataError, NonFiniteError, ShapeError
-from ..io._data import Trajectories
 from ..io._validate import check_data
 from ..runtime import _policy as policy
 from ..runtime._status import Status
@@ -48,7 +47,7 @@ def leading_fit(fit, model, data, theta_vec, options, x_init, smoother) -> CEEMR
     if not n:
         return None
     try:
-        lead = Trajectories([y[:n] for y in data.y], None if data.u is None else [u[:n] for u in data.u], dt=data.dt)
+        lead = data.leading(n)
         check_data(model, lead)
     except (DataError, ShapeError, NonFiniteError) as exc:  # e.g. a leading part without one observation
         log.info("no warm start: the leading %d samples are not a valid record (%s)", n, exc)

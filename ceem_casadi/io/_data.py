@@ -142,6 +142,12 @@ class Trajectories:
             raise ShapeError(f"data has nu={self.nu} input columns, the model expects nu={model.nu}")
         check_outputs(self.y)  # nothing to fit, smooth or score: a result would be the prior, silently
 
+    def leading(self, n: int) -> Trajectories:
+        """The first ``n`` samples of every trajectory (this object itself when none is longer)."""
+        if max(self.lengths) <= n:
+            return self
+        return Trajectories([y[:n] for y in self.y], None if self.u is None else [u[:n] for u in self.u], self.dt)
+
     def with_missing(self, fraction: float, seed: int | np.random.Generator) -> Trajectories:
         """Copy with a random ``fraction`` of the y entries replaced by NaN (seeded)."""
         rng = np.random.default_rng(seed)

@@ -286,13 +286,6 @@ def _bla_rms(A, B, C, D, data, skip: int, y_mean: float, u_mean: float) -> float
     return float(np.sqrt(np.mean(np.concatenate(err) ** 2)))
 
 
-def _leading(data: Trajectories, n: int) -> Trajectories:
-    """The first ``n`` samples of every trajectory (``data`` itself when none is longer)."""
-    if max(data.lengths) <= n:
-        return data
-    return Trajectories([y[:n] for y in data.y], None if data.u is None else [u[:n] for u in data.u], dt=data.dt)
-
-
 def _split_table(bla, source, kind, data, skip, orders, fts, nonlinearity, degree, hidden_layer, gain, basis,
                  out_scale, max_splits) -> list:
     """Every split of one BLA's poles and zeros across the blocks, each with its least-squares
@@ -401,7 +394,7 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
     fts = tuple(bool(f) for f in feedthrough) if two else (bool(feedthrough),)
     n = sum(orders)
     if period is None:
-        data = _leading(data, policy.INIT_SAMPLES)
+        data = data.leading(policy.INIT_SAMPLES)
     skip = min(10 * n, min(data.lengths) // 4) if skip is None else int(skip)
     rng = np.random.default_rng(seed)
     hidden_layer = _hidden_layer(hidden, rng) if nonlinearity == "mlp" else None
@@ -454,7 +447,7 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
     theta = model.params.validate(theta)
     refinement = None
     if refine:  # never worse than the split's theta (the LM engine returns its best iterate)
-        part = _leading(data, policy.REFINE_SAMPLES)
+        part = data.leading(policy.REFINE_SAMPLES)
         refinement = refine_output_error(model, part, theta, x0=np.zeros((len(part), model.nx)))
         theta = model.params.validate(refinement.theta)
         logger.info("bla_initialise: output-error polish on %d samples: %s after %d iterations", part.lengths[0],
