@@ -6,7 +6,8 @@ For initial state ``x0`` (nx,) and inputs ``u`` (T, nu) the free run is
 
 (no measurement is used after ``x0``). [`rollout`][ceem_casadi.model.rollout] returns it as one CasADi Function
 ``simulate_T{T}(x0, u, p) -> (y, x)`` (``f.mapaccum`` over T-1 steps, then ``g.map`` over T
-samples), cached on the model per T: a second call with the same T returns the same Function.
+samples), built once per model structure and T in the library's cache
+(`ceem_casadi.runtime._model_cache`): a second call with the same T returns the same Function.
 It is used numerically here and symbolically (MX) by `ceem_casadi.workflow._initial_state` and
 `ceem_casadi.workflow._output_error`, so simulation and fitting share one graph.
 """
@@ -18,6 +19,7 @@ import casadi as ca
 import numpy as np
 
 from ..errors import NonFiniteError, ParameterError, ShapeError
+from ..runtime._model_cache import cached
 
 __all__ = ["rollout", "simulate_output"]
 
@@ -40,11 +42,6 @@ def as_theta_vector(model, theta) -> np.ndarray:
     return vec
 
 
-def _cache(model) -> dict:
-    # on the instance, so shallow copies from ``with_noise`` (same f and g) share it
-    return model.__dict__.setdefault("_rollout_cache", {})
-
-
 def rollout(model, T: int) -> ca.Function:
     """The free-run Function of ``model`` over ``T`` samples (built once per (model, T), cached).
 
@@ -65,31 +62,32 @@ def rollout(model, T: int) -> ca.Function:
     T = int(T)
     if T < 1:
         raise ShapeError(f"T: expected at least 1 sample, got {T}")
-    cache = _cache(model)
-    if T not in cache:
-        x0 = ca.MX.sym("x0", model.nx)
-        U = ca.MX.sym("u", model.nu, T)
-        p = ca.MX.sym("p", model.params.size)
-        X = x0 if T == 1 else ca.horzcat(x0, model.f.mapaccum(T - 1)(x0, U[:, :T - 1], p))
-        Y = model.g.map(T)(X, U, p)
-        cache[T] = ca.Function(f"simulate_T{T}", [x0, U, p], [Y, X], ["x0", "u", "p"], ["y", "x"])
-    return cache[T]
+    return cached(model, "rollout", T, lambda: _build_rollout(model, T))
+
+
+def _build_rollout(model, T: int) -> ca.Function:
+    x0 = ca.MX.sym("x0", model.nx)
+    U = ca.MX.sym("u", model.nu, T)
+    p = ca.MX.sym("p", model.params.size)
+    X = x0 if T == 1 else ca.horzcat(x0, model.f.mapaccum(T - 1)(x0, U[:, :T - 1], p))
+    Y = model.g.map(T)(X, U, p)
+    return ca.Function(f"simulate_T{T}", [x0, U, p], [Y, X], ["x0", "u", "p"], ["y", "x"])
 
 
 def noisy_rollout(model, T: int) -> ca.Function:
     """``x[t+1] = f(x[t], u[t], p) + w[t]`` over T samples (cached like [`rollout`][ceem_casadi.model.rollout]):
     ``simulate_noisy_T{T}(x0 (nx, 1), u (nu, T), w (nx, T-1), p) -> x (nx, T)``."""
-    key = ("process-noise", int(T))
-    cache = _cache(model)
-    if key not in cache:
-        nx, nu = model.nx, model.nu
-        x, uw, p = ca.SX.sym("x", nx), ca.SX.sym("uw", nu + nx), ca.SX.sym("p", model.params.size)
-        step = ca.Function("f_plus_w", [x, uw, p], [model.f(x, uw[:nu], p) + uw[nu:]])
-        x0, U = ca.MX.sym("x0", nx), ca.MX.sym("u", nu, T)
-        W, pm = ca.MX.sym("w", nx, T - 1), ca.MX.sym("p", model.params.size)
-        X = x0 if T == 1 else ca.horzcat(x0, step.mapaccum(T - 1)(x0, ca.vertcat(U[:, :T - 1], W), pm))
-        cache[key] = ca.Function(f"simulate_noisy_T{T}", [x0, U, W, pm], [X], ["x0", "u", "w", "p"], ["x"])
-    return cache[key]
+    return cached(model, "rollout with process noise", int(T), lambda: _build_noisy_rollout(model, int(T)))
+
+
+def _build_noisy_rollout(model, T: int) -> ca.Function:
+    nx, nu = model.nx, model.nu
+    x, uw, p = ca.SX.sym("x", nx), ca.SX.sym("uw", nu + nx), ca.SX.sym("p", model.params.size)
+    step = ca.Function("f_plus_w", [x, uw, p], [model.f(x, uw[:nu], p) + uw[nu:]])
+    x0, U = ca.MX.sym("x0", nx), ca.MX.sym("u", nu, T)
+    W, pm = ca.MX.sym("w", nx, T - 1), ca.MX.sym("p", model.params.size)
+    X = x0 if T == 1 else ca.horzcat(x0, step.mapaccum(T - 1)(x0, ca.vertcat(U[:, :T - 1], W), pm))
+    return ca.Function(f"simulate_noisy_T{T}", [x0, U, W, pm], [X], ["x0", "u", "w", "p"], ["x"])
 
 
 def run(model, theta_vec: np.ndarray, x0: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -38,6 +38,7 @@ import numpy as np
 from ..errors import OptionsError, ShapeError
 from ..model._simulation import as_theta_vector, simulate_output
 from ..runtime._checks import count
+from ..runtime._model_cache import cached, noise_key
 from ..runtime._result import Result
 from ..runtime._schema import check_fields
 from ..runtime._solve import ipopt_options
@@ -187,11 +188,13 @@ def _scale(theta_vec, free) -> np.ndarray:
 
 def _information_function(model, T: int) -> ca.Function:
     """``info(x0 (nx,), u (nu, T), p (np,), scale (n,)) -> I_s (n, n)``: the Fisher information of T
-    samples for the relative free parameters ``theta_free / scale``; built once per (model, T) and
-    cached on the model (as the rollouts of ``ceem_casadi.simulation``)."""
-    cache = model.__dict__.setdefault("_design_cache", {})
-    if T in cache:
-        return cache[T]
+    samples for the relative free parameters ``theta_free / scale``; built once per (model structure,
+    noise, T) in the library's cache (`ceem_casadi.runtime._model_cache`)."""
+    # the measurement weights are baked in: the noise is part of the key
+    return cached(model, "design information", (T, noise_key(model)), lambda: _build_information(model, T))
+
+
+def _build_information(model, T: int) -> ca.Function:
     free = model.params.free_index
     n, nx = free.size, model.nx
     pf = ca.SX.sym("pf", n)          # relative free parameters, theta_free = pf * scale
@@ -220,9 +223,7 @@ def _information_function(model, T: int) -> ca.Function:
     zT = acc(ca.vertcat(z0, ca.MX.zeros(nx * n + n * n)), U, ca.repmat(rel, 1, T), ca.repmat(P, 1, T),
              ca.repmat(SC, 1, T))
     info = ca.reshape(zT[-(n * n):, -1], n, n)
-    cache[T] = ca.Function("information", [z0, U, P, SC], [0.5 * (info + info.T)], ["x0", "u", "p", "scale"],
-                           ["I"])
-    return cache[T]
+    return ca.Function("information", [z0, U, P, SC], [0.5 * (info + info.T)], ["x0", "u", "p", "scale"], ["I"])
 
 
 def _criterion_function(n: int, criterion: str, regularisation: float) -> ca.Function:

@@ -8,7 +8,8 @@ With the free run ``yhat[t](x0)`` of `ceem_casadi.model._simulation` over the fi
 
 with ``sigma_v`` the model's ``measurement_std``; NaN outputs are left out. The solver (IPOPT with a
 Gauss-Newton or exact Hessian of this nx-dimensional problem) is built once per (model, window,
-Hessian kind) and cached on the model; theta, the data, the weights and the prior are NLP parameters.
+Hessian kind) in the library's cache (`ceem_casadi.runtime._model_cache`, one per thread); theta,
+the data, the weights and the prior are NLP parameters.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ..io._data import Trajectories
 from ..io._validate import check_data, check_outputs
 from ..model._simulation import as_theta_vector, rollout
 from ..runtime._best import BestIterate
+from ..runtime._model_cache import cached
 from ..runtime._result import Result
 from ..runtime._schema import check_time_limit
 from ..runtime._solve import deadline, expired, ipopt_options, ipopt_solver, solve
@@ -141,11 +143,9 @@ class InitialStateSolver:
 
 def solver_for(model, window: int, hessian: str = "gauss-newton") -> InitialStateSolver:
     """The cached `InitialStateSolver` of ``model`` for ``window`` samples."""
-    cache = model.__dict__.setdefault("_initial_state_solvers", {})
-    key = (int(window), hessian)
-    if key not in cache:
-        cache[key] = InitialStateSolver(model, window, hessian)
-    return cache[key]
+    # per thread: an IPOPT solver's memory, statistics and tracking callback are its own
+    return cached(model, "initial-state solver", (int(window), hessian),
+                  lambda: InitialStateSolver(model, window, hessian), per_thread=True)
 
 
 def _bounds(model, value, fill, name):
@@ -195,9 +195,8 @@ def _default_starts(model, theta_vec, ys, us, k: int) -> np.ndarray:
     from ..smoothing._initial_states import eks_states
 
     base = model.noise.x1_mean if model.noise.x1_mean is not None else np.zeros(model.nx)
-    ekf = model.__dict__.get("_initial_state_ekf")
-    if ekf is None:  # built once per model (its mapaccum per length is cached inside)
-        ekf = model.__dict__["_initial_state_ekf"] = EKF(model)
+    # built once per model structure and thread (its buffers and mapaccums per length are its own)
+    ekf = cached(model, "initial-state EKF", None, lambda: EKF(model), per_thread=True)
     window = Trajectories([yb[:max(k, 2)] for yb in ys], None if model.nu == 0 else [ub[:max(k, 2)] for ub in us])
     try:
         with np.errstate(all="ignore"):

@@ -50,6 +50,7 @@ from ..errors import OptionsError, ParameterError, ShapeError, SolverError
 from ..io._data import Trajectories
 from ..io._validate import check_data
 from ..runtime._linalg import BufferedCall
+from ..runtime._model_cache import cached
 from ..runtime._solve import deadline
 from ..runtime._status import Status
 from ._lm import DENSE_MAX, LeastSquaresProblem, box_bounds, levenberg_marquardt, solve_least_squares, to_csc
@@ -65,8 +66,8 @@ _SENS_MAX = 3e7      # doubles of forward sensitivities above which CasADi's rev
 
 class OutputErrorLeastSquares(LeastSquaresProblem):
     """Residuals, continuity gaps and their exact sparse Jacobians of the output-error problem for
-    one model, set of trajectory lengths and shooting (built once per key, cached on the model:
-    use `output_error_problem`).
+    one model, set of trajectory lengths and shooting (built once per key in the library's cache, one
+    per thread: use `output_error_problem`).
 
     ``evaluate(w, jac)`` returns the weighted residuals (prior rows appended), their Jacobian (dense
     for single shooting with few unknowns, else sparse CSC), the continuity gaps and their sparse
@@ -328,11 +329,10 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
 def output_error_problem(model, lengths, shooting, compiled: bool = False) -> OutputErrorLeastSquares:
     """The cached `OutputErrorLeastSquares` of ``model`` for these lengths and shooting (``compiled``:
     the sensitivity step compiled to native code, see `LeastSquaresOptions.compile`)."""
-    cache = model.__dict__.setdefault("_output_error_least_squares", {})
     key = (tuple(int(t) for t in lengths), None if shooting is None else int(shooting), bool(compiled))
-    if key not in cache:
-        cache[key] = OutputErrorLeastSquares(model, *key)
-    return cache[key]
+    # per thread: the problem keeps its data and evaluation buffers (runtime/_model_cache.py)
+    return cached(model, "output-error least squares", key, lambda: OutputErrorLeastSquares(model, *key),
+                  per_thread=True)
 
 
 def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, Any], *, shooting: int | None = None,

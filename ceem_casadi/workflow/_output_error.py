@@ -32,6 +32,7 @@ from ..model._params import Theta
 from ..model._simulation import rollout, run
 from ..runtime._best import BestIterate
 from ..runtime._callbacks import SparsityCallback
+from ..runtime._model_cache import cached
 from ..runtime._solve import deadline, expired, ipopt_options, ipopt_solver, solve
 from ..runtime._status import Status
 from ._initial_state import estimate_initial_state
@@ -152,11 +153,10 @@ class OutputErrorProblem:
 
 def problem_for(model, lengths, shooting, options: OutputErrorOptions) -> OutputErrorProblem:
     """The cached `OutputErrorProblem` (per model, lengths, shooting, Hessian, max_iter, tol)."""
-    cache = model.__dict__.setdefault("_output_error_problems", {})
     key = (tuple(lengths), shooting, options.hessian, options.max_iter, options.tol)
-    if key not in cache:
-        cache[key] = OutputErrorProblem(model, lengths, shooting, options)
-    return cache[key]
+    # per thread: an IPOPT solver's memory, statistics and tracking callback are its own
+    return cached(model, "output-error problem", key, lambda: OutputErrorProblem(model, lengths, shooting, options),
+                  per_thread=True)
 
 
 # largest continuity gap of an iterate that may be returned (multiple shooting)

@@ -1,0 +1,175 @@
+"""The library's one cache of objects compiled from a model (rollouts, solvers, filters), kept
+out of the user's model object.
+
+An entry is keyed by the model's *structure* (`structure_key`: a digest of the traced ``f`` and
+``g``, the dimensions, the name and the parameter declarations; not ``id(model)``), a kind and
+the build's own arguments. Two models traced from the same functions share their entries, a
+shallow copy from ``with_noise`` shares them too (the noise is an input of every cached build,
+except where a build bakes it in and says so in its own key), and a garbage-collected model can
+never lend its entries to a new object that happens to reuse its address.
+
+Threads. CasADi's symbolic layer is not thread-safe (creating or combining SX/MX expressions
+of one model in two threads at once corrupts reference counts: "double free"), and CasADi
+releases the GIL while it works. So:
+
+- every build runs under ONE re-entrant lock (builds nest: a solver builds its rollout), and an
+  entry is built once: a thread that finds it missing builds it while the others wait for it;
+- objects with state of their own (an IPOPT solver's memory, statistics and iteration callback,
+  the preallocated buffers of a filter or a Levenberg-Marquardt problem) are cached *per
+  thread* (``per_thread=True``): each thread evaluates its own instance. Two threads sharing
+  one IPOPT solver crash CasADi 3.8.2 (segfault, measured; tests/test_model_cache.py) while
+  stateless Functions such as a rollout are evaluated from several threads at once safely
+  (6,000 concurrent calls, measured), so those are shared.
+
+The cache holds at most `MAXSIZE` entries and drops the least recently used one beyond that;
+[`clear_model_cache`][ceem_casadi.runtime.clear_model_cache] empties it.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MAXSIZE", "cached", "clear_model_cache", "noise_key", "structure_key"]
+
+# entries kept (least recently used dropped beyond): a rollout, a solver per window, ... per
+# model structure and thread; 256 holds every build of a few models in a few threads
+MAXSIZE = 256
+
+_BUILD_LOCK = threading.RLock()     # every build (CasADi symbolics are not thread-safe)
+_LOCK = threading.Lock()            # the dictionaries below
+_ENTRIES: OrderedDict[tuple, Any] = OrderedDict()
+# digest of a CasADi Function, memoised per Function object; the entry holds the Function, so
+# its id cannot be reused by another object while the digest is remembered
+_DIGESTS: OrderedDict[int, tuple[Any, str]] = OrderedDict()
+_UNIQUE = itertools.count()
+
+
+def _function_digest(fun) -> str:
+    """sha256 of ``fun.serialize()`` (memoised per Function object); a Function that cannot be
+    serialised gets a token of its own (never shared, never aliased)."""
+    if fun is None:
+        return "-"
+    with _LOCK:
+        hit = _DIGESTS.get(id(fun))
+        if hit is not None and hit[0] is fun:
+            _DIGESTS.move_to_end(id(fun))
+            return hit[1]
+    try:
+        digest = hashlib.sha256(fun.serialize().encode()).hexdigest()
+    except Exception:  # e.g. an external Function without its source
+        digest = f"unserialisable-{next(_UNIQUE)}"
+    with _LOCK:
+        _DIGESTS[id(fun)] = (fun, digest)
+        while len(_DIGESTS) > MAXSIZE:
+            _DIGESTS.popitem(last=False)
+    return digest
+
+
+def _array_key(a) -> Hashable:
+    return None if a is None else (np.shape(a), np.asarray(a, float).tobytes())
+
+
+def structure_key(model) -> tuple:
+    """The key of ``model``'s structure: digests of ``f`` and ``g``, ``(nx, nu, ny)``, the name
+    (compiled files carry it) and every parameter declaration (names, shapes, free entries,
+    bounds, priors); not the noise (see `noise_key`).
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> from ceem_casadi.runtime._model_cache import structure_key
+    >>> make = lambda: cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x,
+    ...                                                 nx=1, nu=1, params=cc.Parameters(cc.Param("a", 0.5)))
+    >>> structure_key(make()) == structure_key(make())
+    True
+    """
+    params = model.params
+    mean, weight = params.prior
+    return (_function_digest(model.f), _function_digest(model.g), model.nx, model.nu, model.ny, model.name,
+            tuple(params.names), _array_key(params.free_index), _array_key(params.lower),
+            _array_key(params.upper), _array_key(mean), _array_key(weight))
+
+
+def noise_key(model) -> tuple:
+    """The key of ``model``'s noise settings, for builds that bake them in."""
+    noise = model.noise
+    return tuple(_array_key(getattr(noise, k)) for k in ("process_std", "measurement_std", "x1_mean", "x1_std"))
+
+
+def cached(model, kind: str, args: Hashable, build: Callable[[], Any], *, per_thread: bool = False):
+    """The cached object ``build()`` for ``model``'s structure, ``kind`` and ``args`` (built once).
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model (read, never written).
+    kind : str
+        What is built (e.g. ``"rollout"``).
+    args : hashable
+        The build's own arguments (e.g. the number of samples).
+    build : callable
+        ``build() -> object``, called under the library's build lock when the entry is missing.
+    per_thread : bool
+        One instance per thread (objects with state of their own, see the module docstring).
+
+    Returns
+    -------
+    object
+        The same object on every call with an equal key (in this thread when ``per_thread``).
+    """
+    key = (structure_key(model), kind, args, threading.get_ident() if per_thread else None)
+    with _LOCK:
+        if key in _ENTRIES:
+            _ENTRIES.move_to_end(key)
+            return _ENTRIES[key]
+    with _BUILD_LOCK:
+        with _LOCK:  # built by another thread while this one waited
+            if key in _ENTRIES:
+                _ENTRIES.move_to_end(key)
+                return _ENTRIES[key]
+        value = build()
+        with _LOCK:
+            _ENTRIES[key] = value
+            while len(_ENTRIES) > MAXSIZE:
+                _ENTRIES.popitem(last=False)
+    return value
+
+
+def entries() -> int:
+    """Number of cached objects."""
+    with _LOCK:
+        return len(_ENTRIES)
+
+
+def clear_model_cache() -> int:
+    """Drop every object the library compiled from a model (rollouts, initial-state and
+    output-error solvers, filters, design functions); the next call builds them again.
+
+    Returns
+    -------
+    int
+        The number of objects dropped.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x, lambda x, u, p: x, nx=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)))
+    >>> y = cc.simulate_output(model, {"a": 0.5}, x0=np.ones(1), horizon=5)
+    >>> cc.runtime.clear_model_cache() >= 1
+    True
+    >>> cc.runtime.clear_model_cache()
+    0
+    """
+    with _BUILD_LOCK, _LOCK:
+        n = len(_ENTRIES)
+        _ENTRIES.clear()
+        _DIGESTS.clear()
+    return n
