@@ -5,7 +5,9 @@ A [`BestIterate`][ceem_casadi.runtime._best.BestIterate] starts from the startin
 iterate a solver visits is offered to it (IPOPT's iterations through the solve layer's tracking
 callback, an optimiser's steps by hand). It keeps the feasible iterate of lowest objective, and
 [`choose`][ceem_casadi.runtime._best.BestIterate.choose] compares a solver's final iterate with it
-and says in a sentence which one it returns.
+and says in a sentence which one it returns. [`checked_status`][ceem_casadi.runtime._best.checked_status]
+is the other half of the guard: a solver's "converged" does not stand while the returned
+objective is not finite, or is exploding (far above the objective of a stable restart).
 """
 from __future__ import annotations
 
@@ -13,7 +15,59 @@ import math
 
 import numpy as np
 
-__all__ = ["BestIterate"]
+from ._status import Status
+
+__all__ = ["EXPLODING", "BestIterate", "checked_status"]
+
+# an objective above EXPLODING times the one of a stable restart (e.g. a free run from the same
+# initial state with a stable model, or the prediction y = 0) is not a fit: the model explodes there
+EXPLODING = 1e3
+
+
+def checked_status(status: Status, f: float, *, reference: float | None = None,
+                   factor: float = EXPLODING) -> tuple[Status, str]:
+    """``status`` unless it claims convergence on an objective that is no fit.
+
+    Parameters
+    ----------
+    status : Status
+        The solver's status.
+    f : float
+        The objective of the returned iterate.
+    reference : float, optional
+        The objective of a stable restart (finite, >= 0); ``f`` above ``factor * reference`` is
+        exploding.
+    factor : float
+        See ``reference`` (default `EXPLODING`).
+
+    Returns
+    -------
+    status : Status
+        ``SOLVER_FAILED`` for a non-finite objective, ``STALLED`` for an exploding one (both only
+        in place of ``CONVERGED``), else ``status``.
+    reason : str
+        Empty, or a sentence saying why "converged" was refused and what to try.
+
+    Examples
+    --------
+    >>> from ceem_casadi.runtime._best import checked_status
+    >>> checked_status(Status.CONVERGED, 3.8e17, reference=12.0)[0]
+    <Status.STALLED: 'stalled'>
+    >>> checked_status(Status.CONVERGED, 11.0, reference=12.0)
+    (<Status.CONVERGED: 'converged'>, '')
+    """
+    status = Status(status)
+    f = float(f)
+    if status != Status.CONVERGED:
+        return status, ""
+    if not math.isfinite(f):
+        return Status.SOLVER_FAILED, (f"the objective is not finite ({f}) although the solver reported "
+                                      "convergence; start closer to the data or bound the parameters")
+    if reference is not None and math.isfinite(reference) and f > factor * max(float(reference), 1e-300):
+        return Status.STALLED, (f"the objective {f:.3g} is {f / max(reference, 1e-300):.2g} times that of a stable "
+                                f"restart ({reference:.3g}): the model's free run explodes from this start; use "
+                                "multiple shooting (shooting=k) or another start")
+    return status, ""
 
 
 class BestIterate:

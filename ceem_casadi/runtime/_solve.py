@@ -99,6 +99,27 @@ def current_deadline() -> float | None:
     return _EXPIRES.get()
 
 
+def deadline_after(seconds: float | None, start: float | None = None) -> float | None:
+    """The ``time.perf_counter()`` value at which a call with a budget of ``seconds`` (counted from
+    ``start``, default now; ``None``: no budget of its own) must stop: never later than the
+    deadline already in force in this thread (an inner budget never extends an outer one).
+
+    Examples
+    --------
+    >>> import time
+    >>> from ceem_casadi.runtime._solve import deadline, deadline_after
+    >>> outer = time.perf_counter() + 1.0
+    >>> with deadline(outer):
+    ...     deadline_after(1000.0) == outer, deadline_after(None) == outer
+    (True, True)
+    """
+    own = None if seconds is None else (time.perf_counter() if start is None else float(start)) + float(seconds)
+    outer = _EXPIRES.get()
+    if own is None or outer is None:
+        return outer if own is None else own
+    return min(outer, own)
+
+
 def expired() -> bool:
     """Whether this thread's deadline has passed."""
     expires = _EXPIRES.get()

@@ -29,6 +29,7 @@ eliminated, ``ceem_casadi.uncertainty.reduced_hessian``) at the noise-free recor
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -37,11 +38,12 @@ import numpy as np
 
 from ..errors import OptionsError, ShapeError
 from ..model._simulation import as_theta_vector, simulate_output
+from ..runtime._best import BestIterate, checked_status
 from ..runtime._checks import count
 from ..runtime._model_cache import cached, noise_key
 from ..runtime._result import Result
 from ..runtime._schema import check_fields
-from ..runtime._solve import ipopt_options
+from ..runtime._solve import ipopt_options, solve
 from ..runtime._status import Status
 
 __all__ = ["DesignOptions", "InputDesign", "design_input", "fisher_information"]
@@ -250,6 +252,15 @@ def _criterion_function(n: int, criterion: str, regularisation: float) -> ca.Fun
     return ca.Function("criterion", [M], [value])
 
 
+def _rate_violation(w: np.ndarray, rate, nu: int) -> float:
+    """Largest excess of ``|u_{k+1} - u_k|`` over the rate bounds (0 without rate bounds) of the
+    block values ``w`` (vec of (nu, nb))."""
+    if rate is None or w.size <= nu:
+        return 0.0
+    steps = np.abs(np.diff(w.reshape(-1, nu), axis=0))
+    return float(np.max(steps - np.asarray(rate, float), initial=0.0))
+
+
 def _u_matrix(model, u, T: int) -> np.ndarray:
     u = np.asarray(u, float)
     if u.ndim == 1 and model.nu == 1:
@@ -426,34 +437,43 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
         options.max_iter, options.tol, **{"ipopt.hessian_approximation": "limited-memory"}))
     crit_at = ca.Function("crit_at", [w], [obj])
     lbx, ubx = np.tile(lo, nb), np.tile(hi, nb)
-    table, best = [], None
+    # the guard (runtime/_best.py): a start's result is never worse than the start (when the start
+    # meets the rate bounds), and the best result over the starts is returned
+    rate_tol = 0.0 if rate is None else 1e-6 * max(1.0, float(np.max(rate)))
+    overall, chosen, table = BestIterate(np.zeros(nu * nb), math.inf, label="no start"), {}, []
     for k, b0 in enumerate(blocks0):
         t0 = time.perf_counter()
         w0 = b0.ravel()  # (nb, nu) row-major == vec of (nu, nb)
         initial = float(crit_at(w0))
+        start_ok = _rate_violation(w0, rate, nu) <= rate_tol
+        tracker = BestIterate(w0, initial if start_ok else math.inf, feasibility_tol=rate_tol, rtol=0.0,
+                              label=f"start {k}")
         kw = {"x0": w0, "lbx": lbx, "ubx": ubx}
         if lbg is not None:
             kw.update(lbg=lbg, ubg=ubg)
         try:
-            sol = solver(**kw)
+            sol = solve(solver, **kw)
             st = solver.stats()
             status = Status.from_ipopt(st["return_status"])
             wk = np.clip(np.asarray(sol["x"], float).ravel(), lbx, ubx)
             final = float(crit_at(wk))
             iters = int(st["iter_count"])
         except RuntimeError as exc:  # IPOPT error (e.g. non-finite values): reported, start skipped
-            status, wk, final, iters = Status.SOLVER_FAILED, w0, initial, 0
+            status, wk, final, iters = Status.SOLVER_FAILED, w0, math.nan, 0
             del exc
-        if not np.isfinite(final):
-            status, wk, final = Status.SOLVER_FAILED, w0, initial
+        wk, final, _ = tracker.choose(wk, final, _rate_violation(wk, rate, nu), label="IPOPT's final iterate")
+        usable = math.isfinite(final)  # else: IPOPT failed from a start that violates the rate bounds
+        status, _ = checked_status(status, final)
+        if not usable:
+            status, final = Status.SOLVER_FAILED, initial
         value = -final if criterion == "D" else final
         table.append({"start": k, "initial": -initial if criterion == "D" else initial, "final": value,
                       "status": str(status), "iterations": iters, "seconds": time.perf_counter() - t0})
-        if np.isfinite(final) and (best is None or final < best[0]):
-            best = (final, wk, status, value)
-    if best is None:
+        if usable and overall.offer(wk, final, label=f"start {k}"):
+            chosen = {"status": status, "value": value}
+    if overall.is_start:
         raise ShapeError("design_input: the criterion is not finite at any start; check theta, x0 and the bounds")
-    _, wbest, status, value = best
+    wbest, status, value = overall.x, chosen["status"], chosen["value"]
     u = (wbest.reshape(nb, nu).T @ E).T
     info = np.asarray(info_fun(x0, u.T, theta_vec, scale), float) / np.outer(scale, scale)
     from ..objective._identifiability import entry_names

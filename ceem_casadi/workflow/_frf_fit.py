@@ -17,6 +17,7 @@ import scipy.optimize as so
 
 from ..errors import DataError, OptionsError, ShapeError
 from ..io._data import Trajectories
+from ..runtime._best import BestIterate
 from ..runtime._result import Result
 from ._frf import FRF, detect_period, estimate_frf
 
@@ -218,11 +219,13 @@ def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool =
                 p = _subspace_poles(frf.freqs, G, w, frf.dt, order, q)
             if np.all(np.isfinite(p)):
                 starts.append(np.real(np.poly(np.where(np.abs(p) >= 1, 1 / np.conj(p), p)))[1:])
-    best = None
-    for a0 in starts:
+    # the guard (runtime/_best.py): each start's LM result is never worse than the start, and the
+    # lowest cost over the starts is returned (the first start when none is finite)
+    overall, kept = None, None
+    for k, a0 in enumerate(starts):
         theta = np.concatenate([_numerator(G, w, Zb, 1.0 + Za @ a0), a0])
         sol = so.least_squares(resid, theta, jac=jac, method="lm", xtol=1e-12, ftol=1e-12, gtol=1e-12)
-        theta = sol.x if np.sum(sol.fun ** 2) <= np.sum(resid(theta) ** 2) else theta
+        theta, _, _ = BestIterate(theta, np.sum(resid(theta) ** 2), rtol=0.0).choose(sol.x, np.sum(sol.fun ** 2))
         poles = np.roots(np.concatenate([[1.0], theta[nbp:]]))
         unstable = bool(np.any(np.abs(poles) >= 1.0))
         if unstable:
@@ -230,9 +233,11 @@ def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool =
             a = np.real(np.poly(poles))[1:]
             theta = np.concatenate([_numerator(G, w, Zb, 1.0 + Za @ a), a])
         cost = float(np.sum(resid(theta) ** 2))
-        if best is None or cost < best[0]:
-            best = (cost, theta, poles, unstable)
-    cost, theta, poles, stabilised = best
+        if overall is None:
+            overall, kept = BestIterate(theta, cost, label="start 0"), (poles, unstable)
+        elif overall.offer(theta, cost, label=f"start {k}"):
+            kept = (poles, unstable)
+    cost, theta, (poles, stabilised) = overall.f, overall.x, kept
     if stabilised:
         logger.info("fit_frf: unstable poles of the best fit reflected into the unit circle")
     a = np.concatenate([[1.0], theta[nbp:]])

@@ -23,7 +23,7 @@ from ..errors import DataError, NonFiniteError, ShapeError, SolverError
 from ..io._data import Trajectories
 from ..io._validate import check_data, check_outputs
 from ..model._simulation import as_theta_vector, rollout
-from ..runtime._best import BestIterate
+from ..runtime._best import BestIterate, checked_status
 from ..runtime._model_cache import cached
 from ..runtime._result import Result
 from ..runtime._schema import check_time_limit
@@ -137,8 +137,9 @@ class InitialStateSolver:
                                          label="IPOPT's final iterate")
         if not np.all(np.isfinite(x0)):
             status = Status.SOLVER_FAILED
-        return InitialStateResult(x0, cost, status, f"IPOPT: {st['return_status']}; {which}",
-                                  int(st["iter_count"]), wall)
+        status, refused = checked_status(status, cost)  # never "converged" on a non-finite objective
+        return InitialStateResult(x0, cost, status, f"IPOPT: {st['return_status']}; {which}"
+                                  + (f"; {refused}" if refused else ""), int(st["iter_count"]), wall)
 
 
 def solver_for(model, window: int, hessian: str = "gauss-newton") -> InitialStateSolver:

@@ -51,7 +51,7 @@ from ..io._data import Trajectories
 from ..io._validate import check_data
 from ..runtime._linalg import BufferedCall
 from ..runtime._model_cache import cached
-from ..runtime._solve import deadline
+from ..runtime._solve import deadline, deadline_after
 from ..runtime._status import Status
 from ._lm import DENSE_MAX, LeastSquaresProblem, box_bounds, levenberg_marquardt, solve_least_squares, to_csc
 from ._lm_options import LeastSquaresOptions, LeastSquaresResult
@@ -402,7 +402,7 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
         x0 = np.tile(x0, (len(data), 1)) if x0.ndim == 1 else x0
         if x0.shape != (len(data), nx) or not np.all(np.isfinite(x0)):
             raise ShapeError(f"x0: expected finite initial states ({len(data)}, {nx}) or ({nx},), got {x0.shape}")
-    expires = None if options.time_limit is None else t0 + options.time_limit
+    expires = deadline_after(options.time_limit, t0)  # never beyond a deadline already in force
     compiled = options.compile is True or (options.compile == "auto" and sum(data.lengths) >= 20000)
     prob = output_error_problem(model, data.lengths, shooting, compiled)
     free = prob.free
