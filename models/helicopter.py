@@ -13,9 +13,7 @@ from __future__ import annotations
 import casadi as ca
 import numpy as np
 
-from ceem_casadi.model._model import StateSpaceModel
-from ceem_casadi.model._nn import MLP
-from ceem_casadi.model._params import Param, Parameters
+from ceem_casadi.model import MLP, Param, Parameters, StateSpaceModel
 
 __all__ = ["batch_functions", "heli_model", "linear_theta"]
 

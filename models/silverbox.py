@@ -18,7 +18,7 @@ import casadi as ca
 import numpy as np
 
 import ceem_casadi as cc
-from ceem_casadi.model._nn import MLP
+from ceem_casadi.model import MLP
 
 DT = 2 ** 14 / 1e7  # s
 NAMES = ("w0_100", "zeta", "k3", "g", "y0", "c_v", "d_u")

@@ -110,7 +110,7 @@ def child(mode: str) -> dict:
     """Build all groups (compile on) as ``mode`` says, time it; then time the compiled Functions."""
     if mode == "fit":
         return fit_child()
-    from ceem_casadi.objective._stages import StageFunctions
+    from ceem_casadi.objective import StageFunctions
     from ceem_casadi.runtime import _compile as cmp
     from models import lorenz
 

@@ -33,7 +33,7 @@ import casadi as ca
 import numpy as np
 
 import ceem_casadi as cc
-from ceem_casadi.baselines._saem import ParticleEMOptions, particle_em
+from ceem_casadi.baselines import ParticleEMOptions, particle_em
 from ceem_casadi.filtering import EKF
 from models import lorenz
 

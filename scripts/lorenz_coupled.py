@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ceem_casadi.baselines._saem import ParticleEMOptions, particle_em
+from ceem_casadi.baselines import ParticleEMOptions, particle_em
 from models import lorenz
 from scripts.bench_lorenz import make_problem, run
 

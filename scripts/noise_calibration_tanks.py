@@ -21,7 +21,7 @@ import time
 
 import ceem_casadi as cc
 from ceem_casadi.baselines._n4sid import n4sid
-from ceem_casadi.io._datasets import simulation_rms
+from ceem_casadi.io import simulation_rms
 from models.cascaded_tanks import cascaded_tanks, initial_theta
 
 INIT = 5  # test samples usable for the initial state (benchmark protocol)

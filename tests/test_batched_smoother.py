@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.objective._stages import StageFunctions
+from ceem_casadi.objective import StageFunctions
 from ceem_casadi.runtime import _solve as _ipopt
 from ceem_casadi.runtime._policy import BATCHED_MIN_TRAJECTORIES
 from ceem_casadi.smoothing._banded import BandedNewton

@@ -9,7 +9,7 @@ import pytest
 
 import ceem_casadi as cc
 from ceem_casadi.baselines._n4sid import n4sid
-from ceem_casadi.io._datasets import load_cascaded_tanks, simulation_rms
+from ceem_casadi.io import load_cascaded_tanks, simulation_rms
 from models.cascaded_tanks import BOUNDS, cascaded_tanks, default_theta, steady_upper_level
 from scripts import cascaded_tanks as script
 

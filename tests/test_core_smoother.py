@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.objective._stages import StageFunctions
+from ceem_casadi.objective import StageFunctions
 from ceem_casadi.smoothing._smoother import TrajectorySmoother
 from models import lorenz
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.objective._stages import StageFunctions
+from ceem_casadi.objective import StageFunctions
 from models import lorenz
 from scripts import _floor
 

@@ -9,7 +9,7 @@ import pytest
 
 import ceem_casadi as cc
 import ceem_casadi.workflow._noise_calibration as nc
-from ceem_casadi.runtime._status import Status
+from ceem_casadi.runtime import Status
 from models import lorenz
 
 
