@@ -134,3 +134,13 @@ def test_no_public_function_adds_attributes_to_the_model(tmp_path):
     assert after.keys() == before.keys(), f"added: {sorted(set(after) - set(before))}"
     assert all(after[k] is before[k] for k in before)
     assert model.__dict__ is vars(model) and model.__dict__.keys() == before.keys()
+
+
+def test_the_memoised_key_follows_the_model_when_its_functions_change():
+    model, other = _scalar(), cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x - u, lambda x, u, p: x, nx=1,
+                                                               nu=1, params=cc.Parameters(cc.Param("a", 0.5)))
+    key = mc.structure_key(model)
+    assert mc.structure_key(model) == key and mc.structure_key(other) != key
+    model.f = other.f  # the step replaced in place: another structure, another key
+    assert mc.structure_key(model) == mc.structure_key(other)
+    assert cc.model.rollout(model, 7) is cc.model.rollout(other, 7)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -38,8 +39,9 @@ import numpy as np
 __all__ = ["MAXSIZE", "cached", "clear_model_cache", "noise_key", "structure_key"]
 
 # entries kept (least recently used dropped beyond): a rollout, a solver per window, ... per
-# model structure and thread; 256 holds every build of a few models in a few threads
-MAXSIZE = 256
+# model structure and thread; 128 holds every build of a few models in a few threads (a build can
+# hold large buffers, e.g. an output-error problem over a long record: clear_model_cache frees them)
+MAXSIZE = 128
 
 _BUILD_LOCK = threading.RLock()     # every build (CasADi symbolics are not thread-safe)
 _LOCK = threading.Lock()            # the dictionaries below
@@ -48,6 +50,8 @@ _ENTRIES: OrderedDict[tuple, Any] = OrderedDict()
 # its id cannot be reused by another object while the digest is remembered
 _DIGESTS: OrderedDict[int, tuple[Any, str]] = OrderedDict()
 _UNIQUE = itertools.count()
+# structure key per model object (its weak reference, the parts it was computed from, the key)
+_KEYS: OrderedDict[int, tuple] = OrderedDict()
 
 
 def _function_digest(fun) -> str:
@@ -75,6 +79,11 @@ def _array_key(a) -> Hashable:
     return None if a is None else (np.shape(a), np.asarray(a, float).tobytes())
 
 
+def _parts(model) -> tuple:
+    """What `structure_key` is computed from (compared by identity to reuse a memoised key)."""
+    return (model.f, model.g, model.params, model.name, model.nx, model.nu, model.ny)
+
+
 def structure_key(model) -> tuple:
     """The key of ``model``'s structure: digests of ``f`` and ``g``, ``(nx, nu, ny)``, the name
     (compiled files carry it) and every parameter declaration (names, shapes, free entries,
@@ -89,11 +98,25 @@ def structure_key(model) -> tuple:
     >>> structure_key(make()) == structure_key(make())
     True
     """
+    parts = _parts(model)
+    with _LOCK:  # memoised per model object while its f, g, params, name and sizes stay the same
+        hit = _KEYS.get(id(model))
+        if hit is not None and hit[0]() is model and all(a is b or a == b for a, b in zip(hit[1], parts)):
+            return hit[2]
     params = model.params
     mean, weight = params.prior
-    return (_function_digest(model.f), _function_digest(model.g), model.nx, model.nu, model.ny, model.name,
-            tuple(params.names), _array_key(params.free_index), _array_key(params.lower),
-            _array_key(params.upper), _array_key(mean), _array_key(weight))
+    arrays = (params.free_index, params.lower, params.upper, mean, weight)
+    key = (_function_digest(model.f), _function_digest(model.g), model.nx, model.nu, model.ny, model.name,
+           tuple(params.names), hashlib.sha256(repr([_array_key(a) for a in arrays]).encode()).hexdigest())
+    try:
+        ref = weakref.ref(model)
+    except TypeError:  # an object without weak references: not memoised
+        return key
+    with _LOCK:
+        _KEYS[id(model)] = (ref, parts, key)
+        while len(_KEYS) > MAXSIZE:
+            _KEYS.popitem(last=False)
+    return key
 
 
 def noise_key(model) -> tuple:
@@ -172,4 +195,5 @@ def clear_model_cache() -> int:
         n = len(_ENTRIES)
         _ENTRIES.clear()
         _DIGESTS.clear()
+        _KEYS.clear()
     return n
