@@ -120,8 +120,8 @@ def cmd_fit(args) -> int:
 # --- refine ------------------------------------------------------------------------------------------
 def cmd_refine(args) -> int:
     from ..deploy._modelfile import save_model
-    from ..workflow._output_error import refine_output_error
-    from ..workflow._output_error_options import OutputErrorOptions
+    from ..workflow.output_error._output_error import refine_output_error
+    from ..workflow.output_error._output_error_options import OutputErrorOptions
 
     out = writable(args.out, "--out")
     if args.shooting is not None and args.shooting < 1:

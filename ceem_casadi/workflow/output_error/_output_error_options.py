@@ -5,10 +5,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model._params import Theta
-from ..runtime._result import Result, format_table, theta_rows
-from ..runtime._schema import BOUND, HESSIANS, check_bounds, check_fields, check_time_limit, require
-from ..runtime._status import Status
+from ...model._params import Theta
+from ...runtime._result import Result, format_table, theta_rows
+from ...runtime._schema import BOUND, HESSIANS, check_bounds, check_fields, check_time_limit, require
+from ...runtime._status import Status
 
 __all__ = ["OutputErrorOptions", "OutputErrorResult"]
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..runtime._result import Result
-from ..runtime._schema import check_fields, require
-from ..runtime._status import Status
+from ...runtime._result import Result
+from ...runtime._schema import check_fields, require
+from ...runtime._status import Status
 
 
 @dataclass(frozen=True)

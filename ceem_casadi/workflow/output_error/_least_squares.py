@@ -46,12 +46,12 @@ import casadi as ca
 import numpy as np
 import scipy.sparse as sps
 
-from ..errors import OptionsError, ParameterError, ShapeError, SolverError
-from ..io._data import Trajectories
-from ..io._validate import check_data
-from ..runtime._linalg import BufferedCall
-from ..runtime._solve import deadline
-from ..runtime._status import Status
+from ...errors import OptionsError, ParameterError, ShapeError, SolverError
+from ...io._data import Trajectories
+from ...io._validate import check_data
+from ...runtime._linalg import BufferedCall
+from ...runtime._solve import deadline
+from ...runtime._status import Status
 from ._lm import DENSE_MAX, LeastSquaresProblem, box_bounds, levenberg_marquardt, solve_least_squares, to_csc
 from ._lm_options import LeastSquaresOptions, LeastSquaresResult
 from ._shooting import ShootingLayout
@@ -76,7 +76,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
     Examples
     --------
     >>> import numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.workflow._least_squares import output_error_problem
+    >>> from ceem_casadi.workflow.output_error._least_squares import output_error_problem
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...                                          params=cc.Parameters(cc.Param("a", 0.5)), measurement_std=1.0)
     >>> data = cc.Trajectories([np.ones((4, 1))], [np.zeros((4, 1))])
@@ -88,7 +88,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
     """
 
     def __init__(self, model, lengths, shooting, compiled: bool = False):
-        from ..model._simulation import rollout
+        from ...model._simulation import rollout
 
         self.compiled = bool(compiled)
         self.model, self.lengths, self.shooting = model, tuple(lengths), shooting
@@ -144,7 +144,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         na = xa.numel()
         if self.compiled:
             try:
-                from ..runtime._compile import compile_functions
+                from ...runtime._compile import compile_functions
 
                 step, out = compile_functions([step, out], name=f"oe_sens_{model.name}")
             except RuntimeError as exc:  # no compiler, or it failed: the SX virtual machine
@@ -311,8 +311,8 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
 
     def initial_nodes(self, model, theta_vec, data: Trajectories, x0: np.ndarray) -> np.ndarray:
         """(n_nodes, nx): the free run from x0 at the nodes (EKF/RTS states where it is not finite)."""
-        from ..model._simulation import run
-        from ..smoothing._initial_states import eks_states
+        from ...model._simulation import run
+        from ...smoothing._initial_states import eks_states
 
         runs = []
         for b in range(len(data)):
@@ -374,7 +374,7 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
     Examples
     --------
     >>> import casadi as ca, numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.workflow._least_squares import output_error_least_squares
+    >>> from ceem_casadi.workflow.output_error._least_squares import output_error_least_squares
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...                                          params=cc.Parameters(cc.Param("a", 0.5)), measurement_std=0.1)
     >>> u = np.sin(0.3 * np.arange(50))[:, None]
@@ -419,7 +419,7 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
         tv = model.params.to_vector(th)
         xs = x0
         if xs is None:
-            from ._initial_state import estimate_initial_state
+            from .._initial_state import estimate_initial_state
 
             try:
                 with deadline(expires):

@@ -1,7 +1,7 @@
 """A Levenberg-Marquardt (trust-region) engine for nonlinear least squares with equality
 constraints and bounds, on exact sparse CasADi Jacobians: the solver behind output error
 (`output_error_least_squares`) and `solve_least_squares` (module docstring of
-`ceem_casadi.workflow._least_squares` for the method)."""
+`ceem_casadi.workflow.output_error._least_squares` for the method)."""
 from __future__ import annotations
 
 import contextlib
@@ -14,8 +14,8 @@ import scipy.linalg as sla
 import scipy.sparse as sps
 import scipy.sparse.linalg as spla
 
-from ..errors import OptionsError, ShapeError, SolverError
-from ..runtime._status import Status
+from ...errors import OptionsError, ShapeError, SolverError
+from ...runtime._status import Status
 from ._lm_options import LeastSquaresOptions, LeastSquaresResult
 
 logger = logging.getLogger(__name__)

@@ -25,16 +25,16 @@ import time
 import casadi as ca
 import numpy as np
 
-from ..errors import ShapeError, SolverError
-from ..io._data import Trajectories
-from ..io._validate import check_data
-from ..model._params import Theta
-from ..model._simulation import rollout, run
-from ..runtime._best import BestIterate
-from ..runtime._callbacks import SparsityCallback
-from ..runtime._solve import deadline, expired, ipopt_options, ipopt_solver, solve
-from ..runtime._status import Status
-from ._initial_state import estimate_initial_state
+from ...errors import ShapeError, SolverError
+from ...io._data import Trajectories
+from ...io._validate import check_data
+from ...model._params import Theta
+from ...model._simulation import rollout, run
+from ...runtime._best import BestIterate
+from ...runtime._callbacks import SparsityCallback
+from ...runtime._solve import deadline, expired, ipopt_options, ipopt_solver, solve
+from ...runtime._status import Status
+from .._initial_state import estimate_initial_state
 from ._output_error_options import OutputErrorOptions, OutputErrorResult
 from ._shooting import ShootingLayout
 
@@ -140,7 +140,7 @@ class OutputErrorProblem:
     def nodes(self, model, theta_vec, data: Trajectories, x0: np.ndarray) -> np.ndarray:
         """Initial node states (nx, n_nodes): the free run from x0 sampled at the nodes, else
         (where it is not finite) the EKF/RTS smoothed states."""
-        from ..smoothing._initial_states import eks_states
+        from ...smoothing._initial_states import eks_states
 
         runs = [run(model, theta_vec, x0[b], data.inputs(b))[1] for b in range(len(data))]
         for b, x in enumerate(runs):
