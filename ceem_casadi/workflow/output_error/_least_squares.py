@@ -52,7 +52,7 @@ from ...io._validate import check_data
 from ...runtime._linalg import BufferedCall
 from ...runtime._solve import deadline
 from ...runtime._status import Status
-from ._lm import DENSE_MAX, LeastSquaresProblem, box_bounds, levenberg_marquardt, solve_least_squares, to_csc
+from ._lm import DENSE_MAX, EXPLODING, LeastSquaresProblem, box_bounds, levenberg_marquardt, solve_least_squares, to_csc
 from ._lm_options import LeastSquaresOptions, LeastSquaresResult
 from ._shooting import ShootingLayout
 
@@ -295,6 +295,11 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
             return None
         return (np.concatenate([r, rp]) if np.any(wp) else r), None, g, None
 
+    def reference_cost(self) -> float:
+        """``0.5 ||weighted y||^2``: the objective of predicting zero output (the yardstick of the
+        engine's exploding-run guard)."""
+        return 0.5 * float(np.sum((self._M * self._iv[:, None] * self._Y) ** 2))
+
     def first_nodes(self) -> list[int]:
         """Index of every trajectory's first node."""
         return [i for i, (_, s0, _, _) in enumerate(self.segs) if s0 == 0]
@@ -317,12 +322,24 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         runs = []
         for b in range(len(data)):
             with np.errstate(all="ignore"):
-                x = run(model, theta_vec, x0[b], data.inputs(b))[1]
-            if self.shooting is not None and not np.all(np.isfinite(x)):
+                yh, x = run(model, theta_vec, x0[b], data.inputs(b))
+            if self.shooting is not None and _explodes(yh, data.y[b], model.noise.inv_measurement_std):
                 x = eks_states(model, theta_vec, data[b])[0]
                 x[0] = x0[b]
             runs.append(x)
         return np.array([runs[b][s0] for b, s0, _, _ in self.segs])
+
+
+def _explodes(yhat, y, inv_std) -> bool:
+    """Whether a free run's outputs ``yhat`` (T, ny) are not finite or their weighted error is more
+    than `EXPLODING` times that of predicting zero (then multiple shooting starts its nodes from
+    the EKF/RTS states: nodes on an exploding run made every step look small, issue 32)."""
+    if not np.all(np.isfinite(yhat)):
+        return True
+    mask = np.isfinite(y)
+    e = np.where(mask, (y - yhat) * inv_std, 0.0)
+    z = np.where(mask, y * inv_std, 0.0)
+    return float(np.sum(e ** 2)) > EXPLODING * max(float(np.sum(z ** 2)), 1e-300)
 
 
 def output_error_problem(model, lengths, shooting, compiled: bool = False) -> OutputErrorLeastSquares:

@@ -15,12 +15,14 @@ import scipy.sparse as sps
 import scipy.sparse.linalg as spla
 
 from ...errors import OptionsError, ShapeError, SolverError
+from ...runtime._best import BestIterate
 from ...runtime._status import Status
 from ._lm_options import LeastSquaresOptions, LeastSquaresResult
 
 logger = logging.getLogger(__name__)
 _ACCEPT = 1e-4          # minimum ratio actual / predicted reduction of the merit
 _ROUNDOFF_GTOL = 1e-6   # cosine test of a point where no step decreases the objective any more
+EXPLODING = 100.0       # objective / that of predicting zero output above which a run is "diverged"
 DENSE_MAX = 600         # unknowns + constraints up to which the step is solved densely
 
 
@@ -39,6 +41,11 @@ class LeastSquaresProblem:
 
     n_con = 0
     c_scale = np.ones(0)
+
+    def reference_cost(self) -> float | None:
+        """Objective of a trivially stable prediction (output error: zero output), the yardstick of
+        the exploding-run guard; None: no guard (the generic problem)."""
+        return None
 
     def objective(self, w, r=None):  # default: the least-squares cost itself
         if r is None:
@@ -69,174 +76,262 @@ def levenberg_marquardt(prob: LeastSquaresProblem, w0: np.ndarray, lower: np.nda
 
 def _lm_run(prob: LeastSquaresProblem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, opts: LeastSquaresOptions,
             expires: float | None) -> LeastSquaresResult:
-    t0 = time.perf_counter()
-    w = np.clip(np.asarray(w0, float), lower, upper)
-    out = prob.evaluate(w, True)
-    if out is None:
-        return LeastSquaresResult(w, np.inf, np.inf, Status.SOLVER_FAILED,
-                                  "the residuals are not finite at the start; start inside the model's domain",
-                                  0, 1, time.perf_counter() - t0, "start")
-    r, J, c, C = out
-    norm = max(0.5 * float(r @ r), 1e-300)      # residual scaling: the objective relative to the start's
-    honest_start = prob.objective(w, r if prob.n_con == 0 else None)
-    best = (honest_start, w.copy(), 0)
-    history = [honest_start]
-    q, cs = prob.n_con, prob.c_scale
-    nu = 0.0
-    D = np.zeros(w.size)
-    radius = None
-    status, why = None, ""
-    it = evals = 0
+    return _Engine(prob, lower, upper, opts, expires).run(w0)
 
-    def merit(r_, c_):
-        return 0.5 * float(r_ @ r_) / norm + (nu * float(np.abs(c_ / cs).sum()) if q else 0.0)
 
-    while True:
-        if expires is not None and time.perf_counter() >= expires:
-            status, why = Status.TIME_LIMIT, "time limit"
-            break
-        if it >= opts.max_iter:
-            status, why = Status.MAX_ITERS, f"iteration limit ({opts.max_iter})"
-            break
-        it += 1
+class _Trial:
+    """An accepted trial step: the new iterate, its evaluation and the numbers of the stopping tests."""
+
+    def __init__(self, w, out, ratio, step, small_step, small_f):
+        self.w, self.out, self.ratio, self.step = w, out, ratio, step
+        self.small_step, self.small_f = small_step, small_f
+
+
+class _Engine:
+    """One run of the trust-region Levenberg-Marquardt method (module docstring of
+    `ceem_casadi.workflow.output_error._least_squares`): the state of the iteration (scaling ``D``,
+    trust radius, l1 penalty ``nu``, best iterate) and one method per piece of an iteration."""
+
+    def __init__(self, prob, lower, upper, opts, expires):
+        self.prob, self.lower, self.upper, self.opts, self.expires = prob, lower, upper, opts, expires
+        self.q, self.cs = prob.n_con, prob.c_scale
+        self.nu = 0.0
+        self.radius = None
+        self.it = self.evals = 0
+
+    # -- budget and tests ------------------------------------------------------------------------
+    def _expired(self) -> bool:
+        return self.expires is not None and time.perf_counter() >= self.expires
+
+    def _merit(self, r, c) -> float:
+        """Scaled objective plus the l1 penalty of the scaled gaps."""
+        return 0.5 * float(r @ r) / self.norm + (self.nu * float(np.abs(c / self.cs).sum()) if self.q else 0.0)
+
+    def _feasible(self, c) -> bool:
+        return self.q == 0 or float(np.max(np.abs(c / self.cs), initial=0.0)) <= self.opts.gap_tol
+
+    def _tiny(self, w, Dsafe) -> float:
+        """Trust radius (scaled) below which no step is tried any more."""
+        return self.opts.xtol * (self.opts.xtol + np.linalg.norm(w * Dsafe))
+
+    # -- one iteration -----------------------------------------------------------------------------
+    def _scaled_model(self, w, r, J):
+        """Scale the Jacobian (More's ``D``, residuals by the start's objective); return the free
+        mask and whether the cosine test (``gtol``, single shooting) holds."""
         dense = isinstance(J, np.ndarray)
-        Js, rs = J / np.sqrt(norm), r / np.sqrt(norm)
+        Js, self.rs = J / np.sqrt(self.norm), r / np.sqrt(self.norm)
         colnorm = np.sqrt(np.einsum("ij,ij->j", Js, Js)) if dense else \
             np.sqrt(np.asarray(Js.multiply(Js).sum(axis=0)).ravel())
-        D = np.maximum(D, colnorm)   # More's scaling
-        Dsafe = np.where(D > 0, D, 1.0)
-        Jsc = Js / Dsafe if dense else (Js @ sps.diags(1.0 / Dsafe)).tocsc()
-        grad = np.asarray(Jsc.T @ rs).ravel()
+        self.D = np.maximum(self.D, colnorm)   # More's scaling
+        self.Dsafe = np.where(self.D > 0, self.D, 1.0)
+        self.Jsc = Js / self.Dsafe if dense else (Js @ sps.diags(1.0 / self.Dsafe)).tocsc()
+        grad = np.asarray(self.Jsc.T @ self.rs).ravel()
         span = np.maximum(1.0, np.abs(w))
-        free = ~(((w <= lower + 1e-12 * span) & (grad > 0)) | ((w >= upper - 1e-12 * span) & (grad < 0)))
-        if q == 0:
-            rn = np.sqrt(float(rs @ rs))
-            colsc = (colnorm / Dsafe)[free]
-            cosine = np.abs(grad[free]) / np.maximum(colsc * rn, 1e-300)
-            if rn == 0.0 or cosine.size == 0 or float(np.max(cosine)) <= opts.gtol:
-                status, why = Status.CONVERGED, "gradient test (gtol)"
-                break
-        Jf = Jsc[:, free]
-        gf = grad[free]
-        Cs = Cf = cv = None
-        if q:
-            Cs = (sps.diags(1.0 / cs) @ C @ sps.diags(1.0 / Dsafe)).tocsc()
-            Cf, cv = Cs[:, free], c / cs
-        sub = _Subproblem(sps.csc_matrix(Jf.T @ Jf) if dense else (Jf.T @ Jf).tocsc(), gf, Cf, cv)
-        if radius is None:
-            radius = float(np.linalg.norm(w * Dsafe)) or 1.0
-        accepted = False
-        while not accepted:  # shrink the trust region until a trial is accepted
-            if expires is not None and time.perf_counter() >= expires:
-                break
+        free = ~(((w <= self.lower + 1e-12 * span) & (grad > 0)) | ((w >= self.upper - 1e-12 * span) & (grad < 0)))
+        self.cosine = np.zeros(0)
+        if self.q:
+            return free, grad, False
+        rn = np.sqrt(float(self.rs @ self.rs))
+        colsc = (colnorm / self.Dsafe)[free]
+        self.cosine = np.abs(grad[free]) / np.maximum(colsc * rn, 1e-300)
+        return free, grad, bool(rn == 0.0 or self.cosine.size == 0 or float(np.max(self.cosine)) <= self.opts.gtol)
+
+    def _subproblem(self, free, grad, c, C):
+        Jf = self.Jsc[:, free]
+        self.Cs = self.Cf = self.cv = None
+        if self.q:
+            self.Cs = (sps.diags(1.0 / self.cs) @ C @ sps.diags(1.0 / self.Dsafe)).tocsc()
+            self.Cf, self.cv = self.Cs[:, free], c / self.cs
+        H = sps.csc_matrix(Jf.T @ Jf) if isinstance(Jf, np.ndarray) else (Jf.T @ Jf).tocsc()
+        return _Subproblem(H, grad[free], self.Cf, self.cv)
+
+    def _evaluate_trial(self, w_try):
+        """The trial's evaluation and whether it may be accepted (finite; stable free run when asked)."""
+        out = self.prob.evaluate(w_try, False)
+        self.evals += 1
+        ok = out is not None
+        if ok and self.q and self.opts.reject_unstable:
+            ok = bool(np.isfinite(self.prob.objective(w_try)))
+        return out, ok
+
+    def _second_order_correction(self, w, w_try, out_try, free, m_now, pred):
+        """Second-order correction (Maratos effect: the l1 merit rejects good steps for the O(|d|^2)
+        continuity gaps they open): least-norm step back onto c = 0; the corrected trial or None."""
+        soc = _second_order_correction(self.Cf, out_try[2] / self.cs, free, w.size)
+        if soc is None:
+            return None
+        w_soc = np.clip(w_try + soc / self.Dsafe, self.lower, self.upper)
+        out_soc, ok_soc = self._evaluate_trial(w_soc)
+        if not ok_soc:
+            return None
+        ratio_soc = (m_now - self._merit(out_soc[0], out_soc[2])) / pred
+        return (w_soc, out_soc, ratio_soc) if ratio_soc >= _ACCEPT else None
+
+    def _try_step(self, sub, w, r, c, free):
+        """One trial of radius ``self.radius``: ``_Trial`` when accepted, else None (radius shrunk)."""
+        try:
+            dfree, mult = sub.solve(self.radius)
+        except (np.linalg.LinAlgError, RuntimeError, ValueError):
+            dfree, mult = None, None
+        if dfree is None or not np.all(np.isfinite(dfree)):
+            self.radius *= 0.25
+            return None
+        d = np.zeros(w.size)
+        d[free] = dfree
+        w_try = np.clip(w + d / self.Dsafe, self.lower, self.upper)
+        d_eff = (w_try - w) * self.Dsafe
+        step = float(np.linalg.norm(d_eff))
+        if self.q and mult is not None:
+            # the l1 penalty from this step's multipliers (not the largest seen: a penalty
+            # kept from early iterations rejected good steps for their O(|d|^2) gaps and
+            # stalled the oscillator of tests/test_cli_workflow.py at 68x the optimum)
+            self.nu = 1.1 * float(np.max(np.abs(mult), initial=0.0))
+        m_now = self._merit(r, c)
+        lin_r = self.rs + self.Jsc @ d_eff
+        pred = m_now - (0.5 * float(lin_r @ lin_r)
+                        + (self.nu * float(np.abs(self.cv + self.Cs @ d_eff).sum()) if self.q else 0.0))
+        out_try, ok = self._evaluate_trial(w_try)
+        ratio = (m_now - self._merit(out_try[0], out_try[2])) / pred if ok and pred > 0 else -1.0
+        if self.q and out_try is not None and pred > 0 and ratio < _ACCEPT:
+            corrected = self._second_order_correction(w, w_try, out_try, free, m_now, pred)
+            if corrected is not None:
+                (w_try, out_try, ratio), ok = corrected, True
+                step = float(np.linalg.norm((w_try - w) * self.Dsafe))
+        if ratio < 0.25:
+            self.radius = 0.25 * (step if ok and step > 0 else self.radius)
+        elif ratio > 0.75 and step >= 0.95 * self.radius:
+            self.radius *= 2.0
+        if ratio < _ACCEPT:
+            return None
+        actual = ratio * pred
+        rel = max(m_now, 1e-300)
+        return _Trial(w_try, out_try, ratio, step, step <= self._tiny(w, self.Dsafe),
+                      abs(actual) <= self.opts.ftol * rel and pred <= self.opts.ftol * rel)
+
+    def _search(self, sub, w, r, c, free):
+        """Shrink the trust region until a trial is accepted (``_Trial``), or None (time, or a radius
+        at round-off)."""
+        while not self._expired():
+            trial = self._try_step(sub, w, r, c, free)
+            if trial is not None:
+                return trial
+            if self.radius <= self._tiny(w, self.Dsafe):
+                return None
+        return None
+
+    def _no_step_status(self, sub, w, c):
+        """Status when no step was accepted: the model predicts decreases that round-off swallows
+        (a first-order point: converged) or a stall."""
+        if self._expired():
+            return Status.TIME_LIMIT, "time limit"
+        if self.q == 0:
+            stationary = float(np.max(self.cosine, initial=0.0)) <= _ROUNDOFF_GTOL
+        else:  # feasible, and the undamped step is at round-off relative to the iterate
             try:
-                dfree, mult = sub.solve(radius)
+                d0 = sub.solve(np.inf)[0]
             except (np.linalg.LinAlgError, RuntimeError, ValueError):
-                dfree, mult = None, None
-            if dfree is not None and np.all(np.isfinite(dfree)):
-                d = np.zeros(w.size)
-                d[free] = dfree
-                w_try = np.clip(w + d / Dsafe, lower, upper)
-                d_eff = (w_try - w) * Dsafe
-                step = float(np.linalg.norm(d_eff))
-                if q and mult is not None:
-                    # the l1 penalty from this step's multipliers (not the largest seen: a penalty
-                    # kept from early iterations rejected good steps for their O(|d|^2) gaps and
-                    # stalled the oscillator of tests/test_cli_workflow.py at 68x the optimum)
-                    nu = 1.1 * float(np.max(np.abs(mult), initial=0.0))
-                m_now = merit(r, c)
-                lin_r = rs + Jsc @ d_eff
-                pred = m_now - (0.5 * float(lin_r @ lin_r) + (nu * float(np.abs(cv + Cs @ d_eff).sum()) if q else 0.0))
-                out_try = prob.evaluate(w_try, False)
-                evals += 1
-                ok = out_try is not None
-                if ok and q and opts.reject_unstable:
-                    ok = bool(np.isfinite(prob.objective(w_try)))
-                ratio = (m_now - merit(out_try[0], out_try[2])) / pred if ok and pred > 0 else -1.0
-                if q and out_try is not None and pred > 0 and ratio < _ACCEPT:
-                    # second-order correction (Maratos effect: the l1 merit rejects good steps for the
-                    # O(|d|^2) continuity gaps they open): least-norm step back onto c = 0, then retry
-                    soc = _second_order_correction(Cf, out_try[2] / cs, free, w.size)
-                    if soc is not None:
-                        w_soc = np.clip(w_try + soc / Dsafe, lower, upper)
-                        out_soc = prob.evaluate(w_soc, False)
-                        evals += 1
-                        ok_soc = out_soc is not None and (not opts.reject_unstable
-                                                          or bool(np.isfinite(prob.objective(w_soc))))
-                        if ok_soc:
-                            ratio_soc = (m_now - merit(out_soc[0], out_soc[2])) / pred
-                            if ratio_soc >= _ACCEPT:
-                                w_try, out_try, ok, ratio = w_soc, out_soc, True, ratio_soc
-                                d_eff = (w_try - w) * Dsafe
-                                step = float(np.linalg.norm(d_eff))
-                if ratio < 0.25:
-                    radius = 0.25 * (step if ok and step > 0 else radius)
-                elif ratio > 0.75 and step >= 0.95 * radius:
-                    radius *= 2.0
-                if ratio >= _ACCEPT:
-                    actual = ratio * pred
-                    small_step = step <= opts.xtol * (opts.xtol + np.linalg.norm(w * Dsafe))
-                    rel = max(m_now, 1e-300)
-                    small_f = abs(actual) <= opts.ftol * rel and pred <= opts.ftol * rel
-                    w = w_try
-                    accepted = True
-                    break
-            else:
-                radius *= 0.25
-            if radius <= opts.xtol * (opts.xtol + np.linalg.norm(w * Dsafe)):
-                break
-        if not accepted:
-            if expires is not None and time.perf_counter() >= expires:
-                status, why = Status.TIME_LIMIT, "time limit"
-            else:  # the model predicts decreases that round-off swallows: a first-order point or a stall
-                if q == 0:
-                    stationary = float(np.max(cosine, initial=0.0)) <= _ROUNDOFF_GTOL
-                else:  # feasible, and the undamped step is at round-off relative to the iterate
-                    try:
-                        d0 = sub.solve(np.inf)[0]
-                    except (np.linalg.LinAlgError, RuntimeError, ValueError):
-                        d0 = np.full(1, np.inf)
-                    stationary = float(np.max(np.abs(c / cs), initial=0.0)) <= opts.gap_tol and \
-                        float(np.linalg.norm(d0)) <= np.sqrt(_ROUNDOFF_GTOL) * (1.0 + np.linalg.norm(w * Dsafe))
-                status, why = (Status.CONVERGED, "no decrease left above round-off at a stationary point") \
-                    if stationary else (Status.STALLED, "no acceptable step in a trust region down to xtol")
-            break
-        out = prob.evaluate(w, True)
-        if out is None:  # pragma: no cover - the trial was finite at this point
-            status, why = Status.SOLVER_FAILED, "the Jacobian is not finite at an accepted iterate"
-            break
+                d0 = np.full(1, np.inf)
+            stationary = self._feasible(c) and \
+                float(np.linalg.norm(d0)) <= np.sqrt(_ROUNDOFF_GTOL) * (1.0 + np.linalg.norm(w * self.Dsafe))
+        return (Status.CONVERGED, "no decrease left above round-off at a stationary point") \
+            if stationary else (Status.STALLED, "no acceptable step in a trust region down to xtol")
+
+    def _converged_after(self, trial, c):
+        """Status of the stopping tests after an accepted step, or None to go on."""
+        if not self._feasible(c):
+            return None
+        if trial.small_step or trial.small_f:
+            return Status.CONVERGED, "step test (xtol)" if trial.small_step else "reduction test (ftol)"
+        k, h = self.opts.flat_iter, self.history
+        if len(h) > k and h[-k - 1] - h[-1] <= self.opts.flat_tol * abs(h[-1]):
+            return Status.CONVERGED, (f"flat valley: the objective fell by less than {self.opts.flat_tol:g} "
+                                      f"(relative) over the last {k} iterations")
+        return None
+
+    def _iterate(self, w, out):
+        """Iterations from the evaluated ``w``; returns ``(w, status, why)``."""
         r, J, c, C = out
-        honest = prob.objective(w, r if q == 0 else None)
-        history.append(honest)
-        logger.debug("iteration %d: objective %.10g, trust radius %.3g, ratio %.3g, scaled step %.3g",
-                     it, honest, radius, ratio, step)
-        if honest < best[0]:
-            best = (honest, w.copy(), it)
-        feasible = q == 0 or float(np.max(np.abs(c / cs), initial=0.0)) <= opts.gap_tol
-        if feasible and (small_step or small_f):
-            status, why = Status.CONVERGED, "step test (xtol)" if small_step else "reduction test (ftol)"
-            break
-        k = opts.flat_iter
-        if feasible and len(history) > k and history[-k - 1] - history[-1] <= opts.flat_tol * abs(history[-1]):
-            status, why = Status.CONVERGED, (f"flat valley: the objective fell by less than {opts.flat_tol:g} "
-                                             f"(relative) over the last {k} iterations")
-            break
-    last = history[-1]
-    if best[0] < last:
-        w_out, cost, returned = best[1], best[0], ("start" if best[2] == 0 else "best")
-        note = (f"returning the {'starting point' if best[2] == 0 else f'iterate of iteration {best[2]}'} "
-                f"(lowest objective seen, {cost:.6g}; the last iterate had {last:.6g})")
-    else:
-        w_out, cost, returned = w, last, ("start" if len(history) == 1 else "last")
-        note = "returning the last iterate (the lowest objective seen)" if returned == "last" else \
-            "returning the starting point (no step was accepted)"
-    gap = 0.0
-    if q:
-        o = prob.evaluate(w_out, False)
-        gap = float(np.max(np.abs(o[2]), initial=0.0)) if o is not None else np.inf
-    msg = f"Levenberg-Marquardt: {status} ({why}) after {it} iterations, {evals} trial evaluations; {note}"
-    return LeastSquaresResult(w_out, float(cost), float(honest_start), status, msg, it, evals,
-                              time.perf_counter() - t0, returned, gap, history)
+        while True:
+            if self._expired():
+                return w, Status.TIME_LIMIT, "time limit"
+            if self.it >= self.opts.max_iter:
+                return w, Status.MAX_ITERS, f"iteration limit ({self.opts.max_iter})"
+            self.it += 1
+            free, grad, gradient_test = self._scaled_model(w, r, J)
+            if gradient_test:
+                return w, Status.CONVERGED, "gradient test (gtol)"
+            sub = self._subproblem(free, grad, c, C)
+            if self.radius is None:
+                self.radius = float(np.linalg.norm(w * self.Dsafe)) or 1.0
+            trial = self._search(sub, w, r, c, free)
+            if trial is None:
+                return (w, *self._no_step_status(sub, w, c))
+            w = trial.w
+            out = self.prob.evaluate(w, True)
+            if out is None:  # pragma: no cover - the trial was finite at this point
+                return w, Status.SOLVER_FAILED, "the Jacobian is not finite at an accepted iterate"
+            r, J, c, C = out
+            honest = self.prob.objective(w, r if self.q == 0 else None)
+            self.history.append(honest)
+            logger.debug("iteration %d: objective %.10g, trust radius %.3g, ratio %.3g, scaled step %.3g",
+                         self.it, honest, self.radius, trial.ratio, trial.step)
+            self.best.offer(w, honest, label=f"iteration {self.it}")
+            stop = self._converged_after(trial, c)
+            if stop is not None:
+                return (w, *stop)
+
+    def run(self, w0) -> LeastSquaresResult:
+        t0 = time.perf_counter()
+        w = np.clip(np.asarray(w0, float), self.lower, self.upper)
+        out = self.prob.evaluate(w, True)
+        if out is None:
+            return LeastSquaresResult(w, np.inf, np.inf, Status.SOLVER_FAILED,
+                                      "the residuals are not finite at the start; start inside the model's domain",
+                                      0, 1, time.perf_counter() - t0, "start")
+        r = out[0]
+        self.norm = max(0.5 * float(r @ r), 1e-300)      # residual scaling: the objective relative to the start's
+        honest_start = self.prob.objective(w, r if self.q == 0 else None)
+        self.best = BestIterate(w, honest_start, label="the starting point")
+        self.history = [honest_start]
+        self.D = np.zeros(w.size)
+        w, status, why = self._iterate(w, out)
+        return self._finish(w, status, why, honest_start, t0)
+
+    def _finish(self, w, status, why, honest_start, t0) -> LeastSquaresResult:
+        """The best iterate (`BestIterate`), the exploding-run guard, the result."""
+        last = self.history[-1]
+        w_out, cost, note = self.best.choose(w, last, label="the last iterate")
+        if note == "returning the last iterate":
+            returned = "start" if len(self.history) == 1 else "last"
+            if returned == "start":
+                note = "returning the starting point (no step was accepted)"
+        else:
+            returned = "start" if self.best.is_start else "best"
+        status, why = _exploding_guard(self.prob, status, why, cost)
+        gap = 0.0
+        if self.q:
+            o = self.prob.evaluate(w_out, False)
+            gap = float(np.max(np.abs(o[2]), initial=0.0)) if o is not None else np.inf
+        msg = f"Levenberg-Marquardt: {status} ({why}) after {self.it} iterations, {self.evals} trial evaluations; {note}"
+        if status is Status.DIVERGED:
+            msg += ". " + Status.DIVERGED.advice
+        return LeastSquaresResult(w_out, float(cost), float(honest_start), status, msg, self.it, self.evals,
+                                  time.perf_counter() - t0, returned, gap, self.history)
+
+
+def _exploding_guard(prob, status, why, cost):
+    """``(status, why)``, with ``converged`` (or a stall, or the iteration limit) replaced by
+    ``diverged`` when the returned objective is more than `EXPLODING` times the problem's
+    `reference_cost` (the objective of predicting zero output): the free run explodes, and no
+    convergence test means anything there (issue 32: ``x+ = a x + b u`` from a = 1.2, truth 0.7,
+    fell from 2.2e48 to 3.8e17 in 2 iterations, a unchanged, and reported ``converged``)."""
+    if status in (Status.TIME_LIMIT, Status.SOLVER_FAILED):
+        return status, why
+    ref = prob.reference_cost()
+    if ref is None or not np.isfinite(ref) or cost <= EXPLODING * max(ref, 1e-300):
+        return status, why
+    return Status.DIVERGED, (f"{why}, but the objective {cost:.3g} is {cost / max(ref, 1e-300):.3g} times that "
+                             f"of predicting zero output ({ref:.3g}): the free run explodes")
 
 
 class _Subproblem:
