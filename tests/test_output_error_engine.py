@@ -29,3 +29,13 @@ def test_exploding_start_is_not_reported_converged_and_multiple_shooting_recover
     ms = cc.refine_output_error(model, data, {"a": 1.2, "b": 1.0}, shooting=20)
     assert ms.status is cc.Status.CONVERGED, ms.message
     assert abs(float(ms.theta["a"]) - 0.7) < 0.01 and abs(float(ms.theta["b"]) - 1.0) < 0.03
+
+
+def test_options_refuse_a_field_of_the_other_solver():
+    """Issue 32 item 3: no field accepted and ignored."""
+    with pytest.raises(cc.OptionsError, match="hessian applies to solver='ipopt' only"):
+        cc.OutputErrorOptions(hessian="exact")
+    with pytest.raises(cc.OptionsError, match="variable_projection applies to solver='lm' only"):
+        cc.OutputErrorOptions(solver="ipopt", variable_projection=False)
+    assert cc.OutputErrorOptions(solver="ipopt", hessian="exact").ipopt_hessian == "exact"
+    assert cc.OutputErrorOptions().max_iter == cc.workflow.LeastSquaresOptions().max_iter   # one default

@@ -4,7 +4,8 @@ runs of every trajectory, single or multiple shooting), one options type
 Levenberg-Marquardt engine (default; variable projection of the parameters that enter the
 output linearly) and IPOPT. Public names are re-exported by `ceem_casadi.workflow` (and
 `refine_output_error`, `OutputErrorOptions` by `ceem_casadi`)."""
-from ._least_squares import LeastSquaresOptions, LeastSquaresResult, solve_least_squares
+from ._lm import solve_least_squares
+from ._lm_options import LeastSquaresOptions, LeastSquaresResult
 from ._output_error import refine_output_error
 from ._output_error_options import OutputErrorOptions, OutputErrorResult
 

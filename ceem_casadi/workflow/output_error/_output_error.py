@@ -100,7 +100,7 @@ class OutputErrorProblem:
         prior = s["wp"] * (z - s["mu"])
         cost = 0.5 * ca.sumsqr(r) + 0.5 * ca.sumsqr(prior)
         extra = {}
-        if options.hessian == "gauss-newton":
+        if options.ipopt_hessian == "gauss-newton":
             # cost, gradient J^T r and J^T J from ONE evaluation of the residual Jacobian J per
             # iterate (IPOPT asks for the gradient and the Hessian at the same point)
             jac = ca.jacobian(r, w)
@@ -153,7 +153,7 @@ class OutputErrorProblem:
 def problem_for(model, lengths, shooting, options: OutputErrorOptions) -> OutputErrorProblem:
     """The cached `OutputErrorProblem` (per model, lengths, shooting, Hessian, max_iter, tol)."""
     cache = model.__dict__.setdefault("_output_error_problems", {})
-    key = (tuple(lengths), shooting, options.hessian, options.max_iter, options.tol)
+    key = (tuple(lengths), shooting, options.ipopt_hessian, options.max_iter, options.tol)
     if key not in cache:
         cache[key] = OutputErrorProblem(model, lengths, shooting, options)
     return cache[key]
@@ -328,16 +328,9 @@ def _refine_with_least_squares(model, data: Trajectories, theta, *, shooting=Non
     ('lm', 'converged', -0.3)
     """
     options = OutputErrorOptions() if options is None else options
-    tol = options.tol
-    # IPOPT's tol is a scaled KKT error; the engine's relative reduction and step tests stop at
-    # MINPACK's sqrt(eps) scale at most (at 1e-10, 100,000 samples crept on for 400 iterations
-    # after the fit had settled in its first 25: same RMS to 4 digits)
-    from ._least_squares import LeastSquaresOptions, output_error_least_squares
+    from ._fit import output_error_least_squares
 
-    lso = LeastSquaresOptions(max_iter=options.max_iter, ftol=max(tol, 1e-8), xtol=max(tol, 1e-8), gtol=tol,
-                              gap_tol=max(tol, 1e-12) * 100, time_limit=options.time_limit,
-                              use_prior=options.use_prior, x0_window=options.x0_window, x_lower=options.x_lower,
-                              x_upper=options.x_upper, raise_on_failure=options.raise_on_failure)
+    lso = options.least_squares()
     res = output_error_least_squares(model, data, theta, shooting=shooting, x0=x0, starts=starts, options=lso)
     return OutputErrorResult(res.theta, res.x0, res.cost, res.status, res.message, res.iterations, res.wall_s,
                              res.initial_cost, res.constraint_violation, "lm", res.returned, res.starts)
