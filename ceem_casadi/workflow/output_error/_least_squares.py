@@ -45,7 +45,8 @@ import scipy.sparse as sps
 
 from ...io._data import Trajectories
 from ...runtime._linalg import BufferedCall
-from ._lm import DENSE_MAX, EXPLODING, LeastSquaresProblem, to_csc
+from ._lm import EXPLODING, LeastSquaresProblem, to_csc
+from ._trust_region import DENSE_MAX
 from ._shooting import ShootingLayout
 
 __all__ = ["OutputErrorLeastSquares", "output_error_problem"]
@@ -253,6 +254,12 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         if self.shooting is not None:
             self._single = output_error_problem(model, self.lengths, None)
             self._single.set_data(model, theta_vec, data, use_prior)
+
+    def bound_data(self) -> dict:
+        """The arrays bound by `set_data`: ``p_base`` (n_p,), ``U`` (nu, n_u), ``Y``, ``M`` (ny, n_obs),
+        ``iv`` (ny,), prior mean ``mu`` and weights ``wp`` of the free entries (nf,)."""
+        mu, wp = self._prior
+        return dict(p_base=self._pbase, U=self._U, Y=self._Y, M=self._M, iv=self._iv, mu=mu, wp=wp)
 
     def evaluate(self, w, jac):
         nf = self.free.size

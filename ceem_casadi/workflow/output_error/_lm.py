@@ -10,20 +10,18 @@ import time
 
 import casadi as ca
 import numpy as np
-import scipy.linalg as sla
 import scipy.sparse as sps
-import scipy.sparse.linalg as spla
 
 from ...errors import OptionsError, ShapeError, SolverError
 from ...runtime._best import BestIterate
 from ...runtime._status import Status
 from ._lm_options import LeastSquaresOptions, LeastSquaresResult
+from ._trust_region import Subproblem, second_order_correction
 
 logger = logging.getLogger(__name__)
 _ACCEPT = 1e-4          # minimum ratio actual / predicted reduction of the merit
 _ROUNDOFF_GTOL = 1e-6   # cosine test of a point where no step decreases the objective any more
 EXPLODING = 100.0       # objective / that of predicting zero output above which a run is "diverged"
-DENSE_MAX = 600         # unknowns + constraints up to which the step is solved densely
 
 
 def to_csc(m: ca.DM) -> sps.csc_matrix:
@@ -143,7 +141,7 @@ class _Engine:
             self.Cs = (sps.diags(1.0 / self.cs) @ C @ sps.diags(1.0 / self.Dsafe)).tocsc()
             self.Cf, self.cv = self.Cs[:, free], c / self.cs
         H = sps.csc_matrix(Jf.T @ Jf) if isinstance(Jf, np.ndarray) else (Jf.T @ Jf).tocsc()
-        return _Subproblem(H, grad[free], self.Cf, self.cv)
+        return Subproblem(H, grad[free], self.Cf, self.cv)
 
     def _evaluate_trial(self, w_try):
         """The trial's evaluation and whether it may be accepted (finite; stable free run when asked)."""
@@ -157,7 +155,7 @@ class _Engine:
     def _second_order_correction(self, w, w_try, out_try, free, m_now, pred):
         """Second-order correction (Maratos effect: the l1 merit rejects good steps for the O(|d|^2)
         continuity gaps they open): least-norm step back onto c = 0; the corrected trial or None."""
-        soc = _second_order_correction(self.Cf, out_try[2] / self.cs, free, w.size)
+        soc = second_order_correction(self.Cf, out_try[2] / self.cs, free, w.size)
         if soc is None:
             return None
         w_soc = np.clip(w_try + soc / self.Dsafe, self.lower, self.upper)
@@ -332,97 +330,6 @@ def _exploding_guard(prob, status, why, cost):
         return status, why
     return Status.DIVERGED, (f"{why}, but the objective {cost:.3g} is {cost / max(ref, 1e-300):.3g} times that "
                              f"of predicting zero output ({ref:.3g}): the free run explodes")
-
-
-class _Subproblem:
-    """The scaled trust-region subproblem ``min 0.5 d^T H d + g^T d`` s.t. ``||d|| <= radius`` (and
-    ``C d = -c``): solved exactly through an eigendecomposition of H when small and unconstrained,
-    else through the Levenberg-Marquardt parameter ``lambda`` of ``(H + lambda I) d = -g - C^T y``,
-    searched on a log scale until ``||d||`` is at most the radius."""
-
-    def __init__(self, H, g, C, c):
-        self.H, self.g, self.C, self.c = H, g, C, c
-        self.n = H.shape[0]
-        self.q = 0 if C is None else C.shape[0]
-        self.eig = None
-        if self.q == 0 and self.n <= DENSE_MAX:
-            S, V = np.linalg.eigh(H.toarray())
-            self.eig = (np.maximum(S, 0.0), V, V.T @ g)
-        self.lam = 0.0
-
-    def _solve_lam(self, lam):
-        if self.eig is not None:
-            S, V, gt = self.eig
-            return -V @ (gt / np.maximum(S + lam, 1e-14 * max(float(S.max(initial=0.0)), 1e-300))), None
-        return _step(self.H, self.g, lam, self.C, self.c)
-
-    def solve(self, radius):
-        d, y = self._solve_lam(0.0)
-        if np.linalg.norm(d) <= radius:
-            return d, y
-        if self.eig is not None:  # secular equation 1/||d(lam)|| = 1/radius by Newton (More-Sorensen)
-            S, V, gt = self.eig
-            lam = 1e-14 * max(float(S.max(initial=0.0)), 1e-300)   # S >= 0; a zero eigenvalue needs lam > 0
-            for _ in range(50):
-                den = S + lam
-                dn = np.sqrt(float(np.sum(gt ** 2 / den ** 2)))
-                if abs(dn - radius) <= 1e-3 * radius:
-                    break
-                dphi = float(np.sum(gt ** 2 / den ** 3)) / dn ** 3
-                lam = max(lam + (1.0 / radius - 1.0 / dn) / dphi, 0.5 * lam + 1e-300)
-            return -V @ (gt / (S + lam)), None
-        lo, hi = 0.0, max(self.lam, 1e-8 * max(float(self.H.diagonal().max(initial=0.0)), 1e-300))
-        while True:  # bracket
-            d, y = _step(self.H, self.g, hi, self.C, self.c)
-            if np.linalg.norm(d) <= radius or hi > 1e30:
-                break
-            lo, hi = hi, hi * 10.0
-        for _ in range(6):  # refine on a log scale; keep a step inside the region
-            mid = np.sqrt(max(lo, hi * 1e-3) * hi)
-            dm, ym = _step(self.H, self.g, mid, self.C, self.c)
-            if np.linalg.norm(dm) <= radius:
-                hi, d, y = mid, dm, ym
-            else:
-                lo = mid
-        self.lam = hi
-        if np.linalg.norm(d) > radius and self.q == 0:
-            d = d * (radius / np.linalg.norm(d))
-        return d, y
-
-
-def _second_order_correction(Cf, c_scaled, free, n):
-    """Least-norm scaled correction ``d`` (n,) with ``C_f d_free = -c`` (None when it fails)."""
-    try:
-        M = (Cf @ Cf.T).tocsc()
-        y = spla.splu(M + 1e-14 * max(float(M.diagonal().max(initial=0.0)), 1e-300)
-                      * sps.identity(M.shape[0], format="csc")).solve(-c_scaled)
-    except (RuntimeError, ValueError):
-        return None
-    d = np.zeros(n)
-    d[free] = np.asarray(Cf.T @ y).ravel()
-    return d if np.all(np.isfinite(d)) else None
-
-
-def _step(H, g, lam, C, c):
-    """Damped Gauss-Newton step (and multipliers) of the scaled problem: ``(H + lam I) d + C^T y = -g``,
-    ``C d = -c``."""
-    n = H.shape[0]
-    q = 0 if C is None else C.shape[0]
-    if q == 0:
-        A = H + lam * sps.identity(n, format="csc")
-        if n <= DENSE_MAX:
-            A = A.toarray()
-            try:
-                return sla.cho_solve(sla.cho_factor(A, lower=False, check_finite=True), -g), None
-            except np.linalg.LinAlgError:
-                return np.linalg.lstsq(A, -g, rcond=None)[0], None
-        return spla.spsolve(A.tocsc(), -g), None
-    # sparse LU of the bordered system (dense LAPACK of a few hundred unknowns was 50x slower on a
-    # loaded 2-core machine: BLAS threads); a singular H at lam = 0 gets a round-off-sized damping
-    lam = max(lam, 1e-12 * max(float(H.diagonal().max(initial=0.0)), 1e-300))
-    K = sps.bmat([[H + lam * sps.identity(n, format="csc"), C.T], [C, None]], format="csc")
-    sol = spla.splu(K).solve(np.concatenate([-g, -c]))
-    return sol[:n], sol[n:]
 
 
 # --------------------------------------------------------------------------------------------------

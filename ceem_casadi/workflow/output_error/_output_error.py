@@ -29,13 +29,13 @@ from ...errors import ShapeError, SolverError
 from ...io._data import Trajectories
 from ...io._validate import check_data
 from ...model._params import Theta
-from ...model._simulation import rollout, run
 from ...runtime._best import BestIterate
 from ...runtime._callbacks import SparsityCallback
 from ...runtime._solve import deadline, expired, ipopt_options, ipopt_solver, solve
 from ...runtime._status import Status
 from .._initial_state import estimate_initial_state
 from ._output_error_options import OutputErrorOptions, OutputErrorResult
+from ._least_squares import output_error_problem
 from ._shooting import ShootingLayout
 
 __all__ = ["refine_output_error"]
@@ -76,6 +76,8 @@ class OutputErrorProblem:
 
     def __init__(self, model, lengths, shooting, options: OutputErrorOptions):
         self.model, self.lengths, self.shooting = model, tuple(lengths), shooting
+        # the one problem definition: the residuals and gaps of the Levenberg-Marquardt engine's problem
+        self.lsq = output_error_problem(model, self.lengths, shooting)
         params = model.params
         nx, nu, ny, npar = model.nx, model.nu, model.ny, params.size
         self.free = params.free_index
@@ -84,7 +86,7 @@ class OutputErrorProblem:
         self.segs, self.groups, n_u, n_obs = layout.segs, layout.groups, layout.n_u, layout.n_obs
         n_nodes = len(self.segs)
         w = ca.MX.sym("w", nf + nx * n_nodes)
-        z, nodes = w[:nf], ca.reshape(w[nf:], nx, n_nodes)
+        z = w[:nf]
         syms = dict(p_base=ca.MX.sym("p_base", npar), U=ca.MX.sym("U", nu, n_u), Y=ca.MX.sym("Y", ny, n_obs),
                     M=ca.MX.sym("M", ny, n_obs), iv=ca.MX.sym("iv", ny), mu=ca.MX.sym("mu", nf),
                     wp=ca.MX.sym("wp", nf))
@@ -93,10 +95,7 @@ class OutputErrorProblem:
         P = ca.MX.sym("P", sum(sizes))
         parts = ca.vertsplit(P, np.concatenate([[0], np.cumsum(sizes)]).tolist())
         s = {k: ca.reshape(a, v.shape[0], v.shape[1]) for (k, v), a in zip(syms.items(), parts)}
-        E = ca.DM(ca.Sparsity.triplet(npar, nf, self.free.tolist(), list(range(nf))), 1.0)
-        p = s["p_base"] + ca.mtimes(E, z)
-        Yhat, g = layout.free_runs(lambda L: rollout(model, L), nodes, s["U"], p)
-        r = ca.vec(s["M"] * ca.repmat(s["iv"], 1, n_obs) * (s["Y"] - Yhat))
+        r, g = self.lsq.F(w, s["p_base"], s["U"], s["Y"], s["M"], s["iv"])
         prior = s["wp"] * (z - s["mu"])
         cost = 0.5 * ca.sumsqr(r) + 0.5 * ca.sumsqr(prior)
         extra = {}
@@ -120,34 +119,14 @@ class OutputErrorProblem:
 
     def parameter(self, model, theta_vec, data: Trajectories, use_prior: bool) -> np.ndarray:
         """The NLP parameter vector: base parameters, the data in segment order, weights, prior
-        (weights from ``model``: the structure is shared with its ``with_noise`` copies)."""
-        base = np.asarray(theta_vec, float).copy()
-        base[self.free] = 0.0
-        U, Y = [], []
-        for L, idx in self.groups:  # the order of the residual columns (see __init__)
-            for i in idx:
-                b, s0, n, _ = self.segs[i]
-                U.append(data.inputs(b)[s0:s0 + L].T)
-                Y.append(data.y[b][s0:s0 + n].T)
-        Y = np.hstack(Y)
-        mask = np.isfinite(Y)
-        mean, wp = model.params.prior
-        wp = wp if use_prior else np.zeros_like(wp)
-        vals = dict(p_base=base, U=np.hstack(U), Y=np.where(mask, Y, 0.0), M=mask.astype(float),
-                    iv=model.noise.inv_measurement_std, mu=mean[self.free], wp=wp[self.free])
+        (bound by the problem definition, `OutputErrorLeastSquares.set_data`)."""
+        self.lsq.set_data(model, theta_vec, data, use_prior)
+        vals = self.lsq.bound_data()
         return np.concatenate([np.asarray(vals[k], float).ravel(order="F") for k in self._names])
 
     def nodes(self, model, theta_vec, data: Trajectories, x0: np.ndarray) -> np.ndarray:
-        """Initial node states (nx, n_nodes): the free run from x0 sampled at the nodes, else
-        (where it is not finite) the EKF/RTS smoothed states."""
-        from ...smoothing._initial_states import eks_states
-
-        runs = [run(model, theta_vec, x0[b], data.inputs(b))[1] for b in range(len(data))]
-        for b, x in enumerate(runs):
-            if not np.all(np.isfinite(x)):
-                runs[b] = eks_states(model, theta_vec, data[b])[0]
-                runs[b][0] = x0[b]
-        return np.array([runs[b][s0] for b, s0, _, _ in self.segs]).T
+        """Initial node states (nx, n_nodes) (`OutputErrorLeastSquares.initial_nodes`)."""
+        return self.lsq.initial_nodes(model, theta_vec, data, x0).T
 
 
 def problem_for(model, lengths, shooting, options: OutputErrorOptions) -> OutputErrorProblem:
@@ -251,6 +230,11 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
         return _refine_with_least_squares(model, data, theta, shooting=shooting, x0=x0, starts=starts, options=options)
     if starts is not None:
         raise ShapeError("starts= needs solver='lm' (OutputErrorOptions(solver='lm'))")
+    return _refine_with_ipopt(model, data, theta, shooting, x0, options, t0)
+
+
+def _refine_with_ipopt(model, data, theta, shooting, x0, options, t0) -> OutputErrorResult:
+    """[`refine_output_error`][ceem_casadi.refine_output_error] with ``solver="ipopt"``."""
     theta_vec = model.params.to_vector(theta)
     lo = _state_bounds(model, options.x_lower, -np.inf, "x_lower")
     hi = _state_bounds(model, options.x_upper, np.inf, "x_upper")
@@ -277,6 +261,20 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
         sol = solve(prob.solver, x0=w0, p=P, lbx=lbx, ubx=ubx, lbg=0.0, ubg=0.0, best=tracker)
         st = prob.solver.stats()
         status = Status.from_ipopt(st["return_status"], time_up=expired())
+    w, cost, g, status, message = _ipopt_outcome(prob, model, theta_vec, data, P, sol, st, status, w0, initial_cost,
+                                                 tracker, lo, hi, options)
+    out = theta_vec.copy()
+    out[free] = w[:free.size]
+    nodes = w[free.size:].reshape(n_nodes, model.nx)
+    first = [i for i, (b, s0, _, _) in enumerate(prob.segs) if s0 == 0]
+    return OutputErrorResult(model.params.from_vector(out), nodes[first], float(cost), status, message,
+                             int(st["iter_count"]), time.perf_counter() - t0, initial_cost,
+                             float(np.max(np.abs(np.asarray(g)))) if prob.ng else 0.0)
+
+
+def _ipopt_outcome(prob, model, theta_vec, data, P, sol, st, status, w0, initial_cost, tracker, lo, hi, options):
+    """The iterate to return after IPOPT (its final one, the best feasible one seen, or the start),
+    its cost and gaps, status and message."""
     w = np.asarray(sol["x"], float).ravel()
     message = f"IPOPT: {st['return_status']} after {st['iter_count']} iterations"
     cost, g = prob.functions(w, P)
@@ -302,13 +300,7 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
         if not float(cost) <= initial_cost:  # safety net: never worse than the start, recomputed
             w, (cost, g) = w0, prob.functions(w0, P)
             message += " (its recomputed cost exceeds the start's: returning the starting point instead)"
-    out = theta_vec.copy()
-    out[free] = w[:free.size]
-    nodes = w[free.size:].reshape(n_nodes, model.nx)
-    first = [i for i, (b, s0, _, _) in enumerate(prob.segs) if s0 == 0]
-    return OutputErrorResult(model.params.from_vector(out), nodes[first], float(cost), status, message,
-                             int(st["iter_count"]), time.perf_counter() - t0, initial_cost,
-                             float(np.max(np.abs(np.asarray(g)))) if prob.ng else 0.0)
+    return w, cost, g, status, message
 
 
 def _refine_with_least_squares(model, data: Trajectories, theta, *, shooting=None, x0=None, starts=None, options=None):
