@@ -1,6 +1,6 @@
 """The two solvers of the one output-error problem, measured on the repository's cases (issue 32
-item 3): the Levenberg-Marquardt engine (default, with variable projection where parameters enter
-the output linearly, and without) against IPOPT (Gauss-Newton Hessian), same start, same
+item 3): the Levenberg-Marquardt engine (default; and with variable projection of the parameters that
+enter the output linearly) against IPOPT (Gauss-Newton Hessian), same start, same
 ``OutputErrorOptions`` otherwise (max_iter 500, time limit per run). Per case and solver: status,
 iterations, final objective (relative to the lowest of the row) and wall time.
 
@@ -23,7 +23,7 @@ import numpy as np
 
 import ceem_casadi as cc
 
-SOLVERS = {"lm": dict(solver="lm"), "lm (no projection)": dict(solver="lm", variable_projection=False),
+SOLVERS = {"lm": dict(solver="lm"), "lm + projection": dict(solver="lm", variable_projection=True),
            "ipopt": dict(solver="ipopt")}
 
 

@@ -150,7 +150,7 @@ class _Fit:
         self.lower = np.concatenate([model.params.lower[free], np.tile(self.lo_x, n_nodes)])
         self.upper = np.concatenate([model.params.upper[free], np.tile(self.hi_x, n_nodes)])
         self.linear = np.zeros(0, int)
-        if shooting is None and options.variable_projection in (True, "auto"):
+        if shooting is None and options.variable_projection:
             self.linear = linear_parameters(model)
 
     def _start(self, tv, x0):

@@ -42,12 +42,14 @@ class LeastSquaresOptions:
         of a converged iterate, default 1e-8.
     time_limit : float, optional
         Wall-clock seconds for the whole call (all starts), or ``None``.
-    variable_projection : bool or "auto"
+    variable_projection : bool
         Output error, single shooting: eliminate the parameter entries that enter the output
         linearly (polynomial coefficients, an MLP's output layer; detected symbolically) by a
         linear least-squares solve at every evaluation and run the engine on the others
-        (`ceem_casadi.workflow.output_error._varpro`). ``"auto"`` (default): when there are
-        any; ``False``: never; ``True``: the same as ``"auto"``.
+        (`ceem_casadi.workflow.output_error._varpro`). Default False (measured in
+        `scripts/bench_output_error_solvers.py`: fewer iterations on polynomial block-oriented
+        models, e.g. 50 against 500 unconverged on a badly conditioned Wiener-Hammerstein
+        record, the same on Cascaded Tanks and Silverbox, more on a tanh MLP nonlinearity).
     use_prior : bool
         Include the parameters' Gaussian priors (output error only).
     reject_unstable : bool
@@ -81,7 +83,7 @@ class LeastSquaresOptions:
     flat_tol: float = 1e-5
     flat_iter: int = 10
     time_limit: float | None = None
-    variable_projection: object = "auto"
+    variable_projection: bool = False
     use_prior: bool = True
     reject_unstable: bool = True
     compile: object = "auto"
@@ -95,8 +97,8 @@ class LeastSquaresOptions:
         require(isinstance(self.max_iter, int) and not isinstance(self.max_iter, bool) and self.max_iter >= 0,
                f"max_iter must be an int >= 0, got {self.max_iter!r}")
         require(isinstance(self.flat_iter, int) and self.flat_iter >= 1, f"flat_iter must be an int >= 1, got {self.flat_iter!r}")
-        require(self.variable_projection in (True, False, "auto"),
-                f"variable_projection must be True, False or 'auto', got {self.variable_projection!r}")
+        require(isinstance(self.variable_projection, bool),
+                f"variable_projection must be True or False, got {self.variable_projection!r}")
         for name in ("ftol", "xtol", "gtol", "gap_tol", "flat_tol"):
             v = getattr(self, name)
             require(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) and v > 0,

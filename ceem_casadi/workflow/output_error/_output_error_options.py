@@ -42,10 +42,12 @@ class OutputErrorOptions:
         residuals, constraint curvature ignored) or ``"exact"`` (CasADi's exact Hessian of the
         Lagrangian; 2-5x slower per iteration). With multiple shooting on very short segments
         (``shooting=1``) Gauss-Newton can stall; use segments of a few samples, or ``"exact"``.
-    variable_projection : bool or str, optional
+    variable_projection : bool, optional
         ``solver="lm"`` only: eliminate the parameters that enter the output linearly (polynomial
-        coefficients, an MLP's output layer) by linear least squares at every evaluation (single
-        shooting). ``None`` or ``"auto"`` (default): when the model has any; ``False``: never.
+        coefficients, an MLP's output layer; found symbolically) by linear least squares at every
+        evaluation (single shooting; separable least squares, Golub-Pereyra with Kaufman's
+        Jacobian). Default ``None``: off (see
+        [`LeastSquaresOptions`][ceem_casadi.workflow.LeastSquaresOptions] for the measurements).
     use_prior : bool
         Include the parameters' Gaussian priors.
     time_limit : float, optional
@@ -82,7 +84,7 @@ class OutputErrorOptions:
     tol: float = 1e-10
     solver: str = "lm"
     hessian: str | None = None
-    variable_projection: object = None
+    variable_projection: bool | None = None
     use_prior: bool = True
     time_limit: float | None = None
     x0_window: int | None = None
@@ -98,8 +100,8 @@ class OutputErrorOptions:
         require(np.isfinite(self.tol) and self.tol > 0, f"tol must be finite and > 0, got {self.tol!r}")
         require(self.hessian is None or self.hessian in HESSIANS,
                 f"hessian must be None, 'gauss-newton' or 'exact', got {self.hessian!r}")
-        require(self.variable_projection in (None, True, False, "auto"),
-                f"variable_projection must be None, True, False or 'auto', got {self.variable_projection!r}")
+        require(self.variable_projection is None or isinstance(self.variable_projection, bool),
+                f"variable_projection must be None, True or False, got {self.variable_projection!r}")
         require(self.solver == "ipopt" or self.hessian is None,
                 "hessian applies to solver='ipopt' only (the Levenberg-Marquardt engine is Gauss-Newton by "
                 f"construction), got hessian={self.hessian!r} with solver='lm'")
@@ -125,8 +127,7 @@ class OutputErrorOptions:
                                    gap_tol=max(tol, 1e-12) * 100, time_limit=self.time_limit,
                                    use_prior=self.use_prior, x0_window=self.x0_window, x_lower=self.x_lower,
                                    x_upper=self.x_upper, raise_on_failure=self.raise_on_failure,
-                                   variable_projection="auto" if self.variable_projection is None
-                                   else self.variable_projection)
+                                   variable_projection=bool(self.variable_projection))
 
 
 @dataclass(repr=False)

@@ -95,7 +95,8 @@ class ProjectedProblem(LeastSquaresProblem):
         self.other = np.setdiff1d(np.arange(full.nw), self.linear)
         self.c_ref = np.asarray(c0, float).copy()
         self.n_con, self.c_scale = 0, np.ones(0)
-        self._key = self._val = None
+        self._key = self._val = self._lin = None
+        self.relinearised = 0      # evaluations repeated at c*(a) (`_C_RTOL`)
 
     def _project(self, a, c):
         """``(r*, Kaufman's J*, c*)`` from one evaluation of the full problem at ``(a, c)`` (None when
@@ -116,24 +117,35 @@ class ProjectedProblem(LeastSquaresProblem):
             dc = sla.lstsq(Jc, -r, cond=1e-12)[0]
             U, sv, _ = sla.svd(Jc, full_matrices=False)
             Q = U[:, sv > 1e-12 * max(float(sv.max(initial=0.0)), 1e-300)]
+        QtJa = Q.T @ Ja
         r_star = r - Q @ (Q.T @ r)
-        J_star = Ja - Q @ (Q.T @ Ja)
+        J_star = Ja - Q @ QtJa
         if not (np.all(np.isfinite(r_star)) and np.all(np.isfinite(J_star)) and np.all(np.isfinite(dc))):
             return None
-        return r_star, J_star, c + dc, dc
+        # dc*/da ~ -Jc^+ Ja (Kaufman): predicts c*(a') of the next trial, so that its Jacobian is
+        # linearised near c*(a') and rarely needs a second evaluation
+        slope = sla.lstsq(Jc, Ja, cond=1e-12)[0] if Q.shape[1] < self.linear.size else sla.solve_triangular(R, QtJa)
+        return r_star, J_star, c + dc, dc, slope
 
     def _solve(self, a, jac: bool):
         """The cached projection at ``a``; with ``jac`` its Jacobian is linearised at ``c*(a)``
         (``J_a`` is affine in ``c``: an evaluation at a ``c`` away from the optimum is repeated there)."""
         a = np.asarray(a, float)
         if self._key is None or not np.array_equal(self._key, a):
-            self._val = self._project(a, self.c_ref)
+            c = self.c_ref
+            if self._lin is not None:         # c*(a) predicted from the last linearisation
+                a_k, c_k, slope = self._lin
+                c = c_k - slope @ (a - a_k)
+            self._val = self._project(a, c)
             self._key = a.copy()
         val = self._val
         if jac and val is not None and np.linalg.norm(val[3]) > _C_RTOL * (np.linalg.norm(val[2]) + 1e-300):
             val = self._val = self._project(a, val[2])
+            self.relinearised += 1
         if val is not None:
-            self.c_ref = val[2]       # the next evaluation starts from the latest optimum of c
+            self.c_ref = val[2]
+            if jac:
+                self._lin = (a.copy(), val[2], val[4])
         return val
 
     def full_vector(self, a) -> np.ndarray:
