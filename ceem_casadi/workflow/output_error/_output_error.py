@@ -36,6 +36,7 @@ from ...runtime._status import Status
 from .._initial_state import estimate_initial_state
 from ._output_error_options import OutputErrorOptions, OutputErrorResult
 from ._least_squares import output_error_problem
+from ._lm import box_bounds
 from ._shooting import ShootingLayout
 
 __all__ = ["refine_output_error"]
@@ -142,13 +143,6 @@ def problem_for(model, lengths, shooting, options: OutputErrorOptions) -> Output
 CONTINUITY_TOL = 1e-6
 
 
-def _state_bounds(model, value, fill, name) -> np.ndarray:
-    v = np.asarray(fill if value is None else value, float)
-    if v.size not in (1, model.nx):
-        raise ShapeError(f"{name}: expected a scalar or {model.nx} entries (nx), got shape {v.shape}")
-    return np.broadcast_to(v.ravel() if v.size > 1 else v, (model.nx,)).astype(float)
-
-
 def _offer_resimulated(prob, model, theta_vec, data, P, w, lo, hi, tracker) -> None:
     """Offer ``tracker`` the iterate ``w``'s free parameters and initial states with every other
     node replaced by the free run from them (continuity met by construction)."""
@@ -236,8 +230,8 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
 def _refine_with_ipopt(model, data, theta, shooting, x0, options, t0) -> OutputErrorResult:
     """[`refine_output_error`][ceem_casadi.refine_output_error] with ``solver="ipopt"``."""
     theta_vec = model.params.to_vector(theta)
-    lo = _state_bounds(model, options.x_lower, -np.inf, "x_lower")
-    hi = _state_bounds(model, options.x_upper, np.inf, "x_upper")
+    lo = box_bounds(options.x_lower, model.nx, -np.inf, "x_lower")
+    hi = box_bounds(options.x_upper, model.nx, np.inf, "x_upper")
     expires = None if options.time_limit is None else t0 + options.time_limit
     with deadline(expires):
         if x0 is None:
