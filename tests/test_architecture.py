@@ -230,7 +230,7 @@ def test_results_of_the_pipeline_control_and_least_squares_keep_the_contract(sma
     import json
 
     from ceem_casadi.runtime._result import Result
-    from ceem_casadi.workflow._least_squares import output_error_least_squares
+    from ceem_casadi.workflow.output_error._fit import output_error_least_squares
 
     model, data, fit = small_fit
     ident = cc.identify(model, data, {"a": 0.5}, time_limit=60)

@@ -5,8 +5,7 @@ import pytest
 from scipy.stats import multivariate_normal
 
 import ceem_casadi as cc
-from ceem_casadi.filtering import EKF
-from ceem_casadi.filtering import kalman_filter
+from ceem_casadi.filtering import EKF, kalman_filter
 from tests.oracles import dense_moments
 
 

@@ -1,4 +1,4 @@
-"""The Levenberg-Marquardt engine of ceem_casadi.workflow._least_squares (issue 24, item 1): agreement with
+"""The Levenberg-Marquardt engine of ceem_casadi.workflow.output_error._least_squares (issue 24, item 1): agreement with
 scipy.optimize.least_squares, the best-iterate guarantee, multi-start, and the output-error failure
 cases of the issue reproduced on simulated data (IPOPT as the peer in the same run)."""
 import casadi as ca
@@ -7,12 +7,9 @@ import pytest
 from scipy.optimize import least_squares
 
 import ceem_casadi as cc
-from ceem_casadi.workflow._least_squares import (
-    LeastSquaresOptions,
-    output_error_least_squares,
-    output_error_problem,
-    solve_least_squares,
-)
+from ceem_casadi.workflow import LeastSquaresOptions, solve_least_squares
+from ceem_casadi.workflow.output_error._fit import output_error_least_squares
+from ceem_casadi.workflow.output_error._least_squares import output_error_problem
 
 TIGHT = dict(ftol=1e-15, xtol=1e-15, gtol=1e-15)
 

@@ -68,10 +68,11 @@ def scipy_reference():
     return model, data, names, least_squares(fun, v0, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15)
 
 
-@pytest.mark.parametrize("hessian", ["gauss-newton", "exact"])
-def test_optimum_equals_scipy_least_squares(scipy_reference, hessian):
+@pytest.mark.parametrize("solver,hessian", [("lm", None), ("ipopt", "gauss-newton"), ("ipopt", "exact")])
+def test_optimum_equals_scipy_least_squares(scipy_reference, solver, hessian):
+    """Both solvers of the one output-error problem reach scipy's optimum (issue 32 item 3)."""
     model, data, names, ref = scipy_reference
-    res = cc.refine_output_error(model, data, START, options=cc.OutputErrorOptions(hessian=hessian))
+    res = cc.refine_output_error(model, data, START, options=cc.OutputErrorOptions(solver=solver, hessian=hessian))
     assert res.status == "converged", res.message
     assert res.cost == pytest.approx(ref.cost, rel=1e-6)
     np.testing.assert_allclose([float(res.theta[n]) for n in names], ref.x[:3], rtol=1e-5)

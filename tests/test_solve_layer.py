@@ -122,7 +122,7 @@ class _WorseFinal:
     ("Restoration_Failed", lambda x: x * np.nan, cc.Status.SOLVER_FAILED),
 ])
 def test_output_error_returns_the_best_iterate_seen_not_the_final_or_the_start(monkeypatch, status, final, expected):
-    from ceem_casadi.workflow import _output_error as oe
+    from ceem_casadi.workflow.output_error import _output_error as oe
 
     model = pendulum()
     data = _data(model, T=60, noise=0.05, seed=3)
@@ -162,7 +162,7 @@ def test_the_best_iterate_is_kept_inside_the_bounds(monkeypatch):
     """IPOPT's intermediate iterates may lie outside the bounds by its bound relaxation (~1e-8):
     the best iterate returned after a stop is inside them (found on Cascaded Tanks: a returned
     theta with b2 = -1e-8 < 0 that every later call refused)."""
-    from ceem_casadi.workflow import _output_error as oe
+    from ceem_casadi.workflow.output_error import _output_error as oe
 
     data = _data(pendulum(), T=60, noise=0.05, seed=3)
     model = pendulum(a={"upper": 1.9})  # the optimum (a near 2) sits on the upper bound

@@ -120,15 +120,15 @@ def cmd_fit(args) -> int:
 # --- refine ------------------------------------------------------------------------------------------
 def cmd_refine(args) -> int:
     from ..deploy._modelfile import save_model
-    from ..workflow._output_error import refine_output_error
-    from ..workflow._output_error_options import OutputErrorOptions
+    from ..workflow.output_error._output_error import refine_output_error
+    from ..workflow.output_error._output_error_options import OutputErrorOptions
 
     out = writable(args.out, "--out")
     if args.shooting is not None and args.shooting < 1:
         raise UsageError(f"--shooting: expected an integer >= 1 (samples per multiple-shooting segment), "
                          f"got {args.shooting}")
     positive_seconds(args.time_limit, "--time-limit")
-    if args.max_iter < 1:
+    if args.max_iter is not None and args.max_iter < 1:
         raise UsageError(f"--max-iter: expected an integer >= 1 (solver iterations), got {args.max_iter}")
     model, theta, saved = model_from_args(args)
     theta = theta_arg(model, args.theta0, "--theta0", base=theta) or theta
@@ -140,8 +140,11 @@ def cmd_refine(args) -> int:
     if args.x0 is not None and args.x0_window is not None:
         raise UsageError("--x0-window estimates the starting initial states, --x0 gives them: give one of them")
     x0 = states(args.x0, "--x0", model.nx, len(data)) if args.x0 is not None else None
-    options = OutputErrorOptions(solver=args.solver, max_iter=args.max_iter, hessian=args.hessian, use_prior=not args.no_prior,
-                                 time_limit=args.time_limit, x0_window=args.x0_window)
+    if args.hessian is not None and args.solver != "ipopt":
+        raise UsageError(f"--hessian applies to --solver ipopt only, got --hessian {args.hessian} with --solver {args.solver}")
+    options = OutputErrorOptions(solver=args.solver, hessian=args.hessian, use_prior=not args.no_prior,
+                                 time_limit=args.time_limit, x0_window=args.x0_window,
+                                 **({} if args.max_iter is None else {"max_iter": args.max_iter}))
     res = refine_output_error(model, data, theta, shooting=args.shooting, x0=x0, options=options)
     source, kwargs = model_source(args, saved)
     summary = {"status": str(res.status), "message": res.message, "iterations": res.iterations,

@@ -157,9 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "(default: single shooting)")
     p.add_argument("--solver", choices=("lm", "ipopt"), default="lm",
                    help="lm: the Levenberg-Marquardt engine (default); ipopt: one IPOPT NLP")
-    p.add_argument("--hessian", choices=("gauss-newton", "exact"), default="gauss-newton",
-                   help="Hessian of the IPOPT NLP (--solver ipopt)")
-    p.add_argument("--max-iter", type=int, default=500, help="iterations of the solver (default 500)")
+    p.add_argument("--hessian", choices=("gauss-newton", "exact"), default=None,
+                   help="Hessian of the IPOPT NLP (--solver ipopt only; default gauss-newton)")
+    p.add_argument("--max-iter", type=int, default=None,
+                   help="iterations of the solver (default: OutputErrorOptions' max_iter, 200)")
     p.add_argument("--time-limit", type=float, help="wall-clock budget in seconds (status time_limit)")
     p.add_argument("--x0", help="starting initial states JSON (default: estimated from --x0-window samples)")
     p.add_argument("--x0-window", type=int, help="samples used to estimate the starting x0 (default min(T, 10 nx))")

@@ -9,7 +9,7 @@ For initial state ``x0`` (nx,) and inputs ``u`` (T, nu) the free run is
 samples), built once per model structure and T in the library's cache
 (`ceem_casadi.runtime._model_cache`): a second call with the same T returns the same Function.
 It is used numerically here and symbolically (MX) by `ceem_casadi.workflow._initial_state` and
-`ceem_casadi.workflow._output_error`, so simulation and fitting share one graph.
+`ceem_casadi.workflow.output_error._output_error`, so simulation and fitting share one graph.
 """
 from __future__ import annotations
 

@@ -18,6 +18,8 @@ class Status(str, Enum):
     ``TIME_LIMIT``: the wall-clock budget (``time_limit``) was spent. ``STALLED``: no further
     progress was possible (steps at round-off) before the tolerance was met. ``SOLVER_FAILED``:
     a solver returned an error or non-finite values. ``STOPPED``: a callback asked to stop.
+    ``DIVERGED``: the returned iterate's objective is far above that of a trivially stable
+    prediction (output error: predicting zero output): the model's free run explodes.
     Every result keeps the last good iterate whatever its status.
 
     Examples
@@ -26,7 +28,7 @@ class Status(str, Enum):
     >>> cc.Status("converged") is cc.Status.CONVERGED
     True
     >>> [s.value for s in cc.Status]          # doctest: +NORMALIZE_WHITESPACE
-    ['converged', 'max_iters', 'time_limit', 'stalled', 'solver_failed', 'stopped']
+    ['converged', 'max_iters', 'time_limit', 'stalled', 'solver_failed', 'stopped', 'diverged']
     """
 
     CONVERGED = "converged"
@@ -35,6 +37,7 @@ class Status(str, Enum):
     STALLED = "stalled"
     SOLVER_FAILED = "solver_failed"
     STOPPED = "stopped"
+    DIVERGED = "diverged"
 
     def __str__(self) -> str:  # f"{status}" gives "converged", not "Status.CONVERGED"
         return self.value
@@ -83,4 +86,8 @@ _ADVICE = {
                           "iterate. Check the model for NaN/overflow at the iterate (model.check), tighten "
                           "parameter bounds, or start closer to a solution.",
     Status.STOPPED: "A callback asked to stop; the result is the last good iterate.",
+    Status.DIVERGED: "The model's free run explodes from this start (its objective is far above that of "
+                     "predicting zero output), so no convergence test means anything: use multiple shooting "
+                     "(shooting=k, e.g. k = 10-50 samples), another start (starts=...), or parameter bounds "
+                     "that keep the model stable.",
 }

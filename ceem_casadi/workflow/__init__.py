@@ -7,15 +7,20 @@ from ._frf import FRF, estimate_frf
 from ._frf_fit import FRFFit, fit_frf
 from ._identify import IdentifyResult, StageFit, identify
 from ._initial_state import InitialStateResult, estimate_initial_state
-from ._least_squares import LeastSquaresOptions, LeastSquaresResult, solve_least_squares
 from ._metrics import Metrics, ValidationReport, fit_percent, nrmse, rmse, validation_report
 from ._noise_calibration import calibrate_noise
 from ._noise_calibration_options import NoiseCalibrationOptions, NoiseCalibrationResult, NoiseLevelFit
-from ._output_error import refine_output_error
-from ._output_error_options import OutputErrorOptions, OutputErrorResult
 from ._structures import StructureComparison, compare_structures
 from ._uncertainty import parameter_uncertainty
 from ._uncertainty_options import ParameterUncertainty, UncertaintyOptions
+from .output_error import (
+           LeastSquaresOptions,
+           LeastSquaresResult,
+           OutputErrorOptions,
+           OutputErrorResult,
+           refine_output_error,
+           solve_least_squares,
+)
 
 __all__ = ["DesignOptions", "FRF", "FRFFit", "bla_initialise", "estimate_frf", "fit_frf", "IdentifyResult", "InitialStateResult", "InputDesign", "LeastSquaresOptions",
            "LeastSquaresResult", "StageFit", "StructureComparison", "compare_structures", "identify",

@@ -50,7 +50,7 @@ from ..model._model import StateSpaceModel
 from ..runtime import _policy as policy
 from ._frf import FRF
 from ._frf_fit import FRFFit, frf_bla
-from ._output_error import refine_output_error
+from .output_error._output_error import refine_output_error
 
 logger = logging.getLogger(__name__)
 KINDS = ("wiener", "hammerstein", "wiener_hammerstein")

@@ -36,7 +36,7 @@ from ..io._data import Trajectories
 from ..io._validate import check_data
 from ..runtime._result import Result
 from ..runtime._status import Status
-from ._least_squares import LeastSquaresOptions, output_error_least_squares
+from .output_error._fit import LeastSquaresOptions, output_error_least_squares
 
 __all__ = ["IdentifyResult", "StageFit", "identify"]
 

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import OptionsError
 from ..io._data import Trajectories
 from ..runtime._result import Result
-from ._least_squares import LeastSquaresOptions, output_error_least_squares
+from .output_error._fit import LeastSquaresOptions, output_error_least_squares
 
 __all__ = ["StructureComparison", "compare_structures"]
 

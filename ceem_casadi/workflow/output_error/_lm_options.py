@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..runtime._result import Result
-from ..runtime._schema import check_fields, require
-from ..runtime._status import Status
+from ...runtime._result import Result
+from ...runtime._schema import check_fields, require
+from ...runtime._status import Status
+
+DEFAULT_MAX_ITER = 200   # the one default iteration limit of output error (refine_output_error, identify)
 
 
 @dataclass(frozen=True)
@@ -18,7 +20,8 @@ class LeastSquaresOptions:
     Parameters
     ----------
     max_iter : int
-        Jacobian evaluations (outer iterations), default 200.
+        Jacobian evaluations (outer iterations), default `DEFAULT_MAX_ITER` = 200 (the one default
+        of output error: `refine_output_error` and `identify` share it).
     ftol : float
         Stop when both the actual and the predicted relative reduction of the objective are below
         ``ftol`` (MINPACK's test), default 1e-10.
@@ -38,10 +41,14 @@ class LeastSquaresOptions:
         of a converged iterate, default 1e-8.
     time_limit : float, optional
         Wall-clock seconds for the whole call (all starts), or ``None``.
-    initial_damping : float
-        ``lambda`` of the first step relative to the scaled normal matrix (unit diagonal), default 1e-3.
-    max_damping : float
-        ``lambda`` beyond which no step can be found (status ``"stalled"``), default 1e12.
+    variable_projection : bool
+        Output error, single shooting: eliminate the parameter entries that enter the output
+        linearly (polynomial coefficients, an MLP's output layer; detected symbolically) by a
+        linear least-squares solve at every evaluation and run the engine on the others
+        (`ceem_casadi.workflow.output_error._varpro`). Default False (measured in
+        `scripts/bench_output_error_solvers.py`: fewer iterations on polynomial block-oriented
+        models, e.g. 50 against 500 unconverged on a badly conditioned Wiener-Hammerstein
+        record, the same on Cascaded Tanks and Silverbox, more on a tanh MLP nonlinearity).
     use_prior : bool
         Include the parameters' Gaussian priors (output error only).
     reject_unstable : bool
@@ -67,7 +74,7 @@ class LeastSquaresOptions:
     50
     """
 
-    max_iter: int = 200
+    max_iter: int = DEFAULT_MAX_ITER
     ftol: float = 1e-10
     xtol: float = 1e-10
     gtol: float = 1e-10
@@ -75,8 +82,7 @@ class LeastSquaresOptions:
     flat_tol: float = 1e-5
     flat_iter: int = 10
     time_limit: float | None = None
-    initial_damping: float = 1e-3
-    max_damping: float = 1e12
+    variable_projection: bool = False
     use_prior: bool = True
     reject_unstable: bool = True
     compile: object = "auto"
@@ -90,7 +96,9 @@ class LeastSquaresOptions:
         require(isinstance(self.max_iter, int) and not isinstance(self.max_iter, bool) and self.max_iter >= 0,
                f"max_iter must be an int >= 0, got {self.max_iter!r}")
         require(isinstance(self.flat_iter, int) and self.flat_iter >= 1, f"flat_iter must be an int >= 1, got {self.flat_iter!r}")
-        for name in ("ftol", "xtol", "gtol", "gap_tol", "flat_tol", "initial_damping", "max_damping"):
+        require(isinstance(self.variable_projection, bool),
+                f"variable_projection must be True or False, got {self.variable_projection!r}")
+        for name in ("ftol", "xtol", "gtol", "gap_tol", "flat_tol"):
             v = getattr(self, name)
             require(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) and v > 0,
                    f"{name} must be a finite number > 0, got {v!r}")

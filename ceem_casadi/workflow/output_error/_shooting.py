@@ -14,7 +14,7 @@ def segments(lengths, shooting) -> list[tuple[int, int, int, bool]]:
 
     Examples
     --------
-    >>> from ceem_casadi.workflow._shooting import segments
+    >>> from ceem_casadi.workflow.output_error._shooting import segments
     >>> segments([5], 2)
     [(0, 0, 2, True), (0, 2, 2, True), (0, 4, 1, False)]
     """

@@ -25,17 +25,18 @@ import time
 import casadi as ca
 import numpy as np
 
-from ..errors import ShapeError, SolverError
-from ..io._data import Trajectories
-from ..io._validate import check_data
-from ..model._params import Theta
-from ..model._simulation import rollout, run
-from ..runtime._best import BestIterate
-from ..runtime._callbacks import SparsityCallback
-from ..runtime._model_cache import cached
-from ..runtime._solve import deadline, expired, ipopt_options, ipopt_solver, solve
-from ..runtime._status import Status
-from ._initial_state import estimate_initial_state
+from ...errors import ShapeError, SolverError
+from ...io._data import Trajectories
+from ...io._validate import check_data
+from ...model._params import Theta
+from ...runtime._best import BestIterate
+from ...runtime._callbacks import SparsityCallback
+from ...runtime._model_cache import cached
+from ...runtime._solve import deadline, deadline_after, expired, ipopt_options, ipopt_solver, solve
+from ...runtime._status import Status
+from .._initial_state import estimate_initial_state
+from ._least_squares import output_error_problem
+from ._lm import box_bounds
 from ._output_error_options import OutputErrorOptions, OutputErrorResult
 from ._shooting import ShootingLayout
 
@@ -77,6 +78,8 @@ class OutputErrorProblem:
 
     def __init__(self, model, lengths, shooting, options: OutputErrorOptions):
         self.model, self.lengths, self.shooting = model, tuple(lengths), shooting
+        # the one problem definition: the residuals and gaps of the Levenberg-Marquardt engine's problem
+        self.lsq = output_error_problem(model, self.lengths, shooting)
         params = model.params
         nx, nu, ny, npar = model.nx, model.nu, model.ny, params.size
         self.free = params.free_index
@@ -85,7 +88,7 @@ class OutputErrorProblem:
         self.segs, self.groups, n_u, n_obs = layout.segs, layout.groups, layout.n_u, layout.n_obs
         n_nodes = len(self.segs)
         w = ca.MX.sym("w", nf + nx * n_nodes)
-        z, nodes = w[:nf], ca.reshape(w[nf:], nx, n_nodes)
+        z = w[:nf]
         syms = dict(p_base=ca.MX.sym("p_base", npar), U=ca.MX.sym("U", nu, n_u), Y=ca.MX.sym("Y", ny, n_obs),
                     M=ca.MX.sym("M", ny, n_obs), iv=ca.MX.sym("iv", ny), mu=ca.MX.sym("mu", nf),
                     wp=ca.MX.sym("wp", nf))
@@ -94,14 +97,11 @@ class OutputErrorProblem:
         P = ca.MX.sym("P", sum(sizes))
         parts = ca.vertsplit(P, np.concatenate([[0], np.cumsum(sizes)]).tolist())
         s = {k: ca.reshape(a, v.shape[0], v.shape[1]) for (k, v), a in zip(syms.items(), parts)}
-        E = ca.DM(ca.Sparsity.triplet(npar, nf, self.free.tolist(), list(range(nf))), 1.0)
-        p = s["p_base"] + ca.mtimes(E, z)
-        Yhat, g = layout.free_runs(lambda L: rollout(model, L), nodes, s["U"], p)
-        r = ca.vec(s["M"] * ca.repmat(s["iv"], 1, n_obs) * (s["Y"] - Yhat))
+        r, g = self.lsq.F(w, s["p_base"], s["U"], s["Y"], s["M"], s["iv"])
         prior = s["wp"] * (z - s["mu"])
         cost = 0.5 * ca.sumsqr(r) + 0.5 * ca.sumsqr(prior)
         extra = {}
-        if options.hessian == "gauss-newton":
+        if options.ipopt_hessian == "gauss-newton":
             # cost, gradient J^T r and J^T J from ONE evaluation of the residual Jacobian J per
             # iterate (IPOPT asks for the gradient and the Hessian at the same point)
             jac = ca.jacobian(r, w)
@@ -121,39 +121,19 @@ class OutputErrorProblem:
 
     def parameter(self, model, theta_vec, data: Trajectories, use_prior: bool) -> np.ndarray:
         """The NLP parameter vector: base parameters, the data in segment order, weights, prior
-        (weights from ``model``: the structure is shared with its ``with_noise`` copies)."""
-        base = np.asarray(theta_vec, float).copy()
-        base[self.free] = 0.0
-        U, Y = [], []
-        for L, idx in self.groups:  # the order of the residual columns (see __init__)
-            for i in idx:
-                b, s0, n, _ = self.segs[i]
-                U.append(data.inputs(b)[s0:s0 + L].T)
-                Y.append(data.y[b][s0:s0 + n].T)
-        Y = np.hstack(Y)
-        mask = np.isfinite(Y)
-        mean, wp = model.params.prior
-        wp = wp if use_prior else np.zeros_like(wp)
-        vals = dict(p_base=base, U=np.hstack(U), Y=np.where(mask, Y, 0.0), M=mask.astype(float),
-                    iv=model.noise.inv_measurement_std, mu=mean[self.free], wp=wp[self.free])
+        (bound by the problem definition, `OutputErrorLeastSquares.set_data`)."""
+        self.lsq.set_data(model, theta_vec, data, use_prior)
+        vals = self.lsq.bound_data()
         return np.concatenate([np.asarray(vals[k], float).ravel(order="F") for k in self._names])
 
     def nodes(self, model, theta_vec, data: Trajectories, x0: np.ndarray) -> np.ndarray:
-        """Initial node states (nx, n_nodes): the free run from x0 sampled at the nodes, else
-        (where it is not finite) the EKF/RTS smoothed states."""
-        from ..smoothing._initial_states import eks_states
-
-        runs = [run(model, theta_vec, x0[b], data.inputs(b))[1] for b in range(len(data))]
-        for b, x in enumerate(runs):
-            if not np.all(np.isfinite(x)):
-                runs[b] = eks_states(model, theta_vec, data[b])[0]
-                runs[b][0] = x0[b]
-        return np.array([runs[b][s0] for b, s0, _, _ in self.segs]).T
+        """Initial node states (nx, n_nodes) (`OutputErrorLeastSquares.initial_nodes`)."""
+        return self.lsq.initial_nodes(model, theta_vec, data, x0).T
 
 
 def problem_for(model, lengths, shooting, options: OutputErrorOptions) -> OutputErrorProblem:
     """The cached `OutputErrorProblem` (per model, lengths, shooting, Hessian, max_iter, tol)."""
-    key = (tuple(lengths), shooting, options.hessian, options.max_iter, options.tol)
+    key = (tuple(lengths), shooting, options.ipopt_hessian, options.max_iter, options.tol)
     # per thread: an IPOPT solver's memory, statistics and tracking callback are its own
     return cached(model, "output-error problem", key, lambda: OutputErrorProblem(model, lengths, shooting, options),
                   per_thread=True)
@@ -161,13 +141,6 @@ def problem_for(model, lengths, shooting, options: OutputErrorOptions) -> Output
 
 # largest continuity gap of an iterate that may be returned (multiple shooting)
 CONTINUITY_TOL = 1e-6
-
-
-def _state_bounds(model, value, fill, name) -> np.ndarray:
-    v = np.asarray(fill if value is None else value, float)
-    if v.size not in (1, model.nx):
-        raise ShapeError(f"{name}: expected a scalar or {model.nx} entries (nx), got shape {v.shape}")
-    return np.broadcast_to(v.ravel() if v.size > 1 else v, (model.nx,)).astype(float)
 
 
 def _offer_resimulated(prob, model, theta_vec, data, P, w, lo, hi, tracker) -> None:
@@ -251,10 +224,15 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
         return _refine_with_least_squares(model, data, theta, shooting=shooting, x0=x0, starts=starts, options=options)
     if starts is not None:
         raise ShapeError("starts= needs solver='lm' (OutputErrorOptions(solver='lm'))")
+    return _refine_with_ipopt(model, data, theta, shooting, x0, options, t0)
+
+
+def _refine_with_ipopt(model, data, theta, shooting, x0, options, t0) -> OutputErrorResult:
+    """[`refine_output_error`][ceem_casadi.refine_output_error] with ``solver="ipopt"``."""
     theta_vec = model.params.to_vector(theta)
-    lo = _state_bounds(model, options.x_lower, -np.inf, "x_lower")
-    hi = _state_bounds(model, options.x_upper, np.inf, "x_upper")
-    expires = None if options.time_limit is None else t0 + options.time_limit
+    lo = box_bounds(options.x_lower, model.nx, -np.inf, "x_lower")
+    hi = box_bounds(options.x_upper, model.nx, np.inf, "x_upper")
+    expires = deadline_after(options.time_limit, t0)  # never beyond a deadline already in force
     with deadline(expires):
         if x0 is None:
             x0 = estimate_initial_state(model, data, theta_vec, window=options.x0_window, x_lower=lo, x_upper=hi)
@@ -277,6 +255,20 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
         sol = solve(prob.solver, x0=w0, p=P, lbx=lbx, ubx=ubx, lbg=0.0, ubg=0.0, best=tracker)
         st = prob.solver.stats()
         status = Status.from_ipopt(st["return_status"], time_up=expired())
+    w, cost, g, status, message = _ipopt_outcome(prob, model, theta_vec, data, P, sol, st, status, w0, initial_cost,
+                                                 tracker, lo, hi, options)
+    out = theta_vec.copy()
+    out[free] = w[:free.size]
+    nodes = w[free.size:].reshape(n_nodes, model.nx)
+    first = [i for i, (b, s0, _, _) in enumerate(prob.segs) if s0 == 0]
+    return OutputErrorResult(model.params.from_vector(out), nodes[first], float(cost), status, message,
+                             int(st["iter_count"]), time.perf_counter() - t0, initial_cost,
+                             float(np.max(np.abs(np.asarray(g)))) if prob.ng else 0.0)
+
+
+def _ipopt_outcome(prob, model, theta_vec, data, P, sol, st, status, w0, initial_cost, tracker, lo, hi, options):
+    """The iterate to return after IPOPT (its final one, the best feasible one seen, or the start),
+    its cost and gaps, status and message."""
     w = np.asarray(sol["x"], float).ravel()
     message = f"IPOPT: {st['return_status']} after {st['iter_count']} iterations"
     cost, g = prob.functions(w, P)
@@ -302,13 +294,7 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
         if not float(cost) <= initial_cost:  # safety net: never worse than the start, recomputed
             w, (cost, g) = w0, prob.functions(w0, P)
             message += " (its recomputed cost exceeds the start's: returning the starting point instead)"
-    out = theta_vec.copy()
-    out[free] = w[:free.size]
-    nodes = w[free.size:].reshape(n_nodes, model.nx)
-    first = [i for i, (b, s0, _, _) in enumerate(prob.segs) if s0 == 0]
-    return OutputErrorResult(model.params.from_vector(out), nodes[first], float(cost), status, message,
-                             int(st["iter_count"]), time.perf_counter() - t0, initial_cost,
-                             float(np.max(np.abs(np.asarray(g)))) if prob.ng else 0.0)
+    return w, cost, g, status, message
 
 
 def _refine_with_least_squares(model, data: Trajectories, theta, *, shooting=None, x0=None, starts=None, options=None):
@@ -328,16 +314,9 @@ def _refine_with_least_squares(model, data: Trajectories, theta, *, shooting=Non
     ('lm', 'converged', -0.3)
     """
     options = OutputErrorOptions() if options is None else options
-    tol = options.tol
-    # IPOPT's tol is a scaled KKT error; the engine's relative reduction and step tests stop at
-    # MINPACK's sqrt(eps) scale at most (at 1e-10, 100,000 samples crept on for 400 iterations
-    # after the fit had settled in its first 25: same RMS to 4 digits)
-    from ._least_squares import LeastSquaresOptions, output_error_least_squares
+    from ._fit import output_error_least_squares
 
-    lso = LeastSquaresOptions(max_iter=options.max_iter, ftol=max(tol, 1e-8), xtol=max(tol, 1e-8), gtol=tol,
-                              gap_tol=max(tol, 1e-12) * 100, time_limit=options.time_limit,
-                              use_prior=options.use_prior, x0_window=options.x0_window, x_lower=options.x_lower,
-                              x_upper=options.x_upper, raise_on_failure=options.raise_on_failure)
+    lso = options.least_squares()
     res = output_error_least_squares(model, data, theta, shooting=shooting, x0=x0, starts=starts, options=lso)
     return OutputErrorResult(res.theta, res.x0, res.cost, res.status, res.message, res.iterations, res.wall_s,
                              res.initial_cost, res.constraint_violation, "lm", res.returned, res.starts)

@@ -38,27 +38,19 @@ budget and returns the lowest objective, with one table row per start.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 import casadi as ca
 import numpy as np
 import scipy.sparse as sps
 
-from ..errors import OptionsError, ParameterError, ShapeError, SolverError
-from ..io._data import Trajectories
-from ..io._validate import check_data
-from ..runtime._linalg import BufferedCall
-from ..runtime._model_cache import cached
-from ..runtime._solve import deadline, deadline_after
-from ..runtime._status import Status
-from ._lm import DENSE_MAX, LeastSquaresProblem, box_bounds, levenberg_marquardt, solve_least_squares, to_csc
-from ._lm_options import LeastSquaresOptions, LeastSquaresResult
+from ...io._data import Trajectories
+from ...runtime._linalg import BufferedCall
+from ...runtime._model_cache import cached
+from ._lm import EXPLODING, LeastSquaresProblem, to_csc
 from ._shooting import ShootingLayout
+from ._trust_region import DENSE_MAX
 
-__all__ = ["LeastSquaresOptions", "LeastSquaresResult", "OutputErrorLeastSquares", "output_error_least_squares",
-           "output_error_problem", "solve_least_squares"]
+__all__ = ["OutputErrorLeastSquares", "output_error_problem"]
 
 logger = logging.getLogger(__name__)
 _SENS_MAX = 3e7      # doubles of forward sensitivities above which CasADi's reverse/forward AD is used
@@ -77,7 +69,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
     Examples
     --------
     >>> import numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.workflow._least_squares import output_error_problem
+    >>> from ceem_casadi.workflow.output_error._least_squares import output_error_problem
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...                                          params=cc.Parameters(cc.Param("a", 0.5)), measurement_std=1.0)
     >>> data = cc.Trajectories([np.ones((4, 1))], [np.zeros((4, 1))])
@@ -89,7 +81,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
     """
 
     def __init__(self, model, lengths, shooting, compiled: bool = False):
-        from ..model._simulation import rollout
+        from ...model._simulation import rollout
 
         self.compiled = bool(compiled)
         self.model, self.lengths, self.shooting = model, tuple(lengths), shooting
@@ -145,7 +137,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         na = xa.numel()
         if self.compiled:
             try:
-                from ..runtime._compile import compile_functions
+                from ...runtime._compile import compile_functions
 
                 step, out = compile_functions([step, out], name=f"oe_sens_{model.name}")
             except RuntimeError as exc:  # no compiler, or it failed: the SX virtual machine
@@ -264,6 +256,12 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
             self._single = output_error_problem(model, self.lengths, None)
             self._single.set_data(model, theta_vec, data, use_prior)
 
+    def bound_data(self) -> dict:
+        """The arrays bound by `set_data`: ``p_base`` (n_p,), ``U`` (nu, n_u), ``Y``, ``M`` (ny, n_obs),
+        ``iv`` (ny,), prior mean ``mu`` and weights ``wp`` of the free entries (nf,)."""
+        mu, wp = self._prior
+        return dict(p_base=self._pbase, U=self._U, Y=self._Y, M=self._M, iv=self._iv, mu=mu, wp=wp)
+
     def evaluate(self, w, jac):
         nf = self.free.size
         mu, wp = self._prior
@@ -296,6 +294,11 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
             return None
         return (np.concatenate([r, rp]) if np.any(wp) else r), None, g, None
 
+    def reference_cost(self) -> float:
+        """``0.5 ||weighted y||^2``: the objective of predicting zero output (the yardstick of the
+        engine's exploding-run guard)."""
+        return 0.5 * float(np.sum((self._M * self._iv[:, None] * self._Y) ** 2))
+
     def first_nodes(self) -> list[int]:
         """Index of every trajectory's first node."""
         return [i for i, (_, s0, _, _) in enumerate(self.segs) if s0 == 0]
@@ -312,18 +315,30 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
 
     def initial_nodes(self, model, theta_vec, data: Trajectories, x0: np.ndarray) -> np.ndarray:
         """(n_nodes, nx): the free run from x0 at the nodes (EKF/RTS states where it is not finite)."""
-        from ..model._simulation import run
-        from ..smoothing._initial_states import eks_states
+        from ...model._simulation import run
+        from ...smoothing._initial_states import eks_states
 
         runs = []
         for b in range(len(data)):
             with np.errstate(all="ignore"):
-                x = run(model, theta_vec, x0[b], data.inputs(b))[1]
-            if self.shooting is not None and not np.all(np.isfinite(x)):
+                yh, x = run(model, theta_vec, x0[b], data.inputs(b))
+            if self.shooting is not None and _explodes(yh, data.y[b], model.noise.inv_measurement_std):
                 x = eks_states(model, theta_vec, data[b])[0]
                 x[0] = x0[b]
             runs.append(x)
         return np.array([runs[b][s0] for b, s0, _, _ in self.segs])
+
+
+def _explodes(yhat, y, inv_std) -> bool:
+    """Whether a free run's outputs ``yhat`` (T, ny) are not finite or their weighted error is more
+    than `EXPLODING` times that of predicting zero (then multiple shooting starts its nodes from
+    the EKF/RTS states: nodes on an exploding run made every step look small, issue 32)."""
+    if not np.all(np.isfinite(yhat)):
+        return True
+    mask = np.isfinite(y)
+    e = np.where(mask, (y - yhat) * inv_std, 0.0)
+    z = np.where(mask, y * inv_std, 0.0)
+    return float(np.sum(e ** 2)) > EXPLODING * max(float(np.sum(z ** 2)), 1e-300)
 
 
 def output_error_problem(model, lengths, shooting, compiled: bool = False) -> OutputErrorLeastSquares:
@@ -333,127 +348,3 @@ def output_error_problem(model, lengths, shooting, compiled: bool = False) -> Ou
     # per thread: the problem keeps its data and evaluation buffers (runtime/_model_cache.py)
     return cached(model, "output-error least squares", key, lambda: OutputErrorLeastSquares(model, *key),
                   per_thread=True)
-
-
-def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, Any], *, shooting: int | None = None,
-                               x0=None, starts: Sequence[Mapping[str, Any]] | None = None,
-                               options: LeastSquaresOptions = LeastSquaresOptions()) -> LeastSquaresResult:
-    """Output-error fit of the free parameters and initial states by Levenberg-Marquardt (module docstring).
-
-    Parameters
-    ----------
-    model : StateSpaceModel
-        The model (its ``measurement_std`` weights the outputs).
-    data : Trajectories
-        B trajectories, NaN = missing output.
-    theta : dict
-        Starting parameters, name -> array (all names; fixed entries stay as given).
-    shooting : int, optional
-        ``None`` (single shooting) or the segment length k >= 1 of multiple shooting.
-    x0 : array_like, optional
-        Starting initial states (B, nx) or (nx,); default
-        [`estimate_initial_state`][ceem_casadi.estimate_initial_state] per start.
-    starts : sequence of dict, optional
-        More starting parameter sets (each may give only some names; the others come from
-        ``theta``): the engine runs from ``theta`` and from each, within ``options.time_limit``, and
-        returns the lowest objective; ``result.starts`` has one row per start.
-    options : LeastSquaresOptions
-        Tolerances, limits, bounds on the states.
-
-    Returns
-    -------
-    LeastSquaresResult
-        ``theta`` (dict), ``x0`` (B, nx), ``x`` (free parameters then nodes), ``cost`` (the
-        single-shooting objective, never above the start's), ``status``, ``message``, ``starts``.
-
-    Raises
-    ------
-    SolverError
-        Only with ``options.raise_on_failure`` when the status is ``"solver_failed"``.
-
-    Examples
-    --------
-    >>> import casadi as ca, numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.workflow._least_squares import output_error_least_squares
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), measurement_std=0.1)
-    >>> u = np.sin(0.3 * np.arange(50))[:, None]
-    >>> y = cc.simulate_output(model, {"a": 0.8}, u, np.zeros(1))
-    >>> res = output_error_least_squares(model, cc.Trajectories([y], [u]), {"a": 0.5}, x0=np.zeros(1))
-    >>> str(res.status), round(float(res.theta["a"]), 6)
-    ('converged', 0.8)
-    """
-    if not isinstance(options, LeastSquaresOptions):
-        raise OptionsError(f"options must be a LeastSquaresOptions, got {type(options).__name__}")
-    t0 = time.perf_counter()
-    check_data(model, data)  # the one data check of every entry point (io/_validate.py)
-    if shooting is not None and (int(shooting) != shooting or shooting < 1):
-        raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
-    base = model.params.validate(theta)
-    candidates = [base]
-    for i, s in enumerate(starts or ()):
-        if not isinstance(s, Mapping):
-            raise ParameterError(f"starts[{i}]: expected a dict of parameter values, got {type(s).__name__}")
-        candidates.append(model.params.validate({**base, **s}))
-    nx = model.nx
-    lo_x, hi_x = box_bounds(options.x_lower, nx, -np.inf, "x_lower"), box_bounds(options.x_upper, nx, np.inf, "x_upper")
-    if x0 is not None:
-        x0 = np.asarray(x0, float)
-        x0 = np.tile(x0, (len(data), 1)) if x0.ndim == 1 else x0
-        if x0.shape != (len(data), nx) or not np.all(np.isfinite(x0)):
-            raise ShapeError(f"x0: expected finite initial states ({len(data)}, {nx}) or ({nx},), got {x0.shape}")
-    expires = deadline_after(options.time_limit, t0)  # never beyond a deadline already in force
-    compiled = options.compile is True or (options.compile == "auto" and sum(data.lengths) >= 20000)
-    prob = output_error_problem(model, data.lengths, shooting, compiled)
-    free = prob.free
-    n_nodes = len(prob.segs)
-    lower = np.concatenate([model.params.lower[free], np.tile(lo_x, n_nodes)])
-    upper = np.concatenate([model.params.upper[free], np.tile(hi_x, n_nodes)])
-    rows, results = [], []
-    for k, th in enumerate(candidates):
-        if k > 0 and expires is not None and time.perf_counter() >= expires:
-            rows.append(dict(start=k, initial_cost=float("nan"), cost=float("nan"), status="not run",
-                             iterations=0, wall_s=0.0))
-            continue
-        ts = time.perf_counter()
-        tv = model.params.to_vector(th)
-        xs = x0
-        if xs is None:
-            from ._initial_state import estimate_initial_state
-
-            try:
-                with deadline(expires):
-                    xs = estimate_initial_state(model, data, tv, window=options.x0_window, x_lower=lo_x, x_upper=hi_x)
-            except SolverError as exc:
-                rows.append(dict(start=k, initial_cost=float("nan"), cost=float("nan"), status="solver_failed",
-                                 iterations=0, wall_s=time.perf_counter() - ts, message=str(exc)))
-                continue
-        prob.set_data(model, tv, data, options.use_prior)
-        nodes = np.clip(prob.initial_nodes(model, tv, data, xs), lo_x, hi_x)
-        if prob.n_con:
-            spread = np.std(nodes, axis=0) if n_nodes > 1 else np.abs(nodes[0])
-            spread = np.maximum(spread, 1e-6 * max(float(np.max(spread)), 1e-300))
-            prob.c_scale = np.tile(np.where(spread > 0, spread, 1.0), n_nodes - len(data))
-        w0 = np.concatenate([tv[free], nodes.ravel()])
-        res = levenberg_marquardt(prob, w0, lower, upper, options, expires)
-        res.initial_cost = float(res.initial_cost) if prob.n_con == 0 else prob.objective(w0)
-        out = tv.copy()
-        out[free] = res.x[:free.size]
-        res.theta = model.params.from_vector(out)
-        res.x0 = res.x[free.size:].reshape(n_nodes, nx)[prob.first_nodes()]
-        rows.append(dict(start=k, initial_cost=float(res.initial_cost), cost=float(res.cost), status=str(res.status),
-                         iterations=res.iterations, wall_s=time.perf_counter() - ts))
-        results.append((k, res))
-    if not results:
-        raise SolverError("output_error_least_squares: no start could be run: "
-                          + "; ".join(r.get("message", r["status"]) for r in rows))
-    k, best = min(results, key=lambda kr: (not np.isfinite(kr[1].cost), kr[1].cost))
-    best.starts = rows if len(candidates) > 1 else []
-    if len(candidates) > 1:
-        best.message += f"; start {k} of {len(candidates)} gave the lowest objective"
-    if k != 0:
-        best.initial_cost = results[0][1].initial_cost if results[0][0] == 0 else best.initial_cost
-    best.wall_s = time.perf_counter() - t0
-    if options.raise_on_failure and best.status is Status.SOLVER_FAILED:
-        raise SolverError(f"output_error_least_squares: {best.message}. {best.status.advice}", best)
-    return best

@@ -1,0 +1,199 @@
+"""The output-error fit by the Levenberg-Marquardt engine
+([`output_error_least_squares`][ceem_casadi.workflow.output_error._fit.output_error_least_squares]):
+starting points, initial states and shooting nodes, multi-start, and variable projection of the
+parameters that enter the output linearly (single shooting; `ceem_casadi.workflow.output_error._varpro`)."""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import OptionsError, ParameterError, ShapeError, SolverError
+from ...io._data import Trajectories
+from ...io._validate import check_data
+from ...runtime._solve import deadline, deadline_after
+from ...runtime._status import Status
+from .._initial_state import estimate_initial_state
+from ._least_squares import output_error_problem
+from ._lm import box_bounds, levenberg_marquardt
+from ._lm_options import LeastSquaresOptions, LeastSquaresResult
+from ._varpro import ProjectedProblem, linear_parameters
+
+__all__ = ["output_error_least_squares"]
+
+
+def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, Any], *, shooting: int | None = None,
+                               x0=None, starts: Sequence[Mapping[str, Any]] | None = None,
+                               options: LeastSquaresOptions = LeastSquaresOptions()) -> LeastSquaresResult:
+    """Output-error fit of the free parameters and initial states by Levenberg-Marquardt (module docstring of
+    `ceem_casadi.workflow.output_error._least_squares`).
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model (its ``measurement_std`` weights the outputs).
+    data : Trajectories
+        B trajectories, NaN = missing output.
+    theta : dict
+        Starting parameters, name -> array (all names; fixed entries stay as given).
+    shooting : int, optional
+        ``None`` (single shooting) or the segment length k >= 1 of multiple shooting.
+    x0 : array_like, optional
+        Starting initial states (B, nx) or (nx,); default
+        [`estimate_initial_state`][ceem_casadi.estimate_initial_state] per start.
+    starts : sequence of dict, optional
+        More starting parameter sets (each may give only some names; the others come from
+        ``theta``): the engine runs from ``theta`` and from each, within ``options.time_limit``, and
+        returns the lowest objective; ``result.starts`` has one row per start.
+    options : LeastSquaresOptions
+        Tolerances, limits, bounds on the states, variable projection.
+
+    Returns
+    -------
+    LeastSquaresResult
+        ``theta`` (dict), ``x0`` (B, nx), ``x`` (free parameters then nodes), ``cost`` (the
+        single-shooting objective, never above the start's), ``status``, ``message``, ``starts``.
+
+    Raises
+    ------
+    SolverError
+        Only with ``options.raise_on_failure`` when the status is ``"solver_failed"``.
+
+    Examples
+    --------
+    >>> import casadi as ca, numpy as np, ceem_casadi as cc
+    >>> from ceem_casadi.workflow.output_error._fit import output_error_least_squares
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), measurement_std=0.1)
+    >>> u = np.sin(0.3 * np.arange(50))[:, None]
+    >>> y = cc.simulate_output(model, {"a": 0.8}, u, np.zeros(1))
+    >>> res = output_error_least_squares(model, cc.Trajectories([y], [u]), {"a": 0.5}, x0=np.zeros(1))
+    >>> str(res.status), round(float(res.theta["a"]), 6)
+    ('converged', 0.8)
+    """
+    if not isinstance(options, LeastSquaresOptions):
+        raise OptionsError(f"options must be a LeastSquaresOptions, got {type(options).__name__}")
+    t0 = time.perf_counter()
+    check_data(model, data)  # the one data check of every entry point (io/_validate.py)
+    if shooting is not None and (int(shooting) != shooting or shooting < 1):
+        raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
+    candidates = _candidates(model, theta, starts)
+    x0 = _initial_states(x0, len(data), model.nx)
+    expires = deadline_after(options.time_limit, t0)  # never beyond a deadline already in force
+    fit = _Fit(model, data, shooting, options, expires)
+    rows, results = [], []
+    for k, th in enumerate(candidates):
+        if k > 0 and expires is not None and time.perf_counter() >= expires:
+            rows.append(dict(start=k, initial_cost=float("nan"), cost=float("nan"), status="not run",
+                             iterations=0, wall_s=0.0))
+            continue
+        ts = time.perf_counter()
+        try:
+            res = fit.run(th, x0)
+        except SolverError as exc:   # the initial-state estimate failed
+            rows.append(dict(start=k, initial_cost=float("nan"), cost=float("nan"), status="solver_failed",
+                             iterations=0, wall_s=time.perf_counter() - ts, message=str(exc)))
+            continue
+        rows.append(dict(start=k, initial_cost=float(res.initial_cost), cost=float(res.cost), status=str(res.status),
+                         iterations=res.iterations, wall_s=time.perf_counter() - ts))
+        results.append((k, res))
+    if not results:
+        raise SolverError("output_error_least_squares: no start could be run: "
+                          + "; ".join(r.get("message", r["status"]) for r in rows))
+    k, best = min(results, key=lambda kr: (not np.isfinite(kr[1].cost), kr[1].cost))
+    best.starts = rows if len(candidates) > 1 else []
+    if len(candidates) > 1:
+        best.message += f"; start {k} of {len(candidates)} gave the lowest objective"
+    if k != 0:
+        best.initial_cost = results[0][1].initial_cost if results[0][0] == 0 else best.initial_cost
+    best.wall_s = time.perf_counter() - t0
+    if options.raise_on_failure and best.status is Status.SOLVER_FAILED:
+        raise SolverError(f"output_error_least_squares: {best.message}. {best.status.advice}", best)
+    return best
+
+
+def _candidates(model, theta, starts) -> list:
+    """The validated starting parameter sets: ``theta``, then each of ``starts`` completed by it."""
+    base = model.params.validate(theta)
+    out = [base]
+    for i, s in enumerate(starts or ()):
+        if not isinstance(s, Mapping):
+            raise ParameterError(f"starts[{i}]: expected a dict of parameter values, got {type(s).__name__}")
+        out.append(model.params.validate({**base, **s}))
+    return out
+
+
+def _initial_states(x0, B: int, nx: int):
+    """``x0`` as (B, nx) (None stays None)."""
+    if x0 is None:
+        return None
+    x0 = np.asarray(x0, float)
+    x0 = np.tile(x0, (B, 1)) if x0.ndim == 1 else x0
+    if x0.shape != (B, nx) or not np.all(np.isfinite(x0)):
+        raise ShapeError(f"x0: expected finite initial states ({B}, {nx}) or ({nx},), got {x0.shape}")
+    return x0
+
+
+class _Fit:
+    """One output-error problem (model, data, shooting, options) run from one start after another."""
+
+    def __init__(self, model, data, shooting, options, expires):
+        self.model, self.data, self.options, self.expires = model, data, options, expires
+        nx = model.nx
+        self.lo_x = box_bounds(options.x_lower, nx, -np.inf, "x_lower")
+        self.hi_x = box_bounds(options.x_upper, nx, np.inf, "x_upper")
+        compiled = options.compile is True or (options.compile == "auto" and sum(data.lengths) >= 20000)
+        self.prob = output_error_problem(model, data.lengths, shooting, compiled)
+        free, n_nodes = self.prob.free, len(self.prob.segs)
+        self.lower = np.concatenate([model.params.lower[free], np.tile(self.lo_x, n_nodes)])
+        self.upper = np.concatenate([model.params.upper[free], np.tile(self.hi_x, n_nodes)])
+        self.linear = np.zeros(0, int)
+        if shooting is None and options.variable_projection:
+            self.linear = linear_parameters(model)
+
+    def _start(self, tv, x0):
+        """The engine's starting unknowns (free parameters, nodes) with the data bound."""
+        prob, model = self.prob, self.model
+        if x0 is None:
+            with deadline(self.expires):
+                x0 = estimate_initial_state(model, self.data, tv, window=self.options.x0_window,
+                                            x_lower=self.lo_x, x_upper=self.hi_x)
+        prob.set_data(model, tv, self.data, self.options.use_prior)
+        nodes = np.clip(prob.initial_nodes(model, tv, self.data, x0), self.lo_x, self.hi_x)
+        n_nodes = len(prob.segs)
+        if prob.n_con:
+            spread = np.std(nodes, axis=0) if n_nodes > 1 else np.abs(nodes[0])
+            spread = np.maximum(spread, 1e-6 * max(float(np.max(spread)), 1e-300))
+            prob.c_scale = np.tile(np.where(spread > 0, spread, 1.0), n_nodes - len(self.data))
+        return np.concatenate([tv[prob.free], nodes.ravel()])
+
+    def run(self, theta, x0) -> LeastSquaresResult:
+        """The engine from ``theta`` (and ``x0`` (B, nx) or None); theta and x0 filled in."""
+        model, prob = self.model, self.prob
+        tv = model.params.to_vector(theta)
+        w0 = self._start(tv, x0)
+        if self.linear.size:
+            res = self._run_projected(w0)
+        else:
+            res = levenberg_marquardt(prob, w0, self.lower, self.upper, self.options, self.expires)
+            res.initial_cost = float(res.initial_cost) if prob.n_con == 0 else prob.objective(w0)
+        free = prob.free
+        out = tv.copy()
+        out[free] = res.x[:free.size]
+        res.theta = model.params.from_vector(out)
+        res.x0 = res.x[free.size:].reshape(len(prob.segs), model.nx)[prob.first_nodes()]
+        return res
+
+    def _run_projected(self, w0) -> LeastSquaresResult:
+        """Variable projection (`ceem_casadi.workflow.output_error._varpro`): the engine on the
+        other unknowns, the linear ones solved for at every evaluation."""
+        proj = ProjectedProblem(self.prob, self.linear, w0[self.linear])
+        other = proj.other
+        res = levenberg_marquardt(proj, w0[other], self.lower[other], self.upper[other], self.options, self.expires)
+        res.x = proj.full_vector(res.x)
+        res.initial_cost = self.prob.objective(w0)     # the start as given (before c is eliminated)
+        res.message += (f"; variable projection: {self.linear.size} parameter entries that enter the output "
+                        "linearly solved by linear least squares at every evaluation")
+        return res

@@ -1,0 +1,420 @@
+"""A Levenberg-Marquardt (trust-region) engine for nonlinear least squares with equality
+constraints and bounds, on exact sparse CasADi Jacobians: the solver behind output error
+(`output_error_least_squares`) and `solve_least_squares` (module docstring of
+`ceem_casadi.workflow.output_error._least_squares` for the method)."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+
+import casadi as ca
+import numpy as np
+import scipy.sparse as sps
+
+from ...errors import OptionsError, ShapeError, SolverError
+from ...runtime._best import BestIterate
+from ...runtime._solve import deadline_after
+from ...runtime._status import Status
+from ._lm_options import LeastSquaresOptions, LeastSquaresResult
+from ._trust_region import Subproblem, second_order_correction
+
+logger = logging.getLogger(__name__)
+_ACCEPT = 1e-4          # minimum ratio actual / predicted reduction of the merit
+_ROUNDOFF_GTOL = 1e-6   # cosine test of a point where no step decreases the objective any more
+EXPLODING = 100.0       # objective / that of predicting zero output above which a run is "diverged"
+
+
+def to_csc(m: ca.DM) -> sps.csc_matrix:
+    sp = m.sparsity()
+    colind, row = sp.get_ccs()
+    return sps.csc_matrix((np.asarray(m.nonzeros(), float), np.asarray(row), np.asarray(colind)), shape=m.shape)
+
+
+class LeastSquaresProblem:
+    """Evaluations the engine needs (the output-error and the generic problems implement them).
+
+    ``evaluate(w, jac)`` -> ``(r (m,), J (m, n) csc or None, c (q,), C (q, n) csc or None)`` or None
+    when not finite; ``objective(w)`` -> the honest objective used to rank iterates (inf when the
+    free run is not finite); ``c_scale`` (q,) divides the gaps."""
+
+    n_con = 0
+    c_scale = np.ones(0)
+
+    def reference_cost(self) -> float | None:
+        """Objective of a trivially stable prediction (output error: zero output), the yardstick of
+        the exploding-run guard; None: no guard (the generic problem)."""
+        return None
+
+    def objective(self, w, r=None):  # default: the least-squares cost itself
+        if r is None:
+            out = self.evaluate(w, False)
+            if out is None:
+                return np.inf
+            r = out[0]
+        return 0.5 * float(r @ r)
+
+
+def _blas_single_thread():
+    """One BLAS thread for the engine's small dense products when threadpoolctl is installed (an
+    optional extra): on a loaded 2-core machine the 100,000 x 28 Gram matrix took 4 ms or 1.5 s
+    depending on whether OpenBLAS's threads had to be woken against other processes."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
+
+
+def levenberg_marquardt(prob: LeastSquaresProblem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, opts: LeastSquaresOptions,
+        expires: float | None) -> LeastSquaresResult:
+    """Trust-region Levenberg-Marquardt (module docstring) from ``w0``; returns the best iterate."""
+    with _blas_single_thread():
+        return _lm_run(prob, w0, lower, upper, opts, expires)
+
+
+def _lm_run(prob: LeastSquaresProblem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, opts: LeastSquaresOptions,
+            expires: float | None) -> LeastSquaresResult:
+    return _Engine(prob, lower, upper, opts, expires).run(w0)
+
+
+class _Trial:
+    """An accepted trial step: the new iterate, its evaluation and the numbers of the stopping tests."""
+
+    def __init__(self, w, out, ratio, step, small_step, small_f):
+        self.w, self.out, self.ratio, self.step = w, out, ratio, step
+        self.small_step, self.small_f = small_step, small_f
+
+
+class _Engine:
+    """One run of the trust-region Levenberg-Marquardt method (module docstring of
+    `ceem_casadi.workflow.output_error._least_squares`): the state of the iteration (scaling ``D``,
+    trust radius, l1 penalty ``nu``, best iterate) and one method per piece of an iteration."""
+
+    def __init__(self, prob, lower, upper, opts, expires):
+        self.prob, self.lower, self.upper, self.opts, self.expires = prob, lower, upper, opts, expires
+        self.q, self.cs = prob.n_con, prob.c_scale
+        self.nu = 0.0
+        self.radius = None
+        self.it = self.evals = 0
+
+    # -- budget and tests ------------------------------------------------------------------------
+    def _expired(self) -> bool:
+        return self.expires is not None and time.perf_counter() >= self.expires
+
+    def _merit(self, r, c) -> float:
+        """Scaled objective plus the l1 penalty of the scaled gaps."""
+        return 0.5 * float(r @ r) / self.norm + (self.nu * float(np.abs(c / self.cs).sum()) if self.q else 0.0)
+
+    def _feasible(self, c) -> bool:
+        return self.q == 0 or float(np.max(np.abs(c / self.cs), initial=0.0)) <= self.opts.gap_tol
+
+    def _tiny(self, w, Dsafe) -> float:
+        """Trust radius (scaled) below which no step is tried any more."""
+        return self.opts.xtol * (self.opts.xtol + np.linalg.norm(w * Dsafe))
+
+    # -- one iteration -----------------------------------------------------------------------------
+    def _scaled_model(self, w, r, J):
+        """Scale the Jacobian (More's ``D``, residuals by the start's objective); return the free
+        mask and whether the cosine test (``gtol``, single shooting) holds."""
+        dense = isinstance(J, np.ndarray)
+        Js, self.rs = J / np.sqrt(self.norm), r / np.sqrt(self.norm)
+        colnorm = np.sqrt(np.einsum("ij,ij->j", Js, Js)) if dense else \
+            np.sqrt(np.asarray(Js.multiply(Js).sum(axis=0)).ravel())
+        self.D = np.maximum(self.D, colnorm)   # More's scaling
+        self.Dsafe = np.where(self.D > 0, self.D, 1.0)
+        self.Jsc = Js / self.Dsafe if dense else (Js @ sps.diags(1.0 / self.Dsafe)).tocsc()
+        grad = np.asarray(self.Jsc.T @ self.rs).ravel()
+        span = np.maximum(1.0, np.abs(w))
+        free = ~(((w <= self.lower + 1e-12 * span) & (grad > 0)) | ((w >= self.upper - 1e-12 * span) & (grad < 0)))
+        self.cosine = np.zeros(0)
+        if self.q:
+            return free, grad, False
+        rn = np.sqrt(float(self.rs @ self.rs))
+        colsc = (colnorm / self.Dsafe)[free]
+        self.cosine = np.abs(grad[free]) / np.maximum(colsc * rn, 1e-300)
+        return free, grad, bool(rn == 0.0 or self.cosine.size == 0 or float(np.max(self.cosine)) <= self.opts.gtol)
+
+    def _subproblem(self, free, grad, c, C):
+        Jf = self.Jsc[:, free]
+        self.Cs = self.Cf = self.cv = None
+        if self.q:
+            self.Cs = (sps.diags(1.0 / self.cs) @ C @ sps.diags(1.0 / self.Dsafe)).tocsc()
+            self.Cf, self.cv = self.Cs[:, free], c / self.cs
+        H = sps.csc_matrix(Jf.T @ Jf) if isinstance(Jf, np.ndarray) else (Jf.T @ Jf).tocsc()
+        return Subproblem(H, grad[free], self.Cf, self.cv)
+
+    def _evaluate_trial(self, w_try):
+        """The trial's evaluation and whether it may be accepted (finite; stable free run when asked)."""
+        out = self.prob.evaluate(w_try, False)
+        self.evals += 1
+        ok = out is not None
+        if ok and self.q and self.opts.reject_unstable:
+            ok = bool(np.isfinite(self.prob.objective(w_try)))
+        return out, ok
+
+    def _second_order_correction(self, w, w_try, out_try, free, m_now, pred):
+        """Second-order correction (Maratos effect: the l1 merit rejects good steps for the O(|d|^2)
+        continuity gaps they open): least-norm step back onto c = 0; the corrected trial or None."""
+        soc = second_order_correction(self.Cf, out_try[2] / self.cs, free, w.size)
+        if soc is None:
+            return None
+        w_soc = np.clip(w_try + soc / self.Dsafe, self.lower, self.upper)
+        out_soc, ok_soc = self._evaluate_trial(w_soc)
+        if not ok_soc:
+            return None
+        ratio_soc = (m_now - self._merit(out_soc[0], out_soc[2])) / pred
+        return (w_soc, out_soc, ratio_soc) if ratio_soc >= _ACCEPT else None
+
+    def _try_step(self, sub, w, r, c, free):
+        """One trial of radius ``self.radius``: ``_Trial`` when accepted, else None (radius shrunk)."""
+        try:
+            dfree, mult = sub.solve(self.radius)
+        except (np.linalg.LinAlgError, RuntimeError, ValueError):
+            dfree, mult = None, None
+        if dfree is None or not np.all(np.isfinite(dfree)):
+            self.radius *= 0.25
+            return None
+        d = np.zeros(w.size)
+        d[free] = dfree
+        w_try = np.clip(w + d / self.Dsafe, self.lower, self.upper)
+        d_eff = (w_try - w) * self.Dsafe
+        step = float(np.linalg.norm(d_eff))
+        if self.q and mult is not None:
+            # the l1 penalty from this step's multipliers (not the largest seen: a penalty
+            # kept from early iterations rejected good steps for their O(|d|^2) gaps and
+            # stalled the oscillator of tests/test_cli_workflow.py at 68x the optimum)
+            self.nu = 1.1 * float(np.max(np.abs(mult), initial=0.0))
+        m_now = self._merit(r, c)
+        lin_r = self.rs + self.Jsc @ d_eff
+        pred = m_now - (0.5 * float(lin_r @ lin_r)
+                        + (self.nu * float(np.abs(self.cv + self.Cs @ d_eff).sum()) if self.q else 0.0))
+        out_try, ok = self._evaluate_trial(w_try)
+        ratio = (m_now - self._merit(out_try[0], out_try[2])) / pred if ok and pred > 0 else -1.0
+        if self.q and out_try is not None and pred > 0 and ratio < _ACCEPT:
+            corrected = self._second_order_correction(w, w_try, out_try, free, m_now, pred)
+            if corrected is not None:
+                (w_try, out_try, ratio), ok = corrected, True
+                step = float(np.linalg.norm((w_try - w) * self.Dsafe))
+        if ratio < 0.25:
+            self.radius = 0.25 * (step if ok and step > 0 else self.radius)
+        elif ratio > 0.75 and step >= 0.95 * self.radius:
+            self.radius *= 2.0
+        if ratio < _ACCEPT:
+            return None
+        actual = ratio * pred
+        rel = max(m_now, 1e-300)
+        return _Trial(w_try, out_try, ratio, step, step <= self._tiny(w, self.Dsafe),
+                      abs(actual) <= self.opts.ftol * rel and pred <= self.opts.ftol * rel)
+
+    def _search(self, sub, w, r, c, free):
+        """Shrink the trust region until a trial is accepted (``_Trial``), or None (time, or a radius
+        at round-off)."""
+        while not self._expired():
+            trial = self._try_step(sub, w, r, c, free)
+            if trial is not None:
+                return trial
+            if self.radius <= self._tiny(w, self.Dsafe):
+                return None
+        return None
+
+    def _no_step_status(self, sub, w, c):
+        """Status when no step was accepted: the model predicts decreases that round-off swallows
+        (a first-order point: converged) or a stall."""
+        if self._expired():
+            return Status.TIME_LIMIT, "time limit"
+        if self.q == 0:
+            stationary = float(np.max(self.cosine, initial=0.0)) <= _ROUNDOFF_GTOL
+        else:  # feasible, and the undamped step is at round-off relative to the iterate
+            try:
+                d0 = sub.solve(np.inf)[0]
+            except (np.linalg.LinAlgError, RuntimeError, ValueError):
+                d0 = np.full(1, np.inf)
+            stationary = self._feasible(c) and \
+                float(np.linalg.norm(d0)) <= np.sqrt(_ROUNDOFF_GTOL) * (1.0 + np.linalg.norm(w * self.Dsafe))
+        return (Status.CONVERGED, "no decrease left above round-off at a stationary point") \
+            if stationary else (Status.STALLED, "no acceptable step in a trust region down to xtol")
+
+    def _converged_after(self, trial, c):
+        """Status of the stopping tests after an accepted step, or None to go on."""
+        if not self._feasible(c):
+            return None
+        if trial.small_step or trial.small_f:
+            return Status.CONVERGED, "step test (xtol)" if trial.small_step else "reduction test (ftol)"
+        k, h = self.opts.flat_iter, self.history
+        if len(h) > k and h[-k - 1] - h[-1] <= self.opts.flat_tol * abs(h[-1]):
+            return Status.CONVERGED, (f"flat valley: the objective fell by less than {self.opts.flat_tol:g} "
+                                      f"(relative) over the last {k} iterations")
+        return None
+
+    def _iterate(self, w, out):
+        """Iterations from the evaluated ``w``; returns ``(w, status, why)``."""
+        r, J, c, C = out
+        while True:
+            if self._expired():
+                return w, Status.TIME_LIMIT, "time limit"
+            if self.it >= self.opts.max_iter:
+                return w, Status.MAX_ITERS, f"iteration limit ({self.opts.max_iter})"
+            self.it += 1
+            free, grad, gradient_test = self._scaled_model(w, r, J)
+            if gradient_test:
+                return w, Status.CONVERGED, "gradient test (gtol)"
+            sub = self._subproblem(free, grad, c, C)
+            if self.radius is None:
+                self.radius = float(np.linalg.norm(w * self.Dsafe)) or 1.0
+            trial = self._search(sub, w, r, c, free)
+            if trial is None:
+                return (w, *self._no_step_status(sub, w, c))
+            w = trial.w
+            out = self.prob.evaluate(w, True)
+            if out is None:  # pragma: no cover - the trial was finite at this point
+                return w, Status.SOLVER_FAILED, "the Jacobian is not finite at an accepted iterate"
+            r, J, c, C = out
+            honest = self.prob.objective(w, r if self.q == 0 else None)
+            self.history.append(honest)
+            logger.debug("iteration %d: objective %.10g, trust radius %.3g, ratio %.3g, scaled step %.3g",
+                         self.it, honest, self.radius, trial.ratio, trial.step)
+            self.best.offer(w, honest, label=f"iteration {self.it}")
+            stop = self._converged_after(trial, c)
+            if stop is not None:
+                return (w, *stop)
+
+    def run(self, w0) -> LeastSquaresResult:
+        t0 = time.perf_counter()
+        w = np.clip(np.asarray(w0, float), self.lower, self.upper)
+        out = self.prob.evaluate(w, True)
+        if out is None:
+            return LeastSquaresResult(w, np.inf, np.inf, Status.SOLVER_FAILED,
+                                      "the residuals are not finite at the start; start inside the model's domain",
+                                      0, 1, time.perf_counter() - t0, "start")
+        r = out[0]
+        self.norm = max(0.5 * float(r @ r), 1e-300)      # residual scaling: the objective relative to the start's
+        honest_start = self.prob.objective(w, r if self.q == 0 else None)
+        self.best = BestIterate(w, honest_start, label="the starting point")
+        self.history = [honest_start]
+        self.D = np.zeros(w.size)
+        w, status, why = self._iterate(w, out)
+        return self._finish(w, status, why, honest_start, t0)
+
+    def _finish(self, w, status, why, honest_start, t0) -> LeastSquaresResult:
+        """The best iterate (`BestIterate`), the exploding-run guard, the result."""
+        last = self.history[-1]
+        w_out, cost, note = self.best.choose(w, last, label="the last iterate")
+        if note == "returning the last iterate":
+            returned = "start" if len(self.history) == 1 else "last"
+            if returned == "start":
+                note = "returning the starting point (no step was accepted)"
+        else:
+            returned = "start" if self.best.is_start else "best"
+        status, why = _exploding_guard(self.prob, status, why, cost)
+        gap = 0.0
+        if self.q:
+            o = self.prob.evaluate(w_out, False)
+            gap = float(np.max(np.abs(o[2]), initial=0.0)) if o is not None else np.inf
+        msg = f"Levenberg-Marquardt: {status} ({why}) after {self.it} iterations, {self.evals} trial evaluations; {note}"
+        if status is Status.DIVERGED:
+            msg += ". " + Status.DIVERGED.advice
+        return LeastSquaresResult(w_out, float(cost), float(honest_start), status, msg, self.it, self.evals,
+                                  time.perf_counter() - t0, returned, gap, self.history)
+
+
+def _exploding_guard(prob, status, why, cost):
+    """``(status, why)``, with ``converged`` (or a stall, or the iteration limit) replaced by
+    ``diverged`` when the returned objective is more than `EXPLODING` times the problem's
+    `reference_cost` (the objective of predicting zero output): the free run explodes, and no
+    convergence test means anything there (issue 32: ``x+ = a x + b u`` from a = 1.2, truth 0.7,
+    fell from 2.2e48 to 3.8e17 in 2 iterations, a unchanged, and reported ``converged``)."""
+    if status in (Status.TIME_LIMIT, Status.SOLVER_FAILED):
+        return status, why
+    ref = prob.reference_cost()
+    if ref is None or not np.isfinite(ref) or cost <= EXPLODING * max(ref, 1e-300):
+        return status, why
+    return Status.DIVERGED, (f"{why}, but the objective {cost:.3g} is {cost / max(ref, 1e-300):.3g} times that "
+                             f"of predicting zero output ({ref:.3g}): the free run explodes")
+
+
+# --------------------------------------------------------------------------------------------------
+# generic problems
+class _GenericProblem(LeastSquaresProblem):
+    def __init__(self, residual: ca.Function, p):
+        if not isinstance(residual, ca.Function) or residual.n_out() < 1 or residual.n_in() not in (1, 2):
+            raise OptionsError("residual: expected a casadi.Function r(x) or r(x, p) with the residual vector "
+                               f"as its first output, got {residual!r}")
+        x = ca.MX.sym("x", residual.sparsity_in(0))
+        args = [x]
+        if residual.n_in() == 2:
+            pp = ca.MX.sym("p", residual.sparsity_in(1))
+            args.append(pp)
+            self.p = ca.DM(np.zeros(residual.sparsity_in(1).shape) if p is None else np.asarray(p, float))
+        else:
+            self.p = None
+        r = ca.vec(residual(*args) if residual.n_out() == 1 else residual(*args)[0])
+        self.F = ca.Function("lm_r", args, [r])
+        self.FJ = ca.Function("lm_rJ", args, [r, ca.jacobian(r, x)])
+        self.n = x.numel()
+
+    def evaluate(self, w, jac):
+        args = [w] if self.p is None else [w, self.p]
+        if jac:
+            r, J = self.FJ(*args)
+            r = np.asarray(r, float).ravel()
+            J = to_csc(J)
+            if not (np.all(np.isfinite(r)) and np.all(np.isfinite(J.data))):
+                return None
+            return r, J, np.zeros(0), None
+        r = np.asarray(self.F(*args), float).ravel()
+        return (r, None, np.zeros(0), None) if np.all(np.isfinite(r)) else None
+
+
+def box_bounds(value, n, fill, name):
+    v = np.asarray(fill if value is None else value, float)
+    if v.size not in (1, n):
+        raise ShapeError(f"{name}: expected a scalar or {n} entries, got shape {v.shape}")
+    return np.broadcast_to(v.ravel() if v.size > 1 else v, (n,)).astype(float)
+
+
+def solve_least_squares(residual: ca.Function, x0, *, p=None, lower=None, upper=None,
+                        options: LeastSquaresOptions = LeastSquaresOptions()) -> LeastSquaresResult:
+    """Minimise ``0.5 ||r(x)||^2`` subject to ``lower <= x <= upper`` with the engine of this module.
+
+    Parameters
+    ----------
+    residual : casadi.Function
+        ``r(x)`` or ``r(x, p)``: the residual vector (m,) (first output) of the unknowns (n,); its
+        exact sparse Jacobian is built by CasADi AD once.
+    x0 : array_like
+        (n,) start.
+    p : array_like, optional
+        Value of the second input of ``residual``.
+    lower, upper : float or array_like, optional
+        Bounds (scalar or (n,)), default unbounded.
+    options : LeastSquaresOptions
+        Tolerances and limits (the output-error fields are ignored).
+
+    Returns
+    -------
+    LeastSquaresResult
+        ``x``, ``cost`` (never above the start's), ``status``, ``message``.
+
+    Examples
+    --------
+    >>> import casadi as ca
+    >>> from ceem_casadi.workflow import solve_least_squares
+    >>> x = ca.SX.sym("x", 2)
+    >>> rosenbrock = ca.Function("r", [x], [ca.vertcat(10 * (x[1] - x[0] ** 2), 1 - x[0])])
+    >>> res = solve_least_squares(rosenbrock, [-1.2, 1.0])
+    >>> str(res.status), [round(float(v), 6) for v in res.x]
+    ('converged', [1.0, 1.0])
+    """
+    prob = _GenericProblem(residual, p)
+    w0 = np.asarray(x0, float).ravel()
+    if w0.size != prob.n:
+        raise ShapeError(f"x0: expected {prob.n} entries (the residual's first input), got {w0.size}")
+    lo, hi = box_bounds(lower, prob.n, -np.inf, "lower"), box_bounds(upper, prob.n, np.inf, "upper")
+    if np.any(lo > hi):
+        raise ShapeError("lower must not exceed upper")
+    expires = deadline_after(options.time_limit)  # never beyond a deadline already in force
+    res = levenberg_marquardt(prob, w0, lo, hi, options, expires)
+    if options.raise_on_failure and res.status is Status.SOLVER_FAILED:
+        raise SolverError(f"solve_least_squares: {res.message}. {res.status.advice}", res)
+    return res

@@ -1,0 +1,77 @@
+"""The output-error engine (issue 32 items 3-4, issue 31 item 4): the exploding-start guard, one
+options type, variable projection of the parameters that enter the output linearly."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ceem_casadi as cc
+
+
+def _scalar_case(T=600, seed=0):
+    """``x+ = a x + b u``, ``y = x + e`` (truth a = 0.7, b = 1) and the model started at a = 1.2."""
+    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + p.b * u, lambda x, u, p: x, nx=1, nu=1,
+                                             params=cc.Parameters(cc.Param("a", 1.2), cc.Param("b", 1.0)),
+                                             measurement_std=0.1)
+    rng = np.random.default_rng(seed)
+    u = rng.normal(size=(T, 1))
+    y = cc.simulate_output(model, {"a": 0.7, "b": 1.0}, u, np.zeros(1)) + 0.1 * rng.normal(size=(T, 1))
+    return model, cc.Trajectories([y], [u])
+
+
+def test_exploding_start_is_not_reported_converged_and_multiple_shooting_recovers():
+    """Issue 32: from a = 1.2 the free run grows like 1.2^600; the engine used to stop on its step
+    test after 2 iterations (a unchanged) and say "converged"."""
+    model, data = _scalar_case()
+    res = cc.refine_output_error(model, data, {"a": 1.2, "b": 1.0})
+    assert res.status is cc.Status.DIVERGED and not res.success, res.message
+    assert "shooting=" in res.message and "explodes" in res.message
+    ms = cc.refine_output_error(model, data, {"a": 1.2, "b": 1.0}, shooting=20)
+    assert ms.status is cc.Status.CONVERGED, ms.message
+    assert abs(float(ms.theta["a"]) - 0.7) < 0.01 and abs(float(ms.theta["b"]) - 1.0) < 0.03
+
+
+def test_options_refuse_a_field_of_the_other_solver():
+    """Issue 32 item 3: no field accepted and ignored."""
+    with pytest.raises(cc.OptionsError, match="hessian applies to solver='ipopt' only"):
+        cc.OutputErrorOptions(hessian="exact")
+    with pytest.raises(cc.OptionsError, match="variable_projection applies to solver='lm' only"):
+        cc.OutputErrorOptions(solver="ipopt", variable_projection=False)
+    assert cc.OutputErrorOptions(solver="ipopt", hessian="exact").ipopt_hessian == "exact"
+    assert cc.OutputErrorOptions().max_iter == cc.workflow.LeastSquaresOptions().max_iter   # one default
+
+
+def _wiener_hammerstein_case():
+    """A small Wiener-Hammerstein system with a cubic nonlinearity; the start has the identity for f."""
+    model = cc.model.wiener_hammerstein(2, 2, degree=3, measurement_std=0.01)
+    truth = dict(model.params.initial(), g1_den=np.array([-1.2, 0.5]), g2_den=np.array([-0.6, 0.2]),
+                 g1_num=np.array([1.0, 0.3]), g2_num=np.array([0.4, -0.2]), f_coef=np.array([0.1, 1.0, 0.5, -0.3]))
+    rng = np.random.default_rng(0)
+    u = rng.normal(size=(400, 1))
+    y = cc.simulate_output(model, truth, u, np.zeros(model.nx)) + 0.01 * rng.normal(size=(400, 1))
+    start = dict(truth, g1_den=np.array([-1.0, 0.3]), g2_den=np.array([-0.4, 0.1]), f_coef=np.array([0.0, 1.0, 0.0, 0.0]))
+    return model, cc.Trajectories([y], [u]), truth, start
+
+
+def test_variable_projection_reaches_the_full_optimum_in_fewer_iterations():
+    """Issue 31 item 4: eliminating the polynomial coefficients (they enter the output linearly)
+    gives the optimum of the full Levenberg-Marquardt run (measured: 8 iterations against 20)."""
+    model, data, truth, start = _wiener_hammerstein_case()
+    full = cc.refine_output_error(model, data, start, x0=np.zeros(model.nx))
+    proj = cc.refine_output_error(model, data, start, x0=np.zeros(model.nx),
+                                  options=cc.OutputErrorOptions(variable_projection=True))
+    assert full.status == proj.status == "converged", (full.message, proj.message)
+    assert "variable projection" in proj.message and "variable projection" not in full.message
+    assert proj.cost == pytest.approx(full.cost, rel=1e-9)
+    for name in ("f_coef", "g1_den", "g2_den", "g1_num", "g2_num"):
+        np.testing.assert_allclose(proj.theta[name], full.theta[name], atol=1e-6)
+    np.testing.assert_allclose(proj.theta["f_coef"], truth["f_coef"], atol=2e-3)
+    assert proj.iterations < full.iterations
+
+
+def test_linear_parameters_are_the_output_layer_of_an_mlp_nonlinearity():
+    from ceem_casadi.workflow.output_error._varpro import linear_parameters
+
+    model = cc.model.wiener_hammerstein(2, 2, nonlinearity="mlp", hidden=3)
+    names = [n for n in model.params.names for _ in range(model.params[n].size)]
+    assert [names[model.params.free_index[i]] for i in linear_parameters(model)] == ["f_W1"] * 3 + ["f_b1"]
