@@ -196,7 +196,7 @@ def _main(argv=None):
     sub = Trajectories(list(y[:nb]), list(u[:nb]))
     t = time.perf_counter()
     le = Learner(model, sub.lengths, LearnerOptions(rho_theta=RHO, hessian="limited-memory",
-                                                    max_iter=a.ipopt_iters, tol=1e-12), sm.stages)
+                                                    max_iters=a.ipopt_iters, tol=1e-12), sm.stages)
     build = time.perf_counter() - t
     li = le.solve(theta, sub, xs1[:nb])
     per_iter = li.wall_s / max(li.iterations, 1)

@@ -264,7 +264,7 @@ def main(argv=None):
     options = CEEMOptions(max_iters=a.nl_iters, tol=1e-6, n_jobs=a.nl_jobs,
                           smoother=SmootherOptions(rho_x=0.5),
                           learner=LearnerOptions(rho_theta=0.5, hessian="limited-memory",
-                                                 max_iter=a.nl_learn_iters, tol=1e-6))
+                                                 max_iters=a.nl_learn_iters, tol=1e-6))
     if not a.skip_nl:
         records = []
         learner = None if a.nl_learner == "ipopt" else AdamLearner(

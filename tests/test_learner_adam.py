@@ -72,7 +72,7 @@ def test_solve_reaches_ipopt_optimum(batch, epochs, tol):
     """Quadratic learning objective (unique optimum): full batch, Adam converges to the IPOPT
     optimum; mini-batches of 32 (of 120 columns): within tol relative to the decrease F0 - F*."""
     model, data, xs, theta = _problem(convex=True)
-    ref = Learner(model, data.lengths, LearnerOptions(rho_theta=RHO, hessian="exact", max_iter=500, tol=1e-12))
+    ref = Learner(model, data.lengths, LearnerOptions(rho_theta=RHO, hessian="exact", max_iters=500, tol=1e-12))
     opt = ref.solve(theta, data, xs)
     assert opt.success
     al = AdamLearner(model, AdamLearnerOptions(rho_theta=RHO, epochs=epochs, batch_size=batch, lr_dynamics=3e-2,
@@ -91,7 +91,7 @@ def test_nonconvex_solve_ends_at_a_local_optimum():
     same start can end in different ones): Adam's point is stationary, and IPOPT started there
     stays there."""
     model, data, xs, theta = _problem()
-    ref = Learner(model, data.lengths, LearnerOptions(rho_theta=RHO, hessian="exact", max_iter=500, tol=1e-12))
+    ref = Learner(model, data.lengths, LearnerOptions(rho_theta=RHO, hessian="exact", max_iters=500, tol=1e-12))
     al = AdamLearner(model, AdamLearnerOptions(rho_theta=RHO, epochs=2000, lr_dynamics=3e-2, lr_observation=3e-2,
                                                decay=0.003))
     res = al.solve(theta, data, xs)

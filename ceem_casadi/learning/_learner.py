@@ -305,7 +305,7 @@ class Learner:
             self._hess_callback = _GaussNewtonHessian(jac_fun, stacked, self.free, npar)
             extra["hess_lag"] = self._hess_callback
         self.solver = ca.nlpsol("learner", "ipopt", {"x": z, "p": P, "f": cost_sx},
-                                ipopt_options(options.max_iter, options.tol, **extra))
+                                ipopt_options(options.max_iters, options.tol, **extra))
         self.cost_function = ca.Function("learn_cost", [z, P], [cost])
         self._graph = (z, P, [(prefix, n, cols) for prefix, n, _, cols in terms], stages, over_stages)
         self._stage_terms: dict[tuple, ca.Function] = {}

@@ -67,7 +67,7 @@ class TrajectorySmoother:
         if self.solver_kind == "banded":  # chunk by chunk from Python: nothing T-sized in CasADi
             L = chunk_length(options.chunk, T) or T
             self._objective = ChunkedObjective(stages, band_column_functions(self.nx)[1], T, L)
-            self._newton = BandedNewton(self.nx, T, options.max_iter, options.tol)
+            self._newton = BandedNewton(self.nx, T, options.max_iters, options.tol)
             self.solver = None
         else:
             self._build_ipopt(stages, T, options)
@@ -137,7 +137,7 @@ class TrajectorySmoother:
             hd = dyn_map(dyn_hess)(*dyn_args)
         self._cost_function = ca.Function("smooth_cost", [xv, P], [line_cost])
         H = self._chunked_hessian(nz, w1, T) if L else self._plain_hessian(ho, hd, d, w1, T)
-        opts = ipopt_options(options.max_iter, options.tol, grad_f=grad_f_function(xv, P, cost, ca.vec(G)),
+        opts = ipopt_options(options.max_iters, options.tol, grad_f=grad_f_function(xv, P, cost, ca.vec(G)),
                              hess_lag=hess_lag_function(xv, P, H))
         self.solver = ca.nlpsol(f"smoother_T{T}", "ipopt", {"x": xv, "p": P, "f": cost_sx}, opts)
         lo, hi = options.state_bounds(nx)  # OptionsError for a list of another length than nx
