@@ -140,7 +140,7 @@ def cmd_refine(args) -> int:
     if args.x0 is not None and args.x0_window is not None:
         raise UsageError("--x0-window estimates the starting initial states, --x0 gives them: give one of them")
     x0 = states(args.x0, "--x0", model.nx, len(data)) if args.x0 is not None else None
-    options = OutputErrorOptions(solver=args.solver, max_iter=args.max_iter, hessian=args.hessian, use_prior=not args.no_prior,
+    options = OutputErrorOptions(solver=args.solver, max_iters=args.max_iter, hessian=args.hessian, use_prior=not args.no_prior,
                                  time_limit=args.time_limit, x0_window=args.x0_window)
     res = refine_output_error(model, data, theta, shooting=args.shooting, x0=x0, options=options)
     source, kwargs = model_source(args, saved)

@@ -135,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="ekf", help="C prefix and file name (default ekf)")
     p.add_argument("--x0", help="initial state JSON (default: the fit's first initial state, else x1_mean/zeros)")
     p.add_argument("--theta-as-argument", action="store_true", help="theta settable at run time")
-    p.add_argument("--compile", action="store_true", help="compile the example program with gcc -Werror")
+    p.add_argument("--build-example", action="store_true", help="build the example program with gcc -Werror")
+    p.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)  # deprecated: --build-example
     p.set_defaults(func=cmd_codegen)
 
     p = sub.add_parser("plot", help="figures: history, smoothed states with outputs, predicted vs measured")

@@ -252,14 +252,14 @@ def _ceem(model, data, theta0, plan: FitPlan, x_init, callback, smoother, learne
 def _build(model, data, plan: FitPlan, smoother: Smoother, learner, warm):
     """``(engine or None, learning step, acceleration stepper)`` of one fit, with every stage Function
     it needs compiled (in one background pool) and the smoother's solvers built for every length."""
-    # the lengths the batched smoother does not take (ceem_casadi.batched_smoother) need SMOOTHER_STAGES
+    # the lengths the batched smoother does not take (ceem_casadi.smoothing._batched) need SMOOTHER_STAGES
     lengths = data.lengths
     unbatched = [T for T in set(lengths) if not any_batched(smoother.options, [T] * lengths.count(T))]
     smoother.stages.prefetch(*([SMOOTHER_STAGES] if unbatched else []),
                              *plan.acceleration.stage_groups(smoother.stages),
                              *([BATCHED_STAGES] if len(unbatched) < len(set(lengths)) else []))
     engine = _engine(model, data, plan, smoother, learner)
-    # long records: the learner's data terms piece by piece (no T-sized graph; ceem_casadi.learner_pieces)
+    # long records: the learner's data terms piece by piece (no T-sized graph; ceem_casadi.learning._pieces)
     learner = learner or getattr(engine, "learner", None) or learner_for(model, lengths, plan.learner,
                                                                          smoother.stages)
     stepper = plan.acceleration.start(model, data, smoother.stages, use_prior=plan.learner.use_prior,

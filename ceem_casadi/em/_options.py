@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..distributed._executors import check_executor
+from ..distributed._executors import check_executor, engine_has_learner
 from ..errors import OptionsError
 from ..learning._options import LearnerOptions
+from ..model._nn import AdamOptions
 from ..runtime._checks import is_integer
 from ..runtime._schema import check_fields, check_time_limit, renamed, require, typed_fields
 from ..smoothing._options import SmootherOptions
@@ -40,8 +41,10 @@ class CEEMOptions:
         Stop when the increase of J over one iteration is at most ``tol * max(1, |J|)``.
     smoother : SmootherOptions
         Options of the smoothing step.
-    learner : LearnerOptions
-        Options of the learning step.
+    learner : LearnerOptions or AdamOptions
+        The learning step's strategy: IPOPT ([`LearnerOptions`][ceem_casadi.LearnerOptions]) or mini-batch
+        Adam ([`AdamOptions`][ceem_casadi.learning.AdamOptions], `ceem_casadi.learning.AdamLearner`, for
+        large neural-network terms; not with a Dask executor).
     n_jobs : int
         Processes for the smoothing step (trajectories are independent problems).
     raise_on_failure : bool
@@ -110,7 +113,7 @@ class CEEMOptions:
     max_iters: int = 50
     tol: float = 1e-9
     smoother: SmootherOptions = field(default_factory=SmootherOptions)
-    learner: LearnerOptions = field(default_factory=LearnerOptions)
+    learner: LearnerOptions | AdamOptions = field(default_factory=LearnerOptions)
     n_jobs: int = 1
     raise_on_failure: bool = False
     acceleration: str | Acceleration = "none"
@@ -137,7 +140,13 @@ class CEEMOptions:
                 f"got {self.warm_start!r}")
         require(is_integer(self.n_jobs) and self.n_jobs >= 1, f"n_jobs must be >= 1 (an integer), got {self.n_jobs!r}")
         require(isinstance(self.smoother, SmootherOptions), "smoother must be a SmootherOptions")
-        require(isinstance(self.learner, LearnerOptions), "learner must be a LearnerOptions")
+        require(isinstance(self.learner, (LearnerOptions, AdamOptions)),
+                f"learner must be a LearnerOptions or an AdamOptions, got {type(self.learner).__name__}")
+        # the strategies together: a Dask engine learns on its workers with the IPOPT learner
+        require(not (isinstance(self.learner, AdamOptions) and engine_has_learner(self.executor)),
+                "learner=AdamOptions(...) cannot be used with a Dask executor, whose engine learns from the states "
+                "kept on its workers with the IPOPT learner (LearnerOptions): use LearnerOptions, or a "
+                "concurrent.futures executor")
 
     @classmethod
     def from_mapping(cls, mapping) -> CEEMOptions:

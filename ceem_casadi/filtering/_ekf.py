@@ -187,7 +187,7 @@ class EKF:
         ``engine="casadi"`` only: run the step compiled to native code (`ceem_casadi.runtime._compile`,
         cached): ``True`` always, ``False`` never, ``None`` (default) when a C compiler exists
         and the trajectory's steps x the step's SX instructions reach
-        ``stages.AUTO_COMPILE_WORK`` (single Lorenz: from ~30,000 steps; the same numbers,
+        ``ceem_casadi.objective._stages.AUTO_COMPILE_WORK`` (single Lorenz: from ~30,000 steps; the same numbers,
         10^5 steps in 0.2 s instead of 0.8 s).
     """
 

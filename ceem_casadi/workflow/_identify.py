@@ -5,7 +5,7 @@
 1. the start: ``theta0`` with initial states from
    [`estimate_initial_state`][ceem_casadi.estimate_initial_state];
 2. CE-EM ([`ceem`][ceem_casadi.ceem]) from ``theta0`` (optional);
-3. output error by the Levenberg-Marquardt engine (`ceem_casadi.least_squares`) from ``theta0``
+3. output error by the Levenberg-Marquardt engine (`ceem_casadi.workflow._least_squares`) from ``theta0``
    (and from every ``starts=`` entry: multi-start);
 4. output error from the CE-EM estimate;
 

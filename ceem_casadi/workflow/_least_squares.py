@@ -403,7 +403,7 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
         if x0.shape != (len(data), nx) or not np.all(np.isfinite(x0)):
             raise ShapeError(f"x0: expected finite initial states ({len(data)}, {nx}) or ({nx},), got {x0.shape}")
     expires = None if options.time_limit is None else t0 + options.time_limit
-    compiled = options.compile is True or (options.compile == "auto" and sum(data.lengths) >= 20000)
+    compiled = options.compile is True or (options.compile is None and sum(data.lengths) >= 20000)
     prob = output_error_problem(model, data.lengths, shooting, compiled)
     free = prob.free
     n_nodes = len(prob.segs)

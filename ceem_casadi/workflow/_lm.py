@@ -95,8 +95,8 @@ def _lm_run(prob: LeastSquaresProblem, w0: np.ndarray, lower: np.ndarray, upper:
         if expires is not None and time.perf_counter() >= expires:
             status, why = Status.TIME_LIMIT, "time limit"
             break
-        if it >= opts.max_iter:
-            status, why = Status.MAX_ITERS, f"iteration limit ({opts.max_iter})"
+        if it >= opts.max_iters:
+            status, why = Status.MAX_ITERS, f"iteration limit ({opts.max_iters})"
             break
         it += 1
         dense = isinstance(J, np.ndarray)

@@ -112,7 +112,7 @@ class OutputErrorProblem:
         # adaptive barrier: with bounds and a large-residual Gauss-Newton model the default monotone
         # strategy crawled (Cascaded Tanks, 11 parameters: 279 iterations, 62 s -> 23, 7.0 s)
         self.solver = ipopt_solver("output_error", {"x": w, "p": P, "f": cost, "g": g},
-                                   ipopt_options(options.max_iter, options.tol, show_eval_warnings=False,
+                                   ipopt_options(options.max_iters, options.tol, show_eval_warnings=False,
                                                  track=(w.numel(), g.numel()),
                                                  **{"ipopt.mu_strategy": "adaptive"}, **extra))
         self.functions = ca.Function("output_error_eval", [w, P], [cost, g])
@@ -151,9 +151,9 @@ class OutputErrorProblem:
 
 
 def problem_for(model, lengths, shooting, options: OutputErrorOptions) -> OutputErrorProblem:
-    """The cached `OutputErrorProblem` (per model, lengths, shooting, Hessian, max_iter, tol)."""
+    """The cached `OutputErrorProblem` (per model, lengths, shooting, Hessian, max_iters, tol)."""
     cache = model.__dict__.setdefault("_output_error_problems", {})
-    key = (tuple(lengths), shooting, options.hessian, options.max_iter, options.tol)
+    key = (tuple(lengths), shooting, options.hessian, options.max_iters, options.tol)
     if key not in cache:
         cache[key] = OutputErrorProblem(model, lengths, shooting, options)
     return cache[key]
@@ -334,7 +334,7 @@ def _refine_with_least_squares(model, data: Trajectories, theta, *, shooting=Non
     # after the fit had settled in its first 25: same RMS to 4 digits)
     from ._least_squares import LeastSquaresOptions, output_error_least_squares
 
-    lso = LeastSquaresOptions(max_iter=options.max_iter, ftol=max(tol, 1e-8), xtol=max(tol, 1e-8), gtol=tol,
+    lso = LeastSquaresOptions(max_iters=options.max_iters, ftol=max(tol, 1e-8), xtol=max(tol, 1e-8), gtol=tol,
                               gap_tol=max(tol, 1e-12) * 100, time_limit=options.time_limit,
                               use_prior=options.use_prior, x0_window=options.x0_window, x_lower=options.x_lower,
                               x_upper=options.x_upper, raise_on_failure=options.raise_on_failure)

@@ -7,25 +7,26 @@ import numpy as np
 
 from ..model._params import Theta
 from ..runtime._result import Result, format_table, theta_rows
-from ..runtime._schema import BOUND, HESSIANS, check_bounds, check_fields, check_time_limit, require
+from ..runtime._schema import BOUND, HESSIANS, check_bounds, check_fields, check_time_limit, renamed, require
 from ..runtime._status import Status
 
 __all__ = ["OutputErrorOptions", "OutputErrorResult"]
 
 
+@renamed(max_iter="max_iters")
 @dataclass(frozen=True)
 class OutputErrorOptions:
     """Options of [`refine_output_error`][ceem_casadi.refine_output_error].
 
     Parameters
     ----------
-    max_iter : int
+    max_iters : int
         Iteration limit (default 500).
     tol : float
         Tolerance (default 1e-10): IPOPT's ``tol``; for ``solver="lm"`` the ``ftol``, ``xtol`` and
         ``gtol`` of [`LeastSquaresOptions`][ceem_casadi.workflow.LeastSquaresOptions].
     solver : str
-        ``"lm"`` (default): the Levenberg-Marquardt engine of `ceem_casadi.least_squares` (exact
+        ``"lm"`` (default): the Levenberg-Marquardt engine of `ceem_casadi.workflow._least_squares` (exact
         sparse Jacobian, automatic scaling, rejection of non-finite or unstable trials, never
         returns an iterate worse than its start; Gauss-Newton by construction, ``hessian`` is not
         used). ``"ipopt"``: one IPOPT NLP (interior point, continuity as constraints).
@@ -59,8 +60,8 @@ class OutputErrorOptions:
     Examples
     --------
     >>> import ceem_casadi as cc
-    >>> opts = cc.OutputErrorOptions(max_iter=100, time_limit=5.0)
-    >>> opts.max_iter, opts.hessian, opts.time_limit
+    >>> opts = cc.OutputErrorOptions(max_iters=100, time_limit=5.0)
+    >>> opts.max_iters, opts.hessian, opts.time_limit
     (100, 'gauss-newton', 5.0)
     >>> try:
     ...     cc.OutputErrorOptions(time_limit=-1.0)
@@ -69,7 +70,7 @@ class OutputErrorOptions:
     OptionsError
     """
 
-    max_iter: int = 500
+    max_iters: int = 500
     tol: float = 1e-10
     hessian: str = "gauss-newton"
     use_prior: bool = True
@@ -84,7 +85,7 @@ class OutputErrorOptions:
         check_fields(self)
         check_bounds(self.x_lower, self.x_upper)
         require(self.solver in ("lm", "ipopt"), f"solver must be 'lm' or 'ipopt', got {self.solver!r}")
-        require(isinstance(self.max_iter, int) and self.max_iter >= 1, f"max_iter must be an int >= 1, got {self.max_iter!r}")
+        require(isinstance(self.max_iters, int) and self.max_iters >= 1, f"max_iters must be an int >= 1, got {self.max_iters!r}")
         require(np.isfinite(self.tol) and self.tol > 0, f"tol must be finite and > 0, got {self.tol!r}")
         require(self.hessian in HESSIANS,
                  f"hessian must be 'gauss-newton' or 'exact', got {self.hessian!r}")
