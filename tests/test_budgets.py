@@ -29,12 +29,12 @@ KNOWN_BRANCHY = {
     "ceem_casadi/workflow/_frf_fit.py::fit_frf": 27,
     "ceem_casadi/workflow/_identify.py::identify": 27,
 }
-KNOWN_LONG = {
+KNOWN_LONG = {  # _learner.py (453) and _bla.py (456) grew by their Examples doctests (issue 32 item 7)
     "ceem_casadi/model/_block_oriented.py": 499,
+    "ceem_casadi/learning/_learner.py": 469,
+    "ceem_casadi/workflow/_bla.py": 466,
     "ceem_casadi/workflow/_experiment_design.py": 461,
     "ceem_casadi/workflow/_least_squares.py": 459,
-    "ceem_casadi/workflow/_bla.py": 456,
-    "ceem_casadi/learning/_learner.py": 453,
 }
 OPTION_FIELDS = 98  # 107 before issue 32 (two Adam classes merged, joint_hessian into the Joint strategy)
 

@@ -176,7 +176,8 @@ def _calibration_options(args):
         raise UsageError(f"--holdout-fraction: expected a number in (0, 1), got {args.holdout_fraction}")
     at_least(args.x0_window, 1, "--x0-window")
     try:
-        ceem = CEEMOptions.from_mapping({"max_iters": args.max_iters, "acceleration": args.acceleration})
+        acceleration = args.acceleration or NoiseCalibrationOptions().ceem.acceleration  # the API's default
+        ceem = CEEMOptions.from_mapping({"max_iters": args.max_iters, "acceleration": acceleration})
         return NoiseCalibrationOptions(ceem=ceem, n_jobs=args.n_jobs, time_limit=args.time_limit,
                                        holdout_fraction=args.holdout_fraction, x0_window=args.x0_window)
     except (TypeError, ValueError) as exc:

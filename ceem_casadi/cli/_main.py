@@ -179,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
                                   "0.032..32)")
     p.add_argument("--criterion", choices=("innovation", "holdout"), default="innovation")
     p.add_argument("--max-iters", type=int, default=50, help="CE-EM iterations per level (default 50)")
-    p.add_argument("--acceleration", choices=list(ACCELERATIONS), default="newton")
+    p.add_argument("--acceleration", choices=list(ACCELERATIONS),
+                   help="default: the API's, NoiseCalibrationOptions().ceem.acceleration")
     p.add_argument("--n-jobs", type=int, default=1, help="processes (default 1)")
     p.add_argument("--time-limit", type=float, help="budget of the whole calibration in seconds")
     p.add_argument("--holdout-fraction", type=float, default=0.25, help="tail held out by 'holdout' (default 0.25)")

@@ -60,7 +60,19 @@ class _Stepper:
 
 @dataclass(frozen=True)
 class Acceleration:
-    """Base of the accelerations; an instance of it is plain EM (Algorithm 1 of the paper)."""
+    """Base of the accelerations; an instance of it is plain EM (Algorithm 1 of the paper).
+
+    Attributes
+    ----------
+    name : str
+        The shorthand of ``CEEMOptions(acceleration=...)`` for this strategy with its defaults.
+
+    Examples
+    --------
+    >>> from ceem_casadi.em import Acceleration, Newton
+    >>> isinstance(Newton(), Acceleration), Acceleration.name
+    (True, 'none')
+    """
 
     name: ClassVar[str] = "none"
 
@@ -76,6 +88,11 @@ class Acceleration:
 @dataclass(frozen=True)
 class Plain(Acceleration):
     """Plain EM steps only (``"none"``).
+
+    Attributes
+    ----------
+    name : str
+        ``"none"``.
 
     Examples
     --------
@@ -135,6 +152,11 @@ class _SquaremStepper(_Stepper):
 class Squarem(Acceleration):
     """After every two EM steps, one EM step from a SQUAREM extrapolation of theta and the states
     (Varadhan & Roland 2008, S3), kept only if it improves the objective (``"squarem"``).
+
+    Attributes
+    ----------
+    name : str
+        ``"squarem"``.
 
     Examples
     --------
@@ -293,6 +315,15 @@ assert tuple(_BY_NAME) == ACCELERATIONS
 def acceleration_of(value) -> Acceleration:
     """The acceleration object of ``CEEMOptions.acceleration``: an `Acceleration` as given, a name
     (``"none"``, ``"squarem"``, ``"newton"``, ``"joint"``) as that acceleration with its defaults.
+
+    Parameters
+    ----------
+    value : str or Acceleration
+        The user's choice.
+
+    Returns
+    -------
+    Acceleration
 
     Raises
     ------

@@ -47,10 +47,19 @@ __all__ = ["AdamLearner", "AdamLearnerOptions", "AdamOptions"]
 log = logging.getLogger(__name__)
 
 
-def AdamLearnerOptions(**kwargs) -> AdamOptions:  # noqa: N802 (the deprecated class name)
+def AdamLearnerOptions(**kwargs) -> AdamOptions:
     """Deprecated: [`AdamOptions`][ceem_casadi.learning.AdamOptions], the one Adam options class
     (``lr_observation`` is its ``lr``); the old defaults are kept (``lr_dynamics`` 5e-4, one epoch per
     learning step, no decay).
+
+    Parameters
+    ----------
+    **kwargs
+        The fields of the former class: those of `AdamOptions`, with ``lr_observation`` for ``lr``.
+
+    Returns
+    -------
+    AdamOptions
 
     Examples
     --------
@@ -105,6 +114,20 @@ class AdamLearner:
     ------
     ModelError
         ``step``/``observe`` fail on matrices or differ from the model's functions.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> data, x = cc.simulate(model, {"a": 0.8}, [0.0], 200, u=np.random.default_rng(0).normal(size=(200, 1)),
+    ...                       seed=1)
+    >>> learner = cc.learning.AdamLearner(model, cc.learning.AdamOptions(lr=0.05, epochs=30, batch_size=50))
+    >>> res = learner.solve(np.array([0.5]), data, x)
+    >>> round(float(res.theta_vec[0]), 1)               # from 0.5 towards the truth 0.8
+    0.8
     """
 
     def __init__(self, model, options: AdamOptions | None = None, *, step=None, observe=None):

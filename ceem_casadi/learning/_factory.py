@@ -2,8 +2,8 @@
 a fit uses when the caller gives none (the thresholds live in the long-record policy)."""
 from __future__ import annotations
 
-from ..runtime import _policy as policy
 from ..model._nn import AdamOptions
+from ..runtime import _policy as policy
 from ._adam import AdamLearner
 from ._learner import Learner
 from ._pieces import PieceLearner

@@ -180,7 +180,7 @@ def flat_params(*nets: MLP, rng: np.random.Generator, last_scale: float = 1.0):
 @dataclass(frozen=True)
 class AdamOptions:
     """Adam (Kingma and Ba, 2015) with harmonic decay ``lr_k = lr / (1 + decay * epoch)``: the one
-    options class of both Adam users, [`adam`][ceem_casadi.model._nn.adam] (plain training) and the
+    options class of both Adam users, ``ceem_casadi.model._nn.adam`` (plain training) and the
     learning step [`AdamLearner`][ceem_casadi.learning.AdamLearner].
 
     Parameters

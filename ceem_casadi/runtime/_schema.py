@@ -57,6 +57,7 @@ def renamed(**aliases):
             def get(self):
                 warnings.warn(f"{cls.__name__}.{old} is deprecated: use .{new}", DeprecationWarning, stacklevel=2)
                 return getattr(self, new)
+            get.__doc__ = f"Deprecated name of ``{new}`` (reading it warns)."
             return property(get)
 
         cls.__init__ = __init__
@@ -141,7 +142,7 @@ def field_kinds(cls) -> dict[str, FieldKind]:
     --------
     >>> from ceem_casadi import SmootherOptions
     >>> kinds = field_kinds(SmootherOptions)
-    >>> kinds["max_iter"].expected, kinds["chunk"].expected, kinds["x_lower"].expected
+    >>> kinds["max_iters"].expected, kinds["chunk"].expected, kinds["x_lower"].expected
     ('an integer', 'None or an integer', 'None or a number or a list of numbers')
     """
     if cls not in _KIND_CACHE:

@@ -220,6 +220,19 @@ class Smoother:
     ------
     ModelError
         ``observe`` fails on matrices or differs from ``model.g``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> data, x = cc.simulate(model, {"a": 0.8}, [0.0], 40, u=np.ones((40, 1)), seed=0)
+    >>> sm = cc.smoothing.Smoother(model, cc.SmootherOptions(compile=False))
+    >>> (res,) = sm.solve(np.array([0.8]), data, [np.zeros((40, 1))])
+    >>> bool(np.abs(res.x - x[0]).max() < 0.3)          # near the true states
+    True
     """
 
     def __init__(self, model, options: SmootherOptions = SmootherOptions(), stages: StageFunctions | None = None,
