@@ -94,3 +94,56 @@ def test_max_iter_in_a_config_file_maps_with_a_warning():
     with pytest.warns(DeprecationWarning, match="smoother.max_iter' is deprecated"):
         opts = cc.CEEMOptions.from_mapping({"smoother": {"max_iter": 11}, "learner": {"max_iters": 12}})
     assert (opts.smoother.max_iters, opts.learner.max_iters) == (11, 12)
+
+
+def test_adam_options_as_the_learner_strategy(scalar):
+    """``CEEMOptions(learner=AdamOptions(...))``: the factory builds an AdamLearner (``learner_for``),
+    whose fit lands near the IPOPT learner's."""
+    from ceem_casadi.learning import AdamLearner, AdamOptions, learner_for
+
+    model, data = scalar
+    assert isinstance(learner_for(model, data.lengths, AdamOptions()), AdamLearner)
+    ipopt = _fit(scalar)
+    adam = cc.ceem(model, data, {"a": 0.5, "b": 0.3}, options=cc.CEEMOptions(
+        smoother=cc.SmootherOptions(compile=False), learner=AdamOptions(lr=2e-2, epochs=20, batch_size=16),
+        max_iters=30))
+    assert {r.learn_status for r in adam.history} <= {"Solve_Succeeded", "Search_Direction_Becomes_Too_Small"}
+    for k in ("a", "b"):
+        assert abs(float(adam.theta[k]) - float(ipopt.theta[k])) < 0.03, (k, adam.theta, ipopt.theta)
+    with pytest.raises(cc.OptionsError, match="LearnerOptions or an AdamOptions"):
+        cc.CEEMOptions(learner=cc.SmootherOptions())
+
+
+def test_one_adam_options_class_refuses_the_other_users_fields():
+    from ceem_casadi.learning import AdamLearner, AdamLearnerOptions, AdamOptions
+    from ceem_casadi.model._nn import adam
+
+    with pytest.raises(cc.OptionsError, match="rho_theta=0.5 are options of the learning step"):
+        adam(lambda B: None, np.zeros(1), (np.zeros((1, 4)),), options=AdamOptions(rho_theta=0.5))
+    with pytest.raises(cc.OptionsError, match="patience"):
+        AdamLearner(None, AdamOptions(patience=3))
+    with pytest.warns(DeprecationWarning, match="AdamLearnerOptions is deprecated"):
+        old = AdamLearnerOptions(lr_observation=2e-3, epochs=3)
+    assert old == AdamOptions(lr=2e-3, lr_dynamics=5e-4, epochs=3)   # the old defaults kept
+    assert AdamOptions().schedule(20, 0.1) == (20, 0.1) and AdamOptions(epochs=2, decay=0.0).schedule(20, 0.1) == (2, 0)
+
+
+def test_the_floors_never_read_the_options_bag():
+    """The engines, learners, smoothing, warm start and joint steps receive their own strategy objects:
+    no code there reads a CEEMOptions field (``options.learner``, ``options.smoother``, ``.executor``,
+    ``.warm_start``, ``.acceleration``, ``.n_jobs``) off an options object (fails when e.g.
+    ``DaskEngine`` takes the whole CEEMOptions again)."""
+    import ast
+    from pathlib import Path
+
+    pkg = Path(cc.__file__).parent
+    floors = [*(pkg / "distributed").glob("*.py"), *(pkg / "learning").glob("*.py"), *(pkg / "smoothing").glob("*.py"),
+              *(pkg / "em").glob("_joint_*.py"), pkg / "em" / "_warm_start.py", pkg / "em" / "_smoothing_step.py"]
+    bag = {"learner", "smoother", "executor", "warm_start", "acceleration", "n_jobs"}
+    found = []
+    for path in floors:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr in bag and isinstance(node.value, ast.Name)
+                    and node.value.id in ("options", "opts")):
+                found.append(f"{path.name}:{node.lineno} {node.value.id}.{node.attr}")
+    assert not found, found
