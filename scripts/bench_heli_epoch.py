@@ -51,7 +51,7 @@ from ceem_casadi.baselines._n4sid import n4sid
 from ceem_casadi.em._ceem import ceem
 from ceem_casadi.em._options import CEEMOptions
 from ceem_casadi.io._data import Trajectories
-from ceem_casadi.learning._adam import AdamLearner, AdamLearnerOptions
+from ceem_casadi.learning import AdamLearner, AdamOptions
 from ceem_casadi.learning._learner import Learner
 from ceem_casadi.learning._options import LearnerOptions
 from ceem_casadi.smoothing._initial_states import eks_states
@@ -150,7 +150,7 @@ def _main(argv=None):
 
     # learning step by Adam -------------------------------------------------------------------------
     t = time.perf_counter()
-    al = AdamLearner(model, AdamLearnerOptions(rho_theta=RHO, epochs=a.adam_epochs, seed=a.seed),
+    al = AdamLearner(model, AdamOptions(rho_theta=RHO, epochs=a.adam_epochs, seed=a.seed),
                      **({} if a.mapped else {"step": step, "observe": observe}))
     lr = al.solve(theta, data, xs1)         # first call builds the batch Functions
     first = time.perf_counter() - t
@@ -196,7 +196,7 @@ def _main(argv=None):
     sub = Trajectories(list(y[:nb]), list(u[:nb]))
     t = time.perf_counter()
     le = Learner(model, sub.lengths, LearnerOptions(rho_theta=RHO, hessian="limited-memory",
-                                                    max_iter=a.ipopt_iters, tol=1e-12), sm.stages)
+                                                    max_iters=a.ipopt_iters, tol=1e-12), sm.stages)
     build = time.perf_counter() - t
     li = le.solve(theta, sub, xs1[:nb])
     per_iter = li.wall_s / max(li.iterations, 1)

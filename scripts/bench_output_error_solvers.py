@@ -1,7 +1,7 @@
 """The two solvers of the one output-error problem, measured on the repository's cases (issue 32
 item 3): the Levenberg-Marquardt engine (default; and with variable projection of the parameters that
 enter the output linearly) against IPOPT (Gauss-Newton Hessian), same start, same
-``OutputErrorOptions`` otherwise (max_iter 500, time limit per run). Per case and solver: status,
+``OutputErrorOptions`` otherwise (max_iters 500, time limit per run). Per case and solver: status,
 iterations, final objective (relative to the lowest of the row) and wall time.
 
 Cases: the damped pendulum of tests/test_output_error.py (2 trajectories, single and multiple
@@ -90,7 +90,7 @@ def run(time_limit: float = 120.0, cases=None) -> dict:
         bounds = {k: kw.pop(k) for k in ("x_lower", "x_upper") if k in kw}
         rows = {}
         for label, sopts in SOLVERS.items():
-            opts = cc.OutputErrorOptions(max_iter=500, time_limit=time_limit, **bounds, **sopts)
+            opts = cc.OutputErrorOptions(max_iters=500, time_limit=time_limit, **bounds, **sopts)
             t0 = time.perf_counter()
             res = cc.refine_output_error(model, data, theta, options=opts, **kw)
             rows[label] = dict(status=str(res.status), iterations=res.iterations, cost=float(res.cost),

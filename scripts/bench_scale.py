@@ -81,7 +81,7 @@ def heli_problem(B: int, T: int, seed: int = 0, hidden=(32, 32)):
     # give the first iterate): from theta0 = linear, the first L-BFGS step moves the untrained head
     # far and the smoothing NLPs then hit IPOPT's iteration limit (37-48 s per trajectory, measured)
     start = {k: np.asarray(v, float) * (1 + 0.02 * rng.uniform(-1, 1, np.shape(v))) for k, v in truth.items()}
-    return (model, data, start, cc.LearnerOptions(hessian="limited-memory", max_iter=20, rho_theta=RHO),
+    return (model, data, start, cc.LearnerOptions(hessian="limited-memory", max_iters=20, rho_theta=RHO),
             cc.SmootherOptions(rho_x=RHO))
 
 

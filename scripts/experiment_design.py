@@ -129,7 +129,7 @@ def fit_one(case: Case, u: np.ndarray, rng) -> dict:
     data = cc.Trajectories([y], [u], dt=m.dt)
     start = guess(case, rng)
     rf = cc.refine_output_error(m, data, start, x0=case.x0, options=cc.OutputErrorOptions(
-        max_iter=200, x_lower=case.x0, x_upper=case.x0, use_prior=False))
+        max_iters=200, x_lower=case.x0, x_upper=case.x0, use_prior=False))
     free = m.params.free_index
     est = m.theta_vector(rf.theta)[free]
     truth = m.theta_vector(case.truth)[free]
@@ -164,7 +164,7 @@ def run_case(case: Case, seeds: int, starts: int, design_iters: int = 300, crite
               for _ in range(max(0, starts - 2))]
     des = design_input(m, design_at, case.horizon, u_bounds=case.u_bounds, x0=case.x0, criterion=criterion,
                        starts=np.stack(given[:max(starts, 1)]),
-                       options=DesignOptions(hold=case.hold, max_iter=design_iters))
+                       options=DesignOptions(hold=case.hold, max_iters=design_iters))
     t_design = time.perf_counter() - t0
     logger.info("%s: designed in %.1f s: %s", case.name, t_design, des)
     results = {"designed": [], "prbs": [], "multisine": []}

@@ -41,9 +41,9 @@ from ceem_casadi.em._options import CEEMOptions
 from ceem_casadi.em._progress import Progress, chain
 from ceem_casadi.filtering import EKF
 from ceem_casadi.io._data import Trajectories
-from ceem_casadi.learning._adam import AdamLearner, AdamLearnerOptions
+from ceem_casadi.learning import AdamLearner, AdamOptions
 from ceem_casadi.learning._options import LearnerOptions
-from ceem_casadi.model._nn import MLP, AdamOptions, adam, flat_params, mse_loss_factory, namespace
+from ceem_casadi.model._nn import MLP, adam, flat_params, mse_loss_factory, namespace
 from ceem_casadi.model._params import Parameters
 from ceem_casadi.smoothing import Smoother
 from ceem_casadi.smoothing._options import SmootherOptions
@@ -264,11 +264,11 @@ def main(argv=None):
     options = CEEMOptions(max_iters=a.nl_iters, tol=1e-6, n_jobs=a.nl_jobs,
                           smoother=SmootherOptions(rho_x=0.5),
                           learner=LearnerOptions(rho_theta=0.5, hessian="limited-memory",
-                                                 max_iter=a.nl_learn_iters, tol=1e-6))
+                                                 max_iters=a.nl_learn_iters, tol=1e-6))
     if not a.skip_nl:
         records = []
         learner = None if a.nl_learner == "ipopt" else AdamLearner(
-            model, AdamLearnerOptions(rho_theta=0.5, epochs=a.nl_adam_epochs, seed=a.seed),
+            model, AdamOptions(rho_theta=0.5, epochs=a.nl_adam_epochs, seed=a.seed),
             step=step, observe=observe)
         progress = Progress(a.nl_iters, quiet=a.quiet)
         # the head's observation terms in the smoothing step by numpy, from the same column-wise observe

@@ -64,7 +64,7 @@ def identify(data_dir=None, *, ceem_iters: int = 40, process_std: float = 0.01, 
         theta, x0 = res.theta, res.x[0][0]
         info["ceem"] = {"status": str(res.status), "iterations": len(res.history)}
     rf = cc.refine_output_error(model, est.data, theta, x0=x0, options=cc.OutputErrorOptions(
-        max_iter=200, x_lower=0.0, x_upper=20.0))
+        max_iters=200, x_lower=0.0, x_upper=20.0))
     info["refine"] = {"status": str(rf.status), "iterations": rf.iterations}
     y_sim = cc.simulate_output(model, rf.theta, est.u, rf.x0[0])
     info["estimation_rms"] = float(np.sqrt(np.mean((y_sim - est.y) ** 2)))

@@ -51,7 +51,7 @@ def adapt(text: str, *, data: str, smoke: bool, compile_c: bool = True) -> str:
         text = re.sub(r"--grid [\d.,]+", "--grid 1,10", text)
         text = re.sub(r"grid=\[[\d., ]+\]", "grid=[1, 10]", text)
     if not compile_c:
-        text = text.replace(" --compile", "")
+        text = text.replace(" --build-example", "")
     return text
 
 

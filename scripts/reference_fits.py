@@ -9,6 +9,11 @@ iterations; skipped when the data are absent) and a Dask fit (2 worker processes
 
     python -m scripts.reference_fits --json before.json
     python -m scripts.reference_fits --compare before.json [--rtol 1e-10]
+    python -m scripts.reference_fits --acceleration newton --json newton.json   # the fits that use the
+                                                                               # default, with another one
+
+``--acceleration`` sets the acceleration of the fits that take the API default (all but the coupled fit,
+which names ``"newton"``): how the default was chosen (docs/choosing.md).
 """
 from __future__ import annotations
 
@@ -22,6 +27,14 @@ import numpy as np
 import ceem_casadi as cc
 from models import lorenz
 
+# the acceleration of the fits that take the API default (None: the default; --acceleration)
+_DEFAULT: dict = {}
+
+
+def _options(**kw) -> cc.CEEMOptions:
+    """CEEMOptions of a fit that takes the default acceleration (unless ``--acceleration`` names one)."""
+    return cc.CEEMOptions(**{**_DEFAULT, **kw})
+
 
 def _record(res, seconds: float) -> dict:
     return {"status": str(res.status), "iterations": len(res.history), "J": float(res.J),
@@ -34,7 +47,7 @@ def single_lorenz() -> dict:
     data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(4, seed=0), lorenz.HORIZON,
                           measurement_std=0.01, seed=1)
     t0 = time.perf_counter()
-    res = cc.ceem(model, data, lorenz.perturbed(lorenz.TRUE, 0.1, seed=2), options=cc.CEEMOptions(max_iters=50))
+    res = cc.ceem(model, data, lorenz.perturbed(lorenz.TRUE, 0.1, seed=2), options=_options(max_iters=50))
     return _record(res, time.perf_counter() - t0)
 
 
@@ -57,7 +70,7 @@ def cascaded_tanks() -> dict | None:
     lin = cc.n4sid(est.data, order=2, horizon=10)
     model = tanks_model(initial_theta(est, lin), process_std=0.003, measurement_std=0.05, substeps=4)
     t0 = time.perf_counter()
-    res = cc.ceem(model, est.data, model.params.initial(), options=cc.CEEMOptions(max_iters=10))
+    res = cc.ceem(model, est.data, model.params.initial(), options=_options(max_iters=10))
     return _record(res, time.perf_counter() - t0)
 
 
@@ -73,7 +86,7 @@ def dask_fit() -> dict | None:
                                   dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
         t0 = time.perf_counter()
         res = cc.ceem(model, data, lorenz.perturbed(lorenz.TRUE, 0.1, seed=5),
-                      options=cc.CEEMOptions(executor=cc.Sharded(client)))
+                      options=_options(executor=cc.Sharded(client)))
         return _record(res, time.perf_counter() - t0)
 
 
@@ -106,7 +119,12 @@ def main(argv=None) -> int:
     ap.add_argument("--compare", help="compare with the records in this file")
     ap.add_argument("--rtol", type=float, default=1e-10)
     ap.add_argument("--only", nargs="+", choices=tuple(FITS), default=list(FITS))
+    ap.add_argument("--acceleration", default=None,
+                    help="acceleration of the fits that take the API default (default: the API's default)")
     args = ap.parse_args(argv)
+    _DEFAULT.clear()
+    if args.acceleration is not None:
+        _DEFAULT["acceleration"] = args.acceleration
     records = {}
     for name in args.only:
         records[name] = FITS[name]()

@@ -56,7 +56,7 @@ def refine(model, p0, y, u, shooting=None, max_iter: int = 100) -> np.ndarray:
     samples); returns the flat parameter vector."""
     theta = model.params.from_vector(np.clip(p0, model.params.lower, model.params.upper))
     res = cc.refine_output_error(model, cc.Trajectories([y], [u], dt=DT), theta, shooting=shooting,
-                                 x0=np.r_[y[0, 0], 0.0], options=cc.OutputErrorOptions(max_iter=max_iter))
+                                 x0=np.r_[y[0, 0], 0.0], options=cc.OutputErrorOptions(max_iters=max_iter))
     print(f"refinement: {res.status}, {res.message}, cost {res.initial_cost:.4g} -> {res.cost:.4g}", flush=True)
     return model.theta_vector(res.theta)
 

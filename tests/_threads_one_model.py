@@ -19,9 +19,9 @@ def _calls(model, data, what):
     theta0 = lorenz.perturbed(lorenz.TRUE, 0.02, seed=5)
     table = {
         "x0": lambda: cc.estimate_initial_state(model, data, lorenz.TRUE),
-        "lm": lambda: cc.refine_output_error(model, data, theta0, options=cc.OutputErrorOptions(max_iter=8)).x0,
+        "lm": lambda: cc.refine_output_error(model, data, theta0, options=cc.OutputErrorOptions(max_iters=8)).x0,
         "ipopt": lambda: cc.refine_output_error(model, data, theta0,
-                                                options=cc.OutputErrorOptions(solver="ipopt", max_iter=8)).x0,
+                                                options=cc.OutputErrorOptions(solver="ipopt", max_iters=8)).x0,
         "ceem": lambda: model.theta_vector(cc.ceem(model, data, theta0, options=cc.CEEMOptions(max_iters=3)).theta),
     }
     return [(name, table[name]) for name in what]

@@ -103,7 +103,7 @@ def test_failures_are_reported():
     T = 30
     model, theta, y, u, xt = _lorenz(T)
     stages = StageFunctions(model, compile=False)
-    bd = TrajectorySmoother(stages, T, cc.SmootherOptions(solver="banded", max_iter=1))
+    bd = TrajectorySmoother(stages, T, cc.SmootherOptions(solver="banded", max_iters=1))
     bad = xt.copy()
     bad[4, 1] = np.nan
     r = bd.solve(model, theta, y, u, bad)

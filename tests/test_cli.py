@@ -92,7 +92,7 @@ def test_fit_evaluate_codegen_plot(lorenz_csv, tmp_path):
 
     if compiler() is not None:
         run("codegen", "--model-file", tmp_path / "m.npz", "--out-dir", tmp_path / "c", "--name", "lz",
-            "--compile", "--saved-functions", check_rc=0)   # no factory needed: stored CasADi functions
+            "--build-example", "--saved-functions", check_rc=0)   # no factory needed: stored CasADi functions
         df = pd.read_csv(lorenz_csv)
         y = df[df.traj == 0][["y0", "y1"]].to_numpy()
         csv_in = tmp_path / "c" / "in.csv"

@@ -68,7 +68,7 @@ def test_from_mapping_types():
     opts = CEEMOptions.from_mapping({"max_iters": 3, "tol": 1, "smoother": {"x_lower": [0, -1.5, float("-inf")]},
                                      "learner": {"use_prior": False}})
     assert opts.max_iters == 3 and opts.tol == 1.0 and opts.smoother.x_lower == [0, -1.5, float("-inf")]
-    assert opts.learner.use_prior is False and opts.learner.max_iter == 200      # defaults kept
+    assert opts.learner.use_prior is False and opts.learner.max_iters == 200      # defaults kept
     for bad, words in [({"max_iters": 2.5}, "integer"), ({"max_iters": True}, "integer"), ({"tol": "1"}, "number"),
                        ({"smoother": {"x_lower": "abc"}}, "x_lower"), ({"learner": {"use_prior": 1}}, "true or false"),
                        ({"smoother": []}, "table"), ({"bogus": 1}, "unknown option 'bogus'"),
@@ -84,7 +84,7 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers(-10, 10) | st
 toml_scalars = st.one_of(st.integers(-3, 5), st.floats(-2, 5), st.sampled_from(['"abc"', "true", "[1, 2]", "nan",
                                                                                "inf", '"exact"', '"none"']))
 option_keys = st.sampled_from(["max_iters", "tol", "n_jobs", "acceleration", "blas_threads", "raise_on_failure",
-                               "smoother.x_lower", "smoother.hessian", "smoother.max_iter", "learner.rho_theta",
+                               "smoother.x_lower", "smoother.hessian", "smoother.max_iters", "learner.rho_theta",
                                "learner.use_prior", "smoother.bogus", "bogus"])
 numbers = st.one_of(st.integers(1, 30).map(str), st.integers(-3, 60).map(str), st.sampled_from(["abc", "1.5", "nan", "-inf", "", "1,2", "0"]))
 

@@ -329,8 +329,8 @@ ENTRIES = {
                           [lambda v: {"options": cc.CEEMOptions(max_iters=v)}, lambda v: {"options": 3},
                            lambda v: {"options": cc.CEEMOptions(time_limit=v)}]),
     "refine_output_error": (lambda y, u, th, kw, tmp: cc.refine_output_error(
-        MODEL, _data(y, u), th, **{"options": cc.OutputErrorOptions(max_iter=20), **kw}), _check_refine,
-        [lambda v: {"shooting": v}, lambda v: {"options": cc.OutputErrorOptions(max_iter=v)},
+        MODEL, _data(y, u), th, **{"options": cc.OutputErrorOptions(max_iters=20), **kw}), _check_refine,
+        [lambda v: {"shooting": v}, lambda v: {"options": cc.OutputErrorOptions(max_iters=v)},
          lambda v: {"x0": np.full((B, 1), _num(v))}, lambda v: {"options": cc.OutputErrorOptions(time_limit=v)}]),
     "estimate_initial_state": (lambda y, u, th, kw, tmp: cc.estimate_initial_state(MODEL, _data(y, u), th, **kw),
                                _check_x0,

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
-from ceem_casadi.em._ceem import _EMRun, _Iterate
+from ceem_casadi.em import _accelerations
+from ceem_casadi.em._accelerations import Iterate, squarem_point
 from models import lorenz
 
 
@@ -61,10 +62,10 @@ def test_step_that_lowers_J_is_rejected_kept_out_and_reported(problem, monkeypat
 def test_rejected_extrapolation_is_not_taken(problem, monkeypatch):
     """A SQUAREM point far from the iterates lowers J: recorded as rejected, the loop carries on
     from the plain EM iterate exactly as acceleration="none" does."""
-    def bad_point(self, it0, it1, it2):
-        return _Iterate([3.0 * x for x in it2.xs], it2.theta_vec * np.array([1.5, 0.6, 1.4]), np.nan, -np.inf)
+    def bad_point(params, it0, it1, it2):
+        return Iterate([3.0 * x for x in it2.xs], it2.theta_vec * np.array([1.5, 0.6, 1.4]), np.nan, -np.inf)
 
-    monkeypatch.setattr(_EMRun, "extrapolate", bad_point)
+    monkeypatch.setattr(_accelerations, "squarem_point", bad_point)
     sq = run(problem, max_iters=5, tol=0.0, acceleration="squarem")
     plain = run(problem, max_iters=4, tol=0.0)
     kinds = [(r.kind, r.accepted) for r in sq.history]
@@ -195,10 +196,8 @@ def _linear_iterates(start, fixed, c, n=3):
 
 
 def _extrapolate(params, thetas, xs):
-    run_ = _EMRun.__new__(_EMRun)  # only .model.params is used by extrapolate
-    run_.model = type("M", (), {"params": params})()
-    its = [_Iterate([x], th, 0.0, 0.0) for th, x in zip(thetas, xs)]
-    return run_.extrapolate(*its)
+    its = [Iterate([x], th, 0.0, 0.0) for th, x in zip(thetas, xs)]
+    return squarem_point(params, *its)
 
 
 @pytest.mark.parametrize("start", [[2.0, 0.0, 0.0], [4.0, 0.0, 0.0], [1.0, -3.0, 0.5]])

@@ -183,7 +183,7 @@ def test_smoother_reports_cost_iterations_failure_and_build_time():
     again = lsm.solve(pv, d2, [cold.x])[0]                # measured: 0-3 (round-off stagnation)
     assert cold.success and again.success and again.iterations < cold.iterations
     np.testing.assert_allclose(again.x, cold.x, atol=1e-6)
-    capped = cc.smoothing.Smoother(lz, cc.SmootherOptions(max_iter=1)).solve(pv, d2, [xs[0] + 1.0])[0]
+    capped = cc.smoothing.Smoother(lz, cc.SmootherOptions(max_iters=1)).solve(pv, d2, [xs[0] + 1.0])[0]
     assert capped.status == "Maximum_Iterations_Exceeded" and np.all(np.isfinite(capped.x)) and not capped.success
 
 

@@ -10,7 +10,7 @@ from ceem_casadi.em._ceem import ceem
 from ceem_casadi.em._options import CEEMOptions
 from ceem_casadi.errors import ModelError, OptionsError
 from ceem_casadi.io._data import Trajectories
-from ceem_casadi.learning._adam import AdamLearner, AdamLearnerOptions
+from ceem_casadi.learning import AdamLearner, AdamOptions
 from ceem_casadi.learning._learner import Learner
 from ceem_casadi.learning._options import LearnerOptions
 from ceem_casadi.model._model import StateSpaceModel
@@ -48,7 +48,7 @@ def _problem(seed=0, B=3, T=40, convex=False):
 def test_objective_and_gradient_match_ipopt_learner():
     model, data, xs, theta = _problem()
     ref = Learner(model, data.lengths, LearnerOptions(rho_theta=RHO, hessian="exact"))
-    al = AdamLearner(model, AdamLearnerOptions(rho_theta=RHO, chunk=50))     # 3 chunks, padded
+    al = AdamLearner(model, AdamOptions(rho_theta=RHO, chunk=50))     # 3 chunks, padded
     rng = np.random.default_rng(5)
     point = theta.copy()
     point[ref.free] += 0.1 * rng.normal(size=ref.free.size)                 # off the trust-region centre
@@ -72,11 +72,11 @@ def test_solve_reaches_ipopt_optimum(batch, epochs, tol):
     """Quadratic learning objective (unique optimum): full batch, Adam converges to the IPOPT
     optimum; mini-batches of 32 (of 120 columns): within tol relative to the decrease F0 - F*."""
     model, data, xs, theta = _problem(convex=True)
-    ref = Learner(model, data.lengths, LearnerOptions(rho_theta=RHO, hessian="exact", max_iter=500, tol=1e-12))
+    ref = Learner(model, data.lengths, LearnerOptions(rho_theta=RHO, hessian="exact", max_iters=500, tol=1e-12))
     opt = ref.solve(theta, data, xs)
     assert opt.success
-    al = AdamLearner(model, AdamLearnerOptions(rho_theta=RHO, epochs=epochs, batch_size=batch, lr_dynamics=3e-2,
-                                               lr_observation=3e-2, decay=0.003 if batch > 120 else 0.02))
+    al = AdamLearner(model, AdamOptions(rho_theta=RHO, epochs=epochs, batch_size=batch, lr_dynamics=3e-2,
+                                               lr=3e-2, decay=0.003 if batch > 120 else 0.02))
     F0 = al.objective(theta, data, xs)
     res = al.solve(theta, data, xs)
     assert res.success and res.iterations == epochs * (1 if batch > 120 else 4)
@@ -91,8 +91,8 @@ def test_nonconvex_solve_ends_at_a_local_optimum():
     same start can end in different ones): Adam's point is stationary, and IPOPT started there
     stays there."""
     model, data, xs, theta = _problem()
-    ref = Learner(model, data.lengths, LearnerOptions(rho_theta=RHO, hessian="exact", max_iter=500, tol=1e-12))
-    al = AdamLearner(model, AdamLearnerOptions(rho_theta=RHO, epochs=2000, lr_dynamics=3e-2, lr_observation=3e-2,
+    ref = Learner(model, data.lengths, LearnerOptions(rho_theta=RHO, hessian="exact", max_iters=500, tol=1e-12))
+    al = AdamLearner(model, AdamOptions(rho_theta=RHO, epochs=2000, lr_dynamics=3e-2, lr=3e-2,
                                                decay=0.003))
     res = al.solve(theta, data, xs)
     F, g = al.objective(res.theta_vec, data, xs, theta_prev=theta, gradient=True)
@@ -104,15 +104,15 @@ def test_nonconvex_solve_ends_at_a_local_optimum():
 
 def test_never_returns_a_worse_point():
     model, data, xs, theta = _problem()
-    al = AdamLearner(model, AdamLearnerOptions(rho_theta=RHO, epochs=3, lr_dynamics=50.0, lr_observation=50.0))
+    al = AdamLearner(model, AdamOptions(rho_theta=RHO, epochs=3, lr_dynamics=50.0, lr=50.0))
     res = al.solve(theta, data, xs)                      # absurd steps: F goes up, start is kept
     assert np.array_equal(res.theta_vec, theta) and res.cost == pytest.approx(al.objective(theta, data, xs))
 
 
 def test_drives_ceem():
     model, data, xs, theta = _problem()
-    al = AdamLearner(model, AdamLearnerOptions(rho_theta=RHO, epochs=50, batch_size=64, lr_dynamics=1e-2,
-                                               lr_observation=1e-2))
+    al = AdamLearner(model, AdamOptions(rho_theta=RHO, epochs=50, batch_size=64, lr_dynamics=1e-2,
+                                               lr=1e-2))
     res = ceem(model, data, model.params.from_vector(theta), x_init=xs, learner=al,
                options=CEEMOptions(max_iters=3, smoother=SmootherOptions(rho_x=RHO),
                                    learner=LearnerOptions(rho_theta=RHO)))
@@ -133,8 +133,8 @@ def test_matrix_valued_step_observe_equal_mapped_functions():
     def observe(x, u, p):
         return ca.mtimes(p.C, x) + head(p, x)
 
-    fast = AdamLearner(model, AdamLearnerOptions(rho_theta=RHO, chunk=64), step=step, observe=observe)
-    mapped = AdamLearner(model, AdamLearnerOptions(rho_theta=RHO, chunk=64))
+    fast = AdamLearner(model, AdamOptions(rho_theta=RHO, chunk=64), step=step, observe=observe)
+    mapped = AdamLearner(model, AdamOptions(rho_theta=RHO, chunk=64))
     point = theta + 0.05 * np.random.default_rng(1).normal(size=theta.size)
     Ff, gf = fast.objective(point, data, xs, theta_prev=theta, gradient=True)
     Fm, gm = mapped.objective(point, data, xs, theta_prev=theta, gradient=True)
@@ -148,8 +148,8 @@ def test_matrix_valued_step_observe_equal_mapped_functions():
 
 def test_bad_options():
     with pytest.raises(OptionsError, match="lr_dynamics"):
-        AdamLearnerOptions(lr_dynamics=0.0)
+        AdamOptions(lr_dynamics=0.0)
     with pytest.raises(OptionsError, match="batch_size"):
-        AdamLearnerOptions(batch_size=0)
-    with pytest.raises(TypeError, match="AdamLearnerOptions"):
+        AdamOptions(batch_size=0)
+    with pytest.raises(TypeError, match="AdamOptions"):
         AdamLearner(None, LearnerOptions())

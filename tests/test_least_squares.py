@@ -111,16 +111,16 @@ def test_never_worse_than_start_on_any_stop(pendulum_case):
         assert (res.returned in ("last", "start", "best") and res.returned in res.message) or "returning" in res.message
     assert res.status == "time_limit" and res.returned == "start"
     limited = output_error_least_squares(model, data, start, x0=np.zeros((2, 2)),
-                                         options=LeastSquaresOptions(max_iter=3))
+                                         options=LeastSquaresOptions(max_iters=3))
     assert limited.status == "max_iters" and limited.cost < limited.initial_cost
 
 
 def test_multi_start_returns_the_best_start(pendulum_case):
     model, data = pendulum_case
     bad = {"a": 40.0, "b": 0.3, "c": 0.8}               # a far local minimum of the pendulum's frequency
-    alone = output_error_least_squares(model, data, bad, options=LeastSquaresOptions(max_iter=30))
+    alone = output_error_least_squares(model, data, bad, options=LeastSquaresOptions(max_iters=30))
     multi = output_error_least_squares(model, data, bad, starts=[{"a": 2.5}, {"a": 1.0, "c": 1.0}],
-                                       options=LeastSquaresOptions(max_iter=30))
+                                       options=LeastSquaresOptions(max_iters=30))
     assert len(multi.starts) == 3 and [r["start"] for r in multi.starts] == [0, 1, 2]
     assert multi.cost == min(r["cost"] for r in multi.starts)
     assert multi.cost < 0.5 * alone.cost
@@ -156,11 +156,11 @@ def test_multiple_shooting_never_returns_an_unstable_iterate():
 
     for it in (2, 3, 5):
         lm = cc.refine_output_error(model, data, start, shooting=50, x0=np.zeros(2),
-                                    options=cc.OutputErrorOptions(max_iter=it))
+                                    options=cc.OutputErrorOptions(max_iters=it))
         assert lm.solver == "lm" and free_run_cost(lm) <= lm.initial_cost * (1 + 1e-12), lm.message
         assert np.all(np.abs(np.roots([1, float(lm.theta["a1"]), float(lm.theta["a2"])])) < 1)
         ip = cc.refine_output_error(model, data, start, shooting=50, x0=np.zeros(2),
-                                    options=cc.OutputErrorOptions(max_iter=it, solver="ipopt"))
+                                    options=cc.OutputErrorOptions(max_iters=it, solver="ipopt"))
         assert free_run_cost(ip) <= ip.initial_cost * (1 + 1e-9)        # the IPOPT path now checks too
     done = cc.refine_output_error(model, data, start, shooting=50, x0=np.zeros(2))
     assert done.status == "converged" and done.constraint_violation < 1e-6
@@ -170,7 +170,7 @@ def test_multiple_shooting_never_returns_an_unstable_iterate():
 
 def test_options_validate():
     with pytest.raises(cc.OptionsError, match="max_iter"):
-        LeastSquaresOptions(max_iter=-1)
+        LeastSquaresOptions(max_iters=-1)
     with pytest.raises(cc.OptionsError, match="ftol"):
         LeastSquaresOptions(ftol=0)
     with pytest.raises(cc.OptionsError, match="compile"):

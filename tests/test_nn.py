@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from ceem_casadi.errors import OptionsError, ShapeError
+from ceem_casadi.learning import AdamOptions
 from ceem_casadi.model._model import StateSpaceModel
-from ceem_casadi.model._nn import MLP, AdamOptions, adam, flat_params, mse_loss_factory, namespace
+from ceem_casadi.model._nn import MLP, adam, flat_params, mse_loss_factory, namespace
 from ceem_casadi.model._params import Parameters
 
 

@@ -5,7 +5,7 @@ import casadi as ca
 import numpy as np
 import pytest
 
-from ceem_casadi.learning import AdamLearner, AdamLearnerOptions
+from ceem_casadi.learning import AdamLearner, AdamOptions
 from ceem_casadi.model import MLP, Parameters, StateSpaceModel
 from ceem_casadi.runtime import NumpyFunction
 
@@ -73,7 +73,7 @@ def test_adam_learner_gradients_by_numpy_equal_the_mapped_model_functions():
         return net(p, ca.vertcat(x, u))
 
     model = StateSpaceModel.from_discrete(step, observe, nx=2, nu=1, params=params)
-    al = AdamLearner(model, AdamLearnerOptions(chunk=16), step=step, observe=observe)
+    al = AdamLearner(model, AdamOptions(chunk=16), step=step, observe=observe)
     assert all(isinstance(f, NumpyFunction) for f in al._functions(16))
     theta = params.to_vector(net.init(rng))
     T = 25

@@ -38,7 +38,7 @@ def test_options_refuse_a_field_of_the_other_solver():
     with pytest.raises(cc.OptionsError, match="variable_projection applies to solver='lm' only"):
         cc.OutputErrorOptions(solver="ipopt", variable_projection=False)
     assert cc.OutputErrorOptions(solver="ipopt", hessian="exact").ipopt_hessian == "exact"
-    assert cc.OutputErrorOptions().max_iter == cc.workflow.LeastSquaresOptions().max_iter   # one default
+    assert cc.OutputErrorOptions().max_iters == cc.workflow.LeastSquaresOptions().max_iters   # one default
 
 
 def _wiener_hammerstein_case():

@@ -20,7 +20,7 @@ class InProcessShards:
 
     def __init__(self, model, data, options, n_shards):
         self.data, self.index = data, shard_index(data.lengths, n_shards)
-        self.spec = model_spec(model, options)
+        self.spec = model_spec(model, options.smoother, options.learner)
         self.rounds = 0
 
     def learning_session(self, theta_vec, xs):

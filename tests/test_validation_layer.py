@@ -74,7 +74,7 @@ def test_a_window_without_observations_is_refused(lorenz_problem):
 
 @pytest.mark.parametrize("make, words", [
     (lambda: cc.CEEMOptions(n_jobs=2.5), ["CEEMOptions.n_jobs", "an integer", "2.5"]),
-    (lambda: cc.LearnerOptions(max_iter=2.5), ["LearnerOptions.max_iter", "an integer"]),
+    (lambda: cc.LearnerOptions(max_iters=2.5), ["LearnerOptions.max_iters", "an integer"]),
     (lambda: cc.CEEMOptions(max_iters="3"), ["CEEMOptions.max_iters", "an integer", "'3' (str)"]),
     (lambda: cc.SmootherOptions(rho_x="a"), ["SmootherOptions.rho_x", "a finite number"]),
     (lambda: cc.SmootherOptions(tol=float("nan")), ["SmootherOptions.tol", "a finite number"]),
@@ -84,7 +84,7 @@ def test_a_window_without_observations_is_refused(lorenz_problem):
     (lambda: cc.OutputErrorOptions(use_prior=1), ["OutputErrorOptions.use_prior", "true or false"]),
     (lambda: cc.NoiseCalibrationOptions(holdout_fraction="0.2"), ["NoiseCalibrationOptions.holdout_fraction"]),
     (lambda: cc.UncertaintyOptions(blas_threads=1.5), ["UncertaintyOptions.blas_threads", "None or an integer"]),
-    (lambda: cc.learning.AdamLearnerOptions(epochs=2.0), ["AdamLearnerOptions.epochs", "an integer"]),
+    (lambda: cc.learning.AdamOptions(epochs=2.0), ["AdamOptions.epochs", "None or an integer"]),
     (lambda: cc.CEEMOptions(smoother={"rho_x": 1.0}), ["CEEMOptions.smoother", "a SmootherOptions"]),
     (lambda: cc.CEEMOptions(joint_hessian="exact"), ["joint_hessian='exact'", "acceleration='joint'"]),
     (lambda: cc.CEEMOptions(acceleration="newton", joint_hessian="gauss-newton"), ["acceleration='newton'"]),
@@ -107,14 +107,14 @@ def test_schema_kinds_come_from_the_annotations():
     assert kinds["smoother"].kind is cc.SmootherOptions
     # the file path (from_mapping) and the constructor give one message for one mistake
     with pytest.raises(cc.OptionsError) as a:
-        cc.CEEMOptions.from_mapping({"smoother": {"max_iter": 2.5}})
+        cc.CEEMOptions.from_mapping({"smoother": {"max_iters": 2.5}})
     with pytest.raises(cc.OptionsError) as b:
-        cc.SmootherOptions(max_iter=2.5)
+        cc.SmootherOptions(max_iters=2.5)
     assert str(a.value).replace("smoother.", "SmootherOptions.") == str(b.value)
 
 
 def test_valid_options_and_strategy_pairs_are_accepted():
-    cc.CEEMOptions(acceleration="joint", joint_hessian="exact")
+    cc.CEEMOptions(acceleration=cc.em.Joint(hessian="exact"))
     cc.SmootherOptions(x_lower=-1.0, x_upper=np.array([1.0, 2.0, 3.0]), chunk=0)
     cc.CEEMOptions(max_iters=np.int64(3), tol=0)
 

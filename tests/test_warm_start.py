@@ -54,13 +54,14 @@ def test_warm_start_reaches_the_plain_fits_optimum(record, monkeypatch):
 
 
 def test_warm_start_length_follows_the_options_and_the_policy():
-    opts = cc.CEEMOptions()
-    assert warm_start_length(opts, (policy.WARM_FROM - 1,)) == 0
-    assert warm_start_length(opts, (10, policy.WARM_FROM)) == policy.WARM_LENGTH
-    assert warm_start_length(cc.CEEMOptions(warm_start=0), (10 ** 7,)) == 0
-    assert warm_start_length(cc.CEEMOptions(warm_start=500), (400, 800)) == 500
-    assert warm_start_length(cc.CEEMOptions(warm_start=500), (400, 500)) == 0      # nothing longer
-    assert warm_start_length(cc.CEEMOptions(warm_start=500), (800,), x_init=[np.zeros((800, 1))]) == 0
+    default = cc.CEEMOptions().warm_start
+    assert warm_start_length(default, (policy.WARM_FROM - 1,)) == 0
+    assert warm_start_length(default, (10, policy.WARM_FROM)) == policy.WARM_LENGTH
+    assert warm_start_length(0, (10 ** 7,)) == 0
+    assert warm_start_length(500, (400, 800)) == 500
+    assert warm_start_length(500, (400, 500)) == 0      # nothing longer
+    assert warm_start_length(500, (800,), x_init=[np.zeros((800, 1))]) == 0
+    assert warm_start_length(500, (800,), executor=object()) == 0
     with pytest.raises(cc.OptionsError, match="warm_start"):
         cc.CEEMOptions(warm_start=-5)
 

@@ -49,6 +49,16 @@ class LSTM:
     ------
     ShapeError
         A size below 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ceem_casadi.baselines import LSTM
+    >>> net = LSTM(n_in=1, hidden=4, layers=1, n_out=1)
+    >>> net.names
+    ['lstm_W0', 'lstm_U0', 'lstm_b0', 'lstm_V', 'lstm_d']
+    >>> net.init(np.random.default_rng(0))["lstm_W0"].shape             # 4 gates x hidden, n_in
+    (16, 1)
     """
 
     def __init__(self, n_in: int, hidden: int = 32, layers: int = 2, n_out: int = 6, name: str = "lstm"):
@@ -155,6 +165,17 @@ def sequence_loss_factory(net: LSTM, params: Parameters, L: int):
     -------
     callable
         ``B -> casadi.Function(w, U (L*n_in, B), Y (L*n_out, B)) -> mse`` (for `ceem_casadi.model._nn.adam`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ceem_casadi.baselines import LSTM, sequence_loss_factory
+    >>> net = LSTM(n_in=1, hidden=4, layers=1, n_out=1)
+    >>> import ceem_casadi as cc
+    >>> params = cc.Parameters(*net.params(np.random.default_rng(0)))
+    >>> loss = sequence_loss_factory(net, params, L=3)(2)                  # windows of 3 steps, batches of 2
+    >>> loss.name(), loss.size_in(1)
+    ('lstm_mse', (3, 2))
     """
     def make(B):
         w = ca.MX.sym("w", params.size)
@@ -188,6 +209,16 @@ def windows(u: np.ndarray, y: np.ndarray | None, L: int, stride: int = 1):
         (L*n_in, M), M = N * len(range(0, T - L + 1, stride)).
     Y : numpy.ndarray or None
         (L*n_out, M), None without ``y``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ceem_casadi.baselines import windows
+    >>> U, Y = windows(np.arange(5.0).reshape(1, 5, 1), None, 3, stride=2)
+    >>> U, Y
+    (array([[0., 2.],
+           [1., 3.],
+           [2., 4.]]), None)
     """
     u = np.asarray(u, float)
     if u.ndim != 3 or u.shape[1] < L:

@@ -33,6 +33,20 @@ class N4SIDResult(Result):
         Sample time in seconds (from the data).
     horizon : int
         The block horizon i used.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> rng = np.random.default_rng(0)
+    >>> u = rng.normal(size=(400, 1))
+    >>> x, y = 0.0, []
+    >>> for t in range(400):
+    ...     y.append(x)
+    ...     x = 0.7 * x + u[t, 0]
+    >>> res = cc.n4sid(cc.Trajectories([np.array(y)[:, None]], [u]), order=1, horizon=5)
+    >>> res.order, round(float(res.A[0, 0]), 3)
+    (1, 0.7)
     """
 
     SUMMARY = ('order', 'dt', 'horizon')

@@ -62,6 +62,20 @@ class ParticleFilterResult:
         ``"fully-adapted"`` or ``"bootstrap"``.
     Q_chol : numpy.ndarray
         (nx, nx) Cholesky factor of the process noise covariance.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> from ceem_casadi.baselines import particle_filter
+    >>> res = particle_filter(model, np.array([0.8]), data.y[0], data.inputs(0), n_particles=50, x0_mean=[1.0],
+    ...                       x0_cov=[[0.01]], rng=np.random.default_rng(2))
+    >>> res.weights.shape, bool(np.allclose(res.weights.sum(axis=1), 1.0))
+    ((40, 50), True)
     """
 
     loglik: float
@@ -235,6 +249,20 @@ def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x
     Returns
     -------
     ParticleFilterResult
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> from ceem_casadi.baselines import particle_filter
+    >>> res = particle_filter(model, np.array([0.8]), data.y[0], data.inputs(0), n_particles=50, x0_mean=[1.0],
+    ...                       x0_cov=[[0.01]], rng=np.random.default_rng(2))
+    >>> res.particles.shape, bool(np.isfinite(res.loglik))
+    ((40, 50, 1), True)
     """
     pf = ParticleFilter(model, n_particles, proposal)
     return pf.run(theta_vec, y, u, x0_mean=x0_mean, x0_cov=x0_cov, rng=rng, Q=Q, R=R,
@@ -260,6 +288,20 @@ def ffbsi(result: ParticleFilterResult, n_smooth: int, *, rng: np.random.Generat
     -------
     numpy.ndarray
         (Ns, T, nx) draws from p(x[1:T] | y[1:T]).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> from ceem_casadi.baselines import ffbsi, particle_filter
+    >>> res = particle_filter(model, np.array([0.8]), data.y[0], data.inputs(0), n_particles=50, x0_mean=[1.0],
+    ...                       x0_cov=[[0.01]], rng=np.random.default_rng(2))
+    >>> ffbsi(res, 5, rng=np.random.default_rng(3)).shape                # 5 smoothed trajectories (T, nx)
+    (5, 40, 1)
     """
     X, W, Fp, Lq = result.particles, result.weights, result.f_particles, result.Q_chol
     T, N, nx = X.shape

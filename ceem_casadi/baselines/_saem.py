@@ -72,6 +72,13 @@ class ParticleEMOptions:
     ------
     ValueError
         A value out of range.
+
+    Examples
+    --------
+    >>> from ceem_casadi.baselines import ParticleEMOptions
+    >>> opts = ParticleEMOptions(n_particles=200, max_iters=10)
+    >>> opts.n_particles, opts.n_smooth, opts.max_iters
+    (200, 10, 10)
     """
 
     n_particles: int = 100
@@ -134,6 +141,21 @@ class ParticleEMRecord:
         Wall time of the E-step and of the M-step (s).
     learn_status : str
         Status of the M-step's solver.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> from ceem_casadi.baselines import ParticleEMOptions, particle_em
+    >>> opts = ParticleEMOptions(n_particles=30, n_smooth=3, max_iters=1, x0_mean=(1.0,), x0_std=(0.1,),
+    ...                          learner=cc.LearnerOptions(compile=False))
+    >>> rec = particle_em(model, data, {"a": 0.5}, options=opts, seed=0).history[0]
+    >>> rec.iteration, rec.gamma
+    (1, 1.0)
     """
 
     iteration: int
@@ -162,6 +184,21 @@ class ParticleEMResult:
         What happened.
     build_s : float
         One-off M-step NLP construction time (s).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> from ceem_casadi.baselines import ParticleEMOptions, particle_em
+    >>> opts = ParticleEMOptions(n_particles=30, n_smooth=3, max_iters=1, x0_mean=(1.0,), x0_std=(0.1,),
+    ...                          learner=cc.LearnerOptions(compile=False))
+    >>> res = particle_em(model, data, {"a": 0.5}, options=opts, seed=0)
+    >>> str(res.status), sorted(res.theta)
+    ('max_iters', ['a'])
     """
 
     theta: Theta
@@ -233,6 +270,21 @@ def particle_em(model, data: Trajectories, theta0: Theta, *,
     Returns
     -------
     ParticleEMResult
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> from ceem_casadi.baselines import ParticleEMOptions, particle_em
+    >>> opts = ParticleEMOptions(n_particles=30, n_smooth=3, max_iters=2, x0_mean=(1.0,), x0_std=(0.1,),
+    ...                          learner=cc.LearnerOptions(compile=False))
+    >>> res = particle_em(model, data, {"a": 0.5}, options=opts, seed=0)
+    >>> len(res.history), bool(0.5 < float(res.theta["a"]) < 1.0)
+    (2, True)
     """
     with blas_threads(options.blas_threads):
         return _particle_em(model, data, theta0, options, seed, callback)

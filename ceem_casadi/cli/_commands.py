@@ -9,6 +9,7 @@ Exit codes as in `ceem_casadi.cli`: 0 success, 2 bad input
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,7 +204,9 @@ def cmd_codegen(args) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(f"wrote {gen.source}, {gen.header}, {gen.example}")
-    if args.compile:
+    if args.compile:  # one meaning of "compile" in the library: CasADi Functions to native code
+        print("codegen --compile is deprecated: use --build-example", file=sys.stderr)
+    if args.build_example or args.compile:
         try:
             print(f"compiled {compile_example(gen)}")
         except RuntimeError as exc:

@@ -45,7 +45,7 @@ def cmd_design_input(args) -> int:
     if out.suffix not in (".npz", ".csv"):
         raise UsageError(f"--out {args.out}: expected a .npz or .csv file name")
     try:
-        options = DesignOptions(hold=args.hold, max_iter=args.max_iter)
+        options = DesignOptions(hold=args.hold, max_iters=args.max_iter)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"invalid options: {exc}") from None
     model, theta, _ = model_from_args(args)

@@ -144,7 +144,7 @@ def cmd_refine(args) -> int:
         raise UsageError(f"--hessian applies to --solver ipopt only, got --hessian {args.hessian} with --solver {args.solver}")
     options = OutputErrorOptions(solver=args.solver, hessian=args.hessian, use_prior=not args.no_prior,
                                  time_limit=args.time_limit, x0_window=args.x0_window,
-                                 **({} if args.max_iter is None else {"max_iter": args.max_iter}))
+                                 **({} if args.max_iter is None else {"max_iters": args.max_iter}))
     res = refine_output_error(model, data, theta, shooting=args.shooting, x0=x0, options=options)
     source, kwargs = model_source(args, saved)
     summary = {"status": str(res.status), "message": res.message, "iterations": res.iterations,
@@ -179,7 +179,8 @@ def _calibration_options(args):
         raise UsageError(f"--holdout-fraction: expected a number in (0, 1), got {args.holdout_fraction}")
     at_least(args.x0_window, 1, "--x0-window")
     try:
-        ceem = CEEMOptions.from_mapping({"max_iters": args.max_iters, "acceleration": args.acceleration})
+        acceleration = args.acceleration or NoiseCalibrationOptions().ceem.acceleration  # the API's default
+        ceem = CEEMOptions.from_mapping({"max_iters": args.max_iters, "acceleration": acceleration})
         return NoiseCalibrationOptions(ceem=ceem, n_jobs=args.n_jobs, time_limit=args.time_limit,
                                        holdout_fraction=args.holdout_fraction, x0_window=args.x0_window)
     except (TypeError, ValueError) as exc:

@@ -245,7 +245,7 @@ def model_from_args(args):
 
 FLAG_MAP = {"max_iters": ("ceem", "max_iters"), "tol": ("ceem", "tol"), "acceleration": ("ceem", "acceleration"),
             "n_jobs": ("ceem", "n_jobs"), "rho_x": ("smoother", "rho_x"), "rho_theta": ("learner", "rho_theta"),
-            "smoother_max_iter": ("smoother", "max_iter"), "learner_max_iter": ("learner", "max_iter"),
+            "smoother_max_iter": ("smoother", "max_iters"), "learner_max_iter": ("learner", "max_iters"),
             "smoother_hessian": ("smoother", "hessian"), "learner_hessian": ("learner", "hessian"),
             "time_limit": ("ceem", "time_limit")}
 

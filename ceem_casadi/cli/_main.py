@@ -135,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="ekf", help="C prefix and file name (default ekf)")
     p.add_argument("--x0", help="initial state JSON (default: the fit's first initial state, else x1_mean/zeros)")
     p.add_argument("--theta-as-argument", action="store_true", help="theta settable at run time")
-    p.add_argument("--compile", action="store_true", help="compile the example program with gcc -Werror")
+    p.add_argument("--build-example", action="store_true", help="build the example program with gcc -Werror")
+    p.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)  # deprecated: --build-example
     p.set_defaults(func=cmd_codegen)
 
     p = sub.add_parser("plot", help="figures: history, smoothed states with outputs, predicted vs measured")
@@ -160,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hessian", choices=("gauss-newton", "exact"), default=None,
                    help="Hessian of the IPOPT NLP (--solver ipopt only; default gauss-newton)")
     p.add_argument("--max-iter", type=int, default=None,
-                   help="iterations of the solver (default: OutputErrorOptions' max_iter, 200)")
+                   help="iterations of the solver (default: OutputErrorOptions' max_iters, 200)")
     p.add_argument("--time-limit", type=float, help="wall-clock budget in seconds (status time_limit)")
     p.add_argument("--x0", help="starting initial states JSON (default: estimated from --x0-window samples)")
     p.add_argument("--x0-window", type=int, help="samples used to estimate the starting x0 (default min(T, 10 nx))")
@@ -179,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
                                   "0.032..32)")
     p.add_argument("--criterion", choices=("innovation", "holdout"), default="innovation")
     p.add_argument("--max-iters", type=int, default=50, help="CE-EM iterations per level (default 50)")
-    p.add_argument("--acceleration", choices=list(ACCELERATIONS), default="newton")
+    p.add_argument("--acceleration", choices=list(ACCELERATIONS),
+                   help="default: the API's, NoiseCalibrationOptions().ceem.acceleration")
     p.add_argument("--n-jobs", type=int, default=1, help="processes (default 1)")
     p.add_argument("--time-limit", type=float, help="budget of the whole calibration in seconds")
     p.add_argument("--holdout-fraction", type=float, default=0.25, help="tail held out by 'holdout' (default 0.25)")

@@ -58,6 +58,18 @@ class GeneratedEKF(Result):
         Dimensions of the predictor.
     theta_as_argument : bool
         Whether the parameters are an argument of the C functions instead of constants.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> import tempfile
+    >>> gen = cc.generate_ekf(model, {"a": 0.8}, tempfile.mkdtemp(), name="scalar")
+    >>> gen.source.name, gen.header.name, (gen.nx, gen.nu, gen.ny)
+    ('scalar.c', 'scalar.h', (1, 1, 1))
     """
 
     SUMMARY = ('name', 'nx', 'nu', 'ny', 'theta_as_argument')

@@ -73,6 +73,19 @@ class SavedModel(Result):
         User arrays saved with the model.
     uncertainty : dict or None
         Saved parameter uncertainty (JSON fields and the ``"covariance"`` array).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> import tempfile, pathlib
+    >>> path = cc.save_model(pathlib.Path(tempfile.mkdtemp()) / "m.npz", model, {"a": 0.8})
+    >>> saved = cc.load_model(path)
+    >>> float(saved.theta["a"]), saved.model.nx
+    (0.8, 1)
     """
 
     SUMMARY = ('theta', 'source')

@@ -36,7 +36,7 @@ def _all(futures) -> list:
 class DaskEngine(ShardedOutcomes):
     """Smoothing, J and the learner's map-reduce on a ``dask.distributed.Client``."""
 
-    def __init__(self, sharded, model, data, options):
+    def __init__(self, sharded, model, data, smoother_options, learner_options):
         t0 = time.perf_counter()
         self.sharded, self.client = sharded, sharded.executor
         check_client_open(self.client)  # closed since the options were made: one clear message
@@ -48,7 +48,7 @@ class DaskEngine(ShardedOutcomes):
         self.index = shard_index(data.lengths, sharded.n_shards or len(slots))
         self.where = [slots[k % len(slots)] for k in range(len(self.index))]
         self.n_trajectories = len(data)
-        spec = model_spec(model, options)
+        spec = model_spec(model, smoother_options, learner_options)
         spec_f = self.client.scatter(spec, broadcast=True, hash=False)
         shards = [data[idx] for idx in self.index]
         self.actors = [self.client.submit(tasks.ShardActor, spec_f, self.client.scatter([s], workers=[w], hash=False)[0],
@@ -57,7 +57,7 @@ class DaskEngine(ShardedOutcomes):
         kinds = _all([a.prepare() for a in self.actors])
         self._version = itertools.count()
         self._memo: tuple = (None, None)  # (the last list of states sent, its version)
-        self.learner = RemoteLearner(self, model, options.learner, kinds[0][0])
+        self.learner = RemoteLearner(self, model, learner_options, kinds[0][0])
         self.record("setup", t0, [k[1] for k in kinds], len(spec.blob) * len(workers) + nbytes(shards), 16)
 
     def record(self, kind, t0, shard_s, sent, received, **extra) -> None:

@@ -132,11 +132,11 @@ class Sharded:
             raise ValueError(f"n_shards must be None or an int >= 1, got {n_shards!r}")
         self.executor, self.n_shards, self.stats = executor, n_shards, []
 
-    def start(self, model, data, options, smoother):
-        """The engine of one fit (used by [`ceem`][ceem_casadi.ceem])."""
+    def start(self, model, data, smoother_options, learner_options, smoother):
+        """The engine of one fit (used by [`ceem`][ceem_casadi.ceem]), given the fit's smoother and learner options."""
         if is_dask_client(self.executor):
-            return DaskEngine(self, model, data, options)
-        return ExecutorEngine(self, model, data, options, smoother)
+            return DaskEngine(self, model, data, smoother_options, learner_options)
+        return ExecutorEngine(self, model, data, smoother_options, learner_options, smoother)
 
 
 def engine_has_learner(executor) -> bool:
@@ -147,10 +147,10 @@ def engine_has_learner(executor) -> bool:
     return is_dask_client(inner)
 
 
-def start_engine(executor, model, data, options, smoother):
+def start_engine(executor, model, data, smoother_options, learner_options, smoother):
     """The engine for ``CEEMOptions.executor`` (wrapped in a [`Sharded`][ceem_casadi.Sharded] unless it is one)."""
     sharded = executor if isinstance(executor, Sharded) else Sharded(executor)
-    return sharded.start(model, data, options, smoother)
+    return sharded.start(model, data, smoother_options, learner_options, smoother)
 
 
 class ExecutorEngine(ShardedOutcomes):
@@ -159,13 +159,13 @@ class ExecutorEngine(ShardedOutcomes):
 
     learner = None
 
-    def __init__(self, sharded: Sharded, model, data, options, smoother):
+    def __init__(self, sharded: Sharded, model, data, smoother_options, learner_options, smoother):
         self.sharded, self.smoother = sharded, smoother
         pool = sharded.executor
         n = sharded.n_shards or getattr(pool, "_max_workers", None) or 2
         self.index = shard_index(data.lengths, n)
         self.shards = [data[idx] for idx in self.index]
-        self.spec = model_spec(model, options)
+        self.spec = model_spec(model, smoother_options, learner_options)
         self.n_trajectories = len(data)
 
     def __call__(self, theta_vec, data, xs) -> Smoothed:

@@ -47,9 +47,9 @@ def shard_index(lengths, n_shards: int) -> list[list[int]]:
     return [sorted(g) for g in groups]
 
 
-def model_spec(model, options) -> tasks.ModelSpec:
+def model_spec(model, smoother_options, learner_options) -> tasks.ModelSpec:
     """The model and its solver options pickled, with their SHA-256 digest (the workers' cache key)."""
-    blob = pickle.dumps((model, options.smoother, options.learner), protocol=pickle.HIGHEST_PROTOCOL)
+    blob = pickle.dumps((model, smoother_options, learner_options), protocol=pickle.HIGHEST_PROTOCOL)
     return tasks.ModelSpec(hashlib.sha256(blob).hexdigest(), blob)
 
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 
 import numpy as np
 
 from ..distributed._executors import engine_has_learner, start_engine
-from ..em._options import CEEMOptions
+from ..em._options import CEEMOptions, FitPlan
 from ..errors import OptionsError, SolverError
 from ..io._data import Trajectories
 from ..io._validate import check_data
@@ -39,11 +39,10 @@ from ..smoothing._batch_objective import BATCHED_STAGES
 from ..smoothing._batched import any_batched, prepare_batched
 from ..smoothing._initial_states import check_states, eks_states
 from ..smoothing._smoother import Smoother
-from ._joint_gauss_newton import JointGaussNewton, LinAlgError
-from ._joint_nlp import JointSolver
+from ._accelerations import Iterate, StepFailure
 from ._results import CEEMResult, IterationRecord
 from ._smoothing_step import SmoothingStep
-from ._warm_start import leading_fit
+from ._warm_start import leading_fit, warm_start_length
 
 log = logging.getLogger(__name__)
 
@@ -52,18 +51,6 @@ _ENGINE_LEARNER = ("learner={learner} cannot be used with executor={executor}: t
                    "states on its workers and learns from them with its own map-reduced learner, which a learner "
                    "given here would silently replace; drop learner= (the engine's learner follows "
                    "options.learner) or drop executor= to use your learner")
-
-
-@dataclass
-class _Iterate:
-    xs: list
-    theta_vec: np.ndarray
-    J: float
-    obj: float
-
-
-class _Failure(Exception):
-    pass
 
 
 class _TimeUp(Exception):
@@ -76,22 +63,20 @@ _INTERRUPTED = "User_Requested_Stop"  # IPOPT's status when the deadline callbac
 class _EMRun:
     """State of one CE-EM run: the solvers, the current iterate, the history."""
 
-    def __init__(self, model, data, options, smoother, learner, callback, engine=None):
-        self.model, self.data, self.options = model, data, options
-        self.smoother, self.learner, self.callback = smoother, learner, callback
-        # idle workers help nobody
-        self.step = engine if engine is not None else SmoothingStep(smoother, min(options.n_jobs, len(data)))
+    def __init__(self, model, data, plan: FitPlan, learner, callback, step):
+        self.model, self.data, self.plan = model, data, plan
+        self.learner, self.callback, self.step = learner, callback, step
         self.history: list[IterationRecord] = []
         self.stop_requested = False
 
     def objective(self, J, theta_vec):
-        return J + (log_prior(self.model.params, theta_vec) if self.options.learner.use_prior else 0.0)
+        return J + (log_prior(self.model.params, theta_vec) if self.plan.learner.use_prior else 0.0)
 
-    def evaluate(self, xs, theta_vec) -> _Iterate:
+    def evaluate(self, xs, theta_vec) -> Iterate:
         J = self.step.log_density(theta_vec, self.data, xs)
-        return _Iterate(xs, theta_vec, J, self.objective(J, theta_vec))
+        return Iterate(xs, theta_vec, J, self.objective(J, theta_vec))
 
-    def em_step(self, it: _Iterate, kind: str, reference: _Iterate) -> tuple[_Iterate, IterationRecord]:
+    def em_step(self, it: Iterate, kind: str, reference: Iterate) -> tuple[Iterate, IterationRecord]:
         """One smoothing + learning step from ``it``; the record's increase is against ``reference``."""
         k = len(self.history) + 1
         sm = self.step(it.theta_vec, self.data, it.xs)
@@ -99,23 +84,23 @@ class _EMRun:
             raise _TimeUp(f"iteration {k}: time limit reached during the smoothing step (discarded)")
         failed = [b for b, r in enumerate(sm) if not self.step.finite(r) or r.status not in _USABLE]
         if failed:
-            raise _Failure(f"iteration {k}: smoothing failed on trajectories {failed} "
-                           f"({[sm[b].status for b in failed]}); returning the last good iterate")
+            raise StepFailure(f"iteration {k}: smoothing failed on trajectories {failed} "
+                              f"({[sm[b].status for b in failed]}); returning the last good iterate")
         new_xs = self.step.states(sm)
         lr = self.learner.solve(it.theta_vec, self.data, new_xs)
         if lr.status == _INTERRUPTED:
             raise _TimeUp(f"iteration {k}: time limit reached during the learning step (discarded)")
         if not np.all(np.isfinite(lr.theta_vec)) or lr.status not in _USABLE:
-            raise _Failure(f"iteration {k}: learning failed ({lr.status}); returning the last good iterate")
+            raise StepFailure(f"iteration {k}: learning failed ({lr.status}); returning the last good iterate")
         new = self.evaluate(new_xs, lr.theta_vec)
         accepted = new.obj >= reference.obj - 1e-9 * max(1.0, abs(reference.obj))
         rec = IterationRecord(k, new.J, new.obj, new.obj - reference.obj, sum(r.wall_s for r in sm), lr.wall_s,
                               [r.status for r in sm], lr.status, self.model.params.from_vector(lr.theta_vec),
                               accepted, kind)
-        self._record(rec, new_xs)
+        self.record(rec, new_xs)
         return new, rec
 
-    def _record(self, rec: IterationRecord, xs: list | None = None) -> None:
+    def record(self, rec: IterationRecord, xs: list | None = None) -> None:
         self.history.append(rec)
         log.info("CE-EM iteration %d (%s): J=%.6g (increase %.3g), smooth %.3fs, learn %.3fs%s", rec.iteration,
                  rec.kind, rec.J, rec.increase, rec.smooth_s, rec.learn_s, "" if rec.accepted else " [rejected]")
@@ -127,60 +112,6 @@ class _EMRun:
                 self.stop_requested = True
         finally:
             rec.x = None
-
-    def newton_step(self, it: _Iterate, joint: JointGaussNewton, tries: int = 3):
-        """A joint Gauss-Newton (Levenberg-Marquardt) step on (x, theta) from ``it``, retried with
-        more damping up to ``tries`` times; ``(new iterate, record)`` when one increases the
-        objective, else None (nothing recorded)."""
-        t0 = time.perf_counter()
-        for _ in range(tries):
-            try:
-                cand = joint.step(it.theta_vec, self.data, it.xs)
-            except (LinAlgError, np.linalg.LinAlgError) as exc:
-                log.debug("joint Gauss-Newton step failed (%s); more damping", exc)
-                joint.adapt(False)
-                continue
-            if np.all(np.isfinite(cand.theta_vec)) and all(np.all(np.isfinite(x)) for x in cand.xs):
-                new = self.evaluate(cand.xs, cand.theta_vec)
-                if new.obj > it.obj:
-                    joint.adapt(True)
-                    rec = IterationRecord(len(self.history) + 1, new.J, new.obj, new.obj - it.obj, 0.0,
-                                          time.perf_counter() - t0, [], f"joint-gauss-newton (mu={cand.mu:.1e})",
-                                          self.model.params.from_vector(new.theta_vec), True, "newton")
-                    self._record(rec, new.xs)
-                    return new, rec
-            joint.adapt(False)
-        return None
-
-    def joint_solve(self, it: _Iterate, solver: JointSolver):
-        """The joint (x, theta) NLP solved from ``it``: ``(new iterate, record)`` when it increases the
-        objective (also when stopped by the time limit), else None (nothing recorded)."""
-        jr = solver.try_solve(it.theta_vec, it.xs)
-        new = None if jr is None else self.evaluate(jr.xs, jr.theta_vec)
-        if new is None or not new.obj > it.obj:
-            return None
-        rec = IterationRecord(len(self.history) + 1, new.J, new.obj, new.obj - it.obj, 0.0, jr.wall_s, [],
-                              f"joint-ipopt ({jr.status}, {jr.iterations} iterations)",
-                              self.model.params.from_vector(new.theta_vec), True, "joint")
-        self._record(rec, new.xs)
-        return new, rec
-
-    def extrapolate(self, it0: _Iterate, it1: _Iterate, it2: _Iterate) -> _Iterate | None:
-        """SQUAREM (Varadhan & Roland 2008, scheme S3) point from three successive iterates,
-        clipped to the parameter bounds; None when the iterates did not move."""
-        r = it1.theta_vec - it0.theta_vec
-        v = it2.theta_vec - it1.theta_vec - r
-        nv = np.linalg.norm(v)
-        if nv == 0 or np.linalg.norm(r) == 0:
-            return None
-        alpha = min(-1.0, -np.linalg.norm(r) / nv)
-        params = self.model.params
-        theta = np.clip(it0.theta_vec - 2 * alpha * r + alpha ** 2 * v, params.lower, params.upper)
-        xs = [x0 - 2 * alpha * (x1 - x0) + alpha ** 2 * (x2 - 2 * x1 + x0)
-              for x0, x1, x2 in zip(it0.xs, it1.xs, it2.xs)]
-        if not (np.all(np.isfinite(theta)) and all(np.all(np.isfinite(x)) for x in xs)):
-            return None
-        return _Iterate(xs, theta, np.nan, -np.inf)
 
 
 def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEEMOptions(),
@@ -266,15 +197,16 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
                         f"rho_theta=None, weights=None) method returning a LearnResult), got {type(learner).__name__}")
     if not isinstance(options, CEEMOptions):
         raise TypeError(f"options must be a CEEMOptions, got {type(options).__name__}")
+    plan = FitPlan.of(options)  # the strategies, resolved once: each floor gets its own object
     t_start = time.perf_counter()
-    expires = None if options.time_limit is None else t_start + options.time_limit
-    with blas_threads(options.blas_threads), deadline(expires):
-        result = _ceem(model, data, theta0, options, x_init, callback, smoother, learner)
+    expires = None if plan.time_limit is None else t_start + plan.time_limit
+    with blas_threads(plan.blas_threads), deadline(expires):
+        result = _ceem(model, data, theta0, plan, x_init, callback, smoother, learner)
     result.wall_s = time.perf_counter() - t_start
     return result
 
 
-def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> CEEMResult:
+def _ceem(model, data, theta0, plan: FitPlan, x_init, callback, smoother, learner) -> CEEMResult:
     check_data(model, data)
     theta0 = model.params.validate(theta0)
     theta_vec = model.params.to_vector(theta0)
@@ -282,140 +214,132 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     model.check(theta0, first_x, data.inputs(0)[0])
 
     t_build = time.perf_counter()
-    smoother = smoother or Smoother(model, options.smoother)
+    smoother = smoother or Smoother(model, plan.smoother)
     t_warm = time.perf_counter()
-    warm = leading_fit(_ceem, model, data, theta_vec, options, x_init, smoother)
+    lead_plan = replace(plan, warm_start=0, raise_on_failure=False)
+    warm = leading_fit(lambda lead, theta: _ceem(model, lead, theta, lead_plan, None, None, smoother, None),
+                       model, data, theta_vec, warm_start_length(plan.warm_start, data.lengths, x_init, plan.executor))
     if warm is not None and Status(warm.status).usable:
         theta_vec = model.params.to_vector(warm.theta)
     t_build += time.perf_counter() - t_warm  # build_s: this fit's own solver construction
-    # every group of stage Functions this fit compiles (smoother, joint step; the learner's are among
-    # the joint step's or asked for next) in one background pool of compilers, before any is waited for
-    # the lengths the batched smoother does not take (ceem_casadi.batched_smoother) need SMOOTHER_STAGES
-    unbatched = [T for T in set(data.lengths) if not any_batched(smoother.options, [T] * data.lengths.count(T))]
-    smoother.stages.prefetch(*([SMOOTHER_STAGES] if unbatched else []),
-                             *([JointGaussNewton.stage_names(smoother.stages)] if options.acceleration == "newton"
-                               else []),
-                             *([BATCHED_STAGES] if len(unbatched) < len(set(data.lengths)) else []))
-    if learner is not None and engine_has_learner(options.executor):
-        raise OptionsError(_ENGINE_LEARNER.format(learner=type(learner).__name__,
-                                                  executor=type(options.executor).__name__))
-    engine = None if options.executor is None else start_engine(options.executor, model, data, options, smoother)
-    # long records: the learner's data terms piece by piece (no T-sized graph; ceem_casadi.learner_pieces)
-    if learner is not None and getattr(engine, "learner", None) is not None:  # (refused before starting)
-        engine.close()
-        raise OptionsError(_ENGINE_LEARNER.format(learner=type(learner).__name__,
-                                                  executor=type(options.executor).__name__))
-    learner = learner or getattr(engine, "learner", None) or learner_for(model, data.lengths, options.learner,
-                                                                         smoother.stages)
-    joint = (JointGaussNewton(model, data.lengths, smoother.stages, use_prior=options.learner.use_prior)
-             if options.acceleration == "newton" else None)
-    if options.acceleration == "joint":
-        joint = JointSolver(model, data, smoother.stages, hessian=options.joint_hessian,
-                            use_prior=options.learner.use_prior, x_lower=options.smoother.x_lower,
-                            x_upper=options.smoother.x_upper)
-    # batched lengths: their mapped Functions, for the shards the worker processes (forked with
-    # this smoother) will take; the others: one solver per length. An engine builds its own.
-    if engine is None:
-        prepare_batched(smoother, data.lengths, min(options.n_jobs, len(data)))
-    for T in sorted(unbatched):
-        smoother.for_length(T)
+    engine, learner, stepper = _build(model, data, plan, smoother, learner, warm)
     build_s = time.perf_counter() - t_build
     xs = eks_states(model, theta_vec, data) if x_init is None else check_states(model, data, x_init)
 
-    run = _EMRun(model, data, options, smoother, learner, callback, engine)
+    # idle workers help nobody; an engine smooths on its own workers
+    step = engine if engine is not None else SmoothingStep(smoother, min(plan.n_jobs, len(data)))
+    run = _EMRun(model, data, plan, learner, callback, step)
     current = run.evaluate(xs, theta_vec)
-    result = CEEMResult(Status.MAX_ITERS, f"reached max_iters={options.max_iters} without meeting tol",
+    result = CEEMResult(Status.MAX_ITERS, f"reached max_iters={plan.max_iters} without meeting tol",
                         model.params.from_vector(theta_vec), xs, current.J, history=run.history,
                         build_s=build_s, init_J=current.J, warm_start=warm)
-    recent: list[_Iterate] = [current]  # plain EM iterates since the last extrapolation
-
-    def finish(status, message):
-        result.status, result.message = Status(status), message
-
-    def keep(it: _Iterate) -> None:  # the result always holds the last accepted iterate
-        result.theta = model.params.from_vector(it.theta_vec)
-        result.x, result.J = it.xs, it.J
-
-    def time_up() -> bool:
-        if expired():
-            finish(Status.TIME_LIMIT, f"{_limit(options)} reached after {len(run.history)} "
-                                      "iterations; returning the last accepted iterate")
-            return True
-        return False
-
     try:
-        # the first iteration is a plain EM step (the EKF states at theta0 can be far from smoothed ones),
-        # except for "newton" after a converged warm start: theta is then near this record's optimum
-        # and the EKF states at it near the smoothed ones (T = 10^5: 5 iterations instead of 6, 11 s
-        # instead of 17, same fixed point; tests/test_warm_start.py)
-        try_newton = (options.acceleration == "newton" and warm is not None
-                      and Status(warm.status) == Status.CONVERGED)
-        joint_failures = 0
-        while len(run.history) < options.max_iters and not time_up():
-            stepped = None
-            if joint is not None and try_newton:
-                stepped = (run.newton_step if options.acceleration == "newton" else run.joint_solve)(current, joint)
-                joint_failures += stepped is None
-            if stepped is None:
-                new, rec = run.em_step(current, "em", current)
-                if not rec.accepted:
-                    finish(Status.STALLED, f"iteration {rec.iteration}: the step lowered the objective by "
-                                           f"{-rec.increase:.3g}; rejected, kept the previous iterate")
-                    break
-            else:
-                new, rec = stepped
-            improvement, current = new.obj - current.obj, new
-            keep(current)
-            small = improvement <= options.tol * max(1.0, abs(current.obj))
-            # convergence is judged on plain EM steps: after a small joint step, check with one
-            try_newton = joint is not None and not (stepped is not None and small)
-            if options.acceleration == "joint":  # after a joint solve, check it with an EM step
-                try_newton = stepped is None and joint_failures < JOINT_MAX_FAILURES
-            if stepped is not None and small:
-                small = False
-            recent.append(current)
-            if options.acceleration == "squarem" and len(recent) == 3 and len(run.history) < options.max_iters:
-                point = run.extrapolate(*recent)
-                recent = [current]
-                if point is not None:
-                    try:
-                        ext, rec = run.em_step(point, "extrapolated", current)
-                    except _Failure:
-                        ext, rec = None, None
-                    if rec is not None and rec.accepted and ext.obj > current.obj:
-                        improvement, current = ext.obj - current.obj, ext
-                        recent = [current]
-                    elif rec is not None:
-                        rec.accepted = False
-            keep(current)
-            if small:
-                finish("converged", f"objective increase {improvement:.3g} below tol after "
-                                    f"{len(run.history)} iterations")
-                break
-            if run.stop_requested:
-                finish("stopped", f"stopped by the callback after {len(run.history)} iterations")
-                break
-    except _Failure as exc:
-        finish("solver_failed", str(exc))
+        _iterate(run, stepper, current, result)
+    except StepFailure as exc:
+        _finish(result, Status.SOLVER_FAILED, str(exc))
     except _TimeUp as exc:
-        finish(Status.TIME_LIMIT, f"{_limit(options)} reached: {exc}; returning the "
-                                  f"last accepted iterate ({len(run.history)} iterations)")
+        _finish(result, Status.TIME_LIMIT, f"{_limit(plan)} reached: {exc}; returning the "
+                                           f"last accepted iterate ({len(run.history)} iterations)")
     finally:
         result.x = list(result.x)  # distributed states are fetched from the workers here
-        run.step.close()
-    if result.status == "solver_failed" and options.raise_on_failure:
+        step.close()
+    if result.status == Status.SOLVER_FAILED and plan.raise_on_failure:
         raise SolverError(result.message, result)
     _check_learning_hessian(result, learner, model, data)
     return result
 
 
-JOINT_MAX_FAILURES = 2  # joint solves without increase of the objective before EM steps only
+def _build(model, data, plan: FitPlan, smoother: Smoother, learner, warm):
+    """``(engine or None, learning step, acceleration stepper)`` of one fit, with every stage Function
+    it needs compiled (in one background pool) and the smoother's solvers built for every length."""
+    # the lengths the batched smoother does not take (ceem_casadi.smoothing._batched) need SMOOTHER_STAGES
+    lengths = data.lengths
+    unbatched = [T for T in set(lengths) if not any_batched(smoother.options, [T] * lengths.count(T))]
+    smoother.stages.prefetch(*([SMOOTHER_STAGES] if unbatched else []),
+                             *plan.acceleration.stage_groups(smoother.stages),
+                             *([BATCHED_STAGES] if len(unbatched) < len(set(lengths)) else []))
+    engine = _engine(model, data, plan, smoother, learner)
+    # long records: the learner's data terms piece by piece (no T-sized graph; ceem_casadi.learning._pieces)
+    learner = learner or getattr(engine, "learner", None) or learner_for(model, lengths, plan.learner,
+                                                                         smoother.stages)
+    stepper = plan.acceleration.start(model, data, smoother.stages, use_prior=plan.learner.use_prior,
+                                      smoother_options=plan.smoother, warm=warm)
+    # batched lengths: their mapped Functions, for the shards the worker processes (forked with
+    # this smoother) will take; the others: one solver per length. An engine builds its own.
+    if engine is None:
+        prepare_batched(smoother, lengths, min(plan.n_jobs, len(data)))
+    for T in sorted(unbatched):
+        smoother.for_length(T)
+    return engine, learner, stepper
 
 
+def _engine(model, data, plan: FitPlan, smoother: Smoother, learner):
+    """The distributed engine of ``plan.executor`` (None without one); refuses a user's learner
+    where the engine learns on its own workers."""
+    if plan.executor is None:
+        return None
+    refused = _ENGINE_LEARNER.format(learner=type(learner).__name__, executor=type(plan.executor).__name__)
+    if learner is not None and engine_has_learner(plan.executor):
+        raise OptionsError(refused)
+    engine = start_engine(plan.executor, model, data, plan.smoother, plan.learner, smoother)
+    if learner is not None and getattr(engine, "learner", None) is not None:  # (refused before starting)
+        engine.close()
+        raise OptionsError(refused)
+    return engine
 
-def _limit(options) -> str:
+
+def _iterate(run: _EMRun, stepper, current: Iterate, result: CEEMResult) -> None:
+    """The loop: the acceleration's step when it proposes one, else a plain EM step; stops on
+    convergence (judged on plain EM steps), the callback, the budget of iterations or time."""
+    plan = run.plan
+    while len(run.history) < plan.max_iters and not _time_up(run, result):
+        stepped = stepper.propose(run, current)
+        if stepped is None:
+            new, rec = run.em_step(current, "em", current)
+            if not rec.accepted:
+                _finish(result, Status.STALLED, f"iteration {rec.iteration}: the step lowered the objective by "
+                                                f"{-rec.increase:.3g}; rejected, kept the previous iterate")
+                return
+        else:
+            new, rec = stepped
+        improvement, current = new.obj - current.obj, new
+        _keep(result, run.model, current)
+        small = improvement <= plan.tol * max(1.0, abs(current.obj))
+        stepper.after(run, current, stepped is not None, small)
+        extrapolated = stepper.extrapolate(run, current, len(run.history) < plan.max_iters)
+        if extrapolated is not None:
+            improvement, current = extrapolated[0].obj - current.obj, extrapolated[0]
+            _keep(result, run.model, current)
+        if small and stepped is None:  # convergence is judged on plain EM steps
+            _finish(result, Status.CONVERGED, f"objective increase {improvement:.3g} below tol after "
+                                              f"{len(run.history)} iterations")
+            return
+        if run.stop_requested:
+            _finish(result, Status.STOPPED, f"stopped by the callback after {len(run.history)} iterations")
+            return
+
+
+def _finish(result: CEEMResult, status, message: str) -> None:
+    result.status, result.message = Status(status), message
+
+
+def _keep(result: CEEMResult, model, it: Iterate) -> None:
+    """The result always holds the last accepted iterate."""
+    result.theta = model.params.from_vector(it.theta_vec)
+    result.x, result.J = it.xs, it.J
+
+
+def _time_up(run: _EMRun, result: CEEMResult) -> bool:
+    if expired():
+        _finish(result, Status.TIME_LIMIT, f"{_limit(run.plan)} reached after {len(run.history)} "
+                                           "iterations; returning the last accepted iterate")
+        return True
+    return False
+
+
+def _limit(plan: FitPlan) -> str:
     """'the time limit of 5 s', or 'the time limit' when the deadline came from an enclosing call."""
-    return "the time limit" if options.time_limit is None else f"the time limit of {options.time_limit:g} s"
+    return "the time limit" if plan.time_limit is None else f"the time limit of {plan.time_limit:g} s"
 
 
 # above this many free parameters the final identifiability check (an eigen-decomposition) is skipped

@@ -31,7 +31,14 @@ FORMAT_VERSION = 1
 
 
 class CheckpointError(ModelFileError):
-    """A checkpoint is unreadable or belongs to another model / data set."""
+    """A checkpoint is unreadable or belongs to another model / data set.
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> issubclass(cc.em.CheckpointError, cc.CeemError)
+    True
+    """
 
 
 def fingerprint(model, data, source: dict | None = None) -> str:

@@ -6,14 +6,29 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..distributed._executors import check_executor
+from ..distributed._executors import check_executor, engine_has_learner
 from ..errors import OptionsError
 from ..learning._options import LearnerOptions
+from ..model._nn import AdamOptions
 from ..runtime._checks import is_integer
-from ..runtime._schema import ACCELERATIONS, HESSIANS, check_fields, check_time_limit, require, typed_fields
+from ..runtime._schema import check_fields, check_time_limit, renamed, require, typed_fields
 from ..smoothing._options import SmootherOptions
+from ._accelerations import Acceleration, Joint, acceleration_of
 
 
+def _joint_hessian(value, kwargs) -> None:
+    """use acceleration=ceem_casadi.em.Joint(hessian=...)"""
+    acc = kwargs.get("acceleration", "none")
+    require(value == "auto" or acc == "joint" or isinstance(acc, Joint),
+            f"joint_hessian={value!r} is the Hessian of acceleration='joint', but acceleration={acc!r}: set "
+            "acceleration=ceem_casadi.em.Joint(hessian=...), or leave joint_hessian out")
+    if acc == "joint":
+        kwargs["acceleration"] = Joint(hessian=value)
+    elif isinstance(acc, Joint):
+        require(value in ("auto", acc.hessian), f"joint_hessian={value!r} contradicts acceleration={acc!r}")
+
+
+@renamed(joint_hessian=_joint_hessian)
 @dataclass(frozen=True)
 class CEEMOptions:
     """The EM loop (Algorithm 1 of the paper).
@@ -26,27 +41,29 @@ class CEEMOptions:
         Stop when the increase of J over one iteration is at most ``tol * max(1, |J|)``.
     smoother : SmootherOptions
         Options of the smoothing step.
-    learner : LearnerOptions
-        Options of the learning step.
+    learner : LearnerOptions or AdamOptions
+        The learning step's strategy: IPOPT ([`LearnerOptions`][ceem_casadi.LearnerOptions]) or mini-batch
+        Adam ([`AdamOptions`][ceem_casadi.learning.AdamOptions], `ceem_casadi.learning.AdamLearner`, for
+        large neural-network terms; not with a Dask executor).
     n_jobs : int
         Processes for the smoothing step (trajectories are independent problems).
     raise_on_failure : bool
         Raise [`SolverError`][ceem_casadi.SolverError] instead of returning a result with
         ``status = "solver_failed"``.
-    acceleration : str
-        ``"none"`` (Algorithm 1 as in the paper) or ``"squarem"``: after every two EM steps, one
-        step from a SQUAREM extrapolation, kept only if it improves the objective. Plain EM
-        converges linearly and slowly when states and parameters are strongly coupled (many
-        hidden, nearly deterministic states); SQUAREM needs far fewer iterations there.
-        ``"newton"``: after the first EM step, joint Gauss-Newton (Levenberg-Marquardt) steps on
-        (x, theta) over the same objective, each kept only if it improves it, with plain EM steps
-        whenever one fails; converges quadratically near the optimum (see [`ceem`][ceem_casadi.ceem]).
-        ``"joint"``: after the first EM step, IPOPT solves the joint problem max_{x, theta} J in
-        one NLP (all states, free parameters; arrowhead Hessian, `ceem_casadi.em._joint_nlp`),
-        then a plain EM step checks the result (convergence is judged on it as always).
-    joint_hessian : str
-        Hessian of the ``"joint"`` NLP: ``"auto"`` (default; Gauss-Newton, then exact once
-        Gauss-Newton's progress per iteration is small), ``"exact"`` or ``"gauss-newton"``.
+    acceleration : str or Acceleration
+        The acceleration strategy (`ceem_casadi.em`): ``"none"`` (`Plain`, Algorithm 1 as in the paper),
+        ``"squarem"`` (`Squarem`): after every two EM steps, one step from a SQUAREM extrapolation, kept
+        only if it improves the objective. Plain EM converges linearly and slowly when states and
+        parameters are strongly coupled (many hidden, nearly deterministic states); SQUAREM needs far
+        fewer iterations there. ``"newton"`` (`Newton`): after the first EM step, joint Gauss-Newton
+        (Levenberg-Marquardt) steps on (x, theta) over the same objective, each kept only if it improves
+        it, with plain EM steps whenever one fails; converges quadratically near the optimum (see
+        [`ceem`][ceem_casadi.ceem]). ``"joint"`` (`Joint`): after the first EM step, IPOPT solves the
+        joint problem max_{x, theta} J in one NLP (all states, free parameters; arrowhead Hessian,
+        `ceem_casadi.em._joint_nlp`), then a plain EM step checks the result (convergence is judged on
+        it as always). A name stands for the strategy with its defaults; an object carries its own
+        settings, e.g. ``ceem_casadi.em.Joint(hessian="exact")`` (``joint_hessian="exact"`` is the
+        deprecated spelling of that, mapped with a ``DeprecationWarning``).
     blas_threads : int, optional
         Threads of numpy's/scipy's BLAS during the fit (1 by default: multi-threaded BLAS
         degrades badly on shared cores, see `ceem_casadi.runtime._threads`); ``None`` leaves the
@@ -96,33 +113,25 @@ class CEEMOptions:
     max_iters: int = 50
     tol: float = 1e-9
     smoother: SmootherOptions = field(default_factory=SmootherOptions)
-    learner: LearnerOptions = field(default_factory=LearnerOptions)
+    learner: LearnerOptions | AdamOptions = field(default_factory=LearnerOptions)
     n_jobs: int = 1
     raise_on_failure: bool = False
-    acceleration: str = "none"
+    acceleration: str | Acceleration = "none"
     blas_threads: int | None = 1
     time_limit: float | None = None
-    joint_hessian: str = "auto"
     executor: object = None
     warm_start: int | None = None
 
     def __post_init__(self):
         check_fields(self)
         check_time_limit(self.time_limit)
-        require(self.joint_hessian in (*HESSIANS, "auto"),
-                 f"joint_hessian must be one of {(*HESSIANS, 'auto')}, got {self.joint_hessian!r}")
         check_executor(self.executor)
         require(self.executor is None or self.n_jobs == 1,
                  f"give either executor or n_jobs > 1, not both (n_jobs={self.n_jobs}): n_jobs is the "
                  "single-machine shorthand for an executor")
         require(self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1),
                  f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
-        require(self.acceleration in ACCELERATIONS,
-                 f"acceleration must be one of {ACCELERATIONS}, got {self.acceleration!r}")
-        # strategy choices together: an option of one strategy given with another one is an error
-        require(self.joint_hessian == "auto" or self.acceleration == "joint",
-                f"joint_hessian={self.joint_hessian!r} is the Hessian of acceleration='joint', but acceleration="
-                f"{self.acceleration!r}: set acceleration='joint', or leave joint_hessian at 'auto'")
+        acceleration_of(self.acceleration)  # a name or an Acceleration
         require(is_integer(self.max_iters) and self.max_iters >= 1,
                 f"max_iters must be >= 1 (an integer), got {self.max_iters!r}")
         require(np.isfinite(self.tol) and self.tol >= 0, f"tol must be finite and >= 0, got {self.tol}")
@@ -131,7 +140,13 @@ class CEEMOptions:
                 f"got {self.warm_start!r}")
         require(is_integer(self.n_jobs) and self.n_jobs >= 1, f"n_jobs must be >= 1 (an integer), got {self.n_jobs!r}")
         require(isinstance(self.smoother, SmootherOptions), "smoother must be a SmootherOptions")
-        require(isinstance(self.learner, LearnerOptions), "learner must be a LearnerOptions")
+        require(isinstance(self.learner, (LearnerOptions, AdamOptions)),
+                f"learner must be a LearnerOptions or an AdamOptions, got {type(self.learner).__name__}")
+        # the strategies together: a Dask engine learns on its workers with the IPOPT learner
+        require(not (isinstance(self.learner, AdamOptions) and engine_has_learner(self.executor)),
+                "learner=AdamOptions(...) cannot be used with a Dask executor, whose engine learns from the states "
+                "kept on its workers with the IPOPT learner (LearnerOptions): use LearnerOptions, or a "
+                "concurrent.futures executor")
 
     @classmethod
     def from_mapping(cls, mapping) -> CEEMOptions:
@@ -165,3 +180,38 @@ class CEEMOptions:
                     raise OptionsError(f"{key}: expected a table of {sub.__name__} options, got {mapping[key]!r}")
                 kwargs[key] = sub(**typed_fields(sub, mapping[key], f"{key}."))
         return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """A [`CEEMOptions`][ceem_casadi.CEEMOptions] resolved once by [`ceem`][ceem_casadi.ceem]: the strategy
+    objects (smoother, learner, acceleration), each floor's own, and the loop's settings. The smoothing
+    step, the learner factory and the engines receive ``smoother`` / ``learner`` only; the warm start
+    its length; the loop the rest.
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> from ceem_casadi.em._options import FitPlan
+    >>> FitPlan.of(cc.CEEMOptions(acceleration="joint")).acceleration
+    Joint(hessian='auto', max_failures=2)
+    """
+
+    smoother: SmootherOptions
+    learner: LearnerOptions
+    acceleration: Acceleration
+    max_iters: int
+    tol: float
+    n_jobs: int
+    executor: object
+    warm_start: int | None
+    raise_on_failure: bool
+    time_limit: float | None
+    blas_threads: int | None
+
+    @classmethod
+    def of(cls, options: CEEMOptions) -> FitPlan:
+        """The plan of ``options``: shorthands replaced by their strategy objects."""
+        return cls(options.smoother, options.learner, acceleration_of(options.acceleration), options.max_iters,
+                   options.tol, options.n_jobs, options.executor, options.warm_start, options.raise_on_failure,
+                   options.time_limit, options.blas_threads)

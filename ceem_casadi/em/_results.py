@@ -38,6 +38,20 @@ class IterationRecord(Result):
     x : list of numpy.ndarray or None
         The iteration's states (T_b, nx) per trajectory, only while the callback runs (so a
         checkpoint can store them); ``None`` in ``CEEMResult.history`` to keep memory flat.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 40, u=np.ones((40, 1)), process_std=0.1, seed=1)
+    >>> fit = cc.ceem(model, data, {"a": 0.5}, options=cc.CEEMOptions(
+    ...     max_iters=2, smoother=cc.SmootherOptions(compile=False), learner=cc.LearnerOptions(compile=False)))
+    >>> rec = fit.history[0]
+    >>> rec.iteration, rec.kind, rec.accepted, rec.increase > 0
+    (1, 'em', True, True)
     """
 
     SUMMARY = ('iteration', 'kind', 'J', 'increase', 'accepted')

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 
 from ..errors import DataError, NonFiniteError, ShapeError
 from ..io._validate import check_data
 from ..runtime import _policy as policy
 from ..runtime._status import Status
-from ._options import CEEMOptions
 from ._results import CEEMResult
 
 log = logging.getLogger(__name__)
@@ -24,26 +22,26 @@ log = logging.getLogger(__name__)
 __all__ = ["leading_fit", "warm_start_length"]
 
 
-def warm_start_length(options: CEEMOptions, lengths, x_init=None) -> int:
-    """Samples per trajectory of the leading fit that `ceem` runs first (0: none): ``options.warm_start``,
-    or with None the long-record policy (``policy.WARM_LENGTH`` once a trajectory has ``policy.WARM_FROM``
-    samples); 0 when ``x_init`` is given, with an executor, or when no trajectory is longer."""
-    if x_init is not None or options.executor is not None:
+def warm_start_length(warm_start: int | None, lengths, x_init=None, executor=None) -> int:
+    """Samples per trajectory of the leading fit that `ceem` runs first (0: none): ``warm_start``
+    (`CEEMOptions.warm_start`), or with None the long-record policy (``policy.WARM_LENGTH`` once a trajectory
+    has ``policy.WARM_FROM`` samples); 0 when ``x_init`` is given, with an executor, or when no trajectory
+    is longer."""
+    if x_init is not None or executor is not None:
         return 0
     longest = max(lengths)
-    n = options.warm_start
+    n = warm_start
     if n is None:
         n = policy.WARM_LENGTH if longest >= policy.WARM_FROM else 0
     return int(n) if n and longest > n else 0
 
 
-def leading_fit(fit, model, data, theta_vec, options, x_init, smoother) -> CEEMResult | None:
-    """The fit of the leading `warm_start_length` samples of every trajectory from ``theta_vec`` (same
-    options, same smoother, no callback), or None when there is none (see `CEEMOptions.warm_start`).
+def leading_fit(fit, model, data, theta_vec, n: int) -> CEEMResult | None:
+    """The fit of the leading ``n`` samples (`warm_start_length`) of every trajectory from ``theta_vec``,
+    or None when ``n`` is 0 or the leading part is not a valid record (see `CEEMOptions.warm_start`).
 
-    ``fit(model, data, theta0, options, x_init, callback, smoother, learner)`` is the fit itself
-    (`ceem_casadi.em._ceem`'s loop, passed in: this module is imported by it)."""
-    n = warm_start_length(options, data.lengths, x_init)
+    ``fit(data, theta0)`` is the fit itself with the same strategies and smoother, no callback, no
+    warm start of its own (`ceem_casadi.em._ceem`'s loop, passed in: this module is imported by it)."""
     if not n:
         return None
     try:
@@ -53,8 +51,7 @@ def leading_fit(fit, model, data, theta_vec, options, x_init, smoother) -> CEEMR
         log.info("no warm start: the leading %d samples are not a valid record (%s)", n, exc)
         return None
     t0 = time.perf_counter()
-    warm = fit(model, lead, model.params.from_vector(theta_vec),
-               replace(options, warm_start=0, raise_on_failure=False), None, None, smoother, None)
+    warm = fit(lead, model.params.from_vector(theta_vec))
     warm.wall_s = time.perf_counter() - t0
     log.info("warm start on the leading %d samples: %s after %d iterations (%.1f s)", n, Status(warm.status).value,
              warm.iterations, warm.wall_s)

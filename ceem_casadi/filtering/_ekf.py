@@ -63,6 +63,19 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
     -------
     FilterResult
         With the dynamics Jacobians ``A`` (T-1, nx, nx).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> from ceem_casadi.filtering import ekf
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 20, u=np.ones((20, 1)), seed=0)
+    >>> res = ekf(model, np.array([0.8]), data.y[0], data.inputs(0), x0=[0.0], Sigma0=1.0, Q=0.01, R=0.01)
+    >>> res.x_filt.shape
+    (20, 1)
     """
     nx, ny = model.nx, model.ny
     y, u = single_trajectory(model, y, u)
@@ -187,8 +200,22 @@ class EKF:
         ``engine="casadi"`` only: run the step compiled to native code (`ceem_casadi.runtime._compile`,
         cached): ``True`` always, ``False`` never, ``None`` (default) when a C compiler exists
         and the trajectory's steps x the step's SX instructions reach
-        ``stages.AUTO_COMPILE_WORK`` (single Lorenz: from ~30,000 steps; the same numbers,
+        ``ceem_casadi.objective._stages.AUTO_COMPILE_WORK`` (single Lorenz: from ~30,000 steps; the same numbers,
         10^5 steps in 0.2 s instead of 0.8 s).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> from ceem_casadi.filtering import EKF
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 20, u=np.ones((20, 1)), seed=0)
+    >>> res = EKF(model, compile=False).run(np.array([0.8]), data.y[0], data.inputs(0), x0=[0.0], Sigma0=1.0,
+    ...                                    Q=0.01, R=0.01, smooth=True)
+    >>> res.x_smooth.shape
+    (20, 1)
     """
 
     def __init__(self, model, compile: bool | None = None):

@@ -54,6 +54,15 @@ def kalman_filter(A, C, Q, R, y, u=None, *, B=None, D=None, x0, Sigma0,
     -------
     FilterResult
         Without Jacobians (``A`` is None).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ceem_casadi.filtering import kalman_filter
+    >>> y = np.array([[1.0], [1.1], [0.9], [1.0]])
+    >>> res = kalman_filter(1.0, 1.0, 0.01, 0.1, y, x0=[0.0], Sigma0=10.0)       # a random walk seen in noise
+    >>> res.x_filt.shape, bool(abs(res.x_filt[-1, 0] - 1.0) < 0.1)
+    ((4, 1), True)
     """
     A = np.atleast_2d(np.asarray(A, float))
     nx = A.shape[0]
@@ -133,6 +142,14 @@ def rts_smoother(res: FilterResult, A=None) -> FilterResult:
     ------
     ValueError
         ``A`` is None and ``res`` holds no Jacobians.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ceem_casadi.filtering import kalman_filter, rts_smoother
+    >>> res = kalman_filter(1.0, 1.0, 0.01, 0.1, np.ones((5, 1)), x0=[0.0], Sigma0=10.0)
+    >>> rts_smoother(res, A=np.ones((4, 1, 1))).x_smooth.shape        # A_t of the T - 1 transitions
+    (5, 1)
     """
     T = res.x_filt.shape[0]
     if A is None:

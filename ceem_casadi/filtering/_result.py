@@ -29,6 +29,14 @@ class FilterResult:
         whose A is passed to [`rts_smoother`][ceem_casadi.filtering.rts_smoother]).
     x_smooth, P_smooth : numpy.ndarray or None
         (T, nx) and (T, nx, nx) Rauch-Tung-Striebel smoothed moments, None unless smoothed.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ceem_casadi.filtering import kalman_filter
+    >>> res = kalman_filter(0.9, 1.0, 0.1, 0.1, np.zeros((3, 1)), x0=[0.0], Sigma0=1.0)
+    >>> res.y_pred.shape, res.S.shape, float(res.loglik) < 0
+    ((3, 1), (3, 1, 1), True)
     """
 
     y_pred: np.ndarray
@@ -64,6 +72,13 @@ def as_cov(name: str, value, n: int) -> np.ndarray:
     ------
     ShapeError
         When ``value`` has another shape.
+
+    Examples
+    --------
+    >>> from ceem_casadi.filtering import as_cov
+    >>> as_cov("Q", 0.5, 2)
+    array([[0.5, 0. ],
+           [0. , 0.5]])
     """
     if any(isinstance(v, (str, bytes, bool, np.bool_)) for v in np.ravel(np.asarray(value, dtype=object))):
         raise ShapeError(f"{name}: expected numbers (a covariance), got {value!r}")

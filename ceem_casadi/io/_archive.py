@@ -23,7 +23,20 @@ from ._limits import InputLimitError, check_npz, check_strings, loads_json, max_
 
 class ModelFileError(CeemError, ValueError):
     """A model file is corrupted, edited, from a newer format version, or its model source
-    cannot be rebuilt."""
+    cannot be rebuilt.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> import ceem_casadi as cc
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "m.npz"
+    >>> _ = path.write_bytes(b"not a model file")
+    >>> try:
+    ...     cc.load_model(path)
+    ... except cc.deploy.ModelFileError as err:
+    ...     print(type(err).__name__)
+    ModelFileError
+    """
 
 
 # --- JSON helpers -------------------------------------------------------------------------

@@ -285,7 +285,7 @@ def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
             raise ShapeError(f"u[{b}]: expected shape {(T[b], model.nu)}, got {us[b].shape}")
         if not np.all(np.isfinite(us[b])):
             raise NonFiniteError(f"u[{b}]: inputs must be finite, got NaN or inf")
-        # process noise enters between steps: a cached mapaccum of f + w (ceem_casadi.simulation)
+        # process noise enters between steps: a cached mapaccum of f + w (ceem_casadi.model._simulation)
         w = rng.standard_normal((T[b] - 1, model.nx)) * sw
         if np.any(sw > 0):
             x = np.asarray(noisy_rollout(model, T[b])(x0[b], us[b].T, w.T, theta_vec)).T.reshape(T[b], model.nx)

@@ -42,11 +42,28 @@ _SILVERBOX_FILE = "silverbox/SNLS80mV.mat"
 
 
 class DatasetNotFoundError(CeemError, FileNotFoundError):
-    """A benchmark data file (or the data folder) is missing; the message says where to put it."""
+    """A benchmark data file (or the data folder) is missing; the message says where to put it.
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> try:
+    ...     cc.load_cascaded_tanks("/nonexistent/folder")
+    ... except cc.io.DatasetNotFoundError as err:
+    ...     print(type(err).__name__)
+    DatasetNotFoundError
+    """
 
 
 class ChecksumError(CeemError, ValueError):
-    """A data file's SHA-256 digest differs from the one listed in ``SHA256SUMS``."""
+    """A data file's SHA-256 digest differs from the one listed in ``SHA256SUMS``.
+
+    Examples
+    --------
+    >>> from ceem_casadi.io import ChecksumError
+    >>> issubclass(ChecksumError, Exception)
+    True
+    """
 
 
 @dataclass(frozen=True)
@@ -62,6 +79,14 @@ class BenchmarkSplit:
     init_window : int
         Number of leading samples that may be used to estimate the initial state (the metric
         skips them).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ceem_casadi.io import BenchmarkSplit, Trajectories
+    >>> split = BenchmarkSplit("estimation", Trajectories([np.zeros((20, 1))]), init_window=5)
+    >>> split.name, split.data.lengths, split.init_window
+    ('estimation', (20,), 5)
     """
 
     name: str
@@ -280,6 +305,13 @@ def simulation_rms(y, yhat, skip: int = 0) -> float:
     float
         The RMS; ``inf`` when ``yhat`` is not finite after ``skip`` (a diverged simulation).
         NaN in ``y`` is ignored.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ceem_casadi.io import simulation_rms
+    >>> simulation_rms(np.array([[1.0], [2.0], [3.0]]), np.array([[9.0], [2.0], [4.0]]), skip=1)
+    0.7071067811865476
     """
     y = np.asarray(y, float)
     yhat = np.asarray(yhat, float)

@@ -35,7 +35,14 @@ NUMERIC_KINDS = "biufc"  # bool, int, unsigned, float, complex: no objects, stri
 
 class InputLimitError(CeemError, ValueError):
     """A file or text exceeds a size or nesting limit, or declares an array that may not be read
-    (too large, not numeric); nothing past the limit was allocated or parsed."""
+    (too large, not numeric); nothing past the limit was allocated or parsed.
+
+    Examples
+    --------
+    >>> from ceem_casadi.io import InputLimitError
+    >>> issubclass(InputLimitError, ValueError)
+    True
+    """
 
 
 def max_archive_bytes() -> int:

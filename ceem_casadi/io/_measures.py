@@ -53,6 +53,13 @@ def rmse(y, yhat):
     float or numpy.ndarray
         A float for 1-D input, else (ny,), in the units of ``y``; NaN for an output without any
         valid entry.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ceem_casadi.workflow import rmse
+    >>> rmse(np.array([[1.0], [2.0], [np.nan]]), np.array([[1.0], [4.0], [0.0]]))   # the NaN entry is ignored
+    array([1.41421356])
     """
     sse, _, n, vector = error_stats(y, yhat)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -72,6 +79,13 @@ def nrmse(y, yhat):
     -------
     float or numpy.ndarray
         As for [`rmse`][ceem_casadi.workflow.rmse], dimensionless; a constant output gives ``inf`` (NaN if also exact).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ceem_casadi.workflow import nrmse
+    >>> nrmse(np.array([[1.0], [3.0]]), np.array([[2.0], [2.0]]))                  # RMSE 1, std 1
+    array([1.])
     """
     sse, sst, n, vector = error_stats(y, yhat)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -91,6 +105,13 @@ def fit_percent(y, yhat):
     -------
     float or numpy.ndarray
         As for [`rmse`][ceem_casadi.workflow.rmse], in percent (100 = exact; negative = worse than the mean).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ceem_casadi.workflow import fit_percent
+    >>> fit_percent(np.array([[1.0], [3.0]]), np.array([[1.5], [2.5]]))
+    array([50.])
     """
     sse, sst, n, vector = error_stats(y, yhat)
     with np.errstate(invalid="ignore", divide="ignore"):

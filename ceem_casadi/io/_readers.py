@@ -24,7 +24,17 @@ __all__ = ["DataFileError", "columns", "read_table", "read_trajectories"]
 
 class DataFileError(DataError):
     """A data file is missing, unreadable or does not fit the model (the message names the file
-    and the fix)."""
+    and the fix).
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> try:
+    ...     cc.io.read_table("missing.csv")
+    ... except cc.io.DataFileError as err:
+    ...     print(type(err).__name__)
+    DataFileError
+    """
 
 
 def read_table(path):
@@ -43,6 +53,15 @@ def read_table(path):
     ------
     DataFileError
         The file is missing, unparsable, of another type, or Parquet without pyarrow.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from ceem_casadi.io import read_table
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "t.csv"
+    >>> _ = path.write_text("u,y\\n1,2\\n3,4\\n")
+    >>> read_table(path).shape
+    (2, 2)
     """
     import pandas as pd
 

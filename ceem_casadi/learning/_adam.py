@@ -30,79 +30,53 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+import warnings
 
 import casadi as ca
 import numpy as np
 
-from ..errors import NonFiniteError, OptionsError
+from ..errors import OptionsError
 from ..model._columns import check_columnwise
-from ..model._nn import adam_step
+from ..model._nn import AdamOptions, adam_loop
 from ..runtime._best import BestIterate
 from ..runtime._numpy_eval import NumpyFunction
-from ..runtime._schema import check_fields
 from ._learner import LearnResult, weighted_stage_columns
 
-__all__ = ["AdamLearner", "AdamLearnerOptions"]
+__all__ = ["AdamLearner", "AdamLearnerOptions", "AdamOptions"]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class AdamLearnerOptions:
-    """Options of [`AdamLearner`][ceem_casadi.learning.AdamLearner].
+def AdamLearnerOptions(**kwargs) -> AdamOptions:
+    """Deprecated: [`AdamOptions`][ceem_casadi.learning.AdamOptions], the one Adam options class
+    (``lr_observation`` is its ``lr``); the old defaults are kept (``lr_dynamics`` 5e-4, one epoch per
+    learning step, no decay).
 
     Parameters
     ----------
-    rho_theta : float
-        Trust-region weight (as [`LearnerOptions`][ceem_casadi.LearnerOptions]).
-    epochs : int
-        Passes over the observation columns per learning step.
-    batch_size : int
-        Columns per mini-batch (observation and dynamics each; paper: 512).
-    lr_dynamics, lr_observation : float
-        Adam steps of the parameters the dynamics f depends on, and of all others (paper: 5e-4
-        and 1e-3).
-    decay : float
-        Harmonic decay ``lr / (1 + decay * epoch)`` within one learning step.
-    beta1, beta2, eps : float
-        Adam constants.
-    seed : int
-        Mini-batch shuffling (advanced at every solve).
-    use_prior : bool
-        Include the parameters' Gaussian priors.
-    chunk : int
-        Columns per forward chunk when the full objective is evaluated.
+    **kwargs
+        The fields of the former class: those of `AdamOptions`, with ``lr_observation`` for ``lr``.
 
-    Raises
-    ------
-    OptionsError
-        A value out of range (also a ``ValueError``).
+    Returns
+    -------
+    AdamOptions
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from ceem_casadi.learning import AdamLearnerOptions
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     o = AdamLearnerOptions(lr_observation=2e-3)
+    >>> type(o).__name__, o.lr, o.lr_dynamics
+    ('AdamOptions', 0.002, 0.0005)
     """
-
-    rho_theta: float = 0.0
-    epochs: int = 1
-    batch_size: int = 512
-    lr_dynamics: float = 5e-4
-    lr_observation: float = 1e-3
-    decay: float = 0.0
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    seed: int = 0
-    use_prior: bool = True
-    chunk: int = 8192
-
-    def __post_init__(self):
-        check_fields(self)
-        if not (self.rho_theta >= 0 and self.epochs >= 1 and self.batch_size >= 1 and self.chunk >= 1):
-            raise OptionsError(f"AdamLearnerOptions: need rho_theta >= 0, epochs >= 1, batch_size >= 1, "
-                                 f"chunk >= 1; got {self.rho_theta}, {self.epochs}, {self.batch_size}, {self.chunk}")
-        if not (self.lr_dynamics > 0 and self.lr_observation > 0 and self.decay >= 0):
-            raise OptionsError(f"AdamLearnerOptions: need lr_dynamics, lr_observation > 0 and decay >= 0; "
-                                 f"got {self.lr_dynamics}, {self.lr_observation}, {self.decay}")
-        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.eps > 0):
-            raise OptionsError("AdamLearnerOptions: need 0 <= beta1, beta2 < 1 and eps > 0")
+    warnings.warn("AdamLearnerOptions is deprecated: use AdamOptions (lr_observation is its lr)", DeprecationWarning,
+                  stacklevel=2)
+    if "lr_observation" in kwargs:
+        kwargs["lr"] = kwargs.pop("lr_observation")
+    kwargs.setdefault("lr_dynamics", 5e-4)
+    return AdamOptions(**kwargs)
 
 
 def _by_numpy(fun: ca.Function):
@@ -129,8 +103,8 @@ class AdamLearner:
     ----------
     model : StateSpaceModel
         The model.
-    options : AdamLearnerOptions
-        Step sizes, mini-batches, epochs, trust region, priors.
+    options : AdamOptions, optional
+        Step sizes, mini-batches, epochs (default 1 per learning step, no decay), trust region, priors.
     step, observe : callable, optional
         ``f`` and ``g`` written for (n, B) matrices (columns = samples), e.g. a network head on
         all columns at once; checked against ``model.f``/``model.g``. Default: the model's
@@ -140,11 +114,29 @@ class AdamLearner:
     ------
     ModelError
         ``step``/``observe`` fail on matrices or differ from the model's functions.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> data, x = cc.simulate(model, {"a": 0.8}, [0.0], 200, u=np.random.default_rng(0).normal(size=(200, 1)),
+    ...                       seed=1)
+    >>> learner = cc.learning.AdamLearner(model, cc.learning.AdamOptions(lr=0.05, epochs=30, batch_size=50))
+    >>> res = learner.solve(np.array([0.5]), data, x)
+    >>> round(float(res.theta_vec[0]), 1)               # from 0.5 towards the truth 0.8
+    0.8
     """
 
-    def __init__(self, model, options: AdamLearnerOptions = AdamLearnerOptions(), *, step=None, observe=None):
-        if not isinstance(options, AdamLearnerOptions):
-            raise TypeError(f"options must be an AdamLearnerOptions, got {type(options).__name__}")
+    def __init__(self, model, options: AdamOptions | None = None, *, step=None, observe=None):
+        options = AdamOptions() if options is None else options
+        if not isinstance(options, AdamOptions):
+            raise TypeError(f"options must be an AdamOptions, got {type(options).__name__}")
+        if options.patience:
+            raise OptionsError(f"AdamOptions.patience={options.patience} stops plain training (adam) on a "
+                               "validation loss; a learning step has none: leave it at 0")
         t0 = time.perf_counter()
         self.model, self.options = model, options
         self._step, self._observe = step, observe
@@ -291,29 +283,32 @@ class AdamLearner:
         _, fg = self._functions(B)
         params, free = self.model.params, self.free
         lo, hi = params.lower[free], params.upper[free]
-        lr_vec = np.where(self.dynamics_mask, o.lr_dynamics, o.lr_observation)[free]
+        lr_dynamics = o.lr / 2 if o.lr_dynamics is None else o.lr_dynamics
+        lr_vec = np.where(self.dynamics_mask, lr_dynamics, o.lr)[free]
+        epochs, decay = o.schedule(1, 0.0)
         F0 = self._full(p0, p0, rho, obs, dyn)
-        p, m, v, k = p0.copy(), np.zeros(free.size), np.zeros(free.size), 0
         steps = max(1, -(-n_obs // B))
-        for epoch in range(o.epochs):
+
+        def batches(epoch):
             perm_o, perm_d = self._rng.permutation(n_obs), self._rng.permutation(n_dyn)
-            scale = 1.0 / (1.0 + o.decay * epoch)
             for s in range(steps):
                 io = perm_o[s * B:(s + 1) * B] if n_obs else perm_o
                 idn = perm_d[s * B:(s + 1) * B]
-                if len(idn) == 0:                     # fewer dynamics than observation columns
-                    idn = perm_d[:B]
-                # the unbiased estimate divides by the number of real (non-padded) columns
-                so_k = n_obs / max(len(io), 1)
-                sd_k = n_dyn / max(len(idn), 1)
-                _, _, g = fg(p, so_k, sd_k, *self._take(obs, io, B), *self._take(dyn, idn, B))
-                _, greg = self._regulariser(p, p0, rho)
-                g = (np.asarray(g).ravel() + greg)[free]
-                if not np.all(np.isfinite(g)):
-                    raise NonFiniteError(f"AdamLearner: non-finite gradient at epoch {epoch}, step {s}")
-                k += 1
-                step, m, v = adam_step(g, m, v, k, scale * lr_vec, beta1=o.beta1, beta2=o.beta2, eps=o.eps)
-                p[free] = np.clip(p[free] - step, lo, hi)
+                yield io, (idn if len(idn) else perm_d[:B])  # fewer dynamics than observation columns
+
+        def grad(z, batch):
+            io, idn = batch
+            p = p0.copy()
+            p[free] = z
+            # the unbiased estimate divides by the number of real (non-padded) columns
+            _, _, g = fg(p, n_obs / max(len(io), 1), n_dyn / max(len(idn), 1), *self._take(obs, io, B),
+                         *self._take(dyn, idn, B))
+            return (np.asarray(g).ravel() + self._regulariser(p, p0, rho)[1])[free]
+
+        z, k = adam_loop(p0[free], grad, batches, o, lr_vec, epochs=epochs, decay=decay,
+                         project=lambda z: np.clip(z, lo, hi), name="AdamLearner")
+        p = p0.copy()
+        p[free] = z
         F1 = self._full(p, p0, rho, obs, dyn)
         # never worse than the start (the shared best-iterate rule; no slack: a step must lower F)
         p, F1, which = BestIterate(p0, F0, rtol=0.0).choose(p, F1, label="the last Adam step")

@@ -2,7 +2,9 @@
 a fit uses when the caller gives none (the thresholds live in the long-record policy)."""
 from __future__ import annotations
 
+from ..model._nn import AdamOptions
 from ..runtime import _policy as policy
+from ._adam import AdamLearner
 from ._learner import Learner
 from ._pieces import PieceLearner
 from ._protocol import LearningStep
@@ -13,22 +15,24 @@ __all__ = ["learner_for"]
 def learner_for(model, lengths, options, stages=None) -> LearningStep:
     """The default learning step of a fit.
 
-    A `PieceLearner` (data terms piece by piece, no T-sized graph) when some trajectory has
-    `policy.PIECE_FROM` samples or more, else a [`Learner`][ceem_casadi.learning.Learner] over all stages.
+    An [`AdamLearner`][ceem_casadi.learning.AdamLearner] for [`AdamOptions`][ceem_casadi.learning.AdamOptions];
+    for [`LearnerOptions`][ceem_casadi.LearnerOptions] a `PieceLearner` (data terms piece by piece, no
+    T-sized graph) when some trajectory has `policy.PIECE_FROM` samples or more, else a
+    [`Learner`][ceem_casadi.learning.Learner] over all stages.
 
     Parameters
     ----------
     model : StateSpaceModel
     lengths : sequence of int
         Trajectory lengths T_b.
-    options : LearnerOptions
+    options : LearnerOptions or AdamOptions
     stages : StageFunctions, optional
         Shared with the smoother.
 
     Returns
     -------
     LearningStep
-        A `PieceLearner` or a `Learner` for these lengths.
+        An `AdamLearner`, a `PieceLearner` or a `Learner` for these lengths.
 
     Examples
     --------
@@ -38,7 +42,11 @@ def learner_for(model, lengths, options, stages=None) -> LearningStep:
     >>> from ceem_casadi.learning import learner_for
     >>> type(learner_for(model, (50,), cc.LearnerOptions())).__name__
     'Learner'
+    >>> type(learner_for(model, (50,), cc.learning.AdamOptions())).__name__
+    'AdamLearner'
     """
+    if isinstance(options, AdamOptions):
+        return AdamLearner(model, options)
     if max(lengths) >= policy.PIECE_FROM:
         return PieceLearner(model, options, stages, columns=sum(lengths))
     return Learner(model, lengths, options, stages)

@@ -56,6 +56,12 @@ class LearnResult(Result):
         Solver iterations (Adam: steps).
     wall_s : float
         Wall-clock seconds.
+
+    Examples
+    --------
+    >>> from ceem_casadi.learning import LearnResult
+    >>> LearnResult([0.8], 1.5, "Solve_Succeeded", True, 4, 0.01).status
+    'Solve_Succeeded'
     """
 
     SUMMARY = ('status', 'iterations', 'cost')
@@ -206,6 +212,16 @@ class Learner:
         Stages evaluated per objective evaluation, for the automatic compilation of the stage
         Functions ([`StageFunctions.get`][ceem_casadi.objective.StageFunctions.get]); default: this learner's own stages. A learner
         of one piece of a longer record passes the record's.
+
+    Examples
+    --------
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1)
+    >>> data, x = cc.simulate(model, {"a": 0.8}, [0.0], 200, u=np.ones((200, 1)), process_std=0.1, seed=1)
+    >>> res = cc.learning.Learner(model, data.lengths, cc.LearnerOptions(compile=False)).solve([0.5], data, x)
+    >>> round(float(res.theta_vec[0]), 1)               # a for the true states
+    0.8
     """
 
     def __init__(self, model, lengths, options: LearnerOptions = LearnerOptions(),
@@ -305,7 +321,7 @@ class Learner:
             self._hess_callback = _GaussNewtonHessian(jac_fun, stacked, self.free, npar)
             extra["hess_lag"] = self._hess_callback
         self.solver = ca.nlpsol("learner", "ipopt", {"x": z, "p": P, "f": cost_sx},
-                                ipopt_options(options.max_iter, options.tol, **extra))
+                                ipopt_options(options.max_iters, options.tol, **extra))
         self.cost_function = ca.Function("learn_cost", [z, P], [cost])
         self._graph = (z, P, [(prefix, n, cols) for prefix, n, _, cols in terms], stages, over_stages)
         self._stage_terms: dict[tuple, ca.Function] = {}

@@ -4,9 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..runtime._checks import is_integer
-from ..runtime._schema import HESSIANS, check_fields, require
+from ..runtime._schema import HESSIANS, check_fields, renamed, require
 
 
+@renamed(max_iter="max_iters")
 @dataclass(frozen=True)
 class LearnerOptions:
     """Learning step (M-step): IPOPT over the free parameters for fixed states.
@@ -21,8 +22,8 @@ class LearnerOptions:
         per-stage exact Hessian program is short (parameters touch few states, e.g. single
         Lorenz), Gauss-Newton when it is long (e.g. RK4 mixing hundreds of coupling parameters,
         where the exact Hessian costs ~10x more per evaluation for the same iterations).
-    max_iter : int
-        IPOPT iteration limit.
+    max_iters : int
+        IPOPT iteration limit. ``max_iter`` is its deprecated name (a ``DeprecationWarning``, same meaning).
     tol : float
         IPOPT (scaled) tolerance.
     use_prior : bool
@@ -38,8 +39,8 @@ class LearnerOptions:
     Examples
     --------
     >>> import ceem_casadi as cc
-    >>> opts = cc.LearnerOptions(hessian="gauss-newton", max_iter=50)
-    >>> opts.hessian, opts.max_iter, opts.use_prior
+    >>> opts = cc.LearnerOptions(hessian="gauss-newton", max_iters=50)
+    >>> opts.hessian, opts.max_iters, opts.use_prior
     ('gauss-newton', 50, True)
     >>> try:
     ...     cc.LearnerOptions(hessian="newton")
@@ -50,7 +51,7 @@ class LearnerOptions:
 
     rho_theta: float = 0.0
     hessian: str = "auto"
-    max_iter: int = 200
+    max_iters: int = 200
     tol: float = 1e-9
     use_prior: bool = True
     compile: bool | None = None
@@ -60,5 +61,5 @@ class LearnerOptions:
         require(self.rho_theta >= 0, f"rho_theta must be >= 0, got {self.rho_theta}")
         allowed = (*HESSIANS, "limited-memory", "auto")
         require(self.hessian in allowed, f"hessian must be one of {allowed}, got {self.hessian!r}")
-        require(is_integer(self.max_iter) and self.max_iter > 0 and self.tol > 0,
-                f"max_iter and tol must be positive (max_iter an integer), got {self.max_iter!r} and {self.tol!r}")
+        require(is_integer(self.max_iters) and self.max_iters > 0 and self.tol > 0,
+                f"max_iters and tol must be positive (max_iters an integer), got {self.max_iters!r} and {self.tol!r}")

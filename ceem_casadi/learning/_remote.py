@@ -78,7 +78,7 @@ class RemoteLearner:
             extra["hess_lag"] = h_cb
         z, p = ca.MX.sym("z", n), ca.MX.sym("p", 3 * n + 1)
         self.solver = ca.nlpsol("remote_learner", "ipopt", {"x": z, "p": p, "f": f_cb(z, p)},
-                                ipopt_options(options.max_iter, options.tol, **extra))
+                                ipopt_options(options.max_iters, options.tol, **extra))
         self._session, self._cache, self._error = None, {}, None
 
     # --- terms -----------------------------------------------------------------------------

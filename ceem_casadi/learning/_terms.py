@@ -12,7 +12,7 @@ from ..objective._exact_sum import SplitSum, split_sums
 from ..runtime._linalg import BufferedCall
 
 # per-stage rows (cost, gradient, Hessian triangle) up to which a shard sums its learning terms exactly
-# (:mod:`ceem_casadi._exact_sum`); beyond it only the cost (e.g. a 2,246-parameter MLP's gradient)
+# (`ceem_casadi.objective._exact_sum`); beyond it only the cost (e.g. a 2,246-parameter MLP's gradient)
 EXACT_SUM_ROWS = 64
 
 

@@ -47,6 +47,13 @@ class Noise:
         (nx,) optional Gaussian prior on the first state.
     inv_process_std, inv_measurement_std, inv_x1_std : numpy.ndarray or None
         ``1 / process_std`` etc., computed once here (the residual weights of every stage).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ceem_casadi.model import Noise
+    >>> Noise(process_std=np.array([0.1]), measurement_std=np.array([0.2])).measurement_std
+    array([0.2])
     """
 
     process_std: np.ndarray

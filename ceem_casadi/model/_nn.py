@@ -179,32 +179,139 @@ def flat_params(*nets: MLP, rng: np.random.Generator, last_scale: float = 1.0):
 
 @dataclass(frozen=True)
 class AdamOptions:
-    """Adam with harmonic decay ``lr_k = lr / (1 + decay * epoch)``.
+    """Adam (Kingma and Ba, 2015) with harmonic decay ``lr_k = lr / (1 + decay * epoch)``: the one
+    options class of both Adam users, ``ceem_casadi.model._nn.adam`` (plain training) and the
+    learning step [`AdamLearner`][ceem_casadi.learning.AdamLearner].
 
-    lr : initial step; decay : harmonic decay per epoch; epochs : passes over the data;
-    batch_size : samples per step (columns); beta1, beta2, eps : Adam constants;
-    seed : mini-batch shuffling seed; patience : stop when the validation loss (if given) has not
-    improved for this many epochs (0 = never), the best weights are returned.
+    Parameters
+    ----------
+    lr : float
+        Initial step (the learner: of the parameters the observation g depends on only; paper 1e-3).
+    lr_dynamics : float, optional
+        The learner: step of the parameters the dynamics f depends on (paper 5e-4); ``None``: ``lr / 2``.
+    decay : float, optional
+        Harmonic decay per epoch; ``None``: 0.1 for `adam`, 0 for the learner.
+    epochs : int, optional
+        Passes over the data; ``None``: 20 for `adam`, 1 per learning step for the learner.
+    batch_size : int
+        Samples (columns) per step (the learner: observation and dynamics columns each; paper 512).
+    beta1, beta2, eps : float
+        Adam constants.
+    seed : int
+        Mini-batch shuffling (the learner advances it at every solve).
+    patience : int
+        `adam` with validation data: stop when the validation loss has not improved for this many
+        epochs (0 = never); the best weights are returned. Not for the learner.
+    rho_theta : float
+        The learner: trust-region weight (as [`LearnerOptions`][ceem_casadi.LearnerOptions]).
+    use_prior : bool
+        The learner: include the parameters' Gaussian priors.
+    chunk : int
+        The learner: columns per forward chunk when the full objective is evaluated.
+
+    Raises
+    ------
+    OptionsError
+        A value out of range (also a ``ValueError``); `adam` refuses the learner's fields and the learner
+        ``patience`` (a field accepted and ignored would be a silent mistake).
+
+    Examples
+    --------
+    >>> from ceem_casadi.learning import AdamOptions
+    >>> o = AdamOptions(lr=1e-2, epochs=5)
+    >>> o.lr, o.epochs, o.lr_dynamics is None
+    (0.01, 5, True)
     """
 
     lr: float = 1e-3
-    decay: float = 0.1
-    epochs: int = 20
+    lr_dynamics: float | None = None
+    decay: float | None = None
+    epochs: int | None = None
     batch_size: int = 512
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
     seed: int = 0
     patience: int = 0
+    rho_theta: float = 0.0
+    use_prior: bool = True
+    chunk: int = 8192
 
     def __post_init__(self):
         check_fields(self)
-        if not (self.lr > 0 and self.decay >= 0 and self.epochs >= 1 and self.batch_size >= 1):
-            raise OptionsError(f"AdamOptions: need lr > 0, decay >= 0, epochs >= 1, batch_size >= 1; "
-                                 f"got lr={self.lr}, decay={self.decay}, epochs={self.epochs}, "
-                                 f"batch_size={self.batch_size}")
-        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.eps > 0 and self.patience >= 0):
-            raise OptionsError("AdamOptions: need 0 <= beta1, beta2 < 1, eps > 0, patience >= 0")
+        bad = [f"{k}={getattr(self, k)!r}" for k, ok in (
+            ("lr", self.lr > 0), ("lr_dynamics", self.lr_dynamics is None or self.lr_dynamics > 0),
+            ("decay", self.decay is None or self.decay >= 0), ("epochs", self.epochs is None or self.epochs >= 1),
+            ("batch_size", self.batch_size >= 1), ("beta1", 0 <= self.beta1 < 1), ("beta2", 0 <= self.beta2 < 1),
+            ("eps", self.eps > 0), ("patience", self.patience >= 0), ("rho_theta", self.rho_theta >= 0),
+            ("chunk", self.chunk >= 1)) if not ok]
+        if bad:
+            raise OptionsError(f"AdamOptions: need lr, lr_dynamics, eps > 0, decay, patience, rho_theta >= 0, epochs, "
+                               f"batch_size, chunk >= 1, 0 <= beta1, beta2 < 1; got {', '.join(bad)}")
+
+    def schedule(self, epochs: int, decay: float) -> tuple[int, float]:
+        """``(epochs, decay)`` with the user's default (``epochs``, ``decay``) where a field is None."""
+        return (epochs if self.epochs is None else self.epochs), (decay if self.decay is None else self.decay)
+
+
+def adam_loop(w, grad, batches, options: AdamOptions, lr, *, epochs: int, decay: float, project=None,
+              end_epoch=None, name: str = "adam"):
+    """The one Adam loop: ``epochs`` passes of ``batches(epoch)``, one `adam_step` per batch.
+
+    Parameters
+    ----------
+    w : numpy.ndarray
+        (n,) start.
+    grad : callable
+        ``grad(w, batch) -> g`` (n,) for one batch key of ``batches``.
+    batches : callable
+        ``batches(epoch)`` -> iterable of batch keys (the shuffling happens there).
+    options : AdamOptions
+        beta1, beta2, eps.
+    lr : float or numpy.ndarray
+        Step at epoch 0, scalar or (n,); divided by ``1 + decay * epoch``.
+    epochs, decay : int, float
+        The schedule (`AdamOptions.schedule`).
+    project : callable, optional
+        ``project(w) -> w`` after every step (e.g. clipping to bounds).
+    end_epoch : callable, optional
+        ``end_epoch(epoch, w) -> bool`` after every epoch: True stops.
+    name : str
+        For the message of a non-finite gradient.
+
+    Returns
+    -------
+    w, steps : numpy.ndarray, int
+        The last iterate and the number of steps.
+
+    Raises
+    ------
+    NonFiniteError
+        A non-finite gradient.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> w, k = adam_loop(np.array([3.0]), lambda w, b: 2 * w, lambda e: [0], AdamOptions(), 0.1, epochs=200, decay=0.0)
+    >>> k, abs(float(w[0])) < 0.1
+    (200, True)
+    """
+    w = np.asarray(w, float).copy()
+    m, v, k = np.zeros_like(w), np.zeros_like(w), 0
+    for epoch in range(epochs):
+        rate = lr / (1.0 + decay * epoch)
+        for s, batch in enumerate(batches(epoch)):
+            g = np.asarray(grad(w, batch), float).ravel()
+            if not np.all(np.isfinite(g)):
+                raise NonFiniteError(f"{name}: non-finite gradient at epoch {epoch}, step {s}")
+            k += 1
+            step, m, v = adam_step(g, m, v, k, rate, beta1=options.beta1, beta2=options.beta2, eps=options.eps)
+            w = w - step
+            if project is not None:
+                w = project(w)
+        if end_epoch is not None and end_epoch(epoch, w):
+            break
+    return w, k
 
 
 @dataclass
@@ -272,43 +379,46 @@ def adam(loss, w0, data, *, options: AdamOptions = AdamOptions(), valid=None) ->
         return cache[B]
 
     o = options
+    learner_only = [f"{k}={getattr(o, k)!r}" for k, default in (("lr_dynamics", None), ("rho_theta", 0.0),
+                                                                ("use_prior", True), ("chunk", 8192))
+                    if getattr(o, k) != default]
+    if learner_only:
+        raise OptionsError(f"adam: {', '.join(learner_only)} are options of the learning step (AdamLearner), "
+                           "not of plain training: leave them at their defaults")
+    epochs, decay = o.schedule(20, 0.1)
     rng = np.random.default_rng(o.seed)
-    w = np.asarray(w0, float).copy()
-    m, v = np.zeros_like(w), np.zeros_like(w)
-    k = 0
-    best_w, best_val, since = w.copy(), np.inf, 0
-    train_hist, valid_hist = [], []
     B = min(o.batch_size, N)
-    for epoch in range(o.epochs):
-        lr = o.lr / (1.0 + o.decay * epoch)
+    best = {"w": np.asarray(w0, float).copy(), "val": np.inf, "since": 0}
+    train_hist, valid_hist, losses = [], [], []
+
+    def batches(epoch):
         perm = rng.permutation(N)
-        losses = []
-        for s in range(0, N - B + 1, B):        # full batches only (one compiled size)
-            idx = perm[s:s + B]
-            L, g = grad_fn(B)(w, *[d[:, idx] for d in data])
-            g = np.asarray(g).ravel()
-            if not np.all(np.isfinite(g)):
-                raise NonFiniteError(f"adam: non-finite gradient at epoch {epoch}")
-            k += 1
-            step, m, v = adam_step(g, m, v, k, lr, beta1=o.beta1, beta2=o.beta2, eps=o.eps)
-            w = w - step
-            losses.append(float(L))
+        return [perm[s:s + B] for s in range(0, N - B + 1, B)]   # full batches only (one compiled size)
+
+    def grad(w, idx):
+        L, g = grad_fn(B)(w, *[d[:, idx] for d in data])
+        losses.append(float(L))
+        return g
+
+    def end_epoch(epoch, w):
         train_hist.append(float(np.mean(losses)))
-        if valid is not None:
-            vd = tuple(np.asarray(d, float) for d in valid)
-            val = float(factory(vd[0].shape[1])(w, *vd))
-            valid_hist.append(val)
-            if val < best_val:
-                best_w, best_val, since = w.copy(), val, 0
-            else:
-                since += 1
-            log.info("adam epoch %d: train %.5g valid %.5g", epoch, train_hist[-1], val)
-            if o.patience and since >= o.patience:
-                break
-        else:
-            best_w = w.copy()
+        losses.clear()
+        if valid is None:
+            best["w"] = w.copy()
             log.info("adam epoch %d: train %.5g", epoch, train_hist[-1])
-    return AdamResult(best_w, train_hist, valid_hist)
+            return False
+        vd = tuple(np.asarray(d, float) for d in valid)
+        val = float(factory(vd[0].shape[1])(w, *vd))
+        valid_hist.append(val)
+        if val < best["val"]:
+            best.update(w=w.copy(), val=val, since=0)
+        else:
+            best["since"] += 1
+        log.info("adam epoch %d: train %.5g valid %.5g", epoch, train_hist[-1], val)
+        return bool(o.patience and best["since"] >= o.patience)
+
+    adam_loop(w0, grad, batches, o, o.lr, epochs=epochs, decay=decay, end_epoch=end_epoch)
+    return AdamResult(best["w"], train_hist, valid_hist)
 
 
 def mse_loss_factory(net: MLP, params: Parameters):

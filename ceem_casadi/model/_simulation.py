@@ -58,6 +58,18 @@ def rollout(model, T: int) -> ca.Function:
         ``simulate_T{T}(x0 (nx, 1), u (nu, T), p (np, 1)) -> (y (ny, T), x (nx, T))``; column
         ``t`` of ``x`` is the state at sample ``t`` (``x[:, 0] = x0``). Works on numbers and on
         MX symbols.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> from ceem_casadi.model import rollout
+    >>> y, x = rollout(model, 3)(np.array([1.0]), np.zeros((1, 3)), np.array([0.5]))
+    >>> np.asarray(x).ravel()                 # x_{t+1} = 0.5 x_t from x_0 = 1
+    array([1.  , 0.5 , 0.25])
     """
     T = int(T)
     if T < 1:

@@ -2,8 +2,10 @@
 option dataclass runs in its ``__post_init__`` (and [`CEEMOptions.from_mapping`][ceem_casadi.CEEMOptions.from_mapping] on plain data)."""
 from __future__ import annotations
 
+import functools
 import types
 import typing
+import warnings
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -13,6 +15,58 @@ from ..errors import OptionsError
 ACCELERATIONS = ("none", "squarem", "newton", "joint")
 SMOOTHER_SOLVERS = ("ipopt", "banded", "batched")  # of the smoothing NLP (ceem_casadi.smoothing)
 HESSIANS = ("gauss-newton", "exact")  # of the stage Functions (smoother, learner, uncertainty)
+
+
+def renamed(**aliases):
+    """Class decorator of an option dataclass: deprecated keyword names, each mapped with a
+    ``DeprecationWarning`` onto its new field (``old="new"``), or onto other keywords by a function
+    (``old=fn``, ``fn(value, kwargs)`` updates ``kwargs``); never ignored. Reading ``obj.old`` (a
+    renamed field) warns and returns the new field. The aliases are not fields (``dataclasses.fields``).
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from ceem_casadi import SmootherOptions
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     opts = SmootherOptions(max_iter=7)
+    >>> opts.max_iters, caught[0].category.__name__
+    (7, 'DeprecationWarning')
+    """
+    def decorate(cls):
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            for old, new in aliases.items():
+                if old not in kwargs:
+                    continue
+                value = kwargs.pop(old)
+                hint = f"use {new}=" if isinstance(new, str) else (new.__doc__ or "").strip()
+                warnings.warn(f"{cls.__name__}({old}=...) is deprecated: {hint}", DeprecationWarning, stacklevel=2)
+                if not isinstance(new, str):
+                    new(value, kwargs)
+                    continue
+                if new in kwargs:
+                    raise OptionsError(f"{cls.__name__}: give {new}= only ({old}= is its deprecated name), "
+                                       f"got both ({old}={value!r}, {new}={kwargs[new]!r})")
+                kwargs[new] = value
+            init(self, *args, **kwargs)
+
+        def alias(old, new):
+            def get(self):
+                warnings.warn(f"{cls.__name__}.{old} is deprecated: use .{new}", DeprecationWarning, stacklevel=2)
+                return getattr(self, new)
+            get.__doc__ = f"Deprecated name of ``{new}`` (reading it warns)."
+            return property(get)
+
+        cls.__init__ = __init__
+        for old, new in aliases.items():
+            if isinstance(new, str):
+                setattr(cls, old, alias(old, new))
+        cls.deprecated_aliases = dict(aliases)
+        return cls
+    return decorate
 
 
 def require(cond: bool, msg: str) -> None:
@@ -88,7 +142,7 @@ def field_kinds(cls) -> dict[str, FieldKind]:
     --------
     >>> from ceem_casadi import SmootherOptions
     >>> kinds = field_kinds(SmootherOptions)
-    >>> kinds["max_iter"].expected, kinds["chunk"].expected, kinds["x_lower"].expected
+    >>> kinds["max_iters"].expected, kinds["chunk"].expected, kinds["x_lower"].expected
     ('an integer', 'None or an integer', 'None or a number or a list of numbers')
     """
     if cls not in _KIND_CACHE:
@@ -145,7 +199,15 @@ def typed_fields(cls, mapping, prefix: str, exclude=()) -> dict:
     known = [f.name for f in fields(cls) if f.name not in exclude]
     kinds = field_kinds(cls)
     out = {}
+    aliases = getattr(cls, "deprecated_aliases", {})
     for key, v in mapping.items():
+        if isinstance(aliases.get(key), str):
+            warnings.warn(f"option '{prefix}{key}' is deprecated: use '{prefix}{aliases[key]}'", DeprecationWarning,
+                          stacklevel=2)
+            key = aliases[key]
+        elif key in aliases:  # mapped by the class itself
+            out[key] = v
+            continue
         if key not in known:
             raise OptionsError(f"unknown option '{prefix}{key}'; known: {sorted(known)}"
                              + (", tables smoother, learner" if exclude else ""))

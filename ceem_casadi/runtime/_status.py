@@ -76,7 +76,7 @@ class Status(str, Enum):
 
 _ADVICE = {
     Status.CONVERGED: "The stopping tolerance was met.",
-    Status.MAX_ITERS: "The iteration limit was reached before the tolerance: raise max_iters (or max_iter), "
+    Status.MAX_ITERS: "The iteration limit was reached before the tolerance: raise max_iters, "
                       "or continue from the returned iterate.",
     Status.TIME_LIMIT: "The time budget was spent; the result is the last good iterate. Raise time_limit, "
                        "or continue from the returned iterate.",

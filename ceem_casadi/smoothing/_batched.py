@@ -94,7 +94,7 @@ class BatchedSmoother:
     T : int
         Trajectory length.
     options : SmootherOptions
-        ``rho_x``, ``max_iter`` and ``tol`` as for the banded solver (state bounds are not supported).
+        ``rho_x``, ``max_iters`` and ``tol`` as for the banded solver (state bounds are not supported).
     observe : callable, optional
         The observation map written for sample columns (`Smoother`'s ``observe=``).
 
@@ -119,7 +119,7 @@ class BatchedSmoother:
         self.T, self.nx, self.options = T, stages.model.nx, options
         self.batch = max(1, policy.BATCH_COLUMNS // T)
         self.objective = BatchObjective(stages, T, observe)
-        self.newton = BandedNewton(self.nx, T, options.max_iter, options.tol)
+        self.newton = BandedNewton(self.nx, T, options.max_iters, options.tol)
 
     def prepare(self, count: int) -> None:
         """Build the mapped Functions a solve of ``count`` trajectories starts with (its first

@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..runtime._checks import is_integer
-from ..runtime._schema import BOUND, HESSIANS, SMOOTHER_SOLVERS, check_bounds, check_fields, require
+from ..runtime._schema import BOUND, HESSIANS, SMOOTHER_SOLVERS, check_bounds, check_fields, renamed, require
 
 
+@renamed(max_iter="max_iters")
 @dataclass(frozen=True)
 class SmootherOptions:
     """Smoothing step (E-step): IPOPT over x_{1:T} of each trajectory.
@@ -19,8 +20,9 @@ class SmootherOptions:
         Trust-region weight of ``rho_x * ||x - x_prev||^2`` (paper: rho_x), >= 0.
     hessian : str
         ``"gauss-newton"`` (default; fastest in ``scripts/bench_lorenz.py``) or ``"exact"``.
-    max_iter : int
-        IPOPT iteration limit.
+    max_iters : int
+        Iteration limit of the step's solver (IPOPT, or the Newton steps of ``"banded"`` / ``"batched"``).
+        ``max_iter`` is its deprecated name (a ``DeprecationWarning``, same meaning).
     tol : float
         IPOPT (scaled) tolerance.
     x_lower, x_upper : float or sequence of float, optional
@@ -52,7 +54,7 @@ class SmootherOptions:
     >>> opts.solver, opts.hessian
     ('banded', 'gauss-newton')
     >>> try:
-    ...     cc.SmootherOptions(max_iter=0)
+    ...     cc.SmootherOptions(max_iters=0)
     ... except cc.OptionsError as err:
     ...     print(type(err).__name__)
     OptionsError
@@ -60,7 +62,7 @@ class SmootherOptions:
 
     rho_x: float = 0.0
     hessian: str = "gauss-newton"
-    max_iter: int = 100
+    max_iters: int = 100
     tol: float = 1e-8
     x_lower: object = field(default=None, metadata=BOUND)
     x_upper: object = field(default=None, metadata=BOUND)
@@ -81,8 +83,8 @@ class SmootherOptions:
                                         and self.chunk >= 0), f"chunk must be None or an int >= 0, got {self.chunk!r}")
         require(self.rho_x >= 0, f"rho_x must be >= 0, got {self.rho_x}")
         require(self.hessian in HESSIANS, f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
-        require(is_integer(self.max_iter) and self.max_iter > 0 and self.tol > 0,
-                f"max_iter and tol must be positive (max_iter an integer), got {self.max_iter!r} and {self.tol!r}")
+        require(is_integer(self.max_iters) and self.max_iters > 0 and self.tol > 0,
+                f"max_iters and tol must be positive (max_iters an integer), got {self.max_iters!r} and {self.tol!r}")
         for name in ("x_lower", "x_upper"):
             v = getattr(self, name)
             ok = v is None or not isinstance(v, (str, bytes, bool))

@@ -67,7 +67,7 @@ class TrajectorySmoother:
         if self.solver_kind == "banded":  # chunk by chunk from Python: nothing T-sized in CasADi
             L = chunk_length(options.chunk, T) or T
             self._objective = ChunkedObjective(stages, band_column_functions(self.nx)[1], T, L)
-            self._newton = BandedNewton(self.nx, T, options.max_iter, options.tol)
+            self._newton = BandedNewton(self.nx, T, options.max_iters, options.tol)
             self.solver = None
         else:
             self._build_ipopt(stages, T, options)
@@ -137,7 +137,7 @@ class TrajectorySmoother:
             hd = dyn_map(dyn_hess)(*dyn_args)
         self._cost_function = ca.Function("smooth_cost", [xv, P], [line_cost])
         H = self._chunked_hessian(nz, w1, T) if L else self._plain_hessian(ho, hd, d, w1, T)
-        opts = ipopt_options(options.max_iter, options.tol, grad_f=grad_f_function(xv, P, cost, ca.vec(G)),
+        opts = ipopt_options(options.max_iters, options.tol, grad_f=grad_f_function(xv, P, cost, ca.vec(G)),
                              hess_lag=hess_lag_function(xv, P, H))
         self.solver = ca.nlpsol(f"smoother_T{T}", "ipopt", {"x": xv, "p": P, "f": cost_sx}, opts)
         lo, hi = options.state_bounds(nx)  # OptionsError for a list of another length than nx
@@ -220,6 +220,19 @@ class Smoother:
     ------
     ModelError
         ``observe`` fails on matrices or differs from ``model.g``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> data, x = cc.simulate(model, {"a": 0.8}, [0.0], 40, u=np.ones((40, 1)), seed=0)
+    >>> sm = cc.smoothing.Smoother(model, cc.SmootherOptions(compile=False))
+    >>> (res,) = sm.solve(np.array([0.8]), data, [np.zeros((40, 1))])
+    >>> bool(np.abs(res.x - x[0]).max() < 0.3)          # near the true states
+    True
     """
 
     def __init__(self, model, options: SmootherOptions = SmootherOptions(), stages: StageFunctions | None = None,

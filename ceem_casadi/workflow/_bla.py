@@ -378,6 +378,16 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
     BLAInit
         ``model``, ``theta``, ``table`` (best first), the ``bla`` used, and ``bla_rms``: the BLA's own
         simulation RMS on the data (units of y; the figure every block model should beat).
+
+    Examples
+    --------
+    >>> import numpy as np, ceem_casadi as cc
+    >>> from scipy.signal import lfilter
+    >>> u = np.random.default_rng(0).normal(size=(400, 1))       # Wiener: a first-order filter, then tanh
+    >>> y = np.tanh(lfilter([0, 0.5], [1, -0.6], u[:, 0]))[:, None]
+    >>> init = cc.workflow.bla_initialise("wiener", cc.Trajectories([y], [u]), 1)
+    >>> init.model.nx
+    1
     """
     if kind not in KINDS:
         raise OptionsError(f"kind must be one of {KINDS}, got {kind!r}")

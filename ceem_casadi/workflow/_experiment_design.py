@@ -25,7 +25,7 @@ Hessian (the exact Hessian of ``log det`` through T sensitivity steps is costly 
 given input (e.g. to compare a PRBS with the designed input); with ``process_noise=True`` it
 returns instead the information of CE-EM with the process noise of the model, from the exact
 reduced Hessian of [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty] (states
-eliminated, ``ceem_casadi.uncertainty.reduced_hessian``) at the noise-free record.
+eliminated, ``ceem_casadi.workflow._uncertainty.reduced_hessian``) at the noise-free record.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from ..runtime._best import BestIterate, checked_status
 from ..runtime._checks import count
 from ..runtime._model_cache import cached, noise_key
 from ..runtime._result import Result
-from ..runtime._schema import check_fields
+from ..runtime._schema import check_fields, renamed
 from ..runtime._solve import ipopt_options, solve
 from ..runtime._status import Status
 
@@ -53,6 +53,7 @@ CRITERIA = ("D", "A")
 
 MAX_STARTS = 1000  # random starts of one design (each an IPOPT solve): more is a typo, refused
 
+@renamed(max_iter="max_iters")
 @dataclass(frozen=True)
 class DesignOptions:
     """Options of [`design_input`][ceem_casadi.design_input].
@@ -62,7 +63,7 @@ class DesignOptions:
     hold : int
         Samples each input value is held (1: a new value every sample); fewer decision variables
         and slower inputs for large ``hold``.
-    max_iter : int
+    max_iters : int
         IPOPT iterations per start (default 300).
     tol : float
         IPOPT tolerance (default 1e-6).
@@ -83,7 +84,7 @@ class DesignOptions:
     """
 
     hold: int = 1
-    max_iter: int = 300
+    max_iters: int = 300
     tol: float = 1e-6
     regularisation: float = 1e-9
 
@@ -91,8 +92,8 @@ class DesignOptions:
         check_fields(self)
         if not (isinstance(self.hold, int) and self.hold >= 1):
             raise OptionsError(f"hold: expected an int >= 1 (samples per input value), got {self.hold!r}")
-        if not (isinstance(self.max_iter, int) and self.max_iter >= 1):
-            raise OptionsError(f"max_iter: expected an int >= 1, got {self.max_iter!r}")
+        if not (isinstance(self.max_iters, int) and self.max_iters >= 1):
+            raise OptionsError(f"max_iters: expected an int >= 1, got {self.max_iters!r}")
         if not (np.isfinite(self.tol) and self.tol > 0):
             raise OptionsError(f"tol: expected a finite value > 0, got {self.tol!r}")
         if not (np.isfinite(self.regularisation) and self.regularisation >= 0):
@@ -434,7 +435,7 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
         lbg = np.tile(-rate, nb - 1)
         ubg = np.tile(rate, nb - 1)
     solver = ca.nlpsol("design", "ipopt", nlp, ipopt_options(
-        options.max_iter, options.tol, **{"ipopt.hessian_approximation": "limited-memory"}))
+        options.max_iters, options.tol, **{"ipopt.hessian_approximation": "limited-memory"}))
     crit_at = ca.Function("crit_at", [w], [obj])
     lbx, ubx = np.tile(lo, nb), np.tile(hi, nb)
     # the guard (runtime/_best.py): a start's result is never worse than the start (when the start

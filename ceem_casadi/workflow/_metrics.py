@@ -61,6 +61,19 @@ class Metrics(Result):
         (ny,) number of valid entries per output.
     rmse_overall, nrmse_overall, fit_overall : float
         RMSE over all outputs pooled; mean NRMSE and mean fit over the outputs.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> report = cc.validation_report(model, data, {"a": 0.8}, x0=np.array([[1.0]]))
+    >>> m = report.simulation
+    >>> m.rmse.shape, bool(m.fit_overall > 50)
+    ((1,), True)
     """
 
     SUMMARY = ('rmse_overall', 'nrmse_overall', 'fit_overall')
@@ -140,6 +153,18 @@ class ValidationReport(Result):
         (B, nx) initial states used (given, ``x1_mean`` or estimated).
     uncertainty : ParameterUncertainty or dict or None
         Parameter uncertainty (or its saved dict) carried into [`to_dict`][ceem_casadi.workflow.ValidationReport.to_dict] as ``"parameters"``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> report = cc.validation_report(model, data, {"a": 0.8}, x0=np.array([[1.0]]), k=(1, 5))
+    >>> sorted(report.prediction), report.output_names
+    ([1, 5], ('y0',))
     """
 
     SUMMARY = ('output_names', 'skip')

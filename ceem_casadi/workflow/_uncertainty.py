@@ -169,7 +169,7 @@ def _states_at(model, data, theta_vec):
     from ..smoothing._options import SmootherOptions
     from ..smoothing._smoother import Smoother
 
-    sm = Smoother(model, SmootherOptions(max_iter=500))
+    sm = Smoother(model, SmootherOptions(max_iters=500))
     res = sm.solve(theta_vec, data, eks_states(model, theta_vec, data))
     bad = [b for b, r in enumerate(res) if not r.success]
     if bad:

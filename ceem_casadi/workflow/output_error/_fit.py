@@ -144,7 +144,7 @@ class _Fit:
         nx = model.nx
         self.lo_x = box_bounds(options.x_lower, nx, -np.inf, "x_lower")
         self.hi_x = box_bounds(options.x_upper, nx, np.inf, "x_upper")
-        compiled = options.compile is True or (options.compile == "auto" and sum(data.lengths) >= 20000)
+        compiled = options.compile is True or (options.compile is None and sum(data.lengths) >= 20000)
         self.prob = output_error_problem(model, data.lengths, shooting, compiled)
         free, n_nodes = self.prob.free, len(self.prob.segs)
         self.lower = np.concatenate([model.params.lower[free], np.tile(self.lo_x, n_nodes)])

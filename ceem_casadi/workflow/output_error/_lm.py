@@ -253,8 +253,8 @@ class _Engine:
         while True:
             if self._expired():
                 return w, Status.TIME_LIMIT, "time limit"
-            if self.it >= self.opts.max_iter:
-                return w, Status.MAX_ITERS, f"iteration limit ({self.opts.max_iter})"
+            if self.it >= self.opts.max_iters:
+                return w, Status.MAX_ITERS, f"iteration limit ({self.opts.max_iters})"
             self.it += 1
             free, grad, gradient_test = self._scaled_model(w, r, J)
             if gradient_test:

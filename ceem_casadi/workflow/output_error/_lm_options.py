@@ -2,24 +2,26 @@
 `output_error_least_squares`)."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...runtime._result import Result
-from ...runtime._schema import check_fields, require
+from ...runtime._schema import check_fields, renamed, require
 from ...runtime._status import Status
 
 DEFAULT_MAX_ITER = 200   # the one default iteration limit of output error (refine_output_error, identify)
 
 
+@renamed(max_iter="max_iters")
 @dataclass(frozen=True)
 class LeastSquaresOptions:
     """Options of the Levenberg-Marquardt engine (`solve_least_squares`, `output_error_least_squares`).
 
     Parameters
     ----------
-    max_iter : int
+    max_iters : int
         Jacobian evaluations (outer iterations), default `DEFAULT_MAX_ITER` = 200 (the one default
         of output error: `refine_output_error` and `identify` share it).
     ftol : float
@@ -54,10 +56,11 @@ class LeastSquaresOptions:
     reject_unstable : bool
         Multiple shooting: reject a trial whose free run from its initial state is not finite
         (default True).
-    compile : bool or "auto"
+    compile : bool, optional
         Output error: compile the sensitivity step (the model's step and its Jacobians, one small
-        SX Function) to native code with the library's cached compiler (`ceem_casadi.compile`);
-        ``"auto"`` (default) when the data have at least 20,000 samples. Falls back to CasADi's
+        SX Function) to native code with the library's cached compiler, as ``compile`` of every
+        options class; ``None`` (default: the library decides) when the data have at least 20,000
+        samples (``"auto"`` is the deprecated spelling of ``None``). Falls back to CasADi's
         virtual machine, with a warning, when no compiler works.
     x0_window : int, optional
         Samples of [`estimate_initial_state`][ceem_casadi.estimate_initial_state] for initial states
@@ -70,11 +73,11 @@ class LeastSquaresOptions:
     Examples
     --------
     >>> from ceem_casadi.workflow import LeastSquaresOptions
-    >>> LeastSquaresOptions(max_iter=50, time_limit=10.0).max_iter
+    >>> LeastSquaresOptions(max_iters=50, time_limit=10.0).max_iters
     50
     """
 
-    max_iter: int = DEFAULT_MAX_ITER
+    max_iters: int = DEFAULT_MAX_ITER
     ftol: float = 1e-10
     xtol: float = 1e-10
     gtol: float = 1e-10
@@ -85,16 +88,20 @@ class LeastSquaresOptions:
     variable_projection: bool = False
     use_prior: bool = True
     reject_unstable: bool = True
-    compile: object = "auto"
+    compile: bool | None = None
     x0_window: int | None = None
     x_lower: object = None
     x_upper: object = None
     raise_on_failure: bool = False
 
     def __post_init__(self):
+        if self.compile == "auto":  # the deprecated spelling of None (one meaning of compile)
+            warnings.warn("LeastSquaresOptions(compile='auto') is deprecated: use compile=None", DeprecationWarning,
+                          stacklevel=3)
+            object.__setattr__(self, "compile", None)
         check_fields(self)
-        require(isinstance(self.max_iter, int) and not isinstance(self.max_iter, bool) and self.max_iter >= 0,
-               f"max_iter must be an int >= 0, got {self.max_iter!r}")
+        require(isinstance(self.max_iters, int) and not isinstance(self.max_iters, bool) and self.max_iters >= 0,
+               f"max_iters must be an int >= 0, got {self.max_iters!r}")
         require(isinstance(self.flat_iter, int) and self.flat_iter >= 1, f"flat_iter must be an int >= 1, got {self.flat_iter!r}")
         require(isinstance(self.variable_projection, bool),
                 f"variable_projection must be True or False, got {self.variable_projection!r}")
@@ -105,7 +112,6 @@ class LeastSquaresOptions:
         t = self.time_limit
         require(t is None or (isinstance(t, (int, float)) and not isinstance(t, bool) and np.isfinite(t) and t > 0),
                f"time_limit must be None or a finite number of seconds > 0, got {t!r}")
-        require(self.compile in (True, False, "auto"), f"compile must be True, False or 'auto', got {self.compile!r}")
         require(self.x0_window is None or (isinstance(self.x0_window, int) and self.x0_window >= 1),
                f"x0_window must be None or an int >= 1, got {self.x0_window!r}")
 

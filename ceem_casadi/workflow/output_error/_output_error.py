@@ -113,7 +113,7 @@ class OutputErrorProblem:
         # adaptive barrier: with bounds and a large-residual Gauss-Newton model the default monotone
         # strategy crawled (Cascaded Tanks, 11 parameters: 279 iterations, 62 s -> 23, 7.0 s)
         self.solver = ipopt_solver("output_error", {"x": w, "p": P, "f": cost, "g": g},
-                                   ipopt_options(options.max_iter, options.tol, show_eval_warnings=False,
+                                   ipopt_options(options.max_iters, options.tol, show_eval_warnings=False,
                                                  track=(w.numel(), g.numel()),
                                                  **{"ipopt.mu_strategy": "adaptive"}, **extra))
         self.functions = ca.Function("output_error_eval", [w, P], [cost, g])
@@ -132,8 +132,8 @@ class OutputErrorProblem:
 
 
 def problem_for(model, lengths, shooting, options: OutputErrorOptions) -> OutputErrorProblem:
-    """The cached `OutputErrorProblem` (per model, lengths, shooting, Hessian, max_iter, tol)."""
-    key = (tuple(lengths), shooting, options.ipopt_hessian, options.max_iter, options.tol)
+    """The cached `OutputErrorProblem` (per model, lengths, shooting, Hessian, max_iters, tol)."""
+    key = (tuple(lengths), shooting, options.ipopt_hessian, options.max_iters, options.tol)
     # per thread: an IPOPT solver's memory, statistics and tracking callback are its own
     return cached(model, "output-error problem", key, lambda: OutputErrorProblem(model, lengths, shooting, options),
                   per_thread=True)

@@ -7,13 +7,14 @@ import numpy as np
 
 from ...model._params import Theta
 from ...runtime._result import Result, format_table, theta_rows
-from ...runtime._schema import BOUND, HESSIANS, check_bounds, check_fields, check_time_limit, require
+from ...runtime._schema import BOUND, HESSIANS, check_bounds, check_fields, check_time_limit, renamed, require
 from ...runtime._status import Status
 from ._lm_options import DEFAULT_MAX_ITER, LeastSquaresOptions
 
 __all__ = ["OutputErrorOptions", "OutputErrorResult"]
 
 
+@renamed(max_iter="max_iters")
 @dataclass(frozen=True)
 class OutputErrorOptions:
     """Options of [`refine_output_error`][ceem_casadi.refine_output_error].
@@ -25,7 +26,7 @@ class OutputErrorOptions:
 
     Parameters
     ----------
-    max_iter : int
+    max_iters : int
         Iteration limit (default `DEFAULT_MAX_ITER` = 200, shared with
         [`identify`][ceem_casadi.identify]'s output-error stage).
     tol : float
@@ -70,8 +71,8 @@ class OutputErrorOptions:
     Examples
     --------
     >>> import ceem_casadi as cc
-    >>> opts = cc.OutputErrorOptions(max_iter=100, time_limit=5.0)
-    >>> opts.max_iter, opts.solver, opts.time_limit
+    >>> opts = cc.OutputErrorOptions(max_iters=100, time_limit=5.0)
+    >>> opts.max_iters, opts.solver, opts.time_limit
     (100, 'lm', 5.0)
     >>> try:
     ...     cc.OutputErrorOptions(hessian="exact")
@@ -80,7 +81,7 @@ class OutputErrorOptions:
     hessian applies to solver='ipopt' only (the Levenberg-Marquardt engine is Gauss-Newton by construction), got hessian='exact' with solver='lm'
     """
 
-    max_iter: int = DEFAULT_MAX_ITER
+    max_iters: int = DEFAULT_MAX_ITER
     tol: float = 1e-10
     solver: str = "lm"
     hessian: str | None = None
@@ -96,7 +97,7 @@ class OutputErrorOptions:
         check_fields(self)
         check_bounds(self.x_lower, self.x_upper)
         require(self.solver in ("lm", "ipopt"), f"solver must be 'lm' or 'ipopt', got {self.solver!r}")
-        require(isinstance(self.max_iter, int) and self.max_iter >= 1, f"max_iter must be an int >= 1, got {self.max_iter!r}")
+        require(isinstance(self.max_iters, int) and self.max_iters >= 1, f"max_iters must be an int >= 1, got {self.max_iters!r}")
         require(np.isfinite(self.tol) and self.tol > 0, f"tol must be finite and > 0, got {self.tol!r}")
         require(self.hessian is None or self.hessian in HESSIANS,
                 f"hessian must be None, 'gauss-newton' or 'exact', got {self.hessian!r}")
@@ -123,7 +124,7 @@ class OutputErrorOptions:
         most: at 1e-10, 100,000 samples crept on for 400 iterations after the fit had settled in
         its first 25, same RMS to 4 digits)."""
         tol = self.tol
-        return LeastSquaresOptions(max_iter=self.max_iter, ftol=max(tol, 1e-8), xtol=max(tol, 1e-8), gtol=tol,
+        return LeastSquaresOptions(max_iters=self.max_iters, ftol=max(tol, 1e-8), xtol=max(tol, 1e-8), gtol=tol,
                                    gap_tol=max(tol, 1e-12) * 100, time_limit=self.time_limit,
                                    use_prior=self.use_prior, x0_window=self.x0_window, x_lower=self.x_lower,
                                    x_upper=self.x_upper, raise_on_failure=self.raise_on_failure,
