@@ -101,7 +101,8 @@ def structure_key(model) -> tuple:
     parts = _parts(model)
     with _LOCK:  # memoised per model object while its f, g, params, name and sizes stay the same
         hit = _KEYS.get(id(model))
-        if hit is not None and hit[0]() is model and all(a is b or a == b for a, b in zip(hit[1], parts)):
+        if hit is not None and hit[0]() is model and all(a is b for a, b in zip(hit[1][:3], parts[:3])) \
+                and hit[1][3:] == parts[3:]:
             return hit[2]
     params = model.params
     mean, weight = params.prior
