@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 
 import ceem_casadi as cc
 from ceem_casadi.cli import main
+from ceem_casadi.io._archive import ModelFileError
 
 TRUE = {"a": 0.8, "b": 0.5}
 THETA0 = {"a": 0.6, "b": 0.4}
@@ -516,3 +517,77 @@ def test_cli_command_contract(command, scratch):
         run_cli(command, mutation, scratch)
 
     prop()
+
+
+# --- crafted files (issue 33): every limit of the resource policy holds before allocating or evaluating --------
+def test_padded_archive_refused_from_its_size(tmp_path, monkeypatch):
+    """A model file padded with a hole between its zip members (all digests valid) loads under the
+    default limit and is refused from ``stat`` alone under a 1 MiB one, in one line, quickly (the
+    1.5 GB case of the issue, scaled down; scripts/bench_limits.py measures the full size). Fails
+    without the check_file_size call in io/_archive.read_archive (the file loads)."""
+    from scripts.bench_limits import padded_archive
+
+    path = padded_archive(tmp_path / "pad.npz", 3 * 2 ** 20)
+    assert float(cc.load_model(path).theta["a"]) == 0.8  # the digests hold: only the size is wrong
+    monkeypatch.setenv("CEEM_MAX_ARCHIVE_MB", "1")
+    with pytest.raises(ModelFileError, match=r"a file of \d+ bytes, more than the limit") as exc:
+        cc.load_model(path)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("n", [1_000_001, 3_000_000])
+def test_huge_expression_graph_refused_from_its_header(tmp_path, n):
+    """A model file whose f graph has more than 1,000,000 instructions is refused from the .npy header
+    of its code array in well under 2 s (building it took 77 s at 8.3M). Fails without the
+    ``max_rows`` argument of check_npz in io/_archive.read_archive."""
+    import time
+
+    from scripts.bench_limits import huge_graph
+
+    path = huge_graph(tmp_path / "g.npz", n)
+    t = time.perf_counter()
+    with pytest.raises(ModelFileError, match=rf"holds {n} rows \(expression-graph instructions\), more than"):
+        cc.load_model(path)
+    assert time.perf_counter() - t < 2.0
+
+
+@pytest.mark.parametrize("fmt", ["model", "checkpoint"])
+def test_long_history_refused(tmp_path, fmt):
+    """100,000 iteration records in a model file or a checkpoint are refused (plot took 92 s on them).
+    Fails without the check_records call in io/_archive.read_archive."""
+    from ceem_casadi.em._checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+    from scripts.bench_limits import long_history
+
+    history = [{"iteration": i, "J": 0.0} for i in range(100_000)]
+    if fmt == "model":
+        path, read, err = long_history(tmp_path / "h.npz", 100_000), cc.load_model, ModelFileError
+    else:
+        path, read, err = write_checkpoint(tmp_path / "c.npz", dict(THETA0), history), read_checkpoint, \
+            CheckpointError
+    with pytest.raises(err, match=r"iteration history: 100000 records, more than the limit of 10000"):
+        read(path)
+
+
+def test_data_and_json_files_bounded(tmp_path, monkeypatch):
+    """A data file larger than $CEEM_MAX_DATA_MB (CSV from stat, .npz from its headers) and an options
+    .json file larger than 16 MiB are refused before parsing, with exit 2 and one line on the CLI.
+    Fails without the check_file_size / check_npz calls in io/_readers.py and read_text_file in
+    cli/_inputs.json_arg."""
+    csv = _csv(Y, U, tmp_path)[0]
+    npz = tmp_path / "d.npz"
+    np.savez(npz, y=np.zeros((2 ** 18, 1)), u=np.zeros((2 ** 18, 1)))  # 4 MiB of arrays, compressed tiny
+    monkeypatch.setenv("CEEM_MAX_DATA_MB", "0.001")
+    with pytest.raises(cc.errors.DataError, match=r"more than the limit of 1048 bytes.*CEEM_MAX_DATA_MB"):
+        cc.read_trajectories(csv, MODEL)
+    monkeypatch.setenv("CEEM_MAX_DATA_MB", "1")
+    with pytest.raises(cc.errors.DataError, match=r"exceeds the limit of 1 MiB.*CEEM_MAX_DATA_MB"):
+        cc.read_trajectories(npz, MODEL)
+    big = tmp_path / "theta.json"
+    with open(big, "w") as fh:
+        fh.write('{"a": 0.6, "b": 0.4, "pad": "')
+        fh.seek(17 * 2 ** 20)
+        fh.write('"}')
+    from ceem_casadi.cli._inputs import UsageError, json_arg
+
+    with pytest.raises(UsageError, match=r"more than the limit of 16777216 bytes"):
+        json_arg(str(big), "--theta0")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import tomllib
 
-from ..io._limits import InputLimitError, check_text, loads_json
+from ..io._limits import InputLimitError, check_text, loads_json, read_text_file
 from ..io._readers import read_trajectories
 
 log = logging.getLogger("ceem_casadi.cli")
@@ -69,7 +69,7 @@ def json_arg(text: str | None, what: str):
         return None
     try:
         if text.endswith(".json"):
-            return loads_json(Path(text).read_text(), f"{what} {text}")
+            return loads_json(read_text_file(text, f"{what} {text}"), f"{what} {text}")
         return loads_json(text, what)
     except InputLimitError as exc:
         raise UsageError(str(exc)) from None
@@ -258,7 +258,7 @@ def build_options(config: str | None, args):
     raw: dict = {}
     if config:
         try:
-            raw = tomllib.loads(check_text(Path(config).read_text(), f"--config {config}", toml=True))
+            raw = tomllib.loads(check_text(read_text_file(config, f"--config {config}"), f"--config {config}", toml=True))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, InputLimitError) as exc:
             raise UsageError(f"--config {config}: {exc}" if not isinstance(exc, InputLimitError) else str(exc)) \
                 from None

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CeemError
-from ._limits import InputLimitError, check_npz, check_strings, loads_json, max_archive_bytes
+from ._limits import (MAX_GRAPH_INSTRUCTIONS, InputLimitError, check_file_size, check_npz, check_records,
+                      check_strings, loads_json, max_archive_bytes)
 
 
 class ModelFileError(CeemError, ValueError):
@@ -119,6 +120,10 @@ def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict,
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"{path}: no such file")
+    try:  # the file's size before it is read: a padded archive with valid digests is refused here
+        check_file_size(path, str(path), max_archive_bytes() + 2 ** 20)
+    except InputLimitError as exc:
+        raise ModelFileError(str(exc)) from None
     raw = path.read_bytes()
     if not raw.startswith(b"PK\x03\x04") or len(raw) < 64:
         raise ModelFileError(f"{path}: not a readable {expected_format} file (corrupted or wrong type)")
@@ -126,7 +131,8 @@ def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict,
         raise ModelFileError(f"{path}: integrity check failed (SHA-256 mismatch of the file): the file "
                              f"was corrupted or edited; refusing to load it")
     try:
-        check_npz(raw, str(path))  # dtypes and sizes from the headers, before any array is allocated
+        # dtypes, sizes and graph instructions from the headers, before any array is allocated
+        check_npz(raw, str(path), max_rows={"/code": MAX_GRAPH_INSTRUCTIONS})
     except InputLimitError as exc:
         raise ModelFileError(str(exc)) from None
     try:
@@ -139,6 +145,8 @@ def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict,
         raise ModelFileError(f"{path}: not a {expected_format} file (no metadata)")
     try:
         meta = loads_json(arrays.pop("__meta__").tobytes().decode(), f"{path}: metadata", max_archive_bytes())
+        if isinstance(meta, dict):
+            check_records(meta.get("history"), f"{path}: iteration history")
         check_strings(meta, f"{path}: metadata")
     except InputLimitError as exc:
         raise ModelFileError(str(exc)) from None
