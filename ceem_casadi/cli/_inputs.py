@@ -258,7 +258,8 @@ def build_options(config: str | None, args):
     raw: dict = {}
     if config:
         try:
-            raw = tomllib.loads(check_text(read_text_file(config, f"--config {config}"), f"--config {config}", toml=True))
+            what = f"--config {config}"
+            raw = tomllib.loads(check_text(read_text_file(config, what), what, toml=True))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, InputLimitError) as exc:
             raise UsageError(f"--config {config}: {exc}" if not isinstance(exc, InputLimitError) else str(exc)) \
                 from None
