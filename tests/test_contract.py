@@ -591,3 +591,66 @@ def test_data_and_json_files_bounded(tmp_path, monkeypatch):
 
     with pytest.raises(UsageError, match=r"more than the limit of 16777216 bytes"):
         json_arg(str(big), "--theta0")
+
+
+# --- one atomic writer: a symlink planted at a target never makes the library write outside the folder --------
+def _plant(folder: Path, name: str, outside: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).symlink_to(outside)
+    return folder / name
+
+
+@pytest.mark.parametrize("writer", ["export_casadi", "generate_ekf", "plot_history", "save_model", "checkpoint",
+                                    "cli_simulate"])
+def test_no_write_through_a_symlink(tmp_path, writer):
+    """Each writer, with a symlink planted at one of its target files pointing outside the folder: the
+    outside file is unchanged and the target is now a regular file. Fails without runtime/_atomic.py's
+    atomic_path in model/_export.py (export_casadi: the .casadi file is written through the link), in
+    deploy/_codegen.py, plots._save and cli/_commands.cmd_simulate."""
+    from ceem_casadi.em._checkpoint import write_checkpoint
+    from ceem_casadi.plots import plot_history
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    out = tmp_path / "out"
+    target = {"export_casadi": "F.casadi", "generate_ekf": "ekf.c", "plot_history": "h.png", "save_model": "m.npz",
+              "checkpoint": "c.npz", "cli_simulate": "sim.csv"}[writer]
+    link = _plant(out, target, outside)
+    if writer == "export_casadi":
+        cc.export_casadi(MODEL, TRUE, out)
+    elif writer == "generate_ekf":
+        cc.generate_ekf(MODEL, TRUE, out, name="ekf")
+    elif writer == "plot_history":
+        plot_history([{"iteration": 1, "J": 1.0, "theta": TRUE}, {"iteration": 2, "J": 2.0, "theta": TRUE}], link)
+    elif writer == "save_model":
+        cc.save_model(link, MODEL, TRUE)
+    elif writer == "checkpoint":
+        write_checkpoint(link, dict(TRUE), [])
+    else:
+        mfile = cc.save_model(tmp_path / "m.npz", MODEL, TRUE)
+        pd.DataFrame({"u0": np.zeros(20)}).to_csv(tmp_path / "u.csv", index=False)
+        assert main(["simulate", "--model-file", str(mfile), "--input-file", str(tmp_path / "u.csv"), "--out",
+                     str(link)]) == 0
+    assert outside.read_text() == "precious"
+    assert link.is_file() and not link.is_symlink()
+
+
+@pytest.mark.parametrize("name", ["ekf_", "a__b", "_x"])
+def test_codegen_accepts_every_c_name(tmp_path, name):
+    """Valid C names that CasADi refuses as Function names (trailing or double underscore, leading
+    underscore) generate a predictor whose C symbols carry the name (a CasADi traceback and an empty
+    folder before). Fails without deploy/_codegen.casadi_name."""
+    gen = cc.generate_ekf(MODEL, TRUE, tmp_path / "c", name=name)
+    assert f"int {name}_step(" in gen.header.read_text()
+    code = main(["codegen", "--model-file", str(cc.save_model(tmp_path / "m.npz", MODEL, TRUE)), "--out-dir",
+                 str(tmp_path / "cli"), "--name", name])
+    assert code == 0 and (tmp_path / "cli" / f"{name}.c").is_file()
+
+
+def test_refused_codegen_leaves_no_folder(tmp_path, capsys):
+    """A name that is not a C identifier exits 2 in one line and creates no folder. Fails while
+    cli/_inputs.writable creates the folder before the work."""
+    code = main(["codegen", "--model-file", str(cc.save_model(tmp_path / "m.npz", MODEL, TRUE)), "--out-dir",
+                 str(tmp_path / "new" / "c"), "--name", "9ekf"])
+    assert code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert not (tmp_path / "new").exists()

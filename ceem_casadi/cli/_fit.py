@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CeemError
+from ..runtime._atomic import atomic_path
 from ._inputs import (
     UsageError,
     at_least,
@@ -111,7 +112,8 @@ def cmd_fit(args) -> int:
     save_model(out, model, fit.theta, source=source, kwargs=kwargs, options=options, data=desc,
                history=fit.history, extra=extra, metadata={"status": fit.status, "message": fit.message})
     if args.states and fit.x is not None:
-        np.savez(args.states, **{f"x_{b}": x for b, x in enumerate(fit.x)})
+        with atomic_path(args.states) as tmp:
+            np.savez(tmp, **{f"x_{b}": x for b, x in enumerate(fit.x)})
     print(json.dumps({"status": fit.status, "iterations": len(fit.history), "model_file": str(out),
                       "theta": {k: np.asarray(v).tolist() for k, v in fit.theta.items()}}))
     return 0 if fit.status == "converged" else 1
@@ -204,7 +206,8 @@ def _save_calibration_plot(res, path) -> None:
 
     ax = res.plot()
     try:
-        ax.figure.savefig(path, dpi=120, bbox_inches="tight")
+        with atomic_path(path) as tmp:
+            ax.figure.savefig(tmp, dpi=120, bbox_inches="tight", format=Path(path).suffix[1:].lower() or None)
     finally:
         plt.close(ax.figure)
 
@@ -242,7 +245,8 @@ def cmd_calibrate_noise(args) -> int:
     save_model(out, best.model, best.theta, source=source, kwargs=kwargs, options=options.ceem, data=desc,
                history=fit.history, extra=extra, metadata=meta)  # the result first, then the optional outputs
     if args.table:
-        table.to_csv(args.table, index=False)
+        with atomic_path(args.table) as tmp:
+            table.to_csv(tmp, index=False)
     if args.plot:
         optional_output(lambda: _save_calibration_plot(res, args.plot), "--plot", args.plot)
     if not args.quiet:

@@ -154,7 +154,8 @@ def theta_arg(model, text: str | None, what: str, base: dict | None = None) -> d
 
 
 def writable(path, what: str, directory: bool = False) -> Path:
-    """``path`` if a file (or, with ``directory``, a folder) can be written there, checked before any work."""
+    """``path`` if a file (or, with ``directory``, a folder) can be written there, checked before any work
+    (in the nearest existing folder: nothing is created, so a refused command leaves no empty folder)."""
     path = Path(path)
     if path.exists() and path.is_dir() != directory:
         raise UsageError(f"{what} {path}: is {'a file' if directory else 'a folder'}; give a "
@@ -166,8 +167,7 @@ def writable(path, what: str, directory: bool = False) -> Path:
     if not existing.is_dir():
         raise UsageError(f"{what} {path}: {existing} is not a folder")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=".ceem-write-test-"):
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".ceem-write-test-"):
             pass
         if path.exists() and not directory and not os.access(path, os.W_OK):
             raise PermissionError(f"{path} is read-only")

@@ -20,7 +20,7 @@ import numpy as np
 from scipy.linalg import solve_banded
 
 from ..io._data import single_trajectory
-from ..runtime._compile import CompileCacheError, compile_functions, compiler
+from ..runtime._compile import CompileCacheError, compile_functions, compiler, fallback_warning
 from ..runtime._linalg import BufferedCall
 from ._kalman import rts_smoother
 from ._result import FilterResult, as_cov
@@ -251,7 +251,7 @@ class EKF:
             except RuntimeError as exc:
                 if self.compile and not isinstance(exc, CompileCacheError):  # an unwritable cache: fall back
                     raise
-                log.warning("EKF step not compiled (%s); using the CasADi virtual machine", exc)
+                fallback_warning(log, "EKF step", exc)
                 self.compile = False  # no working compiler: the virtual machine from now on
                 return False
         return bool(want)

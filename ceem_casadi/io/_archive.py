@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import tempfile
 import zipfile
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
@@ -18,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CeemError
+from ..runtime._atomic import atomic_write_bytes
 from ._limits import (MAX_GRAPH_INSTRUCTIONS, InputLimitError, check_file_size, check_npz, check_records,
                       check_strings, loads_json, max_archive_bytes)
 
@@ -70,24 +69,6 @@ def _digest(meta: dict, arrays: dict[str, np.ndarray]) -> str:
         h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
         h.update(a.tobytes())
     return h.hexdigest()
-
-
-def atomic_write_bytes(path, data: bytes) -> Path:
-    """Write ``data`` to a temporary file in the same folder, fsync, then rename over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def write_archive(path, meta: dict, arrays: dict[str, np.ndarray]) -> Path:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CeemError
+from ..runtime._atomic import atomic_path
 
 __all__ = ["UnsafePickleError", "TorchFileError", "load", "save"]
 
@@ -266,6 +267,11 @@ def save(obj, path, *, legacy: bool = False) -> None:
     path = Path(path)
     w = _PickleWriter(legacy)
     data = w.dump(obj)
+    with atomic_path(path) as tmp:  # never through a symlink
+        _write(tmp, name=path.stem or "archive", w=w, data=data, legacy=legacy)
+
+
+def _write(path, *, name, w, data, legacy) -> None:
     if legacy:
         with open(path, "wb") as fh:
             fh.write(_plain_pickle(_MAGIC))
@@ -278,7 +284,6 @@ def save(obj, path, *, legacy: bool = False) -> None:
                 fh.write(struct.pack("<q", a.size))
                 fh.write(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
         return
-    name = path.stem or "archive"
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
         zf.writestr(f"{name}/data.pkl", data)
         zf.writestr(f"{name}/byteorder", "little")
