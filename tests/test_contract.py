@@ -654,3 +654,23 @@ def test_refused_codegen_leaves_no_folder(tmp_path, capsys):
                  str(tmp_path / "new" / "c"), "--name", "9ekf"])
     assert code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
     assert not (tmp_path / "new").exists()
+
+
+def test_design_input_memory_linear_in_the_horizon():
+    """design_input at T = 8,000 on a scalar model (3 IPOPT iterations) peaks under 1 GB (4.0 GB before:
+    a dense (T, T) hold matrix). Fails with the dense ``E`` in workflow/_experiment_design.design_input."""
+    import subprocess
+    import sys
+
+    code = ("import resource, ceem_casadi as cc\n"
+            "from ceem_casadi.workflow import design_input, DesignOptions\n"
+            "m = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + p.b * u, lambda x, u, p: x, nx=1, nu=1,"
+            " params=cc.Parameters(cc.Param('a', 0.5), cc.Param('b', 1.0)), measurement_std=0.1)\n"
+            "d = design_input(m, {'a': 0.5, 'b': 1.0}, 8000, u_bounds=(-1, 1), starts=1,"
+            " options=DesignOptions(max_iter=3, hold=2))\n"
+            "assert d.u.shape == (8000, 1) and (d.u[::2] == d.u[1::2]).all()\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.split()[-1]) < 1.0, out.stdout

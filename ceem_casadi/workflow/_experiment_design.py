@@ -409,11 +409,11 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
     scale = _scale(theta_vec, free)
     info_fun = _information_function(model, T)
     crit_fun = _criterion_function(n, criterion, options.regularisation)
-    E = np.zeros((nb, T))
-    E[np.arange(T) // hold, np.arange(T)] = 1.0
+    # the hold map (nb, T): one nonzero per sample, sparse (a dense one was T^2 / hold memory: 4 GB at T = 8,000)
+    E = ca.DM(ca.Sparsity.triplet(nb, T, (np.arange(T) // hold).tolist(), list(range(T))), 1.0)
     w = ca.MX.sym("w", nu * nb)  # block values, input-major: w = vec(B) with B (nu, nb)
     B = ca.reshape(w, nu, nb)
-    Is = info_fun(ca.DM(x0), B @ ca.DM(E), ca.DM(theta_vec), ca.DM(scale))
+    Is = info_fun(ca.DM(x0), ca.mtimes(B, E), ca.DM(theta_vec), ca.DM(scale))
     obj = crit_fun(Is)
     nlp = {"x": w, "f": obj}
     lbg = ubg = None
@@ -453,7 +453,7 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
     if best is None:
         raise ShapeError("design_input: the criterion is not finite at any start; check theta, x0 and the bounds")
     _, wbest, status, value = best
-    u = (wbest.reshape(nb, nu).T @ E).T
+    u = np.repeat(wbest.reshape(nb, nu), hold, axis=0)[:T]
     info = np.asarray(info_fun(x0, u.T, theta_vec, scale), float) / np.outer(scale, scale)
     from ..objective._identifiability import entry_names
 
