@@ -11,12 +11,14 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import CeemError
 from ..runtime._atomic import atomic_path
+from ..runtime._solve import deadline
 from ._inputs import (
     UsageError,
     at_least,
@@ -71,10 +73,6 @@ def _summary_line(text: str, quiet: bool) -> None:
 
 # --- fit ---------------------------------------------------------------------------------------------
 def cmd_fit(args) -> int:
-    from ..deploy._modelfile import save_model
-    from ..em._checkpoint import ceem_checkpointed, read_checkpoint
-    from ..em._progress import Progress
-
     if not args.model:
         raise UsageError("give the model as --model package.module:factory or path/to/file.py:factory")
     if args.resume and args.overwrite:
@@ -89,6 +87,17 @@ def cmd_fit(args) -> int:
         raise UsageError(f"checkpoint {ckpt_path} exists (an earlier fit): continue it with --resume, or start "
                          f"again with --overwrite")
     options = build_options(args.config, args)
+    # --time-limit from the start of the command: reading the data and building count (a 10^7-row file
+    # read past the limit gives a fit that returns at once, with theta0 and status time_limit)
+    with deadline(None if args.time_limit is None else getattr(args, "started", time.perf_counter()) + args.time_limit):
+        return _fit_within_limit(args, options, out, ckpt_path)
+
+
+def _fit_within_limit(args, options, out, ckpt_path) -> int:
+    from ..deploy._modelfile import save_model
+    from ..em._checkpoint import ceem_checkpointed, read_checkpoint
+    from ..em._progress import Progress
+
     model, theta_init, _ = model_from_args(args)
     try:
         options.smoother.state_bounds(model.nx)  # the lengths of [smoother] x_lower / x_upper, before any work

@@ -12,6 +12,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 
 from ..errors import CeemError
 from ..runtime._schema import ACCELERATIONS
@@ -235,10 +236,12 @@ def main(argv=None) -> int:
     # the working directory is never put on the import path: a pandas.py or matplotlib.py in it
     # would run when the commands import those (issue 25); --model file.py:factory and
     # package.module:factory refs of the working directory are resolved by model._source
+    started = time.perf_counter()  # --time-limit counts from here: reading and building are part of it
     parser = build_parser()
     command = None
     try:
         args, extra = parser.parse_known_args(argv)
+        args.started = started
         command = args.command
         if extra:  # named by the command they were given to, like every other bad input
             raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see {PROG} {command} --help)")

@@ -32,7 +32,7 @@ from ..learning._protocol import LearningStep
 from ..model._params import Theta
 from ..objective._log_density import log_prior
 from ..objective._stages import SMOOTHER_STAGES
-from ..runtime._solve import deadline, expired
+from ..runtime._solve import TimeLimitReached, deadline, expired
 from ..runtime._status import Status
 from ..runtime._threads import blas_threads
 from ..smoothing._batch_objective import BATCHED_STAGES
@@ -288,6 +288,8 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     if warm is not None and Status(warm.status).usable:
         theta_vec = model.params.to_vector(warm.theta)
     t_build += time.perf_counter() - t_warm  # build_s: this fit's own solver construction
+    if expired():  # reading, building or the warm start used the time: the whole record is not started
+        return _stopped_early(model, theta_vec, None, warm, options, "before the initial states of the whole record")
     # every group of stage Functions this fit compiles (smoother, joint step; the learner's are among
     # the joint step's or asked for next) in one background pool of compilers, before any is waited for
     # the lengths the batched smoother does not take (ceem_casadi.batched_smoother) need SMOOTHER_STAGES
@@ -320,7 +322,13 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     for T in sorted(unbatched):
         smoother.for_length(T)
     build_s = time.perf_counter() - t_build
-    xs = eks_states(model, theta_vec, data) if x_init is None else check_states(model, data, x_init)
+    try:
+        xs = eks_states(model, theta_vec, data, stop_at_deadline=True) if x_init is None else \
+            check_states(model, data, x_init)
+    except TimeLimitReached:
+        return _stopped_early(model, theta_vec, None, warm, options, "during the initial states (EKF)")
+    if expired():
+        return _stopped_early(model, theta_vec, xs, warm, options, "after the initial states (EKF)")
 
     run = _EMRun(model, data, options, smoother, learner, callback, engine)
     current = run.evaluate(xs, theta_vec)
@@ -405,8 +413,20 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
         run.step.close()
     if result.status == "solver_failed" and options.raise_on_failure:
         raise SolverError(result.message, result)
-    _check_learning_hessian(result, learner, model, data)
+    if result.status != Status.TIME_LIMIT:  # a diagnostic over the whole record: not past the time limit
+        _check_learning_hessian(result, learner, model, data)
     return result
+
+
+def _stopped_early(model, theta_vec, xs, warm, options, when: str) -> CEEMResult:
+    """The result of a fit whose time limit passed before its first iteration on the whole record:
+    the warm start's parameters when it ran (else theta0), the EKF states when computed (else
+    None), J not evaluated (NaN)."""
+    source = "the warm start's parameters" if warm is not None and Status(warm.status).usable else "theta0"
+    return CEEMResult(Status.TIME_LIMIT, f"{_limit(options)} reached {when}; returning {source}"
+                      f"{'' if xs is not None else ' (no states of the whole record)'}",
+                      model.params.from_vector(theta_vec), xs, float("nan"), history=[], init_J=float("nan"),
+                      warm_start=warm)
 
 
 JOINT_MAX_FAILURES = 2  # joint solves without increase of the objective before EM steps only

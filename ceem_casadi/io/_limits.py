@@ -27,6 +27,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import zipfile
 
 import numpy as np
@@ -141,6 +142,13 @@ def check_records(records, what: str, limit: int = MAX_HISTORY_RECORDS) -> None:
         raise InputLimitError(f"{what}: {len(records)} records, more than the limit of {limit}")
 
 
+_JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_SPECIAL_TOML = re.compile(r"[\[\]{}\"'#]")
+_REST_DQ = re.compile(r'(?:[^"\\\n]|\\.)*')  # the rest of a "string" (escapes skipped), up to its quote
+_REST_SQ = re.compile(r"[^'\n]*")             # the rest of a TOML 'literal string'
+
+
 def nesting_depth(text: str, *, toml: bool = False, stop_at: int | None = None) -> int:
     """Largest number of ``[`` / ``{`` open at once in JSON (or, with ``toml``, TOML) ``text``,
     outside strings (and TOML comments); stops counting past ``stop_at``.
@@ -152,9 +160,21 @@ def nesting_depth(text: str, *, toml: bool = False, stop_at: int | None = None) 
     >>> nesting_depth("a = [[1], 2]  # [[[[", toml=True)
     2
     """
+    if not toml:  # JSON: strings dropped and brackets counted in C (a 2 MB metadata text: 0.05 s, not 1 s)
+        brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)).encode()
+        if not brackets:
+            return 0
+        steps = np.where(np.isin(np.frombuffer(brackets, np.uint8), (ord("["), ord("{"))), 1, -1)
+        walk = np.cumsum(steps)
+        return int(np.max(walk - np.minimum(np.minimum.accumulate(walk), 0)))  # the walk held at 0
     depth = best = 0
     i, n = 0, len(text)
+    special = _SPECIAL_TOML
     while i < n:
+        m = special.search(text, i)  # jump over plain characters
+        if m is None:
+            break
+        i = m.start()
         c = text[i]
         if c in "[{":
             depth += 1
@@ -171,10 +191,7 @@ def nesting_depth(text: str, *, toml: bool = False, stop_at: int | None = None) 
                     end = text.find(c * 3, end + 1)
                 i = n if end < 0 else end + 3
                 continue
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if (c == '"' and text[j] == "\\") else 1
-            i = j + 1
+            i = (_REST_DQ if c == '"' else _REST_SQ).match(text, i + 1).end() + 1  # past the closing quote
             continue
         elif toml and c == "#":
             j = text.find("\n", i)

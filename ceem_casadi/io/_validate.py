@@ -7,6 +7,7 @@ give the same message whichever way they come in (issue 23, item 5).
 """
 from __future__ import annotations
 
+from ..runtime._checks import check_argument_order
 from ._data import Trajectories, check_outputs
 
 __all__ = ["check_data", "check_outputs"]
@@ -30,6 +31,7 @@ def check_data(model, data, *, what: str = "data") -> Trajectories:
     ...
     ceem_casadi.errors.DataError: trajectory 0: every output is missing (NaN); nothing to fit there: drop the trajectory or give its observed outputs
     """
+    check_argument_order(data=data)  # a theta dict where the data go: name the order (model, data, theta)
     if not isinstance(data, Trajectories):
         raise TypeError(f"{what} must be a Trajectories (cc.Trajectories(y, u)), got {type(data).__name__}")
     data.check_model(model)

@@ -61,7 +61,7 @@ def _candidates(model) -> list[np.ndarray]:
 
 
 def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, ekf: EKF | None = None,
-               select_steps: int | None = FROM_POLICY) -> list[np.ndarray]:
+               select_steps: int | None = FROM_POLICY, stop_at_deadline: bool = False) -> list[np.ndarray]:
     """EKF + RTS smoothed means (T_b, nx) of every trajectory.
 
     Defaults: ``x0`` = the model's ``x1_mean`` (else zeros), ``Sigma0`` = ``x1_std**2`` (else
@@ -88,6 +88,7 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
     if R is None:
         R = noise.measurement_std ** 2
     ekf = EKF(model) if ekf is None else ekf
+    ekf.stop_at_deadline = stop_at_deadline  # TimeLimitReached between EKF chunks (a fit's time limit)
 
     def run(Qc):
         # the whole forward pass as CasADi mapaccums (same numbers as the Python loop to rounding,
