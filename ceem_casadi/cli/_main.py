@@ -254,9 +254,25 @@ def main(argv=None) -> int:
         print(f"{where}: error: {cli_message(exc, command, _command_flags(command))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted (a fit keeps the checkpoint of its last complete iteration; continue "
-              f"with --resume)", file=sys.stderr)
+        print(interrupted_message(command), file=sys.stderr)
         return 130
+
+
+CHECKPOINTED = ("fit",)  # the commands that write a checkpoint and take --resume
+
+
+def interrupted_message(command: str | None) -> str:
+    """The line printed on Ctrl-C: the checkpoint and ``--resume`` only for a command that has them.
+
+    Examples
+    --------
+    >>> interrupted_message("design-input")
+    'ceem-casadi design-input: interrupted (this command keeps no checkpoint: run it again)'
+    """
+    if command in CHECKPOINTED:
+        return (f"{PROG} {command}: interrupted (the checkpoint of the last complete iteration is kept; continue "
+                f"with --resume)")
+    return f"{PROG} {command or ''}".rstrip() + ": interrupted (this command keeps no checkpoint: run it again)"
 
 
 if __name__ == "__main__":

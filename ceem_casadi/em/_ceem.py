@@ -288,8 +288,8 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     if warm is not None and Status(warm.status).usable:
         theta_vec = model.params.to_vector(warm.theta)
     t_build += time.perf_counter() - t_warm  # build_s: this fit's own solver construction
-    if expired():  # reading, building or the warm start used the time: the whole record is not started
-        return _stopped_early(model, theta_vec, None, warm, options, "before the initial states of the whole record")
+    if warm is not None and expired():  # a long record whose warm start (or reading, building) used the time
+        return _stopped_early(model, theta_vec, warm, options, "before the initial states of the whole record")
     # every group of stage Functions this fit compiles (smoother, joint step; the learner's are among
     # the joint step's or asked for next) in one background pool of compilers, before any is waited for
     # the lengths the batched smoother does not take (ceem_casadi.batched_smoother) need SMOOTHER_STAGES
@@ -326,9 +326,7 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
         xs = eks_states(model, theta_vec, data, stop_at_deadline=True) if x_init is None else \
             check_states(model, data, x_init)
     except TimeLimitReached:
-        return _stopped_early(model, theta_vec, None, warm, options, "during the initial states (EKF)")
-    if expired():
-        return _stopped_early(model, theta_vec, xs, warm, options, "after the initial states (EKF)")
+        return _stopped_early(model, theta_vec, warm, options, "during the initial states (EKF)")
 
     run = _EMRun(model, data, options, smoother, learner, callback, engine)
     current = run.evaluate(xs, theta_vec)
@@ -418,15 +416,14 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
     return result
 
 
-def _stopped_early(model, theta_vec, xs, warm, options, when: str) -> CEEMResult:
-    """The result of a fit whose time limit passed before its first iteration on the whole record:
-    the warm start's parameters when it ran (else theta0), the EKF states when computed (else
-    None), J not evaluated (NaN)."""
+def _stopped_early(model, theta_vec, warm, options, when: str) -> CEEMResult:
+    """The result of a fit of a long record whose time limit passed before the EKF states of the
+    whole record were computed: the warm start's parameters when it ran (else theta0), no states
+    (``x`` None) and J not evaluated (NaN)."""
     source = "the warm start's parameters" if warm is not None and Status(warm.status).usable else "theta0"
-    return CEEMResult(Status.TIME_LIMIT, f"{_limit(options)} reached {when}; returning {source}"
-                      f"{'' if xs is not None else ' (no states of the whole record)'}",
-                      model.params.from_vector(theta_vec), xs, float("nan"), history=[], init_J=float("nan"),
-                      warm_start=warm)
+    return CEEMResult(Status.TIME_LIMIT, f"{_limit(options)} reached {when}; returning {source} (no states of "
+                      f"the whole record)", model.params.from_vector(theta_vec), None, float("nan"), history=[],
+                      init_J=float("nan"), warm_start=warm)
 
 
 JOINT_MAX_FAILURES = 2  # joint solves without increase of the objective before EM steps only

@@ -284,7 +284,7 @@ class EKF:
             self._step = _step_function(model, self._fns)
         native = self._native_step(T)
         for s in range(0, T, self.chunk):
-            if self.stop_at_deadline:  # a fit's initial states on a long record: within its time limit
+            if s and self.stop_at_deadline:  # a fit's initial states on a long record: within its time limit
                 check_deadline("the initial states (the EKF over the record)")
             e, n = min(s + self.chunk, T), min(self.chunk, T - s)
             # column-major flat outputs (overwritten by the next call: copied out below)

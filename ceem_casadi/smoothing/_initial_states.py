@@ -90,16 +90,24 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
     ekf = EKF(model) if ekf is None else ekf
     ekf.stop_at_deadline = stop_at_deadline  # TimeLimitReached between EKF chunks (a fit's time limit)
 
+    # leading samples without any observed output: the filter would only predict there, open loop from
+    # the prior, and on unstable or chaotic models its covariance overflows before the first observation
+    # (single Lorenz, first 40 outputs missing: "diverged" at the true parameters). It starts at the first
+    # observed sample instead; the states before it are that first state (the smoother then fits them).
+    lead = [int(np.argmax(np.any(np.isfinite(y), axis=1))) for y in data.y]
+
     def run(Qc):
         # the whole forward pass as CasADi mapaccums (same numbers as the Python loop to rounding,
         # ~10x faster per step: 466 helicopter trajectories x 500 steps), trajectories of a
         # length together (EKF.run_many); only the smoothed means are needed (rts_means: no
         # covariance pass)
         loglik, xs = 0.0, []
-        for r in ekf.run_many(theta_vec, list(data.y), [data.inputs(b) for b in range(len(data))],
-                              x0=x0, Sigma0=Sigma0, Q=Qc, R=R):
+        for k, r in zip(lead, ekf.run_many(theta_vec, [y[k:] for y, k in zip(data.y, lead)],
+                                           [data.inputs(b)[k:] for b, k in enumerate(lead)],
+                                           x0=x0, Sigma0=Sigma0, Q=Qc, R=R)):
             loglik += r.loglik
-            xs.append(rts_means(r) if np.isfinite(r.loglik) else r.x_filt)
+            x = rts_means(r) if np.isfinite(r.loglik) else r.x_filt
+            xs.append(np.vstack([np.repeat(x[:1], k, axis=0), x]) if k else x)
         return loglik, xs
 
     if Q is not None:
