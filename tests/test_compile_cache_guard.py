@@ -165,10 +165,12 @@ def test_sigkill_during_first_compile_leaves_no_compiler_and_no_stale_folder(tmp
     """SIGKILL of a process while gcc compiles its first library: within 2 s no process works in the
     cache (the supervisor killed the compiler's group; before: gcc ran on for seconds), and no build
     folder of the dead process outlives the next process that compiles there (the supervisor
-    removes it; `clean_stale` would otherwise; before: kept forever). Fails without the supervisor
-    in _compile_pool (cc1 keeps running)."""
-    folder = tmp_path / "cache"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CEEM_CACHE": str(folder)}
+    removes it; `clean_stale` would otherwise; before: kept forever), and no cc*.s of the killed compiler
+    is left in $TMPDIR. Fails without the supervisor in _compile_pool (cc1 keeps running), or without
+    the compiler's TMPDIR set to its build folder (a cc*.s stays in $TMPDIR)."""
+    folder, outer = tmp_path / "cache", tmp_path / "tmp"
+    outer.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CEEM_CACHE": str(folder), "TMPDIR": str(outer)}
     proc = subprocess.Popen([sys.executable, "-c", BIG], env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "started"
@@ -183,6 +185,8 @@ def test_sigkill_during_first_compile_leaves_no_compiler_and_no_stale_folder(tmp
     while _cache_processes(folder) and time.monotonic() < t_end:
         time.sleep(0.05)
     assert _cache_processes(folder) == []
+    # issue 33: the killed compiler's temporaries (cc*.s) were in its build folder, not in $TMPDIR
+    assert [p.name for p in outer.iterdir() if p.name.startswith("cc")] == []
     # the next run (another process: clean_stale runs once per process and folder)
     subprocess.run([sys.executable, "-c", "import casadi as ca; from ceem_casadi.runtime._compile import "
                     "compile_functions; x = ca.SX.sym('x'); compile_functions([ca.Function('f', [x], [x * x])], "

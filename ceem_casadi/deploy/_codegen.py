@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..filtering import as_cov
 from ..model._simulation import as_theta_vector
-from ..runtime._atomic import atomic_write_text
+from ..runtime._atomic import atomic_path, atomic_write_text
 from ..runtime._compile import compiler
 from ..runtime._result import Result
 
@@ -246,7 +246,8 @@ def write_csv(path, y, u=None) -> Path:
     """Write the example program's input: rows ``u_1..u_nu, y_1..y_ny`` (NaN as ``nan``)."""
     y = np.atleast_2d(np.asarray(y, float))
     cols = [y] if u is None or np.size(u) == 0 else [np.asarray(u, float).reshape(y.shape[0], -1), y]
-    np.savetxt(path, np.hstack(cols), delimiter=",", fmt="%.17g")
+    with atomic_path(path) as tmp:
+        np.savetxt(tmp, np.hstack(cols), delimiter=",", fmt="%.17g")
     return Path(path)
 
 
