@@ -848,3 +848,18 @@ def test_noise_calibration_stopped_by_time_limits_says_so():
     with pytest.raises(cc.errors.SolverError, match=r"2 of 2 levels were stopped by the time limit") as exc:
         cc.calibrate_noise(MODEL, data, THETA0, grid=[0.5, 2.0], options=options)
     assert "diverged" not in str(exc.value)
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_torch_file_tensors_bounded(tmp_path, monkeypatch, legacy):
+    """A torch file larger than the archive limit (or declaring larger tensors: the legacy reader allocated
+    np.zeros(numel) of the declared size) is refused before anything is read. Fails without
+    io/torchfile._check_bytes."""
+    from ceem_casadi.io import torchfile
+
+    path = tmp_path / "t.pt"
+    torchfile.save({"w": np.zeros(2 ** 18)}, path, legacy=legacy)  # 2 MiB of float64
+    assert torchfile.load(path)["w"].shape == (2 ** 18,)
+    monkeypatch.setenv("CEEM_MAX_ARCHIVE_MB", "1")
+    with pytest.raises(torchfile.TorchFileError, match="more than the limit"):
+        torchfile.load(path)

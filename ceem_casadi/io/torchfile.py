@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import CeemError
 from ..runtime._atomic import atomic_path
+from ._limits import max_archive_bytes
 
 __all__ = ["UnsafePickleError", "TorchFileError", "load", "save"]
 
@@ -99,6 +100,7 @@ def _load_zip(path: Path):
         def load_storage(pid):
             _, stype, key, _loc, numel = pid[:5]
             if key not in cache:
+                _check_bytes(path, zf.getinfo(f"{prefix}data/{key}").file_size)  # from the zip directory
                 raw = zf.read(f"{prefix}data/{key}")
                 cache[key] = np.frombuffer(raw, dtype=stype.dtype.newbyteorder("<"))
             return cache[key]
@@ -123,6 +125,8 @@ def _load_legacy(path: Path):
 
         def load_storage(pid):
             _, stype, key, _loc, numel = pid[:5]
+            if key not in storages:  # the declared size, before it is allocated
+                _check_bytes(path, int(numel) * stype.dtype.itemsize + sum(a.nbytes for _, a in storages.values()))
             arr = storages.setdefault(key, (stype, np.zeros(int(numel), stype.dtype)))[1]
             view = pid[5] if len(pid) > 5 else None
             if view is not None:
@@ -163,9 +167,19 @@ def load(path) -> object:
         The file is neither format.
     """
     path = Path(path)
+    _check_bytes(path, path.stat().st_size)
     if zipfile.is_zipfile(path):
         return _load_zip(path)
     return _load_legacy(path)
+
+
+def _check_bytes(path, nbytes: int) -> None:
+    """`TorchFileError` when a file, or the tensors it declares, exceed `max_archive_bytes` (the
+    resource policy of `ceem_casadi.io._limits`), before anything is read or allocated."""
+    limit = max_archive_bytes()
+    if not 0 <= nbytes <= limit:
+        raise TorchFileError(f"{path}: {nbytes} bytes of file or tensors, more than the limit of {limit} bytes "
+                             f"(raise $CEEM_MAX_ARCHIVE_MB only for a file you trust)")
 
 
 _NP2STORAGE = {np.dtype(v): k for k, v in _STORAGE_DTYPES.items()}
