@@ -123,6 +123,8 @@ def _fit_within_limit(args, options, out, ckpt_path) -> int:
     if args.states and fit.x is not None:
         with atomic_path(args.states) as tmp:
             np.savez(tmp, **{f"x_{b}": x for b, x in enumerate(fit.x)})
+    elif args.states:  # the time limit passed before the whole record's states were computed
+        _summary_line(f"--states {args.states}: not written, the fit has no states ({fit.message})", args.quiet)
     print(json.dumps({"status": fit.status, "iterations": len(fit.history), "model_file": str(out),
                       "theta": {k: np.asarray(v).tolist() for k, v in fit.theta.items()}}))
     return 0 if fit.status == "converged" else 1
