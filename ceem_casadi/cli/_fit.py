@@ -7,6 +7,7 @@ still written), 2 bad input (`UsageError`).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -238,6 +239,9 @@ def cmd_calibrate_noise(args) -> int:
     model, theta, saved = model_from_args(args)
     theta = theta_arg(model, args.theta0, "--theta0", base=theta) or theta
     data, desc = data_from_args(args, model)
+    if options.time_limit is not None:  # --time-limit from the start of the command: reading counts
+        left = getattr(args, "started", time.perf_counter()) + options.time_limit - time.perf_counter()
+        options = dataclasses.replace(options, time_limit=max(left, 1e-3))
     try:
         res = calibrate_noise(model, data, theta, grid=grid, criterion=args.criterion, options=options)
     except ValueError as exc:  # the library's plain ValueErrors too: one line (CeemErrors: by main)
