@@ -863,3 +863,18 @@ def test_torch_file_tensors_bounded(tmp_path, monkeypatch, legacy):
     monkeypatch.setenv("CEEM_MAX_ARCHIVE_MB", "1")
     with pytest.raises(torchfile.TorchFileError, match="more than the limit"):
         torchfile.load(path)
+
+
+def test_save_model_writes_only_files_its_reader_accepts(tmp_path, monkeypatch):
+    """A history longer than the reader's limit is cut to its last 10,000 records, and a graph longer than
+    the instruction limit is refused at save time, not written and then refused at load time. Fails
+    without _kept_history / the instruction check in deploy/_modelfile.save_model."""
+    from ceem_casadi.deploy import _modelfile
+
+    path = cc.save_model(tmp_path / "m.npz", MODEL, TRUE, history=[{"iteration": i, "J": 0.0} for i in range(10_005)])
+    history = cc.load_model(path).history
+    assert len(history) == 10_000 and history[0]["iteration"] == 5
+    monkeypatch.setattr(_modelfile, "MAX_GRAPH_INSTRUCTIONS", 3)
+    with pytest.raises(ModelFileError, match=r"cannot save the model: sx/f has \d+ instructions, more than"):
+        cc.save_model(tmp_path / "g.npz", MODEL, TRUE)
+    assert not (tmp_path / "g.npz").exists()
