@@ -722,7 +722,7 @@ def test_bla_initialise_refuses_a_constant_input(level):
 
     y = np.random.default_rng(1).standard_normal((400, 1))
     data = cc.Trajectories([y], [np.full((400, 1), level)])
-    with pytest.raises(cc.errors.DataError, match=rf"input 0 of trajectory 0 is constant \({level:g}\): nothing excites"):
+    with pytest.raises(cc.errors.DataError, match=rf"input 0 of trajectory 0 is constant \({level:g}\): nothing"):
         bla_initialise("wiener", data, 2)
 
 

@@ -51,7 +51,7 @@ def check_excitation(data, *, what: str = "data") -> Trajectories:
     >>> check_excitation(cc.Trajectories([np.ones((5, 1))], [np.zeros((5, 1))]))
     Traceback (most recent call last):
     ...
-    ceem_casadi.errors.DataError: data: input 0 of trajectory 0 is constant (0): nothing excites the system; give data recorded with a varying input
+    ceem_casadi.errors.DataError: data: input 0 of trajectory 0 is constant (0): nothing excites the system; ...
     """
     from ..errors import DataError
 
