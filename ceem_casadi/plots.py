@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .runtime._atomic import atomic_path
+
 SUFFIXES = (".png", ".svg")
 MAX_LINES = 12   # entries drawn per matrix/vector parameter
 
@@ -33,8 +35,11 @@ def _save(fig, path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     plain_text(fig)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        with atomic_path(path) as tmp:  # never through a symlink
+            fig.savefig(tmp, dpi=120, format=path.suffix[1:].lower())
+    finally:
+        plt.close(fig)
     return path
 
 

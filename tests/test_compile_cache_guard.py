@@ -165,10 +165,12 @@ def test_sigkill_during_first_compile_leaves_no_compiler_and_no_stale_folder(tmp
     """SIGKILL of a process while gcc compiles its first library: within 2 s no process works in the
     cache (the supervisor killed the compiler's group; before: gcc ran on for seconds), and no build
     folder of the dead process outlives the next process that compiles there (the supervisor
-    removes it; `clean_stale` would otherwise; before: kept forever). Fails without the supervisor
-    in _compile_pool (cc1 keeps running)."""
-    folder = tmp_path / "cache"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CEEM_CACHE": str(folder)}
+    removes it; `clean_stale` would otherwise; before: kept forever), and no cc*.s of the killed compiler
+    is left in $TMPDIR. Fails without the supervisor in _compile_pool (cc1 keeps running), or without
+    the compiler's TMPDIR set to its build folder (a cc*.s stays in $TMPDIR)."""
+    folder, outer = tmp_path / "cache", tmp_path / "tmp"
+    outer.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CEEM_CACHE": str(folder), "TMPDIR": str(outer)}
     proc = subprocess.Popen([sys.executable, "-c", BIG], env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "started"
@@ -183,6 +185,8 @@ def test_sigkill_during_first_compile_leaves_no_compiler_and_no_stale_folder(tmp
     while _cache_processes(folder) and time.monotonic() < t_end:
         time.sleep(0.05)
     assert _cache_processes(folder) == []
+    # issue 33: the killed compiler's temporaries (cc*.s) were in its build folder, not in $TMPDIR
+    assert [p.name for p in outer.iterdir() if p.name.startswith("cc")] == []
     # the next run (another process: clean_stale runs once per process and folder)
     subprocess.run([sys.executable, "-c", "import casadi as ca; from ceem_casadi.runtime._compile import "
                     "compile_functions; x = ca.SX.sym('x'); compile_functions([ca.Function('f', [x], [x * x])], "
@@ -201,3 +205,54 @@ def test_clean_stale_keeps_folders_of_live_processes(tmp_path):
     (dead / "owner.json").write_text(json.dumps({**owner_record(), "pid": int(child.stdout), "start": "0"}))
     removed = clean_stale(tmp_path)
     assert removed == [dead] and live.exists()
+
+
+# --- issue 33: any OSError of the cache falls back once; compiler temporaries live in the build folder --------
+def _fake_compiler(tmp_path, body: str) -> str:
+    """A compiler script (sh) standing in for gcc: records its $TMPDIR, leaves a cc*.s there, runs ``body``."""
+    cc_path = tmp_path / "fakecc"
+    cc_path.write_text("#!/bin/sh\n" 'case "$1" in --version) echo fakecc 1.0; exit 0;; esac\n'
+                       f"echo \"$TMPDIR\" >> {tmp_path / 'tmpdirs'}\n"
+                       "touch \"$TMPDIR/ccFAKE.s\" \"$TMPDIR/ccFAKE.o\"\n" + body)
+    cc_path.chmod(0o755)
+    return str(cc_path)
+
+
+def test_long_model_name_compiles(tmp_path, monkeypatch):
+    """A 250-character model name with compilation on: the library name is shortened with a digest
+    (it gave "File name too long"). Fails without unit_name's cap in _compile.start_compile."""
+    monkeypatch.setenv("CEEM_CACHE", str(tmp_path))
+    (g,) = compile_functions([_fun()], "ceem_" + "m" * 250)
+    assert float(g(np.array([1.0, 2.0]))) == pytest.approx(5.0 + np.sin(1.0))
+    assert all(len(p.name) < 160 for p in tmp_path.iterdir())
+
+
+def test_compiler_on_a_full_disk_falls_back_with_one_warning(tmp_path, monkeypatch, caplog):
+    """The linker fails with "No space left on device" (a full cache disk): a fit with compile=True runs
+    in the virtual machine with exactly one warning (it aborted with a RuntimeError traceback). Fails
+    without ``disk_error`` in _compile_pool / CompiledHandle.result, or with one warning per group
+    without _compile.fallback_warning."""
+    monkeypatch.setenv("CEEM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CC", _fake_compiler(tmp_path, "echo '/usr/bin/ld: final link failed: No space left on "
+                                                      "device' >&2\nexit 1\n"))
+    monkeypatch.setattr(cmp, "_WARNED", set())
+    res = _fit_lorenz(caplog)
+    assert np.isfinite(res.J)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "No space left on device" in warnings[0] and "\n" not in warnings[0], warnings
+
+
+def test_compiler_temporaries_in_the_build_folder(tmp_path, monkeypatch):
+    """The compiler runs with TMPDIR = its build folder, so its cc*.s / cc*.o are removed with the folder,
+    also after a failure: none is left in the cache or in $TMPDIR. Fails without the TMPDIR of the
+    Popen env in _compile_pool.CompilePool._serve (the fake compiler's temporaries land in $TMPDIR)."""
+    folder, outer = tmp_path / "cache", tmp_path / "outer_tmp"
+    outer.mkdir()
+    monkeypatch.setenv("CEEM_CACHE", str(folder))
+    monkeypatch.setenv("TMPDIR", str(outer))
+    monkeypatch.setenv("CC", _fake_compiler(tmp_path, "exit 1\n"))
+    with pytest.raises(RuntimeError, match="compiling obs_cost failed"):
+        compile_functions([_fun()], "ceem_tmp")
+    used = (tmp_path / "tmpdirs").read_text().split()
+    assert used and all(Path(d).parent == folder and Path(d).name.startswith("tmp-") for d in used), used
+    assert list(outer.iterdir()) == [] and not any(p.name.startswith("cc") for p in folder.rglob("*"))

@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 
 import ceem_casadi as cc
 from ceem_casadi.cli import main
+from ceem_casadi.io._archive import ModelFileError
 
 TRUE = {"a": 0.8, "b": 0.5}
 THETA0 = {"a": 0.6, "b": 0.4}
@@ -516,3 +517,364 @@ def test_cli_command_contract(command, scratch):
         run_cli(command, mutation, scratch)
 
     prop()
+
+
+# --- crafted files (issue 33): every limit of the resource policy holds before allocating or evaluating --------
+def test_padded_archive_refused_from_its_size(tmp_path, monkeypatch):
+    """A model file padded with a hole between its zip members (all digests valid) loads under the
+    default limit and is refused from ``stat`` alone under a 1 MiB one, in one line, quickly (the
+    1.5 GB case of the issue, scaled down; scripts/bench_limits.py measures the full size). Fails
+    without the check_file_size call in io/_archive.read_archive (the file loads)."""
+    from scripts.bench_limits import padded_archive
+
+    path = padded_archive(tmp_path / "pad.npz", 3 * 2 ** 20)
+    assert float(cc.load_model(path).theta["a"]) == 0.8  # the digests hold: only the size is wrong
+    monkeypatch.setenv("CEEM_MAX_ARCHIVE_MB", "1")
+    with pytest.raises(ModelFileError, match=r"a file of \d+ bytes, more than the limit") as exc:
+        cc.load_model(path)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("n", [1_000_001, 3_000_000])
+def test_huge_expression_graph_refused_from_its_header(tmp_path, n):
+    """A model file whose f graph has more than 1,000,000 instructions is refused from the .npy header
+    of its code array in well under 2 s (building it took 77 s at 8.3M). Fails without the
+    ``max_rows`` argument of check_npz in io/_archive.read_archive."""
+    import time
+
+    from scripts.bench_limits import huge_graph
+
+    path = huge_graph(tmp_path / "g.npz", n)
+    t = time.perf_counter()
+    with pytest.raises(ModelFileError, match=rf"holds {n} rows \(expression-graph instructions\), more than"):
+        cc.load_model(path)
+    assert time.perf_counter() - t < 2.0
+
+
+@pytest.mark.parametrize("fmt", ["model", "checkpoint"])
+def test_long_history_refused(tmp_path, fmt):
+    """100,000 iteration records in a model file or a checkpoint are refused (plot took 92 s on them).
+    Fails without the check_records call in io/_archive.read_archive."""
+    from ceem_casadi.em._checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+    from scripts.bench_limits import long_history
+
+    history = [{"iteration": i, "J": 0.0} for i in range(100_000)]
+    if fmt == "model":
+        path, read, err = long_history(tmp_path / "h.npz", 100_000), cc.load_model, ModelFileError
+    else:
+        path, read, err = write_checkpoint(tmp_path / "c.npz", dict(THETA0), history), read_checkpoint, \
+            CheckpointError
+    with pytest.raises(err, match=r"iteration history: 100000 records, more than the limit of 10000"):
+        read(path)
+
+
+def test_data_and_json_files_bounded(tmp_path, monkeypatch):
+    """A data file larger than $CEEM_MAX_DATA_MB (CSV from stat, .npz from its headers) and an options
+    .json file larger than 16 MiB are refused before parsing, with exit 2 and one line on the CLI.
+    Fails without the check_file_size / check_npz calls in io/_readers.py and read_text_file in
+    cli/_inputs.json_arg."""
+    csv = _csv(Y, U, tmp_path)[0]
+    npz = tmp_path / "d.npz"
+    np.savez(npz, y=np.zeros((2 ** 18, 1)), u=np.zeros((2 ** 18, 1)))  # 4 MiB of arrays, compressed tiny
+    monkeypatch.setenv("CEEM_MAX_DATA_MB", "0.001")
+    with pytest.raises(cc.errors.DataError, match=r"more than the limit of 1048 bytes.*CEEM_MAX_DATA_MB"):
+        cc.read_trajectories(csv, MODEL)
+    monkeypatch.setenv("CEEM_MAX_DATA_MB", "1")
+    with pytest.raises(cc.errors.DataError, match=r"exceeds the limit of 1 MiB.*CEEM_MAX_DATA_MB"):
+        cc.read_trajectories(npz, MODEL)
+    big = tmp_path / "theta.json"
+    with open(big, "w") as fh:
+        fh.write('{"a": 0.6, "b": 0.4, "pad": "')
+        fh.seek(17 * 2 ** 20)
+        fh.write('"}')
+    from ceem_casadi.cli._inputs import UsageError, json_arg
+
+    with pytest.raises(UsageError, match=r"more than the limit of 16777216 bytes"):
+        json_arg(str(big), "--theta0")
+
+
+# --- one atomic writer: a symlink planted at a target never makes the library write outside the folder --------
+def _plant(folder: Path, name: str, outside: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).symlink_to(outside)
+    return folder / name
+
+
+@pytest.mark.parametrize("writer", ["export_casadi", "generate_ekf", "plot_history", "save_model", "checkpoint",
+                                    "cli_simulate"])
+def test_no_write_through_a_symlink(tmp_path, writer):
+    """Each writer, with a symlink planted at one of its target files pointing outside the folder: the
+    outside file is unchanged and the target is now a regular file. Fails without runtime/_atomic.py's
+    atomic_path in model/_export.py (export_casadi: the .casadi file is written through the link), in
+    deploy/_codegen.py, plots._save and cli/_commands.cmd_simulate."""
+    from ceem_casadi.em._checkpoint import write_checkpoint
+    from ceem_casadi.plots import plot_history
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    out = tmp_path / "out"
+    target = {"export_casadi": "F.casadi", "generate_ekf": "ekf.c", "plot_history": "h.png", "save_model": "m.npz",
+              "checkpoint": "c.npz", "cli_simulate": "sim.csv"}[writer]
+    link = _plant(out, target, outside)
+    if writer == "export_casadi":
+        cc.export_casadi(MODEL, TRUE, out)
+    elif writer == "generate_ekf":
+        cc.generate_ekf(MODEL, TRUE, out, name="ekf")
+    elif writer == "plot_history":
+        plot_history([{"iteration": 1, "J": 1.0, "theta": TRUE}, {"iteration": 2, "J": 2.0, "theta": TRUE}], link)
+    elif writer == "save_model":
+        cc.save_model(link, MODEL, TRUE)
+    elif writer == "checkpoint":
+        write_checkpoint(link, dict(TRUE), [])
+    else:
+        mfile = cc.save_model(tmp_path / "m.npz", MODEL, TRUE)
+        pd.DataFrame({"u0": np.zeros(20)}).to_csv(tmp_path / "u.csv", index=False)
+        assert main(["simulate", "--model-file", str(mfile), "--input-file", str(tmp_path / "u.csv"), "--out",
+                     str(link)]) == 0
+    assert outside.read_text() == "precious"
+    assert link.is_file() and not link.is_symlink()
+
+
+@pytest.mark.parametrize("name", ["ekf_", "a__b", "_x"])
+def test_codegen_accepts_every_c_name(tmp_path, name):
+    """Valid C names that CasADi refuses as Function names (trailing or double underscore, leading
+    underscore) generate a predictor whose C symbols carry the name (a CasADi traceback and an empty
+    folder before). Fails without deploy/_codegen.casadi_name."""
+    gen = cc.generate_ekf(MODEL, TRUE, tmp_path / "c", name=name)
+    assert f"int {name}_step(" in gen.header.read_text()
+    code = main(["codegen", "--model-file", str(cc.save_model(tmp_path / "m.npz", MODEL, TRUE)), "--out-dir",
+                 str(tmp_path / "cli"), "--name", name])
+    assert code == 0 and (tmp_path / "cli" / f"{name}.c").is_file()
+
+
+def test_refused_codegen_leaves_no_folder(tmp_path, capsys):
+    """A name that is not a C identifier exits 2 in one line and creates no folder. Fails while
+    cli/_inputs.writable creates the folder before the work."""
+    code = main(["codegen", "--model-file", str(cc.save_model(tmp_path / "m.npz", MODEL, TRUE)), "--out-dir",
+                 str(tmp_path / "new" / "c"), "--name", "9ekf"])
+    assert code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert not (tmp_path / "new").exists()
+
+
+def test_design_input_memory_linear_in_the_horizon():
+    """design_input at T = 8,000 on a scalar model (3 IPOPT iterations) peaks under 1 GB (4.0 GB before:
+    a dense (T, T) hold matrix). Fails with the dense ``E`` in workflow/_experiment_design.design_input."""
+    import subprocess
+    import sys
+
+    code = ("import resource, ceem_casadi as cc\n"
+            "from ceem_casadi.workflow import design_input, DesignOptions\n"
+            "m = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + p.b * u, lambda x, u, p: x, nx=1, nu=1,"
+            " params=cc.Parameters(cc.Param('a', 0.5), cc.Param('b', 1.0)), measurement_std=0.1)\n"
+            "d = design_input(m, {'a': 0.5, 'b': 1.0}, 8000, u_bounds=(-1, 1), starts=1,"
+            " options=DesignOptions(max_iter=3, hold=2))\n"
+            "assert d.u.shape == (8000, 1) and (d.u[::2] == d.u[1::2]).all()\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.split()[-1]) < 1.0, out.stdout
+
+
+# --- issue 33, sections 6-8: one-line errors or right answers ---------------------------------------------------
+def test_uncertainty_block_without_hessian_is_refused(tmp_path, capsys):
+    """A crafted uncertainty block without 'hessian' (evaluate raised KeyError): load_model refuses it in
+    one line and the CLI exits 2. Fails without the 'hessian' check in deploy/_modelfile_checks._check_uncertainty."""
+    from scripts.bench_limits import craft
+
+    def change(meta, arrays):
+        meta["uncertainty"] = {"names": ["a", "b"], "estimate": [0.8, 0.5], "std_error": [0.1, 0.1], "warnings": []}
+        arrays["uncertainty/covariance"] = np.eye(2) * 0.01
+
+    path = craft(tmp_path / "u.npz", change)
+    with pytest.raises(ModelFileError, match=r"uncertainty\.hessian.*expected one of"):
+        cc.load_model(path)
+    csv = _csv(Y, U, tmp_path)[0]
+    assert main(["evaluate", "--model-file", str(path), "--data", str(csv)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "uncertainty.hessian" in err[0]
+
+
+def test_single_sample_shooting_segments_agree_between_solvers():
+    """shooting=1 on a two-state model ("cannot reshape array of size 8/15" before): the LM engine and IPOPT
+    reach the same parameters. Fails without the densify of the L = 1 sensitivity outputs in
+    workflow/_least_squares.py."""
+    import casadi as ca
+
+    params = cc.Parameters(cc.Param("a", 0.6, lower=-2.0, upper=2.0), cc.Param("b", 0.4))
+    m = cc.StateSpaceModel.from_discrete(lambda x, u, p: ca.vertcat(p.a * x[0] + p.b * u, 0.5 * x[1] + 0.1 * x[0]),
+                                         lambda x, u, p: x[0] + x[1], nx=2, nu=1, params=params, process_std=0.1,
+                                         measurement_std=0.1, name="two")
+    u = np.random.default_rng(0).standard_normal((15, 1))
+    data, _ = cc.simulate(m, TRUE, np.zeros((1, 2)), 15, u=[u], process_std=0.05, measurement_std=0.1, seed=1)
+    lm = cc.refine_output_error(m, data, THETA0, shooting=1)
+    ipopt = cc.refine_output_error(m, data, THETA0, shooting=1, options=cc.OutputErrorOptions(solver="ipopt"))
+    assert lm.status == ipopt.status == "converged"
+    for k in TRUE:
+        assert float(lm.theta[k]) == pytest.approx(float(ipopt.theta[k]), abs=1e-5)
+
+
+@pytest.mark.parametrize("level", [0.0, 1.5])
+def test_bla_initialise_refuses_a_constant_input(level):
+    """A constant (or all-zero) input excites nothing: bla_initialise refuses it as estimate_frf does (it
+    returned a model with a note). Fails without io/_validate.check_excitation in workflow/_bla.py."""
+    from ceem_casadi.workflow import bla_initialise
+
+    y = np.random.default_rng(1).standard_normal((400, 1))
+    data = cc.Trajectories([y], [np.full((400, 1), level)])
+    with pytest.raises(cc.errors.DataError, match=rf"input 0 of trajectory 0 is constant \({level:g}\): nothing"):
+        bla_initialise("wiener", data, 2)
+
+
+def test_leading_missing_outputs_fit_at_the_true_parameters():
+    """Single Lorenz whose first 40 outputs are missing, started at the true parameters: the EKF of the
+    initial states starts at the first observation (it diverged open loop: "start from parameters closer to
+    the truth") and the fit stays near the truth. Fails without the leading-sample trim in
+    smoothing/_initial_states.eks_states."""
+    from models import lorenz
+
+    model = lorenz.single_lorenz(measurement_std=0.05)
+    data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(1, seed=1), 400, measurement_std=0.05, seed=2)
+    y = data.y[0].copy()
+    y[:40] = np.nan
+    fit = cc.ceem(model, cc.Trajectories([y], None, dt=data.dt), lorenz.TRUE, options=cc.CEEMOptions(max_iters=5))
+    assert fit.x[0].shape == (400, 3) and np.all(np.isfinite(fit.x[0]))
+    for k, v in lorenz.TRUE.items():
+        assert float(fit.theta[k]) == pytest.approx(v, rel=0.05), (k, fit.theta)
+
+
+def test_design_input_names_a_parameter_without_information():
+    """A parameter the output ignores has zero information: design_input names it (it blamed theta, x0
+    and the bounds, or returned a regularisation-only criterion). Fails without
+    workflow/_experiment_design._check_information."""
+    from ceem_casadi.workflow import design_input
+
+    m = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + p.b * u, lambda x, u, p: x, nx=1, nu=1,
+                                         params=cc.Parameters(cc.Param("a", 0.5), cc.Param("b", 1.0),
+                                                              cc.Param("c", 2.0)), measurement_std=0.1)
+    with pytest.raises(cc.errors.ParameterError, match=r"parameter\(s\) c have zero information"):
+        design_input(m, {"a": 0.5, "b": 1.0, "c": 2.0}, 20, u_bounds=(-1, 1), starts=2)
+
+
+@pytest.mark.parametrize("command", ["design-input", "calibrate-noise"])
+def test_interrupt_of_a_command_without_checkpoint(command, tmp_path, monkeypatch, capsys):
+    """Ctrl-C in design-input or calibrate-noise: exit 130, and the line does not send the user to a
+    checkpoint or --resume that these commands do not have. Fails with the old fixed message in
+    cli/_main.main."""
+    import ceem_casadi.workflow._experiment_design as design
+    import ceem_casadi.workflow._noise_calibration as calibration
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(design, "design_input", interrupt)
+    monkeypatch.setattr(calibration, "calibrate_noise", interrupt)
+    mfile = cc.save_model(tmp_path / "m.npz", MODEL, TRUE)
+    args = (["design-input", "--model-file", str(mfile), "--horizon", "20", "--u-bounds=-1,1", "--out",
+             str(tmp_path / "u.csv")] if command == "design-input" else
+            ["calibrate-noise", "--model-file", str(mfile), "--data", str(_csv(Y, U, tmp_path)[0]), "--out",
+             str(tmp_path / "c.npz")])
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "--resume" not in err and "checkpoint of" not in err
+
+
+@pytest.mark.parametrize("call", ["refine_output_error", "estimate_initial_state", "ceem", "parameter_uncertainty",
+                                  "validation_report"])
+def test_old_argument_order_names_the_order(call):
+    """(model, theta, data) -- the old order -- gives one TypeError naming (model, data, theta), from the shared
+    validators (io/_validate.check_data for a dict where the data go, model/_simulation.as_theta_vector for
+    data where theta goes). Fails without runtime/_checks.check_argument_order."""
+    data = _data(Y, U)
+    calls = {"refine_output_error": lambda: cc.refine_output_error(MODEL, THETA0, data),
+             "estimate_initial_state": lambda: cc.estimate_initial_state(MODEL, THETA0, Y[0], u=U[0]),
+             "ceem": lambda: cc.ceem(MODEL, THETA0, data),
+             "parameter_uncertainty": lambda: cc.parameter_uncertainty(MODEL, THETA0, data),
+             "validation_report": lambda: cc.validation_report(MODEL, THETA0, data)}
+    with pytest.raises(TypeError, match=r"the arguments are \(model, data, theta\)"):
+        calls[call]()
+
+
+# --- time limits on long records: every path returns at the limit with the best iterate so far -----------------
+def test_long_record_fit_past_its_deadline_returns_without_the_whole_record_states():
+    """A record long enough for the warm start (WARM_FROM samples) fitted under a deadline that has already
+    passed (the reading and building took it): ceem returns at once with status time_limit, theta0, no states
+    and J NaN, instead of filtering, evaluating and checking the whole record first (10^7 rows: 114 s past a
+    20 s limit). Fails without the expired() check after the warm start in em/_ceem._ceem."""
+    import time
+
+    from ceem_casadi.runtime import _policy as policy
+    from ceem_casadi.runtime._solve import deadline
+
+    n = policy.WARM_FROM
+    u = np.random.default_rng(2).standard_normal((n, 1))
+    data, _ = cc.simulate(MODEL, TRUE, np.zeros((1, 1)), n, u=[u], process_std=0.05, measurement_std=0.1, seed=3)
+    with deadline(time.perf_counter() - 1.0):
+        fit = cc.ceem(MODEL, data, THETA0)
+    assert fit.status == cc.Status.TIME_LIMIT and fit.iterations == 0 and fit.x is None and np.isnan(fit.J)
+    assert "no states of the whole record" in fit.message
+    assert all(float(fit.theta[k]) == THETA0[k] for k in THETA0)
+
+
+def test_ekf_of_the_initial_states_stops_between_chunks_at_the_deadline():
+    """The EKF pass that initialises a fit stops at the deadline between chunks of 4,096 steps (a long
+    record's pass took minutes past the limit), and a record of one chunk is always filtered whole. Fails
+    without the check_deadline call in filtering/_ekf.EKF._run_casadi."""
+    import time
+
+    from ceem_casadi.runtime._solve import TimeLimitReached, deadline
+    from ceem_casadi.smoothing._initial_states import eks_states
+
+    u = np.random.default_rng(4).standard_normal((10_000, 1))
+    data, _ = cc.simulate(MODEL, TRUE, np.zeros((1, 1)), 10_000, u=[u], process_std=0.05, measurement_std=0.1,
+                          seed=5)
+    with deadline(time.perf_counter() - 1.0):
+        with pytest.raises(TimeLimitReached, match="initial states"):
+            eks_states(MODEL, np.array([0.8, 0.5]), data, stop_at_deadline=True)
+        short = eks_states(MODEL, np.array([0.8, 0.5]), data.leading(1000), stop_at_deadline=True)
+    assert short[0].shape == (1000, 1) and np.all(np.isfinite(short[0]))
+
+
+def test_noise_calibration_stopped_by_time_limits_says_so():
+    """Every level's fit stopped by its time limit before it could be scored (a long record, a per-fit limit
+    and no calibration limit): the error says the levels were stopped by the time limit (it said "every fit
+    diverged"). Fails with the old ``timed_out`` test in workflow/_noise_calibration.calibrate_noise."""
+    from ceem_casadi.runtime import _policy as policy
+
+    n = policy.WARM_FROM
+    u = np.random.default_rng(6).standard_normal((n, 1))
+    data, _ = cc.simulate(MODEL, TRUE, np.zeros((1, 1)), n, u=[u], process_std=0.05, measurement_std=0.1, seed=7)
+    options = cc.NoiseCalibrationOptions(ceem=cc.CEEMOptions(time_limit=1e-3))
+    with pytest.raises(cc.errors.SolverError, match=r"2 of 2 levels were stopped by the time limit") as exc:
+        cc.calibrate_noise(MODEL, data, THETA0, grid=[0.5, 2.0], options=options)
+    assert "diverged" not in str(exc.value)
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_torch_file_tensors_bounded(tmp_path, monkeypatch, legacy):
+    """A torch file larger than the archive limit (or declaring larger tensors: the legacy reader allocated
+    np.zeros(numel) of the declared size) is refused before anything is read. Fails without
+    io/torchfile._check_bytes."""
+    from ceem_casadi.io import torchfile
+
+    path = tmp_path / "t.pt"
+    torchfile.save({"w": np.zeros(2 ** 18)}, path, legacy=legacy)  # 2 MiB of float64
+    assert torchfile.load(path)["w"].shape == (2 ** 18,)
+    monkeypatch.setenv("CEEM_MAX_ARCHIVE_MB", "1")
+    with pytest.raises(torchfile.TorchFileError, match="more than the limit"):
+        torchfile.load(path)
+
+
+def test_save_model_writes_only_files_its_reader_accepts(tmp_path, monkeypatch):
+    """A history longer than the reader's limit is cut to its last 10,000 records, and a graph longer than
+    the instruction limit is refused at save time, not written and then refused at load time. Fails
+    without _kept_history / the instruction check in deploy/_modelfile.save_model."""
+    from ceem_casadi.deploy import _modelfile
+
+    path = cc.save_model(tmp_path / "m.npz", MODEL, TRUE, history=[{"iteration": i, "J": 0.0} for i in range(10_005)])
+    history = cc.load_model(path).history
+    assert len(history) == 10_000 and history[0]["iteration"] == 5
+    monkeypatch.setattr(_modelfile, "MAX_GRAPH_INSTRUCTIONS", 3)
+    with pytest.raises(ModelFileError, match=r"cannot save the model: sx/f has \d+ instructions, more than"):
+        cc.save_model(tmp_path / "g.npz", MODEL, TRUE)
+    assert not (tmp_path / "g.npz").exists()

@@ -89,3 +89,28 @@ def test_adam_learner_gradients_by_numpy_equal_the_mapped_model_functions():
     want_F, want_g = (np.asarray(v).ravel() for v in ref(theta))
     np.testing.assert_allclose(F, want_F[0], rtol=1e-12)
     np.testing.assert_allclose(g, want_g, rtol=1e-10, atol=1e-12)
+
+
+def test_elementwise_operations_match_casadi_on_nan_inf_and_signed_zeros():
+    """Every elementwise operation NumpyFunction supports gives CasADi's value (bitwise, NaN as NaN)
+    on NaN, inf and signed zeros: fmax(NaN, 0) is 0 as in CasADi (it was NaN with np.maximum). Fails
+    with np.maximum / np.minimum in runtime/_numpy_eval._BINARY."""
+    import casadi as ca
+    import numpy as np
+
+    from ceem_casadi.runtime import NumpyFunction
+    from ceem_casadi.runtime._numpy_eval import _BINARY, _UNARY
+
+    values = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -2.5, 0.5])
+    a, b = np.meshgrid(values, values)
+    a, b = a.reshape(1, -1), b.reshape(1, -1)
+    x, y = ca.MX.sym("x", 1, a.size), ca.MX.sym("y", 1, a.size)
+    ops = [(op, ca.MX.binary(op, x, y)) for op in _BINARY] + [(op, ca.MX.unary(op, x)) for op in _UNARY]
+    for op, expr in ops:
+        f = ca.Function("f", [x, y], [expr])
+        want = np.asarray(f(a, b), float)
+        with np.errstate(all="ignore"):
+            got = np.asarray(NumpyFunction(f)(a, b), float).reshape(want.shape)
+        same = (got == want) | (np.isnan(got) & np.isnan(want))
+        assert same.all() and (np.signbit(got[same & (want == 0)]) == np.signbit(want[same & (want == 0)])).all(), \
+            (op, a[~same], b[~same], got[~same], want[~same])

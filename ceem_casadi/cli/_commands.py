@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import CeemError
 from ..io._readers import columns, read_table
+from ..runtime._atomic import atomic_path, atomic_write_text
 from ._inputs import UsageError, at_least, data_from_args, int_list, model_from_args, names, states, theta_arg, writable
 
 ESTIMATE = "estimate"
@@ -119,7 +120,7 @@ def cmd_evaluate(args) -> int:
         for w in u.get("warnings", []):
             print(f"  warning: {w}")
     if args.json:
-        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
+        atomic_write_text(args.json, json.dumps(report.to_dict(), indent=2))
     return 0
 
 
@@ -163,7 +164,8 @@ def cmd_simulate(args) -> int:
         cols.update({f"u{j}": data.inputs(b)[:, j] for j in range(model.nu)})
         cols.update({f"x{j}": x[:, j] for j in range(model.nx)})
         frames.append(pd.DataFrame(cols))
-    pd.concat(frames).to_csv(args.out, index=False)
+    with atomic_path(args.out) as tmp:
+        pd.concat(frames).to_csv(tmp, index=False)
     print(f"wrote {args.out}: {len(xs)} trajectories of {horizon} samples")
     return 0
 
@@ -185,7 +187,8 @@ def cmd_smooth(args) -> int:
         xs = [r.x for r in res]
     frames = [pd.DataFrame({"trajectory": b, "t": np.arange(len(x)) * (model.dt or 1.0),
                             **{f"x{j}": x[:, j] for j in range(model.nx)}}) for b, x in enumerate(xs)]
-    pd.concat(frames).to_csv(args.out, index=False)
+    with atomic_path(args.out) as tmp:
+        pd.concat(frames).to_csv(tmp, index=False)
     print(f"wrote {args.out}")
     return 0
 

@@ -5,11 +5,11 @@ still written), 2 bad input (one line)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 
 from ..errors import CeemError
+from ..runtime._atomic import atomic_path, atomic_write_text
 from ._inputs import UsageError, model_from_args, states, theta_arg, writable
 
 
@@ -60,15 +60,17 @@ def cmd_design_input(args) -> int:
     except CeemError as exc:
         raise UsageError(str(exc)) from None
     if out.suffix == ".npz":
-        np.savez(out, u=res.u, information=res.information, names=np.array(res.names), value=res.value,
-                 criterion=res.criterion, x0=res.x0, dt=np.nan if model.dt is None else model.dt)
+        with atomic_path(out) as tmp:
+            np.savez(tmp, u=res.u, information=res.information, names=np.array(res.names), value=res.value,
+                     criterion=res.criterion, x0=res.x0, dt=np.nan if model.dt is None else model.dt)
     else:
         import pandas as pd
 
         t = np.arange(res.u.shape[0]) * (model.dt or 1.0)
-        pd.DataFrame({"t": t, **{f"u{j}": res.u[:, j] for j in range(model.nu)}}).to_csv(out, index=False)
+        with atomic_path(out) as tmp:
+            pd.DataFrame({"t": t, **{f"u{j}": res.u[:, j] for j in range(model.nu)}}).to_csv(tmp, index=False)
     if args.json:
-        Path(args.json).write_text(json.dumps(res.to_dict(), indent=2))
+        atomic_write_text(args.json, json.dumps(res.to_dict(), indent=2))
     print(res.table())
     print(f"wrote {out}: {res.u.shape[0]} samples, {res.criterion}-criterion {res.value:.6g}, status {res.status}")
     return 0 if res.status == "converged" else 1

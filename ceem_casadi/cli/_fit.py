@@ -7,15 +7,19 @@ still written), 2 bad input (`UsageError`).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import CeemError
+from ..runtime._atomic import atomic_path
+from ..runtime._solve import deadline
 from ._inputs import (
     UsageError,
     at_least,
@@ -70,10 +74,6 @@ def _summary_line(text: str, quiet: bool) -> None:
 
 # --- fit ---------------------------------------------------------------------------------------------
 def cmd_fit(args) -> int:
-    from ..deploy._modelfile import save_model
-    from ..em._checkpoint import ceem_checkpointed, read_checkpoint
-    from ..em._progress import Progress
-
     if not args.model:
         raise UsageError("give the model as --model package.module:factory or path/to/file.py:factory")
     if args.resume and args.overwrite:
@@ -88,6 +88,17 @@ def cmd_fit(args) -> int:
         raise UsageError(f"checkpoint {ckpt_path} exists (an earlier fit): continue it with --resume, or start "
                          f"again with --overwrite")
     options = build_options(args.config, args)
+    # --time-limit from the start of the command: reading the data and building count (a 10^7-row file
+    # read past the limit gives a fit that returns at once, with theta0 and status time_limit)
+    with deadline(None if args.time_limit is None else getattr(args, "started", time.perf_counter()) + args.time_limit):
+        return _fit_within_limit(args, options, out, ckpt_path)
+
+
+def _fit_within_limit(args, options, out, ckpt_path) -> int:
+    from ..deploy._modelfile import save_model
+    from ..em._checkpoint import ceem_checkpointed, read_checkpoint
+    from ..em._progress import Progress
+
     model, theta_init, _ = model_from_args(args)
     try:
         options.smoother.state_bounds(model.nx)  # the lengths of [smoother] x_lower / x_upper, before any work
@@ -111,7 +122,10 @@ def cmd_fit(args) -> int:
     save_model(out, model, fit.theta, source=source, kwargs=kwargs, options=options, data=desc,
                history=fit.history, extra=extra, metadata={"status": fit.status, "message": fit.message})
     if args.states and fit.x is not None:
-        np.savez(args.states, **{f"x_{b}": x for b, x in enumerate(fit.x)})
+        with atomic_path(args.states) as tmp:
+            np.savez(tmp, **{f"x_{b}": x for b, x in enumerate(fit.x)})
+    elif args.states:  # the time limit passed before the whole record's states were computed
+        _summary_line(f"--states {args.states}: not written, the fit has no states ({fit.message})", args.quiet)
     print(json.dumps({"status": fit.status, "iterations": len(fit.history), "model_file": str(out),
                       "theta": {k: np.asarray(v).tolist() for k, v in fit.theta.items()}}))
     return 0 if fit.status == "converged" else 1
@@ -208,7 +222,8 @@ def _save_calibration_plot(res, path) -> None:
 
     ax = res.plot()
     try:
-        ax.figure.savefig(path, dpi=120, bbox_inches="tight")
+        with atomic_path(path) as tmp:
+            ax.figure.savefig(tmp, dpi=120, bbox_inches="tight", format=Path(path).suffix[1:].lower() or None)
     finally:
         plt.close(ax.figure)
 
@@ -228,6 +243,9 @@ def cmd_calibrate_noise(args) -> int:
     model, theta, saved = model_from_args(args)
     theta = theta_arg(model, args.theta0, "--theta0", base=theta) or theta
     data, desc = data_from_args(args, model)
+    if options.time_limit is not None:  # --time-limit from the start of the command: reading counts
+        left = getattr(args, "started", time.perf_counter()) + options.time_limit - time.perf_counter()
+        options = dataclasses.replace(options, time_limit=max(left, 1e-3))
     try:
         res = calibrate_noise(model, data, theta, grid=grid, criterion=args.criterion, options=options)
     except ValueError as exc:  # the library's plain ValueErrors too: one line (CeemErrors: by main)
@@ -246,7 +264,8 @@ def cmd_calibrate_noise(args) -> int:
     save_model(out, best.model, best.theta, source=source, kwargs=kwargs, options=options.ceem, data=desc,
                history=fit.history, extra=extra, metadata=meta)  # the result first, then the optional outputs
     if args.table:
-        table.to_csv(args.table, index=False)
+        with atomic_path(args.table) as tmp:
+            table.to_csv(tmp, index=False)
     if args.plot:
         optional_output(lambda: _save_calibration_plot(res, args.plot), "--plot", args.plot)
     if not args.quiet:

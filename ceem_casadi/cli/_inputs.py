@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import tomllib
 
-from ..io._limits import InputLimitError, check_text, loads_json
+from ..io._limits import InputLimitError, check_text, loads_json, read_text_file
 from ..io._readers import read_trajectories
 
 log = logging.getLogger("ceem_casadi.cli")
@@ -69,7 +69,7 @@ def json_arg(text: str | None, what: str):
         return None
     try:
         if text.endswith(".json"):
-            return loads_json(Path(text).read_text(), f"{what} {text}")
+            return loads_json(read_text_file(text, f"{what} {text}"), f"{what} {text}")
         return loads_json(text, what)
     except InputLimitError as exc:
         raise UsageError(str(exc)) from None
@@ -154,7 +154,8 @@ def theta_arg(model, text: str | None, what: str, base: dict | None = None) -> d
 
 
 def writable(path, what: str, directory: bool = False) -> Path:
-    """``path`` if a file (or, with ``directory``, a folder) can be written there, checked before any work."""
+    """``path`` if a file (or, with ``directory``, a folder) can be written there, checked before any work
+    (in the nearest existing folder: nothing is created, so a refused command leaves no empty folder)."""
     path = Path(path)
     if path.exists() and path.is_dir() != directory:
         raise UsageError(f"{what} {path}: is {'a file' if directory else 'a folder'}; give a "
@@ -166,8 +167,7 @@ def writable(path, what: str, directory: bool = False) -> Path:
     if not existing.is_dir():
         raise UsageError(f"{what} {path}: {existing} is not a folder")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=".ceem-write-test-"):
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".ceem-write-test-"):
             pass
         if path.exists() and not directory and not os.access(path, os.W_OK):
             raise PermissionError(f"{path} is read-only")
@@ -258,7 +258,8 @@ def build_options(config: str | None, args):
     raw: dict = {}
     if config:
         try:
-            raw = tomllib.loads(check_text(Path(config).read_text(), f"--config {config}", toml=True))
+            what = f"--config {config}"
+            raw = tomllib.loads(check_text(read_text_file(config, what), what, toml=True))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, InputLimitError) as exc:
             raise UsageError(f"--config {config}: {exc}" if not isinstance(exc, InputLimitError) else str(exc)) \
                 from None

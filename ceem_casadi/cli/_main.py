@@ -12,6 +12,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 
 from ..errors import CeemError
 from ..runtime._schema import ACCELERATIONS
@@ -238,10 +239,12 @@ def main(argv=None) -> int:
     # the working directory is never put on the import path: a pandas.py or matplotlib.py in it
     # would run when the commands import those (issue 25); --model file.py:factory and
     # package.module:factory refs of the working directory are resolved by model._source
+    started = time.perf_counter()  # --time-limit counts from here: reading and building are part of it
     parser = build_parser()
     command = None
     try:
         args, extra = parser.parse_known_args(argv)
+        args.started = started
         command = args.command
         if extra:  # named by the command they were given to, like every other bad input
             raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see {PROG} {command} --help)")
@@ -254,9 +257,25 @@ def main(argv=None) -> int:
         print(f"{where}: error: {cli_message(exc, command, _command_flags(command))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted (a fit keeps the checkpoint of its last complete iteration; continue "
-              f"with --resume)", file=sys.stderr)
+        print(interrupted_message(command), file=sys.stderr)
         return 130
+
+
+CHECKPOINTED = ("fit",)  # the commands that write a checkpoint and take --resume
+
+
+def interrupted_message(command: str | None) -> str:
+    """The line printed on Ctrl-C: the checkpoint and ``--resume`` only for a command that has them.
+
+    Examples
+    --------
+    >>> interrupted_message("design-input")
+    'ceem-casadi design-input: interrupted (this command keeps no checkpoint: run it again)'
+    """
+    if command in CHECKPOINTED:
+        return (f"{PROG} {command}: interrupted (the checkpoint of the last complete iteration is kept; continue "
+                f"with --resume)")
+    return f"{PROG} {command or ''}".rstrip() + ": interrupted (this command keeps no checkpoint: run it again)"
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..filtering import as_cov
 from ..model._simulation import as_theta_vector
+from ..runtime._atomic import atomic_path, atomic_write_text
 from ..runtime._compile import compiler
 from ..runtime._result import Result
 
@@ -95,6 +96,20 @@ def _numbers(a) -> str:
     if not np.all(np.isfinite(a)):
         raise ShapeError("code generation needs finite theta, x0, P0, Q and R")
     return ", ".join(repr(float(v)) for v in a)
+
+
+def casadi_name(name: str) -> str:
+    """The prefix of the CasADi-generated model functions for the C identifier ``name``: ``name``
+    itself when CasADi accepts ``<name>_fjac`` (no leading ``_``, no ``__``), else ``ceem_`` and
+    the hex digits of ``name`` (valid C names such as ``ekf_``, ``a__b``, ``_x`` work, and two
+    names never share a prefix).
+
+    Examples
+    --------
+    >>> casadi_name("ekf"), casadi_name("ekf_")
+    ('ekf', 'ceem_656b665f')
+    """
+    return name if ca.Function.check_name(f"{name}_fjac") else f"ceem_{name.encode().hex()}"
 
 
 def _model_functions(model, theta_vec: np.ndarray, name: str, theta_as_argument: bool):
@@ -184,10 +199,11 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
     R = noise.measurement_std ** 2 if R is None else R
     P0, Q, R = as_cov("P0", P0, nx), as_cov("Q", Q, nx), as_cov("R", R, ny)
 
-    F, G = _model_functions(model, theta_vec, name, theta_as_argument)
-    casadi_src = _casadi_source([F, G], name)
+    cname = casadi_name(name)
+    F, G = _model_functions(model, theta_vec, cname, theta_as_argument)
+    casadi_src = _casadi_source([F, G], cname)
     subs = {
-        "p": name, "P": name.upper(), "VERSION": __version__, "CASADI_VERSION": ca.__version__,
+        "p": name, "P": name.upper(), "C": cname, "VERSION": __version__, "CASADI_VERSION": ca.__version__,
         "MODEL": getattr(model, "name", "model"), "NX": str(nx), "NU": str(nu), "NY": str(ny),
         "NP": str(npar), "NU1": str(max(nu, 1)), "NP1": str(max(npar, 1)),
         "THETA_MODE": "a run-time argument" if theta_as_argument else "folded into the code",
@@ -204,12 +220,12 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     header, source = out / f"{name}.h", out / f"{name}.c"
-    header.write_text(fill(_template("ekf.h.in")))
-    source.write_text(fill(_template("ekf.c.in")))
+    atomic_write_text(header, fill(_template("ekf.h.in")))
+    atomic_write_text(source, fill(_template("ekf.c.in")))
     main = None
     if example:
         main = out / f"{name}_main.c"
-        main.write_text(fill(_template("ekf_main.c.in")))
+        atomic_write_text(main, fill(_template("ekf_main.c.in")))
     log.info("generated %s (%d bytes of C)", source, source.stat().st_size)
     return GeneratedEKF(name, source, header, main, nx, nu, ny, theta_as_argument)
 
@@ -242,7 +258,8 @@ def write_csv(path, y, u=None) -> Path:
     """Write the example program's input: rows ``u_1..u_nu, y_1..y_ny`` (NaN as ``nan``)."""
     y = np.atleast_2d(np.asarray(y, float))
     cols = [y] if u is None or np.size(u) == 0 else [np.asarray(u, float).reshape(y.shape[0], -1), y]
-    np.savetxt(path, np.hstack(cols), delimiter=",", fmt="%.17g")
+    with atomic_path(path) as tmp:
+        np.savetxt(tmp, np.hstack(cols), delimiter=",", fmt="%.17g")
     return Path(path)
 
 

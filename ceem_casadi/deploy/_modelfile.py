@@ -38,6 +38,7 @@ import numpy as np
 
 from ..errors import CeemError
 from ..io._archive import ModelFileError, read_archive, record_dict, to_jsonable, write_archive
+from ..io._limits import MAX_GRAPH_INSTRUCTIONS, MAX_HISTORY_RECORDS
 from ..model import _sxgraph as sxgraph
 from ..model._source import ModelSourceError, build_model, is_file_ref, load_factory  # noqa: F401 (re-exported)
 from ..runtime._result import Result
@@ -214,7 +215,7 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
         "model_name": getattr(model, "name", "model"), "nx": model.nx, "nu": model.nu, "ny": model.ny,
         "dt": model.dt, "theta_names": names, "theta_shapes": [list(np.shape(theta[n])) for n in names],
         "options": to_jsonable(options) if options is not None else None,
-        "data": to_jsonable(data or {}), "history": [record_dict(h) for h in (history or [])],
+        "data": to_jsonable(data or {}), "history": _kept_history(history),
         "metadata": to_jsonable(metadata or {}),
     }
     meta["params"] = _param_spec(model.params) if hasattr(model.params, "validate") else None
@@ -224,6 +225,10 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
             arrays.update(sxgraph.to_arrays("sx/rhs", model.rhs))
     except sxgraph.GraphError as exc:
         raise ModelFileError(f"cannot save the model: {exc}") from None
+    for name, a in arrays.items():  # a file its own reader would refuse is not written (io/_limits.py)
+        if name.endswith("/code") and len(a) > MAX_GRAPH_INSTRUCTIONS:
+            raise ModelFileError(f"cannot save the model: {name[:-5]} has {len(a)} instructions, more than the "
+                                 f"limit of {MAX_GRAPH_INSTRUCTIONS} a model file may hold")
     for k in _NOISE_FIELDS:
         v = getattr(model.noise, k)
         if v is not None:
@@ -238,6 +243,17 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
     if source is not None:
         build_model(source, kwargs)  # fail now, not in six months, if the reference is wrong
     return write_archive(path, meta, arrays)
+
+
+def _kept_history(history) -> list[dict]:
+    """The iteration records to store: the last ``MAX_HISTORY_RECORDS`` (the limit the reader enforces,
+    io/_limits.py), with a warning when older ones are dropped."""
+    history = list(history or [])
+    if len(history) > MAX_HISTORY_RECORDS:
+        log.warning("save_model: keeping the last %d of %d iteration records (the limit of a model file)",
+                    MAX_HISTORY_RECORDS, len(history))
+        history = history[-MAX_HISTORY_RECORDS:]
+    return [record_dict(h) for h in history]
 
 
 def _same_function(a: ca.Function, b: ca.Function, nx: int, nu: int, n_p: int, theta_vec) -> bool:

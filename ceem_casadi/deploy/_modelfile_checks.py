@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from ..io._archive import ModelFileError
+from ..runtime._schema import HESSIANS
 
 MAX_NAME_CHARS = 200      # a parameter name, a model name
 MAX_SOURCE_CHARS = 4096   # "path/to/file.py:factory"
@@ -127,9 +128,17 @@ def _check_uncertainty(unc, arrays: dict, bad) -> None:
     if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
         raise bad("uncertainty.names", "a list of parameter entry names", names)
     n = len(names)
+    hessian = unc.get("hessian")  # every field evaluate and validation_report read is present and typed
+    if hessian not in HESSIANS:
+        raise bad("uncertainty.hessian", f"one of {HESSIANS} (how the covariance was computed)", hessian)
+    level = unc.get("level")
+    if level is not None and not (_is_number(level) and 0 < level < 1):
+        raise bad("uncertainty.level", "a number in (0, 1) or null", level)
     for k in ("estimate", "std_error", "lower", "upper"):
         v = unc.get(k)
-        if v is not None and not (isinstance(v, list) and len(v) == n and all(_is_number(e) or e is None for e in v)):
+        required = k in ("estimate", "std_error")
+        if (v is None and required) or (v is not None and not (
+                isinstance(v, list) and len(v) == n and all(_is_number(e) or (e is None and not required) for e in v))):
             raise bad(f"uncertainty.{k}", f"a list of {n} numbers", v)
     warnings = unc.get("warnings", [])
     if not (isinstance(warnings, list) and all(isinstance(w, str) for w in warnings)):

@@ -32,7 +32,7 @@ from ..learning._protocol import LearningStep
 from ..model._params import Theta
 from ..objective._log_density import log_prior
 from ..objective._stages import SMOOTHER_STAGES
-from ..runtime._solve import deadline, expired
+from ..runtime._solve import TimeLimitReached, deadline, expired
 from ..runtime._status import Status
 from ..runtime._threads import blas_threads
 from ..smoothing._batch_objective import BATCHED_STAGES
@@ -222,9 +222,15 @@ def _ceem(model, data, theta0, plan: FitPlan, x_init, callback, smoother, learne
     if warm is not None and Status(warm.status).usable:
         theta_vec = model.params.to_vector(warm.theta)
     t_build += time.perf_counter() - t_warm  # build_s: this fit's own solver construction
+    if warm is not None and expired():  # a long record whose warm start (or reading, building) used the time
+        return _stopped_early(model, theta_vec, warm, plan, "before the initial states of the whole record")
     engine, learner, stepper = _build(model, data, plan, smoother, learner, warm)
     build_s = time.perf_counter() - t_build
-    xs = eks_states(model, theta_vec, data) if x_init is None else check_states(model, data, x_init)
+    try:
+        xs = eks_states(model, theta_vec, data, stop_at_deadline=True) if x_init is None else \
+            check_states(model, data, x_init)
+    except TimeLimitReached:
+        return _stopped_early(model, theta_vec, warm, plan, "during the initial states (EKF)")
 
     # idle workers help nobody; an engine smooths on its own workers
     step = engine if engine is not None else SmoothingStep(smoother, min(plan.n_jobs, len(data)))
@@ -245,8 +251,19 @@ def _ceem(model, data, theta0, plan: FitPlan, x_init, callback, smoother, learne
         step.close()
     if result.status == Status.SOLVER_FAILED and plan.raise_on_failure:
         raise SolverError(result.message, result)
-    _check_learning_hessian(result, learner, model, data)
+    if result.status != Status.TIME_LIMIT:  # a diagnostic over the whole record: not past the time limit
+        _check_learning_hessian(result, learner, model, data)
     return result
+
+
+def _stopped_early(model, theta_vec, warm, plan: FitPlan, when: str) -> CEEMResult:
+    """The result of a fit of a long record whose time limit passed before the EKF states of the
+    whole record were computed: the warm start's parameters when it ran (else theta0), no states
+    (``x`` None) and J not evaluated (NaN)."""
+    source = "the warm start's parameters" if warm is not None and Status(warm.status).usable else "theta0"
+    return CEEMResult(Status.TIME_LIMIT, f"{_limit(plan)} reached {when}; returning {source} (no states of "
+                      f"the whole record)", model.params.from_vector(theta_vec), None, float("nan"), history=[],
+                      init_J=float("nan"), warm_start=warm)
 
 
 def _build(model, data, plan: FitPlan, smoother: Smoother, learner, warm):

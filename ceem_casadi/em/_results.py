@@ -84,8 +84,9 @@ class CEEMResult(Result):
         What happened, with the figures.
     theta : dict
         Final parameters, name -> array (the last accepted iterate).
-    x : list of numpy.ndarray
-        Smoothed states (T_b, nx) per trajectory.
+    x : list of numpy.ndarray or None
+        Smoothed states (T_b, nx) per trajectory; None (and ``J`` NaN) only when the time limit
+        passed before the initial states of a long record were computed (``status`` "time_limit").
     J : float
         Joint log-density at (x, theta).
     history : list of IterationRecord

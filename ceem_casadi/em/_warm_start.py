@@ -14,12 +14,15 @@ import time
 from ..errors import DataError, NonFiniteError, ShapeError
 from ..io._validate import check_data
 from ..runtime import _policy as policy
+from ..runtime._solve import budget, deadline
 from ..runtime._status import Status
 from ._results import CEEMResult
 
 log = logging.getLogger(__name__)
 
 __all__ = ["leading_fit", "warm_start_length"]
+
+WARM_SHARE = 0.4  # of the time left under a time limit: the leading fit's deadline
 
 
 def warm_start_length(warm_start: int | None, lengths, x_init=None, executor=None) -> int:
@@ -51,7 +54,8 @@ def leading_fit(fit, model, data, theta_vec, n: int) -> CEEMResult | None:
         log.info("no warm start: the leading %d samples are not a valid record (%s)", n, exc)
         return None
     t0 = time.perf_counter()
-    warm = fit(lead, model.params.from_vector(theta_vec))
+    with deadline(budget(WARM_SHARE)):  # under a time limit: the rest is for the whole record's states and steps
+        warm = fit(lead, model.params.from_vector(theta_vec))
     warm.wall_s = time.perf_counter() - t0
     log.info("warm start on the leading %d samples: %s after %d iterations (%.1f s)", n, Status(warm.status).value,
              warm.iterations, warm.wall_s)

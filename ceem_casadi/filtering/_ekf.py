@@ -20,8 +20,9 @@ import numpy as np
 from scipy.linalg import solve_banded
 
 from ..io._data import single_trajectory
-from ..runtime._compile import CompileCacheError, compile_functions, compiler
+from ..runtime._compile import CompileCacheError, compile_functions, compiler, fallback_warning
 from ..runtime._linalg import BufferedCall
+from ..runtime._solve import check_deadline
 from ._kalman import rts_smoother
 from ._result import FilterResult, as_cov
 
@@ -218,6 +219,8 @@ class EKF:
     (20, 1)
     """
 
+    stop_at_deadline = False  # raise TimeLimitReached between chunks once the thread's deadline passed
+
     def __init__(self, model, compile: bool | None = None):
         self.model, self.compile = model, compile
         self._fns = _jacobian_functions(model)
@@ -278,7 +281,7 @@ class EKF:
             except RuntimeError as exc:
                 if self.compile and not isinstance(exc, CompileCacheError):  # an unwritable cache: fall back
                     raise
-                log.warning("EKF step not compiled (%s); using the CasADi virtual machine", exc)
+                fallback_warning(log, "EKF step", exc)
                 self.compile = False  # no working compiler: the virtual machine from now on
                 return False
         return bool(want)
@@ -308,6 +311,8 @@ class EKF:
             self._step = _step_function(model, self._fns)
         native = self._native_step(T)
         for s in range(0, T, self.chunk):
+            if s and self.stop_at_deadline:  # a fit's initial states on a long record: within its time limit
+                check_deadline("the initial states (the EKF over the record)")
             e, n = min(s + self.chunk, T), min(self.chunk, T - s)
             # column-major flat outputs (overwritten by the next call: copied out below)
             flat = self._accumulator(n, native)(x, P, Y[:, s:e], Mk[:, s:e], U[:, s:e], pv, Q, R)

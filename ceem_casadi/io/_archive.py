@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import tempfile
 import zipfile
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
@@ -18,7 +16,17 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CeemError
-from ._limits import InputLimitError, check_npz, check_strings, loads_json, max_archive_bytes
+from ..runtime._atomic import atomic_write_bytes
+from ._limits import (
+    MAX_GRAPH_INSTRUCTIONS,
+    InputLimitError,
+    check_file_size,
+    check_npz,
+    check_records,
+    check_strings,
+    loads_json,
+    max_archive_bytes,
+)
 
 
 class ModelFileError(CeemError, ValueError):
@@ -84,24 +92,6 @@ def _digest(meta: dict, arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def atomic_write_bytes(path, data: bytes) -> Path:
-    """Write ``data`` to a temporary file in the same folder, fsync, then rename over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
 def write_archive(path, meta: dict, arrays: dict[str, np.ndarray]) -> Path:
     """Atomically write an integrity-checked ``.npz`` (``meta`` JSON + numeric ``arrays``).
 
@@ -132,6 +122,10 @@ def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict,
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"{path}: no such file")
+    try:  # the file's size before it is read: a padded archive with valid digests is refused here
+        check_file_size(path, str(path), max_archive_bytes() + 2 ** 20)
+    except InputLimitError as exc:
+        raise ModelFileError(str(exc)) from None
     raw = path.read_bytes()
     if not raw.startswith(b"PK\x03\x04") or len(raw) < 64:
         raise ModelFileError(f"{path}: not a readable {expected_format} file (corrupted or wrong type)")
@@ -139,7 +133,8 @@ def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict,
         raise ModelFileError(f"{path}: integrity check failed (SHA-256 mismatch of the file): the file "
                              f"was corrupted or edited; refusing to load it")
     try:
-        check_npz(raw, str(path))  # dtypes and sizes from the headers, before any array is allocated
+        # dtypes, sizes and graph instructions from the headers, before any array is allocated
+        check_npz(raw, str(path), max_rows={"/code": MAX_GRAPH_INSTRUCTIONS})
     except InputLimitError as exc:
         raise ModelFileError(str(exc)) from None
     try:
@@ -152,6 +147,8 @@ def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict,
         raise ModelFileError(f"{path}: not a {expected_format} file (no metadata)")
     try:
         meta = loads_json(arrays.pop("__meta__").tobytes().decode(), f"{path}: metadata", max_archive_bytes())
+        if isinstance(meta, dict):
+            check_records(meta.get("history"), f"{path}: iteration history")
         check_strings(meta, f"{path}: metadata")
     except InputLimitError as exc:
         raise ModelFileError(str(exc)) from None

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from ._limits import InputLimitError, check_file_size, check_npz, max_data_bytes
 from ._validate import check_outputs
 
 log = logging.getLogger("ceem_casadi.io")
@@ -68,6 +69,10 @@ def read_table(path):
     path = Path(path)
     if not path.is_file():
         raise DataFileError(f"{path}: no such data file")
+    try:
+        check_file_size(path, str(path), max_data_bytes(), env="CEEM_MAX_DATA_MB")
+    except InputLimitError as exc:
+        raise DataFileError(str(exc)) from None
     try:
         if path.suffix.lower() == ".csv":
             return pd.read_csv(path)
@@ -204,6 +209,10 @@ def _read(paths, model, outputs, inputs, trajectory_column):
         if path.suffix.lower() == ".npz":
             if not path.is_file():
                 raise DataFileError(f"{path}: no such data file")
+            try:  # sizes and dtypes from the headers, before any array is allocated
+                check_npz(path, str(path), max_data_bytes())
+            except InputLimitError as exc:
+                raise DataFileError(str(exc).replace("CEEM_MAX_ARCHIVE_MB", "CEEM_MAX_DATA_MB")) from None
             try:
                 with np.load(path, allow_pickle=False) as z:
                     if "y" not in z.files:

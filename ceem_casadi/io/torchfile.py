@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CeemError
+from ..runtime._atomic import atomic_path
+from ._limits import max_archive_bytes
 
 __all__ = ["UnsafePickleError", "TorchFileError", "load", "save"]
 
@@ -98,6 +100,7 @@ def _load_zip(path: Path):
         def load_storage(pid):
             _, stype, key, _loc, numel = pid[:5]
             if key not in cache:
+                _check_bytes(path, zf.getinfo(f"{prefix}data/{key}").file_size)  # from the zip directory
                 raw = zf.read(f"{prefix}data/{key}")
                 cache[key] = np.frombuffer(raw, dtype=stype.dtype.newbyteorder("<"))
             return cache[key]
@@ -122,6 +125,8 @@ def _load_legacy(path: Path):
 
         def load_storage(pid):
             _, stype, key, _loc, numel = pid[:5]
+            if key not in storages:  # the declared size, before it is allocated
+                _check_bytes(path, int(numel) * stype.dtype.itemsize + sum(a.nbytes for _, a in storages.values()))
             arr = storages.setdefault(key, (stype, np.zeros(int(numel), stype.dtype)))[1]
             view = pid[5] if len(pid) > 5 else None
             if view is not None:
@@ -162,9 +167,19 @@ def load(path) -> object:
         The file is neither format.
     """
     path = Path(path)
+    _check_bytes(path, path.stat().st_size)
     if zipfile.is_zipfile(path):
         return _load_zip(path)
     return _load_legacy(path)
+
+
+def _check_bytes(path, nbytes: int) -> None:
+    """`TorchFileError` when a file, or the tensors it declares, exceed `max_archive_bytes` (the
+    resource policy of `ceem_casadi.io._limits`), before anything is read or allocated."""
+    limit = max_archive_bytes()
+    if not 0 <= nbytes <= limit:
+        raise TorchFileError(f"{path}: {nbytes} bytes of file or tensors, more than the limit of {limit} bytes "
+                             f"(raise $CEEM_MAX_ARCHIVE_MB only for a file you trust)")
 
 
 _NP2STORAGE = {np.dtype(v): k for k, v in _STORAGE_DTYPES.items()}
@@ -266,6 +281,11 @@ def save(obj, path, *, legacy: bool = False) -> None:
     path = Path(path)
     w = _PickleWriter(legacy)
     data = w.dump(obj)
+    with atomic_path(path) as tmp:  # never through a symlink
+        _write(tmp, name=path.stem or "archive", w=w, data=data, legacy=legacy)
+
+
+def _write(path, *, name, w, data, legacy) -> None:
     if legacy:
         with open(path, "wb") as fh:
             fh.write(_plain_pickle(_MAGIC))
@@ -278,7 +298,6 @@ def save(obj, path, *, legacy: bool = False) -> None:
                 fh.write(struct.pack("<q", a.size))
                 fh.write(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
         return
-    name = path.stem or "archive"
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
         zf.writestr(f"{name}/data.pkl", data)
         zf.writestr(f"{name}/byteorder", "little")

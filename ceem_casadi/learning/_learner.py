@@ -26,7 +26,7 @@ from scipy.linalg import cho_factor, cho_solve
 
 from ..learning._options import LearnerOptions
 from ..objective._stages import StageFunctions, stack_stages
-from ..runtime._compile import CompileCacheError, compile_functions, compiler
+from ..runtime._compile import CompileCacheError, compile_functions, compiler, fallback_warning
 from ..runtime._linalg import gram
 from ..runtime._result import Result
 from ..runtime._solve import ACCEPTABLE, STALL_OBJ_CHANGE, grad_f_function, hess_lag_function, ipopt_options, solve
@@ -387,7 +387,7 @@ class Learner:
         except RuntimeError as exc:
             if self.options.compile and not isinstance(exc, CompileCacheError):  # an unwritable cache: fall back
                 raise
-            log.warning("per-stage learning terms not compiled (%s); using the CasADi virtual machine", exc)
+            fallback_warning(log, "per-stage learning terms", exc)
             return fun
 
     def parameter_vector(self, theta_vec, data, xs, rho: float, weights=None) -> np.ndarray:

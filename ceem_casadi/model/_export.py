@@ -31,6 +31,7 @@ import casadi as ca
 import numpy as np
 
 from ..errors import ModelError, OptionsError
+from ..runtime._atomic import atomic_path, atomic_write_text
 from ..runtime._result import Result
 from ._simulation import as_theta_vector
 
@@ -181,7 +182,8 @@ def export_casadi(model, theta, path, *, keep_parameters: bool = False) -> Expor
     files = {}
     for name, fun in funs.items():
         files[name] = folder / f"{name}.casadi"
-        fun.save(str(files[name]))
+        with atomic_path(files[name]) as tmp:  # never through a symlink planted in the folder
+            fun.save(str(tmp))
     manifest = {
         "format": "ceem_casadi export 1", "model": model.name, "nx": model.nx, "nu": model.nu, "ny": model.ny,
         "dt": model.dt, "keep_parameters": bool(keep_parameters),
@@ -193,7 +195,7 @@ def export_casadi(model, theta, path, *, keep_parameters: bool = False) -> Expor
         "process_std": model.noise.process_std.tolist(), "measurement_std": model.noise.measurement_std.tolist(),
     }
     files["manifest"] = folder / "manifest.json"
-    files["manifest"].write_text(json.dumps(manifest, indent=2))
+    atomic_write_text(files["manifest"], json.dumps(manifest, indent=2))
     return ExportResult(folder, files, {k: _shapes(f, False) for k, f in funs.items()},
                         {k: _shapes(f, True) for k, f in funs.items()}, bool(keep_parameters), model.dt,
                         list(model.params.names))

@@ -19,6 +19,7 @@ import casadi as ca
 import numpy as np
 
 from ..errors import NonFiniteError, ParameterError, ShapeError
+from ..runtime._checks import check_argument_order
 from ..runtime._model_cache import cached
 
 __all__ = ["rollout", "simulate_output"]
@@ -28,6 +29,7 @@ def as_theta_vector(model, theta) -> np.ndarray:
     """Flat parameter vector (np,) of a theta dict (validated) or of a flat vector."""
     if isinstance(theta, Mapping):
         return model.theta_vector(theta)
+    check_argument_order(theta=theta, n_params=model.params.size)  # data given where theta goes: name the order
     vec = np.asarray(theta, float).ravel()
     if vec.size != model.params.size:
         raise ShapeError(f"theta: expected a dict or a vector of {model.params.size} entries, got {vec.size}")

@@ -19,7 +19,7 @@ import logging
 import casadi as ca
 import numpy as np
 
-from ..runtime._compile import CompileCacheError, compiler, start_compile
+from ..runtime._compile import CompileCacheError, compiler, fallback_warning, start_compile
 from ..runtime._schema import HESSIANS
 
 log = logging.getLogger(__name__)
@@ -262,7 +262,8 @@ class StageFunctions:
             except RuntimeError as exc:
                 if self.compile and not isinstance(exc, CompileCacheError):  # an unwritable cache: fall back
                     raise
-                log.warning("stage functions not compiled (%s); using the CasADi virtual machine", exc)
+                fallback_warning(log, "stage functions", exc)
+                self.compile = False  # one warning: the virtual machine from now on
                 return [self._raw[n] for n in names]
             finally:
                 for n in missing:

@@ -74,3 +74,45 @@ def is_integer(value) -> bool:
     (True, False, False)
     """
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+ORDER = ("the arguments are (model, data, theta): data before the parameters (older versions took "
+         "(model, theta, data)); swap them")
+
+
+def _looks_like_data(value, n_params: int) -> bool:
+    if hasattr(value, "lengths") and hasattr(value, "y"):  # a Trajectories
+        return True
+    if isinstance(value, (list, tuple)) and value and all(np.ndim(v) >= 1 for v in value) and \
+            any(np.ndim(v) == 2 for v in value):
+        return True  # a list of (T, ny) arrays
+    return isinstance(value, np.ndarray) and value.ndim >= 2 and value.size != n_params
+
+
+def check_argument_order(data=None, theta=None, *, n_params: int | None = None) -> None:
+    """Raise ``TypeError`` naming the order ``(model, data, theta)`` when ``data`` is a parameter
+    dict or ``theta`` looks like data (a Trajectories, a (T, ny) array or a list of them): the old
+    order ``(model, theta, data)``. Called by the shared validators of data (`check_data`) and of
+    theta (`as_theta_vector`), so every ``(model, data, theta)`` entry point gives this message.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> check_argument_order(theta=np.zeros((50, 1)), n_params=2)
+    Traceback (most recent call last):
+    ...
+    TypeError: theta: got an array of shape (50, 1), which looks like data; the arguments are (model, data, theta): ...
+    >>> check_argument_order(data={"a": 0.5})
+    Traceback (most recent call last):
+    ...
+    TypeError: data: got a dict of parameters ('a'); the arguments are (model, data, theta): ...
+    """
+    from collections.abc import Mapping
+
+    if isinstance(data, Mapping):
+        names = ", ".join(repr(k) for k in list(data)[:4])
+        raise TypeError(f"data: got a dict of parameters ({names}); {ORDER}")
+    if theta is not None and _looks_like_data(theta, -1 if n_params is None else n_params):
+        what = (f"a {type(theta).__name__}" if not isinstance(theta, np.ndarray)
+                else f"an array of shape {theta.shape}")
+        raise TypeError(f"theta: got {what}, which looks like data; {ORDER}")

@@ -14,10 +14,13 @@ holds the SHA-256 of the library's bytes, the versions it was built with, and th
 Function name it was built for; a library whose bytes, versions, key or name do not match its
 record (truncated, overwritten, from another compiler, another Function's or another model's
 library copied in) is never loaded: it is rebuilt with a warning, as is a loaded library whose
-values differ from the Function's at a random point. A cache folder that cannot be written raises
-`CompileCacheError` (the callers fall back to
-the CasADi virtual machine with a warning); compilers die with the process that started them, and
-build folders of dead processes are removed (`ceem_casadi.runtime._cache_guard`).
+values differ from the Function's at a random point. A cache folder that cannot be used -- any
+``OSError``: read-only, full disk, a name too long -- raises `CompileCacheError` (the callers
+fall back to the CasADi virtual machine with one warning); library names are at most
+``MAX_UNIT_CHARS`` characters (longer model names are shortened with a digest). Compilers die with
+the process that started them, their temporaries (``cc*.s``, ``cc*.o``) are written into the build
+folder (``TMPDIR``) and removed with it, and build folders of dead processes are removed
+(`ceem_casadi.runtime._cache_guard`).
 
 Compiled Functions are loaded with ``ca.external`` and provide values only: the smoother and
 the learner never ask CasADi to differentiate them (they pass grad_f and hess_lag explicitly).
@@ -40,7 +43,7 @@ import casadi as ca
 
 from ..errors import CeemError
 from ._cache_guard import TMP_PREFIX, clean_stale, safe_name, same_values, write_owner
-from ._compile_pool import FORKED, POOL, CompileJob
+from ._compile_pool import DISK_ERRORS, FORKED, POOL, CompileJob
 
 log = logging.getLogger(__name__)
 # -fno-thread-jumps: the generated C guards every output entry (``if (res[0]!=0) res[0][k]=...``);
@@ -59,6 +62,19 @@ class CompileCacheError(CeemError, RuntimeError):
     """The compile cache folder cannot be written (read-only, full, not a folder): the message
     names the folder and the reason. A ``RuntimeError``, so callers that compile automatically
     fall back to the CasADi virtual machine with a warning."""
+
+
+_WARNED: set = set()
+
+
+def fallback_warning(logger, what: str, exc: Exception) -> None:
+    """Log that ``what`` runs in the CasADi virtual machine because of ``exc``: a warning the first
+    time per cache folder and kind of failure in this process, a debug message afterwards (a fit
+    builds many groups of stage Functions; a full disk is one warning, not one per group)."""
+    key = (str(cache_dir()), type(exc).__name__)
+    level = logging.DEBUG if key in _WARNED else logging.WARNING
+    _WARNED.add(key)
+    logger.log(level, "%s not compiled (%s); using the CasADi virtual machine", what, exc)
 
 
 def cache_dir() -> Path:
@@ -186,7 +202,12 @@ class CompiledHandle:
         if self.job is not None:
             try:
                 self.job.wait(self.deadline)
-            except RuntimeError:
+            except RuntimeError as exc:
+                if self.job.disk_error:  # the folder's fault (full, read-only): the caller falls back
+                    why = next((t for t in DISK_ERRORS if t in str(exc)), str(exc).splitlines()[0][:200])
+                    raise CompileCacheError(f"compile cache {self.lib.parent}: compiling {self.f.name()} failed "
+                                            f"({why}); free space there or set $CEEM_CACHE to a writable "
+                                            f"folder") from None
                 if self.job.error != FORKED:
                     raise
                 # a handle inherited through fork: this process compiles (or finds) it itself
@@ -210,8 +231,29 @@ class CompiledHandle:
         return start_compile([self.f], self.group, max(self.deadline - time.monotonic(), 1.0))[0].result()
 
 
+MAX_UNIT_CHARS = 100  # of a library's name: with the key and suffixes well below a file name's 255 bytes
+
+
 def _safe(text: str) -> str:
     return safe_name(text)  # CasADi refuses names with '__' or a leading '_' or digit
+
+
+def unit_name(group: str, function: str) -> str:
+    """The library name of ``function`` in ``group``: a C identifier of at most ``MAX_UNIT_CHARS``
+    characters (a longer one keeps its start and a 12-digit digest of the whole).
+
+    Examples
+    --------
+    >>> unit_name("ceem_lin", "obs_cost")
+    'ceem_lin_obs_cost'
+    >>> len(unit_name("ceem_" + "m" * 250, "obs_cost"))
+    100
+    """
+    unit = _safe(f"{_safe(group)}_{_safe(function)}")
+    if len(unit) > MAX_UNIT_CHARS:
+        digest = hashlib.sha256(unit.encode()).hexdigest()[:12]
+        unit = _safe(unit[:MAX_UNIT_CHARS - 13]) + "_" + digest
+    return unit
 
 
 # libraries being built by this process, by path: a second request for one waits for the same job
@@ -244,7 +286,7 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
     handles, new = [], {}
     try:
         for f in functions:
-            unit = _safe(f"{_safe(name)}_{_safe(f.name())}")
+            unit = unit_name(name, f.name())
             key = cache_key([f], name, cc)
             lib = folder / f"{unit}_{key}.so"
             job = new.get(lib) or _IN_FLIGHT.get(lib)  # the same Function twice: one job
@@ -260,9 +302,12 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
                         log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
                     job = new[lib] = _job(f, unit, lib, cc, key)
             handles.append(CompiledHandle(f, name, lib, job, deadline))
-    except BaseException:
+    except BaseException as exc:
         for job in new.values():  # generated but never queued: remove their C folders
             job.finish(False)
+        if isinstance(exc, OSError):  # any file-system failure of the cache: the caller falls back
+            raise CompileCacheError(f"compile cache {folder}: {exc.strerror or exc}; free space there or set "
+                                    f"$CEEM_CACHE to a writable folder") from None
         raise
     _IN_FLIGHT.update(new)
     new = list(new.values())

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import os
 import signal
 import subprocess
@@ -29,6 +30,10 @@ from collections.abc import Callable
 POLL_S = 0.005  # how often the scheduler looks for finished processes
 SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_supervise.py")
 FORKED = "started by the parent process before a fork"
+# a compiler failing with one of these wrote into a full, read-only or unusable folder: a cache
+# problem (the caller falls back to the virtual machine), not a compiler or model problem
+DISK_ERRORS = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.ENAMETOOLONG,
+                                             errno.EACCES, errno.EIO))
 
 
 class CompileJob:
@@ -42,6 +47,7 @@ class CompileJob:
         self.cleanup = cleanup  # a temporary folder the supervisor removes if this process dies
         self.done = threading.Event()
         self.error: str | None = None
+        self.disk_error = False  # the failure was the folder's (full, read-only, name too long), not the compiler's
         self.proc: subprocess.Popen | None = None
         self.log = None  # the compiler's stderr (a temporary file)
         self.started = self.ended = None  # time.monotonic() of start and end (timelines)
@@ -109,10 +115,13 @@ class CompilePool:
                         job.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the job ends
                         # the supervisor leads the job's process group: the compiler never outlives us
                         cmd = [sys.executable, "-S", SUPERVISOR, str(os.getpid()), job.cleanup or "", "--", *job.cmd]
+                        # the compiler's temporaries (cc*.s, cc*.o) go into the build folder, removed with it
+                        # (also by the supervisor when this process is killed): none are left in $TMPDIR
+                        env = {**os.environ, "TMPDIR": job.cleanup} if job.cleanup else None
                         job.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                                    stderr=job.log, start_new_session=True)
+                                                    stderr=job.log, start_new_session=True, env=env)
                     except OSError as exc:
-                        job.error = str(exc)
+                        job.error, job.disk_error = str(exc), True
                         _finish(job, False)
                         job.done.set()
                         continue
@@ -139,6 +148,7 @@ class CompilePool:
         job.log.close()
         if proc.returncode != 0:
             job.error = f"exit status {proc.returncode}: {err[-2000:]}"
+            job.disk_error = any(text in err for text in DISK_ERRORS)
         _finish(job, proc.returncode == 0)
         job.done.set()
 
@@ -161,6 +171,7 @@ def _finish(job: CompileJob, ok: bool) -> None:
         job.finish(ok)
     except Exception as exc:  # reported to the waiter, never lost in the scheduler thread
         job.error = job.error or f"{type(exc).__name__}: {exc}"
+        job.disk_error = job.disk_error or isinstance(exc, OSError)
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -29,7 +29,11 @@ _UNARY = {
 }
 _BINARY = {
     ca.OP_ADD: np.add, ca.OP_SUB: np.subtract, ca.OP_MUL: np.multiply, ca.OP_DIV: np.divide,
-    ca.OP_POW: np.power, ca.OP_FMAX: np.maximum, ca.OP_FMIN: np.minimum,
+    # CasADi's fmax/fmin ignore a NaN argument (fmax(NaN, 0) = 0; np.maximum propagates it) and return the
+    # first argument on a tie (fmax(-0.0, 0.0) = -0.0): the same rule, elementwise
+    ca.OP_POW: np.power,
+    ca.OP_FMAX: lambda a, b: np.where((a < b) | np.isnan(a), b, a),
+    ca.OP_FMIN: lambda a, b: np.where((a > b) | np.isnan(a), b, a),
 }
 
 

@@ -132,6 +132,41 @@ def remaining() -> float | None:
     return None if expires is None else max(expires - time.perf_counter(), 1e-3)
 
 
+class TimeLimitReached(Exception):
+    """Raised by `check_deadline` inside a long loop that is not an IPOPT solve (the EKF pass over
+    a long record): the fit that set the deadline catches it and returns its best iterate so far."""
+
+
+def check_deadline(what: str) -> None:
+    """Raise `TimeLimitReached` naming ``what`` when this thread's deadline has passed.
+
+    Examples
+    --------
+    >>> import time
+    >>> with deadline(time.perf_counter() - 1.0):
+    ...     check_deadline("the initial states")
+    Traceback (most recent call last):
+    ...
+    ceem_casadi.runtime._solve.TimeLimitReached: time limit reached during the initial states
+    """
+    if expired():
+        raise TimeLimitReached(f"time limit reached during {what}")
+
+
+def budget(share: float) -> float | None:
+    """The ``time.perf_counter()`` at which ``share`` (0..1) of this thread's remaining time is
+    spent (None without a deadline): the deadline of a preliminary stage (a warm start) that must
+    leave the rest of the budget to the stages after it.
+
+    Examples
+    --------
+    >>> budget(0.5) is None
+    True
+    """
+    left = remaining()
+    return None if left is None else time.perf_counter() + share * left
+
+
 def interrupted() -> bool:
     """Whether Ctrl-C arrived during the `solve` call in progress (main thread only)."""
     event = _INTERRUPT.get()

@@ -61,7 +61,7 @@ def _candidates(model) -> list[np.ndarray]:
 
 
 def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, ekf: EKF | None = None,
-               select_steps: int | None = FROM_POLICY) -> list[np.ndarray]:
+               select_steps: int | None = FROM_POLICY, stop_at_deadline: bool = False) -> list[np.ndarray]:
     """EKF + RTS smoothed means (T_b, nx) of every trajectory.
 
     Defaults: ``x0`` = the model's ``x1_mean`` (else zeros), ``Sigma0`` = ``x1_std**2`` (else
@@ -79,6 +79,11 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
     the whole data with the best candidate (with the next one if it breaks down later in the
     record). Single Lorenz, T = 10^5: 5 full passes took 4.6 s of a 55 s fit. Trajectories
     all at most ``select_steps`` long: every candidate runs over all the data, as before.
+
+    A trajectory whose first samples have no observed output is filtered from its first
+    observation (the states before it repeat that one). ``stop_at_deadline``: raise
+    ``runtime._solve.TimeLimitReached`` between EKF chunks once the thread's deadline has passed
+    (a fit's time limit on a long record).
     """
     select_steps = policy.SELECT_STEPS if select_steps == FROM_POLICY else select_steps
     noise, nx = model.noise, model.nx
@@ -88,6 +93,13 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
     if R is None:
         R = noise.measurement_std ** 2
     ekf = EKF(model) if ekf is None else ekf
+    ekf.stop_at_deadline = stop_at_deadline  # TimeLimitReached between EKF chunks (a fit's time limit)
+
+    # leading samples without any observed output: the filter would only predict there, open loop from
+    # the prior, and on unstable or chaotic models its covariance overflows before the first observation
+    # (single Lorenz, first 40 outputs missing: "diverged" at the true parameters). It starts at the first
+    # observed sample instead; the states before it are that first state (the smoother then fits them).
+    lead = [int(np.argmax(np.any(np.isfinite(y), axis=1))) for y in data.y]
 
     def run(Qc):
         # the whole forward pass as CasADi mapaccums (same numbers as the Python loop to rounding,
@@ -95,10 +107,12 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
         # length together (EKF.run_many); only the smoothed means are needed (rts_means: no
         # covariance pass)
         loglik, xs = 0.0, []
-        for r in ekf.run_many(theta_vec, list(data.y), [data.inputs(b) for b in range(len(data))],
-                              x0=x0, Sigma0=Sigma0, Q=Qc, R=R):
+        for k, r in zip(lead, ekf.run_many(theta_vec, [y[k:] for y, k in zip(data.y, lead)],
+                                           [data.inputs(b)[k:] for b, k in enumerate(lead)],
+                                           x0=x0, Sigma0=Sigma0, Q=Qc, R=R)):
             loglik += r.loglik
-            xs.append(rts_means(r) if np.isfinite(r.loglik) else r.x_filt)
+            x = rts_means(r) if np.isfinite(r.loglik) else r.x_filt
+            xs.append(np.vstack([np.repeat(x[:1], k, axis=0), x]) if k else x)
         return loglik, xs
 
     if Q is not None:

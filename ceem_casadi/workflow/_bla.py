@@ -45,6 +45,7 @@ import scipy.signal as ss
 from ..baselines._n4sid import N4SIDResult, n4sid
 from ..errors import OptionsError, ShapeError
 from ..io._data import Trajectories
+from ..io._validate import check_excitation
 from ..model._block_oriented import block_system, hammerstein, sections, wiener, wiener_hammerstein
 from ..model._model import StateSpaceModel
 from ..runtime import _policy as policy
@@ -393,6 +394,7 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
         raise OptionsError(f"kind must be one of {KINDS}, got {kind!r}")
     if not isinstance(data, Trajectories) or data.nu != 1 or data.ny != 1:
         raise ShapeError("data: expected a Trajectories with one input and one output (nu = ny = 1)")
+    check_excitation(data)  # a constant (or all-zero) input: refused, as estimate_frf refuses it
     two = kind == "wiener_hammerstein"
     if n1 < 1 or (two and n2 < 1):
         raise ShapeError(f"{kind} needs block orders >= 1 (n1{', n2' if two else ''}), got n1={n1}, n2={n2}")

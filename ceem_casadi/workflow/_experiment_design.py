@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import casadi as ca
 import numpy as np
 
-from ..errors import OptionsError, ShapeError
+from ..errors import OptionsError, ParameterError, ShapeError
 from ..model._simulation import as_theta_vector, simulate_output
 from ..runtime._best import BestIterate, checked_status
 from ..runtime._checks import count
@@ -322,6 +322,25 @@ def fisher_information(model, theta, u, *, x0=None, process_noise: bool = False)
     return info / np.outer(scale, scale)
 
 
+def _check_information(model, free, infos: list) -> None:
+    """Raise `ParameterError` naming the free parameters whose information is zero at every start
+    (``infos``: (n, n) informations of the starts): the outputs do not depend on them, so no input
+    can determine them and the criterion would only measure the regularisation."""
+    from ..objective._identifiability import entry_names
+
+    diags = np.abs(np.array([np.diag(i) for i in infos], float))
+    if not np.isfinite(diags).any():
+        return  # not finite at any start: reported by design_input with its own message
+    finite = np.isfinite(diags)
+    diag = np.where(finite, diags, 0.0).max(axis=0)  # per parameter, over the starts where it is finite
+    zero = np.flatnonzero((diag <= 1e-12 * max(float(diag.max()), 1e-300)) & finite.any(axis=0))
+    if zero.size:
+        names = [entry_names(model.params, free)[i] for i in zero]
+        raise ParameterError(f"design_input: the free parameter(s) {', '.join(names)} have zero information: the "
+                             f"outputs do not depend on them at this theta and x0 for any start input, so no input "
+                             f"can determine them; fix them (Param(..., free=False)) or remove them from the model")
+
+
 def _bounds(model, value, what: str) -> tuple[np.ndarray, np.ndarray]:
     if any(isinstance(v, (str, bytes)) for v in np.asarray(value, dtype=object).ravel()):
         raise ShapeError(f"{what}: expected numbers (lower, upper), got {value!r}")  # "3" is not converted
@@ -421,12 +440,14 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
 
     scale = _scale(theta_vec, free)
     info_fun = _information_function(model, T)
+    _check_information(model, free, [np.asarray(info_fun(x0, np.repeat(b0, hold, axis=0)[:T].T, theta_vec, scale))
+                                     for b0 in blocks0])
     crit_fun = _criterion_function(n, criterion, options.regularisation)
-    E = np.zeros((nb, T))
-    E[np.arange(T) // hold, np.arange(T)] = 1.0
+    # the hold map (nb, T): one nonzero per sample, sparse (a dense one was T^2 / hold memory: 4 GB at T = 8,000)
+    E = ca.DM(ca.Sparsity.triplet(nb, T, (np.arange(T) // hold).tolist(), list(range(T))), 1.0)
     w = ca.MX.sym("w", nu * nb)  # block values, input-major: w = vec(B) with B (nu, nb)
     B = ca.reshape(w, nu, nb)
-    Is = info_fun(ca.DM(x0), B @ ca.DM(E), ca.DM(theta_vec), ca.DM(scale))
+    Is = info_fun(ca.DM(x0), ca.mtimes(B, E), ca.DM(theta_vec), ca.DM(scale))
     obj = crit_fun(Is)
     nlp = {"x": w, "f": obj}
     lbg = ubg = None
@@ -475,7 +496,7 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
     if overall.is_start:
         raise ShapeError("design_input: the criterion is not finite at any start; check theta, x0 and the bounds")
     wbest, status, value = overall.x, chosen["status"], chosen["value"]
-    u = (wbest.reshape(nb, nu).T @ E).T
+    u = np.repeat(wbest.reshape(nb, nu), hold, axis=0)[:T]
     info = np.asarray(info_fun(x0, u.T, theta_vec, scale), float) / np.outer(scale, scale)
     from ..objective._identifiability import entry_names
 

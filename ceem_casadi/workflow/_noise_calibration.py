@@ -28,6 +28,7 @@ from ..io._validate import check_data
 from ..learning._learner import Learner
 from ..model._params import Theta
 from ..runtime._pool import WorkerPool
+from ..runtime._status import Status
 from ..smoothing._smoother import Smoother
 from ._noise_calibration_options import (
     CRITERIA,
@@ -283,9 +284,12 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
     scored = [r for r in rows if r.fit is not None and np.isfinite(r.criterion)]
     if not scored:
         statuses = ", ".join(f"{r.level:g}: {'not started' if r.status is None else str(r.status)}" for r in rows)
-        timed_out = options.time_limit is not None and any(r.status in (None, "time_limit") for r in rows)
-        advice = "raise time_limit (the budget ran out) or check the model" if timed_out else \
-            "every fit diverged or gave a non-finite objective: check the model, theta0 and the grid"
+        # a level not started or stopped by a time limit (the calibration's, the fits' or an enclosing one)
+        # was stopped, not diverged: say so
+        timed_out = [r for r in rows if r.status is None or str(r.status) == str(Status.TIME_LIMIT)]
+        advice = (f"{len(timed_out)} of {len(rows)} levels were stopped by the time limit before they could be "
+                  f"scored: raise time_limit" if timed_out else
+                  "every fit diverged or gave a non-finite objective: check the model, theta0 and the grid")
         raise SolverError(f"calibrate_noise: no level could be fitted and scored (status by level: {statuses}); "
                           f"{advice}")
     chosen = max(scored, key=lambda r: sign * r.criterion)

@@ -151,7 +151,8 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
             Um = ca.MX.sym("U", nu, L)
             Xa = xa0 if L == 1 else ca.horzcat(xa0, step.mapaccum(L - 1)(xa0, Um[:, :L - 1], pbm, zm))
             Ya = out.map(L)(Xa, Um, pbm, zm)
-            one = ca.Function(f"oe_sens_L{L}", [x0m, Um, pbm, zm], [Ya, Xa[:, L - 1]])
+            # dense outputs: with L = 1 (shooting=1) Xa is xa0, whose identity/zero blocks are sparse
+            one = ca.Function(f"oe_sens_L{L}", [x0m, Um, pbm, zm], [ca.densify(Ya), ca.densify(Xa[:, L - 1])])
             self._sens.append(BufferedCall(one.map(len(idx), [False, False, True, True], [False, False])
                                            if len(idx) > 1 else one))
         self._na = na

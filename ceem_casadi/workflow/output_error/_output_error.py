@@ -212,10 +212,8 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
     """
     if not isinstance(options, OutputErrorOptions):
         raise TypeError(f"options must be an OutputErrorOptions, got {type(options).__name__}")
-    if not isinstance(data, Trajectories):
-        raise TypeError(f"data must be a Trajectories, got {type(data).__name__}")
     t0 = time.perf_counter()
-    check_data(model, data)
+    check_data(model, data)  # the type, the sizes, and the argument order (model, data, theta)
     theta = model.params.validate(theta)
     if shooting is not None and (not isinstance(shooting, (int, np.integer)) or isinstance(shooting, bool)
                                  or shooting < 1):

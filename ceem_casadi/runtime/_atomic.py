@@ -1,0 +1,86 @@
+"""The one way the library writes a file: atomically, never through a symlink.
+
+Every file ceem_casadi writes (model files, checkpoints, exports, C code, figures, tables, compile
+cache records) is first written to a fresh temporary file in the target's folder
+(``tempfile.mkstemp``: ``O_CREAT | O_EXCL``, so it is never an existing file or link), flushed and
+fsynced, then renamed over the target with ``os.replace``. A rename replaces a symlink at the
+target itself, never the file it points to, so a link planted in an output folder cannot make
+the library overwrite a file outside it; a reader never sees half a file; a failed write (disk
+full, interrupted) leaves the old file and no temporary behind.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """Context manager giving a temporary path next to ``path`` (same suffix) to write to; on
+    success it is fsynced and renamed over ``path``, on any exception removed.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The target file; its folder is created when missing. A symlink at ``path`` is replaced
+        by the new file, its target is left alone.
+
+    Yields
+    ------
+    pathlib.Path
+        The temporary file (already created, empty) in the same folder.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> target = pathlib.Path(tempfile.mkdtemp()) / "table.csv"
+    >>> with atomic_path(target) as tmp:
+    ...     _ = tmp.write_text("a,b\\n1,2\\n")
+    >>> target.read_text()
+    'a,b\\n1,2\\n'
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.", suffix=f".tmp{path.suffix}")
+    os.close(fd)
+    tmp = Path(tmp)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def atomic_write_bytes(path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through `atomic_path` (never through a symlink); returns ``path``.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> p = atomic_write_bytes(pathlib.Path(tempfile.mkdtemp()) / "x.bin", b"abc")
+    >>> p.read_bytes()
+    b'abc'
+    """
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
+    return Path(path)
+
+
+def atomic_write_text(path, text: str) -> Path:
+    """Write the UTF-8 ``text`` to ``path`` through `atomic_path`; returns ``path``.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> atomic_write_text(pathlib.Path(tempfile.mkdtemp()) / "m.json", "{}").read_text()
+    '{}'
+    """
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text"]
