@@ -299,8 +299,8 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
         result.search = found
         if found.model is not model:
             obj, rms = _free_run_fit(found.model, found.theta, data, found.x0)
-            stage = StageFit(f"structure search: {found.structure}", found.theta, found.x0, obj, rms, "n/a", 0,
-                             time.perf_counter() - t0, found.message)
+            stage = StageFit(f"structure search: {found.structure}", found.theta, found.x0, obj, rms, found.status,
+                             found.iterations, time.perf_counter() - t0, found.message)
             run.stages.append(stage)
             result.best, result.model = stage, found.model
     result.wall_s = time.perf_counter() - t_all

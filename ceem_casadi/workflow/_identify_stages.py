@@ -4,8 +4,9 @@ Stages that pay: CE-EM and the noise calibration cost most of `identify`'s time 
 meant for simulation whose start simulates, they rarely win (issue 31: 60-142 s of 64-142 s on two
 real records, never chosen). With ``ceem="auto"`` CE-EM runs only when
 
-- the start's free run is not finite on the estimation data (output error cannot start there,
-  CE-EM's smoothed states can), or
+- the start does not simulate: its free run on the estimation data is not finite or its RMS is
+  above ``SIMULATES`` = 10 x the RMS of the measured output (output error starts in a region
+  where its gradient says little, CE-EM's smoothed states follow the data), or
 - output error from ``theta0`` (and its multi-starts) did not converge (a stall, a limit, a failure);
 
 and with ``calibrate="auto"`` the calibration runs only after CE-EM, when the CE-EM estimate's free
@@ -35,6 +36,8 @@ SKIP_CEEM = ("skipped: output error from theta0 converged from a start that simu
              "or by itself when the start does not simulate or output error does not converge)")
 SKIP_CALIBRATION = ("skipped: the CE-EM estimate simulates no better than output error from theta0 "
                     "(calibrate=True runs it)")
+#: a start "simulates" when its free-run RMS is at most this multiple of each output's RMS
+SIMULATES = 10.0
 ADVICE = ("try starts=n (seeded log-uniform multi-starts), a theta0 closer to the data (e.g. from n4sid or "
           "bla_initialise), or tighter parameter bounds")
 
@@ -79,7 +82,9 @@ def search_fit_options(options) -> OutputErrorOptions:
 
 
 def _first_line(exc) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    """The error's first line without advice meant for another entry point (``exc.cause`` when set)."""
+    text = str(getattr(exc, "cause", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class Stages:
@@ -139,17 +144,24 @@ class Stages:
             message = f"start {k['start'] if k else '?'} of {len(res.starts)} won (0 = theta0); {message}"
         return self.add(name, res.theta, res.x0, res.status, res.iterations, t0, message)
 
+    def simulates(self, stage) -> bool:
+        """Whether a stage's free run stays within SIMULATES x the spread of every measured output."""
+        y = np.vstack([self.data.y[b] for b in range(len(self.data))])
+        spread = np.nanstd(y, axis=0) + np.abs(np.nanmean(y, axis=0))
+        return bool(np.all(np.isfinite(stage.rms)) and np.all(stage.rms <= SIMULATES * np.maximum(spread, 1e-300)))
+
     def ceem_stage(self, ceem, theta0, copt, start, oe0, expires, calibrate):
         """Run CE-EM (or record why not) and output error from its estimate; returns the CE-EM stage."""
         from ..em._ceem import ceem as run_ceem
 
         if ceem is False:
             return None
-        if ceem == "auto" and np.isfinite(start.objective) and oe0.status == "converged":
+        simulates = self.simulates(start)
+        if ceem == "auto" and simulates and oe0.status == "converged":
             self.skipped("CE-EM", theta0, SKIP_CEEM)
             return None
         why = ("ceem=True" if ceem is True else
-               "the start does not simulate" if not np.isfinite(start.objective) else
+               "the start does not simulate" if not simulates else
                f"output error from theta0 ended {oe0.status}")
         t0 = time.perf_counter()
         share = 3.0 if calibrate is True else 2.0

@@ -239,7 +239,8 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
 
 def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all) -> SearchResult:
     """Refit the chosen node on all of ``data`` (module docstring) and build the result."""
-    user = (model, theta, x0, user_objective, "user model", "nothing beat the user's model on the estimation data")
+    user = (model, theta, x0, user_objective, "user model", "nothing beat the user's model on the estimation data",
+            "n/a", 0)
     chosen = user
     if best["parent"] is not None:
         rem = s.remaining()
@@ -257,13 +258,14 @@ def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all) -> S
             obj = objective_of(free_run_errors(best["model"], res.theta, data, res.x0))
             if obj <= min(user_objective, chosen[3]):
                 chosen = (best["model"], res.theta, res.x0, obj, best["structure"],
-                          f"refitted on all the estimation data {how}: {res.status}, {res.message}")
+                          f"refitted on all the estimation data {how}: {res.message}", str(res.status),
+                          int(res.iterations))
         if chosen is user:
             chosen = user[:5] + (f"{best['structure']} refitted on all the estimation data did not reach the "
-                                 "user's model's objective: the user's model is kept",)
+                                 "user's model's objective: the user's model is kept", "n/a", 0)
     for r in s.rows:
         r["chosen"] = r["structure"] == chosen[4]
     rows = [{k: v for k, v in r.items() if k not in ("model", "theta", "x0", "lifts", "parent")} for r in s.rows]
-    m, th, x, obj, label, msg = chosen
+    m, th, x, obj, label, msg, status, its = chosen
     return SearchResult(m, th, np.asarray(x, float), float(obj), label, rows, s.opts.criterion,
-                        time.perf_counter() - t_all, msg)
+                        time.perf_counter() - t_all, msg, status, its)

@@ -142,6 +142,10 @@ class SearchResult(Result):
         Seconds.
     message : str
         How the final fit went.
+    status : str
+        The final fit's status (``"n/a"`` when the user's model is kept).
+    iterations : int
+        The final fit's iterations.
     """
 
     SUMMARY = ("structure", "objective", "wall_s")
@@ -155,6 +159,8 @@ class SearchResult(Result):
     criterion: str = "aic"
     wall_s: float = 0.0
     message: str = ""
+    status: str = "n/a"
+    iterations: int = 0
 
     def table(self) -> str:
         """One line per candidate: structure, k, head objective, criterion, tail score, status, verdict, seconds."""
