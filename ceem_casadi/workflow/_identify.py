@@ -40,64 +40,14 @@ from ..errors import OptionsError
 from ..io._data import Trajectories
 from ..io._validate import check_data
 from ..runtime._result import Result
+from ._identify_stages import StageFit, free_run_fit
 from ._identify_stages import Stages as _Stages
 from ._identify_stages import ceem_options_of, oe_options_of, search_fit_options
-from ._search import free_run_errors, objective_of, structure_search
+from ._search import structure_search
 from ._search_options import search_options
 from ._starts import resolve_starts
 
 __all__ = ["IdentifyResult", "StageFit", "identify"]
-
-
-@dataclass(repr=False)
-class StageFit(Result):
-    """One stage of `identify` on the estimation data.
-
-    Attributes
-    ----------
-    stage : str
-        Its name.
-    theta : dict
-        Parameters, name -> array.
-    x0 : numpy.ndarray
-        (B, nx) initial states.
-    objective : float
-        ``0.5 sum ((y - yhat) / sigma_v)^2`` of the free runs from ``x0`` (dimensionless).
-    rms : numpy.ndarray
-        (ny,) simulation RMS per output on the estimation data (units of y).
-    status : str
-        The stage's solver status.
-    iterations : int
-        Its iterations.
-    wall_s : float
-        Its seconds.
-    message : str
-        What happened.
-    rejected : str
-        Why the stage cannot be chosen ("" when it can): a noise-calibration stage that did not
-        lower the estimation objective or pinned a parameter at a bound
-        (`ceem_casadi.workflow._identify_noise`).
-    """
-
-    SUMMARY = ("stage", "status", "iterations", "objective")
-
-    stage: str
-    theta: dict = field(repr=False)
-    x0: np.ndarray = field(repr=False)
-    objective: float
-    rms: np.ndarray
-    status: str
-    iterations: int
-    wall_s: float
-    message: str = field(default="", repr=False)
-    rejected: str = ""
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict."""
-        return dict(stage=self.stage, theta={k: np.asarray(v).tolist() for k, v in self.theta.items()},
-                    x0=np.asarray(self.x0).tolist(), objective=self.objective, rms=np.asarray(self.rms).tolist(),
-                    status=self.status, iterations=self.iterations, wall_s=self.wall_s, message=self.message,
-                    rejected=self.rejected)
 
 
 @dataclass(repr=False)
@@ -167,18 +117,6 @@ class IdentifyResult(Result):
         """JSON-ready dict."""
         return dict(best=self.best.stage, wall_s=self.wall_s, stages=[s.to_dict() for s in self.stages],
                     search=None if self.search is None else self.search.to_dict())
-
-
-def _free_run_fit(model, theta, data: Trajectories, x0) -> tuple[float, np.ndarray]:
-    """Output-error objective and per-output RMS of the free runs from ``x0`` (B, nx)."""
-    err = free_run_errors(model, theta, data, x0)
-    obj = objective_of(err)
-    if not np.isfinite(obj):
-        return np.inf, np.full(model.ny, np.inf)
-    sig = np.asarray(model.noise.measurement_std, float)
-    e = np.vstack(err) * sig
-    ok = ~np.isnan(e)
-    return obj, np.sqrt(np.sum(np.where(ok, e, 0.0) ** 2, axis=0) / np.maximum(ok.sum(axis=0), 1))
 
 
 def _remaining(expires):
@@ -298,7 +236,7 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
                                  user_objective=best.objective)
         result.search = found
         if found.model is not model:
-            obj, rms = _free_run_fit(found.model, found.theta, data, found.x0)
+            obj, rms = free_run_fit(found.model, found.theta, data, found.x0)
             stage = StageFit(f"structure search: {found.structure}", found.theta, found.x0, obj, rms, found.status,
                              found.iterations, time.perf_counter() - t0, found.message)
             run.stages.append(stage)

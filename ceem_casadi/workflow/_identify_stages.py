@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
 from ..errors import CeemError, OptionsError, SolverError
+from ..runtime._result import Result
 from ..runtime._status import Status
 from ._least_squares import LeastSquaresOptions, output_error_least_squares
 from ._output_error import refine_output_error
 from ._output_error_options import OutputErrorOptions
+from ._search import free_run_errors, objective_of
 
-__all__ = ["Stages", "ceem_options_of", "oe_options_of", "search_fit_options"]
+__all__ = ["StageFit", "Stages", "ceem_options_of", "free_run_fit", "oe_options_of", "search_fit_options"]
 
 #: why a skipped stage did not run
 SKIP_CEEM = ("skipped: output error from theta0 converged from a start that simulates (CE-EM runs with ceem=True, "
@@ -40,6 +42,69 @@ SKIP_CALIBRATION = ("skipped: the CE-EM estimate simulates no better than output
 SIMULATES = 10.0
 ADVICE = ("try starts=n (seeded log-uniform multi-starts), a theta0 closer to the data (e.g. from n4sid or "
           "bla_initialise), or tighter parameter bounds")
+
+
+@dataclass(repr=False)
+class StageFit(Result):
+    """One stage of `identify` on the estimation data.
+
+    Attributes
+    ----------
+    stage : str
+        Its name.
+    theta : dict
+        Parameters, name -> array.
+    x0 : numpy.ndarray
+        (B, nx) initial states.
+    objective : float
+        ``0.5 sum ((y - yhat) / sigma_v)^2`` of the free runs from ``x0`` (dimensionless).
+    rms : numpy.ndarray
+        (ny,) simulation RMS per output on the estimation data (units of y).
+    status : str
+        The stage's solver status.
+    iterations : int
+        Its iterations.
+    wall_s : float
+        Its seconds.
+    message : str
+        What happened.
+    rejected : str
+        Why the stage cannot be chosen ("" when it can): a noise-calibration stage that did not
+        lower the estimation objective or pinned a parameter at a bound
+        (`ceem_casadi.workflow._identify_noise`).
+    """
+
+    SUMMARY = ("stage", "status", "iterations", "objective")
+
+    stage: str
+    theta: dict = field(repr=False)
+    x0: np.ndarray = field(repr=False)
+    objective: float
+    rms: np.ndarray
+    status: str
+    iterations: int
+    wall_s: float
+    message: str = field(default="", repr=False)
+    rejected: str = ""
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict."""
+        return dict(stage=self.stage, theta={k: np.asarray(v).tolist() for k, v in self.theta.items()},
+                    x0=np.asarray(self.x0).tolist(), objective=self.objective, rms=np.asarray(self.rms).tolist(),
+                    status=self.status, iterations=self.iterations, wall_s=self.wall_s, message=self.message,
+                    rejected=self.rejected)
+
+
+def free_run_fit(model, theta, data: Trajectories, x0) -> tuple[float, np.ndarray]:
+    """Output-error objective and per-output RMS of the free runs from ``x0`` (B, nx)."""
+    err = free_run_errors(model, theta, data, x0)
+    obj = objective_of(err)
+    if not np.isfinite(obj):
+        return np.inf, np.full(model.ny, np.inf)
+    sig = np.asarray(model.noise.measurement_std, float)
+    e = np.vstack(err) * sig
+    ok = ~np.isnan(e)
+    return obj, np.sqrt(np.sum(np.where(ok, e, 0.0) ** 2, axis=0) / np.maximum(ok.sum(axis=0), 1))
 
 
 def ceem_options_of(value):
@@ -91,10 +156,8 @@ class Stages:
     """The stage table of one `identify` call."""
 
     def __init__(self, model, data, shooting, options):
-        from ._identify import StageFit, _free_run_fit
-
         self.model, self.data, self.shooting, self.options = model, data, shooting, options
-        self.stages, self._stage, self._fit = [], StageFit, _free_run_fit
+        self.stages, self._stage, self._fit = [], StageFit, free_run_fit
 
     def add(self, stage, theta, x0, status, iterations, t0, message="", rejected=""):
         obj, rms = self._fit(self.model, theta, self.data, x0)
