@@ -29,7 +29,7 @@ import numpy as np
 
 import ceem_casadi as cc
 from ceem_casadi.workflow import fisher_information
-from models.coupled_drive import DT, FIXED, TRUE, coupled_drive, generic_guess
+from models.coupled_drive import DT, TRUE, coupled_drive, generic_guess
 
 __all__ = ["guess_starts", "multisine", "run", "simulate_records"]
 

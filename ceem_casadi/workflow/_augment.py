@@ -25,8 +25,8 @@ of its outputs, inputs and states) the new terms act on scaled quantities:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import casadi as ca
 import numpy as np

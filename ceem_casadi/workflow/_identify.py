@@ -40,9 +40,7 @@ from ..errors import OptionsError
 from ..io._data import Trajectories
 from ..io._validate import check_data
 from ..runtime._result import Result
-from ._identify_stages import StageFit, free_run_fit
-from ._identify_stages import Stages as _Stages
-from ._identify_stages import ceem_options_of, oe_options_of, search_fit_options
+from ._identify_stages import StageFit, Stages, ceem_options_of, free_run_fit, oe_options_of, search_fit_options
 from ._search import structure_search
 from ._search_options import search_options
 from ._starts import resolve_starts
@@ -220,7 +218,7 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     t_all = time.perf_counter()
     end = None if time_limit is None else t_all + float(time_limit)
     expires = None if end is None else (t_all + 0.5 * float(time_limit) if search_opts is not None else end)
-    run = _Stages(model, data, shooting, options)
+    run = Stages(model, data, shooting, options)
     start = run.start(theta0)
     oe0 = run.output_error("output error from theta0", theta0, starts,
                            None if expires is None else _remaining(expires) / (1.0 if ceem is False else 2.0))

@@ -180,7 +180,7 @@ def _moves(opts, node):
             if a.applicable(node["model"]) and used.count(a.label) < (2 if a.kind.endswith("_poly") else 1)]
 
 
-def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOptions = SearchOptions(),
+def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOptions | None = None,
                      fit_options: OutputErrorOptions = OutputErrorOptions(), expires: float | None = None,
                      user_objective: float | None = None) -> SearchResult:
     """Search structures grown from ``model`` at its optimum ``(theta, x0)`` on the estimation
@@ -193,6 +193,7 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
         user's model's objective on ``data`` at ``(theta, x0)``), and the table of every candidate.
     """
     t_all = time.perf_counter()
+    options = SearchOptions() if options is None else options
     if options.time_limit is not None:
         own = t_all + options.time_limit
         expires = own if expires is None else min(expires, own)
