@@ -42,6 +42,8 @@ def test_every_augmentation_starts_at_its_parents_outputs():
     th, x0 = {"a": np.array(0.8)}, np.array([[0.1, 0.2], [0.3, -0.1]])
     data = cc.Trajectories([cc.simulate_output(model, th, u, x0[b]) for b, u in enumerate(us)], us)
     for kind in AUGMENTATIONS:
+        if not Augmentation(kind).applicable(model):
+            continue
         g = augment(Augmentation(kind), model, th, x0, data, context_of(model, th, x0, data), "s1")
         g2 = augment(Augmentation("mlp_state"), g.model, g.theta, g.x0, data,
                      context_of(g.model, g.theta, g.x0, data), "s2")
@@ -54,6 +56,24 @@ def test_every_augmentation_starts_at_its_parents_outputs():
                                                                                      >= model.params.size)
         y = cc.simulate_output(g.model, tv, us[0], g.x0[0])
         assert np.max(np.abs(y - data.y[0])) > 1e-6, kind
+
+
+def test_the_degree_move_of_a_block_oriented_model_starts_at_its_parent():
+    """bla_initialise's Wiener-Hammerstein model (Chebyshev degree 5) grown to degree 9: the same
+    outputs at the start, four more coefficients, and the move is not offered for other models."""
+    rng = np.random.default_rng(1)
+    u = rng.normal(size=(600, 1))
+    v = np.convolve(u[:, 0], [0.5, 0.3, 0.1])[:600]
+    y = np.convolve(np.tanh(v), [0.6, 0.3])[:600, None] + 1e-3 * rng.normal(size=(600, 1))
+    data = cc.Trajectories([y], [u])
+    init = cc.workflow.bla_initialise("wiener_hammerstein", data, 2, 2, degree=5, gain="dc", basis="chebyshev")
+    move = Augmentation("poly_degree", degree=4)
+    assert move.applicable(init.model) and not move.applicable(_user())
+    g = augment(move, init.model, init.theta, init.x0, data, context_of(init.model, init.theta, init.x0, data), "s1")
+    assert g.model.params["f_coef"].size == init.model.params["f_coef"].size + 4 and g.n_new == 4
+    y0 = cc.simulate_output(init.model, init.theta, u, init.x0[0])
+    np.testing.assert_array_equal(cc.simulate_output(g.model, g.theta, u, g.x0[0]), y0)
+    assert move.applicable(g.model)                       # it can be raised again
 
 
 def _curve_coefficients(model, tv, grid):

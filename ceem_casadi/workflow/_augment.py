@@ -19,12 +19,15 @@ of its outputs, inputs and states) the new terms act on scaled quantities:
 ``lowpass_input``       extra state ``z+ = a z + (1 - a) u``, ``u -> u + c (z - u)``
 ``mlp_output``          ``y = g + yh MLP(s)``, ``s = ((x - xc) / xh, (u - uc) / uh)``  (tanh, width w)
 ``mlp_state``           ``x+ = f + dxh MLP(s)`` (a learned residual of the dynamics: physics + learned)
+``poly_degree``         block-oriented models of `bla_initialise` (polynomial f in its Chebyshev or
+                        monomial basis): the degree raised by ``degree``, the new coefficients at 0
 ======================  ==========================================================================
 
 (``c``, ``k``, ``C`` and the MLPs' output layers start at 0; an MLP's first layer is seeded Glorot.)
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,7 +40,16 @@ from ..model._nn import MLP
 from ..model._params import Param, Parameters
 from ..model._simulation import run
 
-__all__ = ["AUGMENTATIONS", "Augmentation", "Context", "Grown", "augment", "context_of"]
+__all__ = ["AUGMENTATIONS", "Augmentation", "Context", "Grown", "augment", "context_of", "register_family"]
+
+#: block-oriented models built by `bla_initialise`: model -> (factory, its keyword arguments), so that
+#: the ``poly_degree`` move can rebuild them with a higher degree (weak keys: no model is kept alive)
+_FAMILIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def register_family(model, factory, kwargs: dict) -> None:
+    """Remember how ``model`` was built (a block-oriented factory and its arguments)."""
+    _FAMILIES[model] = (factory, dict(kwargs))
 
 
 @dataclass(frozen=True)
@@ -126,12 +138,17 @@ class Augmentation:
     def label(self) -> str:
         if self.kind.endswith("_poly"):
             return f"{self.kind}({self.degree})"
+        if self.kind == "poly_degree":
+            return f"poly_degree(+{self.degree})"
         if self.kind.startswith("mlp"):
             return f"{self.kind}({self.width})"
         return self.kind
 
     def applicable(self, model) -> bool:
-        """Whether the move makes sense for ``model`` (input moves need inputs)."""
+        """Whether the move makes sense for ``model`` (input moves need inputs; ``poly_degree`` a
+        polynomial block-oriented model of `bla_initialise`)."""
+        if self.kind == "poly_degree":
+            return model in _FAMILIES and _FAMILIES[model][1].get("nonlinearity") == "poly"
         return not (self.kind in ("input_poly", "lowpass_input") and model.nu == 0)
 
 
@@ -201,6 +218,8 @@ def augment(aug: Augmentation, parent, theta, x0, data, ctx: Context, tag: str) 
     """Grow ``parent`` at its optimum ``(theta, x0)`` by ``aug`` (module docstring); the child's start
     is ``lift(theta, x0, data)``. ``tag`` prefixes the new parameter names (unique per search)."""
     k, ny, nu, nx = aug.kind, parent.ny, parent.nu, parent.nx
+    if k == "poly_degree":
+        return _raise_degree(parent, theta, x0, data, aug.degree)
     fp, gp = parent.f, parent.g
     yc, yh, uc, uh = (ca.DM(v) for v in (ctx.yc, ctx.yh, ctx.uc, ctx.uh))
     xc, xh, dxh = ca.DM(ctx.xc), ca.DM(ctx.xh), ca.DM(ctx.dxh)
@@ -276,6 +295,21 @@ def augment(aug: Augmentation, parent, theta, x0, data, ctx: Context, tag: str) 
                    lambda x, u, pp, q: gp(x, u, pp))
 
 
+def _raise_degree(parent, theta, x0, data, extra: int) -> Grown:
+    """The block-oriented ``parent`` rebuilt with ``extra`` more polynomial coefficients, at 0."""
+    factory, kw = _FAMILIES[parent]
+
+    def lift(th, x, data):
+        th = parent.params.validate(th)
+        return {**th, "f_coef": np.r_[np.asarray(th["f_coef"], float), np.zeros(extra)]}, np.asarray(x, float)
+
+    th0, x00 = lift(theta, x0, data)
+    kw = {**kw, "degree": int(kw["degree"]) + extra}
+    model = factory(**{**kw, "theta0": th0})
+    register_family(model, factory, kw)
+    return Grown(model, model.params.validate(th0), x00, lift, extra)
+
+
 #: every kind of `Augmentation` (module docstring)
 AUGMENTATIONS = ("offset", "gain", "output_poly", "input_poly", "state_output", "lowpass_output", "lowpass_input",
-                 "mlp_output", "mlp_state")
+                 "mlp_output", "mlp_state", "poly_degree")

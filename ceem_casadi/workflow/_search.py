@@ -40,6 +40,9 @@ from ._search_options import SearchOptions, SearchResult
 
 __all__ = ["free_run_errors", "objective_of", "structure_search"]
 
+#: how often a move may appear on one path (the polynomial moves compose into higher degrees)
+REPEATS = {"output_poly": 2, "input_poly": 2, "poly_degree": 3}
+
 #: share of the search's time kept for the final refit on all the estimation data
 FINAL_SHARE = 0.25
 
@@ -177,7 +180,7 @@ class _Search:
 def _moves(opts, node):
     used = node["structure"].split(" + ")[1:]
     return [a for a in opts.augmentations
-            if a.applicable(node["model"]) and used.count(a.label) < (2 if a.kind.endswith("_poly") else 1)]
+            if a.applicable(node["model"]) and used.count(a.label) < REPEATS.get(a.kind, 1)]
 
 
 def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOptions | None = None,

@@ -17,7 +17,8 @@ __all__ = ["DEFAULT_AUGMENTATIONS", "SearchOptions", "SearchResult", "search_opt
 DEFAULT_AUGMENTATIONS = (Augmentation("offset"), Augmentation("gain"), Augmentation("output_poly", degree=3),
                          Augmentation("input_poly", degree=3), Augmentation("state_output"),
                          Augmentation("lowpass_output"), Augmentation("lowpass_input"),
-                         Augmentation("mlp_output", width=8), Augmentation("mlp_state", width=8))
+                         Augmentation("mlp_output", width=8), Augmentation("mlp_state", width=8),
+                         Augmentation("poly_degree", degree=4))
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,8 @@ class SearchOptions:
         The moves tried from every node (default `DEFAULT_AUGMENTATIONS`: output offset and gain,
         Chebyshev output and input polynomials of degree 3, a linear output term in the states,
         a first-order low-pass state on the outputs and on the inputs, MLP residuals (8 tanh
-        units) on g and on f); a str is ``Augmentation(kind)``.
+        units) on g and on f, and for the polynomial block-oriented models of ``bla_initialise``
+        the degree raised by 4); a str is ``Augmentation(kind)``.
     candidates : tuple of (name, model, theta)
         Structures of your own, fitted from ``theta`` (``None``: the model's initial values) and
         judged by the same rule at depth 1 (then grown like the others).
