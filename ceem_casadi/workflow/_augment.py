@@ -111,8 +111,24 @@ class Grown:
 
 @dataclass(frozen=True)
 class Augmentation:
-    """One move of the search: ``kind`` (a key of `AUGMENTATIONS`), ``degree`` (polynomials) or
-    ``width`` (MLPs), ``seed`` (MLP first layers). ``label`` names it in the table.
+    """One move of the structure search (the table of the module docstring).
+
+    Parameters
+    ----------
+    kind : str
+        A key of `AUGMENTATIONS`, e.g. ``"output_poly"`` or ``"mlp_state"``.
+    degree : int
+        Polynomial degree of ``output_poly`` / ``input_poly`` (>= 2); the degrees added by
+        ``poly_degree``.
+    width : int
+        Hidden tanh units of ``mlp_output`` / ``mlp_state``.
+    seed : int
+        Seed of an MLP's first layer (its output layer starts at 0).
+
+    Raises
+    ------
+    OptionsError
+        An unknown kind, a degree below 2 or a width below 1.
 
     Examples
     --------
@@ -136,6 +152,7 @@ class Augmentation:
 
     @property
     def label(self) -> str:
+        """The move's name in the search table, e.g. ``"output_poly(3)"``."""
         if self.kind.endswith("_poly"):
             return f"{self.kind}({self.degree})"
         if self.kind == "poly_degree":

@@ -14,11 +14,10 @@ from ._augment import Augmentation
 __all__ = ["DEFAULT_AUGMENTATIONS", "SearchOptions", "SearchResult", "search_options"]
 
 #: the moves tried from every node by default (`ceem_casadi.workflow._augment`)
-DEFAULT_AUGMENTATIONS = (Augmentation("offset"), Augmentation("gain"), Augmentation("output_poly", degree=3),
+DEFAULT_AUGMENTATIONS = (Augmentation("poly_degree", degree=4), Augmentation("offset"), Augmentation("gain"), Augmentation("output_poly", degree=3),
                          Augmentation("input_poly", degree=3), Augmentation("state_output"),
                          Augmentation("lowpass_output"), Augmentation("lowpass_input"),
-                         Augmentation("mlp_output", width=8), Augmentation("mlp_state", width=8),
-                         Augmentation("poly_degree", degree=4))
+                         Augmentation("mlp_output", width=8), Augmentation("mlp_state", width=8))
 
 
 @dataclass(frozen=True)
@@ -28,11 +27,11 @@ class SearchOptions:
     Parameters
     ----------
     augmentations : tuple of Augmentation or str
-        The moves tried from every node (default `DEFAULT_AUGMENTATIONS`: output offset and gain,
+        The moves tried from every node, in this order (default `DEFAULT_AUGMENTATIONS`: for the
+        polynomial block-oriented models of ``bla_initialise`` the degree raised by 4; output offset and gain,
         Chebyshev output and input polynomials of degree 3, a linear output term in the states,
         a first-order low-pass state on the outputs and on the inputs, MLP residuals (8 tanh
-        units) on g and on f, and for the polynomial block-oriented models of ``bla_initialise``
-        the degree raised by 4); a str is ``Augmentation(kind)``.
+        units) on g and on f); a str is ``Augmentation(kind)``.
     candidates : tuple of (name, model, theta)
         Structures of your own, fitted from ``theta`` (``None``: the model's initial values) and
         judged by the same rule at depth 1 (then grown like the others).
