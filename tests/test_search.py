@@ -220,3 +220,19 @@ def test_identify_from_a_start_outside_the_models_domain_is_a_failed_stage_with_
     assert "starts=n" in ce.message and "x_init" not in ce.message
     assert res.stages[0].status == "solver_failed"
     assert abs(float(res.theta["a"]) - 0.7) < 1e-6
+
+
+def test_the_selection_rule_needs_both_the_criterion_and_the_tail():
+    """A child is accepted only when its criterion on the heads AND its held-back tail RMS are both
+    below its parent's (workflow/_search.py, `_Search.judge`)."""
+    from ceem_casadi.workflow._search import _Search
+
+    s = _Search(_truth_data(T=50), SearchOptions(progress=False), cc.OutputErrorOptions(), None)
+    parent = dict(ic=100.0, tail=1.0)
+    cases = {(90.0, 0.9): "accepted", (90.0, 1.1): "rejected: tail", (110.0, 0.9): "rejected: AIC",
+             (np.inf, 0.5): "rejected: its free run"}
+    for (ic, tail), verdict in cases.items():
+        child = dict(ic=ic, tail=tail)
+        assert s.judge(child, parent) == (verdict == "accepted") and child["verdict"].startswith(verdict)
+    no_tail = dict(ic=100.0, tail=np.nan)                 # trajectories too short for a tail: the criterion alone
+    assert s.judge(dict(ic=90.0, tail=np.nan), no_tail)

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OptionsError
+from ..errors import OptionsError, ShapeError
 from ..io._data import Trajectories
 from ..io._validate import check_data
 from ..runtime._result import Result
@@ -208,6 +208,9 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     for name, v in (("ceem", ceem), ("calibrate", calibrate)):
         if not (isinstance(v, bool) or v == "auto"):
             raise OptionsError(f"{name} must be True, False or 'auto', got {v!r}")
+    if shooting is not None and (isinstance(shooting, bool) or not isinstance(shooting, (int, np.integer))
+                                 or shooting < 1):
+        raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
     if noise_criterion not in ("innovation", "holdout"):
         raise OptionsError(f"noise_criterion must be 'innovation' or 'holdout', got {noise_criterion!r}")
     search_opts = search_options(search)

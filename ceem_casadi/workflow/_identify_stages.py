@@ -157,7 +157,7 @@ class Stages:
 
     def __init__(self, model, data, shooting, options):
         self.model, self.data, self.shooting, self.options = model, data, shooting, options
-        self.stages, self._stage, self._fit = [], StageFit, free_run_fit
+        self.stages, self._stage, self._fit, self.errors = [], StageFit, free_run_fit, []
 
     def add(self, stage, theta, x0, status, iterations, t0, message="", rejected=""):
         obj, rms = self._fit(self.model, theta, self.data, x0)
@@ -167,6 +167,7 @@ class Stages:
         return row
 
     def failed(self, stage, theta, t0, exc, rejected=""):
+        self.errors.append(exc)
         m = self.model
         row = self._stage(stage, theta, np.zeros((len(self.data), m.nx)), np.inf, np.full(m.ny, np.inf),
                           "solver_failed", 0, time.perf_counter() - t0, f"{_first_line(exc)}; {ADVICE}", rejected)
@@ -268,7 +269,10 @@ class Stages:
     def best(self):
         finite = [s for s in self.stages if np.isfinite(s.objective) and not s.rejected]
         if not finite:
-            raise SolverError("identify: no stage gives a finite free run on the estimation data: "
-                              + "; ".join(f"{s.stage}: {s.message or s.rejected}" for s in self.stages)
-                              + f". {ADVICE}")
+            # a stage refused the data or the start (a ValueError: non-finite values, a domain error)
+            # is the cause to report as such; otherwise the solvers failed
+            cause = next((e for e in self.errors if isinstance(e, ValueError) and isinstance(e, CeemError)), None)
+            msg = ("identify: no stage gives a finite free run on the estimation data: "
+                   + "; ".join(f"{s.stage}: {s.message or s.rejected}" for s in self.stages))
+            raise (type(cause) if cause is not None else SolverError)(msg)
         return min(finite, key=lambda s: s.objective)

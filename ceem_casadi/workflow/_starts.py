@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..errors import OptionsError
+from ..errors import CeemError, OptionsError
 
 __all__ = ["log_uniform_starts", "resolve_starts"]
 
@@ -76,7 +76,8 @@ def log_uniform_starts(model, theta: Mapping, n: int, *, seed: int = 0, spread: 
 
 def resolve_starts(model, theta: Mapping, starts, *, seed: int = 0) -> list | None:
     """``starts=`` as given to a fit: ``None``, an int n (`log_uniform_starts`, ``seed``) or a
-    sequence of dicts (returned as a list); anything else is refused with one line."""
+    sequence of (possibly partial) dicts, returned as complete validated dicts (the missing names
+    from ``theta``); anything else is refused with one line."""
     if starts is None:
         return None
     if isinstance(starts, (int, np.integer)) and not isinstance(starts, bool):
@@ -84,7 +85,12 @@ def resolve_starts(model, theta: Mapping, starts, *, seed: int = 0) -> list | No
     if isinstance(starts, Mapping) or not isinstance(starts, Sequence) or isinstance(starts, str):
         raise OptionsError(f"starts: expected an int (number of seeded log-uniform starts) or a list of "
                            f"parameter dicts, got {type(starts).__name__}")
+    out = []
     for i, s in enumerate(starts):
         if not isinstance(s, Mapping):
             raise OptionsError(f"starts[{i}]: expected a dict of parameter values, got {type(s).__name__}")
-    return list(starts)
+        try:
+            out.append(model.params.validate({**theta, **s}))  # a partial start: the rest from theta
+        except CeemError as exc:
+            raise type(exc)(f"starts[{i}]: {exc}") from None
+    return out
