@@ -159,6 +159,10 @@ def test_selection_reads_only_the_estimation_heads_and_tails(monkeypatch):
     assert seen[:-1] == [(225,)] * (len(seen) - 1) and seen[-1] == (300,)
     assert res.search.structure.endswith("output_poly(3)")
     assert np.isfinite(res.search.rows[0]["tail"])
+    seen.clear()                                          # a long record: the search on its first 200 samples
+    cc.identify(_user(), est, {"a": 0.5, "b": 0.5}, search=SearchOptions(
+        augmentations=("output_poly",), progress=False, max_depth=1, holdout=0.25, max_samples=200))
+    assert seen[:-1] == [(150,)] * (len(seen) - 1) and seen[-1] == (300,)
 
 
 def test_starts_n_is_seeded_and_reproducible():

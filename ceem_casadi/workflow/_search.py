@@ -1,7 +1,7 @@
 """Structure search on estimation data only: grow the user's model by nested augmentations.
 
-Every estimation trajectory is cut into a **head** (the first ``1 - holdout``) and a held-back
-**tail**. The root is the user's model fitted on the heads (warm: from its optimum on all the
+Every estimation trajectory (its first ``max_samples`` samples on long records) is cut into a
+**head** (the first ``1 - holdout``) and a held-back **tail**. The root is the user's model fitted on the heads (warm: from its optimum on all the
 estimation data). From the best node, every move of ``SearchOptions.augmentations``
 (`ceem_casadi.workflow._augment`) grows a child that starts AT its parent's optimum (new terms at
 zero: the child starts with its parent's objective) and is fitted by output error
@@ -79,6 +79,8 @@ class _Search:
     """The state of one search (module docstring)."""
 
     def __init__(self, data, opts: SearchOptions, fit_options: OutputErrorOptions, expires):
+        # long records: the search runs on the first max_samples samples of every trajectory
+        data = data if opts.max_samples is None else data.leading(opts.max_samples)
         self.data, self.opts, self.fit_options, self.expires = data, opts, fit_options, expires
         self.head, self.cuts = _split(data, opts.holdout)
         self.rows, self.t0, self.count = [], time.perf_counter(), 0

@@ -47,6 +47,10 @@ class SearchOptions:
         Nodes expanded per depth (1: greedy).
     max_iter : int
         Iteration limit of every candidate fit.
+    max_samples : int, optional
+        The search (heads and tails) runs on the first ``max_samples`` samples of every estimation
+        trajectory (default 20,000: candidate fits of long records stay cheap); the chosen structure is
+        refitted on all the estimation data. ``None``: all of it.
     time_limit : float, optional
         Seconds for the search (``None``: what [`identify`][ceem_casadi.identify]'s ``time_limit``
         leaves; no limit without one).
@@ -68,6 +72,7 @@ class SearchOptions:
     max_depth: int = 3
     beam: int = 1
     max_iter: int = 200
+    max_samples: int | None = 20000
     time_limit: float | None = None
     progress: bool = True
 
@@ -91,6 +96,9 @@ class SearchOptions:
         for name in ("max_depth", "beam", "max_iter"):
             v = getattr(self, name)
             require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"{name} must be an int >= 1, got {v!r}")
+        require(self.max_samples is None or (isinstance(self.max_samples, int) and not isinstance(self.max_samples, bool)
+                                             and self.max_samples >= 4),
+                f"max_samples must be None or an int >= 4, got {self.max_samples!r}")
         check_time_limit(self.time_limit)
         require(isinstance(self.progress, bool), f"progress must be True or False, got {self.progress!r}")
 
