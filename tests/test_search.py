@@ -240,3 +240,30 @@ def test_the_selection_rule_needs_both_the_criterion_and_the_tail():
         assert s.judge(child, parent) == (verdict == "accepted") and child["verdict"].startswith(verdict)
     no_tail = dict(ic=100.0, tail=np.nan)                 # trajectories too short for a tail: the criterion alone
     assert s.judge(dict(ic=90.0, tail=np.nan), no_tail)
+
+
+def test_a_final_refit_worse_than_the_users_model_is_never_returned(monkeypatch):
+    """The guard of the final refit: when the chosen structure's refit on all the estimation data
+    comes back worse than the user's model (forced here: its new terms blown up by 50), the search
+    keeps the user's model and says so."""
+    import dataclasses
+
+    import ceem_casadi.workflow._search as search_mod
+
+    data = _truth_data(T=200)
+    real = search_mod.refine_output_error
+
+    def spoiled(model, d, theta, **kw):
+        res = real(model, d, theta, **kw)
+        if d.lengths == data.lengths and model.params.size > 2:      # the final refit of a grown model
+            th = {k: (50 * np.asarray(v) if k not in ("a", "b") else v) for k, v in res.theta.items()}
+            res = dataclasses.replace(res, theta=th)
+        return res
+
+    monkeypatch.setattr(search_mod, "refine_output_error", spoiled)
+    res = cc.identify(_user(), data, {"a": 0.5, "b": 0.5},
+                      search=SearchOptions(augmentations=("output_poly",), progress=False, max_depth=1))
+    user_best = min(s.objective for s in res.stages if np.isfinite(s.objective))
+    assert res.model.params.size == 2 and res.search.structure == "user model"
+    assert "did not reach the user's model's objective" in res.search.message
+    assert res.best.objective == user_best
