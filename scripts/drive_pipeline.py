@@ -29,7 +29,7 @@ import numpy as np
 
 import ceem_casadi as cc
 from ceem_casadi.workflow import fisher_information
-from models.coupled_drive import DT, FIXED, TRUE, coupled_drive, generic_guess
+from models.coupled_drive import DT, TRUE, coupled_drive, generic_guess
 
 __all__ = ["guess_starts", "multisine", "run", "simulate_records"]
 
@@ -67,18 +67,17 @@ def simulate_records(model, records: int, samples: int, noise: float, seed: int)
 
 def guess_starts(n: int, seed: int = 0, spread: float = 3.0) -> list[dict]:
     """``n`` seeded multi-starts around `generic_guess`: every free parameter times a log-uniform factor
-    in ``[1 / spread, spread]`` (fixed ``cp`` unchanged); the truth is never used.
+    in ``[1 / spread, spread]`` (fixed ``cp`` unchanged; the library's
+    `ceem_casadi.workflow.log_uniform_starts`, what ``identify(starts=n, seed=seed)`` uses); the truth
+    is never used.
 
     Examples
     --------
     >>> s = guess_starts(2)
-    >>> len(s), sorted(s[0])
+    >>> len(s), sorted(k for k in s[0] if s[0][k] != generic_guess()[k])
     (2, ['cm', 'd', 'g', 'k'])
     """
-    rng = np.random.default_rng([seed, 2])
-    base = generic_guess()
-    names = [n for n in base if n not in FIXED]
-    return [{n: base[n] * float(np.exp(rng.uniform(-1, 1) * np.log(spread))) for n in names} for _ in range(n)]
+    return cc.workflow.log_uniform_starts(coupled_drive(), generic_guess(), n, seed=seed, spread=spread)
 
 
 def run(*, records: int = 2, samples: int = 400, noise: float = 0.05, seed: int = 0, time_limit: float = 120.0,
@@ -96,7 +95,7 @@ def run(*, records: int = 2, samples: int = 400, noise: float = 0.05, seed: int 
     model = coupled_drive(measurement_std=noise)
     data = simulate_records(model, records, samples, noise, seed)
     res = cc.identify(model, data, generic_guess(), time_limit=time_limit, ceem=ceem,
-                      starts=guess_starts(starts, seed) if starts else None)
+                      starts=starts or None, seed=seed)
     info = sum(fisher_information(model, res.theta, data.inputs(b), x0=res.x0[b]) for b in range(len(data)))
     cov = np.linalg.inv(info)
     se = np.sqrt(np.diag(cov))

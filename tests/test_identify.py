@@ -27,9 +27,9 @@ def test_identify_runs_every_stage_and_keeps_the_best_on_estimation_data():
     truth = {"a": 2.0, "b": 0.3, "c": 0.8}
     data = _data(model, truth)
     res = cc.identify(model, data, {"a": 1.0, "b": 0.0, "c": 1.2}, starts=[{"a": 3.0}],
-                      ceem_options=cc.CEEMOptions(max_iters=5), time_limit=60, calibrate=False)
+                      ceem=True, ceem_options=cc.CEEMOptions(max_iters=5), time_limit=60, calibrate=False)
     names = [s.stage for s in res.stages]
-    assert names == ["theta0", "CE-EM", "output error from theta0", "output error from CE-EM"]
+    assert names == ["theta0", "output error from theta0", "CE-EM", "output error from CE-EM"]
     # the chosen stage has the lowest estimation objective, recomputed here by an independent free run
     for s in res.stages:
         obj = 0.0

@@ -49,6 +49,7 @@ from ..io._validate import check_excitation
 from ..model._block_oriented import block_system, hammerstein, sections, wiener, wiener_hammerstein
 from ..model._model import StateSpaceModel
 from ..runtime import _policy as policy
+from ._augment import register_family
 from ._frf import FRF
 from ._frf_fit import FRFFit, frf_bla
 from .output_error._output_error import refine_output_error
@@ -452,10 +453,10 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
     conditioning = dict(gain=gain, basis=basis, center=best.center, out_scale=out_scale)
     opts = dict(nonlinearity=nonlinearity, degree=degree, hidden=hidden, scale=best.scale, theta0=theta,
                 seed=seed, **conditioning, **model_kwargs)
-    if two:
-        model = wiener_hammerstein(n1, n2, feedthrough=fts, **opts)
-    else:
-        model = (wiener if kind == "wiener" else hammerstein)(n1, feedthrough=fts[0], **opts)
+    factory = wiener_hammerstein if two else (wiener if kind == "wiener" else hammerstein)
+    args = dict(n1=n1, n2=n2, feedthrough=fts) if two else dict(n=n1, feedthrough=fts[0])
+    model = factory(**args, **opts)
+    register_family(model, factory, {**args, **opts})  # the structure search's degree move (_augment.py)
     theta = model.params.validate(theta)
     refinement = None
     if refine:  # never worse than the split's theta (the LM engine returns its best iterate)

@@ -4,10 +4,19 @@
 
 1. the start: ``theta0`` with initial states from
    [`estimate_initial_state`][ceem_casadi.estimate_initial_state];
-2. CE-EM ([`ceem`][ceem_casadi.ceem]) from ``theta0`` (optional);
-3. output error by the Levenberg-Marquardt engine (`ceem_casadi.workflow._least_squares`) from ``theta0``
-   (and from every ``starts=`` entry: multi-start);
-4. output error from the CE-EM estimate;
+2. output error by the Levenberg-Marquardt engine from ``theta0`` (and from every ``starts=``
+   entry, or ``starts=n`` seeded log-uniform starts: multi-start; the table says which won);
+3. CE-EM ([`ceem`][ceem_casadi.ceem]) from ``theta0`` and output error from its estimate, when it
+   can pay (``ceem="auto"``, the default: only when the start does not simulate on the estimation
+   data or output error from it did not converge; the table says why it ran or was skipped);
+4. with ``calibrate`` a noise-calibration stage ([`calibrate_noise`][ceem_casadi.calibrate_noise]
+   from the CE-EM estimate), accepted only when it lowers the CE-EM stage's estimation objective
+   without pinning a parameter at a bound (`ceem_casadi.workflow._identify_noise`), then output error
+   from it (``calibrate="auto"``: only when CE-EM ran and its estimate simulates better than output
+   error's from ``theta0``, the only case where a better CE-EM fit can change the outcome);
+5. with ``search=`` the structure search (`ceem_casadi.workflow._search`): the model grown by nested
+   augmentations from the best stage, chosen by an information criterion AND a held-back tail of
+   the estimation data, never with a higher estimation objective than the user's model;
 
 and returns the stage with the lowest output-error objective on the ESTIMATION data (the free
 run from each trajectory's fitted initial state, ``0.5 sum ((y - yhat) / sigma_v)^2``), never
@@ -15,94 +24,28 @@ choosing on test data, with a table of every stage's estimation figures. Output 
 work when the model can simulate the record (no unmeasured disturbances): on real records the
 issue measured it ahead of CE-EM (coupled electric drives: 0.18 against 0.69 test RMS); CE-EM
 helps when the start is far and the states are observable, and gives output error a better start.
-With ``calibrate`` (default), a noise-calibration stage ([`calibrate_noise`][ceem_casadi.calibrate_noise]
-from the CE-EM estimate) follows CE-EM; it is accepted only when it lowers the CE-EM stage's
-estimation objective without pinning a parameter at a bound (`ceem_casadi.workflow._identify_noise`),
-and output error then also runs from it.
 
-`compare_structures` (`ceem_casadi.workflow._structures`) chooses between model structures.
+`compare_structures` (`ceem_casadi.workflow._structures`) compares structures written by hand.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..errors import OptionsError, SolverError
+from ..errors import OptionsError, ShapeError
 from ..io._data import Trajectories
 from ..io._validate import check_data
 from ..runtime._result import Result
-from ..runtime._status import Status
-from .output_error._fit import LeastSquaresOptions, output_error_least_squares
+from ._identify_stages import StageFit, Stages, ceem_options_of, free_run_fit, oe_options_of, search_fit_options
+from ._search import structure_search
+from ._search_options import search_options
+from ._starts import resolve_starts
 
 __all__ = ["IdentifyResult", "StageFit", "identify"]
-
-
-@dataclass(repr=False)
-class StageFit(Result):
-    """One stage of `identify` on the estimation data.
-
-    Attributes
-    ----------
-    stage : str
-        Its name.
-    theta : dict
-        Parameters, name -> array.
-    x0 : numpy.ndarray
-        (B, nx) initial states.
-    objective : float
-        ``0.5 sum ((y - yhat) / sigma_v)^2`` of the free runs from ``x0`` (dimensionless).
-    rms : numpy.ndarray
-        (ny,) simulation RMS per output on the estimation data (units of y).
-    status : str
-        The stage's solver status.
-    iterations : int
-        Its iterations.
-    wall_s : float
-        Its seconds.
-    message : str
-        What happened.
-    rejected : str
-        Why the stage cannot be chosen ("" when it can): a noise-calibration stage that did not
-        lower the estimation objective or pinned a parameter at a bound
-        (`ceem_casadi.workflow._identify_noise`).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)),
-    ...                       process_std=0.1, seed=1)
-    >>> res = cc.identify(model, data, {"a": 0.5}, ceem=False, calibrate=False)
-    >>> [(stage.stage, round(float(stage.theta["a"]), 1)) for stage in res.stages]
-    [('theta0', 0.5), ('output error from theta0', 0.8)]
-    """
-
-    SUMMARY = ("stage", "status", "iterations", "objective")
-
-    stage: str
-    theta: dict = field(repr=False)
-    x0: np.ndarray = field(repr=False)
-    objective: float
-    rms: np.ndarray
-    status: str
-    iterations: int
-    wall_s: float
-    message: str = field(default="", repr=False)
-    rejected: str = ""
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict."""
-        return dict(stage=self.stage, theta={k: np.asarray(v).tolist() for k, v in self.theta.items()},
-                    x0=np.asarray(self.x0).tolist(), objective=self.objective, rms=np.asarray(self.rms).tolist(),
-                    status=self.status, iterations=self.iterations, wall_s=self.wall_s, message=self.message,
-                    rejected=self.rejected)
 
 
 @dataclass(repr=False)
@@ -117,6 +60,10 @@ class IdentifyResult(Result):
         Every stage, in run order.
     wall_s : float
         Seconds for the whole call.
+    model : StateSpaceModel
+        The model of ``best`` (the user's, unless the structure search chose a grown one).
+    search : SearchResult or None
+        The structure search (``search=``): ``search.table()`` has every candidate.
 
     Examples
     --------
@@ -133,6 +80,8 @@ class IdentifyResult(Result):
     best: StageFit
     stages: list
     wall_s: float
+    model: object = field(default=None, repr=False)
+    search: object = field(default=None, repr=False)
 
     @property
     def theta(self) -> dict:
@@ -150,7 +99,7 @@ class IdentifyResult(Result):
 
     def table(self) -> str:
         """One line per stage: objective, RMS per output, status, iterations, seconds, and why a
-        stage was rejected; ``*`` = chosen."""
+        stage was rejected or skipped; ``*`` = chosen; then the search's table (``search=``)."""
         w = max(len(s.stage) for s in self.stages)
         out = [f"  {'stage':<{w}}  {'objective':>12}  {'estimation RMS':>16}  {'status':<13}  {'iter':>5}  {'wall s':>7}"]
         for s in self.stages:
@@ -158,31 +107,14 @@ class IdentifyResult(Result):
             rms = " ".join(f"{v:.4g}" for v in np.atleast_1d(s.rms))
             out.append((f"{mark} {s.stage:<{w}}  {s.objective:12.6g}  {rms:>16}  {s.status:<13}  {s.iterations:>5}  "
                         f"{s.wall_s:7.2f}  {s.rejected}").rstrip())
+        if self.search is not None:
+            out += ["structure search (estimation data only; heads fitted, tails held back):", self.search.table()]
         return "\n".join(out)
 
     def to_dict(self) -> dict:
         """JSON-ready dict."""
-        return dict(best=self.best.stage, wall_s=self.wall_s, stages=[s.to_dict() for s in self.stages])
-
-
-def _free_run_fit(model, theta, data: Trajectories, x0) -> tuple[float, np.ndarray]:
-    """Output-error objective and per-output RMS of the free runs from ``x0`` (B, nx)."""
-    from ..model._simulation import simulate_output
-
-    iv = np.asarray(model.noise.inv_measurement_std, float)
-    obj, sq, cnt = 0.0, np.zeros(model.ny), np.zeros(model.ny)
-    for b in range(len(data)):
-        with np.errstate(all="ignore"):
-            yh = np.asarray(simulate_output(model, theta, data.inputs(b), np.asarray(x0[b], float)), float)
-        e = data.y[b] - yh.reshape(data.y[b].shape)
-        ok = np.isfinite(data.y[b])
-        if not np.all(np.isfinite(e[ok])):
-            return np.inf, np.full(model.ny, np.inf)
-        e = np.where(ok, e, 0.0)
-        obj += 0.5 * float(np.sum((e * iv) ** 2))
-        sq += np.sum(e ** 2, axis=0)
-        cnt += ok.sum(axis=0)
-    return obj, np.sqrt(sq / np.maximum(cnt, 1))
+        return dict(best=self.best.stage, wall_s=self.wall_s, stages=[s.to_dict() for s in self.stages],
+                    search=None if self.search is None else self.search.to_dict())
 
 
 def _remaining(expires):
@@ -190,9 +122,10 @@ def _remaining(expires):
 
 
 def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit: float | None = None,
-             starts: Sequence[Mapping[str, Any]] | None = None, ceem: bool = True, ceem_options=None,
-             shooting: int | None = None, options: LeastSquaresOptions | None = None, calibrate: bool = True,
-             noise_grid: Sequence[float] | None = None, noise_criterion: str = "innovation") -> IdentifyResult:
+             starts: int | Sequence[Mapping[str, Any]] | None = None, seed: int = 0, ceem: bool | str = "auto",
+             ceem_options=None, shooting: int | None = None, options=None, calibrate: bool | str = "auto",
+             noise_grid: Sequence[float] | None = None, noise_criterion: str = "innovation",
+             search=None) -> IdentifyResult:
     """Run the recommended sequence (module docstring) and return the best stage on the estimation data.
 
     Parameters
@@ -200,41 +133,58 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     model : StateSpaceModel
         The model (``measurement_std`` weights the outputs of the output-error stages).
     data : Trajectories
-        Estimation data only (keep test data out: the choice is made on these).
+        Estimation data only (keep test data out: every choice is made on these).
     theta0 : dict
         Starting parameters, name -> array.
     time_limit : float, optional
-        Seconds for everything: CE-EM gets half of it (a third with ``calibrate``, the noise
-        calibration half of what then remains), the output-error stages share the rest.
-    starts : sequence of dict, optional
-        More starting parameter sets for the output-error stage from ``theta0`` (multi-start).
-    ceem : bool
-        Run the CE-EM stage (and output error from its estimate).
-    ceem_options : CEEMOptions, optional
-        Options of the CE-EM stage (its ``time_limit`` is set from the budget).
+        Seconds for everything. With ``search``, the stages get half and the search the rest;
+        CE-EM gets half of the stages' budget left after output error from ``theta0`` (a third with
+        the calibration, which gets half of what then remains).
+    starts : int or sequence of dict, optional
+        More starting parameter sets for the output-error stage from ``theta0`` (multi-start); an
+        int n: n seeded log-uniform starts around ``theta0`` within the bounds
+        ([`log_uniform_starts`][ceem_casadi.workflow.log_uniform_starts] with ``seed``).
+    seed : int
+        Seed of ``starts=n``.
+    ceem : bool or "auto"
+        Run the CE-EM stage (and output error from its estimate): True always, False never,
+        ``"auto"`` only when the start's free run is not finite on the estimation data or output
+        error from ``theta0`` did not converge (the table says why it ran or was skipped).
+    ceem_options : CEEMOptions or dict, optional
+        Options of the CE-EM stage (a dict goes through
+        [`CEEMOptions.from_mapping`][ceem_casadi.CEEMOptions.from_mapping]; its ``time_limit`` is
+        set from the budget).
     shooting : int, optional
         Multiple shooting segment length of the output-error stages (``None``: single shooting).
-    options : LeastSquaresOptions, optional
+    options : LeastSquaresOptions or OutputErrorOptions, optional
         Options of the output-error stages (their ``time_limit`` is set from the budget).
-    calibrate : bool
-        With ``ceem``: a noise-calibration stage ([`calibrate_noise`][ceem_casadi.calibrate_noise]
+    calibrate : bool or "auto"
+        With CE-EM run: a noise-calibration stage ([`calibrate_noise`][ceem_casadi.calibrate_noise]
         from the CE-EM estimate over ``noise_grid``), accepted only when its free run lowers the
         estimation objective of the CE-EM stage without pinning a parameter at a bound (else the
         table says it was rejected, and why); when accepted, output error also runs from it.
+        ``"auto"``: only when the CE-EM estimate simulates better than output error's from ``theta0``.
     noise_grid : sequence of float, optional
         Multipliers of the model's ``process_std`` tried by the calibration (default ``(0.1, 10)``).
     noise_criterion : str
         Its criterion, ``"innovation"`` or ``"holdout"`` (both on the estimation data).
+    search : bool, SearchOptions or list, optional
+        The structure search from the best stage (`ceem_casadi.workflow._search`): True (default
+        moves), a [`SearchOptions`][ceem_casadi.workflow.SearchOptions], or a list of moves
+        ([`Augmentation`][ceem_casadi.workflow.Augmentation] or kind names) and/or ``(name, model,
+        theta)`` structures of your own. ``result.model`` is then the chosen model.
 
     Returns
     -------
     IdentifyResult
-        ``best``, ``stages``, ``table()``, ``to_dict()``.
+        ``best``, ``stages``, ``model``, ``search``, ``table()``, ``to_dict()``.
 
     Raises
     ------
     SolverError
         When no stage gives a finite free run on the estimation data.
+    OptionsError
+        Options of the wrong type or out of range (one line naming what is expected).
 
     Examples
     --------
@@ -252,71 +202,45 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     >>> round(float(res.theta["a"]), 1), res.best.status
     (0.8, 'converged')
     """
-    from ..em._ceem import ceem as run_ceem
-    from ..em._options import CEEMOptions
-    from ._identify_noise import calibration_stage, failed, verdict
-    from ._initial_state import estimate_initial_state
-
     check_data(model, data)  # the one data check of every entry point (io/_validate.py)
     if time_limit is not None and not (np.isfinite(time_limit) and time_limit > 0):
         raise OptionsError(f"time_limit must be None or a finite number of seconds > 0, got {time_limit!r}")
-    if not isinstance(calibrate, bool):
-        raise OptionsError(f"calibrate must be True or False, got {calibrate!r}")
+    for name, v in (("ceem", ceem), ("calibrate", calibrate)):
+        if not (isinstance(v, bool) or v == "auto"):
+            raise OptionsError(f"{name} must be True, False or 'auto', got {v!r}")
+    if shooting is not None and (isinstance(shooting, bool) or not isinstance(shooting, (int, np.integer))
+                                 or shooting < 1):
+        raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
     if noise_criterion not in ("innovation", "holdout"):
         raise OptionsError(f"noise_criterion must be 'innovation' or 'holdout', got {noise_criterion!r}")
-    options = LeastSquaresOptions() if options is None else options
-    t_all = time.perf_counter()
-    expires = None if time_limit is None else t_all + float(time_limit)
+    search_opts = search_options(search)
+    copt = ceem_options_of(ceem_options)
+    options = oe_options_of(options)
     theta0 = model.params.validate(theta0)
-    stages: list[StageFit] = []
-
-    def add(stage, theta, x0, status, iterations, t0, message=""):
-        obj, rms = _free_run_fit(model, theta, data, x0)
-        stages.append(StageFit(stage, theta, np.asarray(x0, float), obj, rms, str(status), int(iterations),
-                               time.perf_counter() - t0, message))
-        return stages[-1]
-
-    t0 = time.perf_counter()
-    try:
-        x_start = np.asarray(estimate_initial_state(model, data, theta0), float).reshape(len(data), model.nx)
-        add("theta0", theta0, x_start, "n/a", 0, t0)
-    except SolverError as exc:
-        stages.append(StageFit("theta0", theta0, np.zeros((len(data), model.nx)), np.inf, np.full(model.ny, np.inf),
-                               "solver_failed", 0, time.perf_counter() - t0, str(exc)))
-    ce = None
-    if ceem:
+    starts = resolve_starts(model, theta0, starts, seed=seed)
+    t_all = time.perf_counter()
+    end = None if time_limit is None else t_all + float(time_limit)
+    expires = None if end is None else (t_all + 0.5 * float(time_limit) if search_opts is not None else end)
+    run = Stages(model, data, shooting, options)
+    start = run.start(theta0)
+    oe0 = run.output_error("output error from theta0", theta0, starts,
+                           None if expires is None else _remaining(expires) / (1.0 if ceem is False else 2.0))
+    ce = run.ceem_stage(ceem, theta0, copt, start, oe0, expires, calibrate)
+    if ce is not None:
+        run.calibration(calibrate, ce, oe0, copt, noise_grid, noise_criterion, expires)
+    best = run.best()
+    result = IdentifyResult(best, run.stages, 0.0, model)
+    if search_opts is not None:
         t0 = time.perf_counter()
-        copt = ceem_options if ceem_options is not None else CEEMOptions()
-        budget = None if expires is None else _remaining(expires) / (3.0 if calibrate else 2.0)
-        ce = run_ceem(model, data, theta0, options=replace(copt, time_limit=budget))
-        x_ce = np.array([x[0] for x in ce.x])
-        ce_stage = add("CE-EM", ce.theta, x_ce, ce.status, len(ce.history), t0, ce.message)
-
-    runs = [("output error from theta0", theta0, starts)]
-    if ce is not None and ce.status is not Status.SOLVER_FAILED:
-        runs.append(("output error from CE-EM", ce.theta, None))
-        if calibrate:
-            t0 = time.perf_counter()
-            budget = None if expires is None else 0.5 * _remaining(expires)
-            try:
-                name, th, x0, status, its, msg = calibration_stage(model, data, ce.theta, copt, noise_grid,
-                                                                   noise_criterion, budget)
-                cal = add(name, th, x0, status, its, t0, msg)
-                cal.rejected = verdict(model, cal, ce_stage)
-                if not cal.rejected:
-                    runs.append(("output error from noise calibration", cal.theta, None))
-            except SolverError as exc:
-                stages.append(StageFit("noise calibration", ce.theta, x_ce, np.inf, np.full(model.ny, np.inf),
-                                       "solver_failed", 0, time.perf_counter() - t0, str(exc), failed(exc)))
-    for k, (name, th, st) in enumerate(runs):
-        t0 = time.perf_counter()
-        budget = None if expires is None else _remaining(expires) / (len(runs) - k)
-        res = output_error_least_squares(model, data, th, shooting=shooting, starts=st,
-                                         options=replace(options, time_limit=budget))
-        add(name, res.theta, res.x0, res.status, res.iterations, t0, res.message)
-    finite = [s for s in stages if np.isfinite(s.objective) and not s.rejected]
-    if not finite:
-        raise SolverError("identify: no stage gives a finite free run on the estimation data: "
-                          + "; ".join(f"{s.stage}: {s.message}" for s in stages))
-    best = min(finite, key=lambda s: s.objective)
-    return IdentifyResult(best, stages, time.perf_counter() - t_all)
+        found = structure_search(model, data, best.theta, best.x0, options=search_opts,
+                                 fit_options=search_fit_options(options), expires=end,
+                                 user_objective=best.objective)
+        result.search = found
+        if found.model is not model:
+            obj, rms = free_run_fit(found.model, found.theta, data, found.x0)
+            stage = StageFit(f"structure search: {found.structure}", found.theta, found.x0, obj, rms, found.status,
+                             found.iterations, time.perf_counter() - t0, found.message)
+            run.stages.append(stage)
+            result.best, result.model = stage, found.model
+    result.wall_s = time.perf_counter() - t_all
+    return result

@@ -118,6 +118,10 @@ def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, c
     >>> cc.compare_structures({"linear": (linear, None), "cubic": (cubic, None)}, data).best
     'linear'
     """
+    if not isinstance(candidates, Mapping) or not candidates:
+        raise OptionsError("candidates: expected a non-empty dict name -> (model, theta), got "
+                           + (f"an empty {type(candidates).__name__}" if isinstance(candidates, Mapping) or
+                              (hasattr(candidates, "__len__") and not len(candidates)) else type(candidates).__name__))
     if criterion not in ("aic", "split"):
         raise OptionsError(f"criterion must be 'aic' or 'split', got {criterion!r}")
     if not 0.0 < holdout < 1.0:

@@ -35,6 +35,7 @@ from ...runtime._model_cache import cached
 from ...runtime._solve import deadline, deadline_after, expired, ipopt_options, ipopt_solver, solve
 from ...runtime._status import Status
 from .._initial_state import estimate_initial_state
+from .._starts import resolve_starts
 from ._least_squares import output_error_problem
 from ._lm import box_bounds
 from ._output_error_options import OutputErrorOptions, OutputErrorResult
@@ -177,9 +178,11 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
     x0 : numpy.ndarray, optional
         Starting initial states (B, nx) (or (nx,) for all); default
         [`estimate_initial_state`][ceem_casadi.estimate_initial_state] on the first ``options.x0_window`` samples.
-    starts : list of dict, optional
+    starts : int or list of dict, optional
         More starting parameter sets (possibly partial), ``solver="lm"`` only: the lowest
-        objective over all starts is returned (``result.starts``: one row per start).
+        objective over all starts is returned (``result.starts``: one row per start). An int n:
+        n seeded log-uniform starts around ``theta`` within the bounds
+        ([`log_uniform_starts`][ceem_casadi.workflow.log_uniform_starts], seed 0).
     options : OutputErrorOptions
         Iteration limit, tolerance, Hessian, time limit, state bounds.
 
@@ -215,6 +218,7 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
     t0 = time.perf_counter()
     check_data(model, data)  # the type, the sizes, and the argument order (model, data, theta)
     theta = model.params.validate(theta)
+    starts = resolve_starts(model, theta, starts)  # an int n: n seeded log-uniform starts (workflow/_starts.py)
     if shooting is not None and (not isinstance(shooting, (int, np.integer)) or isinstance(shooting, bool)
                                  or shooting < 1):
         raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")

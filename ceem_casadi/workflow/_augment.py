@@ -1,0 +1,332 @@
+"""Nested augmentations of a state-space model: the moves of the structure search.
+
+An augmentation takes a [`StateSpaceModel`][ceem_casadi.StateSpaceModel] with parameters ``theta``
+and returns a larger model whose new parameters start at values where it equals its parent: the
+augmented model at ``theta0`` (``theta`` plus the new terms at zero, extra states started where they
+change nothing) gives the parent's outputs exactly, so a fit started there can only improve on the
+parent's optimum. The new model composes the parent's ``f`` and ``g`` (CasADi Functions), so any
+model can be grown. With the parent's free run on the data (``Context``: centres and half-ranges
+of its outputs, inputs and states) the new terms act on scaled quantities:
+
+======================  ==========================================================================
+``offset``              ``y = g + c``                                              (ny)
+``gain``                ``y = g + k (g - yc)``                                     (ny)
+``output_poly``         ``y = g + yh sum_{k=0..d} c_k T_k((g - yc) / yh)``  (Chebyshev, ny (d+1):
+                        a static output curve, offset and gain included)
+``input_poly``          ``u -> u + uh sum_{k=0..d} c_k T_k((u - uc) / uh)``        (nu (d+1))
+``state_output``        ``y = g + yh C (x - xc) / xh``                             (ny nx)
+``lowpass_output``      extra state ``z+ = a z + (1 - a) g``, ``y = g + c (z - g)``  (a in [0, 0.99])
+``lowpass_input``       extra state ``z+ = a z + (1 - a) u``, ``u -> u + c (z - u)``
+``mlp_output``          ``y = g + yh MLP(s)``, ``s = ((x - xc) / xh, (u - uc) / uh)``  (tanh, width w)
+``mlp_state``           ``x+ = f + dxh MLP(s)`` (a learned residual of the dynamics: physics + learned)
+``poly_degree``         block-oriented models of `bla_initialise` (polynomial f in its Chebyshev or
+                        monomial basis): the degree raised by ``degree``, the new coefficients at 0
+======================  ==========================================================================
+
+(``c``, ``k``, ``C`` and the MLPs' output layers start at 0; an MLP's first layer is seeded Glorot.)
+"""
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import casadi as ca
+import numpy as np
+
+from ..errors import OptionsError
+from ..model._model import StateSpaceModel
+from ..model._nn import MLP
+from ..model._params import Param, Parameters
+from ..model._simulation import run
+
+__all__ = ["AUGMENTATIONS", "Augmentation", "Context", "Grown", "augment", "context_of", "register_family"]
+
+#: block-oriented models built by `bla_initialise`: model -> (factory, its keyword arguments), so that
+#: the ``poly_degree`` move can rebuild them with a higher degree (weak keys: no model is kept alive)
+_FAMILIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def register_family(model, factory, kwargs: dict) -> None:
+    """Remember how ``model`` was built (a block-oriented factory and its arguments)."""
+    _FAMILIES[model] = (factory, dict(kwargs))
+
+
+@dataclass(frozen=True)
+class Context:
+    """Centres and half-ranges of the parent's free run on the data (scales of the new terms):
+    ``yc, yh`` (ny,), ``uc, uh`` (nu,), ``xc, xh`` (nx,), ``dxh`` (nx,) the spread of the state
+    increments."""
+
+    yc: np.ndarray
+    yh: np.ndarray
+    uc: np.ndarray
+    uh: np.ndarray
+    xc: np.ndarray
+    xh: np.ndarray
+    dxh: np.ndarray
+
+
+def _centre_half(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if a.shape[1] == 0:
+        return np.zeros(0), np.zeros(0)
+    lo, hi = np.nanmin(a, axis=0), np.nanmax(a, axis=0)
+    half = 0.5 * (hi - lo)
+    half = np.where(np.isfinite(half) & (half > 0), half, np.maximum(np.abs(0.5 * (hi + lo)), 1.0))
+    return np.where(np.isfinite(lo + hi), 0.5 * (hi + lo), 0.0), half
+
+
+def context_of(model, theta, x0: np.ndarray, data) -> Context:
+    """The `Context` of ``model`` at ``theta`` from its free runs from ``x0`` (B, nx) on ``data``."""
+    tv = model.params.to_vector(theta)
+    ys, xs, dxs, us = [], [], [], []
+    for b in range(len(data)):
+        u = data.inputs(b)
+        y, x = run(model, tv, np.asarray(x0[b], float), u)
+        ys.append(y)
+        xs.append(x)
+        dxs.append(np.diff(x, axis=0))
+        us.append(u)
+    yc, yh = _centre_half(np.vstack(ys))
+    uc, uh = _centre_half(np.vstack(us))
+    xc, xh = _centre_half(np.vstack(xs))
+    dx = np.vstack(dxs)
+    dxh = np.nanstd(dx, axis=0) if dx.shape[0] > 1 else np.ones(model.nx)
+    dxh = np.where(np.isfinite(dxh) & (dxh > 0), dxh, np.maximum(1e-3 * xh, 1e-12))
+    return Context(yc, yh, uc, uh, xc, xh, dxh)
+
+
+@dataclass
+class Grown:
+    """An augmented model: ``model``, its start ``theta`` and ``x0`` (B, nx) equal to the parent's
+    optimum, ``lift(theta, x0, data) -> (theta, x0)`` mapping any parent point to the child's
+    equivalent point, and ``n_new`` new parameter entries."""
+
+    model: object
+    theta: dict
+    x0: np.ndarray
+    lift: Callable
+    n_new: int
+
+
+@dataclass(frozen=True)
+class Augmentation:
+    """One move of the structure search (the table of the module docstring).
+
+    Parameters
+    ----------
+    kind : str
+        A key of `AUGMENTATIONS`, e.g. ``"output_poly"`` or ``"mlp_state"``.
+    degree : int
+        Polynomial degree of ``output_poly`` / ``input_poly`` (>= 2); the degrees added by
+        ``poly_degree``.
+    width : int
+        Hidden tanh units of ``mlp_output`` / ``mlp_state``.
+    seed : int
+        Seed of an MLP's first layer (its output layer starts at 0).
+
+    Raises
+    ------
+    OptionsError
+        An unknown kind, a degree below 2 or a width below 1.
+
+    Examples
+    --------
+    >>> from ceem_casadi.workflow import Augmentation
+    >>> Augmentation("output_poly", degree=5).label
+    'output_poly(5)'
+    """
+
+    kind: str
+    degree: int = 3
+    width: int = 8
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.kind not in AUGMENTATIONS:
+            raise OptionsError(f"augmentation kind must be one of {sorted(AUGMENTATIONS)}, got {self.kind!r}")
+        if isinstance(self.degree, bool) or not isinstance(self.degree, int) or self.degree < 2:
+            raise OptionsError(f"degree must be an int >= 2, got {self.degree!r}")
+        if isinstance(self.width, bool) or not isinstance(self.width, int) or self.width < 1:
+            raise OptionsError(f"width must be an int >= 1, got {self.width!r}")
+
+    @property
+    def label(self) -> str:
+        """The move's name in the search table, e.g. ``"output_poly(3)"``."""
+        if self.kind.endswith("_poly"):
+            return f"{self.kind}({self.degree})"
+        if self.kind == "poly_degree":
+            return f"poly_degree(+{self.degree})"
+        if self.kind.startswith("mlp"):
+            return f"{self.kind}({self.width})"
+        return self.kind
+
+    def applicable(self, model) -> bool:
+        """Whether the move makes sense for ``model`` (input moves need inputs; ``poly_degree`` a
+        polynomial block-oriented model of `bla_initialise`)."""
+        if self.kind == "poly_degree":
+            return model in _FAMILIES and _FAMILIES[model][1].get("nonlinearity") == "poly"
+        return not (self.kind in ("input_poly", "lowpass_input") and model.nu == 0)
+
+
+def _cheb(z, degree: int, coef):
+    """``sum_{k=0..degree} coef[k] T_k(z)`` (z a scalar symbol)."""
+    t_prev, t_cur = 1, z
+    out = coef[0] + coef[1] * z
+    for k in range(2, degree + 1):
+        t_prev, t_cur = t_cur, 2 * z * t_cur - t_prev
+        out = out + coef[k] * t_cur
+    return out
+
+
+def _extend(parent, new: list, tag: str, step, observe, extra_states: int = 0) -> StateSpaceModel:
+    """The model with parameters ``parent.params + new`` and ``step(x, u, pp, q)``, ``observe(x, u, pp, q)``
+    (``pp`` the parent's parameter vector, ``q`` the namespace of the new ones)."""
+    sub = Parameters(*new)
+    params = Parameters(*list(parent.params), *new)
+    n0, nx = parent.params.size, parent.nx + extra_states
+    x, u, pv = ca.SX.sym("x", nx), ca.SX.sym("u", parent.nu), ca.SX.sym("p", params.size)
+    pp, q = pv[:n0], sub.symbols(pv[n0:])
+    f = ca.Function("f", [x, u, pv], [ca.vec(step(x, u, pp, q))], ["x", "u", "p"], ["x_next"])
+    g = ca.Function("g", [x, u, pv], [ca.vec(observe(x, u, pp, q))], ["x", "u", "p"], ["y"])
+    ns = parent.noise
+    ps = np.r_[ns.process_std, np.full(extra_states, float(np.min(ns.process_std)))]
+    x1m = None if ns.x1_mean is None else np.r_[ns.x1_mean, np.zeros(extra_states)]
+    x1s = None if ns.x1_std is None else np.r_[ns.x1_std, np.full(extra_states, 1e6)]
+    return StateSpaceModel.from_functions(f, g, params=params, dt=parent.dt, name=f"{parent.name}_{tag}",
+                                          process_std=ps, measurement_std=ns.measurement_std, x1_mean=x1m,
+                                          x1_std=x1s)
+
+
+def _static(parent, theta, x0, data, new, tag, step, observe, extra_x0=None) -> Grown:
+    """A `Grown` whose new parameters start at their ``Param`` values; ``extra_x0(theta, x0, data)``
+    gives the initial values of extra states ((B, n_extra); none by default)."""
+    n_extra = 0 if extra_x0 is None else extra_x0.n
+    model = _extend(parent, new, tag, step, observe, n_extra)
+    init = {p.name: np.array(p.array("value")) for p in new}
+
+    def lift(th, x, data):
+        x = np.asarray(x, float).reshape(len(data), parent.nx)
+        if n_extra:
+            x = np.hstack([x, extra_x0(th, x, data)])
+        return {**parent.params.validate(th), **init}, x
+
+    th0, x00 = lift(theta, x0, data)
+    return Grown(model, th0, x00, lift, sum(p.size for p in new))
+
+
+class _FirstValues:
+    """Initial values of low-pass states: the filtered signal's first sample per trajectory."""
+
+    def __init__(self, parent, what: str):
+        self.parent, self.what = parent, what
+        self.n = parent.ny if what == "output" else parent.nu
+
+    def __call__(self, theta, x0, data):
+        tv = self.parent.params.to_vector(theta)
+        rows = []
+        for b in range(len(data)):
+            u0 = data.inputs(b)[0]
+            rows.append(np.asarray(self.parent.g(x0[b], u0, tv), float).ravel() if self.what == "output" else u0)
+        return np.array(rows, float).reshape(len(data), self.n)
+
+
+def augment(aug: Augmentation, parent, theta, x0, data, ctx: Context, tag: str) -> Grown:
+    """Grow ``parent`` at its optimum ``(theta, x0)`` by ``aug`` (module docstring); the child's start
+    is ``lift(theta, x0, data)``. ``tag`` prefixes the new parameter names (unique per search)."""
+    k, ny, nu, nx = aug.kind, parent.ny, parent.nu, parent.nx
+    if k == "poly_degree":
+        return _raise_degree(parent, theta, x0, data, aug.degree)
+    fp, gp = parent.f, parent.g
+    yc, yh, uc, uh = (ca.DM(v) for v in (ctx.yc, ctx.yh, ctx.uc, ctx.uh))
+    xc, xh, dxh = ca.DM(ctx.xc), ca.DM(ctx.xh), ca.DM(ctx.dxh)
+    same_f = lambda x, u, pp, q: fp(x, u, pp)  # noqa: E731
+
+    def scaled(x, u):
+        return ca.vertcat((x[:nx] - xc) / xh, (u - uc) / uh) if nu else (x[:nx] - xc) / xh
+
+    if k == "offset":
+        new = [Param(f"{tag}_offset", np.zeros(ny))]
+        return _static(parent, theta, x0, data, new, tag, same_f, lambda x, u, pp, q: gp(x, u, pp) + getattr(q, new[0].name))
+    if k == "gain":
+        new = [Param(f"{tag}_gain", np.zeros(ny))]
+
+        def obs(x, u, pp, q):
+            y = gp(x, u, pp)
+            return y + getattr(q, new[0].name) * (y - yc)
+        return _static(parent, theta, x0, data, new, tag, same_f, obs)
+    if k == "output_poly":
+        new = [Param(f"{tag}_ypoly", np.zeros((ny, aug.degree + 1)))]
+
+        def obs(x, u, pp, q):
+            y, c = gp(x, u, pp), getattr(q, new[0].name)
+            z = (y - yc) / yh
+            return ca.vertcat(*[y[j] + yh[j] * _cheb(z[j], aug.degree, c[j, :].T) for j in range(ny)])
+        return _static(parent, theta, x0, data, new, tag, same_f, obs)
+    if k == "input_poly":
+        new = [Param(f"{tag}_upoly", np.zeros((nu, aug.degree + 1)))]
+
+        def warp(u, q):
+            c, z = getattr(q, new[0].name), (u - uc) / uh
+            return ca.vertcat(*[u[i] + uh[i] * _cheb(z[i], aug.degree, c[i, :].T) for i in range(nu)])
+        return _static(parent, theta, x0, data, new, tag, lambda x, u, pp, q: fp(x, warp(u, q), pp),
+                       lambda x, u, pp, q: gp(x, warp(u, q), pp))
+    if k == "state_output":
+        new = [Param(f"{tag}_cx", np.zeros((ny, nx)))]
+        return _static(parent, theta, x0, data, new, tag, same_f,
+                       lambda x, u, pp, q: gp(x, u, pp) + yh * ca.mtimes(getattr(q, new[0].name), (x - xc) / xh))
+    if k in ("lowpass_output", "lowpass_input"):
+        out = k == "lowpass_output"
+        n = ny if out else nu
+        new = [Param(f"{tag}_pole", np.full(n, 0.5), lower=0.0, upper=0.99), Param(f"{tag}_mix", np.zeros(n))]
+
+        def parts(x, u, q):
+            return x[:nx], x[nx:], getattr(q, new[0].name), getattr(q, new[1].name)
+
+        if out:
+            def step(x, u, pp, q):
+                xs, z, a, c = parts(x, u, q)
+                return ca.vertcat(fp(xs, u, pp), a * z + (1 - a) * gp(xs, u, pp))
+
+            def obs(x, u, pp, q):
+                xs, z, _, c = parts(x, u, q)
+                y = gp(xs, u, pp)
+                return y + c * (z - y)
+        else:
+            def step(x, u, pp, q):
+                xs, z, a, c = parts(x, u, q)
+                return ca.vertcat(fp(xs, u + c * (z - u), pp), a * z + (1 - a) * u)
+
+            def obs(x, u, pp, q):
+                xs, z, _, c = parts(x, u, q)
+                return gp(xs, u + c * (z - u), pp)
+        return _static(parent, theta, x0, data, new, tag, step, obs, _FirstValues(parent, "output" if out else "input"))
+    # MLPs on the scaled states and inputs: output layer at zero
+    net = MLP((nx + nu, aug.width, ny if k == "mlp_output" else nx), name=f"{tag}_mlp")
+    w = net.init(np.random.default_rng([aug.seed, 31]), last_scale=0.0)
+    new = [Param(name, value) for name, value in w.items()]
+    if k == "mlp_output":
+        return _static(parent, theta, x0, data, new, tag, same_f,
+                       lambda x, u, pp, q: gp(x, u, pp) + yh * net(q, scaled(x, u)))
+    return _static(parent, theta, x0, data, new, tag, lambda x, u, pp, q: fp(x, u, pp) + dxh * net(q, scaled(x, u)),
+                   lambda x, u, pp, q: gp(x, u, pp))
+
+
+def _raise_degree(parent, theta, x0, data, extra: int) -> Grown:
+    """The block-oriented ``parent`` rebuilt with ``extra`` more polynomial coefficients, at 0."""
+    factory, kw = _FAMILIES[parent]
+
+    def lift(th, x, data):
+        th = parent.params.validate(th)
+        return {**th, "f_coef": np.r_[np.asarray(th["f_coef"], float), np.zeros(extra)]}, np.asarray(x, float)
+
+    th0, x00 = lift(theta, x0, data)
+    kw = {**kw, "degree": int(kw["degree"]) + extra}
+    model = factory(**{**kw, "theta0": th0})
+    register_family(model, factory, kw)
+    return Grown(model, model.params.validate(th0), x00, lift, extra)
+
+
+#: every kind of `Augmentation` (module docstring)
+AUGMENTATIONS = ("offset", "gain", "output_poly", "input_poly", "state_output", "lowpass_output", "lowpass_input",
+                 "mlp_output", "mlp_state", "poly_degree")

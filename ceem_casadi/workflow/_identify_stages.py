@@ -1,0 +1,277 @@
+"""The stages of [`identify`][ceem_casadi.identify], when each runs, and why (the table says).
+
+Stages that pay: CE-EM and the noise calibration cost most of `identify`'s time and, on a model
+meant for simulation whose start simulates, they rarely win (issue 31: 60-142 s of 64-142 s on two
+real records, never chosen). With ``ceem="auto"`` CE-EM runs only when
+
+- the start does not simulate: its free run on the estimation data is not finite or its RMS is
+  above ``SIMULATES`` = 10 x the RMS of the measured output (output error starts in a region
+  where its gradient says little, CE-EM's smoothed states follow the data), or
+- output error from ``theta0`` (and its multi-starts) did not converge (a stall, a limit, a failure);
+
+and with ``calibrate="auto"`` the calibration runs only after CE-EM, when the CE-EM estimate's free
+run is better than output error's from ``theta0`` (otherwise a better CE-EM fit cannot change the
+choice: output error from it is the contender either way). A skipped stage stays in the table with
+the reason; a stage that fails (a start whose simulation explodes, a solver failure) is a row with
+its advice, never the end of the pipeline.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+
+import numpy as np
+
+from ..errors import CeemError, OptionsError, SolverError
+from ..runtime._result import Result
+from ..runtime._status import Status
+from ._search import free_run_errors, objective_of
+from .output_error import OutputErrorOptions, refine_output_error
+from .output_error._fit import LeastSquaresOptions, output_error_least_squares
+
+__all__ = ["StageFit", "Stages", "ceem_options_of", "free_run_fit", "oe_options_of", "search_fit_options"]
+
+#: why a skipped stage did not run
+SKIP_CEEM = ("skipped: output error from theta0 converged from a start that simulates (CE-EM runs with ceem=True, "
+             "or by itself when the start does not simulate or output error does not converge)")
+SKIP_CALIBRATION = ("skipped: the CE-EM estimate simulates no better than output error from theta0 "
+                    "(calibrate=True runs it)")
+#: a start "simulates" when its free-run RMS is at most this multiple of each output's RMS
+SIMULATES = 10.0
+ADVICE = ("try starts=n (seeded log-uniform multi-starts), a theta0 closer to the data (e.g. from n4sid or "
+          "bla_initialise), or tighter parameter bounds")
+
+
+@dataclass(repr=False)
+class StageFit(Result):
+    """One stage of `identify` on the estimation data.
+
+    Attributes
+    ----------
+    stage : str
+        Its name.
+    theta : dict
+        Parameters, name -> array.
+    x0 : numpy.ndarray
+        (B, nx) initial states.
+    objective : float
+        ``0.5 sum ((y - yhat) / sigma_v)^2`` of the free runs from ``x0`` (dimensionless).
+    rms : numpy.ndarray
+        (ny,) simulation RMS per output on the estimation data (units of y).
+    status : str
+        The stage's solver status.
+    iterations : int
+        Its iterations.
+    wall_s : float
+        Its seconds.
+    message : str
+        What happened.
+    rejected : str
+        Why the stage cannot be chosen ("" when it can): a noise-calibration stage that did not
+        lower the estimation objective or pinned a parameter at a bound
+        (`ceem_casadi.workflow._identify_noise`).
+    """
+
+    SUMMARY = ("stage", "status", "iterations", "objective")
+
+    stage: str
+    theta: dict = field(repr=False)
+    x0: np.ndarray = field(repr=False)
+    objective: float
+    rms: np.ndarray
+    status: str
+    iterations: int
+    wall_s: float
+    message: str = field(default="", repr=False)
+    rejected: str = ""
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict."""
+        return dict(stage=self.stage, theta={k: np.asarray(v).tolist() for k, v in self.theta.items()},
+                    x0=np.asarray(self.x0).tolist(), objective=self.objective, rms=np.asarray(self.rms).tolist(),
+                    status=self.status, iterations=self.iterations, wall_s=self.wall_s, message=self.message,
+                    rejected=self.rejected)
+
+
+def free_run_fit(model, theta, data: Trajectories, x0) -> tuple[float, np.ndarray]:
+    """Output-error objective and per-output RMS of the free runs from ``x0`` (B, nx)."""
+    err = free_run_errors(model, theta, data, x0)
+    obj = objective_of(err)
+    if not np.isfinite(obj):
+        return np.inf, np.full(model.ny, np.inf)
+    sig = np.asarray(model.noise.measurement_std, float)
+    e = np.vstack(err) * sig
+    ok = ~np.isnan(e)
+    return obj, np.sqrt(np.sum(np.where(ok, e, 0.0) ** 2, axis=0) / np.maximum(ok.sum(axis=0), 1))
+
+
+def ceem_options_of(value):
+    """``ceem_options=`` as a CEEMOptions: None (defaults), a CEEMOptions, or a mapping of its fields."""
+    from ..em._options import CEEMOptions
+
+    if value is None:
+        return CEEMOptions()
+    if isinstance(value, CEEMOptions):
+        return value
+    if isinstance(value, Mapping):
+        return CEEMOptions.from_mapping(value)
+    raise OptionsError(f"ceem_options: expected a CEEMOptions or a dict of its fields, got {type(value).__name__}")
+
+
+def oe_options_of(value):
+    """``options=`` of the output-error stages: None (LeastSquaresOptions defaults), a
+    LeastSquaresOptions, an OutputErrorOptions, or a mapping of LeastSquaresOptions fields."""
+    if value is None:
+        return LeastSquaresOptions()
+    if isinstance(value, (LeastSquaresOptions, OutputErrorOptions)):
+        return value
+    if isinstance(value, Mapping):
+        known = {f.name for f in fields(LeastSquaresOptions)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise OptionsError(f"options: unknown LeastSquaresOptions field(s) {unknown}; known: {sorted(known)}")
+        return LeastSquaresOptions(**value)
+    raise OptionsError("options: expected a LeastSquaresOptions, an OutputErrorOptions or a dict of "
+                       f"LeastSquaresOptions fields, got {type(value).__name__}")
+
+
+def search_fit_options(options) -> OutputErrorOptions:
+    """The OutputErrorOptions of the search's fits, carrying the state bounds, prior use and
+    initial-state window of the stages' options."""
+    if isinstance(options, OutputErrorOptions):
+        return options
+    return OutputErrorOptions(max_iters=options.max_iters, use_prior=options.use_prior, x0_window=options.x0_window,
+                              x_lower=options.x_lower, x_upper=options.x_upper)
+
+
+def _first_line(exc) -> str:
+    """The error's first line without advice meant for another entry point (``exc.cause`` when set)."""
+    text = str(getattr(exc, "cause", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class Stages:
+    """The stage table of one `identify` call."""
+
+    def __init__(self, model, data, shooting, options):
+        self.model, self.data, self.shooting, self.options = model, data, shooting, options
+        self.stages, self._stage, self._fit, self.errors = [], StageFit, free_run_fit, []
+
+    def add(self, stage, theta, x0, status, iterations, t0, message="", rejected=""):
+        obj, rms = self._fit(self.model, theta, self.data, x0)
+        row = self._stage(stage, theta, np.asarray(x0, float), obj, rms, str(status), int(iterations),
+                          time.perf_counter() - t0, message, rejected)
+        self.stages.append(row)
+        return row
+
+    def failed(self, stage, theta, t0, exc, rejected=""):
+        self.errors.append(exc)
+        m = self.model
+        row = self._stage(stage, theta, np.zeros((len(self.data), m.nx)), np.inf, np.full(m.ny, np.inf),
+                          "solver_failed", 0, time.perf_counter() - t0, f"{_first_line(exc)}; {ADVICE}", rejected)
+        self.stages.append(row)
+        return row
+
+    def skipped(self, stage, theta, reason):
+        m = self.model
+        row = self._stage(stage, theta, np.zeros((len(self.data), m.nx)), np.inf, np.full(m.ny, np.inf), "skipped",
+                          0, 0.0, "", reason)
+        self.stages.append(row)
+        return row
+
+    def start(self, theta0):
+        from ._initial_state import estimate_initial_state
+
+        t0 = time.perf_counter()
+        try:
+            x = np.asarray(estimate_initial_state(self.model, self.data, theta0), float)
+            return self.add("theta0", theta0, x.reshape(len(self.data), self.model.nx), "n/a", 0, t0)
+        except CeemError as exc:
+            return self.failed("theta0", theta0, t0, exc)
+
+    def output_error(self, name, theta, starts, budget):
+        t0 = time.perf_counter()
+        try:
+            if isinstance(self.options, OutputErrorOptions):
+                res = refine_output_error(self.model, self.data, theta, shooting=self.shooting, starts=starts,
+                                          options=replace(self.options, time_limit=budget))
+            else:
+                res = output_error_least_squares(self.model, self.data, theta, shooting=self.shooting, starts=starts,
+                                                 options=replace(self.options, time_limit=budget))
+        except CeemError as exc:
+            return self.failed(name, theta, t0, exc)
+        message = res.message
+        if res.starts:
+            k = min((r for r in res.starts if np.isfinite(r["cost"])), key=lambda r: r["cost"], default=None)
+            message = f"start {k['start'] if k else '?'} of {len(res.starts)} won (0 = theta0); {message}"
+        return self.add(name, res.theta, res.x0, res.status, res.iterations, t0, message)
+
+    def simulates(self, stage) -> bool:
+        """Whether a stage's free run stays within SIMULATES x the spread of every measured output."""
+        y = np.vstack([self.data.y[b] for b in range(len(self.data))])
+        spread = np.nanstd(y, axis=0) + np.abs(np.nanmean(y, axis=0))
+        return bool(np.all(np.isfinite(stage.rms)) and np.all(stage.rms <= SIMULATES * np.maximum(spread, 1e-300)))
+
+    def ceem_stage(self, ceem, theta0, copt, start, oe0, expires, calibrate):
+        """Run CE-EM (or record why not) and output error from its estimate; returns the CE-EM stage."""
+        from ..em._ceem import ceem as run_ceem
+
+        if ceem is False:
+            return None
+        simulates = self.simulates(start)
+        if ceem == "auto" and simulates and oe0.status == "converged":
+            self.skipped("CE-EM", theta0, SKIP_CEEM)
+            return None
+        why = ("ceem=True" if ceem is True else
+               "the start does not simulate" if not simulates else
+               f"output error from theta0 ended {oe0.status}")
+        t0 = time.perf_counter()
+        share = 3.0 if calibrate is True else 2.0
+        budget = None if expires is None else max(expires - time.perf_counter(), 1e-3) / share
+        try:
+            ce = run_ceem(self.model, self.data, theta0, options=replace(copt, time_limit=budget))
+        except (SolverError, CeemError) as exc:  # e.g. a start whose simulation explodes
+            self.failed("CE-EM", theta0, t0, exc, rejected=f"ran ({why}) and failed")
+            return None
+        stage = self.add("CE-EM", ce.theta, np.array([x[0] for x in ce.x]), ce.status, len(ce.history), t0,
+                         f"ran: {why}; {ce.message}")
+        stage.ce = ce
+        if ce.status is not Status.SOLVER_FAILED:
+            rem = None if expires is None else max(expires - time.perf_counter(), 1e-3)
+            self.output_error("output error from CE-EM", ce.theta, None, None if rem is None else rem / (share - 1.0))
+        return stage
+
+    def calibration(self, calibrate, ce_stage, oe0, copt, grid, criterion, expires):
+        from ._identify_noise import calibration_stage, failed, verdict
+
+        ce = ce_stage.ce
+        if calibrate is False or ce.status is Status.SOLVER_FAILED:
+            return
+        if calibrate == "auto" and not ce_stage.objective < oe0.objective:
+            self.skipped("noise calibration", ce.theta, SKIP_CALIBRATION)
+            return
+        t0 = time.perf_counter()
+        budget = None if expires is None else 0.5 * max(expires - time.perf_counter(), 1e-3)
+        try:
+            name, th, x0, status, its, msg = calibration_stage(self.model, self.data, ce.theta, copt, grid,
+                                                               criterion, budget)
+        except SolverError as exc:
+            self.failed("noise calibration", ce.theta, t0, exc, failed(exc))
+            return
+        cal = self.add(name, th, x0, status, its, t0, msg)
+        cal.rejected = verdict(self.model, cal, ce_stage)
+        if not cal.rejected:
+            self.output_error("output error from noise calibration", cal.theta, None,
+                              None if expires is None else max(expires - time.perf_counter(), 1e-3))
+
+    def best(self):
+        finite = [s for s in self.stages if np.isfinite(s.objective) and not s.rejected]
+        if not finite:
+            # a stage refused the data or the start (a ValueError: non-finite values, a domain error)
+            # is the cause to report as such; otherwise the solvers failed
+            cause = next((e for e in self.errors if isinstance(e, ValueError) and isinstance(e, CeemError)), None)
+            msg = ("identify: no stage gives a finite free run on the estimation data: "
+                   + "; ".join(f"{s.stage}: {s.message or s.rejected}" for s in self.stages))
+            raise (type(cause) if cause is not None else SolverError)(msg)
+        return min(finite, key=lambda s: s.objective)

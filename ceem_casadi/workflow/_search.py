@@ -1,0 +1,276 @@
+"""Structure search on estimation data only: grow the user's model by nested augmentations.
+
+Every estimation trajectory (its first ``max_samples`` samples on long records) is cut into a
+**head** (the first ``1 - holdout``) and a held-back **tail**. The root is the user's model fitted on the heads (warm: from its optimum on all the
+estimation data). From the best node, every move of ``SearchOptions.augmentations``
+(`ceem_casadi.workflow._augment`) grows a child that starts AT its parent's optimum (new terms at
+zero: the child starts with its parent's objective) and is fitted by output error
+([`refine_output_error`][ceem_casadi.refine_output_error]) on the heads. A child is **accepted**
+when both
+
+1. its information criterion on the heads (AIC ``N ln(mse) + 2 k`` or BIC ``N ln(mse) + k ln N``;
+   N observed outputs, mse the mean squared error weighted by ``1 / sigma_v``, k free parameters
+   plus initial states) is lower than its parent's, and
+2. its free run continued over the held-back tails (from the head fit's initial states, no
+   refit) has a lower weighted RMS than its parent's;
+
+the accepted child with the lowest criterion is expanded next (``beam`` children with ``beam > 1``),
+up to ``max_depth`` moves, while the time lasts. The chosen structure is the accepted node with the
+lowest criterion (the user's model if none was accepted). It is refitted on ALL the estimation data
+from its head optimum and, if that is not already at least as good as the user's model there, from
+the user's optimum lifted into it (new terms at zero); the search returns the user's model unless
+the refit's objective on all the estimation data is not above the user's model's. Test data never
+enter: the search is given the estimation Trajectories only.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from ..errors import CeemError
+from ..io._data import Trajectories
+from ..model._simulation import run
+from ._augment import augment, context_of
+from ._search_options import SearchOptions, SearchResult
+from .output_error import OutputErrorOptions, refine_output_error
+
+__all__ = ["free_run_errors", "objective_of", "structure_search"]
+
+#: how often a move may appear on one path (the polynomial moves compose into higher degrees)
+REPEATS = {"output_poly": 2, "input_poly": 2, "poly_degree": 3}
+
+#: share of the search's time kept for the final refit on all the estimation data
+FINAL_SHARE = 0.25
+
+
+def free_run_errors(model, theta, data: Trajectories, x0) -> list:
+    """Weighted free-run errors ``(y - yhat) / sigma_v`` per trajectory ((T_b, ny), NaN where
+    unobserved or where the run is not finite) from ``x0`` (B, nx)."""
+    tv = model.params.to_vector(theta)
+    iv = np.asarray(model.noise.inv_measurement_std, float)
+    out = []
+    for b in range(len(data)):
+        y, _ = run(model, tv, np.asarray(x0[b], float), data.inputs(b))
+        with np.errstate(all="ignore"):
+            e = (data.y[b] - y.reshape(data.y[b].shape)) * iv
+        out.append(np.where(np.isfinite(data.y[b]), np.where(np.isfinite(e), e, np.inf), np.nan))
+    return out
+
+
+def objective_of(errors: list) -> float:
+    """``0.5 sum e^2`` over the observed entries (inf when a run is not finite)."""
+    e = np.concatenate([a.ravel() for a in errors])
+    e = e[~np.isnan(e)]
+    return 0.5 * float(np.sum(e ** 2)) if np.all(np.isfinite(e)) else np.inf
+
+
+def _split(data: Trajectories, holdout: float):
+    cuts = [min(max(2, int(round((1 - holdout) * T))), T) for T in data.lengths]
+    head = Trajectories([data.y[b][:c] for b, c in enumerate(cuts)],
+                        None if data.u is None else [data.inputs(b)[:c] for b, c in enumerate(cuts)], dt=data.dt)
+    return head, cuts
+
+
+class _Search:
+    """The state of one search (module docstring)."""
+
+    def __init__(self, data, opts: SearchOptions, fit_options: OutputErrorOptions, expires):
+        # long records: the search runs on the first max_samples samples of every trajectory
+        data = data if opts.max_samples is None else data.leading(opts.max_samples)
+        self.data, self.opts, self.fit_options, self.expires = data, opts, fit_options, expires
+        self.head, self.cuts = _split(data, opts.holdout)
+        self.rows, self.t0, self.count = [], time.perf_counter(), 0
+
+    def remaining(self):
+        return None if self.expires is None else self.expires - time.perf_counter()
+
+    def score(self, model, theta, x0):
+        """(head objective, criterion, tail RMS, k) of a fit on the heads."""
+        err = free_run_errors(model, theta, self.data, x0)
+        head = [e[:c] for e, c in zip(err, self.cuts)]
+        tail = np.concatenate([e[c:].ravel() for e, c in zip(err, self.cuts)])
+        tail = tail[~np.isnan(tail)]
+        obj = objective_of(head)
+        n = sum(int(np.sum(~np.isnan(e))) for e in head)
+        k = int(model.params.free_index.size) + len(self.data) * model.nx
+        if not np.isfinite(obj) or n == 0:
+            return obj, np.inf, np.inf, k
+        mse = max(2.0 * obj / n, 1e-300)
+        ic = n * np.log(mse) + (2.0 * k if self.opts.criterion == "aic" else k * np.log(n))
+        rms = float(np.sqrt(np.mean(tail ** 2))) if tail.size and np.all(np.isfinite(tail)) else (
+            np.nan if not tail.size else np.inf)
+        return obj, float(ic), rms, k
+
+    def fit(self, model, theta, x0, data, budget):
+        opts = replace(self.fit_options, max_iters=self.opts.max_iters, time_limit=budget)
+        return refine_output_error(model, data, theta, x0=x0, options=opts)
+
+    def node(self, label, model, theta, x0, lifts, parent, t0, status="", message=""):
+        obj, ic, tail, k = self.score(model, theta, x0)
+        node = dict(structure=label, model=model, theta=theta, x0=np.asarray(x0, float), lifts=lifts, parent=parent,
+                    k=k, objective=obj, ic=ic, tail=tail, status=status, verdict="", wall_s=time.perf_counter() - t0,
+                    message=message)
+        return node
+
+    def judge(self, child, parent) -> bool:
+        if not np.isfinite(child["ic"]):
+            child["verdict"] = "rejected: its free run is not finite"
+            return False
+        if not child["ic"] < parent["ic"]:
+            child["verdict"] = f"rejected: {self.opts.criterion.upper()} not below its parent's {parent['ic']:.6g}"
+            return False
+        if np.isfinite(parent["tail"]) and not child["tail"] < parent["tail"]:
+            child["verdict"] = f"rejected: tail RMS not below its parent's {parent['tail']:.4g}"
+            return False
+        child["verdict"] = "accepted"
+        return True
+
+    def log(self, row, depth):
+        self.rows.append(row)
+        if self.opts.progress:
+            print(f"search [{len(self.rows)}] depth {depth} {row['structure']}: k={row['k']} objective "
+                  f"{row['objective']:.6g} {self.opts.criterion.upper()} {row['ic']:.6g} tail {row['tail']:.4g} "
+                  f"{row['status']} {row['wall_s']:.1f} s -> {row['verdict']}", file=sys.stderr, flush=True)
+
+    def grow(self, parent, aug, depth, budget):
+        t0 = time.perf_counter()
+        self.count += 1
+        label = f"{parent['structure']} + {aug.label}"
+        try:
+            ctx = context_of(parent["model"], parent["theta"], parent["x0"], self.head)
+            g = augment(aug, parent["model"], parent["theta"], parent["x0"], self.head, ctx, f"s{self.count}")
+            res = self.fit(g.model, g.theta, g.x0, self.head, budget)
+            child = self.node(label, g.model, res.theta, res.x0, parent["lifts"] + [g.lift], parent, t0,
+                              str(res.status), res.message)
+        except (CeemError, RuntimeError) as exc:  # a move that cannot be built or fitted is reported
+            child = dict(structure=label, k=0, objective=np.inf, ic=np.inf, tail=np.inf, status="solver_failed",
+                         verdict=f"rejected: {str(exc).splitlines()[0][:120]}", wall_s=time.perf_counter() - t0)
+            self.log(child, depth)
+            return None
+        ok = self.judge(child, parent)
+        self.log(child, depth)
+        return child if ok else None
+
+    def user_candidate(self, name, model, theta, root, budget):
+        t0 = time.perf_counter()
+        theta = model.params.initial() if theta is None else model.params.validate(theta)
+        try:
+            res = self.fit(model, theta, None, self.head, budget)
+            child = self.node(name, model, res.theta, res.x0, None, root, t0, str(res.status), res.message)
+        except (CeemError, RuntimeError) as exc:
+            child = dict(structure=name, k=0, objective=np.inf, ic=np.inf, tail=np.inf, status="solver_failed",
+                         verdict=f"rejected: {str(exc).splitlines()[0][:120]}", wall_s=time.perf_counter() - t0)
+            self.log(child, 1)
+            return None
+        ok = self.judge(child, root)
+        self.log(child, 1)
+        return child if ok else None
+
+    def budget(self, left: int):
+        rem = self.remaining()
+        return None if rem is None else max(rem * (1 - FINAL_SHARE) / max(left, 1), 1e-3)
+
+    def out_of_time(self) -> bool:
+        rem = self.remaining()
+        return rem is not None and rem <= FINAL_SHARE * max(self.expires - self.t0, 0.0)
+
+
+def _moves(opts, node):
+    used = node["structure"].split(" + ")[1:]
+    return [a for a in opts.augmentations
+            if a.applicable(node["model"]) and used.count(a.label) < REPEATS.get(a.kind, 1)]
+
+
+def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOptions | None = None,
+                     fit_options: OutputErrorOptions = OutputErrorOptions(), expires: float | None = None,
+                     user_objective: float | None = None) -> SearchResult:
+    """Search structures grown from ``model`` at its optimum ``(theta, x0)`` on the estimation
+    ``data`` (module docstring); ``expires`` a ``time.perf_counter()`` deadline (or ``options.time_limit``).
+
+    Returns
+    -------
+    SearchResult
+        The chosen model, its fit on all of ``data`` (objective never above ``user_objective``, the
+        user's model's objective on ``data`` at ``(theta, x0)``), and the table of every candidate.
+    """
+    t_all = time.perf_counter()
+    options = SearchOptions() if options is None else options
+    if options.time_limit is not None:
+        own = t_all + options.time_limit
+        expires = own if expires is None else min(expires, own)
+    s = _Search(data, options, fit_options, expires)
+    theta = model.params.validate(theta)
+    x0 = np.asarray(x0, float).reshape(len(data), model.nx)
+    if user_objective is None:
+        user_objective = objective_of(free_run_errors(model, theta, data, x0))
+    t0 = time.perf_counter()
+    res = s.fit(model, theta, x0, s.head, s.budget(1 + len(options.augmentations)))
+    root = s.node("user model", model, res.theta, res.x0, [], None, t0, str(res.status), res.message)
+    root["verdict"] = "the root (fitted on the heads)"
+    s.log(root, 0)
+    best, frontier = root, [root]
+    extra = list(options.candidates)
+    for depth in range(1, options.max_depth + 1):
+        accepted = []
+        for node in frontier:
+            moves = _moves(options, node)
+            pending = len(moves) + len(extra)
+            for name, m, th in extra:
+                if s.out_of_time():
+                    break
+                child = s.user_candidate(name, m, th, root, s.budget(pending))
+                pending -= 1
+                accepted += [child] if child else []
+            extra = []
+            for aug in moves:
+                if s.out_of_time():
+                    s.log(dict(structure=f"{node['structure']} + {aug.label}", k=0, objective=np.nan, ic=np.nan,
+                               tail=np.nan, status="not run", verdict="time limit", wall_s=0.0), depth)
+                    continue
+                child = s.grow(node, aug, depth, s.budget(pending))
+                pending -= 1
+                accepted += [child] if child else []
+        if not accepted:
+            break
+        accepted.sort(key=lambda c: c["ic"])
+        frontier = accepted[:options.beam]
+        if frontier[0]["ic"] < best["ic"]:
+            best = frontier[0]
+    return _final(s, model, theta, x0, data, best, user_objective, t_all)
+
+
+def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all) -> SearchResult:
+    """Refit the chosen node on all of ``data`` (module docstring) and build the result."""
+    user = (model, theta, x0, user_objective, "user model", "nothing beat the user's model on the estimation data",
+            "n/a", 0)
+    chosen = user
+    if best["parent"] is not None:
+        rem = s.remaining()
+        fits = []
+        res = s.fit(best["model"], best["theta"], best["x0"], data, rem)
+        fits.append((res, "from its head optimum"))
+        if not res.cost <= user_objective and best["lifts"] is not None:
+            th, x = theta, x0
+            for lift in best["lifts"]:
+                th, x = lift(th, x, data)
+            rem = s.remaining()
+            fits.append((s.fit(best["model"], th, x, data, None if rem is None else max(rem, 1e-3)),
+                         "from the user's optimum lifted into it"))
+        for res, how in fits:
+            obj = objective_of(free_run_errors(best["model"], res.theta, data, res.x0))
+            if obj <= min(user_objective, chosen[3]):
+                chosen = (best["model"], res.theta, res.x0, obj, best["structure"],
+                          f"refitted on all the estimation data {how}: {res.message}", str(res.status),
+                          int(res.iterations))
+        if chosen is user:
+            chosen = user[:5] + (f"{best['structure']} refitted on all the estimation data did not reach the "
+                                 "user's model's objective: the user's model is kept", "n/a", 0)
+    for r in s.rows:
+        r["chosen"] = r["structure"] == chosen[4]
+    rows = [{k: v for k, v in r.items() if k not in ("model", "theta", "x0", "lifts", "parent")} for r in s.rows]
+    m, th, x, obj, label, msg, status, its = chosen
+    return SearchResult(m, th, np.asarray(x, float), float(obj), label, rows, s.opts.criterion,
+                        time.perf_counter() - t_all, msg, status, its)

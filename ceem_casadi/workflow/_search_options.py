@@ -1,0 +1,190 @@
+"""Options and result of the structure search ([`identify`][ceem_casadi.identify]'s ``search=``)."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import OptionsError
+from ..runtime._result import Result
+from ..runtime._schema import check_time_limit, renamed, require
+from ._augment import Augmentation
+
+__all__ = ["DEFAULT_AUGMENTATIONS", "SearchOptions", "SearchResult", "search_options"]
+
+#: the moves tried from every node by default (`ceem_casadi.workflow._augment`)
+DEFAULT_AUGMENTATIONS = (Augmentation("poly_degree", degree=4), Augmentation("offset"), Augmentation("gain"), Augmentation("output_poly", degree=3),
+                         Augmentation("input_poly", degree=3), Augmentation("state_output"),
+                         Augmentation("lowpass_output"), Augmentation("lowpass_input"),
+                         Augmentation("mlp_output", width=8), Augmentation("mlp_state", width=8))
+
+
+@renamed(max_iter="max_iters")
+@dataclass(frozen=True)
+class SearchOptions:
+    """Options of the structure search of [`identify`][ceem_casadi.identify] (``search=``).
+
+    Parameters
+    ----------
+    augmentations : tuple of Augmentation or str
+        The moves tried from every node, in this order (default `DEFAULT_AUGMENTATIONS`: for the
+        polynomial block-oriented models of ``bla_initialise`` the degree raised by 4; output offset and gain,
+        Chebyshev output and input polynomials of degree 3, a linear output term in the states,
+        a first-order low-pass state on the outputs and on the inputs, MLP residuals (8 tanh
+        units) on g and on f); a str is ``Augmentation(kind)``.
+    candidates : tuple of (name, model, theta)
+        Structures of your own, fitted from ``theta`` (``None``: the model's initial values) and
+        judged by the same rule at depth 1 (then grown like the others).
+    criterion : str
+        Information criterion ``"aic"`` (``N ln(mse) + 2 k``) or ``"bic"`` (``N ln(mse) + k ln N``),
+        of the fit on the head of the estimation data (N observed outputs, mse the mean squared
+        weighted error, k the free parameters plus initial states).
+    holdout : float
+        Fraction of every estimation trajectory held back as its tail (0 < holdout < 1).
+    max_depth : int
+        Augmentations stacked at most.
+    beam : int
+        Nodes expanded per depth (1: greedy).
+    max_iters : int
+        Iteration limit of every candidate fit.
+    max_samples : int, optional
+        The search (heads and tails) runs on the first ``max_samples`` samples of every estimation
+        trajectory (default 20,000: candidate fits of long records stay cheap); the chosen structure is
+        refitted on all the estimation data. ``None``: all of it.
+    time_limit : float, optional
+        Seconds for the search (``None``: what [`identify`][ceem_casadi.identify]'s ``time_limit``
+        leaves; no limit without one).
+    progress : bool
+        Print one line per candidate on stderr.
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> opts = cc.workflow.SearchOptions(augmentations=("offset", "output_poly"), max_depth=2)
+    >>> [a.label for a in opts.augmentations], opts.criterion
+    (['offset', 'output_poly(3)'], 'aic')
+    """
+
+    augmentations: tuple = DEFAULT_AUGMENTATIONS
+    candidates: tuple = ()
+    criterion: str = "aic"
+    holdout: float = 0.2
+    max_depth: int = 3
+    beam: int = 1
+    max_iters: int = 200
+    max_samples: int | None = 20000
+    time_limit: float | None = None
+    progress: bool = True
+
+    def __post_init__(self):
+        augs = self.augmentations
+        if isinstance(augs, (str, Augmentation)) or not isinstance(augs, Sequence):
+            raise OptionsError(f"augmentations: expected a tuple of Augmentation or kind names, got {augs!r}")
+        augs = tuple(Augmentation(a) if isinstance(a, str) else a for a in augs)
+        bad = [a for a in augs if not isinstance(a, Augmentation)]
+        require(not bad, f"augmentations: expected Augmentation objects or kind names, got {bad[:1]!r}")
+        object.__setattr__(self, "augmentations", augs)
+        cands = tuple(self.candidates)
+        for c in cands:
+            if not (isinstance(c, (tuple, list)) and len(c) == 3 and isinstance(c[0], str)
+                    and hasattr(c[1], "params")):
+                raise OptionsError(f"candidates: expected (name, model, theta) triples, got {c!r}"[:200])
+        object.__setattr__(self, "candidates", cands)
+        require(self.criterion in ("aic", "bic"), f"criterion must be 'aic' or 'bic', got {self.criterion!r}")
+        require(isinstance(self.holdout, (int, float)) and 0.0 < self.holdout < 1.0,
+                f"holdout must be a fraction in (0, 1), got {self.holdout!r}")
+        for name in ("max_depth", "beam", "max_iters"):
+            v = getattr(self, name)
+            require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"{name} must be an int >= 1, got {v!r}")
+        require(self.max_samples is None or (isinstance(self.max_samples, int) and not isinstance(self.max_samples, bool)
+                                             and self.max_samples >= 4),
+                f"max_samples must be None or an int >= 4, got {self.max_samples!r}")
+        check_time_limit(self.time_limit)
+        require(isinstance(self.progress, bool), f"progress must be True or False, got {self.progress!r}")
+
+
+def search_options(search) -> SearchOptions | None:
+    """``identify(search=...)`` as `SearchOptions`: None/False (no search), True (defaults), a
+    `SearchOptions`, or a list of moves (Augmentation or kind names) and/or ``(name, model, theta)``
+    candidates (a dict name -> (model, theta) also)."""
+    if search is None or search is False:
+        return None
+    if search is True:
+        return SearchOptions()
+    if isinstance(search, SearchOptions):
+        return search
+    if isinstance(search, Mapping):
+        search = [(k, *v) for k, v in search.items()]
+    if isinstance(search, (str, Augmentation)):
+        search = [search]
+    if not isinstance(search, Sequence) or not search:
+        raise OptionsError("search: expected True, a SearchOptions, or a non-empty list of augmentations / "
+                           f"(name, model, theta) candidates, got {search!r}"[:200])
+    augs = tuple(a for a in search if isinstance(a, (str, Augmentation)))
+    cands = tuple(c for c in search if not isinstance(c, (str, Augmentation)))
+    return SearchOptions(augmentations=augs, candidates=cands)
+
+
+@dataclass(repr=False)
+class SearchResult(Result):
+    """Outcome of the structure search.
+
+    Attributes
+    ----------
+    model : StateSpaceModel
+        The chosen structure (the user's model when nothing beat it).
+    theta : dict
+        Its parameters on ALL the estimation data.
+    x0 : numpy.ndarray
+        (B, nx) its initial states.
+    objective : float
+        Its output-error objective on all the estimation data (never above the user's model's).
+    structure : str
+        ``"user model"`` plus the accepted moves, e.g. ``"user model + offset + output_poly(3)"``.
+    rows : list of dict
+        One per candidate, in run order: ``structure``, ``k``, ``objective`` (head of the data),
+        ``ic``, ``tail`` (RMS of the weighted free-run error over the held-back tails), ``status``,
+        ``verdict``, ``wall_s``.
+    criterion : str
+        ``"aic"`` or ``"bic"``.
+    wall_s : float
+        Seconds.
+    message : str
+        How the final fit went.
+    status : str
+        The final fit's status (``"n/a"`` when the user's model is kept).
+    iterations : int
+        The final fit's iterations.
+    """
+
+    SUMMARY = ("structure", "objective", "wall_s")
+
+    model: object = field(repr=False)
+    theta: dict = field(repr=False)
+    x0: np.ndarray = field(repr=False)
+    objective: float
+    structure: str
+    rows: list = field(repr=False)
+    criterion: str = "aic"
+    wall_s: float = 0.0
+    message: str = ""
+    status: str = "n/a"
+    iterations: int = 0
+
+    def table(self) -> str:
+        """One line per candidate: structure, k, head objective, criterion, tail score, status, verdict, seconds."""
+        w = max([len(r["structure"]) for r in self.rows] + [9])
+        out = [f"  {'structure':<{w}}  {'k':>5}  {'objective':>12}  {self.criterion.upper():>12}  {'tail RMS':>9}  "
+               f"{'status':<11}  {'wall s':>7}  verdict"]
+        for r in self.rows:
+            mark = "*" if r.get("chosen") else " "
+            out.append(f"{mark} {r['structure']:<{w}}  {r['k']:>5}  {r['objective']:12.6g}  {r['ic']:12.6g}  "
+                       f"{r['tail']:9.4g}  {r['status']:<11}  {r['wall_s']:7.2f}  {r['verdict']}")
+        return "\n".join(out)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (without the model)."""
+        return dict(structure=self.structure, objective=self.objective, criterion=self.criterion, wall_s=self.wall_s,
+                    message=self.message, theta={k: np.asarray(v).tolist() for k, v in self.theta.items()},
+                    rows=[{k: v for k, v in r.items()} for r in self.rows])

@@ -1,0 +1,96 @@
+"""Seeded multi-starts around a guess: ``starts=n`` of [`identify`][ceem_casadi.identify] and
+[`refine_output_error`][ceem_casadi.refine_output_error].
+
+Start ``k`` multiplies every free entry ``v`` of the guess by a log-uniform factor
+``exp(U(-1, 1) ln(spread))`` (so within ``[v / spread, v spread]``, the sign kept) and clips it into
+the parameter's bounds; an entry that is 0 in the guess (no scale to spread) is drawn uniformly in
+``[-1, 1]`` intersected with its bounds, or in the bounds when they are finite and narrower. Fixed
+entries keep their value. The draws come from ``numpy.random.default_rng([seed, 2])``: the same seed
+gives the same starts (the recipe of ``scripts/drive_pipeline.py``, moved into the library).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..errors import CeemError, OptionsError
+
+__all__ = ["log_uniform_starts", "resolve_starts"]
+
+#: default spread factor of `log_uniform_starts`
+SPREAD = 3.0
+
+
+def log_uniform_starts(model, theta: Mapping, n: int, *, seed: int = 0, spread: float = SPREAD) -> list[dict]:
+    """``n`` seeded starting parameter sets around ``theta`` (module docstring).
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model (its bounds and free entries).
+    theta : dict
+        The guess, name -> array.
+    n : int
+        Number of starts (>= 0).
+    seed : int
+        Seed of the draws.
+    spread : float
+        Factor > 1: every free entry within ``[v / spread, v spread]``.
+
+    Returns
+    -------
+    list of dict
+        ``n`` complete parameter sets (name -> array).
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> from ceem_casadi.workflow import log_uniform_starts
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5, lower=0.0, upper=0.9)))
+    >>> s = log_uniform_starts(model, {"a": 0.5}, 3, seed=1)
+    >>> len(s), all(0.5 / 3 <= float(t["a"]) <= 0.9 for t in s)
+    (3, True)
+    >>> [float(t["a"]) for t in s] == [float(t["a"]) for t in log_uniform_starts(model, {"a": 0.5}, 3, seed=1)]
+    True
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise OptionsError(f"starts: expected a number of starts >= 0 (int) or a list of dicts, got {n!r}")
+    if not (np.isfinite(spread) and spread > 1):
+        raise OptionsError(f"spread must be a finite number > 1, got {spread!r}")
+    params = model.params
+    base = params.to_vector(params.validate(theta))
+    lo, hi, free = params.lower, params.upper, params.free_mask
+    rng = np.random.default_rng([int(seed), 2])
+    out = []
+    for _ in range(int(n)):
+        factor = np.exp(rng.uniform(-1.0, 1.0, base.size) * np.log(spread))
+        flat = rng.uniform(np.maximum(lo, -1.0), np.minimum(hi, 1.0))
+        flat = np.where(np.isfinite(flat), flat, 0.0)
+        v = np.where(base != 0.0, base * factor, flat)
+        v = np.where(free, np.clip(v, lo, hi), base)
+        out.append(params.from_vector(v))
+    return out
+
+
+def resolve_starts(model, theta: Mapping, starts, *, seed: int = 0) -> list | None:
+    """``starts=`` as given to a fit: ``None``, an int n (`log_uniform_starts`, ``seed``) or a
+    sequence of (possibly partial) dicts, returned as complete validated dicts (the missing names
+    from ``theta``); anything else is refused with one line."""
+    if starts is None:
+        return None
+    if isinstance(starts, (int, np.integer)) and not isinstance(starts, bool):
+        return log_uniform_starts(model, theta, int(starts), seed=seed) or None
+    if isinstance(starts, Mapping) or not isinstance(starts, Sequence) or isinstance(starts, str):
+        raise OptionsError(f"starts: expected an int (number of seeded log-uniform starts) or a list of "
+                           f"parameter dicts, got {type(starts).__name__}")
+    out = []
+    for i, s in enumerate(starts):
+        if not isinstance(s, Mapping):
+            raise OptionsError(f"starts[{i}]: expected a dict of parameter values, got {type(s).__name__}")
+        try:
+            out.append(model.params.validate({**theta, **s}))  # a partial start: the rest from theta
+        except CeemError as exc:
+            raise type(exc)(f"starts[{i}]: {exc}") from None
+    return out
