@@ -2,6 +2,7 @@
 uncertainty and identifiability, validation metrics, optimal experiment design,
 the best-linear-approximation initialiser of block-oriented models (and the nonparametric BLA of periodic data), the least-squares engine of output error and the recommended pipeline (`identify`)."""
 from ._bla import bla_initialise
+from ._bands import Band, SimulationBands, simulation_bands
 from ._experiment_design import DesignOptions, InputDesign, design_input, fisher_information
 from ._frf import FRF, estimate_frf
 from ._frf_fit import FRFFit, fit_frf
@@ -10,6 +11,7 @@ from ._initial_state import InitialStateResult, estimate_initial_state
 from ._least_squares import LeastSquaresOptions, LeastSquaresResult, solve_least_squares
 from ._metrics import Metrics, ValidationReport, fit_percent, nrmse, rmse, validation_report
 from ._noise_calibration import calibrate_noise
+from ._residuals import ResidualAnalysis, ResidualCorrelations, residual_analysis
 from ._noise_calibration_options import NoiseCalibrationOptions, NoiseCalibrationResult, NoiseLevelFit
 from ._output_error import refine_output_error
 from ._output_error_options import OutputErrorOptions, OutputErrorResult
@@ -22,4 +24,5 @@ __all__ = ["DesignOptions", "FRF", "FRFFit", "bla_initialise", "estimate_frf", "
            "solve_least_squares", "design_input", "fisher_information", "Metrics", "NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit",
            "OutputErrorOptions", "OutputErrorResult", "ParameterUncertainty", "UncertaintyOptions",
            "ValidationReport", "calibrate_noise", "estimate_initial_state", "fit_percent", "nrmse",
-           "parameter_uncertainty", "refine_output_error", "rmse", "validation_report"]
+           "parameter_uncertainty", "refine_output_error", "residual_analysis", "ResidualAnalysis",
+           "ResidualCorrelations", "rmse", "validation_report", "Band", "SimulationBands", "simulation_bands"]
