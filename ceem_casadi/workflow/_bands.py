@@ -214,7 +214,9 @@ def _band(kind, y_hat, spread, z, level, sampled):
         return Band(kind, y_hat, [h - z * s for h, s in zip(y_hat, spread)], [h + z * s for h, s in zip(y_hat, spread)],
                     spread)
     q = [(1 - level) / 2, (1 + level) / 2]
-    lo, hi = zip(*[tuple(np.quantile(d, q, axis=0)) for d in spread])
+    # a diverged draw (NaN) counts as +inf; quantiles without interpolation (no inf - inf)
+    lo, hi = zip(*[tuple(np.quantile(np.where(np.isnan(d), np.inf, d), q, axis=0, method="inverted_cdf"))
+                   for d in spread])
     return Band(kind, y_hat, list(lo), list(hi))
 
 
