@@ -50,7 +50,8 @@ class DoMPC:
         mpc = do_mpc.controller.MPC(m)
         mpc.set_param(n_horizon=N, t_step=float(model.dt), store_full_solution=False,
                       nlpsol_opts={"ipopt.tol": 1e-8, "ipopt.max_iter": max_iter, "print_time": False,
-                                   "ipopt.print_level": 0, "ipopt.sb": "yes"})
+                                   "ipopt.print_level": 0, "ipopt.sb": "yes",
+                                   "ipopt.honor_original_bounds": "yes"})
         mpc.set_objective(lterm=(y_next + d - r) ** 2, mterm=ca.DM(0.0))
         mpc.set_rterm(u=du_weight)
         mpc.bounds["lower", "_u", "u"] = U_MIN

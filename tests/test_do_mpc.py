@@ -66,3 +66,23 @@ def test_do_mpc_controller_agrees_with_the_opti_controller_on_the_first_moves():
     moves = np.array(moves)
     np.testing.assert_allclose(moves[:, 1], moves[:, 0], rtol=0, atol=1e-8)   # measured: 3e-12
     assert np.ptp(moves[:, 0]) > 0.4 and moves.max() < 9.0   # the moves change and stay off the bounds
+
+
+@pytest.mark.slow
+def test_mpc_do_mpc_smoke(tmp_path, monkeypatch):
+    """scripts/mpc_do_mpc.py --smoke on the real data: tracks the 7 V step within 3x the sensor noise, inside the
+    input bounds, every IPOPT solve converged (~2 min on a loaded machine: slow)."""
+    pytest.importorskip("do_mpc")
+    from ceem_casadi.io._datasets import DatasetNotFoundError, default_data_dir
+
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    try:
+        default_data_dir()
+    except DatasetNotFoundError:
+        pytest.skip("Cascaded Tanks data not available")
+    from scripts import mpc_do_mpc
+
+    res = mpc_do_mpc.main(["--smoke", "--out", str(tmp_path)])
+    assert res["input_bound_violations"] == 0 and res["solver_not_converged"] == 0
+    assert res["final_error_rms_last20"] < 0.15
+    assert (tmp_path / "mpc_do_mpc.png").is_file()
