@@ -291,44 +291,75 @@ def simulation_bands(model, data, theta, uncertainty, *, level: float = 0.95, me
     names = tuple(output_names) if output_names is not None else tuple(f"y{j}" for j in range(model.ny))
     z = float(norm.ppf(0.5 + level / 2))
     sv = model.noise.measurement_std if measurement_noise else np.zeros(model.ny)
-    covs = ekf_covariances(model, Sigma0, Q, R)
     ekf = None
     if ks:
         from ..filtering import EKF
 
         ekf = EKF(model)
-    B = len(data)
-    us = [data.inputs(b) for b in range(B)]
-    y_sim = [run(model, theta_vec, X0[b], us[b])[0] for b in range(B)]
-    filt = _filtered(ekf, theta_vec, data, X0, covs) if ks else None
-    y_k = {kk: [k_step_prediction(model, theta_vec, filt[b], X0[b], us[b], kk) for b in range(B)] for kk in ks}
-    if method == "linear":
-        def std(J):
-            return np.sqrt(np.sum((J[:, :, index] @ L) ** 2, axis=2) + sv ** 2)
-        sim = [std(_free_run_jacobian(model, theta_vec, X0[b], us[b])) for b in range(B)]
-        pred = {kk: [np.sqrt(v + sv ** 2) for v in _k_step_std(model, ekf, kk, theta_vec, index, L, data, X0,
-                                                                 covs)] for kk in ks}
-    else:
-        rng = np.random.default_rng(seed)
-        draws = np.tile(theta_vec, (samples, 1))
-        draws[:, index] += rng.standard_normal((samples, L.shape[1])) @ L.T
-        draws = np.clip(draws, model.params.lower, model.params.upper)
-        sim = [np.stack([run(model, d, X0[b], us[b])[0] for d in draws]) for b in range(B)]
-        pred = {kk: [] for kk in ks}
-        for d in draws if ks else ():
-            fd = _filtered(ekf, d, data, X0, covs)
-            for kk in ks:
-                pred[kk].append([k_step_prediction(model, d, fd[b], X0[b], us[b], kk) for b in range(B)])
-        pred = {kk: [np.stack([p[b] for p in v]) for b in range(B)] for kk, v in pred.items()}
-        noise = lambda a: a + sv * rng.standard_normal(a.shape)  # noqa: E731
-        sim = [noise(a) for a in sim]
-        pred = {kk: [noise(a) for a in v] for kk, v in pred.items()}
+    ctx = _Context(model, data, X0, ekf, ekf_covariances(model, Sigma0, Q, R), index, L, sv)
+    y_sim = [run(model, theta_vec, X0[b], ctx.u(b))[0] for b in range(len(data))]
+    y_k = _k_step_all(ctx, theta_vec, ks)
+    sim, pred = _linear(ctx, theta_vec, ks) if method == "linear" else _sampled(ctx, theta_vec, ks, samples, seed)
     sampled = method == "sampling"
     return SimulationBands(
         simulation=_band("simulation", y_sim, sim, z, level, sampled),
         prediction={kk: _band(f"k={kk}", y_k[kk], pred[kk], z, level, sampled) for kk in ks},
         y=list(data.y), method=method, level=float(level), measurement_noise=bool(measurement_noise), skip=skip,
         output_names=names, x0=X0, samples=int(samples) if sampled else 0, warnings=warnings)
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every prediction of one `simulation_bands` call shares."""
+
+    model: object
+    data: object
+    X0: np.ndarray
+    ekf: object
+    covs: tuple
+    index: np.ndarray
+    L: np.ndarray
+    sv: np.ndarray
+
+    def u(self, b: int) -> np.ndarray:
+        return self.data.inputs(b)
+
+
+def _k_step_all(ctx: _Context, theta_vec, ks) -> dict:
+    """``{k: [(T_b, ny) k-step predictions]}`` at ``theta_vec`` (one EKF pass per trajectory)."""
+    if not ks:
+        return {}
+    filt = _filtered(ctx.ekf, theta_vec, ctx.data, ctx.X0, ctx.covs)
+    return {kk: [k_step_prediction(ctx.model, theta_vec, filt[b], ctx.X0[b], ctx.u(b), kk)
+                 for b in range(len(ctx.data))] for kk in ks}
+
+
+def _linear(ctx: _Context, theta_vec, ks):
+    """Standard deviations (lists of (T_b, ny)) of the free run and of the k-step predictions, first order."""
+    def std(J):
+        return np.sqrt(np.sum((J[:, :, ctx.index] @ ctx.L) ** 2, axis=2) + ctx.sv ** 2)
+
+    sim = [std(_free_run_jacobian(ctx.model, theta_vec, ctx.X0[b], ctx.u(b))) for b in range(len(ctx.data))]
+    pred = {kk: [np.sqrt(v + ctx.sv ** 2) for v in _k_step_std(ctx.model, ctx.ekf, kk, theta_vec, ctx.index, ctx.L,
+                                                                 ctx.data, ctx.X0, ctx.covs)] for kk in ks}
+    return sim, pred
+
+
+def _sampled(ctx: _Context, theta_vec, ks, samples: int, seed):
+    """Draws (lists of (S, T_b, ny)) of the free run and of the k-step predictions, theta ~ N(theta_hat, Sigma)."""
+    model, B = ctx.model, len(ctx.data)
+    rng = np.random.default_rng(seed)
+    draws = np.tile(theta_vec, (samples, 1))
+    draws[:, ctx.index] += rng.standard_normal((samples, ctx.L.shape[1])) @ ctx.L.T
+    draws = np.clip(draws, model.params.lower, model.params.upper)
+    sim = [np.stack([run(model, d, ctx.X0[b], ctx.u(b))[0] for d in draws]) for b in range(B)]
+    per_draw = [_k_step_all(ctx, d, ks) for d in draws] if ks else []
+    pred = {kk: [np.stack([p[kk][b] for p in per_draw]) for b in range(B)] for kk in ks}
+
+    def noisy(a):
+        return a + ctx.sv * rng.standard_normal(a.shape)
+
+    return [noisy(a) for a in sim], {kk: [noisy(a) for a in v] for kk, v in pred.items()}
 
 
 def _filtered(ekf, theta_vec, data, X0, covs) -> list:
