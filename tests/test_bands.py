@@ -94,3 +94,17 @@ def test_parameters_without_interval_are_held_fixed_and_said(case):
     assert "['b']" in res.warnings[0]
     with pytest.raises(cc.ShapeError, match="covariance"):
         cc.simulation_bands(model, data, {"a": 0.8, "b": 1.0}, {"index": [0, 1], "covariance": [[1.0]]}, x0=[0.0])
+
+
+def test_a_model_files_uncertainty_gives_the_same_band(case, tmp_path):
+    """The dict a model file stores (entries by name, no index) gives the band of the ParameterUncertainty."""
+    model, data = case
+    theta = {"a": 0.8, "b": 1.0}
+    unc = cc.parameter_uncertainty(model, data, theta)
+    cc.save_model(tmp_path / "m.npz", model, theta, uncertainty=unc)
+    saved = cc.load_model(tmp_path / "m.npz").uncertainty
+    assert "index" not in saved
+    a = cc.simulation_bands(model, data, theta, unc, x0=[0.0]).simulation.std[0]
+    b = cc.simulation_bands(model, data, theta, saved, x0=[0.0]).simulation.std[0]
+    np.testing.assert_allclose(b, a, rtol=1e-12)
+    assert a.max() > 0.01

@@ -35,6 +35,7 @@ from scipy.stats import norm
 from ..errors import ShapeError
 from ..io._validate import check_data
 from ..model._simulation import as_theta_vector, rollout, run
+from ..objective._identifiability import entry_names
 from ..runtime._checks import count
 from ..runtime._result import Result, plain
 from ._metrics import k_step_prediction, ekf_covariances, resolve_initial_states
@@ -159,13 +160,19 @@ class SimulationBands(Result):
 
 
 def _covariance(model, uncertainty):
-    """(free index (nf,), covariance (nf, nf), warnings) from a ParameterUncertainty, its dict, or
-    ``{"index": ..., "covariance": ...}``."""
+    """(free index (nf,), L (nf, nf) with ``L L^T = Sigma``, warnings) from a ParameterUncertainty, the dict a model
+    file stores (entries by ``names``), or ``{"index": ..., "covariance": ...}``."""
     get = uncertainty.get if isinstance(uncertainty, Mapping) else lambda k: getattr(uncertainty, k, None)
     cov, index = get("covariance"), get("index")
+    if index is None and get("names") is not None:       # a model file's dict: entries by name
+        every = entry_names(model.params)
+        missing = [n for n in get("names") if n not in every]
+        if missing:
+            raise ShapeError(f"uncertainty: parameter entries {missing} are not in the model")
+        index = [every.index(n) for n in get("names")]
     if cov is None or index is None:
-        raise ShapeError(f"uncertainty: expected a ParameterUncertainty (or its dict) with 'covariance' and 'index', "
-                         f"got {type(uncertainty).__name__}")
+        raise ShapeError(f"uncertainty: expected a ParameterUncertainty (or its dict) with 'covariance' and 'index' "
+                         f"or 'names', got {type(uncertainty).__name__}")
     cov, index = np.asarray(cov, float), np.asarray(index, int).ravel()
     if cov.shape != (index.size, index.size) or (index.size and (index.min() < 0 or index.max() >= model.params.size)):
         raise ShapeError(f"uncertainty: covariance {cov.shape} and index ({index.size},) do not fit the model's "
