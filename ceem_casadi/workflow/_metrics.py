@@ -177,7 +177,7 @@ class ValidationReport(Result):
 
     def table(self, per_trajectory: bool = False) -> str:
         """The metrics as text: one line per (kind, output), as [`to_dataframe`][ceem_casadi.workflow.ValidationReport.to_dataframe]."""
-        return self.to_dataframe(per_trajectory).to_string(index=False)
+        return self.to_dataframe(per_trajectory).reset_index().to_string(index=False)
 
     def to_dataframe(self, per_trajectory: bool = False):
         """pandas DataFrame, one row per (kind, output) with ``kind`` in ``"simulation"``, ``"k=1"``, ...
