@@ -15,6 +15,8 @@ with ``theta`` a dict of arrays keyed by parameter name; results are dataclasses
     calibrate_noise, NoiseCalibrationOptions    process-noise level chosen on the estimation data
     parameter_uncertainty, UncertaintyOptions   covariance, intervals, identifiability
     validation_report                           free-run and k-step-ahead prediction metrics
+    residual_analysis                           whiteness and input-independence of the residuals
+    simulation_bands                            confidence bands of free runs and k-step predictions
     save_model, load_model, generate_ekf        model files (never pickle) and C code of EKF predictors
     export_casadi, design_input                 the model as CasADi Functions for control; optimal inputs
     n4sid, Sharded, Status                      linear baseline; distributed fits; the status of every fit
@@ -48,6 +50,8 @@ from .workflow import (
     identify,
     parameter_uncertainty,
     refine_output_error,
+    residual_analysis,
+    simulation_bands,
     validation_report,
 )
 
@@ -58,5 +62,5 @@ __all__ = [
     "__version__", "baselines", "calibrate_noise", "ceem", "compare_structures", "ceem_checkpointed", "distributed",
     "design_input", "estimate_initial_state", "export_casadi", "filtering", "generate_ekf", "identify", "io", "load_cascaded_tanks", "load_model",
     "load_silverbox", "n4sid", "parameter_uncertainty", "read_trajectories", "refine_output_error", "save_model",
-    "simulate", "simulate_output", "validation_report",
+    "residual_analysis", "simulate", "simulate_output", "simulation_bands", "validation_report",
 ]

@@ -202,3 +202,63 @@ def plot_parameter_intervals(uncertainty, path, *, truth: dict | None = None, ma
     if title:
         ax.set_title(short_title(title))
     return _save(fig, path)
+
+
+def plot_residuals(analysis, path=None, *, kind: str = "one_step", dt: float | None = None):
+    """The figure of MATLAB ``resid`` for one kind of residual of a
+    [`ResidualAnalysis`][ceem_casadi.workflow.ResidualAnalysis]: per output (column), the autocorrelation of the
+    residual (top) and its cross-correlation with each input (below), with the bounds shaded.
+    Saves to ``path`` and returns it, or returns the Figure when ``path`` is None."""
+    c = analysis.kinds[kind]
+    ny, nu, L = len(analysis.output_names), len(analysis.input_names), analysis.lags
+    fig, axes = _figure(1 + nu, ny, height=2.2)
+    scale, unit = (dt, "s") if dt else (1.0, "samples")
+    pos, both = np.arange(L + 1) * scale, np.arange(-L, L + 1) * scale
+    for j, yname in enumerate(analysis.output_names):
+        ax = axes[0, j]
+        ax.vlines(pos, 0.0, c.autocorr[j], color="C0")
+        ax.plot(pos, c.autocorr[j], "o", ms=3, color="C0")
+        ax.axhspan(-c.auto_bound[j], c.auto_bound[j], color="C0", alpha=0.15)
+        ax.set_title(f"{kind}: autocorrelation of e({yname}), Ljung-Box p = {c.p_value[j]:.3g}", fontsize="small")
+        for i, uname in enumerate(analysis.input_names):
+            ax = axes[1 + i, j]
+            ax.vlines(both, 0.0, c.crosscorr[j, i], color="C1")
+            ax.plot(both, c.crosscorr[j, i], "o", ms=3, color="C1")
+            if np.isfinite(c.cross_bound[j, i]):
+                ax.axhspan(-c.cross_bound[j, i], c.cross_bound[j, i], color="C1", alpha=0.15)
+            ax.set_title(f"cross-correlation of e({yname}) and {uname}", fontsize="small")
+        for ax in axes[:, j]:
+            ax.axhline(0.0, color="k", lw=0.5)
+        axes[-1, j].set_xlabel(f"lag [{unit}]")
+    if path is None:
+        plain_text(fig)
+        fig.tight_layout()
+        return fig
+    return _save(fig, path)
+
+
+def plot_band(y, y_hat, lower, upper, path=None, *, dt: float | None = None, output_names=None,
+              label: str = "prediction", skip: int = 0):
+    """Measured ``y``, prediction ``y_hat`` and its band ``[lower, upper]`` (each (T, ny)) per output; the first
+    ``skip`` samples (used to estimate the initial state) shaded grey. Saves to ``path`` and returns it, or
+    returns the Figure when ``path`` is None."""
+    y, y_hat = np.asarray(y, float), np.asarray(y_hat, float)
+    T, ny = y.shape
+    t = np.arange(T) * (dt or 1.0)
+    on = output_names or [f"y{j}" for j in range(ny)]
+    fig, axes = _figure(ny, height=2.4)
+    for j in range(ny):
+        ax = axes[j, 0]
+        ax.fill_between(t, lower[:, j], upper[:, j], color="C1", alpha=0.3, lw=0, label="band")
+        ax.plot(t, y[:, j], ".", ms=3, color="0.4", label="measured")
+        ax.plot(t, y_hat[:, j], "-", lw=1, color="C1", label=label)
+        if skip:
+            ax.axvspan(t[0], t[min(skip, T - 1)], color="0.9", zorder=0)
+        ax.set_ylabel(on[j])
+        ax.legend(loc="upper right", fontsize="small")
+    axes[-1, 0].set_xlabel("time [s]" if dt else "sample")
+    if path is None:
+        plain_text(fig)
+        fig.tight_layout()
+        return fig
+    return _save(fig, path)

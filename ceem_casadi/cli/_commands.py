@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import CeemError
 from ..io._readers import columns, read_table
 from ..runtime._atomic import atomic_path, atomic_write_text
+from ._assess import assess
 from ._inputs import UsageError, at_least, data_from_args, int_list, model_from_args, names, states, theta_arg, writable
 
 ESTIMATE = "estimate"
@@ -119,8 +120,9 @@ def cmd_evaluate(args) -> int:
         print("\n".join(f"  {n} = {e:.6g} ± {s:.3g}" for n, e, s in zip(u["names"], u["estimate"], u["std_error"])))
         for w in u.get("warnings", []):
             print(f"  warning: {w}")
+    extras = assess(args, model, data, theta_vec, x0, skip, ks, unc)
     if args.json:
-        atomic_write_text(args.json, json.dumps(report.to_dict(), indent=2))
+        atomic_write_text(args.json, json.dumps({**report.to_dict(), **extras}, indent=2))
     return 0
 
 

@@ -108,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the report as JSON to this file")
     p.add_argument("--uncertainty", choices=("exact", "gauss-newton"),
                    help="compute parameter standard errors from this data (default: those stored in the model file)")
+    p.add_argument("--residuals", action="store_true", help="residual analysis: whiteness (Ljung-Box) and input "
+                                                            "independence of the one-step and free-run residuals")
+    p.add_argument("--bands", action="store_true", help="95 %% bands of the free run (and of the --k predictions) "
+                                                        "from the parameter covariance")
+    p.add_argument("--plot", help="with --residuals/--bands: directory for their figures (.png)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("simulate", help="simulate the model and write a CSV (t, y*, u*, x*)")

@@ -153,6 +153,9 @@ class ValidationReport(Result):
         (B, nx) initial states used (given, ``x1_mean`` or estimated).
     uncertainty : ParameterUncertainty or dict or None
         Parameter uncertainty (or its saved dict) carried into [`to_dict`][ceem_casadi.workflow.ValidationReport.to_dict] as ``"parameters"``.
+    trajectories : list of dict
+        Per trajectory ``b``: ``{"simulation": Metrics, "prediction": {k: Metrics}}`` over the same
+        samples as the pooled figures (pooling their squared errors gives the pooled ``rmse``).
 
     Examples
     --------
@@ -177,38 +180,55 @@ class ValidationReport(Result):
     y_pred: dict = field(default_factory=dict, repr=False, compare=False)
     x0: np.ndarray | None = field(default=None, repr=False, compare=False)
     uncertainty: object = field(default=None, repr=False, compare=False)
+    trajectories: list = field(default_factory=list, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         """JSON-ready dict: ``{"simulation": {...}, "prediction": {"1": {...}, ...}, "skip": int}``,
-        plus ``"parameters"`` (estimates, standard errors, intervals) when ``uncertainty`` is set."""
+        plus ``"parameters"`` (estimates, standard errors, intervals) when ``uncertainty`` is set and
+        ``"trajectories"`` (the same per trajectory) when there are several."""
         out = {"simulation": self.simulation.to_dict(self.output_names),
                "prediction": {str(k): m.to_dict(self.output_names) for k, m in self.prediction.items()},
                "skip": self.skip}
+        if len(self.trajectories) > 1:
+            out["trajectories"] = [
+                {"simulation": t["simulation"].to_dict(self.output_names),
+                 "prediction": {str(k): m.to_dict(self.output_names) for k, m in t["prediction"].items()}}
+                for t in self.trajectories]
         if self.uncertainty is not None:
             u = self.uncertainty
             out["parameters"] = u.to_dict() if hasattr(u, "to_dict") else {
                 k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in dict(u).items()}
         return out
 
-    def table(self) -> str:
+    def table(self, per_trajectory: bool = False) -> str:
         """The metrics as text: one line per (kind, output), as [`to_dataframe`][ceem_casadi.workflow.ValidationReport.to_dataframe]."""
-        return self.to_dataframe().to_string(index=False)
+        return self.to_dataframe(per_trajectory).reset_index().to_string(index=False)
 
-    def to_dataframe(self):
+    def to_dataframe(self, per_trajectory: bool = False):
         """pandas DataFrame, one row per (kind, output) with ``kind`` in ``"simulation"``, ``"k=1"``, ...
 
         and ``output`` the output names plus ``"overall"``; columns ``rmse``, ``nrmse``, ``fit_percent``, ``n``.
+        With ``per_trajectory``, the index is (kind, trajectory, output) with ``trajectory`` ``"all"``
+        for the pooled rows and ``0, 1, ...`` for each trajectory's own rows beside them.
         """
         import pandas as pd
 
         rows = []
-        kinds = [("simulation", self.simulation)] + [(f"k={k}", m) for k, m in self.prediction.items()]
-        for kind, m in kinds:
-            for j, name in enumerate(self.output_names):
-                rows.append((kind, name, m.rmse[j], m.nrmse[j], m.fit_percent[j], int(m.n[j])))
-            rows.append((kind, "overall", m.rmse_overall, m.nrmse_overall, m.fit_overall, int(m.n.sum())))
-        df = pd.DataFrame(rows, columns=["kind", "output", "rmse", "nrmse", "fit_percent", "n"])
-        return df.set_index(["kind", "output"])
+        groups = [("all", self.simulation, self.prediction)]
+        if per_trajectory:
+            groups += [(b, t["simulation"], t["prediction"]) for b, t in enumerate(self.trajectories)]
+        for traj, sim, pred in groups:
+            kinds = [("simulation", sim)] + [(f"k={k}", m) for k, m in pred.items()]
+            for kind, m in kinds:
+                for j, name in enumerate(self.output_names):
+                    rows.append((kind, traj, name, m.rmse[j], m.nrmse[j], m.fit_percent[j], int(m.n[j])))
+                rows.append((kind, traj, "overall", m.rmse_overall, m.nrmse_overall, m.fit_overall, int(m.n.sum())))
+        df = pd.DataFrame(rows, columns=["kind", "trajectory", "output", "rmse", "nrmse", "fit_percent", "n"])
+        if not per_trajectory:
+            return df.drop(columns="trajectory").set_index(["kind", "output"])
+        order = {k: i for i, k in enumerate(dict.fromkeys(df["kind"]))}
+        df = df.sort_values("kind", key=lambda c: c.map(order), kind="stable")
+        return df.set_index(["kind", "trajectory", "output"])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -233,7 +253,7 @@ def _free_run(model, theta_vec, x0, u) -> np.ndarray:
     return run(model, theta_vec, x0, u)[0]
 
 
-def _k_step(model, theta_vec, x_filt, x0, u, k: int) -> np.ndarray:
+def k_step_prediction(model, theta_vec, x_filt, x0, u, k: int) -> np.ndarray:
     """``g(x_{t|t-k})`` (T, ny): filtered means propagated k steps (prior x0 propagated for t < k)."""
     T = u.shape[0]
     fmap = model.f.map(T)
@@ -256,9 +276,100 @@ def _score(ys, preds, skip: int) -> Metrics:
     return Metrics.of(y, h)
 
 
+def _candidate_starts(first: np.ndarray, starts, seed) -> np.ndarray:
+    """(B, S, nx) starts beside the default estimate ``first`` (B, nx): ``starts`` (S, nx) or
+    (B, S, nx) as given; an int n: the mirror image ``-first`` and n - 2 seeded draws
+    ``N(0, max(|first|, 1)^2)`` (a sign-blind output cannot tell x0 from -x0)."""
+    B, nx = first.shape
+    if np.ndim(starts) == 0:
+        n = count(starts, "starts")
+        rng = np.random.default_rng(seed)
+        scale = np.maximum(np.abs(first), 1.0)
+        cands = [-first] + [scale * rng.standard_normal((B, nx)) for _ in range(max(n - 2, 0))]
+        return np.stack(cands[:n - 1], axis=1) if n > 1 else np.zeros((B, 0, nx))
+    arr = np.asarray(starts, float)
+    if arr.ndim == 2 and arr.shape[1] == nx:
+        arr = np.broadcast_to(arr, (B, *arr.shape))
+    if arr.ndim != 3 or arr.shape[0] != B or arr.shape[2] != nx or not np.all(np.isfinite(arr)):
+        raise ShapeError(f"starts: expected an integer, finite (S, {nx}) or ({B}, S, {nx}) initial states, "
+                         f"got shape {np.shape(starts)}")
+    return arr
+
+
+def best_initial_states(model, data, theta_vec, window: int, starts=None, seed=0) -> np.ndarray:
+    """(B, nx) initial states by [`estimate_initial_state`][ceem_casadi.estimate_initial_state] on the first
+    ``window`` samples, solved from its default start and from each of ``starts`` (see
+    `_candidate_starts`); per trajectory the solution of lowest window cost is kept."""
+    if starts is None:
+        return estimate_initial_state(model, data, theta_vec, window=window)
+    best = estimate_initial_state(model, data, theta_vec, window=window, full_output=True)
+    x0 = np.array([r.x0 for r in best])
+    cost = np.array([r.cost if np.isfinite(r.cost) else np.inf for r in best])
+    cands = _candidate_starts(x0, starts, seed)
+    for s in range(cands.shape[1]):
+        for b, r in enumerate(estimate_initial_state(model, data, theta_vec, window=window, x_init=cands[:, s],
+                                                     full_output=True)):
+            if np.isfinite(r.cost) and r.cost < cost[b] and np.all(np.isfinite(r.x0)):
+                x0[b], cost[b] = r.x0, r.cost
+    if not np.all(np.isfinite(x0)):
+        raise NonFiniteError("the initial-state estimate is not finite from any start; give x0 or other starts")
+    return x0
+
+
+def resolve_initial_states(model, data, theta_vec, x0=None, *, window=None, skip=None, starts=None, seed=0):
+    """``(X0 (B, nx), skip)``: the initial states and the leading samples to leave out, by the rule of
+    [`validation_report`][ceem_casadi.validation_report] (given, ``x1_mean``, or estimated from the first
+    ``window`` samples; then ``skip`` defaults to ``window``)."""
+    if skip is not None:
+        count(skip, "skip", 0)
+    if window is not None:
+        count(window, "window")
+    estimate = (isinstance(x0, str) and x0 == "estimate") or (x0 is None and model.noise.x1_mean is None)
+    if isinstance(x0, str) and not estimate:
+        raise ShapeError(f"x0: expected an array or 'estimate', got {x0!r}")
+    if estimate:
+        shortest = min(data.lengths)
+        window = min(shortest - 1, max(10 * model.nx, 2)) if window is None else window
+        x0 = best_initial_states(model, data, theta_vec, window, starts, seed)
+        skip = window if skip is None else skip
+    skip = 0 if skip is None else skip
+    if int(skip) != skip or skip < 0 or skip >= min(data.lengths):
+        raise ShapeError(f"skip must be an integer in [0, {min(data.lengths) - 1}] (shortest trajectory "
+                         f"{min(data.lengths)} samples), got {skip!r}")
+    return _initial_states(model, x0, len(data)), int(skip)
+
+
+def ekf_covariances(model, Sigma0=None, Q=None, R=None):
+    """``(Sigma0, Q, R)`` with the defaults of [`validation_report`][ceem_casadi.validation_report]."""
+    noise = model.noise
+    Q = np.diag(noise.process_std ** 2) if Q is None else Q
+    R = np.diag(noise.measurement_std ** 2) if R is None else R
+    if Sigma0 is None:
+        Sigma0 = np.diag((noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2)
+    return Sigma0, Q, R
+
+
+def predictions(model, data, theta_vec, X0, ks=(1,), *, Sigma0=None, Q=None, R=None, engine="python"):
+    """``(y_sim, y_pred)``: free runs (list of (T_b, ny)) and k-step predictions ({k: list}) from ``X0``."""
+    from ..filtering import EKF
+
+    Sigma0, Q, R = ekf_covariances(model, Sigma0, Q, R)
+    y_sim = [_free_run(model, theta_vec, X0[b], data.inputs(b)) for b in range(len(data))]
+    y_pred: dict[int, list] = {kk: [] for kk in ks}
+    if ks:
+        ekf = EKF(model)
+        for b in range(len(data)):
+            u = data.inputs(b)
+            res = ekf.run(theta_vec, data.y[b], u, x0=X0[b], Sigma0=Sigma0, Q=Q, R=R, engine=engine)
+            for kk in ks:
+                y_pred[kk].append(k_step_prediction(model, theta_vec, res.x_filt, X0[b], u, kk))
+    return y_sim, y_pred
+
+
 def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (1,), Sigma0=None, Q=None,
                       R=None, skip: int | None = None, output_names: Sequence[str] | None = None,
-                      engine: str = "python", window: int | None = None, uncertainty=None) -> ValidationReport:
+                      engine: str = "python", window: int | None = None, uncertainty=None, starts=None,
+                      seed: int | None = 0) -> ValidationReport:
     """Free-run and k-step-ahead prediction metrics of ``model`` at ``theta`` on ``data``.
 
     Parameters
@@ -293,6 +404,13 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
     uncertainty : ParameterUncertainty or dict, optional
         Parameter uncertainty of ``theta`` ([`parameter_uncertainty`][ceem_casadi.parameter_uncertainty]
         or the dict a model file stores), carried by the report.
+    starts : int or numpy.ndarray, optional
+        Only when x0 is estimated: more starting points of the initial-state fit, each solved, the
+        lowest window cost kept per trajectory: (S, nx) or (B, S, nx) states, or an integer n (the
+        default start, its mirror image ``-x0`` for a sign-blind output, and n - 2 seeded random
+        draws).
+    seed : int, optional
+        Seed of the random starts (``starts`` an integer).
 
     Returns
     -------
@@ -315,8 +433,6 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
     >>> round(float(report.simulation.rmse[0]), 2), round(float(report.prediction[1].rmse[0]), 2)
     (0.14, 0.12)
     """
-    from ..filtering import EKF
-
     check_data(model, data)
     theta_vec = _theta_vector(model, theta)
     ks = (k,) if np.ndim(k) == 0 else tuple(k)
@@ -324,42 +440,16 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
         ks = tuple(sorted({count(kk, "k") for kk in ks}))
     except ShapeError:
         raise ShapeError(f"k: expected positive integer horizon(s), got {k!r}") from None
-    if skip is not None:
-        count(skip, "skip", 0)
-    if window is not None:
-        count(window, "window")
-    estimate = (isinstance(x0, str) and x0 == "estimate") or (x0 is None and model.noise.x1_mean is None)
-    if isinstance(x0, str) and not estimate:
-        raise ShapeError(f"x0: expected an array or 'estimate', got {x0!r}")
-    if estimate:
-        shortest = min(data.lengths)
-        window = min(shortest - 1, max(10 * model.nx, 2)) if window is None else window
-        x0 = estimate_initial_state(model, data, theta_vec, window=window)
-        skip = window if skip is None else skip
-    skip = 0 if skip is None else skip
-    if int(skip) != skip or skip < 0 or skip >= min(data.lengths):
-        raise ShapeError(f"skip must be an integer in [0, {min(data.lengths) - 1}] (shortest trajectory "
-                         f"{min(data.lengths)} samples), got {skip!r}")
     names = tuple(output_names) if output_names is not None else tuple(f"y{j}" for j in range(model.ny))
     if len(names) != model.ny:
         raise ShapeError(f"output_names: expected {model.ny} names, got {len(names)}")
-    X0 = _initial_states(model, x0, len(data))
-    noise = model.noise
-    Q = np.diag(noise.process_std ** 2) if Q is None else Q
-    R = np.diag(noise.measurement_std ** 2) if R is None else R
-    if Sigma0 is None:
-        Sigma0 = np.diag((noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2)
-
-    y_sim = [_free_run(model, theta_vec, X0[b], data.inputs(b)) for b in range(len(data))]
-    y_pred: dict[int, list] = {kk: [] for kk in ks}
-    if ks:
-        ekf = EKF(model)
-        for b in range(len(data)):
-            u = data.inputs(b)
-            res = ekf.run(theta_vec, data.y[b], u, x0=X0[b], Sigma0=Sigma0, Q=Q, R=R, engine=engine)
-            for kk in ks:
-                y_pred[kk].append(_k_step(model, theta_vec, res.x_filt, X0[b], u, kk))
+    X0, skip = resolve_initial_states(model, data, theta_vec, x0, window=window, skip=skip, starts=starts, seed=seed)
+    y_sim, y_pred = predictions(model, data, theta_vec, X0, ks, Sigma0=Sigma0, Q=Q, R=R, engine=engine)
+    per_traj = [{"simulation": _score([data.y[b]], [y_sim[b]], skip),
+                 "prediction": {kk: _score([data.y[b]], [y_pred[kk][b]], skip) for kk in ks}}
+                for b in range(len(data))]
     return ValidationReport(
         simulation=_score(data.y, y_sim, skip),
         prediction={kk: _score(data.y, y_pred[kk], skip) for kk in ks},
-        output_names=names, skip=int(skip), y_sim=y_sim, y_pred=y_pred, x0=X0, uncertainty=uncertainty)
+        output_names=names, skip=int(skip), y_sim=y_sim, y_pred=y_pred, x0=X0, uncertainty=uncertainty,
+        trajectories=per_traj)

@@ -1,0 +1,102 @@
+"""An identified model as a do-mpc model (the MPC library built on CasADi): ``pip install "ceem_casadi[control]"``.
+
+The model becomes a discrete-time ``do_mpc.model.Model`` with the states ``x`` (nx, 1), the inputs ``u`` (nu, 1),
+the update ``x+ = f(x, u, theta)`` (the identified discrete step: the model's integrator over one sample ``dt``) and
+the expression ``y = g(x, u, theta)``. The parameters are
+
+* ``"baked"``: the numbers of ``theta``, constants of the graph;
+* ``"tvp"``: a time-varying parameter ``theta`` (np, 1) of the do-mpc model (flat vector in the order of
+  ``model.params``; give the identified values, or new ones, through ``MPC.set_tvp_fun``), for adaptive MPC or
+  to re-use one do-mpc model for several fits;
+* ``"uncertain"``: a do-mpc parameter ``theta`` (``_p``), for robust multi-stage MPC over scenarios
+  (``MPC.set_uncertainty_values``).
+"""
+from __future__ import annotations
+
+import warnings
+
+import casadi as ca
+
+from ..errors import OptionsError
+from ..model._simulation import as_theta_vector
+
+__all__ = ["to_do_mpc"]
+
+KINDS = {"baked": None, "tvp": "_tvp", "uncertain": "_p"}
+
+
+def import_do_mpc():
+    """The ``do_mpc`` module, or an ImportError that names the extra to install."""
+    try:
+        with warnings.catch_warnings():  # do-mpc warns about its own optional features (PyTorch, ONNX)
+            warnings.simplefilter("ignore", UserWarning)
+            import do_mpc
+    except ImportError:
+        raise ImportError('to_do_mpc needs do-mpc, which is not installed: pip install "ceem_casadi[control]" '
+                          '(or pip install do-mpc)') from None
+    return do_mpc
+
+
+def to_do_mpc(model, theta, *, parameters: str = "baked", setup: bool = True):
+    """The identified ``model`` at ``theta`` as a discrete-time ``do_mpc.model.Model`` (module docstring).
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The identified model.
+    theta : dict or numpy.ndarray
+        Its parameters (name -> array, or the flat vector); with ``parameters="tvp"`` or ``"uncertain"`` they only
+        set the size of the parameter vector.
+    parameters : {"baked", "tvp", "uncertain"}
+        Parameters as constants, as a time-varying parameter ``theta``, or as an uncertain parameter ``theta``.
+    setup : bool
+        Call ``Model.setup()`` (default). ``False`` returns the model open, to add variables first (e.g. a reference
+        ``set_variable("_tvp", "r")`` for the objective), then call ``setup()`` yourself.
+
+    Returns
+    -------
+    do_mpc.model.Model
+        Variables ``_x["x"]`` (nx, 1), ``_u["u"]`` (nu, 1), expression ``aux["y"]`` (ny, 1) and the same as the
+        measurement ``y`` (what do-mpc's simulator returns and its estimators use), and ``theta`` in ``_tvp`` or
+        ``_p`` unless baked.
+
+    Raises
+    ------
+    ImportError
+        When do-mpc is not installed (the message names the ``[control]`` extra).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> from ceem_casadi.deploy import to_do_mpc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: 2 * x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)))
+    >>> m = to_do_mpc(model, {"a": 0.8})
+    >>> m.n_x, m.n_u
+    (1, 1)
+    >>> import do_mpc
+    >>> sim = do_mpc.simulator.Simulator(m)
+    >>> sim.set_param(t_step=1.0)
+    >>> sim.setup()
+    >>> sim.x0 = np.ones(1)
+    >>> float(sim.make_step(np.ones((1, 1)))[0, 0])        # the measurement y = 2 x+ = 2 (0.8 + 1)
+    3.6
+    """
+    if parameters not in KINDS:
+        raise OptionsError(f"parameters: expected one of {sorted(KINDS)}, got {parameters!r}")
+    theta_vec = as_theta_vector(model, theta)
+    do_mpc = import_do_mpc()
+    m = do_mpc.model.Model("discrete", "SX")
+    x = m.set_variable("_x", "x", shape=(model.nx, 1))
+    u = m.set_variable("_u", "u", shape=(model.nu, 1)) if model.nu else ca.SX.zeros(0, 1)
+    p = ca.DM(theta_vec) if KINDS[parameters] is None else \
+        m.set_variable(KINDS[parameters], "theta", shape=(model.params.size, 1))
+    m.set_rhs("x", model.f(x, u, p))
+    y = model.g(x, u, p)
+    m.set_expression("y", y)
+    m.set_meas("y", y, meas_noise=False)
+    if setup:
+        m.setup()
+    return m

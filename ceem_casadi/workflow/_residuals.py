@@ -1,0 +1,303 @@
+"""Residual analysis of a fitted model (MATLAB ``resid``): are the residuals white and independent of the input?
+
+Residuals, per trajectory ``b``, output ``j``, over the samples ``t >= skip`` (the initial-state window left out):
+
+* ``"one_step"``: the EKF innovations ``e[t] = y[t] - g(x_{t|t-1})`` (one-step-ahead prediction errors);
+* ``"free_run"``: ``e[t] = y[t] - yhat[t]`` of the noise-free free run.
+
+Missing (NaN) outputs and non-finite predictions are masked: their centred residual is set to 0 and they are not
+counted. With ``e~ = e - mean(e)`` (mean pooled over trajectories) and ``u~ = u - mean(u)`` the correlations are
+pooled over trajectories, each lag taken within its trajectory only:
+
+    rho_e(tau)    = sum_b sum_t e~[t] e~[t - tau] / sum_b sum_t e~[t]^2                  tau = 0 .. lags
+    rho_eu(tau)   = sum_b sum_t e~[t] u~[t - tau] / sqrt(sum e~^2  sum u~^2)             tau = -lags .. lags
+
+(``rho_eu`` at negative lags correlates the residual with future inputs: feedback.) Bounds at ``level`` with
+``z = Phi^-1((1 + level) / 2)`` and ``N`` the number of valid residuals of the output:
+
+* whiteness: ``+- z / sqrt(N)`` (MATLAB ``resid``);
+* independence: ``+- z sqrt(P / N)``, ``P = sum_{k=-lags}^{lags} rho_e(k) rho_u(k)`` (Ljung, *System
+  Identification*, eq. 16.59: the variance of the cross-correlation of two independent series accounts for both
+  autocorrelations; ``P = 1`` when either is white, which gives the simple bound).
+
+The Ljung-Box portmanteau statistic per output, ``Q = N (N + 2) sum_{tau=1}^{lags} rho_e(tau)^2 / (N - tau)``, is
+chi-square with ``lags - dof`` degrees of freedom for white residuals; ``p = P(chi2 > Q)``. The residuals are
+called white when ``p >= 1 - level``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.stats import chi2, norm
+
+from ..errors import ShapeError
+from ..io._validate import check_data
+from ..model._simulation import as_theta_vector
+from ..runtime._checks import count
+from ..runtime._result import Result, plain
+from ._metrics import predictions, resolve_initial_states
+
+__all__ = ["ResidualAnalysis", "ResidualCorrelations", "residual_analysis"]
+
+KINDS = ("one_step", "free_run")
+
+
+def _lagged(a: list, c: list, lags: np.ndarray) -> np.ndarray:
+    """``sum_b sum_t a_b[t] c_b[t - tau]`` for each tau in ``lags`` (a_b (T_b, n), c_b (T_b, m)) -> (len, n, m)."""
+    out = np.zeros((len(lags), a[0].shape[1], c[0].shape[1]))
+    for i, tau in enumerate(lags):
+        for ab, cb in zip(a, c):
+            T = ab.shape[0]
+            if abs(tau) >= T:
+                continue
+            out[i] += ab[tau:].T @ cb[:T - tau] if tau >= 0 else ab[:T + tau].T @ cb[-tau:]
+    return out
+
+
+def _centred(parts: list) -> tuple[list, np.ndarray, np.ndarray]:
+    """(zero-filled centred arrays, pooled mean (n,), valid counts (n,)) of a list of (T_b, n) with NaN missing."""
+    stacked = np.concatenate(parts)
+    ok = np.isfinite(stacked)
+    n = ok.sum(axis=0)
+    with np.errstate(invalid="ignore"):
+        mean = np.where(n > 0, np.where(ok, stacked, 0.0).sum(axis=0) / np.maximum(n, 1), np.nan)
+    return [np.where(np.isfinite(p), p - mean, 0.0) for p in parts], mean, n
+
+
+@dataclass(frozen=True, repr=False)
+class ResidualCorrelations(Result):
+    """Correlations of one kind of residual (see the module docstring).
+
+    Attributes
+    ----------
+    kind : str
+        ``"one_step"`` or ``"free_run"``.
+    residuals : list of numpy.ndarray
+        (T_b - skip, ny) per trajectory, NaN where masked.
+    n : numpy.ndarray
+        (ny,) valid residuals per output.
+    mean, rms : numpy.ndarray
+        (ny,) mean and root mean square of the residuals (units of y).
+    autocorr : numpy.ndarray
+        (ny, lags + 1) normalised autocorrelation at lags 0 .. lags (``autocorr[:, 0] = 1``).
+    auto_bound : numpy.ndarray
+        (ny,) whiteness bound ``z / sqrt(N)``.
+    crosscorr : numpy.ndarray
+        (ny, nu, 2 lags + 1) normalised cross-correlation with each input at lags -lags .. lags.
+    cross_bound : numpy.ndarray
+        (ny, nu) independence bound (module docstring); NaN for a constant input.
+    ljung_box, p_value : numpy.ndarray
+        (ny,) Ljung-Box statistic and its p-value.
+    """
+
+    SUMMARY = ("kind", "n", "p_value")
+
+    kind: str
+    residuals: list = field(repr=False)
+    n: np.ndarray
+    mean: np.ndarray
+    rms: np.ndarray
+    autocorr: np.ndarray
+    auto_bound: np.ndarray
+    crosscorr: np.ndarray
+    cross_bound: np.ndarray
+    ljung_box: np.ndarray
+    p_value: np.ndarray
+
+    def to_dict(self) -> dict:
+        """Every field but the residuals as plain JSON-able data."""
+        return {k: plain(v) for k, v in vars(self).items() if k != "residuals"}
+
+
+def correlations(kind: str, res: list, u: list, lags: int, level: float, dof: int) -> ResidualCorrelations:
+    """The `ResidualCorrelations` of residuals ``res`` (list of (T_b, ny), NaN masked) and inputs ``u`` (list of (T_b, nu))."""
+    e, mean, n = _centred(res)
+    ut, _, _ = _centred(u)
+    z = float(norm.ppf(0.5 + level / 2))
+    pos = np.arange(lags + 1)
+    both = np.arange(-lags, lags + 1)
+    ny = e[0].shape[1]
+    c_ee = np.stack([_lagged([x[:, [j]] for x in e], [x[:, [j]] for x in e], pos)[:, 0, 0] for j in range(ny)])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        auto = c_ee / c_ee[:, :1]
+        nu = ut[0].shape[1]
+        c_uu = np.stack([_lagged([x[:, [i]] for x in ut], [x[:, [i]] for x in ut], pos)[:, 0, 0] for i in range(nu)]) \
+            if nu else np.zeros((0, lags + 1))
+        auto_u = c_uu / c_uu[:, :1]
+        cross = np.moveaxis(_lagged(e, ut, both), 0, -1) / np.sqrt(np.outer(c_ee[:, 0], c_uu[:, 0]))[:, :, None]
+        P = 1.0 + 2.0 * np.einsum("jk,ik->ji", auto[:, 1:], auto_u[:, 1:])
+        cross_bound = z * np.sqrt(np.maximum(P, 0.0) / n[:, None])
+        cross_bound = np.where(c_uu[None, :, 0] > 0, cross_bound, np.nan)
+        auto_bound = z / np.sqrt(n)
+        N = n.astype(float)
+        Q = N * (N + 2.0) * np.sum(auto[:, 1:] ** 2 / (N[:, None] - pos[None, 1:]), axis=1)
+    p = chi2.sf(Q, max(lags - dof, 1))
+    rms = np.sqrt(np.array([np.sum(np.concatenate([x[:, j] for x in e]) ** 2) for j in range(ny)]) / np.maximum(n, 1)
+                  + mean ** 2)
+    return ResidualCorrelations(kind, res, n, mean, rms, auto, auto_bound, cross, cross_bound, Q, p)
+
+
+@dataclass(frozen=True, repr=False)
+class ResidualAnalysis(Result):
+    """Result of [`residual_analysis`][ceem_casadi.residual_analysis].
+
+    Attributes
+    ----------
+    kinds : dict of str to ResidualCorrelations
+        ``"one_step"`` and/or ``"free_run"``.
+    lags : int
+        Largest lag (samples).
+    level : float
+        Confidence level of the bounds; the Ljung-Box test rejects whiteness when ``p < 1 - level``.
+    dof : int
+        Degrees of freedom subtracted from ``lags`` in the Ljung-Box test.
+    skip : int
+        Leading samples per trajectory left out.
+    output_names, input_names : tuple of str
+        (ny,) and (nu,) names.
+    x0 : numpy.ndarray
+        (B, nx) initial states used.
+    """
+
+    SUMMARY = ("lags", "level", "skip", "white")
+
+    kinds: dict
+    lags: int
+    level: float
+    dof: int
+    skip: int
+    output_names: tuple
+    input_names: tuple
+    x0: np.ndarray = field(default=None, repr=False)
+
+    @property
+    def white(self) -> dict:
+        """``{kind: (ny,) bool}``: Ljung-Box p-value at least ``1 - level``."""
+        return {k: c.p_value >= 1.0 - self.level for k, c in self.kinds.items()}
+
+    def __getitem__(self, kind: str) -> ResidualCorrelations:
+        return self.kinds[kind]
+
+    def to_dataframe(self):
+        """pandas DataFrame, one row per (kind, output): ``n``, ``mean``, ``rms``, ``max_autocorr`` (largest
+        ``|rho_e(tau)|``, tau >= 1), ``auto_bound``, ``ljung_box``, ``dof``, ``p_value``, ``white``,
+        ``max_crosscorr`` (largest ``|rho_eu| / bound`` over inputs and lags: above 1 means dependent on an
+        input), ``independent``."""
+        import pandas as pd
+
+        rows = []
+        for kind, c in self.kinds.items():
+            with np.errstate(invalid="ignore"):
+                ratio = np.nanmax(np.abs(c.crosscorr) / c.cross_bound[:, :, None], axis=(1, 2)) \
+                    if c.crosscorr.size and np.isfinite(c.cross_bound).any() else np.full(len(c.n), np.nan)
+            for j, name in enumerate(self.output_names):
+                rows.append((kind, name, int(c.n[j]), c.mean[j], c.rms[j], float(np.max(np.abs(c.autocorr[j, 1:]))),
+                             c.auto_bound[j], c.ljung_box[j], self.lags - self.dof, c.p_value[j],
+                             bool(c.p_value[j] >= 1 - self.level), ratio[j], bool(not ratio[j] > 1)))
+        cols = ["kind", "output", "n", "mean", "rms", "max_autocorr", "auto_bound", "ljung_box", "dof", "p_value",
+                "white", "max_crosscorr_ratio", "independent"]
+        return pd.DataFrame(rows, columns=cols).set_index(["kind", "output"])
+
+    def table(self) -> str:
+        """[`to_dataframe`][ceem_casadi.workflow.ResidualAnalysis.to_dataframe] as text."""
+        return self.to_dataframe().to_string(float_format=lambda v: f"{v:.4g}")
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict: the settings and, per kind, the correlations, bounds and test."""
+        return {"lags": self.lags, "level": self.level, "dof": self.dof, "skip": self.skip,
+                "output_names": list(self.output_names), "input_names": list(self.input_names),
+                "kinds": {k: c.to_dict() for k, c in self.kinds.items()}}
+
+    def plot(self, path=None, kind: str | None = None, dt: float | None = None):
+        """The two-panel figure of MATLAB ``resid``: per output, the residual autocorrelation and its
+        cross-correlation with each input, with their bounds. Saves to ``path`` (.png/.svg) and returns it,
+        or returns the matplotlib Figure when ``path`` is None."""
+        from ..plots import plot_residuals
+
+        return plot_residuals(self, path, kind=kind or next(iter(self.kinds)), dt=dt)
+
+
+def residual_analysis(model, data, theta, *, lags: int = 25, level: float = 0.99,
+                      kind: str | Sequence[str] = KINDS, x0=None, window: int | None = None,
+                      skip: int | None = None, starts=None, dof: int = 0, Sigma0=None, Q=None, R=None,
+                      output_names: Sequence[str] | None = None, input_names: Sequence[str] | None = None,
+                      engine: str = "python") -> ResidualAnalysis:
+    """Whiteness and input-independence of the one-step-ahead and free-run residuals (module docstring).
+
+    Parameters
+    ----------
+    model : StateSpaceModel
+        The model.
+    data : Trajectories
+        The data (NaN = missing; masked).
+    theta : dict or numpy.ndarray
+        Parameters, name -> array (or the flat vector).
+    lags : int
+        Largest lag (samples), default 25.
+    level : float
+        Confidence level of the bounds and of the Ljung-Box test (default 0.99).
+    kind : str or sequence of str
+        ``"one_step"`` (EKF innovations) and/or ``"free_run"``.
+    x0, window, skip, starts
+        Initial states, as in [`validation_report`][ceem_casadi.validation_report] (estimated ones leave out their
+        ``window`` samples).
+    dof : int
+        Degrees of freedom subtracted from ``lags`` in the Ljung-Box test (0: the residuals are tested as given).
+    Sigma0, Q, R : float or numpy.ndarray, optional
+        EKF covariances of the one-step residuals (defaults from the model's noise).
+    output_names, input_names : sequence of str, optional
+        Names (default ``y0 ...``, ``u0 ...``).
+    engine : {"python", "casadi"}
+        EKF engine.
+
+    Returns
+    -------
+    ResidualAnalysis
+
+    Examples
+    --------
+    The true model's one-step residuals are white; a model with the wrong pole is not:
+
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.3, measurement_std=0.1)
+    >>> u = np.random.default_rng(0).normal(size=(400, 1))
+    >>> data, _ = cc.simulate(model, {"a": 0.9}, [0.0], 400, u=u, process_std=0.3,
+    ...                       measurement_std=0.1, seed=1)
+    >>> good = cc.residual_analysis(model, data, {"a": 0.9}, x0=[0.0], kind="one_step")
+    >>> bad = cc.residual_analysis(model, data, {"a": 0.3}, x0=[0.0], kind="one_step")
+    >>> bool(good.white["one_step"][0]), bool(bad.white["one_step"][0])
+    (True, False)
+    """
+    check_data(model, data)
+    theta_vec = as_theta_vector(model, theta)
+    kinds = (kind,) if isinstance(kind, str) else tuple(kind)
+    if not kinds or any(k not in KINDS for k in kinds):
+        raise ShapeError(f"kind: expected 'one_step' and/or 'free_run', got {kind!r}")
+    count(lags, "lags")
+    count(dof, "dof", 0)
+    if not 0.0 < float(level) < 1.0:
+        raise ShapeError(f"level: expected a probability in (0, 1), got {level!r}")
+    X0, skip = resolve_initial_states(model, data, theta_vec, x0, window=window, skip=skip, starts=starts)
+    if lags >= min(data.lengths) - skip:
+        raise ShapeError(f"lags: expected fewer than {min(data.lengths) - skip} (samples of the shortest trajectory "
+                         f"after skip), got {lags}")
+    ynames = tuple(output_names) if output_names is not None else tuple(f"y{j}" for j in range(model.ny))
+    unames = tuple(input_names) if input_names is not None else tuple(f"u{i}" for i in range(model.nu))
+    if len(ynames) != model.ny or len(unames) != model.nu:
+        raise ShapeError(f"output_names/input_names: expected {model.ny} and {model.nu} names, got {len(ynames)} "
+                         f"and {len(unames)}")
+    y_sim, y_pred = predictions(model, data, theta_vec, X0, (1,) if "one_step" in kinds else (),
+                                Sigma0=Sigma0, Q=Q, R=R, engine=engine)
+    us = [data.inputs(b)[skip:] for b in range(len(data))]
+    out = {}
+    for k in kinds:
+        preds = y_pred[1] if k == "one_step" else y_sim
+        with np.errstate(invalid="ignore"):
+            res = [np.where(np.isfinite(p[skip:]), data.y[b][skip:] - p[skip:], np.nan) for b, p in enumerate(preds)]
+        out[k] = correlations(k, res, us, int(lags), float(level), int(dof))
+    return ResidualAnalysis(out, int(lags), float(level), int(dof), skip, ynames, unames, X0)
