@@ -22,7 +22,11 @@ out) against the noise std and the truth's own RMS on it, the process's peak RSS
 and (unless ``--no-floor``) the floor of one iteration at the final iterate (``scripts/_floor.py``).
 
     python -m scripts.bench_wh_long [--length 1000000] [--json out.json] [--warm-start N]
-                                    [--max-iters 50] [--no-floor] [--smoke]
+                                    [--max-iters 50] [--no-floor] [--smoke] [--baseline base.json]
+
+``--baseline``: the JSON of another run (e.g. of the previous release, run in the same session) to
+compare with: whole-fit wall and CPU ratios, peak RSS ratio, theta's, J's and the test RMS's
+relative differences (``baseline`` in the JSON).
 
 ``--smoke``: T = 3,000 with a warm start of 1,000 samples (seconds; tests). On a shared machine
 wall times are noisy: the CPU seconds of the process are disturbed less.
@@ -98,7 +102,8 @@ def run(T: int, warm_start: int | None, max_iters: int, floor: bool, test_length
     res = cc.ceem(model, data, init.theta, options=opts)
     row.update(ceem_s=time.perf_counter() - t0, ceem_cpu_s=time.process_time() - c0, status=str(res.status),
                iterations=res.iterations, J=res.J, tol=opts.tol, message=res.message, build_s=res.build_s,
-               kinds=_by_kind(res.history), theta_err=theta_error(model, res.theta, true_theta))
+               kinds=_by_kind(res.history), theta_err=theta_error(model, res.theta, true_theta),
+               theta=model.theta_vector(res.theta).tolist())
     warm = res.warm_start
     if warm is not None:
         row.update(warm_length=len(warm.x[0]), warm_s=warm.wall_s, warm_status=str(warm.status),
@@ -137,8 +142,23 @@ def _format(r: dict) -> str:
         text += (f"\nfloor of one iteration {r['floor_floor_s']:.2f} s (smoothing {r['floor_smooth_floor_s']:.2f}, "
                  f"learning {r['floor_learn_floor_s']:.2f}); median EM smoothing {r['floor_smooth_s']:.2f} s "
                  f"({r['floor_smooth_ratio']:.2f}x), learning {r['floor_learn_s']:.2f} s ({r['floor_learn_ratio']:.2f}x), "
-                 f"joint step {r['floor_joint_s']:.2f} s")
+                 f"joint step {r['floor_joint_s']:.2f} s ({r['floor_joint_s'] / r['floor_floor_s']:.2f}x the iteration's "
+                 f"floor); outside the iterations {r['other_s']:.1f} s ({r['other_s'] / r['floor_floor_s']:.2f}x)")
     return text
+
+
+def compare(row: dict, base: dict) -> dict:
+    """This run against ``base`` (another run's JSON, e.g. of the previous release in the same session):
+    wall and CPU ratios of the whole fit and of CE-EM, peak RSS ratio, the largest relative difference of
+    theta (entries with |theta| >= 1e-3, else absolute), of J and of the test RMS."""
+    out = {f"{k}_ratio": row[k] / base[k] for k in ("total_s", "total_cpu_s", "ceem_s", "ceem_cpu_s", "peak_rss_mb")
+           if base.get(k)}
+    if base.get("theta") and row.get("theta"):
+        a, b = np.asarray(row["theta"]), np.asarray(base["theta"])
+        out["theta_rel_diff"] = float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-3)))
+    out["J_rel_diff"] = abs(row["J"] - base["J"]) / abs(base["J"])
+    out["test_rms_rel_diff"] = abs(row["test_rms"] - base["test_rms"]) / base["test_rms"]
+    return out
 
 
 def main(argv=None) -> int:
@@ -150,12 +170,17 @@ def main(argv=None) -> int:
     ap.add_argument("--no-floor", action="store_true")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--baseline", default=None, help="JSON of another run (e.g. the previous release) to compare with")
     args = ap.parse_args(argv)
     T, warm, test_n = int(args.length), args.warm_start, args.test_length
     if args.smoke:
         T, warm, test_n = 3000, 1000 if warm is None else warm, 2000
     row = run(T, warm, args.max_iters, not args.no_floor, test_n)
     print(_format(row), flush=True)
+    if args.baseline:
+        with open(args.baseline) as fh:
+            row["baseline"] = compare(row, json.load(fh))
+        print("against the baseline: " + ", ".join(f"{k} {v:.3g}" for k, v in row["baseline"].items()), flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(row, fh, indent=1, default=str)

@@ -373,7 +373,8 @@ def _ceem(model, data, theta0, options, x_init, callback, smoother, learner) -> 
                 try_newton = stepped is None and joint_failures < JOINT_MAX_FAILURES
             if stepped is not None and small:
                 small = False
-            recent.append(current)
+            if options.acceleration == "squarem":  # (others: no history of states; 48 MB each at T = 10^6)
+                recent.append(current)
             if options.acceleration == "squarem" and len(recent) == 3 and len(run.history) < options.max_iters:
                 point = run.extrapolate(*recent)
                 recent = [current]
