@@ -18,11 +18,16 @@ CPU seconds of the whole-record iterations by kind and the rest (initial states,
 final check), final theta error against the truth (max over free entries of |est - true| /
 max(|true|, 1), the truth mapped to the fit's ``scale``), the free-run RMS on a fresh noise-free
 record of ``--test-length`` samples plus measurement noise (from rest, the first 500 samples left
-out) against the noise std and the truth's own RMS on it, the process's peak RSS and CPU seconds,
+out) against the noise std and the truth's own RMS on it, the process's peak RSS at the end of the fit
+(``fit_peak_rss_mb``: simulation, initialiser, CE-EM) and at the end (with the floors' measurement) and CPU seconds,
 and (unless ``--no-floor``) the floor of one iteration at the final iterate (``scripts/_floor.py``).
 
     python -m scripts.bench_wh_long [--length 1000000] [--json out.json] [--warm-start N]
-                                    [--max-iters 50] [--no-floor] [--smoke]
+                                    [--max-iters 50] [--no-floor] [--smoke] [--baseline base.json]
+
+``--baseline``: the JSON of another run (e.g. of the previous release, run in the same session) to
+compare with: whole-fit wall and CPU ratios, peak RSS ratio, theta's, J's and the test RMS's
+relative differences (``baseline`` in the JSON).
 
 ``--smoke``: T = 3,000 with a warm start of 1,000 samples (seconds; tests). On a shared machine
 wall times are noisy: the CPU seconds of the process are disturbed less.
@@ -98,12 +103,15 @@ def run(T: int, warm_start: int | None, max_iters: int, floor: bool, test_length
     res = cc.ceem(model, data, init.theta, options=opts)
     row.update(ceem_s=time.perf_counter() - t0, ceem_cpu_s=time.process_time() - c0, status=str(res.status),
                iterations=res.iterations, J=res.J, tol=opts.tol, message=res.message, build_s=res.build_s,
-               kinds=_by_kind(res.history), theta_err=theta_error(model, res.theta, true_theta))
+               kinds=_by_kind(res.history), theta_err=theta_error(model, res.theta, true_theta),
+               theta=model.theta_vector(res.theta).tolist())
     warm = res.warm_start
     if warm is not None:
         row.update(warm_length=len(warm.x[0]), warm_s=warm.wall_s, warm_status=str(warm.status),
                    warm_iterations=warm.iterations, warm_kinds=_by_kind(warm.history),
                    theta_err_warm=theta_error(model, warm.theta, true_theta))
+    # the fit's own peak (simulation, initialiser and CE-EM; the floors and the test record below come later)
+    row["fit_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     steps = sum(k["s"] for k in row["kinds"].values())
     row["other_s"] = row["ceem_s"] - steps - (row.get("warm_s") or 0.0)  # initial states, J, final check
     row["total_s"] = row["init_s"] + row["ceem_s"]
@@ -132,13 +140,29 @@ def _format(r: dict) -> str:
             f"[{kinds}; other {r['other_s']:.1f} s]\n"
             f"total {r['total_s']:.1f} s (CPU {r['total_cpu_s']:.1f}); theta err {r['theta_err']:.2e}; test RMS "
             f"{r['test_rms']:.4f} = {r['test_rms_over_noise']:.3f} x noise std (truth {r['test_rms_truth']:.4f}, "
-            f"initialiser {r['test_rms_init']:.4f}); peak RSS {r['peak_rss_mb']:.0f} MB; process CPU {r['process_cpu_s']:.1f} s")
+            f"initialiser {r['test_rms_init']:.4f}); peak RSS {r['fit_peak_rss_mb']:.0f} MB to the end of the fit, "
+            f"{r['peak_rss_mb']:.0f} MB with the floors' measurement; process CPU {r['process_cpu_s']:.1f} s")
     if "floor_floor_s" in r:
         text += (f"\nfloor of one iteration {r['floor_floor_s']:.2f} s (smoothing {r['floor_smooth_floor_s']:.2f}, "
                  f"learning {r['floor_learn_floor_s']:.2f}); median EM smoothing {r['floor_smooth_s']:.2f} s "
                  f"({r['floor_smooth_ratio']:.2f}x), learning {r['floor_learn_s']:.2f} s ({r['floor_learn_ratio']:.2f}x), "
-                 f"joint step {r['floor_joint_s']:.2f} s")
+                 f"joint step {r['floor_joint_s']:.2f} s ({r['floor_joint_s'] / r['floor_floor_s']:.2f}x the iteration's "
+                 f"floor); outside the iterations {r['other_s']:.1f} s ({r['other_s'] / r['floor_floor_s']:.2f}x)")
     return text
+
+
+def compare(row: dict, base: dict) -> dict:
+    """This run against ``base`` (another run's JSON, e.g. of the previous release in the same session):
+    wall and CPU ratios of the whole fit and of CE-EM, peak RSS ratio, the largest relative difference of
+    theta (entries with |theta| >= 1e-3, else absolute), of J and of the test RMS."""
+    out = {f"{k}_ratio": row[k] / base[k] for k in ("total_s", "total_cpu_s", "ceem_s", "ceem_cpu_s", "peak_rss_mb")
+           if base.get(k)}
+    if base.get("theta") and row.get("theta"):
+        a, b = np.asarray(row["theta"]), np.asarray(base["theta"])
+        out["theta_rel_diff"] = float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-3)))
+    out["J_rel_diff"] = abs(row["J"] - base["J"]) / abs(base["J"])
+    out["test_rms_rel_diff"] = abs(row["test_rms"] - base["test_rms"]) / base["test_rms"]
+    return out
 
 
 def main(argv=None) -> int:
@@ -150,12 +174,17 @@ def main(argv=None) -> int:
     ap.add_argument("--no-floor", action="store_true")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--baseline", default=None, help="JSON of another run (e.g. the previous release) to compare with")
     args = ap.parse_args(argv)
     T, warm, test_n = int(args.length), args.warm_start, args.test_length
     if args.smoke:
         T, warm, test_n = 3000, 1000 if warm is None else warm, 2000
     row = run(T, warm, args.max_iters, not args.no_floor, test_n)
     print(_format(row), flush=True)
+    if args.baseline:
+        with open(args.baseline) as fh:
+            row["baseline"] = compare(row, json.load(fh))
+        print("against the baseline: " + ", ".join(f"{k} {v:.3g}" for k, v in row["baseline"].items()), flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(row, fh, indent=1, default=str)

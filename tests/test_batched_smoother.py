@@ -224,24 +224,36 @@ def test_one_mapped_evaluation_per_newton_step(monkeypatch):
         np.testing.assert_allclose(a.x, b.x, rtol=0, atol=1e-12 * np.abs(b.x).max())
 
 
+class _Flat:
+    """f constant at 1e3, gradient stuck at 1e-3 > the acceptable tolerance, Hessian 1e6 I: Newton
+    steps of 1e-9 that predict a decrease of 2.5e-12 and change f below round-off."""
+
+    def cost_many(self, idx, xs):
+        return [1e3] * len(idx)
+
+    def newton_many(self, idx, xs):
+        nz = np.tile([0.0, 1e6], (5, 1))
+        return [(1e3, np.full(5, 1e-3), nz, np.zeros(1)) for _ in idx]
+
+
 def test_stalled_objective_stops_after_stall_stop_steps():
-    """An objective that no longer changes (f constant at 1e3, gradient stuck at 1e-3 > the
-    acceptable tolerance, Hessian 1e6 I: steps of 1e-9 that change f below round-off) ends after
-    STALL_STOP steps as Search_Direction_Becomes_Too_Small (usable), for every problem of a batch,
-    instead of running to max_iter."""
+    """The flat objective with a tolerance (1e-11) whose Newton-decrement threshold (1e-18 |f|) is
+    below the predicted decrease: it ends after STALL_STOP steps as Search_Direction_Becomes_Too_Small
+    (usable), for every problem of a batch, instead of running to max_iter."""
     from ceem_casadi.smoothing._banded import STALL_STOP
     from ceem_casadi.smoothing._batched_newton import solve_many
 
-    class Flat:
-        def cost_many(self, idx, xs):
-            return [1e3] * len(idx)
-
-        def newton_many(self, idx, xs):
-            nz = np.tile([0.0, 1e6], (5, 1))
-            return [(1e3, np.full(5, 1e-3), nz, np.zeros(1)) for _ in idx]
-
-    out = solve_many(BandedNewton(1, 5, 100, 1e-8), [np.zeros(5)] * 2, Flat())
+    out = solve_many(BandedNewton(1, 5, 100, 1e-11), [np.zeros(5)] * 2, _Flat())
     assert [(o.status, o.iterations) for o in out] == [("Search_Direction_Becomes_Too_Small", STALL_STOP)] * 2
+
+
+def test_newton_decrement_below_round_off_stops_at_once():
+    """The flat objective at the default tolerance 1e-8: the predicted decrease 2.5e-12 is below
+    1e-12 |f|, so every problem of the batch stops at once (no step, no line search) as converged."""
+    from ceem_casadi.smoothing._batched_newton import solve_many
+
+    out = solve_many(BandedNewton(1, 5, 100, 1e-8), [np.zeros(5)] * 2, _Flat())
+    assert [(o.status, o.iterations) for o in out] == [("Solve_Succeeded", 0)] * 2
 
 
 def test_calls_are_built_for_at_most_per_call_trajectories(monkeypatch):

@@ -69,6 +69,31 @@ def banded_upper(D: np.ndarray, Off: np.ndarray) -> np.ndarray:
     return ab
 
 
+def band_views(ab: np.ndarray, n: int):
+    """``(D, Off)``: strided views (T, n, n) and (T-1, n, n) of the Fortran-ordered upper band storage
+    ``ab`` (2n, T n) of a block-tridiagonal matrix (as `banded_upper` fills it): ``D[t, i, j]`` is
+    entry (i, j) of diagonal block t for i <= j ONLY (the views' entries i > j alias other band
+    entries: never write them), ``Off[t]`` the super-diagonal block (t, t + 1), all of it."""
+    if not ab.flags.f_contiguous or ab.shape[0] != 2 * n:
+        raise ValueError(f"expected a Fortran-ordered ({2 * n}, T {n}) band array, got shape {ab.shape}")
+    T, s, u = ab.shape[1] // n, ab.itemsize, 2 * n - 1
+    strides = (2 * n * n * s, s, (2 * n - 1) * s)  # t, i, j: entry (u + i - j, t n + j) of ab
+    D = np.lib.stride_tricks.as_strided(ab[u:], (T, n, n), strides)
+    Off = np.lib.stride_tricks.as_strided(ab[u - n:, n:], (max(T - 1, 0), n, n), strides)
+    return D, Off
+
+
+def _tmul(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Per stage ``A[t].T @ B[t]`` of (n, r, i) and (n, r, j) stacks: batched matmul (at (20,000, 6, 6)
+    25x faster than ``einsum("tri,trj->tij")``, which took a third of a joint step at T = 10^6)."""
+    return np.matmul(A.transpose(0, 2, 1), B)
+
+
+def _tvec(A: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Per stage ``A[t].T @ r[t]`` of (n, r, i) and (n, r) stacks."""
+    return np.matmul(A.transpose(0, 2, 1), r[:, :, None])[:, :, 0]
+
+
 # damping of the states' block relative to the parameters' (module docstring)
 STATE_DAMPING = 1e-6
 
@@ -85,7 +110,9 @@ class JointGaussNewton:
     blocks, Hxp, gx; Hpp and gp summed), which are written into one (T nx, 1 + n_free) array
     ``[gx Hxp]`` that the banded triangular solves then overwrite: at T = 10^6 nothing of size
     T x (rows x columns of the stage Jacobians) is held (6 states, 15 free parameters: 1.4 GB of
-    Jacobians and about as much in copies before).
+    Jacobians and about as much in copies before). Hxx goes straight into LAPACK's band storage and
+    both arrays are Fortran-ordered, so the factorisation and the solves work in place (T = 10^6:
+    1.4 GB instead of 3.3 GB at the peak of a step).
 
     Parameters
     ----------
@@ -145,41 +172,50 @@ class JointGaussNewton:
         dyn = [a.copy() for a in self._jacobians("dyn", X0.shape[1], [X0, X1, U0, theta_vec, iw], m.nx)]
         return (*obs, *dyn)
 
-    def _trajectory_blocks(self, theta_vec, y, u, x, D, Off, R):
-        """Add trajectory (y, u, x)'s Gauss-Newton blocks into D (T, nx, nx), Off (T-1, nx, nx) and
-        R (T, nx, 1 + n_free) = [gx Hxp]; returns its (Hpp, gp) contribution."""
+    def _trajectory_blocks(self, theta_vec, y, u, x, ab, R):
+        """Add trajectory (y, u, x)'s Gauss-Newton blocks into ``ab``, the (2 nx, T nx) Fortran-ordered
+        upper band storage of Hxx (`band_views`), and R (T, nx, 1 + n_free) = [gx Hxp]; returns its
+        (Hpp, gp) contribution. Hxx's diagonal blocks are summed per chunk (one carried into the
+        next) and only their upper triangles written: no (T, nx, nx) array is held."""
         m, nx, ny = self.model, self.model.nx, self.model.ny
         iv, iw = m.noise.inv_measurement_std, m.noise.inv_process_std
         nf = self.free.size
         Hpp, gp = np.zeros((nf, nf)), np.zeros(nf)
         T = x.shape[0]
         mask = np.isfinite(y)
+        Dv, Offv = band_views(ab, nx)
+        iu, ju = np.triu_indices(nx)
+        carry = np.zeros((nx, nx))  # block column a's diagonal block from the chunk before
         for a in range(0, T, policy.JOINT_CHUNK):
             b = min(a + policy.JOINT_CHUNK, T)
+            D = np.zeros((b - a + 1, nx, nx))
+            D[0] = carry
             ro, Jo, Jpo = self._jacobians("obs", b - a, [x[a:b].T, u[a:b].T, np.where(mask[a:b], y[a:b], 0.0).T,
                                                          mask[a:b].T.astype(float), theta_vec, iv], ny)
-            D[a:b] += np.einsum("tri,trj->tij", Jo, Jo)
-            R[a:b, :, 0] += np.einsum("tri,tr->ti", Jo, ro)
+            D[:b - a] += _tmul(Jo, Jo)
+            R[a:b, :, 0] += _tvec(Jo, ro)
             if self._obs_p:
-                R[a:b, :, 1:] += np.einsum("tri,trk->tik", Jo, Jpo)
+                R[a:b, :, 1:] += _tmul(Jo, Jpo)
                 Jp2 = Jpo.reshape((b - a) * ny, nf)
                 Hpp += gram(Jp2)
                 gp += Jp2.T @ ro.ravel()
             bd = min(b, T - 1)  # dynamics stages a .. bd - 1, between x_s and x_{s+1}
-            if bd <= a:
-                continue
-            rd, Jz, Jpd = self._jacobians("dyn", bd - a, [x[a:bd].T, x[a + 1:bd + 1].T, u[a:bd].T, theta_vec, iw], nx)
-            A, Bn = Jz[:, :, :nx], Jz[:, :, nx:]
-            D[a:bd] += np.einsum("tri,trj->tij", A, A)
-            D[a + 1:bd + 1] += np.einsum("tri,trj->tij", Bn, Bn)
-            Off[a:bd] = np.einsum("tri,trj->tij", A, Bn)
-            R[a:bd, :, 0] += np.einsum("tri,tr->ti", A, rd)
-            R[a + 1:bd + 1, :, 0] += np.einsum("tri,tr->ti", Bn, rd)
-            R[a:bd, :, 1:] += np.einsum("tri,trk->tik", A, Jpd)
-            R[a + 1:bd + 1, :, 1:] += np.einsum("tri,trk->tik", Bn, Jpd)
-            Jp2 = Jpd.reshape((bd - a) * nx, nf)
-            Hpp += gram(Jp2)
-            gp += Jp2.T @ rd.ravel()
+            if bd > a:
+                rd, Jz, Jpd = self._jacobians("dyn", bd - a, [x[a:bd].T, x[a + 1:bd + 1].T, u[a:bd].T, theta_vec, iw],
+                                              nx)
+                A, Bn = Jz[:, :, :nx], Jz[:, :, nx:]
+                D[:bd - a] += _tmul(A, A)
+                D[1:bd - a + 1] += _tmul(Bn, Bn)
+                Offv[a:bd] = _tmul(A, Bn)
+                R[a:bd, :, 0] += _tvec(A, rd)
+                R[a + 1:bd + 1, :, 0] += _tvec(Bn, rd)
+                R[a:bd, :, 1:] += _tmul(A, Jpd)
+                R[a + 1:bd + 1, :, 1:] += _tmul(Bn, Jpd)
+                Jp2 = Jpd.reshape((bd - a) * nx, nf)
+                Hpp += gram(Jp2)
+                gp += Jp2.T @ rd.ravel()
+            Dv[a:b, iu, ju] = D[:b - a, iu, ju]
+            carry = D[b - a]
         return Hpp, gp
 
     def step(self, theta_vec, data, xs, mu: float | None = None) -> JointStep:
@@ -194,18 +230,21 @@ class JointGaussNewton:
         w1sq = None if noise.x1_std is None else noise.inv_x1_std ** 2
         for b, x in enumerate(xs):
             T = x.shape[0]
-            D, Off, R = np.zeros((T, nx, nx)), np.zeros((max(T - 1, 0), nx, nx)), np.zeros((T, nx, 1 + nf))
-            h, g = self._trajectory_blocks(theta_vec, data.y[b], data.inputs(b), x, D, Off, R)
+            # Hxx in LAPACK's band storage, Fortran-ordered (factorised in place); [gx Hxp] as the
+            # columns of a Fortran-ordered (T nx, 1 + n_free) array (solved in place): no copies
+            ab, Rc = np.zeros((2 * nx, T * nx), order="F"), np.zeros((1 + nf, T * nx))
+            R = Rc.reshape(1 + nf, T, nx).transpose(1, 2, 0)
+            h, g = self._trajectory_blocks(theta_vec, data.y[b], data.inputs(b), x, ab, R)
             Hpp, gp = Hpp + h, gp + g
+            diag = ab[2 * nx - 1]  # Hxx's diagonal (a view)
             if w1sq is not None:
-                D[0][np.diag_indices(nx)] += w1sq
+                diag[:nx] += w1sq
                 R[0, :, 0] += w1sq * (x[0] - noise.x1_mean)
-            diag = np.einsum("tii->ti", D)
             diag += STATE_DAMPING * mu * np.maximum(diag, 1e-12 * max(1.0, diag.max()))
-            ab = cholesky_banded(banded_upper(D, Off), lower=False, overwrite_ab=True)
-            del D, Off
+            ab = cholesky_banded(ab, lower=False, overwrite_ab=True)
             # W = U^-T [gx Hxp] in place (H = U^T U): Hxp^T H^-1 Hxp = W1^T W1, Hxp^T H^-1 gx = W1^T w0
-            W, info = dtbtrs(ab, R.reshape(T * nx, 1 + nf), uplo="U", trans="T", overwrite_b=1)
+            W, info = dtbtrs(ab, Rc.T, uplo="U", trans="T", overwrite_b=1)
+            del R, Rc
             if info != 0:
                 raise LinAlgError(f"banded triangular solve failed (info {info})")
             per_traj.append((ab, W))

@@ -22,15 +22,15 @@ from dataclasses import dataclass
 
 import casadi as ca
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
 
 from ..learning._options import LearnerOptions
 from ..objective._stages import StageFunctions, stack_stages
 from ..runtime._compile import CompileCacheError, compile_functions, compiler, fallback_warning
 from ..runtime._linalg import gram
 from ..runtime._result import Result
-from ..runtime._solve import ACCEPTABLE, STALL_OBJ_CHANGE, grad_f_function, hess_lag_function, ipopt_options, solve
+from ..runtime._solve import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
 from ._chunks import chunk_length, chunk_map, pack_columns
+from ._newton import NEWTON_STEPS, newton_steps
 
 log = logging.getLogger(__name__)
 
@@ -99,35 +99,6 @@ def learn_result(solver, sol: dict, theta_vec: np.ndarray, free: np.ndarray, wal
                        int(st["iter_count"]), wall)
 
 
-def stationary_start(solver: ca.Function, z: np.ndarray, p, lower: np.ndarray, upper: np.ndarray) -> float | None:
-    """The objective f at ``z`` when the Newton model there predicts a decrease below its
-    round-off, else None.
-
-    With f, g (n,) and H (n, n) the objective, gradient and Hessian that the IPOPT ``solver``
-    itself evaluates (its ``nlp_grad_f`` and ``nlp_hess_l`` Functions, NLP parameter ``p``; no
-    constraints): f when ``z`` is strictly inside the bounds, H is positive definite, the
-    Newton step ``d = -H^-1 g`` keeps ``z + d`` strictly inside the bounds and ``-g^T d / 2 <=
-    STALL_OBJ_CHANGE * max(1, |f|)`` (1e-12 relative: the stagnation threshold IPOPT is given).
-    None also for a limited-memory solver (no Hessian). Costs one gradient and one Hessian
-    evaluation, about one IPOPT iteration. Started at such a point IPOPT itself, with bounded
-    variables, spends 10-16 iterations failing line searches on round-off (its bound
-    multipliers start at 1, far from their optimal 0) before it stops at an acceptable level.
-    """
-    z = np.asarray(z, float)
-    if not np.all((lower < z) & (z < upper)):
-        return None
-    if not solver.has_function("nlp_hess_l"):  # limited-memory
-        return None
-    Hu = np.asarray(ca.DM(solver.get_function("nlp_hess_l")(z, p, 1.0, ca.DM(0, 1))).full())
-    H = np.triu(Hu) + np.triu(Hu, 1).T
-    f, g = (np.asarray(ca.DM(v).full(), float).ravel() for v in solver.get_function("nlp_grad_f")(z, p))
-    try:
-        d = -cho_solve(cho_factor(H), g)
-    except (np.linalg.LinAlgError, ValueError):
-        return None
-    inside = np.all((lower < z + d) & (z + d < upper))
-    small = -0.5 * g @ d <= STALL_OBJ_CHANGE * max(1.0, abs(f[0]))
-    return float(f[0]) if inside and np.isfinite(f[0]) and small else None
 def _shared_p(fun: ca.Function) -> list[bool]:
     """``reduce_in`` of a stage map: the parameter input ``p`` is the same for every stage. Mapped
     as an ordinary input, CasADi copies it once per stage: for the 2,246-parameter helicopter-size
@@ -268,6 +239,8 @@ class Learner:
         syms = {"p_base": ca.MX.sym("p_base", npar), **data, **small}
         self._names = list(syms)
         sizes = [s.numel() for s in syms.values()]
+        # where each part lies in the NLP parameter vector: name -> slice (parameter_vector's layout)
+        self.slots = {k: slice(a, a + n) for k, a, n in zip(self._names, np.cumsum([0] + sizes[:-1]), sizes)}
         P = ca.MX.sym("P", sum(sizes))
         parts = ca.vertsplit(P, np.concatenate([[0], np.cumsum(sizes)]).tolist())
         s = {k: ca.reshape(part, v.shape[0], v.shape[1]) for (k, v), part in zip(syms.items(), parts)}
@@ -298,18 +271,20 @@ class Learner:
         free = self.free.tolist()
         hess, jacs = ca.diag(diag), []
         cost_sx = cost  # the NLP's objective expression must stay differentiable by CasADi
+        cost_g = cost  # grad_f's cost: from the gradient's own pass (a cost map beside it cost 1/3 more)
         for prefix, n, _, cols in terms:
             fcost, fgrad = stages.get(f"{prefix}_cost", f"{prefix}_p_grad", columns=columns or n)
             cost = cost + over_stages(fcost, prefix, n, cols)
             cost_sx = cost_sx + over_stages(getattr(stages, f"{prefix}_cost"), prefix, n, cols)
-            grad = grad + over_stages(fgrad, prefix, n, cols)[1][free]
+            stage_cost, stage_grad = over_stages(fgrad, prefix, n, cols)
+            cost_g, grad = cost_g + stage_cost, grad + stage_grad[free]
             if kind == "exact":
                 (fhess,) = stages.get(f"{prefix}_p_hess", columns=columns or n)
                 hess = hess + over_stages(fhess, prefix, n, cols)[free, free]
             elif kind == "gauss-newton":
                 (fjac,) = stages.get(f"{prefix}_p_jac", columns=columns or n)
                 jacs.append(over_stages(fjac, prefix, n, cols, reduce=False))
-        extra = {"grad_f": grad_f_function(z, P, cost, grad)}
+        extra = {"grad_f": grad_f_function(z, P, cost_g, grad)}
         if kind == "limited-memory":
             extra["ipopt.hessian_approximation"] = "limited-memory"
         elif kind == "exact":
@@ -430,12 +405,11 @@ class Learner:
               weights=None) -> LearnResult:
         """Learn the free parameters for fixed states, warm-started at ``theta_vec``.
 
-        When the start is already stationary to the objective's round-off
-        (`stationary_start`), IPOPT is not called: the result is ``theta_vec`` itself
-        with status ``"Solve_Succeeded"`` and ``iterations == 0``. (Started there, IPOPT spends
-        10-16 iterations failing line searches on round-off before it stops at an acceptable
-        level: the EM step that confirms convergence, single Lorenz T = 10^5, took 15 s of a
-        55 s fit.)
+        Near the optimum the step is solved by plain Newton steps (`ceem_casadi.learning._newton`;
+        ``iterations`` counts them), IPOPT is called only when they stop working (and continues
+        from their last iterate). Started at the optimum, IPOPT spent 10-16 iterations failing line
+        searches on round-off before it stopped at an acceptable level (the EM step that confirms
+        convergence, single Lorenz T = 10^5, took 15 s of a 55 s fit).
 
         Parameters
         ----------
@@ -461,9 +435,27 @@ class Learner:
         params = self.model.params
         t0 = time.perf_counter()
         z0, lower, upper = np.asarray(theta_vec, float)[self.free], params.lower[self.free], params.upper[self.free]
-        cost = stationary_start(self.solver, z0, P, lower, upper)
+        z, cost, steps = self._newton(z0, P, lower, upper)  # near the optimum: Newton (learning/_newton.py)
         if cost is not None:
-            return LearnResult(np.asarray(theta_vec, float).copy(), cost, "Solve_Succeeded",
-                               bool(np.all(np.isfinite(theta_vec))), 0, time.perf_counter() - t0)
-        sol = solve(self.solver, x0=z0, p=P, lbx=lower, ubx=upper)
-        return learn_result(self.solver, sol, theta_vec, self.free, time.perf_counter() - t0)
+            out = np.asarray(theta_vec, float).copy()
+            out[self.free] = z
+            return LearnResult(out, cost, "Solve_Succeeded", bool(np.all(np.isfinite(out))), steps,
+                               time.perf_counter() - t0)
+        sol = solve(self.solver, x0=z, p=P, lbx=lower, ubx=upper)
+        res = learn_result(self.solver, sol, theta_vec, self.free, time.perf_counter() - t0)
+        res.iterations += steps
+        return res
+
+    def _newton(self, z, P, lower, upper):
+        """`newton_steps` with the solver's own cost, gradient and Hessian (trust region and prior
+        as in ``P``); none for a limited-memory learner."""
+        if self.hessian == "limited-memory":
+            return z, None, 0
+        grad_f = self.solver.get_function("nlp_grad_f")
+
+        def value(z):
+            f, g = grad_f(z, P)
+            return float(f), np.asarray(ca.DM(g).full(), float).ravel()
+
+        steps = min(NEWTON_STEPS, self.options.max_iters)
+        return newton_steps(value, lambda z: self._hessian(z, P), z, lower, upper, self.options.tol, steps)
