@@ -292,26 +292,7 @@ def check_npz(raw, what: str, max_bytes: int | None = None, max_rows: dict | Non
             name = info.filename
             if not name.endswith(".npy"):
                 raise InputLimitError(f"{what}: member {name[:80]!r} is not a .npy array")
-            try:
-                with zf.open(info) as fh:
-                    version = np.lib.format.read_magic(fh)
-                    if version == (1, 0):
-                        shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
-                    elif version in ((2, 0), (3, 0)):
-                        shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
-                    else:
-                        raise ValueError(f"unknown .npy version {version}")
-            except Exception as exc:  # any header the reader rejects is a bad file
-                raise InputLimitError(f"{what}: array {name[:80]!r} has no readable .npy header "
-                                      f"({type(exc).__name__}: {exc})") from None
-            if dtype.hasobject or dtype.kind not in NUMERIC_KINDS or dtype.fields is not None:
-                raise InputLimitError(f"{what}: array {name[:80]!r} has dtype {dtype}; only numeric arrays are read")
-            if not all(isinstance(d, int) and d >= 0 for d in shape):
-                raise InputLimitError(f"{what}: array {name[:80]!r} declares shape {shape}")
-            for suffix, rows in (max_rows or {}).items():
-                if name[:-4].endswith(suffix) and shape and shape[0] > rows:
-                    raise InputLimitError(f"{what}: array {name[:80]!r} holds {shape[0]} rows (expression-graph "
-                                          f"instructions), more than the limit of {rows}; refusing to build it")
+            shape, dtype = _member_header(zf, info, what, max_rows)
             headers[name[:-4]] = (shape, dtype)
             nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
             total += nbytes
@@ -322,6 +303,33 @@ def check_npz(raw, what: str, max_bytes: int | None = None, max_rows: dict | Non
                     f"the limit of {limit / 2 ** 20:.0f} MiB; refusing to load it (raise $CEEM_MAX_ARCHIVE_MB only "
                     f"for a file you trust)")
     return headers
+
+
+def _member_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, what: str, max_rows: dict | None):
+    """``(shape, dtype)`` of one ``.npy`` member of an archive, read from its header alone and
+    checked (numeric dtype, non-negative shape, ``max_rows`` of a suffix)."""
+    name = info.filename
+    try:
+        with zf.open(info) as fh:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+            elif version in ((2, 0), (3, 0)):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"unknown .npy version {version}")
+    except Exception as exc:  # any header the reader rejects is a bad file
+        raise InputLimitError(f"{what}: array {name[:80]!r} has no readable .npy header "
+                              f"({type(exc).__name__}: {exc})") from None
+    if dtype.hasobject or dtype.kind not in NUMERIC_KINDS or dtype.fields is not None:
+        raise InputLimitError(f"{what}: array {name[:80]!r} has dtype {dtype}; only numeric arrays are read")
+    if not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise InputLimitError(f"{what}: array {name[:80]!r} declares shape {shape}")
+    for suffix, rows in (max_rows or {}).items():
+        if name[:-4].endswith(suffix) and shape and shape[0] > rows:
+            raise InputLimitError(f"{what}: array {name[:80]!r} holds {shape[0]} rows (expression-graph "
+                                  f"instructions), more than the limit of {rows}; refusing to build it")
+    return shape, dtype
 
 
 __all__ = ["InputLimitError", "MAX_GRAPH_INSTRUCTIONS", "MAX_HISTORY_RECORDS", "MAX_NESTING", "MAX_STRING_CHARS",

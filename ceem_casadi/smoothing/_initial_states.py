@@ -102,18 +102,7 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
     lead = [int(np.argmax(np.any(np.isfinite(y), axis=1))) for y in data.y]
 
     def run(Qc):
-        # the whole forward pass as CasADi mapaccums (same numbers as the Python loop to rounding,
-        # ~10x faster per step: 466 helicopter trajectories x 500 steps), trajectories of a
-        # length together (EKF.run_many); only the smoothed means are needed (rts_means: no
-        # covariance pass)
-        loglik, xs = 0.0, []
-        for k, r in zip(lead, ekf.run_many(theta_vec, [y[k:] for y, k in zip(data.y, lead)],
-                                           [data.inputs(b)[k:] for b, k in enumerate(lead)],
-                                           x0=x0, Sigma0=Sigma0, Q=Qc, R=R)):
-            loglik += r.loglik
-            x = rts_means(r) if np.isfinite(r.loglik) else r.x_filt
-            xs.append(np.vstack([np.repeat(x[:1], k, axis=0), x]) if k else x)
-        return loglik, xs
+        return _smoothed_pass(ekf, theta_vec, data, lead, x0, Sigma0, Qc, R)
 
     if Q is not None:
         return run(Q)[1]
@@ -123,6 +112,37 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
     else:      # ranked on prefixes: the first whose pass over all the data stays finite
         order = [Qc for _, Qc in process_noise_scores(model, theta_vec, data, x0=x0, Sigma0=Sigma0, R=R,
                                                       ekf=ekf, steps=select_steps)]
+    best = _best_pass(run, order, first_finite=not whole)
+    if best is not None:
+        return best
+    cause = _nonfinite_model(ekf, model, theta_vec, data, x0, Sigma0, R) or \
+        f"initial states: the EKF diverged for every process-noise level {Q_CANDIDATES}"
+    err = NonFiniteError(f"{cause}; start from parameters closer to the truth, or pass x_init (list of "
+                         f"(T_b, nx) arrays) to ceem()")
+    err.cause = cause  # the first part, without the API advice (the CLI gives its own)
+    raise err
+
+
+def _smoothed_pass(ekf, theta_vec, data, lead, x0, Sigma0, Qc, R) -> tuple[float, list[np.ndarray]]:
+    """``(log-likelihood, smoothed means)`` of one EKF + RTS pass with process noise ``Qc``, each
+    trajectory filtered from its first observed sample ``lead[b]`` (the states before it repeat
+    that one). The forward pass runs as CasADi mapaccums (same numbers as the Python loop to
+    rounding, ~10x faster per step: 466 helicopter trajectories x 500 steps), trajectories of a
+    length together (`EKF.run_many`); only the smoothed means are needed (`rts_means`: no
+    covariance pass)."""
+    loglik, xs = 0.0, []
+    for k, r in zip(lead, ekf.run_many(theta_vec, [y[k:] for y, k in zip(data.y, lead)],
+                                       [data.inputs(b)[k:] for b, k in enumerate(lead)],
+                                       x0=x0, Sigma0=Sigma0, Q=Qc, R=R)):
+        loglik += r.loglik
+        x = rts_means(r) if np.isfinite(r.loglik) else r.x_filt
+        xs.append(np.vstack([np.repeat(x[:1], k, axis=0), x]) if k else x)
+    return loglik, xs
+
+
+def _best_pass(run, order, *, first_finite: bool) -> list[np.ndarray] | None:
+    """The smoothed means of the candidate process noise in ``order`` with the highest finite
+    log-likelihood (``first_finite``: of the first whose pass stays finite); None when none does."""
     best = None
     for Qc in order:
         try:
@@ -131,16 +151,9 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
             continue
         if np.isfinite(ll) and all(np.all(np.isfinite(x)) for x in xs) and (best is None or ll > best[0]):
             best = (ll, xs)
-            if not whole:
+            if first_finite:
                 break
-    if best is not None:
-        return best[1]
-    cause = _nonfinite_model(ekf, model, theta_vec, data, x0, Sigma0, R) or \
-        f"initial states: the EKF diverged for every process-noise level {Q_CANDIDATES}"
-    err = NonFiniteError(f"{cause}; start from parameters closer to the truth, or pass x_init (list of "
-                         f"(T_b, nx) arrays) to ceem()")
-    err.cause = cause  # the first part, without the API advice (the CLI gives its own)
-    raise err
+    return None if best is None else best[1]
 
 
 def _nonfinite_model(ekf, model, theta_vec, data, x0, Sigma0, R) -> str | None:
