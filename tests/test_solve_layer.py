@@ -138,7 +138,7 @@ def test_output_error_returns_the_best_iterate_seen_not_the_final_or_the_start(m
     assert "returning the best iterate seen (IPOPT iteration" in res.message, res.message
     # the reported cost is the objective at the returned theta and x0 (independent evaluation)
     res2 = cc.refine_output_error(model, data, res.theta, x0=res.x0,
-                                  options=cc.OutputErrorOptions(solver="ipopt", max_iter=1))
+                                  options=cc.OutputErrorOptions(solver="ipopt", max_iters=1))
     assert res2.initial_cost == pytest.approx(res.cost, rel=1e-9)
 
 
@@ -149,12 +149,12 @@ def test_output_error_stopped_on_an_infeasible_shooting_iterate_returns_a_feasib
     model = pendulum()
     data = _data(model, T=60, noise=0.05, seed=3)
     start = {"a": 0.5, "b": 1.0, "c": 0.2}
-    res = cc.refine_output_error(model, data, start, shooting=7, options=cc.OutputErrorOptions(solver="ipopt", max_iter=2))
+    res = cc.refine_output_error(model, data, start, shooting=7, options=cc.OutputErrorOptions(solver="ipopt", max_iters=2))
     assert res.status == "max_iters"
     assert res.constraint_violation <= 1e-6 and res.cost < 0.5 * res.initial_cost
     assert "violates the constraints" in res.message and "re-simulated" in res.message, res.message
     # continuous: its cost is the single-shooting (free-run) cost at its theta and x0
-    single = cc.refine_output_error(model, data, res.theta, x0=res.x0, options=cc.OutputErrorOptions(solver="ipopt", max_iter=1))
+    single = cc.refine_output_error(model, data, res.theta, x0=res.x0, options=cc.OutputErrorOptions(solver="ipopt", max_iters=1))
     assert single.initial_cost == pytest.approx(res.cost, rel=1e-9)
 
 

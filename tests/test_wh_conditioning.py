@@ -101,7 +101,7 @@ def test_issue_failure_reproduced_ipopt_fails_and_the_engine_converges(record):
     init = bla_initialise("wiener_hammerstein", data, 3, 3, feedthrough=(True, True), degree=7,
                           measurement_std=noise)
     ip = cc.refine_output_error(init.model, data, init.theta, x0=init.x0,
-                                options=cc.OutputErrorOptions(solver="ipopt", max_iter=40))
+                                options=cc.OutputErrorOptions(solver="ipopt", max_iters=40))
     lm = cc.refine_output_error(init.model, data, init.theta, x0=init.x0, options=cc.OutputErrorOptions(max_iters=40))
     assert ip.cost <= ip.initial_cost and lm.cost <= lm.initial_cost
     assert lm.success and lm.cost < ip.cost / 10, (ip.message, lm.message)
