@@ -104,7 +104,7 @@ def test_output_error_single_and_multiple_shooting_match_scipy(pendulum_case):
 def test_never_worse_than_start_on_any_stop(pendulum_case):
     model, data = pendulum_case
     start = {"a": 0.3, "b": -0.5, "c": 3.0}             # far: the first trials are rejected
-    for kw in ({"max_iter": 0}, {"max_iter": 1}, {"max_iter": 3}, {"time_limit": 1e-9}):
+    for kw in ({"max_iters": 0}, {"max_iters": 1}, {"max_iters": 3}, {"time_limit": 1e-9}):
         res = output_error_least_squares(model, data, start, x0=np.zeros((2, 2)),
                                          options=LeastSquaresOptions(**kw))
         assert res.cost <= res.initial_cost and np.isfinite(res.cost), (kw, res.message)

@@ -39,6 +39,10 @@ def test_names_are_shorthands_for_the_strategy_objects():
     assert [acceleration_of(n) for n in ("none", "squarem", "newton", "joint")] == [Plain(), Squarem(), Newton(),
                                                                                     Joint()]
     assert acceleration_of(Joint(hessian="exact")).hessian == "exact"
+    # stored options (a model file's JSON) keep which strategy it was, not only its settings
+    from ceem_casadi.io._archive import to_jsonable
+    assert to_jsonable(cc.CEEMOptions(acceleration=Joint(hessian="exact")))["acceleration"] == {
+        "name": "joint", "hessian": "exact", "max_failures": 2}
     for bad in ("fast", 3, Newton):
         with pytest.raises(cc.OptionsError, match="acceleration must be one of"):
             cc.CEEMOptions(acceleration=bad)

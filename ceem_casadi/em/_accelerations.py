@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -74,7 +73,7 @@ class Acceleration:
     (True, 'none')
     """
 
-    name: ClassVar[str] = "none"
+    name: str = field(default="none", init=False, repr=False)
 
     def stage_groups(self, stages) -> tuple:
         """Names of the stage Functions this acceleration evaluates (compiled with the smoother's)."""
@@ -165,7 +164,7 @@ class Squarem(Acceleration):
     True
     """
 
-    name: ClassVar[str] = "squarem"
+    name: str = field(default="squarem", init=False, repr=False)
 
     def start(self, model, data, stages, *, use_prior, smoother_options, warm):
         return _SquaremStepper()
@@ -225,7 +224,7 @@ class Newton(Acceleration):
     (True, 5)
     """
 
-    name: ClassVar[str] = "newton"
+    name: str = field(default="newton", init=False, repr=False)
     tries: int = 3
 
     def __post_init__(self):
@@ -292,7 +291,7 @@ class Joint(Acceleration):
     (Joint(hessian='auto', max_failures=2), 'exact')
     """
 
-    name: ClassVar[str] = "joint"
+    name: str = field(default="joint", init=False, repr=False)
     hessian: str = "auto"
     max_failures: int = 2
 
