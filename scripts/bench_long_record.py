@@ -108,8 +108,8 @@ def fit(model, data, theta0, acceleration: str, time_limit: float, tol: float = 
 
 def diagnose(model, data, result) -> dict:
     """Conditioning at the final iterate (see the module docstring)."""
-    from ceem_casadi.workflow._uncertainty import reduced_hessian
-    from ceem_casadi.workflow._uncertainty_options import UncertaintyOptions
+    from ceem_casadi.workflow.assessment._uncertainty import reduced_hessian
+    from ceem_casadi.workflow.assessment._uncertainty_options import UncertaintyOptions
 
     theta_vec = model.params.to_vector(result.theta)
     learner = cc.learning.Learner(model, data.lengths)

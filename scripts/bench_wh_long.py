@@ -7,7 +7,7 @@ measurement noise 0.02. The fit never sees the truth:
 
 1. initialiser: ``bla_initialise("wiener_hammerstein", data, 3, 3, refine=True)`` on the record
    (the library uses its first 100,000 samples for the BLA and the splits and polishes the best
-   split by output error on the first 20,000: ``ceem_casadi/workflow/_bla.py``);
+   split by output error on the first 20,000: ``ceem_casadi/workflow/initialisation/_bla.py``);
 2. CE-EM: ``cc.ceem(init.model, data, init.theta, CEEMOptions(acceleration="newton"))`` with the
    default ``tol`` and the long-record policy's warm start (a fit of the leading 20,000 samples
    first, ``CEEMOptions.warm_start``); ``--warm-start 0`` turns it off.

@@ -15,7 +15,7 @@ Truth (fs = 51.2 kHz): ``y = G2 f(G1 u) + e`` with
 
 ``--train`` samples (default 100,000) for estimation and a separate ``--test`` record (another
 input draw, default 20,000), both from rest. The fit starts from the library's BLA initialiser
-(`ceem_casadi.workflow._bla.bla_initialise`, never from the truth) with the conditioned block
+(`ceem_casadi.workflow.initialisation._bla.bla_initialise`, never from the truth) with the conditioned block
 model (``gain="dc"``, ``basis="chebyshev"``, orders 3 + 3, all blocks with a direct term), then
 output error by the Levenberg-Marquardt engine (`cc.refine_output_error`, default solver) within
 ``--time-limit`` seconds. Per stage: wall time, iterations, status, estimation and test RMS (test

@@ -37,7 +37,7 @@ from scipy.signal import tf2ss
 import ceem_casadi as cc
 from ceem_casadi.baselines._n4sid import n4sid
 from ceem_casadi.model._block_oriented import block_markov, block_poles, wiener, wiener_hammerstein
-from ceem_casadi.workflow._bla import _den_from_poles, bla_initialise
+from ceem_casadi.workflow.initialisation._bla import _den_from_poles, bla_initialise
 
 G1_POLES = np.array([0.9 * np.exp(0.4j), 0.9 * np.exp(-0.4j), 0.5])
 G2_POLES = np.array([0.8 * np.exp(1.0j), 0.8 * np.exp(-1.0j), -0.4])

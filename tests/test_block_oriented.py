@@ -1,4 +1,4 @@
-"""Block-oriented models (ceem_casadi/model/_block_oriented.py) and their BLA initialisation (ceem_casadi/workflow/_bla.py):
+"""Block-oriented models (ceem_casadi/model/_block_oriented.py) and their BLA initialisation (ceem_casadi/workflow/initialisation/_bla.py):
 simulations against a numpy loop of the blocks' (A, B, C, D), the chosen pole split against the true blocks'
 poles, output-error refinement against the truth (poles, Markov parameters, f on a grid: invariants of the
 realisation), and the fixed gain ambiguity (a full-rank output-error Jacobian at the truth)."""
@@ -18,7 +18,7 @@ from ceem_casadi.model._block_oriented import (
     wiener,
     wiener_hammerstein,
 )
-from ceem_casadi.workflow._bla import _block_theta, _den_from_poles, bla_initialise
+from ceem_casadi.workflow.initialisation._bla import _block_theta, _den_from_poles, bla_initialise
 from scripts.block_oriented_demo import simulate  # the demo's record generator, one copy
 
 T = 1000

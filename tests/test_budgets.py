@@ -13,7 +13,7 @@ from scripts import budgets
 KNOWN_BRANCHY = {
     "ceem_casadi/workflow/_lm.py::_lm_run": 74,
     "ceem_casadi/deploy/_modelfile_checks.py::check_model_file": 52,
-    "ceem_casadi/workflow/_bla.py::bla_initialise": 45,
+    "ceem_casadi/workflow/initialisation/_bla.py::bla_initialise": 45,
     "ceem_casadi/workflow/_noise_calibration.py::calibrate_noise": 41,
     "ceem_casadi/io/_readers.py::_read": 40,
     "ceem_casadi/learning/_learner.py::Learner.__init__": 39,
@@ -21,19 +21,19 @@ KNOWN_BRANCHY = {
     "ceem_casadi/workflow/_least_squares.py::output_error_least_squares": 33,
     "ceem_casadi/baselines/_n4sid.py::n4sid": 32,
     "ceem_casadi/workflow/_initial_state.py::estimate_initial_state": 32,
-    "ceem_casadi/workflow/_metrics.py::validation_report": 31,
+    "ceem_casadi/workflow/assessment/_metrics.py::validation_report": 31,
     "ceem_casadi/workflow/_output_error.py::refine_output_error": 31,
-    "ceem_casadi/workflow/_experiment_design.py::design_input": 30,
-    "ceem_casadi/workflow/_frf.py::estimate_frf": 30,
+    "ceem_casadi/workflow/design/_experiment_design.py::design_input": 30,
+    "ceem_casadi/workflow/initialisation/_frf.py::estimate_frf": 30,
     "ceem_casadi/smoothing/_banded.py::BandedNewton.steps": 28,
-    "ceem_casadi/workflow/_frf_fit.py::fit_frf": 27,
+    "ceem_casadi/workflow/initialisation/_frf_fit.py::fit_frf": 27,
     "ceem_casadi/workflow/_identify.py::identify": 27,
 }
 KNOWN_LONG = {  # _learner.py (453) and _bla.py (456) grew by their Examples doctests (issue 32 item 7)
     "ceem_casadi/model/_block_oriented.py": 499,
     "ceem_casadi/learning/_learner.py": 469,
-    "ceem_casadi/workflow/_bla.py": 466,
-    "ceem_casadi/workflow/_experiment_design.py": 461,
+    "ceem_casadi/workflow/initialisation/_bla.py": 466,
+    "ceem_casadi/workflow/design/_experiment_design.py": 461,
     "ceem_casadi/workflow/_least_squares.py": 459,
 }
 OPTION_FIELDS = 98  # 107 before issue 32 (two Adam classes merged, joint_hessian into the Joint strategy)

@@ -717,7 +717,7 @@ def test_single_sample_shooting_segments_agree_between_solvers():
 @pytest.mark.parametrize("level", [0.0, 1.5])
 def test_bla_initialise_refuses_a_constant_input(level):
     """A constant (or all-zero) input excites nothing: bla_initialise refuses it as estimate_frf does (it
-    returned a model with a note). Fails without io/_validate.check_excitation in workflow/_bla.py."""
+    returned a model with a note). Fails without io/_validate.check_excitation in workflow/initialisation/_bla.py."""
     from ceem_casadi.workflow import bla_initialise
 
     y = np.random.default_rng(1).standard_normal((400, 1))
@@ -761,8 +761,8 @@ def test_interrupt_of_a_command_without_checkpoint(command, tmp_path, monkeypatc
     """Ctrl-C in design-input or calibrate-noise: exit 130, and the line does not send the user to a
     checkpoint or --resume that these commands do not have. Fails with the old fixed message in
     cli/_main.main."""
-    import ceem_casadi.workflow._experiment_design as design
     import ceem_casadi.workflow._noise_calibration as calibration
+    import ceem_casadi.workflow.design._experiment_design as design
 
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt

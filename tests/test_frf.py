@@ -1,4 +1,4 @@
-"""The nonparametric BLA of periodic data (workflow/_frf.py) and its use by bla_initialise.
+"""The nonparametric BLA of periodic data (workflow/initialisation/_frf.py) and its use by bla_initialise.
 
 Oracles: the true frequency response of a linear system (scipy's lfilter, an independent
 simulation), its poles and zeros; for a Wiener-Hammerstein system, the N4SID route of
@@ -168,7 +168,7 @@ def test_fit_frf_without_std_uses_unit_weights_and_refuses_too_few_bins():
 
 def test_subspace_start_recovers_exact_poles():
     """The frequency-domain subspace start of fit_frf (noise-free FRF of the 6th-order product G2 G1)."""
-    from ceem_casadi.workflow._frf_fit import _subspace_poles
+    from ceem_casadi.workflow.initialisation._frf_fit import _subspace_poles
 
     f = np.arange(1, 201) / 512
     G0 = response(np.convolve(B1, B2), np.convolve(A1, A2), f)
@@ -177,7 +177,7 @@ def test_subspace_start_recovers_exact_poles():
 
 
 def test_period_auto_detects_the_period_or_falls_back_to_n4sid(caplog):
-    from ceem_casadi.workflow._frf import detect_period
+    from ceem_casadi.workflow.initialisation._frf import detect_period
 
     data = records(linear, 256, 3, 2, 100, 0.05, seed=4)
     assert detect_period(data) == 256                                 # not 512 = 2 N, nor a divisor of N

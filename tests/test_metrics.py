@@ -7,7 +7,7 @@ import pytest
 
 import ceem_casadi as cc
 from ceem_casadi.filtering import EKF
-from ceem_casadi.workflow._metrics import Metrics, fit_percent, nrmse, rmse, validation_report
+from ceem_casadi.workflow.assessment._metrics import Metrics, fit_percent, nrmse, rmse, validation_report
 
 
 def test_array_helpers_by_hand():

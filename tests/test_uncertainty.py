@@ -24,7 +24,7 @@ from scipy.linalg import subspace_angles
 import ceem_casadi as cc
 from ceem_casadi.filtering import kalman_filter
 from ceem_casadi.objective._identifiability import combination, entry_names
-from ceem_casadi.workflow._uncertainty import reduced_hessian
+from ceem_casadi.workflow.assessment._uncertainty import reduced_hessian
 from models import lorenz
 
 FAST = cc.CEEMOptions(acceleration="newton", max_iters=30)

@@ -8,7 +8,7 @@ import scipy.signal as ss
 
 import ceem_casadi as cc
 from ceem_casadi.model._block_oriented import block_markov, block_system, dc_gain, nonlinearity, wiener_hammerstein
-from ceem_casadi.workflow._bla import _den_from_poles, bla_initialise
+from ceem_casadi.workflow.initialisation._bla import _den_from_poles, bla_initialise
 from ceem_casadi.workflow.output_error._least_squares import output_error_problem
 from scripts import bench_wh_realistic as bench
 

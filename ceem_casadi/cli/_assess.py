@@ -23,7 +23,7 @@ def assess(args, model, data, theta_vec, x0, skip: int, ks, uncertainty) -> dict
         figures.mkdir(parents=True, exist_ok=True)
     try:
         if residuals:
-            from ..workflow._residuals import residual_analysis
+            from ..workflow.assessment._residuals import residual_analysis
 
             lags = min(25, min(data.lengths) - skip - 1)
             res = residual_analysis(model, data, theta_vec, x0=x0, skip=skip, lags=lags)
@@ -35,7 +35,7 @@ def assess(args, model, data, theta_vec, x0, skip: int, ks, uncertainty) -> dict
                 for kind in res.kinds:
                     print(f"wrote {res.plot(figures / f'residuals_{kind}.png', kind=kind, dt=model.dt)}")
         if bands:
-            from ..workflow._bands import simulation_bands
+            from ..workflow.assessment._bands import simulation_bands
 
             bd = simulation_bands(model, data, theta_vec, uncertainty, x0=x0, skip=skip, k=list(ks) or None,
                                   measurement_noise=True)

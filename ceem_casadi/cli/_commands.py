@@ -82,7 +82,7 @@ def fit_outcome(saved, theta):
 
 
 def cmd_evaluate(args) -> int:
-    from ..workflow._metrics import validation_report
+    from ..workflow.assessment._metrics import validation_report
 
     ks = int_list(args.k, "--k") if args.k else []
     at_least(args.skip, 0, "--skip", " (leading samples left out)")
@@ -103,8 +103,8 @@ def cmd_evaluate(args) -> int:
     unc = saved.uncertainty if saved is not None else None
     try:
         if args.uncertainty:  # the Laplace covariance at theta from the given data
-            from ..workflow._uncertainty import parameter_uncertainty
-            from ..workflow._uncertainty_options import UncertaintyOptions
+            from ..workflow.assessment._uncertainty import parameter_uncertainty
+            from ..workflow.assessment._uncertainty_options import UncertaintyOptions
 
             if not hasattr(model.params, "validate"):
                 raise UsageError("--uncertainty needs the model source (the file was loaded without it)")

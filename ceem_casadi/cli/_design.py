@@ -26,7 +26,7 @@ def _floats(text: str, what: str, n: int | None = None) -> list[float]:
 
 
 def cmd_design_input(args) -> int:
-    from ..workflow._experiment_design import DesignOptions, design_input
+    from ..workflow.design._experiment_design import DesignOptions, design_input
 
     if args.horizon < 2:
         raise UsageError(f"--horizon: expected an integer >= 2 (samples of the experiment), got {args.horizon}")

@@ -163,7 +163,7 @@ class JointGaussNewton:
     def linearise(self, theta_vec, data, xs):
         """Residuals and Jacobians of ALL stages stacked (obs: ro (No, ny), Jxo (No, ny, nx), Jpo
         (No, ny, n_free) or None; dyn: rd, Jzd (Nd, nx, 2 nx), Jpd) as copies: for
-        `ceem_casadi.workflow._uncertainty`, not for long records."""
+        `ceem_casadi.workflow.assessment._uncertainty`, not for long records."""
         m = self.model
         (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)
         iv, iw = m.noise.inv_measurement_std, m.noise.inv_process_std

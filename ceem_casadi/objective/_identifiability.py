@@ -1,7 +1,7 @@
 """Identifiability of the free parameters from an information (Hessian) matrix.
 
 Given the observed information ``I`` (n, n) of the free parameters (the Hessian of the negative
-log-density, see `ceem_casadi.workflow._uncertainty`), the directions ``v`` with ``v^T I v`` (almost)
+log-density, see `ceem_casadi.workflow.assessment._uncertainty`), the directions ``v`` with ``v^T I v`` (almost)
 zero are combinations of parameters the data cannot determine. Units differ between parameters,
 so the analysis uses the Jacobi-scaled matrix ``I_s = S I S`` with ``S = diag(I)^(-1/2)`` (unit
 diagonal, invariant to rescaling any parameter); its eigenvalues divided by the largest one are

@@ -173,7 +173,7 @@ class StageFunctions:
             "obs_p_hess": hess("obs_p", r_obs, p, obs_in, obs_names, False),
             "dyn_p_grad": grad("dyn_p", r_dyn, p, dyn_in, dyn_names, False),
             "dyn_p_hess": hess("dyn_p", r_dyn, p, dyn_in, dyn_names, False),
-            # cross blocks states x parameters (dense; parameter uncertainty, `ceem_casadi.workflow._uncertainty`)
+            # cross blocks states x parameters (dense; parameter uncertainty, `ceem_casadi.workflow.assessment._uncertainty`)
             "obs_xp_hess": lambda: _cross_hess("obs_xp", r_obs, x, p, obs_in, obs_names, hessian),
             "dyn_xp_hess": lambda: _cross_hess("dyn_xp", r_dyn, z, p, dyn_in, dyn_names, hessian),
             # residual Jacobians with respect to the parameters (dense), for Gauss-Newton in numpy

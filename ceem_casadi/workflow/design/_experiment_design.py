@@ -25,7 +25,7 @@ Hessian (the exact Hessian of ``log det`` through T sensitivity steps is costly 
 given input (e.g. to compare a PRBS with the designed input); with ``process_noise=True`` it
 returns instead the information of CE-EM with the process noise of the model, from the exact
 reduced Hessian of [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty] (states
-eliminated, ``ceem_casadi.workflow._uncertainty.reduced_hessian``) at the noise-free record.
+eliminated, ``ceem_casadi.workflow.assessment._uncertainty.reduced_hessian``) at the noise-free record.
 """
 from __future__ import annotations
 
@@ -36,15 +36,15 @@ from dataclasses import dataclass, field
 import casadi as ca
 import numpy as np
 
-from ..errors import OptionsError, ParameterError, ShapeError
-from ..model._simulation import as_theta_vector, simulate_output
-from ..runtime._best import BestIterate, checked_status
-from ..runtime._checks import count
-from ..runtime._model_cache import cached, noise_key
-from ..runtime._result import Result
-from ..runtime._schema import check_fields, renamed
-from ..runtime._solve import ipopt_options, solve
-from ..runtime._status import Status
+from ...errors import OptionsError, ParameterError, ShapeError
+from ...model._simulation import as_theta_vector, simulate_output
+from ...runtime._best import BestIterate, checked_status
+from ...runtime._checks import count
+from ...runtime._model_cache import cached, noise_key
+from ...runtime._result import Result
+from ...runtime._schema import check_fields, renamed
+from ...runtime._solve import ipopt_options, solve
+from ...runtime._status import Status
 
 __all__ = ["DesignOptions", "InputDesign", "design_input", "fisher_information"]
 
@@ -310,9 +310,9 @@ def fisher_information(model, theta, u, *, x0=None, process_noise: bool = False)
     u = _u_matrix(model, u, np.shape(u)[0])
     free = model.params.free_index
     if process_noise:
-        from ..io._data import Trajectories
-        from ._uncertainty import reduced_hessian
-        from ._uncertainty_options import UncertaintyOptions
+        from ...io._data import Trajectories
+        from ..assessment._uncertainty import reduced_hessian
+        from ..assessment._uncertainty_options import UncertaintyOptions
 
         y, x = simulate_output(model, theta_vec, u, x0, return_states=True)
         data = Trajectories([y], [u], dt=model.dt)
@@ -326,7 +326,7 @@ def _check_information(model, free, infos: list) -> None:
     """Raise `ParameterError` naming the free parameters whose information is zero at every start
     (``infos``: (n, n) informations of the starts): the outputs do not depend on them, so no input
     can determine them and the criterion would only measure the regularisation."""
-    from ..objective._identifiability import entry_names
+    from ...objective._identifiability import entry_names
 
     diags = np.abs(np.array([np.diag(i) for i in infos], float))
     if not np.isfinite(diags).any():
@@ -498,6 +498,6 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
     wbest, status, value = overall.x, chosen["status"], chosen["value"]
     u = np.repeat(wbest.reshape(nb, nu), hold, axis=0)[:T]
     info = np.asarray(info_fun(x0, u.T, theta_vec, scale), float) / np.outer(scale, scale)
-    from ..objective._identifiability import entry_names
+    from ...objective._identifiability import entry_names
 
     return InputDesign(u, criterion, value, info, entry_names(model.params, free), status, table, x0)

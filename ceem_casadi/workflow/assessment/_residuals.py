@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.stats import chi2, norm
 
-from ..errors import ShapeError
-from ..io._validate import check_data
-from ..model._simulation import as_theta_vector
-from ..runtime._checks import count
-from ..runtime._result import Result, plain
+from ...errors import ShapeError
+from ...io._validate import check_data
+from ...model._simulation import as_theta_vector
+from ...runtime._checks import count
+from ...runtime._result import Result, plain
 from ._metrics import predictions, resolve_initial_states
 
 __all__ = ["ResidualAnalysis", "ResidualCorrelations", "residual_analysis"]
@@ -214,7 +214,7 @@ class ResidualAnalysis(Result):
         """The two-panel figure of MATLAB ``resid``: per output, the residual autocorrelation and its
         cross-correlation with each input, with their bounds. Saves to ``path`` (.png/.svg) and returns it,
         or returns the matplotlib Figure when ``path`` is None."""
-        from ..plots import plot_residuals
+        from ...plots import plot_residuals
 
         return plot_residuals(self, path, kind=kind or next(iter(self.kinds)), dt=dt)
 

@@ -19,7 +19,7 @@ system, nonlinear distortions included); the variance over realisations is the t
 plus the stochastic nonlinear distortions, which change with the phases of the multisine). Both
 are variances of the estimate ``G`` itself (divided by P and M).
 
-`ceem_casadi.workflow._frf_fit` fits a transfer function to it; `bla_initialise(..., period=N)`
+`ceem_casadi.workflow.initialisation._frf_fit` fits a transfer function to it; `bla_initialise(..., period=N)`
 uses that fit as a BLA.
 """
 from __future__ import annotations
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import DataError, OptionsError, ShapeError
-from ..io._data import Trajectories
-from ..runtime._result import Result
+from ...errors import DataError, OptionsError, ShapeError
+from ...io._data import Trajectories
+from ...runtime._result import Result
 
 logger = logging.getLogger(__name__)
 __all__ = ["FRF", "estimate_frf"]

@@ -7,7 +7,7 @@ poles and zeros are those of G (G1 G2). `bla_initialise`:
 1. N4SID (``stable=True``) of order n (n1 + n2) on the mean-removed data gives the BLA; its poles
    and its zeros (the roots of the transfer function's numerator; surplus zeros of largest modulus,
    e.g. from an estimated near-zero leading coefficient, are dropped). With a periodic input
-   (``period=``) the transfer-function fit of the nonparametric BLA (`ceem_casadi.workflow._frf`)
+   (``period=``) the transfer-function fit of the nonparametric BLA (`ceem_casadi.workflow.initialisation._frf`)
    is a second candidate, and the splits of both are tried (``bla="frf"``: the FRF's only).
 2. Every split of the poles (real ones or complex-conjugate pairs, n1 to G1) and of the zeros (as
    many as G1's structure has: n1 - 1, or n1 with feedthrough) across the two blocks is tried;
@@ -42,17 +42,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.signal as ss
 
-from ..baselines._n4sid import N4SIDResult, n4sid
-from ..errors import OptionsError, ShapeError
-from ..io._data import Trajectories
-from ..io._validate import check_excitation
-from ..model._block_oriented import block_system, hammerstein, sections, wiener, wiener_hammerstein
-from ..model._model import StateSpaceModel
-from ..runtime import _policy as policy
-from ._augment import register_family
+from ...baselines._n4sid import N4SIDResult, n4sid
+from ...errors import OptionsError, ShapeError
+from ...io._data import Trajectories
+from ...io._validate import check_excitation
+from ...model._block_oriented import block_system, hammerstein, sections, wiener, wiener_hammerstein
+from ...model._model import StateSpaceModel
+from ...runtime import _policy as policy
+from .._augment import register_family
+from ..output_error._output_error import refine_output_error
 from ._frf import FRF
 from ._frf_fit import FRFFit, frf_bla
-from .output_error._output_error import refine_output_error
 
 logger = logging.getLogger(__name__)
 KINDS = ("wiener", "hammerstein", "wiener_hammerstein")

@@ -5,9 +5,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import OptionsError
-from ..runtime._result import Result
-from ..runtime._schema import HESSIANS, check_fields
+from ...errors import OptionsError
+from ...runtime._result import Result
+from ...runtime._schema import HESSIANS, check_fields
 
 __all__ = ["ParameterUncertainty", "UncertaintyOptions"]
 

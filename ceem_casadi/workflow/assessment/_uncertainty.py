@@ -38,14 +38,14 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
 from scipy.stats import norm
 
-from ..em._hessian_blocks import ExactBlocks, GaussNewtonBlocks
-from ..em._joint_gauss_newton import banded_upper
-from ..errors import SolverError
-from ..io._validate import check_data
-from ..learning._learner import AUTO_EXACT_INSTRUCTIONS
-from ..objective._identifiability import Direction, entry_names, spectrum, weak_directions
-from ..objective._stages import StageFunctions
-from ..runtime._threads import blas_threads
+from ...em._hessian_blocks import ExactBlocks, GaussNewtonBlocks
+from ...em._joint_gauss_newton import banded_upper
+from ...errors import SolverError
+from ...io._validate import check_data
+from ...learning._learner import AUTO_EXACT_INSTRUCTIONS
+from ...objective._identifiability import Direction, entry_names, spectrum, weak_directions
+from ...objective._stages import StageFunctions
+from ...runtime._threads import blas_threads
 from ._uncertainty_options import ParameterUncertainty, UncertaintyOptions
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ def _off_maximum(model, data, theta_vec, xs, free, cov, se, names, use_prior: bo
     estimate (e.g. a theta from a fit stopped early, passed as a dict)."""
     if not 0 < free.size <= GRADIENT_CHECK_MAX:
         return None
-    from ..smoothing._smoother import Smoother
+    from ...smoothing._smoother import Smoother
 
     sm = Smoother(model)
     mean, prec = model.params.prior
@@ -165,9 +165,9 @@ def _off_maximum(model, data, theta_vec, xs, free, cov, se, names, use_prior: bo
 
 def _states_at(model, data, theta_vec):
     """MAP states at fixed ``theta_vec`` (one smoothing step from the EKF/RTS estimate)."""
-    from ..smoothing._initial_states import eks_states
-    from ..smoothing._options import SmootherOptions
-    from ..smoothing._smoother import Smoother
+    from ...smoothing._initial_states import eks_states
+    from ...smoothing._options import SmootherOptions
+    from ...smoothing._smoother import Smoother
 
     sm = Smoother(model, SmootherOptions(max_iters=500))
     res = sm.solve(theta_vec, data, eks_states(model, theta_vec, data))
@@ -248,7 +248,7 @@ def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> 
     theta = result if isinstance(result, dict) else result.theta
     theta_vec = params.to_vector(theta)
     xs = getattr(result, "x", None)
-    from ..smoothing._initial_states import check_states
+    from ...smoothing._initial_states import check_states
 
     if xs is not None:
         xs = check_states(model, data, xs, "result.x (the fit's states)",
@@ -289,7 +289,7 @@ def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> 
     at_bound = [names[i] for i in np.flatnonzero(active)]
     warnings = []
     if dirs:
-        from ..objective._identifiability import describe
+        from ...objective._identifiability import describe
         warnings.append(describe(dirs, "the parameters' information (reduced Hessian)"))
     if at_bound:
         warnings.append(f"parameter(s) {at_bound} at a bound: no interval (the Laplace approximation does not "

@@ -34,14 +34,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import NonFiniteError, ShapeError
-from ..io._measures import error_stats, fit_percent, nrmse, rmse
-from ..io._validate import check_data
-from ..model._simulation import as_theta_vector as _theta_vector
-from ..model._simulation import run
-from ..runtime._checks import count
-from ..runtime._result import Result
-from ._initial_state import estimate_initial_state
+from ...errors import NonFiniteError, ShapeError
+from ...io._measures import error_stats, fit_percent, nrmse, rmse
+from ...io._validate import check_data
+from ...model._simulation import as_theta_vector as _theta_vector
+from ...model._simulation import run
+from ...runtime._checks import count
+from ...runtime._result import Result
+from .._initial_state import estimate_initial_state
 
 __all__ = ["Metrics", "ValidationReport", "fit_percent", "nrmse", "rmse", "validation_report"]
 
@@ -351,7 +351,7 @@ def ekf_covariances(model, Sigma0=None, Q=None, R=None):
 
 def predictions(model, data, theta_vec, X0, ks=(1,), *, Sigma0=None, Q=None, R=None, engine="python"):
     """``(y_sim, y_pred)``: free runs (list of (T_b, ny)) and k-step predictions ({k: list}) from ``X0``."""
-    from ..filtering import EKF
+    from ...filtering import EKF
 
     Sigma0, Q, R = ekf_covariances(model, Sigma0, Q, R)
     y_sim = [_free_run(model, theta_vec, X0[b], data.inputs(b)) for b in range(len(data))]

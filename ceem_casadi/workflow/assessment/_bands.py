@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.stats import norm
 
-from ..errors import ShapeError
-from ..io._validate import check_data
-from ..model._simulation import as_theta_vector, rollout, run
-from ..objective._identifiability import entry_names
-from ..runtime._checks import count
-from ..runtime._result import Result, plain
+from ...errors import ShapeError
+from ...io._validate import check_data
+from ...model._simulation import as_theta_vector, rollout, run
+from ...objective._identifiability import entry_names
+from ...runtime._checks import count
+from ...runtime._result import Result, plain
 from ._metrics import ekf_covariances, k_step_prediction, resolve_initial_states
 
 __all__ = ["Band", "SimulationBands", "simulation_bands"]
@@ -151,7 +151,7 @@ class SimulationBands(Result):
     def plot(self, path=None, *, trajectory: int = 0, k: int | None = None, dt: float | None = None):
         """Measured output, prediction and band of one trajectory (the free run, or the k-step prediction).
         Saves to ``path`` (.png/.svg) and returns it, or returns the Figure when ``path`` is None."""
-        from ..plots import plot_band
+        from ...plots import plot_band
 
         band = self.simulation if k is None else self.prediction[k]
         return plot_band(self.y[trajectory], band.y_hat[trajectory], band.lower[trajectory], band.upper[trajectory],
@@ -300,7 +300,7 @@ def simulation_bands(model, data, theta, uncertainty, *, level: float = 0.95, me
     sv = model.noise.measurement_std if measurement_noise else np.zeros(model.ny)
     ekf = None
     if ks:
-        from ..filtering import EKF
+        from ...filtering import EKF
 
         ekf = EKF(model)
     ctx = _Context(model, data, X0, ekf, ekf_covariances(model, Sigma0, Q, R), index, L, sv)

@@ -1,5 +1,5 @@
 """Parametric fit of a nonparametric BLA: ``G(z) = B(z^-1) / A(z^-1)`` fitted to an
-[`FRF`][ceem_casadi.workflow.FRF] (`ceem_casadi.workflow._frf`).
+[`FRF`][ceem_casadi.workflow.FRF] (`ceem_casadi.workflow.initialisation._frf`).
 
 `fit_frf`: Sanathanan-Koerner iterations (linear least squares of ``(B - G A) / (sigma A_prev)``,
 starting with Levy's ``A_prev = 1``) and frequency-domain subspace estimates (McKelvey, Akcay and
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.optimize as so
 
-from ..errors import DataError, OptionsError, ShapeError
-from ..io._data import Trajectories
-from ..runtime._best import BestIterate
-from ..runtime._result import Result
+from ...errors import DataError, OptionsError, ShapeError
+from ...io._data import Trajectories
+from ...runtime._best import BestIterate
+from ...runtime._result import Result
 from ._frf import FRF, detect_period, estimate_frf
 
 logger = logging.getLogger(__name__)
