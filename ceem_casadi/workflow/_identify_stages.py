@@ -71,6 +71,19 @@ class StageFit(Result):
         Why the stage cannot be chosen ("" when it can): a noise-calibration stage that did not
         lower the estimation objective or pinned a parameter at a bound
         (`ceem_casadi.workflow._identify_noise`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)),
+    ...                       process_std=0.1, seed=1)
+    >>> res = cc.identify(model, data, {"a": 0.5}, ceem=False, calibrate=False)
+    >>> [(stage.stage, round(float(stage.theta["a"]), 1)) for stage in res.stages]
+    [('theta0', 0.5), ('output error from theta0', 0.8)]
     """
 
     SUMMARY = ("stage", "status", "iterations", "objective")

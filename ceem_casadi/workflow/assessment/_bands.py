@@ -55,6 +55,19 @@ class Band(Result):
         (T_b, ny) nominal prediction and band limits per trajectory.
     std : list of numpy.ndarray or None
         (T_b, ny) standard deviations (``method="linear"``), else None.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> data = cc.Trajectories([np.zeros((30, 1))], [np.ones((30, 1))])
+    >>> bands = cc.simulation_bands(model, data, {"a": 0.8}, {"index": [0], "covariance": [[1e-4]]}, x0=[0.0])
+    >>> band = bands.simulation
+    >>> band.kind, band.y_hat[0].shape, bool(np.all(band.lower[0] <= band.upper[0]))
+    ('simulation', (30, 1), True)
     """
 
     SUMMARY = ("kind",)
@@ -107,6 +120,18 @@ class SimulationBands(Result):
         Draws (``method="sampling"``), else 0.
     warnings : list of str
         Parameters held fixed (no interval).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> data = cc.Trajectories([np.zeros((30, 1))], [np.ones((30, 1))])
+    >>> bands = cc.simulation_bands(model, data, {"a": 0.8}, {"index": [0], "covariance": [[1e-4]]}, x0=[0.0])
+    >>> bands.method, bands.level, bands.measurement_noise, sorted(bands.prediction)
+    ('linear', 0.95, False, [])
     """
 
     SUMMARY = ("method", "level", "measurement_noise", "skip")

@@ -90,6 +90,20 @@ class ResidualCorrelations(Result):
         (ny, nu) independence bound (module docstring); NaN for a constant input.
     ljung_box, p_value : numpy.ndarray
         (ny,) Ljung-Box statistic and its p-value.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> u = np.random.default_rng(0).normal(size=(200, 1))
+    >>> data, _ = cc.simulate(model, {"a": 0.9}, [0.0], 200, u=u, measurement_std=0.1, seed=1)
+    >>> res = cc.residual_analysis(model, data, {"a": 0.9}, x0=[0.0], kind="free_run", lags=10)
+    >>> corr = res.kinds["free_run"]
+    >>> corr.autocorr.shape, corr.crosscorr.shape, float(corr.autocorr[0, 0])
+    ((1, 11), (1, 1, 21), 1.0)
     """
 
     SUMMARY = ("kind", "n", "p_value")
@@ -159,6 +173,19 @@ class ResidualAnalysis(Result):
         (ny,) and (nu,) names.
     x0 : numpy.ndarray
         (B, nx) initial states used.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(
+    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> u = np.random.default_rng(0).normal(size=(200, 1))
+    >>> data, _ = cc.simulate(model, {"a": 0.9}, [0.0], 200, u=u, measurement_std=0.1, seed=1)
+    >>> res = cc.residual_analysis(model, data, {"a": 0.9}, x0=[0.0], lags=10)
+    >>> sorted(res.kinds), res.lags, res.output_names
+    (['free_run', 'one_step'], 10, ('y0',))
     """
 
     SUMMARY = ("lags", "level", "skip", "white")

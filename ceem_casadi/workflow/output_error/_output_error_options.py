@@ -161,6 +161,18 @@ class OutputErrorResult(Result):
         ``solver="lm"``: which iterate came back (``"last"``, ``"best"``, ``"start"``).
     starts : list of dict
         ``solver="lm"`` with ``starts=``: one row per start.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
+    ...                                          measurement_std=0.1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> res = cc.refine_output_error(model, data, {"a": 0.5}, x0=np.array([[1.0]]))
+    >>> str(res.status), round(float(res.theta["a"]), 1), bool(res.cost < res.initial_cost)
+    ('converged', 0.8, True)
     """
 
     SUMMARY = ('status', 'iterations', 'initial_cost', 'cost', 'theta')
