@@ -38,7 +38,7 @@ from ...model._simulation import as_theta_vector, rollout, run
 from ...objective._identifiability import entry_names
 from ...runtime._checks import count
 from ...runtime._result import Result, plain
-from ._metrics import ekf_covariances, k_step_prediction, resolve_initial_states
+from ._predictions import ekf_covariances, k_step_prediction, resolve_initial_states
 
 __all__ = ["Band", "SimulationBands", "simulation_bands"]
 

@@ -37,7 +37,7 @@ from ...io._validate import check_data
 from ...model._simulation import as_theta_vector
 from ...runtime._checks import count
 from ...runtime._result import Result, plain
-from ._metrics import predictions, resolve_initial_states
+from ._predictions import predictions, resolve_initial_states
 
 __all__ = ["ResidualAnalysis", "ResidualCorrelations", "residual_analysis"]
 

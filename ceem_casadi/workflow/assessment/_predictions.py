@@ -1,0 +1,141 @@
+"""Free runs and k-step EKF predictions of a model from given or estimated initial states: the
+machinery shared by [`validation_report`][ceem_casadi.validation_report],
+[`residual_analysis`][ceem_casadi.residual_analysis] and
+[`simulation_bands`][ceem_casadi.simulation_bands]."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import NonFiniteError, ShapeError
+from ...model._simulation import run
+from ...runtime._checks import count
+from .._initial_state import estimate_initial_state
+
+
+def _initial_states(model, x0, n_traj: int) -> np.ndarray:
+    if x0 is None:
+        if model.noise.x1_mean is None:
+            raise ShapeError(f"x0: give the initial states ({n_traj}, {model.nx}) (the model has no x1_mean)")
+        return np.tile(model.noise.x1_mean, (n_traj, 1))
+    x0 = np.asarray(x0, float)
+    if x0.ndim == 1 and x0.shape == (model.nx,):
+        x0 = np.tile(x0, (n_traj, 1))
+    if x0.shape != (n_traj, model.nx):
+        raise ShapeError(f"x0: expected shape ({n_traj}, {model.nx}) (one initial state per trajectory), "
+                         f"got {x0.shape}")
+    if not np.all(np.isfinite(x0)):
+        raise NonFiniteError("x0 contains NaN or inf")
+    return x0
+
+
+def _free_run(model, theta_vec, x0, u) -> np.ndarray:
+    """Outputs (T, ny) of the noise-free run from ``x0`` (nx,) under ``u`` (T, nu) (cached rollout)."""
+    return run(model, theta_vec, x0, u)[0]
+
+
+def k_step_prediction(model, theta_vec, x_filt, x0, u, k: int) -> np.ndarray:
+    """``g(x_{t|t-k})`` (T, ny): filtered means propagated k steps (prior x0 propagated for t < k)."""
+    T = u.shape[0]
+    fmap = model.f.map(T)
+    Z = x_filt.T.copy()                                # column j: x_{j|j}
+    idx = np.arange(T)
+    for s in range(k):
+        Z = np.asarray(fmap(Z, u[np.minimum(idx + s, T - 1)].T, theta_vec))   # column j: x_{j+s+1|j}
+    yhat = np.empty((T, model.ny))
+    if k < T:
+        yhat[k:] = np.asarray(model.g.map(T - k)(Z[:, :T - k], u[k:].T, theta_vec)).T
+    head = _free_run(model, theta_vec, x0, u[:min(k, T)])
+    yhat[:min(k, T)] = head
+    return yhat
+
+
+def _candidate_starts(first: np.ndarray, starts, seed) -> np.ndarray:
+    """(B, S, nx) starts beside the default estimate ``first`` (B, nx): ``starts`` (S, nx) or
+    (B, S, nx) as given; an int n: the mirror image ``-first`` and n - 2 seeded draws
+    ``N(0, max(|first|, 1)^2)`` (a sign-blind output cannot tell x0 from -x0)."""
+    B, nx = first.shape
+    if np.ndim(starts) == 0:
+        n = count(starts, "starts")
+        rng = np.random.default_rng(seed)
+        scale = np.maximum(np.abs(first), 1.0)
+        cands = [-first] + [scale * rng.standard_normal((B, nx)) for _ in range(max(n - 2, 0))]
+        return np.stack(cands[:n - 1], axis=1) if n > 1 else np.zeros((B, 0, nx))
+    arr = np.asarray(starts, float)
+    if arr.ndim == 2 and arr.shape[1] == nx:
+        arr = np.broadcast_to(arr, (B, *arr.shape))
+    if arr.ndim != 3 or arr.shape[0] != B or arr.shape[2] != nx or not np.all(np.isfinite(arr)):
+        raise ShapeError(f"starts: expected an integer, finite (S, {nx}) or ({B}, S, {nx}) initial states, "
+                         f"got shape {np.shape(starts)}")
+    return arr
+
+
+def best_initial_states(model, data, theta_vec, window: int, starts=None, seed=0) -> np.ndarray:
+    """(B, nx) initial states by [`estimate_initial_state`][ceem_casadi.estimate_initial_state] on the first
+    ``window`` samples, solved from its default start and from each of ``starts`` (see
+    `_candidate_starts`); per trajectory the solution of lowest window cost is kept."""
+    if starts is None:
+        return estimate_initial_state(model, data, theta_vec, window=window)
+    best = estimate_initial_state(model, data, theta_vec, window=window, full_output=True)
+    x0 = np.array([r.x0 for r in best])
+    cost = np.array([r.cost if np.isfinite(r.cost) else np.inf for r in best])
+    cands = _candidate_starts(x0, starts, seed)
+    for s in range(cands.shape[1]):
+        for b, r in enumerate(estimate_initial_state(model, data, theta_vec, window=window, x_init=cands[:, s],
+                                                     full_output=True)):
+            if np.isfinite(r.cost) and r.cost < cost[b] and np.all(np.isfinite(r.x0)):
+                x0[b], cost[b] = r.x0, r.cost
+    if not np.all(np.isfinite(x0)):
+        raise NonFiniteError("the initial-state estimate is not finite from any start; give x0 or other starts")
+    return x0
+
+
+def resolve_initial_states(model, data, theta_vec, x0=None, *, window=None, skip=None, starts=None, seed=0):
+    """``(X0 (B, nx), skip)``: the initial states and the leading samples to leave out, by the rule of
+    [`validation_report`][ceem_casadi.validation_report] (given, ``x1_mean``, or estimated from the first
+    ``window`` samples; then ``skip`` defaults to ``window``)."""
+    if skip is not None:
+        count(skip, "skip", 0)
+    if window is not None:
+        count(window, "window")
+    estimate = (isinstance(x0, str) and x0 == "estimate") or (x0 is None and model.noise.x1_mean is None)
+    if isinstance(x0, str) and not estimate:
+        raise ShapeError(f"x0: expected an array or 'estimate', got {x0!r}")
+    if estimate:
+        shortest = min(data.lengths)
+        window = min(shortest - 1, max(10 * model.nx, 2)) if window is None else window
+        x0 = best_initial_states(model, data, theta_vec, window, starts, seed)
+        skip = window if skip is None else skip
+    skip = 0 if skip is None else skip
+    if int(skip) != skip or skip < 0 or skip >= min(data.lengths):
+        raise ShapeError(f"skip must be an integer in [0, {min(data.lengths) - 1}] (shortest trajectory "
+                         f"{min(data.lengths)} samples), got {skip!r}")
+    return _initial_states(model, x0, len(data)), int(skip)
+
+
+def ekf_covariances(model, Sigma0=None, Q=None, R=None):
+    """``(Sigma0, Q, R)`` with the defaults of [`validation_report`][ceem_casadi.validation_report]."""
+    noise = model.noise
+    Q = np.diag(noise.process_std ** 2) if Q is None else Q
+    R = np.diag(noise.measurement_std ** 2) if R is None else R
+    if Sigma0 is None:
+        Sigma0 = np.diag((noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2)
+    return Sigma0, Q, R
+
+
+def predictions(model, data, theta_vec, X0, ks=(1,), *, Sigma0=None, Q=None, R=None, engine="python"):
+    """``(y_sim, y_pred)``: free runs (list of (T_b, ny)) and k-step predictions ({k: list}) from ``X0``."""
+    from ...filtering import EKF
+
+    Sigma0, Q, R = ekf_covariances(model, Sigma0, Q, R)
+    y_sim = [_free_run(model, theta_vec, X0[b], data.inputs(b)) for b in range(len(data))]
+    y_pred: dict[int, list] = {kk: [] for kk in ks}
+    if ks:
+        ekf = EKF(model)
+        for b in range(len(data)):
+            u = data.inputs(b)
+            res = ekf.run(theta_vec, data.y[b], u, x0=X0[b], Sigma0=Sigma0, Q=Q, R=R, engine=engine)
+            for kk in ks:
+                y_pred[kk].append(k_step_prediction(model, theta_vec, res.x_filt, X0[b], u, kk))
+    return y_sim, y_pred
+
+
