@@ -51,14 +51,16 @@ def client():
 
 def test_dask_fit_equals_sequential_and_keeps_states_on_workers(problem, converged, client):
     """The learner's sums are split over shards, so the in-flight iterates differ by rounding
-    (measured: up to 1.4e-10 relative in theta, 6e-10 in J); the converged fit agrees to 1e-10."""
+    (measured: up to 1.4e-10 relative in theta, 6e-10 in J); the converged fit agrees to 1e-9
+    (1.3e-10 relative in one theta entry at the previous release on one machine: the stopping
+    iterate itself depends on that rounding, so 1e-10 was at the edge)."""
     model, data, theta0 = problem
     sharded = Sharded(client)
     res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(executor=sharded))
     assert res.status == converged.status and len(res.history) == len(converged.history)
     for k in lorenz.TRUE:
-        np.testing.assert_allclose(res.theta[k], converged.theta[k], rtol=1e-10, atol=0)
-    np.testing.assert_allclose(res.J, converged.J, rtol=1e-10)
+        np.testing.assert_allclose(res.theta[k], converged.theta[k], rtol=1e-9, atol=0)
+    np.testing.assert_allclose(res.J, converged.J, rtol=1e-9)
     np.testing.assert_allclose([r.J for r in res.history], [r.J for r in converged.history], rtol=1e-8)
     for a, b in zip(res.x, converged.x, strict=True):
         assert isinstance(a, np.ndarray)
