@@ -95,7 +95,7 @@ def test_converged_is_refused_on_a_non_finite_or_exploding_objective():
 
 # -- the entry points with their own optimisers return through BestIterate ----------------------
 def test_design_input_never_returns_a_result_worse_than_its_start(monkeypatch):
-    from ceem_casadi.workflow import _experiment_design as ed
+    from ceem_casadi.workflow.design import _experiment_design as ed
 
     model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + p.b * u, lambda x, u, p: x, nx=1, nu=1,
                                              params=cc.Parameters(cc.Param("a", 0.8), cc.Param("b", 1.0)),
@@ -121,7 +121,7 @@ def _frf():
 
 
 def test_fit_frf_never_returns_a_result_worse_than_its_starts(monkeypatch):
-    from ceem_casadi.workflow import _frf_fit
+    from ceem_casadi.workflow.initialisation import _frf_fit
 
     def stays(fun, x0, **kw):
         return SimpleNamespace(x=np.array(x0, float), fun=fun(x0))
