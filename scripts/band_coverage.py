@@ -138,17 +138,17 @@ def run_system(system: System, args) -> dict:
         if rf.success:
             unc = covariance(system.model, data, rf.theta, args.covariance)
             band = cc.simulation_bands(system.model, data, rf.theta, unc, x0=np.zeros(system.model.nx)).simulation
-            inside_all += int(round(band.coverage([y_true])[0] * args.T))
+            inside_all += round(band.coverage([y_true])[0] * args.T)
         if band is None or not at_noise_floor(system.model, data, rf.theta):
             failed.append(seed)          # a fit that stopped far above the noise level is no estimate to band
             continue
-        inside += int(round(band.coverage([y_true])[0] * args.T))
+        inside += round(band.coverage([y_true])[0] * args.T)
         half_width.append(float(band.half_width()[0]))
         total += args.T
         if args.sampling:
             mc = cc.simulation_bands(system.model, data, rf.theta, unc, x0=np.zeros(system.model.nx),
                                      method="sampling", samples=args.samples, seed=seed).simulation
-            inside_mc += int(round(mc.coverage([y_true])[0] * args.T))
+            inside_mc += round(mc.coverage([y_true])[0] * args.T)
         for k, v in rejects(system.model, data, rf.theta, args.alpha, args.lags).items():
             fitted_alarms[k] += v
         wrong = fit(system.wrong, data, system.wrong_start, rng)

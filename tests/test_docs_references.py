@@ -105,7 +105,7 @@ def test_choosing_has_a_row_for_every_smoother_solver():
     from ceem_casadi.runtime._schema import SMOOTHER_SOLVERS
 
     text = (ROOT / "docs" / "choosing.md").read_text()
-    rows = {m for m in re.findall(r'^\| `"?([a-z-]+)"?`', text, flags=re.M)}
+    rows = set(re.findall(r'^\| `"?([a-z-]+)"?`', text, flags=re.M))
     missing = [s for s in SMOOTHER_SOLVERS if s not in rows]
     assert not missing, missing
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from ..errors import CeemError, OptionsError, SolverError
+from ..io._data import Trajectories
 from ..runtime._result import Result
 from ..runtime._status import Status
 from ._search import free_run_errors, objective_of
@@ -173,6 +174,8 @@ class Stages:
 
     def add(self, stage, theta, x0, status, iterations, t0, message="", rejected=""):
         obj, rms = self._fit(self.model, theta, self.data, x0)
+        if str(status) == "diverged" and not rejected:  # never chosen, whatever its objective
+            rejected = "diverged: the free run explodes; try multiple shooting (shooting=k) or another start"
         row = self._stage(stage, theta, np.asarray(x0, float), obj, rms, str(status), int(iterations),
                           time.perf_counter() - t0, message, rejected)
         self.stages.append(row)

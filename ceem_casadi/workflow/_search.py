@@ -68,7 +68,7 @@ def objective_of(errors: list) -> float:
 
 
 def _split(data: Trajectories, holdout: float):
-    cuts = [min(max(2, int(round((1 - holdout) * T))), T) for T in data.lengths]
+    cuts = [min(max(2, round((1 - holdout) * T)), T) for T in data.lengths]
     head = Trajectories([data.y[b][:c] for b, c in enumerate(cuts)],
                         None if data.u is None else [data.inputs(b)[:c] for b, c in enumerate(cuts)], dt=data.dt)
     return head, cuts

@@ -156,6 +156,22 @@ class SearchResult(Result):
         The final fit's status (``"n/a"`` when the user's model is kept).
     iterations : int
         The final fit's iterations.
+
+    Examples
+    --------
+    A sensor with an offset of 0.7 the user's model lacks: the search adds it.
+
+    >>> import numpy as np
+    >>> import ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), measurement_std=0.05)
+    >>> u = np.random.default_rng(0).normal(size=(200, 1))
+    >>> y = cc.simulate_output(model, {"a": 0.8}, u, np.zeros(1)) + 0.7
+    >>> y = y + 0.05 * np.random.default_rng(1).normal(size=y.shape)
+    >>> res = cc.identify(model, cc.Trajectories([y], [u]), {"a": 0.5}, ceem=False, calibrate=False,
+    ...                   search=cc.workflow.SearchOptions(augmentations=("offset",), max_depth=1, progress=False))
+    >>> res.search.structure, round(float(res.search.theta["a"]), 2), round(float(res.search.theta["s1_offset"][0]), 1)
+    ('user model + offset', 0.8, 0.7)
     """
 
     SUMMARY = ("structure", "objective", "wall_s")
@@ -187,4 +203,4 @@ class SearchResult(Result):
         """JSON-ready dict (without the model)."""
         return dict(structure=self.structure, objective=self.objective, criterion=self.criterion, wall_s=self.wall_s,
                     message=self.message, theta={k: np.asarray(v).tolist() for k, v in self.theta.items()},
-                    rows=[{k: v for k, v in r.items()} for r in self.rows])
+                    rows=[dict(r.items()) for r in self.rows])

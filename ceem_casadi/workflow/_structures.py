@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import OptionsError
 from ..io._data import Trajectories
+from ..model._simulation import simulate_output
 from ..runtime._result import Result
 from .output_error._fit import LeastSquaresOptions, output_error_least_squares
 
@@ -127,40 +128,39 @@ def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, c
     if not 0.0 < holdout < 1.0:
         raise OptionsError(f"holdout must be in (0, 1), got {holdout!r}")
     options = LeastSquaresOptions() if options is None else options
-    rows = []
-    for name, cand in candidates.items():
-        if not isinstance(cand, (tuple, list)) or len(cand) not in (2, 3):
-            raise OptionsError(f"candidates[{name!r}]: expected (model, theta) or (model, theta, x0), got "
-                               f"{type(cand).__name__}{'' if not isinstance(cand, (tuple, list)) else f' of {len(cand)}'}")
-        model, theta, x0 = (*cand, None) if len(cand) == 2 else cand
-        theta = model.params.initial() if theta is None else theta
-        if criterion == "split":
-            cut = [max(2, round((1 - holdout) * T)) for T in data.lengths]
-            fit_data = Trajectories([data.y[b][:c] for b, c in enumerate(cut)],
-                                    None if data.u is None else [data.inputs(b)[:c] for b, c in enumerate(cut)])
-        else:
-            fit_data = data
-        res = output_error_least_squares(model, fit_data, theta, x0=x0, options=options)
-        iv = np.asarray(model.noise.inv_measurement_std, float)
-        from ..model._simulation import simulate_output
-
-        errs, werrs = [], []
-        for b in range(len(data)):
-            with np.errstate(all="ignore"):
-                yh = np.asarray(simulate_output(model, res.theta, data.inputs(b), res.x0[b]), float)
-            start = cut[b] if criterion == "split" else 0
-            e = (data.y[b] - yh.reshape(data.y[b].shape))[start:]
-            ok = np.isfinite(data.y[b][start:])
-            errs.append(e[ok])
-            werrs.append((e * iv)[ok])
-        e, we = np.concatenate(errs), np.concatenate(werrs)
-        k = int(model.params.free_index.size) + len(data) * model.nx
-        rms = float(np.sqrt(np.mean(e ** 2))) if np.all(np.isfinite(e)) else np.inf
-        if criterion == "aic":
-            value = e.size * float(np.log(np.mean(we ** 2))) + 2 * k if np.isfinite(rms) else np.inf
-        else:
-            value = rms
-        rows.append(dict(name=name, criterion=value, objective=float(res.cost), rms=rms, n_estimated=k,
-                         status=str(res.status), fit=res))
+    rows = [_score_candidate(name, cand, data, criterion, holdout, options) for name, cand in candidates.items()]
     rows.sort(key=lambda r: r["criterion"])
     return StructureComparison(rows, criterion)
+
+
+def _score_candidate(name: str, cand, data: Trajectories, criterion: str, holdout: float,
+                     options: LeastSquaresOptions) -> dict:
+    """One row of `compare_structures`: the candidate fitted by output error (on the heads of the
+    trajectories with ``"split"``) and scored by its criterion on the estimation data."""
+    if not isinstance(cand, (tuple, list)) or len(cand) not in (2, 3):
+        raise OptionsError(f"candidates[{name!r}]: expected (model, theta) or (model, theta, x0), got "
+                           f"{type(cand).__name__}{'' if not isinstance(cand, (tuple, list)) else f' of {len(cand)}'}")
+    model, theta, x0 = (*cand, None) if len(cand) == 2 else cand
+    theta = model.params.initial() if theta is None else theta
+    cut = [max(2, round((1 - holdout) * T)) if criterion == "split" else 0 for T in data.lengths]
+    fit_data = data if criterion != "split" else Trajectories(
+        [data.y[b][:c] for b, c in enumerate(cut)], None if data.u is None else [data.inputs(b)[:c] for b, c in enumerate(cut)])
+    res = output_error_least_squares(model, fit_data, theta, x0=x0, options=options)
+    iv = np.asarray(model.noise.inv_measurement_std, float)
+    errs, werrs = [], []
+    for b in range(len(data)):
+        with np.errstate(all="ignore"):
+            yh = np.asarray(simulate_output(model, res.theta, data.inputs(b), res.x0[b]), float)
+        e = (data.y[b] - yh.reshape(data.y[b].shape))[cut[b]:]
+        ok = np.isfinite(data.y[b][cut[b]:])
+        errs.append(e[ok])
+        werrs.append((e * iv)[ok])
+    e, we = np.concatenate(errs), np.concatenate(werrs)
+    k = int(model.params.free_index.size) + len(data) * model.nx
+    rms = float(np.sqrt(np.mean(e ** 2))) if np.all(np.isfinite(e)) else np.inf
+    if criterion == "aic":
+        value = e.size * float(np.log(np.mean(we ** 2))) + 2 * k if np.isfinite(rms) else np.inf
+    else:
+        value = rms
+    return dict(name=name, criterion=value, objective=float(res.cost), rms=rms, n_estimated=k,
+                status=str(res.status), fit=res)
