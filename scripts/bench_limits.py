@@ -161,7 +161,7 @@ def time_limits(tmp: Path, sizes: list[int]) -> list[dict]:
         data = _fit_rows(tmp, n)
         limit = 20 if n >= 10 ** 7 else 5
         cmd = [sys.executable, "-m", "ceem_casadi.cli", "fit", "--model", f"{model_py}:make", "--data", str(data),
-               "--max-iters", "1", "--time-limit", str(limit), "--out", str(tmp / "m.npz")]
+               "--max-iters", "1", "--time-limit", str(limit), "--out", str(tmp / f"m{n}.npz")]
         t = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t
