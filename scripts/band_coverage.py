@@ -100,7 +100,7 @@ def fit(model, data, start: dict, rng):
     x0 = np.zeros(model.nx)
     perturbed = {k: float(v) * (1 + 0.1 * rng.standard_normal()) for k, v in start.items()}
     rf = cc.refine_output_error(model, data, perturbed, x0=x0, options=cc.OutputErrorOptions(
-        max_iter=200, x_lower=x0, x_upper=x0, use_prior=False))
+        max_iters=200, x_lower=x0, x_upper=x0, use_prior=False))
     return rf
 
 
