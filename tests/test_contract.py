@@ -667,7 +667,7 @@ def test_design_input_memory_linear_in_the_horizon():
             "m = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + p.b * u, lambda x, u, p: x, nx=1, nu=1,"
             " params=cc.Parameters(cc.Param('a', 0.5), cc.Param('b', 1.0)), measurement_std=0.1)\n"
             "d = design_input(m, {'a': 0.5, 'b': 1.0}, 8000, u_bounds=(-1, 1), starts=1,"
-            " options=DesignOptions(max_iter=3, hold=2))\n"
+            " options=DesignOptions(max_iters=3, hold=2))\n"
             "assert d.u.shape == (8000, 1) and (d.u[::2] == d.u[1::2]).all()\n"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
