@@ -172,12 +172,14 @@ class MPC:
 
 
 def closed_loop(F, G, model, theta_plant, x_start, T: int, N: int, rng, *, du_weight: float, smoke: bool,
-                d_std: float = 0.01):
-    """Run T samples of the loop; returns a dict of arrays (y, y_true, x, x_hat, u, r) and per-step solver stats."""
+                d_std: float = 0.01, controller=None):
+    """Run T samples of the loop; returns a dict of arrays (y, y_true, x, x_hat, u, r) and per-step solver stats.
+    ``controller``: an object with ``solve(x_hat (2,), d_hat, r (N,), u_prev) -> (u, status, seconds)``
+    (default this script's Opti `MPC`; `scripts.mpc_do_mpc` passes its do-mpc controller)."""
     plant_vec = model.theta_vector(theta_plant)
     w_std, v_std = model.noise.process_std, float(model.noise.measurement_std[0])
     est = Estimator(F, G, w_std, v_std, d_std)
-    mpc = MPC(F, G, N, du_weight)
+    mpc = MPC(F, G, N, du_weight) if controller is None else controller
     r = reference(T + N, smoke)
     x = np.array(x_start, float)
     x_pred, P_pred = np.r_[x_start[1] * 0.8, x_start[1], 0.0], np.diag([4.0, 0.1, 0.1])  # h1 unknown a priori

@@ -30,7 +30,8 @@ from ceem_casadi.deploy import to_do_mpc
 from ceem_casadi.deploy._do_mpc import import_do_mpc
 from ceem_casadi.io._datasets import DatasetNotFoundError
 from models.cascaded_tanks import steady_upper_level
-from scripts.mpc_cascaded_tanks import U_MAX, U_MIN, Estimator, draw_plant_theta, identify, metrics, plot, reference
+from scripts.mpc_cascaded_tanks import U_MAX, U_MIN, draw_plant_theta, identify, metrics, plot
+from scripts.mpc_cascaded_tanks import closed_loop as opti_closed_loop
 
 logger = logging.getLogger(__name__)
 
@@ -80,33 +81,12 @@ class DoMPC:
 def closed_loop(model, theta, theta_plant, x_start, T: int, N: int, rng, *, du_weight: float, smoke: bool,
                 d_std: float = 0.01):
     """The loop of `scripts.mpc_cascaded_tanks.closed_loop` with the do-mpc controller."""
-    plant_vec = model.theta_vector(theta_plant)
     vec = model.theta_vector(theta)
     x, uu = ca.SX.sym("x", 2), ca.SX.sym("u", 1)
     F = ca.Function("F", [x, uu], [model.f(x, uu, vec)])
     G = ca.Function("G", [x, uu], [model.g(x, uu, vec)])
-    w_std, v_std = model.noise.process_std, float(model.noise.measurement_std[0])
-    est = Estimator(F, G, w_std, v_std, d_std)
-    mpc = DoMPC(model, theta, N, du_weight)
-    r = reference(T + N, smoke)
-    x = np.array(x_start, float)
-    x_pred, P_pred = np.r_[x_start[1] * 0.8, x_start[1], 0.0], np.diag([4.0, 0.1, 0.1])
-    u_prev = 0.0
-    rec = {k: [] for k in ("y", "y_true", "x", "x_hat", "u", "status", "seconds")}
-    for t in range(T):
-        y_true = float(np.asarray(model.g(x, u_prev, plant_vec)).ravel()[0])
-        y = y_true + v_std * rng.standard_normal()
-        x_hat, P = est.correct(x_pred, P_pred, y, u_prev)
-        u, status, sec = mpc.solve(x_hat[:2], x_hat[2], r[t + 1:t + 1 + N], u_prev)
-        for k, v in (("y", y), ("y_true", y_true), ("x", x.copy()), ("x_hat", x_hat.copy()), ("u", u),
-                     ("status", status), ("seconds", sec)):
-            rec[k].append(v)
-        x = np.maximum(np.asarray(model.f(x, u, plant_vec)).ravel() + w_std * rng.standard_normal(2), 0.0)
-        x_pred, P_pred = est.predict(x_hat, P, u)
-        u_prev = u
-    out = {k: np.asarray(v) if k != "status" else v for k, v in rec.items()}
-    out["r"] = r[:T]
-    return out
+    return opti_closed_loop(F, G, model, theta_plant, x_start, T, N, rng, du_weight=du_weight, smoke=smoke,
+                            d_std=d_std, controller=DoMPC(model, theta, N, du_weight))
 
 
 def main(argv=None) -> dict:
