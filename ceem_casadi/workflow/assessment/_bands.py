@@ -37,6 +37,7 @@ from ...io._validate import check_data
 from ...model._simulation import as_theta_vector, rollout, run
 from ...objective._identifiability import entry_names
 from ...runtime._checks import count
+from ...runtime._model_cache import cached
 from ...runtime._result import Result, plain
 from ._predictions import ekf_covariances, k_step_prediction, resolve_initial_states
 
@@ -218,7 +219,9 @@ def _covariance(model, uncertainty):
 def _free_run_jacobian(model, theta_vec, x0, u) -> np.ndarray:
     """(T, ny, np) exact sensitivities of the free run to theta (forward mode of the cached rollout)."""
     T = u.shape[0]
-    jac = rollout(model, T).factory("rollout_jac", ["x0", "u", "p"], ["jac:y:p"])
+    # built once per (model structure, T) in the library's cache: bands of many records reuse it
+    jac = cached(model, "rollout jacobian", T,
+                 lambda: rollout(model, T).factory("rollout_jac", ["x0", "u", "p"], ["jac:y:p"]))
     return np.asarray(jac(x0, u.T, theta_vec)).reshape(T, model.ny, -1)
 
 
