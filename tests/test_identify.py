@@ -85,3 +85,20 @@ def test_compare_structures_starts_each_candidate_from_its_own_initial_state():
     assert abs(float(fit.x0[0, 0]) - 3.0) < 0.05
     with pytest.raises(cc.OptionsError, match="expected \\(model, theta\\) or \\(model, theta, x0\\)"):
         cc.compare_structures({"q": (_poly_model(True),)}, data)
+
+
+def test_a_diverged_output_error_stage_is_never_chosen():
+    """Issue 32's exploding start (x+ = a x + b u from a = 1.2, truth 0.7): the LM engine ends
+    'diverged' with an objective below the start's; identify must not pick it (fails without the
+    'diverged' rejection in workflow/_identify_stages.py::Stages.add)."""
+    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + p.b * u, lambda x, u, p: x, nx=1, nu=1,
+                                             params=cc.Parameters(cc.Param("a", 1.2), cc.Param("b", 1.0)),
+                                             measurement_std=0.1)
+    u = np.random.default_rng(0).normal(size=(400, 1))
+    y = cc.simulate_output(model, {"a": 0.7, "b": 1.0}, u, np.zeros(1))
+    y = y + 0.1 * np.random.default_rng(1).normal(size=y.shape)
+    res = cc.identify(model, cc.Trajectories([y], [u]), {"a": 1.2, "b": 1.0}, ceem=False, calibrate=False)
+    oe = next(s for s in res.stages if s.stage == "output error from theta0")
+    assert oe.status == "diverged" and oe.rejected.startswith("diverged")
+    assert oe.objective < res.stages[0].objective          # lower than the start, yet not chosen
+    assert res.best is not oe and "diverged: the free run explodes" in res.table()
