@@ -48,7 +48,8 @@ def _problem(seed=0, B=3, T=40, convex=False):
 def test_objective_and_gradient_match_ipopt_learner():
     model, data, xs, theta = _problem()
     ref = Learner(model, data.lengths, LearnerOptions(rho_theta=RHO, hessian="exact"))
-    al = AdamLearner(model, AdamOptions(rho_theta=RHO, chunk=50))     # 3 chunks, padded
+    al = AdamLearner(model, AdamOptions(rho_theta=RHO))
+    al.chunk = 50                                            # 3 chunks, padded
     rng = np.random.default_rng(5)
     point = theta.copy()
     point[ref.free] += 0.1 * rng.normal(size=ref.free.size)                 # off the trust-region centre
@@ -133,8 +134,9 @@ def test_matrix_valued_step_observe_equal_mapped_functions():
     def observe(x, u, p):
         return ca.mtimes(p.C, x) + head(p, x)
 
-    fast = AdamLearner(model, AdamOptions(rho_theta=RHO, chunk=64), step=step, observe=observe)
-    mapped = AdamLearner(model, AdamOptions(rho_theta=RHO, chunk=64))
+    fast = AdamLearner(model, AdamOptions(rho_theta=RHO), step=step, observe=observe)
+    mapped = AdamLearner(model, AdamOptions(rho_theta=RHO))
+    fast.chunk = mapped.chunk = 64
     point = theta + 0.05 * np.random.default_rng(1).normal(size=theta.size)
     Ff, gf = fast.objective(point, data, xs, theta_prev=theta, gradient=True)
     Fm, gm = mapped.objective(point, data, xs, theta_prev=theta, gradient=True)

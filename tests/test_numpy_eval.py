@@ -73,7 +73,8 @@ def test_adam_learner_gradients_by_numpy_equal_the_mapped_model_functions():
         return net(p, ca.vertcat(x, u))
 
     model = StateSpaceModel.from_discrete(step, observe, nx=2, nu=1, params=params)
-    al = AdamLearner(model, AdamOptions(chunk=16), step=step, observe=observe)
+    al = AdamLearner(model, AdamOptions(), step=step, observe=observe)
+    al.chunk = 16
     assert all(isinstance(f, NumpyFunction) for f in al._functions(16))
     theta = params.to_vector(net.init(rng))
     T = 25

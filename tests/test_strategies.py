@@ -119,13 +119,11 @@ def test_adam_options_as_the_learner_strategy(scalar):
 
 
 def test_one_adam_options_class_refuses_the_other_users_fields():
-    from ceem_casadi.learning import AdamLearner, AdamLearnerOptions, AdamOptions
+    from ceem_casadi.learning import AdamLearnerOptions, AdamOptions
     from ceem_casadi.model._nn import adam
 
     with pytest.raises(cc.OptionsError, match="rho_theta=0.5 are options of the learning step"):
         adam(lambda B: None, np.zeros(1), (np.zeros((1, 4)),), options=AdamOptions(rho_theta=0.5))
-    with pytest.raises(cc.OptionsError, match="patience"):
-        AdamLearner(None, AdamOptions(patience=3))
     with pytest.warns(DeprecationWarning, match="AdamLearnerOptions is deprecated"):
         old = AdamLearnerOptions(lr_observation=2e-3, epochs=3)
     assert old == AdamOptions(lr=2e-3, lr_dynamics=5e-4, epochs=3)   # the old defaults kept

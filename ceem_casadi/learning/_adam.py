@@ -1,30 +1,6 @@
-"""Learning step (M-step) by Adam on mini-batches, for models with large neural-network parts.
-
-Minimises the same objective as [`ceem_casadi.learning.Learner`][ceem_casadi.learning.Learner] over the free entries z
-of the flat parameter vector p (fixed entries held at their values):
-
-    F(z) = sum_obs 0.5||m * (y - g(x, u, p)) / sigma_v||^2 + sum_dyn 0.5||(x' - f(x, u, p)) / sigma_w||^2
-           + rho_theta ||z - z_prev||^2 + 0.5 ||(z - mu_p) / s_p||^2
-
-as the CE-EM paper does for the helicopter (Adam, lr 5e-4 for the dynamics parameters and 1e-3
-for the observation parameters). Each Adam step uses the unbiased mini-batch estimate
-``(N_obs / B) sum_{batch} obs + (N_dyn / B) sum_{batch} dyn + regularisers``: B observation
-columns and B dynamics columns, evaluated as matrix-valued MX expressions on sample columns, so
-one gradient is one reverse sweep over a graph whose size does not depend on the amount of data.
-By default these are ``model.g.map(B)`` and ``model.f.map(B)``; a model whose step/observation
-functions accept matrices (columns = samples) can pass them as ``step=``/``observe=``, which is
-much faster (helicopter NL model, B = 512: gradient 2.5 ms instead of 71 ms); they are checked
-against ``model.f``/``model.g`` at construction. The batch Functions are then evaluated by numpy
-(`ceem_casadi.runtime.NumpyFunction`: the same instruction list, matrix products by BLAS) when
-every operation they use is supported: helicopter size, one BLAS thread, B = 512 gradient
-0.51 ms instead of 3.8 ms by CasADi's dense kernels, full-objective chunk of 8,192 columns
-2.8 ms instead of 40 ms (same values to 1e-14). The last partial batch of
-an epoch is padded with zero-weight columns (one compiled batch size). Bounds are enforced by
-projection.
-
-The full objective F is evaluated (in chunks, forward only) before and after the Adam passes;
-if the passes did not lower F the starting point is returned, so a CE-EM learning step never
-lowers J even though the steps are stochastic.
+"""Learning step (M-step) by Adam on mini-batches, for models with large neural-network parts: the
+objective of [`Learner`][ceem_casadi.learning.Learner] by unbiased mini-batch gradients, never
+returning a point worse than its start (the derivation and the measured figures: docs/model_learning_notes.md).
 """
 from __future__ import annotations
 
@@ -35,7 +11,6 @@ import warnings
 import casadi as ca
 import numpy as np
 
-from ..errors import OptionsError
 from ..model._columns import check_columnwise
 from ..model._nn import AdamOptions, adam_loop
 from ..runtime._best import BestIterate
@@ -130,13 +105,12 @@ class AdamLearner:
     0.8
     """
 
+    chunk = 8192  # columns per forward chunk of the full objective (helicopter size: 2.8 ms by numpy)
+
     def __init__(self, model, options: AdamOptions | None = None, *, step=None, observe=None):
         options = AdamOptions() if options is None else options
         if not isinstance(options, AdamOptions):
             raise TypeError(f"options must be an AdamOptions, got {type(options).__name__}")
-        if options.patience:
-            raise OptionsError(f"AdamOptions.patience={options.patience} stops plain training (adam) on a "
-                               "validation loss; a learning step has none: leave it at 0")
         t0 = time.perf_counter()
         self.model, self.options = model, options
         self._step, self._observe = step, observe
@@ -235,7 +209,7 @@ class AdamLearner:
         return self._full(p, np.asarray(p if theta_prev is None else theta_prev, float), rho, obs, dyn, gradient)
 
     def _full(self, p, p_prev, rho, obs, dyn, gradient=False):
-        C = self.options.chunk
+        C = self.chunk
         n_obs, n_dyn = obs[0].shape[1], dyn[0].shape[1]
         C = min(C, max(n_obs, n_dyn))
         fc, fg = self._functions(C)
@@ -305,7 +279,7 @@ class AdamLearner:
                          *self._take(dyn, idn, B))
             return (np.asarray(g).ravel() + self._regulariser(p, p0, rho)[1])[free]
 
-        z, k = adam_loop(p0[free], grad, batches, o, lr_vec, epochs=epochs, decay=decay,
+        z, k = adam_loop(p0[free], grad, batches, lr_vec, epochs=epochs, decay=decay,
                          project=lambda z: np.clip(z, lo, hi), name="AdamLearner")
         p = p0.copy()
         p[free] = z

@@ -20,7 +20,7 @@ from ..errors import NonFiniteError, OptionsError, ShapeError
 from ..runtime._schema import check_fields
 from ._params import Param, Parameters
 
-__all__ = ["MLP", "AdamOptions", "AdamResult", "adam", "adam_step", "flat_params", "mse_loss_factory", "namespace"]
+__all__ = ["MLP", "AdamOptions", "AdamResult", "adam", "flat_params", "mse_loss_factory", "namespace"]
 
 log = logging.getLogger(__name__)
 
@@ -177,43 +177,39 @@ def flat_params(*nets: MLP, rng: np.random.Generator, last_scale: float = 1.0):
     return params, theta0, w, params.symbols(w)
 
 
+# Adam's constants (Kingma and Ba, 2015): every caller used these defaults
+BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
+
+
 @dataclass(frozen=True)
 class AdamOptions:
-    """Adam (Kingma and Ba, 2015) with harmonic decay ``lr_k = lr / (1 + decay * epoch)``: the one
-    options class of both Adam users, ``ceem_casadi.model._nn.adam`` (plain training) and the
-    learning step [`AdamLearner`][ceem_casadi.learning.AdamLearner].
+    """Adam with harmonic decay ``lr_k = lr / (1 + decay * epoch)``: the one options class of plain
+    training (``ceem_casadi.model._nn.adam``) and of the learning step
+    [`AdamLearner`][ceem_casadi.learning.AdamLearner].
 
     Parameters
     ----------
     lr : float
-        Initial step (the learner: of the parameters the observation g depends on only; paper 1e-3).
+        Initial step (the learner: of the parameters only the observation g uses; paper 1e-3).
     lr_dynamics : float, optional
-        The learner: step of the parameters the dynamics f depends on (paper 5e-4); ``None``: ``lr / 2``.
+        The learner: step of the parameters the dynamics f uses (paper 5e-4); ``None``: ``lr / 2``.
     decay : float, optional
         Harmonic decay per epoch; ``None``: 0.1 for `adam`, 0 for the learner.
     epochs : int, optional
         Passes over the data; ``None``: 20 for `adam`, 1 per learning step for the learner.
     batch_size : int
         Samples (columns) per step (the learner: observation and dynamics columns each; paper 512).
-    beta1, beta2, eps : float
-        Adam constants.
     seed : int
         Mini-batch shuffling (the learner advances it at every solve).
-    patience : int
-        `adam` with validation data: stop when the validation loss has not improved for this many
-        epochs (0 = never); the best weights are returned. Not for the learner.
     rho_theta : float
         The learner: trust-region weight (as [`LearnerOptions`][ceem_casadi.LearnerOptions]).
     use_prior : bool
         The learner: include the parameters' Gaussian priors.
-    chunk : int
-        The learner: columns per forward chunk when the full objective is evaluated.
 
     Raises
     ------
     OptionsError
-        A value out of range (also a ``ValueError``); `adam` refuses the learner's fields and the learner
-        ``patience`` (a field accepted and ignored would be a silent mistake).
+        A value out of range (also a ``ValueError``); `adam` refuses the learner's fields.
 
     Examples
     --------
@@ -228,35 +224,28 @@ class AdamOptions:
     decay: float | None = None
     epochs: int | None = None
     batch_size: int = 512
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
     seed: int = 0
-    patience: int = 0
     rho_theta: float = 0.0
     use_prior: bool = True
-    chunk: int = 8192
 
     def __post_init__(self):
         check_fields(self)
         bad = [f"{k}={getattr(self, k)!r}" for k, ok in (
             ("lr", self.lr > 0), ("lr_dynamics", self.lr_dynamics is None or self.lr_dynamics > 0),
             ("decay", self.decay is None or self.decay >= 0), ("epochs", self.epochs is None or self.epochs >= 1),
-            ("batch_size", self.batch_size >= 1), ("beta1", 0 <= self.beta1 < 1), ("beta2", 0 <= self.beta2 < 1),
-            ("eps", self.eps > 0), ("patience", self.patience >= 0), ("rho_theta", self.rho_theta >= 0),
-            ("chunk", self.chunk >= 1)) if not ok]
+            ("batch_size", self.batch_size >= 1), ("rho_theta", self.rho_theta >= 0)) if not ok]
         if bad:
-            raise OptionsError(f"AdamOptions: need lr, lr_dynamics, eps > 0, decay, patience, rho_theta >= 0, epochs, "
-                               f"batch_size, chunk >= 1, 0 <= beta1, beta2 < 1; got {', '.join(bad)}")
+            raise OptionsError(f"AdamOptions: need lr, lr_dynamics > 0, decay, rho_theta >= 0, epochs, "
+                               f"batch_size >= 1; got {', '.join(bad)}")
 
     def schedule(self, epochs: int, decay: float) -> tuple[int, float]:
         """``(epochs, decay)`` with the user's default (``epochs``, ``decay``) where a field is None."""
         return (epochs if self.epochs is None else self.epochs), (decay if self.decay is None else self.decay)
 
 
-def adam_loop(w, grad, batches, options: AdamOptions, lr, *, epochs: int, decay: float, project=None,
-              end_epoch=None, name: str = "adam"):
-    """The one Adam loop: ``epochs`` passes of ``batches(epoch)``, one `adam_step` per batch.
+def adam_loop(w, grad, batches, lr, *, epochs: int, decay: float, project=None, end_epoch=None,
+              name: str = "adam"):
+    """The one Adam loop (bias-corrected moments): ``epochs`` passes of ``batches(epoch)``.
 
     Parameters
     ----------
@@ -266,8 +255,6 @@ def adam_loop(w, grad, batches, options: AdamOptions, lr, *, epochs: int, decay:
         ``grad(w, batch) -> g`` (n,) for one batch key of ``batches``.
     batches : callable
         ``batches(epoch)`` -> iterable of batch keys (the shuffling happens there).
-    options : AdamOptions
-        beta1, beta2, eps.
     lr : float or numpy.ndarray
         Step at epoch 0, scalar or (n,); divided by ``1 + decay * epoch``.
     epochs, decay : int, float
@@ -275,7 +262,7 @@ def adam_loop(w, grad, batches, options: AdamOptions, lr, *, epochs: int, decay:
     project : callable, optional
         ``project(w) -> w`` after every step (e.g. clipping to bounds).
     end_epoch : callable, optional
-        ``end_epoch(epoch, w) -> bool`` after every epoch: True stops.
+        ``end_epoch(epoch, w)`` after every epoch.
     name : str
         For the message of a non-finite gradient.
 
@@ -292,7 +279,7 @@ def adam_loop(w, grad, batches, options: AdamOptions, lr, *, epochs: int, decay:
     Examples
     --------
     >>> import numpy as np
-    >>> w, k = adam_loop(np.array([3.0]), lambda w, b: 2 * w, lambda e: [0], AdamOptions(), 0.1, epochs=200, decay=0.0)
+    >>> w, k = adam_loop(np.array([3.0]), lambda w, b: 2 * w, lambda e: [0], 0.1, epochs=200, decay=0.0)
     >>> k, abs(float(w[0])) < 0.1
     (200, True)
     """
@@ -305,12 +292,13 @@ def adam_loop(w, grad, batches, options: AdamOptions, lr, *, epochs: int, decay:
             if not np.all(np.isfinite(g)):
                 raise NonFiniteError(f"{name}: non-finite gradient at epoch {epoch}, step {s}")
             k += 1
-            step, m, v = adam_step(g, m, v, k, rate, beta1=options.beta1, beta2=options.beta2, eps=options.eps)
-            w = w - step
+            m = BETA1 * m + (1 - BETA1) * g
+            v = BETA2 * v + (1 - BETA2) * g * g
+            w = w - rate * (m / (1 - BETA1 ** k)) / (np.sqrt(v / (1 - BETA2 ** k)) + EPS)
             if project is not None:
                 w = project(w)
-        if end_epoch is not None and end_epoch(epoch, w):
-            break
+        if end_epoch is not None:
+            end_epoch(epoch, w)
     return w, k
 
 
@@ -323,44 +311,13 @@ class AdamResult:
     valid_loss: list
 
 
-def adam_step(g, m, v, k: int, lr, *, beta1: float, beta2: float, eps: float):
-    """One Adam update (Kingma and Ba, 2015) with bias-corrected moments.
-
-    Parameters
-    ----------
-    g : numpy.ndarray
-        (n,) gradient at the current weights.
-    m, v : numpy.ndarray
-        (n,) first and second moment estimates before this step (zeros at the start).
-    k : int
-        1-based step number (for the bias correction).
-    lr : float or numpy.ndarray
-        Step size, scalar or per weight (n,).
-    beta1, beta2, eps : float
-        Adam constants.
-
-    Returns
-    -------
-    step, m, v : numpy.ndarray
-        The step to subtract from the weights, and the updated moments.
-    """
-    m = beta1 * m + (1 - beta1) * g
-    v = beta2 * v + (1 - beta2) * g * g
-    return lr * (m / (1 - beta1 ** k)) / (np.sqrt(v / (1 - beta2 ** k)) + eps), m, v
-
-
 def adam(loss, w0, data, *, options: AdamOptions = AdamOptions(), valid=None) -> AdamResult:
     """Minimise ``loss(w, *batch)`` with Adam over mini-batches of columns of ``data``.
 
-    Parameters
-    ----------
-    loss : ``ca.Function`` with inputs ``(w (n,), D_1 (d_1, B), ..., D_k (d_k, B))`` and a scalar
-        output (a mean over the B columns), or a factory ``B -> ca.Function`` of that form (CasADi
-        matrix symbols have a fixed column count, so one Function per batch size), e.g.
-        `mse_loss_factory`.
-    w0 : initial weights (n,).
-    data : tuple of arrays ``D_i`` (d_i, N), samples as columns.
-    valid : optional tuple like ``data`` for a per-epoch validation loss (early stopping).
+    ``loss``: a ``ca.Function`` ``(w (n,), D_1 (d_1, B), ..., D_k (d_k, B)) -> scalar`` (a mean over the
+    B columns), or a factory ``B -> ca.Function`` of that form (e.g. `mse_loss_factory`); ``w0`` (n,);
+    ``data``: arrays (d_i, N), samples as columns; ``valid``: the same for a per-epoch validation loss
+    (the weights of the best epoch are returned).
     """
     data = tuple(np.asarray(d, float) for d in data)
     N = data[0].shape[1]
@@ -380,7 +337,7 @@ def adam(loss, w0, data, *, options: AdamOptions = AdamOptions(), valid=None) ->
 
     o = options
     learner_only = [f"{k}={getattr(o, k)!r}" for k, default in (("lr_dynamics", None), ("rho_theta", 0.0),
-                                                                ("use_prior", True), ("chunk", 8192))
+                                                                ("use_prior", True))
                     if getattr(o, k) != default]
     if learner_only:
         raise OptionsError(f"adam: {', '.join(learner_only)} are options of the learning step (AdamLearner), "
@@ -388,7 +345,7 @@ def adam(loss, w0, data, *, options: AdamOptions = AdamOptions(), valid=None) ->
     epochs, decay = o.schedule(20, 0.1)
     rng = np.random.default_rng(o.seed)
     B = min(o.batch_size, N)
-    best = {"w": np.asarray(w0, float).copy(), "val": np.inf, "since": 0}
+    best = {"w": np.asarray(w0, float).copy(), "val": np.inf}
     train_hist, valid_hist, losses = [], [], []
 
     def batches(epoch):
@@ -406,18 +363,14 @@ def adam(loss, w0, data, *, options: AdamOptions = AdamOptions(), valid=None) ->
         if valid is None:
             best["w"] = w.copy()
             log.info("adam epoch %d: train %.5g", epoch, train_hist[-1])
-            return False
+            return
         vd = tuple(np.asarray(d, float) for d in valid)
-        val = float(factory(vd[0].shape[1])(w, *vd))
-        valid_hist.append(val)
-        if val < best["val"]:
-            best.update(w=w.copy(), val=val, since=0)
-        else:
-            best["since"] += 1
-        log.info("adam epoch %d: train %.5g valid %.5g", epoch, train_hist[-1], val)
-        return bool(o.patience and best["since"] >= o.patience)
+        valid_hist.append(float(factory(vd[0].shape[1])(w, *vd)))
+        if valid_hist[-1] < best["val"]:
+            best.update(w=w.copy(), val=valid_hist[-1])
+        log.info("adam epoch %d: train %.5g valid %.5g", epoch, train_hist[-1], valid_hist[-1])
 
-    adam_loop(w0, grad, batches, o, o.lr, epochs=epochs, decay=decay, end_epoch=end_epoch)
+    adam_loop(w0, grad, batches, o.lr, epochs=epochs, decay=decay, end_epoch=end_epoch)
     return AdamResult(best["w"], train_hist, valid_hist)
 
 
