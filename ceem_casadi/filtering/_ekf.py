@@ -1,15 +1,6 @@
-"""Extended Kalman filter and Rauch-Tung-Striebel smoother on a [`StateSpaceModel`][ceem_casadi.StateSpaceModel].
-
-Conventions (one trajectory of length T, time index t = 1..T):
-
-* prior ``x_{1|0} = x0`` (nx,), ``P_{1|0} = Sigma0`` (nx, nx);
-* at each t: the one-step-ahead prediction ``y_pred[t] = g(x_{t|t-1})`` is recorded *before*
-  the correction (as in the paper's evaluation), then the observed entries of ``y[t]`` correct
-  the state (NaN entries are skipped), then ``x_{t+1|t} = f(x_{t|t})``,
-  ``P_{t+1|t} = A P_{t|t} A^T + Q`` with ``A = df/dx`` at ``x_{t|t}``;
-* covariance updates in Joseph form, symmetrised.
-
-Jacobians come from CasADi (exact, symbolic).
+"""Extended Kalman filter and Rauch-Tung-Striebel smoother on a [`StateSpaceModel`][ceem_casadi.StateSpaceModel]:
+a Python loop or one chunked ``mapaccum`` of an SX step, the same numbers (conventions and measured
+figures: docs/model_learning_notes.md).
 """
 from __future__ import annotations
 
@@ -23,7 +14,7 @@ from ..io._data import single_trajectory
 from ..runtime._compile import CompileCacheError, compile_functions, compiler, fallback_warning
 from ..runtime._linalg import BufferedCall
 from ..runtime._solve import check_deadline
-from ._kalman import rts_smoother
+from ._kalman import correct, rts_smoother
 from ._result import FilterResult, as_cov
 
 log = logging.getLogger(__name__)
@@ -88,7 +79,6 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
         y_pred=(T, ny), S=(T, ny, ny), x_pred=(T, nx), P_pred=(T, nx, nx), x_filt=(T, nx),
         P_filt=(T, nx, nx), A=(max(T - 1, 0), nx, nx)).items()}
     loglik = 0.0
-    eye = np.eye(nx)
     for t in range(T):
         out["x_pred"][t], out["P_pred"][t] = x, P
         yp, C = Gj(x, u[t], theta_vec)
@@ -97,15 +87,8 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
         out["y_pred"][t], out["S"][t] = yp, S
         obs = np.isfinite(y[t])
         if obs.any():
-            Co, So, e = C[obs], S[np.ix_(obs, obs)], y[t, obs] - yp[obs]
-            L = np.linalg.cholesky(So)
-            K = np.linalg.solve(L.T, np.linalg.solve(L, Co @ P)).T  # P C^T S^-1
-            x = x + K @ e
-            IKC = eye - K @ Co
-            P = IKC @ P @ IKC.T + K @ R[np.ix_(obs, obs)] @ K.T
-            P = 0.5 * (P + P.T)
-            alpha = np.linalg.solve(L, e)
-            loglik += -0.5 * (alpha @ alpha) - np.log(np.diag(L)).sum() - 0.5 * obs.sum() * np.log(2 * np.pi)
+            x, P, ll = correct(x, P, y[t, obs] - yp[obs], C[obs], R[np.ix_(obs, obs)], S[np.ix_(obs, obs)])
+            loglik += ll
         out["x_filt"][t], out["P_filt"][t] = x, P
         if t < T - 1:
             xn, A = Fj(x, u[t], theta_vec)
@@ -121,16 +104,8 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
 
 
 def rts_means(res: FilterResult) -> np.ndarray:
-    """The RTS smoothed means (T, nx) of a filtered [`FilterResult`][ceem_casadi.filtering.FilterResult], without covariances.
-
-    Equal to ``rts_smoother(res).x_smooth``: the gains ``G_t = P_f[t] A_t^T P_p[t+1]^-1`` are solved
-    chunk by chunk, and ``xs[t] - G_t xs[t+1] = x_f[t] - G_t x_p[t+1]`` (``xs[T-1] = x_f[T-1]``) is
-    one unit upper-triangular banded solve (LAPACK ``dtbtrs``, in place) instead of a Python loop over
-    t (single Lorenz, T = 10^5: the loop took seconds per call, 5 calls per initialisation). The
-    gains are never held for all t, and the band is Fortran-ordered, so nothing is copied: 6 states,
-    T = 10^6, the initial states peaked at 3.5 GB with the gains, their temporaries and a general
-    banded solve's copy of the band.
-    """
+    """The RTS smoothed means (T, nx) of a filtered `FilterResult`, equal to ``rts_smoother(res).x_smooth``:
+    one banded triangular solve, the gains chunk by chunk (docs/model_learning_notes.md)."""
     xf, xp = res.x_filt, res.x_pred
     T, n = xf.shape
     if T == 1:
@@ -158,12 +133,7 @@ RTS_CHUNK = 20_000  # steps per chunk of the RTS gains (bounded temporaries at T
 
 
 def _step_function(model, fns) -> ca.Function:
-    """One EKF step as an SX Function, entry-wise missing data by a 0/1 mask ``m`` (ny,).
-
-    Masking is exact: with ``Cm = diag(m) C``, ``Rm = diag(m) R diag(m) + diag(1 - m)`` and
-    ``e = m * (y - g(x))`` the gain's columns of missing entries are zero, so the correction,
-    the Joseph update and the log-likelihood terms equal those of the observed rows only.
-    """
+    """One EKF step as an SX Function, entry-wise missing data by an exact 0/1 mask ``m`` (ny,)."""
     Fj, Gj = fns
     nx, ny = model.nx, model.ny
     x, P = ca.SX.sym("x", nx), ca.SX.sym("P", nx, nx)
@@ -198,21 +168,16 @@ def _blocks(a, n: int, T: int) -> np.ndarray:
 class EKF:
     """Reusable EKF for one model: the CasADi Jacobian Functions are built once.
 
-    ``run(..., engine="python")`` (default) loops over time in Python (two CasADi calls per
-    step); ``engine="casadi"`` runs the whole forward pass as one ``mapaccum`` of an SX step
-    Function (built once per trajectory length, ~10x faster per step); both give the same
-    numbers up to rounding (tested to 1e-10).
+    ``run(..., engine="python")`` (default) loops over time in Python; ``engine="casadi"`` runs the
+    forward pass as chunked ``mapaccum`` calls of an SX step (~10x faster per step, the same numbers).
 
     Parameters
     ----------
     model : StateSpaceModel
         The model.
     compile : bool, optional
-        ``engine="casadi"`` only: run the step compiled to native code (`ceem_casadi.runtime._compile`,
-        cached): ``True`` always, ``False`` never, ``None`` (default) when a C compiler exists
-        and the trajectory's steps x the step's SX instructions reach
-        ``ceem_casadi.objective._stages.AUTO_COMPILE_WORK`` (single Lorenz: from ~30,000 steps; the same numbers,
-        10^5 steps in 0.2 s instead of 0.8 s).
+        ``engine="casadi"`` only: run the step compiled to native code (cached): ``True`` always,
+        ``False`` never, ``None`` (default) when a C compiler exists and the work is large enough.
 
     Examples
     --------
@@ -273,10 +238,7 @@ class EKF:
         return ekf(self.model, theta_vec, y, u, x0=x0, Sigma0=Sigma0, Q=Q, R=R, smooth=smooth,
                    _fns=self._fns)
 
-    # the forward pass runs as mapaccums of at most this many steps, chained through (x, P):
-    # CasADi unrolls a mapaccum into an MX graph of N calls (~5 kB per step: T = 10^5 took
-    # +500 MB), so one of length T would grow with T; chunks give the same numbers
-    chunk = 4096
+    chunk = 4096  # steps per mapaccum, chained through (x, P): memory bounded in T, the same numbers
 
     def _native_step(self, T: int) -> bool:
         """Whether a pass over T steps runs the compiled step (compiled here on first use)."""
@@ -331,13 +293,8 @@ class EKF:
         return self._finish(out, loglik, smooth)
 
     def run_many(self, theta_vec, ys, us=None, *, x0, Sigma0, Q, R, smooth: bool = False) -> list[FilterResult]:
-        """Filter many trajectories: `run` with ``engine="casadi"`` on each, the same numbers.
-
-        Trajectories of one length T (at most the chunk of 4,096 steps) are filtered together:
-        one call of the step's mapaccum mapped over up to ``policy.CALL_COLUMNS // T`` of them
-        (the prior, p, Q and R passed once), compiled when that call's work reaches the
-        compilation threshold (1,000 single-Lorenz trajectories of 100 steps: each alone stays in
-        CasADi's virtual machine). Others run one by one.
+        """Filter many trajectories: `run` with ``engine="casadi"`` on each, the same numbers; those of one
+        length T <= ``chunk`` together in one mapped call.
 
         Parameters
         ----------

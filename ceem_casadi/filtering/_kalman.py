@@ -1,16 +1,5 @@
-"""Linear Kalman filter and Rauch-Tung-Striebel smoother (the reference the EKF is tested against).
-
-Model (one trajectory, t = 1..T, inputs optional)::
-
-    x[t+1] = A x[t] + B u[t] + w[t],   w ~ N(0, Q)
-    y[t]   = C x[t] + D u[t] + v[t],   v ~ N(0, R)
-    x[1]   ~ N(x0, Sigma0)
-
-Same conventions as `ceem_casadi.filtering._ekf`: the prior of the first step is
-``x_{1|0} = x0``, ``P_{1|0} = Sigma0``; the predicted observation ``y_pred[t] = C x_{t|t-1} + D u[t]``
-and its covariance ``S[t]`` are recorded *before* the correction; NaN entries of ``y[t]``
-are skipped (only the observed rows correct the state and enter the log-likelihood);
-covariances are updated in Joseph form and symmetrised.
+"""Linear Kalman filter and Rauch-Tung-Striebel smoother, ``x+ = A x + B u + w``, ``y = C x + D u + v``
+(the reference the EKF is tested against; the EKF's conventions, docs/model_learning_notes.md).
 """
 from __future__ import annotations
 
@@ -25,6 +14,19 @@ def _matrix(name: str, value, shape) -> np.ndarray:
     if a.shape != shape:
         raise ShapeError(f"{name}: expected shape {shape}, got {a.shape}")
     return a
+
+
+def correct(x, P, e, Co, Ro, So):
+    """Correction by the observed rows (Joseph form, symmetrised): innovation ``e`` (k,), their
+    observation rows ``Co`` (k, nx), noise ``Ro`` (k, k) and innovation covariance ``So`` (k, k).
+    Returns the corrected ``(x (nx,), P (nx, nx))`` and the log-likelihood term."""
+    L = np.linalg.cholesky(So)
+    K = np.linalg.solve(L.T, np.linalg.solve(L, Co @ P)).T  # P C^T S^-1
+    x = x + K @ e
+    IKC = np.eye(x.size) - K @ Co
+    P = IKC @ P @ IKC.T + K @ Ro @ K.T
+    alpha = np.linalg.solve(L, e)
+    return x, 0.5 * (P + P.T), -0.5 * (alpha @ alpha) - np.log(np.diag(L)).sum() - 0.5 * e.size * np.log(2 * np.pi)
 
 
 def kalman_filter(A, C, Q, R, y, u=None, *, B=None, D=None, x0, Sigma0,
@@ -88,7 +90,6 @@ def kalman_filter(A, C, Q, R, y, u=None, *, B=None, D=None, x0, Sigma0,
         y_pred=(T, ny), S=(T, ny, ny), x_pred=(T, nx), P_pred=(T, nx, nx), x_filt=(T, nx),
         P_filt=(T, nx, nx)).items()}
     loglik = 0.0
-    eye = np.eye(nx)
     for t in range(T):
         out["x_pred"][t], out["P_pred"][t] = x, P
         yp = C @ x + D @ u[t]
@@ -98,15 +99,8 @@ def kalman_filter(A, C, Q, R, y, u=None, *, B=None, D=None, x0, Sigma0,
         if obs.any():
             Co, Ro = C[obs], R[np.ix_(obs, obs)]
             So = Co @ P @ Co.T + Ro
-            e = y[t, obs] - yp[obs]
-            L = np.linalg.cholesky(0.5 * (So + So.T))
-            K = np.linalg.solve(L.T, np.linalg.solve(L, Co @ P)).T  # P C^T S^-1
-            x = x + K @ e
-            IKC = eye - K @ Co
-            P = IKC @ P @ IKC.T + K @ Ro @ K.T
-            P = 0.5 * (P + P.T)
-            alpha = np.linalg.solve(L, e)
-            loglik += -0.5 * (alpha @ alpha) - np.log(np.diag(L)).sum() - 0.5 * obs.sum() * np.log(2 * np.pi)
+            x, P, ll = correct(x, P, y[t, obs] - yp[obs], Co, Ro, 0.5 * (So + So.T))
+            loglik += ll
         out["x_filt"][t], out["P_filt"][t] = x, P
         if t < T - 1:
             x = A @ x + B @ u[t]

@@ -1,18 +1,6 @@
-"""Learning step (M-step): the parameters that maximise J for fixed state trajectories.
-
-With z the free entries of the flat parameter vector p (fixed entries held at their values),
-
-    min_z  sum_{b,t} 0.5||r_o||^2 + sum_{b,t} 0.5||r_d||^2 + rho_theta ||z - z_prev||^2
-           + 0.5 ||(z - mu_p) / s_p||^2        (the optional Gaussian prior, -log p(theta))
-
-subject to the parameters' bounds. All stages of all trajectories are stacked into one long
-map, so gradient and Hessian are built from small per-stage Functions:
-
-* exact Hessian: per-stage sparse SX Hessians in p, mapped with their outputs summed;
-* Gauss-Newton: the stacked residual Jacobian J (N*nr, n_free) from a mapped stage Jacobian,
-  and J^T J formed by BLAS in a CasADi Callback (CasADi's own dense products are ~7x slower).
-
-The solver is built once per dataset shape and reused across EM iterations.
+"""Learning step (M-step) by IPOPT: the free parameters that minimise -J (plus trust region and prior)
+for fixed states, gradient and Hessian (exact or Gauss-Newton by BLAS) mapped from per-stage
+Functions; built once per dataset shape (the objective and its derivation: docs/model_learning_notes.md).
 """
 from __future__ import annotations
 
@@ -26,10 +14,10 @@ import numpy as np
 from ..learning._options import LearnerOptions
 from ..objective._stages import StageFunctions, stack_stages
 from ..runtime._compile import CompileCacheError, compile_functions, compiler, fallback_warning
-from ..runtime._linalg import gram
 from ..runtime._result import Result
 from ..runtime._solve import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
 from ._chunks import chunk_length, chunk_map, pack_columns
+from ._gauss_newton import GaussNewtonHessian
 from ._newton import NEWTON_STEPS, newton_steps
 
 log = logging.getLogger(__name__)
@@ -89,8 +77,8 @@ def weighted_stage_columns(model, data, xs: list[np.ndarray], weights=None):
 
 
 def learn_result(solver, sol: dict, theta_vec: np.ndarray, free: np.ndarray, wall: float) -> LearnResult:
-    """The [`LearnResult`][ceem_casadi.learning.LearnResult] of one learning IPOPT solve: ``theta_vec`` (n_p,) with its ``free``
-    entries replaced by the solution ``sol["x"]``, IPOPT's status and iteration count, ``wall`` (s)."""
+    """The `LearnResult` of one learning IPOPT solve: ``theta_vec`` (n_p,) with its ``free`` entries
+    replaced by ``sol["x"]``, IPOPT's status and iteration count, ``wall`` (s)."""
     st = solver.stats()
     out = np.asarray(theta_vec, float).copy()
     out[free] = np.asarray(sol["x"]).ravel()
@@ -100,68 +88,30 @@ def learn_result(solver, sol: dict, theta_vec: np.ndarray, free: np.ndarray, wal
 
 
 def _shared_p(fun: ca.Function) -> list[bool]:
-    """``reduce_in`` of a stage map: the parameter input ``p`` is the same for every stage. Mapped
-    as an ordinary input, CasADi copies it once per stage: for the 2,246-parameter helicopter-size
-    model and 2,000 stages, 4.5 M entries in every evaluation, 0.48 s of a 0.03 s cost (measured)."""
+    """``reduce_in`` of a stage map: ``p`` shared by every stage, not copied per stage."""
     return [name == "p" for name in fun.name_in()]
 
 
-class _GaussNewtonHessian(ca.Callback):
-    """IPOPT ``hess_lag`` = lam_f * (J^T J + diag(d)) (upper triangle), J^T J by BLAS.
-
-    ``jac_fun(z, P) -> (J_1, ..., J_k, d)`` where each J_i is (nr_i, N_i * np): the N_i stage
-    Jacobians (nr_i, np) side by side (a mapped stage Jacobian's output).
-    """
-
-    def __init__(self, jac_fun: ca.Function, shapes, free: np.ndarray, n_p: int):
-        ca.Callback.__init__(self)
-        self.jac_fun, self.shapes, self.free = jac_fun, shapes, free
-        n = free.size
-        self.n, self.n_p = n, n_p
-        rows, cols = np.triu_indices(n)
-        order = np.lexsort((rows, cols))  # column-major order of the upper triangle
-        self.rows, self.cols = rows[order], cols[order]
-        self.sp_out = ca.Sparsity.upper(n)
-        self.construct("gauss_newton_hess_lag", {})
-
-    def get_n_in(self):
-        return 4
-
-    def get_n_out(self):
-        return 1
-
-    def get_name_in(self, i):
-        return ["x", "p", "lam_f", "lam_g"][i]
-
-    def get_name_out(self, i):
-        return "triu_hess_gamma_x_x"
-
-    def get_sparsity_in(self, i):
-        return [ca.Sparsity.dense(self.n, 1), self.jac_fun.sparsity_in(1), ca.Sparsity.dense(1, 1),
-                ca.Sparsity(0, 1)][i]
-
-    def get_sparsity_out(self, i):
-        return self.sp_out
-
-    def eval(self, arg):
-        # zero-copy evaluation through CasADi's buffer interface: converting the ~N*nr*np
-        # Jacobian entries of a DM to numpy would cost more than the whole Hessian
-        if not hasattr(self, "_buf"):
-            self._buf, self._trigger = self.jac_fun.buffer()
-            self._out = [np.empty(self.jac_fun.nnz_out(i)) for i in range(self.jac_fun.n_out())]
-            for i, o in enumerate(self._out):
-                self._buf.set_res(i, memoryview(o))
-        self._in = [np.asarray(a.full(), dtype=float).ravel(order="F") for a in arg[:2]]
-        for i, a in enumerate(self._in):
-            self._buf.set_arg(i, memoryview(a))
-        self._trigger()
-        H = np.zeros((self.n_p, self.n_p))
-        for J, (nr, N) in zip(self._out[:-1], self.shapes):
-            # column-major (nr, N*np): stage t, parameter j, row i at ((t*np + j)*nr + i)
-            M = J.reshape(N, self.n_p, nr).transpose(1, 0, 2).reshape(self.n_p, N * nr)
-            H += gram(M.T)
-        H = H[np.ix_(self.free, self.free)] + np.diag(self._out[-1])
-        return [ca.DM(self.sp_out, float(arg[2]) * H[self.rows, self.cols])]
+def _hessian_kind(model, options: LearnerOptions, stages: StageFunctions | None):
+    """``(kind, stages)``: the Hessian ``options.hessian`` resolves to (``"auto"``: exact while the
+    per-stage exact Hessian program is short) and stage Functions that provide it."""
+    kind = options.hessian
+    if kind == "auto":
+        base = stages if stages is not None and stages.hessian == "exact" else \
+            StageFunctions(model, "exact", options.compile)
+        names = ["dyn_p_hess"] + (["obs_p_hess"] if base.obs_uses_p else [])
+        # cheap lower estimate first (cost length x parameters): an exact parameter Hessian
+        # of a large model takes seconds to minutes just to build
+        estimate = base.instructions(["dyn_cost", "obs_cost"]) * model.params.size
+        if estimate > AUTO_EXACT_INSTRUCTIONS or base.instructions(names) > AUTO_EXACT_INSTRUCTIONS:
+            kind = "gauss-newton"
+        else:
+            kind, stages = "exact", base
+    # limited-memory needs only costs and gradients, which do not depend on the Hessian kind
+    want = (stages.hessian if stages is not None else "gauss-newton") if kind == "limited-memory" else kind
+    if stages is None or stages.hessian != want:
+        stages = StageFunctions(model, want, options.compile)
+    return kind, stages
 
 
 class Learner:
@@ -199,38 +149,48 @@ class Learner:
                  stages: StageFunctions | None = None, columns: int | None = None):
         t0 = time.perf_counter()
         self.model, self.options, self.lengths = model, options, tuple(lengths)
-        params = model.params
-        nx, nu, ny, npar = model.nx, model.nu, model.ny, params.size
-        kind = options.hessian
-        if kind == "auto":
-            base = stages if stages is not None and stages.hessian == "exact" else \
-                StageFunctions(model, "exact", options.compile)
-            names = ["dyn_p_hess"] + (["obs_p_hess"] if base.obs_uses_p else [])
-            # cheap lower estimate first (cost length x parameters): an exact parameter Hessian
-            # of a large model takes seconds to minutes just to build
-            estimate = base.instructions(["dyn_cost", "obs_cost"]) * npar
-            if estimate > AUTO_EXACT_INSTRUCTIONS or base.instructions(names) > AUTO_EXACT_INSTRUCTIONS:
-                kind = "gauss-newton"
-            else:
-                kind, stages = "exact", base
-        self.hessian = kind
-        # limited-memory needs only costs and gradients, which do not depend on the Hessian kind
-        want = (stages.hessian if stages is not None else "gauss-newton") if kind == "limited-memory" else kind
-        if stages is None or stages.hessian != want:
-            stages = StageFunctions(model, want, options.compile)
-        self.free = params.free_index
-        nfree = self.free.size
-        n_obs, n_dyn = sum(self.lengths), sum(T - 1 for T in self.lengths)
-        z = ca.MX.sym("z", nfree)
+        self.hessian, stages = _hessian_kind(model, options, stages)
+        self.free = model.params.free_index
+        nx, ny, n_obs, n_dyn = model.nx, model.ny, sum(self.lengths), sum(T - 1 for T in self.lengths)
         # the terms of the objective: (prefix, stages, residual rows, per-stage column arrays)
         terms = ([("dyn", n_dyn, nx, ["X0", "X1", "U0", "iw"])] if stages.dyn_uses_p else []) + \
                 ([("obs", n_obs, ny, ["Xo", "Uo", "Yo", "Mo", "iv"])] if stages.obs_uses_p else [])
-        self._chunk = L = chunk_length(n_dyn)  # long records: chunk-major data (learner_chunks)
+        self._chunk = chunk_length(n_dyn)  # long records: chunk-major data (learner_chunks)
+        z, P = self._symbols(terms, n_obs, n_dyn)
+        cost, cost_sx, cost_g, grad, hess, jacs, diag = self._objective(z, terms, stages, columns)
+        extra = {"grad_f": grad_f_function(z, P, cost_g, grad)}
+        if self.hessian == "limited-memory":
+            extra["ipopt.hessian_approximation"] = "limited-memory"
+        elif self.hessian == "exact":
+            extra["hess_lag"] = hess_lag_function(z, P, ca.triu(hess))
+            self._hess_fun = ca.Function("learn_hess", [z, P], [ca.densify(hess)])
+        else:
+            jac_fun = ca.Function("stage_jacobians", [z, P], [*jacs, diag])
+            stacked = [(nr, self._padded(n)) for _, n, nr, _ in terms]  # incl. padding
+            self._hess_callback = GaussNewtonHessian(jac_fun, stacked, self.free, model.params.size)
+            extra["hess_lag"] = self._hess_callback
+        self.solver = ca.nlpsol("learner", "ipopt", {"x": z, "p": P, "f": cost_sx},
+                                ipopt_options(options.max_iters, options.tol, **extra))
+        self.cost_function = ca.Function("learn_cost", [z, P], [cost])
+        self._graph = (z, P, [(prefix, n, cols) for prefix, n, _, cols in terms], stages)
+        self._stage_terms: dict[tuple, ca.Function] = {}
+        self.build_s = time.perf_counter() - t0
+
+    def _padded(self, n: int) -> int:
+        """Stages of a term of ``n`` stages in the chunk-major layout (n itself without chunks)."""
+        L = self._chunk
+        return -(-n // L) * L if L else n
+
+    def _symbols(self, terms, n_obs: int, n_dyn: int):
+        """The NLP's symbols ``z`` (n_free,) and ``P`` (all data, noise weights, trust region, prior
+        stacked); sets ``slots`` (name -> slice of P), the split ``_s`` and ``_p`` (n_p,) = p(z)."""
+        model, L, nfree = self.model, self._chunk, self.free.size
+        nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
         small = dict(z_prev=ca.MX.sym("z_prev", nfree), rho=ca.MX.sym("rho"), mu=ca.MX.sym("mu", nfree),
                      w=ca.MX.sym("w", nfree))
         if L:
             rows = dict(X0=nx, X1=nx, U0=nu, iw=nx, Xo=nx, Uo=nu, Yo=ny, Mo=ny, iv=ny)
-            data = {f"{k}_data": ca.MX.sym(f"{k}_data", -(-n // L) * L * sum(rows[c] for c in cols))
+            data = {f"{k}_data": ca.MX.sym(f"{k}_data", self._padded(n) * sum(rows[c] for c in cols))
                     for k, n, _, cols in terms}
         else:
             data = dict(Xo=ca.MX.sym("Xo", nx, n_obs), Uo=ca.MX.sym("Uo", nu, n_obs), Yo=ca.MX.sym("Yo", ny, n_obs),
@@ -238,79 +198,64 @@ class Learner:
                         U0=ca.MX.sym("U0", nu, n_dyn), iw=ca.MX.sym("iw", nx, n_dyn), iv=ca.MX.sym("iv", ny, n_obs))
         syms = {"p_base": ca.MX.sym("p_base", npar), **data, **small}
         self._names = list(syms)
-        sizes = [s.numel() for s in syms.values()]
+        sizes = [v.numel() for v in syms.values()]
         # where each part lies in the NLP parameter vector: name -> slice (parameter_vector's layout)
         self.slots = {k: slice(a, a + n) for k, a, n in zip(self._names, np.cumsum([0] + sizes[:-1]), sizes)}
-        P = ca.MX.sym("P", sum(sizes))
+        z, P = ca.MX.sym("z", nfree), ca.MX.sym("P", sum(sizes))
         parts = ca.vertsplit(P, np.concatenate([[0], np.cumsum(sizes)]).tolist())
-        s = {k: ca.reshape(part, v.shape[0], v.shape[1]) for (k, v), part in zip(syms.items(), parts)}
+        self._s = s = {k: ca.reshape(part, v.shape[0], v.shape[1]) for (k, v), part in zip(syms.items(), parts)}
         E = ca.DM(ca.Sparsity.triplet(npar, nfree, self.free.tolist(), list(range(nfree))), 1.0)
-        p = s["p_base"] + ca.mtimes(E, z)
+        self._p = s["p_base"] + ca.mtimes(E, z)
+        # chunk-major data: (c, K), one column per chunk
+        self._blocks = {k: ca.reshape(s[f"{k}_data"], s[f"{k}_data"].numel() // -(-n // L), -(-n // L))
+                        for k, n, _, _ in terms} if L else {}
+        return z, P
 
-        blocks = {k: ca.reshape(s[f"{k}_data"], s[f"{k}_data"].numel() // -(-n // L), -(-n // L))
-                  for k, n, _, _ in terms} if L else {}  # (c, K): one column per chunk
+    def _over_stages(self, fun, prefix, n, cols, reduce=True):
+        """``fun`` over the n stages of a term, outputs summed (``reduce``) or stacked; a list of
+        bools: per output (``p`` shared by the stages, see `_shared_p`)."""
+        L, p, p_index = self._chunk, self._p, 4 if prefix == "obs" else 3
+        flags = list(reduce) if isinstance(reduce, (list, tuple)) else [bool(reduce)] * fun.n_out()
+        if not L:
+            args = [self._s[c] for c in cols]
+            args.insert(p_index, p)
+            return fun.map(n, _shared_p(fun), flags)(*args)
+        # padded stages add exact zeros (zero weights), stacked or summed
+        K, block = -(-n // L), self._blocks[prefix]
+        out = [chunk_map(fun, p_index, L, K, flag, block, p)[i] for i, flag in enumerate(flags)] \
+            if len(set(flags)) > 1 else chunk_map(fun, p_index, L, K, flags[0], block, p)
+        return out[0] if len(out) == 1 else out
 
-        def over_stages(fun, prefix, n, cols, reduce=True):
-            """``fun`` over the n stages of a term, outputs summed (``reduce``) or stacked; a
-            list of bools: per output (``p`` shared by the stages, see `_shared_p`)."""
-            p_index = 4 if prefix == "obs" else 3
-            flags = list(reduce) if isinstance(reduce, (list, tuple)) else [bool(reduce)] * fun.n_out()
-            if not L:
-                args = [s[c] for c in cols]
-                args.insert(p_index, p)
-                return fun.map(n, _shared_p(fun), flags)(*args)
-            # padded stages add exact zeros (zero weights), stacked or summed
-            out = [chunk_map(fun, p_index, L, -(-n // L), flag, blocks[prefix], p)[i] for i, flag in enumerate(flags)] \
-                if len(set(flags)) > 1 else chunk_map(fun, p_index, L, -(-n // L), flags[0], blocks[prefix], p)
-            return out[0] if len(out) == 1 else out
-
+    def _objective(self, z, terms, stages, columns):
+        """The objective's expressions in ``z``: cost (compiled stages), cost_sx (the NLP's, raw SX
+        stages), cost_g and grad (one pass), the exact Hessian or the stage Jacobians, diag (n_free,)."""
+        s, kind, free = self._s, self.hessian, self.free.tolist()
         dz = z - s["z_prev"]
         diag = 2 * s["rho"] + s["w"] ** 2
         cost = s["rho"] * ca.sumsqr(dz) + 0.5 * ca.sumsqr(s["w"] * (z - s["mu"]))
         grad = 2 * s["rho"] * dz + s["w"] ** 2 * (z - s["mu"])
-        free = self.free.tolist()
         hess, jacs = ca.diag(diag), []
         cost_sx = cost  # the NLP's objective expression must stay differentiable by CasADi
         cost_g = cost  # grad_f's cost: from the gradient's own pass (a cost map beside it cost 1/3 more)
         for prefix, n, _, cols in terms:
             fcost, fgrad = stages.get(f"{prefix}_cost", f"{prefix}_p_grad", columns=columns or n)
-            cost = cost + over_stages(fcost, prefix, n, cols)
-            cost_sx = cost_sx + over_stages(getattr(stages, f"{prefix}_cost"), prefix, n, cols)
-            stage_cost, stage_grad = over_stages(fgrad, prefix, n, cols)
+            cost = cost + self._over_stages(fcost, prefix, n, cols)
+            cost_sx = cost_sx + self._over_stages(getattr(stages, f"{prefix}_cost"), prefix, n, cols)
+            stage_cost, stage_grad = self._over_stages(fgrad, prefix, n, cols)
             cost_g, grad = cost_g + stage_cost, grad + stage_grad[free]
             if kind == "exact":
                 (fhess,) = stages.get(f"{prefix}_p_hess", columns=columns or n)
-                hess = hess + over_stages(fhess, prefix, n, cols)[free, free]
+                hess = hess + self._over_stages(fhess, prefix, n, cols)[free, free]
             elif kind == "gauss-newton":
                 (fjac,) = stages.get(f"{prefix}_p_jac", columns=columns or n)
-                jacs.append(over_stages(fjac, prefix, n, cols, reduce=False))
-        extra = {"grad_f": grad_f_function(z, P, cost_g, grad)}
-        if kind == "limited-memory":
-            extra["ipopt.hessian_approximation"] = "limited-memory"
-        elif kind == "exact":
-            extra["hess_lag"] = hess_lag_function(z, P, ca.triu(hess))
-            self._hess_fun = ca.Function("learn_hess", [z, P], [ca.densify(hess)])
-        else:
-            jac_fun = ca.Function("stage_jacobians", [z, P], [*jacs, diag])
-            stacked = [(nr, -(-n // L) * L if L else n) for _, n, nr, _ in terms]  # incl. padding
-            self._hess_callback = _GaussNewtonHessian(jac_fun, stacked, self.free, npar)
-            extra["hess_lag"] = self._hess_callback
-        self.solver = ca.nlpsol("learner", "ipopt", {"x": z, "p": P, "f": cost_sx},
-                                ipopt_options(options.max_iters, options.tol, **extra))
-        self.cost_function = ca.Function("learn_cost", [z, P], [cost])
-        self._graph = (z, P, [(prefix, n, cols) for prefix, n, _, cols in terms], stages, over_stages)
-        self._stage_terms: dict[tuple, ca.Function] = {}
-        self.build_s = time.perf_counter() - t0
+                jacs.append(self._over_stages(fjac, prefix, n, cols, reduce=False))
+        return cost, cost_sx, cost_g, grad, hess, jacs, diag
 
     def stage_terms_function(self, gradient: str = "none", hessian: bool = False) -> ca.Function:
-        """``(z, P) -> terms (rows, N)[, gradient (n_free, 1)]``: the data terms of every stage (one
-        column per stage, the dynamics stages first), unsummed, for sums that do not depend on how
-        the stages are grouped (`ceem_casadi.objective._exact_sum`). Rows: the cost; with
-        ``gradient="rows"`` its gradient over the free parameters (n_free); with ``hessian`` (exact
-        learners, ``gradient="rows"``) the upper triangle of the exact Hessian over the free
-        parameters, column-major (n_free (n_free + 1) / 2). ``gradient="summed"``: the gradient
-        summed by CasADi as a second output (in the same pass; for many parameters, where per-stage
-        gradient rows would be too large). No trust region, no prior. Built on first use."""
+        """``(z, P) -> terms (rows, N)[, gradient (n_free, 1)]``: each stage's data terms unsummed (one
+        column per stage, dynamics first; no trust region, no prior): the cost, with ``gradient="rows"``
+        its gradient (n_free rows) and with ``hessian`` the exact Hessian's upper triangle (column-major);
+        ``gradient="summed"``: the gradient summed as a second output. Built on first use."""
         key = (gradient, bool(hessian))
         if gradient not in ("none", "rows", "summed"):
             raise ValueError(f"gradient must be 'none', 'rows' or 'summed', got {gradient!r}")
@@ -318,7 +263,8 @@ class Learner:
             raise ValueError(f"per-stage Hessians need an exact-Hessian learner and gradient='rows', "
                              f"got {self.hessian!r} and {gradient!r}")
         if key not in self._stage_terms:
-            z, P, calls, stages, over_stages = self._graph
+            z, P, calls, stages = self._graph
+            over_stages = self._over_stages
             free = self.free.tolist()
             rows, cols = np.tril_indices(len(free))  # (col, row) pairs of the column-major upper triangle
             blocks, grads = [], []
@@ -333,8 +279,7 @@ class Learner:
                 if gradient == "none":
                     blocks.append(over_stages(fcost, prefix, n, cols_of, reduce=False))
                     continue
-                # one SX program per stage (the raw SX stage Functions inlined): an MX wrapper
-                # mapped over 10^5 stages would cost microseconds of interpretation per stage
+                # one SX program per stage (an MX wrapper mapped over 10^5 stages is interpreted per stage)
                 fgrad = getattr(stages, f"{prefix}_p_grad")
                 a = [ca.SX.sym(f"a{i}", fgrad.sparsity_in(i)) for i in range(fgrad.n_in())]
                 out = fgrad.call(a)
@@ -350,11 +295,8 @@ class Learner:
         return self._stage_terms[key]
 
     def _compiled(self, fun: ca.Function) -> ca.Function:
-        """``fun`` compiled unless ``options.compile`` is False or no compiler exists (then, and
-        when compilation fails, the SX Function). Called once per shard learner and mapped over
-        10^5 stages per round, a short program pays at once: Lorenz per-stage cost, gradient and
-        Hessian (624 instructions), 128k stages, 0.24 s compiled vs 1.59 s in the virtual machine,
-        0.3 s to compile (measured, loaded machine); cached per machine like the stage Functions."""
+        """``fun`` compiled unless ``options.compile`` is False or no compiler exists (then, and when
+        compilation fails, the SX Function itself); cached per machine like the stage Functions."""
         if self.options.compile is False or (self.options.compile is None and compiler() is None):
             return fun
         try:
@@ -403,13 +345,8 @@ class Learner:
 
     def solve(self, theta_vec: np.ndarray, data, xs: list[np.ndarray], rho_theta: float | None = None,
               weights=None) -> LearnResult:
-        """Learn the free parameters for fixed states, warm-started at ``theta_vec``.
-
-        Near the optimum the step is solved by plain Newton steps (`ceem_casadi.learning._newton`;
-        ``iterations`` counts them), IPOPT is called only when they stop working (and continues
-        from their last iterate). Started at the optimum, IPOPT spent 10-16 iterations failing line
-        searches on round-off before it stopped at an acceptable level (the EM step that confirms
-        convergence, single Lorenz T = 10^5, took 15 s of a 55 s fit).
+        """Learn the free parameters for fixed states, warm-started at ``theta_vec``: plain Newton steps
+        near the optimum (``iterations`` counts them), IPOPT from their last iterate when they stop working.
 
         Parameters
         ----------

@@ -1,14 +1,6 @@
-"""What every learning step (M-step) of the library provides: the
-[`LearningStep`][ceem_casadi.learning.LearningStep] protocol.
-
-The EM loop (`ceem`), particle EM and noise calibration call only ``solve``; the curvature warning
-of a fit and `parameter_uncertainty` use ``hessian_matrix`` when a learner has it
-([`CurvatureLearningStep`][ceem_casadi.learning.CurvatureLearningStep]). Implementations:
-[`Learner`][ceem_casadi.learning.Learner] (IPOPT over all stages), [`AdamLearner`][ceem_casadi.learning.AdamLearner]
-(mini-batch Adam), `PieceLearner` (long records piece by piece), `RemoteLearner` (data terms
-map-reduced over shards) and the piece engine's local learner. A user's own class needs no base
-class: a ``solve`` method of this signature returning a [`LearnResult`][ceem_casadi.learning.LearnResult]
-is enough.
+"""What every learning step (M-step) provides: the [`LearningStep`][ceem_casadi.learning.LearningStep]
+protocol (``solve``) and, for the curvature users, [`CurvatureLearningStep`][ceem_casadi.learning.CurvatureLearningStep]
+(``hessian_matrix``). A user's class needs no base class: a ``solve`` of this signature is enough.
 """
 from __future__ import annotations
 

@@ -1,66 +1,8 @@
-"""Block-oriented models: Wiener, Hammerstein and Wiener-Hammerstein (discrete time, SISO).
-
-Structures (u input, y output, G linear dynamic blocks, f a static nonlinearity)::
-
-    Wiener              v = G u,             y = f(v)
-    Hammerstein         w = f(u),            y = G w
-    Wiener-Hammerstein  v = G1 u,  w = f(v), y = G2 w
-
-**Linear block of order n** (prefix ``g``, ``g1`` or ``g2``): a cascade of all-pole sections,
-``n // 2`` second-order ones and, for odd n, one first-order one last, with a free output row::
-
-    section k:  s+ = [-a1 s[0] - a2 s[1] + in_k, s[0]]   (1 / (1 + a1 q^-1 + a2 q^-2))
-                (first order: s+ = -a1 s[0] + in_k);  in_1 = block input, in_(k+1) = s_k[0]
-    output:     out = num . x + d * in_1
-
-Parameters ``<g>_den`` (n,) = the sections' (a1, a2) in order (the poles of section k are the roots
-of ``z^2 + a1 z + a2``, two real poles or a complex pair) and ``<g>_num`` (n,) = the output row.
-The transfer function is any proper order-n one whose poles are the sections'; ``num`` spans every
-numerator (triangular in the section delays). Why this form: the denominator is never one
-polynomial of degree n (the raw companion form, whose root sensitivity grows like the pole
-spread to the power n); each pole pair depends on two coefficients of one quadratic only, which is
-the classical reason for cascaded second-order sections in filter design. Measured
-(``python -m scripts.block_oriented_demo``): condition number of the unit-column output-error
-Jacobian of a Wiener model at the truth, orders 3 / 4 / 6 / 8: 97 / 177 / 1.4e3 / 2.0e4 here,
-2.5e3 / 2.7e3 / 9.4e4 / 1.7e6 with one companion-form denominator. ``<g>_den`` has the box
-bounds of the stability triangle's bounding box (|a1| <= 2, |a2| <= 1; first order |a1| <= 1).
-
-**Gain ambiguity** (G1 -> a G1, f(v) -> f(v / a); f -> b f, G2 -> G2 / b): fixed by a unit
-*leading Markov coefficient* of every linear block: with ``feedthrough`` the block's direct term
-is the constant ``d = 1`` (not a parameter); without, ``d = 0`` and ``num[0] = 1`` is fixed through
-the free mask (``num[0]`` is ``C B``, the first impulse-response sample). This needs that
-coefficient to be nonzero in the true system (relative degree 0 resp. 1 for each block). The
-nonlinearity then carries the whole gain and offset, all its parameters free.
-
-**Nonlinearity** (input scaled by the constant ``scale``, e.g. the standard deviation of its
-input signal, to keep the basis well conditioned):
-``"poly"``: ``f(v) = sum_k c_k (v / scale)^k``, k = 0..degree, parameter ``f_coef`` (degree + 1,);
-``"mlp"``: ``f(v) = MLP(v / scale)``, a 1 -> hidden -> 1 tanh network (`ceem_casadi.model.MLP`,
-parameters ``f_W0, f_b0, f_W1, f_b1``; besides the gain, the usual discrete symmetries of hidden
-units remain). The MLP weights get a Gaussian prior N(0, ``mlp_prior_std``^2) (default 1, on the
-scaled input; ``None``: none): without it the Gauss-Newton Hessian of ``refine_output_error`` is
-nearly singular and IPOPT stalls on huge steps (Wiener order 3, 6 units, 1,000 samples: 500
-iterations without progress; with the prior: converged in 55 iterations to the noise level).
-
-**Conditioning for real records** (factory options; the defaults keep the conventions above):
-``gain="dc"`` divides every linear block's output by its static gain ``num . x_ss + d`` (x_ss the
-cascade's rest state under a unit input, `steady_state`), so each block has unit DC gain
-whatever its leading Markov coefficient: a low-pass whose first impulse-response sample is 0.01
-(a Chebyshev filter at a tenth of the sampling rate) is no longer scaled by 100, the intermediate
-signal has the input's range and the nonlinearity carries the static gain of the whole chain
-(scale-invariant: rescaling u or y rescales f only). It needs blocks with a nonzero static gain
-(not for band- or high-pass blocks). ``basis="chebyshev"``: ``f(v) = out_scale sum_k c_k T_k((v -
-center) / scale)`` with Chebyshev polynomials T_k, orthogonal over [-1, 1]: with ``center`` and
-``scale`` the midpoint and half-width of the range of f's input (as
-`ceem_casadi.workflow.bla_initialise` sets them from the BLA), the coefficients are
-well conditioned up to high degree, where the monomials of v / std(v) reach 4^9 at the edges.
-``out_scale`` (constant) multiplies f (``bla_initialise``: the output's standard deviation), so
-the coefficients are O(1) whatever the units of y.
-
-States: Wiener / Hammerstein x = the block's n states; Wiener-Hammerstein x = (G1's n1, G2's n2).
-`block_system` returns a block's (A, B, C, D) and `block_poles`, `block_markov`
-similarity-invariant quantities; `nonlinearity` evaluates f numerically. The initialisation
-from the best linear approximation is `ceem_casadi.workflow.bla_initialise`.
+"""Block-oriented models: Wiener, Hammerstein and Wiener-Hammerstein (discrete time, SISO): linear
+blocks as cascades of second-order all-pole sections with a free output row, a static nonlinearity
+(polynomial or MLP) between them, the gain ambiguity fixed by a unit leading Markov coefficient (or a
+unit static gain), and the similarity-invariant views `block_poles`, `block_markov` (the
+parametrisation, its conditioning and the measured figures: docs/block_oriented.md).
 """
 from __future__ import annotations
 
@@ -236,16 +178,23 @@ def nonlinearity(theta: dict, v, *, scale: float = 1.0, basis: str = "monomial",
 
 # --------------------------------------------------------------------------------------------------
 # factories
-def _model(step, observe, nx, params, name, process_std, measurement_std, dt):
-    return StateSpaceModel.from_discrete(step, observe, nx=nx, nu=1, params=Parameters(*params), dt=dt,
-                                            process_std=process_std, measurement_std=measurement_std, name=name)
+def _model(step, observe, nx, params, name, noise: dict):
+    return StateSpaceModel.from_discrete(step, observe, nx=nx, nu=1, params=Parameters(*params), name=name, **noise)
 
 
-def _check_conditioning(gain, basis):
+def _static(nonlinearity, degree, hidden, theta0, seed, mlp_prior_std, scale, gain, basis, center, out_scale):
+    """``(theta0 dict, f's parameters, f(p, v))`` of a factory's arguments, checked."""
     if gain not in GAINS:
         raise OptionsError(f"gain must be one of {GAINS}, got {gain!r}")
     if basis not in BASES:
         raise OptionsError(f"basis must be one of {BASES}, got {basis!r}")
+    t0 = dict(theta0 or {})
+    fp, net = _nl_params(nonlinearity, degree, hidden, t0, seed, mlp_prior_std)
+
+    def f(p, v):
+        return _nl_expr(nonlinearity, net, p, v, scale, basis=basis, center=center, out_scale=out_scale)
+
+    return t0, fp, f
 
 
 def wiener(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "poly", degree: int = 3,
@@ -253,16 +202,7 @@ def wiener(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "poly",
            mlp_prior_std: float | None = 1.0, process_std=1e-3, measurement_std=1e-2,
            dt: float | None = None, gain: str = "markov", basis: str = "monomial", center: float = 0.0,
            out_scale: float = 1.0) -> StateSpaceModel:
-    """Wiener model ``y = f(G u)``: G of order ``n`` (parameters ``g_den``, ``g_num``), f ``"poly"``
-    (``f_coef``) or ``"mlp"`` (``f_W0, f_b0, f_W1, f_b1``; Glorot weights from ``seed``).
-
-    ``feedthrough``: G has a direct term, fixed to 1 (else ``g_num[0] = 1`` is fixed): the gain
-    ambiguity (module docstring). ``theta0`` overrides initial values by name (defaults: poles at
-    0.5, unit leading Markov coefficient, f(v) = v). ``scale`` (constant) divides f's input.
-    ``mlp_prior_std``: std of the N(0, s^2) prior on the MLP weights (``None``: no prior).
-    Noise levels go to [`StateSpaceModel`][ceem_casadi.StateSpaceModel]; ``dt`` (s) is informative only.
-    Conditioning (module docstring, "Conditioning for real records"): ``gain`` (``"markov"`` or
-    ``"dc"``), ``basis`` (``"monomial"`` or ``"chebyshev"``), ``center`` and ``out_scale``.
+    """Wiener model ``y = f(G u)`` (the parametrisation and its conditioning: docs/block_oriented.md).
 
     Parameters
     ----------
@@ -270,7 +210,7 @@ def wiener(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "poly",
         Order of G (parameters ``g_den``, ``g_num``).
     feedthrough : bool
         Whether G has a direct term (fixed to 1; otherwise ``g_num[0] = 1`` is fixed): the gain
-        ambiguity of the module docstring.
+        ambiguity.
     nonlinearity : str
         ``"poly"`` (coefficients ``f_coef``) or ``"mlp"`` (``f_W0, f_b0, f_W1, f_b1``).
     degree, hidden : int
@@ -307,21 +247,19 @@ def wiener(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "poly",
     >>> model.nx, model.nu, model.ny
     (2, 1, 1)
     """
-    _check_conditioning(gain, basis)
-    t0 = dict(theta0 or {})
-    fp, net = _nl_params(nonlinearity, degree, hidden, t0, seed, mlp_prior_std)
+    t0, fp, f = _static(nonlinearity, degree, hidden, theta0, seed, mlp_prior_std, scale, gain, basis, center,
+                        out_scale)
     params = _block_params("g", n, feedthrough, t0.get("g_den"), t0.get("g_num")) + fp
     d = 1.0 if feedthrough else 0.0
-
-    nl = dict(basis=basis, center=center, out_scale=out_scale)
 
     def step(x, u, p):
         return ca.vertcat(*_block_step(x, u[0], p.g_den, n))
 
     def observe(x, u, p):
-        return _nl_expr(nonlinearity, net, p, _block_output(x, u[0], p.g_num, n, d, p.g_den, gain), scale, **nl)
+        return f(p, _block_output(x, u[0], p.g_num, n, d, p.g_den, gain))
 
-    return _model(step, observe, n, params, f"wiener_{n}_{nonlinearity}", process_std, measurement_std, dt)
+    return _model(step, observe, n, params, f"wiener_{n}_{nonlinearity}",
+                  dict(process_std=process_std, measurement_std=measurement_std, dt=dt))
 
 
 def hammerstein(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "poly", degree: int = 3,
@@ -329,38 +267,17 @@ def hammerstein(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "p
                 mlp_prior_std: float | None = 1.0, process_std=1e-3, measurement_std=1e-2,
                 dt: float | None = None, gain: str = "markov", basis: str = "monomial", center: float = 0.0,
                 out_scale: float = 1.0) -> StateSpaceModel:
-    """Hammerstein model ``y = G f(u)``; parameters and options as in `wiener`.
+    """Hammerstein model ``y = G f(u)`` (docs/block_oriented.md).
 
     Parameters
     ----------
     n : int
         Order of G (parameters ``g_den``, ``g_num``).
     feedthrough : bool
-        Whether G has a direct term (fixed to 1; otherwise ``g_num[0] = 1`` is fixed): the gain
-        ambiguity of the module docstring.
-    nonlinearity : str
-        ``"poly"`` (coefficients ``f_coef``) or ``"mlp"`` (``f_W0, f_b0, f_W1, f_b1``).
-    degree, hidden : int
-        Polynomial degree; MLP hidden units.
-    scale : float
-        Constant dividing f's input.
-    theta0 : dict, optional
-        Initial values by name (defaults: poles at 0.5, unit leading Markov coefficient, f(v) = v).
-    seed : int
-        Seed of the MLP's Glorot initial weights.
-    mlp_prior_std : float, optional
-        Std of the N(0, s^2) prior on the MLP weights (``None``: no prior).
-    process_std, measurement_std : float or array
-        Noise levels of the `StateSpaceModel`.
-    dt : float, optional
-        Sample time (s), informative only.
-    gain : str
-        ``"markov"`` (unit leading Markov coefficient) or ``"dc"`` (unit static gain: the
-        nonlinearity carries the gain; scale-invariant, for real records).
-    basis : str
-        ``"monomial"`` or ``"chebyshev"`` (Chebyshev polynomials over the input range).
-    center, out_scale : float
-        Centre of f's input range; scale of the output (`bla_initialise` sets std(y)).
+        Whether G has a direct term (fixed to 1; otherwise ``g_num[0] = 1`` is fixed).
+    nonlinearity, degree, hidden, scale, theta0, seed, mlp_prior_std, process_std, measurement_std, dt, gain, \
+basis, center, out_scale
+        As for `wiener`.
 
     Returns
     -------
@@ -374,21 +291,19 @@ def hammerstein(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "p
     >>> model.nx, model.nu, model.ny
     (2, 1, 1)
     """
-    _check_conditioning(gain, basis)
-    t0 = dict(theta0 or {})
-    fp, net = _nl_params(nonlinearity, degree, hidden, t0, seed, mlp_prior_std)
+    t0, fp, f = _static(nonlinearity, degree, hidden, theta0, seed, mlp_prior_std, scale, gain, basis, center,
+                        out_scale)
     params = _block_params("g", n, feedthrough, t0.get("g_den"), t0.get("g_num")) + fp
     d = 1.0 if feedthrough else 0.0
 
-    nl = dict(basis=basis, center=center, out_scale=out_scale)
-
     def step(x, u, p):
-        return ca.vertcat(*_block_step(x, _nl_expr(nonlinearity, net, p, u[0], scale, **nl), p.g_den, n))
+        return ca.vertcat(*_block_step(x, f(p, u[0]), p.g_den, n))
 
     def observe(x, u, p):
-        return _block_output(x, _nl_expr(nonlinearity, net, p, u[0], scale, **nl), p.g_num, n, d, p.g_den, gain)
+        return _block_output(x, f(p, u[0]), p.g_num, n, d, p.g_den, gain)
 
-    return _model(step, observe, n, params, f"hammerstein_{n}_{nonlinearity}", process_std, measurement_std, dt)
+    return _model(step, observe, n, params, f"hammerstein_{n}_{nonlinearity}",
+                  dict(process_std=process_std, measurement_std=measurement_std, dt=dt))
 
 
 def wiener_hammerstein(n1: int = 2, n2: int = 2, *, feedthrough: tuple = (False, True), nonlinearity: str = "poly",
@@ -396,42 +311,18 @@ def wiener_hammerstein(n1: int = 2, n2: int = 2, *, feedthrough: tuple = (False,
                        seed: int = 0, mlp_prior_std: float | None = 1.0, process_std=1e-3,
                        measurement_std=1e-2, dt: float | None = None, gain: str = "markov",
                        basis: str = "monomial", center: float = 0.0, out_scale: float = 1.0) -> StateSpaceModel:
-    """Wiener-Hammerstein model ``y = G2 f(G1 u)``: G1 of order ``n1`` (``g1_den``, ``g1_num``), G2 of
-    order ``n2`` (``g2_den``, ``g2_num``), f as in `wiener`; states (G1's n1, G2's n2).
-
-    ``feedthrough = (G1, G2)``: which blocks have a direct term (fixed to 1; otherwise their
-    ``num[0] = 1`` is fixed). The default (False, True) makes y[t] depend on u[t-1] and earlier, as
-    a sampled continuous system with a hold. Other options as in `wiener`.
+    """Wiener-Hammerstein model ``y = G2 f(G1 u)`` (docs/block_oriented.md).
 
     Parameters
     ----------
     n1, n2 : int
         Orders of G1 (``g1_den``, ``g1_num``) and G2 (``g2_den``, ``g2_num``).
     feedthrough : tuple of bool
-        (G1, G2) direct terms; default (False, True): y[t] depends on u[t-1] and earlier.
-    nonlinearity : str
-        ``"poly"`` (coefficients ``f_coef``) or ``"mlp"`` (``f_W0, f_b0, f_W1, f_b1``).
-    degree, hidden : int
-        Polynomial degree; MLP hidden units.
-    scale : float
-        Constant dividing f's input.
-    theta0 : dict, optional
-        Initial values by name (defaults: poles at 0.5, unit leading Markov coefficient, f(v) = v).
-    seed : int
-        Seed of the MLP's Glorot initial weights.
-    mlp_prior_std : float, optional
-        Std of the N(0, s^2) prior on the MLP weights (``None``: no prior).
-    process_std, measurement_std : float or array
-        Noise levels of the `StateSpaceModel`.
-    dt : float, optional
-        Sample time (s), informative only.
-    gain : str
-        ``"markov"`` (unit leading Markov coefficient) or ``"dc"`` (unit static gain: the
-        nonlinearity carries the gain; scale-invariant, for real records).
-    basis : str
-        ``"monomial"`` or ``"chebyshev"`` (Chebyshev polynomials over the input range).
-    center, out_scale : float
-        Centre of f's input range; scale of the output (`bla_initialise` sets std(y)).
+        (G1, G2) direct terms (fixed to 1; otherwise that block's ``num[0] = 1`` is fixed); default
+        (False, True): y[t] depends on u[t-1] and earlier, as a sampled continuous system with a hold.
+    nonlinearity, degree, hidden, scale, theta0, seed, mlp_prior_std, process_std, measurement_std, dt, gain, \
+basis, center, out_scale
+        As for `wiener`.
 
     Returns
     -------
@@ -445,21 +336,17 @@ def wiener_hammerstein(n1: int = 2, n2: int = 2, *, feedthrough: tuple = (False,
     >>> model.nx, model.nu, model.ny
     (6, 1, 1)
     """
-    _check_conditioning(gain, basis)
+    t0, fp, f = _static(nonlinearity, degree, hidden, theta0, seed, mlp_prior_std, scale, gain, basis, center,
+                        out_scale)
     if len(tuple(feedthrough)) != 2:
         raise ShapeError(f"feedthrough: expected a pair (G1, G2) of bools, got {feedthrough!r}")
     f1, f2 = (bool(b) for b in feedthrough)
-    t0 = dict(theta0 or {})
-    fp, net = _nl_params(nonlinearity, degree, hidden, t0, seed, mlp_prior_std)
     params = (_block_params("g1", n1, f1, t0.get("g1_den"), t0.get("g1_num"))
               + _block_params("g2", n2, f2, t0.get("g2_den"), t0.get("g2_num")) + fp)
     d1, d2 = float(f1), float(f2)
 
-    nl = dict(basis=basis, center=center, out_scale=out_scale)
-
     def middle(x, u, p):
-        v = _block_output(x[:n1], u[0], p.g1_num, n1, d1, p.g1_den, gain)
-        return _nl_expr(nonlinearity, net, p, v, scale, **nl)
+        return f(p, _block_output(x[:n1], u[0], p.g1_num, n1, d1, p.g1_den, gain))
 
     def step(x, u, p):
         w = middle(x, u, p)
@@ -468,15 +355,12 @@ def wiener_hammerstein(n1: int = 2, n2: int = 2, *, feedthrough: tuple = (False,
     def observe(x, u, p):
         return _block_output(x[n1:], middle(x, u, p), p.g2_num, n2, d2, p.g2_den, gain)
 
-    return _model(step, observe, n1 + n2, params, f"wh_{n1}_{n2}_{nonlinearity}", process_std, measurement_std, dt)
+    return _model(step, observe, n1 + n2, params, f"wh_{n1}_{n2}_{nonlinearity}",
+                  dict(process_std=process_std, measurement_std=measurement_std, dt=dt))
 
 
 # --------------------------------------------------------------------------------------------------
 # similarity-invariant views of a theta
-def _prefixes(theta: dict) -> list[str]:
-    return [p for p in ("g", "g1", "g2") if f"{p}_den" in theta]
-
-
 def block_poles(theta: dict, block: str = "g") -> np.ndarray:
     """Poles (n,) complex of block ``block`` (``"g"``, ``"g1"`` or ``"g2"``), sorted by angle then modulus."""
     den = np.asarray(theta[f"{block}_den"], float)

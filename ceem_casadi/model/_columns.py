@@ -1,9 +1,5 @@
-"""Model maps written for sample columns: ``f``/``g`` evaluated on (n, B) matrices at once.
-
-A model's step and observation maps act on one sample. Written for matrices instead (columns =
-samples, e.g. a network head applied to all columns with matrix products), they let the
-learners and the smoother evaluate many samples in one call; this module checks that such a
-column-wise form agrees with the model's own one-sample Function.
+"""Model maps written for sample columns: check that ``f``/``g`` written for (n, B) matrices (columns =
+samples, e.g. a network head with matrix products) agree with the model's own one-sample Function.
 """
 from __future__ import annotations
 

@@ -1,25 +1,6 @@
-"""Export an identified model as plain serialised CasADi Functions, for control.
-
-`export_casadi` writes, into a folder, the identified discrete step and output
-
-    x_next = F(x, u)          (nx,) <- (nx,), (nu,)
-    y      = G(x, u)          (ny,) <- (nx,), (nu,)
-
-(and ``xdot = rhs(x, u)`` for continuous-time models built with
-[`StateSpaceModel.from_ode`][ceem_casadi.StateSpaceModel.from_ode], for collocation), each as a
-``.casadi`` file written by ``casadi.Function.save``. The parameters are baked in as constants
-(default) or kept as a last input ``p`` (the model's flat parameter vector, order in
-``manifest.json``). Jacobians are saved too (``F_jac(x, u) -> (dF/dx, dF/du)``, likewise ``G_jac``
-and ``rhs_jac``); as the files hold plain SX Functions, ``F.jacobian()``, ``F.hessian`` etc. also
-work on the loaded Functions. Loading needs CasADi only::
-
-    import casadi as ca
-    F = ca.Function.load("export/F.casadi")
-    x_next = F(x, u)
-
-The files are CasADi's own serialisation: load them only from folders you trust (CasADi's
-deserialiser is not a sandbox; see the trust model in the README). The models of this library do
-not depend on time, so no Function takes ``t``.
+"""Export an identified model as plain serialised CasADi Functions (``F``, ``G``, their Jacobians, and
+``rhs`` for continuous-time models), parameters baked in or kept as the last input (the file layout and
+trust model: docs/model_learning_notes.md).
 """
 from __future__ import annotations
 

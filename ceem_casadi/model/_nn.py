@@ -1,11 +1,6 @@
-"""Small neural networks as CasADi expressions, and an Adam trainer on CasADi gradients.
-
-[`MLP`][ceem_casadi.MLP] is a fully connected tanh network whose weights are named parameters
-([`Param`][ceem_casadi.Param]), so it can be used inside a
-[`StateSpaceModel`][ceem_casadi.StateSpaceModel] observation or step function (one sample as an
-(n_in,) column) or evaluated on a batch (samples as the columns of an (n_in, N) matrix, which
-keeps the CasADi expression graph small). `adam` minimises a CasADi loss over mini-batches
-with a harmonic learning-rate decay ``lr_k = lr / (1 + decay * k)``.
+"""Small neural networks as CasADi expressions ([`MLP`][ceem_casadi.MLP], weights as named parameters,
+one sample as a column or a batch as the columns of a matrix), and the one Adam loop with harmonic
+decay ``lr_k = lr / (1 + decay * epoch)`` of plain training (`adam`) and the Adam learning step.
 """
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""Free-run (noise-free) simulation of a model, with the rollout Function built once per length.
-
-For initial state ``x0`` (nx,) and inputs ``u`` (T, nu) the free run is
-
-    x[0] = x0,   x[t+1] = f(x[t], u[t], p),   yhat[t] = g(x[t], u[t], p)      (t = 0 .. T-1)
-
-(no measurement is used after ``x0``). [`rollout`][ceem_casadi.model.rollout] returns it as one CasADi Function
-``simulate_T{T}(x0, u, p) -> (y, x)`` (``f.mapaccum`` over T-1 steps, then ``g.map`` over T
-samples), built once per model structure and T in the library's cache
-(`ceem_casadi.runtime._model_cache`): a second call with the same T returns the same Function.
-It is used numerically here and symbolically (MX) by `ceem_casadi.workflow._initial_state` and
-`ceem_casadi.workflow.output_error._output_error`, so simulation and fitting share one graph.
+"""Free-run (noise-free) simulation ``x[t+1] = f(x[t], u[t], p)``, ``yhat[t] = g(x[t], u[t], p)`` from
+``x0``, as one CasADi Function per model structure and length in the library cache (docs/model_learning_notes.md).
 """
 from __future__ import annotations
 

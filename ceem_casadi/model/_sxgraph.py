@@ -1,23 +1,6 @@
-"""Model functions as plain arrays: store a CasADi SX Function and rebuild it without running code.
-
-A model file must be usable without trusting it. CasADi's own ``Function.deserialize`` can
-create any Function class, including ``External`` (a shared library that is loaded, and whose
-constructors run, while deserialising). So model files do not store CasADi's serialisation;
-they store each model function ``fun(x, u, p) -> out`` (an ``SXFunction``: a straight-line
-program of scalar operations) as its instruction list, in numeric arrays:
-
-* ``code`` (n, 4) int64: one row ``(op, a, b, o)`` per instruction, in CasADi's order:
-  ``OP_INPUT``: work[o] = input a, entry b; ``OP_OUTPUT``: output entry b = work[a];
-  ``OP_CONST``: work[o] = const[k]; unary op: work[o] = op(work[a]); binary op:
-  work[o] = op(work[a], work[b]);
-* ``const`` (n,) float64: the constant of each row (0 where unused);
-* ``shape`` (5,) int64: nx, nu, np, the output length and the work vector length;
-* ``rows`` (nnz,) int64: the rows of the output's structural nonzeros.
-
-`rebuild` interprets the rows on fresh SX symbols with ``ca.SX.unary``/``ca.SX.binary``
-from a fixed list of elementary math operations; anything else (calls to other Functions,
-free symbols, out-of-range indices) is refused with `GraphError`. No CasADi
-deserialiser, import or shared library is involved, so loading cannot run code.
+"""Model functions as plain arrays: store a CasADi SX Function as its instruction list (numeric arrays
+``code``, ``const``, ``shape``, ``rows``) and rebuild it from a whitelist of elementary operations, so
+loading a model file never runs code (the format and why: docs/model_learning_notes.md).
 """
 from __future__ import annotations
 
@@ -87,12 +70,8 @@ def export(fun: ca.Function) -> dict[str, np.ndarray]:
     return {"code": code, "const": const, "shape": shape, "rows": np.asarray(sp_out.row(), dtype=np.int64)}
 
 
-def rebuild(arrays: dict[str, np.ndarray], name: str, out_name: str) -> ca.Function:
-    """SX Function ``name(x, u, p) -> out_name`` from arrays made by `export`.
-
-    Every row is checked (known operation, indices in range) before it is used; raises
-    `GraphError` otherwise. Nothing but elementary SX arithmetic is evaluated.
-    """
+def _checked(arrays: dict, name: str):
+    """``(code, const, rows, n_in, n_out, n_work)`` of `export`'s arrays, their shapes and sizes checked."""
     try:
         code, const = np.asarray(arrays["code"]), np.asarray(arrays["const"], dtype=float)
         shape, rows = np.asarray(arrays["shape"]), np.asarray(arrays["rows"])
@@ -106,6 +85,34 @@ def rebuild(arrays: dict[str, np.ndarray], name: str, out_name: str) -> ca.Funct
     if min(*n_in, n_out, n_work) < 0 or n_out < 1 or len(rows) > n_out or np.any(rows < 0) or \
             np.any(rows >= n_out) or np.any(np.diff(rows) <= 0) or n_work > 4 * len(code) + 16:
         raise GraphError(f"{name}: malformed expression graph sizes {shape.tolist()}")
+    return code, const, rows, n_in, n_out, n_work
+
+
+def _value(name: str, k: int, row, syms, n_in, const, get):
+    """The SX value of instruction ``k`` (``row = (op, a, b, o)``, not an output); `GraphError` for
+    an input out of range or anything but elementary math."""
+    op, a, b, _ = row
+    if op == OP_INPUT:
+        if not (0 <= a < 3 and 0 <= b < n_in[a]):
+            raise GraphError(f"{name}: instruction {k} reads input {a} entry {b} out of range")
+        return syms[a][b]
+    if op == OP_CONST:
+        return ca.SX(const[k])
+    if op in UNARY:
+        return ca.SX.unary(op, get(a))
+    if op in BINARY:
+        return ca.SX.binary(op, get(a), get(b))
+    raise GraphError(f"{name}: instruction {k} has operation {_OP_NAMES.get(op, op)}, which is not "
+                     f"an elementary math operation: refusing the graph")
+
+
+def rebuild(arrays: dict[str, np.ndarray], name: str, out_name: str) -> ca.Function:
+    """SX Function ``name(x, u, p) -> out_name`` from arrays made by `export`.
+
+    Every row is checked (known operation, indices in range) before it is used; raises
+    `GraphError` otherwise. Nothing but elementary SX arithmetic is evaluated.
+    """
+    code, const, rows, n_in, n_out, n_work = _checked(arrays, name)
     syms = [ca.SX.sym(s, k) for s, k in zip("xup", n_in)]
     work: list = [None] * n_work
     out: list = [None] * len(rows)
@@ -115,27 +122,16 @@ def rebuild(arrays: dict[str, np.ndarray], name: str, out_name: str) -> ca.Funct
             raise GraphError(f"{name}: instruction reads work entry {i} before it is written")
         return work[i]
 
-    for k, (op, a, b, o) in enumerate(code.tolist()):
+    for k, row in enumerate(code.tolist()):
+        op, a, b, o = row
         if op == OP_OUTPUT:
             if not 0 <= o < 1 or not 0 <= b < len(rows):
                 raise GraphError(f"{name}: instruction {k} writes output entry {b} out of range")
             out[b] = get(a)
-            continue
-        if not 0 <= o < n_work:
+        elif not 0 <= o < n_work:
             raise GraphError(f"{name}: instruction {k} writes work entry {o} out of range")
-        if op == OP_INPUT:
-            if not (0 <= a < 3 and 0 <= b < n_in[a]):
-                raise GraphError(f"{name}: instruction {k} reads input {a} entry {b} out of range")
-            work[o] = syms[a][b]
-        elif op == OP_CONST:
-            work[o] = ca.SX(const[k])
-        elif op in UNARY:
-            work[o] = ca.SX.unary(op, get(a))
-        elif op in BINARY:
-            work[o] = ca.SX.binary(op, get(a), get(b))
         else:
-            raise GraphError(f"{name}: instruction {k} has operation {_OP_NAMES.get(op, op)}, which is not "
-                             f"an elementary math operation: refusing the graph")
+            work[o] = _value(name, k, row, syms, n_in, const, get)
     if any(v is None for v in out):
         raise GraphError(f"{name}: output entries never written")
     y = ca.SX(ca.Sparsity(n_out, 1, [0, len(rows)], rows.tolist()))
