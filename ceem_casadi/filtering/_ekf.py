@@ -35,19 +35,15 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
     Parameters
     ----------
     model : StateSpaceModel
-        The model (its Jacobians are built here; reuse [`EKF`][ceem_casadi.filtering.EKF] to build them once).
+        The model (its Jacobians are built here; [`EKF`][ceem_casadi.filtering.EKF] builds them once).
     theta_vec : numpy.ndarray
         (n_p,) flat parameter vector.
-    y : numpy.ndarray
-        (T, ny) observations, NaN = missing (entry-wise).
-    u : numpy.ndarray, optional
-        (T, nu) inputs (required when nu > 0).
+    y, u : numpy.ndarray
+        (T, ny) observations, NaN = missing (entry-wise); (T, nu) inputs (None when nu = 0).
     x0 : numpy.ndarray
         (nx,) prior mean of the first state, ``x_{1|0}``.
-    Sigma0, Q : float or numpy.ndarray
-        Prior covariance of x[1] and process noise covariance: scalar, (nx,) diagonal or (nx, nx).
-    R : float or numpy.ndarray
-        Measurement noise covariance: scalar, (ny,) diagonal or (ny, ny).
+    Sigma0, Q, R : float or numpy.ndarray
+        Covariances of x[1], of the process and of the measurement noise: scalar, diagonal or matrix.
     smooth : bool
         Also run the Rauch-Tung-Striebel backward pass (``x_smooth``, ``P_smooth``).
 
@@ -209,20 +205,8 @@ class EKF:
 
         Parameters
         ----------
-        theta_vec : numpy.ndarray
-            (n_p,) flat parameter vector.
-        y : numpy.ndarray
-            (T, ny) observations, NaN = missing (entry-wise).
-        u : numpy.ndarray, optional
-            (T, nu) inputs (required when nu > 0).
-        x0 : numpy.ndarray
-            (nx,) prior mean of the first state, ``x_{1|0}``.
-        Sigma0, Q : float or numpy.ndarray
-            Prior covariance of x[1] and process noise covariance: scalar, (nx,) diagonal or (nx, nx).
-        R : float or numpy.ndarray
-            Measurement noise covariance: scalar, (ny,) diagonal or (ny, ny).
-        smooth : bool
-            Also run the Rauch-Tung-Striebel backward pass (``x_smooth``, ``P_smooth``).
+        theta_vec, y, u, x0, Sigma0, Q, R, smooth
+            As for [`ekf`][ceem_casadi.filtering.ekf].
         engine : str
             ``"python"`` (a loop over time) or ``"casadi"`` (one mapaccum; same numbers).
 
@@ -298,14 +282,10 @@ class EKF:
 
         Parameters
         ----------
-        theta_vec : numpy.ndarray
-            (n_p,) flat parameter vector.
-        ys : list of numpy.ndarray
-            (T_b, ny) observations, NaN = missing.
-        us : list of numpy.ndarray, optional
-            (T_b, nu) inputs (required when nu > 0).
-        x0, Sigma0, Q, R, smooth
+        theta_vec, x0, Sigma0, Q, R, smooth
             As for `run`, shared by all trajectories.
+        ys, us : list of numpy.ndarray
+            (T_b, ny) observations (NaN = missing) and (T_b, nu) inputs (``us`` None when nu = 0).
 
         Returns
         -------

@@ -35,20 +35,14 @@ def kalman_filter(A, C, Q, R, y, u=None, *, B=None, D=None, x0, Sigma0,
 
     Parameters
     ----------
-    A, C : numpy.ndarray
-        (nx, nx) dynamics and (ny, nx) observation matrices.
+    A, C, B, D : numpy.ndarray
+        (nx, nx), (ny, nx), (nx, nu) and (ny, nu) matrices (B, D default zero).
     Q, R : float or numpy.ndarray
-        Process (nx, nx) and measurement (ny, ny) noise covariances (scalars and diagonals allowed).
-    y : numpy.ndarray
-        (T, ny) observations, NaN = missing (entry-wise).
-    u : numpy.ndarray, optional
-        (T, nu) inputs.
-    B, D : numpy.ndarray, optional
-        (nx, nu) and (ny, nu) input matrices (default zero).
-    x0 : numpy.ndarray
-        (nx,) prior mean of x[1].
-    Sigma0 : float or numpy.ndarray
-        Prior covariance of x[1] (scalar, diagonal or (nx, nx)).
+        Process and measurement noise covariances (scalars and diagonals allowed).
+    y, u : numpy.ndarray
+        (T, ny) observations, NaN = missing (entry-wise); (T, nu) inputs (optional).
+    x0, Sigma0 : numpy.ndarray
+        (nx,) prior mean and covariance (scalar, diagonal or (nx, nx)) of x[1].
     smooth : bool
         Also run the RTS backward pass.
 
@@ -113,10 +107,8 @@ def kalman_filter(A, C, Q, R, y, u=None, *, B=None, D=None, x0, Sigma0,
 
 
 def rts_smoother(res: FilterResult, A=None) -> FilterResult:
-    """Rauch-Tung-Striebel backward pass on a filtered result (in place; also returned).
-
-    ``G_t = P_{t|t} A_t^T P_{t+1|t}^{-1}``,
-    ``x_{t|T} = x_{t|t} + G_t (x_{t+1|T} - x_{t+1|t})``,
+    """Rauch-Tung-Striebel backward pass on a filtered result (in place; also returned):
+    ``G_t = P_{t|t} A_t^T P_{t+1|t}^{-1}``, ``x_{t|T} = x_{t|t} + G_t (x_{t+1|T} - x_{t+1|t})``,
     ``P_{t|T} = P_{t|t} + G_t (P_{t+1|T} - P_{t+1|t}) G_t^T``.
 
     Parameters

@@ -59,9 +59,8 @@ def as_cov(name: str, value, n: int) -> np.ndarray:
     name : str
         Name used in the error message (e.g. ``"Q"``).
     value : float or array_like
-        A scalar (times the identity), an (n,) diagonal or an (n, n) matrix.
+        A scalar (times the identity), an (n,) diagonal or an (n, n) matrix, of dimension ``n``.
     n : int
-        The dimension.
 
     Returns
     -------

@@ -23,14 +23,13 @@ log = logging.getLogger(__name__)
 
 
 def AdamLearnerOptions(**kwargs) -> AdamOptions:
-    """Deprecated: [`AdamOptions`][ceem_casadi.learning.AdamOptions], the one Adam options class
-    (``lr_observation`` is its ``lr``); the old defaults are kept (``lr_dynamics`` 5e-4, one epoch per
-    learning step, no decay).
+    """Deprecated: [`AdamOptions`][ceem_casadi.learning.AdamOptions] (``lr_observation`` is its ``lr``;
+    the old default ``lr_dynamics`` 5e-4 is kept).
 
     Parameters
     ----------
     **kwargs
-        The fields of the former class: those of `AdamOptions`, with ``lr_observation`` for ``lr``.
+        The fields of `AdamOptions`, with ``lr_observation`` for ``lr``.
 
     Returns
     -------
@@ -68,11 +67,8 @@ def _scalar(value) -> float:
 
 
 class AdamLearner:
-    """Mini-batch Adam learning step with the interface of [`Learner`][ceem_casadi.learning.Learner].
-
-    Pass it to [`ceem_casadi.ceem`][ceem_casadi.ceem] as ``learner=``. ``solve`` returns a
-    [`LearnResult`][ceem_casadi.learning.LearnResult] whose ``iterations`` counts Adam steps and whose
-    ``cost`` is the full learning objective F at the returned point.
+    """Mini-batch Adam learning step with the interface of [`Learner`][ceem_casadi.learning.Learner]
+    (``iterations`` counts Adam steps, ``cost`` is the full objective F at the returned point).
 
     Parameters
     ----------
@@ -81,9 +77,8 @@ class AdamLearner:
     options : AdamOptions, optional
         Step sizes, mini-batches, epochs (default 1 per learning step, no decay), trust region, priors.
     step, observe : callable, optional
-        ``f`` and ``g`` written for (n, B) matrices (columns = samples), e.g. a network head on
-        all columns at once; checked against ``model.f``/``model.g``. Default: the model's
-        Functions mapped over the columns.
+        ``f`` and ``g`` written for (n, B) matrices (columns = samples), checked against
+        ``model.f``/``model.g``; default: the model's Functions mapped over the columns.
 
     Raises
     ------
@@ -153,19 +148,10 @@ class AdamLearner:
                 ca.Function("batch_grad", ins, [c_obs, c_dyn, ca.gradient(so * c_obs + sd * c_dyn, p)])))
         return self._batch[B]
 
-    def _columns(self, data, xs, weights):
-        return weighted_stage_columns(self.model, data, xs, weights)
-
     @staticmethod
     def _take(cols, idx, B):
         """Columns ``idx`` of each array, zero-padded to B columns (zero weight)."""
-        out = []
-        for a in cols:
-            blk = a[:, idx]
-            if blk.shape[1] < B:
-                blk = np.hstack([blk, np.zeros((a.shape[0], B - blk.shape[1]))])
-            out.append(blk)
-        return out
+        return [np.pad(a[:, idx], ((0, 0), (0, B - len(idx)))) for a in cols]
 
     def _regulariser(self, p, p_prev, rho):
         mean, w = self.model.params.prior
@@ -184,18 +170,10 @@ class AdamLearner:
 
         Parameters
         ----------
-        theta_vec : numpy.ndarray
-            (n_p,) flat parameter vector.
-        data : Trajectories
-            The trajectories.
-        xs : list of numpy.ndarray
-            Fixed states (T_b, nx).
+        theta_vec, data, xs, rho_theta, weights
+            As for [`Learner.solve`][ceem_casadi.learning.Learner.solve].
         theta_prev : numpy.ndarray, optional
             Trust-region centre (default ``theta_vec``).
-        rho_theta : float, optional
-            Trust-region weight (default ``options.rho_theta``).
-        weights : numpy.ndarray, optional
-            (B,) scales of each trajectory's terms.
         gradient : bool
             Also return dF/dp (n_p,) (zero on fixed entries).
 
@@ -205,7 +183,7 @@ class AdamLearner:
         """
         rho = self.options.rho_theta if rho_theta is None else rho_theta
         p = np.asarray(theta_vec, float)
-        obs, dyn = self._columns(data, xs, weights)
+        obs, dyn = weighted_stage_columns(self.model, data, xs, weights)
         return self._full(p, np.asarray(p if theta_prev is None else theta_prev, float), rho, obs, dyn, gradient)
 
     def _full(self, p, p_prev, rho, obs, dyn, gradient=False):
@@ -231,16 +209,8 @@ class AdamLearner:
 
         Parameters
         ----------
-        theta_vec : numpy.ndarray
-            (n_p,) start and trust-region centre.
-        data : Trajectories
-            The trajectories.
-        xs : list of numpy.ndarray
-            Fixed states (T_b, nx).
-        rho_theta : float, optional
-            Trust-region weight (default ``options.rho_theta``).
-        weights : numpy.ndarray, optional
-            (B,) scales of each trajectory's terms.
+        theta_vec, data, xs, rho_theta, weights
+            As for [`Learner.solve`][ceem_casadi.learning.Learner.solve].
 
         Returns
         -------
@@ -251,7 +221,7 @@ class AdamLearner:
         rho = o.rho_theta if rho_theta is None else rho_theta
         t0 = time.perf_counter()
         p0 = np.asarray(theta_vec, float).copy()
-        obs, dyn = self._columns(data, xs, weights)
+        obs, dyn = weighted_stage_columns(self.model, data, xs, weights)
         n_obs, n_dyn = obs[0].shape[1], dyn[0].shape[1]
         B = min(o.batch_size, max(n_obs, n_dyn))
         _, fg = self._functions(B)

@@ -1,5 +1,4 @@
-"""The one factory of learning steps: which [`LearningStep`][ceem_casadi.learning.LearningStep]
-a fit uses when the caller gives none (the thresholds live in the long-record policy)."""
+"""The one factory of learning steps: the [`LearningStep`][ceem_casadi.learning.LearningStep] of a fit."""
 from __future__ import annotations
 
 from ..model._nn import AdamOptions
@@ -13,12 +12,9 @@ __all__ = ["learner_for"]
 
 
 def learner_for(model, lengths, options, stages=None) -> LearningStep:
-    """The default learning step of a fit.
-
-    An [`AdamLearner`][ceem_casadi.learning.AdamLearner] for [`AdamOptions`][ceem_casadi.learning.AdamOptions];
-    for [`LearnerOptions`][ceem_casadi.LearnerOptions] a `PieceLearner` (data terms piece by piece, no
-    T-sized graph) when some trajectory has `policy.PIECE_FROM` samples or more, else a
-    [`Learner`][ceem_casadi.learning.Learner] over all stages.
+    """The default learning step of a fit: an [`AdamLearner`][ceem_casadi.learning.AdamLearner] for
+    `AdamOptions`; for [`LearnerOptions`][ceem_casadi.LearnerOptions] a `PieceLearner` when a trajectory
+    has `policy.PIECE_FROM` samples or more, else a [`Learner`][ceem_casadi.learning.Learner].
 
     Parameters
     ----------
@@ -32,7 +28,6 @@ def learner_for(model, lengths, options, stages=None) -> LearningStep:
     Returns
     -------
     LearningStep
-        An `AdamLearner`, a `PieceLearner` or a `Learner` for these lengths.
 
     Examples
     --------

@@ -117,8 +117,6 @@ def _hessian_kind(model, options: LearnerOptions, stages: StageFunctions | None)
 class Learner:
     """Learning step (M-step): the IPOPT solver for one model and one set of trajectory lengths.
 
-    Built once and reused across EM iterations.
-
     Parameters
     ----------
     model : StateSpaceModel
@@ -130,9 +128,8 @@ class Learner:
     stages : StageFunctions, optional
         Stage Functions shared with a smoother (built from the model when None).
     columns : int, optional
-        Stages evaluated per objective evaluation, for the automatic compilation of the stage
-        Functions ([`StageFunctions.get`][ceem_casadi.objective.StageFunctions.get]); default: this learner's own stages. A learner
-        of one piece of a longer record passes the record's.
+        Stages per objective evaluation, for the automatic compilation of the stage Functions
+        (default: this learner's own; a piece learner passes its record's).
 
     Examples
     --------

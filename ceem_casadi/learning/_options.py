@@ -17,13 +17,11 @@ class LearnerOptions:
     rho_theta : float
         Trust-region weight of ``rho_theta * ||theta - theta_prev||^2``, >= 0.
     hessian : str
-        ``"exact"``, ``"gauss-newton"`` (J^T J of the stacked residual Jacobians, formed with
-        BLAS), ``"limited-memory"`` (L-BFGS in IPOPT) or ``"auto"`` (default): exact when the
-        per-stage exact Hessian program is short (parameters touch few states, e.g. single
-        Lorenz), Gauss-Newton when it is long (e.g. RK4 mixing hundreds of coupling parameters,
-        where the exact Hessian costs ~10x more per evaluation for the same iterations).
+        ``"exact"``, ``"gauss-newton"`` (J^T J by BLAS), ``"limited-memory"`` (L-BFGS in IPOPT) or
+        ``"auto"`` (default): exact when the per-stage exact Hessian program is short, else
+        Gauss-Newton (docs/choosing.md).
     max_iters : int
-        IPOPT iteration limit. ``max_iter`` is its deprecated name (a ``DeprecationWarning``, same meaning).
+        IPOPT iteration limit (``max_iter``: its deprecated name).
     tol : float
         IPOPT (scaled) tolerance.
     use_prior : bool

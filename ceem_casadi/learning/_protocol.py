@@ -17,11 +17,8 @@ __all__ = ["CurvatureLearningStep", "LearningStep"]
 
 @runtime_checkable
 class LearningStep(Protocol):
-    """A learning step: the free parameters that maximise J for fixed states.
-
-    Anything with this ``solve`` method can be passed as ``ceem(..., learner=...)``:
-    [`Learner`][ceem_casadi.learning.Learner], [`AdamLearner`][ceem_casadi.learning.AdamLearner],
-    the piece learner of long records, the distributed learner, or a user's own.
+    """A learning step: the free parameters that maximise J for fixed states; anything with this
+    ``solve`` can be passed as ``ceem(..., learner=...)``.
 
     Attributes
     ----------
@@ -41,17 +38,15 @@ class LearningStep(Protocol):
 
     def solve(self, theta_vec: np.ndarray, data: Trajectories, xs: list[np.ndarray],
               rho_theta: float | None = None, weights=None) -> LearnResult:
-        """One learning step from ``theta_vec`` (np,) for the states ``xs`` (B arrays (T_b, nx)) of
-        ``data``; ``rho_theta`` overrides the trust-region weight, ``weights`` (B,) weights the
-        trajectories (particle EM). Returns a ``LearnResult`` (theta vector, cost, status)."""
+        """One learning step (see the class's ``solve`` attribute); ``rho_theta`` overrides the
+        trust-region weight, ``weights`` (B,) weights the trajectories (particle EM)."""
         ...
 
 
 @runtime_checkable
 class CurvatureLearningStep(LearningStep, Protocol):
     """A [`LearningStep`][ceem_casadi.learning.LearningStep] that also gives the Hessian of its
-    objective (data terms and prior, no trust region) at fixed states (the ``"newton"``
-    acceleration and the identifiability check use it).
+    objective (data terms and prior, no trust region) at fixed states.
 
     Attributes
     ----------

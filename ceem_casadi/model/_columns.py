@@ -31,7 +31,7 @@ def check_columnwise(model, name: str, fun, ref: ca.Function, columns: int = 7) 
     Returns
     -------
     None
-        It returns only when ``fun`` agrees.
+        Only when ``fun`` agrees.
 
     Raises
     ------

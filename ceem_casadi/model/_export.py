@@ -28,12 +28,9 @@ class ExportResult(Result):
     folder : pathlib.Path
         The export folder.
     files : dict
-        Function name -> path of its ``.casadi`` file (``"F"``, ``"G"``, ``"F_jac"``, ``"G_jac"``,
-        and ``"rhs"``, ``"rhs_jac"`` for continuous-time models), plus ``"manifest"``.
-    inputs : dict
-        Function name -> list of ``(input name, shape)``.
-    outputs : dict
-        Function name -> list of ``(output name, shape)``.
+        Function name -> path of its ``.casadi`` file, plus ``"manifest"``.
+    inputs, outputs : dict
+        Function name -> list of ``(name, shape)`` of its inputs, outputs.
     keep_parameters : bool
         Whether the Functions take the parameter vector ``p`` as their last input.
     dt : float or None
@@ -75,14 +72,6 @@ class ExportResult(Result):
             rows.append(f"{name:<8} ({ins}) -> ({outs})  {Path(self.files[name]).name}")
         return "\n".join(rows)
 
-    def to_dict(self) -> dict:
-        """JSON-ready dict (paths as strings, shapes as lists)."""
-        return {"folder": str(self.folder), "files": {k: str(v) for k, v in self.files.items()},
-                "inputs": {k: [[n, list(s)] for n, s in v] for k, v in self.inputs.items()},
-                "outputs": {k: [[n, list(s)] for n, s in v] for k, v in self.outputs.items()},
-                "keep_parameters": self.keep_parameters, "dt": self.dt,
-                "parameter_names": list(self.parameter_names)}
-
 
 def _shapes(fun: ca.Function, out: bool) -> list:
     n = fun.n_out() if out else fun.n_in()
@@ -103,19 +92,15 @@ def export_casadi(model, theta, path, *, keep_parameters: bool = False) -> Expor
     path : str or pathlib.Path
         Folder to write (created if missing; files of the same names are overwritten).
     keep_parameters : bool
-        ``False`` (default): the parameters are baked in, ``F(x, u)``. ``True``: every Function
-        takes the flat parameter vector ``p`` (np,) as its last input, ``F(x, u, p)``; the
-        identified values are in ``manifest.json`` (``"p"``).
+        ``False`` (default): the parameters are baked in, ``F(x, u)``; ``True``: ``F(x, u, p)`` with
+        the flat vector ``p`` (np,) last (the identified values in ``manifest.json``).
 
     Returns
     -------
     ExportResult
-        Paths, Function names and input/output shapes. Files: ``F.casadi`` ``F(x (nx,), u (nu,))
-        -> x_next (nx,)``; ``G.casadi`` ``-> y (ny,)``; ``F_jac.casadi`` ``-> (dF/dx (nx, nx),
-        dF/du (nx, nu))``; ``G_jac.casadi`` ``-> (dG/dx (ny, nx), dG/du (ny, nu))``;
-        ``rhs.casadi`` and ``rhs_jac.casadi`` (continuous-time models, ``xdot`` in units of x per
-        second); ``manifest.json`` (dimensions, dt in seconds, parameter names and values,
-        noise standard deviations).
+        Paths, Function names and shapes: ``F(x, u) -> x_next``, ``G -> y``, ``F_jac -> (dF/dx,
+        dF/du)``, ``G_jac``, ``rhs``/``rhs_jac`` (continuous time) and ``manifest.json`` (dimensions,
+        dt in seconds, parameter names and values, noise standard deviations).
 
     Raises
     ------

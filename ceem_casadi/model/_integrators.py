@@ -7,11 +7,8 @@ import casadi as ca
 
 
 def rk4_step(rhs: Callable, x, u, p, dt: float, substeps: int = 1):
-    """Classical 4th-order Runge-Kutta over ``dt`` with ``substeps`` equal sub-steps.
-
-    ``rhs(x, u, p) -> dx/dt`` (nx,) with ``u`` held constant over the step (zero-order hold).
-    Returns ``x(t + dt)`` as a symbolic expression of the same type as ``x``.
-    """
+    """Classical 4th-order Runge-Kutta over ``dt`` with ``substeps`` equal sub-steps: ``x(t + dt)`` of
+    ``rhs(x, u, p) -> dx/dt`` (nx,), ``u`` held over the step, an expression of the type of ``x``."""
     h = dt / substeps
     for _ in range(substeps):
         k1 = rhs(x, u, p)
@@ -22,15 +19,7 @@ def rk4_step(rhs: Callable, x, u, p, dt: float, substeps: int = 1):
     return x
 
 
-def euler_step(rhs: Callable, x, u, p, dt: float, substeps: int = 1):
-    """Explicit Euler over ``dt`` with ``substeps`` equal sub-steps (first order; for tests)."""
-    h = dt / substeps
-    for _ in range(substeps):
-        x = x + h * rhs(x, u, p)
-    return x
-
-
-INTEGRATORS = {"rk4": rk4_step, "euler": euler_step}
+INTEGRATORS = {"rk4": rk4_step}
 
 
 def as_column(expr) -> ca.SX:

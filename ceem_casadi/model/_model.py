@@ -1,14 +1,6 @@
-"""State-space model structure: user functions traced once into named CasADi Functions.
-
-The model is
-
-    x[t+1] = f(x[t], u[t], p) + w[t],   w ~ N(0, diag(process_std**2))
-    y[t]   = g(x[t], u[t], p) + v[t],   v ~ N(0, diag(measurement_std**2))
-    x[1]   ~ N(x1_mean, diag(x1_std**2))            (optional)
-
-with ``x`` (nx,), ``u`` (nu,), ``y`` (ny,) and ``p`` the flat parameter vector of a
-[`Parameters`][ceem_casadi.Parameters]. Continuous-time models give ``dx/dt = rhs(x, u, p)``
-and are discretised with RK4 over the sample time ``dt`` (seconds).
+"""State-space model structure ``x[t+1] = f(x[t], u[t], p) + w``, ``y[t] = g(x[t], u[t], p) + v`` (diagonal
+Gaussian noise, optional prior on x[1]): user functions traced once into named CasADi Functions;
+continuous-time models discretised by RK4 over ``dt`` seconds.
 """
 from __future__ import annotations
 
@@ -46,7 +38,7 @@ class Noise:
     x1_mean, x1_std : numpy.ndarray or None
         (nx,) optional Gaussian prior on the first state.
     inv_process_std, inv_measurement_std, inv_x1_std : numpy.ndarray or None
-        ``1 / process_std`` etc., computed once here (the residual weights of every stage).
+        ``1 / process_std`` etc. (the residual weights of every stage).
 
     Examples
     --------
@@ -108,11 +100,8 @@ def _traced(name, fun, x, u, p, nx: int, nu: int):
 
 
 class StateSpaceModel:
-    """Structure of a gray-box state-space model (no parameter values inside).
-
-    Build with [`from_ode`][ceem_casadi.StateSpaceModel.from_ode] (continuous time, RK4) or [`from_discrete`][ceem_casadi.StateSpaceModel.from_discrete]. The user
-    functions are traced once into the CasADi Functions ``f(x, u, p) -> x_next`` and
-    ``g(x, u, p) -> y``.
+    """Structure of a gray-box state-space model (no parameter values inside); build it with
+    [`from_ode`][ceem_casadi.StateSpaceModel.from_ode] or [`from_discrete`][ceem_casadi.StateSpaceModel.from_discrete].
 
     Parameters
     ----------
@@ -121,10 +110,8 @@ class StateSpaceModel:
         namespace of the parameters (``p.sigma``).
     observe : callable
         ``observe(x, u, p) -> y`` (ny,).
-    nx : int
-        Number of states.
-    nu : int
-        Number of inputs.
+    nx, nu : int
+        Numbers of states and inputs.
     params : Parameters, optional
         The named parameters (none by default).
     dt : float, optional
@@ -140,10 +127,8 @@ class StateSpaceModel:
 
     Attributes
     ----------
-    f, g : casadi.Function
-        The traced dynamics and observation functions.
-    rhs : casadi.Function or None
-        The continuous vector field.
+    f, g, rhs : casadi.Function
+        The traced ``f(x, u, p) -> x_next``, ``g(x, u, p) -> y`` and the vector field (or None).
     nx, nu, ny : int
         Dimensions.
     noise : Noise
@@ -198,12 +183,7 @@ class StateSpaceModel:
                              f"give {self.ny} standard deviations (or a scalar), or make observe return "
                              f"{m_std.size} outputs")
         self.g = ca.Function("g", [x, u, pv], [y_expr], ["x", "u", "p"], ["y"])
-        self.noise = Noise(
-            _positive_vector("process_std", process_std, self.nx),
-            _positive_vector("measurement_std", measurement_std, self.ny),
-            None if x1_mean is None else np.broadcast_to(np.asarray(x1_mean, float), (self.nx,)).copy(),
-            None if x1_std is None else _positive_vector("x1_std", x1_std, self.nx),
-        )
+        self.noise = self._noise(process_std, measurement_std, x1_mean, x1_std)
         if (self.noise.x1_mean is None) != (self.noise.x1_std is None):
             raise ShapeError("give both x1_mean and x1_std for a prior on x_1, or neither")
 
@@ -220,9 +200,7 @@ class StateSpaceModel:
     def from_ode(cls, rhs: Callable, observe: Callable, *, nx: int, dt: float, nu: int = 0,
                  params: Parameters | None = None, substeps: int = 1, method: str = "rk4",
                  **kwargs) -> StateSpaceModel:
-        """Continuous-time model ``dx/dt = rhs(x, u, p)``, discretised over ``dt`` seconds.
-
-        ``u`` is held constant over a sample (zero-order hold).
+        """Continuous-time model ``dx/dt = rhs(x, u, p)``, discretised over ``dt`` seconds (``u`` held).
 
         Parameters
         ----------
@@ -230,12 +208,10 @@ class StateSpaceModel:
             ``rhs(x, u, p) -> dx/dt`` (nx,).
         observe : callable
             ``observe(x, u, p) -> y`` (ny,).
-        nx : int
-            Number of states.
+        nx, nu : int
+            Numbers of states and inputs.
         dt : float
             Sample time in seconds, > 0.
-        nu : int
-            Number of inputs.
         params : Parameters, optional
             The named parameters.
         substeps : int
@@ -271,10 +247,8 @@ class StateSpaceModel:
             ``step(x, u, p) -> x_next`` (nx,).
         observe : callable
             ``observe(x, u, p) -> y`` (ny,).
-        nx : int
-            Number of states.
-        nu : int
-            Number of inputs.
+        nx, nu : int
+            Numbers of states and inputs.
         params : Parameters, optional
             The named parameters.
         **kwargs
@@ -297,16 +271,8 @@ class StateSpaceModel:
         f, g : casadi.Function
             ``f(x, u, p) -> x_next`` and ``g(x, u, p) -> y``, inputs dense columns of nx, nu and
             ``params.size`` entries.
-        params : Parameters, optional
-            The named parameters.
-        dt : float, optional
-            Sample time in seconds.
-        rhs : casadi.Function, optional
-            The continuous vector field.
-        name : str
-            Model name.
-        process_std, measurement_std, x1_mean, x1_std : float or numpy.ndarray
-            As for the constructor.
+        params, dt, rhs, name, process_std, measurement_std, x1_mean, x1_std
+            As for the constructor (``rhs`` a casadi.Function).
 
         Returns
         -------
@@ -354,19 +320,18 @@ class StateSpaceModel:
         if unknown:
             raise TypeError(f"unknown noise setting(s) {sorted(unknown)}; known: {sorted(fields)}")
         fields.update(kwargs)
-        new.noise = Noise(
-            _positive_vector("process_std", fields["process_std"], self.nx),
-            _positive_vector("measurement_std", fields["measurement_std"], self.ny),
-            None if fields["x1_mean"] is None else np.broadcast_to(np.asarray(fields["x1_mean"], float), (self.nx,)).copy(),
-            None if fields["x1_std"] is None else _positive_vector("x1_std", fields["x1_std"], self.nx),
-        )
+        new.noise = self._noise(**fields)
         return new
 
-    def export_casadi(self, theta: Theta, path, *, keep_parameters: bool = False):
-        """Write this model's step, output and right-hand side as serialised CasADi Functions.
+    def _noise(self, process_std, measurement_std, x1_mean, x1_std) -> Noise:
+        """The validated `Noise` of these settings (scalars broadcast to nx / ny)."""
+        return Noise(_positive_vector("process_std", process_std, self.nx),
+                     _positive_vector("measurement_std", measurement_std, self.ny),
+                     None if x1_mean is None else np.broadcast_to(np.asarray(x1_mean, float), (self.nx,)).copy(),
+                     None if x1_std is None else _positive_vector("x1_std", x1_std, self.nx))
 
-        Delegates to [`export_casadi`][ceem_casadi.export_casadi] (same arguments, same
-        result).
+    def export_casadi(self, theta: Theta, path, *, keep_parameters: bool = False):
+        """[`export_casadi`][ceem_casadi.export_casadi] of this model (same arguments, same result).
 
         Examples
         --------

@@ -23,10 +23,8 @@ _ACTIVATIONS = {"tanh": ca.tanh, "relu": lambda z: ca.fmax(z, 0), "identity": la
 
 
 class MLP:
-    """Fully connected network ``sizes[0] -> sizes[1] -> ... -> sizes[-1]`` for model terms.
-
-    Its weights are named parameters, so an MLP term of a gray-box model is learned by CE-EM
-    like any other parameter.
+    """Fully connected network ``sizes[0] -> ... -> sizes[-1]`` whose weights are named parameters (learned
+    by CE-EM like any other parameter).
 
     Parameters
     ----------
@@ -46,8 +44,7 @@ class MLP:
 
     Examples
     --------
-    A network 1 -> 4 -> 1 as the whole dynamics, x[t+1] = W1 tanh(W0 x[t] + b0) + b1; its
-    weights are parameters of the model:
+    A network 1 -> 4 -> 1 as the whole dynamics, x[t+1] = W1 tanh(W0 x[t] + b0) + b1:
 
     >>> import numpy as np
     >>> import ceem_casadi as cc
@@ -87,19 +84,8 @@ class MLP:
         return out
 
     def init(self, rng: np.random.Generator, last_scale: float = 1.0) -> dict[str, np.ndarray]:
-        """Glorot-uniform weights and zero biases.
-
-        Parameters
-        ----------
-        rng : numpy.random.Generator
-            The random draws.
-        last_scale : float
-            Multiplies the output layer's weights (0 starts the term at zero).
-
-        Returns
-        -------
-        dict of str to numpy.ndarray
-        """
+        """Glorot-uniform weights and zero biases, name -> array, drawn from ``rng``; ``last_scale``
+        multiplies the output layer's weights (0 starts the term at zero)."""
         theta = {}
         for i in range(self.n_layers):
             n_in, n_out = self.sizes[i], self.sizes[i + 1]
@@ -112,38 +98,13 @@ class MLP:
         return theta
 
     def params(self, rng: np.random.Generator, last_scale: float = 1.0, **kwargs) -> list[Param]:
-        """[`Param`][ceem_casadi.Param] objects initialised by [`init`][ceem_casadi.MLP.init].
-
-        Parameters
-        ----------
-        rng : numpy.random.Generator
-            The random draws.
-        last_scale : float
-            As for [`init`][ceem_casadi.MLP.init].
-        **kwargs
-            Passed to every [`Param`][ceem_casadi.Param] (e.g. ``prior_std``).
-
-        Returns
-        -------
-        list of Param
-        """
+        """[`Param`][ceem_casadi.Param] objects initialised by [`init`][ceem_casadi.MLP.init] (``rng``,
+        ``last_scale``); ``kwargs`` go to every Param (e.g. ``prior_std``)."""
         return [Param(k, v, **kwargs) for k, v in self.init(rng, last_scale).items()]
 
     def __call__(self, p, x):
-        """Network output.
-
-        Parameters
-        ----------
-        p : namespace or dict
-            The weights (``p.<name>`` or ``p[name]``): CasADi symbols or numpy arrays.
-        x : casadi.SX or casadi.MX or numpy.ndarray
-            (n_in,) or (n_in, N) input (columns are samples).
-
-        Returns
-        -------
-        casadi.SX or casadi.MX or numpy.ndarray
-            (n_out,) or (n_out, N).
-        """
+        """Network output (n_out,) or (n_out, N) of ``x`` (n_in,) or (n_in, N) (columns are samples), CasADi
+        or numpy; ``p`` the weights as a namespace (``p.<name>``) or a dict."""
         get = p.get if isinstance(p, dict) else (lambda k: getattr(p, k))
         numeric = isinstance(x, np.ndarray)
         h = x
@@ -240,44 +201,9 @@ class AdamOptions:
 
 def adam_loop(w, grad, batches, lr, *, epochs: int, decay: float, project=None, end_epoch=None,
               name: str = "adam"):
-    """The one Adam loop (bias-corrected moments): ``epochs`` passes of ``batches(epoch)``.
-
-    Parameters
-    ----------
-    w : numpy.ndarray
-        (n,) start.
-    grad : callable
-        ``grad(w, batch) -> g`` (n,) for one batch key of ``batches``.
-    batches : callable
-        ``batches(epoch)`` -> iterable of batch keys (the shuffling happens there).
-    lr : float or numpy.ndarray
-        Step at epoch 0, scalar or (n,); divided by ``1 + decay * epoch``.
-    epochs, decay : int, float
-        The schedule (`AdamOptions.schedule`).
-    project : callable, optional
-        ``project(w) -> w`` after every step (e.g. clipping to bounds).
-    end_epoch : callable, optional
-        ``end_epoch(epoch, w)`` after every epoch.
-    name : str
-        For the message of a non-finite gradient.
-
-    Returns
-    -------
-    w, steps : numpy.ndarray, int
-        The last iterate and the number of steps.
-
-    Raises
-    ------
-    NonFiniteError
-        A non-finite gradient.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> w, k = adam_loop(np.array([3.0]), lambda w, b: 2 * w, lambda e: [0], 0.1, epochs=200, decay=0.0)
-    >>> k, abs(float(w[0])) < 0.1
-    (200, True)
-    """
+    """The one Adam loop (bias-corrected moments): ``epochs`` passes of ``batches(epoch)`` (batch keys),
+    ``w -= lr_k * m_hat / (sqrt(v_hat) + eps)`` with ``g = grad(w, batch)`` (n,), ``lr_k = lr / (1 + decay * epoch)``,
+    ``project(w)`` after each step, ``end_epoch(epoch, w)`` after each epoch. Returns ``(w, steps)``."""
     w = np.asarray(w, float).copy()
     m, v, k = np.zeros_like(w), np.zeros_like(w), 0
     for epoch in range(epochs):

@@ -1,9 +1,6 @@
-"""Named model parameters: shapes, initial values, bounds, free/fixed masks, priors.
-
-A [`Parameters`][ceem_casadi.Parameters] object holds *structure only*; parameter *values* travel as
-``theta``: a ``dict`` mapping each name to a NumPy array of the parameter's shape.
-Internally all entries are stacked into one flat vector (``Parameters.size`` long),
-each parameter flattened in row-major (C) order, in declaration order.
+"""Named model parameters (shapes, initial values, bounds, free masks, priors) and their flat vector:
+every parameter's entries stacked in declaration order, row-major within a matrix; values travel as
+``theta``, a dict name -> array.
 """
 from __future__ import annotations
 
@@ -218,11 +215,6 @@ class Parameters:
         mean = self._stack("prior_mean", 0.0)
         std = self._stack("prior_std", np.inf)
         return mean, 1.0 / std
-
-    @property
-    def has_prior(self) -> bool:
-        """Whether any parameter declares a Gaussian prior."""
-        return any(p.array("prior_std") is not None for p in self)
 
     def initial(self) -> Theta:
         """The declared initial values as a theta dict."""

@@ -47,9 +47,8 @@ def rollout(model, T: int) -> ca.Function:
     Returns
     -------
     casadi.Function
-        ``simulate_T{T}(x0 (nx, 1), u (nu, T), p (np, 1)) -> (y (ny, T), x (nx, T))``; column
-        ``t`` of ``x`` is the state at sample ``t`` (``x[:, 0] = x0``). Works on numbers and on
-        MX symbols.
+        ``simulate_T{T}(x0 (nx, 1), u (nu, T), p (np, 1)) -> (y (ny, T), x (nx, T))``, ``x[:, 0] = x0``;
+        numeric or MX.
 
     Examples
     --------
@@ -125,7 +124,7 @@ def _inputs(model, u, horizon, batch: int | None):
 
 
 def simulate_output(model, theta, u=None, x0=None, *, horizon=None, return_states: bool = False):
-    """Noise-free free-run output of ``model`` at ``theta`` from ``x0`` (see the module docstring).
+    """Noise-free free-run output of ``model`` at ``theta`` from ``x0``.
 
     Parameters
     ----------
@@ -134,12 +133,10 @@ def simulate_output(model, theta, u=None, x0=None, *, horizon=None, return_state
     theta : dict or numpy.ndarray
         Parameters, name -> array, or the flat vector (np,).
     u : numpy.ndarray or list of numpy.ndarray, optional
-        Inputs (T, nu) for one trajectory; (B, T, nu) or a list of B arrays (T_b, nu) for a
-        batch; ``None`` when the model has no inputs (then give ``horizon``).
+        Inputs (T, nu); (B, T, nu) or a list of B arrays (T_b, nu) for a batch; ``None`` when nu = 0.
     x0 : numpy.ndarray, optional
-        Initial state(s) (nx,) for one trajectory, (B, nx) for a batch; default the model's
-        ``x1_mean`` (an error when it has none: estimate x0 with
-        [`estimate_initial_state`][ceem_casadi.estimate_initial_state]).
+        Initial state(s) (nx,) or (B, nx); default the model's ``x1_mean`` (else an error: estimate
+        x0 with [`estimate_initial_state`][ceem_casadi.estimate_initial_state]).
     horizon : int or list of int, optional
         Number of samples T when ``u`` is None (or B of them for a batch).
     return_states : bool
@@ -148,16 +145,13 @@ def simulate_output(model, theta, u=None, x0=None, *, horizon=None, return_state
     Returns
     -------
     y : numpy.ndarray or list of numpy.ndarray
-        (T, ny) for one trajectory, (B, T, ny) for an array batch (or ``u=None`` with x0
-        (B, nx)), a list of (T_b, ny) for a list batch. A diverging run gives inf/NaN entries
-        (no error).
+        (T, ny), (B, T, ny) for an array batch, a list of (T_b, ny) for a list batch; a diverging run
+        gives inf/NaN entries (no error).
     x : numpy.ndarray or list of numpy.ndarray
         Only with ``return_states``: the states, shaped like ``y`` with nx columns.
 
     Examples
     --------
-    The free-run output of x[t+1] = 0.5 x[t] + u[t], y = x from x[1] = 2:
-
     >>> import numpy as np
     >>> import ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(
