@@ -1,13 +1,6 @@
-"""The model: structure (states, inputs, outputs, named parameters), integrators, neural-network
-terms, noise-free simulation and the plain-array form of the model functions.
-
-    StateSpaceModel, Noise      gray-box model x+ = f(x, u, t; theta) + w, y = g(x, u, t; theta) + v
-    Param, Parameters           named parameters: shapes, bounds, free masks, priors
-    MLP                         a small neural network as CasADi expressions
-    simulate_output, rollout    noise-free free run
-    wiener, hammerstein,        block-oriented model families (linear blocks in companion form, a
-    wiener_hammerstein          static nonlinearity between them), conditioned for real records
-    check_columnwise            a map written for sample columns agrees with the model's own
+"""The model: ``StateSpaceModel`` and its ``Noise``, named parameters (``Param``, ``Parameters``), ``MLP``
+terms, the noise-free free run (``simulate_output``, ``rollout``), the block-oriented families (``wiener``,
+``hammerstein``, ``wiener_hammerstein``) and ``check_columnwise`` for maps written for sample columns.
 """
 from ._block_oriented import hammerstein, wiener, wiener_hammerstein
 from ._columns import check_columnwise

@@ -23,13 +23,7 @@ BASES = ("monomial", "chebyshev")   # basis of the polynomial nonlinearity
 # linear block: cascade of sections
 def sections(n: int) -> list[tuple[int, int]]:
     """``(offset, order)`` of the sections of an order-n block: second order, then one first order if n is odd."""
-    out, k = [], 0
-    while n - k >= 2:
-        out.append((k, 2))
-        k += 2
-    if n - k == 1:
-        out.append((k, 1))
-    return out
+    return [(k, 2) for k in range(0, n - 1, 2)] + ([(n - 1, 1)] if n % 2 else [])
 
 
 def _block_step(x, v, den, n: int) -> list:
@@ -197,6 +191,26 @@ def _static(nonlinearity, degree, hidden, theta0, seed, mlp_prior_std, scale, ga
     return t0, fp, f
 
 
+def _one_block(hammerstein: bool, n: int, feedthrough: bool, nonlinearity: str, static, gain: str, noise: dict):
+    """Wiener (f after G) or Hammerstein (f before G) model of one block of order n; ``static`` of `_static`."""
+    t0, fp, f = static
+    params = _block_params("g", n, feedthrough, t0.get("g_den"), t0.get("g_num")) + fp
+    d = 1.0 if feedthrough else 0.0
+
+    def block_input(u, p):
+        return f(p, u[0]) if hammerstein else u[0]
+
+    def step(x, u, p):
+        return ca.vertcat(*_block_step(x, block_input(u, p), p.g_den, n))
+
+    def observe(x, u, p):
+        y = _block_output(x, block_input(u, p), p.g_num, n, d, p.g_den, gain)
+        return y if hammerstein else f(p, y)
+
+    kind = "hammerstein" if hammerstein else "wiener"
+    return _model(step, observe, n, params, f"{kind}_{n}_{nonlinearity}", noise)
+
+
 def wiener(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "poly", degree: int = 3,
            hidden: int = 8, scale: float = 1.0, theta0: dict | None = None, seed: int = 0,
            mlp_prior_std: float | None = 1.0, process_std=1e-3, measurement_std=1e-2,
@@ -247,19 +261,9 @@ def wiener(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "poly",
     >>> model.nx, model.nu, model.ny
     (2, 1, 1)
     """
-    t0, fp, f = _static(nonlinearity, degree, hidden, theta0, seed, mlp_prior_std, scale, gain, basis, center,
-                        out_scale)
-    params = _block_params("g", n, feedthrough, t0.get("g_den"), t0.get("g_num")) + fp
-    d = 1.0 if feedthrough else 0.0
-
-    def step(x, u, p):
-        return ca.vertcat(*_block_step(x, u[0], p.g_den, n))
-
-    def observe(x, u, p):
-        return f(p, _block_output(x, u[0], p.g_num, n, d, p.g_den, gain))
-
-    return _model(step, observe, n, params, f"wiener_{n}_{nonlinearity}",
-                  dict(process_std=process_std, measurement_std=measurement_std, dt=dt))
+    static = _static(nonlinearity, degree, hidden, theta0, seed, mlp_prior_std, scale, gain, basis, center, out_scale)
+    return _one_block(False, n, feedthrough, nonlinearity, static, gain,
+                      dict(process_std=process_std, measurement_std=measurement_std, dt=dt))
 
 
 def hammerstein(n: int = 2, *, feedthrough: bool = False, nonlinearity: str = "poly", degree: int = 3,
@@ -291,19 +295,9 @@ basis, center, out_scale
     >>> model.nx, model.nu, model.ny
     (2, 1, 1)
     """
-    t0, fp, f = _static(nonlinearity, degree, hidden, theta0, seed, mlp_prior_std, scale, gain, basis, center,
-                        out_scale)
-    params = _block_params("g", n, feedthrough, t0.get("g_den"), t0.get("g_num")) + fp
-    d = 1.0 if feedthrough else 0.0
-
-    def step(x, u, p):
-        return ca.vertcat(*_block_step(x, f(p, u[0]), p.g_den, n))
-
-    def observe(x, u, p):
-        return _block_output(x, f(p, u[0]), p.g_num, n, d, p.g_den, gain)
-
-    return _model(step, observe, n, params, f"hammerstein_{n}_{nonlinearity}",
-                  dict(process_std=process_std, measurement_std=measurement_std, dt=dt))
+    static = _static(nonlinearity, degree, hidden, theta0, seed, mlp_prior_std, scale, gain, basis, center, out_scale)
+    return _one_block(True, n, feedthrough, nonlinearity, static, gain,
+                      dict(process_std=process_std, measurement_std=measurement_std, dt=dt))
 
 
 def wiener_hammerstein(n1: int = 2, n2: int = 2, *, feedthrough: tuple = (False, True), nonlinearity: str = "poly",
