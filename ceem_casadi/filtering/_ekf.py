@@ -14,7 +14,7 @@ from ..io._data import single_trajectory
 from ..runtime._compile import CompileCacheError, compile_functions, compiler, fallback_warning
 from ..runtime._linalg import BufferedCall
 from ..runtime._solve import check_deadline
-from ._kalman import correct, rts_smoother
+from ._kalman import forward, rts_smoother
 from ._result import FilterResult, as_cov
 
 log = logging.getLogger(__name__)
@@ -67,33 +67,18 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
     """
     nx, ny = model.nx, model.ny
     y, u = single_trajectory(model, y, u)
-    T = y.shape[0]
     Fj, Gj = _fns if _fns is not None else _jacobian_functions(model)
     Q, R, P = as_cov("Q", Q, nx), as_cov("R", R, ny), as_cov("Sigma0", Sigma0, nx)
-    x = np.asarray(x0, float).reshape(nx)
-    out = {k: np.empty(s) for k, s in dict(
-        y_pred=(T, ny), S=(T, ny, ny), x_pred=(T, nx), P_pred=(T, nx, nx), x_filt=(T, nx),
-        P_filt=(T, nx, nx), A=(max(T - 1, 0), nx, nx)).items()}
-    loglik = 0.0
-    for t in range(T):
-        out["x_pred"][t], out["P_pred"][t] = x, P
+
+    def observe(t, x):
         yp, C = Gj(x, u[t], theta_vec)
-        yp, C = np.asarray(yp).ravel(), np.asarray(C)
-        S = C @ P @ C.T + R
-        out["y_pred"][t], out["S"][t] = yp, S
-        obs = np.isfinite(y[t])
-        if obs.any():
-            x, P, ll = correct(x, P, y[t, obs] - yp[obs], C[obs], R[np.ix_(obs, obs)], S[np.ix_(obs, obs)])
-            loglik += ll
-        out["x_filt"][t], out["P_filt"][t] = x, P
-        if t < T - 1:
-            xn, A = Fj(x, u[t], theta_vec)
-            A = np.asarray(A)
-            x = np.asarray(xn).ravel()
-            P = A @ P @ A.T + Q
-            P = 0.5 * (P + P.T)
-            out["A"][t] = A
-    res = FilterResult(loglik=float(loglik), **out)
+        return np.asarray(yp).ravel(), np.asarray(C)
+
+    def advance(t, x):
+        xn, A = Fj(x, u[t], theta_vec)
+        return np.asarray(xn).ravel(), np.asarray(A)
+
+    res = forward(y, np.asarray(x0, float).reshape(nx), P, Q, R, observe, advance)
     if smooth:
         rts_smoother(res)
     return res

@@ -16,17 +16,40 @@ def _matrix(name: str, value, shape) -> np.ndarray:
     return a
 
 
-def correct(x, P, e, Co, Ro, So):
-    """Correction by the observed rows (Joseph form, symmetrised): innovation ``e`` (k,), their
-    observation rows ``Co`` (k, nx), noise ``Ro`` (k, k) and innovation covariance ``So`` (k, k).
-    Returns the corrected ``(x (nx,), P (nx, nx))`` and the log-likelihood term."""
-    L = np.linalg.cholesky(So)
-    K = np.linalg.solve(L.T, np.linalg.solve(L, Co @ P)).T  # P C^T S^-1
-    x = x + K @ e
-    IKC = np.eye(x.size) - K @ Co
-    P = IKC @ P @ IKC.T + K @ Ro @ K.T
-    alpha = np.linalg.solve(L, e)
-    return x, 0.5 * (P + P.T), -0.5 * (alpha @ alpha) - np.log(np.diag(L)).sum() - 0.5 * e.size * np.log(2 * np.pi)
+def forward(y, x, P, Q, R, observe, advance, linear: bool = False) -> FilterResult:
+    """The forward pass over ``y`` (T, ny) from ``x_{1|0} = x`` (nx,), ``P_{1|0} = P`` (nx, nx), with
+    ``observe(t, x) -> (y_pred, C)`` and ``advance(t, x) -> (x_next, A)``; ``linear``: the linear filter
+    (S symmetrised, no Jacobians kept). Conventions: docs/model_learning_notes.md."""
+    T, ny, nx = y.shape[0], y.shape[1], x.size
+    shapes = dict(y_pred=(T, ny), S=(T, ny, ny), x_pred=(T, nx), P_pred=(T, nx, nx), x_filt=(T, nx),
+                  P_filt=(T, nx, nx), A=(0 if linear else max(T - 1, 0), nx, nx))
+    out = {k: np.empty(shape) for k, shape in shapes.items()}
+    loglik, eye = 0.0, np.eye(nx)
+    for t in range(T):
+        out["x_pred"][t], out["P_pred"][t] = x, P
+        yp, C = observe(t, x)
+        S = C @ P @ C.T + R
+        out["y_pred"][t], out["S"][t] = yp, (0.5 * (S + S.T) if linear else S)
+        obs = np.isfinite(y[t])
+        if obs.any():
+            Co, Ro, e = C[obs], R[np.ix_(obs, obs)], y[t, obs] - yp[obs]
+            So = Co @ P @ Co.T + Ro if linear else S[np.ix_(obs, obs)]
+            L = np.linalg.cholesky(0.5 * (So + So.T) if linear else So)
+            K = np.linalg.solve(L.T, np.linalg.solve(L, Co @ P)).T  # P C^T S^-1
+            x = x + K @ e
+            IKC = eye - K @ Co
+            P = IKC @ P @ IKC.T + K @ Ro @ K.T
+            P = 0.5 * (P + P.T)
+            alpha = np.linalg.solve(L, e)
+            loglik += -0.5 * (alpha @ alpha) - np.log(np.diag(L)).sum() - 0.5 * obs.sum() * np.log(2 * np.pi)
+        out["x_filt"][t], out["P_filt"][t] = x, P
+        if t < T - 1:
+            x, A = advance(t, x)
+            P = A @ P @ A.T + Q
+            P = 0.5 * (P + P.T)
+            if not linear:
+                out["A"][t] = A
+    return FilterResult(loglik=float(loglik), **{**out, "A": None if linear else out["A"]})
 
 
 def kalman_filter(A, C, Q, R, y, u=None, *, B=None, D=None, x0, Sigma0,
@@ -80,27 +103,7 @@ def kalman_filter(A, C, Q, R, y, u=None, *, B=None, D=None, x0, Sigma0,
     D = np.zeros((ny, nu)) if D is None else _matrix("D", D, (ny, nu))
     Q, R, P = as_cov("Q", Q, nx), as_cov("R", R, ny), as_cov("Sigma0", Sigma0, nx)
     x = _matrix("x0", np.asarray(x0, float).ravel(), (nx,)).copy()
-    out = {k: np.empty(s) for k, s in dict(
-        y_pred=(T, ny), S=(T, ny, ny), x_pred=(T, nx), P_pred=(T, nx, nx), x_filt=(T, nx),
-        P_filt=(T, nx, nx)).items()}
-    loglik = 0.0
-    for t in range(T):
-        out["x_pred"][t], out["P_pred"][t] = x, P
-        yp = C @ x + D @ u[t]
-        S = C @ P @ C.T + R
-        out["y_pred"][t], out["S"][t] = yp, 0.5 * (S + S.T)
-        obs = np.isfinite(y[t])
-        if obs.any():
-            Co, Ro = C[obs], R[np.ix_(obs, obs)]
-            So = Co @ P @ Co.T + Ro
-            x, P, ll = correct(x, P, y[t, obs] - yp[obs], Co, Ro, 0.5 * (So + So.T))
-            loglik += ll
-        out["x_filt"][t], out["P_filt"][t] = x, P
-        if t < T - 1:
-            x = A @ x + B @ u[t]
-            P = A @ P @ A.T + Q
-            P = 0.5 * (P + P.T)
-    res = FilterResult(loglik=float(loglik), **out)
+    res = forward(y, x, P, Q, R, lambda t, x: (C @ x + D @ u[t], C), lambda t, x: (A @ x + B @ u[t], A), linear=True)
     if smooth:
         rts_smoother(res, A)
     return res
