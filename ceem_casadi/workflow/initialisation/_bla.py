@@ -49,6 +49,20 @@ def _subsets(groups, size: int):
                 yield set(idx)
 
 
+def _splittable(groups, size: int, two: bool, what: str) -> tuple[list, list]:
+    """The groups and their index sets of ``size`` roots for G1 (all of them for one block); while
+    there is none (size odd, only complex pairs left), the pair closest to the real axis becomes a
+    double real root at its real part."""
+    sets = list(_subsets(groups, size)) if two else [set(range(len(groups)))]
+    while not sets:
+        k = min((j for j, g in enumerate(groups) if len(g) == 2), key=lambda j: abs(np.angle(groups[j][0])))
+        logger.info("bla_initialise: no split with %d %s in G1; pair %s taken as a double real root", size, what,
+                    groups[k][0])
+        groups = groups[:k] + [np.array([complex(groups[k][0].real)])] * 2 + groups[k + 1:]
+        sets = list(_subsets(groups, size))
+    return groups, sets
+
+
 def _cat(groups, idx) -> np.ndarray:
     parts = [groups[i] for i in sorted(idx)]
     return np.concatenate(parts) if parts else np.zeros(0, complex)
@@ -215,20 +229,8 @@ def _split_table(bla, source, kind, data, skip, orders, fts, nonlinearity, degre
     n_zeros = [k - 1 + f for k, f in zip(orders, fts)]
     poles, zeros = _bla_roots(bla, sum(n_zeros))
     pg, zg = _groups(poles), _groups(zeros)
-    pole_sets = list(_subsets(pg, n1)) if two else [set(range(len(pg)))]
-    while not pole_sets:
-        # n1 odd and only complex pairs left for G1: the pair closest to the real axis becomes a double real pole
-        pairs = [k for k, g in enumerate(pg) if len(g) == 2]
-        k = min(pairs, key=lambda j: abs(np.angle(pg[j][0])))
-        logger.info("bla_initialise: no split with %d poles in G1; pair %s taken as a double real pole", n1, pg[k][0])
-        pg = pg[:k] + [np.array([complex(pg[k][0].real)])] * 2 + pg[k + 1:]
-        pole_sets = list(_subsets(pg, n1))
-    zero_sets = list(_subsets(zg, n_zeros[0])) if two else [set(range(len(zg)))]
-    while not zero_sets:
-        pairs = [k for k, g in enumerate(zg) if len(g) == 2]
-        k = min(pairs, key=lambda j: abs(np.angle(zg[j][0])))
-        zg = zg[:k] + [np.array([complex(zg[k][0].real)])] * 2 + zg[k + 1:]
-        zero_sets = list(_subsets(zg, n_zeros[0]))
+    pg, pole_sets = _splittable(pg, n1, two, "poles")
+    zg, zero_sets = _splittable(zg, n_zeros[0], two, "zeros")
     if len(pole_sets) * len(zero_sets) > max_splits:
         raise OptionsError(f"{len(pole_sets) * len(zero_sets)} splits to try, more than max_splits="
                                 f"{max_splits}; raise max_splits or lower the orders")

@@ -122,9 +122,8 @@ def estimate_frf(data: Trajectories, period: int, *, transient_periods: int = 1,
     Parameters
     ----------
     data : Trajectories
-        One input, one output (SISO), no missing outputs; every trajectory is one realisation (an
-        experiment with its own periodic input, e.g. a random-phase multisine), its length a
-        multiple of ``period``.
+        SISO, no missing outputs; every trajectory one realisation (e.g. a random-phase multisine),
+        its length a multiple of ``period``.
     period : int or "auto"
         Samples per period, N (>= 4); ``"auto"``: the smallest N with which every input is
         periodic (`detect_period`), refused when there is none.

@@ -136,12 +136,8 @@ def _weights(sd: np.ndarray, smooth: int) -> np.ndarray:
 
 def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool = True, smooth: int = 5,
             iterations: int = 50, tol: float = 1e-10) -> FRFFit:
-    """Fit ``B(z^-1) / A(z^-1)`` of order ``order`` to an FRF, weighted by its standard deviation.
-
-    Minimises ``sum_k |(G_k - B/A) / sigma_k|^2`` by Levenberg-Marquardt from several starts (the
-    Sanathanan-Koerner iterate and frequency-domain subspace estimates with 2 to 4 x order block
-    rows), each followed by the reflection of unstable poles into the unit circle with B refitted;
-    the lowest cost wins.
+    """Fit ``B(z^-1) / A(z^-1)`` of order ``order`` to an FRF: ``sum_k |(G_k - B/A) / sigma_k|^2`` by
+    Levenberg-Marquardt from several starts, unstable poles reflected, the lowest cost kept.
 
     Parameters
     ----------
@@ -154,9 +150,7 @@ def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool =
     feedthrough : bool
         Fit ``b[0]``; False fixes it to 0 (one sample of delay: a strictly proper BLA).
     smooth : int
-        The variance of G is averaged over ``2 smooth + 1`` neighbouring bins before weighting (it
-        varies slowly with frequency, and its estimate from a few realisations is rough;
-        0 = per bin).
+        The variance of G is averaged over ``2 smooth + 1`` neighbouring bins before weighting (0: per bin).
     iterations : int
         Largest number of Sanathanan-Koerner iterations.
     tol : float
