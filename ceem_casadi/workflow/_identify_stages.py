@@ -198,12 +198,9 @@ class Stages:
     def output_error(self, name, theta, starts, budget):
         t0 = time.perf_counter()
         try:
-            if isinstance(self.options, OutputErrorOptions):
-                res = refine_output_error(self.model, self.data, theta, shooting=self.shooting, starts=starts,
-                                          options=replace(self.options, time_limit=budget))
-            else:
-                res = output_error_least_squares(self.model, self.data, theta, shooting=self.shooting, starts=starts,
-                                                 options=replace(self.options, time_limit=budget))
+            fit = refine_output_error if isinstance(self.options, OutputErrorOptions) else output_error_least_squares
+            res = fit(self.model, self.data, theta, shooting=self.shooting, starts=starts,
+                      options=replace(self.options, time_limit=budget))
         except CeemError as exc:
             return self.failed(name, theta, t0, exc)
         message = res.message
