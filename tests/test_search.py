@@ -1,4 +1,6 @@
 """Structure search in identify (issue 31 items 1-3) and the identify / starts cases of issue 33."""
+import logging
+
 import casadi as ca
 import numpy as np
 import pytest
@@ -269,3 +271,15 @@ def test_a_final_refit_worse_than_the_users_model_is_never_returned(monkeypatch)
     assert res.model.params.size == 2 and res.search.structure == "user model"
     assert "did not reach the user's model's objective" in res.search.message
     assert res.best.objective == user_best
+
+
+def test_the_search_logs_one_line_per_candidate(caplog):
+    """The search reports its progress through logging (INFO, logger of workflow/_search.py): one
+    line per row of its table, the root included."""
+    with caplog.at_level(logging.INFO, logger="ceem_casadi.workflow._search"):
+        res = cc.identify(_user(), _truth_data(T=120), {"a": 0.5, "b": 0.5}, ceem=False, calibrate=False,
+                          search=SearchOptions(augmentations=("offset", "gain"), max_depth=1))
+    lines = [r.getMessage() for r in caplog.records if r.name == "ceem_casadi.workflow._search"]
+    assert len(lines) == len(res.search.rows) == 3
+    assert [ln.split(" depth ")[1].split(":")[0] for ln in lines] == [
+        "0 user model", "1 user model + offset", "1 user model + gain"]
