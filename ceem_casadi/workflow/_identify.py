@@ -17,6 +17,7 @@ from ..errors import OptionsError, ShapeError
 from ..io._data import Trajectories
 from ..io._validate import check_data
 from ..runtime._result import Result
+from ..runtime._schema import check_time_limit
 from ._identify_stages import StageFit, Stages, ceem_options_of, free_run_fit, oe_options_of, search_fit_options
 from ._search import structure_search
 from ._search_options import search_options
@@ -175,8 +176,7 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     (0.8, 'converged')
     """
     check_data(model, data)  # the one data check of every entry point (io/_validate.py)
-    if time_limit is not None and not (np.isfinite(time_limit) and time_limit > 0):
-        raise OptionsError(f"time_limit must be None or a finite number of seconds > 0, got {time_limit!r}")
+    check_time_limit(time_limit)
     for name, v in (("ceem", ceem), ("calibrate", calibrate)):
         if not (isinstance(v, bool) or v == "auto"):
             raise OptionsError(f"{name} must be True, False or 'auto', got {v!r}")
