@@ -104,7 +104,7 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
              ceem_options=None, shooting: int | None = None, options=None, calibrate: bool | str = "auto",
              noise_grid: Sequence[float] | None = None, noise_criterion: str = "innovation",
              search=None) -> IdentifyResult:
-    """Run the recommended sequence (module docstring) and return the best stage on the estimation data.
+    """Run the recommended sequence (docs/own_data.md, "The short route"); the best stage on the estimation data.
 
     Parameters
     ----------

@@ -60,7 +60,7 @@ def _split(data: Trajectories, holdout: float):
 
 
 class _Search:
-    """The state of one search (module docstring)."""
+    """The state of one search (docs/own_data.md, "How the search decides")."""
 
     def __init__(self, data, opts: SearchOptions, fit_options: OutputErrorOptions, expires):
         data = data.leading(policy.SEARCH_SAMPLES)  # long records: candidate fits stay cheap
@@ -213,7 +213,7 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
 
 
 def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all) -> SearchResult:
-    """Refit the chosen node on all of ``data`` (module docstring) and build the result."""
+    """Refit the chosen node on all of ``data`` (docs/own_data.md) and build the result."""
     user = (model, theta, x0, user_objective, "user model", "nothing beat the user's model on the estimation data",
             "n/a", 0)
     chosen = user

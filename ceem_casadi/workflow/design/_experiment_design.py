@@ -206,7 +206,7 @@ def _bounds(model, value, what: str) -> tuple[np.ndarray, np.ndarray]:
 
 def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, criterion: str = "D", x0=None,
                  starts=4, seed: int = 0, options: DesignOptions = DesignOptions()) -> InputDesign:
-    """The input sequence that maximises the information about the free parameters (module docstring).
+    """The input sequence that maximises the information about the free parameters (docs/control.md).
 
     Parameters
     ----------
@@ -311,7 +311,8 @@ def _rate(rate_bounds, nu: int):
     if rate_bounds is None:
         return None
     numeric = np.asarray(rate_bounds).dtype.kind in "iuf"  # text such as "3" is refused, not converted
-    rate = np.broadcast_to(np.asarray(rate_bounds, float), (nu,)) if numeric and np.size(rate_bounds) in (1, nu) else None
+    fits = numeric and np.size(rate_bounds) in (1, nu)
+    rate = np.broadcast_to(np.asarray(rate_bounds, float), (nu,)) if fits else None
     if rate is None or np.any(~(rate > 0)) or not np.all(np.isfinite(rate)):
         raise ShapeError(f"rate_bounds: expected a finite positive scalar or {nu} finite positive values "
                          f"(None: no rate bound), got {rate_bounds!r}")

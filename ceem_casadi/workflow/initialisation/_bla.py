@@ -224,7 +224,7 @@ def _bla_rms(A, B, C, D, data, skip: int, y_mean: float, u_mean: float) -> float
 def _split_table(bla, source, kind, data, skip, orders, fts, nonlinearity, degree, hidden_layer, gain, basis,
                  out_scale, max_splits) -> list:
     """Every split of one BLA's poles and zeros across the blocks, each with its least-squares
-    nonlinearity (steps 2-3 of the module docstring)."""
+    nonlinearity (steps 2-3 of docs/block_oriented.md)."""
     two, n1 = kind == "wiener_hammerstein", orders[0]
     n_zeros = [k - 1 + f for k, f in zip(orders, fts)]
     poles, zeros = _bla_roots(bla, sum(n_zeros))
@@ -254,7 +254,7 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
                    skip: int | None = None, max_splits: int = 5000, gain: str = "markov",
                    basis: str = "monomial", bla=None, n4sid_options: dict | None = None,
                    period: int | str | None = None, refine: bool = False, **model_kwargs) -> BLAInit:
-    """Initial theta of a block-oriented model from the best linear approximation (module docstring).
+    """Initial theta of a block-oriented model from the best linear approximation (docs/block_oriented.md).
 
     Parameters
     ----------

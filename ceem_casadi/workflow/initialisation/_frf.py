@@ -117,7 +117,7 @@ def detect_period(data: Trajectories, input_tol: float = 1e-6) -> int | None:
 
 def estimate_frf(data: Trajectories, period: int, *, transient_periods: int = 1, input_tol: float = 1e-6,
                  excitation_tol: float = 1e-6) -> FRF:
-    """Frequency response of the best linear approximation from periodic data (module docstring).
+    """Frequency response of the best linear approximation from periodic data (docs/block_oriented.md).
 
     Parameters
     ----------
