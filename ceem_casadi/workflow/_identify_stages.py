@@ -88,13 +88,6 @@ class StageFit(Result):
     message: str = field(default="", repr=False)
     rejected: str = ""
 
-    def to_dict(self) -> dict:
-        """JSON-ready dict."""
-        return dict(stage=self.stage, theta={k: np.asarray(v).tolist() for k, v in self.theta.items()},
-                    x0=np.asarray(self.x0).tolist(), objective=self.objective, rms=np.asarray(self.rms).tolist(),
-                    status=self.status, iterations=self.iterations, wall_s=self.wall_s, message=self.message,
-                    rejected=self.rejected)
-
 
 def free_run_fit(model, theta, data: Trajectories, x0) -> tuple[float, np.ndarray]:
     """Output-error objective and per-output RMS of the free runs from ``x0`` (B, nx)."""

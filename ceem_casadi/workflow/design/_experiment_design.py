@@ -13,7 +13,9 @@ import casadi as ca
 import numpy as np
 
 from ...errors import OptionsError, ParameterError, ShapeError
+from ...io._data import Trajectories
 from ...model._simulation import as_theta_vector, simulate_output
+from ...objective._identifiability import entry_names
 from ...runtime._best import BestIterate, checked_status
 from ...runtime._checks import count
 from ...runtime._model_cache import cached, noise_key
@@ -161,7 +163,6 @@ def fisher_information(model, theta, u, *, x0=None, process_noise: bool = False)
     u = _u_matrix(model, u, np.shape(u)[0])
     free = model.params.free_index
     if process_noise:
-        from ...io._data import Trajectories
         from ..assessment._uncertainty import reduced_hessian
         from ..assessment._uncertainty_options import UncertaintyOptions
 
@@ -177,8 +178,6 @@ def _check_information(model, free, infos: list) -> None:
     """Raise `ParameterError` naming the free parameters whose information is zero at every start
     (``infos``: (n, n) informations of the starts): the outputs do not depend on them, so no input
     can determine them and the criterion would only measure the regularisation."""
-    from ...objective._identifiability import entry_names
-
     diags = np.abs(np.array([np.diag(i) for i in infos], float))
     if not np.isfinite(diags).any():
         return  # not finite at any start: reported by design_input with its own message
@@ -285,8 +284,6 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
         raise ShapeError("design_input: the criterion is not finite at any start; check theta, x0 and the bounds")
     u = np.repeat(run.overall.x.reshape(nb, nu), hold, axis=0)[:T]
     info = np.asarray(info_fun(x0, u.T, theta_vec, scale), float) / np.outer(scale, scale)
-    from ...objective._identifiability import entry_names
-
     return InputDesign(u, criterion, run.chosen["value"], info, entry_names(model.params, free), run.chosen["status"],
                        run.table, x0)
 
