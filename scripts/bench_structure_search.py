@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
 import time
 
 import numpy as np
@@ -32,7 +33,7 @@ import ceem_casadi as cc
 from ceem_casadi.baselines import n4sid
 
 #: shared search settings (per record: time limit)
-SEARCH = dict(max_depth=3, beam=1, max_iters=100, progress=True)
+SEARCH = dict(max_depth=3, beam=1, max_iters=100)  # one line per candidate: logging at INFO (main)
 
 
 def _pad_starts(starts: np.ndarray, nx: int, fills) -> np.ndarray:
@@ -162,6 +163,8 @@ def main(argv=None) -> int:
     ap.add_argument("--wh-time", type=float, default=280.0)
     ap.add_argument("--smoke", action="store_true", help="short records and limits (for the tests)")
     a = ap.parse_args(argv)
+    logging.getLogger("ceem_casadi.workflow._search").setLevel(logging.INFO)
+    logging.basicConfig(format="%(message)s")
     wh_train, wh_test = 100_000, 20_000
     if a.smoke:
         a.tanks_time, a.sb_time, a.sb_samples, a.wh_time, wh_train, wh_test = 30.0, 30.0, 2000, 30.0, 2000, 1000

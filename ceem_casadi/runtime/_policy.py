@@ -33,6 +33,8 @@ WARM_LENGTH        20,000     samples per trajectory of that warm-start fit
 INIT_SAMPLES       100,000    `bla_initialise`: N4SID and the splits' least squares use at most
                               this many leading samples per trajectory
 REFINE_SAMPLES     20,000     `bla_initialise(refine=True)`: the output-error polish's samples
+SEARCH_SAMPLES     20,000     structure search (`identify(search=...)`): candidates are fitted on at
+                              most this many leading samples per trajectory, the chosen one on all
 =================  =========  ===============================================================
 """
 from __future__ import annotations
@@ -60,6 +62,7 @@ WARM_LENGTH = 20_000
 # the initialiser's least squares on at most this many leading samples (N4SID's LQ grows with T)
 INIT_SAMPLES = 100_000
 REFINE_SAMPLES = 20_000
+SEARCH_SAMPLES = 20_000
 
 FROM_POLICY = -1  # a function argument whose default is "the policy's value" (read at call time)
 

@@ -1,29 +1,7 @@
-"""Nested augmentations of a state-space model: the moves of the structure search.
-
-An augmentation takes a [`StateSpaceModel`][ceem_casadi.StateSpaceModel] with parameters ``theta``
-and returns a larger model whose new parameters start at values where it equals its parent: the
-augmented model at ``theta0`` (``theta`` plus the new terms at zero, extra states started where they
-change nothing) gives the parent's outputs exactly, so a fit started there can only improve on the
-parent's optimum. The new model composes the parent's ``f`` and ``g`` (CasADi Functions), so any
-model can be grown. With the parent's free run on the data (``Context``: centres and half-ranges
-of its outputs, inputs and states) the new terms act on scaled quantities:
-
-======================  ==========================================================================
-``offset``              ``y = g + c``                                              (ny)
-``gain``                ``y = g + k (g - yc)``                                     (ny)
-``output_poly``         ``y = g + yh sum_{k=0..d} c_k T_k((g - yc) / yh)``  (Chebyshev, ny (d+1):
-                        a static output curve, offset and gain included)
-``input_poly``          ``u -> u + uh sum_{k=0..d} c_k T_k((u - uc) / uh)``        (nu (d+1))
-``state_output``        ``y = g + yh C (x - xc) / xh``                             (ny nx)
-``lowpass_output``      extra state ``z+ = a z + (1 - a) g``, ``y = g + c (z - g)``  (a in [0, 0.99])
-``lowpass_input``       extra state ``z+ = a z + (1 - a) u``, ``u -> u + c (z - u)``
-``mlp_output``          ``y = g + yh MLP(s)``, ``s = ((x - xc) / xh, (u - uc) / uh)``  (tanh, width w)
-``mlp_state``           ``x+ = f + dxh MLP(s)`` (a learned residual of the dynamics: physics + learned)
-``poly_degree``         block-oriented models of `bla_initialise` (polynomial f in its Chebyshev or
-                        monomial basis): the degree raised by ``degree``, the new coefficients at 0
-======================  ==========================================================================
-
-(``c``, ``k``, ``C`` and the MLPs' output layers start at 0; an MLP's first layer is seeded Glorot.)
+"""Nested augmentations of a state-space model: the moves of the structure search. Each returns a
+larger model that, with its new parameters at their start (zero terms, extra states started where
+they change nothing), gives its parent's outputs exactly, so a fit started there can only improve on
+the parent's optimum. The table of moves is in docs/own_data.md ("How the search decides").
 """
 from __future__ import annotations
 
@@ -79,18 +57,12 @@ def _centre_half(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def context_of(model, theta, x0: np.ndarray, data) -> Context:
     """The `Context` of ``model`` at ``theta`` from its free runs from ``x0`` (B, nx) on ``data``."""
     tv = model.params.to_vector(theta)
-    ys, xs, dxs, us = [], [], [], []
-    for b in range(len(data)):
-        u = data.inputs(b)
-        y, x = run(model, tv, np.asarray(x0[b], float), u)
-        ys.append(y)
-        xs.append(x)
-        dxs.append(np.diff(x, axis=0))
-        us.append(u)
+    us = [data.inputs(b) for b in range(len(data))]
+    ys, xs = zip(*(run(model, tv, np.asarray(x0[b], float), us[b]) for b in range(len(data))))
     yc, yh = _centre_half(np.vstack(ys))
     uc, uh = _centre_half(np.vstack(us))
     xc, xh = _centre_half(np.vstack(xs))
-    dx = np.vstack(dxs)
+    dx = np.vstack([np.diff(x, axis=0) for x in xs])
     dxh = np.nanstd(dx, axis=0) if dx.shape[0] > 1 else np.ones(model.nx)
     dxh = np.where(np.isfinite(dxh) & (dxh > 0), dxh, np.maximum(1e-3 * xh, 1e-12))
     return Context(yc, yh, uc, uh, xc, xh, dxh)
@@ -111,7 +83,7 @@ class Grown:
 
 @dataclass(frozen=True)
 class Augmentation:
-    """One move of the structure search (the table of the module docstring).
+    """One move of the structure search (the table of docs/own_data.md, "How the search decides").
 
     Parameters
     ----------
@@ -145,10 +117,10 @@ class Augmentation:
     def __post_init__(self):
         if self.kind not in AUGMENTATIONS:
             raise OptionsError(f"augmentation kind must be one of {sorted(AUGMENTATIONS)}, got {self.kind!r}")
-        if isinstance(self.degree, bool) or not isinstance(self.degree, int) or self.degree < 2:
-            raise OptionsError(f"degree must be an int >= 2, got {self.degree!r}")
-        if isinstance(self.width, bool) or not isinstance(self.width, int) or self.width < 1:
-            raise OptionsError(f"width must be an int >= 1, got {self.width!r}")
+        for name, low in (("degree", 2), ("width", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise OptionsError(f"{name} must be an int >= {low}, got {v!r}")
 
     @property
     def label(self) -> str:
@@ -232,7 +204,7 @@ class _FirstValues:
 
 
 def augment(aug: Augmentation, parent, theta, x0, data, ctx: Context, tag: str) -> Grown:
-    """Grow ``parent`` at its optimum ``(theta, x0)`` by ``aug`` (module docstring); the child's start
+    """Grow ``parent`` at its optimum ``(theta, x0)`` by ``aug`` (docs/own_data.md); the child's start
     is ``lift(theta, x0, data)``. ``tag`` prefixes the new parameter names (unique per search)."""
     k, ny, nu, nx = aug.kind, parent.ny, parent.nu, parent.nx
     if k == "poly_degree":
@@ -327,6 +299,6 @@ def _raise_degree(parent, theta, x0, data, extra: int) -> Grown:
     return Grown(model, model.params.validate(th0), x00, lift, extra)
 
 
-#: every kind of `Augmentation` (module docstring)
+#: every kind of `Augmentation` (docs/own_data.md)
 AUGMENTATIONS = ("offset", "gain", "output_poly", "input_poly", "state_output", "lowpass_output", "lowpass_input",
                  "mlp_output", "mlp_state", "poly_degree")

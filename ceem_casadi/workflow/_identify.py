@@ -1,31 +1,8 @@
-"""One recommended identification pipeline, and a structure comparison on estimation data only.
-
-`identify` runs, within one time budget,
-
-1. the start: ``theta0`` with initial states from
-   [`estimate_initial_state`][ceem_casadi.estimate_initial_state];
-2. output error by the Levenberg-Marquardt engine from ``theta0`` (and from every ``starts=``
-   entry, or ``starts=n`` seeded log-uniform starts: multi-start; the table says which won);
-3. CE-EM ([`ceem`][ceem_casadi.ceem]) from ``theta0`` and output error from its estimate, when it
-   can pay (``ceem="auto"``, the default: only when the start does not simulate on the estimation
-   data or output error from it did not converge; the table says why it ran or was skipped);
-4. with ``calibrate`` a noise-calibration stage ([`calibrate_noise`][ceem_casadi.calibrate_noise]
-   from the CE-EM estimate), accepted only when it lowers the CE-EM stage's estimation objective
-   without pinning a parameter at a bound (`ceem_casadi.workflow._identify_noise`), then output error
-   from it (``calibrate="auto"``: only when CE-EM ran and its estimate simulates better than output
-   error's from ``theta0``, the only case where a better CE-EM fit can change the outcome);
-5. with ``search=`` the structure search (`ceem_casadi.workflow._search`): the model grown by nested
-   augmentations from the best stage, chosen by an information criterion AND a held-back tail of
-   the estimation data, never with a higher estimation objective than the user's model;
-
-and returns the stage with the lowest output-error objective on the ESTIMATION data (the free
-run from each trajectory's fitted initial state, ``0.5 sum ((y - yhat) / sigma_v)^2``), never
-choosing on test data, with a table of every stage's estimation figures. Output error does the
-work when the model can simulate the record (no unmeasured disturbances): on real records the
-issue measured it ahead of CE-EM (coupled electric drives: 0.18 against 0.69 test RMS); CE-EM
-helps when the start is far and the states are observable, and gives output error a better start.
-
-`compare_structures` (`ceem_casadi.workflow._structures`) compares structures written by hand.
+"""The recommended identification pipeline, `identify`: output error from ``theta0`` (with
+multi-starts), CE-EM and the noise calibration where they can pay, and the structure search, within
+one time budget; the stage with the lowest output-error objective on the ESTIMATION data wins. The
+stages are run by `ceem_casadi.workflow._identify_stages`; docs/own_data.md ("The short route") and
+docs/choosing.md explain when each runs, with measured figures.
 """
 from __future__ import annotations
 
@@ -40,6 +17,7 @@ from ..errors import OptionsError, ShapeError
 from ..io._data import Trajectories
 from ..io._validate import check_data
 from ..runtime._result import Result
+from ..runtime._schema import check_time_limit
 from ._identify_stages import StageFit, Stages, ceem_options_of, free_run_fit, oe_options_of, search_fit_options
 from ._search import structure_search
 from ._search_options import search_options
@@ -126,7 +104,7 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
              ceem_options=None, shooting: int | None = None, options=None, calibrate: bool | str = "auto",
              noise_grid: Sequence[float] | None = None, noise_criterion: str = "innovation",
              search=None) -> IdentifyResult:
-    """Run the recommended sequence (module docstring) and return the best stage on the estimation data.
+    """Run the recommended sequence (docs/own_data.md, "The short route"); the best stage on the estimation data.
 
     Parameters
     ----------
@@ -141,36 +119,31 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
         CE-EM gets half of the stages' budget left after output error from ``theta0`` (a third with
         the calibration, which gets half of what then remains).
     starts : int or sequence of dict, optional
-        More starting parameter sets for the output-error stage from ``theta0`` (multi-start); an
-        int n: n seeded log-uniform starts around ``theta0`` within the bounds
-        ([`log_uniform_starts`][ceem_casadi.workflow.log_uniform_starts] with ``seed``).
+        More starting parameter sets for the output-error stage from ``theta0``; an int n: n
+        seeded log-uniform starts ([`log_uniform_starts`][ceem_casadi.workflow.log_uniform_starts]).
     seed : int
         Seed of ``starts=n``.
     ceem : bool or "auto"
         Run the CE-EM stage (and output error from its estimate): True always, False never,
-        ``"auto"`` only when the start's free run is not finite on the estimation data or output
-        error from ``theta0`` did not converge (the table says why it ran or was skipped).
+        ``"auto"`` only when the start does not simulate or output error from ``theta0`` did not converge.
     ceem_options : CEEMOptions or dict, optional
-        Options of the CE-EM stage (a dict goes through
-        [`CEEMOptions.from_mapping`][ceem_casadi.CEEMOptions.from_mapping]; its ``time_limit`` is
-        set from the budget).
+        Options of the CE-EM stage (a dict: [`CEEMOptions.from_mapping`][ceem_casadi.CEEMOptions.from_mapping];
+        its ``time_limit`` is set from the budget).
     shooting : int, optional
         Multiple shooting segment length of the output-error stages (``None``: single shooting).
     options : LeastSquaresOptions or OutputErrorOptions, optional
         Options of the output-error stages (their ``time_limit`` is set from the budget).
     calibrate : bool or "auto"
-        With CE-EM run: a noise-calibration stage ([`calibrate_noise`][ceem_casadi.calibrate_noise]
-        from the CE-EM estimate over ``noise_grid``), accepted only when its free run lowers the
-        estimation objective of the CE-EM stage without pinning a parameter at a bound (else the
-        table says it was rejected, and why); when accepted, output error also runs from it.
-        ``"auto"``: only when the CE-EM estimate simulates better than output error's from ``theta0``.
+        After CE-EM, a noise-calibration stage ([`calibrate_noise`][ceem_casadi.calibrate_noise] over
+        ``noise_grid``), kept only when it lowers the CE-EM stage's estimation objective without
+        pinning a parameter at a bound; ``"auto"``: only when CE-EM simulates better than output error.
     noise_grid : sequence of float, optional
         Multipliers of the model's ``process_std`` tried by the calibration (default ``(0.1, 10)``).
     noise_criterion : str
         Its criterion, ``"innovation"`` or ``"holdout"`` (both on the estimation data).
     search : bool, SearchOptions or list, optional
-        The structure search from the best stage (`ceem_casadi.workflow._search`): True (default
-        moves), a [`SearchOptions`][ceem_casadi.workflow.SearchOptions], or a list of moves
+        The structure search from the best stage: True (default moves), a
+        [`SearchOptions`][ceem_casadi.workflow.SearchOptions], or a list of moves
         ([`Augmentation`][ceem_casadi.workflow.Augmentation] or kind names) and/or ``(name, model,
         theta)`` structures of your own. ``result.model`` is then the chosen model.
 
@@ -203,8 +176,7 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     (0.8, 'converged')
     """
     check_data(model, data)  # the one data check of every entry point (io/_validate.py)
-    if time_limit is not None and not (np.isfinite(time_limit) and time_limit > 0):
-        raise OptionsError(f"time_limit must be None or a finite number of seconds > 0, got {time_limit!r}")
+    check_time_limit(time_limit)
     for name, v in (("ceem", ceem), ("calibrate", calibrate)):
         if not (isinstance(v, bool) or v == "auto"):
             raise OptionsError(f"{name} must be True, False or 'auto', got {v!r}")

@@ -1,17 +1,6 @@
-"""The noise-calibration stage of `identify` and its acceptance test (estimation data only).
-
-CE-EM fits for given noise levels; a badly set process noise biases its parameters (too large: the
-states follow the measurements and the dynamics are fitted to noisy states). The stage runs
-[`calibrate_noise`][ceem_casadi.calibrate_noise] from the CE-EM estimate, then judges the calibrated
-fit on the yardstick of every stage of `identify`, the output-error objective of its free run on
-the estimation data, against the CE-EM stage at the model's own noise. It is **accepted** only when
-
-1. that objective is lower than the CE-EM stage's, and
-2. no free parameter that is inside its bounds in the CE-EM stage sits at a bound after
-   calibration (a parameter pinned at its bound is the symptom the issue measured on a drive
-   record, where the calibrated fit simulated worse on test data).
-
-A rejected stage stays in the table with the reason and is never chosen.
+"""The noise-calibration stage of `identify` and its acceptance test (estimation data only): the
+calibrated fit is kept only when its free run lowers the CE-EM stage's output-error objective and it
+pins no free parameter at a bound that CE-EM left inside (docs/own_data.md, the noise-calibration row).
 """
 from __future__ import annotations
 
@@ -36,11 +25,7 @@ def at_bounds(model, theta, rtol: float = 1e-6) -> set[str]:
     tol = rtol * np.maximum(width, 1.0)
     hit = (np.isfinite(lo) & (v <= lo + tol)) | (np.isfinite(hi) & (v >= hi - tol))
     hit &= model.params.free_mask
-    names = []
-    for name in model.params.names:
-        if np.any(hit[model.params.slice(name)]):
-            names.append(name)
-    return set(names)
+    return {name for name in model.params.names if np.any(hit[model.params.slice(name)])}
 
 
 def calibration_stage(model, data, theta, ceem_options, grid, criterion: str, budget: float | None):

@@ -1,19 +1,9 @@
-"""The stages of [`identify`][ceem_casadi.identify], when each runs, and why (the table says).
-
-Stages that pay: CE-EM and the noise calibration cost most of `identify`'s time and, on a model
-meant for simulation whose start simulates, they rarely win (issue 31: 60-142 s of 64-142 s on two
-real records, never chosen). With ``ceem="auto"`` CE-EM runs only when
-
-- the start does not simulate: its free run on the estimation data is not finite or its RMS is
-  above ``SIMULATES`` = 10 x the RMS of the measured output (output error starts in a region
-  where its gradient says little, CE-EM's smoothed states follow the data), or
-- output error from ``theta0`` (and its multi-starts) did not converge (a stall, a limit, a failure);
-
-and with ``calibrate="auto"`` the calibration runs only after CE-EM, when the CE-EM estimate's free
-run is better than output error's from ``theta0`` (otherwise a better CE-EM fit cannot change the
-choice: output error from it is the contender either way). A skipped stage stays in the table with
-the reason; a stage that fails (a start whose simulation explodes, a solver failure) is a row with
-its advice, never the end of the pipeline.
+"""The stages of [`identify`][ceem_casadi.identify], when each runs, and why (the table says). With
+``ceem="auto"`` CE-EM runs only when the start does not simulate (free run not finite, or its RMS
+above ``SIMULATES`` x the measured output's spread) or output error from ``theta0`` did not converge;
+with ``calibrate="auto"`` the calibration runs only after CE-EM, when its estimate simulates better
+than output error's from ``theta0`` (docs/choosing.md). A skipped or failed stage stays in the table
+with the reason and its advice, never ending the pipeline.
 """
 from __future__ import annotations
 
@@ -69,9 +59,7 @@ class StageFit(Result):
     message : str
         What happened.
     rejected : str
-        Why the stage cannot be chosen ("" when it can): a noise-calibration stage that did not
-        lower the estimation objective or pinned a parameter at a bound
-        (`ceem_casadi.workflow._identify_noise`).
+        Why the stage cannot be chosen ("" when it can).
 
     Examples
     --------
@@ -99,13 +87,6 @@ class StageFit(Result):
     wall_s: float
     message: str = field(default="", repr=False)
     rejected: str = ""
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict."""
-        return dict(stage=self.stage, theta={k: np.asarray(v).tolist() for k, v in self.theta.items()},
-                    x0=np.asarray(self.x0).tolist(), objective=self.objective, rms=np.asarray(self.rms).tolist(),
-                    status=self.status, iterations=self.iterations, wall_s=self.wall_s, message=self.message,
-                    rejected=self.rejected)
 
 
 def free_run_fit(model, theta, data: Trajectories, x0) -> tuple[float, np.ndarray]:
@@ -170,31 +151,32 @@ class Stages:
 
     def __init__(self, model, data, shooting, options):
         self.model, self.data, self.shooting, self.options = model, data, shooting, options
-        self.stages, self._stage, self._fit, self.errors = [], StageFit, free_run_fit, []
+        self.stages, self.errors = [], []
+
+    def row(self, *args):
+        """Append ``StageFit(*args)`` to the table and return it."""
+        self.stages.append(StageFit(*args))
+        return self.stages[-1]
 
     def add(self, stage, theta, x0, status, iterations, t0, message="", rejected=""):
-        obj, rms = self._fit(self.model, theta, self.data, x0)
+        obj, rms = free_run_fit(self.model, theta, self.data, x0)
         if str(status) == "diverged" and not rejected:  # never chosen, whatever its objective
             rejected = "diverged: the free run explodes; try multiple shooting (shooting=k) or another start"
-        row = self._stage(stage, theta, np.asarray(x0, float), obj, rms, str(status), int(iterations),
-                          time.perf_counter() - t0, message, rejected)
-        self.stages.append(row)
-        return row
+        return self.row(stage, theta, np.asarray(x0, float), obj, rms, str(status), int(iterations),
+                        time.perf_counter() - t0, message, rejected)
+
+    def not_run(self, stage, theta, status, seconds, message, rejected):
+        m = self.model
+        return self.row(stage, theta, np.zeros((len(self.data), m.nx)), np.inf, np.full(m.ny, np.inf), status, 0,
+                        seconds, message, rejected)
 
     def failed(self, stage, theta, t0, exc, rejected=""):
         self.errors.append(exc)
-        m = self.model
-        row = self._stage(stage, theta, np.zeros((len(self.data), m.nx)), np.inf, np.full(m.ny, np.inf),
-                          "solver_failed", 0, time.perf_counter() - t0, f"{_first_line(exc)}; {ADVICE}", rejected)
-        self.stages.append(row)
-        return row
+        return self.not_run(stage, theta, "solver_failed", time.perf_counter() - t0, f"{_first_line(exc)}; {ADVICE}",
+                            rejected)
 
     def skipped(self, stage, theta, reason):
-        m = self.model
-        row = self._stage(stage, theta, np.zeros((len(self.data), m.nx)), np.inf, np.full(m.ny, np.inf), "skipped",
-                          0, 0.0, "", reason)
-        self.stages.append(row)
-        return row
+        return self.not_run(stage, theta, "skipped", 0.0, "", reason)
 
     def start(self, theta0):
         from ._initial_state import estimate_initial_state
@@ -209,12 +191,9 @@ class Stages:
     def output_error(self, name, theta, starts, budget):
         t0 = time.perf_counter()
         try:
-            if isinstance(self.options, OutputErrorOptions):
-                res = refine_output_error(self.model, self.data, theta, shooting=self.shooting, starts=starts,
-                                          options=replace(self.options, time_limit=budget))
-            else:
-                res = output_error_least_squares(self.model, self.data, theta, shooting=self.shooting, starts=starts,
-                                                 options=replace(self.options, time_limit=budget))
+            fit = refine_output_error if isinstance(self.options, OutputErrorOptions) else output_error_least_squares
+            res = fit(self.model, self.data, theta, shooting=self.shooting, starts=starts,
+                      options=replace(self.options, time_limit=budget))
         except CeemError as exc:
             return self.failed(name, theta, t0, exc)
         message = res.message

@@ -1,30 +1,12 @@
-"""Structure search on estimation data only: grow the user's model by nested augmentations.
-
-Every estimation trajectory (its first ``max_samples`` samples on long records) is cut into a
-**head** (the first ``1 - holdout``) and a held-back **tail**. The root is the user's model fitted on the heads (warm: from its optimum on all the
-estimation data). From the best node, every move of ``SearchOptions.augmentations``
-(`ceem_casadi.workflow._augment`) grows a child that starts AT its parent's optimum (new terms at
-zero: the child starts with its parent's objective) and is fitted by output error
-([`refine_output_error`][ceem_casadi.refine_output_error]) on the heads. A child is **accepted**
-when both
-
-1. its information criterion on the heads (AIC ``N ln(mse) + 2 k`` or BIC ``N ln(mse) + k ln N``;
-   N observed outputs, mse the mean squared error weighted by ``1 / sigma_v``, k free parameters
-   plus initial states) is lower than its parent's, and
-2. its free run continued over the held-back tails (from the head fit's initial states, no
-   refit) has a lower weighted RMS than its parent's;
-
-the accepted child with the lowest criterion is expanded next (``beam`` children with ``beam > 1``),
-up to ``max_depth`` moves, while the time lasts. The chosen structure is the accepted node with the
-lowest criterion (the user's model if none was accepted). It is refitted on ALL the estimation data
-from its head optimum and, if that is not already at least as good as the user's model there, from
-the user's optimum lifted into it (new terms at zero); the search returns the user's model unless
-the refit's objective on all the estimation data is not above the user's model's. Test data never
-enter: the search is given the estimation Trajectories only.
+"""Structure search on estimation data only: grow the user's model by nested augmentations
+(`ceem_casadi.workflow._augment`), fit each child on the heads of the estimation trajectories, accept
+it when its information criterion AND its free run over the held-back tails beat its parent's, and
+refit the chosen structure on all the estimation data, never above the user's model's objective.
+docs/own_data.md ("How the search decides") has the rules.
 """
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from dataclasses import replace
 
@@ -33,11 +15,14 @@ import numpy as np
 from ..errors import CeemError
 from ..io._data import Trajectories
 from ..model._simulation import run
+from ..runtime import _policy as policy
 from ._augment import augment, context_of
 from ._search_options import SearchOptions, SearchResult
 from .output_error import OutputErrorOptions, refine_output_error
 
 __all__ = ["free_run_errors", "objective_of", "structure_search"]
+
+logger = logging.getLogger(__name__)
 
 #: how often a move may appear on one path (the polynomial moves compose into higher degrees)
 REPEATS = {"output_poly": 2, "input_poly": 2, "poly_degree": 3}
@@ -75,11 +60,10 @@ def _split(data: Trajectories, holdout: float):
 
 
 class _Search:
-    """The state of one search (module docstring)."""
+    """The state of one search (docs/own_data.md, "How the search decides")."""
 
     def __init__(self, data, opts: SearchOptions, fit_options: OutputErrorOptions, expires):
-        # long records: the search runs on the first max_samples samples of every trajectory
-        data = data if opts.max_samples is None else data.leading(opts.max_samples)
+        data = data.leading(policy.SEARCH_SAMPLES)  # long records: candidate fits stay cheap
         self.data, self.opts, self.fit_options, self.expires = data, opts, fit_options, expires
         self.head, self.cuts = _split(data, opts.holdout)
         self.rows, self.t0, self.count = [], time.perf_counter(), 0
@@ -110,10 +94,9 @@ class _Search:
 
     def node(self, label, model, theta, x0, lifts, parent, t0, status="", message=""):
         obj, ic, tail, k = self.score(model, theta, x0)
-        node = dict(structure=label, model=model, theta=theta, x0=np.asarray(x0, float), lifts=lifts, parent=parent,
+        return dict(structure=label, model=model, theta=theta, x0=np.asarray(x0, float), lifts=lifts, parent=parent,
                     k=k, objective=obj, ic=ic, tail=tail, status=status, verdict="", wall_s=time.perf_counter() - t0,
                     message=message)
-        return node
 
     def judge(self, child, parent) -> bool:
         if not np.isfinite(child["ic"]):
@@ -130,21 +113,18 @@ class _Search:
 
     def log(self, row, depth):
         self.rows.append(row)
-        if self.opts.progress:
-            print(f"search [{len(self.rows)}] depth {depth} {row['structure']}: k={row['k']} objective "
-                  f"{row['objective']:.6g} {self.opts.criterion.upper()} {row['ic']:.6g} tail {row['tail']:.4g} "
-                  f"{row['status']} {row['wall_s']:.1f} s -> {row['verdict']}", file=sys.stderr, flush=True)
+        logger.info("search [%d] depth %d %s: k=%d objective %.6g %s %.6g tail %.4g %s %.1f s -> %s", len(self.rows),
+                    depth, row["structure"], row["k"], row["objective"], self.opts.criterion.upper(), row["ic"],
+                    row["tail"], row["status"], row["wall_s"], row["verdict"])
 
-    def grow(self, parent, aug, depth, budget):
+    def candidate(self, label, parent, depth, budget, build):
+        """Fit the child ``build() -> (model, theta, x0, lifts)`` on the heads, judge it against
+        ``parent`` and log it; the child when accepted, else None."""
         t0 = time.perf_counter()
-        self.count += 1
-        label = f"{parent['structure']} + {aug.label}"
         try:
-            ctx = context_of(parent["model"], parent["theta"], parent["x0"], self.head)
-            g = augment(aug, parent["model"], parent["theta"], parent["x0"], self.head, ctx, f"s{self.count}")
-            res = self.fit(g.model, g.theta, g.x0, self.head, budget)
-            child = self.node(label, g.model, res.theta, res.x0, parent["lifts"] + [g.lift], parent, t0,
-                              str(res.status), res.message)
+            model, theta, x0, lifts = build()
+            res = self.fit(model, theta, x0, self.head, budget)
+            child = self.node(label, model, res.theta, res.x0, lifts, parent, t0, str(res.status), res.message)
         except (CeemError, RuntimeError) as exc:  # a move that cannot be built or fitted is reported
             child = dict(structure=label, k=0, objective=np.inf, ic=np.inf, tail=np.inf, status="solver_failed",
                          verdict=f"rejected: {str(exc).splitlines()[0][:120]}", wall_s=time.perf_counter() - t0)
@@ -154,20 +134,19 @@ class _Search:
         self.log(child, depth)
         return child if ok else None
 
+    def grow(self, parent, aug, depth, budget):
+        self.count += 1
+        tag = f"s{self.count}"
+
+        def build():
+            ctx = context_of(parent["model"], parent["theta"], parent["x0"], self.head)
+            g = augment(aug, parent["model"], parent["theta"], parent["x0"], self.head, ctx, tag)
+            return g.model, g.theta, g.x0, parent["lifts"] + [g.lift]
+        return self.candidate(f"{parent['structure']} + {aug.label}", parent, depth, budget, build)
+
     def user_candidate(self, name, model, theta, root, budget):
-        t0 = time.perf_counter()
         theta = model.params.initial() if theta is None else model.params.validate(theta)
-        try:
-            res = self.fit(model, theta, None, self.head, budget)
-            child = self.node(name, model, res.theta, res.x0, None, root, t0, str(res.status), res.message)
-        except (CeemError, RuntimeError) as exc:
-            child = dict(structure=name, k=0, objective=np.inf, ic=np.inf, tail=np.inf, status="solver_failed",
-                         verdict=f"rejected: {str(exc).splitlines()[0][:120]}", wall_s=time.perf_counter() - t0)
-            self.log(child, 1)
-            return None
-        ok = self.judge(child, root)
-        self.log(child, 1)
-        return child if ok else None
+        return self.candidate(name, root, 1, budget, lambda: (model, theta, None, None))
 
     def budget(self, left: int):
         rem = self.remaining()
@@ -188,19 +167,10 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
                      fit_options: OutputErrorOptions = OutputErrorOptions(), expires: float | None = None,
                      user_objective: float | None = None) -> SearchResult:
     """Search structures grown from ``model`` at its optimum ``(theta, x0)`` on the estimation
-    ``data`` (module docstring); ``expires`` a ``time.perf_counter()`` deadline (or ``options.time_limit``).
-
-    Returns
-    -------
-    SearchResult
-        The chosen model, its fit on all of ``data`` (objective never above ``user_objective``, the
-        user's model's objective on ``data`` at ``(theta, x0)``), and the table of every candidate.
-    """
+    ``data`` until ``expires`` (a ``time.perf_counter()`` deadline); the result's objective on all of
+    ``data`` is never above ``user_objective`` (the user's model's at ``(theta, x0)``)."""
     t_all = time.perf_counter()
     options = SearchOptions() if options is None else options
-    if options.time_limit is not None:
-        own = t_all + options.time_limit
-        expires = own if expires is None else min(expires, own)
     s = _Search(data, options, fit_options, expires)
     theta = model.params.validate(theta)
     x0 = np.asarray(x0, float).reshape(len(data), model.nx)
@@ -243,7 +213,7 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
 
 
 def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all) -> SearchResult:
-    """Refit the chosen node on all of ``data`` (module docstring) and build the result."""
+    """Refit the chosen node on all of ``data`` (docs/own_data.md) and build the result."""
     user = (model, theta, x0, user_objective, "user model", "nothing beat the user's model on the estimation data",
             "n/a", 0)
     chosen = user

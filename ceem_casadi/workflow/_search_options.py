@@ -8,14 +8,14 @@ import numpy as np
 
 from ..errors import OptionsError
 from ..runtime._result import Result
-from ..runtime._schema import check_time_limit, renamed, require
+from ..runtime._schema import renamed, require
 from ._augment import Augmentation
 
 __all__ = ["DEFAULT_AUGMENTATIONS", "SearchOptions", "SearchResult", "search_options"]
 
 #: the moves tried from every node by default (`ceem_casadi.workflow._augment`)
-DEFAULT_AUGMENTATIONS = (Augmentation("poly_degree", degree=4), Augmentation("offset"), Augmentation("gain"), Augmentation("output_poly", degree=3),
-                         Augmentation("input_poly", degree=3), Augmentation("state_output"),
+DEFAULT_AUGMENTATIONS = (Augmentation("poly_degree", degree=4), Augmentation("offset"), Augmentation("gain"),
+                         Augmentation("output_poly", degree=3), Augmentation("input_poly", degree=3), Augmentation("state_output"),
                          Augmentation("lowpass_output"), Augmentation("lowpass_input"),
                          Augmentation("mlp_output", width=8), Augmentation("mlp_state", width=8))
 
@@ -25,21 +25,20 @@ DEFAULT_AUGMENTATIONS = (Augmentation("poly_degree", degree=4), Augmentation("of
 class SearchOptions:
     """Options of the structure search of [`identify`][ceem_casadi.identify] (``search=``).
 
+    The search's time is what [`identify`][ceem_casadi.identify]'s ``time_limit`` leaves; it runs on
+    the first ``SEARCH_SAMPLES`` = 20,000 samples of every trajectory (`ceem_casadi.runtime._policy`)
+    and logs one line per candidate (logger ``ceem_casadi.workflow._search``, level INFO).
+
     Parameters
     ----------
     augmentations : tuple of Augmentation or str
-        The moves tried from every node, in this order (default `DEFAULT_AUGMENTATIONS`: for the
-        polynomial block-oriented models of ``bla_initialise`` the degree raised by 4; output offset and gain,
-        Chebyshev output and input polynomials of degree 3, a linear output term in the states,
-        a first-order low-pass state on the outputs and on the inputs, MLP residuals (8 tanh
-        units) on g and on f); a str is ``Augmentation(kind)``.
+        The moves tried from every node, in this order (default `DEFAULT_AUGMENTATIONS`, the table of
+        docs/own_data.md); a str is ``Augmentation(kind)``.
     candidates : tuple of (name, model, theta)
         Structures of your own, fitted from ``theta`` (``None``: the model's initial values) and
         judged by the same rule at depth 1 (then grown like the others).
     criterion : str
-        Information criterion ``"aic"`` (``N ln(mse) + 2 k``) or ``"bic"`` (``N ln(mse) + k ln N``),
-        of the fit on the head of the estimation data (N observed outputs, mse the mean squared
-        weighted error, k the free parameters plus initial states).
+        ``"aic"`` (``N ln(mse) + 2 k``) or ``"bic"`` (``N ln(mse) + k ln N``) of the fit on the heads.
     holdout : float
         Fraction of every estimation trajectory held back as its tail (0 < holdout < 1).
     max_depth : int
@@ -48,15 +47,6 @@ class SearchOptions:
         Nodes expanded per depth (1: greedy).
     max_iters : int
         Iteration limit of every candidate fit.
-    max_samples : int, optional
-        The search (heads and tails) runs on the first ``max_samples`` samples of every estimation
-        trajectory (default 20,000: candidate fits of long records stay cheap); the chosen structure is
-        refitted on all the estimation data. ``None``: all of it.
-    time_limit : float, optional
-        Seconds for the search (``None``: what [`identify`][ceem_casadi.identify]'s ``time_limit``
-        leaves; no limit without one).
-    progress : bool
-        Print one line per candidate on stderr.
 
     Examples
     --------
@@ -73,9 +63,6 @@ class SearchOptions:
     max_depth: int = 3
     beam: int = 1
     max_iters: int = 200
-    max_samples: int | None = 20000
-    time_limit: float | None = None
-    progress: bool = True
 
     def __post_init__(self):
         augs = self.augmentations
@@ -97,11 +84,6 @@ class SearchOptions:
         for name in ("max_depth", "beam", "max_iters"):
             v = getattr(self, name)
             require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"{name} must be an int >= 1, got {v!r}")
-        require(self.max_samples is None or (isinstance(self.max_samples, int) and not isinstance(self.max_samples, bool)
-                                             and self.max_samples >= 4),
-                f"max_samples must be None or an int >= 4, got {self.max_samples!r}")
-        check_time_limit(self.time_limit)
-        require(isinstance(self.progress, bool), f"progress must be True or False, got {self.progress!r}")
 
 
 def search_options(search) -> SearchOptions | None:
@@ -169,7 +151,7 @@ class SearchResult(Result):
     >>> y = cc.simulate_output(model, {"a": 0.8}, u, np.zeros(1)) + 0.7
     >>> y = y + 0.05 * np.random.default_rng(1).normal(size=y.shape)
     >>> res = cc.identify(model, cc.Trajectories([y], [u]), {"a": 0.5}, ceem=False, calibrate=False,
-    ...                   search=cc.workflow.SearchOptions(augmentations=("offset",), max_depth=1, progress=False))
+    ...                   search=cc.workflow.SearchOptions(augmentations=("offset",), max_depth=1))
     >>> res.search.structure, round(float(res.search.theta["a"]), 2), round(float(res.search.theta["s1_offset"][0]), 1)
     ('user model + offset', 0.8, 0.7)
     """

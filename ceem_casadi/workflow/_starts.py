@@ -1,12 +1,6 @@
 """Seeded multi-starts around a guess: ``starts=n`` of [`identify`][ceem_casadi.identify] and
-[`refine_output_error`][ceem_casadi.refine_output_error].
-
-Start ``k`` multiplies every free entry ``v`` of the guess by a log-uniform factor
-``exp(U(-1, 1) ln(spread))`` (so within ``[v / spread, v spread]``, the sign kept) and clips it into
-the parameter's bounds; an entry that is 0 in the guess (no scale to spread) is drawn uniformly in
-``[-1, 1]`` intersected with its bounds, or in the bounds when they are finite and narrower. Fixed
-entries keep their value. The draws come from ``numpy.random.default_rng([seed, 2])``: the same seed
-gives the same starts (the recipe of ``scripts/drive_pipeline.py``, moved into the library).
+[`refine_output_error`][ceem_casadi.refine_output_error] (`log_uniform_starts`), and the resolution of
+every form ``starts=`` takes (`resolve_starts`).
 """
 from __future__ import annotations
 
@@ -23,7 +17,10 @@ SPREAD = 3.0
 
 
 def log_uniform_starts(model, theta: Mapping, n: int, *, seed: int = 0, spread: float = SPREAD) -> list[dict]:
-    """``n`` seeded starting parameter sets around ``theta`` (module docstring).
+    """``n`` seeded starting parameter sets around ``theta``: every free entry ``v`` times a
+    log-uniform factor in ``[1 / spread, spread]`` (sign kept), an entry 0 drawn uniformly in
+    ``[-1, 1]``, both clipped into the bounds; fixed entries kept; draws from
+    ``numpy.random.default_rng([seed, 2])``.
 
     Parameters
     ----------

@@ -6,9 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...errors import OptionsError
 from ...runtime._result import Result
-from ...runtime._schema import check_fields, renamed
+from ...runtime._schema import check_fields, renamed, require
 from ...runtime._status import Status
 
 __all__ = ["DesignOptions", "InputDesign"]
@@ -50,15 +49,11 @@ class DesignOptions:
     regularisation: float = 1e-9
 
     def __post_init__(self):
-        check_fields(self)
-        if not (isinstance(self.hold, int) and self.hold >= 1):
-            raise OptionsError(f"hold: expected an int >= 1 (samples per input value), got {self.hold!r}")
-        if not (isinstance(self.max_iters, int) and self.max_iters >= 1):
-            raise OptionsError(f"max_iters: expected an int >= 1, got {self.max_iters!r}")
-        if not (np.isfinite(self.tol) and self.tol > 0):
-            raise OptionsError(f"tol: expected a finite value > 0, got {self.tol!r}")
-        if not (np.isfinite(self.regularisation) and self.regularisation >= 0):
-            raise OptionsError(f"regularisation: expected a finite value >= 0, got {self.regularisation!r}")
+        check_fields(self)  # the types: int hold and max_iters, finite float tol and regularisation
+        require(self.hold >= 1, f"hold: expected an int >= 1 (samples per input value), got {self.hold!r}")
+        require(self.max_iters >= 1, f"max_iters: expected an int >= 1, got {self.max_iters!r}")
+        require(self.tol > 0, f"tol: expected a finite value > 0, got {self.tol!r}")
+        require(self.regularisation >= 0, f"regularisation: expected a finite value >= 0, got {self.regularisation!r}")
 
 
 @dataclass(repr=False)

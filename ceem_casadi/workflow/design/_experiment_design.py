@@ -1,31 +1,8 @@
-"""Optimal experiment design: the input sequence that makes the free parameters best determined.
-
-For a known initial state ``x0`` and inputs ``u_0 .. u_{T-1}`` the noise-free record of the model is
-
-    x_{t+1} = f(x_t, u_t, theta),   y_t = g(x_t, u_t, theta)          (t = 0 .. T-1)
-
-and the output sensitivities ``S_t = d y_t / d theta_free`` (ny, n) follow the forward sensitivity
-recursion ``X_{t+1} = f_x X_t + f_theta``, ``S_t = g_x X_t + g_theta`` (``X_0 = 0``). With the
-measurement noise ``R = diag(measurement_std**2)`` of the model the Fisher information of the
-free parameters in an output-error experiment is
-
-    I(u) = sum_t S_t^T R^{-1} S_t                                        (n, n)
-
-[`design_input`][ceem_casadi.design_input] maximises ``log det I`` (criterion
-``"D"``) or minimises ``trace I^{-1}`` (``"A"``) over the input sequence, as one CasADi NLP solved by
-IPOPT: the recursion is a ``mapaccum`` over T steps, the criterion a symbolic Cholesky factor of
-the (scaled) information, input bounds are bounds of the decision variables and rate bounds
-linear constraints ``|u_{k+1} - u_k| <= rate``. The criterion is computed on the information of the
-relative parameters ``theta_i / s_i`` with ``s_i = max(|theta_i|, 1e-8)`` (``log det`` differs from
-the unscaled one by a constant, so the D-optimal input is the same; ``"A"`` then minimises the sum
-of relative variances, which does not depend on the units). The NLP uses a limited-memory
-Hessian (the exact Hessian of ``log det`` through T sensitivity steps is costly and not needed).
-
-[`fisher_information`][ceem_casadi.workflow.fisher_information] evaluates ``I(u)`` for a
-given input (e.g. to compare a PRBS with the designed input); with ``process_noise=True`` it
-returns instead the information of CE-EM with the process noise of the model, from the exact
-reduced Hessian of [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty] (states
-eliminated, ``ceem_casadi.workflow.assessment._uncertainty.reduced_hessian``) at the noise-free record.
+"""Optimal experiment design: the Fisher information ``I(u) = sum_t S_t^T R^-1 S_t`` of the free
+parameters in a noise-free output-error record (`fisher_information`, from the forward sensitivity
+recursion) and the input sequence that maximises ``log det I`` or minimises ``trace I^-1`` under
+amplitude and rate bounds (`design_input`, one CasADi NLP solved by IPOPT from several starts).
+docs/control.md ("Optimal experiment design") explains the method and its tests.
 """
 from __future__ import annotations
 
@@ -36,7 +13,9 @@ import casadi as ca
 import numpy as np
 
 from ...errors import OptionsError, ParameterError, ShapeError
+from ...io._data import Trajectories
 from ...model._simulation import as_theta_vector, simulate_output
+from ...objective._identifiability import entry_names
 from ...runtime._best import BestIterate, checked_status
 from ...runtime._checks import count
 from ...runtime._model_cache import cached, noise_key
@@ -47,11 +26,9 @@ from ._design_options import DesignOptions, InputDesign
 __all__ = ["DesignOptions", "InputDesign", "design_input", "fisher_information"]
 
 CRITERIA = ("D", "A")
-
-
 MAX_STARTS = 1000  # random starts of one design (each an IPOPT solve): more is a typo, refused
 
-# --------------------------------------------------------------------------------------------------
+
 def _x0(model, x0) -> np.ndarray:
     if x0 is None:
         x0 = model.noise.x1_mean if model.noise.x1_mean is not None else np.zeros(model.nx)
@@ -186,7 +163,6 @@ def fisher_information(model, theta, u, *, x0=None, process_noise: bool = False)
     u = _u_matrix(model, u, np.shape(u)[0])
     free = model.params.free_index
     if process_noise:
-        from ...io._data import Trajectories
         from ..assessment._uncertainty import reduced_hessian
         from ..assessment._uncertainty_options import UncertaintyOptions
 
@@ -202,8 +178,6 @@ def _check_information(model, free, infos: list) -> None:
     """Raise `ParameterError` naming the free parameters whose information is zero at every start
     (``infos``: (n, n) informations of the starts): the outputs do not depend on them, so no input
     can determine them and the criterion would only measure the regularisation."""
-    from ...objective._identifiability import entry_names
-
     diags = np.abs(np.array([np.diag(i) for i in infos], float))
     if not np.isfinite(diags).any():
         return  # not finite at any start: reported by design_input with its own message
@@ -231,7 +205,7 @@ def _bounds(model, value, what: str) -> tuple[np.ndarray, np.ndarray]:
 
 def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, criterion: str = "D", x0=None,
                  starts=4, seed: int = 0, options: DesignOptions = DesignOptions()) -> InputDesign:
-    """The input sequence that maximises the information about the free parameters (module docstring).
+    """The input sequence that maximises the information about the free parameters (docs/control.md).
 
     Parameters
     ----------
@@ -279,6 +253,43 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
     >>> d.u.shape, bool(np.all(np.abs(d.u) <= 1 + 1e-8))
     ((10, 1), True)
     """
+    T, free = _checked_design(model, horizon, criterion, options)
+    nu, hold, n = model.nu, options.hold, free.size
+    theta_vec = as_theta_vector(model, theta)
+    x0 = _x0(model, x0)
+    lo, hi = _bounds(model, u_bounds, "u_bounds")
+    nb = -(-T // hold)  # input values (blocks)
+    rate = _rate(rate_bounds, nu)
+    blocks0 = _start_blocks(starts, np.random.default_rng(seed), lo, hi, nb, T, nu, hold)
+    scale = _scale(theta_vec, free)
+    info_fun = _information_function(model, T)
+    _check_information(model, free, [np.asarray(info_fun(x0, np.repeat(b0, hold, axis=0)[:T].T, theta_vec, scale))
+                                     for b0 in blocks0])
+    # the hold map (nb, T): one nonzero per sample, sparse (a dense one was T^2 / hold memory: 4 GB at T = 8,000)
+    E = ca.DM(ca.Sparsity.triplet(nb, T, (np.arange(T) // hold).tolist(), list(range(T))), 1.0)
+    w = ca.MX.sym("w", nu * nb)  # block values, input-major: w = vec(B) with B (nu, nb)
+    B = ca.reshape(w, nu, nb)
+    obj = _criterion_function(n, criterion, options.regularisation)(
+        info_fun(ca.DM(x0), ca.mtimes(B, E), ca.DM(theta_vec), ca.DM(scale)))
+    nlp, bounds = {"x": w, "f": obj}, {"lbx": np.tile(lo, nb), "ubx": np.tile(hi, nb)}
+    if rate is not None and nb > 1:
+        nlp["g"] = ca.vec(B[:, 1:] - B[:, :-1])
+        bounds.update(lbg=np.tile(-rate, nb - 1), ubg=np.tile(rate, nb - 1))
+    solver = ca.nlpsol("design", "ipopt", nlp, ipopt_options(
+        options.max_iters, options.tol, **{"ipopt.hessian_approximation": "limited-memory"}))
+    run = _Starts(solver, ca.Function("crit_at", [w], [obj]), bounds, rate, nu, criterion)
+    for k, b0 in enumerate(blocks0):
+        run.solve(k, b0.ravel())  # (nb, nu) row-major == vec of (nu, nb)
+    if run.overall.is_start:
+        raise ShapeError("design_input: the criterion is not finite at any start; check theta, x0 and the bounds")
+    u = np.repeat(run.overall.x.reshape(nb, nu), hold, axis=0)[:T]
+    info = np.asarray(info_fun(x0, u.T, theta_vec, scale), float) / np.outer(scale, scale)
+    return InputDesign(u, criterion, run.chosen["value"], info, entry_names(model.params, free), run.chosen["status"],
+                       run.table, x0)
+
+
+def _checked_design(model, horizon, criterion: str, options) -> tuple[int, np.ndarray]:
+    """The horizon T and the free indices, after checking the arguments of `design_input`."""
     if not isinstance(options, DesignOptions):
         raise TypeError(f"options must be a DesignOptions, got {type(options).__name__}")
     if criterion not in CRITERIA:
@@ -287,93 +298,70 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
         raise ShapeError("design_input: the model has no input (nu = 0); there is nothing to design")
     if not (isinstance(horizon, (int, np.integer)) and horizon >= 2):
         raise ShapeError(f"horizon: expected an int >= 2 (samples), got {horizon!r}")
-    T, nu, hold = int(horizon), model.nu, options.hold
-    theta_vec = as_theta_vector(model, theta)
-    x0 = _x0(model, x0)
-    free = model.params.free_index
-    n = free.size
-    if n == 0:
+    if model.params.free_index.size == 0:
         raise ShapeError("design_input: the model has no free parameter")
-    lo, hi = _bounds(model, u_bounds, "u_bounds")
-    nb = -(-T // hold)  # input values (blocks)
-    rate = None
-    if rate_bounds is not None:
-        numeric = np.asarray(rate_bounds).dtype.kind in "iuf"  # text such as "3" is refused, not converted
-        rate = (np.broadcast_to(np.asarray(rate_bounds, float), (nu,))
-                if numeric and np.size(rate_bounds) in (1, nu) else None)
-        if rate is None or np.any(~(rate > 0)) or not np.all(np.isfinite(rate)):
-            raise ShapeError(f"rate_bounds: expected a finite positive scalar or {nu} finite positive values "
-                             f"(None: no rate bound), got {rate_bounds!r}")
-    rng = np.random.default_rng(seed)
+    return int(horizon), model.params.free_index
+
+
+def _rate(rate_bounds, nu: int):
+    """(nu,) rate bounds, or None without any."""
+    if rate_bounds is None:
+        return None
+    numeric = np.asarray(rate_bounds).dtype.kind in "iuf"  # text such as "3" is refused, not converted
+    fits = numeric and np.size(rate_bounds) in (1, nu)
+    rate = np.broadcast_to(np.asarray(rate_bounds, float), (nu,)) if fits else None
+    if rate is None or np.any(~(rate > 0)) or not np.all(np.isfinite(rate)):
+        raise ShapeError(f"rate_bounds: expected a finite positive scalar or {nu} finite positive values "
+                         f"(None: no rate bound), got {rate_bounds!r}")
+    return rate
+
+
+def _start_blocks(starts, rng, lo, hi, nb: int, T: int, nu: int, hold: int) -> list:
+    """Block values (nb, nu) of every start: ``starts`` uniform draws in the bounds, or the given
+    sequences (S, T, nu) held and clipped."""
     if np.ndim(starts) == 0:
         n_starts = count(starts, "starts", minimum=1, maximum=MAX_STARTS)  # the shared scalar check
-        blocks0 = [lo + (hi - lo) * rng.random((nb, nu)) for _ in range(n_starts)]
-    else:
-        arr = np.asarray(starts, float)
-        if arr.ndim != 3 or arr.shape[1:] != (T, nu):
-            raise ShapeError(f"starts: expected a count or start sequences (S, {T}, {nu}), got shape {arr.shape}")
-        blocks0 = [np.clip(a[::hold], lo, hi) for a in arr]
+        return [lo + (hi - lo) * rng.random((nb, nu)) for _ in range(n_starts)]
+    arr = np.asarray(starts, float)
+    if arr.ndim != 3 or arr.shape[1:] != (T, nu):
+        raise ShapeError(f"starts: expected a count or start sequences (S, {T}, {nu}), got shape {arr.shape}")
+    return [np.clip(a[::hold], lo, hi) for a in arr]
 
-    scale = _scale(theta_vec, free)
-    info_fun = _information_function(model, T)
-    _check_information(model, free, [np.asarray(info_fun(x0, np.repeat(b0, hold, axis=0)[:T].T, theta_vec, scale))
-                                     for b0 in blocks0])
-    crit_fun = _criterion_function(n, criterion, options.regularisation)
-    # the hold map (nb, T): one nonzero per sample, sparse (a dense one was T^2 / hold memory: 4 GB at T = 8,000)
-    E = ca.DM(ca.Sparsity.triplet(nb, T, (np.arange(T) // hold).tolist(), list(range(T))), 1.0)
-    w = ca.MX.sym("w", nu * nb)  # block values, input-major: w = vec(B) with B (nu, nb)
-    B = ca.reshape(w, nu, nb)
-    Is = info_fun(ca.DM(x0), ca.mtimes(B, E), ca.DM(theta_vec), ca.DM(scale))
-    obj = crit_fun(Is)
-    nlp = {"x": w, "f": obj}
-    lbg = ubg = None
-    if rate is not None and nb > 1:
-        nlp["g"] = ca.vec(B[:, 1:] - B[:, :-1])
-        lbg = np.tile(-rate, nb - 1)
-        ubg = np.tile(rate, nb - 1)
-    solver = ca.nlpsol("design", "ipopt", nlp, ipopt_options(
-        options.max_iters, options.tol, **{"ipopt.hessian_approximation": "limited-memory"}))
-    crit_at = ca.Function("crit_at", [w], [obj])
-    lbx, ubx = np.tile(lo, nb), np.tile(hi, nb)
-    # the guard (runtime/_best.py): a start's result is never worse than the start (when the start
-    # meets the rate bounds), and the best result over the starts is returned
-    rate_tol = 0.0 if rate is None else 1e-6 * max(1.0, float(np.max(rate)))
-    overall, chosen, table = BestIterate(np.zeros(nu * nb), math.inf, label="no start"), {}, []
-    for k, b0 in enumerate(blocks0):
+
+class _Starts:
+    """The IPOPT solves of `design_input` from every start, under the guard (runtime/_best.py): a
+    start's result is never worse than the start (when the start meets the rate bounds), and the
+    best over the starts is kept (``overall``, ``chosen``), with one ``table`` row per start."""
+
+    def __init__(self, solver, crit_at, bounds: dict, rate, nu: int, criterion: str):
+        self.solver, self.crit_at, self.bounds, self.rate, self.nu = solver, crit_at, bounds, rate, nu
+        self.sign = -1.0 if criterion == "D" else 1.0  # the NLP minimises -log det for D
+        self.rate_tol = 0.0 if rate is None else 1e-6 * max(1.0, float(np.max(rate)))
+        self.overall, self.chosen, self.table = BestIterate(np.zeros(bounds["lbx"].size), math.inf,
+                                                            label="no start"), {}, []
+
+    def solve(self, k: int, w0: np.ndarray) -> None:
         t0 = time.perf_counter()
-        w0 = b0.ravel()  # (nb, nu) row-major == vec of (nu, nb)
-        initial = float(crit_at(w0))
-        start_ok = _rate_violation(w0, rate, nu) <= rate_tol
-        tracker = BestIterate(w0, initial if start_ok else math.inf, feasibility_tol=rate_tol, rtol=0.0,
+        initial = float(self.crit_at(w0))
+        start_ok = _rate_violation(w0, self.rate, self.nu) <= self.rate_tol
+        tracker = BestIterate(w0, initial if start_ok else math.inf, feasibility_tol=self.rate_tol, rtol=0.0,
                               label=f"start {k}")
-        kw = {"x0": w0, "lbx": lbx, "ubx": ubx}
-        if lbg is not None:
-            kw.update(lbg=lbg, ubg=ubg)
+        lbx, ubx = self.bounds["lbx"], self.bounds["ubx"]
         try:
-            sol = solve(solver, **kw)
-            st = solver.stats()
+            sol = solve(self.solver, x0=w0, **self.bounds)
+            st = self.solver.stats()
             status = Status.from_ipopt(st["return_status"])
             wk = np.clip(np.asarray(sol["x"], float).ravel(), lbx, ubx)
-            final = float(crit_at(wk))
-            iters = int(st["iter_count"])
-        except RuntimeError as exc:  # IPOPT error (e.g. non-finite values): reported, start skipped
+            final, iters = float(self.crit_at(wk)), int(st["iter_count"])
+        except RuntimeError:  # IPOPT error (e.g. non-finite values): reported, start skipped
             status, wk, final, iters = Status.SOLVER_FAILED, w0, math.nan, 0
-            del exc
-        wk, final, _ = tracker.choose(wk, final, _rate_violation(wk, rate, nu), label="IPOPT's final iterate")
+        wk, final, _ = tracker.choose(wk, final, _rate_violation(wk, self.rate, self.nu), label="IPOPT's final iterate")
         usable = math.isfinite(final)  # else: IPOPT failed from a start that violates the rate bounds
         status, _ = checked_status(status, final)
         if not usable:
             status, final = Status.SOLVER_FAILED, initial
-        value = -final if criterion == "D" else final
-        table.append({"start": k, "initial": -initial if criterion == "D" else initial, "final": value,
-                      "status": str(status), "iterations": iters, "seconds": time.perf_counter() - t0})
-        if usable and overall.offer(wk, final, label=f"start {k}"):
-            chosen = {"status": status, "value": value}
-    if overall.is_start:
-        raise ShapeError("design_input: the criterion is not finite at any start; check theta, x0 and the bounds")
-    wbest, status, value = overall.x, chosen["status"], chosen["value"]
-    u = np.repeat(wbest.reshape(nb, nu), hold, axis=0)[:T]
-    info = np.asarray(info_fun(x0, u.T, theta_vec, scale), float) / np.outer(scale, scale)
-    from ...objective._identifiability import entry_names
-
-    return InputDesign(u, criterion, value, info, entry_names(model.params, free), status, table, x0)
+        value = self.sign * final
+        self.table.append({"start": k, "initial": self.sign * initial, "final": value, "status": str(status),
+                           "iterations": iters, "seconds": time.perf_counter() - t0})
+        if usable and self.overall.offer(wk, final, label=f"start {k}"):
+            self.chosen = {"status": status, "value": value}

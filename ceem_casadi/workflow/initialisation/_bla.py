@@ -1,37 +1,8 @@
-"""Initialise a block-oriented model (`models.block_oriented`) from its best linear approximation.
-
-For Gaussian-like inputs the best linear approximation (BLA) of a Wiener, Hammerstein or
-Wiener-Hammerstein system is proportional to the product of its linear blocks (Bussgang), so its
-poles and zeros are those of G (G1 G2). `bla_initialise`:
-
-1. N4SID (``stable=True``) of order n (n1 + n2) on the mean-removed data gives the BLA; its poles
-   and its zeros (the roots of the transfer function's numerator; surplus zeros of largest modulus,
-   e.g. from an estimated near-zero leading coefficient, are dropped). With a periodic input
-   (``period=``) the transfer-function fit of the nonparametric BLA (`ceem_casadi.workflow.initialisation._frf`)
-   is a second candidate, and the splits of both are tried (``bla="frf"``: the FRF's only).
-2. Every split of the poles (real ones or complex-conjugate pairs, n1 to G1) and of the zeros (as
-   many as G1's structure has: n1 - 1, or n1 with feedthrough) across the two blocks is tried;
-   Wiener and Hammerstein have one block, hence one split. When no split exists (n1 odd and the
-   BLA has no real pole left, e.g. two true real poles estimated as a pair), the pair closest to
-   the real axis is taken as a double real pole at its real part, until a split exists.
-3. For a split, the blocks are normalised to a unit leading Markov coefficient (the models' gain
-   convention), the intermediate signal v = G1 u is simulated from rest (``lfilter``) and the static
-   nonlinearity is fitted by linear least squares: f is linear in its coefficients, y = sum_k c_k
-   G2[phi_k(v)] with phi_k the monomials (v / scale)^k (``"poly"``) or a constant and the tanh units of
-   a hidden layer drawn at random and kept (``"mlp"``: only the output layer is fitted), ``scale``
-   = std(v). The first ``skip`` samples of every trajectory (transient from the unknown initial
-   state) are left out.
-4. The split with the smallest simulation RMS (the least-squares residual is the free-run error of
-   the model from rest; estimation data only) gives theta: each block's poles as second-order sections, its output row by
-   matching its impulse response (exact: same poles), f's coefficients.
-
-5. Long records: steps 1-4 use at most the first ``INIT_SAMPLES`` = 100,000 samples of every
-   trajectory (`ceem_casadi.runtime._policy`; N4SID's LQ factorisation grows with T, the BLA's
-   poles do not improve much beyond). With ``refine=True`` theta is then polished by output error
-   (`refine_output_error`, the Levenberg-Marquardt engine, from rest) on the first
-   ``REFINE_SAMPLES`` = 20,000 samples: the start to give CE-EM (see `bla_initialise`).
-
-Returns a `BLAInit` with the model (``scale`` set), theta, and the table of all splits.
+"""Initialise a block-oriented model (`ceem_casadi.model.wiener` and its siblings) from its best
+linear approximation (BLA): N4SID's (or the FRF's of periodic data), whose poles and zeros are split
+over the linear blocks in every possible way, each split with its static nonlinearity fitted by
+linear least squares; the split of smallest simulation RMS gives theta. docs/block_oriented.md
+("Initialisation from the best linear approximation") explains the steps and their measured figures.
 """
 from __future__ import annotations
 
@@ -76,6 +47,20 @@ def _subsets(groups, size: int):
         for idx in itertools.combinations(range(len(groups)), k):
             if sum(len(groups[i]) for i in idx) == size:
                 yield set(idx)
+
+
+def _splittable(groups, size: int, two: bool, what: str) -> tuple[list, list]:
+    """The groups and their index sets of ``size`` roots for G1 (all of them for one block); while
+    there is none (size odd, only complex pairs left), the pair closest to the real axis becomes a
+    double real root at its real part."""
+    sets = list(_subsets(groups, size)) if two else [set(range(len(groups)))]
+    while not sets:
+        k = min((j for j, g in enumerate(groups) if len(g) == 2), key=lambda j: abs(np.angle(groups[j][0])))
+        logger.info("bla_initialise: no split with %d %s in G1; pair %s taken as a double real root", size, what,
+                    groups[k][0])
+        groups = groups[:k] + [np.array([complex(groups[k][0].real)])] * 2 + groups[k + 1:]
+        sets = list(_subsets(groups, size))
+    return groups, sets
 
 
 def _cat(groups, idx) -> np.ndarray:
@@ -239,25 +224,13 @@ def _bla_rms(A, B, C, D, data, skip: int, y_mean: float, u_mean: float) -> float
 def _split_table(bla, source, kind, data, skip, orders, fts, nonlinearity, degree, hidden_layer, gain, basis,
                  out_scale, max_splits) -> list:
     """Every split of one BLA's poles and zeros across the blocks, each with its least-squares
-    nonlinearity (steps 2-3 of the module docstring)."""
+    nonlinearity (steps 2-3 of docs/block_oriented.md)."""
     two, n1 = kind == "wiener_hammerstein", orders[0]
     n_zeros = [k - 1 + f for k, f in zip(orders, fts)]
     poles, zeros = _bla_roots(bla, sum(n_zeros))
     pg, zg = _groups(poles), _groups(zeros)
-    pole_sets = list(_subsets(pg, n1)) if two else [set(range(len(pg)))]
-    while not pole_sets:
-        # n1 odd and only complex pairs left for G1: the pair closest to the real axis becomes a double real pole
-        pairs = [k for k, g in enumerate(pg) if len(g) == 2]
-        k = min(pairs, key=lambda j: abs(np.angle(pg[j][0])))
-        logger.info("bla_initialise: no split with %d poles in G1; pair %s taken as a double real pole", n1, pg[k][0])
-        pg = pg[:k] + [np.array([complex(pg[k][0].real)])] * 2 + pg[k + 1:]
-        pole_sets = list(_subsets(pg, n1))
-    zero_sets = list(_subsets(zg, n_zeros[0])) if two else [set(range(len(zg)))]
-    while not zero_sets:
-        pairs = [k for k, g in enumerate(zg) if len(g) == 2]
-        k = min(pairs, key=lambda j: abs(np.angle(zg[j][0])))
-        zg = zg[:k] + [np.array([complex(zg[k][0].real)])] * 2 + zg[k + 1:]
-        zero_sets = list(_subsets(zg, n_zeros[0]))
+    pg, pole_sets = _splittable(pg, n1, two, "poles")
+    zg, zero_sets = _splittable(zg, n_zeros[0], two, "zeros")
     if len(pole_sets) * len(zero_sets) > max_splits:
         raise OptionsError(f"{len(pole_sets) * len(zero_sets)} splits to try, more than max_splits="
                                 f"{max_splits}; raise max_splits or lower the orders")
@@ -281,53 +254,45 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
                    skip: int | None = None, max_splits: int = 5000, gain: str = "markov",
                    basis: str = "monomial", bla=None, n4sid_options: dict | None = None,
                    period: int | str | None = None, refine: bool = False, **model_kwargs) -> BLAInit:
-    """Initial theta of a block-oriented model from the best linear approximation (module docstring).
+    """Initial theta of a block-oriented model from the best linear approximation (docs/block_oriented.md).
 
     Parameters
     ----------
     kind : ``"wiener"``, ``"hammerstein"`` or ``"wiener_hammerstein"``.
-    data : Trajectories with one input and one output (NaN outputs skipped
-        in the least squares).
+    data : Trajectories with one input and one output (NaN outputs skipped in the least squares).
     n1, n2 : block orders (Wiener / Hammerstein: ``n1`` only).
     feedthrough : the factory's (a bool; a pair for Wiener-Hammerstein); default the factory's.
     nonlinearity, degree, hidden, seed : the factory's (``seed`` also draws the fixed hidden layer
-        of ``"mlp"``, see `_hidden_layer`; its output layer gets a ridge of 1e-6 of the mean
-        diagonal of the normal equations).
+        of ``"mlp"``, whose output layer alone is fitted, with a ridge of 1e-6 of the mean diagonal).
     skip : samples left out at the start of every trajectory (default ``min(10 n, T_min // 4)``).
     max_splits : refuse to try more splits than this (the count grows combinatorially with n).
-    gain, basis : the factory's conditioning (``gain="dc", basis="chebyshev"`` for real records:
-        unit-static-gain blocks, Chebyshev polynomials over the range of f's input on the data,
-        ``out_scale`` = std(y); see `ceem_casadi.model.wiener`).
-    bla : a BLA of order n1 + n2 to use instead of N4SID's: an object with ``A, B, C, D`` (e.g.
-        an N4SIDResult of your own, or a state-space fit of a frequency-domain BLA) or a transfer
-        function ``(b, a)`` in powers of q^-1 (of the mean-removed data).
-        ``"frf"``, an [`FRF`][ceem_casadi.workflow.FRF] or an [`FRFFit`][ceem_casadi.workflow.FRFFit]: the
-        nonparametric BLA of periodic data, fitted by [`fit_frf`][ceem_casadi.workflow.fit_frf]
-        (order n1 + n2, strictly proper unless both blocks have feedthrough), alone.
+    gain, basis : the factory's conditioning (``gain="dc", basis="chebyshev"`` for real records,
+        see `ceem_casadi.model.wiener`).
+    bla : a BLA of order n1 + n2 instead of N4SID's: an object with ``A, B, C, D`` or a transfer
+        function ``(b, a)`` in powers of q^-1 (of the mean-removed data); ``"frf"``, an
+        [`FRF`][ceem_casadi.workflow.FRF] or an [`FRFFit`][ceem_casadi.workflow.FRFFit]: the
+        nonparametric BLA of periodic data, fitted by [`fit_frf`][ceem_casadi.workflow.fit_frf], alone.
     n4sid_options : more keyword arguments of N4SID (e.g. ``{"horizon": 30}``).
-    period : samples per period of a periodic input (e.g. a multisine; every trajectory one
-        realisation, its first period the transient): the FRF's fit
-        ([`estimate_frf`][ceem_casadi.workflow.estimate_frf]) joins N4SID's BLA (``bla=None``) or
-        replaces it (``bla="frf"``), and the split of lowest simulation RMS on the data wins
-        (``best.bla`` says which BLA); a non-periodic input is refused. ``"auto"``: the period is
-        detected (the smallest with which every input repeats exactly), and without one the BLA is
-        N4SID's alone.
-    refine : polish theta by output error (`refine_output_error`, Levenberg-Marquardt, from rest) on
-        the first ``REFINE_SAMPLES`` = 20,000 samples of every trajectory; ``result.refinement`` is
-        its result. Use it before CE-EM: the CE objective max_{x, theta} J has a degenerate ridge
-        for these models (a huge output row on states with process noise lets tiny state changes
-        absorb the measurement noise, raising J by about 0.5 per sample), and from the BLA's split
-        alone CE-EM slid onto it on the T = 2 10^4 ... 10^6 records of ``scripts/bench_wh_long.py``,
-        while from the polished theta it converged to the truth's optimum (docs/scaling.md).
+    period : samples per period of a periodic input: the FRF's BLA
+        ([`estimate_frf`][ceem_casadi.workflow.estimate_frf]) joins N4SID's (``bla=None``) or replaces
+        it (``bla="frf"``), the split of lowest simulation RMS wins (``best.bla`` says whose);
+        ``"auto"``: detected, N4SID's alone when the input is not periodic. Without it, at most the
+        first ``INIT_SAMPLES`` = 100,000 samples of every trajectory are used.
+    refine : polish theta by output error (`refine_output_error`, from rest) on the first
+        ``REFINE_SAMPLES`` = 20,000 samples of every trajectory (``result.refinement``): the start to
+        give CE-EM (docs/block_oriented.md, "Before CE-EM").
     model_kwargs : passed to the factory (noise levels, ``dt``).
-        Records longer than ``INIT_SAMPLES`` = 100,000 samples per trajectory: the first that many
-        are used (module docstring), without ``period=`` (a periodic record is used whole).
 
     Returns
     -------
     BLAInit
         ``model``, ``theta``, ``table`` (best first), the ``bla`` used, and ``bla_rms``: the BLA's own
         simulation RMS on the data (units of y; the figure every block model should beat).
+
+    Raises
+    ------
+    OptionsError, ShapeError
+        An unknown kind, orders below 1, data that are not SISO, a BLA of the wrong form or order.
 
     Examples
     --------
@@ -339,47 +304,18 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
     >>> init.model.nx
     1
     """
-    if kind not in KINDS:
-        raise OptionsError(f"kind must be one of {KINDS}, got {kind!r}")
-    if not isinstance(data, Trajectories) or data.nu != 1 or data.ny != 1:
-        raise ShapeError("data: expected a Trajectories with one input and one output (nu = ny = 1)")
-    check_excitation(data)  # a constant (or all-zero) input: refused, as estimate_frf refuses it
-    two = kind == "wiener_hammerstein"
-    if n1 < 1 or (two and n2 < 1):
-        raise ShapeError(f"{kind} needs block orders >= 1 (n1{', n2' if two else ''}), got n1={n1}, n2={n2}")
-    orders = (n1, n2) if two else (n1,)
-    if feedthrough is None:
-        feedthrough = (False, True) if two else False
-    if two and (np.ndim(feedthrough) != 1 or len(feedthrough) != 2):
-        raise ShapeError(f"feedthrough: expected a pair (G1, G2) of bools for wiener_hammerstein, got {feedthrough!r}")
-    fts = tuple(bool(f) for f in feedthrough) if two else (bool(feedthrough),)
+    orders, fts = _orders(kind, data, n1, n2, feedthrough)
     n = sum(orders)
     if period is None:
         data = data.leading(policy.INIT_SAMPLES)
     skip = min(10 * n, min(data.lengths) // 4) if skip is None else int(skip)
-    rng = np.random.default_rng(seed)
-    hidden_layer = _hidden_layer(hidden, rng) if nonlinearity == "mlp" else None
-
+    hidden_layer = _hidden_layer(hidden, np.random.default_rng(seed)) if nonlinearity == "mlp" else None
     y_mean = np.nanmean(np.concatenate([data.y[b] for b in range(len(data))]))
     u_mean = np.mean(np.concatenate([data.inputs(b) for b in range(len(data))]))
     out_scale = float(np.nanstd(np.concatenate([data.y[b][:, 0] for b in range(len(data))]))) \
         if gain == "dc" else 1.0
     out_scale = out_scale or 1.0
-    frf, candidates = None, []                       # (source, BLA): one, or with period= and no bla, two
-    if period is not None or isinstance(bla, (str, FRF, FRFFit)):
-        if (isinstance(bla, str) and bla != "frf") or not (bla is None or isinstance(bla, (str, FRF, FRFFit))):
-            raise OptionsError(f"bla: with period= expected None, 'frf', an FRF or an FRFFit, got {bla!r}"
-                               if not isinstance(bla, str) else f"bla: expected 'frf' or a BLA object, got {bla!r}")
-        frf = frf_bla(bla, data, period, n, all(fts))
-        if frf is not None:
-            candidates.append(("frf", (np.trim_zeros(frf.b, "f"), frf.a)))
-    if bla is None:
-        centred = Trajectories([data.y[b] - y_mean for b in range(len(data))],
-                                  [data.inputs(b) - u_mean for b in range(len(data))], dt=data.dt)
-        candidates.append(("n4sid", n4sid(centred, **{"order": n, "feedthrough": all(fts), "stable": True,
-                                                         **(n4sid_options or {})})))
-    elif not isinstance(bla, (str, FRF, FRFFit)):
-        candidates.append(("user", bla))
+    frf, candidates = _candidates(bla, data, period, n, fts, y_mean, u_mean, n4sid_options)
     table, blas = [], {}
     for source, cand in candidates:
         A_b, B_b, C_b, D_b = _as_bla(cand, n)
@@ -392,20 +328,10 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
     best = table[0]
     bla, bla_rms = blas[best.bla]
     logger.info("bla_initialise: %d splits tried, best simulation RMS %.4g (BLA: %s)", len(table), best.rms, best.bla)
-    if two:
-        theta = {**_block_theta("g1", best.g1_poles, best.g1_zeros, fts[0]),
-                 **_block_theta("g2", best.g2_poles, best.g2_zeros, fts[1])}
-    else:
-        theta = _block_theta("g", best.g1_poles, best.g1_zeros, fts[0])
-    theta.update(_nl_theta(nonlinearity, best.coef, hidden_layer))
     conditioning = dict(gain=gain, basis=basis, center=best.center, out_scale=out_scale)
-    opts = dict(nonlinearity=nonlinearity, degree=degree, hidden=hidden, scale=best.scale, theta0=theta,
-                seed=seed, **conditioning, **model_kwargs)
-    factory = wiener_hammerstein if two else (wiener if kind == "wiener" else hammerstein)
-    args = dict(n1=n1, n2=n2, feedthrough=fts) if two else dict(n=n1, feedthrough=fts[0])
-    model = factory(**args, **opts)
-    register_family(model, factory, {**args, **opts})  # the structure search's degree move (_augment.py)
-    theta = model.params.validate(theta)
+    opts = dict(nonlinearity=nonlinearity, degree=degree, hidden=hidden, scale=best.scale,
+                theta0=_split_theta(best, fts, nonlinearity, hidden_layer), seed=seed, **conditioning, **model_kwargs)
+    model, theta = _build(kind, n1, n2, fts, opts)
     refinement = None
     if refine:  # never worse than the split's theta (the LM engine returns its best iterate)
         part = data.leading(policy.REFINE_SAMPLES)
@@ -415,3 +341,63 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
                     refinement.status, refinement.iterations)
     return BLAInit(model=model, theta=theta, table=table, bla=bla, x0=np.zeros((len(data), model.nx)),
                    bla_rms=bla_rms, conditioning=conditioning, frf=frf, refinement=refinement)
+
+
+def _orders(kind, data, n1: int, n2: int, feedthrough) -> tuple[tuple, tuple]:
+    """Validated block orders and feedthrough flags, one per block (the factory's default flags)."""
+    if kind not in KINDS:
+        raise OptionsError(f"kind must be one of {KINDS}, got {kind!r}")
+    if not isinstance(data, Trajectories) or data.nu != 1 or data.ny != 1:
+        raise ShapeError("data: expected a Trajectories with one input and one output (nu = ny = 1)")
+    check_excitation(data)  # a constant (or all-zero) input: refused, as estimate_frf refuses it
+    two = kind == "wiener_hammerstein"
+    if n1 < 1 or (two and n2 < 1):
+        raise ShapeError(f"{kind} needs block orders >= 1 (n1{', n2' if two else ''}), got n1={n1}, n2={n2}")
+    if feedthrough is None:
+        feedthrough = (False, True) if two else False
+    if not two:
+        return (n1,), (bool(feedthrough),)
+    if np.ndim(feedthrough) != 1 or len(feedthrough) != 2:
+        raise ShapeError(f"feedthrough: expected a pair (G1, G2) of bools for wiener_hammerstein, got {feedthrough!r}")
+    return (n1, n2), tuple(bool(f) for f in feedthrough)
+
+
+def _candidates(bla, data, period, n: int, fts, y_mean, u_mean, n4sid_options) -> tuple:
+    """The FRF fit (or None) and the BLAs to split, ``[(source, BLA)]``: the FRF's with ``period=``,
+    N4SID's without a ``bla``, or the user's."""
+    frf, out = None, []
+    if period is not None or isinstance(bla, (str, FRF, FRFFit)):
+        if (isinstance(bla, str) and bla != "frf") or not (bla is None or isinstance(bla, (str, FRF, FRFFit))):
+            raise OptionsError(f"bla: with period= expected None, 'frf', an FRF or an FRFFit, got {bla!r}"
+                               if not isinstance(bla, str) else f"bla: expected 'frf' or a BLA object, got {bla!r}")
+        frf = frf_bla(bla, data, period, n, all(fts))
+        if frf is not None:
+            out.append(("frf", (np.trim_zeros(frf.b, "f"), frf.a)))
+    if bla is None:
+        centred = Trajectories([data.y[b] - y_mean for b in range(len(data))],
+                               [data.inputs(b) - u_mean for b in range(len(data))], dt=data.dt)
+        out.append(("n4sid", n4sid(centred, **{"order": n, "feedthrough": all(fts), "stable": True,
+                                               **(n4sid_options or {})})))
+    elif not isinstance(bla, (str, FRF, FRFFit)):
+        out.append(("user", bla))
+    return frf, out
+
+
+def _split_theta(best: SplitFit, fts, nonlinearity: str, hidden_layer) -> dict:
+    """theta of the best split: each block's sections and output row, then f's coefficients."""
+    if len(fts) == 2:
+        theta = {**_block_theta("g1", best.g1_poles, best.g1_zeros, fts[0]),
+                 **_block_theta("g2", best.g2_poles, best.g2_zeros, fts[1])}
+    else:
+        theta = _block_theta("g", best.g1_poles, best.g1_zeros, fts[0])
+    return {**theta, **_nl_theta(nonlinearity, best.coef, hidden_layer)}
+
+
+def _build(kind: str, n1: int, n2: int, fts, opts: dict):
+    """The factory's model with ``opts`` (registered for the search's degree move) and its theta."""
+    two = kind == "wiener_hammerstein"
+    factory = wiener_hammerstein if two else (wiener if kind == "wiener" else hammerstein)
+    args = dict(n1=n1, n2=n2, feedthrough=fts) if two else dict(n=n1, feedthrough=fts[0])
+    model = factory(**args, **opts)
+    register_family(model, factory, {**args, **opts})  # the structure search's degree move (_augment.py)
+    return model, model.params.validate(opts["theta0"])

@@ -33,7 +33,8 @@ class SplitFit:
 @dataclass
 class BLAInit:
     """Outcome of `bla_initialise`: ``model`` (the factory's, with ``scale`` set), ``theta``
-    (dict), ``table`` (list of `SplitFit`, best first), ``bla`` (the BLA of the best split: the N4SID result or a state-space object), ``x0``
+    (dict), ``table`` (list of `SplitFit`, best first), ``bla`` (the BLA of the best split: the N4SID
+    result or a state-space object), ``x0``
     (B, nx) zeros: the least squares simulate from rest, so refine from there,
     ``frf`` (the [`FRFFit`][ceem_casadi.workflow.FRFFit] of a ``period=`` call, else None),
     ``cc.refine_output_error(init.model, data, init.theta, x0=init.x0)`` (the default x0 estimate

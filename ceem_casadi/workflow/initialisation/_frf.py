@@ -1,26 +1,7 @@
-"""Nonparametric best linear approximation from periodic data, and its parametric fit.
-
-With a periodic input (N samples per period, P periods after the transient, M realisations such as
-independent random-phase multisines: the robust method of Pintelon and Schoukens, *System
-Identification: A Frequency Domain Approach*, 2nd ed., 2012, sections 3.4 and 4.3), the discrete
-Fourier transforms ``U[m, p](k)``, ``Y[m, p](k)`` of every period give on every excited bin k
-
-.. math::
-
-    \\hat G_m(k) = \\frac{\\bar Y_m(k)}{\\bar U_m(k)},\\qquad
-    \\hat\\sigma^2_{n,m}(k) = \\frac{\\sum_p |Y_{m,p}(k) - \\bar Y_m(k)|^2}{P (P - 1) |\\bar U_m(k)|^2},
-
-    \\hat G(k) = \\frac1M \\sum_m \\hat G_m(k),\\qquad
-    \\hat\\sigma^2_n(k) = \\frac{1}{M^2} \\sum_m \\hat\\sigma^2_{n,m}(k),\\qquad
-    \\hat\\sigma^2_{\\hat G}(k) = \\frac{\\sum_m |\\hat G_m(k) - \\hat G(k)|^2}{M (M - 1)}:
-
-the variance over periods is the noise's (the input is exactly periodic, so is the response of the
-system, nonlinear distortions included); the variance over realisations is the total one (noise
-plus the stochastic nonlinear distortions, which change with the phases of the multisine). Both
-are variances of the estimate ``G`` itself (divided by P and M).
-
-`ceem_casadi.workflow.initialisation._frf_fit` fits a transfer function to it; `bla_initialise(..., period=N)`
-uses that fit as a BLA.
+"""Nonparametric best linear approximation from periodic data (`estimate_frf`): the robust method of
+Pintelon and Schoukens (2012, sections 3.4 and 4.3), the frequency response averaged over periods
+and realisations with its noise and total standard deviations. docs/block_oriented.md ("Periodic
+inputs: the nonparametric BLA") has the estimator's formulas and measured figures.
 """
 from __future__ import annotations
 
@@ -136,14 +117,13 @@ def detect_period(data: Trajectories, input_tol: float = 1e-6) -> int | None:
 
 def estimate_frf(data: Trajectories, period: int, *, transient_periods: int = 1, input_tol: float = 1e-6,
                  excitation_tol: float = 1e-6) -> FRF:
-    """Frequency response of the best linear approximation from periodic data (module docstring).
+    """Frequency response of the best linear approximation from periodic data (docs/block_oriented.md).
 
     Parameters
     ----------
     data : Trajectories
-        One input, one output (SISO), no missing outputs; every trajectory is one realisation (an
-        experiment with its own periodic input, e.g. a random-phase multisine), its length a
-        multiple of ``period``.
+        SISO, no missing outputs; every trajectory one realisation (e.g. a random-phase multisine),
+        its length a multiple of ``period``.
     period : int or "auto"
         Samples per period, N (>= 4); ``"auto"``: the smallest N with which every input is
         periodic (`detect_period`), refused when there is none.
@@ -184,6 +164,25 @@ def estimate_frf(data: Trajectories, period: int, *, transient_periods: int = 1,
     DataError the input of trajectory 0 is not per
     ShapeError period=50 does not divide the length
     """
+    N = _checked_period(data, period, transient_periods, input_tol, excitation_tol)
+    kmax = (N - 1) // 2
+    per = [_realisation(data, b, N, transient_periods, input_tol) for b in range(len(data))]
+    Gm, var_n, powers, P = (list(v) for v in zip(*per))
+    excited = np.all([p > excitation_tol * p.max() for p in powers], axis=0)
+    if not np.any(excited):
+        raise DataError(f"no bin 1..{kmax} is excited in every realisation (excitation_tol={excitation_tol:g})")
+    Gm, var_n = np.array(Gm)[:, excited], np.array(var_n)[:, excited]
+    M = Gm.shape[0]
+    G = Gm.mean(axis=0)
+    std_noise = np.sqrt(var_n.sum(axis=0)) / M
+    std_total = np.sqrt(np.sum(np.abs(Gm - G) ** 2, axis=0) / (M * (M - 1))) if M > 1 else np.full(G.shape, np.nan)
+    dt = 1.0 if data.dt is None else float(data.dt)
+    bins = np.arange(1, kmax + 1)[excited]
+    return FRF(bins / (N * dt), bins, G, std_noise, std_total, N, int(min(P)), M, dt)
+
+
+def _checked_period(data, period, transient_periods, input_tol, excitation_tol) -> int:
+    """The arguments of `estimate_frf` checked; the period N (detected with ``"auto"``)."""
     if not isinstance(data, Trajectories) or data.nu != 1 or data.ny != 1:
         raise ShapeError("data: expected a Trajectories with one input and one output (nu = ny = 1)")
     if isinstance(period, str) and period == "auto":
@@ -200,48 +199,35 @@ def estimate_frf(data: Trajectories, period: int, *, transient_periods: int = 1,
     for name, v in (("input_tol", input_tol), ("excitation_tol", excitation_tol)):
         if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
             raise OptionsError(f"{name}: expected a finite number > 0, got {v!r}")
-    N, kmax = int(period), (int(period) - 1) // 2
-    Gm, var_n, powers = [], [], []
-    P_min = np.inf
-    for b in range(len(data)):
-        y, u = data.y[b][:, 0], data.inputs(b)[:, 0]
-        if not np.all(np.isfinite(y)):
-            raise DataError(f"trajectory {b} has missing outputs; the FRF needs complete periods")
-        U, Y = _periods(u, N, transient_periods, b, "input"), _periods(y, N, transient_periods, b, "output")
-        rms = float(np.sqrt(np.mean((U - U.mean()) ** 2)))
-        if rms == 0.0:
-            raise DataError(f"the input of trajectory {b} is constant: nothing excites the system")
-        dev = float(np.max(np.abs(U - U.mean(axis=0)))) / rms
-        if dev > input_tol:
-            raise DataError(f"the input of trajectory {b} is not periodic with period={N}: its periods differ by "
-                            f"{dev:.3g} of its RMS (input_tol={input_tol:g}); give the right period, or a periodic input")
-        P = U.shape[0]
-        P_min = min(P_min, P)
-        if P > 1:
-            ybar = Y.mean(axis=0)
-            noise, signal = float(np.mean(np.var(Y, axis=0, ddof=1))), float(np.var(ybar))
-            if noise > signal:
-                raise DataError(f"the output of trajectory {b} is not periodic with period={N}: its period-to-period "
-                                f"variance {noise:.3g} exceeds the variance {signal:.3g} of its mean period (still in "
-                                f"its transient? raise transient_periods; or the wrong period)")
-        Uf = np.fft.rfft(U, axis=1)[:, 1:kmax + 1]
-        Yf = np.fft.rfft(Y, axis=1)[:, 1:kmax + 1]
-        Ub, Yb = Uf.mean(axis=0), Yf.mean(axis=0)
-        powers.append(np.abs(Ub) ** 2)
-        with np.errstate(all="ignore"):
-            Gm.append(Yb / Ub)
-            var_n.append(np.sum(np.abs(Yf - Yb) ** 2, axis=0) / (P * (P - 1)) / np.abs(Ub) ** 2 if P > 1
-                         else np.full(kmax, np.nan))
-    excited = np.all([p > excitation_tol * p.max() for p in powers], axis=0)
-    if not np.any(excited):
-        raise DataError(f"no bin 1..{kmax} is excited in every realisation (excitation_tol={excitation_tol:g})")
-    Gm, var_n = np.array(Gm)[:, excited], np.array(var_n)[:, excited]
-    M = Gm.shape[0]
-    G = Gm.mean(axis=0)
-    std_noise = np.sqrt(var_n.sum(axis=0)) / M
-    std_total = np.sqrt(np.sum(np.abs(Gm - G) ** 2, axis=0) / (M * (M - 1))) if M > 1 else np.full(G.shape, np.nan)
-    dt = 1.0 if data.dt is None else float(data.dt)
-    bins = np.arange(1, kmax + 1)[excited]
-    return FRF(bins / (N * dt), bins, G, std_noise, std_total, N, int(P_min), M, dt)
+    return int(period)
 
 
+def _realisation(data, b: int, N: int, transient: int, input_tol: float) -> tuple:
+    """Trajectory ``b`` as one realisation: ``G_m`` (kmax,), its noise variance (kmax,; NaN with one
+    period), the input power per bin (kmax,) and the periods P used; refused when not periodic."""
+    kmax = (N - 1) // 2
+    y, u = data.y[b][:, 0], data.inputs(b)[:, 0]
+    if not np.all(np.isfinite(y)):
+        raise DataError(f"trajectory {b} has missing outputs; the FRF needs complete periods")
+    U, Y = _periods(u, N, transient, b, "input"), _periods(y, N, transient, b, "output")
+    rms = float(np.sqrt(np.mean((U - U.mean()) ** 2)))
+    if rms == 0.0:
+        raise DataError(f"the input of trajectory {b} is constant: nothing excites the system")
+    dev = float(np.max(np.abs(U - U.mean(axis=0)))) / rms
+    if dev > input_tol:
+        raise DataError(f"the input of trajectory {b} is not periodic with period={N}: its periods differ by "
+                        f"{dev:.3g} of its RMS (input_tol={input_tol:g}); give the right period, or a periodic input")
+    P = U.shape[0]
+    if P > 1:
+        noise, signal = float(np.mean(np.var(Y, axis=0, ddof=1))), float(np.var(Y.mean(axis=0)))
+        if noise > signal:
+            raise DataError(f"the output of trajectory {b} is not periodic with period={N}: its period-to-period "
+                            f"variance {noise:.3g} exceeds the variance {signal:.3g} of its mean period (still in "
+                            f"its transient? raise transient_periods; or the wrong period)")
+    Uf = np.fft.rfft(U, axis=1)[:, 1:kmax + 1]
+    Yf = np.fft.rfft(Y, axis=1)[:, 1:kmax + 1]
+    Ub, Yb = Uf.mean(axis=0), Yf.mean(axis=0)
+    with np.errstate(all="ignore"):
+        var_n = (np.sum(np.abs(Yf - Yb) ** 2, axis=0) / (P * (P - 1)) / np.abs(Ub) ** 2 if P > 1
+                 else np.full(kmax, np.nan))
+        return Yb / Ub, var_n, np.abs(Ub) ** 2, P

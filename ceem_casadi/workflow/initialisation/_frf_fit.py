@@ -1,11 +1,6 @@
 """Parametric fit of a nonparametric BLA: ``G(z) = B(z^-1) / A(z^-1)`` fitted to an
-[`FRF`][ceem_casadi.workflow.FRF] (`ceem_casadi.workflow.initialisation._frf`).
-
-`fit_frf`: Sanathanan-Koerner iterations (linear least squares of ``(B - G A) / (sigma A_prev)``,
-starting with Levy's ``A_prev = 1``) and frequency-domain subspace estimates (McKelvey, Akcay and
-Ljung 1996) as starts of the nonlinear weighted least squares ``sum |(G - B / A) / sigma|^2`` by
-Levenberg-Marquardt; unstable poles are reflected into the unit circle (``1 / conj(p)``, same
-magnitude response up to a gain) with B refitted; the lowest cost wins.
+[`FRF`][ceem_casadi.workflow.FRF] by weighted nonlinear least squares from Sanathanan-Koerner and
+frequency-domain subspace starts (docs/block_oriented.md, "Periodic inputs").
 """
 from __future__ import annotations
 
@@ -141,12 +136,8 @@ def _weights(sd: np.ndarray, smooth: int) -> np.ndarray:
 
 def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool = True, smooth: int = 5,
             iterations: int = 50, tol: float = 1e-10) -> FRFFit:
-    """Fit ``B(z^-1) / A(z^-1)`` of order ``order`` to an FRF, weighted by its standard deviation.
-
-    Minimises ``sum_k |(G_k - B/A) / sigma_k|^2`` by Levenberg-Marquardt from several starts (the
-    Sanathanan-Koerner iterate and frequency-domain subspace estimates with 2 to 4 x order block
-    rows), each followed by the reflection of unstable poles into the unit circle with B refitted;
-    the lowest cost wins.
+    """Fit ``B(z^-1) / A(z^-1)`` of order ``order`` to an FRF: ``sum_k |(G_k - B/A) / sigma_k|^2`` by
+    Levenberg-Marquardt from several starts, unstable poles reflected, the lowest cost kept.
 
     Parameters
     ----------
@@ -159,9 +150,7 @@ def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool =
     feedthrough : bool
         Fit ``b[0]``; False fixes it to 0 (one sample of delay: a strictly proper BLA).
     smooth : int
-        The variance of G is averaged over ``2 smooth + 1`` neighbouring bins before weighting (it
-        varies slowly with frequency, and its estimate from a few realisations is rough;
-        0 = per bin).
+        The variance of G is averaged over ``2 smooth + 1`` neighbouring bins before weighting (0: per bin).
     iterations : int
         Largest number of Sanathanan-Koerner iterations.
     tol : float
@@ -184,21 +173,8 @@ def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool =
     >>> np.round(fit.a, 6).tolist(), np.round(fit.b, 6).tolist()
     ([1.0, -1.2, 0.5], [0.0, 0.2, 0.1])
     """
-    if not isinstance(frf, FRF):
-        raise OptionsError(f"frf: expected an FRF (estimate_frf), got {type(frf).__name__}")
-    if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or order < 1:
-        raise OptionsError(f"order: expected an int >= 1, got {order!r}")
-    nb = int(order) if n_b is None else n_b
-    if isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < (0 if feedthrough else 1):
-        raise OptionsError(f"n_b: expected an int >= {0 if feedthrough else 1}, got {n_b!r}")
-    if isinstance(smooth, bool) or not isinstance(smooth, (int, np.integer)) or smooth < 0:
-        raise OptionsError(f"smooth: expected an int >= 0, got {smooth!r}")
-    first = 0 if feedthrough else 1
+    nb, first = _checked_orders(frf, order, n_b, feedthrough, smooth)
     nbp = nb + 1 - first
-    n_par = nbp + order
-    if 2 * frf.G.size < n_par:
-        raise ShapeError(f"the FRF has {frf.G.size} bins (2 x {frf.G.size} real equations) for {n_par} coefficients: "
-                         "lower the order or excite more bins")
     w = _weights(np.asarray(frf.std, float), int(smooth))
     G = frf.G
     Zb, Za = _basis(frf, nb, order, first)
@@ -212,13 +188,7 @@ def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool =
         return np.vstack([J.real, J.imag])
 
     a_sk, it = _sk_denominator(G, w, Zb, Za, iterations, tol)
-    starts = [a_sk]
-    for q in range(2 * order, 4 * order + 1, order):
-        if q < frf.G.size:
-            with np.errstate(all="ignore"):
-                p = _subspace_poles(frf.freqs, G, w, frf.dt, order, q)
-            if np.all(np.isfinite(p)):
-                starts.append(np.real(np.poly(np.where(np.abs(p) >= 1, 1 / np.conj(p), p)))[1:])
+    starts = [a_sk] + _subspace_starts(frf, G, w, order)
     # the guard (runtime/_best.py): each start's LM result is never worse than the start, and the
     # lowest cost over the starts is returned (the first start when none is finite)
     overall, kept = None, None
@@ -226,12 +196,7 @@ def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool =
         theta = np.concatenate([_numerator(G, w, Zb, 1.0 + Za @ a0), a0])
         sol = so.least_squares(resid, theta, jac=jac, method="lm", xtol=1e-12, ftol=1e-12, gtol=1e-12)
         theta, _, _ = BestIterate(theta, np.sum(resid(theta) ** 2), rtol=0.0).choose(sol.x, np.sum(sol.fun ** 2))
-        poles = np.roots(np.concatenate([[1.0], theta[nbp:]]))
-        unstable = bool(np.any(np.abs(poles) >= 1.0))
-        if unstable:
-            poles = np.where(np.abs(poles) >= 1.0, 1.0 / np.conj(poles), poles)
-            a = np.real(np.poly(poles))[1:]
-            theta = np.concatenate([_numerator(G, w, Zb, 1.0 + Za @ a), a])
+        theta, poles, unstable = _stabilised(theta, nbp, G, w, Zb, Za)
         cost = float(np.sum(resid(theta) ** 2))
         if overall is None:
             overall, kept = BestIterate(theta, cost, label="start 0"), (poles, unstable)
@@ -244,8 +209,51 @@ def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool =
     b = np.concatenate([np.zeros(first), theta[:nbp]])
     bt = np.trim_zeros(b, "f")
     zeros = np.roots(bt) if bt.size > 1 else np.zeros(0, complex)
-    return FRFFit(b, a, poles.astype(complex), zeros.astype(complex), cost, int(2 * G.size - n_par), it,
+    return FRFFit(b, a, poles.astype(complex), zeros.astype(complex), cost, int(2 * G.size - nbp - order), it,
                   stabilised, frf.dt)
+
+
+def _checked_orders(frf, order, n_b, feedthrough: bool, smooth) -> tuple[int, int]:
+    """The arguments of `fit_frf` checked: B's degree and its first power of z^-1 (0 or 1)."""
+    if not isinstance(frf, FRF):
+        raise OptionsError(f"frf: expected an FRF (estimate_frf), got {type(frf).__name__}")
+    if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or order < 1:
+        raise OptionsError(f"order: expected an int >= 1, got {order!r}")
+    nb = int(order) if n_b is None else n_b
+    if isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < (0 if feedthrough else 1):
+        raise OptionsError(f"n_b: expected an int >= {0 if feedthrough else 1}, got {n_b!r}")
+    if isinstance(smooth, bool) or not isinstance(smooth, (int, np.integer)) or smooth < 0:
+        raise OptionsError(f"smooth: expected an int >= 0, got {smooth!r}")
+    first = 0 if feedthrough else 1
+    n_par = nb + 1 - first + order
+    if 2 * frf.G.size < n_par:
+        raise ShapeError(f"the FRF has {frf.G.size} bins (2 x {frf.G.size} real equations) for {n_par} coefficients: "
+                         "lower the order or excite more bins")
+    return nb, first
+
+
+def _subspace_starts(frf, G, w, order: int) -> list:
+    """Denominators a[1:] of the subspace estimates with 2, 3 and 4 x order block rows (fewer than the
+    bins), unstable poles reflected into the unit circle; non-finite ones left out."""
+    out = []
+    for q in range(2 * order, 4 * order + 1, order):
+        if q < frf.G.size:
+            with np.errstate(all="ignore"):
+                p = _subspace_poles(frf.freqs, G, w, frf.dt, order, q)
+            if np.all(np.isfinite(p)):
+                out.append(np.real(np.poly(np.where(np.abs(p) >= 1, 1 / np.conj(p), p)))[1:])
+    return out
+
+
+def _stabilised(theta, nbp: int, G, w, Zb, Za):
+    """``(theta, poles, reflected)``: unstable poles of ``theta``'s A reflected into the unit circle
+    (``1 / conj(p)``), B refitted."""
+    poles = np.roots(np.concatenate([[1.0], theta[nbp:]]))
+    if not np.any(np.abs(poles) >= 1.0):
+        return theta, poles, False
+    poles = np.where(np.abs(poles) >= 1.0, 1.0 / np.conj(poles), poles)
+    a = np.real(np.poly(poles))[1:]
+    return np.concatenate([_numerator(G, w, Zb, 1.0 + Za @ a), a]), poles, True
 
 
 def frf_bla(bla, data: Trajectories, period, order: int, feedthrough: bool) -> FRFFit | None:
