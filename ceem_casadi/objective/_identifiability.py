@@ -1,14 +1,5 @@
-"""Identifiability of the free parameters from an information (Hessian) matrix.
-
-Given the observed information ``I`` (n, n) of the free parameters (the Hessian of the negative
-log-density, see `ceem_casadi.workflow.assessment._uncertainty`), the directions ``v`` with ``v^T I v`` (almost)
-zero are combinations of parameters the data cannot determine. Units differ between parameters,
-so the analysis uses the Jacobi-scaled matrix ``I_s = S I S`` with ``S = diag(I)^(-1/2)`` (unit
-diagonal, invariant to rescaling any parameter); its eigenvalues divided by the largest one are
-the *relative eigenvalues*. A direction whose relative eigenvalue is below ``tol`` is reported
-in the original coordinates, ``v = S u / ||S u||``, as a readable combination of named entries,
-e.g. ``"0.58 sigma[0] + 0.58 H[0,0] - 0.58 H[0,1]"``.
-"""
+"""Identifiability of the free parameters from an information (Hessian) matrix: the weak directions of its
+Jacobi-scaled form as readable combinations (docs/runtime.md, "Identifiability")."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,17 +1,5 @@
-"""Per-time-step pieces of the CE-EM objective and their exact derivatives.
-
-With r_o = m * (y - g(x, u, p)) / sigma_v and r_d = (x' - f(x, u, p)) / sigma_w the negative
-joint log-density is, up to constants,
-
-    -J = sum_t 0.5 ||r_o[t]||^2 + sum_t 0.5 ||r_d[t]||^2 + 0.5 ||(x_1 - mu_1) / s_1||^2 .
-
-Each sum is a *stage* touching one state (observation) or two consecutive states (dynamics).
-This module builds small SX Functions of one stage returning the cost, its gradient and its
-Hessian (exact or Gauss-Newton) with respect to the states or to the parameters, and the
-residual Jacobian with respect to the parameters. They are mapped over time by the smoother
-and the learner, so derivative graphs never grow with T. Optionally the Functions are compiled
-to native code (`ceem_casadi.runtime._compile`).
-"""
+"""Per-time-step pieces (stages) of the CE-EM objective and their exact derivatives, mapped over time by
+the smoother and the learner, optionally compiled (docs/runtime.md, "The objective's stages")."""
 from __future__ import annotations
 
 import logging

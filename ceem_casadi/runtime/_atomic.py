@@ -1,13 +1,5 @@
-"""The one way the library writes a file: atomically, never through a symlink.
-
-Every file ceem_casadi writes (model files, checkpoints, exports, C code, figures, tables, compile
-cache records) is first written to a fresh temporary file in the target's folder
-(``tempfile.mkstemp``: ``O_CREAT | O_EXCL``, so it is never an existing file or link), flushed and
-fsynced, then renamed over the target with ``os.replace``. A rename replaces a symlink at the
-target itself, never the file it points to, so a link planted in an output folder cannot make
-the library overwrite a file outside it; a reader never sees half a file; a failed write (disk
-full, interrupted) leaves the old file and no temporary behind.
-"""
+"""The one way the library writes a file: to a fresh temporary file in the target's folder, fsynced, then
+renamed over the target, never through a symlink (docs/runtime.md, "Atomic writes")."""
 from __future__ import annotations
 
 import contextlib

@@ -1,14 +1,5 @@
-"""Best-iterate tracking: the rule "never return an iterate worse than the start or than the best
-seen" in one small piece, shared by every step that can stop on a budget or a failure.
-
-A [`BestIterate`][ceem_casadi.runtime._best.BestIterate] starts from the starting point; every
-iterate a solver visits is offered to it (IPOPT's iterations through the solve layer's tracking
-callback, an optimiser's steps by hand). It keeps the feasible iterate of lowest objective, and
-[`choose`][ceem_casadi.runtime._best.BestIterate.choose] compares a solver's final iterate with it
-and says in a sentence which one it returns. [`checked_status`][ceem_casadi.runtime._best.checked_status]
-is the other half of the guard: a solver's "converged" does not stand while the returned
-objective is not finite, or is exploding (far above the objective of a stable restart).
-"""
+"""Best-iterate tracking (`BestIterate`) and `checked_status`: the guard shared by every step that can
+stop on a budget or a failure (docs/runtime.md, "The guard")."""
 from __future__ import annotations
 
 import math

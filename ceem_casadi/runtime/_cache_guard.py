@@ -1,23 +1,5 @@
-"""What the compile cache trusts, and how it cleans up after processes that died (issue 25).
-
-The compile cache (`ceem_casadi.runtime._compile`) is a folder of shared libraries that the
-process loads and runs. A library is used only when
-
-* its record ``<lib>.json`` names the cache key it was built for (the file name's key) and the
-  Function's name, and the library's bytes have the SHA-256 of that record (a library copied in
-  under another name, or another model's same-named library, is rebuilt with a warning);
-* its values equal the CasADi Function's at one random point (`same_values`), so even a
-  record forged to match a wrong library is caught before a fit uses it.
-
-The cache is not a sandbox: whoever can write the folder can put code there that this process
-runs. Keep ``$CEEM_CACHE`` (default ``~/.cache/ceem_casadi``) writable only by you.
-
-Each build works in a folder ``tmp-<unit>-XXXX`` holding ``owner.json`` (host, process id and its
-start time); `clean_stale` removes the folders whose owner process is gone (killed during a
-compile and not cleaned up by its supervisor), once per process and cache folder. Compiler
-processes run under the supervisor of `ceem_casadi.runtime._supervise`, which kills their
-process group and removes the build folder when this process dies (SIGKILL included).
-"""
+"""What the compile cache trusts (a record binding key, Function name and SHA-256; the values at one random
+point) and how it removes the build folders of processes that died (docs/runtime.md, "The cache")."""
 from __future__ import annotations
 
 import json

@@ -1,30 +1,6 @@
-"""Compile small CasADi Functions to native code once and cache the shared libraries on disk.
-
-The stage Functions of a model (one time step's cost, gradient, Hessian or Jacobian) are
-short straight-line SX programs; compiled with ``gcc -O1`` they run ~10x faster than CasADi's
-virtual machine (see ``CASADI_NOTES.md``). Each Function becomes its own library, compiled by one
-compiler process in a process-wide background pool (`ceem_casadi.runtime._compile_pool`,
-`compile_jobs` at once, shared by every group of Functions: `start_compile`). The
-libraries are cached under ``$CEEM_CACHE`` (default ``~/.cache/ceem_casadi``) keyed by
-`cache_key`: the SHA-256 of the serialized Function (``f.serialize()``, the whole SX
-program), its optimisation level, the code-generation options, the compiler and its version,
-the flags and the CasADi version, so the compile cost is paid once per model and a cached library
-is loaded without generating its C source. Next to each library ``<name>.so`` a record ``<name>.json``
-holds the SHA-256 of the library's bytes, the versions it was built with, and the cache key and
-Function name it was built for; a library whose bytes, versions, key or name do not match its
-record (truncated, overwritten, from another compiler, another Function's or another model's
-library copied in) is never loaded: it is rebuilt with a warning, as is a loaded library whose
-values differ from the Function's at a random point. A cache folder that cannot be used -- any
-``OSError``: read-only, full disk, a name too long -- raises `CompileCacheError` (the callers
-fall back to the CasADi virtual machine with one warning); library names are at most
-``MAX_UNIT_CHARS`` characters (longer model names are shortened with a digest). Compilers die with
-the process that started them, their temporaries (``cc*.s``, ``cc*.o``) are written into the build
-folder (``TMPDIR``) and removed with it, and build folders of dead processes are removed
-(`ceem_casadi.runtime._cache_guard`).
-
-Compiled Functions are loaded with ``ca.external`` and provide values only: the smoother and
-the learner never ask CasADi to differentiate them (they pass grad_f and hess_lag explicitly).
-"""
+"""Compile small CasADi Functions to native code once and cache the shared libraries on disk, keyed by the
+SHA-256 of the serialized Function, the compiler and the flags; a cache folder that cannot be used raises
+`CompileCacheError` (callers fall back to the virtual machine). docs/runtime.md, "Native compilation"."""
 from __future__ import annotations
 
 import contextlib

@@ -1,18 +1,6 @@
-"""One background pool of compiler processes for the whole Python process (issue 17).
-
-Every compile request of every [`StageFunctions`][ceem_casadi.objective.StageFunctions] (smoother, learner,
-joint step, prefetch) feeds the same queue, served biggest first by at most ``jobs`` processes at
-once, so no core idles at the tail of one group while the next group waits. A scheduler thread
-starts and reaps the processes; it never calls CasADi (not thread-safe): callers generate the C
-source before submitting and load the library after `CompileJob.wait`.
-
-Cancellation never leaves compilers behind: each command runs in its own process group
-(``cc1``/``as`` included), killed when its waiter gives up (timeout, ``KeyboardInterrupt``), when
-the job is cancelled, and at interpreter exit for jobs nobody waited for. The group's leader is a
-small supervisor (`runtime/_supervise.py`) that kills the group and removes the job's temporary
-folder when this process dies without cleaning up (SIGKILL, SIGTERM). A forked child starts with
-an empty pool (its parent's processes are not its own).
-"""
+"""One background pool of compiler processes for the whole Python process, served biggest first; every
+command runs in its own process group under a supervisor, so cancellation and death never leave
+compilers behind (docs/runtime.md, "The pool")."""
 from __future__ import annotations
 
 import atexit

@@ -1,29 +1,6 @@
-"""The library's one cache of objects compiled from a model (rollouts, solvers, filters), kept
-out of the user's model object.
-
-An entry is keyed by the model's *structure* (`structure_key`: a digest of the traced ``f`` and
-``g``, the dimensions, the name and the parameter declarations; not ``id(model)``), a kind and
-the build's own arguments. Two models traced from the same functions share their entries, a
-shallow copy from ``with_noise`` shares them too (the noise is an input of every cached build,
-except where a build bakes it in and says so in its own key), and a garbage-collected model can
-never lend its entries to a new object that happens to reuse its address.
-
-Threads. CasADi's symbolic layer is not thread-safe (creating or combining SX/MX expressions
-of one model in two threads at once corrupts reference counts: "double free"), and CasADi
-releases the GIL while it works. So:
-
-- every build runs under ONE re-entrant lock (builds nest: a solver builds its rollout), and an
-  entry is built once: a thread that finds it missing builds it while the others wait for it;
-- objects with state of their own (an IPOPT solver's memory, statistics and iteration callback,
-  the preallocated buffers of a filter or a Levenberg-Marquardt problem) are cached *per
-  thread* (``per_thread=True``): each thread evaluates its own instance. Two threads sharing
-  one IPOPT solver crash CasADi 3.8.2 (segfault, measured; tests/test_model_cache.py) while
-  stateless Functions such as a rollout are evaluated from several threads at once safely
-  (6,000 concurrent calls, measured), so those are shared.
-
-The cache holds at most `MAXSIZE` entries and drops the least recently used one beyond that;
-[`clear_model_cache`][ceem_casadi.runtime.clear_model_cache] empties it.
-"""
+"""The library's one cache of objects compiled from a model (rollouts, solvers, filters), keyed by the
+model's structure, bounded, thread-safe, kept out of the user's model object (docs/runtime.md, "The
+library's model cache")."""
 from __future__ import annotations
 
 import hashlib

@@ -1,20 +1,5 @@
-"""Evaluate a matrix-valued MX Function with numpy (BLAS) instead of CasADi's dense kernels.
-
-CasADi evaluates a dense matrix product ``W @ X`` of an MX graph with its own generic loops
-(``casadi_mtimes``; 0.68 GFlop/s measured for (32, 32) @ (32, 8192), against 13 GFlop/s for
-numpy's BLAS on one core), and an elementwise ``tanh`` of a (32, 8192) block took 20 ms
-(2.6 ms in numpy). Neural-network terms evaluated on sample columns (the Adam learner's
-mini-batch gradients: `ceem_casadi.learning.AdamLearner`) spend nearly all their time there.
-
-[`NumpyFunction`][ceem_casadi.runtime.NumpyFunction] replays the Function's own instruction
-list (``Function.instruction_id`` / ``instruction_input`` / ``instruction_output`` /
-``instruction_MX``) with numpy operations on dense arrays: the same algorithm, including the
-reverse-mode sweeps CasADi built, evaluated by BLAS. Values are kept as dense arrays of each
-node's shape (structural zeros as zeros); the nonzero-indexing nodes (``GETNONZEROS``,
-``ADDNONZEROS``, ``SETNONZEROS``) map between nonzeros and dense entries through the node's
-sparsity pattern. An operation outside the supported set raises ``NotImplementedError`` at
-construction, so a caller can fall back to CasADi before evaluating anything.
-"""
+"""Evaluate a matrix-valued MX Function with numpy (BLAS) instead of CasADi's dense kernels, by replaying
+its instruction list (docs/runtime.md, "numpy evaluation of MX Functions")."""
 from __future__ import annotations
 
 import casadi as ca

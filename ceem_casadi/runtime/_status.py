@@ -1,9 +1,4 @@
-"""Outcome of a fit: one status type shared by every solver of the library.
-
-[`Status`][ceem_casadi.Status] is a ``str`` enum, so ``result.status == "converged"`` keeps working and the value
-prints and serialises (JSON) as the plain string. Every member carries an ``advice`` text saying
-what happened and what to try (the pattern of diffrax's ``RESULTS``).
-"""
+"""Outcome of a fit: one ``str`` enum of statuses shared by every solver, each with its advice."""
 from __future__ import annotations
 
 from enum import Enum
