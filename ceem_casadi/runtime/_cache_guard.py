@@ -20,11 +20,9 @@ OWNER = "owner.json"
 ORPHAN_AGE_S = 3600.0  # a build folder without an owner record is removed after this long
 
 
-
 def safe_name(text: str) -> str:
-    """A C identifier and CasADi Function name made of ``text``: non-word characters become
-    ``_``, runs of ``_`` one ``_`` (CasADi reserves double underscores), no leading or trailing
-    ``_``, a letter first.
+    """A C identifier and CasADi Function name made of ``text`` (CasADi refuses ``__``, a leading ``_``
+    or digit): non-word characters become ``_``, runs of ``_`` one ``_``, a letter first.
 
     Examples
     --------
@@ -71,16 +69,14 @@ _CLEANED: set = set()
 
 
 def clean_stale(folder: Path) -> list[Path]:
-    """Remove the build folders in ``folder`` whose owner process (on this host) is gone, and those
-    without an owner record (older versions wrote none) older than ``ORPHAN_AGE_S``; once per
-    process and folder. Returns them."""
+    """Remove (once per process) the build folders in ``folder`` whose owner process on this host is
+    gone, and those without an owner record older than ``ORPHAN_AGE_S``; returns them."""
     key = str(folder)
     if key in _CLEANED:
         return []
     _CLEANED.add(key)
     removed, host = [], socket.gethostname()
     try:
-        # build folders (and, from versions before owner records, folders named like a library unit)
         entries = [p for p in folder.iterdir() if p.is_dir() and (p.name.startswith(TMP_PREFIX) or "_" in p.name)]
     except OSError:
         return []

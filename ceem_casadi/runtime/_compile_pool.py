@@ -18,21 +18,19 @@ from collections.abc import Callable
 POLL_S = 0.005  # how often the scheduler looks for finished processes
 SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_supervise.py")
 FORKED = "started by the parent process before a fork"
-# a compiler failing with one of these wrote into a full, read-only or unusable folder: a cache
-# problem (the caller falls back to the virtual machine), not a compiler or model problem
+# a compiler failing with one of these met a full, read-only or unusable folder: a cache problem
 DISK_ERRORS = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.ENAMETOOLONG,
                                              errno.EACCES, errno.EIO))
 
 
 class CompileJob:
-    """One compiler command; ``finish(ok)`` runs once when it ends (in the scheduler thread: moves
-    the result into place when ``ok``, cleans up always, also after a failure or cancellation);
-    ``size`` orders the queue (biggest first)."""
+    """One compiler command; ``finish(ok)`` runs once when it ends, in the scheduler thread (moves the
+    result into place when ``ok``, cleans up always); ``size`` orders the queue (biggest first)."""
 
     def __init__(self, cmd: list[str], label: str, size: int, finish: Callable[[bool], None] | None = None,
                  cleanup: str | None = None):
         self.cmd, self.label, self.size, self.finish = cmd, label, size, finish
-        self.cleanup = cleanup  # a temporary folder the supervisor removes if this process dies
+        self.cleanup = cleanup  # the build folder (the supervisor removes it if this process dies)
         self.done = threading.Event()
         self.error: str | None = None
         self.disk_error = False  # the failure was the folder's (full, read-only, name too long), not the compiler's
@@ -101,10 +99,8 @@ class CompilePool:
                     job = self._pending.pop(0)
                     try:
                         job.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the job ends
-                        # the supervisor leads the job's process group: the compiler never outlives us
                         cmd = [sys.executable, "-S", SUPERVISOR, str(os.getpid()), job.cleanup or "", "--", *job.cmd]
                         # the compiler's temporaries (cc*.s, cc*.o) go into the build folder, removed with it
-                        # (also by the supervisor when this process is killed): none are left in $TMPDIR
                         env = {**os.environ, "TMPDIR": job.cleanup} if job.cleanup else None
                         job.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                                     stderr=job.log, start_new_session=True, env=env)
@@ -141,8 +137,7 @@ class CompilePool:
         job.done.set()
 
     def _after_fork(self) -> None:
-        """In a forked child: the parent's jobs are not this process's (their waiters get
-        ``FORKED`` and compile again, usually a cache hit); start with an empty pool."""
+        """In a forked child: the parent's jobs end with ``FORKED`` (their waiters compile again)."""
         for job in self._pending + self._running:
             _close_pipe(job.proc)  # the parent's watchdog pipes: the parent's death must still close them
             if not job.done.is_set():
