@@ -32,14 +32,8 @@ STALL_OBJ_CHANGE = 1e-12
 
 
 def ipopt_options(max_iter: int, tol: float, *, track: tuple[int, int] | None = None, **extra) -> dict:
-    """IPOPT options of the library (quiet, stall-aware termination, the deadline callback).
-
-    ``track=(nx, ng)`` (the numbers of decision variables and constraints) gives the solver an
-    iteration callback that also reads every iterate ``x``, its objective and its constraints, so
-    that [`solve`][ceem_casadi.runtime._solve.solve] with ``best=`` a
-    [`BestIterate`][ceem_casadi.runtime._best.BestIterate] can keep the best iterate IPOPT visited
-    (a copy of ``x`` per iteration: for small NLPs such as output error).
-    """
+    """IPOPT options of the library (quiet, stall-aware termination, the deadline callback); with
+    ``track=(nx, ng)`` (numbers of variables and constraints) `solve` can keep the best iterate."""
     opts = dict(QUIET)
     opts.update({"ipopt.max_iter": int(max_iter), "ipopt.tol": float(tol),
                  "ipopt.acceptable_tol": max(100 * float(tol), ACCEPTABLE_TOL),
@@ -53,8 +47,7 @@ def ipopt_options(max_iter: int, tol: float, *, track: tuple[int, int] | None = 
 
 def ipopt_solver(name: str, nlp: dict, opts: dict) -> ca.Function:
     """``ca.nlpsol(name, "ipopt", nlp, opts)`` that keeps the options' iteration callback alive as
-    long as the solver (CasADi holds no Python reference to it; a tracking callback of
-    `ipopt_options` is created per solver)."""
+    long as the solver (CasADi holds no Python reference to it)."""
     solver = ca.nlpsol(name, "ipopt", nlp, opts)
     solver._ceem_iteration_callback = opts.get("iteration_callback")
     return solver
@@ -78,6 +71,11 @@ _INTERRUPT: contextvars.ContextVar[threading.Event | None] = contextvars.Context
 _TRACKER: contextvars.ContextVar[BestIterate | None] = contextvars.ContextVar("ceem_best_iterate", default=None)
 
 
+def _sooner(a: float | None, b: float | None) -> float | None:
+    """The earlier of two deadlines (None: no deadline)."""
+    return a if b is None else b if a is None else min(a, b)
+
+
 def current_deadline() -> float | None:
     """The ``time.perf_counter()`` value at which solves of this thread stop (None: no deadline)."""
     return _EXPIRES.get()
@@ -98,10 +96,7 @@ def deadline_after(seconds: float | None, start: float | None = None) -> float |
     (True, True)
     """
     own = None if seconds is None else (time.perf_counter() if start is None else float(start)) + float(seconds)
-    outer = _EXPIRES.get()
-    if own is None or outer is None:
-        return outer if own is None else own
-    return min(outer, own)
+    return _sooner(_EXPIRES.get(), own)
 
 
 def expired() -> bool:
@@ -117,8 +112,8 @@ def remaining() -> float | None:
 
 
 class TimeLimitReached(Exception):
-    """Raised by `check_deadline` inside a long loop that is not an IPOPT solve (the EKF pass over
-    a long record): the fit that set the deadline catches it and returns its best iterate so far."""
+    """Raised by `check_deadline` in a long loop that is not an IPOPT solve; the fit that set the
+    deadline catches it and returns its best iterate so far."""
 
 
 def check_deadline(what: str) -> None:
@@ -138,9 +133,8 @@ def check_deadline(what: str) -> None:
 
 
 def budget(share: float) -> float | None:
-    """The ``time.perf_counter()`` at which ``share`` (0..1) of this thread's remaining time is
-    spent (None without a deadline): the deadline of a preliminary stage (a warm start) that must
-    leave the rest of the budget to the stages after it.
+    """The ``time.perf_counter()`` at which ``share`` (0..1) of this thread's remaining time is spent
+    (None without a deadline): the deadline of a preliminary stage such as a warm start.
 
     Examples
     --------
@@ -159,11 +153,9 @@ def interrupted() -> bool:
 
 @contextlib.contextmanager
 def deadline(expires: float | None):
-    """Within the block, every IPOPT solver built with `ipopt_options` (and the banded Newton
-    smoother) that runs in THIS thread stops at its next iteration once
-    ``time.perf_counter() >= expires`` (``None``: no new deadline; an earlier deadline already in
-    force is kept). Other threads are not affected; forked worker processes inherit the deadline
-    in force when they start (``perf_counter`` is a system-wide monotonic clock).
+    """Within the block, every IPOPT solver built with `ipopt_options` (and the banded Newton smoother)
+    that runs in THIS thread stops once ``time.perf_counter() >= expires`` (``None``: no new deadline;
+    an earlier one in force is kept). Forked workers inherit the deadline in force when they start.
 
     Examples
     --------
@@ -176,8 +168,7 @@ def deadline(expires: float | None):
     True
     """
     previous = _EXPIRES.get()
-    if expires is not None:
-        expires = float(expires) if previous is None else min(previous, float(expires))
+    expires = None if expires is None else _sooner(previous, float(expires))
     token = _EXPIRES.set(previous if expires is None else expires)
     try:
         yield expires
@@ -212,25 +203,10 @@ DEADLINE = _StopCallback()
 
 
 def solve(solver: ca.Function, *, best: BestIterate | None = None, expires: float | None = None, **kwargs) -> dict:
-    """``solver(**kwargs)`` under this thread's deadline, such that Ctrl-C stops IPOPT at its next
-    iteration and is then raised.
-
-    Parameters
-    ----------
-    solver : casadi.Function
-        An ``nlpsol`` built with `ipopt_options` (``track=(nx, ng)`` for ``best``).
-    best : BestIterate, optional
-        Receives every iterate IPOPT visits (objective, iterate, constraint violation).
-    expires : float, optional
-        A deadline (``time.perf_counter()`` value) for this call only, on top of the one in force.
-    **kwargs
-        The solver's inputs (``x0``, ``p``, ``lbx``, ...).
-
-    A ``KeyboardInterrupt`` raised inside a Python callback during IPOPT is swallowed by CasADi
-    (at best the solve stops with an error status). So, in the main thread, SIGINT only sets a
-    flag of this call during the solve; the callback stops IPOPT on it, and afterwards the
-    previous SIGINT handler is called (by default: ``KeyboardInterrupt`` is raised).
-    """
+    """``solver(**kwargs)`` (inputs ``x0``, ``p``, ...) under this thread's deadline and ``expires`` (a
+    ``time.perf_counter()`` value for this call only); Ctrl-C stops IPOPT at its next iteration and
+    is then raised (docs/runtime.md). ``best`` (a `BestIterate`) receives every iterate IPOPT visits
+    (solver built with ``ipopt_options(track=...)``)."""
     token = _TRACKER.set(best)
     try:
         with deadline(expires):
@@ -264,6 +240,5 @@ def _solve_main_thread(solver: ca.Function, kwargs: dict) -> dict:
 
 
 def status_of(solver: ca.Function) -> Status:
-    """The [`Status`][ceem_casadi.Status] of ``solver``'s last solve (a stop requested by this
-    thread's deadline counts as ``TIME_LIMIT``)."""
+    """The `Status` of ``solver``'s last solve (a stop by this thread's deadline is ``TIME_LIMIT``)."""
     return Status.from_ipopt(solver.stats()["return_status"], time_up=expired())
