@@ -10,19 +10,9 @@ from pathlib import Path
 
 @contextlib.contextmanager
 def atomic_path(path):
-    """Context manager giving a temporary path next to ``path`` (same suffix) to write to; on
-    success it is fsynced and renamed over ``path``, on any exception removed.
-
-    Parameters
-    ----------
-    path : str or pathlib.Path
-        The target file; its folder is created when missing. A symlink at ``path`` is replaced
-        by the new file, its target is left alone.
-
-    Yields
-    ------
-    pathlib.Path
-        The temporary file (already created, empty) in the same folder.
+    """Context manager yielding a temporary file (created, empty; same folder and suffix) to write
+    ``path`` through; on success it is fsynced and renamed over ``path`` (a symlink there is replaced,
+    its target left alone), on any exception removed. The folder is created when missing.
 
     Examples
     --------
@@ -49,15 +39,7 @@ def atomic_path(path):
 
 
 def atomic_write_bytes(path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through `atomic_path` (never through a symlink); returns ``path``.
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> p = atomic_write_bytes(pathlib.Path(tempfile.mkdtemp()) / "x.bin", b"abc")
-    >>> p.read_bytes()
-    b'abc'
-    """
+    """Write ``data`` to ``path`` through `atomic_path` (never through a symlink); returns ``path``."""
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         fh.write(data)
     return Path(path)

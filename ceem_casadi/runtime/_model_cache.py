@@ -15,20 +15,24 @@ import numpy as np
 
 __all__ = ["MAXSIZE", "cached", "clear_model_cache", "noise_key", "structure_key"]
 
-# entries kept (least recently used dropped beyond): a rollout, a solver per window, ... per
-# model structure and thread; 128 holds every build of a few models in a few threads (a build can
-# hold large buffers, e.g. an output-error problem over a long record: clear_model_cache frees them)
-MAXSIZE = 128
+MAXSIZE = 128  # entries kept in each table (least recently used dropped beyond)
 
 _BUILD_LOCK = threading.RLock()     # every build (CasADi symbolics are not thread-safe)
-_LOCK = threading.Lock()            # the dictionaries below
+_LOCK = threading.Lock()            # the tables below
 _ENTRIES: OrderedDict[tuple, Any] = OrderedDict()
-# digest of a CasADi Function, memoised per Function object; the entry holds the Function, so
-# its id cannot be reused by another object while the digest is remembered
+# id of a Function -> (the Function, kept so that its id is not reused while remembered; its digest)
 _DIGESTS: OrderedDict[int, tuple[Any, str]] = OrderedDict()
 _UNIQUE = itertools.count()
-# structure key per model object (its weak reference, the parts it was computed from, the key)
+# id of a model -> (its weak reference, the parts its key was computed from, the key)
 _KEYS: OrderedDict[int, tuple] = OrderedDict()
+
+
+def _put(table: OrderedDict, key, value) -> None:
+    """``table[key] = value`` under ``_LOCK``, dropping the least recently used beyond `MAXSIZE`."""
+    with _LOCK:
+        table[key] = value
+        while len(table) > MAXSIZE:
+            table.popitem(last=False)
 
 
 def _function_digest(fun) -> str:
@@ -45,10 +49,7 @@ def _function_digest(fun) -> str:
         digest = hashlib.sha256(fun.serialize().encode()).hexdigest()
     except Exception:  # e.g. an external Function without its source
         digest = f"unserialisable-{next(_UNIQUE)}"
-    with _LOCK:
-        _DIGESTS[id(fun)] = (fun, digest)
-        while len(_DIGESTS) > MAXSIZE:
-            _DIGESTS.popitem(last=False)
+    _put(_DIGESTS, id(fun), (fun, digest))
     return digest
 
 
@@ -90,10 +91,7 @@ def structure_key(model) -> tuple:
         ref = weakref.ref(model)
     except TypeError:  # an object without weak references: not memoised
         return key
-    with _LOCK:
-        _KEYS[id(model)] = (ref, parts, key)
-        while len(_KEYS) > MAXSIZE:
-            _KEYS.popitem(last=False)
+    _put(_KEYS, id(model), (ref, parts, key))
     return key
 
 
@@ -104,26 +102,10 @@ def noise_key(model) -> tuple:
 
 
 def cached(model, kind: str, args: Hashable, build: Callable[[], Any], *, per_thread: bool = False):
-    """The cached object ``build()`` for ``model``'s structure, ``kind`` and ``args`` (built once).
-
-    Parameters
-    ----------
-    model : StateSpaceModel
-        The model (read, never written).
-    kind : str
-        What is built (e.g. ``"rollout"``).
-    args : hashable
-        The build's own arguments (e.g. the number of samples).
-    build : callable
-        ``build() -> object``, called under the library's build lock when the entry is missing.
-    per_thread : bool
-        One instance per thread (objects with state of their own, see the module docstring).
-
-    Returns
-    -------
-    object
-        The same object on every call with an equal key (in this thread when ``per_thread``).
-    """
+    """The object ``build()`` for ``model``'s structure (the model is never written), ``kind`` (e.g.
+    ``"rollout"``) and the build's own hashable ``args``: built once, under the library's build lock,
+    and the same object on every call with an equal key. ``per_thread``: one instance per thread
+    (objects with state of their own: solvers, buffers)."""
     key = (structure_key(model), kind, args, threading.get_ident() if per_thread else None)
     with _LOCK:
         if key in _ENTRIES:
@@ -135,10 +117,7 @@ def cached(model, kind: str, args: Hashable, build: Callable[[], Any], *, per_th
                 _ENTRIES.move_to_end(key)
                 return _ENTRIES[key]
         value = build()
-        with _LOCK:
-            _ENTRIES[key] = value
-            while len(_ENTRIES) > MAXSIZE:
-                _ENTRIES.popitem(last=False)
+        _put(_ENTRIES, key, value)
     return value
 
 
@@ -149,8 +128,8 @@ def entries() -> int:
 
 
 def clear_model_cache() -> int:
-    """Drop every object the library compiled from a model (rollouts, initial-state and
-    output-error solvers, filters, design functions); the next call builds them again.
+    """Drop every object the library compiled from a model (rollouts, solvers, filters, design
+    functions); the next call builds them again.
 
     Returns
     -------
