@@ -110,9 +110,9 @@ def verified(lib: Path, cc: str, key: str | None = None, function: str | None = 
         return "no readable record of its digest"
     if key is not None and "key" not in rec:
         return OLD_RECORD
-    want = {**_record(cc), **({} if key is None else {"key": key}), **({} if function is None else {"function": function})}
+    want = {**_record(cc), "key": key, "function": function}
     for k, v in want.items():
-        if rec.get(k) != v:
+        if v is not None and rec.get(k) != v:
             return f"built with {k} {rec.get(k)!r}, now {v!r}"
     try:
         if rec.get("sha256") != _file_sha256(lib):

@@ -36,7 +36,6 @@ class CompileJob:
         self.disk_error = False  # the failure was the folder's (full, read-only, name too long), not the compiler's
         self.proc: subprocess.Popen | None = None
         self.log = None  # the compiler's stderr (a temporary file)
-        self.started = self.ended = None  # time.monotonic() of start and end (timelines)
 
     def wait(self, deadline: float) -> None:
         """Block until done; ``RuntimeError`` on failure, on cancellation, or after ``deadline``
@@ -84,9 +83,7 @@ class CompilePool:
                     _kill(job.proc)
                     job.log.close()
                 if not job.done.is_set():
-                    job.error = why
-                    _finish(job, False)
-                    job.done.set()
+                    _end(job, False, why)
 
     def _serve(self) -> None:
         while True:
@@ -105,11 +102,9 @@ class CompilePool:
                         job.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                                     stderr=job.log, start_new_session=True, env=env)
                     except OSError as exc:
-                        job.error, job.disk_error = str(exc), True
-                        _finish(job, False)
-                        job.done.set()
+                        job.disk_error = True
+                        _end(job, False, str(exc))
                         continue
-                    job.started = time.monotonic()
                     self._running.append(job)
                 finished = [j for j in self._running if j.proc.poll() is not None]
                 for job in finished:
@@ -121,25 +116,20 @@ class CompilePool:
 
     @staticmethod
     def _complete(job: CompileJob) -> None:
-        job.ended = time.monotonic()
         proc = job.proc
-        _close_pipe(proc)
         if job.done.is_set():  # cancelled meanwhile
             job.log.close()
             return
         job.log.seek(0)
         err = job.log.read().decode(errors="replace")  # a file, not a pipe: a chatty compiler never blocks
         job.log.close()
-        if proc.returncode != 0:
-            job.error = f"exit status {proc.returncode}: {err[-2000:]}"
-            job.disk_error = any(text in err for text in DISK_ERRORS)
-        _finish(job, proc.returncode == 0)
-        job.done.set()
+        ok = proc.returncode == 0
+        job.disk_error = not ok and any(text in err for text in DISK_ERRORS)
+        _end(job, ok, None if ok else f"exit status {proc.returncode}: {err[-2000:]}")
 
     def _after_fork(self) -> None:
         """In a forked child: the parent's jobs end with ``FORKED`` (their waiters compile again)."""
         for job in self._pending + self._running:
-            _close_pipe(job.proc)  # the parent's watchdog pipes: the parent's death must still close them
             if not job.done.is_set():
                 job.error = FORKED
                 job.done.set()
@@ -147,14 +137,16 @@ class CompilePool:
         self._pending, self._running, self._thread = [], [], None
 
 
-def _finish(job: CompileJob, ok: bool) -> None:
-    if job.finish is None:
-        return
-    try:
-        job.finish(ok)
-    except Exception as exc:  # reported to the waiter, never lost in the scheduler thread
-        job.error = job.error or f"{type(exc).__name__}: {exc}"
-        job.disk_error = job.disk_error or isinstance(exc, OSError)
+def _end(job: CompileJob, ok: bool, error: str | None = None) -> None:
+    """Record ``error``, run the job's ``finish(ok)`` and wake its waiter."""
+    job.error = error if error is not None else job.error
+    if job.finish is not None:
+        try:
+            job.finish(ok)
+        except Exception as exc:  # reported to the waiter, never lost in the scheduler thread
+            job.error = job.error or f"{type(exc).__name__}: {exc}"
+            job.disk_error = job.disk_error or isinstance(exc, OSError)
+    job.done.set()
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -163,14 +155,6 @@ def _kill(proc: subprocess.Popen) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    _close_pipe(proc)
-
-
-def _close_pipe(proc: subprocess.Popen | None) -> None:
-    """Close the watchdog pipe of ``proc`` (its write end is this process's)."""
-    if proc is not None and proc.stdin is not None:
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
 
 
 POOL = CompilePool()
