@@ -238,23 +238,9 @@ class StageFunctions:
 
 
 def stack_stages(data, xs: list[np.ndarray]):
-    """Stack all trajectories' stages column-wise (the learner's and the joint step's input).
-
-    Parameters
-    ----------
-    data : Trajectories
-        B trajectories, y (T_b, ny) with NaN = missing, inputs (T_b, nu).
-    xs : list of numpy.ndarray
-        The states (T_b, nx) of each trajectory.
-
-    Returns
-    -------
-    (X, U, Y, M), (X_t, X_next, U_t) : tuple of numpy.ndarray
-        Observation columns: states (nx, N_obs), inputs (nu, N_obs), outputs with NaN replaced by
-        0 (ny, N_obs) and the observed mask as 0/1 (ny, N_obs), N_obs = sum T_b; dynamics
-        columns: states at t (nx, N_dyn), at t+1 (nx, N_dyn) and inputs at t (nu, N_dyn),
-        N_dyn = sum (T_b - 1).
-    """
+    """All trajectories' stages column-wise, from ``data`` and the states ``xs`` ((T_b, nx) each):
+    ``(X, U, Y, M)`` (observation columns, N_obs = sum T_b: states, inputs, outputs with NaN -> 0 and
+    the observed mask as 0/1) and ``(X_t, X_next, U_t)`` (dynamics columns, N_dyn = sum (T_b - 1))."""
     Xo, Uo, Yo, Mo, X0, X1, U0 = [], [], [], [], [], [], []
     for b, x in enumerate(xs):
         y, u = data.y[b], data.inputs(b)
