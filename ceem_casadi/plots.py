@@ -34,19 +34,16 @@ def _save(fig, path):
     """Write ``fig`` to ``path`` (atomically) and return the path; the Figure itself when ``path`` is None."""
     import matplotlib.pyplot as plt
 
+    plain_text(fig)
+    fig.tight_layout()
     if path is None:
-        plain_text(fig)
-        fig.tight_layout()
         return fig
     path = Path(path)
     if path.suffix.lower() not in SUFFIXES:
         plt.close(fig)
         raise ValueError(f"figure file must end in {' or '.join(SUFFIXES)}, got {path.name!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    plain_text(fig)
-    fig.tight_layout()
     try:
-        with atomic_path(path) as tmp:  # never through a symlink
+        with atomic_path(path) as tmp:  # never through a symlink; creates the folder
             fig.savefig(tmp, dpi=120, format=path.suffix[1:].lower())
     finally:
         plt.close(fig)
