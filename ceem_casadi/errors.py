@@ -1,9 +1,5 @@
-"""Typed exceptions of ceem_casadi.
-
-Every exception subclasses a builtin so that callers who do not know the
-library can still catch it as ``ValueError`` / ``KeyError`` / ``RuntimeError``.
-Messages say what was expected, what was given, and (where possible) how to fix it.
-"""
+"""Typed exceptions of ceem_casadi, each also a builtin (``ValueError`` / ``KeyError`` / ``RuntimeError``);
+messages say what was expected, what was given, and (where possible) how to fix it."""
 from __future__ import annotations
 
 

@@ -1,8 +1,5 @@
-"""Figures of a fit: objective and parameters vs EM iteration, smoothed states with observed
-outputs, predicted vs measured outputs with their error, parameter estimates with their
-confidence intervals. PNG or SVG (from the file suffix),
-drawn with matplotlib's Agg backend (no display needed). Each function returns the path written.
-"""
+"""Figures of a fit (history, states, predictions, parameter intervals, residuals, bands), PNG or SVG from the
+file suffix, drawn with matplotlib's Agg backend; each function returns the path written (or the Figure)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,22 +18,32 @@ def _figure(rows: int, cols: int = 1, height: float = 2.0):
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(rows, cols, figsize=(8, max(2.5, height * rows)), squeeze=False)
-    return fig, axes
+    return plt.subplots(rows, cols, figsize=(8, max(2.5, height * rows)), squeeze=False)
 
 
-def _save(fig, path) -> Path:
+def _time(T: int, dt: float | None):
+    """Time axis (T,) in seconds when ``dt`` else in samples, and its label."""
+    return np.arange(T) * (dt or 1.0), "time [s]" if dt else "sample"
+
+
+def _legend(ax) -> None:
+    ax.legend(loc="upper right", fontsize="small")
+
+
+def _save(fig, path):
+    """Write ``fig`` to ``path`` (atomically) and return the path; the Figure itself when ``path`` is None."""
     import matplotlib.pyplot as plt
 
+    plain_text(fig)
+    fig.tight_layout()
+    if path is None:
+        return fig
     path = Path(path)
     if path.suffix.lower() not in SUFFIXES:
         plt.close(fig)
         raise ValueError(f"figure file must end in {' or '.join(SUFFIXES)}, got {path.name!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    plain_text(fig)
-    fig.tight_layout()
     try:
-        with atomic_path(path) as tmp:  # never through a symlink
+        with atomic_path(path) as tmp:  # never through a symlink; creates the folder
             fig.savefig(tmp, dpi=120, format=path.suffix[1:].lower())
     finally:
         plt.close(fig)
@@ -108,26 +115,21 @@ def plot_states(x, y, path, *, y_fit=None, dt: float | None = None, state_names=
     """Smoothed states ``x`` (T, nx) and observed outputs ``y`` (T, ny; NaN = missing) with the
     model outputs ``y_fit`` (T, ny) of the smoothed states. Time axis in seconds when ``dt``."""
     x, y = np.asarray(x, float), np.asarray(y, float)
-    T, nx = x.shape
-    ny = y.shape[1]
-    t = np.arange(T) * (dt or 1.0)
-    xlabel = "time [s]" if dt else "sample"
+    (T, nx), ny = x.shape, y.shape[1]
+    t, xlabel = _time(T, dt)
     sn = state_names or [f"x{i}" for i in range(nx)]
     on = output_names or [f"y{j}" for j in range(ny)]
     fig, axes = _figure(nx + ny, height=1.6)
-    for i in range(nx):
-        ax = axes[i, 0]
+    for i, ax in enumerate(axes[:nx, 0]):
         ax.plot(t, x[:, i], "-", label=f"smoothed {sn[i]}")
         ax.set_ylabel(sn[i])
-        ax.legend(loc="upper right", fontsize="small")
-    for j in range(ny):
-        ax = axes[nx + j, 0]
+    for j, ax in enumerate(axes[nx:, 0]):
         ax.plot(t, y[:, j], ".", ms=3, label=f"observed {on[j]}")
         if y_fit is not None:
             ax.plot(t, np.asarray(y_fit)[:, j], "-", lw=1, label="g(smoothed x)")
         ax.set_ylabel(on[j])
-        ax.legend(loc="upper right", fontsize="small")
     for ax in axes[:, 0]:
+        _legend(ax)
         ax.set_xlabel(xlabel)
     return _save(fig, path)
 
@@ -135,26 +137,24 @@ def plot_states(x, y, path, *, y_fit=None, dt: float | None = None, state_names=
 def plot_prediction(y, y_pred, path, *, dt: float | None = None, output_names=None, label: str = "prediction") -> Path:
     """Measured ``y`` vs predicted ``y_pred`` (T, ny) per output, and the error ``y - y_pred``."""
     y, y_pred = np.asarray(y, float), np.asarray(y_pred, float)
-    T, ny = y.shape
-    t = np.arange(T) * (dt or 1.0)
+    ny = y.shape[1]
+    t, xlabel = _time(y.shape[0], dt)
     on = output_names or [f"y{j}" for j in range(ny)]
     fig, axes = _figure(2 * ny, height=1.6)
     for j in range(ny):
-        ax = axes[2 * j, 0]
+        ax, ax_err = axes[2 * j, 0], axes[2 * j + 1, 0]
         ax.plot(t, y[:, j], ".", ms=3, label="measured")
         ax.plot(t, y_pred[:, j], "-", lw=1, label=label)
         ax.set_ylabel(on[j])
-        ax.legend(loc="upper right", fontsize="small")
-        ax = axes[2 * j + 1, 0]
         err = y[:, j] - y_pred[:, j]
         ok = np.isfinite(err)
         rmse = float(np.sqrt(np.mean(err[ok] ** 2))) if ok.any() else float("nan")
-        ax.plot(t, err, "-", lw=1, color="C3", label=f"error (RMSE {rmse:.3g})")
-        ax.axhline(0.0, color="k", lw=0.5)
-        ax.set_ylabel(f"{on[j]} error")
-        ax.legend(loc="upper right", fontsize="small")
+        ax_err.plot(t, err, "-", lw=1, color="C3", label=f"error (RMSE {rmse:.3g})")
+        ax_err.axhline(0.0, color="k", lw=0.5)
+        ax_err.set_ylabel(f"{on[j]} error")
     for ax in axes[:, 0]:
-        ax.set_xlabel("time [s]" if dt else "sample")
+        _legend(ax)
+        ax.set_xlabel(xlabel)
     return _save(fig, path)
 
 
@@ -230,10 +230,6 @@ def plot_residuals(analysis, path=None, *, kind: str = "one_step", dt: float | N
         for ax in axes[:, j]:
             ax.axhline(0.0, color="k", lw=0.5)
         axes[-1, j].set_xlabel(f"lag [{unit}]")
-    if path is None:
-        plain_text(fig)
-        fig.tight_layout()
-        return fig
     return _save(fig, path)
 
 
@@ -244,21 +240,16 @@ def plot_band(y, y_hat, lower, upper, path=None, *, dt: float | None = None, out
     returns the Figure when ``path`` is None."""
     y, y_hat = np.asarray(y, float), np.asarray(y_hat, float)
     T, ny = y.shape
-    t = np.arange(T) * (dt or 1.0)
+    t, xlabel = _time(T, dt)
     on = output_names or [f"y{j}" for j in range(ny)]
     fig, axes = _figure(ny, height=2.4)
-    for j in range(ny):
-        ax = axes[j, 0]
+    for j, ax in enumerate(axes[:, 0]):
         ax.fill_between(t, lower[:, j], upper[:, j], color="C1", alpha=0.3, lw=0, label="band")
         ax.plot(t, y[:, j], ".", ms=3, color="0.4", label="measured")
         ax.plot(t, y_hat[:, j], "-", lw=1, color="C1", label=label)
         if skip:
             ax.axvspan(t[0], t[min(skip, T - 1)], color="0.9", zorder=0)
         ax.set_ylabel(on[j])
-        ax.legend(loc="upper right", fontsize="small")
-    axes[-1, 0].set_xlabel("time [s]" if dt else "sample")
-    if path is None:
-        plain_text(fig)
-        fig.tight_layout()
-        return fig
+        _legend(ax)
+    axes[-1, 0].set_xlabel(xlabel)
     return _save(fig, path)

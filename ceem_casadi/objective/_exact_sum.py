@@ -1,19 +1,5 @@
-"""Sums of many floating-point terms that do not depend on how the terms are split into shards.
-
-The distributed learner (`ceem_casadi.learning._remote`) adds up per-stage data terms that
-live on several workers. Summed in floating point, the total depends on the grouping: with
-1 or 2 shards the learning objective at the same point differs by ~1e-15 relative (Lorenz,
-B = 256, T = 500: 384,000 terms, objective 3e6). That is above the round-off allowance of IPOPT's
-line search (10 eps |f|), so near the optimum its Armijo test is decided by round-off: measured
-(B = 256, EM iteration 2) 9 learning rounds with one shard and 20 with two, iteration 3: 33 and 7.
-
-Here each shard returns every sum as a few doubles whose exact sum is its exact sum up to a tail
-below ~2^-100 of its largest term (error-free extraction, Rump, Ogita and Oishi's AccSum, three
-vectorised passes); the client adds all shards' doubles with `math.fsum` (exactly, then
-rounded once). The result is the correctly rounded sum of all terms, the same for any split
-(barring a total within ~2^-100 of its largest term from a rounding tie), and accurate to
-eps |f|, which IPOPT's line search tolerates.
-"""
+"""Sums of many floating-point terms that do not depend on how the terms are split into shards (AccSum
+extraction per shard, `math.fsum` on the client; docs/runtime.md, "Exact sums across shards")."""
 from __future__ import annotations
 
 import math

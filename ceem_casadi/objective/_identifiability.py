@@ -1,22 +1,12 @@
-"""Identifiability of the free parameters from an information (Hessian) matrix.
-
-Given the observed information ``I`` (n, n) of the free parameters (the Hessian of the negative
-log-density, see `ceem_casadi.workflow.assessment._uncertainty`), the directions ``v`` with ``v^T I v`` (almost)
-zero are combinations of parameters the data cannot determine. Units differ between parameters,
-so the analysis uses the Jacobi-scaled matrix ``I_s = S I S`` with ``S = diag(I)^(-1/2)`` (unit
-diagonal, invariant to rescaling any parameter); its eigenvalues divided by the largest one are
-the *relative eigenvalues*. A direction whose relative eigenvalue is below ``tol`` is reported
-in the original coordinates, ``v = S u / ||S u||``, as a readable combination of named entries,
-e.g. ``"0.58 sigma[0] + 0.58 H[0,0] - 0.58 H[0,1]"``.
-"""
+"""Identifiability of the free parameters from an information (Hessian) matrix: the weak directions of its
+Jacobi-scaled form as readable combinations (docs/runtime.md, "Identifiability")."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-# entries below this absolute weight are left out of the printed combination
-PRINT_WEIGHT = 0.05
+PRINT_WEIGHT = 0.05  # entries below this absolute weight are left out of the printed combination
 
 
 def entry_names(params, index=None) -> list[str]:
@@ -50,13 +40,8 @@ def combination(vector, names, weight: float = PRINT_WEIGHT) -> str:
 
 @dataclass(frozen=True)
 class Direction:
-    """A (nearly) non-identifiable direction of the free parameters.
-
-    combination : readable combination of named entries (unit vector, original units).
-    vector : (n,) the unit direction in the original coordinates.
-    relative_eigenvalue : eigenvalue of the Jacobi-scaled information over the largest one.
-    information : ``v^T I v``, the curvature of -log-density along ``vector`` (1 / variance).
-    """
+    """A (nearly) non-identifiable direction of the free parameters: its readable ``combination``, the
+    unit ``vector`` (n,) in original units, its ``relative_eigenvalue`` and ``information`` ``v^T I v``."""
 
     combination: str
     vector: np.ndarray
@@ -70,13 +55,9 @@ class Direction:
 
 @dataclass(frozen=True)
 class Spectrum:
-    """Eigen-decomposition of a Jacobi-scaled information matrix (see the module docstring).
-
-    scale : (n,) ``diag(I)^(-1/2)`` (1 where the diagonal is not positive);
-    eigenvalues : (n,) relative eigenvalues, ascending; vectors : (n, n) eigenvectors of the scaled
-    matrix (columns); weak : (n,) bool, relative eigenvalue below the tolerance; top : the largest
-    eigenvalue of the scaled matrix (relative eigenvalues are divided by it).
-    """
+    """Eigen-decomposition of a Jacobi-scaled information matrix: ``scale`` (n,) ``diag(I)^(-1/2)`` (1 where
+    not positive), relative ``eigenvalues`` (n,) ascending, ``vectors`` (n, n) as columns, ``weak`` (n,)
+    below the tolerance, ``top`` the largest eigenvalue of the scaled matrix."""
 
     scale: np.ndarray
     eigenvalues: np.ndarray
@@ -118,10 +99,8 @@ def weak_directions(information, names, tol: float, spec: Spectrum | None = None
 
 
 def sparse_basis(V) -> np.ndarray:
-    """A basis of the column span of ``V`` (n, k) in reduced row-echelon form (pivot columns of
-    ``V^T`` chosen by pivoted QR): when the span has a basis of vectors with disjoint supports
-    (e.g. one non-identifiable combination per subsystem), each returned vector is one of them,
-    instead of an arbitrary rotation mixing them (eigenvectors of a repeated eigenvalue)."""
+    """A basis of the column span of ``V`` (n, k) in reduced row-echelon form (pivots by pivoted QR), so
+    that vectors with disjoint supports are returned unmixed (docs/runtime.md)."""
     from scipy.linalg import qr
 
     V = np.asarray(V, float)

@@ -1,17 +1,5 @@
-"""Per-time-step pieces of the CE-EM objective and their exact derivatives.
-
-With r_o = m * (y - g(x, u, p)) / sigma_v and r_d = (x' - f(x, u, p)) / sigma_w the negative
-joint log-density is, up to constants,
-
-    -J = sum_t 0.5 ||r_o[t]||^2 + sum_t 0.5 ||r_d[t]||^2 + 0.5 ||(x_1 - mu_1) / s_1||^2 .
-
-Each sum is a *stage* touching one state (observation) or two consecutive states (dynamics).
-This module builds small SX Functions of one stage returning the cost, its gradient and its
-Hessian (exact or Gauss-Newton) with respect to the states or to the parameters, and the
-residual Jacobian with respect to the parameters. They are mapped over time by the smoother
-and the learner, so derivative graphs never grow with T. Optionally the Functions are compiled
-to native code (`ceem_casadi.runtime._compile`).
-"""
+"""Per-time-step pieces (stages) of the CE-EM objective and their exact derivatives, mapped over time by
+the smoother and the learner, optionally compiled (docs/runtime.md, "The objective's stages")."""
 from __future__ import annotations
 
 import logging
@@ -24,21 +12,13 @@ from ..runtime._schema import HESSIANS
 
 log = logging.getLogger(__name__)
 
-# compile automatically when the stage programs are at least this long (SX instructions), or
-# when one evaluation maps them over so many stages that instructions x stages reaches
-# AUTO_COMPILE_WORK (long records: the single-Lorenz learner's cost and gradient, 287
-# instructions, over 10^5 stages: 0.26 s in the virtual machine, compiled 4-6x less) ...
+# compile automatically from this many SX instructions, or instructions x stages mapped per call; never a
+# program longer than MAX_COMPILE_INSTRUCTIONS (docs/runtime.md)
 AUTO_COMPILE_INSTRUCTIONS = 20_000
 AUTO_COMPILE_WORK = 20_000_000
-# ... and never compile a single program longer than this: gcc time grows super-linearly
 MAX_COMPILE_INSTRUCTIONS = 300_000
-# the Functions every smoothing NLP uses (`ceem_casadi.smoothing._smoother`, `ceem_casadi.smoothing._chunks`)
+# the Functions every smoothing NLP uses
 SMOOTHER_STAGES = ("obs_cost", "dyn_cost", "obs_x_grad", "dyn_x_grad", "obs_x_hess_triu", "dyn_x_hess_triu")
-
-
-def _check_hessian(kind: str) -> None:
-    if kind not in HESSIANS:
-        raise ValueError(f"hessian must be one of {HESSIANS}, got {kind!r}")
 
 
 def _cost_grad(name, residual, wrt, inputs, in_names, dense: bool) -> ca.Function:
@@ -60,25 +40,23 @@ def _cross_hess(name, residual, wrt, p, inputs, in_names, hessian: str) -> ca.Fu
 
 
 def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool, upper: bool = False) -> ca.Function:
-    """``hess`` of one stage with respect to ``wrt``: exact, or Gauss-Newton ``J^T J``; with
-    ``upper`` only its upper triangle (zeros below): half the SX program, half the gcc time."""
+    """``hess`` of one stage with respect to ``wrt``: exact, or Gauss-Newton ``J^T J``; with ``upper``
+    only its upper triangle (zeros below)."""
     if hessian == "exact":
         hess, _ = ca.hessian(0.5 * ca.sumsqr(residual), wrt)
     else:
         jac = ca.jacobian(residual, wrt)
         hess = jac.T @ jac
     if upper:
-        hess = ca.triu(hess)  # the lower entries' SX nodes are then never built into the program
+        hess = ca.triu(hess)
     if dense:
         hess = ca.densify(hess)
     return ca.Function(name + "_hess", inputs, [hess], in_names, ["hess"])
 
 
 def _newton_terms(name, residual, wrt, inputs, in_names, hessian: str) -> ca.Function:
-    """``(cost, grad, hess)`` of one stage with respect to ``wrt`` in ONE program (the batched
-    smoother's evaluation, `ceem_casadi.smoothing._batched`): Gauss-Newton from the residual
-    Jacobian J alone (grad = J^T r, hess = upper triangle of J^T J: the model is evaluated and
-    differentiated once, not once per output); exact: the gradient and the Hessian's upper triangle."""
+    """``(cost, grad, hess)`` of one stage with respect to ``wrt`` in ONE program (batched smoother):
+    Gauss-Newton from the residual Jacobian J alone (grad = J^T r, hess = triu(J^T J)), or exact."""
     cost = 0.5 * ca.sumsqr(residual)
 
     def program(grad, hess):
@@ -88,9 +66,7 @@ def _newton_terms(name, residual, wrt, inputs, in_names, hessian: str) -> ca.Fun
     if hessian == "exact":
         hess, grad = ca.hessian(cost, wrt)
         return program(grad, hess)
-    # J by CasADi's jacobian (forward sweeps, one per column of wrt) or by one reverse sweep per
-    # residual row: the shorter program (helicopter-size MLP head, 6 rows x 10 states: 24.3k
-    # instead of 31.8k SX instructions)
+    # J by forward sweeps (CasADi's jacobian) or one reverse sweep per residual row: the shorter program
     candidates, rows = [], residual.numel()
     for jac in [ca.jacobian(residual, wrt)] + ([ca.vertcat(*[ca.gradient(residual[i], wrt).T for i in range(rows)])]
                                                if rows else []):
@@ -99,11 +75,9 @@ def _newton_terms(name, residual, wrt, inputs, in_names, hessian: str) -> ca.Fun
 
 
 class StageFunctions:
-    """SX stage Functions of a model (built once per model and Hessian kind).
-
-    The pieces of the joint negative log-density J, one observation stage and one dynamics stage
-    per sample, with their derivatives; the smoother, the learners and the joint steps map them
-    over time. Every Function is built on first request (``stages.obs_cost`` or `get`).
+    """SX stage Functions of a model: the pieces of the negative joint log-density, one observation
+    and one dynamics stage per sample, with their derivatives, each built on first request
+    (``stages.obs_cost`` or `get`).
 
     Inputs (all columns): x, x_next (nx), u (nu), y, m (ny; m is the 0/1 observed mask),
     p (np), iw (nx) = 1/sigma_w, iv (ny) = 1/sigma_v.
@@ -134,7 +108,8 @@ class StageFunctions:
     """
 
     def __init__(self, model, hessian: str = "gauss-newton", compile: bool | None = None):
-        _check_hessian(hessian)
+        if hessian not in HESSIANS:
+            raise ValueError(f"hessian must be one of {HESSIANS}, got {hessian!r}")
         self.model, self.hessian, self.compile = model, hessian, compile
         nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
         x, xn = ca.SX.sym("x", nx), ca.SX.sym("x_next", nx)
@@ -147,9 +122,7 @@ class StageFunctions:
         dyn_in, dyn_names = [x, xn, u, p, iw], ["x", "x_next", "u", "p", "iw"]
         self.obs_uses_p = bool(ca.depends_on(r_obs, p))
         self.dyn_uses_p = bool(ca.depends_on(r_dyn, p))
-        # Every Function is built on first request (:meth:`get` or attribute access): the
-        # parameter Hessians of a large MLP head cost minutes to build and a learner with a
-        # limited-memory or Gauss-Newton Hessian never asks for them.
+
         def grad(name, residual, wrt, inputs, in_names, dense):
             return lambda: _cost_grad(name, residual, wrt, inputs, in_names, dense)
 
@@ -173,7 +146,7 @@ class StageFunctions:
             "obs_p_hess": hess("obs_p", r_obs, p, obs_in, obs_names, False),
             "dyn_p_grad": grad("dyn_p", r_dyn, p, dyn_in, dyn_names, False),
             "dyn_p_hess": hess("dyn_p", r_dyn, p, dyn_in, dyn_names, False),
-            # cross blocks states x parameters (dense; parameter uncertainty, `ceem_casadi.workflow.assessment._uncertainty`)
+            # cross blocks states x parameters (dense; parameter uncertainty)
             "obs_xp_hess": lambda: _cross_hess("obs_xp", r_obs, x, p, obs_in, obs_names, hessian),
             "dyn_xp_hess": lambda: _cross_hess("dyn_xp", r_dyn, z, p, dyn_in, dyn_names, hessian),
             # residual Jacobians with respect to the parameters (dense), for Gauss-Newton in numpy
@@ -184,9 +157,7 @@ class StageFunctions:
             # plain costs (for J and diagnostics)
             "obs_cost": lambda: ca.Function("obs_cost", obs_in, [0.5 * ca.sumsqr(r_obs)], obs_names, ["cost"]),
             "dyn_cost": lambda: ca.Function("dyn_cost", dyn_in, [0.5 * ca.sumsqr(r_dyn)], dyn_names, ["cost"]),
-            # residuals with their Jacobians in the states (joint Gauss-Newton steps,
-            # `ceem_casadi.em._joint_gauss_newton`, which takes the parameter Jacobians from
-            # obs_p_jac / dyn_p_jac: one program each instead of a second copy in these)
+            # residuals with their Jacobians in the states (joint Gauss-Newton steps)
             "obs_res_jac_x": lambda: ca.Function(
                 "obs_res_jac_x", obs_in, [ca.densify(r_obs), ca.densify(ca.jacobian(r_obs, x))], obs_names, ["r", "jac_x"]),
             "dyn_res_jac_z": lambda: ca.Function(
@@ -214,9 +185,8 @@ class StageFunctions:
         return sum(self._build(n).n_instructions() for n in names)
 
     def _to_compile(self, names, columns: int = 1) -> list[str]:
-        """Those of ``names`` that [`get`][ceem_casadi.objective.StageFunctions.get] compiles (none when compilation is off for them).
-        ``columns``: how many stages one evaluation of the caller maps them over (automatic
-        compilation also when instructions x columns >= ``AUTO_COMPILE_WORK``)."""
+        """Those of ``names`` that `get` compiles; ``columns``: stages one evaluation of the caller maps
+        them over."""
         for n in names:
             self._build(n)
         small = [n for n in names if self._raw[n].n_instructions() <= MAX_COMPILE_INSTRUCTIONS]
@@ -234,11 +204,8 @@ class StageFunctions:
             self._pending.update(zip(fresh, handles))
 
     def prefetch(self, *groups) -> None:
-        """Start compiling in the background what ``get(*group)`` compiles, for each group (a
-        sequence of names), and return at once: the groups of a fit (smoother, learner, joint
-        step) then share one pool of compilers instead of each waiting for the previous one.
-        All groups are queued together (the longest program of any group starts first). Failures
-        are reported (or fallen back from) by [`get`][ceem_casadi.objective.StageFunctions.get]."""
+        """Start compiling in the background what ``get(*group)`` compiles, for each group (a sequence of
+        names), all queued together, and return at once; failures are reported by `get`."""
         names = list(dict.fromkeys(n for group in groups for n in self._to_compile(group)))
         try:
             self._start(names)
@@ -246,10 +213,9 @@ class StageFunctions:
             log.debug("prefetch of %s not started: %s", names, exc)
 
     def get(self, *names: str, columns: int = 1) -> list[ca.Function]:
-        """The Functions ``names``, compiled when compilation is on (see class doc), waiting for
-        those still compiling. ``columns``: stages per evaluation of the caller (see
-        `_to_compile`). Programs longer than ``MAX_COMPILE_INSTRUCTIONS`` stay in the virtual
-        machine. Falls back to the SX Functions, with a warning in the log, if compilation fails."""
+        """The Functions ``names``, compiled when compilation is on (waiting for those still compiling);
+        ``columns``: stages per evaluation of the caller. Falls back to the SX Functions, with a warning
+        in the log, if compilation fails."""
         todo = self._to_compile(names, columns)
         if not todo:
             return [self._raw[n] for n in names]
@@ -272,23 +238,9 @@ class StageFunctions:
 
 
 def stack_stages(data, xs: list[np.ndarray]):
-    """Stack all trajectories' stages column-wise (the learner's and the joint step's input).
-
-    Parameters
-    ----------
-    data : Trajectories
-        B trajectories, y (T_b, ny) with NaN = missing, inputs (T_b, nu).
-    xs : list of numpy.ndarray
-        The states (T_b, nx) of each trajectory.
-
-    Returns
-    -------
-    (X, U, Y, M), (X_t, X_next, U_t) : tuple of numpy.ndarray
-        Observation columns: states (nx, N_obs), inputs (nu, N_obs), outputs with NaN replaced by
-        0 (ny, N_obs) and the observed mask as 0/1 (ny, N_obs), N_obs = sum T_b; dynamics
-        columns: states at t (nx, N_dyn), at t+1 (nx, N_dyn) and inputs at t (nu, N_dyn),
-        N_dyn = sum (T_b - 1).
-    """
+    """All trajectories' stages column-wise, from ``data`` and the states ``xs`` ((T_b, nx) each):
+    ``(X, U, Y, M)`` (observation columns, N_obs = sum T_b: states, inputs, outputs with NaN -> 0 and
+    the observed mask as 0/1) and ``(X_t, X_next, U_t)`` (dynamics columns, N_dyn = sum (T_b - 1))."""
     Xo, Uo, Yo, Mo, X0, X1, U0 = [], [], [], [], [], [], []
     for b, x in enumerate(xs):
         y, u = data.y[b], data.inputs(b)

@@ -1,13 +1,5 @@
-"""The one way the library writes a file: atomically, never through a symlink.
-
-Every file ceem_casadi writes (model files, checkpoints, exports, C code, figures, tables, compile
-cache records) is first written to a fresh temporary file in the target's folder
-(``tempfile.mkstemp``: ``O_CREAT | O_EXCL``, so it is never an existing file or link), flushed and
-fsynced, then renamed over the target with ``os.replace``. A rename replaces a symlink at the
-target itself, never the file it points to, so a link planted in an output folder cannot make
-the library overwrite a file outside it; a reader never sees half a file; a failed write (disk
-full, interrupted) leaves the old file and no temporary behind.
-"""
+"""The one way the library writes a file: to a fresh temporary file in the target's folder, fsynced, then
+renamed over the target, never through a symlink (docs/runtime.md, "Atomic writes")."""
 from __future__ import annotations
 
 import contextlib
@@ -18,19 +10,9 @@ from pathlib import Path
 
 @contextlib.contextmanager
 def atomic_path(path):
-    """Context manager giving a temporary path next to ``path`` (same suffix) to write to; on
-    success it is fsynced and renamed over ``path``, on any exception removed.
-
-    Parameters
-    ----------
-    path : str or pathlib.Path
-        The target file; its folder is created when missing. A symlink at ``path`` is replaced
-        by the new file, its target is left alone.
-
-    Yields
-    ------
-    pathlib.Path
-        The temporary file (already created, empty) in the same folder.
+    """Context manager yielding a temporary file (created, empty; same folder and suffix) to write
+    ``path`` through; on success it is fsynced and renamed over ``path`` (a symlink there is replaced,
+    its target left alone), on any exception removed. The folder is created when missing.
 
     Examples
     --------
@@ -57,15 +39,7 @@ def atomic_path(path):
 
 
 def atomic_write_bytes(path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through `atomic_path` (never through a symlink); returns ``path``.
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> p = atomic_write_bytes(pathlib.Path(tempfile.mkdtemp()) / "x.bin", b"abc")
-    >>> p.read_bytes()
-    b'abc'
-    """
+    """Write ``data`` to ``path`` through `atomic_path` (never through a symlink); returns ``path``."""
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         fh.write(data)
     return Path(path)

@@ -1,14 +1,5 @@
-"""Best-iterate tracking: the rule "never return an iterate worse than the start or than the best
-seen" in one small piece, shared by every step that can stop on a budget or a failure.
-
-A [`BestIterate`][ceem_casadi.runtime._best.BestIterate] starts from the starting point; every
-iterate a solver visits is offered to it (IPOPT's iterations through the solve layer's tracking
-callback, an optimiser's steps by hand). It keeps the feasible iterate of lowest objective, and
-[`choose`][ceem_casadi.runtime._best.BestIterate.choose] compares a solver's final iterate with it
-and says in a sentence which one it returns. [`checked_status`][ceem_casadi.runtime._best.checked_status]
-is the other half of the guard: a solver's "converged" does not stand while the returned
-objective is not finite, or is exploding (far above the objective of a stable restart).
-"""
+"""Best-iterate tracking (`BestIterate`) and `checked_status`: the guard shared by every step that can
+stop on a budget or a failure (docs/runtime.md, "The guard")."""
 from __future__ import annotations
 
 import math
@@ -19,34 +10,14 @@ from ._status import Status
 
 __all__ = ["EXPLODING", "BestIterate", "checked_status"]
 
-# an objective above EXPLODING times the one of a stable restart (e.g. a free run from the same
-# initial state with a stable model, or the prediction y = 0) is not a fit: the model explodes there
-EXPLODING = 1e3
+EXPLODING = 1e3  # an objective above EXPLODING times that of a stable restart is no fit
 
 
 def checked_status(status: Status, f: float, *, reference: float | None = None,
                    factor: float = EXPLODING) -> tuple[Status, str]:
-    """``status`` unless it claims convergence on an objective that is no fit.
-
-    Parameters
-    ----------
-    status : Status
-        The solver's status.
-    f : float
-        The objective of the returned iterate.
-    reference : float, optional
-        The objective of a stable restart (finite, >= 0); ``f`` above ``factor * reference`` is
-        exploding.
-    factor : float
-        See ``reference`` (default `EXPLODING`).
-
-    Returns
-    -------
-    status : Status
-        ``SOLVER_FAILED`` for a non-finite objective, ``STALLED`` for an exploding one (both only
-        in place of ``CONVERGED``), else ``status``.
-    reason : str
-        Empty, or a sentence saying why "converged" was refused and what to try.
+    """``(status, reason)``: ``status`` unless it claims convergence on an objective ``f`` that is no
+    fit: ``SOLVER_FAILED`` for a non-finite ``f``, ``STALLED`` for ``f`` above ``factor * reference``
+    (the objective of a stable restart); ``reason`` says why "converged" was refused (else empty).
 
     Examples
     --------
@@ -75,29 +46,18 @@ class BestIterate:
 
     Parameters
     ----------
-    x : array_like
-        The starting iterate (any shape; kept as a float copy).
-    f : float
-        Its objective. A non-finite ``f`` makes any finite iterate better.
+    x, f : array_like, float
+        The starting iterate (any shape) and its objective (non-finite: any finite iterate is better).
     feasibility_tol : float
-        Largest constraint violation (max-norm) of an iterate that may be kept (default: inf,
-        no constraints). The start is kept whatever its violation.
+        Largest constraint violation (max-norm) of a kept iterate (the start is kept whatever its own).
     label : str
         How the start is named in messages.
     lower, upper : array_like, optional
-        Bounds of the iterate: a kept iterate is clipped into them (IPOPT's intermediate
-        iterates may lie outside the original bounds by its ``bound_relax_factor``, ~1e-8).
+        Bounds a kept iterate is clipped into (IPOPT's iterates may lie ~1e-8 outside them).
     rtol : float
-        Relative slack of [`choose`][ceem_casadi.runtime._best.BestIterate.choose]: a final
-        iterate within ``rtol * |f_best|`` of the best is returned (round-off, e.g. IPOPT's final
-        projection onto the bounds, must not replace a converged iterate by an earlier one).
+        A final iterate within ``rtol * |f_best|`` of the best is returned by `choose` (round-off).
 
-    Attributes
-    ----------
-    x, f, violation, label :
-        The best iterate, its objective, its violation and its name.
-    offered : int
-        Iterates offered so far (the start excluded).
+    The best iterate is ``x, f, violation, label``; ``offered`` counts the iterates offered.
 
     Examples
     --------
@@ -152,18 +112,8 @@ class BestIterate:
         return self.label == self.start_label
 
     def choose(self, x, f: float, violation: float = 0.0, *, label: str = "the final iterate"):
-        """The final iterate ``x`` if it is at least as good as the best seen, else the best.
-
-        Returns
-        -------
-        x : numpy.ndarray
-            The chosen iterate.
-        f : float
-            Its objective.
-        message : str
-            Which iterate is returned, e.g. ``"returning the final iterate"`` or ``"returning the
-            starting point (no iterate improved on it; cost ...)"``.
-        """
+        """``(x, f, message)``: the final iterate ``x`` if it is at least as good as the best seen, else
+        the best; ``message`` says which (e.g. ``"returning the final iterate"``)."""
         f = float(f)
         x = np.asarray(x, float)
         final_ok = (math.isfinite(f) and math.isfinite(violation) and violation <= self.feasibility_tol

@@ -1,23 +1,5 @@
-"""What the compile cache trusts, and how it cleans up after processes that died (issue 25).
-
-The compile cache (`ceem_casadi.runtime._compile`) is a folder of shared libraries that the
-process loads and runs. A library is used only when
-
-* its record ``<lib>.json`` names the cache key it was built for (the file name's key) and the
-  Function's name, and the library's bytes have the SHA-256 of that record (a library copied in
-  under another name, or another model's same-named library, is rebuilt with a warning);
-* its values equal the CasADi Function's at one random point (`same_values`), so even a
-  record forged to match a wrong library is caught before a fit uses it.
-
-The cache is not a sandbox: whoever can write the folder can put code there that this process
-runs. Keep ``$CEEM_CACHE`` (default ``~/.cache/ceem_casadi``) writable only by you.
-
-Each build works in a folder ``tmp-<unit>-XXXX`` holding ``owner.json`` (host, process id and its
-start time); `clean_stale` removes the folders whose owner process is gone (killed during a
-compile and not cleaned up by its supervisor), once per process and cache folder. Compiler
-processes run under the supervisor of `ceem_casadi.runtime._supervise`, which kills their
-process group and removes the build folder when this process dies (SIGKILL included).
-"""
+"""What the compile cache trusts (a record binding key, Function name and SHA-256; the values at one random
+point) and how it removes the build folders of processes that died (docs/runtime.md, "The cache")."""
 from __future__ import annotations
 
 import json
@@ -38,11 +20,9 @@ OWNER = "owner.json"
 ORPHAN_AGE_S = 3600.0  # a build folder without an owner record is removed after this long
 
 
-
 def safe_name(text: str) -> str:
-    """A C identifier and CasADi Function name made of ``text``: non-word characters become
-    ``_``, runs of ``_`` one ``_`` (CasADi reserves double underscores), no leading or trailing
-    ``_``, a letter first.
+    """A C identifier and CasADi Function name made of ``text`` (CasADi refuses ``__``, a leading ``_``
+    or digit): non-word characters become ``_``, runs of ``_`` one ``_``, a letter first.
 
     Examples
     --------
@@ -89,16 +69,14 @@ _CLEANED: set = set()
 
 
 def clean_stale(folder: Path) -> list[Path]:
-    """Remove the build folders in ``folder`` whose owner process (on this host) is gone, and those
-    without an owner record (older versions wrote none) older than ``ORPHAN_AGE_S``; once per
-    process and folder. Returns them."""
+    """Remove (once per process) the build folders in ``folder`` whose owner process on this host is
+    gone, and those without an owner record older than ``ORPHAN_AGE_S``; returns them."""
     key = str(folder)
     if key in _CLEANED:
         return []
     _CLEANED.add(key)
     removed, host = [], socket.gethostname()
     try:
-        # build folders (and, from versions before owner records, folders named like a library unit)
         entries = [p for p in folder.iterdir() if p.is_dir() and (p.name.startswith(TMP_PREFIX) or "_" in p.name)]
     except OSError:
         return []
@@ -126,14 +104,10 @@ def same_values(compiled, f, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
     random point (sparsity of every input and output, values to ``rtol``/``atol``)."""
     import casadi as ca
 
-    if compiled.n_in() != f.n_in() or compiled.n_out() != f.n_out():
+    if compiled.n_in() != f.n_in() or compiled.n_out() != f.n_out() \
+            or any(compiled.sparsity_in(i) != f.sparsity_in(i) for i in range(f.n_in())) \
+            or any(compiled.sparsity_out(i) != f.sparsity_out(i) for i in range(f.n_out())):
         return False
-    for i in range(f.n_in()):
-        if compiled.sparsity_in(i) != f.sparsity_in(i):
-            return False
-    for i in range(f.n_out()):
-        if compiled.sparsity_out(i) != f.sparsity_out(i):
-            return False
     rng = np.random.default_rng(12345)
     args = [ca.DM(f.sparsity_in(i), 0.5 + rng.random(f.nnz_in(i))) for i in range(f.n_in())]
     try:

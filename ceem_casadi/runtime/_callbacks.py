@@ -1,9 +1,5 @@
-"""Base class of the library's CasADi Callbacks: fixed, named inputs and outputs with given sparsities.
-
-Subclasses set their own attributes first, then call ``super().__init__`` (which constructs the
-Callback), and implement ``eval`` (CasADi DM in and out) or ``has_eval_buffer``/``eval_buffer``
-(zero-copy numpy views of CasADi's buffers).
-"""
+"""Base class of the library's CasADi Callbacks: fixed, named inputs and outputs with given sparsities
+(subclasses set their attributes, then call ``super().__init__``, and implement ``eval``)."""
 from __future__ import annotations
 
 import casadi as ca

@@ -1,9 +1,5 @@
-"""Checks of scalar arguments shared by every entry point: counts, noise levels, seeds.
-
-Each raises a library ``ValueError`` (`ShapeError`, `NonFiniteError`) that names the argument, what
-was expected and what was given, instead of the raw ``int(nan)`` / ``OverflowError`` / numpy
-messages that a plain conversion gives.
-"""
+"""Checks of scalar arguments shared by every entry point (counts, noise levels, seeds, the argument
+order): a library error naming the argument, what was expected and what was given."""
 from __future__ import annotations
 
 import numpy as np

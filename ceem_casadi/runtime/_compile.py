@@ -1,30 +1,6 @@
-"""Compile small CasADi Functions to native code once and cache the shared libraries on disk.
-
-The stage Functions of a model (one time step's cost, gradient, Hessian or Jacobian) are
-short straight-line SX programs; compiled with ``gcc -O1`` they run ~10x faster than CasADi's
-virtual machine (see ``CASADI_NOTES.md``). Each Function becomes its own library, compiled by one
-compiler process in a process-wide background pool (`ceem_casadi.runtime._compile_pool`,
-`compile_jobs` at once, shared by every group of Functions: `start_compile`). The
-libraries are cached under ``$CEEM_CACHE`` (default ``~/.cache/ceem_casadi``) keyed by
-`cache_key`: the SHA-256 of the serialized Function (``f.serialize()``, the whole SX
-program), its optimisation level, the code-generation options, the compiler and its version,
-the flags and the CasADi version, so the compile cost is paid once per model and a cached library
-is loaded without generating its C source. Next to each library ``<name>.so`` a record ``<name>.json``
-holds the SHA-256 of the library's bytes, the versions it was built with, and the cache key and
-Function name it was built for; a library whose bytes, versions, key or name do not match its
-record (truncated, overwritten, from another compiler, another Function's or another model's
-library copied in) is never loaded: it is rebuilt with a warning, as is a loaded library whose
-values differ from the Function's at a random point. A cache folder that cannot be used -- any
-``OSError``: read-only, full disk, a name too long -- raises `CompileCacheError` (the callers
-fall back to the CasADi virtual machine with one warning); library names are at most
-``MAX_UNIT_CHARS`` characters (longer model names are shortened with a digest). Compilers die with
-the process that started them, their temporaries (``cc*.s``, ``cc*.o``) are written into the build
-folder (``TMPDIR``) and removed with it, and build folders of dead processes are removed
-(`ceem_casadi.runtime._cache_guard`).
-
-Compiled Functions are loaded with ``ca.external`` and provide values only: the smoother and
-the learner never ask CasADi to differentiate them (they pass grad_f and hess_lag explicitly).
-"""
+"""Compile small CasADi Functions to native code once and cache the shared libraries on disk, keyed by the
+SHA-256 of the serialized Function, the compiler and the flags; a cache folder that cannot be used raises
+`CompileCacheError` (callers fall back to the virtual machine). docs/runtime.md, "Native compilation"."""
 from __future__ import annotations
 
 import contextlib
@@ -46,22 +22,20 @@ from ._cache_guard import TMP_PREFIX, clean_stale, safe_name, same_values, write
 from ._compile_pool import DISK_ERRORS, FORKED, POOL, CompileJob
 
 log = logging.getLogger(__name__)
-# -fno-thread-jumps: the generated C guards every output entry (``if (res[0]!=0) res[0][k]=...``);
-# gcc -O1 threads those thousands of identical jumps and updates SSA after each (75% of its time):
-# without it, six coupled Lorenz, dyn_p_jac (67k SX instructions) 35 -> 6.3 s of gcc CPU, the old
-# obs_res_jac (5,472 guarded zeros) 7.1 -> 1.2 s, and the code is as fast or faster (bitwise equal)
+# -fno-thread-jumps: gcc -O1 spent 75 % of its time threading the C's output guards (docs/runtime.md)
 COMPILE_FLAGS = ("-O1", "-fno-thread-jumps", "-fPIC", "-fno-math-errno")  # the first: see opt_level
-# programs longer than this are compiled at -O0 (gcc time still grows faster than the length;
-# -O0 code runs 1.5-4x slower, so only where -O1 would cost far more than the evaluations gain)
-O1_MAX_INSTRUCTIONS = 120_000
+O1_MAX_INSTRUCTIONS = 120_000  # longer programs are compiled at -O0 (docs/runtime.md)
 LINK_FLAGS = ("-shared",)
 FLAGS = COMPILE_FLAGS + LINK_FLAGS  # recorded with every library (a change rebuilds the cache)
 
 
 class CompileCacheError(CeemError, RuntimeError):
-    """The compile cache folder cannot be written (read-only, full, not a folder): the message
-    names the folder and the reason. A ``RuntimeError``, so callers that compile automatically
-    fall back to the CasADi virtual machine with a warning."""
+    """The compile cache folder cannot be written (read-only, full, not a folder); a ``RuntimeError``,
+    so callers that compile automatically fall back to the CasADi virtual machine with a warning."""
+
+
+def _cache_error(folder, why: str) -> CompileCacheError:
+    return CompileCacheError(f"compile cache {folder}: {why}; free space there or set $CEEM_CACHE to a writable folder")
 
 
 _WARNED: set = set()
@@ -69,8 +43,7 @@ _WARNED: set = set()
 
 def fallback_warning(logger, what: str, exc: Exception) -> None:
     """Log that ``what`` runs in the CasADi virtual machine because of ``exc``: a warning the first
-    time per cache folder and kind of failure in this process, a debug message afterwards (a fit
-    builds many groups of stage Functions; a full disk is one warning, not one per group)."""
+    time per cache folder and kind of failure in this process, a debug message afterwards."""
     key = (str(cache_dir()), type(exc).__name__)
     level = logging.DEBUG if key in _WARNED else logging.WARNING
     _WARNED.add(key)
@@ -88,8 +61,7 @@ def compiler() -> str | None:
 
 @functools.lru_cache(maxsize=16)
 def _find_compiler(cc_env: str | None, path: str | None) -> str | None:
-    # cached per ($CC, $PATH): the lookup stats every PATH entry, and the EKF asks once per
-    # trajectory (1,000 short trajectories x 3 noise levels: 0.28 s of a 1.3 s initialisation)
+    # cached: the lookup stats every PATH entry, and the EKF asks once per trajectory
     for cc in (cc_env, "gcc", "cc"):
         if cc and shutil.which(cc, path=path):
             return cc
@@ -100,10 +72,9 @@ CODEGEN_OPTIONS = {"with_header": False, "casadi_real": "double"}
 KEY_SCHEME = "serialized-v1"  # change when the key's contents change (old libraries are then not found)
 
 
-def _source(functions: list[ca.Function], name: str) -> str:
+def _source(f: ca.Function, name: str) -> str:
     gen = ca.CodeGenerator(name, dict(CODEGEN_OPTIONS))
-    for f in functions:
-        gen.add(f)
+    gen.add(f)
     return gen.dump()
 
 
@@ -134,18 +105,14 @@ def verified(lib: Path, cc: str, key: str | None = None, function: str | None = 
     try:
         rec = json.loads(lib.with_suffix(".json").read_text())
     except (OSError, ValueError):
-        return "no readable record of its digest"
+        rec = None
     if not isinstance(rec, dict):
         return "no readable record of its digest"
-    want = _record(cc)
     if key is not None and "key" not in rec:
         return OLD_RECORD
-    if key is not None:
-        want["key"] = key
-    if function is not None:
-        want["function"] = function
+    want = {**_record(cc), "key": key, "function": function}
     for k, v in want.items():
-        if rec.get(k) != v:
+        if v is not None and rec.get(k) != v:
             return f"built with {k} {rec.get(k)!r}, now {v!r}"
     try:
         if rec.get("sha256") != _file_sha256(lib):
@@ -157,10 +124,8 @@ def verified(lib: Path, cc: str, key: str | None = None, function: str | None = 
 
 def cache_key(functions: list[ca.Function], name: str, cc: str) -> str:
     """Key of the library compiled from ``functions``: SHA-256 (24 hex digits) of each Function's
-    serialization (its SX program, names and options: the generated C is a function of it and of
-    the CasADi version), its optimisation level, the code-generation options, the library name,
-    the compiler and its version, the flags and the CasADi version. Cheaper than generating the C
-    source (six coupled Lorenz: ~0.05 s instead of ~0.2 s per big Function, and no C written)."""
+    serialization and optimisation level, the code-generation options, the library name, the
+    compiler and its version, the flags and the CasADi version."""
     h = hashlib.sha256()
     for part in (KEY_SCHEME, name, repr(sorted(CODEGEN_OPTIONS.items())), cc, compiler_version(cc), " ".join(FLAGS),
                  ca.__version__):
@@ -196,29 +161,24 @@ class CompiledHandle:
 
     def result(self) -> ca.Function:
         """The compiled Function (``ca.external``); ``RuntimeError`` when compilation failed or
-        exceeded its time limit (the compiler is then killed). A cached library that does not
-        load or whose values differ from the Function's at a random point (another Function's
-        library under this name) is removed and rebuilt, with a warning."""
+        exceeded its time limit. A cached library that does not load or whose values differ from
+        the Function's at a random point is removed and rebuilt, with a warning."""
         if self.job is not None:
             try:
                 self.job.wait(self.deadline)
             except RuntimeError as exc:
                 if self.job.disk_error:  # the folder's fault (full, read-only): the caller falls back
                     why = next((t for t in DISK_ERRORS if t in str(exc)), str(exc).splitlines()[0][:200])
-                    raise CompileCacheError(f"compile cache {self.lib.parent}: compiling {self.f.name()} failed "
-                                            f"({why}); free space there or set $CEEM_CACHE to a writable "
-                                            f"folder") from None
+                    raise _cache_error(self.lib.parent, f"compiling {self.f.name()} failed ({why})") from None
                 if self.job.error != FORKED:
                     raise
-                # a handle inherited through fork: this process compiles (or finds) it itself
                 return start_compile([self.f], self.group, max(self.deadline - time.monotonic(), 1.0))[0].result()
         try:
             out = ca.external(self.f.name(), str(self.lib))
         except RuntimeError as exc:
             out, why = None, f"it does not load ({str(exc).strip().splitlines()[0][:200]})"
         else:
-            why = None if same_values(out, self.f) else "its values differ from the Function's (it was built from " \
-                                                          "another Function)"
+            why = None if same_values(out, self.f) else "its values differ from the Function's"
         if why is None:
             return out
         del out  # unload it before a rebuild at the same path
@@ -234,10 +194,6 @@ class CompiledHandle:
 MAX_UNIT_CHARS = 100  # of a library's name: with the key and suffixes well below a file name's 255 bytes
 
 
-def _safe(text: str) -> str:
-    return safe_name(text)  # CasADi refuses names with '__' or a leading '_' or digit
-
-
 def unit_name(group: str, function: str) -> str:
     """The library name of ``function`` in ``group``: a C identifier of at most ``MAX_UNIT_CHARS``
     characters (a longer one keeps its start and a 12-digit digest of the whole).
@@ -249,29 +205,24 @@ def unit_name(group: str, function: str) -> str:
     >>> len(unit_name("ceem_" + "m" * 250, "obs_cost"))
     100
     """
-    unit = _safe(f"{_safe(group)}_{_safe(function)}")
+    unit = safe_name(f"{safe_name(group)}_{safe_name(function)}")
     if len(unit) > MAX_UNIT_CHARS:
-        digest = hashlib.sha256(unit.encode()).hexdigest()[:12]
-        unit = _safe(unit[:MAX_UNIT_CHARS - 13]) + "_" + digest
+        unit = safe_name(unit[:MAX_UNIT_CHARS - 13]) + "_" + hashlib.sha256(unit.encode()).hexdigest()[:12]
     return unit
 
 
-# libraries being built by this process, by path: a second request for one waits for the same job
-_IN_FLIGHT: dict[Path, CompileJob] = {}
-os.register_at_fork(after_in_child=_IN_FLIGHT.clear)  # a forked child waits for none of its parent's jobs
+_IN_FLIGHT: dict[Path, CompileJob] = {}  # libraries being built by this process, by path (one job each)
+os.register_at_fork(after_in_child=_IN_FLIGHT.clear)
 
 
 def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeout_s: float = 600.0,
                   jobs: int | None = None) -> list[CompiledHandle]:
     """Start compiling ``functions`` in the background; one `CompiledHandle` per Function.
 
-    Each Function becomes its own cached library ``<name>_<function>_<key>.so`` (key:
-    `cache_key`), so a Function shared by two groups (``dyn_p_jac``: learner and joint step)
-    is compiled once. Cached libraries are only checked (no C generated); the others are
-    generated here and compiled and linked by one compiler process each, in the process-wide pool
-    of `ceem_casadi.runtime._compile_pool` (at most ``jobs``, default `compile_jobs`, at once,
-    biggest first across every request). Programs longer than ``O1_MAX_INSTRUCTIONS`` are
-    compiled at ``-O0`` (`opt_level`). Raises ``RuntimeError`` when no compiler is found."""
+    Each Function becomes its own cached library ``<name>_<function>_<key>.so`` (key: `cache_key`);
+    cached libraries are only checked, the others are generated here and compiled by the process-wide
+    pool (at most ``jobs``, default `compile_jobs`, at once). Raises ``RuntimeError`` when no compiler
+    is found."""
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc) to compile stage functions")
@@ -279,8 +230,7 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise CompileCacheError(f"compile cache {folder}: cannot create the folder ({exc.strerror or exc}); set "
-                                f"$CEEM_CACHE to a writable folder") from None
+        raise _cache_error(folder, f"cannot create the folder ({exc.strerror or exc})") from None
     clean_stale(folder)  # build folders of processes killed during a compile
     deadline = time.monotonic() + timeout_s
     handles, new = [], {}
@@ -306,36 +256,31 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
         for job in new.values():  # generated but never queued: remove their C folders
             job.finish(False)
         if isinstance(exc, OSError):  # any file-system failure of the cache: the caller falls back
-            raise CompileCacheError(f"compile cache {folder}: {exc.strerror or exc}; free space there or set "
-                                    f"$CEEM_CACHE to a writable folder") from None
+            raise _cache_error(folder, str(exc.strerror or exc)) from None
         raise
     _IN_FLIGHT.update(new)
-    new = list(new.values())
     if new:
-        log.info("compiling %d stage functions (%d jobs): %s", len(new), jobs or compile_jobs(), " ".join(new[0].cmd))
-        POOL.submit(new, jobs or compile_jobs())
+        jobs = jobs or compile_jobs()
+        log.info("compiling %d stage functions (%d jobs): %s", len(new), jobs, " ".join(next(iter(new.values())).cmd))
+        POOL.submit(list(new.values()), jobs)
     return handles
 
 
 def _job(f: ca.Function, unit: str, lib: Path, cc: str, key: str) -> CompileJob:
-    """Generate ``f``'s C into a fresh folder next to ``lib``; the job compiles and links it and
-    moves library and record (which binds ``key`` and the Function's name) into place atomically
-    (concurrent processes never see a partial one). A folder that cannot be written (read-only,
-    full) raises `CompileCacheError` and
-    leaves nothing behind."""
-    source = _source([f], unit)
+    """Generate ``f``'s C into a fresh folder next to ``lib``; the job compiles it and moves library and
+    record (binding ``key`` and the Function's name) into place. An unwritable folder raises
+    `CompileCacheError` and leaves nothing behind."""
+    source = _source(f, unit)
     tmp = None
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{unit}-", dir=lib.parent))
-        write_owner(tmp)  # a later run removes the folder if this process dies (_cache_guard.clean_stale)
+        write_owner(tmp)  # a later run removes the folder if this process dies (clean_stale)
         c_file, so_tmp, rec_tmp = tmp / f"{unit}.c", tmp / "lib.so", tmp / "lib.json"
         c_file.write_text(source)
     except OSError as exc:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-        raise CompileCacheError(f"compile cache {lib.parent}: cannot write the C source of {f.name()} "
-                                f"({exc.strerror or exc}); free space there or set $CEEM_CACHE to a writable "
-                                f"folder") from None
+        raise _cache_error(lib.parent, f"cannot write the C source of {f.name()} ({exc.strerror or exc})") from None
     cmd = [cc, opt_level(f), *COMPILE_FLAGS[1:], *LINK_FLAGS, str(c_file), "-o", str(so_tmp), "-lm"]
 
     def finish(ok: bool):
@@ -349,14 +294,11 @@ def _job(f: ca.Function, unit: str, lib: Path, cc: str, key: str) -> CompileJob:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    # expected gcc time ~ C length, ~2.5x less at -O0: the queue's order (longest first)
     return CompileJob(cmd, f.name(), len(source) * (2 if cmd[1] == "-O0" else 5), finish, cleanup=str(tmp))
 
 
 def compile_functions(functions: list[ca.Function], name: str = "ceem_stages",
                       timeout_s: float = 600.0, jobs: int | None = None) -> list[ca.Function]:
-    """Compiled versions of ``functions`` (same names, inputs and outputs), from the cache when
-    the same Functions were compiled before: `start_compile` and wait. Raises
-    ``RuntimeError`` when no compiler is found or compilation fails (the caller may fall back to
-    the uncompiled Functions). Six coupled Lorenz: see ``docs/scaling.md``."""
+    """Compiled versions of ``functions`` (same names, inputs and outputs): `start_compile` and wait.
+    Raises ``RuntimeError`` when no compiler is found or compilation fails."""
     return [h.result() for h in start_compile(functions, name, timeout_s, jobs)]

@@ -1,18 +1,6 @@
-"""One background pool of compiler processes for the whole Python process (issue 17).
-
-Every compile request of every [`StageFunctions`][ceem_casadi.objective.StageFunctions] (smoother, learner,
-joint step, prefetch) feeds the same queue, served biggest first by at most ``jobs`` processes at
-once, so no core idles at the tail of one group while the next group waits. A scheduler thread
-starts and reaps the processes; it never calls CasADi (not thread-safe): callers generate the C
-source before submitting and load the library after `CompileJob.wait`.
-
-Cancellation never leaves compilers behind: each command runs in its own process group
-(``cc1``/``as`` included), killed when its waiter gives up (timeout, ``KeyboardInterrupt``), when
-the job is cancelled, and at interpreter exit for jobs nobody waited for. The group's leader is a
-small supervisor (`runtime/_supervise.py`) that kills the group and removes the job's temporary
-folder when this process dies without cleaning up (SIGKILL, SIGTERM). A forked child starts with
-an empty pool (its parent's processes are not its own).
-"""
+"""One background pool of compiler processes for the whole Python process, served biggest first; every
+command runs in its own process group under a supervisor, so cancellation and death never leave
+compilers behind (docs/runtime.md, "The pool")."""
 from __future__ import annotations
 
 import atexit
@@ -30,27 +18,24 @@ from collections.abc import Callable
 POLL_S = 0.005  # how often the scheduler looks for finished processes
 SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_supervise.py")
 FORKED = "started by the parent process before a fork"
-# a compiler failing with one of these wrote into a full, read-only or unusable folder: a cache
-# problem (the caller falls back to the virtual machine), not a compiler or model problem
+# a compiler failing with one of these met a full, read-only or unusable folder: a cache problem
 DISK_ERRORS = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.ENAMETOOLONG,
                                              errno.EACCES, errno.EIO))
 
 
 class CompileJob:
-    """One compiler command; ``finish(ok)`` runs once when it ends (in the scheduler thread: moves
-    the result into place when ``ok``, cleans up always, also after a failure or cancellation);
-    ``size`` orders the queue (biggest first)."""
+    """One compiler command; ``finish(ok)`` runs once when it ends, in the scheduler thread (moves the
+    result into place when ``ok``, cleans up always); ``size`` orders the queue (biggest first)."""
 
     def __init__(self, cmd: list[str], label: str, size: int, finish: Callable[[bool], None] | None = None,
                  cleanup: str | None = None):
         self.cmd, self.label, self.size, self.finish = cmd, label, size, finish
-        self.cleanup = cleanup  # a temporary folder the supervisor removes if this process dies
+        self.cleanup = cleanup  # the build folder (the supervisor removes it if this process dies)
         self.done = threading.Event()
         self.error: str | None = None
         self.disk_error = False  # the failure was the folder's (full, read-only, name too long), not the compiler's
         self.proc: subprocess.Popen | None = None
         self.log = None  # the compiler's stderr (a temporary file)
-        self.started = self.ended = None  # time.monotonic() of start and end (timelines)
 
     def wait(self, deadline: float) -> None:
         """Block until done; ``RuntimeError`` on failure, on cancellation, or after ``deadline``
@@ -98,9 +83,7 @@ class CompilePool:
                     _kill(job.proc)
                     job.log.close()
                 if not job.done.is_set():
-                    job.error = why
-                    _finish(job, False)
-                    job.done.set()
+                    _end(job, False, why)
 
     def _serve(self) -> None:
         while True:
@@ -113,19 +96,15 @@ class CompilePool:
                     job = self._pending.pop(0)
                     try:
                         job.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the job ends
-                        # the supervisor leads the job's process group: the compiler never outlives us
                         cmd = [sys.executable, "-S", SUPERVISOR, str(os.getpid()), job.cleanup or "", "--", *job.cmd]
                         # the compiler's temporaries (cc*.s, cc*.o) go into the build folder, removed with it
-                        # (also by the supervisor when this process is killed): none are left in $TMPDIR
                         env = {**os.environ, "TMPDIR": job.cleanup} if job.cleanup else None
                         job.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                                     stderr=job.log, start_new_session=True, env=env)
                     except OSError as exc:
-                        job.error, job.disk_error = str(exc), True
-                        _finish(job, False)
-                        job.done.set()
+                        job.disk_error = True
+                        _end(job, False, str(exc))
                         continue
-                    job.started = time.monotonic()
                     self._running.append(job)
                 finished = [j for j in self._running if j.proc.poll() is not None]
                 for job in finished:
@@ -137,26 +116,20 @@ class CompilePool:
 
     @staticmethod
     def _complete(job: CompileJob) -> None:
-        job.ended = time.monotonic()
         proc = job.proc
-        _close_pipe(proc)
         if job.done.is_set():  # cancelled meanwhile
             job.log.close()
             return
         job.log.seek(0)
         err = job.log.read().decode(errors="replace")  # a file, not a pipe: a chatty compiler never blocks
         job.log.close()
-        if proc.returncode != 0:
-            job.error = f"exit status {proc.returncode}: {err[-2000:]}"
-            job.disk_error = any(text in err for text in DISK_ERRORS)
-        _finish(job, proc.returncode == 0)
-        job.done.set()
+        ok = proc.returncode == 0
+        job.disk_error = not ok and any(text in err for text in DISK_ERRORS)
+        _end(job, ok, None if ok else f"exit status {proc.returncode}: {err[-2000:]}")
 
     def _after_fork(self) -> None:
-        """In a forked child: the parent's jobs are not this process's (their waiters get
-        ``FORKED`` and compile again, usually a cache hit); start with an empty pool."""
+        """In a forked child: the parent's jobs end with ``FORKED`` (their waiters compile again)."""
         for job in self._pending + self._running:
-            _close_pipe(job.proc)  # the parent's watchdog pipes: the parent's death must still close them
             if not job.done.is_set():
                 job.error = FORKED
                 job.done.set()
@@ -164,14 +137,16 @@ class CompilePool:
         self._pending, self._running, self._thread = [], [], None
 
 
-def _finish(job: CompileJob, ok: bool) -> None:
-    if job.finish is None:
-        return
-    try:
-        job.finish(ok)
-    except Exception as exc:  # reported to the waiter, never lost in the scheduler thread
-        job.error = job.error or f"{type(exc).__name__}: {exc}"
-        job.disk_error = job.disk_error or isinstance(exc, OSError)
+def _end(job: CompileJob, ok: bool, error: str | None = None) -> None:
+    """Record ``error``, run the job's ``finish(ok)`` and wake its waiter."""
+    job.error = error if error is not None else job.error
+    if job.finish is not None:
+        try:
+            job.finish(ok)
+        except Exception as exc:  # reported to the waiter, never lost in the scheduler thread
+            job.error = job.error or f"{type(exc).__name__}: {exc}"
+            job.disk_error = job.disk_error or isinstance(exc, OSError)
+    job.done.set()
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -180,14 +155,6 @@ def _kill(proc: subprocess.Popen) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    _close_pipe(proc)
-
-
-def _close_pipe(proc: subprocess.Popen | None) -> None:
-    """Close the watchdog pipe of ``proc`` (its write end is this process's)."""
-    if proc is not None and proc.stdin is not None:
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
 
 
 POOL = CompilePool()

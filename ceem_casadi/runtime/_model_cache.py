@@ -1,29 +1,6 @@
-"""The library's one cache of objects compiled from a model (rollouts, solvers, filters), kept
-out of the user's model object.
-
-An entry is keyed by the model's *structure* (`structure_key`: a digest of the traced ``f`` and
-``g``, the dimensions, the name and the parameter declarations; not ``id(model)``), a kind and
-the build's own arguments. Two models traced from the same functions share their entries, a
-shallow copy from ``with_noise`` shares them too (the noise is an input of every cached build,
-except where a build bakes it in and says so in its own key), and a garbage-collected model can
-never lend its entries to a new object that happens to reuse its address.
-
-Threads. CasADi's symbolic layer is not thread-safe (creating or combining SX/MX expressions
-of one model in two threads at once corrupts reference counts: "double free"), and CasADi
-releases the GIL while it works. So:
-
-- every build runs under ONE re-entrant lock (builds nest: a solver builds its rollout), and an
-  entry is built once: a thread that finds it missing builds it while the others wait for it;
-- objects with state of their own (an IPOPT solver's memory, statistics and iteration callback,
-  the preallocated buffers of a filter or a Levenberg-Marquardt problem) are cached *per
-  thread* (``per_thread=True``): each thread evaluates its own instance. Two threads sharing
-  one IPOPT solver crash CasADi 3.8.2 (segfault, measured; tests/test_model_cache.py) while
-  stateless Functions such as a rollout are evaluated from several threads at once safely
-  (6,000 concurrent calls, measured), so those are shared.
-
-The cache holds at most `MAXSIZE` entries and drops the least recently used one beyond that;
-[`clear_model_cache`][ceem_casadi.runtime.clear_model_cache] empties it.
-"""
+"""The library's one cache of objects compiled from a model (rollouts, solvers, filters), keyed by the
+model's structure, bounded, thread-safe, kept out of the user's model object (docs/runtime.md, "The
+library's model cache")."""
 from __future__ import annotations
 
 import hashlib
@@ -38,20 +15,24 @@ import numpy as np
 
 __all__ = ["MAXSIZE", "cached", "clear_model_cache", "noise_key", "structure_key"]
 
-# entries kept (least recently used dropped beyond): a rollout, a solver per window, ... per
-# model structure and thread; 128 holds every build of a few models in a few threads (a build can
-# hold large buffers, e.g. an output-error problem over a long record: clear_model_cache frees them)
-MAXSIZE = 128
+MAXSIZE = 128  # entries kept in each table (least recently used dropped beyond)
 
 _BUILD_LOCK = threading.RLock()     # every build (CasADi symbolics are not thread-safe)
-_LOCK = threading.Lock()            # the dictionaries below
+_LOCK = threading.Lock()            # the tables below
 _ENTRIES: OrderedDict[tuple, Any] = OrderedDict()
-# digest of a CasADi Function, memoised per Function object; the entry holds the Function, so
-# its id cannot be reused by another object while the digest is remembered
+# id of a Function -> (the Function, kept so that its id is not reused while remembered; its digest)
 _DIGESTS: OrderedDict[int, tuple[Any, str]] = OrderedDict()
 _UNIQUE = itertools.count()
-# structure key per model object (its weak reference, the parts it was computed from, the key)
+# id of a model -> (its weak reference, the parts its key was computed from, the key)
 _KEYS: OrderedDict[int, tuple] = OrderedDict()
+
+
+def _put(table: OrderedDict, key, value) -> None:
+    """``table[key] = value`` under ``_LOCK``, dropping the least recently used beyond `MAXSIZE`."""
+    with _LOCK:
+        table[key] = value
+        while len(table) > MAXSIZE:
+            table.popitem(last=False)
 
 
 def _function_digest(fun) -> str:
@@ -68,10 +49,7 @@ def _function_digest(fun) -> str:
         digest = hashlib.sha256(fun.serialize().encode()).hexdigest()
     except Exception:  # e.g. an external Function without its source
         digest = f"unserialisable-{next(_UNIQUE)}"
-    with _LOCK:
-        _DIGESTS[id(fun)] = (fun, digest)
-        while len(_DIGESTS) > MAXSIZE:
-            _DIGESTS.popitem(last=False)
+    _put(_DIGESTS, id(fun), (fun, digest))
     return digest
 
 
@@ -113,10 +91,7 @@ def structure_key(model) -> tuple:
         ref = weakref.ref(model)
     except TypeError:  # an object without weak references: not memoised
         return key
-    with _LOCK:
-        _KEYS[id(model)] = (ref, parts, key)
-        while len(_KEYS) > MAXSIZE:
-            _KEYS.popitem(last=False)
+    _put(_KEYS, id(model), (ref, parts, key))
     return key
 
 
@@ -127,26 +102,10 @@ def noise_key(model) -> tuple:
 
 
 def cached(model, kind: str, args: Hashable, build: Callable[[], Any], *, per_thread: bool = False):
-    """The cached object ``build()`` for ``model``'s structure, ``kind`` and ``args`` (built once).
-
-    Parameters
-    ----------
-    model : StateSpaceModel
-        The model (read, never written).
-    kind : str
-        What is built (e.g. ``"rollout"``).
-    args : hashable
-        The build's own arguments (e.g. the number of samples).
-    build : callable
-        ``build() -> object``, called under the library's build lock when the entry is missing.
-    per_thread : bool
-        One instance per thread (objects with state of their own, see the module docstring).
-
-    Returns
-    -------
-    object
-        The same object on every call with an equal key (in this thread when ``per_thread``).
-    """
+    """The object ``build()`` for ``model``'s structure (the model is never written), ``kind`` (e.g.
+    ``"rollout"``) and the build's own hashable ``args``: built once, under the library's build lock,
+    and the same object on every call with an equal key. ``per_thread``: one instance per thread
+    (objects with state of their own: solvers, buffers)."""
     key = (structure_key(model), kind, args, threading.get_ident() if per_thread else None)
     with _LOCK:
         if key in _ENTRIES:
@@ -158,10 +117,7 @@ def cached(model, kind: str, args: Hashable, build: Callable[[], Any], *, per_th
                 _ENTRIES.move_to_end(key)
                 return _ENTRIES[key]
         value = build()
-        with _LOCK:
-            _ENTRIES[key] = value
-            while len(_ENTRIES) > MAXSIZE:
-                _ENTRIES.popitem(last=False)
+        _put(_ENTRIES, key, value)
     return value
 
 
@@ -172,8 +128,8 @@ def entries() -> int:
 
 
 def clear_model_cache() -> int:
-    """Drop every object the library compiled from a model (rollouts, initial-state and
-    output-error solvers, filters, design functions); the next call builds them again.
+    """Drop every object the library compiled from a model (rollouts, solvers, filters, design
+    functions); the next call builds them again.
 
     Returns
     -------

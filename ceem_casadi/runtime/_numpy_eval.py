@@ -1,20 +1,5 @@
-"""Evaluate a matrix-valued MX Function with numpy (BLAS) instead of CasADi's dense kernels.
-
-CasADi evaluates a dense matrix product ``W @ X`` of an MX graph with its own generic loops
-(``casadi_mtimes``; 0.68 GFlop/s measured for (32, 32) @ (32, 8192), against 13 GFlop/s for
-numpy's BLAS on one core), and an elementwise ``tanh`` of a (32, 8192) block took 20 ms
-(2.6 ms in numpy). Neural-network terms evaluated on sample columns (the Adam learner's
-mini-batch gradients: `ceem_casadi.learning.AdamLearner`) spend nearly all their time there.
-
-[`NumpyFunction`][ceem_casadi.runtime.NumpyFunction] replays the Function's own instruction
-list (``Function.instruction_id`` / ``instruction_input`` / ``instruction_output`` /
-``instruction_MX``) with numpy operations on dense arrays: the same algorithm, including the
-reverse-mode sweeps CasADi built, evaluated by BLAS. Values are kept as dense arrays of each
-node's shape (structural zeros as zeros); the nonzero-indexing nodes (``GETNONZEROS``,
-``ADDNONZEROS``, ``SETNONZEROS``) map between nonzeros and dense entries through the node's
-sparsity pattern. An operation outside the supported set raises ``NotImplementedError`` at
-construction, so a caller can fall back to CasADi before evaluating anything.
-"""
+"""Evaluate a matrix-valued MX Function with numpy (BLAS) instead of CasADi's dense kernels, by replaying
+its instruction list (docs/runtime.md, "numpy evaluation of MX Functions")."""
 from __future__ import annotations
 
 import casadi as ca
@@ -28,13 +13,14 @@ _UNARY = {
     ca.OP_FABS: np.abs, ca.OP_INV: lambda a: 1.0 / a, ca.OP_ASSIGN: lambda a: a,
 }
 _BINARY = {
-    ca.OP_ADD: np.add, ca.OP_SUB: np.subtract, ca.OP_MUL: np.multiply, ca.OP_DIV: np.divide,
-    # CasADi's fmax/fmin ignore a NaN argument (fmax(NaN, 0) = 0; np.maximum propagates it) and return the
-    # first argument on a tie (fmax(-0.0, 0.0) = -0.0): the same rule, elementwise
-    ca.OP_POW: np.power,
+    ca.OP_ADD: np.add, ca.OP_SUB: np.subtract, ca.OP_MUL: np.multiply, ca.OP_DIV: np.divide, ca.OP_POW: np.power,
+    # CasADi's rule: a NaN argument is ignored, a tie returns the first argument (docs/runtime.md)
     ca.OP_FMAX: lambda a, b: np.where((a < b) | np.isnan(a), b, a),
     ca.OP_FMIN: lambda a, b: np.where((a > b) | np.isnan(a), b, a),
 }
+_PLAIN = {**_UNARY, **_BINARY, ca.OP_MTIMES: lambda z, x, y: z + x @ y, ca.OP_TRANSPOSE: lambda a: a.T,
+          ca.OP_HORZCAT: lambda *a: np.hstack(a), ca.OP_VERTCAT: lambda *a: np.vstack(a),
+          ca.OP_DOT: lambda a, b: np.array([[np.vdot(a, b)]])}
 
 
 def _flat_index(sp: ca.Sparsity) -> np.ndarray:
@@ -109,35 +95,22 @@ class NumpyFunction:
             return ("input", ins[0]), [], outs
         if op == ca.OP_OUTPUT:
             return ("output", outs[0]), ins, []
+        if op in _PLAIN:
+            return _PLAIN[op], ins, outs
         node = fun.instruction_MX(k)
         shape = node.size()
         sp = node.sparsity()
         if op == ca.OP_CONST:
             value = np.asarray(ca.evalf(node).full(), float)
             return (lambda: value), ins, outs
-        if op in _UNARY:
-            return _UNARY[op], ins, outs
-        if op in _BINARY:
-            f = _BINARY[op]
-            return (lambda a, b: f(a, b)), ins, outs
-        if op == ca.OP_MTIMES:
-            return (lambda z, x, y: z + x @ y), ins, outs
-        if op == ca.OP_TRANSPOSE:
-            return (lambda a: a.T), ins, outs
         if op == ca.OP_RESHAPE:
             return (lambda a: np.reshape(a, shape, order="F")), ins, outs
-        if op == ca.OP_HORZCAT:
-            return (lambda *a: np.hstack(a)), ins, outs
-        if op == ca.OP_VERTCAT:
-            return (lambda *a: np.vstack(a)), ins, outs
         if op == ca.OP_HORZREPMAT:
             reps = shape[1] // max(1, node.dep(0).size2())
             return (lambda a: np.tile(a, (1, reps))), ins, outs
         if op == ca.OP_HORZREPSUM:
             n = node.dep(0).size2() // max(1, shape[1])
             return (lambda a: a.reshape(shape[0], n, shape[1], order="F").sum(axis=1)), ins, outs
-        if op == ca.OP_DOT:
-            return (lambda a, b: np.array([[np.vdot(a, b)]])), ins, outs
         if op == ca.OP_GETNONZEROS:
             nz = _nz_of(node)
             src = _flat_index(node.dep(0).sparsity())[nz]

@@ -1,12 +1,5 @@
-"""The one process layer: every pool of worker processes of the library is a
-[`WorkerPool`][ceem_casadi.runtime._pool.WorkerPool].
-
-Its workers (forked) end with their parent however the parent ends: on SIGKILL and SIGTERM through
-[`die_with_parent`][ceem_casadi.runtime._workers.die_with_parent] (the kernel's parent-death
-signal plus a watchdog thread); on Ctrl-C (SIGINT to the parent, or to the whole terminal group)
-the workers ignore the signal and the parent kills them at once instead of waiting for their
-current tasks (``calibrate-noise --n-jobs 2`` used to take 99 s to exit). Compiler processes have
-their own guard (`runtime/_supervise.py`).
+"""The one process layer: every pool of worker processes of the library is a `WorkerPool`, whose
+workers end with their parent however it ends (docs/runtime.md, "Worker processes").
 
 Examples
 --------
@@ -23,7 +16,7 @@ import signal
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 
-from ._workers import die_with_parent
+from ._supervise import die_with_parent
 
 __all__ = ["WorkerPool"]
 
@@ -47,12 +40,8 @@ class WorkerPool:
     initargs : tuple
         Arguments of ``initializer`` (inherited by fork, never pickled).
 
-    Notes
-    -----
-    Create and close the pool in the same thread: the kernel's parent-death signal fires when
-    the thread that forked a worker ends. Used as a context manager, the pool is closed normally
-    when the block ends and terminated (workers killed, pending tasks dropped) when it is left
-    by an exception, ``KeyboardInterrupt`` included.
+    Create and close the pool in the same thread (docs/runtime.md). As a context manager it is
+    closed when the block ends and terminated (workers killed) when an exception leaves it.
     """
 
     def __init__(self, n_jobs: int, initializer: Callable | None = None, initargs: tuple = ()):

@@ -1,5 +1,5 @@
-"""The one schema of the library's options: allowed values, field types, and the checks every
-option dataclass runs in its ``__post_init__`` (and [`CEEMOptions.from_mapping`][ceem_casadi.CEEMOptions.from_mapping] on plain data)."""
+"""The one schema of the library's options: allowed values, field types, and the checks every option
+dataclass runs in its ``__post_init__`` (and `CEEMOptions.from_mapping` on plain data)."""
 from __future__ import annotations
 
 import functools
@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..errors import OptionsError
+from ._checks import is_integer
 
 ACCELERATIONS = ("none", "squarem", "newton", "joint")
 SMOOTHER_SOLVERS = ("ipopt", "banded", "batched")  # of the smoothing NLP (ceem_casadi.smoothing)
@@ -93,6 +94,22 @@ def is_number(v) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
 
+def _is_bound(v) -> bool:
+    if is_number(v):
+        return not np.isnan(v)
+    return (isinstance(v, (list, tuple, np.ndarray)) and len(v) > 0 and np.ndim(v) == 1
+            and all(is_number(e) and not np.isnan(e) for e in v))
+
+
+def _is_sequence(v) -> bool:
+    return isinstance(v, (list, tuple, np.ndarray))
+
+
+_ACCEPTS = {int: is_integer, float: lambda v: is_number(v) and bool(np.isfinite(v)),
+            bool: lambda v: isinstance(v, (bool, np.bool_)), str: lambda v: isinstance(v, str),
+            "bound": _is_bound, tuple: _is_sequence, list: _is_sequence}
+
+
 @dataclass(frozen=True)
 class FieldKind:
     """What a field of an option dataclass accepts: ``kind`` (int, float, str, bool, "bound",
@@ -104,24 +121,10 @@ class FieldKind:
     def accepts(self, v) -> bool:
         if v is None:
             return self.optional or self.kind is None
-        k = self.kind
-        if k is None:
+        if self.kind is None:
             return True
-        if k is int:
-            return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-        if k is float:
-            return is_number(v) and bool(np.isfinite(v))
-        if k is bool:
-            return isinstance(v, (bool, np.bool_))
-        if k is str:
-            return isinstance(v, str)
-        if k == "bound":
-            return (is_number(v) and not np.isnan(v)) or (isinstance(v, (list, tuple, np.ndarray)) and len(v) > 0
-                                                           and np.ndim(v) == 1 and all(is_number(e) and not np.isnan(e)
-                                                                                       for e in v))
-        if k in (tuple, list):
-            return isinstance(v, (list, tuple, np.ndarray))
-        return isinstance(v, k)
+        check = _ACCEPTS.get(self.kind)
+        return check(v) if check is not None else isinstance(v, self.kind)
 
     @property
     def expected(self) -> str:

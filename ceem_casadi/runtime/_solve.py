@@ -1,11 +1,6 @@
-"""The solve layer under every IPOPT-based step: IPOPT options, a wall-clock deadline per call
-(per thread), Ctrl-C handling, the status of a finished solve, and best-iterate tracking.
-
-State of a solve in progress (its deadline, whether Ctrl-C arrived, the tracker of its best
-iterate) lives in context variables (`contextvars`), never in module globals: each thread (a Dask
-worker thread, a test thread) sees only the deadline it set itself, and leaving a
-[`deadline`][ceem_casadi.runtime._solve.deadline] block restores exactly the value before it, in
-that thread, whatever other threads do meanwhile (issue 23, bug 1).
+"""The solve layer under every IPOPT-based step: IPOPT options, a wall-clock deadline per call and
+thread (context variables), Ctrl-C handling, the status of a solve and best-iterate tracking
+(docs/runtime.md, "The solve layer").
 """
 from __future__ import annotations
 
@@ -19,6 +14,7 @@ import casadi as ca
 import numpy as np
 
 from ._best import BestIterate
+from ._callbacks import SparsityCallback
 from ._status import Status
 
 QUIET = {"print_time": False, "ipopt.print_level": 0, "ipopt.sb": "yes",
@@ -29,41 +25,29 @@ QUIET = {"print_time": False, "ipopt.print_level": 0, "ipopt.sb": "yes",
 ACCEPTABLE = {"Solve_Succeeded", "Solved_To_Acceptable_Level", "Search_Direction_Becomes_Too_Small"}
 
 
-# "acceptable" termination = stagnation at round-off: the objective's relative change stays
-# below STALL_OBJ_CHANGE for ACCEPTABLE_ITER iterations while the (scaled) optimality error is
-# below ACCEPTABLE_TOL. Without it a solve started at (or very near) its optimum, as every EM
-# step near convergence is, can spend max_iter iterations failing line searches on round-off
-# (measured: a coupled-Lorenz learning step stuck at dual infeasibility 2e-6 with steps of
-# 1e-14 for 200 iterations, 38 s, instead of stopping after 3).
+# stall-aware termination: stop at round-off stagnation (docs/runtime.md)
 ACCEPTABLE_TOL = 1e-4
 ACCEPTABLE_ITER = 3
 STALL_OBJ_CHANGE = 1e-12
 
 
 def ipopt_options(max_iter: int, tol: float, *, track: tuple[int, int] | None = None, **extra) -> dict:
-    """IPOPT options of the library (quiet, stall-aware termination, the deadline callback).
-
-    ``track=(nx, ng)`` (the numbers of decision variables and constraints) gives the solver an
-    iteration callback that also reads every iterate ``x``, its objective and its constraints, so
-    that [`solve`][ceem_casadi.runtime._solve.solve] with ``best=`` a
-    [`BestIterate`][ceem_casadi.runtime._best.BestIterate] can keep the best iterate IPOPT visited
-    (a copy of ``x`` per iteration: for small NLPs such as output error).
-    """
+    """IPOPT options of the library (quiet, stall-aware termination, the deadline callback); with
+    ``track=(nx, ng)`` (numbers of variables and constraints) `solve` can keep the best iterate."""
     opts = dict(QUIET)
     opts.update({"ipopt.max_iter": int(max_iter), "ipopt.tol": float(tol),
                  "ipopt.acceptable_tol": max(100 * float(tol), ACCEPTABLE_TOL),
                  "ipopt.acceptable_iter": ACCEPTABLE_ITER,
                  "ipopt.acceptable_obj_change_tol": STALL_OBJ_CHANGE,
                  "ipopt.honor_original_bounds": "yes",
-                 "iteration_callback": DEADLINE if track is None else _TrackingCallback(*track)})
+                 "iteration_callback": DEADLINE if track is None else _StopCallback(track)})
     opts.update(extra)
     return opts
 
 
 def ipopt_solver(name: str, nlp: dict, opts: dict) -> ca.Function:
     """``ca.nlpsol(name, "ipopt", nlp, opts)`` that keeps the options' iteration callback alive as
-    long as the solver (CasADi holds no Python reference to it; a tracking callback of
-    `ipopt_options` is created per solver)."""
+    long as the solver (CasADi holds no Python reference to it)."""
     solver = ca.nlpsol(name, "ipopt", nlp, opts)
     solver._ceem_iteration_callback = opts.get("iteration_callback")
     return solver
@@ -81,17 +65,15 @@ def grad_f_function(x: ca.MX, p: ca.MX, f, grad) -> ca.Function:
     return ca.Function("grad_f", [x, p], [f, grad], ["x", "p"], ["f", "grad_f_x"])
 
 
-# --- wall-clock deadline, Ctrl-C and the best iterate, per call ------------------------------
-# IPOPT's own ``max_wall_time`` is fixed when a solver is built (CasADi cannot change it later),
-# and solvers are built once and reused, so the library's time budgets reach IPOPT through an
-# iteration callback instead: every solver gets a stateless callback that asks IPOPT to stop
-# (status ``User_Requested_Stop``) once ``time.perf_counter()`` passes the deadline of the calling
-# thread's context (set by `deadline`), or once Ctrl-C arrived during `solve`. The plain callback's
-# inputs are declared empty (only ``f`` is read), so it copies no data: measured 0.30 s with it vs
-# 0.34 s without (noise) for 17 IPOPT iterations at n = 20,000; declared dense, the copies cost ~3 %.
+# the deadline, Ctrl-C and the best iterate of the calling thread's solve (docs/runtime.md)
 _EXPIRES: contextvars.ContextVar[float | None] = contextvars.ContextVar("ceem_deadline", default=None)
 _INTERRUPT: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("ceem_interrupt", default=None)
 _TRACKER: contextvars.ContextVar[BestIterate | None] = contextvars.ContextVar("ceem_best_iterate", default=None)
+
+
+def _sooner(a: float | None, b: float | None) -> float | None:
+    """The earlier of two deadlines (None: no deadline)."""
+    return a if b is None else b if a is None else min(a, b)
 
 
 def current_deadline() -> float | None:
@@ -114,10 +96,7 @@ def deadline_after(seconds: float | None, start: float | None = None) -> float |
     (True, True)
     """
     own = None if seconds is None else (time.perf_counter() if start is None else float(start)) + float(seconds)
-    outer = _EXPIRES.get()
-    if own is None or outer is None:
-        return outer if own is None else own
-    return min(outer, own)
+    return _sooner(_EXPIRES.get(), own)
 
 
 def expired() -> bool:
@@ -133,8 +112,8 @@ def remaining() -> float | None:
 
 
 class TimeLimitReached(Exception):
-    """Raised by `check_deadline` inside a long loop that is not an IPOPT solve (the EKF pass over
-    a long record): the fit that set the deadline catches it and returns its best iterate so far."""
+    """Raised by `check_deadline` in a long loop that is not an IPOPT solve; the fit that set the
+    deadline catches it and returns its best iterate so far."""
 
 
 def check_deadline(what: str) -> None:
@@ -154,9 +133,8 @@ def check_deadline(what: str) -> None:
 
 
 def budget(share: float) -> float | None:
-    """The ``time.perf_counter()`` at which ``share`` (0..1) of this thread's remaining time is
-    spent (None without a deadline): the deadline of a preliminary stage (a warm start) that must
-    leave the rest of the budget to the stages after it.
+    """The ``time.perf_counter()`` at which ``share`` (0..1) of this thread's remaining time is spent
+    (None without a deadline): the deadline of a preliminary stage such as a warm start.
 
     Examples
     --------
@@ -173,17 +151,11 @@ def interrupted() -> bool:
     return event is not None and event.is_set()
 
 
-def _should_stop() -> float:
-    return 1.0 if interrupted() or expired() else 0.0
-
-
 @contextlib.contextmanager
 def deadline(expires: float | None):
-    """Within the block, every IPOPT solver built with `ipopt_options` (and the banded Newton
-    smoother) that runs in THIS thread stops at its next iteration once
-    ``time.perf_counter() >= expires`` (``None``: no new deadline; an earlier deadline already in
-    force is kept). Other threads are not affected; forked worker processes inherit the deadline
-    in force when they start (``perf_counter`` is a system-wide monotonic clock).
+    """Within the block, every IPOPT solver built with `ipopt_options` (and the banded Newton smoother)
+    that runs in THIS thread stops once ``time.perf_counter() >= expires`` (``None``: no new deadline;
+    an earlier one in force is kept). Forked workers inherit the deadline in force when they start.
 
     Examples
     --------
@@ -196,8 +168,7 @@ def deadline(expires: float | None):
     True
     """
     previous = _EXPIRES.get()
-    if expires is not None:
-        expires = float(expires) if previous is None else min(previous, float(expires))
+    expires = None if expires is None else _sooner(previous, float(expires))
     token = _EXPIRES.set(previous if expires is None else expires)
     try:
         yield expires
@@ -205,80 +176,37 @@ def deadline(expires: float | None):
         _EXPIRES.reset(token)
 
 
-class _DeadlineCallback(ca.Callback):
-    """Stateless IPOPT iteration callback: stop on this thread's deadline or Ctrl-C."""
-
-    def __init__(self):
-        ca.Callback.__init__(self)
-        self.construct("ceem_deadline", {})
-
-    def get_n_in(self):
-        return ca.nlpsol_n_out()
-
-    def get_n_out(self):
-        return 1
-
-    def get_name_in(self, i):
-        return ca.nlpsol_out(i)
-
-    def get_name_out(self, i):
-        return "stop"
-
-    def get_sparsity_in(self, i):
-        return ca.Sparsity.dense(1, 1) if ca.nlpsol_out(i) == "f" else ca.Sparsity(0, 1)
-
-    def eval(self, arg):
-        return [_should_stop()]
+_NLP_OUT = [ca.nlpsol_out(i) for i in range(ca.nlpsol_n_out())]
 
 
-class _TrackingCallback(_DeadlineCallback):
-    """The deadline callback that also offers each iterate (x, f, max |g|) to the
-    `BestIterate` of the `solve` call in progress (if any)."""
+class _StopCallback(SparsityCallback):
+    """IPOPT iteration callback: stop on this thread's deadline or Ctrl-C. With ``track=(nx, ng)``
+    it also offers each iterate (x, f, max |g|) to the `BestIterate` of the `solve` call in progress."""
 
-    def __init__(self, nx: int, ng: int):
-        self.nx, self.ng = int(nx), int(ng)
-        ca.Callback.__init__(self)
-        self.construct("ceem_deadline_tracking", {})
-
-    def get_sparsity_in(self, i):
-        name = ca.nlpsol_out(i)
-        return {"f": ca.Sparsity.dense(1, 1), "x": ca.Sparsity.dense(self.nx, 1),
-                "g": ca.Sparsity.dense(self.ng, 1)}.get(name, ca.Sparsity(0, 1))
+    def __init__(self, track: tuple[int, int] | None = None):
+        self.tracked = track
+        size = {"f": 1} if track is None else {"f": 1, "x": int(track[0]), "g": int(track[1])}
+        sp_in = [ca.Sparsity.dense(size[n], 1) if n in size else ca.Sparsity(0, 1) for n in _NLP_OUT]
+        super().__init__("ceem_deadline" + ("" if track is None else "_tracking"), sp_in, [ca.Sparsity.dense(1, 1)],
+                         _NLP_OUT, ["stop"])
 
     def eval(self, arg):
         tracker = _TRACKER.get()
-        if tracker is not None:
-            names = [ca.nlpsol_out(i) for i in range(ca.nlpsol_n_out())]
-            f = float(arg[names.index("f")])
-            x = np.asarray(arg[names.index("x")].full(), float).ravel()
-            g = np.asarray(arg[names.index("g")].full(), float).ravel()
-            tracker.offer(x, f, float(np.max(np.abs(g), initial=0.0)), label=f"IPOPT iteration {tracker.offered}")
-        return [_should_stop()]
+        if self.tracked is not None and tracker is not None:
+            x, f, g = (np.asarray(arg[_NLP_OUT.index(n)].full(), float).ravel() for n in ("x", "f", "g"))
+            tracker.offer(x, float(f[0]), float(np.max(np.abs(g), initial=0.0)),
+                          label=f"IPOPT iteration {tracker.offered}")
+        return [1.0 if interrupted() or expired() else 0.0]
 
 
-DEADLINE = _DeadlineCallback()
+DEADLINE = _StopCallback()
 
 
 def solve(solver: ca.Function, *, best: BestIterate | None = None, expires: float | None = None, **kwargs) -> dict:
-    """``solver(**kwargs)`` under this thread's deadline, such that Ctrl-C stops IPOPT at its next
-    iteration and is then raised.
-
-    Parameters
-    ----------
-    solver : casadi.Function
-        An ``nlpsol`` built with `ipopt_options` (``track=(nx, ng)`` for ``best``).
-    best : BestIterate, optional
-        Receives every iterate IPOPT visits (objective, iterate, constraint violation).
-    expires : float, optional
-        A deadline (``time.perf_counter()`` value) for this call only, on top of the one in force.
-    **kwargs
-        The solver's inputs (``x0``, ``p``, ``lbx``, ...).
-
-    A ``KeyboardInterrupt`` raised inside a Python callback during IPOPT is swallowed by CasADi
-    (at best the solve stops with an error status). So, in the main thread, SIGINT only sets a
-    flag of this call during the solve; the callback stops IPOPT on it, and afterwards the
-    previous SIGINT handler is called (by default: ``KeyboardInterrupt`` is raised).
-    """
+    """``solver(**kwargs)`` (inputs ``x0``, ``p``, ...) under this thread's deadline and ``expires`` (a
+    ``time.perf_counter()`` value for this call only); Ctrl-C stops IPOPT at its next iteration and
+    is then raised (docs/runtime.md). ``best`` (a `BestIterate`) receives every iterate IPOPT visits
+    (solver built with ``ipopt_options(track=...)``)."""
     token = _TRACKER.set(best)
     try:
         with deadline(expires):
@@ -312,6 +240,5 @@ def _solve_main_thread(solver: ca.Function, kwargs: dict) -> dict:
 
 
 def status_of(solver: ca.Function) -> Status:
-    """The [`Status`][ceem_casadi.Status] of ``solver``'s last solve (a stop requested by this
-    thread's deadline counts as ``TIME_LIMIT``)."""
+    """The `Status` of ``solver``'s last solve (a stop by this thread's deadline is ``TIME_LIMIT``)."""
     return Status.from_ipopt(solver.stats()["return_status"], time_up=expired())

@@ -1,9 +1,4 @@
-"""Outcome of a fit: one status type shared by every solver of the library.
-
-[`Status`][ceem_casadi.Status] is a ``str`` enum, so ``result.status == "converged"`` keeps working and the value
-prints and serialises (JSON) as the plain string. Every member carries an ``advice`` text saying
-what happened and what to try (the pattern of diffrax's ``RESULTS``).
-"""
+"""Outcome of a fit: one ``str`` enum of statuses shared by every solver, each with its advice."""
 from __future__ import annotations
 
 from enum import Enum
@@ -12,15 +7,11 @@ __all__ = ["Status"]
 
 
 class Status(str, Enum):
-    """How a fit or solve ended.
-
-    ``CONVERGED``: the stopping tolerance was met. ``MAX_ITERS``: the iteration limit was reached.
-    ``TIME_LIMIT``: the wall-clock budget (``time_limit``) was spent. ``STALLED``: no further
-    progress was possible (steps at round-off) before the tolerance was met. ``SOLVER_FAILED``:
-    a solver returned an error or non-finite values. ``STOPPED``: a callback asked to stop.
-    ``DIVERGED``: the returned iterate's objective is far above that of a trivially stable
-    prediction (output error: predicting zero output): the model's free run explodes.
-    Every result keeps the last good iterate whatever its status.
+    """How a fit or solve ended: ``CONVERGED`` (tolerance met), ``MAX_ITERS``, ``TIME_LIMIT``
+    (``time_limit`` spent), ``STALLED`` (no progress at round-off before the tolerance),
+    ``SOLVER_FAILED`` (error or non-finite values), ``STOPPED`` (a callback asked to stop) or
+    ``DIVERGED`` (the free run explodes). A ``str`` enum; ``advice`` says what to try. Every result
+    keeps the last good iterate whatever its status.
 
     Examples
     --------
@@ -60,20 +51,15 @@ class Status(str, Enum):
     def from_ipopt(cls, return_status: str, time_up: bool = False) -> Status:
         """Status of an IPOPT ``return_status`` string; ``time_up`` marks a stop requested by the
         library's deadline (IPOPT reports it as ``User_Requested_Stop``)."""
-        if return_status in ("Solve_Succeeded", "Solved_To_Acceptable_Level"):
-            return cls.CONVERGED
-        if return_status == "Maximum_Iterations_Exceeded":
-            return cls.MAX_ITERS
-        if return_status in ("Maximum_WallTime_Exceeded", "Maximum_CpuTime_Exceeded") or \
-                (return_status == "User_Requested_Stop" and time_up):
+        if return_status == "User_Requested_Stop" and time_up:
             return cls.TIME_LIMIT
-        if return_status == "User_Requested_Stop":
-            return cls.STOPPED
-        if return_status in ("Search_Direction_Becomes_Too_Small", "Feasible_Point_Found"):
-            return cls.STALLED
-        return cls.SOLVER_FAILED
+        return _IPOPT.get(return_status, cls.SOLVER_FAILED)
 
 
+_IPOPT = {"Solve_Succeeded": Status.CONVERGED, "Solved_To_Acceptable_Level": Status.CONVERGED,
+          "Maximum_Iterations_Exceeded": Status.MAX_ITERS, "Maximum_WallTime_Exceeded": Status.TIME_LIMIT,
+          "Maximum_CpuTime_Exceeded": Status.TIME_LIMIT, "User_Requested_Stop": Status.STOPPED,
+          "Search_Direction_Becomes_Too_Small": Status.STALLED, "Feasible_Point_Found": Status.STALLED}
 _ADVICE = {
     Status.CONVERGED: "The stopping tolerance was met.",
     Status.MAX_ITERS: "The iteration limit was reached before the tolerance: raise max_iters, "

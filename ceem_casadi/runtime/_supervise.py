@@ -1,15 +1,7 @@
-"""Run one compiler command so that it never outlives the Python process that asked for it.
-
-Started by the compile pool (`runtime/_compile_pool.py`) as a script, stdlib only, as the leader
-of its own process group::
+"""Processes that end with their parent: `die_with_parent` for pool workers and, run as a script
+(stdlib only), the supervisor of one compiler command; docs/runtime.md explains both::
 
     python -S _supervise.py PARENT_PID CLEANUP_DIR -- cc -O1 ... -o lib.so
-
-It runs the command in its group and exits with its status. When the parent ends, however it
-ends (SIGKILL included: the kernel's parent-death signal, and a watchdog on ``getppid``), or when
-it is sent SIGTERM / SIGINT / SIGHUP itself, it kills the whole group (the driver, ``cc1``,
-``as``, ``ld``) and removes ``CLEANUP_DIR`` (the job's temporary folder), so that no compiler
-process and no temporary folder is left behind.
 """
 from __future__ import annotations
 
@@ -23,7 +15,28 @@ import sys
 import threading
 
 PR_SET_PDEATHSIG = 1
-POLL_S = 0.2
+
+
+def watch_parent(parent_pid: int, on_orphan, sig: int, poll_s: float) -> None:
+    """Call ``on_orphan()`` once the process ``parent_pid`` ends: the kernel sends ``sig`` on Linux
+    (``prctl``), and a daemon thread polls ``os.getppid()`` every ``poll_s`` seconds."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):  # no prctl: the watchdog still works
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before the guard was in place
+        on_orphan()
+
+    def watch():
+        while not threading.Event().wait(poll_s):
+            if os.getppid() != parent_pid:
+                on_orphan()
+
+    threading.Thread(target=watch, name="ceem-parent-watchdog", daemon=True).start()
+
+
+def die_with_parent(parent_pid: int, poll_s: float = 0.5) -> None:
+    """End this process (a pool worker) when the process ``parent_pid`` ends, however it ends."""
+    watch_parent(parent_pid, lambda: os._exit(1), signal.SIGKILL, poll_s)
 
 
 def _abort(cleanup: str) -> None:
@@ -41,23 +54,10 @@ def main(argv: list[str]) -> int:
     if sep != "--" or not cmd:
         print("usage: _supervise.py PARENT_PID CLEANUP_DIR -- command ...", file=sys.stderr)
         return 2
-    parent = int(parent)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: _abort(cleanup))
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before the guard was in place
-        _abort(cleanup)
-
-    def watch():
-        while not threading.Event().wait(POLL_S):
-            if os.getppid() != parent:
-                _abort(cleanup)
-
-    threading.Thread(target=watch, daemon=True).start()
-    proc = subprocess.Popen(cmd)
-    return proc.wait()
+    watch_parent(int(parent), lambda: _abort(cleanup), signal.SIGTERM, 0.2)
+    return subprocess.Popen(cmd).wait()
 
 
 if __name__ == "__main__":
