@@ -10,7 +10,6 @@ import itertools
 import logging
 
 import numpy as np
-import scipy.signal as ss
 
 from ...baselines._n4sid import N4SIDResult, n4sid
 from ...errors import OptionsError, ShapeError
@@ -27,6 +26,13 @@ from ._frf_fit import FRFFit, frf_bla
 logger = logging.getLogger(__name__)
 KINDS = ("wiener", "hammerstein", "wiener_hammerstein")
 _IMAG_TOL = 1e-8
+
+
+def _signal():
+    """``scipy.signal``, imported on first use: it costs about 1 s of CPU at start-up (with scipy.stats)."""
+    import scipy.signal
+
+    return scipy.signal
 
 
 # --------------------------------------------------------------------------------------------------
@@ -70,7 +76,7 @@ def _cat(groups, idx) -> np.ndarray:
 
 def _bla_roots(bla: N4SIDResult, n_zeros: int) -> tuple[np.ndarray, np.ndarray]:
     poles = np.linalg.eigvals(bla.A)
-    num, _ = ss.ss2tf(bla.A, bla.B, bla.C, bla.D)
+    num, _ = _signal().ss2tf(bla.A, bla.B, bla.C, bla.D)
     num = np.trim_zeros(np.real(num[0]), "f")
     zeros = np.roots(num) if num.size > 1 else np.zeros(0, complex)
     zeros = zeros[np.argsort(np.abs(zeros), kind="stable")][:n_zeros]
@@ -125,7 +131,7 @@ def _fit_split(kind, data, skip, blocks, feedthrough, nl, degree, hidden, gain="
         if kind == "hammerstein":
             vs.append(u)
         else:
-            vs.append(ss.lfilter(*_tf(*blocks[0], feedthrough[0], gain), u))
+            vs.append(_signal().lfilter(*_tf(*blocks[0], feedthrough[0], gain), u))
         ys.append(data.y[b][:, 0])
     used = np.concatenate([v[skip:] for v in vs])
     if basis == "chebyshev":     # [-1, 1] = the input range of f on the data, widened by 10 %
@@ -138,7 +144,7 @@ def _fit_split(kind, data, skip, blocks, feedthrough, nl, degree, hidden, gain="
         phi = _features((v - center) / scale, nl, degree, hidden, basis)
         if kind != "wiener":                         # the output block filters every basis signal
             g = blocks[-1]
-            phi = ss.lfilter(*_tf(*g, feedthrough[-1], gain), phi, axis=0)
+            phi = _signal().lfilter(*_tf(*g, feedthrough[-1], gain), phi, axis=0)
         rows.append(phi[skip:])
     Phi = np.vstack(rows)
     y = np.concatenate([yy[skip:] for yy in ys])
@@ -174,7 +180,7 @@ def _block_theta(prefix, poles, zeros, feedthrough) -> dict:
     K = 4 * n + 20
     impulse = np.zeros(K)
     impulse[0] = 1.0
-    h = ss.lfilter(b, a, impulse)
+    h = _signal().lfilter(b, a, impulse)
     A, B, _, _ = block_system(den, np.zeros(n), 0.0)
     X = np.empty((K, n))
     x = np.zeros(n)
@@ -201,7 +207,7 @@ def _as_bla(bla, n: int):
         A, B, C, D = (np.atleast_2d(np.asarray(getattr(bla, k), float)) for k in "ABCD")
     elif isinstance(bla, (tuple, list)) and len(bla) == 2:
         b, a = (np.asarray(x, float).ravel() for x in bla)
-        A, B, C, D = ss.tf2ss(b, a)
+        A, B, C, D = _signal().tf2ss(b, a)
     else:
         raise ShapeError("bla: expected an object with A, B, C, D (e.g. an N4SIDResult) or a transfer function "
                             f"(b, a) in powers of q^-1, got {type(bla).__name__}")
@@ -215,7 +221,7 @@ def _bla_rms(A, B, C, D, data, skip: int, y_mean: float, u_mean: float) -> float
     err = []
     for b in range(len(data)):
         u = data.inputs(b)[:, 0] - u_mean
-        _, yb, _ = ss.dlsim((A, B, C, D, 1.0), u)
+        _, yb, _ = _signal().dlsim((A, B, C, D, 1.0), u)
         e = data.y[b][skip:, 0] - (yb[skip:, 0] + y_mean)
         err.append(e[np.isfinite(e)])
     return float(np.sqrt(np.mean(np.concatenate(err) ** 2)))
