@@ -1,31 +1,5 @@
-"""Validation report of a fitted state-space model: free-run simulation and k-step-ahead prediction.
-
-Error measures, per output ``j``, over the time steps where both ``y[:, j]`` and ``yhat[:, j]`` are
-not NaN (``n_j`` entries, pooled over all trajectories):
-
-* ``rmse_j  = sqrt(mean((y - yhat)^2))`` (units of the output);
-* ``nrmse_j = rmse_j / std(y)`` (population std of the same observed entries; dimensionless);
-* ``fit_j   = 100 (1 - ||y - yhat|| / ||y - mean(y)||)`` in percent (MATLAB ``compare``; equals
-  ``100 (1 - nrmse_j)``; 100 is perfect, 0 is as good as the mean, can be negative).
-
-Overall figures: ``rmse`` pools the squared errors of all outputs; ``nrmse`` and ``fit`` are the
-means of the per-output values (so outputs in different units weigh equally).
-
-Predictions:
-
-* **free-run simulation**: ``x[0] = x0``, ``x[t+1] = f(x[t], u[t])``, ``yhat[t] = g(x[t], u[t])``
-  (no measurement used after ``x0``);
-* **k-step-ahead prediction** (EKF based): ``yhat[t] = g(x_{t|t-k}, u[t])`` with ``x_{t|t-k}`` the EKF
-  filtered mean ``x_{t-k|t-k}`` propagated ``k`` steps through ``f`` open loop. For ``t < k`` the
-  prediction propagates the prior ``x0`` (so it equals the free run there). For ``k = 1`` this is the
-  EKF one-step predicted observation ``g(x_{t|t-1})`` (made before the correction).
-
-Non-finite predictions (a diverging simulation) where ``y`` is observed count as infinite errors.
-
-Initial states: given ``x0``, else the model's ``x1_mean``, else (or with ``x0="estimate"``) estimated
-from the first ``window`` samples of each trajectory by [`estimate_initial_state`][ceem_casadi.estimate_initial_state]
-(least-squares fit of the free run). Estimated initial states have seen those samples, so by
-default they are left out of every metric (``skip = window``), as benchmark protocols do.
+"""Validation report of a fitted state-space model: RMSE, NRMSE and fit % of the free run and of k-step-ahead EKF
+predictions, pooled and per trajectory. Definitions, the initial-state rule and the wash-out: docs/validation.md.
 """
 from __future__ import annotations
 
@@ -38,19 +12,15 @@ from ...errors import ShapeError
 from ...io._measures import error_stats, fit_percent, nrmse, rmse
 from ...io._validate import check_data
 from ...model._simulation import as_theta_vector as _theta_vector
-from ...runtime._checks import count
 from ...runtime._result import Result
-from ._predictions import predictions, resolve_initial_states
+from ._predictions import horizons, predictions, resolve_initial_states, signal_names
 
 __all__ = ["Metrics", "ValidationReport", "fit_percent", "nrmse", "rmse", "validation_report"]
 
 
-# --------------------------------------------------------------------------------------------------
-# plain-array helpers
-# --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, repr=False)
 class Metrics(Result):
-    """Error measures of one kind of prediction (see the module docstring).
+    """Error measures of one kind of prediction (definitions: docs/validation.md).
 
     Attributes
     ----------
@@ -101,20 +71,16 @@ class Metrics(Result):
     def to_dict(self, output_names: Sequence[str] | None = None) -> dict:
         """JSON-ready dict (lists of floats; non-finite values as None)."""
         names = list(output_names) if output_names is not None else [f"y{j}" for j in range(len(self.rmse))]
+        overall = {"rmse": self.rmse_overall, "nrmse": self.nrmse_overall, "fit_percent": self.fit_overall}
+        return {"outputs": names, **{k: _finite(getattr(self, k)) for k in ("rmse", "nrmse", "fit_percent")},
+                "n": [int(v) for v in self.n], "overall": _finite(overall)}
 
-        def num(v):
-            v = float(v)
-            return v if np.isfinite(v) else None
 
-        return {
-            "outputs": names,
-            "rmse": [num(v) for v in self.rmse],
-            "nrmse": [num(v) for v in self.nrmse],
-            "fit_percent": [num(v) for v in self.fit_percent],
-            "n": [int(v) for v in self.n],
-            "overall": {"rmse": num(self.rmse_overall), "nrmse": num(self.nrmse_overall),
-                        "fit_percent": num(self.fit_overall)},
-        }
+def _finite(values):
+    """A list (or dict) of floats with non-finite values as None."""
+    if isinstance(values, dict):
+        return {k: float(v) if np.isfinite(v) else None for k, v in values.items()}
+    return [float(v) if np.isfinite(v) else None for v in values]
 
 
 def _stack_list(y, yhat):
@@ -306,14 +272,8 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
     """
     check_data(model, data)
     theta_vec = _theta_vector(model, theta)
-    ks = (k,) if np.ndim(k) == 0 else tuple(k)
-    try:
-        ks = tuple(sorted({count(kk, "k") for kk in ks}))
-    except ShapeError:
-        raise ShapeError(f"k: expected positive integer horizon(s), got {k!r}") from None
-    names = tuple(output_names) if output_names is not None else tuple(f"y{j}" for j in range(model.ny))
-    if len(names) != model.ny:
-        raise ShapeError(f"output_names: expected {model.ny} names, got {len(names)}")
+    ks = horizons(k)
+    names = signal_names(output_names, model.ny, "y", "output_names")
     X0, skip = resolve_initial_states(model, data, theta_vec, x0, window=window, skip=skip, starts=starts, seed=seed)
     y_sim, y_pred = predictions(model, data, theta_vec, X0, ks, Sigma0=Sigma0, Q=Q, R=R, engine=engine)
     per_traj = [{"simulation": _score([data.y[b]], [y_sim[b]], skip),

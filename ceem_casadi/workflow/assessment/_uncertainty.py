@@ -1,37 +1,11 @@
-"""Parameter uncertainty: the Laplace approximation at the CE-EM fixed point.
-
-CE-EM returns the mode (x*, theta*) of the joint log-density
-``L(x, theta) = J(x_{1:T}, theta) + log p(theta)`` (the states of every trajectory and the free
-parameters). The Laplace approximation replaces the posterior p(x, theta | y) by the Gaussian
-with that mean and precision ``H = -nabla^2 L(x*, theta*)``; the parameters' marginal covariance
-is the inverse of the Schur complement
-
-    I = H_tt - H_tx H_xx^{-1} H_xt ,
-
-the *observed information* of theta with the states eliminated. ``H_xx`` is block diagonal over
-trajectories and block tridiagonal in time (stages touch x_t or (x_t, x_{t+1}), see
-`ceem_casadi.objective._stages`), so ``I`` is accumulated trajectory by trajectory with LAPACK's banded
-Cholesky in O(T nx^2 (nx + n_theta)) time; no (T nx)^2 matrix is formed. The prior's curvature
-(parameters' Gaussian priors and the x_1 prior) is included.
-
-``hessian="exact"`` (default) uses the exact second derivatives: ``I`` is then the observed
-information, and equals the Hessian of the profile objective ``-max_x L(x, theta)`` at theta*.
-``"gauss-newton"`` drops the residual-curvature terms (``J^T J``): the expected (Fisher)
-information of the residual model, positive semi-definite by construction, cheaper for models
-with hundreds of parameters.
-
-Caveat: certainty equivalence treats the states as fixed at their mode; the only account of
-their uncertainty is the Laplace term above. For linear-Gaussian models with parameters that
-enter the state means only (inputs, offsets, observation gains acting on known signals) the
-Laplace approximation is exact and ``I^{-1}`` equals the inverse Hessian of the Kalman-filter
-log-likelihood; for parameters in the dynamics or noise-to-signal ratios that are not small, the
-joint mode differs from the maximum-likelihood estimate and ``I`` from the likelihood's Hessian
-by the curvature of ``log det H_xx(theta)`` (see ``tests/test_uncertainty.py``).
+"""Parameter uncertainty: the Laplace approximation at the CE-EM fixed point. The information of the free
+parameters is the Schur complement ``I = H_tt - H_tx H_xx^{-1} H_xt`` of the joint Hessian of -J (+ priors) with
+the states eliminated trajectory by trajectory by a banded Cholesky factorisation. Derivation, the exact and
+Gauss-Newton variants, the caveat of certainty equivalence and the validation: docs/uncertainty.md.
 """
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,41 +19,32 @@ from ...io._validate import check_data
 from ...learning._learner import AUTO_EXACT_INSTRUCTIONS
 from ...objective._identifiability import Direction, entry_names, spectrum, weak_directions
 from ...objective._stages import StageFunctions
+from ...runtime._model_cache import cached, noise_key
 from ...runtime._threads import blas_threads
 from ._uncertainty_options import ParameterUncertainty, UncertaintyOptions
 
 log = logging.getLogger(__name__)
 
-# the most recently used stage Functions and mapped blocks, keyed by (id(model), hessian, compile
-# [, lengths]); each entry keeps its model alive, so an id is never reused while cached
-_CACHE: OrderedDict = OrderedDict()
-CACHE_SIZE = 8
-
-
-def _cached(key, model, build):
-    hit = _CACHE.get(key)
-    if hit is None or hit[0] is not model:
-        hit = _CACHE[key] = (model, build())
-        while len(_CACHE) > CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    _CACHE.move_to_end(key)
-    return hit[1]
-
-
 def _blocks(model, lengths, options: UncertaintyOptions):
-    """Mapped stage blocks for ``model`` and these trajectory lengths (built once, cached)."""
-    base = (id(model), options.hessian, options.compile)
-    stages = _cached(base, model, lambda: StageFunctions(model, options.hessian, options.compile))
+    """Mapped stage blocks of ``model`` for these trajectory lengths (library cache, one per thread)."""
+    stages = cached(model, "uncertainty stages", (options.hessian, options.compile),
+                    lambda: StageFunctions(model, options.hessian, options.compile), per_thread=True)
     if options.hessian == "exact":
-        estimate = stages.instructions(["dyn_cost", "obs_cost"]) * model.params.size
-        if estimate > AUTO_EXACT_INSTRUCTIONS and (*base, tuple(lengths)) not in _CACHE:
-            log.warning("the exact parameter Hessian of model %r is long (~%d SX instructions per stage): building "
-                        "it may take minutes; UncertaintyOptions(hessian='gauss-newton') is much cheaper",
-                        getattr(model, "name", "model"), estimate)
-        build = lambda: ExactBlocks(stages, sum(lengths), sum(T - 1 for T in lengths))  # noqa: E731
-    else:
-        build = lambda: GaussNewtonBlocks(model, lengths, stages)  # noqa: E731
-    return _cached((*base, tuple(lengths)), model, build)
+        return cached(model, "uncertainty blocks", ("exact", options.compile, tuple(lengths)),
+                      lambda: _exact_blocks(model, stages, lengths), per_thread=True)
+    # the Gauss-Newton residuals bake the noise weights in
+    return cached(model, "uncertainty blocks", ("gauss-newton", options.compile, tuple(lengths), noise_key(model)),
+                  lambda: GaussNewtonBlocks(model, lengths, stages), per_thread=True)
+
+
+def _exact_blocks(model, stages: StageFunctions, lengths) -> ExactBlocks:
+    """The exact blocks, with a warning before a build that may take minutes."""
+    estimate = stages.instructions(["dyn_cost", "obs_cost"]) * model.params.size
+    if estimate > AUTO_EXACT_INSTRUCTIONS:
+        log.warning("the exact parameter Hessian of model %r is long (~%d SX instructions per stage): building "
+                    "it may take minutes; UncertaintyOptions(hessian='gauss-newton') is much cheaper",
+                    getattr(model, "name", "model"), estimate)
+    return ExactBlocks(stages, sum(lengths), sum(T - 1 for T in lengths))
 
 
 def reduced_hessian(model, data, theta_vec, xs, options: UncertaintyOptions = UncertaintyOptions()) -> np.ndarray:
@@ -119,15 +84,13 @@ def reduced_hessian(model, data, theta_vec, xs, options: UncertaintyOptions = Un
     return 0.5 * (S + S.T)
 
 
+BOUND_TOL = 1e-6  # a parameter within BOUND_TOL * max(1, |bound|) of a bound is at the bound
 GRADIENT_CHECK_MAX = 50  # free parameters up to which the stationarity of theta is checked (2 J per entry)
 
 
 def _off_maximum(model, data, theta_vec, xs, free, cov, se, names, use_prior: bool) -> str | None:
-    """A warning when ``theta_vec`` is not a maximum of ``max_x J(x, theta) (+ log prior)``: the
-    Newton step ``cov @ grad`` (the gradient by central differences of J at the states ``xs``, which
-    is the reduced objective's gradient when they are its maximisers) moves some parameter by more
-    than one standard error. The intervals then describe the curvature at a point that is not the
-    estimate (e.g. a theta from a fit stopped early, passed as a dict)."""
+    """A warning when one Newton step ``cov @ grad`` from ``theta_vec`` (gradient of J + log prior by central
+    differences at the states ``xs``) moves some free parameter by more than one standard error, else None."""
     if not 0 < free.size <= GRADIENT_CHECK_MAX:
         return None
     from ...smoothing._smoother import Smoother
@@ -226,7 +189,7 @@ def parameter_uncertainty(model, data, theta, *, states=None, options: Uncertain
     """
     if not isinstance(options, UncertaintyOptions):
         raise TypeError(f"options must be an UncertaintyOptions, got {type(options).__name__}")
-    with blas_threads(options.blas_threads):
+    with blas_threads(1):  # multi-threaded BLAS spins on shared cores (as CEEMOptions' default)
         if states is not None:
             theta = _Fit(theta if isinstance(theta, dict) else theta.theta, states,
                          getattr(theta, "status", "converged"))
@@ -262,7 +225,7 @@ def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> 
     names = entry_names(params, free)
     est = theta_vec[free]
     lo, hi = params.lower[free], params.upper[free]
-    tol_b = options.bound_tol
+    tol_b = BOUND_TOL
     active = ((np.isfinite(lo) & (est - lo <= tol_b * np.maximum(1.0, np.abs(lo))))
               | (np.isfinite(hi) & (hi - est <= tol_b * np.maximum(1.0, np.abs(hi)))))
     inner = np.flatnonzero(~active)
