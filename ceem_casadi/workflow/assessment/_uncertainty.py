@@ -6,7 +6,6 @@ Gauss-Newton variants, the caveat of certainty equivalence and the validation: d
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
@@ -17,7 +16,7 @@ from ...em._joint_gauss_newton import banded_upper
 from ...errors import SolverError
 from ...io._validate import check_data
 from ...learning._learner import AUTO_EXACT_INSTRUCTIONS
-from ...objective._identifiability import Direction, entry_names, spectrum, weak_directions
+from ...objective._identifiability import Direction, describe, entry_names, spectrum, weak_directions
 from ...objective._stages import StageFunctions
 from ...runtime._model_cache import cached, noise_key
 from ...runtime._threads import blas_threads
@@ -126,18 +125,46 @@ def _off_maximum(model, data, theta_vec, xs, free, cov, se, names, use_prior: bo
             f"at the estimate); fit to convergence first (ceem, or the CLI's fit) and pass its result")
 
 
-def _states_at(model, data, theta_vec):
-    """MAP states at fixed ``theta_vec`` (one smoothing step from the EKF/RTS estimate)."""
-    from ...smoothing._initial_states import eks_states
+def _states(model, data, theta_vec, xs) -> list:
+    """The states (T_b, nx) per trajectory: ``xs`` checked against ``data``, or, when None, the smoothing step's
+    optimum at fixed ``theta_vec`` from the EKF/RTS estimate."""
+    from ...smoothing._initial_states import check_states, eks_states
     from ...smoothing._options import SmootherOptions
     from ...smoothing._smoother import Smoother
 
-    sm = Smoother(model, SmootherOptions(max_iters=500))
-    res = sm.solve(theta_vec, data, eks_states(model, theta_vec, data))
+    if xs is not None:
+        return check_states(model, data, xs, "result.x (the fit's states)",
+                            f"; the fit's states cover trajectories of lengths {[len(x) for x in xs]}, the data "
+                            f"{list(data.lengths)}: pass the data the fit used, or the theta dict (the states are "
+                            f"then recomputed on this data)")
+    res = Smoother(model, SmootherOptions(max_iters=500)).solve(theta_vec, data, eks_states(model, theta_vec, data))
     bad = [b for b, r in enumerate(res) if not r.success]
     if bad:
         raise SolverError(f"smoothing at theta failed on trajectories {bad} ({[res[b].status for b in bad]})")
     return [r.x for r in res]
+
+
+def _at_bound(params, est) -> np.ndarray:
+    """(n,) bool: free entries ``est`` within ``BOUND_TOL * max(1, |bound|)`` of a bound."""
+    lo, hi = params.lower[params.free_index], params.upper[params.free_index]
+    return ((np.isfinite(lo) & (est - lo <= BOUND_TOL * np.maximum(1.0, np.abs(lo))))
+            | (np.isfinite(hi) & (hi - est <= BOUND_TOL * np.maximum(1.0, np.abs(hi)))))
+
+
+def _covariance(info, active, names, tol: float):
+    """``(covariance (n, n), identifiable (n,), spectrum, weak directions)`` of the information ``info`` (n, n): the
+    Jacobi-scaled pseudo-inverse on the identifiable subspace of the entries not at a bound (``active``)."""
+    inner = np.flatnonzero(~active)
+    sub = info[np.ix_(inner, inner)]
+    spec = spectrum(sub, tol)
+    dirs: list[Direction] = weak_directions(sub, [names[i] for i in inner], tol, spec)
+    U = spec.vectors[:, ~spec.weak]
+    cov = np.zeros(info.shape)
+    cov[np.ix_(inner, inner)] = spec.scale[:, None] * ((U / (spec.eigenvalues[~spec.weak] * spec.top)) @ U.T) \
+        * spec.scale[None, :]
+    identifiable = np.ones(len(names), bool)
+    identifiable[inner] = np.sum(spec.vectors[:, spec.weak] ** 2, axis=1) < 1e-6
+    return cov, identifiable, spec, dirs
 
 
 def parameter_uncertainty(model, data, theta, *, states=None, options: UncertaintyOptions = UncertaintyOptions()
@@ -162,8 +189,8 @@ def parameter_uncertainty(model, data, theta, *, states=None, options: Uncertain
     Returns
     -------
     ParameterUncertainty
-        See the module docstring for the math and its caveat. Non-identifiable directions and
-        parameters at bounds are listed in ``warnings`` and logged.
+        The math and its caveat: docs/uncertainty.md. Non-identifiable directions and parameters at
+        bounds are listed in ``warnings`` and logged.
 
     Examples
     --------
@@ -189,59 +216,22 @@ def parameter_uncertainty(model, data, theta, *, states=None, options: Uncertain
     """
     if not isinstance(options, UncertaintyOptions):
         raise TypeError(f"options must be an UncertaintyOptions, got {type(options).__name__}")
-    with blas_threads(1):  # multi-threaded BLAS spins on shared cores (as CEEMOptions' default)
-        if states is not None:
-            theta = _Fit(theta if isinstance(theta, dict) else theta.theta, states,
-                         getattr(theta, "status", "converged"))
-        return _parameter_uncertainty(model, data, theta, options)
-
-
-@dataclass(frozen=True)
-class _Fit:
-    """Parameters, states and status handed to the uncertainty as one fit."""
-
-    theta: dict
-    x: list
-    status: str = "converged"
-
-
-def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> ParameterUncertainty:
     check_data(model, data)
-    params = model.params
-    theta = result if isinstance(result, dict) else result.theta
-    theta_vec = params.to_vector(theta)
-    xs = getattr(result, "x", None)
-    from ...smoothing._initial_states import check_states
+    theta_vec = model.params.to_vector(theta if isinstance(theta, dict) else theta.theta)
+    xs = states if states is not None else getattr(theta, "x", None)
+    with blas_threads(1):  # multi-threaded BLAS spins on shared cores (as CEEMOptions' default)
+        return _uncertainty(model, data, theta_vec, _states(model, data, theta_vec, xs),
+                            getattr(theta, "status", "converged"), options)
 
-    if xs is not None:
-        xs = check_states(model, data, xs, "result.x (the fit's states)",
-                          f"; the fit's states cover trajectories of lengths {[len(x) for x in xs]}, the data "
-                          f"{list(data.lengths)}: pass the data the fit used, or the theta dict (the states are "
-                          f"then recomputed on this data)")
-    else:
-        xs = _states_at(model, data, theta_vec)
-    info = reduced_hessian(model, data, theta_vec, xs, options)
-    free = params.free_index
-    names = entry_names(params, free)
+
+def _uncertainty(model, data, theta_vec, xs, status, options: UncertaintyOptions) -> ParameterUncertainty:
+    """`parameter_uncertainty` at ``theta_vec`` (np,) and the states ``xs``; ``status`` of the fit they come from."""
+    free = model.params.free_index
+    names = entry_names(model.params, free)
     est = theta_vec[free]
-    lo, hi = params.lower[free], params.upper[free]
-    tol_b = BOUND_TOL
-    active = ((np.isfinite(lo) & (est - lo <= tol_b * np.maximum(1.0, np.abs(lo))))
-              | (np.isfinite(hi) & (hi - est <= tol_b * np.maximum(1.0, np.abs(hi)))))
-    inner = np.flatnonzero(~active)
-    sub = info[np.ix_(inner, inner)]
-    spec = spectrum(sub, options.identifiability_tol)
-    inner_names = [names[i] for i in inner]
-    dirs: list[Direction] = weak_directions(sub, inner_names, options.identifiability_tol, spec)
-    strong = ~spec.weak
-    U = spec.vectors[:, strong]
-    cov_s = (U / (spec.eigenvalues[strong] * spec.top)) @ U.T
-    n = free.size
-    cov = np.zeros((n, n))
-    cov[np.ix_(inner, inner)] = spec.scale[:, None] * cov_s * spec.scale[None, :]
-    null_weight = np.sum(spec.vectors[:, spec.weak] ** 2, axis=1)
-    identifiable = np.ones(n, bool)
-    identifiable[inner] = null_weight < 1e-6
+    info = reduced_hessian(model, data, theta_vec, xs, options)
+    active = _at_bound(model.params, est)
+    cov, identifiable, spec, dirs = _covariance(info, active, names, options.identifiability_tol)
     se = np.sqrt(np.maximum(np.diag(cov), 0.0))
     se[~identifiable] = np.inf
     se[active] = np.nan
@@ -250,24 +240,19 @@ def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> 
         corr = cov / np.outer(se, se)
     corr[~np.isfinite(corr)] = np.nan
     at_bound = [names[i] for i in np.flatnonzero(active)]
-    warnings = []
-    if dirs:
-        from ...objective._identifiability import describe
-        warnings.append(describe(dirs, "the parameters' information (reduced Hessian)"))
+    warnings = [describe(dirs, "the parameters' information (reduced Hessian)")] if dirs else []
     if at_bound:
         warnings.append(f"parameter(s) {at_bound} at a bound: no interval (the Laplace approximation does not "
                         f"apply there); the other parameters' covariance is conditional on them")
-    status = getattr(result, "status", "converged")
     if status != "converged":
         warnings.append(f"the fit's status is '{status}', not 'converged': the Laplace approximation assumes a "
                         f"fixed point of CE-EM")
-    off = _off_maximum(model, data, theta_vec, xs, free, cov, se, names, options.use_prior) \
-        if status == "converged" else None  # a stopped fit already has its warning
-    if off:
-        warnings.append(off)
+    else:  # a stopped fit already has its warning
+        warnings.append(_off_maximum(model, data, theta_vec, xs, free, cov, se, names, options.use_prior))
     if np.any(spec.eigenvalues < -options.identifiability_tol):
         warnings.append("the reduced Hessian has negative eigenvalues: the point is not a maximum of J; "
                         "run ceem to convergence before computing uncertainties")
+    warnings = [w for w in warnings if w]
     for w in warnings:
         log.warning(w)
     return ParameterUncertainty(names, free, est, info, cov, se, est - z * se, est + z * se, corr, at_bound,
