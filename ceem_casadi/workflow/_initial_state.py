@@ -38,7 +38,7 @@ class InitialStateResult(Result):
     x0 : numpy.ndarray
         (nx,) the estimate.
     cost : float
-        The minimised objective (see the module docstring).
+        The minimised objective.
     status : Status
         Outcome of the best start's IPOPT solve.
     message : str
@@ -74,8 +74,7 @@ class InitialStateResult(Result):
 class InitialStateSolver:
     """The IPOPT problem above for one model and window (use `solver_for`: cached)."""
 
-    def __init__(self, model, window: int, hessian: str = "gauss-newton", max_iter: int = 100,
-                 tol: float = 1e-12):
+    def __init__(self, model, window: int, hessian: str = "gauss-newton"):
         if hessian not in ("gauss-newton", "exact"):
             raise ValueError(f"hessian must be 'gauss-newton' or 'exact', got {hessian!r}")
         self.model, self.window = model, int(window)
@@ -99,7 +98,7 @@ class InitialStateSolver:
         hess_lag = ca.Function("hess_lag", [x0, P, lam_f, lam_g], [lam_f * ca.triu(H)],
                                ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
         self.solver = ipopt_solver(f"x0_window{k}", {"x": x0, "p": P, "f": cost},
-                                  ipopt_options(max_iter, tol, hess_lag=hess_lag, show_eval_warnings=False,
+                                  ipopt_options(100, 1e-12, hess_lag=hess_lag, show_eval_warnings=False,
                                                 track=(model.nx, 0)))
         self.cost = ca.Function("x0_cost", [x0, P], [cost])
 
@@ -249,41 +248,37 @@ def _candidates(model, theta_vec, ys: list, us: list, k: int, x_init, starts) ->
 def estimate_initial_state(model, data, theta, *, u=None, window: int | None = None, x_init=None, starts=None,
                            x_lower=None, x_upper=None, use_prior: bool = True, hessian: str = "gauss-newton",
                            time_limit: float | None = None, full_output: bool = False):
-    """Initial state(s) that make the free run fit the first ``window`` samples (module docstring).
+    """Initial state(s) that make the free run fit the first ``window`` samples (docs/validation.md).
 
     Parameters
     ----------
     model : StateSpaceModel
         The model.
     data : Trajectories or numpy.ndarray or list of numpy.ndarray
-        A `Trajectories` (then ``u`` is taken from it), or the outputs alone: one trajectory
-        (T, ny), a batch (B, T, ny) / list of (T_b, ny). NaN = missing.
+        A `Trajectories` (then ``u`` is taken from it), or the outputs alone: one trajectory (T, ny), a batch
+        (B, T, ny) / list of (T_b, ny). NaN = missing.
     theta : dict or numpy.ndarray
         Parameters (name -> array, or the flat vector (np,)).
     u : numpy.ndarray or list of numpy.ndarray, optional
-        Inputs (T, nu), or a batch like ``data``, when ``data`` holds the outputs alone; None when
-        the model has no inputs.
+        Inputs (T, nu), or a batch like ``data``, when ``data`` holds the outputs alone.
     window : int, optional
-        Number of leading samples fitted (default `default_window`: ``min(T, 10 nx)``); at most
-        the shortest trajectory.
+        Leading samples fitted (default ``min(T, 10 nx)``); at most the shortest trajectory.
     x_init : numpy.ndarray, optional
-        Starting point (nx,) or one per trajectory (B, nx); default: the EKF + RTS smoothed state
-        at the first sample over the window (`eks_states`), and the model's ``x1_mean`` (else
-        zeros) as a second candidate.
+        Starting point (nx,) or (B, nx); default: the EKF + RTS smoothed first state over the window, and the
+        model's ``x1_mean`` (else zeros).
     starts : numpy.ndarray, optional
-        Extra candidate starting points (S, nx) for every trajectory: the solve starts from the
-        candidate (``x_init`` included) with the lowest cost (e.g. a grid over a hidden state).
+        Extra candidate starting points (S, nx) for every trajectory; the solve starts from the candidate of
+        lowest cost (e.g. a grid over a hidden state).
     x_lower, x_upper : float or numpy.ndarray, optional
         Bounds on x0 (scalar or (nx,)), default unbounded.
     use_prior : bool
         Include the model's x1 prior when it has ``x1_mean``/``x1_std``.
     hessian : {"gauss-newton", "exact"}
-        The Hessian of the least squares (default Gauss-Newton).
+        The Hessian of the least squares.
     time_limit : float, optional
-        Seconds for all trajectories together (IPOPT stops at its next iteration).
+        Seconds for all trajectories together.
     full_output : bool
-        Return [`InitialStateResult`][ceem_casadi.workflow.InitialStateResult] (or a list of them)
-        instead of arrays.
+        Return [`InitialStateResult`][ceem_casadi.workflow.InitialStateResult] (or a list) instead of arrays.
 
     Returns
     -------

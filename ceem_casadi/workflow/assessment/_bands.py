@@ -226,7 +226,7 @@ def simulation_bands(model, data, theta, uncertainty, *, level: float = 0.95, me
                      samples: int = 500, seed: int | None = 0, measurement_noise: bool = False, x0=None,
                      window: int | None = None, skip: int | None = None, starts=None, Sigma0=None, Q=None,
                      R=None, output_names=None) -> SimulationBands:
-    """Bands of the free run (and of k-step predictions) from the parameter covariance (module docstring).
+    """Bands of the free run (and of k-step predictions) from the parameter covariance (docs/validation.md).
 
     Parameters
     ----------
@@ -330,7 +330,9 @@ def _k_step_all(ctx: _Context, theta_vec, ks) -> dict:
     """``{k: [(T_b, ny) k-step predictions]}`` at ``theta_vec`` (one EKF pass per trajectory)."""
     if not ks:
         return {}
-    filt = _filtered(ctx.ekf, theta_vec, ctx.data, ctx.X0, ctx.covs)
+    Sigma0, Q, R = ctx.covs
+    filt = [ctx.ekf.run(theta_vec, ctx.data.y[b], ctx.u(b), x0=ctx.X0[b], Sigma0=Sigma0, Q=Q, R=R,
+                        engine="casadi").x_filt for b in range(len(ctx.data))]
     return {kk: [k_step_prediction(ctx.model, theta_vec, filt[b], ctx.X0[b], ctx.u(b), kk)
                  for b in range(len(ctx.data))] for kk in ks}
 
@@ -377,10 +379,3 @@ def _sampled(ctx: _Context, theta_vec, ks, samples: int, seed):
         return a + ctx.sv * rng.standard_normal(a.shape)
 
     return [noisy(a) for a in sim], {kk: [noisy(a) for a in v] for kk, v in pred.items()}
-
-
-def _filtered(ekf, theta_vec, data, X0, covs) -> list:
-    """EKF filtered means (T_b, nx) per trajectory at ``theta_vec`` (``covs`` = (Sigma0, Q, R))."""
-    Sigma0, Q, R = covs
-    return [ekf.run(theta_vec, data.y[b], data.inputs(b), x0=X0[b], Sigma0=Sigma0, Q=Q, R=R, engine="casadi").x_filt
-            for b in range(len(data))]

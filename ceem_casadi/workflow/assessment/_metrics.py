@@ -207,7 +207,7 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
                       R=None, skip: int | None = None, output_names: Sequence[str] | None = None,
                       engine: str = "python", window: int | None = None, uncertainty=None, starts=None,
                       seed: int | None = 0) -> ValidationReport:
-    """Free-run and k-step-ahead prediction metrics of ``model`` at ``theta`` on ``data``.
+    """Free-run and k-step-ahead prediction metrics of ``model`` at ``theta`` on ``data`` (docs/validation.md).
 
     Parameters
     ----------
@@ -218,36 +218,31 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
     theta : dict or numpy.ndarray
         Parameters, name -> array (or the flat parameter vector).
     x0 : numpy.ndarray or "estimate", optional
-        (B, nx) initial state per trajectory (or (nx,) shared); default ``model.noise.x1_mean``;
-        when the model has none, or with ``x0="estimate"``, each trajectory's initial state is
-        estimated from its first ``window`` samples by [`estimate_initial_state`][ceem_casadi.estimate_initial_state]
-        (weights 1/measurement_std, the model's x1 prior if any).
+        (B, nx) initial state per trajectory (or (nx,) shared); default ``model.noise.x1_mean``; when the model
+        has none, or with ``"estimate"``, estimated from the first ``window`` samples of each trajectory by
+        [`estimate_initial_state`][ceem_casadi.estimate_initial_state].
     k : int or sequence of int
         Prediction horizon(s) in samples (positive); ``()`` for simulation only.
     Sigma0, Q, R : float or numpy.ndarray, optional
-        EKF prior / process / measurement covariances (scalars, diagonals or matrices);
-        defaults from the model's noise: ``x1_std**2`` (else ``process_std**2``), ``process_std**2``,
-        ``measurement_std**2``.
+        EKF prior / process / measurement covariances (scalars, diagonals or matrices); defaults from the
+        model's noise: ``x1_std**2`` (else ``process_std**2``), ``process_std**2``, ``measurement_std**2``.
     skip : int, optional
-        Number of leading samples of every trajectory left out of all metrics (wash-out);
-        default ``window`` when the initial states are estimated (those samples were used to fit
-        them), else 0.
+        Leading samples of every trajectory left out of all metrics; default ``window`` when the initial
+        states are estimated, else 0.
     output_names : sequence of str, optional
         Names of the ny outputs (default ``y0, y1, ...``).
     engine : {"python", "casadi"}
         EKF engine (see [`EKF`][ceem_casadi.filtering.EKF]).
     window : int, optional
-        Samples used to estimate x0 (default ``min(T_min - 1, 10 nx)``); only when x0 is estimated.
+        Samples used to estimate x0 (default ``min(T_min - 1, 10 nx)``).
     uncertainty : ParameterUncertainty or dict, optional
-        Parameter uncertainty of ``theta`` ([`parameter_uncertainty`][ceem_casadi.parameter_uncertainty]
-        or the dict a model file stores), carried by the report.
+        Parameter uncertainty of ``theta`` (or the dict a model file stores), carried by the report.
     starts : int or numpy.ndarray, optional
-        Only when x0 is estimated: more starting points of the initial-state fit, each solved, the
-        lowest window cost kept per trajectory: (S, nx) or (B, S, nx) states, or an integer n (the
-        default start, its mirror image ``-x0`` for a sign-blind output, and n - 2 seeded random
-        draws).
+        More starting points of the initial-state fit, the lowest window cost kept per trajectory: (S, nx) or
+        (B, S, nx) states, or an integer n (the default start, its mirror image ``-x0`` for a sign-blind
+        output, and n - 2 draws seeded by ``seed``).
     seed : int, optional
-        Seed of the random starts (``starts`` an integer).
+        Seed of the random starts.
 
     Returns
     -------
