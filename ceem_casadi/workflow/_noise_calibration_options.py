@@ -177,18 +177,8 @@ class NoiseCalibrationResult(Result):
                 "best_theta": plain(self.best.theta), "seconds": self.seconds}
 
     def plot(self, ax=None):
-        """Criterion (left axis) and J (right axis) against the level (log scale), the chosen
-        level marked.
-
-        Parameters
-        ----------
-        ax : matplotlib.axes.Axes, optional
-            Where to draw (default a new figure).
-
-        Returns
-        -------
-        matplotlib.axes.Axes
-        """
+        """Criterion (left axis) and J (right axis) against the level (log scale), the chosen level marked; on
+        ``ax`` (a matplotlib Axes, default a new figure), which is returned."""
         import matplotlib.pyplot as plt
 
         if ax is None:

@@ -39,22 +39,20 @@ def split_tails(data: Trajectories, fraction: float, window: int) -> tuple[Traje
     Each tail must keep more than ``window`` samples (the first ``window`` estimate its initial
     state, the rest are scored) and each head at least 2.
     """
-    heads_y, tails_y, heads_u, tails_u = [], [], [], []
-    for b, (y, T) in enumerate(zip(data.y, data.lengths)):
+    cuts = []
+    for b, T in enumerate(data.lengths):
         n_tail = round(fraction * T)
         if n_tail <= window or T - n_tail < 2:
             raise ShapeError(f"holdout: trajectory {b} has {T} samples; its tail of {n_tail} "
                              f"(holdout_fraction={fraction}) must be longer than x0_window={window} and "
                              f"leave a head of at least 2 samples; change holdout_fraction or x0_window")
-        u = data.inputs(b)
-        heads_y.append(y[:T - n_tail])
-        tails_y.append(y[T - n_tail:])
-        heads_u.append(u[:T - n_tail])
-        tails_u.append(u[T - n_tail:])
-    if data.u is None:
-        heads_u = tails_u = None
-    return Trajectories(heads_y, heads_u, data.dt), Trajectories(tails_y, tails_u, data.dt)
+        cuts.append(T - n_tail)
 
+    def part(arrays, head: bool):
+        return None if arrays is None else [a[:c] if head else a[c:] for a, c in zip(arrays, cuts)]
+
+    return (Trajectories(part(data.y, True), part(data.u, True), data.dt),
+            Trajectories(part(data.y, False), part(data.u, False), data.dt))
 
 def holdout_rms(model, theta, tails: Trajectories, window: int) -> float:
     """Free-run RMS (units of y) on held-out ``tails``, each simulated from an initial state estimated on its first

@@ -90,20 +90,15 @@ class SimulationBands(Result):
         The k-step predictions and their bands (empty unless ``k`` was given).
     y : list of numpy.ndarray
         (T_b, ny) measured outputs.
-    method : str
-        ``"linear"`` or ``"sampling"``.
-    level : float
-        Coverage probability of the band.
-    measurement_noise : bool
-        Whether the measurement noise is in the band.
+    method, level, measurement_noise, samples
+        The settings: ``"linear"`` or ``"sampling"``, the coverage probability, whether the measurement noise
+        is in the band, the draws (0 unless sampling).
     skip : int
         Leading samples per trajectory left out of the figures (estimated initial states).
     output_names : tuple of str
         (ny,) names.
     x0 : numpy.ndarray
         (B, nx) initial states used.
-    samples : int
-        Draws (``method="sampling"``), else 0.
     warnings : list of str
         Parameters held fixed (no interval).
 

@@ -12,7 +12,7 @@ from ...errors import ShapeError
 from ...io._measures import error_stats, fit_percent, nrmse, rmse
 from ...io._validate import check_data
 from ...model._simulation import as_theta_vector as _theta_vector
-from ...runtime._result import Result
+from ...runtime._result import Result, plain
 from ._predictions import horizons, predictions, resolve_initial_states, signal_names
 
 __all__ = ["Metrics", "ValidationReport", "fit_percent", "nrmse", "rmse", "validation_report"]
@@ -110,17 +110,15 @@ class ValidationReport(Result):
         (ny,) output names.
     skip : int
         Leading samples per trajectory left out of the metrics.
-    y_sim : list of numpy.ndarray
-        Free-run outputs (T_b, ny) per trajectory.
-    y_pred : dict of int to list of numpy.ndarray
-        k-step-ahead predictions (T_b, ny) per trajectory.
+    y_sim, y_pred : list of numpy.ndarray, dict of int to list
+        Free-run outputs and k-step predictions (T_b, ny) per trajectory.
     x0 : numpy.ndarray or None
         (B, nx) initial states used (given, ``x1_mean`` or estimated).
     uncertainty : ParameterUncertainty or dict or None
-        Parameter uncertainty (or its saved dict) carried into [`to_dict`][ceem_casadi.workflow.ValidationReport.to_dict] as ``"parameters"``.
+        Carried into [`to_dict`][ceem_casadi.workflow.ValidationReport.to_dict] as ``"parameters"``.
     trajectories : list of dict
-        Per trajectory ``b``: ``{"simulation": Metrics, "prediction": {k: Metrics}}`` over the same
-        samples as the pooled figures (pooling their squared errors gives the pooled ``rmse``).
+        Per trajectory ``{"simulation": Metrics, "prediction": {k: Metrics}}`` over the same samples as the
+        pooled figures.
 
     Examples
     --------
@@ -160,9 +158,7 @@ class ValidationReport(Result):
                  "prediction": {str(k): m.to_dict(self.output_names) for k, m in t["prediction"].items()}}
                 for t in self.trajectories]
         if self.uncertainty is not None:
-            u = self.uncertainty
-            out["parameters"] = u.to_dict() if hasattr(u, "to_dict") else {
-                k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in dict(u).items()}
+            out["parameters"] = plain(self.uncertainty if hasattr(self.uncertainty, "to_dict") else dict(self.uncertainty))
         return out
 
     def table(self, per_trajectory: bool = False) -> str:

@@ -53,18 +53,13 @@ class ResidualCorrelations(Result):
         ``"one_step"`` or ``"free_run"``.
     residuals : list of numpy.ndarray
         (T_b - skip, ny) per trajectory, NaN where masked.
-    n : numpy.ndarray
-        (ny,) valid residuals per output.
-    mean, rms : numpy.ndarray
-        (ny,) mean and root mean square of the residuals (units of y).
-    autocorr : numpy.ndarray
-        (ny, lags + 1) normalised autocorrelation at lags 0 .. lags (``autocorr[:, 0] = 1``).
-    auto_bound : numpy.ndarray
-        (ny,) whiteness bound ``z / sqrt(N)``.
-    crosscorr : numpy.ndarray
-        (ny, nu, 2 lags + 1) normalised cross-correlation with each input at lags -lags .. lags.
-    cross_bound : numpy.ndarray
-        (ny, nu) independence bound ``z sqrt(P / N)``; NaN for a constant input.
+    n, mean, rms : numpy.ndarray
+        (ny,) valid residuals per output, their mean and root mean square (units of y).
+    autocorr, auto_bound : numpy.ndarray
+        (ny, lags + 1) normalised autocorrelation at lags 0 .. lags and the (ny,) whiteness bound ``z / sqrt(N)``.
+    crosscorr, cross_bound : numpy.ndarray
+        (ny, nu, 2 lags + 1) normalised cross-correlation with each input at lags -lags .. lags and the (ny, nu)
+        independence bound ``z sqrt(P / N)`` (NaN for a constant input).
     ljung_box, p_value : numpy.ndarray
         (ny,) Ljung-Box statistic and its p-value.
 

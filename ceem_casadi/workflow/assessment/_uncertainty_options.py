@@ -75,23 +75,14 @@ class ParameterUncertainty(Result):
         (n,) entry names (``"sigma"``, ``"H[0,1]"``).
     index : numpy.ndarray
         (n,) positions in the flat parameter vector.
-    estimate : numpy.ndarray
-        (n,) values.
-    information : numpy.ndarray
-        (n, n) the reduced Hessian I (observed information).
-    covariance : numpy.ndarray
-        (n, n) ``I^{-1}`` on the identifiable subspace (pseudo-inverse; rows/columns of
-        parameters at a bound are zero).
-    std_error : numpy.ndarray
-        (n,) square root of its diagonal, ``inf`` for parameters in a non-identifiable
-        direction, ``nan`` for parameters at a bound.
-    lower, upper : numpy.ndarray
-        (n,) ``estimate -/+ z * std_error`` with z the normal quantile of ``level``.
-    correlation : numpy.ndarray
-        (n, n) correlations (nan where a standard error is not finite).
+    estimate, std_error, lower, upper : numpy.ndarray
+        (n,) values, standard errors (``inf`` in a non-identifiable direction, ``nan`` at a bound) and the
+        interval ``estimate -/+ z * std_error`` with z the normal quantile of ``level``.
+    information, covariance, correlation : numpy.ndarray
+        (n, n) the reduced Hessian I (observed information), ``I^{-1}`` on the identifiable subspace
+        (pseudo-inverse; zero rows/columns at a bound) and the correlations (nan where an error is not finite).
     at_bound : list of str
-        Names of parameters at a bound (held fixed: the others' covariance is conditional on
-        them; the Laplace approximation does not apply at a bound).
+        Parameters at a bound (held fixed: the others' covariance is conditional on them).
     identifiable : numpy.ndarray
         (n,) bool.
     directions : list of Direction
