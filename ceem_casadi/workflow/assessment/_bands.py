@@ -21,7 +21,7 @@ from ._predictions import (
     check_level,
     ekf_covariances,
     horizons,
-    k_step_prediction,
+    k_step_predictions,
     resolve_initial_states,
     signal_names,
 )
@@ -322,14 +322,8 @@ class _Context:
 
 
 def _k_step_all(ctx: _Context, theta_vec, ks) -> dict:
-    """``{k: [(T_b, ny) k-step predictions]}`` at ``theta_vec`` (one EKF pass per trajectory)."""
-    if not ks:
-        return {}
-    Sigma0, Q, R = ctx.covs
-    filt = [ctx.ekf.run(theta_vec, ctx.data.y[b], ctx.u(b), x0=ctx.X0[b], Sigma0=Sigma0, Q=Q, R=R,
-                        engine="casadi").x_filt for b in range(len(ctx.data))]
-    return {kk: [k_step_prediction(ctx.model, theta_vec, filt[b], ctx.X0[b], ctx.u(b), kk)
-                 for b in range(len(ctx.data))] for kk in ks}
+    """``{k: [(T_b, ny) k-step predictions]}`` at ``theta_vec``."""
+    return k_step_predictions(ctx.ekf, theta_vec, ctx.data, ctx.X0, ks, ctx.covs, engine="casadi")
 
 
 def _linear(ctx: _Context, theta_vec, ks):

@@ -139,20 +139,23 @@ def ekf_covariances(model, Sigma0=None, Q=None, R=None):
     return Sigma0, Q, R
 
 
+def k_step_predictions(ekf, theta_vec, data, X0, ks, covs, engine: str = "python") -> dict:
+    """``{k: [(T_b, ny)]}`` k-step predictions at ``theta_vec`` from ``X0`` (B, nx), one pass of ``ekf`` per
+    trajectory (``covs`` = (Sigma0, Q, R))."""
+    Sigma0, Q, R = covs
+    out: dict[int, list] = {kk: [] for kk in ks}
+    for b in range(len(data) if ks else 0):
+        u = data.inputs(b)
+        filt = ekf.run(theta_vec, data.y[b], u, x0=X0[b], Sigma0=Sigma0, Q=Q, R=R, engine=engine).x_filt
+        for kk in ks:
+            out[kk].append(k_step_prediction(ekf.model, theta_vec, filt, X0[b], u, kk))
+    return out
+
+
 def predictions(model, data, theta_vec, X0, ks=(1,), *, Sigma0=None, Q=None, R=None, engine="python"):
     """``(y_sim, y_pred)``: free runs (list of (T_b, ny)) and k-step predictions ({k: list}) from ``X0``."""
     from ...filtering import EKF
 
-    Sigma0, Q, R = ekf_covariances(model, Sigma0, Q, R)
     y_sim = [run(model, theta_vec, X0[b], data.inputs(b))[0] for b in range(len(data))]
-    y_pred: dict[int, list] = {kk: [] for kk in ks}
-    if ks:
-        ekf = EKF(model)
-        for b in range(len(data)):
-            u = data.inputs(b)
-            res = ekf.run(theta_vec, data.y[b], u, x0=X0[b], Sigma0=Sigma0, Q=Q, R=R, engine=engine)
-            for kk in ks:
-                y_pred[kk].append(k_step_prediction(model, theta_vec, res.x_filt, X0[b], u, kk))
-    return y_sim, y_pred
-
-
+    ekf = EKF(model) if ks else None
+    return y_sim, k_step_predictions(ekf, theta_vec, data, X0, ks, ekf_covariances(model, Sigma0, Q, R), engine)
