@@ -149,14 +149,13 @@ class ValidationReport(Result):
         """JSON-ready dict: ``{"simulation": {...}, "prediction": {"1": {...}, ...}, "skip": int}``,
         plus ``"parameters"`` (estimates, standard errors, intervals) when ``uncertainty`` is set and
         ``"trajectories"`` (the same per trajectory) when there are several."""
-        out = {"simulation": self.simulation.to_dict(self.output_names),
-               "prediction": {str(k): m.to_dict(self.output_names) for k, m in self.prediction.items()},
-               "skip": self.skip}
+        def kinds(sim, pred):
+            return {"simulation": sim.to_dict(self.output_names),
+                    "prediction": {str(k): m.to_dict(self.output_names) for k, m in pred.items()}}
+
+        out = {**kinds(self.simulation, self.prediction), "skip": self.skip}
         if len(self.trajectories) > 1:
-            out["trajectories"] = [
-                {"simulation": t["simulation"].to_dict(self.output_names),
-                 "prediction": {str(k): m.to_dict(self.output_names) for k, m in t["prediction"].items()}}
-                for t in self.trajectories]
+            out["trajectories"] = [kinds(t["simulation"], t["prediction"]) for t in self.trajectories]
         if self.uncertainty is not None:
             out["parameters"] = plain(self.uncertainty if hasattr(self.uncertainty, "to_dict") else dict(self.uncertainty))
         return out
