@@ -83,7 +83,7 @@ def test_a_window_without_observations_is_refused(lorenz_problem):
     (lambda: cc.OutputErrorOptions(x_lower=2.0, x_upper=1.0), ["lower bound must not exceed"]),
     (lambda: cc.OutputErrorOptions(use_prior=1), ["OutputErrorOptions.use_prior", "true or false"]),
     (lambda: cc.NoiseCalibrationOptions(holdout_fraction="0.2"), ["NoiseCalibrationOptions.holdout_fraction"]),
-    (lambda: cc.UncertaintyOptions(blas_threads=1.5), ["UncertaintyOptions.blas_threads", "None or an integer"]),
+    (lambda: cc.UncertaintyOptions(use_prior=1), ["UncertaintyOptions.use_prior", "true or false"]),
     (lambda: cc.learning.AdamOptions(epochs=2.0), ["AdamOptions.epochs", "None or an integer"]),
     (lambda: cc.CEEMOptions(smoother={"rho_x": 1.0}), ["CEEMOptions.smoother", "a SmootherOptions"]),
     (lambda: cc.CEEMOptions(joint_hessian="exact"), ["joint_hessian='exact'", "acceleration='joint'"]),

@@ -1,15 +1,6 @@
-"""Initial state of a trajectory from its first samples: a small least-squares NLP solved by IPOPT.
-
-With the free run ``yhat[t](x0)`` of `ceem_casadi.model._simulation` over the first ``k`` samples
-(``k`` = ``window``), the estimate is
-
-    x0* = argmin_{lo <= x0 <= hi}  0.5 sum_{t<k, j observed} ((y[t, j] - yhat[t, j](x0)) / sigma_v[j])^2
-                                   + 0.5 ||(x0 - x1_mean) / x1_std||^2        (when the model has a prior)
-
-with ``sigma_v`` the model's ``measurement_std``; NaN outputs are left out. The solver (IPOPT with a
-Gauss-Newton or exact Hessian of this nx-dimensional problem) is built once per (model, window,
-Hessian kind) in the library's cache (`ceem_casadi.runtime._model_cache`, one per thread); theta,
-the data, the weights and the prior are NLP parameters.
+"""Initial state of a trajectory from its first ``window`` samples: a small weighted least-squares NLP of the free
+run (with the model's x1 prior when it has one), solved by IPOPT; the solver is built once per (model structure,
+window, Hessian kind) in the library cache, one per thread. The objective: docs/validation.md (initial states).
 """
 from __future__ import annotations
 
@@ -47,7 +38,7 @@ class InitialStateResult(Result):
     x0 : numpy.ndarray
         (nx,) the estimate.
     cost : float
-        The minimised objective (see the module docstring).
+        The minimised objective.
     status : Status
         Outcome of the best start's IPOPT solve.
     message : str
@@ -83,8 +74,7 @@ class InitialStateResult(Result):
 class InitialStateSolver:
     """The IPOPT problem above for one model and window (use `solver_for`: cached)."""
 
-    def __init__(self, model, window: int, hessian: str = "gauss-newton", max_iter: int = 100,
-                 tol: float = 1e-12):
+    def __init__(self, model, window: int, hessian: str = "gauss-newton"):
         if hessian not in ("gauss-newton", "exact"):
             raise ValueError(f"hessian must be 'gauss-newton' or 'exact', got {hessian!r}")
         self.model, self.window = model, int(window)
@@ -108,7 +98,7 @@ class InitialStateSolver:
         hess_lag = ca.Function("hess_lag", [x0, P, lam_f, lam_g], [lam_f * ca.triu(H)],
                                ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
         self.solver = ipopt_solver(f"x0_window{k}", {"x": x0, "p": P, "f": cost},
-                                  ipopt_options(max_iter, tol, hess_lag=hess_lag, show_eval_warnings=False,
+                                  ipopt_options(100, 1e-12, hess_lag=hess_lag, show_eval_warnings=False,
                                                 track=(model.nx, 0)))
         self.cost = ca.Function("x0_cost", [x0, P], [cost])
 
@@ -219,44 +209,76 @@ def _default_starts(model, theta_vec, ys, us, k: int) -> np.ndarray:
     return np.stack([first, np.tile(base, (len(ys), 1))], axis=1)
 
 
+def _checked_window(model, ys: list, window) -> int:
+    """The number of leading samples fitted: ``window`` checked against the shortest trajectory (default
+    `default_window`); every trajectory must observe something in it."""
+    if not ys or min(yb.shape[0] for yb in ys) == 0:
+        raise ShapeError(f"y: expected one (T, ny = {model.ny}) array or several, each with at least one sample, got "
+                         f"{len(ys)} trajectories of lengths {[yb.shape[0] for yb in ys]}")
+    shortest = min(yb.shape[0] for yb in ys)
+    k = default_window(model, shortest) if window is None else window
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(k) or int(k) != k or not 1 <= k <= shortest:
+        raise ShapeError(f"window: expected an integer in [1, {shortest}] (shortest trajectory), got {window!r}")
+    empty = [b for b, yb in enumerate(ys) if np.all(np.isnan(yb[:int(k)]))]
+    if empty:
+        raise DataError(f"trajectory {empty[0]}: every output in the first {int(k)} samples (the window) is "
+                        "missing (NaN); the initial state cannot be estimated there: give a longer window= "
+                        "(x0_window=) or x_init=")
+    return int(k)
+
+
+def _candidates(model, theta_vec, ys: list, us: list, k: int, x_init, starts) -> np.ndarray:
+    """(B, S, nx) starting candidates per trajectory: ``x_init`` (or `_default_starts`) and then ``starts``."""
+    extra = np.zeros((0, model.nx)) if starts is None else np.atleast_2d(np.asarray(starts, float))
+    if extra.shape[1:] != (model.nx,):
+        raise ShapeError(f"starts: expected shape (S, {model.nx}), got {extra.shape}")
+    if x_init is None:
+        init = _default_starts(model, theta_vec, ys, us, k)
+    else:
+        init = np.asarray(x_init, float)
+        init = np.tile(init, (len(ys), 1)) if init.ndim == 1 else init
+        if init.shape != (len(ys), model.nx) or not np.all(np.isfinite(init)):
+            raise ShapeError(f"x_init: expected finite values of shape ({model.nx},) or ({len(ys)}, {model.nx}), "
+                             f"got {np.shape(x_init)}")
+        init = init[:, None, :]
+    return np.concatenate([init, np.broadcast_to(extra, (len(ys), *extra.shape))], axis=1)
+
+
 def estimate_initial_state(model, data, theta, *, u=None, window: int | None = None, x_init=None, starts=None,
                            x_lower=None, x_upper=None, use_prior: bool = True, hessian: str = "gauss-newton",
                            time_limit: float | None = None, full_output: bool = False):
-    """Initial state(s) that make the free run fit the first ``window`` samples (module docstring).
+    """Initial state(s) that make the free run fit the first ``window`` samples (docs/validation.md).
 
     Parameters
     ----------
     model : StateSpaceModel
         The model.
     data : Trajectories or numpy.ndarray or list of numpy.ndarray
-        A `Trajectories` (then ``u`` is taken from it), or the outputs alone: one trajectory
-        (T, ny), a batch (B, T, ny) / list of (T_b, ny). NaN = missing.
+        A `Trajectories` (then ``u`` is taken from it), or the outputs alone: one trajectory (T, ny), a batch
+        (B, T, ny) / list of (T_b, ny). NaN = missing.
     theta : dict or numpy.ndarray
         Parameters (name -> array, or the flat vector (np,)).
     u : numpy.ndarray or list of numpy.ndarray, optional
-        Inputs (T, nu), or a batch like ``data``, when ``data`` holds the outputs alone; None when
-        the model has no inputs.
+        Inputs (T, nu), or a batch like ``data``, when ``data`` holds the outputs alone.
     window : int, optional
-        Number of leading samples fitted (default `default_window`: ``min(T, 10 nx)``); at most
-        the shortest trajectory.
+        Leading samples fitted (default ``min(T, 10 nx)``); at most the shortest trajectory.
     x_init : numpy.ndarray, optional
-        Starting point (nx,) or one per trajectory (B, nx); default: the EKF + RTS smoothed state
-        at the first sample over the window (`eks_states`), and the model's ``x1_mean`` (else
-        zeros) as a second candidate.
+        Starting point (nx,) or (B, nx); default: the EKF + RTS smoothed first state over the window, and the
+        model's ``x1_mean`` (else zeros).
     starts : numpy.ndarray, optional
-        Extra candidate starting points (S, nx) for every trajectory: the solve starts from the
-        candidate (``x_init`` included) with the lowest cost (e.g. a grid over a hidden state).
+        Extra candidate starting points (S, nx) for every trajectory; the solve starts from the candidate of
+        lowest cost (e.g. a grid over a hidden state).
     x_lower, x_upper : float or numpy.ndarray, optional
         Bounds on x0 (scalar or (nx,)), default unbounded.
     use_prior : bool
         Include the model's x1 prior when it has ``x1_mean``/``x1_std``.
     hessian : {"gauss-newton", "exact"}
-        The Hessian of the least squares (default Gauss-Newton).
+        The Hessian of the least squares.
     time_limit : float, optional
-        Seconds for all trajectories together (IPOPT stops at its next iteration).
+        Seconds for all trajectories together.
     full_output : bool
-        Return [`InitialStateResult`][ceem_casadi.workflow.InitialStateResult] (or a list of them)
-        instead of arrays.
+        Return [`InitialStateResult`][ceem_casadi.workflow.InitialStateResult] (or a list) instead of arrays.
 
     Returns
     -------
@@ -283,42 +305,18 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
     """
     theta_vec = as_theta_vector(model, theta)
     ys, us, single = _trajectories(model, data, u)
-    if not ys or min(yb.shape[0] for yb in ys) == 0:
-        raise ShapeError(f"y: expected one (T, ny = {model.ny}) array or several, each with at least one sample, got "
-                         f"{len(ys)} trajectories of lengths {[yb.shape[0] for yb in ys]}")
-    shortest = min(yb.shape[0] for yb in ys)
-    k = default_window(model, shortest) if window is None else window
-    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(k) or int(k) != k or not 1 <= k <= shortest:
-        raise ShapeError(f"window: expected an integer in [1, {shortest}] (shortest trajectory), got {window!r}")
-    empty = [b for b, yb in enumerate(ys) if np.all(np.isnan(yb[:int(k)]))]
-    if empty:
-        raise DataError(f"trajectory {empty[0]}: every output in the first {int(k)} samples (the window) is "
-                        "missing (NaN); the initial state cannot be estimated there: give a longer window= "
-                        "(x0_window=) or x_init=")
+    k = _checked_window(model, ys, window)
     lower = _bounds(model, x_lower, -np.inf, "x_lower")
     upper = _bounds(model, x_upper, np.inf, "x_upper")
     if np.any(lower > upper):
         raise ShapeError(f"x_lower must not exceed x_upper, got {lower} and {upper}")
-    extra = np.zeros((0, model.nx)) if starts is None else np.atleast_2d(np.asarray(starts, float))
-    if extra.shape[1:] != (model.nx,):
-        raise ShapeError(f"starts: expected shape (S, {model.nx}), got {extra.shape}")
-    if x_init is None:
-        init = _default_starts(model, theta_vec, ys, us, int(k))
-    else:
-        init = np.asarray(x_init, float)
-        init = np.tile(init, (len(ys), 1)) if init.ndim == 1 else init
-        if init.shape != (len(ys), model.nx) or not np.all(np.isfinite(init)):
-            raise ShapeError(f"x_init: expected finite values of shape ({model.nx},) or ({len(ys)}, {model.nx}), "
-                             f"got {np.shape(x_init)}")
-        init = init[:, None, :]
+    candidates = _candidates(model, theta_vec, ys, us, k, x_init, starts)
     check_time_limit(time_limit)  # None or a finite number of seconds > 0 (OptionsError)
-    solver = solver_for(model, int(k), hessian)
+    solver = solver_for(model, k, hessian)
     expires = None if time_limit is None else time.perf_counter() + float(time_limit)
-    results = []
     with deadline(expires):
-        for b, (yb, ub) in enumerate(zip(ys, us)):
-            results.append(solver.solve(model, theta_vec, yb, ub, np.vstack([init[b], extra]), lower, upper, use_prior))
+        results = [solver.solve(model, theta_vec, yb, ub, cands, lower, upper, use_prior)
+                   for yb, ub, cands in zip(ys, us, candidates)]
     if full_output:
         return results[0] if single else results
     bad = [b for b, r in enumerate(results) if r.status == Status.SOLVER_FAILED]

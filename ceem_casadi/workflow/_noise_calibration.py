@@ -1,13 +1,6 @@
-"""Process-noise calibration: CE-EM fits over a grid of process-noise levels, one chosen by a criterion.
-
-CE-EM maximises the joint log-density J(x, theta) for a *given* noise model. The measurement
-noise is usually known from the sensor; the process noise (how far the states may leave the
-model's trajectory per sample) is not, and the fitted parameters depend on it (on the Cascaded
-Tanks data, 40 plain EM iterations per level, the test RMS ranged 0.318-0.375 V over 0.001-0.03 V
-per sample, docs/results_real.md). J itself cannot choose it: at the optimum it is unbounded above
-as the process noise shrinks (the states can follow a model trajectory exactly while the
-normalising term ``-T log sigma_w`` grows). See docs/noise_calibration.md for measured results. [`calibrate_noise`][ceem_casadi.calibrate_noise] fits every level of a grid and scores each fit with a criterion
-that uses the estimation data only (`ceem_casadi.workflow._noise_criteria`).
+"""Process-noise calibration: CE-EM fits over a grid of process-noise levels, one chosen by a criterion on the
+estimation data (`ceem_casadi.workflow._noise_criteria`). Why J cannot choose the level, the warm-start chains and
+measured results: docs/noise_calibration.md.
 """
 from __future__ import annotations
 
@@ -21,7 +14,7 @@ import numpy as np
 
 from ..em._ceem import CEEMResult, ceem
 from ..em._options import CEEMOptions
-from ..errors import NonFiniteError, ShapeError
+from ..errors import NonFiniteError, ShapeError, SolverError
 from ..filtering import EKF
 from ..io._data import Trajectories
 from ..io._validate import check_data
@@ -41,7 +34,6 @@ from ._noise_calibration_options import (
 from ._noise_criteria import holdout_rms, innovation_loglik, split_tails
 
 log = logging.getLogger(__name__)
-
 
 
 # --- one chain of warm-started fits, in this process or in a worker ---------------------------
@@ -99,42 +91,41 @@ def _ceem_options(task: _Task) -> CEEMOptions | None:
 def _score(task: _Task, solvers: _Solvers, model, fit: CEEMResult) -> float:
     theta_vec = model.params.to_vector(fit.theta)
     if task.criterion == "innovation":
-        return innovation_loglik(solvers.ekf, model, theta_vec, task.fit_data, [x[0] for x in fit.x],
-                                 engine=task.options.ekf_engine)
+        return innovation_loglik(solvers.ekf, model, theta_vec, task.fit_data, [x[0] for x in fit.x])
     # the free run and the initial-state fit do not involve the process noise: score with the base
     # model, whose cached rollout and x0 solvers are then built once per process, not per level
     return holdout_rms(task.model, fit.theta, task.tails, task.options.x0_window)
 
 
+def _fit_level(task: _Task, solvers: _Solvers, level: float, theta: Theta, xs: list | None) -> _Row:
+    """One level's fit from ``(theta, xs)`` (states None: EKF/RTS) and its score; not run when the budget is spent."""
+    opts = _ceem_options(task)
+    if opts is None:
+        return _Row(level)
+    model = task.model.with_noise(process_std=level * task.base_std)
+    t0 = time.perf_counter()
+    try:
+        fit = ceem(model, task.fit_data, theta, options=opts, x_init=xs,
+                   smoother=solvers.bound(solvers.smoother, model), learner=solvers.bound(solvers.learner, model))
+    except NonFiniteError as exc:  # name the grid level, not ceem's arguments
+        cause = getattr(exc, "cause", None) or str(exc)
+        err = NonFiniteError(f"grid level {level:g} (process_std {' '.join(f'{v:.4g}' for v in level * task.base_std)}"
+                             f"): {cause}; start from theta0 closer to the truth or use other grid levels")
+        err.cause = f"grid level {level:g}: {cause}"
+        raise err from None
+    value = _score(task, solvers, model, fit) if np.isfinite(fit.J) else np.nan
+    log.info("noise level %.4g: %s after %d iterations, J=%.6g, %s=%.6g", level, fit.status, fit.iterations,
+             fit.J, task.criterion, value)
+    return _Row(level, float(fit.J), float(value), fit.status, fit.iterations, time.perf_counter() - t0, fit)
+
+
 def _run_chain(task: _Task, solvers: _Solvers, levels, theta: Theta, xs: list | None) -> list[_Row]:
-    """Fit ``levels`` in order, the first from ``(theta, xs)`` (states None: EKF/RTS), each later one
-    from the previous fit (or all from ``task.theta0`` without warm starts)."""
+    """Fit ``levels`` in order, the first from ``(theta, xs)``, each later one from the last finite fit."""
     rows = []
     for level in levels:
-        opts = _ceem_options(task)
-        if opts is None:
-            rows.append(_Row(level))
-            continue
-        model = task.model.with_noise(process_std=level * task.base_std)
-        t0 = time.perf_counter()
-        try:
-            fit = ceem(model, task.fit_data, theta, options=opts, x_init=xs,
-                       smoother=solvers.bound(solvers.smoother, model), learner=solvers.bound(solvers.learner, model))
-        except NonFiniteError as exc:  # name the grid level, not ceem's arguments
-            cause = getattr(exc, "cause", None) or str(exc)
-            err = NonFiniteError(f"grid level {level:g} (process_std {' '.join(f'{v:.4g}' for v in level * task.base_std)}"
-                                 f"): {cause}; start from theta0 closer to the truth or use other grid levels")
-            err.cause = f"grid level {level:g}: {cause}"
-            raise err from None
-        value = _score(task, solvers, model, fit) if np.isfinite(fit.J) else np.nan
-        rows.append(_Row(level, float(fit.J), float(value), fit.status, fit.iterations,
-                         time.perf_counter() - t0, fit))
-        log.info("noise level %.4g: %s after %d iterations, J=%.6g, %s=%.6g", level, fit.status, fit.iterations,
-                 fit.J, task.criterion, value)
-        if task.options.warm_start and np.isfinite(fit.J):
-            theta, xs = fit.theta, fit.x
-        elif not task.options.warm_start:
-            theta, xs = task.theta0, None
+        rows.append(_fit_level(task, solvers, level, theta, xs))
+        if np.isfinite(rows[-1].J):
+            theta, xs = rows[-1].fit.theta, rows[-1].fit.x
     return rows
 
 
@@ -151,6 +142,62 @@ def _worker_chain(args):
     return _run_chain(_WORKER["task"], _WORKER["solvers"], *args)
 
 
+def _fit_levels(task: _Task, levels: np.ndarray) -> list[_Row]:
+    """Rows (ascending level) of every level: the largest first from ``theta0``, then the others in ``chains``
+    contiguous blocks, each started from the largest level's fit (docs/noise_calibration.md)."""
+    solvers = _Solvers(task)
+    anchor = _run_chain(task, solvers, levels[:1], task.theta0, None)
+    start = (anchor[0].fit.theta, anchor[0].fit.x) if np.isfinite(anchor[0].J) else (task.theta0, None)
+    rest = levels[1:]
+    n_chains = min(task.options.chains or task.options.n_jobs, max(rest.size, 1))
+    blocks = [(list(b), *start) for b in np.array_split(rest, n_chains) if b.size]
+    n_jobs = min(task.options.n_jobs, len(blocks))
+    if n_jobs > 1:
+        # workers end with this process (SIGKILL, SIGTERM) and are killed at once on Ctrl-C
+        with WorkerPool(n_jobs, initializer=_worker_init, initargs=(task,)) as pool:
+            chains = pool.map(_worker_chain, blocks)
+    else:
+        chains = [_run_chain(task, solvers, *b) for b in blocks]
+    return sorted((r for c in [anchor, *chains] for r in c), key=lambda r: r.level)
+
+
+def _chosen(rows: list[_Row], criterion: str) -> _Row:
+    """The scored row with the best criterion (highest innovation, lowest holdout); SolverError when none."""
+    scored = [r for r in rows if r.fit is not None and np.isfinite(r.criterion)]
+    if scored:
+        sign = 1.0 if criterion == "innovation" else -1.0
+        return max(scored, key=lambda r: sign * r.criterion)
+    statuses = ", ".join(f"{r.level:g}: {'not started' if r.status is None else str(r.status)}" for r in rows)
+    # a level not started or stopped by a time limit (the calibration's, the fits' or an enclosing one)
+    # was stopped, not diverged: say so
+    timed_out = [r for r in rows if r.status is None or str(r.status) == str(Status.TIME_LIMIT)]
+    advice = (f"{len(timed_out)} of {len(rows)} levels were stopped by the time limit before they could be "
+              f"scored: raise time_limit" if timed_out else
+              "every fit diverged or gave a non-finite objective: check the model, theta0 and the grid")
+    raise SolverError(f"calibrate_noise: no level could be fitted and scored (status by level: {statuses}); {advice}")
+
+
+def _best(task: _Task, chosen: _Row, data: Trajectories) -> NoiseLevelFit:
+    """The chosen level; with ``"holdout"`` refitted on the whole ``data`` from its head fit (budget allowing)."""
+    model = task.model.with_noise(process_std=chosen.level * task.base_std)
+    fit = chosen.fit
+    opts = _ceem_options(task) if task.criterion == "holdout" else None
+    if opts is not None:
+        fit = ceem(model, data, chosen.fit.theta, options=opts)
+    return NoiseLevelFit(chosen.level, chosen.level * task.base_std, fit.theta, model, fit, chosen.criterion)
+
+
+def _table(rows: list[_Row], base_std: np.ndarray):
+    """The result's ``levels`` DataFrame, one row per level."""
+    import pandas as pd
+
+    return pd.DataFrame({
+        "level": [r.level for r in rows], "process_std": [tuple(r.level * base_std) for r in rows],
+        "J": [r.J for r in rows], "criterion": [r.criterion for r in rows], "status": [r.status for r in rows],
+        "iterations": [r.iterations for r in rows], "seconds": [r.seconds for r in rows],
+        "fit": [r.fit for r in rows]})
+
+
 # --- the public entry point ----------------------------------------------------------------------
 def _validate_grid(grid) -> np.ndarray:
     if grid is not None and any(isinstance(v, (str, bytes, bool, np.bool_)) for v in np.ravel(np.asarray(grid, object))):
@@ -164,6 +211,25 @@ def _validate_grid(grid) -> np.ndarray:
     if np.unique(g).size != g.size:
         raise ValueError(f"grid: levels must be distinct, got {g}")
     return np.sort(g)[::-1]
+
+
+def _checked_levels(model, data, grid, criterion: str, options) -> np.ndarray:
+    """The grid (descending) after the boundary checks of `calibrate_noise`'s arguments."""
+    if criterion not in CRITERIA:
+        raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
+    if not isinstance(options, NoiseCalibrationOptions):
+        raise TypeError(f"options must be a NoiseCalibrationOptions, got {type(options).__name__}")
+    levels = _validate_grid(grid)
+    with np.errstate(over="ignore"):
+        var = (levels.max() * np.asarray(model.noise.process_std, float)) ** 2
+    if not np.all(np.isfinite(var)) or not np.all(var < 1e300):
+        raise NonFiniteError(f"grid: level {levels.max():g} times the model's process_std "
+                             f"{np.asarray(model.noise.process_std).tolist()} overflows its variance; expected "
+                             f"multipliers with finite squares (e.g. 0.03 .. 30)")
+    if not isinstance(data, Trajectories):
+        raise TypeError(f"data must be a cc.Trajectories (e.g. cc.Trajectories(y, u)), got {type(data).__name__}")
+    check_data(model, data)
+    return levels
 
 
 def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, criterion: str = "innovation",
@@ -184,25 +250,13 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
         ``process_std = s * model.noise.process_std`` (the ratios between states are kept).
         Default `DEFAULT_GRID`, 7 levels from 0.032 to 32 (3 decades, sqrt(10) apart).
     criterion : {"innovation", "holdout"}
-        How the level is chosen (no test data in either):
-
-        * ``"innovation"`` (default): the EKF prediction-error log-likelihood
-          ``log p(y | theta_s, Q_s, R)`` of the estimation data, each fitted model filtered with
-          its own ``Q_s = diag(process_std_s**2)`` (see
-          `innovation_loglik`); the highest wins. It is the
-          maximum-likelihood choice of the noise level given CE-EM's parameters, uses all the
-          data, and is the right criterion when the model is meant as a filter / predictor or
-          when the model structure is close to correct. It trusts ``measurement_std``: a wrong
-          sensor noise is compensated by the process noise.
-        * ``"holdout"``: fit on the first ``1 - holdout_fraction`` of every trajectory; score the
-          free-run simulation RMS on the held-out tails, each started from an initial state
-          estimated on the tail's first ``x0_window`` samples
-          (`holdout_rms`); the lowest wins. Use it when the model
-          is meant for simulation (the usual benchmark metric) and its structure is only
-          approximate, so that the best simulator need not be the likeliest noise model. It
-          spends a quarter of the data on validation and is noisier.
+        How the level is chosen (no test data in either; when to use which: docs/noise_calibration.md):
+        ``"innovation"`` (default), the EKF prediction-error log-likelihood of the estimation data, each
+        fit filtered with its own process noise, highest wins; ``"holdout"``, fit on the heads of the
+        trajectories, free-run RMS on their tails (``holdout_fraction``), lowest wins, then the chosen
+        level refitted on the whole data.
     options : NoiseCalibrationOptions
-        Processes, chains, warm start, time budget, the CE-EM options of every fit.
+        Processes, chains, time budget, the CE-EM options of every fit.
 
     Returns
     -------
@@ -232,79 +286,20 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
     >>> u = np.random.default_rng(0).normal(size=(60, 1))
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
     ...                       measurement_std=0.1, seed=1)
-    >>> opts = cc.NoiseCalibrationOptions(ekf_engine="python", ceem=cc.CEEMOptions(
+    >>> opts = cc.NoiseCalibrationOptions(ceem=cc.CEEMOptions(
     ...     smoother=cc.SmootherOptions(compile=False), learner=cc.LearnerOptions(compile=False)))
     >>> cal = cc.calibrate_noise(model, data, {"a": 0.5}, grid=[0.1, 1.0], options=opts)
     >>> float(cal.best.level), round(float(cal.best.theta["a"]), 2)
     (1.0, 0.8)
     """
-    import pandas as pd
-
-    from ..errors import SolverError
-
     t_start = time.perf_counter()
-    if criterion not in CRITERIA:
-        raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
-    if not isinstance(options, NoiseCalibrationOptions):
-        raise TypeError(f"options must be a NoiseCalibrationOptions, got {type(options).__name__}")
-    levels = _validate_grid(grid)
-    with np.errstate(over="ignore"):
-        var = (levels.max() * np.asarray(model.noise.process_std, float)) ** 2
-    if not np.all(np.isfinite(var)) or not np.all(var < 1e300):
-        raise NonFiniteError(f"grid: level {levels.max():g} times the model's process_std "
-                             f"{np.asarray(model.noise.process_std).tolist()} overflows its variance; expected "
-                             f"multipliers with finite squares (e.g. 0.03 .. 30)")
-    if not isinstance(data, Trajectories):
-        raise TypeError(f"data must be a cc.Trajectories (e.g. cc.Trajectories(y, u)), got {type(data).__name__}")
-    check_data(model, data)
+    levels = _checked_levels(model, data, grid, criterion, options)
     theta0 = model.params.validate(theta0)
     fit_data, tails = data, None
     if criterion == "holdout":
         fit_data, tails = split_tails(data, options.holdout_fraction, options.x0_window)
     deadline = None if options.time_limit is None else time.monotonic() + options.time_limit
     task = _Task(model, fit_data, tails, theta0, model.noise.process_std.copy(), criterion, options, deadline)
-    solvers = _Solvers(task)
-    anchor = _run_chain(task, solvers, levels[:1], theta0, None)
-    start = (theta0, None)
-    if options.warm_start and anchor[0].fit is not None and np.isfinite(anchor[0].J):
-        start = (anchor[0].fit.theta, anchor[0].fit.x)
-    rest = levels[1:]
-    n_chains = min(options.chains or options.n_jobs, max(rest.size, 1))
-    blocks = [(list(b), *start) for b in np.array_split(rest, n_chains) if b.size]
-    n_jobs = min(options.n_jobs, len(blocks))
-    if n_jobs > 1:
-        # workers end with this process (SIGKILL, SIGTERM) and are killed at once on Ctrl-C
-        with WorkerPool(n_jobs, initializer=_worker_init, initargs=(task,)) as pool:
-            chains = pool.map(_worker_chain, blocks)
-    else:
-        chains = [_run_chain(task, solvers, *b) for b in blocks]
-    rows = sorted((r for c in [anchor, *chains] for r in c), key=lambda r: r.level)
-
-    sign = 1.0 if criterion == "innovation" else -1.0
-    scored = [r for r in rows if r.fit is not None and np.isfinite(r.criterion)]
-    if not scored:
-        statuses = ", ".join(f"{r.level:g}: {'not started' if r.status is None else str(r.status)}" for r in rows)
-        # a level not started or stopped by a time limit (the calibration's, the fits' or an enclosing one)
-        # was stopped, not diverged: say so
-        timed_out = [r for r in rows if r.status is None or str(r.status) == str(Status.TIME_LIMIT)]
-        advice = (f"{len(timed_out)} of {len(rows)} levels were stopped by the time limit before they could be "
-                  f"scored: raise time_limit" if timed_out else
-                  "every fit diverged or gave a non-finite objective: check the model, theta0 and the grid")
-        raise SolverError(f"calibrate_noise: no level could be fitted and scored (status by level: {statuses}); "
-                          f"{advice}")
-    chosen = max(scored, key=lambda r: sign * r.criterion)
-    chosen_model = model.with_noise(process_std=chosen.level * task.base_std)
-    best_fit = chosen.fit
-    if criterion == "holdout" and options.refit:
-        opts = _ceem_options(dataclasses.replace(task, fit_data=data))
-        if opts is not None:
-            best_fit = ceem(chosen_model, data, chosen.fit.theta, options=opts)
-    best = NoiseLevelFit(chosen.level, chosen.level * task.base_std, best_fit.theta, chosen_model, best_fit,
-                         chosen.criterion)
-    table = pd.DataFrame({
-        "level": [r.level for r in rows],
-        "process_std": [tuple(r.level * task.base_std) for r in rows],
-        "J": [r.J for r in rows], "criterion": [r.criterion for r in rows],
-        "status": [r.status for r in rows], "iterations": [r.iterations for r in rows],
-        "seconds": [r.seconds for r in rows], "fit": [r.fit for r in rows]})
-    return NoiseCalibrationResult(table, criterion, best, time.perf_counter() - t_start)
+    rows = _fit_levels(task, levels)
+    best = _best(task, _chosen(rows, criterion), data)
+    return NoiseCalibrationResult(_table(rows, task.base_std), criterion, best, time.perf_counter() - t_start)

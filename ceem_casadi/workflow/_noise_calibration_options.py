@@ -27,44 +27,30 @@ class NoiseCalibrationOptions:
     Parameters
     ----------
     ceem : CEEMOptions
-        Options of every CE-EM fit [``CEEMOptions(max_iters=50, acceleration="newton")``: the
-        same fixed points as plain EM, 1.8-5x faster over the grid of
-        tests/test_noise_calibration.py, seeds 0-2]; its ``time_limit`` is replaced by what
+        Options of every CE-EM fit [``CEEMOptions(max_iters=50, acceleration="newton")``: the same fixed
+        points as plain EM, 1.8-5x faster over the grid of the tests]; its ``time_limit`` is replaced by what
         remains of ``time_limit`` below when a fit starts.
     n_jobs : int
         Processes running the chains [1].
     chains : int, optional
-        Number of warm-start chains [None: ``n_jobs``]. The largest level is fitted first, from
-        ``theta0`` and the EKF/RTS states (the easiest fit: the states may follow the data); the
-        other levels, sorted from the largest down, are cut into this many contiguous blocks,
-        each fitted in order in one process, its first fit starting from the largest level's fit
-        and every later one from the previous level's theta and states (a continuation in the
-        noise level: a cold start at a small level can end in a poor local optimum, e.g. on the
-        Cascaded Tanks data). Results depend on ``chains``, never on ``n_jobs``:
-        ``n_jobs=1, chains=2`` gives exactly the fits of ``n_jobs=2, chains=2``.
-    warm_start : bool
-        Chain the fits as above [True]; False starts every fit from ``theta0``.
+        Number of warm-start chains [None: ``n_jobs``]: the largest level is fitted first, the others are cut
+        into this many contiguous blocks, each fitted in order from the largest level's fit
+        (docs/noise_calibration.md). Results depend on ``chains``, never on ``n_jobs``.
     time_limit : float, optional
-        Overall budget in seconds for the whole calibration [None: none]. Levels not started
-        when it runs out are reported with status ``"not_run"``; a fit under way stops with the
-        time-limit status and its last good iterate.
+        Overall budget in seconds [None: none]. Levels not started when it runs out have status
+        ``"not_run"``; a fit under way stops with the time-limit status and its last good iterate.
     holdout_fraction : float
-        Fraction of each estimation trajectory held out as its tail by the ``"holdout"``
-        criterion [0.25].
+        Fraction of each estimation trajectory held out as its tail by the ``"holdout"`` criterion [0.25];
+        the chosen level is then refitted on the whole data from its head fit.
     x0_window : int
         Samples at the start of each tail used to estimate its initial state [10].
-    refit : bool
-        With ``"holdout"``, refit the chosen level on the whole estimation data, warm-started at
-        its head fit [True]; ``result.best`` is then that refit.
-    ekf_engine : str
-        Engine of the innovation criterion's EKF, ``"casadi"`` or ``"python"`` ["casadi"].
 
     Examples
     --------
     >>> import ceem_casadi as cc
     >>> opts = cc.NoiseCalibrationOptions(holdout_fraction=0.3, ceem=cc.CEEMOptions(max_iters=10))
-    >>> opts.holdout_fraction, opts.ceem.max_iters, opts.warm_start
-    (0.3, 10, True)
+    >>> opts.holdout_fraction, opts.ceem.max_iters, opts.chains
+    (0.3, 10, None)
     >>> try:
     ...     cc.NoiseCalibrationOptions(holdout_fraction=1.0)
     ... except cc.OptionsError as err:
@@ -75,12 +61,9 @@ class NoiseCalibrationOptions:
     ceem: CEEMOptions = field(default_factory=lambda: CEEMOptions(max_iters=50, acceleration="newton"))
     n_jobs: int = 1
     chains: int | None = None
-    warm_start: bool = True
     time_limit: float | None = None
     holdout_fraction: float = 0.25
     x0_window: int = 10
-    refit: bool = True
-    ekf_engine: str = "casadi"
 
     def __post_init__(self):
         check_fields(self)
@@ -92,8 +75,6 @@ class NoiseCalibrationOptions:
         require(0 < self.holdout_fraction < 1, f"holdout_fraction must be in (0, 1), got {self.holdout_fraction!r}")
         require(isinstance(self.x0_window, int) and self.x0_window >= 1,
                  f"x0_window must be an int >= 1, got {self.x0_window!r}")
-        require(self.ekf_engine in ("casadi", "python"),
-                 f"ekf_engine must be 'casadi' or 'python', got {self.ekf_engine!r}")
 
 
 @dataclass(repr=False)
@@ -111,8 +92,7 @@ class NoiseLevelFit(Result):
     model : StateSpaceModel
         The model with that process noise.
     fit : CEEMResult
-        Its fit; with ``"holdout"`` and ``refit`` the refit on the whole data, whose ``theta``
-        this is.
+        Its fit; with ``"holdout"`` the refit on the whole data, whose ``theta`` this is.
     criterion : float
         The value that chose it (with ``"holdout"``: that of the fit on the heads).
 
@@ -126,7 +106,7 @@ class NoiseLevelFit(Result):
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)),
     ...                       process_std=0.1, seed=1)
     >>> options = cc.NoiseCalibrationOptions(ceem=cc.CEEMOptions(max_iters=5, smoother=cc.SmootherOptions(
-    ...     compile=False), learner=cc.LearnerOptions(compile=False)), ekf_engine="python")
+    ...     compile=False), learner=cc.LearnerOptions(compile=False)))
     >>> res = cc.calibrate_noise(model, data, {"a": 0.5}, grid=[0.5, 1.0], options=options)
     >>> best = res.best
     >>> best.level in (0.5, 1.0), best.process_std.shape
@@ -171,7 +151,7 @@ class NoiseCalibrationResult(Result):
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)),
     ...                       process_std=0.1, seed=1)
     >>> options = cc.NoiseCalibrationOptions(ceem=cc.CEEMOptions(max_iters=5, smoother=cc.SmootherOptions(
-    ...     compile=False), learner=cc.LearnerOptions(compile=False)), ekf_engine="python")
+    ...     compile=False), learner=cc.LearnerOptions(compile=False)))
     >>> res = cc.calibrate_noise(model, data, {"a": 0.5}, grid=[0.5, 1.0], options=options)
     >>> res.criterion, len(res.levels)
     ('innovation', 2)
@@ -197,18 +177,8 @@ class NoiseCalibrationResult(Result):
                 "best_theta": plain(self.best.theta), "seconds": self.seconds}
 
     def plot(self, ax=None):
-        """Criterion (left axis) and J (right axis) against the level (log scale), the chosen
-        level marked.
-
-        Parameters
-        ----------
-        ax : matplotlib.axes.Axes, optional
-            Where to draw (default a new figure).
-
-        Returns
-        -------
-        matplotlib.axes.Axes
-        """
+        """Criterion (left axis) and J (right axis) against the level (log scale), the chosen level marked; on
+        ``ax`` (a matplotlib Axes, default a new figure), which is returned."""
         import matplotlib.pyplot as plt
 
         if ax is None:

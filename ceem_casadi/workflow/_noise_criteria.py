@@ -1,14 +1,6 @@
-"""Selection criteria of [`calibrate_noise`][ceem_casadi.calibrate_noise] (no test data involved).
-
-Both criteria score one fitted model ``(theta, process_std)`` on the estimation data only:
-
-* `innovation_loglik` -- the extended Kalman filter's prediction-error (innovation)
-  log-likelihood ``log p(y_{1:T} | theta, Q, R)`` of the estimation data, higher is better;
-* `holdout_rms` -- the free-run simulation RMS on held-out tails of the estimation
-  trajectories (the model was fitted on the heads), lower is better.
-
-`split_tails` cuts the estimation data into the heads and tails the holdout criterion uses.
-"""
+"""Selection criteria of [`calibrate_noise`][ceem_casadi.calibrate_noise], scored on the estimation data only:
+the EKF innovation log-likelihood (higher is better) and the free-run RMS on held-out tails (lower is better);
+their formulas are in docs/noise_calibration.md."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,20 +14,9 @@ from ._initial_state import estimate_initial_state
 
 def innovation_loglik(ekf: EKF, model, theta_vec, data: Trajectories, x_first: list[np.ndarray],
                       *, engine: str = "casadi") -> float:
-    """EKF innovation log-likelihood of ``data`` under ``model`` (with its own noise) at ``theta_vec``.
-
-    .. math::
-
-        \\ell = \\sum_b \\sum_t \\log \\mathcal N\\big(y_t^b;\\ \\hat y_{t|t-1}^b,\\ S_t^b\\big),
-        \\qquad S_t = C_t P_{t|t-1} C_t^\\top + R,
-
-    from the EKF of `ceem_casadi.filtering._ekf` with ``Q = diag(process_std**2)``,
-    ``R = diag(measurement_std**2)`` (the model's noise), started at ``x_{1|0} = x_first[b]``
-    (nx,) with ``P_{1|0} = Q``: the fitted first state, known to one step of process noise.
-    Missing entries (NaN) are skipped. ``-inf`` when the filter fails (singular ``S``, non-finite
-    values). ``ekf`` is an [`EKF`][ceem_casadi.filtering.EKF] of the model's structure
-    (reused across noise levels: the noise enters only through ``Q`` and ``R``).
-    """
+    """EKF innovation log-likelihood ``sum_b sum_t log N(y_t; yhat_t|t-1, S_t)`` of ``data`` under ``model`` (its own
+    noise: ``Q = diag(process_std^2)``, ``R``) at ``theta_vec`` (np,), from ``x_{1|0} = x_first[b]`` (nx,) with
+    ``P_{1|0} = Q``; NaN outputs skipped; ``-inf`` when the filter fails. ``ekf`` is reused across noise levels."""
     Q = np.diag(model.noise.process_std ** 2)
     R = np.diag(model.noise.measurement_std ** 2)
     total = 0.0
@@ -58,38 +39,24 @@ def split_tails(data: Trajectories, fraction: float, window: int) -> tuple[Traje
     Each tail must keep more than ``window`` samples (the first ``window`` estimate its initial
     state, the rest are scored) and each head at least 2.
     """
-    heads_y, tails_y, heads_u, tails_u = [], [], [], []
-    for b, (y, T) in enumerate(zip(data.y, data.lengths)):
+    cuts = []
+    for b, T in enumerate(data.lengths):
         n_tail = round(fraction * T)
         if n_tail <= window or T - n_tail < 2:
             raise ShapeError(f"holdout: trajectory {b} has {T} samples; its tail of {n_tail} "
                              f"(holdout_fraction={fraction}) must be longer than x0_window={window} and "
                              f"leave a head of at least 2 samples; change holdout_fraction or x0_window")
-        u = data.inputs(b)
-        heads_y.append(y[:T - n_tail])
-        tails_y.append(y[T - n_tail:])
-        heads_u.append(u[:T - n_tail])
-        tails_u.append(u[T - n_tail:])
-    if data.u is None:
-        heads_u = tails_u = None
-    return Trajectories(heads_y, heads_u, data.dt), Trajectories(tails_y, tails_u, data.dt)
+        cuts.append(T - n_tail)
 
+    def part(arrays, head: bool):
+        return None if arrays is None else [a[:c] if head else a[c:] for a, c in zip(arrays, cuts)]
+
+    return (Trajectories(part(data.y, True), part(data.u, True), data.dt),
+            Trajectories(part(data.y, False), part(data.u, False), data.dt))
 
 def holdout_rms(model, theta, tails: Trajectories, window: int) -> float:
-    """Free-run RMS on held-out tails: the model simulated from an initial state estimated on the
-    first ``window`` samples of each tail, scored on the remaining samples.
-
-    .. math::
-
-        \\mathrm{RMS} = \\Big(\\frac{1}{N}\\sum_b \\sum_{t > k} \\sum_j
-        \\big(y^b_{t,j} - \\hat y^b_{t,j}\\big)^2\\Big)^{1/2},\\qquad
-        \\hat y^b = \\mathrm{simulate\\_output}(\\theta, u^b, \\hat x^b_0),\\quad
-        \\hat x^b_0 = \\mathrm{estimate\\_initial\\_state}(\\theta, y^b_{1:k}, u^b_{1:k}),
-
-    pooled over every observed entry (NaN skipped) of every output, in the output's units
-    (scale outputs of different units before calibrating). ``inf`` when the simulation diverges
-    or the initial-state estimate fails.
-    """
+    """Free-run RMS (units of y) on held-out ``tails``, each simulated from an initial state estimated on its first
+    ``window`` samples and scored on the rest (every observed entry pooled); ``inf`` when a run or estimate fails."""
     sq, n = 0.0, 0
     for b, y in enumerate(tails.y):
         u = tails.inputs(b)

@@ -1,28 +1,6 @@
 """Confidence bands of the free run and of k-step predictions from the parameter covariance (MATLAB ``sim`` with
-standard deviations, ``simsd``).
-
-With ``theta_hat`` the estimate and ``Sigma`` the covariance of its free entries (``ParameterUncertainty``):
-
-* ``method="linear"``: first-order propagation, ``Var yhat[t, j] = s_tj^T Sigma s_tj`` with ``s_tj = d yhat[t, j] /
-  d theta_free`` the exact sensitivities (CasADi forward derivatives of the rollout Function of
-  [`rollout`][ceem_casadi.model.rollout]); the band is ``yhat +- z sqrt(Var)``, ``z = Phi^-1((1 + level) / 2)``.
-  Exact for outputs linear in theta.
-* ``method="sampling"``: ``theta_s ~ N(theta_hat, Sigma)`` (seeded, clipped to the bounds), the prediction rerun for
-  each draw; the band is the ``(1 -+ level) / 2`` quantiles of the draws, around the nominal ``yhat``.
-
-``measurement_noise=True`` adds the model's measurement noise (``Var += sigma_v^2``; sampling adds a draw per sample):
-a band for new measurements rather than for the noise-free output. Process noise is not included: the free-run band
-is the band of the noise-free response.
-
-k-step predictions ``g(f^k(x_{t-k|t-k}), u[t])`` (EKF filtered state, as in
-[`validation_report`][ceem_casadi.validation_report]) depend on theta through the filter too: the linear band
-differentiates the whole predictor by central differences along the principal axes of ``Sigma`` (steps of 1e-3
-standard deviations; one EKF pass per axis and sign), the sampling band reruns the filter for each draw. Their
-parameter band does not include the state uncertainty of the filter.
-
-Initial states are held fixed (given, the model's ``x1_mean``, or estimated once at ``theta_hat``): their own
-uncertainty is not in the band; estimated ones leave out their ``window`` samples as in ``validation_report``.
-Parameters without an interval (at a bound, not identifiable) do not vary; the result's ``warnings`` says so.
+standard deviations, ``simsd``): first-order propagation through the exact sensitivities, or seeded sampling.
+What the bands include and what they hold fixed, and their measured coverage: docs/validation.md (bands).
 """
 from __future__ import annotations
 
@@ -39,7 +17,14 @@ from ...objective._identifiability import entry_names
 from ...runtime._checks import count
 from ...runtime._model_cache import cached
 from ...runtime._result import Result, plain
-from ._predictions import ekf_covariances, k_step_prediction, resolve_initial_states
+from ._predictions import (
+    check_level,
+    ekf_covariances,
+    horizons,
+    k_step_predictions,
+    resolve_initial_states,
+    signal_names,
+)
 
 __all__ = ["Band", "SimulationBands", "simulation_bands"]
 
@@ -105,20 +90,15 @@ class SimulationBands(Result):
         The k-step predictions and their bands (empty unless ``k`` was given).
     y : list of numpy.ndarray
         (T_b, ny) measured outputs.
-    method : str
-        ``"linear"`` or ``"sampling"``.
-    level : float
-        Coverage probability of the band.
-    measurement_noise : bool
-        Whether the measurement noise is in the band.
+    method, level, measurement_noise, samples
+        The settings: ``"linear"`` or ``"sampling"``, the coverage probability, whether the measurement noise
+        is in the band, the draws (0 unless sampling).
     skip : int
         Leading samples per trajectory left out of the figures (estimated initial states).
     output_names : tuple of str
         (ny,) names.
     x0 : numpy.ndarray
         (B, nx) initial states used.
-    samples : int
-        Draws (``method="sampling"``), else 0.
     warnings : list of str
         Parameters held fixed (no interval).
 
@@ -225,24 +205,6 @@ def _free_run_jacobian(model, theta_vec, x0, u) -> np.ndarray:
     return np.asarray(jac(x0, u.T, theta_vec)).reshape(T, model.ny, -1)
 
 
-def _k_step_std(model, ekf, kk, theta_vec, index, L, data, X0, covs, h: float = 1e-3) -> list:
-    """(T_b, ny) first-order std of the k-step predictions per trajectory: central differences of the whole
-    predictor (EKF and k steps) along each column of ``L`` (``Sigma = L L^T``), step ``h`` standard deviations."""
-    var = [np.zeros((T, model.ny)) for T in data.lengths]
-    for col in L.T:
-        if not np.any(col):
-            continue
-        ends = []
-        for sign in (1.0, -1.0):
-            th = theta_vec.copy()
-            th[index] += sign * h * col
-            filt = _filtered(ekf, th, data, X0, covs)
-            ends.append([k_step_prediction(model, th, filt[b], X0[b], data.inputs(b), kk) for b in range(len(data))])
-        for b in range(len(data)):
-            var[b] += ((ends[0][b] - ends[1][b]) / (2 * h)) ** 2
-    return var
-
-
 def _band(kind, y_hat, spread, z, level, sampled):
     """A Band from the nominal predictions and (linear) std lists or (sampling) draw arrays (S, T, ny)."""
     if not sampled:
@@ -259,7 +221,7 @@ def simulation_bands(model, data, theta, uncertainty, *, level: float = 0.95, me
                      samples: int = 500, seed: int | None = 0, measurement_noise: bool = False, x0=None,
                      window: int | None = None, skip: int | None = None, starts=None, Sigma0=None, Q=None,
                      R=None, output_names=None) -> SimulationBands:
-    """Bands of the free run (and of k-step predictions) from the parameter covariance (module docstring).
+    """Bands of the free run (and of k-step predictions) from the parameter covariance (docs/validation.md).
 
     Parameters
     ----------
@@ -315,15 +277,14 @@ def simulation_bands(model, data, theta, uncertainty, *, level: float = 0.95, me
     theta_vec = as_theta_vector(model, theta)
     if method not in ("linear", "sampling"):
         raise ShapeError(f"method: expected 'linear' or 'sampling', got {method!r}")
-    if not 0.0 < float(level) < 1.0:
-        raise ShapeError(f"level: expected a probability in (0, 1), got {level!r}")
-    ks = () if k is None else tuple(sorted({count(kk, "k") for kk in np.atleast_1d(k).tolist()}))
+    level = check_level(level)
+    ks = () if k is None else horizons(k)
     count(samples, "samples")
     index, L, warnings = _covariance(model, uncertainty)
     X0, skip = resolve_initial_states(model, data, theta_vec, x0, window=window, skip=skip, starts=starts)
     if ks and max(ks) >= min(data.lengths):
         raise ShapeError(f"k: expected horizons below {min(data.lengths)} (shortest trajectory), got {max(ks)}")
-    names = tuple(output_names) if output_names is not None else tuple(f"y{j}" for j in range(model.ny))
+    names = signal_names(output_names, model.ny, "y", "output_names")
     z = float(norm.ppf(0.5 + level / 2))
     sv = model.noise.measurement_std if measurement_noise else np.zeros(model.ny)
     ekf = None
@@ -339,7 +300,7 @@ def simulation_bands(model, data, theta, uncertainty, *, level: float = 0.95, me
     return SimulationBands(
         simulation=_band("simulation", y_sim, sim, z, level, sampled),
         prediction={kk: _band(f"k={kk}", y_k[kk], pred[kk], z, level, sampled) for kk in ks},
-        y=list(data.y), method=method, level=float(level), measurement_noise=bool(measurement_noise), skip=skip,
+        y=list(data.y), method=method, level=level, measurement_noise=bool(measurement_noise), skip=skip,
         output_names=names, x0=X0, samples=int(samples) if sampled else 0, warnings=warnings)
 
 
@@ -361,12 +322,8 @@ class _Context:
 
 
 def _k_step_all(ctx: _Context, theta_vec, ks) -> dict:
-    """``{k: [(T_b, ny) k-step predictions]}`` at ``theta_vec`` (one EKF pass per trajectory)."""
-    if not ks:
-        return {}
-    filt = _filtered(ctx.ekf, theta_vec, ctx.data, ctx.X0, ctx.covs)
-    return {kk: [k_step_prediction(ctx.model, theta_vec, filt[b], ctx.X0[b], ctx.u(b), kk)
-                 for b in range(len(ctx.data))] for kk in ks}
+    """``{k: [(T_b, ny) k-step predictions]}`` at ``theta_vec``."""
+    return k_step_predictions(ctx.ekf, theta_vec, ctx.data, ctx.X0, ks, ctx.covs, engine="casadi")
 
 
 def _linear(ctx: _Context, theta_vec, ks):
@@ -375,9 +332,25 @@ def _linear(ctx: _Context, theta_vec, ks):
         return np.sqrt(np.sum((J[:, :, ctx.index] @ ctx.L) ** 2, axis=2) + ctx.sv ** 2)
 
     sim = [std(_free_run_jacobian(ctx.model, theta_vec, ctx.X0[b], ctx.u(b))) for b in range(len(ctx.data))]
-    pred = {kk: [np.sqrt(v + ctx.sv ** 2) for v in _k_step_std(ctx.model, ctx.ekf, kk, theta_vec, ctx.index, ctx.L,
-                                                                 ctx.data, ctx.X0, ctx.covs)] for kk in ks}
+    pred = {kk: [np.sqrt(v + ctx.sv ** 2) for v in _k_step_variance(ctx, theta_vec, kk)] for kk in ks}
     return sim, pred
+
+
+def _k_step_variance(ctx: _Context, theta_vec, kk: int, h: float = 1e-3) -> list:
+    """(T_b, ny) first-order variance of the k-step predictions per trajectory: central differences of the whole
+    predictor (EKF and k steps) along each column of ``L`` (``Sigma = L L^T``), step ``h`` standard deviations."""
+    var = [np.zeros((T, ctx.model.ny)) for T in ctx.data.lengths]
+    for col in ctx.L.T:
+        if not np.any(col):
+            continue
+        ends = []
+        for sign in (1.0, -1.0):
+            th = theta_vec.copy()
+            th[ctx.index] += sign * h * col
+            ends.append(_k_step_all(ctx, th, (kk,))[kk])
+        for b in range(len(ctx.data)):
+            var[b] += ((ends[0][b] - ends[1][b]) / (2 * h)) ** 2
+    return var
 
 
 def _sampled(ctx: _Context, theta_vec, ks, samples: int, seed):
@@ -395,10 +368,3 @@ def _sampled(ctx: _Context, theta_vec, ks, samples: int, seed):
         return a + ctx.sv * rng.standard_normal(a.shape)
 
     return [noisy(a) for a in sim], {kk: [noisy(a) for a in v] for kk, v in pred.items()}
-
-
-def _filtered(ekf, theta_vec, data, X0, covs) -> list:
-    """EKF filtered means (T_b, nx) per trajectory at ``theta_vec`` (``covs`` = (Sigma0, Q, R))."""
-    Sigma0, Q, R = covs
-    return [ekf.run(theta_vec, data.y[b], data.inputs(b), x0=X0[b], Sigma0=Sigma0, Q=Q, R=R, engine="casadi").x_filt
-            for b in range(len(data))]

@@ -1,31 +1,5 @@
-"""Validation report of a fitted state-space model: free-run simulation and k-step-ahead prediction.
-
-Error measures, per output ``j``, over the time steps where both ``y[:, j]`` and ``yhat[:, j]`` are
-not NaN (``n_j`` entries, pooled over all trajectories):
-
-* ``rmse_j  = sqrt(mean((y - yhat)^2))`` (units of the output);
-* ``nrmse_j = rmse_j / std(y)`` (population std of the same observed entries; dimensionless);
-* ``fit_j   = 100 (1 - ||y - yhat|| / ||y - mean(y)||)`` in percent (MATLAB ``compare``; equals
-  ``100 (1 - nrmse_j)``; 100 is perfect, 0 is as good as the mean, can be negative).
-
-Overall figures: ``rmse`` pools the squared errors of all outputs; ``nrmse`` and ``fit`` are the
-means of the per-output values (so outputs in different units weigh equally).
-
-Predictions:
-
-* **free-run simulation**: ``x[0] = x0``, ``x[t+1] = f(x[t], u[t])``, ``yhat[t] = g(x[t], u[t])``
-  (no measurement used after ``x0``);
-* **k-step-ahead prediction** (EKF based): ``yhat[t] = g(x_{t|t-k}, u[t])`` with ``x_{t|t-k}`` the EKF
-  filtered mean ``x_{t-k|t-k}`` propagated ``k`` steps through ``f`` open loop. For ``t < k`` the
-  prediction propagates the prior ``x0`` (so it equals the free run there). For ``k = 1`` this is the
-  EKF one-step predicted observation ``g(x_{t|t-1})`` (made before the correction).
-
-Non-finite predictions (a diverging simulation) where ``y`` is observed count as infinite errors.
-
-Initial states: given ``x0``, else the model's ``x1_mean``, else (or with ``x0="estimate"``) estimated
-from the first ``window`` samples of each trajectory by [`estimate_initial_state`][ceem_casadi.estimate_initial_state]
-(least-squares fit of the free run). Estimated initial states have seen those samples, so by
-default they are left out of every metric (``skip = window``), as benchmark protocols do.
+"""Validation report of a fitted state-space model: RMSE, NRMSE and fit % of the free run and of k-step-ahead EKF
+predictions, pooled and per trajectory. Definitions, the initial-state rule and the wash-out: docs/validation.md.
 """
 from __future__ import annotations
 
@@ -38,19 +12,15 @@ from ...errors import ShapeError
 from ...io._measures import error_stats, fit_percent, nrmse, rmse
 from ...io._validate import check_data
 from ...model._simulation import as_theta_vector as _theta_vector
-from ...runtime._checks import count
-from ...runtime._result import Result
-from ._predictions import predictions, resolve_initial_states
+from ...runtime._result import Result, plain
+from ._predictions import horizons, predictions, resolve_initial_states, signal_names
 
 __all__ = ["Metrics", "ValidationReport", "fit_percent", "nrmse", "rmse", "validation_report"]
 
 
-# --------------------------------------------------------------------------------------------------
-# plain-array helpers
-# --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, repr=False)
 class Metrics(Result):
-    """Error measures of one kind of prediction (see the module docstring).
+    """Error measures of one kind of prediction (definitions: docs/validation.md).
 
     Attributes
     ----------
@@ -101,20 +71,16 @@ class Metrics(Result):
     def to_dict(self, output_names: Sequence[str] | None = None) -> dict:
         """JSON-ready dict (lists of floats; non-finite values as None)."""
         names = list(output_names) if output_names is not None else [f"y{j}" for j in range(len(self.rmse))]
+        overall = {"rmse": self.rmse_overall, "nrmse": self.nrmse_overall, "fit_percent": self.fit_overall}
+        return {"outputs": names, **{k: _finite(getattr(self, k)) for k in ("rmse", "nrmse", "fit_percent")},
+                "n": [int(v) for v in self.n], "overall": _finite(overall)}
 
-        def num(v):
-            v = float(v)
-            return v if np.isfinite(v) else None
 
-        return {
-            "outputs": names,
-            "rmse": [num(v) for v in self.rmse],
-            "nrmse": [num(v) for v in self.nrmse],
-            "fit_percent": [num(v) for v in self.fit_percent],
-            "n": [int(v) for v in self.n],
-            "overall": {"rmse": num(self.rmse_overall), "nrmse": num(self.nrmse_overall),
-                        "fit_percent": num(self.fit_overall)},
-        }
+def _finite(values):
+    """A list (or dict) of floats with non-finite values as None."""
+    if isinstance(values, dict):
+        return {k: float(v) if np.isfinite(v) else None for k, v in values.items()}
+    return [float(v) if np.isfinite(v) else None for v in values]
 
 
 def _stack_list(y, yhat):
@@ -144,17 +110,15 @@ class ValidationReport(Result):
         (ny,) output names.
     skip : int
         Leading samples per trajectory left out of the metrics.
-    y_sim : list of numpy.ndarray
-        Free-run outputs (T_b, ny) per trajectory.
-    y_pred : dict of int to list of numpy.ndarray
-        k-step-ahead predictions (T_b, ny) per trajectory.
+    y_sim, y_pred : list of numpy.ndarray, dict of int to list
+        Free-run outputs and k-step predictions (T_b, ny) per trajectory.
     x0 : numpy.ndarray or None
         (B, nx) initial states used (given, ``x1_mean`` or estimated).
     uncertainty : ParameterUncertainty or dict or None
-        Parameter uncertainty (or its saved dict) carried into [`to_dict`][ceem_casadi.workflow.ValidationReport.to_dict] as ``"parameters"``.
+        Carried into [`to_dict`][ceem_casadi.workflow.ValidationReport.to_dict] as ``"parameters"``.
     trajectories : list of dict
-        Per trajectory ``b``: ``{"simulation": Metrics, "prediction": {k: Metrics}}`` over the same
-        samples as the pooled figures (pooling their squared errors gives the pooled ``rmse``).
+        Per trajectory ``{"simulation": Metrics, "prediction": {k: Metrics}}`` over the same samples as the
+        pooled figures.
 
     Examples
     --------
@@ -185,18 +149,15 @@ class ValidationReport(Result):
         """JSON-ready dict: ``{"simulation": {...}, "prediction": {"1": {...}, ...}, "skip": int}``,
         plus ``"parameters"`` (estimates, standard errors, intervals) when ``uncertainty`` is set and
         ``"trajectories"`` (the same per trajectory) when there are several."""
-        out = {"simulation": self.simulation.to_dict(self.output_names),
-               "prediction": {str(k): m.to_dict(self.output_names) for k, m in self.prediction.items()},
-               "skip": self.skip}
+        def kinds(sim, pred):
+            return {"simulation": sim.to_dict(self.output_names),
+                    "prediction": {str(k): m.to_dict(self.output_names) for k, m in pred.items()}}
+
+        out = {**kinds(self.simulation, self.prediction), "skip": self.skip}
         if len(self.trajectories) > 1:
-            out["trajectories"] = [
-                {"simulation": t["simulation"].to_dict(self.output_names),
-                 "prediction": {str(k): m.to_dict(self.output_names) for k, m in t["prediction"].items()}}
-                for t in self.trajectories]
+            out["trajectories"] = [kinds(t["simulation"], t["prediction"]) for t in self.trajectories]
         if self.uncertainty is not None:
-            u = self.uncertainty
-            out["parameters"] = u.to_dict() if hasattr(u, "to_dict") else {
-                k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in dict(u).items()}
+            out["parameters"] = plain(self.uncertainty if hasattr(self.uncertainty, "to_dict") else dict(self.uncertainty))
         return out
 
     def table(self, per_trajectory: bool = False) -> str:
@@ -241,7 +202,7 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
                       R=None, skip: int | None = None, output_names: Sequence[str] | None = None,
                       engine: str = "python", window: int | None = None, uncertainty=None, starts=None,
                       seed: int | None = 0) -> ValidationReport:
-    """Free-run and k-step-ahead prediction metrics of ``model`` at ``theta`` on ``data``.
+    """Free-run and k-step-ahead prediction metrics of ``model`` at ``theta`` on ``data`` (docs/validation.md).
 
     Parameters
     ----------
@@ -252,36 +213,31 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
     theta : dict or numpy.ndarray
         Parameters, name -> array (or the flat parameter vector).
     x0 : numpy.ndarray or "estimate", optional
-        (B, nx) initial state per trajectory (or (nx,) shared); default ``model.noise.x1_mean``;
-        when the model has none, or with ``x0="estimate"``, each trajectory's initial state is
-        estimated from its first ``window`` samples by [`estimate_initial_state`][ceem_casadi.estimate_initial_state]
-        (weights 1/measurement_std, the model's x1 prior if any).
+        (B, nx) initial state per trajectory (or (nx,) shared); default ``model.noise.x1_mean``; when the model
+        has none, or with ``"estimate"``, estimated from the first ``window`` samples of each trajectory by
+        [`estimate_initial_state`][ceem_casadi.estimate_initial_state].
     k : int or sequence of int
         Prediction horizon(s) in samples (positive); ``()`` for simulation only.
     Sigma0, Q, R : float or numpy.ndarray, optional
-        EKF prior / process / measurement covariances (scalars, diagonals or matrices);
-        defaults from the model's noise: ``x1_std**2`` (else ``process_std**2``), ``process_std**2``,
-        ``measurement_std**2``.
+        EKF prior / process / measurement covariances (scalars, diagonals or matrices); defaults from the
+        model's noise: ``x1_std**2`` (else ``process_std**2``), ``process_std**2``, ``measurement_std**2``.
     skip : int, optional
-        Number of leading samples of every trajectory left out of all metrics (wash-out);
-        default ``window`` when the initial states are estimated (those samples were used to fit
-        them), else 0.
+        Leading samples of every trajectory left out of all metrics; default ``window`` when the initial
+        states are estimated, else 0.
     output_names : sequence of str, optional
         Names of the ny outputs (default ``y0, y1, ...``).
     engine : {"python", "casadi"}
         EKF engine (see [`EKF`][ceem_casadi.filtering.EKF]).
     window : int, optional
-        Samples used to estimate x0 (default ``min(T_min - 1, 10 nx)``); only when x0 is estimated.
+        Samples used to estimate x0 (default ``min(T_min - 1, 10 nx)``).
     uncertainty : ParameterUncertainty or dict, optional
-        Parameter uncertainty of ``theta`` ([`parameter_uncertainty`][ceem_casadi.parameter_uncertainty]
-        or the dict a model file stores), carried by the report.
+        Parameter uncertainty of ``theta`` (or the dict a model file stores), carried by the report.
     starts : int or numpy.ndarray, optional
-        Only when x0 is estimated: more starting points of the initial-state fit, each solved, the
-        lowest window cost kept per trajectory: (S, nx) or (B, S, nx) states, or an integer n (the
-        default start, its mirror image ``-x0`` for a sign-blind output, and n - 2 seeded random
-        draws).
+        More starting points of the initial-state fit, the lowest window cost kept per trajectory: (S, nx) or
+        (B, S, nx) states, or an integer n (the default start, its mirror image ``-x0`` for a sign-blind
+        output, and n - 2 draws seeded by ``seed``).
     seed : int, optional
-        Seed of the random starts (``starts`` an integer).
+        Seed of the random starts.
 
     Returns
     -------
@@ -306,14 +262,8 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
     """
     check_data(model, data)
     theta_vec = _theta_vector(model, theta)
-    ks = (k,) if np.ndim(k) == 0 else tuple(k)
-    try:
-        ks = tuple(sorted({count(kk, "k") for kk in ks}))
-    except ShapeError:
-        raise ShapeError(f"k: expected positive integer horizon(s), got {k!r}") from None
-    names = tuple(output_names) if output_names is not None else tuple(f"y{j}" for j in range(model.ny))
-    if len(names) != model.ny:
-        raise ShapeError(f"output_names: expected {model.ny} names, got {len(names)}")
+    ks = horizons(k)
+    names = signal_names(output_names, model.ny, "y", "output_names")
     X0, skip = resolve_initial_states(model, data, theta_vec, x0, window=window, skip=skip, starts=starts, seed=seed)
     y_sim, y_pred = predictions(model, data, theta_vec, X0, ks, Sigma0=Sigma0, Q=Q, R=R, engine=engine)
     per_traj = [{"simulation": _score([data.y[b]], [y_sim[b]], skip),

@@ -28,9 +28,27 @@ def _initial_states(model, x0, n_traj: int) -> np.ndarray:
     return x0
 
 
-def _free_run(model, theta_vec, x0, u) -> np.ndarray:
-    """Outputs (T, ny) of the noise-free run from ``x0`` (nx,) under ``u`` (T, nu) (cached rollout)."""
-    return run(model, theta_vec, x0, u)[0]
+def signal_names(given, n: int, prefix: str, what: str) -> tuple:
+    """``given`` (n names) as a tuple, by default ``prefix0, prefix1, ...``."""
+    names = tuple(given) if given is not None else tuple(f"{prefix}{j}" for j in range(n))
+    if len(names) != n:
+        raise ShapeError(f"{what}: expected {n} names, got {len(names)}")
+    return names
+
+
+def horizons(k) -> tuple:
+    """The sorted distinct positive horizons of ``k`` (an int or a sequence of ints)."""
+    try:
+        return tuple(sorted({count(kk, "k") for kk in np.atleast_1d(k).tolist()}))
+    except ShapeError:
+        raise ShapeError(f"k: expected positive integer horizon(s), got {k!r}") from None
+
+
+def check_level(level) -> float:
+    """``level`` as a probability in (0, 1)."""
+    if not 0.0 < float(level) < 1.0:
+        raise ShapeError(f"level: expected a probability in (0, 1), got {level!r}")
+    return float(level)
 
 
 def k_step_prediction(model, theta_vec, x_filt, x0, u, k: int) -> np.ndarray:
@@ -44,8 +62,7 @@ def k_step_prediction(model, theta_vec, x_filt, x0, u, k: int) -> np.ndarray:
     yhat = np.empty((T, model.ny))
     if k < T:
         yhat[k:] = np.asarray(model.g.map(T - k)(Z[:, :T - k], u[k:].T, theta_vec)).T
-    head = _free_run(model, theta_vec, x0, u[:min(k, T)])
-    yhat[:min(k, T)] = head
+    yhat[:min(k, T)] = run(model, theta_vec, x0, u[:min(k, T)])[0]
     return yhat
 
 
@@ -122,20 +139,23 @@ def ekf_covariances(model, Sigma0=None, Q=None, R=None):
     return Sigma0, Q, R
 
 
+def k_step_predictions(ekf, theta_vec, data, X0, ks, covs, engine: str = "python") -> dict:
+    """``{k: [(T_b, ny)]}`` k-step predictions at ``theta_vec`` from ``X0`` (B, nx), one pass of ``ekf`` per
+    trajectory (``covs`` = (Sigma0, Q, R))."""
+    Sigma0, Q, R = covs
+    out: dict[int, list] = {kk: [] for kk in ks}
+    for b in range(len(data) if ks else 0):
+        u = data.inputs(b)
+        filt = ekf.run(theta_vec, data.y[b], u, x0=X0[b], Sigma0=Sigma0, Q=Q, R=R, engine=engine).x_filt
+        for kk in ks:
+            out[kk].append(k_step_prediction(ekf.model, theta_vec, filt, X0[b], u, kk))
+    return out
+
+
 def predictions(model, data, theta_vec, X0, ks=(1,), *, Sigma0=None, Q=None, R=None, engine="python"):
     """``(y_sim, y_pred)``: free runs (list of (T_b, ny)) and k-step predictions ({k: list}) from ``X0``."""
     from ...filtering import EKF
 
-    Sigma0, Q, R = ekf_covariances(model, Sigma0, Q, R)
-    y_sim = [_free_run(model, theta_vec, X0[b], data.inputs(b)) for b in range(len(data))]
-    y_pred: dict[int, list] = {kk: [] for kk in ks}
-    if ks:
-        ekf = EKF(model)
-        for b in range(len(data)):
-            u = data.inputs(b)
-            res = ekf.run(theta_vec, data.y[b], u, x0=X0[b], Sigma0=Sigma0, Q=Q, R=R, engine=engine)
-            for kk in ks:
-                y_pred[kk].append(k_step_prediction(model, theta_vec, res.x_filt, X0[b], u, kk))
-    return y_sim, y_pred
-
-
+    y_sim = [run(model, theta_vec, X0[b], data.inputs(b))[0] for b in range(len(data))]
+    ekf = EKF(model) if ks else None
+    return y_sim, k_step_predictions(ekf, theta_vec, data, X0, ks, ekf_covariances(model, Sigma0, Q, R), engine)

@@ -1,29 +1,6 @@
-"""Residual analysis of a fitted model (MATLAB ``resid``): are the residuals white and independent of the input?
-
-Residuals, per trajectory ``b``, output ``j``, over the samples ``t >= skip`` (the initial-state window left out):
-
-* ``"one_step"``: the EKF innovations ``e[t] = y[t] - g(x_{t|t-1})`` (one-step-ahead prediction errors);
-* ``"free_run"``: ``e[t] = y[t] - yhat[t]`` of the noise-free free run.
-
-Missing (NaN) outputs and non-finite predictions are masked: their centred residual is set to 0 and they are not
-counted. With ``e~ = e - mean(e)`` (mean pooled over trajectories) and ``u~ = u - mean(u)`` the correlations are
-pooled over trajectories, each lag taken within its trajectory only:
-
-    rho_e(tau)    = sum_b sum_t e~[t] e~[t - tau] / sum_b sum_t e~[t]^2                  tau = 0 .. lags
-    rho_eu(tau)   = sum_b sum_t e~[t] u~[t - tau] / sqrt(sum e~^2  sum u~^2)             tau = -lags .. lags
-
-(``rho_eu`` at negative lags correlates the residual with future inputs: feedback.) Bounds at ``level`` with
-``z = Phi^-1((1 + level) / 2)`` and ``N`` the number of valid residuals of the output:
-
-* whiteness: ``+- z / sqrt(N)`` (MATLAB ``resid``);
-* independence: ``+- z sqrt(P / N)``, ``P = sum_{k=-lags}^{lags} rho_e(k) rho_u(k)`` (Ljung, *System
-  Identification*, eq. 16.59: the variance of the cross-correlation of two independent series accounts for both
-  autocorrelations; ``P = 1`` when either is white, which gives the simple bound).
-
-The Ljung-Box portmanteau statistic per output, ``Q = N (N + 2) sum_{tau=1}^{lags} rho_e(tau)^2 / (N - tau)``, is
-chi-square with ``lags - dof`` degrees of freedom for white residuals; ``p = P(chi2 > Q)``. The residuals are
-called white when ``p >= 1 - level``.
-"""
+"""Residual analysis of a fitted model (MATLAB ``resid``): whiteness of the one-step (EKF innovation) and free-run
+residuals and their independence of the inputs, with the bounds of Ljung (eq. 16.59) and the Ljung-Box test.
+Formulas and measured false-alarm rates: docs/validation.md (residual analysis)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -37,7 +14,7 @@ from ...io._validate import check_data
 from ...model._simulation import as_theta_vector
 from ...runtime._checks import count
 from ...runtime._result import Result, plain
-from ._predictions import predictions, resolve_initial_states
+from ._predictions import check_level, predictions, resolve_initial_states, signal_names
 
 __all__ = ["ResidualAnalysis", "ResidualCorrelations", "residual_analysis"]
 
@@ -68,7 +45,7 @@ def _centred(parts: list) -> tuple[list, np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True, repr=False)
 class ResidualCorrelations(Result):
-    """Correlations of one kind of residual (see the module docstring).
+    """Correlations of one kind of residual (formulas: docs/validation.md).
 
     Attributes
     ----------
@@ -76,18 +53,13 @@ class ResidualCorrelations(Result):
         ``"one_step"`` or ``"free_run"``.
     residuals : list of numpy.ndarray
         (T_b - skip, ny) per trajectory, NaN where masked.
-    n : numpy.ndarray
-        (ny,) valid residuals per output.
-    mean, rms : numpy.ndarray
-        (ny,) mean and root mean square of the residuals (units of y).
-    autocorr : numpy.ndarray
-        (ny, lags + 1) normalised autocorrelation at lags 0 .. lags (``autocorr[:, 0] = 1``).
-    auto_bound : numpy.ndarray
-        (ny,) whiteness bound ``z / sqrt(N)``.
-    crosscorr : numpy.ndarray
-        (ny, nu, 2 lags + 1) normalised cross-correlation with each input at lags -lags .. lags.
-    cross_bound : numpy.ndarray
-        (ny, nu) independence bound (module docstring); NaN for a constant input.
+    n, mean, rms : numpy.ndarray
+        (ny,) valid residuals per output, their mean and root mean square (units of y).
+    autocorr, auto_bound : numpy.ndarray
+        (ny, lags + 1) normalised autocorrelation at lags 0 .. lags and the (ny,) whiteness bound ``z / sqrt(N)``.
+    crosscorr, cross_bound : numpy.ndarray
+        (ny, nu, 2 lags + 1) normalised cross-correlation with each input at lags -lags .. lags and the (ny, nu)
+        independence bound ``z sqrt(P / N)`` (NaN for a constant input).
     ljung_box, p_value : numpy.ndarray
         (ny,) Ljung-Box statistic and its p-value.
 
@@ -251,7 +223,7 @@ def residual_analysis(model, data, theta, *, lags: int = 25, level: float = 0.99
                       skip: int | None = None, starts=None, dof: int = 0, Sigma0=None, Q=None, R=None,
                       output_names: Sequence[str] | None = None, input_names: Sequence[str] | None = None,
                       engine: str = "python") -> ResidualAnalysis:
-    """Whiteness and input-independence of the one-step-ahead and free-run residuals (module docstring).
+    """Whiteness and input-independence of the one-step-ahead and free-run residuals (docs/validation.md).
 
     Parameters
     ----------
@@ -307,17 +279,13 @@ def residual_analysis(model, data, theta, *, lags: int = 25, level: float = 0.99
         raise ShapeError(f"kind: expected 'one_step' and/or 'free_run', got {kind!r}")
     count(lags, "lags")
     count(dof, "dof", 0)
-    if not 0.0 < float(level) < 1.0:
-        raise ShapeError(f"level: expected a probability in (0, 1), got {level!r}")
+    level = check_level(level)
     X0, skip = resolve_initial_states(model, data, theta_vec, x0, window=window, skip=skip, starts=starts)
     if lags >= min(data.lengths) - skip:
         raise ShapeError(f"lags: expected fewer than {min(data.lengths) - skip} (samples of the shortest trajectory "
                          f"after skip), got {lags}")
-    ynames = tuple(output_names) if output_names is not None else tuple(f"y{j}" for j in range(model.ny))
-    unames = tuple(input_names) if input_names is not None else tuple(f"u{i}" for i in range(model.nu))
-    if len(ynames) != model.ny or len(unames) != model.nu:
-        raise ShapeError(f"output_names/input_names: expected {model.ny} and {model.nu} names, got {len(ynames)} "
-                         f"and {len(unames)}")
+    ynames = signal_names(output_names, model.ny, "y", "output_names")
+    unames = signal_names(input_names, model.nu, "u", "input_names")
     y_sim, y_pred = predictions(model, data, theta_vec, X0, (1,) if "one_step" in kinds else (),
                                 Sigma0=Sigma0, Q=Q, R=R, engine=engine)
     us = [data.inputs(b)[skip:] for b in range(len(data))]
@@ -326,5 +294,5 @@ def residual_analysis(model, data, theta, *, lags: int = 25, level: float = 0.99
         preds = y_pred[1] if k == "one_step" else y_sim
         with np.errstate(invalid="ignore"):
             res = [np.where(np.isfinite(p[skip:]), data.y[b][skip:] - p[skip:], np.nan) for b, p in enumerate(preds)]
-        out[k] = correlations(k, res, us, int(lags), float(level), int(dof))
-    return ResidualAnalysis(out, int(lags), float(level), int(dof), skip, ynames, unames, X0)
+        out[k] = correlations(k, res, us, int(lags), level, int(dof))
+    return ResidualAnalysis(out, int(lags), level, int(dof), skip, ynames, unames, X0)

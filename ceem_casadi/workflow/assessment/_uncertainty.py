@@ -1,38 +1,11 @@
-"""Parameter uncertainty: the Laplace approximation at the CE-EM fixed point.
-
-CE-EM returns the mode (x*, theta*) of the joint log-density
-``L(x, theta) = J(x_{1:T}, theta) + log p(theta)`` (the states of every trajectory and the free
-parameters). The Laplace approximation replaces the posterior p(x, theta | y) by the Gaussian
-with that mean and precision ``H = -nabla^2 L(x*, theta*)``; the parameters' marginal covariance
-is the inverse of the Schur complement
-
-    I = H_tt - H_tx H_xx^{-1} H_xt ,
-
-the *observed information* of theta with the states eliminated. ``H_xx`` is block diagonal over
-trajectories and block tridiagonal in time (stages touch x_t or (x_t, x_{t+1}), see
-`ceem_casadi.objective._stages`), so ``I`` is accumulated trajectory by trajectory with LAPACK's banded
-Cholesky in O(T nx^2 (nx + n_theta)) time; no (T nx)^2 matrix is formed. The prior's curvature
-(parameters' Gaussian priors and the x_1 prior) is included.
-
-``hessian="exact"`` (default) uses the exact second derivatives: ``I`` is then the observed
-information, and equals the Hessian of the profile objective ``-max_x L(x, theta)`` at theta*.
-``"gauss-newton"`` drops the residual-curvature terms (``J^T J``): the expected (Fisher)
-information of the residual model, positive semi-definite by construction, cheaper for models
-with hundreds of parameters.
-
-Caveat: certainty equivalence treats the states as fixed at their mode; the only account of
-their uncertainty is the Laplace term above. For linear-Gaussian models with parameters that
-enter the state means only (inputs, offsets, observation gains acting on known signals) the
-Laplace approximation is exact and ``I^{-1}`` equals the inverse Hessian of the Kalman-filter
-log-likelihood; for parameters in the dynamics or noise-to-signal ratios that are not small, the
-joint mode differs from the maximum-likelihood estimate and ``I`` from the likelihood's Hessian
-by the curvature of ``log det H_xx(theta)`` (see ``tests/test_uncertainty.py``).
+"""Parameter uncertainty: the Laplace approximation at the CE-EM fixed point. The information of the free
+parameters is the Schur complement ``I = H_tt - H_tx H_xx^{-1} H_xt`` of the joint Hessian of -J (+ priors) with
+the states eliminated trajectory by trajectory by a banded Cholesky factorisation. Derivation, the exact and
+Gauss-Newton variants, the caveat of certainty equivalence and the validation: docs/uncertainty.md.
 """
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
-from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
@@ -43,43 +16,34 @@ from ...em._joint_gauss_newton import banded_upper
 from ...errors import SolverError
 from ...io._validate import check_data
 from ...learning._learner import AUTO_EXACT_INSTRUCTIONS
-from ...objective._identifiability import Direction, entry_names, spectrum, weak_directions
+from ...objective._identifiability import Direction, describe, entry_names, spectrum, weak_directions
 from ...objective._stages import StageFunctions
+from ...runtime._model_cache import cached, noise_key
 from ...runtime._threads import blas_threads
 from ._uncertainty_options import ParameterUncertainty, UncertaintyOptions
 
 log = logging.getLogger(__name__)
 
-# the most recently used stage Functions and mapped blocks, keyed by (id(model), hessian, compile
-# [, lengths]); each entry keeps its model alive, so an id is never reused while cached
-_CACHE: OrderedDict = OrderedDict()
-CACHE_SIZE = 8
-
-
-def _cached(key, model, build):
-    hit = _CACHE.get(key)
-    if hit is None or hit[0] is not model:
-        hit = _CACHE[key] = (model, build())
-        while len(_CACHE) > CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    _CACHE.move_to_end(key)
-    return hit[1]
-
-
 def _blocks(model, lengths, options: UncertaintyOptions):
-    """Mapped stage blocks for ``model`` and these trajectory lengths (built once, cached)."""
-    base = (id(model), options.hessian, options.compile)
-    stages = _cached(base, model, lambda: StageFunctions(model, options.hessian, options.compile))
+    """Mapped stage blocks of ``model`` for these trajectory lengths (library cache, one per thread)."""
+    stages = cached(model, "uncertainty stages", (options.hessian, options.compile),
+                    lambda: StageFunctions(model, options.hessian, options.compile), per_thread=True)
     if options.hessian == "exact":
-        estimate = stages.instructions(["dyn_cost", "obs_cost"]) * model.params.size
-        if estimate > AUTO_EXACT_INSTRUCTIONS and (*base, tuple(lengths)) not in _CACHE:
-            log.warning("the exact parameter Hessian of model %r is long (~%d SX instructions per stage): building "
-                        "it may take minutes; UncertaintyOptions(hessian='gauss-newton') is much cheaper",
-                        getattr(model, "name", "model"), estimate)
-        build = lambda: ExactBlocks(stages, sum(lengths), sum(T - 1 for T in lengths))  # noqa: E731
-    else:
-        build = lambda: GaussNewtonBlocks(model, lengths, stages)  # noqa: E731
-    return _cached((*base, tuple(lengths)), model, build)
+        return cached(model, "uncertainty blocks", ("exact", options.compile, tuple(lengths)),
+                      lambda: _exact_blocks(model, stages, lengths), per_thread=True)
+    # the Gauss-Newton residuals bake the noise weights in
+    return cached(model, "uncertainty blocks", ("gauss-newton", options.compile, tuple(lengths), noise_key(model)),
+                  lambda: GaussNewtonBlocks(model, lengths, stages), per_thread=True)
+
+
+def _exact_blocks(model, stages: StageFunctions, lengths) -> ExactBlocks:
+    """The exact blocks, with a warning before a build that may take minutes."""
+    estimate = stages.instructions(["dyn_cost", "obs_cost"]) * model.params.size
+    if estimate > AUTO_EXACT_INSTRUCTIONS:
+        log.warning("the exact parameter Hessian of model %r is long (~%d SX instructions per stage): building "
+                    "it may take minutes; UncertaintyOptions(hessian='gauss-newton') is much cheaper",
+                    getattr(model, "name", "model"), estimate)
+    return ExactBlocks(stages, sum(lengths), sum(T - 1 for T in lengths))
 
 
 def reduced_hessian(model, data, theta_vec, xs, options: UncertaintyOptions = UncertaintyOptions()) -> np.ndarray:
@@ -119,15 +83,13 @@ def reduced_hessian(model, data, theta_vec, xs, options: UncertaintyOptions = Un
     return 0.5 * (S + S.T)
 
 
+BOUND_TOL = 1e-6  # a parameter within BOUND_TOL * max(1, |bound|) of a bound is at the bound
 GRADIENT_CHECK_MAX = 50  # free parameters up to which the stationarity of theta is checked (2 J per entry)
 
 
 def _off_maximum(model, data, theta_vec, xs, free, cov, se, names, use_prior: bool) -> str | None:
-    """A warning when ``theta_vec`` is not a maximum of ``max_x J(x, theta) (+ log prior)``: the
-    Newton step ``cov @ grad`` (the gradient by central differences of J at the states ``xs``, which
-    is the reduced objective's gradient when they are its maximisers) moves some parameter by more
-    than one standard error. The intervals then describe the curvature at a point that is not the
-    estimate (e.g. a theta from a fit stopped early, passed as a dict)."""
+    """A warning when one Newton step ``cov @ grad`` from ``theta_vec`` (gradient of J + log prior by central
+    differences at the states ``xs``) moves some free parameter by more than one standard error, else None."""
     if not 0 < free.size <= GRADIENT_CHECK_MAX:
         return None
     from ...smoothing._smoother import Smoother
@@ -163,18 +125,46 @@ def _off_maximum(model, data, theta_vec, xs, free, cov, se, names, use_prior: bo
             f"at the estimate); fit to convergence first (ceem, or the CLI's fit) and pass its result")
 
 
-def _states_at(model, data, theta_vec):
-    """MAP states at fixed ``theta_vec`` (one smoothing step from the EKF/RTS estimate)."""
-    from ...smoothing._initial_states import eks_states
+def _states(model, data, theta_vec, xs) -> list:
+    """The states (T_b, nx) per trajectory: ``xs`` checked against ``data``, or, when None, the smoothing step's
+    optimum at fixed ``theta_vec`` from the EKF/RTS estimate."""
+    from ...smoothing._initial_states import check_states, eks_states
     from ...smoothing._options import SmootherOptions
     from ...smoothing._smoother import Smoother
 
-    sm = Smoother(model, SmootherOptions(max_iters=500))
-    res = sm.solve(theta_vec, data, eks_states(model, theta_vec, data))
+    if xs is not None:
+        return check_states(model, data, xs, "result.x (the fit's states)",
+                            f"; the fit's states cover trajectories of lengths {[len(x) for x in xs]}, the data "
+                            f"{list(data.lengths)}: pass the data the fit used, or the theta dict (the states are "
+                            f"then recomputed on this data)")
+    res = Smoother(model, SmootherOptions(max_iters=500)).solve(theta_vec, data, eks_states(model, theta_vec, data))
     bad = [b for b, r in enumerate(res) if not r.success]
     if bad:
         raise SolverError(f"smoothing at theta failed on trajectories {bad} ({[res[b].status for b in bad]})")
     return [r.x for r in res]
+
+
+def _at_bound(params, est) -> np.ndarray:
+    """(n,) bool: free entries ``est`` within ``BOUND_TOL * max(1, |bound|)`` of a bound."""
+    lo, hi = params.lower[params.free_index], params.upper[params.free_index]
+    return ((np.isfinite(lo) & (est - lo <= BOUND_TOL * np.maximum(1.0, np.abs(lo))))
+            | (np.isfinite(hi) & (hi - est <= BOUND_TOL * np.maximum(1.0, np.abs(hi)))))
+
+
+def _covariance(info, active, names, tol: float):
+    """``(covariance (n, n), identifiable (n,), spectrum, weak directions)`` of the information ``info`` (n, n): the
+    Jacobi-scaled pseudo-inverse on the identifiable subspace of the entries not at a bound (``active``)."""
+    inner = np.flatnonzero(~active)
+    sub = info[np.ix_(inner, inner)]
+    spec = spectrum(sub, tol)
+    dirs: list[Direction] = weak_directions(sub, [names[i] for i in inner], tol, spec)
+    U = spec.vectors[:, ~spec.weak]
+    cov = np.zeros(info.shape)
+    cov[np.ix_(inner, inner)] = spec.scale[:, None] * ((U / (spec.eigenvalues[~spec.weak] * spec.top)) @ U.T) \
+        * spec.scale[None, :]
+    identifiable = np.ones(len(names), bool)
+    identifiable[inner] = np.sum(spec.vectors[:, spec.weak] ** 2, axis=1) < 1e-6
+    return cov, identifiable, spec, dirs
 
 
 def parameter_uncertainty(model, data, theta, *, states=None, options: UncertaintyOptions = UncertaintyOptions()
@@ -199,8 +189,8 @@ def parameter_uncertainty(model, data, theta, *, states=None, options: Uncertain
     Returns
     -------
     ParameterUncertainty
-        See the module docstring for the math and its caveat. Non-identifiable directions and
-        parameters at bounds are listed in ``warnings`` and logged.
+        The math and its caveat: docs/uncertainty.md. Non-identifiable directions and parameters at
+        bounds are listed in ``warnings`` and logged.
 
     Examples
     --------
@@ -226,59 +216,22 @@ def parameter_uncertainty(model, data, theta, *, states=None, options: Uncertain
     """
     if not isinstance(options, UncertaintyOptions):
         raise TypeError(f"options must be an UncertaintyOptions, got {type(options).__name__}")
-    with blas_threads(options.blas_threads):
-        if states is not None:
-            theta = _Fit(theta if isinstance(theta, dict) else theta.theta, states,
-                         getattr(theta, "status", "converged"))
-        return _parameter_uncertainty(model, data, theta, options)
-
-
-@dataclass(frozen=True)
-class _Fit:
-    """Parameters, states and status handed to the uncertainty as one fit."""
-
-    theta: dict
-    x: list
-    status: str = "converged"
-
-
-def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> ParameterUncertainty:
     check_data(model, data)
-    params = model.params
-    theta = result if isinstance(result, dict) else result.theta
-    theta_vec = params.to_vector(theta)
-    xs = getattr(result, "x", None)
-    from ...smoothing._initial_states import check_states
+    theta_vec = model.params.to_vector(theta if isinstance(theta, dict) else theta.theta)
+    xs = states if states is not None else getattr(theta, "x", None)
+    with blas_threads(1):  # multi-threaded BLAS spins on shared cores (as CEEMOptions' default)
+        return _uncertainty(model, data, theta_vec, _states(model, data, theta_vec, xs),
+                            getattr(theta, "status", "converged"), options)
 
-    if xs is not None:
-        xs = check_states(model, data, xs, "result.x (the fit's states)",
-                          f"; the fit's states cover trajectories of lengths {[len(x) for x in xs]}, the data "
-                          f"{list(data.lengths)}: pass the data the fit used, or the theta dict (the states are "
-                          f"then recomputed on this data)")
-    else:
-        xs = _states_at(model, data, theta_vec)
-    info = reduced_hessian(model, data, theta_vec, xs, options)
-    free = params.free_index
-    names = entry_names(params, free)
+
+def _uncertainty(model, data, theta_vec, xs, status, options: UncertaintyOptions) -> ParameterUncertainty:
+    """`parameter_uncertainty` at ``theta_vec`` (np,) and the states ``xs``; ``status`` of the fit they come from."""
+    free = model.params.free_index
+    names = entry_names(model.params, free)
     est = theta_vec[free]
-    lo, hi = params.lower[free], params.upper[free]
-    tol_b = options.bound_tol
-    active = ((np.isfinite(lo) & (est - lo <= tol_b * np.maximum(1.0, np.abs(lo))))
-              | (np.isfinite(hi) & (hi - est <= tol_b * np.maximum(1.0, np.abs(hi)))))
-    inner = np.flatnonzero(~active)
-    sub = info[np.ix_(inner, inner)]
-    spec = spectrum(sub, options.identifiability_tol)
-    inner_names = [names[i] for i in inner]
-    dirs: list[Direction] = weak_directions(sub, inner_names, options.identifiability_tol, spec)
-    strong = ~spec.weak
-    U = spec.vectors[:, strong]
-    cov_s = (U / (spec.eigenvalues[strong] * spec.top)) @ U.T
-    n = free.size
-    cov = np.zeros((n, n))
-    cov[np.ix_(inner, inner)] = spec.scale[:, None] * cov_s * spec.scale[None, :]
-    null_weight = np.sum(spec.vectors[:, spec.weak] ** 2, axis=1)
-    identifiable = np.ones(n, bool)
-    identifiable[inner] = null_weight < 1e-6
+    info = reduced_hessian(model, data, theta_vec, xs, options)
+    active = _at_bound(model.params, est)
+    cov, identifiable, spec, dirs = _covariance(info, active, names, options.identifiability_tol)
     se = np.sqrt(np.maximum(np.diag(cov), 0.0))
     se[~identifiable] = np.inf
     se[active] = np.nan
@@ -287,24 +240,19 @@ def _parameter_uncertainty(model, data, result, options: UncertaintyOptions) -> 
         corr = cov / np.outer(se, se)
     corr[~np.isfinite(corr)] = np.nan
     at_bound = [names[i] for i in np.flatnonzero(active)]
-    warnings = []
-    if dirs:
-        from ...objective._identifiability import describe
-        warnings.append(describe(dirs, "the parameters' information (reduced Hessian)"))
+    warnings = [describe(dirs, "the parameters' information (reduced Hessian)")] if dirs else []
     if at_bound:
         warnings.append(f"parameter(s) {at_bound} at a bound: no interval (the Laplace approximation does not "
                         f"apply there); the other parameters' covariance is conditional on them")
-    status = getattr(result, "status", "converged")
     if status != "converged":
         warnings.append(f"the fit's status is '{status}', not 'converged': the Laplace approximation assumes a "
                         f"fixed point of CE-EM")
-    off = _off_maximum(model, data, theta_vec, xs, free, cov, se, names, options.use_prior) \
-        if status == "converged" else None  # a stopped fit already has its warning
-    if off:
-        warnings.append(off)
+    else:  # a stopped fit already has its warning
+        warnings.append(_off_maximum(model, data, theta_vec, xs, free, cov, se, names, options.use_prior))
     if np.any(spec.eigenvalues < -options.identifiability_tol):
         warnings.append("the reduced Hessian has negative eigenvalues: the point is not a maximum of J; "
                         "run ceem to convergence before computing uncertainties")
+    warnings = [w for w in warnings if w]
     for w in warnings:
         log.warning(w)
     return ParameterUncertainty(names, free, est, info, cov, se, est - z * se, est + z * se, corr, at_bound,

@@ -26,16 +26,10 @@ class UncertaintyOptions:
         A direction whose relative eigenvalue (see `ceem_casadi.objective._identifiability`) is below
         this is reported as non-identifiable (1e-10; structurally non-identifiable directions
         sit at round-off, ~1e-16).
-    bound_tol : float
-        A parameter within ``bound_tol * max(1, |bound|)`` of a bound is "at the bound".
     use_prior : bool
         Include the parameters' Gaussian priors (as the fit does by default).
     compile : bool, optional
         Compile the stage Functions (as in [`SmootherOptions`][ceem_casadi.SmootherOptions]).
-    blas_threads : int, optional
-        BLAS threads during the computation (1 by default, as in
-        [`CEEMOptions`][ceem_casadi.CEEMOptions]: multi-threaded BLAS spins on shared cores; a banded
-        Cholesky of six coupled Lorenz took 2 s instead of milliseconds); ``None`` leaves it alone.
 
     Raises
     ------
@@ -58,10 +52,8 @@ class UncertaintyOptions:
     hessian: str = "exact"
     level: float = 0.95
     identifiability_tol: float = 1e-10
-    bound_tol: float = 1e-6
     use_prior: bool = True
     compile: bool | None = None
-    blas_threads: int | None = 1
 
     def __post_init__(self):
         check_fields(self)
@@ -71,10 +63,6 @@ class UncertaintyOptions:
             raise OptionsError(f"level must be in (0, 1), e.g. 0.95, got {self.level!r}")
         if not 0 < self.identifiability_tol < 1:
             raise OptionsError(f"identifiability_tol must be in (0, 1), got {self.identifiability_tol!r}")
-        if not 0 <= self.bound_tol < 1:
-            raise OptionsError(f"bound_tol must be in [0, 1), got {self.bound_tol!r}")
-        if not (self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1)):
-            raise OptionsError(f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
 
 
 @dataclass(repr=False)
@@ -87,23 +75,14 @@ class ParameterUncertainty(Result):
         (n,) entry names (``"sigma"``, ``"H[0,1]"``).
     index : numpy.ndarray
         (n,) positions in the flat parameter vector.
-    estimate : numpy.ndarray
-        (n,) values.
-    information : numpy.ndarray
-        (n, n) the reduced Hessian I (observed information).
-    covariance : numpy.ndarray
-        (n, n) ``I^{-1}`` on the identifiable subspace (pseudo-inverse; rows/columns of
-        parameters at a bound are zero).
-    std_error : numpy.ndarray
-        (n,) square root of its diagonal, ``inf`` for parameters in a non-identifiable
-        direction, ``nan`` for parameters at a bound.
-    lower, upper : numpy.ndarray
-        (n,) ``estimate -/+ z * std_error`` with z the normal quantile of ``level``.
-    correlation : numpy.ndarray
-        (n, n) correlations (nan where a standard error is not finite).
+    estimate, std_error, lower, upper : numpy.ndarray
+        (n,) values, standard errors (``inf`` in a non-identifiable direction, ``nan`` at a bound) and the
+        interval ``estimate -/+ z * std_error`` with z the normal quantile of ``level``.
+    information, covariance, correlation : numpy.ndarray
+        (n, n) the reduced Hessian I (observed information), ``I^{-1}`` on the identifiable subspace
+        (pseudo-inverse; zero rows/columns at a bound) and the correlations (nan where an error is not finite).
     at_bound : list of str
-        Names of parameters at a bound (held fixed: the others' covariance is conditional on
-        them; the Laplace approximation does not apply at a bound).
+        Parameters at a bound (held fixed: the others' covariance is conditional on them).
     identifiable : numpy.ndarray
         (n,) bool.
     directions : list of Direction
