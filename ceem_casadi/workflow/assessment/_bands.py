@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import norm
+from scipy.special import ndtri
 
 from ...errors import ShapeError
 from ...io._validate import check_data
@@ -285,7 +285,7 @@ def simulation_bands(model, data, theta, uncertainty, *, level: float = 0.95, me
     if ks and max(ks) >= min(data.lengths):
         raise ShapeError(f"k: expected horizons below {min(data.lengths)} (shortest trajectory), got {max(ks)}")
     names = signal_names(output_names, model.ny, "y", "output_names")
-    z = float(norm.ppf(0.5 + level / 2))
+    z = float(ndtri(0.5 + level / 2))
     sv = model.noise.measurement_std if measurement_noise else np.zeros(model.ny)
     ekf = None
     if ks:

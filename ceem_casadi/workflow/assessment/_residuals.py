@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import chi2, norm
+from scipy.special import chdtrc, ndtri
 
 from ...errors import ShapeError
 from ...io._validate import check_data
@@ -101,7 +101,7 @@ def correlations(kind: str, res: list, u: list, lags: int, level: float, dof: in
     """The `ResidualCorrelations` of residuals ``res`` (list of (T_b, ny), NaN masked) and inputs ``u`` (list of (T_b, nu))."""
     e, mean, n = _centred(res)
     ut, _, _ = _centred(u)
-    z = float(norm.ppf(0.5 + level / 2))
+    z = float(ndtri(0.5 + level / 2))
     pos = np.arange(lags + 1)
     both = np.arange(-lags, lags + 1)
     ny = e[0].shape[1]
@@ -119,7 +119,7 @@ def correlations(kind: str, res: list, u: list, lags: int, level: float, dof: in
         auto_bound = z / np.sqrt(n)
         N = n.astype(float)
         Q = N * (N + 2.0) * np.sum(auto[:, 1:] ** 2 / (N[:, None] - pos[None, 1:]), axis=1)
-    p = chi2.sf(Q, max(lags - dof, 1))
+    p = chdtrc(max(lags - dof, 1), Q)
     rms = np.sqrt(np.array([np.sum(np.concatenate([x[:, j] for x in e]) ** 2) for j in range(ny)]) / np.maximum(n, 1)
                   + mean ** 2)
     return ResidualCorrelations(kind, res, n, mean, rms, auto, auto_bound, cross, cross_bound, Q, p)

@@ -9,7 +9,7 @@ import logging
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
-from scipy.stats import norm
+from scipy.special import ndtri
 
 from ...em._hessian_blocks import ExactBlocks, GaussNewtonBlocks
 from ...em._joint_gauss_newton import banded_upper
@@ -235,7 +235,7 @@ def _uncertainty(model, data, theta_vec, xs, status, options: UncertaintyOptions
     se = np.sqrt(np.maximum(np.diag(cov), 0.0))
     se[~identifiable] = np.inf
     se[active] = np.nan
-    z = float(norm.ppf(0.5 + options.level / 2))
+    z = float(ndtri(0.5 + options.level / 2))
     with np.errstate(invalid="ignore"):
         corr = cov / np.outer(se, se)
     corr[~np.isfinite(corr)] = np.nan
