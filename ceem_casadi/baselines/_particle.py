@@ -1,25 +1,5 @@
-"""Fully adapted particle filter and FFBSi backward simulation (the E-step of particle EM).
-
-The baseline of section 4.1.2 of the CE-EM paper, on the same model and data objects as CE-EM.
-Model (Gaussian noise from ``model.noise`` unless overridden)::
-
-    x[t+1] = f(x[t], u[t], p) + w[t],   w ~ N(0, Q),  Q = diag(process_std**2)
-    y[t]   = g(x[t], u[t], p) + v[t],   v ~ N(0, R),  R = diag(measurement_std**2)
-    x[1]   ~ N(x0_mean, x0_cov)
-
-**Filter.** When ``g`` is linear in x (``g = C(u, p) x + d(u, p)``, detected symbolically: the
-Jacobian dg/dx does not depend on x), the filter is *fully adapted* (Pitt & Shephard 1999):
-the first-stage weights are ``w[t-1]^i p(y[t] | x[t-1]^i)`` with
-``p(y | x') = N(y; C f(x') + d, C Q C^T + R)``, and particles are propagated from the optimal
-proposal ``p(x[t] | x[t-1], y[t]) = N(f + K (y - C f - d), Q - K C Q)``, ``K = Q C^T S^-1``.
-Otherwise a bootstrap proposal ``f(x) + w`` is used (with a warning). Systematic resampling
-is triggered when the effective sample size falls below ``ess_threshold * N``. NaN entries of
-``y`` are skipped. ``f`` is evaluated on all particles at once (``model.f.map(N)``).
-
-**Smoother.** FFBSi (Godsill, Doucet & West 2004) draws ``Ns`` trajectories backwards with
-weights ``w[t]^i N(x*[t+1]; f(x[t]^i), Q)``: O(N Ns) per step, vectorised.
-
-Particle EM (the SAEM M-step on these samples) is `ceem_casadi.baselines._saem`.
+"""Fully adapted particle filter and FFBSi backward simulation (the E-step of particle EM); the filter, its
+proposals and the smoother are described in docs/api/baselines.md.
 """
 from __future__ import annotations
 
@@ -217,7 +197,7 @@ class ParticleFilter:
 def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x0_cov,
                     rng: np.random.Generator, Q=None, R=None, ess_threshold: float = 0.5,
                     proposal: str = "auto") -> ParticleFilterResult:
-    """Run the particle filter on one trajectory (see the module docstring).
+    """Run the particle filter on one trajectory (docs/api/baselines.md).
 
     For repeated calls build a `ParticleFilter` once.
 
