@@ -36,6 +36,11 @@ def _removed_x0_prior(value, kwargs) -> None:
 class ParticleEMOptions:
     """Particle EM settings (defaults from the paper: Np = 100, Ns = 10).
 
+    The prior of the first state is the model's (``model.with_noise(x1_mean=..., x1_std=...)``); BLAS runs
+    with one thread (threaded BLAS on the shared 2-core machine: one six-coupled-Lorenz epoch 208 s
+    instead of 14.5 s); the filter's proposal is fully adapted when g is linear in x, else bootstrap, and it
+    resamples when the ESS falls below half the particles.
+
     Parameters
     ----------
     n_particles : int
@@ -50,11 +55,6 @@ class ParticleEMOptions:
         Iterations of samples kept in the M-step (window of the SAEM average).
     learner : LearnerOptions
         Options of the M-step NLP.
-
-    The prior of the first state is the model's (``model.with_noise(x1_mean=..., x1_std=...)``); BLAS runs
-    with one thread (threaded BLAS on the shared 2-core machine: one six-coupled-Lorenz epoch 208 s
-    instead of 14.5 s); the filter's proposal is fully adapted when g is linear in x, else bootstrap, and it
-    resamples when the ESS falls below half the particles.
 
     Raises
     ------

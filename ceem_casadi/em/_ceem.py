@@ -1,17 +1,6 @@
-"""Certainty-equivalent EM (Algorithm 1 of Menda et al., ICML 2020).
-
-Block coordinate ascent on the joint log-density J(x_{1:T}, theta):
-
-    repeat
-        x     <- argmax_x  J(x, theta) - rho_x ||x - x_prev||^2                 (smoothing)
-        theta <- argmax_th J(x, th) - rho_theta ||th - theta_prev||^2 + log p(th) (learning)
-    until the increase of J + log p(theta) over one iteration is at most tol * max(1, |J|)
-
-Both solvers are built once and reused. A step whose solver fails (non-finite result or an
-IPOPT error status) is not taken: the loop stops with ``status = "solver_failed"`` and the
-last good iterate. A step that lowers the objective (possible when IPOPT stops early) is
-rejected the same way (recorded with ``accepted=False``), the loop stops with
-``status = "stalled"``, so the returned objective never decreases.
+"""Certainty-equivalent EM (Algorithm 1 of Menda et al., ICML 2020): block coordinate ascent on the joint
+log-density J(x, theta), smoothing and learning steps alternated, a failed or descending step never taken
+(the loop, its stopping rules and the accelerations' steps: docs/algorithms.md).
 """
 from __future__ import annotations
 
@@ -154,23 +143,8 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
 
     Notes
     -----
-    With ``options.acceleration == "squarem"`` every two plain EM steps are followed by one
-    step from a SQUAREM extrapolation of theta (and of the states, as a warm start); that step
-    is kept only if it increases the objective beyond the plain steps, so the recorded
-    objective still never decreases.
-
-    With ``options.acceleration == "newton"`` the first iteration is a plain EM step (a joint step
-    when a converged warm start, `CEEMOptions.warm_start`, gave the starting theta); then each
-    iteration tries a joint Gauss-Newton (Levenberg-Marquardt) step on (x, theta)
-    (`ceem_casadi.em._joint_gauss_newton`), kept only when it increases the objective (record
-    kind ``"newton"``, its time in ``learn_s``), and falls back to a plain EM step otherwise.
-    Convergence is always judged on a plain EM step, so the result is a fixed point of
-    Algorithm 1; the trust regions rho_x, rho_theta apply to the EM steps only.
-
-    With ``"joint"``, after the first (plain EM) step IPOPT solves max_{x, theta} J + log p(theta)
-    in one NLP (`ceem_casadi.em._joint_nlp`; kind ``"joint"``, time in ``learn_s``), kept when it
-    increases the objective; a plain EM step follows to judge convergence. After
-    ``JOINT_MAX_FAILURES`` solves without increase, only EM steps are taken.
+    Convergence is always judged on a plain EM step, so the result is a fixed point of Algorithm 1 whatever
+    the acceleration; how each acceleration steps is in docs/algorithms.md.
 
     Examples
     --------

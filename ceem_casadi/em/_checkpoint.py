@@ -1,12 +1,5 @@
-"""Per-iteration checkpoints of a CE-EM fit, written atomically, and resuming from them.
-
-A checkpoint is an integrity-checked ``.npz`` (see `ceem_casadi.deploy._modelfile`) with the
-current theta, the iteration history, the smoothed states when available and a fingerprint of
-the model and data. `CheckpointWriter` is a ``ceem`` callback that rewrites it after every
-iteration by writing a temporary file and renaming it over the old one, so a process killed at
-any moment (SIGINT or SIGKILL) leaves the previous complete checkpoint: at most the current
-iteration is lost. `resume` restarts [`ceem_casadi.ceem`][ceem_casadi.ceem] from the checkpointed theta
-(and states) and prepends the saved history; the fixed point is the same to solver tolerance.
+"""Per-iteration checkpoints of a CE-EM fit, written atomically (a killed process leaves the previous
+complete checkpoint), and resuming from them (docs/algorithms.md).
 """
 from __future__ import annotations
 

@@ -51,40 +51,23 @@ class CEEMOptions:
         Raise [`SolverError`][ceem_casadi.SolverError] instead of returning a result with
         ``status = "solver_failed"``.
     acceleration : str or Acceleration
-        The acceleration strategy (`ceem_casadi.em`): ``"none"`` (`Plain`, Algorithm 1 as in the paper),
-        ``"squarem"`` (`Squarem`): after every two EM steps, one step from a SQUAREM extrapolation, kept
-        only if it improves the objective. Plain EM converges linearly and slowly when states and
-        parameters are strongly coupled (many hidden, nearly deterministic states); SQUAREM needs far
-        fewer iterations there. ``"newton"`` (`Newton`): after the first EM step, joint Gauss-Newton
-        (Levenberg-Marquardt) steps on (x, theta) over the same objective, each kept only if it improves
-        it, with plain EM steps whenever one fails; converges quadratically near the optimum (see
-        [`ceem`][ceem_casadi.ceem]). ``"joint"`` (`Joint`): after the first EM step, IPOPT solves the
-        joint problem max_{x, theta} J in one NLP (all states, free parameters; arrowhead Hessian,
-        `ceem_casadi.em._joint_nlp`), then a plain EM step checks the result (convergence is judged on
-        it as always). A name stands for the strategy with its defaults; an object carries its own
-        settings, e.g. ``ceem_casadi.em.Joint(hessian="exact")`` (``joint_hessian="exact"`` is the
-        deprecated spelling of that, mapped with a ``DeprecationWarning``).
+        The acceleration strategy (`ceem_casadi.em`), a name standing for the strategy with its defaults or
+        an object with its own settings: ``"none"`` (`Plain`, Algorithm 1 as in the paper), ``"squarem"``
+        (`Squarem`), ``"newton"`` (`Newton`, joint Gauss-Newton steps on (x, theta)) or ``"joint"`` (`Joint`,
+        one IPOPT NLP over (x, theta)); which to choose, measured: docs/choosing.md. ``joint_hessian=`` is
+        the deprecated spelling of ``Joint(hessian=...)``.
     blas_threads : int, optional
         Threads of numpy's/scipy's BLAS during the fit (1 by default: multi-threaded BLAS
         degrades badly on shared cores, see `ceem_casadi.runtime._threads`); ``None`` leaves the
         library's setting alone.
     time_limit : float, optional
-        Wall-clock budget in seconds for the whole [`ceem`][ceem_casadi.ceem] call (solver
-        construction and initial states included), or ``None`` (default: no limit). The budget is
-        checked before every step and passed to every IPOPT solve, which stops at its next
-        iteration once it is spent (overrun: about one IPOPT iteration plus one evaluation of J);
-        the interrupted step is discarded and the fit returns ``status = "time_limit"`` with the
-        last accepted iterate (theta, states, history).
+        Wall-clock budget in seconds of the whole [`ceem`][ceem_casadi.ceem] call, or ``None`` (no limit),
+        checked before every step and passed to every IPOPT solve; the interrupted step is discarded and the
+        fit returns ``status = "time_limit"`` with the last accepted iterate.
     warm_start : int, optional
-        Long records: first fit the leading ``warm_start`` samples of every trajectory (same
-        options, no callback), then the whole record from that fit's theta; ``result.warm_start``
-        holds the leading fit. ``None`` (default): the long-record policy, a leading fit of
-        ``WARM_LENGTH`` = 20,000 samples once a trajectory has ``WARM_FROM`` = 100,000 or more
-        (`ceem_casadi.runtime._policy`); ``0``: never. Skipped when ``x_init`` is given, when no
-        trajectory is longer than the leading length, and with an ``executor``. The fixed point
-        is the whole record's, as without it (the leading fit only moves the start); far from the
-        optimum, where EM and its accelerations need many iterations, each costs T / warm_start
-        times less there (Wiener-Hammerstein, T = 10^6: docs/scaling.md).
+        Long records: first fit the leading ``warm_start`` samples of every trajectory, then the whole
+        record from that fit's theta (``result.warm_start``); ``None`` (default): the long-record policy
+        (docs/long_records.md); ``0``: never. The fixed point is the whole record's either way.
     executor : dask.distributed.Client, concurrent.futures.Executor or Sharded, optional
         ``None`` (default: ``n_jobs`` decides), a ``dask.distributed.Client`` (smoothing and
         learning distributed, states kept on the workers), a ``concurrent.futures.Executor``

@@ -1,8 +1,5 @@
 """The objectives of many trajectories of one length, evaluated together (the batched smoother's
-`solve_many` objective): the mapped stage Functions of up to ``policy.CALL_COLUMNS`` steps per
-call, their observation terms optionally by numpy from a column-wise ``observe``
-([`ObservationColumns`][ceem_casadi.smoothing.ObservationColumns]), the trust region and the x_1
-prior added in numpy. See `ceem_casadi.smoothing._batched` for the method.
+`solve_many` objective; docs/algorithms.md).
 """
 from __future__ import annotations
 

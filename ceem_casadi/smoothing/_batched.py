@@ -1,36 +1,5 @@
-"""Smoothing many short trajectories together: one mapped evaluation and one banded factorisation per round.
-
-The smoothing problems of B trajectories of the same length T are independent: the Hessian of
-their sum is block diagonal, with one block-tridiagonal (nx T)^2 block per trajectory, i.e. ONE
-band matrix of nx T B columns with 2 nx - 1 super-diagonals whose coupling between consecutive
-trajectories is zero. This module solves them side by side with the damped Newton method of
-`ceem_casadi.smoothing._banded` (each trajectory keeps its own
-iterate, line search, Levenberg-Marquardt shift, stopping test and IPOPT-named status, exactly
-as ``SmootherOptions(solver="banded")`` per trajectory), with every round's work done in one call
-each (`solve_many`):
-
-- the cost, gradient and Hessian band of all requesting trajectories: CasADi Functions
-  mapping the (compiled) stage Functions over the n T steps of up to ``policy.CALL_COLUMNS``
-  steps' worth of trajectories per call (a fixed, small set of Function sizes: building one costs
-  time in proportion to its columns, 1.8 s for 40 helicopter-size trajectories, paid again in
-  every fresh worker process, while per step the calls of 1 to 40 trajectories ran equally
-  fast), the parameter vector p and the noise weights passed once (``map`` with ``reduce_in``: repeating p for every step copies
-  np x n T doubles per call; the 2,246-parameter helicopter-size head at T = 500: 160 ms instead
-  of 14 ms per trajectory, measured in issue 26). The stacked trajectories are one long record
-  whose dynamics stages across a trajectory boundary have weight 0 (`BatchObjective`, in
-  `ceem_casadi.smoothing._batch_objective`). With ``Smoother(observe=...)`` (a column-wise
-  observation map) and the Gauss-Newton Hessian, the observation stages' terms come from
-  [`ObservationColumns`][ceem_casadi.smoothing.ObservationColumns] (numpy, BLAS) and enter
-  these Functions as inputs: helicopter size, the smoothing step's CPU time 8.4 -> 5.5 s;
-- the trial costs of the line searches: one mapped cost Function;
-- the Newton directions: one LAPACK banded Cholesky factorisation and solve over the stacked band.
-
-Trajectories are solved in batches of at most ``policy.BATCH_COLUMNS`` time steps (memory: the stage
-Hessians of one evaluation take (2 nx)^2 doubles per step). ``SmootherOptions(solver="batched")``
-selects it; with ``solver=None`` it is used where it was measured faster than IPOPT:
-`batched_default`, one threshold
-``policy.BATCHED_MIN_TRAJECTORIES`` (and no state bounds, records shorter than the long-record threshold
-of `ceem_casadi.smoothing._smoother`).
+"""Smoothing many short trajectories of one length together: one mapped evaluation and one banded
+factorisation per Newton round for all of them (the method and its measured figures: docs/algorithms.md).
 """
 from __future__ import annotations
 

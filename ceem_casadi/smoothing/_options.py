@@ -34,13 +34,9 @@ class SmootherOptions:
         Evaluate cost, gradient and Hessian in chunks of this many time steps (memory of long
         records, same numbers); ``None`` = chunks of 2,000 from T = 20,000 on, 0 = never.
     solver : str, optional
-        ``"ipopt"`` (IPOPT + MUMPS), ``"banded"`` (Newton steps on the block-tridiagonal Hessian
-        with LAPACK's banded Cholesky, a Levenberg-Marquardt shift and an Armijo line search,
-        `ceem_casadi.smoothing._banded`; same optimum, no state bounds), ``"batched"`` (the same
-        Newton steps for all trajectories of a length at once, one mapped evaluation of all stage
-        derivatives per step, `ceem_casadi.smoothing._batched`) or ``None`` (default): without
-        state bounds, batched below T = 20,000 and banded from there on (the long-record policy,
-        `ceem_casadi.runtime._policy`); with bounds ``"ipopt"``.
+        ``"ipopt"`` (IPOPT + MUMPS), ``"banded"`` (damped Newton steps on the block-tridiagonal Hessian with
+        LAPACK's banded Cholesky; no state bounds), ``"batched"`` (those steps for all trajectories of a
+        length at once) or ``None`` (default: the long-record policy, docs/choosing.md).
 
     Raises
     ------

@@ -1,20 +1,6 @@
-"""Smoothing step (E-step): the maximum-a-posteriori state trajectory for fixed theta.
-
-For one trajectory of length T, with X = [x_1 ... x_T] (nx, T), the NLP is
-
-    min_X  sum_t 0.5||r_o[t](x_t)||^2 + sum_t 0.5||r_d[t](x_t, x_{t+1})||^2
-           + 0.5||(x_1 - mu_1)/s_1||^2 + rho_x ||X - X_prev||^2
-
-(see `ceem_casadi.objective._stages`). Its Hessian is block tridiagonal with (nx, nx) blocks. The
-stage Functions give dense stage gradients and Hessians, mapped over time; the Hessian's
-upper triangle's nonzeros are the outputs of a small mapped Function of consecutive stage
-Hessians (`band_column_functions`), so building the solver does not depend on T and IPOPT (MUMPS) factorises a banded matrix with O(nx^2 T) nonzeros.
-Without state bounds the same cost, gradient and band nonzeros can instead drive damped Newton
-steps factorised by LAPACK's banded Cholesky (`ceem_casadi.smoothing._banded`,
-``SmootherOptions(solver="banded")``, the default for long records): no ``nlpsol``, no MUMPS.
-
-One `TrajectorySmoother` is built per trajectory length and reused across EM
-iterations; theta, the data and X_prev are NLP parameters.
+"""Smoothing step (E-step): the maximum-a-posteriori state trajectory for fixed theta, one
+`TrajectorySmoother` per trajectory length (IPOPT on the block-tridiagonal NLP, or banded Newton steps);
+the NLP and its Hessian's layout: docs/algorithms.md.
 """
 from __future__ import annotations
 

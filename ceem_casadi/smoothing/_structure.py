@@ -58,8 +58,7 @@ def block_tridiagonal_upper(nx: int, T: int) -> ca.Sparsity:
 
     Column ``c = t*nx + j`` holds the nx rows of block row t-1 (if t > 0), then rows
     ``t*nx .. t*nx + j`` of its own block: the order in which `band_column_functions`
-    emits the nonzeros. Built by CasADi's ``kron`` in C++ (from Python index arrays it took 14 s
-    and ~170 MB of lists at T = 10^5).
+    emits the nonzeros.
     """
     if T == 1:
         return ca.Sparsity.upper(nx)
@@ -78,9 +77,8 @@ def band_column_functions(nx: int) -> tuple[ca.Function, ca.Function]:
     end) and ``d`` (nx,) added to the diagonal. The diagonal block is
     ``ho + hd_next[:nx, :nx] + hd_prev[nx:, nx:] + diag(d)``, the block above it
     ``hd_prev[:nx, nx:]``: only upper triangles are read (the stage Functions compute no
-    more, ``*_x_hess_triu``). Mapped over time, the outputs stacked column by column ARE the
-    Hessian's nonzeros: no index vector of size nnz is stored (it was 3 x nnz int64, plus
-    Python lists of it while building: +330 MB at T = 10^5).
+    more, ``*_x_hess_triu``). Mapped over time, the outputs stacked column by column are the Hessian's
+    nonzeros (no index vector of size nnz is stored).
     """
     n = nx
     ho, d = ca.SX.sym("ho", n, n), ca.SX.sym("d", n)
