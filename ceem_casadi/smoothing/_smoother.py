@@ -13,7 +13,7 @@ from ..model._columns import check_columnwise
 from ..objective._log_density import log_normalisers
 from ..objective._stages import SMOOTHER_STAGES, StageFunctions
 from ..runtime import _policy as policy
-from ..runtime._solve import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
+from ..runtime._solve import grad_f_function, hess_lag_function, ipopt_options, solve
 from ..smoothing._options import SmootherOptions
 from ._banded import BandedNewton
 from ._batched import batched_costs, smooth_batched
@@ -171,16 +171,12 @@ class TrajectorySmoother:
         t0 = time.perf_counter()
         if self.solver is None:
             out = self._newton.solve(x_init.ravel(), self._objective.bind(P))
-            x = out.x.reshape(self.T, self.nx)
-            return SmoothResult(x, out.cost, out.status, out.status in ACCEPTABLE and bool(np.all(np.isfinite(x))),
-                                out.iterations, time.perf_counter() - t0)
+            return SmoothResult.of(out.x.reshape(self.T, self.nx), out.cost, out.status, out.iterations,
+                                   time.perf_counter() - t0)
         sol = solve(self.solver, x0=x_init.ravel(), p=P, lbx=self._lbx, ubx=self._ubx)
-        wall = time.perf_counter() - t0
         st = self.solver.stats()
-        x = np.asarray(sol["x"]).reshape(self.T, self.nx)
-        status = st["return_status"]
-        return SmoothResult(x, float(sol["f"]), status, status in ACCEPTABLE and np.all(np.isfinite(x)),
-                            int(st["iter_count"]), wall)
+        return SmoothResult.of(np.asarray(sol["x"]).reshape(self.T, self.nx), sol["f"], st["return_status"],
+                               st["iter_count"], time.perf_counter() - t0)
 
 
 class Smoother:

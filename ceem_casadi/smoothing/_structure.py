@@ -8,6 +8,7 @@ import casadi as ca
 import numpy as np
 
 from ..runtime._result import Result
+from ..runtime._solve import ACCEPTABLE
 
 
 @dataclass(repr=False)
@@ -51,6 +52,12 @@ class SmoothResult(Result):
     success: bool
     iterations: int
     wall_s: float
+
+    @classmethod
+    def of(cls, x, cost, status: str, iterations: int, wall_s: float) -> SmoothResult:
+        """The result of states ``x`` (T, nx): ``success`` when ``status`` is acceptable and ``x`` finite."""
+        return cls(x, float(cost), status, status in ACCEPTABLE and bool(np.all(np.isfinite(x))), int(iterations),
+                   wall_s)
 
 
 def block_tridiagonal_upper(nx: int, T: int) -> ca.Sparsity:
