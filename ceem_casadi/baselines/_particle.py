@@ -45,15 +45,12 @@ class ParticleFilterResult:
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> import numpy as np, ceem_casadi as cc
     >>> from ceem_casadi.baselines import particle_filter
-    >>> res = particle_filter(model, np.array([0.8]), data.y[0], data.inputs(0), n_particles=50, x0_mean=[1.0],
-    ...                       x0_cov=[[0.01]], rng=np.random.default_rng(2))
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x, lambda x, u, p: x, nx=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.8)))
+    >>> y = np.random.default_rng(0).normal(size=(40, 1))
+    >>> res = particle_filter(model, [0.8], y, n_particles=50, x0_mean=[0.0], x0_cov=1.0, rng=np.random.default_rng(2))
     >>> res.weights.shape, bool(np.allclose(res.weights.sum(axis=1), 1.0))
     ((40, 50), True)
     """
@@ -232,15 +229,12 @@ def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> import numpy as np, ceem_casadi as cc
     >>> from ceem_casadi.baselines import particle_filter
-    >>> res = particle_filter(model, np.array([0.8]), data.y[0], data.inputs(0), n_particles=50, x0_mean=[1.0],
-    ...                       x0_cov=[[0.01]], rng=np.random.default_rng(2))
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x, lambda x, u, p: x, nx=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.8)))
+    >>> y = np.random.default_rng(0).normal(size=(40, 1))
+    >>> res = particle_filter(model, [0.8], y, n_particles=50, x0_mean=[0.0], x0_cov=1.0, rng=np.random.default_rng(2))
     >>> res.particles.shape, bool(np.isfinite(res.loglik))
     ((40, 50, 1), True)
     """
@@ -271,15 +265,12 @@ def ffbsi(result: ParticleFilterResult, n_smooth: int, *, rng: np.random.Generat
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> import numpy as np, ceem_casadi as cc
     >>> from ceem_casadi.baselines import ffbsi, particle_filter
-    >>> res = particle_filter(model, np.array([0.8]), data.y[0], data.inputs(0), n_particles=50, x0_mean=[1.0],
-    ...                       x0_cov=[[0.01]], rng=np.random.default_rng(2))
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x, lambda x, u, p: x, nx=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.8)))
+    >>> y = np.random.default_rng(0).normal(size=(40, 1))
+    >>> res = particle_filter(model, [0.8], y, n_particles=50, x0_mean=[0.0], x0_cov=1.0, rng=np.random.default_rng(2))
     >>> ffbsi(res, 5, rng=np.random.default_rng(3)).shape                # 5 smoothed trajectories (T, nx)
     (5, 40, 1)
     """

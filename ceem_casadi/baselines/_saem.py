@@ -120,15 +120,9 @@ class ParticleEMRecord:
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
-    >>> from ceem_casadi.baselines import ParticleEMOptions, particle_em
-    >>> opts = ParticleEMOptions(n_particles=30, n_smooth=3, max_iters=1, learner=cc.LearnerOptions(compile=False))
-    >>> rec = particle_em(model.with_noise(x1_mean=1.0, x1_std=0.1), data, {"a": 0.5}, options=opts, seed=0).history[0]
+    >>> from ceem_casadi.baselines import ParticleEMRecord
+    >>> rec = ParticleEMRecord(1, {"a": 0.7}, wall_s=0.3, loglik=-12.5, gamma=1.0, e_step_s=0.2, m_step_s=0.1,
+    ...                        learn_status="Solve_Succeeded")
     >>> rec.iteration, rec.gamma
     (1, 1.0)
     """
@@ -162,17 +156,10 @@ class ParticleEMResult:
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
-    >>> from ceem_casadi.baselines import ParticleEMOptions, particle_em
-    >>> opts = ParticleEMOptions(n_particles=30, n_smooth=3, max_iters=1, learner=cc.LearnerOptions(compile=False))
-    >>> res = particle_em(model.with_noise(x1_mean=1.0, x1_std=0.1), data, {"a": 0.5}, options=opts, seed=0)
-    >>> str(res.status), sorted(res.theta)
-    ('max_iters', ['a'])
+    >>> from ceem_casadi.baselines import ParticleEMResult
+    >>> res = ParticleEMResult({"a": 0.7}, [], "max_iters", "stopped after 50 iterations")
+    >>> str(res.status), res.success
+    ('max_iters', True)
     """
 
     theta: Theta
