@@ -4,13 +4,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..distributed._executors import check_executor, engine_has_learner
 from ..errors import OptionsError
 from ..learning._options import LearnerOptions
 from ..model._nn import AdamOptions
-from ..runtime._checks import is_integer
 from ..runtime._schema import check_fields, check_time_limit, renamed, require, typed_fields
 from ..smoothing._options import SmootherOptions
 from ._accelerations import Acceleration, Joint, acceleration_of
@@ -112,17 +109,15 @@ class CEEMOptions:
         require(self.executor is None or self.n_jobs == 1,
                  f"give either executor or n_jobs > 1, not both (n_jobs={self.n_jobs}): n_jobs is the "
                  "single-machine shorthand for an executor")
-        require(self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1),
-                 f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
+        require(self.blas_threads is None or self.blas_threads >= 1,
+                f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
         acceleration_of(self.acceleration)  # a name or an Acceleration
-        require(is_integer(self.max_iters) and self.max_iters >= 1,
-                f"max_iters must be >= 1 (an integer), got {self.max_iters!r}")
-        require(np.isfinite(self.tol) and self.tol >= 0, f"tol must be finite and >= 0, got {self.tol}")
-        require(self.warm_start is None or (is_integer(self.warm_start) and self.warm_start >= 0),
+        require(self.max_iters >= 1, f"max_iters must be >= 1 (an integer), got {self.max_iters!r}")
+        require(self.tol >= 0, f"tol must be finite and >= 0, got {self.tol}")
+        require(self.warm_start is None or self.warm_start >= 0,
                 f"warm_start must be None (the long-record policy), 0 (never) or a number of samples >= 1, "
                 f"got {self.warm_start!r}")
-        require(is_integer(self.n_jobs) and self.n_jobs >= 1, f"n_jobs must be >= 1 (an integer), got {self.n_jobs!r}")
-        require(isinstance(self.smoother, SmootherOptions), "smoother must be a SmootherOptions")
+        require(self.n_jobs >= 1, f"n_jobs must be >= 1 (an integer), got {self.n_jobs!r}")
         require(isinstance(self.learner, (LearnerOptions, AdamOptions)),
                 f"learner must be a LearnerOptions or an AdamOptions, got {type(self.learner).__name__}")
         # the strategies together: a Dask engine learns on its workers with the IPOPT learner
