@@ -55,10 +55,7 @@ class _Stepper:
 class Acceleration:
     """Base of the accelerations; an instance of it is plain EM (Algorithm 1 of the paper).
 
-    Attributes
-    ----------
-    name : str
-        The shorthand of ``CEEMOptions(acceleration=...)`` for this strategy with its defaults.
+    ``name`` is the shorthand of ``CEEMOptions(acceleration=...)`` for the strategy with its defaults.
 
     Examples
     --------
@@ -81,11 +78,6 @@ class Acceleration:
 @dataclass(frozen=True)
 class Plain(Acceleration):
     """Plain EM steps only (``"none"``).
-
-    Attributes
-    ----------
-    name : str
-        ``"none"``.
 
     Examples
     --------
@@ -145,11 +137,6 @@ class _SquaremStepper(_Stepper):
 class Squarem(Acceleration):
     """After every two EM steps, one EM step from a SQUAREM extrapolation of theta and the states
     (Varadhan & Roland 2008, S3), kept only if it improves the objective (``"squarem"``).
-
-    Attributes
-    ----------
-    name : str
-        ``"squarem"``.
 
     Examples
     --------

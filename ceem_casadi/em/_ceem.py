@@ -150,16 +150,12 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     --------
     Recover a = 0.8 from 60 noisy samples, starting at a = 0.5 (no C compilation):
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(60, 1))
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
-    ...                       measurement_std=0.1, seed=1)
-    >>> options = cc.CEEMOptions(smoother=cc.SmootherOptions(compile=False),
-    ...                          learner=cc.LearnerOptions(compile=False))
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1, measurement_std=0.1, seed=1)
+    >>> options = cc.CEEMOptions(smoother=cc.SmootherOptions(compile=False), learner=cc.LearnerOptions(compile=False))
     >>> fit = cc.ceem(model, data, {"a": 0.5}, options=options)
     >>> fit.status, round(float(fit.theta["a"]), 2)
     (<Status.CONVERGED: 'converged'>, 0.8)

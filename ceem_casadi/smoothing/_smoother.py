@@ -20,9 +20,6 @@ from ._batched import batched_costs, smooth_batched
 from ._chunks import ChunkedObjective, chunked_terms
 from ._structure import SmoothResult, band_column_functions, block_tridiagonal_upper
 
-# chunked evaluation (smoothing/_chunks.py) from policy.CHUNK_FROM steps on, in chunks of
-# policy.CHUNK_LENGTH (runtime/_policy.py: the long-record policy)
-
 
 def chunk_length(option, T: int) -> int:
     """Chunk length for ``SmootherOptions.chunk`` (None: auto, 0: never, else steps) at length T;
@@ -191,12 +188,9 @@ class Smoother:
     stages : StageFunctions, optional
         Stage Functions to share with a learner (built from the model when None).
     observe : callable, optional
-        ``g`` written for (nx, N) state and (nu, N) input matrices (columns = samples), as
-        [`AdamLearner`][ceem_casadi.learning.AdamLearner] takes it; checked against ``model.g``
-        here. Trajectories smoothed by the batched solver with the Gauss-Newton Hessian then
-        get their observation terms from it by numpy
-        ([`ObservationColumns`][ceem_casadi.smoothing.ObservationColumns]: helicopter size
-        2.1 instead of 8.1 us per stage); the same optimum.
+        ``g`` written for (nx, N) state and (nu, N) input matrices (columns = samples), checked against
+        ``model.g``: the batched solver with the Gauss-Newton Hessian then evaluates the observation terms
+        by numpy ([`ObservationColumns`][ceem_casadi.smoothing.ObservationColumns]); the same optimum.
 
     Raises
     ------
@@ -254,11 +248,8 @@ class Smoother:
         return smooth_batched(self, theta_vec, data, x_init)  # one by one where it does not batch
 
     def joint_log_density(self, theta_vec: np.ndarray, data, xs: list[np.ndarray]) -> float:
-        """The joint log-density J(x, theta) of the paper, all Gaussian constants included.
-
-        ``J = log p(x_1) + sum_t log p_v(y_t - g(x_t)) + sum_t log p_w(x_{t+1} - f(x_t))`` summed
-        over the trajectories, observed entries only; evaluated with this smoother's cost
-        Functions (no trust-region term).
+        """The joint log-density J(x, theta) of the paper, all Gaussian constants included, summed over the
+        trajectories' observed entries (this smoother's cost Functions, no trust-region term).
 
         Parameters
         ----------
