@@ -158,6 +158,16 @@ def _select_order(s: np.ndarray, n_max: int) -> int:
     return int(np.argmax(gaps)) + 1
 
 
+def _free_response(A, C, T: int) -> np.ndarray:
+    """``C A^t`` for t = 0..T-1, (T, ny, nx)."""
+    Gam = np.empty((T, C.shape[0], A.shape[0]))
+    G = C.copy()
+    for t in range(T):
+        Gam[t] = G
+        G = G @ A
+    return Gam
+
+
 def _response_regressors(A, C, u: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
     """Free-response ``Gamma`` (T, ny, nx) and input regressor ``Psi`` (nb, T, ny, nx nu + ny nu).
 
@@ -165,11 +175,7 @@ def _response_regressors(A, C, u: np.ndarray, T: int) -> tuple[np.ndarray, np.nd
     noise-free output ``y[t]``.
     """
     nx, ny, nb, nu = A.shape[0], C.shape[0], u.shape[0], u.shape[2]
-    Gam = np.empty((T, ny, nx))
-    G = C.copy()
-    for t in range(T):
-        Gam[t] = G
-        G = G @ A
+    Gam = _free_response(A, C, T)
     eye_x, eye_y = np.eye(nx), np.eye(ny)
     Psi = np.empty((nb, T, ny, nx * nu + ny * nu))
     Z = np.zeros((nb, nx, nu * nx))
@@ -240,11 +246,7 @@ def _fit_x0(A, B, C, D, data, window: int) -> list[np.ndarray]:
         y, u = data.y[b][:window], data.inputs(b)[:window]
         T = y.shape[0]
         y_forced = res.simulate(u, np.zeros(nx))
-        Gam = np.empty((T, C.shape[0], nx))
-        G = C.copy()
-        for t in range(T):
-            Gam[t] = G
-            G = G @ A
+        Gam = _free_response(A, C, T)
         obs = np.isfinite(y)
         out.append(sla.lstsq(Gam[obs], (y - y_forced)[obs], check_finite=False)[0])
     return out

@@ -20,18 +20,17 @@ class SmootherOptions:
     hessian : str
         ``"gauss-newton"`` (default; fastest in ``scripts/bench_lorenz.py``) or ``"exact"``.
     max_iters : int
-        Iteration limit of the step's solver (IPOPT, or the Newton steps of ``"banded"`` / ``"batched"``).
-        ``max_iter`` is its deprecated name (a ``DeprecationWarning``, same meaning).
+        Iteration limit of the step's solver (IPOPT or the Newton steps); ``max_iter`` is its deprecated name.
     tol : float
         IPOPT (scaled) tolerance.
     x_lower, x_upper : float or sequence of float, optional
         Bounds on every hidden state (a scalar or nx values).
     compile : bool, optional
-        Compile the stage Functions to native code (cached on disk); ``None`` = when a C
-        compiler exists and the stage programs are long enough to pay off.
+        Compile the stage Functions to native code (cached on disk); ``None``: when a C compiler exists
+        and the stage programs are long enough to pay off.
     chunk : int, optional
-        Evaluate cost, gradient and Hessian in chunks of this many time steps (memory of long
-        records, same numbers); ``None`` = chunks of 2,000 from T = 20,000 on, 0 = never.
+        Evaluate cost, gradient and Hessian in chunks of this many steps (memory, same numbers); ``None``:
+        the long-record policy, 0: never.
     solver : str, optional
         ``"ipopt"`` (IPOPT + MUMPS), ``"banded"`` (damped Newton steps on the block-tridiagonal Hessian with
         LAPACK's banded Cholesky; no state bounds), ``"batched"`` (those steps for all trajectories of a

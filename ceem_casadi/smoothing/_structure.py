@@ -33,15 +33,10 @@ class SmoothResult(Result):
     Examples
     --------
     >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 30, u=np.ones((30, 1)), seed=0)
-    >>> res = cc.smoothing.Smoother(model, cc.SmootherOptions(compile=False)).solve(np.array([0.8]), data,
-    ...                                                                               [np.zeros((30, 1))])[0]
-    >>> res.x.shape, res.success
-    ((30, 1), True)
+    >>> from ceem_casadi.smoothing import SmoothResult
+    >>> res = SmoothResult.of(np.zeros((30, 1)), 0.5, "Solve_Succeeded", 4, 0.01)
+    >>> res.x.shape, res.success, SmoothResult.of(np.full((30, 1), np.nan), 0.5, "Solve_Succeeded", 4, 0.01).success
+    ((30, 1), True, False)
     """
 
     SUMMARY = ('status', 'iterations', 'cost')
