@@ -83,6 +83,14 @@ def _chol(M: np.ndarray) -> np.ndarray:
         return np.linalg.cholesky(M + 1e-12 * np.trace(M) / len(M) * np.eye(len(M)))
 
 
+def _update(C: np.ndarray, P: np.ndarray, Ro: np.ndarray):
+    """``(Ls, K, Lpost)`` of observing ``C x`` (no, nx) plus noise of covariance ``Ro`` under a prior covariance
+    ``P`` (nx, nx): Cholesky factor of ``S = C P C^T + Ro``, the gain ``P C^T S^-1`` and the posterior's factor."""
+    Ls = _chol(C @ P @ C.T + Ro)
+    K = np.linalg.solve(Ls.T, np.linalg.solve(Ls, C @ P)).T
+    return Ls, K, _chol(P - K @ C @ P)
+
+
 def _gauss_logpdf(resid: np.ndarray, L: np.ndarray) -> np.ndarray:
     """log N(resid; 0, L L^T) for rows of ``resid`` (n, d)."""
     z = np.linalg.solve(L, resid.T)
@@ -135,13 +143,11 @@ class ParticleFilter:
         # --- t = 0: exact Gaussian step from the prior (fully adapted) or prior draw + weights
         obs = np.isfinite(y[0])
         if adapted and obs.any():
-            C, Ro = Cs[0][obs], R[np.ix_(obs, obs)]
-            S = C @ P0 @ C.T + Ro
-            Ls = _chol(S)
+            C = Cs[0][obs]
+            Ls, K, Lpost = _update(C, P0, R[np.ix_(obs, obs)])
             e = y[0, obs] - C @ m0 - ds[0, obs]
             loglik += float(_gauss_logpdf(e[None], Ls)[0])
-            K = np.linalg.solve(Ls.T, np.linalg.solve(Ls, C @ P0)).T
-            X[0] = m0 + K @ e + eps[0] @ _chol(P0 - K @ C @ P0).T
+            X[0] = m0 + K @ e + eps[0] @ Lpost.T
             W[0] = 1.0 / N
         else:
             X[0] = m0 + eps[0] @ _chol(P0).T
@@ -155,17 +161,15 @@ class ParticleFilter:
             obs = np.isfinite(y[t])
             w_prev = W[t - 1]
             if adapted and obs.any():
-                C, Ro = Cs[t][obs], R[np.ix_(obs, obs)]
-                S = C @ Q @ C.T + Ro
-                Ls = _chol(S)
+                C = Cs[t][obs]
+                Ls, K, Lpost = _update(C, Q, R[np.ix_(obs, obs)])
                 resid = y[t, obs] - F @ C.T - ds[t, obs]  # (N, no)
                 with np.errstate(divide="ignore"):
                     logw = np.log(w_prev) + _gauss_logpdf(resid, Ls)
                 loglik += float(logsumexp(logw))
                 w = np.exp(logw - logsumexp(logw))
                 a, W[t] = self._maybe_resample(w, t, ess, resampled, ess_threshold, rng)
-                K = np.linalg.solve(Ls.T, np.linalg.solve(Ls, C @ Q)).T
-                X[t] = F[a] + resid[a] @ K.T + eps[t] @ _chol(Q - K @ C @ Q).T
+                X[t] = F[a] + resid[a] @ K.T + eps[t] @ Lpost.T
             else:
                 a, w = self._maybe_resample(w_prev, t, ess, resampled, ess_threshold, rng)
                 X[t] = F[a] + eps[t] @ Lq.T

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..distributed._executors import check_executor, engine_has_learner
 from ..errors import OptionsError
@@ -25,7 +25,13 @@ def _joint_hessian(value, kwargs) -> None:
         require(value in ("auto", acc.hessian), f"joint_hessian={value!r} contradicts acceleration={acc!r}")
 
 
-@renamed(joint_hessian=_joint_hessian)
+def _blas_threads(value, kwargs) -> None:
+    """a fit always runs numpy's BLAS with one thread (measured faster: docs/algorithms.md)"""
+    require(value == 1, f"blas_threads={value!r}: a fit always runs numpy's BLAS with one thread (multi-threaded "
+                        "BLAS measured 1.7-4.4x slower per fit, docs/algorithms.md); leave blas_threads out")
+
+
+@renamed(joint_hessian=_joint_hessian, blas_threads=_blas_threads)
 @dataclass(frozen=True)
 class CEEMOptions:
     """The EM loop (Algorithm 1 of the paper).
@@ -53,10 +59,6 @@ class CEEMOptions:
         (`Squarem`), ``"newton"`` (`Newton`, joint Gauss-Newton steps on (x, theta)) or ``"joint"`` (`Joint`,
         one IPOPT NLP over (x, theta)); which to choose, measured: docs/choosing.md. ``joint_hessian=`` is
         the deprecated spelling of ``Joint(hessian=...)``.
-    blas_threads : int, optional
-        Threads of numpy's/scipy's BLAS during the fit (1 by default: multi-threaded BLAS
-        degrades badly on shared cores, see `ceem_casadi.runtime._threads`); ``None`` leaves the
-        library's setting alone.
     time_limit : float, optional
         Wall-clock budget in seconds of the whole [`ceem`][ceem_casadi.ceem] call, or ``None`` (no limit),
         checked before every step and passed to every IPOPT solve; the interrupted step is discarded and the
@@ -97,7 +99,6 @@ class CEEMOptions:
     n_jobs: int = 1
     raise_on_failure: bool = False
     acceleration: str | Acceleration = "none"
-    blas_threads: int | None = 1
     time_limit: float | None = None
     executor: object = None
     warm_start: int | None = None
@@ -109,8 +110,6 @@ class CEEMOptions:
         require(self.executor is None or self.n_jobs == 1,
                  f"give either executor or n_jobs > 1, not both (n_jobs={self.n_jobs}): n_jobs is the "
                  "single-machine shorthand for an executor")
-        require(self.blas_threads is None or self.blas_threads >= 1,
-                f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
         acceleration_of(self.acceleration)  # a name or an Acceleration
         require(self.max_iters >= 1, f"max_iters must be >= 1 (an integer), got {self.max_iters!r}")
         require(self.tol >= 0, f"tol must be finite and >= 0, got {self.tol}")
@@ -185,11 +184,9 @@ class FitPlan:
     warm_start: int | None
     raise_on_failure: bool
     time_limit: float | None
-    blas_threads: int | None
 
     @classmethod
     def of(cls, options: CEEMOptions) -> FitPlan:
         """The plan of ``options``: shorthands replaced by their strategy objects."""
-        return cls(options.smoother, options.learner, acceleration_of(options.acceleration), options.max_iters,
-                   options.tol, options.n_jobs, options.executor, options.warm_start, options.raise_on_failure,
-                   options.time_limit, options.blas_threads)
+        same = {f.name: getattr(options, f.name) for f in fields(cls)}
+        return cls(**{**same, "acceleration": acceleration_of(options.acceleration)})
