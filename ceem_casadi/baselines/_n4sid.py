@@ -308,12 +308,9 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     feedthrough : bool
         Estimate ``D`` (default); ``False`` fixes ``D = 0`` (strictly proper systems).
     stable : bool or str
-        ``False`` (default) keeps the plain estimate; ``True`` (= ``"reflect"``) or
-        ``"maciejowski"`` guarantee a stable ``A`` (spectral radius < 1): when the
-        shift-invariance least squares (step 4) gives an unstable ``A``, it is replaced as in
-        step 4b (docs/api/baselines.md) and ``B``, ``D``, ``x0`` are refitted to it by the
-        output-error least squares (step 5). A stable least-squares ``A`` is kept, so ``stable``
-        changes nothing where the plain estimate is already stable.
+        ``False`` (default) keeps the plain estimate; ``True`` (= ``"reflect"``) or ``"maciejowski"`` replace
+        an unstable least-squares ``A`` by a stable one (step 4b in docs/api/baselines.md) and refit ``B``,
+        ``D``, ``x0`` to it; a stable ``A`` is kept either way.
 
     Returns
     -------

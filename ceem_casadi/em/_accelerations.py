@@ -55,7 +55,10 @@ class _Stepper:
 class Acceleration:
     """Base of the accelerations; an instance of it is plain EM (Algorithm 1 of the paper).
 
-    ``name`` is the shorthand of ``CEEMOptions(acceleration=...)`` for the strategy with its defaults.
+    Attributes
+    ----------
+    name : str
+        The shorthand of ``CEEMOptions(acceleration=...)`` for this strategy with its defaults.
 
     Examples
     --------
@@ -78,6 +81,11 @@ class Acceleration:
 @dataclass(frozen=True)
 class Plain(Acceleration):
     """Plain EM steps only (``"none"``).
+
+    Attributes
+    ----------
+    name : str
+        ``"none"``.
 
     Examples
     --------
@@ -137,6 +145,11 @@ class _SquaremStepper(_Stepper):
 class Squarem(Acceleration):
     """After every two EM steps, one EM step from a SQUAREM extrapolation of theta and the states
     (Varadhan & Roland 2008, S3), kept only if it improves the objective (``"squarem"``).
+
+    Attributes
+    ----------
+    name : str
+        ``"squarem"``.
 
     Examples
     --------

@@ -125,11 +125,9 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     smoother : Smoother, optional
         A prebuilt smoother to reuse across calls (same model and data shape).
     learner : LearningStep, optional
-        The learning step: any object with the `ceem_casadi.learning.LearningStep`
-        protocol's ``solve`` (e.g. a prebuilt [`Learner`][ceem_casadi.learning.Learner] or an
-        [`AdamLearner`][ceem_casadi.learning.AdamLearner]); default `learning.learner_for`. Not with a Dask
-        ``executor``, whose engine learns from the states kept on its workers (refused with
-        `OptionsError`).
+        Any object with the `ceem_casadi.learning.LearningStep` protocol's ``solve`` (e.g. a prebuilt
+        [`Learner`][ceem_casadi.learning.Learner]); default `learning.learner_for`. Not with a Dask
+        ``executor``, whose engine learns on its workers (`OptionsError`).
 
     Returns
     -------

@@ -68,10 +68,9 @@ class CEEMOptions:
         record from that fit's theta (``result.warm_start``); ``None`` (default): the long-record policy
         (docs/long_records.md); ``0``: never. The fixed point is the whole record's either way.
     executor : dask.distributed.Client, concurrent.futures.Executor or Sharded, optional
-        ``None`` (default: ``n_jobs`` decides), a ``dask.distributed.Client`` (smoothing and
-        learning distributed, states kept on the workers), a ``concurrent.futures.Executor``
-        (smoothing distributed) or a [`Sharded`][ceem_casadi.Sharded] wrapping either
-        (see `ceem_casadi.distributed` and docs/scaling.md). Not together with ``n_jobs > 1``.
+        ``None`` (default: ``n_jobs`` decides), a Dask ``Client`` (smoothing and learning on the cluster), a
+        ``concurrent.futures.Executor`` (smoothing) or a [`Sharded`][ceem_casadi.Sharded] wrapping either
+        (docs/scaling.md). Not together with ``n_jobs > 1``.
 
     Raises
     ------
