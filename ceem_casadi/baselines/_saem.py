@@ -17,7 +17,7 @@ from ..io._validate import check_data
 from ..learning._learner import Learner
 from ..learning._options import LearnerOptions
 from ..model._params import Theta
-from ..runtime._schema import check_fields, renamed
+from ..runtime._schema import check_fields, renamed, require
 from ..runtime._status import Status
 from ..runtime._threads import blas_threads
 from ._particle import ParticleFilter, ffbsi
@@ -79,18 +79,12 @@ class ParticleEMOptions:
 
     def __post_init__(self):
         check_fields(self)
-        checks = [
-            (self.n_particles >= 2, f"n_particles must be >= 2, got {self.n_particles}"),
-            (self.n_smooth >= 1, f"n_smooth must be >= 1, got {self.n_smooth}"),
-            (self.max_iters >= 1, f"max_iters must be >= 1, got {self.max_iters}"),
-            (self.saem_k0 >= 0, f"saem_k0 must be >= 0, got {self.saem_k0}"),
-            (0.5 < self.saem_alpha <= 1, f"saem_alpha must be in (0.5, 1], got {self.saem_alpha}"),
-            (self.memory >= 1, f"memory must be >= 1, got {self.memory}"),
-            (isinstance(self.learner, LearnerOptions), "learner must be a LearnerOptions"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise OptionsError(msg)
+        require(self.n_particles >= 2, f"n_particles must be >= 2, got {self.n_particles}")
+        require(self.n_smooth >= 1, f"n_smooth must be >= 1, got {self.n_smooth}")
+        require(self.max_iters >= 1, f"max_iters must be >= 1, got {self.max_iters}")
+        require(self.saem_k0 >= 0, f"saem_k0 must be >= 0, got {self.saem_k0}")
+        require(0.5 < self.saem_alpha <= 1, f"saem_alpha must be in (0.5, 1], got {self.saem_alpha}")
+        require(self.memory >= 1, f"memory must be >= 1, got {self.memory}")
 
     def gamma(self, k: int) -> float:
         """SAEM step size of iteration k (1-based)."""
@@ -229,13 +223,11 @@ def particle_em(model, data: Trajectories, theta0: Theta, *,
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> import numpy as np, ceem_casadi as cc
     >>> from ceem_casadi.baselines import ParticleEMOptions, particle_em
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
     >>> opts = ParticleEMOptions(n_particles=30, n_smooth=3, max_iters=2, learner=cc.LearnerOptions(compile=False))
     >>> res = particle_em(model.with_noise(x1_mean=1.0, x1_std=0.1), data, {"a": 0.5}, options=opts, seed=0)
     >>> len(res.history), bool(0.5 < float(res.theta["a"]) < 1.0)
