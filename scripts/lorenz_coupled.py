@@ -75,15 +75,15 @@ def monotone_report(eps: list[float], rel_tol: float = 1e-3, settle: float = 0.1
 
 def run_pem(B: int, seed: int, epochs: int) -> dict:
     model, data, truth, theta0 = make_problem(f"coupled{B}", seed, process_std=PEM_PROCESS_STD)
-    opts = ParticleEMOptions(n_particles=100, n_smooth=10, max_iters=epochs,
-                             x0_mean=tuple(np.tile(lorenz.X1_MEAN, K)), x0_std=tuple(np.tile(lorenz.X1_STD, K)))
+    opts = ParticleEMOptions(n_particles=100, n_smooth=10, max_iters=epochs)
+    prior = model.with_noise(x1_mean=np.tile(lorenz.X1_MEAN, K), x1_std=np.tile(lorenz.X1_STD, K))
     eps, stamps, t0 = [lorenz.dynamics_error(model, theta0, truth)], [], time.perf_counter()
 
     def callback(rec):
         stamps.append(time.perf_counter() - t0)
         eps.append(lorenz.dynamics_error(model, rec.theta, truth))
 
-    res = particle_em(model, data, theta0, options=opts, seed=seed, callback=callback)
+    res = particle_em(prior, data, theta0, options=opts, seed=seed, callback=callback)
     ep = np.diff(stamps)
     return {"B": B, "seed": seed, "status": res.status, "epochs": len(res.history), "eps": eps,
             "epoch_s": float(np.median(ep)) if ep.size else float(stamps[0]), "final_eps": eps[-1]}

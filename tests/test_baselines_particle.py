@@ -11,7 +11,7 @@ from ceem_casadi.baselines._saem import ParticleEMOptions, particle_em, saem_wei
 from ceem_casadi.filtering import kalman_filter
 from models.lorenz import TRUE, initial_states, perturbed, single_lorenz
 
-LORENZ_X0 = dict(x0_mean=(-6.0, -6.0, 24.0), x0_std=(2.5, 2.5, 2.5))
+LORENZ_X1 = dict(x1_mean=(-6.0, -6.0, 24.0), x1_std=(2.5, 2.5, 2.5))
 
 
 def _kalman(sys, u, y):
@@ -129,7 +129,7 @@ def test_options_validate_and_prior_required():
         ParticleEMOptions(n_particles=1)
     with pytest.raises(ValueError, match=r"saem_alpha must be in \(0.5, 1\]"):
         ParticleEMOptions(saem_alpha=0.5)
-    with pytest.raises(ValueError, match="give both x0_mean and x0_std"):
+    with pytest.raises(ValueError, match=r"model.with_noise\(x1_mean="), pytest.warns(DeprecationWarning):
         ParticleEMOptions(x0_mean=(0.0, 0.0, 0.0))
     model = single_lorenz(process_std=0.1, measurement_std=0.5)
     data, _ = cc.simulate(model, TRUE, initial_states(1), 8, seed=0)
@@ -151,7 +151,8 @@ def _max_rel_err(theta):
 def test_particle_em_saem_averaging_and_callback_stop():
     model, data, theta0 = _lorenz_problem(seed=1, T=32, batch=1)
     seen = []
-    opts = ParticleEMOptions(n_particles=50, n_smooth=4, max_iters=10, saem_k0=1, memory=3, **LORENZ_X0)
+    opts = ParticleEMOptions(n_particles=50, n_smooth=4, max_iters=10, saem_k0=1, memory=3)
+    model = model.with_noise(**LORENZ_X1)
     res = particle_em(model, data, theta0, options=opts, seed=0,
                       callback=lambda r: seen.append(r.gamma) or r.iteration == 4)
     assert res.status == "stopped" and len(res.history) == 4
@@ -168,8 +169,8 @@ def test_particle_em_moves_lorenz_parameters_toward_truth():
     Np = 100, Ns = 10, initial guess within 10 %: 20 iterations at least halve the error.
     (memory=1: the first 20 iterations are Monte Carlo EM steps with gamma = 1 either way.)"""
     model, data, theta0 = _lorenz_problem(seed=0)
-    opts = ParticleEMOptions(n_particles=100, n_smooth=10, max_iters=20, memory=1, **LORENZ_X0)
-    res = particle_em(model, data, theta0, options=opts, seed=0)
+    opts = ParticleEMOptions(n_particles=100, n_smooth=10, max_iters=20, memory=1)
+    res = particle_em(model.with_noise(**LORENZ_X1), data, theta0, options=opts, seed=0)
     assert res.status == "max_iters", res.message
     e0, e1 = _max_rel_err(theta0), _max_rel_err(res.theta)
     assert e0 > 0.05

@@ -79,6 +79,33 @@ def test_joint_hessian_is_a_deprecated_spelling_of_the_joint_object():
         cc.CEEMOptions(acceleration=Joint(hessian="gauss-newton"), joint_hessian="exact")
 
 
+def test_removed_blas_threads_is_never_ignored():
+    """``CEEMOptions.blas_threads`` was removed (a fit always runs BLAS with one thread, measured): 1 maps with a
+    warning, another value is refused with the reason, also from a config file. Fails without ``_blas_threads``
+    in em/_options.py (the keyword then raises TypeError)."""
+    with pytest.warns(DeprecationWarning, match="one thread"):
+        assert cc.CEEMOptions(blas_threads=1) == cc.CEEMOptions()
+    for bad in (None, 2):
+        with pytest.warns(DeprecationWarning), pytest.raises(cc.OptionsError, match="1.7-4.4x slower"):
+            cc.CEEMOptions(blas_threads=bad)
+    with pytest.warns(DeprecationWarning), pytest.raises(cc.OptionsError, match="leave blas_threads out"):
+        cc.CEEMOptions.from_mapping({"blas_threads": None})
+
+
+def test_a_fit_runs_blas_with_one_thread(scalar):
+    """Fails when ``blas_threads(1)`` around the fit in em/_ceem.py::ceem is removed (on a machine whose BLAS
+    has more than one thread by default)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if max(i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas") < 2:
+        pytest.skip("BLAS has one thread here anyway")
+    seen = []
+    model, data = scalar
+    cc.ceem(model, data, {"a": 0.5, "b": 0.3}, options=cc.CEEMOptions(max_iters=2, **NO_COMPILE),
+            callback=lambda rec: seen.extend(i["num_threads"] for i in threadpoolctl.threadpool_info()
+                                             if i["user_api"] == "blas"))
+    assert seen and set(seen) == {1}
+
+
 @pytest.mark.parametrize("cls", [cc.SmootherOptions, cc.LearnerOptions])
 def test_max_iter_is_a_deprecated_alias_of_max_iters(cls):
     """Fails when ``renamed`` (runtime/_schema.py) drops the old keyword or stops warning."""

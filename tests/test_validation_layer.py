@@ -103,7 +103,7 @@ def test_schema_kinds_come_from_the_annotations():
 
     kinds = field_kinds(cc.CEEMOptions)
     assert kinds["max_iters"].kind is int and not kinds["max_iters"].optional
-    assert kinds["blas_threads"].kind is int and kinds["blas_threads"].optional
+    assert kinds["warm_start"].kind is int and kinds["warm_start"].optional
     assert kinds["smoother"].kind is cc.SmootherOptions
     # the file path (from_mapping) and the constructor give one message for one mistake
     with pytest.raises(cc.OptionsError) as a:

@@ -1,10 +1,5 @@
-"""Baselines that CE-EM is compared with, on the same model and data objects.
-
-    n4sid, N4SIDResult                             subspace identification (linear baseline)
-    particle_filter, ffbsi, particle_em, ...       fully adapted PF, FFBSi smoother, particle EM (SAEM)
-    LSTM, sequence_loss_factory, windows           a stacked LSTM (sequence baseline of the helicopter)
-
-The EKF and the Kalman filter live in `ceem_casadi.filtering`.
+"""Baselines that CE-EM is compared with, on the same model and data objects: N4SID (linear), the particle
+filter, FFBSi and particle EM (SAEM), a stacked LSTM. The EKF and the Kalman filter are in `ceem_casadi.filtering`.
 """
 from ._lstm import LSTM, sequence_loss_factory, windows
 from ._n4sid import N4SIDResult, n4sid

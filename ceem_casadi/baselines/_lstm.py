@@ -1,15 +1,5 @@
-"""A stacked LSTM as CasADi matrix expressions (samples as columns), for sequence baselines.
-
-For layer l with input a_t (n_in, B) and state (h, c) (n_h, B), PyTorch's gate layout:
-
-    [i; f; g; o] = W_l a_t + U_l h_{t-1} + b_l          (4 n_h, B)
-    c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g),    h_t = sigmoid(o) * tanh(c_t)
-
-and the output is a linear read-out ``y_t = V h_t^{(last)} + d`` (n_out, B). Sequences are
-truncated windows of length L with zero initial states (as the authors' helicopter LSTM:
-windows of 25 steps). The same code evaluates CasADi symbols (one unrolled MX graph per window
-length and batch size, so the gradient of a mini-batch loss is one reverse sweep) or numpy
-arrays (fast batched prediction).
+"""A stacked LSTM as CasADi matrix expressions (samples as columns), for sequence baselines; its equations
+(PyTorch's gate layout) are in docs/api/baselines.md.
 """
 from __future__ import annotations
 

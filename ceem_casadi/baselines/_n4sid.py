@@ -1,53 +1,5 @@
-"""Subspace identification (N4SID with MOESP weighting) of a linear state-space model.
-
-Model identified (one or several trajectories b, t = 0..T_b-1, inputs optional)::
-
-    x[t+1] = A x[t] + B u[t] + w[t]
-    y[t]   = C x[t] + D u[t] + v[t],      cov([w; v]) = [[Q, S], [S^T, R]]
-
-Algorithm (Van Overschee & De Moor 1996, ch. 4, "robust" variant; MOESP weighting):
-
-1. For each trajectory the block-Hankel matrices ``U_{0|2i-1}`` (2i nu rows) and ``Y_{0|2i-1}``
-   (2i ny rows) with ``j_b = T_b - 2i + 1`` columns are built; the columns of all trajectories are
-   stacked side by side (never across a trajectory boundary). Columns touching a NaN output are dropped.
-2. LQ decomposition ``H / sqrt(N) = L Q`` of ``H = [U_f; U_p; Y_p; Y_f]`` (N columns in all), computed
-   as the R factor of a QR of ``H^T`` accumulated chunk by chunk (memory ``O(p^2 + chunk * p)`` with
-   ``p = 2 i (nu + ny)``). Only ``L`` is kept: every projection below is a matrix times ``Q``.
-3. Oblique projection ``O_i = Y_f /_{U_f} W_p`` (``W_p = [U_p; Y_p]``), weighted by ``Pi_{U_f^perp}``;
-   its SVD gives the singular values (returned) and ``Gamma_i = U_n S_n^{1/2}``.
-4. ``C`` = first block row of ``Gamma_i``; ``A`` from its shift invariance (least squares).
-4b. ``stable=True`` (``"reflect"``) and an unstable ``A``: in the real Schur form ``A = Z T Z^T`` every
-   diagonal block (a real eigenvalue or a complex pair) of modulus ``r >= 1`` is multiplied by
-   ``1 / r^2``, i.e. its eigenvalues ``l`` become ``1 / conj(l)`` (modulus ``1 / r``, capped at
-   ``1 - 1e-4``; same angle, so the same resonance frequencies and, up to a gain, the same
-   magnitude response). Stable by construction: the eigenvalues of a quasi-triangular matrix
-   are those of its diagonal blocks, and the stable ones are untouched. Such unstable
-   eigenvalues are typically spurious modes of an over-estimated order on short noisy records.
-   ``stable="maciejowski"``: ``A = Gamma_i^+ [Gamma_i(ny:, :); 0]``, the shift
-   equation with the shifted observability matrix padded by a zero block row (Maciejowski,
-   "Guaranteed stability with subspace methods", Systems & Control Letters 26, 1995; Chui &
-   Maciejowski, Automatica 32, 1996). Always stable: with ``Z`` the block up-shift (nilpotent,
-   ``||Z|| = 1``) and ``P`` the orthogonal projector on range(Gamma_i), an eigenpair ``A v = l v``
-   gives ``l Gamma_i v = P Z Gamma_i v``, so ``|l| ||Gamma_i v|| <= ||Z Gamma_i v|| <= ||Gamma_i v||``; and
-   ``|l| = 1`` would need ``Z Gamma_i v = l Gamma_i v``, impossible for a nilpotent Z and
-   ``Gamma_i v != 0`` (full column rank). The price is a bias of the poles towards the origin
-   that shrinks as the horizon i grows.
-5. ``B``, ``D`` and the initial state of every trajectory by linear least squares on the output
-   (simulation) error ``y[t] = C A^t x0_b + sum_k C A^(t-1-k) B u[k] + D u[t]`` (MOESP style; the
-   x0_b are eliminated per trajectory, so the cost is linear in the number of trajectories). If the
-   identified ``A`` is not stable, ``B``, ``D`` come from the state sequences instead (step 6), and a
-   warning is logged.
-6. State sequences ``X_i = Gamma_i^+ O_i`` and ``X_{i+1} = Gamma_{i-1}^+ O_{i+1}``; the residuals
-   ``[X_{i+1} - A X_i - B U_i;  Y_i - C X_i - D U_i]`` give ``Q``, ``S``, ``R``.
-
-Order selection (``order=None``): with the singular values ``s_1 >= s_2 >= ...`` (those below
-``1e-12 s_1`` clamped to that floor), the order is the ``n`` in ``1..n_max`` with the largest
-log-gap ``log(s_n / s_{n+1})``, ``n_max = min((i - 1) ny, len(s) - 1)``.
-
-Default block horizon: ``i = ceil(2 n_ref / ny) + 1`` with ``n_ref`` the order (or 10 when the order is
-to be selected), reduced if the data are too short (each trajectory needs ``T_b >= 2 i`` and in all
-``N >= 2 p`` Hankel columns are wanted, else ``N >= p``), but never below ``ceil(order / ny) + 1``;
-an explicit ``horizon`` is never changed.
+"""Subspace identification (N4SID with MOESP weighting) of a linear state-space model; the algorithm
+(steps 1-6, order selection, default horizon) is written out in docs/api/baselines.md.
 """
 from __future__ import annotations
 
@@ -69,16 +21,58 @@ _STABLE_RADIUS = 1.0 - 1e-4   # stable=True: reflected eigenvalues get at most t
 
 
 # --------------------------------------------------------------------------------------------------
-def _default_horizon(n_ref: int, ny: int, nu: int, lengths, n_valid, i_min: int = 2) -> int:
+def _default_horizon(n_ref: int, ny: int, nu: int, lengths, i_min: int = 2) -> int:
     """Largest ``i <= ceil(2 n_ref / ny) + 1`` (and ``>= i_min``) with ``2 p`` Hankel columns, else with ``p``."""
     i_max = max(math.ceil(2 * max(n_ref, 1) / ny) + 1, i_min)
     for factor in (2, 1):
         for i in range(i_max, i_min - 1, -1):
             p = 2 * i * (nu + ny)
-            n_total = sum(max(n_valid(T, i), 0) for T in lengths)
+            n_total = sum(max(T - 2 * i + 1, 0) for T in lengths)
             if min(lengths) >= 2 * i and n_total >= factor * p:
                 return i
     return i_min
+
+
+def _horizon(order, horizon, ny: int, nu: int, lengths) -> int:
+    """The block horizon i: ``horizon`` checked against ``order`` and the data, or the default one."""
+    if horizon is None:
+        i_min = 2 if order is None else max(2, math.ceil(order / ny) + 1)
+        i = _default_horizon(order if order is not None else 10, ny, nu, lengths, i_min)
+        if min(lengths) < 2 * i or (order is not None and (i - 1) * ny < order):
+            raise ShapeError(
+                f"order {order} is too large for the data: it needs a block horizon i >= {i_min} "
+                f"(ny = {ny}), i.e. trajectories of at least {2 * i_min} samples and "
+                f">= {2 * i_min * (nu + ny)} Hankel columns; the data have lengths "
+                f"{min(lengths)}..{max(lengths)} ({len(lengths)} trajectories). Use a lower order or more data.")
+        return i
+    i = int(horizon)
+    if i != horizon or i < 2:
+        raise ShapeError(f"horizon must be an integer >= 2, got {horizon!r}")
+    if order is not None and (i - 1) * ny < order:
+        raise ShapeError(
+            f"horizon i={i} is too short for order {order} with ny={ny} outputs: "
+            f"(i-1)*ny = {(i - 1) * ny} < {order}; use horizon >= {math.ceil(order / ny) + 1}")
+    if min(lengths) < 2 * i:
+        raise ShapeError(
+            f"horizon i={i} is too long for the data: every trajectory needs at least 2i = {2 * i} "
+            f"samples, the shortest has {min(lengths)}")
+    return i
+
+
+def _order(s: np.ndarray, order, i: int, ny: int) -> int:
+    """The model order: ``order`` checked against the horizon, or selected from the singular values ``s``."""
+    n_max = min((i - 1) * ny, len(s) - 1)
+    if order is None:
+        n = _select_order(s, n_max)
+        logger.info("n4sid: order %d selected from singular values %s", n, np.array2string(s[:n_max + 1], precision=3))
+    else:
+        n = int(order)
+        if n > n_max:
+            raise ShapeError(f"order {n} is too large for horizon i={i} and ny={ny}: at most {n_max}")
+    if s[n - 1] <= _SV_FLOOR * s[0]:
+        logger.warning("n4sid: singular value %d is numerically zero (%.3g); the data support a lower order",
+                       n, s[n - 1])
+    return n
 
 
 def _hankel_rows(u: np.ndarray, y: np.ndarray, i: int) -> np.ndarray:
@@ -139,13 +133,13 @@ def _oblique(L, target, along, onto, k) -> np.ndarray:
 
 
 def _stable_shift(Gam: np.ndarray, ny: int) -> np.ndarray:
-    """Maciejowski's (1995) stable ``A = Gam^+ [Gam[ny:]; 0]`` (step 4b of the module docstring)."""
+    """Maciejowski's (1995) stable ``A = Gam^+ [Gam[ny:]; 0]`` (step 4b in docs/api/baselines.md)."""
     padded = np.vstack([Gam[ny:], np.zeros((ny, Gam.shape[1]))])
     return sla.lstsq(Gam, padded, check_finite=False)[0]
 
 
 def _reflect_unstable(A: np.ndarray) -> np.ndarray:
-    """``A`` with its eigenvalues outside the unit disc reflected inside (step 4b of the module docstring)."""
+    """``A`` with its eigenvalues outside the unit disc reflected inside (step 4b in docs/api/baselines.md)."""
     T, Z = sla.schur(A, output="real")
     n, k = A.shape[0], 0
     while k < n:
@@ -164,6 +158,16 @@ def _select_order(s: np.ndarray, n_max: int) -> int:
     return int(np.argmax(gaps)) + 1
 
 
+def _free_response(A, C, T: int) -> np.ndarray:
+    """``C A^t`` for t = 0..T-1, (T, ny, nx)."""
+    Gam = np.empty((T, C.shape[0], A.shape[0]))
+    G = C.copy()
+    for t in range(T):
+        Gam[t] = G
+        G = G @ A
+    return Gam
+
+
 def _response_regressors(A, C, u: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
     """Free-response ``Gamma`` (T, ny, nx) and input regressor ``Psi`` (nb, T, ny, nx nu + ny nu).
 
@@ -171,11 +175,7 @@ def _response_regressors(A, C, u: np.ndarray, T: int) -> tuple[np.ndarray, np.nd
     noise-free output ``y[t]``.
     """
     nx, ny, nb, nu = A.shape[0], C.shape[0], u.shape[0], u.shape[2]
-    Gam = np.empty((T, ny, nx))
-    G = C.copy()
-    for t in range(T):
-        Gam[t] = G
-        G = G @ A
+    Gam = _free_response(A, C, T)
     eye_x, eye_y = np.eye(nx), np.eye(ny)
     Psi = np.empty((nb, T, ny, nx * nu + ny * nu))
     Z = np.zeros((nb, nx, nu * nx))
@@ -246,14 +246,20 @@ def _fit_x0(A, B, C, D, data, window: int) -> list[np.ndarray]:
         y, u = data.y[b][:window], data.inputs(b)[:window]
         T = y.shape[0]
         y_forced = res.simulate(u, np.zeros(nx))
-        Gam = np.empty((T, C.shape[0], nx))
-        G = C.copy()
-        for t in range(T):
-            Gam[t] = G
-            G = G @ A
+        Gam = _free_response(A, C, T)
         obs = np.isfinite(y)
         out.append(sla.lstsq(Gam[obs], (y - y_forced)[obs], check_finite=False)[0])
     return out
+
+
+def _bd_from_states(A, C, X_i, X_i1, U_i, Y_i, feedthrough: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``B`` (n, nu) and ``D`` (ny, nu) by least squares on the state sequences (an unstable ``A``)."""
+    n, ny, nu = A.shape[0], C.shape[0], U_i.shape[0]
+    lhs = np.vstack([X_i1 - A @ X_i, Y_i - C @ X_i])
+    if not feedthrough:
+        lhs = lhs[:n]
+    BD = _lstsq_rows(lhs, U_i) if nu else np.zeros((lhs.shape[0], 0))
+    return BD[:n], (BD[n:] if feedthrough else np.zeros((ny, nu)))
 
 
 def _as_data(data):
@@ -293,7 +299,7 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
         (Hankel columns touching them are dropped; they are skipped in the B/D/x0 least squares).
     order : int, optional
         Model order nx, or None to select it from the singular values (largest log-gap rule,
-        see the module docstring).
+        see docs/api/baselines.md).
     horizon : int, optional
         Block horizon i (block rows of the past and of the future). Needs ``(i-1) ny >= order``,
         ``T_b >= 2 i`` for every trajectory and at least ``2 i (nu + ny)`` Hankel columns in
@@ -302,12 +308,9 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     feedthrough : bool
         Estimate ``D`` (default); ``False`` fixes ``D = 0`` (strictly proper systems).
     stable : bool or str
-        ``False`` (default) keeps the plain estimate; ``True`` (= ``"reflect"``) or
-        ``"maciejowski"`` guarantee a stable ``A`` (spectral radius < 1): when the
-        shift-invariance least squares (step 4) gives an unstable ``A``, it is replaced as in
-        step 4b of the module docstring and ``B``, ``D``, ``x0`` are refitted to it by the
-        output-error least squares (step 5). A stable least-squares ``A`` is kept, so ``stable``
-        changes nothing where the plain estimate is already stable.
+        ``False`` (default) keeps the plain estimate; ``True`` (= ``"reflect"``) or ``"maciejowski"`` replace
+        an unstable least-squares ``A`` by a stable one (step 4b in docs/api/baselines.md) and refit ``B``,
+        ``D``, ``x0`` to it; a stable ``A`` is kept either way.
 
     Returns
     -------
@@ -331,37 +334,11 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     """
     data = _as_data(data)
     ny, nu = data.ny, data.nu
-    lengths = data.lengths
     if order is not None and (int(order) != order or order < 1):
         raise ShapeError(f"order must be a positive integer or None, got {order!r}")
     if stable not in (False, True, "reflect", "maciejowski"):
         raise OptionsError(f"stable must be False, True (= 'reflect') or 'maciejowski', got {stable!r}")
-
-    def n_cols(T, i):
-        return T - 2 * i + 1
-
-    if horizon is None:
-        i_min = 2 if order is None else max(2, math.ceil(order / ny) + 1)
-        i = _default_horizon(order if order is not None else 10, ny, nu, lengths, n_cols, i_min)
-        if min(lengths) < 2 * i or (order is not None and (i - 1) * ny < order):
-            need = i_min
-            raise ShapeError(
-                f"order {order} is too large for the data: it needs a block horizon i >= {need} "
-                f"(ny = {ny}), i.e. trajectories of at least {2 * need} samples and "
-                f">= {2 * need * (nu + ny)} Hankel columns; the data have lengths "
-                f"{min(lengths)}..{max(lengths)} ({len(lengths)} trajectories). Use a lower order or more data.")
-    else:
-        i = int(horizon)
-        if i != horizon or i < 2:
-            raise ShapeError(f"horizon must be an integer >= 2, got {horizon!r}")
-        if order is not None and (i - 1) * ny < order:
-            raise ShapeError(
-                f"horizon i={i} is too short for order {order} with ny={ny} outputs: "
-                f"(i-1)*ny = {(i - 1) * ny} < {order}; use horizon >= {math.ceil(order / ny) + 1}")
-        if min(lengths) < 2 * i:
-            raise ShapeError(
-                f"horizon i={i} is too long for the data: every trajectory needs at least 2i = {2 * i} "
-                f"samples, the shortest has {min(lengths)}")
+    i = _horizon(order, horizon, ny, nu, data.lengths)
     p = 2 * i * (nu + ny)
     L, n_columns = _lq(data, i)
     if n_columns < p:
@@ -381,17 +358,7 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     W = O_i.copy()
     W[:, :i * nu] = 0.0                      # Pi_{U_f^perp}: U_f spans the first i nu rows of Q
     U_svd, s, _ = np.linalg.svd(W, full_matrices=False)
-    n_max = min((i - 1) * ny, len(s) - 1)
-    if order is None:
-        n = _select_order(s, n_max)
-        logger.info("n4sid: order %d selected from singular values %s", n, np.array2string(s[:n_max + 1], precision=3))
-    else:
-        n = int(order)
-        if n > n_max:
-            raise ShapeError(f"order {n} is too large for horizon i={i} and ny={ny}: at most {n_max}")
-    if s[n - 1] <= _SV_FLOOR * s[0]:
-        logger.warning("n4sid: singular value %d is numerically zero (%.3g); the data support a lower order",
-                       n, s[n - 1])
+    n = _order(s, order, i, ny)
     Gam = U_svd[:, :n] * np.sqrt(s[:n])
     C = Gam[:ny].copy()
     A = sla.lstsq(Gam[:-ny], Gam[ny:], check_finite=False)[0]
@@ -414,12 +381,7 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     else:
         logger.warning("n4sid: identified A is not stable (spectral radius %.4f); B and D from the state "
                        "sequences, x0 from the first %d samples", rho, 4 * i)
-        lhs = np.vstack([X_i1 - A @ X_i, Y_i - C @ X_i])
-        if not feedthrough:
-            lhs = lhs[:n]
-        BD = _lstsq_rows(lhs, U_i) if nu else np.zeros((lhs.shape[0], 0))
-        B = BD[:n]
-        D = BD[n:] if feedthrough else np.zeros((ny, nu))
+        B, D = _bd_from_states(A, C, X_i, X_i1, U_i, Y_i, feedthrough)
         x0 = _fit_x0(A, B, C, D, data, 4 * i)
     res = np.vstack([X_i1 - A @ X_i - B @ U_i, Y_i - C @ X_i - D @ U_i])
     cov = res @ res.T

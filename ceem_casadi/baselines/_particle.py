@@ -1,25 +1,5 @@
-"""Fully adapted particle filter and FFBSi backward simulation (the E-step of particle EM).
-
-The baseline of section 4.1.2 of the CE-EM paper, on the same model and data objects as CE-EM.
-Model (Gaussian noise from ``model.noise`` unless overridden)::
-
-    x[t+1] = f(x[t], u[t], p) + w[t],   w ~ N(0, Q),  Q = diag(process_std**2)
-    y[t]   = g(x[t], u[t], p) + v[t],   v ~ N(0, R),  R = diag(measurement_std**2)
-    x[1]   ~ N(x0_mean, x0_cov)
-
-**Filter.** When ``g`` is linear in x (``g = C(u, p) x + d(u, p)``, detected symbolically: the
-Jacobian dg/dx does not depend on x), the filter is *fully adapted* (Pitt & Shephard 1999):
-the first-stage weights are ``w[t-1]^i p(y[t] | x[t-1]^i)`` with
-``p(y | x') = N(y; C f(x') + d, C Q C^T + R)``, and particles are propagated from the optimal
-proposal ``p(x[t] | x[t-1], y[t]) = N(f + K (y - C f - d), Q - K C Q)``, ``K = Q C^T S^-1``.
-Otherwise a bootstrap proposal ``f(x) + w`` is used (with a warning). Systematic resampling
-is triggered when the effective sample size falls below ``ess_threshold * N``. NaN entries of
-``y`` are skipped. ``f`` is evaluated on all particles at once (``model.f.map(N)``).
-
-**Smoother.** FFBSi (Godsill, Doucet & West 2004) draws ``Ns`` trajectories backwards with
-weights ``w[t]^i N(x*[t+1]; f(x[t]^i), Q)``: O(N Ns) per step, vectorised.
-
-Particle EM (the SAEM M-step on these samples) is `ceem_casadi.baselines._saem`.
+"""Fully adapted particle filter and FFBSi backward simulation (the E-step of particle EM); the filter, its
+proposals and the smoother are described in docs/api/baselines.md.
 """
 from __future__ import annotations
 
@@ -65,15 +45,12 @@ class ParticleFilterResult:
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> import numpy as np, ceem_casadi as cc
     >>> from ceem_casadi.baselines import particle_filter
-    >>> res = particle_filter(model, np.array([0.8]), data.y[0], data.inputs(0), n_particles=50, x0_mean=[1.0],
-    ...                       x0_cov=[[0.01]], rng=np.random.default_rng(2))
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x, lambda x, u, p: x, nx=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.8)))
+    >>> y = np.random.default_rng(0).normal(size=(40, 1))
+    >>> res = particle_filter(model, [0.8], y, n_particles=50, x0_mean=[0.0], x0_cov=1.0, rng=np.random.default_rng(2))
     >>> res.weights.shape, bool(np.allclose(res.weights.sum(axis=1), 1.0))
     ((40, 50), True)
     """
@@ -104,6 +81,14 @@ def _chol(M: np.ndarray) -> np.ndarray:
         return np.linalg.cholesky(M)
     except np.linalg.LinAlgError:
         return np.linalg.cholesky(M + 1e-12 * np.trace(M) / len(M) * np.eye(len(M)))
+
+
+def _update(C: np.ndarray, P: np.ndarray, Ro: np.ndarray):
+    """``(Ls, K, Lpost)`` of observing ``C x`` (no, nx) plus noise of covariance ``Ro`` under a prior covariance
+    ``P`` (nx, nx): Cholesky factor of ``S = C P C^T + Ro``, the gain ``P C^T S^-1`` and the posterior's factor."""
+    Ls = _chol(C @ P @ C.T + Ro)
+    K = np.linalg.solve(Ls.T, np.linalg.solve(Ls, C @ P)).T
+    return Ls, K, _chol(P - K @ C @ P)
 
 
 def _gauss_logpdf(resid: np.ndarray, L: np.ndarray) -> np.ndarray:
@@ -158,13 +143,11 @@ class ParticleFilter:
         # --- t = 0: exact Gaussian step from the prior (fully adapted) or prior draw + weights
         obs = np.isfinite(y[0])
         if adapted and obs.any():
-            C, Ro = Cs[0][obs], R[np.ix_(obs, obs)]
-            S = C @ P0 @ C.T + Ro
-            Ls = _chol(S)
+            C = Cs[0][obs]
+            Ls, K, Lpost = _update(C, P0, R[np.ix_(obs, obs)])
             e = y[0, obs] - C @ m0 - ds[0, obs]
             loglik += float(_gauss_logpdf(e[None], Ls)[0])
-            K = np.linalg.solve(Ls.T, np.linalg.solve(Ls, C @ P0)).T
-            X[0] = m0 + K @ e + eps[0] @ _chol(P0 - K @ C @ P0).T
+            X[0] = m0 + K @ e + eps[0] @ Lpost.T
             W[0] = 1.0 / N
         else:
             X[0] = m0 + eps[0] @ _chol(P0).T
@@ -178,17 +161,15 @@ class ParticleFilter:
             obs = np.isfinite(y[t])
             w_prev = W[t - 1]
             if adapted and obs.any():
-                C, Ro = Cs[t][obs], R[np.ix_(obs, obs)]
-                S = C @ Q @ C.T + Ro
-                Ls = _chol(S)
+                C = Cs[t][obs]
+                Ls, K, Lpost = _update(C, Q, R[np.ix_(obs, obs)])
                 resid = y[t, obs] - F @ C.T - ds[t, obs]  # (N, no)
                 with np.errstate(divide="ignore"):
                     logw = np.log(w_prev) + _gauss_logpdf(resid, Ls)
                 loglik += float(logsumexp(logw))
                 w = np.exp(logw - logsumexp(logw))
                 a, W[t] = self._maybe_resample(w, t, ess, resampled, ess_threshold, rng)
-                K = np.linalg.solve(Ls.T, np.linalg.solve(Ls, C @ Q)).T
-                X[t] = F[a] + resid[a] @ K.T + eps[t] @ _chol(Q - K @ C @ Q).T
+                X[t] = F[a] + resid[a] @ K.T + eps[t] @ Lpost.T
             else:
                 a, w = self._maybe_resample(w_prev, t, ess, resampled, ess_threshold, rng)
                 X[t] = F[a] + eps[t] @ Lq.T
@@ -217,7 +198,7 @@ class ParticleFilter:
 def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x0_cov,
                     rng: np.random.Generator, Q=None, R=None, ess_threshold: float = 0.5,
                     proposal: str = "auto") -> ParticleFilterResult:
-    """Run the particle filter on one trajectory (see the module docstring).
+    """Run the particle filter on one trajectory (docs/api/baselines.md).
 
     For repeated calls build a `ParticleFilter` once.
 
@@ -252,15 +233,12 @@ def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> import numpy as np, ceem_casadi as cc
     >>> from ceem_casadi.baselines import particle_filter
-    >>> res = particle_filter(model, np.array([0.8]), data.y[0], data.inputs(0), n_particles=50, x0_mean=[1.0],
-    ...                       x0_cov=[[0.01]], rng=np.random.default_rng(2))
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x, lambda x, u, p: x, nx=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.8)))
+    >>> y = np.random.default_rng(0).normal(size=(40, 1))
+    >>> res = particle_filter(model, [0.8], y, n_particles=50, x0_mean=[0.0], x0_cov=1.0, rng=np.random.default_rng(2))
     >>> res.particles.shape, bool(np.isfinite(res.loglik))
     ((40, 50, 1), True)
     """
@@ -291,15 +269,12 @@ def ffbsi(result: ParticleFilterResult, n_smooth: int, *, rng: np.random.Generat
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> import numpy as np, ceem_casadi as cc
     >>> from ceem_casadi.baselines import ffbsi, particle_filter
-    >>> res = particle_filter(model, np.array([0.8]), data.y[0], data.inputs(0), n_particles=50, x0_mean=[1.0],
-    ...                       x0_cov=[[0.01]], rng=np.random.default_rng(2))
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x, lambda x, u, p: x, nx=1,
+    ...                                          params=cc.Parameters(cc.Param("a", 0.8)))
+    >>> y = np.random.default_rng(0).normal(size=(40, 1))
+    >>> res = particle_filter(model, [0.8], y, n_particles=50, x0_mean=[0.0], x0_cov=1.0, rng=np.random.default_rng(2))
     >>> ffbsi(res, 5, rng=np.random.default_rng(3)).shape                # 5 smoothed trajectories (T, nx)
     (5, 40, 1)
     """

@@ -1,19 +1,5 @@
-"""Particle EM: the particle filter and FFBSi E-step of `ceem_casadi.baselines._particle`
-with an SAEM M-step (the baseline of section 4.1.2 of the CE-EM paper).
-
-**M-step (SAEM, Delyon, Lavielle & Moulines 1999).** The SAEM objective after iteration k is
-``Q_k(theta) = sum_i gamma_i prod_{j>i} (1 - gamma_j) (1/Ns) sum_s log p(x^(i,s), y | theta)``.
-It is maximised with the CE-EM learning NLP ([`Learner`][ceem_casadi.learning.Learner]), built
-once on a fixed memory window of the last ``memory`` iterations' samples, each sampled
-trajectory weighted by its SAEM weight (weights renormalised to sum to one per data
-trajectory over the window; the truncation drops at most ``prod (1 - gamma_j)`` of the mass).
-Step sizes: ``gamma_k = 1`` for ``k <= saem_k0`` (plain Monte Carlo EM while far from the
-optimum), then ``gamma_k = (k - saem_k0)**-saem_alpha`` with ``0.5 < alpha <= 1`` (the SAEM
-conditions ``sum gamma = inf``, ``sum gamma^2 < inf``). The shift by ``k0`` avoids a jump from
-1 to ``k0**-alpha`` (e.g. 0.12 for k0 = 20) that would freeze the estimate right after the
-burn-in. Defaults ``k0 = 20``, ``alpha = 0.7``: on single Lorenz (sigma_w = 0.1, sigma_v = 0.5,
-4 trajectories) plain Monte Carlo EM still makes steady progress for ~20 iterations from a
-10 % initial error, while averaging from the start (k0 = 3) had barely moved after 20.
+"""Particle EM: the particle filter and FFBSi E-step of `ceem_casadi.baselines._particle` with an SAEM
+M-step (the baseline of section 4.1.2 of the CE-EM paper; the M-step and its step sizes: docs/api/baselines.md).
 """
 
 from __future__ import annotations
@@ -31,7 +17,7 @@ from ..io._validate import check_data
 from ..learning._learner import Learner
 from ..learning._options import LearnerOptions
 from ..model._params import Theta
-from ..runtime._schema import check_fields
+from ..runtime._schema import check_fields, renamed, require
 from ..runtime._status import Status
 from ..runtime._threads import blas_threads
 from ._particle import ParticleFilter, ffbsi
@@ -39,9 +25,21 @@ from ._particle import ParticleFilter, ffbsi
 log = logging.getLogger(__name__)
 
 
+def _removed_x0_prior(value, kwargs) -> None:
+    """the prior of the first state is the model's: model.with_noise(x1_mean=..., x1_std=...)"""
+    raise OptionsError("ParticleEMOptions(x0_mean=..., x0_std=...) was removed: give the prior of the first state "
+                       "on the model, particle_em(model.with_noise(x1_mean=..., x1_std=...), ...)")
+
+
+@renamed(x0_mean=_removed_x0_prior, x0_std=_removed_x0_prior)
 @dataclass(frozen=True)
 class ParticleEMOptions:
     """Particle EM settings (defaults from the paper: Np = 100, Ns = 10).
+
+    The prior of the first state is the model's (``model.with_noise(x1_mean=..., x1_std=...)``); BLAS runs
+    with one thread (threaded BLAS on the shared 2-core machine: one six-coupled-Lorenz epoch 208 s
+    instead of 14.5 s); the filter's proposal is fully adapted when g is linear in x, else bootstrap, and it
+    resamples when the ESS falls below half the particles.
 
     Parameters
     ----------
@@ -51,22 +49,12 @@ class ParticleEMOptions:
         FFBSi trajectories Ns per data trajectory.
     max_iters : int
         EM iterations.
-    ess_threshold : float
-        Resample when ESS < ess_threshold * Np.
     saem_k0, saem_alpha : int, float
         SAEM step sizes ``gamma_k = 1`` (k <= k0), ``(k - k0)**-alpha`` after.
     memory : int
         Iterations of samples kept in the M-step (window of the SAEM average).
-    x0_mean, x0_std : tuple of float, optional
-        (nx,) initial-state prior used when the model has no ``x1_mean``/``x1_std``.
-    proposal : str
-        ``"auto"`` (fully adapted when g is linear in x, else bootstrap) or ``"bootstrap"``.
     learner : LearnerOptions
         Options of the M-step NLP.
-    blas_threads : int, optional
-        BLAS threads during the run (1 by default, as for CE-EM; ``None`` leaves them): on the
-        shared 2-core machine one six-coupled-Lorenz epoch took 208 s with threaded BLAS and
-        14.5 s with one thread.
 
     Raises
     ------
@@ -84,37 +72,19 @@ class ParticleEMOptions:
     n_particles: int = 100
     n_smooth: int = 10
     max_iters: int = 50
-    ess_threshold: float = 0.5
     saem_k0: int = 20
     saem_alpha: float = 0.7
     memory: int = 5
-    x0_mean: tuple | None = None
-    x0_std: tuple | None = None
-    proposal: str = "auto"
     learner: LearnerOptions = field(default_factory=LearnerOptions)
-    blas_threads: int | None = 1
 
     def __post_init__(self):
         check_fields(self)
-        checks = [
-            (self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1),
-             f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}"),
-            (self.n_particles >= 2, f"n_particles must be >= 2, got {self.n_particles}"),
-            (self.n_smooth >= 1, f"n_smooth must be >= 1, got {self.n_smooth}"),
-            (self.max_iters >= 1, f"max_iters must be >= 1, got {self.max_iters}"),
-            (0 < self.ess_threshold <= 1, f"ess_threshold must be in (0, 1], got {self.ess_threshold}"),
-            (self.saem_k0 >= 0, f"saem_k0 must be >= 0, got {self.saem_k0}"),
-            (0.5 < self.saem_alpha <= 1, f"saem_alpha must be in (0.5, 1], got {self.saem_alpha}"),
-            (self.memory >= 1, f"memory must be >= 1, got {self.memory}"),
-            (self.proposal in ("auto", "bootstrap"), f"proposal must be 'auto' or 'bootstrap', got {self.proposal!r}"),
-            ((self.x0_mean is None) == (self.x0_std is None), "give both x0_mean and x0_std, or neither"),
-            (isinstance(self.learner, LearnerOptions), "learner must be a LearnerOptions"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise OptionsError(msg)
-        if self.x0_std is not None and np.any(np.asarray(self.x0_std, float) <= 0):
-            raise OptionsError(f"x0_std must be positive, got {self.x0_std}")
+        require(self.n_particles >= 2, f"n_particles must be >= 2, got {self.n_particles}")
+        require(self.n_smooth >= 1, f"n_smooth must be >= 1, got {self.n_smooth}")
+        require(self.max_iters >= 1, f"max_iters must be >= 1, got {self.max_iters}")
+        require(self.saem_k0 >= 0, f"saem_k0 must be >= 0, got {self.saem_k0}")
+        require(0.5 < self.saem_alpha <= 1, f"saem_alpha must be in (0.5, 1], got {self.saem_alpha}")
+        require(self.memory >= 1, f"memory must be >= 1, got {self.memory}")
 
     def gamma(self, k: int) -> float:
         """SAEM step size of iteration k (1-based)."""
@@ -144,16 +114,9 @@ class ParticleEMRecord:
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
-    >>> from ceem_casadi.baselines import ParticleEMOptions, particle_em
-    >>> opts = ParticleEMOptions(n_particles=30, n_smooth=3, max_iters=1, x0_mean=(1.0,), x0_std=(0.1,),
-    ...                          learner=cc.LearnerOptions(compile=False))
-    >>> rec = particle_em(model, data, {"a": 0.5}, options=opts, seed=0).history[0]
+    >>> from ceem_casadi.baselines import ParticleEMRecord
+    >>> rec = ParticleEMRecord(1, {"a": 0.7}, wall_s=0.3, loglik=-12.5, gamma=1.0, e_step_s=0.2, m_step_s=0.1,
+    ...                        learn_status="Solve_Succeeded")
     >>> rec.iteration, rec.gamma
     (1, 1.0)
     """
@@ -187,18 +150,10 @@ class ParticleEMResult:
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
-    >>> from ceem_casadi.baselines import ParticleEMOptions, particle_em
-    >>> opts = ParticleEMOptions(n_particles=30, n_smooth=3, max_iters=1, x0_mean=(1.0,), x0_std=(0.1,),
-    ...                          learner=cc.LearnerOptions(compile=False))
-    >>> res = particle_em(model, data, {"a": 0.5}, options=opts, seed=0)
-    >>> str(res.status), sorted(res.theta)
-    ('max_iters', ['a'])
+    >>> from ceem_casadi.baselines import ParticleEMResult
+    >>> res = ParticleEMResult({"a": 0.7}, [], "max_iters", "stopped after 50 iterations")
+    >>> str(res.status), res.success
+    ('max_iters', True)
     """
 
     theta: Theta
@@ -218,17 +173,12 @@ class ParticleEMResult:
 
 # ------------------------------------------------------------------------------------------
 # particle EM
-def _initial_prior(model, options: ParticleEMOptions):
+def _initial_prior(model):
     nz = model.noise
-    if nz.x1_mean is not None:
-        return nz.x1_mean, nz.x1_std ** 2
-    if options.x0_mean is None:
+    if nz.x1_mean is None:
         raise ValueError("particle EM needs a prior on the first state: set x1_mean/x1_std on the model "
-                         "(model.with_noise(x1_mean=..., x1_std=...)) or pass ParticleEMOptions(x0_mean=..., "
-                         "x0_std=...)")
-    mean = np.broadcast_to(np.asarray(options.x0_mean, float), (model.nx,))
-    std = np.broadcast_to(np.asarray(options.x0_std, float), (model.nx,))
-    return mean.copy(), std ** 2
+                         "(model.with_noise(x1_mean=..., x1_std=...))")
+    return nz.x1_mean, nz.x1_std ** 2
 
 
 def saem_weights(gammas: list[float], memory: int) -> np.ndarray:
@@ -273,20 +223,17 @@ def particle_em(model, data: Trajectories, theta0: Theta, *,
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> import numpy as np, ceem_casadi as cc
     >>> from ceem_casadi.baselines import ParticleEMOptions, particle_em
-    >>> opts = ParticleEMOptions(n_particles=30, n_smooth=3, max_iters=2, x0_mean=(1.0,), x0_std=(0.1,),
-    ...                          learner=cc.LearnerOptions(compile=False))
-    >>> res = particle_em(model, data, {"a": 0.5}, options=opts, seed=0)
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
+    >>> opts = ParticleEMOptions(n_particles=30, n_smooth=3, max_iters=2, learner=cc.LearnerOptions(compile=False))
+    >>> res = particle_em(model.with_noise(x1_mean=1.0, x1_std=0.1), data, {"a": 0.5}, options=opts, seed=0)
     >>> len(res.history), bool(0.5 < float(res.theta["a"]) < 1.0)
     (2, True)
     """
-    with blas_threads(options.blas_threads):
+    with blas_threads(1):
         return _particle_em(model, data, theta0, options, seed, callback)
 
 
@@ -294,10 +241,10 @@ def _particle_em(model, data, theta0, options, seed, callback) -> ParticleEMResu
     check_data(model, data)
     rng = np.random.default_rng(seed)
     theta_vec = model.theta_vector(theta0)
-    m0, P0 = _initial_prior(model, options)
+    m0, P0 = _initial_prior(model)
     B, Ns, K = len(data), options.n_smooth, options.memory
     t0 = time.perf_counter()
-    pf = ParticleFilter(model, options.n_particles, options.proposal)
+    pf = ParticleFilter(model, options.n_particles)
     # slot m, sample s, trajectory b  ->  flat position (m * Ns + s) * B + b
     reps = K * Ns
     data_rep = Trajectories([data.y[b] for _ in range(reps) for b in range(B)],
@@ -313,8 +260,7 @@ def _particle_em(model, data, theta0, options, seed, callback) -> ParticleEMResu
         t_start = time.perf_counter()
         loglik, samples = 0.0, [None] * (Ns * B)
         for b in range(B):
-            res = pf.run(theta_vec, data.y[b], data.inputs(b), x0_mean=m0, x0_cov=P0, rng=rng,
-                         ess_threshold=options.ess_threshold)
+            res = pf.run(theta_vec, data.y[b], data.inputs(b), x0_mean=m0, x0_cov=P0, rng=rng)
             loglik += res.loglik
             xs = ffbsi(res, Ns, rng=rng)
             for s in range(Ns):

@@ -1,11 +1,5 @@
-"""The accelerations of the EM loop as strategy objects (``CEEMOptions(acceleration=...)``).
-
-Each is a frozen dataclass carrying its own settings (`Joint`'s Hessian and failure budget,
-`Newton`'s retries); the strings ``"none"``, ``"squarem"``, ``"newton"``, ``"joint"`` are shorthands
-for their defaults (`acceleration_of`). [`ceem`][ceem_casadi.ceem] resolves the choice once; for a fit,
-``start`` builds the acceleration's per-run stepper (its joint solver, its counters), which the loop
-asks at every iteration for a step of its own (``propose``), tells the outcome (``after``) and asks for
-an extrapolation (``extrapolate``, SQUAREM). The loop itself never branches on the acceleration.
+"""The accelerations of the EM loop as strategy objects (``CEEMOptions(acceleration=...)``): each carries its
+own settings and builds the per-fit stepper the loop asks for a step of its own (docs/algorithms.md).
 """
 from __future__ import annotations
 

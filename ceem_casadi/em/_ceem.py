@@ -1,17 +1,6 @@
-"""Certainty-equivalent EM (Algorithm 1 of Menda et al., ICML 2020).
-
-Block coordinate ascent on the joint log-density J(x_{1:T}, theta):
-
-    repeat
-        x     <- argmax_x  J(x, theta) - rho_x ||x - x_prev||^2                 (smoothing)
-        theta <- argmax_th J(x, th) - rho_theta ||th - theta_prev||^2 + log p(th) (learning)
-    until the increase of J + log p(theta) over one iteration is at most tol * max(1, |J|)
-
-Both solvers are built once and reused. A step whose solver fails (non-finite result or an
-IPOPT error status) is not taken: the loop stops with ``status = "solver_failed"`` and the
-last good iterate. A step that lowers the objective (possible when IPOPT stops early) is
-rejected the same way (recorded with ``accepted=False``), the loop stops with
-``status = "stalled"``, so the returned objective never decreases.
+"""Certainty-equivalent EM (Algorithm 1 of Menda et al., ICML 2020): block coordinate ascent on the joint
+log-density J(x, theta), smoothing and learning steps alternated, a failed or descending step never taken
+(the loop, its stopping rules and the accelerations' steps: docs/algorithms.md).
 """
 from __future__ import annotations
 
@@ -136,11 +125,9 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     smoother : Smoother, optional
         A prebuilt smoother to reuse across calls (same model and data shape).
     learner : LearningStep, optional
-        The learning step: any object with the `ceem_casadi.learning.LearningStep`
-        protocol's ``solve`` (e.g. a prebuilt [`Learner`][ceem_casadi.learning.Learner] or an
-        [`AdamLearner`][ceem_casadi.learning.AdamLearner]); default `learning.learner_for`. Not with a Dask
-        ``executor``, whose engine learns from the states kept on its workers (refused with
-        `OptionsError`).
+        Any object with the `ceem_casadi.learning.LearningStep` protocol's ``solve`` (e.g. a prebuilt
+        [`Learner`][ceem_casadi.learning.Learner]); default `learning.learner_for`. Not with a Dask
+        ``executor``, whose engine learns on its workers (`OptionsError`).
 
     Returns
     -------
@@ -154,38 +141,19 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
 
     Notes
     -----
-    With ``options.acceleration == "squarem"`` every two plain EM steps are followed by one
-    step from a SQUAREM extrapolation of theta (and of the states, as a warm start); that step
-    is kept only if it increases the objective beyond the plain steps, so the recorded
-    objective still never decreases.
-
-    With ``options.acceleration == "newton"`` the first iteration is a plain EM step (a joint step
-    when a converged warm start, `CEEMOptions.warm_start`, gave the starting theta); then each
-    iteration tries a joint Gauss-Newton (Levenberg-Marquardt) step on (x, theta)
-    (`ceem_casadi.em._joint_gauss_newton`), kept only when it increases the objective (record
-    kind ``"newton"``, its time in ``learn_s``), and falls back to a plain EM step otherwise.
-    Convergence is always judged on a plain EM step, so the result is a fixed point of
-    Algorithm 1; the trust regions rho_x, rho_theta apply to the EM steps only.
-
-    With ``"joint"``, after the first (plain EM) step IPOPT solves max_{x, theta} J + log p(theta)
-    in one NLP (`ceem_casadi.em._joint_nlp`; kind ``"joint"``, time in ``learn_s``), kept when it
-    increases the objective; a plain EM step follows to judge convergence. After
-    ``JOINT_MAX_FAILURES`` solves without increase, only EM steps are taken.
+    Convergence is always judged on a plain EM step, so the result is a fixed point of Algorithm 1 whatever
+    the acceleration; how each acceleration steps is in docs/algorithms.md.
 
     Examples
     --------
     Recover a = 0.8 from 60 noisy samples, starting at a = 0.5 (no C compilation):
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(60, 1))
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
-    ...                       measurement_std=0.1, seed=1)
-    >>> options = cc.CEEMOptions(smoother=cc.SmootherOptions(compile=False),
-    ...                          learner=cc.LearnerOptions(compile=False))
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1, measurement_std=0.1, seed=1)
+    >>> options = cc.CEEMOptions(smoother=cc.SmootherOptions(compile=False), learner=cc.LearnerOptions(compile=False))
     >>> fit = cc.ceem(model, data, {"a": 0.5}, options=options)
     >>> fit.status, round(float(fit.theta["a"]), 2)
     (<Status.CONVERGED: 'converged'>, 0.8)
@@ -200,7 +168,7 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     plan = FitPlan.of(options)  # the strategies, resolved once: each floor gets its own object
     t_start = time.perf_counter()
     expires = None if plan.time_limit is None else t_start + plan.time_limit
-    with blas_threads(plan.blas_threads), deadline(expires):
+    with blas_threads(1), deadline(expires):  # threaded BLAS measured slower (docs/algorithms.md)
         result = _ceem(model, data, theta0, plan, x_init, callback, smoother, learner)
     result.wall_s = time.perf_counter() - t_start
     return result

@@ -1,12 +1,5 @@
-"""Per-iteration checkpoints of a CE-EM fit, written atomically, and resuming from them.
-
-A checkpoint is an integrity-checked ``.npz`` (see `ceem_casadi.deploy._modelfile`) with the
-current theta, the iteration history, the smoothed states when available and a fingerprint of
-the model and data. `CheckpointWriter` is a ``ceem`` callback that rewrites it after every
-iteration by writing a temporary file and renaming it over the old one, so a process killed at
-any moment (SIGINT or SIGKILL) leaves the previous complete checkpoint: at most the current
-iteration is lost. `resume` restarts [`ceem_casadi.ceem`][ceem_casadi.ceem] from the checkpointed theta
-(and states) and prepends the saved history; the fixed point is the same to solver tolerance.
+"""Per-iteration checkpoints of a CE-EM fit, written atomically (a killed process leaves the previous
+complete checkpoint), and resuming from them (docs/algorithms.md).
 """
 from __future__ import annotations
 
@@ -97,10 +90,8 @@ def read_checkpoint(path) -> Checkpoint:
 
 
 def check_checkpoint(path, meta: dict, arrays: dict) -> None:
-    """Raise `CheckpointError` unless the checkpoint ``meta`` and
-    ``arrays`` have the layout `write_checkpoint` writes: every theta array present, real and
-    finite, ``n_x`` state arrays of shape (T_b, nx), a list of iteration records (a crafted or
-    truncated file is refused in one line instead of a ``KeyError`` on resume)."""
+    """Raise `CheckpointError` unless ``meta`` and ``arrays`` have the layout `write_checkpoint` writes (a
+    crafted or truncated file is refused in one line instead of a ``KeyError`` on resume)."""
     def bad(what: str) -> CheckpointError:
         return CheckpointError(f"{path}: {what}; the checkpoint is damaged or not written by ceem_casadi (delete "
                                f"it, or start again with --overwrite)")
@@ -128,18 +119,9 @@ def check_checkpoint(path, meta: dict, arrays: dict) -> None:
 
 
 class CheckpointWriter:
-    """``ceem`` callback writing a checkpoint after every iteration.
-
-    Parameters
-    ----------
-    path : checkpoint file.
-    theta0 : theta at the start (kept until an accepted iteration replaces it).
-    meta : JSON-able metadata stored in every checkpoint (e.g. the fingerprint).
-    history : records of earlier runs (dicts; a resumed fit) kept in front of the new ones.
-
-    The states are stored when the records carry them (an ``x`` attribute); otherwise a resumed
-    fit starts from the EKF/RTS states at the checkpointed theta.
-    """
+    """``ceem`` callback writing a checkpoint to ``path`` after every iteration: ``theta0`` until an accepted
+    iteration replaces it, the records' states when they carry them, ``meta`` (JSON-able, e.g. the
+    fingerprint) in every checkpoint, the ``history`` of earlier runs (dicts) in front of the new records."""
 
     def __init__(self, path, theta0: dict, *, meta: dict | None = None, history: list | None = None):
         self.path, self.meta = Path(path), dict(meta or {})
@@ -165,12 +147,7 @@ class CheckpointWriter:
 
 
 def resume(path, model, data, *, fingerprint_value: str | None = None) -> Checkpoint:
-    """Checkpoint at ``path``, checked against the model/data ``fingerprint_value``.
-
-    Returns the `Checkpoint`; restart with
-    ``ceem(model, data, ckpt.theta, x_init=ckpt.x, options=replace(options, max_iters=left))``
-    and a `CheckpointWriter` given ``history=ckpt.history``.
-    """
+    """The checkpoint at ``path``, checked against the model/data ``fingerprint_value`` and the data's shapes."""
     ckpt = read_checkpoint(path)
     if fingerprint_value is not None and ckpt.meta.get("fingerprint") != fingerprint_value:
         raise CheckpointError(f"{path}: the checkpoint belongs to another model or data set (fingerprint "
@@ -249,30 +226,19 @@ def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_f
     CheckpointError
         ``path`` belongs to another model, data set or source, or is damaged.
     KeyboardInterrupt
-        On SIGINT; the checkpoint of the last complete iteration is kept.
-
-    Notes
-    -----
-    While it runs in the main thread, SIGINT (Ctrl-C) raises ``KeyboardInterrupt`` even when it
-    arrives inside IPOPT (which would otherwise report a solver failure), so a later
-    ``resume_fit=True`` continues from the last complete iteration.
+        On SIGINT, also inside IPOPT (main thread only); the checkpoint of the last complete iteration is kept.
 
     Examples
     --------
     The fit writes a checkpoint after every iteration; a second call with
     ``resume_fit=True`` returns the finished fit from the file:
 
-    >>> import tempfile, pathlib
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import tempfile, pathlib, numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(60, 1))
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
-    ...                       measurement_std=0.1, seed=1)
-    >>> options = cc.CEEMOptions(smoother=cc.SmootherOptions(compile=False),
-    ...                          learner=cc.LearnerOptions(compile=False))
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1, measurement_std=0.1, seed=1)
+    >>> options = cc.CEEMOptions(smoother=cc.SmootherOptions(compile=False), learner=cc.LearnerOptions(compile=False))
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "fit.ckpt.npz"
     >>> run = cc.ceem_checkpointed(model, data, {"a": 0.5}, path, options=options)
     >>> round(float(run.theta["a"]), 2), path.exists()
@@ -285,7 +251,6 @@ def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_f
 
     from ..em._options import CEEMOptions
     from ._ceem import ceem
-
     options = CEEMOptions() if options is None else options
     if not isinstance(options, CEEMOptions):
         raise TypeError(f"options must be a CEEMOptions, got {type(options).__name__}")

@@ -2,15 +2,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-
-import numpy as np
+from dataclasses import dataclass, field, fields
 
 from ..distributed._executors import check_executor, engine_has_learner
 from ..errors import OptionsError
 from ..learning._options import LearnerOptions
 from ..model._nn import AdamOptions
-from ..runtime._checks import is_integer
 from ..runtime._schema import check_fields, check_time_limit, renamed, require, typed_fields
 from ..smoothing._options import SmootherOptions
 from ._accelerations import Acceleration, Joint, acceleration_of
@@ -28,7 +25,13 @@ def _joint_hessian(value, kwargs) -> None:
         require(value in ("auto", acc.hessian), f"joint_hessian={value!r} contradicts acceleration={acc!r}")
 
 
-@renamed(joint_hessian=_joint_hessian)
+def _blas_threads(value, kwargs) -> None:
+    """a fit always runs numpy's BLAS with one thread (measured faster: docs/algorithms.md)"""
+    require(value == 1, f"blas_threads={value!r}: a fit always runs numpy's BLAS with one thread (multi-threaded "
+                        "BLAS measured 1.7-4.4x slower per fit, docs/algorithms.md); leave blas_threads out")
+
+
+@renamed(joint_hessian=_joint_hessian, blas_threads=_blas_threads)
 @dataclass(frozen=True)
 class CEEMOptions:
     """The EM loop (Algorithm 1 of the paper).
@@ -51,45 +54,23 @@ class CEEMOptions:
         Raise [`SolverError`][ceem_casadi.SolverError] instead of returning a result with
         ``status = "solver_failed"``.
     acceleration : str or Acceleration
-        The acceleration strategy (`ceem_casadi.em`): ``"none"`` (`Plain`, Algorithm 1 as in the paper),
-        ``"squarem"`` (`Squarem`): after every two EM steps, one step from a SQUAREM extrapolation, kept
-        only if it improves the objective. Plain EM converges linearly and slowly when states and
-        parameters are strongly coupled (many hidden, nearly deterministic states); SQUAREM needs far
-        fewer iterations there. ``"newton"`` (`Newton`): after the first EM step, joint Gauss-Newton
-        (Levenberg-Marquardt) steps on (x, theta) over the same objective, each kept only if it improves
-        it, with plain EM steps whenever one fails; converges quadratically near the optimum (see
-        [`ceem`][ceem_casadi.ceem]). ``"joint"`` (`Joint`): after the first EM step, IPOPT solves the
-        joint problem max_{x, theta} J in one NLP (all states, free parameters; arrowhead Hessian,
-        `ceem_casadi.em._joint_nlp`), then a plain EM step checks the result (convergence is judged on
-        it as always). A name stands for the strategy with its defaults; an object carries its own
-        settings, e.g. ``ceem_casadi.em.Joint(hessian="exact")`` (``joint_hessian="exact"`` is the
-        deprecated spelling of that, mapped with a ``DeprecationWarning``).
-    blas_threads : int, optional
-        Threads of numpy's/scipy's BLAS during the fit (1 by default: multi-threaded BLAS
-        degrades badly on shared cores, see `ceem_casadi.runtime._threads`); ``None`` leaves the
-        library's setting alone.
+        The acceleration strategy (`ceem_casadi.em`), a name standing for the strategy with its defaults or
+        an object with its own settings: ``"none"`` (`Plain`, Algorithm 1 as in the paper), ``"squarem"``
+        (`Squarem`), ``"newton"`` (`Newton`, joint Gauss-Newton steps on (x, theta)) or ``"joint"`` (`Joint`,
+        one IPOPT NLP over (x, theta)); which to choose, measured: docs/choosing.md. ``joint_hessian=`` is
+        the deprecated spelling of ``Joint(hessian=...)``.
     time_limit : float, optional
-        Wall-clock budget in seconds for the whole [`ceem`][ceem_casadi.ceem] call (solver
-        construction and initial states included), or ``None`` (default: no limit). The budget is
-        checked before every step and passed to every IPOPT solve, which stops at its next
-        iteration once it is spent (overrun: about one IPOPT iteration plus one evaluation of J);
-        the interrupted step is discarded and the fit returns ``status = "time_limit"`` with the
-        last accepted iterate (theta, states, history).
+        Wall-clock budget in seconds of the whole [`ceem`][ceem_casadi.ceem] call, or ``None`` (no limit),
+        checked before every step and passed to every IPOPT solve; the interrupted step is discarded and the
+        fit returns ``status = "time_limit"`` with the last accepted iterate.
     warm_start : int, optional
-        Long records: first fit the leading ``warm_start`` samples of every trajectory (same
-        options, no callback), then the whole record from that fit's theta; ``result.warm_start``
-        holds the leading fit. ``None`` (default): the long-record policy, a leading fit of
-        ``WARM_LENGTH`` = 20,000 samples once a trajectory has ``WARM_FROM`` = 100,000 or more
-        (`ceem_casadi.runtime._policy`); ``0``: never. Skipped when ``x_init`` is given, when no
-        trajectory is longer than the leading length, and with an ``executor``. The fixed point
-        is the whole record's, as without it (the leading fit only moves the start); far from the
-        optimum, where EM and its accelerations need many iterations, each costs T / warm_start
-        times less there (Wiener-Hammerstein, T = 10^6: docs/scaling.md).
+        Long records: first fit the leading ``warm_start`` samples of every trajectory, then the whole
+        record from that fit's theta (``result.warm_start``); ``None`` (default): the long-record policy
+        (docs/long_records.md); ``0``: never. The fixed point is the whole record's either way.
     executor : dask.distributed.Client, concurrent.futures.Executor or Sharded, optional
-        ``None`` (default: ``n_jobs`` decides), a ``dask.distributed.Client`` (smoothing and
-        learning distributed, states kept on the workers), a ``concurrent.futures.Executor``
-        (smoothing distributed) or a [`Sharded`][ceem_casadi.Sharded] wrapping either
-        (see `ceem_casadi.distributed` and docs/scaling.md). Not together with ``n_jobs > 1``.
+        ``None`` (default: ``n_jobs`` decides), a Dask ``Client`` (smoothing and learning on the cluster), a
+        ``concurrent.futures.Executor`` (smoothing) or a [`Sharded`][ceem_casadi.Sharded] wrapping either
+        (docs/scaling.md). Not together with ``n_jobs > 1``.
 
     Raises
     ------
@@ -117,7 +98,6 @@ class CEEMOptions:
     n_jobs: int = 1
     raise_on_failure: bool = False
     acceleration: str | Acceleration = "none"
-    blas_threads: int | None = 1
     time_limit: float | None = None
     executor: object = None
     warm_start: int | None = None
@@ -129,17 +109,13 @@ class CEEMOptions:
         require(self.executor is None or self.n_jobs == 1,
                  f"give either executor or n_jobs > 1, not both (n_jobs={self.n_jobs}): n_jobs is the "
                  "single-machine shorthand for an executor")
-        require(self.blas_threads is None or (isinstance(self.blas_threads, int) and self.blas_threads >= 1),
-                 f"blas_threads must be None or an int >= 1, got {self.blas_threads!r}")
         acceleration_of(self.acceleration)  # a name or an Acceleration
-        require(is_integer(self.max_iters) and self.max_iters >= 1,
-                f"max_iters must be >= 1 (an integer), got {self.max_iters!r}")
-        require(np.isfinite(self.tol) and self.tol >= 0, f"tol must be finite and >= 0, got {self.tol}")
-        require(self.warm_start is None or (is_integer(self.warm_start) and self.warm_start >= 0),
+        require(self.max_iters >= 1, f"max_iters must be >= 1 (an integer), got {self.max_iters!r}")
+        require(self.tol >= 0, f"tol must be finite and >= 0, got {self.tol}")
+        require(self.warm_start is None or self.warm_start >= 0,
                 f"warm_start must be None (the long-record policy), 0 (never) or a number of samples >= 1, "
                 f"got {self.warm_start!r}")
-        require(is_integer(self.n_jobs) and self.n_jobs >= 1, f"n_jobs must be >= 1 (an integer), got {self.n_jobs!r}")
-        require(isinstance(self.smoother, SmootherOptions), "smoother must be a SmootherOptions")
+        require(self.n_jobs >= 1, f"n_jobs must be >= 1 (an integer), got {self.n_jobs!r}")
         require(isinstance(self.learner, (LearnerOptions, AdamOptions)),
                 f"learner must be a LearnerOptions or an AdamOptions, got {type(self.learner).__name__}")
         # the strategies together: a Dask engine learns on its workers with the IPOPT learner
@@ -207,11 +183,9 @@ class FitPlan:
     warm_start: int | None
     raise_on_failure: bool
     time_limit: float | None
-    blas_threads: int | None
 
     @classmethod
     def of(cls, options: CEEMOptions) -> FitPlan:
         """The plan of ``options``: shorthands replaced by their strategy objects."""
-        return cls(options.smoother, options.learner, acceleration_of(options.acceleration), options.max_iters,
-                   options.tol, options.n_jobs, options.executor, options.warm_start, options.raise_on_failure,
-                   options.time_limit, options.blas_threads)
+        same = {f.name: getattr(options, f.name) for f in fields(cls)}
+        return cls(**{**same, "acceleration": acceleration_of(options.acceleration)})

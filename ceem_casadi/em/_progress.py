@@ -1,11 +1,5 @@
-"""Progress display for CE-EM fits: one line per iteration, or a bar on a terminal.
-
-The library itself stays quiet; pass a `Progress` (or `chain` of callbacks) as the
-``callback`` of [`ceem_casadi.ceem`][ceem_casadi.ceem]::
-
-    progress = Progress(max_iters=50)
-    result = cc.ceem(model, data, theta0, options=cc.CEEMOptions(max_iters=50), callback=progress)
-    progress.close(result.status)
+"""Progress display for CE-EM fits (one line per iteration, or a bar on a terminal): pass a `Progress` (or a
+`chain` of callbacks) as the ``callback`` of [`ceem_casadi.ceem`][ceem_casadi.ceem]; the library itself stays quiet.
 """
 from __future__ import annotations
 

@@ -41,17 +41,11 @@ class IterationRecord(Result):
 
     Examples
     --------
-    >>> import numpy as np
     >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 40, u=np.ones((40, 1)), process_std=0.1, seed=1)
-    >>> fit = cc.ceem(model, data, {"a": 0.5}, options=cc.CEEMOptions(
-    ...     max_iters=2, smoother=cc.SmootherOptions(compile=False), learner=cc.LearnerOptions(compile=False)))
-    >>> rec = fit.history[0]
-    >>> rec.iteration, rec.kind, rec.accepted, rec.increase > 0
-    (1, 'em', True, True)
+    >>> rec = cc.em.IterationRecord(1, J=-3.0, objective=-3.0, increase=0.5, smooth_s=0.01, learn_s=0.02,
+    ...                             smooth_status=["Solve_Succeeded"], learn_status="Solve_Succeeded", theta={"a": 0.8})
+    >>> rec.iteration, rec.kind, rec.accepted
+    (1, 'em', True)
     """
 
     SUMMARY = ('iteration', 'kind', 'J', 'increase', 'accepted')
@@ -108,16 +102,12 @@ class CEEMResult(Result):
     --------
     A fit's result: status, parameters, smoothed states and one record per iteration:
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(60, 1))
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
-    ...                       measurement_std=0.1, seed=1)
-    >>> options = cc.CEEMOptions(smoother=cc.SmootherOptions(compile=False),
-    ...                          learner=cc.LearnerOptions(compile=False))
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1, measurement_std=0.1, seed=1)
+    >>> options = cc.CEEMOptions(smoother=cc.SmootherOptions(compile=False), learner=cc.LearnerOptions(compile=False))
     >>> fit = cc.ceem(model, data, {"a": 0.5}, options=options)
     >>> fit.status, len(fit.history), round(float(fit.theta["a"]), 3)
     (<Status.CONVERGED: 'converged'>, 8, 0.8)
@@ -139,11 +129,11 @@ class CEEMResult(Result):
     wall_s: float = float("nan")
     warm_start: CEEMResult | None = field(default=None, repr=False)
 
-
     def table(self) -> str:
         """Status, iterations and the parameters as text (one row per parameter entry)."""
         head = f"{type(self).__name__}: {Status(self.status).value} after {self.iterations} iterations"
         return head + "\n" + format_table(["parameter", "value"], theta_rows(self.theta))
+
     @property
     def success(self) -> bool:
         """Whether ``status`` gives a regular estimate (converged, max_iters or time_limit)."""

@@ -1,8 +1,5 @@
 """The objectives of many trajectories of one length, evaluated together (the batched smoother's
-`solve_many` objective): the mapped stage Functions of up to ``policy.CALL_COLUMNS`` steps per
-call, their observation terms optionally by numpy from a column-wise ``observe``
-([`ObservationColumns`][ceem_casadi.smoothing.ObservationColumns]), the trust region and the x_1
-prior added in numpy. See `ceem_casadi.smoothing._batched` for the method.
+`solve_many` objective; docs/algorithms.md).
 """
 from __future__ import annotations
 
@@ -30,44 +27,14 @@ def _shared(fun: ca.Function, names=("p", "iv")) -> list[bool]:
 
 def batch_functions(stages, band_column: ca.Function, n: int, T: int,
                     obs_given: bool = False, work_columns: int | None = None) -> tuple[ca.Function, ca.Function]:
-    """The stage parts of the smoothing objectives of n trajectories of length T, in one evaluation.
+    """``(newton, cost)``: the stage parts of the smoothing objectives of n trajectories of length T (the
+    N = n T input columns, trajectory after trajectory) in one evaluation each.
 
-    Parameters
-    ----------
-    stages : StageFunctions
-        The model's stage Functions (compiled where `StageFunctions.get` compiles).
-    band_column : casadi.Function
-        `band_column_functions`'s column Function.
-    n, T : int
-        Trajectories and steps; the N = n T columns of the inputs are the trajectories one after
-        the other.
-    obs_given : bool
-        The observation stages' terms are inputs (computed elsewhere, e.g. by
-        [`ObservationColumns`][ceem_casadi.smoothing.ObservationColumns]): ``newton`` takes
-        ``co (1, N), go (nx, N), ho (nx, nx N)`` and ``cost`` takes ``co`` after its other inputs.
-    work_columns : int, optional
-        Stages evaluated per round of the solve these calls serve (default N): the stage
-        programs' compilation decision weighs the work of the whole batch, not of one call.
-
-    Returns
-    -------
-    newton, cost : casadi.Function
-        ``newton(X (nx, N), U (nu, N), Y (ny, N), M (ny, N), p (np,), iw (nx,), iv (ny,), rho)
-        -> (costs (1, n), G (nx, N), nz (k, N))``: each trajectory's stage cost (no trust-region
-        or x_1 prior term), its gradient and the band nonzeros of its Hessian including the trust
-        region's 2 rho on the diagonal (layout of
-        `band_storage`); ``cost(X, U, Y, M, p, iw, iv)
-        -> costs (1, n)``.
-
-    Examples
-    --------
-    >>> import ceem_casadi as cc
-    >>> from ceem_casadi.smoothing._structure import band_column_functions
-    >>> from ceem_casadi.objective._stages import StageFunctions
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
-    >>> newton, cost = batch_functions(StageFunctions(model, compile=False), band_column_functions(1)[1], 2, 3)
-    >>> newton.size_out(2), cost.size_out(0)
-    ((2, 6), (1, 2))
+    ``newton(X (nx, N), U (nu, N), Y (ny, N), M (ny, N), p, iw (nx,), iv (ny,), rho) -> (costs (1, n), G (nx, N),
+    nz (k, N))``: each trajectory's stage cost, gradient and Hessian band nonzeros (`band_storage` layout, the
+    trust region's 2 rho on the diagonal); ``cost(X, U, Y, M, p, iw, iv) -> costs (1, n)``. ``obs_given``: the
+    observation terms ``co (1, N), go (nx, N), ho (nx, nx N)`` are extra inputs (`ObservationColumns`);
+    ``work_columns``: stages per round of the solve (the compilation decision weighs the whole batch).
     """
     model = stages.model
     nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
@@ -110,35 +77,10 @@ def batch_functions(stages, band_column: ca.Function, n: int, T: int,
 
 
 class BatchObjective:
-    """The smoothing objectives of B trajectories of length T, answered for any subset in one call
-    (the ``objective`` of `solve_many`).
-
-    Parameters
-    ----------
-    stages : StageFunctions
-        The model's stage Functions.
-    T : int
-        Trajectory length.
-
-    Call `bind` with the data first. The
-    mapped Functions are built per number of trajectories n (MX graphs over compiled stage
-    Functions: milliseconds) and cached.
-
-    Examples
-    --------
-    >>> import numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.objective._stages import StageFunctions
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
-    >>> obj = BatchObjective(StageFunctions(model, compile=False), 3)
-    >>> y = [np.ones((3, 1)), np.zeros((3, 1))]
-    >>> obj = obj.bind(model, np.zeros(0), y, [np.zeros((3, 0))] * 2,
-    ...                [np.zeros((3, 1))] * 2, 0.0)
-    >>> [round(c, 6) for c in obj.cost_many([0, 1], [np.ones(3)] * 2)]  # y = x = 1: dynamics only
-    [0.01, 1.51]
-    """
+    """The smoothing objectives of B trajectories of length T (the ``objective`` of `solve_many`): `bind` the
+    data, then ask any subset in one call; the mapped Functions are built per number of trajectories and cached."""
 
     def __init__(self, stages, T: int, observe=None):
-
         self.stages, self.T = stages, T
         # observation terms by numpy from a matrix-valued observe (Gauss-Newton only)
         self.observe = observe if stages.hessian == "gauss-newton" else None
@@ -154,8 +96,7 @@ class BatchObjective:
         self._fresh: set[int] = set()        # trajectories whose last request was newton_many
 
     def functions(self, n: int) -> tuple[BufferedCall, BufferedCall]:
-        """The (newton, cost) evaluations of n trajectories (`batch_functions` behind
-        buffered calls), built on first use and cached."""
+        """The buffered (newton, cost) evaluations of n trajectories (`batch_functions`), cached."""
         if n not in self._calls:
             if self.observe is not None and n * self.T not in self._columns:
                 try:
@@ -184,9 +125,8 @@ class BatchObjective:
         return [cols.cost(*shaped)]
 
     def bind(self, model, theta_vec, ys, us, x_prevs, rho: float) -> BatchObjective:
-        """Use the data of the B trajectories: outputs ``ys`` (T, ny) with NaN = missing, inputs
-        ``us`` (T, nu), trust-region centres ``x_prevs`` (T, nx), the parameters ``theta_vec``
-        (np,) and the trust-region weight ``rho`` (>= 0)."""
+        """Use the data: outputs ``ys`` (T, ny) with NaN = missing, inputs ``us`` (T, nu), trust-region centres
+        ``x_prevs`` (T, nx), parameters ``theta_vec`` (np,), trust-region weight ``rho`` >= 0."""
         noise = model.noise
         masks = [np.isfinite(y) for y in ys]
         self.Y = [np.where(m, y, 0.0).ravel() for m, y in zip(masks, ys)]
@@ -204,15 +144,12 @@ class BatchObjective:
 
     @property
     def per_call(self) -> int:
-        """Trajectories per call of the mapped Functions (``policy.CALL_COLUMNS`` steps, at
-        least one trajectory)."""
+        """Trajectories per call (``policy.CALL_COLUMNS`` steps, at least one)."""
         return max(1, policy.CALL_COLUMNS // self.T)
 
     def _calls_of(self, idx, xs):
-        """``(idx, xs)`` split into calls of at most `per_call` trajectories, each padded with
-        copies of its first entry to the next power of two (at most `per_call`): the mapped
-        Functions are built for O(log per_call) sizes, never for every number of trajectories
-        still iterating; yields ``(n, padded idx, padded xs)`` with n the real entries."""
+        """``(n, padded idx, padded xs)`` per call of at most `per_call` trajectories, padded with its first entry to
+        the next power of two: Functions are built for O(log per_call) sizes only."""
         step = self.per_call
         for a in range(0, len(idx), step):
             i, x = list(idx[a:a + step]), list(xs[a:a + step])
@@ -229,13 +166,8 @@ class BatchObjective:
         return self.rho * float(np.sum(dx * dx)) + 0.5 * float(np.sum(d1 * d1)), dx
 
     def cost_many(self, idx, xs) -> list[float]:
-        """The objectives (stage costs + trust region + x_1 prior) of trajectories ``idx`` at
-        ``xs`` (each (nx T,), states x_t in entries t nx .. t nx + nx - 1).
-
-        The first trial point of a line search (the full Newton step, accepted nearly always)
-        is evaluated with its derivatives, kept for the ``newton_many`` request that follows at
-        the same point: one evaluation per Newton step instead of a cost and then derivatives
-        (``speculate``; later, shorter trials get the cost alone)."""
+        """The objectives of trajectories ``idx`` at ``xs`` (each (nx T,)). The first trial point of a line search
+        is evaluated with its derivatives, kept for the `newton_many` request that follows (``speculate``)."""
         first = [j for j, i in enumerate(idx) if i in self._fresh] if self.speculate else []
         out: list = [None] * len(idx)
         if first:
@@ -256,10 +188,8 @@ class BatchObjective:
         return out
 
     def newton_many(self, idx, xs) -> list[tuple]:
-        """``(f, g (nx T,), nz (T, k), d0 (nx,))`` of trajectories ``idx`` at ``xs``: objective,
-        gradient, the Hessian's band nonzeros and the x_1 prior's diagonal (as
-        ``ChunkedObjective.newton`` of one trajectory); evaluated ahead by ``cost_many`` where
-        that was at the same point (the same array)."""
+        """``(f, g (nx T,), nz (T, k), d0 (nx,))`` of trajectories ``idx`` at ``xs`` (as ``ChunkedObjective.newton``),
+        taken from `cost_many`'s evaluation ahead where that was at the same array."""
         out: list = [None] * len(idx)
         for j, (i, x) in enumerate(zip(idx, xs)):
             ahead = self._ahead.pop(i, None)
@@ -273,8 +203,7 @@ class BatchObjective:
         return out
 
     def _evaluate(self, idx, xs) -> list[tuple]:
-        """Cost, gradient and band for trajectories ``idx`` at ``xs``: one mapped evaluation per
-        `per_call` trajectories."""
+        """Cost, gradient and band of trajectories ``idx`` at ``xs``: one mapped evaluation per call."""
         T, nx = self.T, self.nx
         out = []
         for n, pidx, pxs in self._calls_of(idx, xs):

@@ -1,36 +1,5 @@
-"""Smoothing many short trajectories together: one mapped evaluation and one banded factorisation per round.
-
-The smoothing problems of B trajectories of the same length T are independent: the Hessian of
-their sum is block diagonal, with one block-tridiagonal (nx T)^2 block per trajectory, i.e. ONE
-band matrix of nx T B columns with 2 nx - 1 super-diagonals whose coupling between consecutive
-trajectories is zero. This module solves them side by side with the damped Newton method of
-`ceem_casadi.smoothing._banded` (each trajectory keeps its own
-iterate, line search, Levenberg-Marquardt shift, stopping test and IPOPT-named status, exactly
-as ``SmootherOptions(solver="banded")`` per trajectory), with every round's work done in one call
-each (`solve_many`):
-
-- the cost, gradient and Hessian band of all requesting trajectories: CasADi Functions
-  mapping the (compiled) stage Functions over the n T steps of up to ``policy.CALL_COLUMNS``
-  steps' worth of trajectories per call (a fixed, small set of Function sizes: building one costs
-  time in proportion to its columns, 1.8 s for 40 helicopter-size trajectories, paid again in
-  every fresh worker process, while per step the calls of 1 to 40 trajectories ran equally
-  fast), the parameter vector p and the noise weights passed once (``map`` with ``reduce_in``: repeating p for every step copies
-  np x n T doubles per call; the 2,246-parameter helicopter-size head at T = 500: 160 ms instead
-  of 14 ms per trajectory, measured in issue 26). The stacked trajectories are one long record
-  whose dynamics stages across a trajectory boundary have weight 0 (`BatchObjective`, in
-  `ceem_casadi.smoothing._batch_objective`). With ``Smoother(observe=...)`` (a column-wise
-  observation map) and the Gauss-Newton Hessian, the observation stages' terms come from
-  [`ObservationColumns`][ceem_casadi.smoothing.ObservationColumns] (numpy, BLAS) and enter
-  these Functions as inputs: helicopter size, the smoothing step's CPU time 8.4 -> 5.5 s;
-- the trial costs of the line searches: one mapped cost Function;
-- the Newton directions: one LAPACK banded Cholesky factorisation and solve over the stacked band.
-
-Trajectories are solved in batches of at most ``policy.BATCH_COLUMNS`` time steps (memory: the stage
-Hessians of one evaluation take (2 nx)^2 doubles per step). ``SmootherOptions(solver="batched")``
-selects it; with ``solver=None`` it is used where it was measured faster than IPOPT:
-`batched_default`, one threshold
-``policy.BATCHED_MIN_TRAJECTORIES`` (and no state bounds, records shorter than the long-record threshold
-of `ceem_casadi.smoothing._smoother`).
+"""Smoothing many short trajectories of one length together: one mapped evaluation and one banded
+factorisation per Newton round for all of them (the method and its measured figures: docs/algorithms.md).
 """
 from __future__ import annotations
 
@@ -39,7 +8,6 @@ import time
 import numpy as np
 
 from ..runtime import _policy as policy
-from ..runtime._solve import ACCEPTABLE
 from ._banded import BandedNewton
 from ._batch_objective import BatchObjective
 from ._batched_newton import solve_many
@@ -47,20 +15,8 @@ from ._structure import SmoothResult
 
 
 def batched_default(options, T: int, count: int) -> bool:
-    """Whether the smoother batches ``count`` trajectories of length ``T`` under ``options``.
-
-    ``options.solver == "batched"``: always; ``None``: when ``count >= BATCHED_MIN_TRAJECTORIES``,
-    there are no state bounds and T is below the long-record threshold
-    (``policy.CHUNK_FROM``, where the chunked banded solver takes over); otherwise never.
-
-    Examples
-    --------
-    >>> from ceem_casadi import SmootherOptions
-    >>> batched_default(SmootherOptions(), 500, 466), batched_default(SmootherOptions(x_lower=-5), 500, 466)
-    (True, False)
-    >>> batched_default(SmootherOptions(), 20_000, 3)  # long records: the chunked banded solver
-    False
-    """
+    """Whether the smoother batches ``count`` trajectories of length ``T``: always for ``solver="batched"``,
+    for ``None`` from ``policy.BATCHED_MIN_TRAJECTORIES`` on without state bounds below ``policy.CHUNK_FROM``."""
     if options.solver is not None:
         return options.solver == "batched"
     bounded = options.x_lower is not None or options.x_upper is not None
@@ -68,78 +24,30 @@ def batched_default(options, T: int, count: int) -> bool:
 
 
 def any_batched(options, lengths) -> bool:
-    """Whether `batched_default` batches the
-    trajectories of any length among ``lengths`` (a parallel smoothing step then hands each
-    process a shard of trajectories instead of single ones).
-
-    Examples
-    --------
-    >>> from ceem_casadi import SmootherOptions
-    >>> any_batched(SmootherOptions(), [500, 400]), any_batched(SmootherOptions(x_upper=9.0), [500, 500])
-    (True, False)
-    """
-    counts: dict[int, int] = {}
-    for T in lengths:
-        counts[T] = counts.get(T, 0) + 1
-    return any(batched_default(options, T, c) for T, c in counts.items())
+    """Whether `batched_default` batches the trajectories of any length among ``lengths``."""
+    return any(batched_default(options, T, len(idx)) for T, idx in _groups(lengths).items())
 
 
 class BatchedSmoother:
-    """Smoothing solver for trajectories of one length T, solved in batches (see the module docstring).
+    """Banded Newton smoothing of trajectories of one length T in batches of at most ``policy.BATCH_COLUMNS``
+    steps (``stages``: the model's stage Functions; ``observe``: `Smoother`'s column-wise observation map)."""
 
-    Parameters
-    ----------
-    stages : StageFunctions
-        The model's stage Functions (shared with a `Smoother`).
-    T : int
-        Trajectory length.
-    options : SmootherOptions
-        ``rho_x``, ``max_iters`` and ``tol`` as for the banded solver (state bounds are not supported).
-    observe : callable, optional
-        The observation map written for sample columns (`Smoother`'s ``observe=``).
-
-    Examples
-    --------
-    >>> import numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.objective._stages import StageFunctions
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
-    >>> bs = BatchedSmoother(StageFunctions(model, compile=False), 5, cc.SmootherOptions(solver="batched"))
-    >>> th = np.zeros(0)
-    >>> out = bs.solve(model, th, [np.ones((5, 1))] * 3, [np.zeros((5, 0))] * 3, [np.zeros((5, 1))] * 3)
-    >>> [r.status for r in out]
-    ['Solve_Succeeded', 'Solve_Succeeded', 'Solve_Succeeded']
-    """
-
-    def __init__(self, stages, T: int, options, observe=None):
-        from ..errors import OptionsError
-
-        if options.x_lower is not None or options.x_upper is not None:
-            raise OptionsError("the batched smoother solves without state bounds, but x_lower / x_upper were given "
-                               f"({options.x_lower!r}, {options.x_upper!r}): use solver='ipopt' with bounds")
+    def __init__(self, stages, T: int, options, observe=None):  # options without state bounds (SmootherOptions)
         self.T, self.nx, self.options = T, stages.model.nx, options
         self.batch = max(1, policy.BATCH_COLUMNS // T)
         self.objective = BatchObjective(stages, T, observe)
         self.newton = BandedNewton(self.nx, T, options.max_iters, options.tol)
 
     def prepare(self, count: int) -> None:
-        """Build the mapped Functions a solve of ``count`` trajectories starts with (its first
-        batch), e.g. in a parent process before worker processes are forked from it: building
-        them costs ~0.1 s per 10^5 Hessian entries of the batch (CasADi's sparsity patterns)."""
+        """Build the mapped Functions a solve of ``count`` trajectories starts with (before forking workers)."""
         self.objective.work_columns = max(self.objective.work_columns, min(max(1, count), self.batch) * self.T)
         top = min(max(1, count), self.batch, self.objective.per_call)
         for size in {min(1 << k, top) for k in range(top.bit_length() + 1)}:  # every size a call pads to
             self.objective.functions(size)
 
     def solve(self, model, theta_vec, ys, us, x_inits, rho_x: float | None = None) -> list:
-        """Smooth B trajectories ``ys`` (T, ny) with inputs ``us`` (T, nu), warm-started at (and
-        with the trust region centred on) ``x_inits`` (T, nx).
-
-        Returns
-        -------
-        list of SmoothResult
-            One per trajectory; ``wall_s`` is the batch's wall time divided by its size.
-        """
-
+        """SmoothResult of each trajectory ``ys`` (T, ny) with inputs ``us`` (T, nu), warm-started at and with
+        the trust region centred on ``x_inits`` (T, nx); ``wall_s`` is the batch's wall time over its size."""
         rho = self.options.rho_x if rho_x is None else rho_x
         out = []
         for a in range(0, len(ys), self.batch):
@@ -148,10 +56,7 @@ class BatchedSmoother:
             obj = self.objective.bind(model, theta_vec, ys[a:b], us[a:b], x_inits[a:b], rho)
             res = solve_many(self.newton, [np.ravel(x) for x in x_inits[a:b]], obj)
             wall = (time.perf_counter() - t0) / (b - a)
-            for r in res:
-                x = r.x.reshape(self.T, self.nx)
-                out.append(SmoothResult(x, r.cost, r.status, r.status in ACCEPTABLE and bool(np.all(np.isfinite(x))),
-                                        r.iterations, wall))
+            out += [SmoothResult.of(r.x.reshape(self.T, self.nx), r.cost, r.status, r.iterations, wall) for r in res]
         return out
 
 
@@ -170,19 +75,8 @@ def _batched_for(smoother, T: int) -> BatchedSmoother:
 
 
 def batched_costs(smoother, theta_vec, data, xs) -> list[float | None]:
-    """The smoothing objective without trust region (stage costs + x_1 prior) of every trajectory
-    that `batched_default` batches, one mapped
-    evaluation per batch; None for the others (the caller evaluates those one by one).
-
-    Examples
-    --------
-    >>> import numpy as np, ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
-    >>> data = cc.Trajectories([np.ones((3, 1)), np.zeros((3, 1)), np.zeros((4, 1))])
-    >>> sm = cc.smoothing.Smoother(model, cc.SmootherOptions(compile=False))
-    >>> [None if c is None else round(c, 6) for c in batched_costs(sm, np.zeros(0), data, [np.ones((T, 1)) for T in data.lengths])]
-    [0.01, 1.51, 2.015]
-    """
+    """The smoothing objective without trust region of every trajectory that `batched_default` batches (one
+    mapped evaluation per batch); None for the others."""
     out: list[float | None] = [None] * len(data)
     for T, idx in _groups(data.lengths).items():
         if not batched_default(smoother.options, T, len(idx)):
@@ -198,19 +92,8 @@ def batched_costs(smoother, theta_vec, data, xs) -> list[float | None]:
 
 
 def prepare_batched(smoother, lengths, shards: int = 1) -> list[int]:
-    """Build, on ``smoother``, the batched solvers and mapped Functions that smoothing
-    trajectories of ``lengths`` split into ``shards`` contiguous shards will start with (the
-    lengths `batched_default` batches); returns
-    the other lengths (for the per-trajectory solvers). A forked worker then inherits them.
-
-    Examples
-    --------
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
-    >>> sm = cc.smoothing.Smoother(model, cc.SmootherOptions(compile=False))
-    >>> prepare_batched(sm, [5, 5, 5, 6], shards=2), sorted(sm._batched)
-    ([], [5, 6])
-    """
+    """Build on ``smoother`` the batched solvers of the lengths it batches, for ``shards`` contiguous shards
+    (forked workers inherit them); returns the other lengths."""
     rest = []
     for T, idx in _groups(lengths).items():
         if batched_default(smoother.options, T, len(idx)):
@@ -221,21 +104,8 @@ def prepare_batched(smoother, lengths, shards: int = 1) -> list[int]:
 
 
 def smooth_batched(smoother, theta_vec, data, x_init) -> list:
-    """`Smoother.solve` with the trajectories of each
-    length that `batched_default` selects solved
-    by a `BatchedSmoother` (built once per length
-    and kept on ``smoother``), the others one by one as before.
-
-    Examples
-    --------
-    >>> import numpy as np, ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.9 * x, lambda x, u, p: x, nx=1)
-    >>> data = cc.Trajectories([np.ones((5, 1)), np.zeros((4, 1)), np.zeros((5, 1))])
-    >>> sm = cc.smoothing.Smoother(model, cc.SmootherOptions(compile=False))
-    >>> th = np.zeros(0)
-    >>> [r.x.shape for r in smooth_batched(sm, th, data, [np.zeros((T, 1)) for T in data.lengths])]
-    [(5, 1), (4, 1), (5, 1)]
-    """
+    """`Smoother.solve`: the trajectories of each length `batched_default` selects by a `BatchedSmoother`
+    (kept on ``smoother``), the others one by one."""
     out: list = [None] * len(data)
     for T, idx in _groups(data.lengths).items():
         if not batched_default(smoother.options, T, len(idx)):

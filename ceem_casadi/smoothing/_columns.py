@@ -1,19 +1,5 @@
-"""The smoother's observation terms of many stages at once, from a matrix-valued observation map.
-
-For N observation stages with states X (nx, N), inputs U, outputs Y, masks M (ny, N) and the
-weights iv (ny,), the weighted residuals are ``R = M * iv * (Y - observe(X, U, p))`` (ny, N)
-and the Gauss-Newton terms of stage t are
-
-    cost_t = 0.5 ||R[:, t]||^2,   g_t = J_t^T R[:, t],   H_t = J_t^T J_t,   J_t = dR[:, t] / dx_t
-
-(ny, nx). When ``observe`` is written for matrices (columns = samples, e.g. a network head on
-all columns at once, as `ceem_casadi.learning.AdamLearner` takes it) every row of all J_t is one
-reverse sweep over the whole (ny, N) block: ``J[k] = jtimes(R, X, E_k, True)`` with E_k the
-one-hot row k, (nx, N). [`ObservationColumns`][ceem_casadi.smoothing.ObservationColumns] builds
-that MX graph and evaluates it by numpy (`ceem_casadi.runtime.NumpyFunction`: matrix products
-by BLAS); numpy then forms g_t and H_t. Helicopter size (2,246-parameter head, nx = 10,
-ny = 6), one BLAS thread: 2.1 us per stage against 8.1 us for the compiled scalar program
-``obs_x_newton`` (same gradient to 9e-16).
+"""The smoother's Gauss-Newton observation terms of many stages at once, from a matrix-valued observation
+map, evaluated by numpy (the derivation and its measured speed: docs/algorithms.md).
 """
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Initial state trajectories for CE-EM.
-
-CE-EM is a local method: from a poor state trajectory (e.g. unobserved directions set to zero)
-the smoothing step reaches a poor local optimum. The default initialisation runs an extended
-Kalman filter and RTS smoother with the initial parameters.
+"""Initial state trajectories for CE-EM: an EKF + RTS smoother at the initial parameters, with the
+process noise chosen by the EKF's likelihood (why and how: docs/algorithms.md).
 """
 from __future__ import annotations
 
@@ -16,10 +13,6 @@ from ..runtime._policy import FROM_POLICY
 
 # candidate process-noise variances of the initialising EKF, per state and step
 Q_CANDIDATES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
-
-
-# the candidates are scored on at most policy.SELECT_STEPS first samples of each trajectory; the
-# full EKF + RTS pass then runs once, with the winner (a record of T = 10^6 ran it 5 times)
 
 
 def process_noise_scores(model, theta_vec, data, *, x0, Sigma0, R, ekf: EKF,
@@ -64,26 +57,13 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
                select_steps: int | None = FROM_POLICY, stop_at_deadline: bool = False) -> list[np.ndarray]:
     """EKF + RTS smoothed means (T_b, nx) of every trajectory.
 
-    Defaults: ``x0`` = the model's ``x1_mean`` (else zeros), ``Sigma0`` = ``x1_std**2`` (else
-    100 I), ``R = diag(measurement_std**2)`` and ``Q = diag(max(process_std**2, q))`` with the
-    scalar ``q`` from ``Q_CANDIDATES`` that maximises the EKF's marginal log-likelihood of the
-    data (summed over trajectories). The initial parameters are wrong by construction: a filter
-    that trusts a nearly deterministic model too much diverges on chaotic data (single Lorenz,
-    sigma_w = 0.001, parameters 10 % off: state error 45 with q = 1e-4, 1.1 with q = 0.1, and
-    CE-EM then ends in a poor local optimum), while too large a q throws the model away.
-    ``ekf``: a prebuilt [`EKF`][ceem_casadi.filtering.EKF] of ``model`` to reuse.
-
-    The log-likelihoods are computed on the first ``select_steps`` samples of each trajectory
-    (`process_noise_scores`; ``None``: all samples; trajectories no longer than that are
-    scored whole, so the choice is the full-data one), then the EKF + RTS pass runs once over
-    the whole data with the best candidate (with the next one if it breaks down later in the
-    record). Single Lorenz, T = 10^5: 5 full passes took 4.6 s of a 55 s fit. Trajectories
-    all at most ``select_steps`` long: every candidate runs over all the data, as before.
-
-    A trajectory whose first samples have no observed output is filtered from its first
-    observation (the states before it repeat that one). ``stop_at_deadline``: raise
-    ``runtime._solve.TimeLimitReached`` between EKF chunks once the thread's deadline has passed
-    (a fit's time limit on a long record).
+    Defaults: ``x0`` = the model's ``x1_mean`` (else zeros), ``Sigma0`` = ``x1_std**2`` (else 100 I),
+    ``R = diag(measurement_std**2)`` and ``Q = diag(max(process_std**2, q))`` with the scalar ``q`` of
+    ``Q_CANDIDATES`` whose EKF has the highest log-likelihood on the first ``select_steps`` samples of
+    each trajectory (``None``: all; docs/algorithms.md says why). ``ekf``: a prebuilt
+    [`EKF`][ceem_casadi.filtering.EKF] of ``model`` to reuse. A trajectory is filtered from its first
+    observed sample (the states before it repeat that one). ``stop_at_deadline``: raise
+    ``runtime._solve.TimeLimitReached`` between EKF chunks once the thread's deadline has passed.
     """
     select_steps = policy.SELECT_STEPS if select_steps == FROM_POLICY else select_steps
     noise, nx = model.noise, model.nx
@@ -95,10 +75,7 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
     ekf = EKF(model) if ekf is None else ekf
     ekf.stop_at_deadline = stop_at_deadline  # TimeLimitReached between EKF chunks (a fit's time limit)
 
-    # leading samples without any observed output: the filter would only predict there, open loop from
-    # the prior, and on unstable or chaotic models its covariance overflows before the first observation
-    # (single Lorenz, first 40 outputs missing: "diverged" at the true parameters). It starts at the first
-    # observed sample instead; the states before it are that first state (the smoother then fits them).
+    # filter from the first observed sample (open-loop prediction from the prior can overflow before it)
     lead = [int(np.argmax(np.any(np.isfinite(y), axis=1))) for y in data.y]
 
     def run(Qc):
@@ -126,9 +103,7 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
 def _smoothed_pass(ekf, theta_vec, data, lead, x0, Sigma0, Qc, R) -> tuple[float, list[np.ndarray]]:
     """``(log-likelihood, smoothed means)`` of one EKF + RTS pass with process noise ``Qc``, each
     trajectory filtered from its first observed sample ``lead[b]`` (the states before it repeat
-    that one). The forward pass runs as CasADi mapaccums (same numbers as the Python loop to
-    rounding, ~10x faster per step: 466 helicopter trajectories x 500 steps), trajectories of a
-    length together (`EKF.run_many`); only the smoothed means are needed (`rts_means`: no
+    that one), trajectories of a length together (`EKF.run_many`), smoothed means only (`rts_means`: no
     covariance pass)."""
     loglik, xs = 0.0, []
     for k, r in zip(lead, ekf.run_many(theta_vec, [y[k:] for y, k in zip(data.y, lead)],

@@ -5,7 +5,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..runtime._checks import is_integer
 from ..runtime._schema import BOUND, HESSIANS, SMOOTHER_SOLVERS, check_bounds, check_fields, renamed, require
 
 
@@ -21,26 +20,21 @@ class SmootherOptions:
     hessian : str
         ``"gauss-newton"`` (default; fastest in ``scripts/bench_lorenz.py``) or ``"exact"``.
     max_iters : int
-        Iteration limit of the step's solver (IPOPT, or the Newton steps of ``"banded"`` / ``"batched"``).
-        ``max_iter`` is its deprecated name (a ``DeprecationWarning``, same meaning).
+        Iteration limit of the step's solver (IPOPT or the Newton steps); ``max_iter`` is its deprecated name.
     tol : float
         IPOPT (scaled) tolerance.
     x_lower, x_upper : float or sequence of float, optional
         Bounds on every hidden state (a scalar or nx values).
     compile : bool, optional
-        Compile the stage Functions to native code (cached on disk); ``None`` = when a C
-        compiler exists and the stage programs are long enough to pay off.
+        Compile the stage Functions to native code (cached on disk); ``None``: when a C compiler exists
+        and the stage programs are long enough to pay off.
     chunk : int, optional
-        Evaluate cost, gradient and Hessian in chunks of this many time steps (memory of long
-        records, same numbers); ``None`` = chunks of 2,000 from T = 20,000 on, 0 = never.
+        Evaluate cost, gradient and Hessian in chunks of this many steps (memory, same numbers); ``None``:
+        the long-record policy, 0: never.
     solver : str, optional
-        ``"ipopt"`` (IPOPT + MUMPS), ``"banded"`` (Newton steps on the block-tridiagonal Hessian
-        with LAPACK's banded Cholesky, a Levenberg-Marquardt shift and an Armijo line search,
-        `ceem_casadi.smoothing._banded`; same optimum, no state bounds), ``"batched"`` (the same
-        Newton steps for all trajectories of a length at once, one mapped evaluation of all stage
-        derivatives per step, `ceem_casadi.smoothing._batched`) or ``None`` (default): without
-        state bounds, batched below T = 20,000 and banded from there on (the long-record policy,
-        `ceem_casadi.runtime._policy`); with bounds ``"ipopt"``.
+        ``"ipopt"`` (IPOPT + MUMPS), ``"banded"`` (damped Newton steps on the block-tridiagonal Hessian with
+        LAPACK's banded Cholesky; no state bounds), ``"batched"`` (those steps for all trajectories of a
+        length at once) or ``None`` (default: the long-record policy, docs/choosing.md).
 
     Raises
     ------
@@ -71,29 +65,19 @@ class SmootherOptions:
     solver: str | None = None
 
     def __post_init__(self):
-        check_fields(self)
+        check_fields(self)  # types, incl. the bounds (a number or a list of numbers, no NaN)
         check_bounds(self.x_lower, self.x_upper)
         require(self.solver is None or self.solver in SMOOTHER_SOLVERS,
-                 f"solver must be None or one of {SMOOTHER_SOLVERS}, got {self.solver!r}")
+                f"solver must be None or one of {SMOOTHER_SOLVERS}, got {self.solver!r}")
         require(self.solver not in ("banded", "batched") or (self.x_lower is None and self.x_upper is None),
-                 f"solver={self.solver!r} solves the smoothing problem without state bounds, but x_lower / x_upper "
-                 f"were given ({self.x_lower!r}, {self.x_upper!r}): use solver='ipopt' (or None) with bounds, "
-                 "or drop the bounds")
-        require(self.chunk is None or (isinstance(self.chunk, int) and not isinstance(self.chunk, bool)
-                                        and self.chunk >= 0), f"chunk must be None or an int >= 0, got {self.chunk!r}")
+                f"solver={self.solver!r} solves the smoothing problem without state bounds, but x_lower / x_upper "
+                f"were given ({self.x_lower!r}, {self.x_upper!r}): use solver='ipopt' (or None) with bounds, "
+                "or drop the bounds")
+        require(self.chunk is None or self.chunk >= 0, f"chunk must be None or an int >= 0, got {self.chunk!r}")
         require(self.rho_x >= 0, f"rho_x must be >= 0, got {self.rho_x}")
         require(self.hessian in HESSIANS, f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
-        require(is_integer(self.max_iters) and self.max_iters > 0 and self.tol > 0,
-                f"max_iters and tol must be positive (max_iters an integer), got {self.max_iters!r} and {self.tol!r}")
-        for name in ("x_lower", "x_upper"):
-            v = getattr(self, name)
-            ok = v is None or not isinstance(v, (str, bytes, bool))
-            if ok and v is not None:
-                try:
-                    ok = np.asarray(v, dtype=float).ndim <= 1 and not np.any(np.isnan(np.asarray(v, dtype=float)))
-                except (TypeError, ValueError):
-                    ok = False
-            require(ok, f"{name} must be None, a number or a list of nx numbers, got {v!r}")
+        require(self.max_iters > 0 and self.tol > 0,
+                f"max_iters and tol must be positive, got {self.max_iters!r} and {self.tol!r}")
 
     def state_bounds(self, nx: int) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) state bounds as (nx,) arrays (infinite where none is given); raises

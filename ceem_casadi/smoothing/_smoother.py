@@ -1,20 +1,6 @@
-"""Smoothing step (E-step): the maximum-a-posteriori state trajectory for fixed theta.
-
-For one trajectory of length T, with X = [x_1 ... x_T] (nx, T), the NLP is
-
-    min_X  sum_t 0.5||r_o[t](x_t)||^2 + sum_t 0.5||r_d[t](x_t, x_{t+1})||^2
-           + 0.5||(x_1 - mu_1)/s_1||^2 + rho_x ||X - X_prev||^2
-
-(see `ceem_casadi.objective._stages`). Its Hessian is block tridiagonal with (nx, nx) blocks. The
-stage Functions give dense stage gradients and Hessians, mapped over time; the Hessian's
-upper triangle's nonzeros are the outputs of a small mapped Function of consecutive stage
-Hessians (`band_column_functions`), so building the solver does not depend on T and IPOPT (MUMPS) factorises a banded matrix with O(nx^2 T) nonzeros.
-Without state bounds the same cost, gradient and band nonzeros can instead drive damped Newton
-steps factorised by LAPACK's banded Cholesky (`ceem_casadi.smoothing._banded`,
-``SmootherOptions(solver="banded")``, the default for long records): no ``nlpsol``, no MUMPS.
-
-One `TrajectorySmoother` is built per trajectory length and reused across EM
-iterations; theta, the data and X_prev are NLP parameters.
+"""Smoothing step (E-step): the maximum-a-posteriori state trajectory for fixed theta, one
+`TrajectorySmoother` per trajectory length (IPOPT on the block-tridiagonal NLP, or banded Newton steps);
+the NLP and its Hessian's layout: docs/algorithms.md.
 """
 from __future__ import annotations
 
@@ -27,15 +13,12 @@ from ..model._columns import check_columnwise
 from ..objective._log_density import log_normalisers
 from ..objective._stages import SMOOTHER_STAGES, StageFunctions
 from ..runtime import _policy as policy
-from ..runtime._solve import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
+from ..runtime._solve import grad_f_function, hess_lag_function, ipopt_options, solve
 from ..smoothing._options import SmootherOptions
 from ._banded import BandedNewton
 from ._batched import batched_costs, smooth_batched
 from ._chunks import ChunkedObjective, chunked_terms
 from ._structure import SmoothResult, band_column_functions, block_tridiagonal_upper
-
-# chunked evaluation (smoothing/_chunks.py) from policy.CHUNK_FROM steps on, in chunks of
-# policy.CHUNK_LENGTH (runtime/_policy.py: the long-record policy)
 
 
 def chunk_length(option, T: int) -> int:
@@ -185,16 +168,12 @@ class TrajectorySmoother:
         t0 = time.perf_counter()
         if self.solver is None:
             out = self._newton.solve(x_init.ravel(), self._objective.bind(P))
-            x = out.x.reshape(self.T, self.nx)
-            return SmoothResult(x, out.cost, out.status, out.status in ACCEPTABLE and bool(np.all(np.isfinite(x))),
-                                out.iterations, time.perf_counter() - t0)
+            return SmoothResult.of(out.x.reshape(self.T, self.nx), out.cost, out.status, out.iterations,
+                                   time.perf_counter() - t0)
         sol = solve(self.solver, x0=x_init.ravel(), p=P, lbx=self._lbx, ubx=self._ubx)
-        wall = time.perf_counter() - t0
         st = self.solver.stats()
-        x = np.asarray(sol["x"]).reshape(self.T, self.nx)
-        status = st["return_status"]
-        return SmoothResult(x, float(sol["f"]), status, status in ACCEPTABLE and np.all(np.isfinite(x)),
-                            int(st["iter_count"]), wall)
+        return SmoothResult.of(np.asarray(sol["x"]).reshape(self.T, self.nx), sol["f"], st["return_status"],
+                               st["iter_count"], time.perf_counter() - t0)
 
 
 class Smoother:
@@ -209,12 +188,9 @@ class Smoother:
     stages : StageFunctions, optional
         Stage Functions to share with a learner (built from the model when None).
     observe : callable, optional
-        ``g`` written for (nx, N) state and (nu, N) input matrices (columns = samples), as
-        [`AdamLearner`][ceem_casadi.learning.AdamLearner] takes it; checked against ``model.g``
-        here. Trajectories smoothed by the batched solver with the Gauss-Newton Hessian then
-        get their observation terms from it by numpy
-        ([`ObservationColumns`][ceem_casadi.smoothing.ObservationColumns]: helicopter size
-        2.1 instead of 8.1 us per stage); the same optimum.
+        ``g`` written for (nx, N) state and (nu, N) input matrices (columns = samples), checked against
+        ``model.g``: the batched solver with the Gauss-Newton Hessian then evaluates the observation terms
+        by numpy ([`ObservationColumns`][ceem_casadi.smoothing.ObservationColumns]); the same optimum.
 
     Raises
     ------
@@ -272,11 +248,8 @@ class Smoother:
         return smooth_batched(self, theta_vec, data, x_init)  # one by one where it does not batch
 
     def joint_log_density(self, theta_vec: np.ndarray, data, xs: list[np.ndarray]) -> float:
-        """The joint log-density J(x, theta) of the paper, all Gaussian constants included.
-
-        ``J = log p(x_1) + sum_t log p_v(y_t - g(x_t)) + sum_t log p_w(x_{t+1} - f(x_t))`` summed
-        over the trajectories, observed entries only; evaluated with this smoother's cost
-        Functions (no trust-region term).
+        """The joint log-density J(x, theta) of the paper, all Gaussian constants included, summed over the
+        trajectories' observed entries (this smoother's cost Functions, no trust-region term).
 
         Parameters
         ----------

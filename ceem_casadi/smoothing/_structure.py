@@ -8,6 +8,7 @@ import casadi as ca
 import numpy as np
 
 from ..runtime._result import Result
+from ..runtime._solve import ACCEPTABLE
 
 
 @dataclass(repr=False)
@@ -32,15 +33,10 @@ class SmoothResult(Result):
     Examples
     --------
     >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 30, u=np.ones((30, 1)), seed=0)
-    >>> res = cc.smoothing.Smoother(model, cc.SmootherOptions(compile=False)).solve(np.array([0.8]), data,
-    ...                                                                               [np.zeros((30, 1))])[0]
-    >>> res.x.shape, res.success
-    ((30, 1), True)
+    >>> from ceem_casadi.smoothing import SmoothResult
+    >>> res = SmoothResult.of(np.zeros((30, 1)), 0.5, "Solve_Succeeded", 4, 0.01)
+    >>> res.x.shape, res.success, SmoothResult.of(np.full((30, 1), np.nan), 0.5, "Solve_Succeeded", 4, 0.01).success
+    ((30, 1), True, False)
     """
 
     SUMMARY = ('status', 'iterations', 'cost')
@@ -52,14 +48,19 @@ class SmoothResult(Result):
     iterations: int
     wall_s: float
 
+    @classmethod
+    def of(cls, x, cost, status: str, iterations: int, wall_s: float) -> SmoothResult:
+        """The result of states ``x`` (T, nx): ``success`` when ``status`` is acceptable and ``x`` finite."""
+        return cls(x, float(cost), status, status in ACCEPTABLE and bool(np.all(np.isfinite(x))), int(iterations),
+                   wall_s)
+
 
 def block_tridiagonal_upper(nx: int, T: int) -> ca.Sparsity:
     """Sparsity of the upper triangle of a block-tridiagonal (nx*T)^2 matrix with (nx, nx) blocks.
 
     Column ``c = t*nx + j`` holds the nx rows of block row t-1 (if t > 0), then rows
     ``t*nx .. t*nx + j`` of its own block: the order in which `band_column_functions`
-    emits the nonzeros. Built by CasADi's ``kron`` in C++ (from Python index arrays it took 14 s
-    and ~170 MB of lists at T = 10^5).
+    emits the nonzeros.
     """
     if T == 1:
         return ca.Sparsity.upper(nx)
@@ -78,9 +79,8 @@ def band_column_functions(nx: int) -> tuple[ca.Function, ca.Function]:
     end) and ``d`` (nx,) added to the diagonal. The diagonal block is
     ``ho + hd_next[:nx, :nx] + hd_prev[nx:, nx:] + diag(d)``, the block above it
     ``hd_prev[:nx, nx:]``: only upper triangles are read (the stage Functions compute no
-    more, ``*_x_hess_triu``). Mapped over time, the outputs stacked column by column ARE the
-    Hessian's nonzeros: no index vector of size nnz is stored (it was 3 x nnz int64, plus
-    Python lists of it while building: +330 MB at T = 10^5).
+    more, ``*_x_hess_triu``). Mapped over time, the outputs stacked column by column are the Hessian's
+    nonzeros (no index vector of size nnz is stored).
     """
     n = nx
     ho, d = ca.SX.sym("ho", n, n), ca.SX.sym("d", n)
