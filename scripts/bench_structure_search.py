@@ -60,7 +60,7 @@ def tanks(time_limit: float, smoke: bool = False) -> dict:
     lin = n4sid(est.data, order=2, horizon=10)
     model = cascaded_tanks(initial_theta(est, lin))
     theta0 = model.params.initial()
-    opts = cc.workflow.LeastSquaresOptions(max_iters=300, x_lower=0.0, x_upper=20.0)
+    opts = cc.OutputErrorOptions(max_iters=300, x_lower=0.0, x_upper=20.0)
     res = cc.identify(model, data, theta0, options=opts, time_limit=time_limit,
                       search=cc.workflow.SearchOptions(**SEARCH))
     m, th = res.model, res.theta
@@ -138,7 +138,7 @@ def stages(time_limit: float) -> dict:
     est = cc.load_cascaded_tanks()["estimation"]
     tank = cascaded_tanks(initial_theta(est, n4sid(est.data, order=2, horizon=10)))
     cases["cascaded_tanks"] = (tank, est.data, tank.params.initial(),
-                               dict(options=cc.workflow.LeastSquaresOptions(max_iters=300, x_lower=0.0, x_upper=20.0)))
+                               dict(options=cc.OutputErrorOptions(max_iters=300, x_lower=0.0, x_upper=20.0)))
     out = {}
     for name, (model, data, theta0, kw) in cases.items():
         for mode in ("all stages", "auto"):

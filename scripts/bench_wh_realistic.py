@@ -136,7 +136,7 @@ def mlp_from_polynomial(poly_init, poly_fit, mlp_init) -> dict:
     r = ca.vec(o_m * net(th, (ca.DM(v).T - c_m) / s_m) - ca.DM(target).T) / o_m
     x0 = np.concatenate([np.asarray(mlp_init.theta[n], float).ravel(order="F") for n in names])
     fit = cc.workflow.solve_least_squares(ca.Function("r", [p], [r]), x0,
-                                          options=cc.workflow.LeastSquaresOptions(max_iters=2000))
+                                          options=cc.OutputErrorOptions(max_iters=2000))
     theta = dict(mlp_init.theta, **{n: poly_fit.theta[n] for n in ("g1_den", "g1_num", "g2_den", "g2_num")})
     for n, a, sh in zip(names, np.split(fit.x, np.cumsum(sizes)[:-1]), shapes):
         theta[n] = np.reshape(a, sh, order="F")

@@ -5,9 +5,8 @@ Levenberg-Marquardt engine (default; variable projection of the parameters that 
 output linearly) and IPOPT. Public names are re-exported by `ceem_casadi.workflow` (and
 `refine_output_error`, `OutputErrorOptions` by `ceem_casadi`)."""
 from ._lm import solve_least_squares
-from ._lm_options import LeastSquaresOptions, LeastSquaresResult
 from ._output_error import refine_output_error
-from ._output_error_options import OutputErrorOptions, OutputErrorResult
+from ._output_error_options import LeastSquaresOptions, LeastSquaresResult, OutputErrorOptions, OutputErrorResult
 
 __all__ = ["LeastSquaresOptions", "LeastSquaresResult", "OutputErrorOptions", "OutputErrorResult",
            "refine_output_error", "solve_least_squares"]

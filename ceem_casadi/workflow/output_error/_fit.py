@@ -18,15 +18,17 @@ from ...runtime._status import Status
 from .._initial_state import estimate_initial_state
 from ._least_squares import output_error_problem
 from ._lm import box_bounds, levenberg_marquardt
-from ._lm_options import LeastSquaresOptions, LeastSquaresResult
+from ._output_error_options import LeastSquaresResult, OutputErrorOptions
 from ._varpro import ProjectedProblem, linear_parameters
 
 __all__ = ["output_error_least_squares"]
 
+COMPILE_SAMPLES = 20000   # samples from which the sensitivity step is compiled to native code
+
 
 def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, Any], *, shooting: int | None = None,
                                x0=None, starts: Sequence[Mapping[str, Any]] | None = None,
-                               options: LeastSquaresOptions = LeastSquaresOptions()) -> LeastSquaresResult:
+                               options: OutputErrorOptions = OutputErrorOptions()) -> LeastSquaresResult:
     """Output-error fit of the free parameters and initial states by Levenberg-Marquardt (module docstring of
     `ceem_casadi.workflow.output_error._least_squares`).
 
@@ -47,8 +49,8 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
         More starting parameter sets (each may give only some names; the others come from
         ``theta``): the engine runs from ``theta`` and from each, within ``options.time_limit``, and
         returns the lowest objective; ``result.starts`` has one row per start.
-    options : LeastSquaresOptions
-        Tolerances, limits, bounds on the states, variable projection.
+    options : OutputErrorOptions
+        Tolerances, limits, bounds on the states, variable projection (``solver="lm"``).
 
     Returns
     -------
@@ -73,8 +75,8 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
     >>> str(res.status), round(float(res.theta["a"]), 6)
     ('converged', 0.8)
     """
-    if not isinstance(options, LeastSquaresOptions):
-        raise OptionsError(f"options must be a LeastSquaresOptions, got {type(options).__name__}")
+    if not isinstance(options, OutputErrorOptions) or options.solver != "lm":
+        raise OptionsError(f"options must be an OutputErrorOptions with solver='lm', got {options!r}")
     t0 = time.perf_counter()
     check_data(model, data)  # the one data check of every entry point (io/_validate.py)
     if shooting is not None and (int(shooting) != shooting or shooting < 1):
@@ -144,7 +146,7 @@ class _Fit:
         nx = model.nx
         self.lo_x = box_bounds(options.x_lower, nx, -np.inf, "x_lower")
         self.hi_x = box_bounds(options.x_upper, nx, np.inf, "x_upper")
-        compiled = options.compile is True or (options.compile is None and sum(data.lengths) >= 20000)
+        compiled = sum(data.lengths) >= COMPILE_SAMPLES
         self.prob = output_error_problem(model, data.lengths, shooting, compiled)
         free, n_nodes = self.prob.free, len(self.prob.segs)
         self.lower = np.concatenate([model.params.lower[free], np.tile(self.lo_x, n_nodes)])

@@ -300,8 +300,8 @@ def _ipopt_outcome(prob, model, theta_vec, data, P, sol, st, status, w0, initial
 
 
 def _refine_with_least_squares(model, data: Trajectories, theta, *, shooting=None, x0=None, starts=None, options=None):
-    """[`refine_output_error`][ceem_casadi.refine_output_error] with ``solver="lm"``: maps its
-    `OutputErrorOptions` onto `LeastSquaresOptions`, runs `output_error_least_squares` and
+    """[`refine_output_error`][ceem_casadi.refine_output_error] with ``solver="lm"``: runs
+    `output_error_least_squares` and
     returns an `OutputErrorResult`.
 
     Examples
@@ -318,7 +318,6 @@ def _refine_with_least_squares(model, data: Trajectories, theta, *, shooting=Non
     options = OutputErrorOptions() if options is None else options
     from ._fit import output_error_least_squares
 
-    lso = options.least_squares()
-    res = output_error_least_squares(model, data, theta, shooting=shooting, x0=x0, starts=starts, options=lso)
+    res = output_error_least_squares(model, data, theta, shooting=shooting, x0=x0, starts=starts, options=options)
     return OutputErrorResult(res.theta, res.x0, res.cost, res.status, res.message, res.iterations, res.wall_s,
                              res.initial_cost, res.constraint_violation, "lm", res.returned, res.starts)

@@ -1,62 +1,78 @@
 """Options and result of output-error identification ([`refine_output_error`][ceem_casadi.refine_output_error])."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...errors import OptionsError
 from ...model._params import Theta
 from ...runtime._result import Result, format_table, theta_rows
 from ...runtime._schema import BOUND, HESSIANS, check_bounds, check_fields, check_time_limit, renamed, require
 from ...runtime._status import Status
-from ._lm_options import DEFAULT_MAX_ITER, LeastSquaresOptions
 
-__all__ = ["OutputErrorOptions", "OutputErrorResult"]
+__all__ = ["LeastSquaresOptions", "LeastSquaresResult", "OutputErrorOptions", "OutputErrorResult"]
 
 
-@renamed(max_iter="max_iters")
+DEFAULT_MAX_ITER = 200   # the one default iteration limit of output error (refine_output_error, identify)
+
+
+def _tol_alias(value, kwargs):
+    """Use tol= (the one tolerance of every stopping test)."""
+    kwargs["tol"] = min(value, kwargs.get("tol", value))
+
+
+def _removed(name, why):
+    def refuse(value, kwargs):
+        raise OptionsError(f"OutputErrorOptions: {name} was removed ({why}), got {name}={value!r}")
+    refuse.__doc__ = f"removed: {why}"
+    return refuse
+
+
+@renamed(max_iter="max_iters", ftol=_tol_alias, xtol=_tol_alias, gtol=_tol_alias, gap_tol=_tol_alias,
+         flat_tol=_removed("flat_tol", "the flat-valley test is a fixed statistical test"),
+         flat_iter=_removed("flat_iter", "the flat-valley test is a fixed statistical test"),
+         reject_unstable=_removed("reject_unstable", "unstable trials are always rejected"),
+         compile=_removed("compile", "the library compiles from 20,000 samples"))
 @dataclass(frozen=True)
 class OutputErrorOptions:
-    """Options of [`refine_output_error`][ceem_casadi.refine_output_error].
-
-    One options type for both solvers of the one output-error problem. A field that applies to
-    one solver only (``hessian``: IPOPT; ``variable_projection``: Levenberg-Marquardt) is refused
-    under the other with an [`OptionsError`][ceem_casadi.OptionsError]: no field is accepted and
-    ignored.
+    """Options of [`refine_output_error`][ceem_casadi.refine_output_error], of
+    [`identify`][ceem_casadi.identify]'s output-error stages and of
+    [`solve_least_squares`][ceem_casadi.workflow.solve_least_squares]: the one options type of
+    output error (docs/output_error.md). A field that applies to one solver only is refused under
+    the other with an [`OptionsError`][ceem_casadi.OptionsError]: no field is accepted and ignored.
 
     Parameters
     ----------
     max_iters : int
-        Iteration limit (default `DEFAULT_MAX_ITER` = 200, shared with
-        [`identify`][ceem_casadi.identify]'s output-error stage).
+        Iteration limit (Jacobian evaluations of the Levenberg-Marquardt engine), default
+        `DEFAULT_MAX_ITER` = 200.
     tol : float
-        Tolerance (default 1e-10): IPOPT's ``tol``; for ``solver="lm"`` the ``gtol`` (cosine test)
-        of [`LeastSquaresOptions`][ceem_casadi.workflow.LeastSquaresOptions], its ``ftol`` and
-        ``xtol`` at ``max(tol, 1e-8)`` (MINPACK's sqrt(eps) scale).
+        Relative tolerance of the stopping tests (default 1e-10): IPOPT's ``tol``; for
+        ``solver="lm"`` MINPACK's reduction, step and cosine tests and the continuity gaps of
+        multiple shooting (``100 tol`` relative to each state's spread). The engine also stops
+        (converged) when the Gauss-Newton step left is below ``min(0.01, 1e8 tol)``
+        standard errors of the estimate (the noise level estimated from the residuals; 1 % at the
+        default): what is left to gain is below what the data resolve. (The old names ``ftol``, ``xtol``, ``gtol``, ``gap_tol`` are deprecated aliases.)
     solver : str
         ``"lm"`` (default): the Levenberg-Marquardt engine (exact sparse Jacobian, automatic
-        scaling, rejection of non-finite or unstable trials, never returns an iterate worse than
-        its start, status ``"diverged"`` with advice when the free run explodes). ``"ipopt"``: one
-        IPOPT NLP (interior point, continuity as constraints).
+        scaling, never returns an iterate worse than its start, status ``"diverged"`` with advice
+        when the free run explodes). ``"ipopt"``: one IPOPT NLP (continuity as constraints).
     hessian : str, optional
-        ``solver="ipopt"`` only: ``"gauss-newton"`` (the default there: ``J^T J`` of the output
-        residuals, constraint curvature ignored) or ``"exact"`` (CasADi's exact Hessian of the
-        Lagrangian; 2-5x slower per iteration). With multiple shooting on very short segments
-        (``shooting=1``) Gauss-Newton can stall; use segments of a few samples, or ``"exact"``.
-    variable_projection : bool, optional
-        ``solver="lm"`` only: eliminate the parameters that enter the output linearly (polynomial
-        coefficients, an MLP's output layer; found symbolically) by linear least squares at every
-        evaluation (single shooting; separable least squares, Golub-Pereyra with Kaufman's
-        Jacobian). Default ``None``: off (see
-        [`LeastSquaresOptions`][ceem_casadi.workflow.LeastSquaresOptions] for the measurements).
+        ``solver="ipopt"`` only: ``"gauss-newton"`` (default there) or ``"exact"`` (CasADi's exact
+        Hessian of the Lagrangian; 2-5x slower per iteration).
+    variable_projection : bool
+        ``solver="lm"``, single shooting: eliminate the parameters that enter the output linearly
+        (polynomial coefficients, an MLP's output layer; found symbolically) by linear least squares
+        at every evaluation. Default False (measured: docs/output_error.md).
     use_prior : bool
         Include the parameters' Gaussian priors.
     time_limit : float, optional
-        Wall-clock budget in seconds for the whole call (initial states included), or ``None``;
-        when spent, the solver stops at its next iteration and the result has status
-        ``"time_limit"``.
+        Wall-clock budget in seconds for the whole call (initial states and all starts included);
+        when spent, the result has status ``"time_limit"``.
     x0_window : int, optional
-        Samples used to estimate initial states that are not given (default as in
+        Samples used to estimate initial states that are not given (as in
         [`estimate_initial_state`][ceem_casadi.estimate_initial_state]).
     x_lower, x_upper : float or sequence of float, optional
         Bounds on the initial states and shooting nodes (scalar or (nx,)).
@@ -85,7 +101,7 @@ class OutputErrorOptions:
     tol: float = 1e-10
     solver: str = "lm"
     hessian: str | None = None
-    variable_projection: bool | None = None
+    variable_projection: bool = False
     use_prior: bool = True
     time_limit: float | None = None
     x0_window: int | None = None
@@ -97,38 +113,44 @@ class OutputErrorOptions:
         check_fields(self)
         check_bounds(self.x_lower, self.x_upper)
         require(self.solver in ("lm", "ipopt"), f"solver must be 'lm' or 'ipopt', got {self.solver!r}")
-        require(isinstance(self.max_iters, int) and self.max_iters >= 1, f"max_iters must be an int >= 1, got {self.max_iters!r}")
+        require(isinstance(self.max_iters, int) and self.max_iters >= 0,
+                f"max_iters must be an int >= 0, got {self.max_iters!r}")
         require(np.isfinite(self.tol) and self.tol > 0, f"tol must be finite and > 0, got {self.tol!r}")
         require(self.hessian is None or self.hessian in HESSIANS,
                 f"hessian must be None, 'gauss-newton' or 'exact', got {self.hessian!r}")
-        require(self.variable_projection is None or isinstance(self.variable_projection, bool),
-                f"variable_projection must be None, True or False, got {self.variable_projection!r}")
         require(self.solver == "ipopt" or self.hessian is None,
                 "hessian applies to solver='ipopt' only (the Levenberg-Marquardt engine is Gauss-Newton by "
                 f"construction), got hessian={self.hessian!r} with solver='lm'")
-        require(self.solver == "lm" or self.variable_projection is None,
-                "variable_projection applies to solver='lm' only, got "
-                f"variable_projection={self.variable_projection!r} with solver='ipopt'")
+        require(self.solver == "lm" or not self.variable_projection,
+                "variable_projection applies to solver='lm' only, got variable_projection=True with solver='ipopt'")
+        require(self.solver == "lm" or self.max_iters >= 1, "max_iters must be >= 1 with solver='ipopt'")
         check_time_limit(self.time_limit)
         require(self.x0_window is None or (isinstance(self.x0_window, int) and self.x0_window >= 1),
-                 f"x0_window must be None or an int >= 1, got {self.x0_window!r}")
+                f"x0_window must be None or an int >= 1, got {self.x0_window!r}")
 
     @property
     def ipopt_hessian(self) -> str:
         """The Hessian of the IPOPT NLP (``hessian``, default ``"gauss-newton"``)."""
         return self.hessian or "gauss-newton"
 
-    def least_squares(self) -> LeastSquaresOptions:
-        """The engine's `LeastSquaresOptions` for ``solver="lm"`` (IPOPT's ``tol`` is a scaled KKT
-        error; the engine's relative reduction and step tests stop at MINPACK's sqrt(eps) scale at
-        most: at 1e-10, 100,000 samples crept on for 400 iterations after the fit had settled in
-        its first 25, same RMS to 4 digits)."""
-        tol = self.tol
-        return LeastSquaresOptions(max_iters=self.max_iters, ftol=max(tol, 1e-8), xtol=max(tol, 1e-8), gtol=tol,
-                                   gap_tol=max(tol, 1e-12) * 100, time_limit=self.time_limit,
-                                   use_prior=self.use_prior, x0_window=self.x0_window, x_lower=self.x_lower,
-                                   x_upper=self.x_upper, raise_on_failure=self.raise_on_failure,
-                                   variable_projection=bool(self.variable_projection))
+
+def LeastSquaresOptions(**kwargs) -> OutputErrorOptions:
+    """Deprecated: the [`OutputErrorOptions`][ceem_casadi.OutputErrorOptions] of ``kwargs`` (the
+    engine's options type was folded into it; ``ftol``, ``xtol``, ``gtol``, ``gap_tol`` map onto
+    ``tol``).
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from ceem_casadi.workflow import LeastSquaresOptions
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     LeastSquaresOptions(max_iters=50, ftol=1e-8).tol
+    1e-08
+    """
+    warnings.warn("LeastSquaresOptions is deprecated: use OutputErrorOptions (one options type of output error)",
+                  DeprecationWarning, stacklevel=2)
+    return OutputErrorOptions(**kwargs)
 
 
 @dataclass(repr=False)
@@ -199,3 +221,94 @@ class OutputErrorResult(Result):
     def success(self) -> bool:
         """Whether ``status`` gives a regular estimate."""
         return self.status.usable
+
+
+@dataclass(repr=False)
+class LeastSquaresResult(Result):
+    """Outcome of the engine.
+
+    Attributes
+    ----------
+    x : numpy.ndarray
+        (n,) the returned unknowns (for output error: free parameters, then the nodes).
+    cost : float
+        Objective ``0.5 ||r||^2`` (+ prior) at ``x``; for multiple shooting the single-shooting
+        (free-run) objective.
+    initial_cost : float
+        The same at the start.
+    status : Status
+        How the run ended (``status.advice`` says what to try).
+    message : str
+        What happened, and which iterate is returned.
+    iterations : int
+        Jacobian evaluations.
+    evaluations : int
+        Residual evaluations (trials included).
+    wall_s : float
+        Seconds.
+    returned : str
+        ``"last"`` (the final iterate), ``"best"`` (an earlier iterate with a lower objective) or
+        ``"start"``.
+    constraint_violation : float
+        Largest absolute continuity gap at ``x`` (0 for single shooting).
+    history : list of float
+        Objective after every accepted step.
+    starts : list of dict
+        Multi-start: one row per start (``start``, ``initial_cost``, ``cost``, ``status``,
+        ``iterations``, ``wall_s``); the result is the row with the lowest ``cost``.
+
+    Examples
+    --------
+    >>> from ceem_casadi.workflow import LeastSquaresResult
+    >>> import casadi as ca
+    >>> from ceem_casadi.workflow import solve_least_squares
+    >>> x = ca.SX.sym("x")
+    >>> res = solve_least_squares(ca.Function("r", [x], [ca.vertcat(x - 2, 0.5 * (x - 2))]), [0.0])
+    >>> res.returned, round(res.cost, 12), res.to_dict()["status"]
+    ('last', 0.0, 'converged')
+    """
+
+    x: np.ndarray
+    cost: float
+    initial_cost: float
+    status: Status
+    message: str
+    iterations: int
+    evaluations: int
+    wall_s: float
+    returned: str = "last"
+    constraint_violation: float = 0.0
+    history: list = field(default_factory=list, repr=False)
+    starts: list = field(default_factory=list, repr=False)
+    theta: dict | None = field(default=None, repr=False)
+    x0: np.ndarray | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        return (f"LeastSquaresResult(status={self.status}, cost={self.cost:.6g}, initial_cost={self.initial_cost:.6g}, "
+                f"iterations={self.iterations}, returned={self.returned!r}, wall_s={self.wall_s:.3g})")
+
+    @property
+    def success(self) -> bool:
+        """Whether ``status`` gives a regular estimate."""
+        return self.status.usable
+
+    def table(self) -> str:
+        """One line per start (a single line without multi-start)."""
+        rows = self.starts or [dict(start=0, initial_cost=self.initial_cost, cost=self.cost, status=str(self.status),
+                                    iterations=self.iterations, wall_s=self.wall_s)]
+        out = [f"{'start':>5}  {'initial cost':>14}  {'cost':>14}  {'status':<13}  {'iter':>5}  {'wall s':>7}"]
+        for r in rows:
+            out.append(f"{r['start']:>5}  {r['initial_cost']:14.7g}  {r['cost']:14.7g}  {r['status']:<13}  "
+                       f"{r['iterations']:>5}  {r['wall_s']:7.2f}")
+        return "\n".join(out)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict."""
+        d = dict(x=self.x.tolist(), cost=self.cost, initial_cost=self.initial_cost, status=str(self.status),
+                 message=self.message, iterations=self.iterations, evaluations=self.evaluations, wall_s=self.wall_s,
+                 returned=self.returned, constraint_violation=self.constraint_violation, history=list(self.history),
+                 starts=list(self.starts))
+        if self.theta is not None:
+            d["theta"] = {k: np.asarray(v).tolist() for k, v in self.theta.items()}
+            d["x0"] = np.asarray(self.x0).tolist()
+        return d

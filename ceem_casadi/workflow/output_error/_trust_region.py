@@ -26,6 +26,7 @@ class Subproblem:
             S, V = np.linalg.eigh(H.toarray())
             self.eig = (np.maximum(S, 0.0), V, V.T @ g)
         self.lam = 0.0
+        self.gauss_newton = None   # the undamped step (d, y), solved once
 
     def _solve_lam(self, lam):
         if self.eig is not None:
@@ -34,7 +35,9 @@ class Subproblem:
         return _step(self.H, self.g, lam, self.C, self.c)
 
     def solve(self, radius):
-        d, y = self._solve_lam(0.0)
+        if self.gauss_newton is None:
+            self.gauss_newton = self._solve_lam(0.0)
+        d, y = self.gauss_newton
         if np.linalg.norm(d) <= radius:
             return d, y
         if self.eig is not None:  # secular equation 1/||d(lam)|| = 1/radius by Newton (More-Sorensen)
