@@ -1,12 +1,12 @@
-"""A Levenberg-Marquardt (trust-region) engine for nonlinear least squares with equality
-constraints and bounds, on exact sparse CasADi Jacobians: the solver behind output error
-(`output_error_least_squares`) and `solve_least_squares` (module docstring of
-`ceem_casadi.workflow.output_error._least_squares` for the method)."""
+"""A trust-region Levenberg-Marquardt engine for nonlinear least squares with equality constraints
+and bounds on exact sparse CasADi Jacobians: the solver of output error and `solve_least_squares`
+(docs/output_error.md)."""
 from __future__ import annotations
 
 import contextlib
 import logging
 import time
+from collections import namedtuple
 
 import casadi as ca
 import numpy as np
@@ -58,9 +58,8 @@ class LeastSquaresProblem:
 
 
 def _blas_single_thread():
-    """One BLAS thread for the engine's small dense products when threadpoolctl is installed (an
-    optional extra): on a loaded 2-core machine the 100,000 x 28 Gram matrix took 4 ms or 1.5 s
-    depending on whether OpenBLAS's threads had to be woken against other processes."""
+    """One BLAS thread for the engine's dense products when threadpoolctl is installed (the 100,000 x 28
+    Gram matrix took 4 ms or 1.5 s on a loaded machine, depending on waking OpenBLAS's threads)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover
@@ -68,30 +67,20 @@ def _blas_single_thread():
     return threadpool_limits(1, user_api="blas")
 
 
-def levenberg_marquardt(prob: LeastSquaresProblem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, opts: OutputErrorOptions,
-        expires: float | None) -> LeastSquaresResult:
-    """Trust-region Levenberg-Marquardt (module docstring) from ``w0``; returns the best iterate."""
+def levenberg_marquardt(prob: LeastSquaresProblem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+                        opts: OutputErrorOptions, expires: float | None) -> LeastSquaresResult:
+    """Trust-region Levenberg-Marquardt from ``w0`` (n,) within bounds (n,); returns the best iterate."""
     with _blas_single_thread():
-        return _lm_run(prob, w0, lower, upper, opts, expires)
+        return _Engine(prob, lower, upper, opts, expires).run(w0)
 
 
-def _lm_run(prob: LeastSquaresProblem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, opts: OutputErrorOptions,
-            expires: float | None) -> LeastSquaresResult:
-    return _Engine(prob, lower, upper, opts, expires).run(w0)
-
-
-class _Trial:
-    """An accepted trial step: the new iterate, its evaluation and the numbers of the stopping tests."""
-
-    def __init__(self, w, out, ratio, step, small_step, small_f):
-        self.w, self.out, self.ratio, self.step = w, out, ratio, step
-        self.small_step, self.small_f = small_step, small_f
+# an accepted trial step: the new iterate, its evaluation and the numbers of the stopping tests
+_Trial = namedtuple("_Trial", "w out ratio step small_step small_f")
 
 
 class _Engine:
-    """One run of the trust-region Levenberg-Marquardt method (module docstring of
-    `ceem_casadi.workflow.output_error._least_squares`): the state of the iteration (scaling ``D``,
-    trust radius, l1 penalty ``nu``, best iterate) and one method per piece of an iteration."""
+    """One run of the method (docs/output_error.md): the state of the iteration (scaling ``D``, trust
+    radius, l1 penalty ``nu``, best iterate) and one method per piece of an iteration."""
 
     def __init__(self, prob, lower, upper, opts, expires):
         self.prob, self.lower, self.upper, self.opts, self.expires = prob, lower, upper, opts, expires
@@ -341,11 +330,8 @@ class _Engine:
 
 
 def _exploding_guard(prob, status, why, cost):
-    """``(status, why)``, with ``converged`` (or a stall, or the iteration limit) replaced by
-    ``diverged`` when the returned objective is more than `EXPLODING` times the problem's
-    `reference_cost` (the objective of predicting zero output): the free run explodes, and no
-    convergence test means anything there (issue 32: ``x+ = a x + b u`` from a = 1.2, truth 0.7,
-    fell from 2.2e48 to 3.8e17 in 2 iterations, a unchanged, and reported ``converged``)."""
+    """``(status, why)`` with ``diverged`` instead when the returned objective is more than `EXPLODING`
+    times that of predicting zero output: the free run explodes and no convergence test means anything."""
     if status in (Status.TIME_LIMIT, Status.SOLVER_FAILED):
         return status, why
     ref = prob.reference_cost()

@@ -40,40 +40,31 @@ class OutputErrorOptions:
     """Options of [`refine_output_error`][ceem_casadi.refine_output_error], of
     [`identify`][ceem_casadi.identify]'s output-error stages and of
     [`solve_least_squares`][ceem_casadi.workflow.solve_least_squares]: the one options type of
-    output error (docs/output_error.md). A field that applies to one solver only is refused under
-    the other with an [`OptionsError`][ceem_casadi.OptionsError]: no field is accepted and ignored.
+    output error (docs/output_error.md). A field of one solver is refused under the other.
 
     Parameters
     ----------
     max_iters : int
-        Iteration limit (Jacobian evaluations of the Levenberg-Marquardt engine), default
-        `DEFAULT_MAX_ITER` = 200.
+        Iteration limit (Jacobian evaluations of the Levenberg-Marquardt engine), default 200.
     tol : float
-        Relative tolerance of the stopping tests (default 1e-10): IPOPT's ``tol``; for
-        ``solver="lm"`` MINPACK's reduction, step and cosine tests and the continuity gaps of
-        multiple shooting (``100 tol`` relative to each state's spread). The engine also stops
-        (converged) when the Gauss-Newton step left is below ``min(0.01, 1e8 tol)``
-        standard errors of the estimate (the noise level estimated from the residuals; 1 % at the
-        default): what is left to gain is below what the data resolve. (The old names ``ftol``, ``xtol``, ``gtol``, ``gap_tol`` are deprecated aliases.)
+        Relative tolerance of every stopping test (default 1e-10; IPOPT's ``tol``). The engine also
+        stops (converged) when the Gauss-Newton step left is below ``min(0.01, 1e8 tol)`` standard
+        errors of the estimate (docs/output_error.md). ``ftol``, ``xtol``, ``gtol``, ``gap_tol``:
+        deprecated aliases.
     solver : str
-        ``"lm"`` (default): the Levenberg-Marquardt engine (exact sparse Jacobian, automatic
-        scaling, never returns an iterate worse than its start, status ``"diverged"`` with advice
-        when the free run explodes). ``"ipopt"``: one IPOPT NLP (continuity as constraints).
+        ``"lm"`` (default): the Levenberg-Marquardt engine; ``"ipopt"``: one IPOPT NLP.
     hessian : str, optional
-        ``solver="ipopt"`` only: ``"gauss-newton"`` (default there) or ``"exact"`` (CasADi's exact
-        Hessian of the Lagrangian; 2-5x slower per iteration).
+        ``solver="ipopt"`` only: ``"gauss-newton"`` (default there) or ``"exact"``.
     variable_projection : bool
         ``solver="lm"``, single shooting: eliminate the parameters that enter the output linearly
-        (polynomial coefficients, an MLP's output layer; found symbolically) by linear least squares
-        at every evaluation. Default False (measured: docs/output_error.md).
+        by linear least squares at every evaluation (default False; measured in docs/output_error.md).
     use_prior : bool
         Include the parameters' Gaussian priors.
     time_limit : float, optional
-        Wall-clock budget in seconds for the whole call (initial states and all starts included);
-        when spent, the result has status ``"time_limit"``.
+        Seconds for the whole call (initial states and all starts included), then status ``"time_limit"``.
     x0_window : int, optional
-        Samples used to estimate initial states that are not given (as in
-        [`estimate_initial_state`][ceem_casadi.estimate_initial_state]).
+        Samples used to estimate initial states that are not given
+        ([`estimate_initial_state`][ceem_casadi.estimate_initial_state]).
     x_lower, x_upper : float or sequence of float, optional
         Bounds on the initial states and shooting nodes (scalar or (nx,)).
     raise_on_failure : bool
@@ -159,26 +150,18 @@ class OutputErrorResult(Result):
 
     Attributes
     ----------
-    theta : dict
-        Parameters, name -> array.
-    x0 : numpy.ndarray
-        (B, nx) initial state per trajectory.
-    cost : float
-        The minimised objective (module docstring) at the returned point.
+    theta, x0 : dict, numpy.ndarray
+        Parameters (name -> array) and (B, nx) initial state per trajectory.
+    cost, initial_cost : float
+        The objective (docs/output_error.md) at the returned point and at the start.
     status : Status
-        ``status.advice`` says what to try.
-    message : str
-        IPOPT's return status and more.
+        How the fit ended (``status.advice`` says what to try); ``message`` says what happened.
     iterations : int
-        IPOPT iterations.
+        Iterations of the solver (``solver``: ``"lm"`` or ``"ipopt"``).
     wall_s : float
         Seconds for the whole call.
-    initial_cost : float
-        The objective at the start.
     constraint_violation : float
         Max |continuity gap| of multiple shooting (0 for single shooting).
-    solver : str
-        ``"lm"`` or ``"ipopt"``.
     returned : str
         ``solver="lm"``: which iterate came back (``"last"``, ``"best"``, ``"start"``).
     starts : list of dict
@@ -212,11 +195,11 @@ class OutputErrorResult(Result):
     returned: str = ""
     starts: list = field(default_factory=list, repr=False)
 
-
     def table(self) -> str:
         """Status, iterations and the parameters as text (one row per parameter entry)."""
         head = f"{type(self).__name__}: {Status(self.status).value} after {self.iterations} iterations"
         return head + "\n" + format_table(["parameter", "value"], theta_rows(self.theta))
+
     @property
     def success(self) -> bool:
         """Whether ``status`` gives a regular estimate."""
@@ -225,41 +208,34 @@ class OutputErrorResult(Result):
 
 @dataclass(repr=False)
 class LeastSquaresResult(Result):
-    """Outcome of the engine.
+    """Outcome of [`solve_least_squares`][ceem_casadi.workflow.solve_least_squares] (and of the
+    engine inside [`refine_output_error`][ceem_casadi.refine_output_error]).
 
     Attributes
     ----------
     x : numpy.ndarray
-        (n,) the returned unknowns (for output error: free parameters, then the nodes).
-    cost : float
-        Objective ``0.5 ||r||^2`` (+ prior) at ``x``; for multiple shooting the single-shooting
-        (free-run) objective.
-    initial_cost : float
-        The same at the start.
+        (n,) the returned unknowns (output error: free parameters, then the nodes).
+    cost, initial_cost : float
+        ``0.5 ||r||^2`` (+ prior) at ``x`` and at the start (multiple shooting: the free-run objective).
     status : Status
-        How the run ended (``status.advice`` says what to try).
-    message : str
-        What happened, and which iterate is returned.
-    iterations : int
-        Jacobian evaluations.
-    evaluations : int
-        Residual evaluations (trials included).
+        How the run ended (``status.advice`` says what to try); ``message`` says what happened.
+    iterations, evaluations : int
+        Jacobian evaluations; residual evaluations (trials included).
     wall_s : float
         Seconds.
     returned : str
-        ``"last"`` (the final iterate), ``"best"`` (an earlier iterate with a lower objective) or
-        ``"start"``.
+        ``"last"``, ``"best"`` (an earlier iterate with a lower objective) or ``"start"``.
     constraint_violation : float
         Largest absolute continuity gap at ``x`` (0 for single shooting).
     history : list of float
         Objective after every accepted step.
     starts : list of dict
-        Multi-start: one row per start (``start``, ``initial_cost``, ``cost``, ``status``,
-        ``iterations``, ``wall_s``); the result is the row with the lowest ``cost``.
+        Multi-start: one row per start; the result is the row with the lowest ``cost``.
+    theta, x0 : dict, numpy.ndarray
+        Output error: the parameters and (B, nx) initial states.
 
     Examples
     --------
-    >>> from ceem_casadi.workflow import LeastSquaresResult
     >>> import casadi as ca
     >>> from ceem_casadi.workflow import solve_least_squares
     >>> x = ca.SX.sym("x")
@@ -267,6 +243,8 @@ class LeastSquaresResult(Result):
     >>> res.returned, round(res.cost, 12), res.to_dict()["status"]
     ('last', 0.0, 'converged')
     """
+
+    SUMMARY = ("status", "cost", "initial_cost", "iterations", "returned", "wall_s")
 
     x: np.ndarray
     cost: float
@@ -283,32 +261,7 @@ class LeastSquaresResult(Result):
     theta: dict | None = field(default=None, repr=False)
     x0: np.ndarray | None = field(default=None, repr=False)
 
-    def __repr__(self) -> str:
-        return (f"LeastSquaresResult(status={self.status}, cost={self.cost:.6g}, initial_cost={self.initial_cost:.6g}, "
-                f"iterations={self.iterations}, returned={self.returned!r}, wall_s={self.wall_s:.3g})")
-
     @property
     def success(self) -> bool:
         """Whether ``status`` gives a regular estimate."""
         return self.status.usable
-
-    def table(self) -> str:
-        """One line per start (a single line without multi-start)."""
-        rows = self.starts or [dict(start=0, initial_cost=self.initial_cost, cost=self.cost, status=str(self.status),
-                                    iterations=self.iterations, wall_s=self.wall_s)]
-        out = [f"{'start':>5}  {'initial cost':>14}  {'cost':>14}  {'status':<13}  {'iter':>5}  {'wall s':>7}"]
-        for r in rows:
-            out.append(f"{r['start']:>5}  {r['initial_cost']:14.7g}  {r['cost']:14.7g}  {r['status']:<13}  "
-                       f"{r['iterations']:>5}  {r['wall_s']:7.2f}")
-        return "\n".join(out)
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict."""
-        d = dict(x=self.x.tolist(), cost=self.cost, initial_cost=self.initial_cost, status=str(self.status),
-                 message=self.message, iterations=self.iterations, evaluations=self.evaluations, wall_s=self.wall_s,
-                 returned=self.returned, constraint_violation=self.constraint_violation, history=list(self.history),
-                 starts=list(self.starts))
-        if self.theta is not None:
-            d["theta"] = {k: np.asarray(v).tolist() for k, v in self.theta.items()}
-            d["x0"] = np.asarray(self.x0).tolist()
-        return d

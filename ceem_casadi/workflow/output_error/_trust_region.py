@@ -1,6 +1,5 @@
-"""The trust-region subproblem of the Levenberg-Marquardt engine (`ceem_casadi.workflow.output_error._lm`):
-the damped Gauss-Newton step of the scaled problem, with equality constraints (multiple shooting's
-continuity) through the bordered normal equations, and the second-order correction."""
+"""The trust-region subproblem of the Levenberg-Marquardt engine: the damped Gauss-Newton step,
+with equality constraints through the bordered normal equations, and the second-order correction."""
 from __future__ import annotations
 
 import numpy as np
