@@ -33,9 +33,6 @@ from ceem_casadi.baselines import n4sid
 
 #: shared search settings (per record: time limit)
 SEARCH = dict(max_depth=3, beam=1, max_iters=100, progress=True)
-#: samples of the realistic WH record on which the search fits its candidates (100,000 in all; below
-#: 20,000 per fit the sensitivity step is not compiled: a compile costs ~27 s per candidate, loaded)
-WH_SEARCH_SAMPLES = 12_000
 
 
 def _pad_starts(starts: np.ndarray, nx: int, fills) -> np.ndarray:
@@ -126,10 +123,8 @@ def wh(time_limit: float, train: int, test: int) -> dict:
     init = cc.workflow.bla_initialise("wiener_hammerstein", est, 3, 3, feedthrough=(True, True), degree=9,
                                       gain="dc", basis="chebyshev", measurement_std=noise)
     left = max(time_limit - (time.perf_counter() - t_all), 1.0)
-    # the candidates are fitted on the first WH_SEARCH_SAMPLES samples (heads 70 %), the chosen one refitted on all
-    search = cc.workflow.SearchOptions(**SEARCH, max_samples=min(WH_SEARCH_SAMPLES, train))
     res = cc.identify(init.model, est, init.theta, ceem=False, time_limit=left,
-                      options=cc.OutputErrorOptions(max_iters=100), search=search)
+                      options=cc.OutputErrorOptions(max_iters=100), search=cc.workflow.SearchOptions(**SEARCH))
     yhat = cc.simulate_output(res.model, res.theta, ut[:, None], np.zeros(res.model.nx))
     rms = float(np.sqrt(np.mean((yhat[:, 0] - yt) ** 2)))
     status = res.best.status

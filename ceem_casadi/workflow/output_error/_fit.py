@@ -38,7 +38,7 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
     if shooting is not None and (int(shooting) != shooting or shooting < 1):
         raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
     candidates = _candidates(model, theta, starts)
-    x0 = _initial_states(x0, len(data), model.nx)
+    x0 = initial_states(x0, len(data), model.nx)
     expires = deadline_after(options.time_limit, t0)  # never beyond a deadline already in force
     fit = _Fit(model, data, shooting, options, expires)
     rows, results = [], []
@@ -83,7 +83,7 @@ def _candidates(model, theta, starts) -> list:
     return out
 
 
-def _initial_states(x0, B: int, nx: int):
+def initial_states(x0, B: int, nx: int):
     """``x0`` as (B, nx) (None stays None)."""
     if x0 is None:
         return None

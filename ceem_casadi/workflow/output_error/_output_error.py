@@ -18,7 +18,7 @@ from ...runtime._solve import deadline, deadline_after, expired, ipopt_options, 
 from ...runtime._status import Status
 from .._initial_state import estimate_initial_state
 from .._starts import resolve_starts
-from ._fit import _initial_states, output_error_least_squares
+from ._fit import initial_states, output_error_least_squares
 from ._least_squares import output_error_problem
 from ._lm import box_bounds
 from ._output_error_options import OutputErrorOptions, OutputErrorResult
@@ -224,7 +224,7 @@ def _refine_with_ipopt(model, data, theta, shooting, x0, options, t0) -> OutputE
     with deadline(expires):
         if x0 is None:
             x0 = estimate_initial_state(model, data, theta_vec, window=options.x0_window, x_lower=lo, x_upper=hi)
-        x0 = _initial_states(x0, len(data), model.nx)
+        x0 = initial_states(x0, len(data), model.nx)
         prob = problem_for(model, data.lengths, None if shooting is None else int(shooting), options)
         free = prob.free
         P = prob.parameter(model, theta_vec, data, options.use_prior)

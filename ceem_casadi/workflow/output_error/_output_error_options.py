@@ -127,8 +127,17 @@ class OutputErrorOptions:
 
 def LeastSquaresOptions(**kwargs) -> OutputErrorOptions:
     """Deprecated: the [`OutputErrorOptions`][ceem_casadi.OutputErrorOptions] of ``kwargs`` (the
-    engine's options type was folded into it; ``ftol``, ``xtol``, ``gtol``, ``gap_tol`` map onto
-    ``tol``).
+    engine's options type was folded into it).
+
+    Parameters
+    ----------
+    **kwargs
+        Fields of `OutputErrorOptions` (``ftol``, ``xtol``, ``gtol``, ``gap_tol`` map onto ``tol``).
+
+    Returns
+    -------
+    OutputErrorOptions
+        The options (with a ``DeprecationWarning``).
 
     Examples
     --------
