@@ -110,13 +110,13 @@ class _Engine:
     def _scaled_model(self, w, r, J):
         """Scale the Jacobian (More's ``D``, residuals by the start's objective); return the free
         mask and whether the cosine test (``gtol``, single shooting) holds."""
-        dense = isinstance(J, np.ndarray)
-        Js, self.rs = J / np.sqrt(self.norm), r / np.sqrt(self.norm)
-        colnorm = np.sqrt(np.einsum("ij,ij->j", Js, Js)) if dense else \
-            np.sqrt(np.asarray(Js.multiply(Js).sum(axis=0)).ravel())
+        dense, s = isinstance(J, np.ndarray), 1.0 / np.sqrt(self.norm)
+        self.rs = r * s
+        colnorm = s * (np.sqrt(np.einsum("ij,ij->j", J, J)) if dense else
+                       np.sqrt(np.asarray(J.multiply(J).sum(axis=0)).ravel()))
         self.D = np.maximum(self.D, colnorm)   # More's scaling
         self.Dsafe = np.where(self.D > 0, self.D, 1.0)
-        self.Jsc = Js / self.Dsafe if dense else (Js @ sps.diags(1.0 / self.Dsafe)).tocsc()
+        self.Jsc = J * (s / self.Dsafe) if dense else (J @ sps.diags(s / self.Dsafe)).tocsc()
         grad = np.asarray(self.Jsc.T @ self.rs).ravel()
         span = np.maximum(1.0, np.abs(w))
         free = ~(((w <= self.lower + 1e-12 * span) & (grad > 0)) | ((w >= self.upper - 1e-12 * span) & (grad < 0)))
@@ -128,7 +128,7 @@ class _Engine:
         self.cosine = np.abs(grad[free]) / np.maximum(colsc * rn, 1e-300)
         return free, grad, bool(rn == 0.0 or self.cosine.size == 0 or float(np.max(self.cosine)) <= self.tol)
 
-    def _statistical_test(self, sub, free):
+    def _statistical_test(self, sub):
         """Single shooting: the message of a converged run when the full Gauss-Newton step ``d0`` is
         below ``stat_tol`` standard errors of the estimate (``||J d0|| / s``, ``s^2 = ||r||^2 / (m - n)``
         the residual variance: the objective left to gain is below what the noise resolves), else None."""
@@ -138,13 +138,13 @@ class _Engine:
             d0 = sub.solve(np.inf)[0]
         except (np.linalg.LinAlgError, RuntimeError, ValueError):
             return None
-        jd = self.Jsc[:, free] @ d0
-        se = float(np.sqrt(jd @ jd / max(float(self.rs @ self.rs) / (self.rs.size - sub.n), 1e-300)))
+        se = float(np.sqrt(max(float(d0 @ (sub.H @ d0)), 0.0) / max(float(self.rs @ self.rs) / (self.rs.size - sub.n),
+                                                                     1e-300)))
         return (f"statistical test: the Gauss-Newton step left is {se:.2g} standard errors"
                 if se <= self.stat_tol else None)
 
     def _subproblem(self, free, grad, c, C):
-        Jf = self.Jsc[:, free]
+        Jf = self.Jsc if free.all() else self.Jsc[:, free]
         self.Cs = self.Cf = self.cv = None
         if self.q:
             self.Cs = (sps.diags(1.0 / self.cs) @ C @ sps.diags(1.0 / self.Dsafe)).tocsc()
@@ -268,7 +268,7 @@ class _Engine:
             if gradient_test:
                 return w, Status.CONVERGED, "gradient test (gtol)"
             sub = self._subproblem(free, grad, c, C)
-            resolved = self._statistical_test(sub, free)
+            resolved = self._statistical_test(sub)
             if resolved is not None:
                 return w, Status.CONVERGED, resolved
             if self.radius is None:
