@@ -90,6 +90,7 @@ class _Engine:
         self.nu = 0.0
         self.radius = None
         self.it = self.evals = 0
+        self.se = np.nan      # the last Gauss-Newton step in standard errors (statistical test)
 
     # -- budget and tests ------------------------------------------------------------------------
     def _expired(self) -> bool:
@@ -138,8 +139,8 @@ class _Engine:
             d0 = sub.solve(np.inf)[0]
         except (np.linalg.LinAlgError, RuntimeError, ValueError):
             return None
-        se = float(np.sqrt(max(float(d0 @ (sub.H @ d0)), 0.0) / max(float(self.rs @ self.rs) / (self.rs.size - sub.n),
-                                                                     1e-300)))
+        s2 = max(float(self.rs @ self.rs) / (self.rs.size - sub.n), 1e-300)
+        se = self.se = float(np.sqrt(max(float(d0 @ (sub.H @ d0)), 0.0) / s2))
         return (f"statistical test: the Gauss-Newton step left is {se:.2g} standard errors"
                 if se <= self.stat_tol else None)
 
@@ -283,8 +284,9 @@ class _Engine:
             r, J, c, C = out
             honest = self.prob.objective(w, r if self.q == 0 else None)
             self.history.append(honest)
-            logger.debug("iteration %d: objective %.10g, trust radius %.3g, ratio %.3g, scaled step %.3g",
-                         self.it, honest, self.radius, trial.ratio, trial.step)
+            logger.debug("iteration %d: objective %.10g, trust radius %.3g, ratio %.3g, scaled step %.3g, "
+                         "Gauss-Newton step %.3g standard errors", self.it, honest, self.radius, trial.ratio,
+                         trial.step, self.se)
             self.best.offer(w, honest, label=f"iteration {self.it}")
             stop = self._converged_after(trial, c)
             if stop is not None:

@@ -3,7 +3,6 @@ with equality constraints through the bordered normal equations, and the second-
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg as sla
 import scipy.sparse as sps
 import scipy.sparse.linalg as spla
 
@@ -87,15 +86,8 @@ def _step(H, g, lam, C, c):
     ``C d = -c``."""
     n = H.shape[0]
     q = 0 if C is None else C.shape[0]
-    if q == 0:
-        A = H + lam * sps.identity(n, format="csc")
-        if n <= DENSE_MAX:
-            A = A.toarray()
-            try:
-                return sla.cho_solve(sla.cho_factor(A, lower=False, check_finite=True), -g), None
-            except np.linalg.LinAlgError:
-                return np.linalg.lstsq(A, -g, rcond=None)[0], None
-        return spla.spsolve(A.tocsc(), -g), None
+    if q == 0:   # more than DENSE_MAX unknowns (fewer: the eigendecomposition of `Subproblem`)
+        return spla.spsolve((H + lam * sps.identity(n, format="csc")).tocsc(), -g), None
     # sparse LU of the bordered system (dense LAPACK of a few hundred unknowns was 50x slower on a
     # loaded 2-core machine: BLAS threads); a singular H at lam = 0 gets a round-off-sized damping
     lam = max(lam, 1e-12 * max(float(H.diagonal().max(initial=0.0)), 1e-300))
