@@ -216,9 +216,7 @@ def main(argv=None) -> dict:
         models = {s: cascaded_tanks(th_ce, process_std=args.process_std[0], measurement_std=args.measurement_std,
                                     substeps=args.substeps, pump=args.pump, free_u0=not args.fixed_u0,
                                     **STRUCTURES[s]) for s in args.refine_structures}
-        # the tolerances of cc.refine_output_error's Levenberg-Marquardt engine (OutputErrorOptions(tol=1e-10))
-        lso = cc.workflow.LeastSquaresOptions(max_iters=args.refine_iters, ftol=1e-8, xtol=1e-8, gtol=1e-10,
-                                              gap_tol=1e-8, x_lower=0.0, x_upper=20.0)
+        lso = cc.OutputErrorOptions(max_iters=args.refine_iters, x_lower=0.0, x_upper=20.0)
         cmp = cc.compare_structures({s: (m, m.params.initial(), x0_ce) for s, m in models.items()}, est.data,
                                     criterion="aic", options=lso)
         rows = {r["name"]: r for r in cmp.rows}

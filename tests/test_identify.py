@@ -78,7 +78,7 @@ def test_compare_structures_starts_each_candidate_from_its_own_initial_state():
     y = cc.simulate_output(_poly_model(True), truth, u, np.array([3.0])) + 0.01 * rng.standard_normal((120, 1))
     data = cc.Trajectories([y], [u])
     cmp = cc.compare_structures({"q": (_poly_model(True), truth, [3.0])}, data,
-                                options=cc.workflow.LeastSquaresOptions(max_iters=3))
+                                options=cc.OutputErrorOptions(max_iters=3))
     fit = cmp.rows[0]["fit"]
     start = 0.5 * np.sum(((y - cc.simulate_output(_poly_model(True), truth, u, np.array([3.0]))) / 0.01) ** 2)
     assert fit.initial_cost == pytest.approx(start, rel=1e-9)

@@ -93,7 +93,7 @@ def test_a_rejected_stage_is_never_chosen_even_with_the_lowest_objective(monkeyp
     data = _data(_pendulum(), TRUTH)
     res = cc.identify(_pendulum(process_std=1e-4), data, START, noise_grid=(10.0, 100.0), time_limit=120, ceem=True,
                       calibrate=True,
-                      ceem_options=cc.CEEMOptions(max_iters=30), options=cc.workflow.LeastSquaresOptions(max_iters=1))
+                      ceem_options=cc.CEEMOptions(max_iters=30), options=cc.OutputErrorOptions(max_iters=1))
     cal = next(s for s in res.stages if s.stage.startswith("noise calibration"))
     assert cal.objective == min(s.objective for s in res.stages)
     assert res.best is not cal and "rejected: forced by the test" in res.table()

@@ -7,7 +7,8 @@ import pytest
 from scipy.optimize import least_squares
 
 import ceem_casadi as cc
-from ceem_casadi.workflow import LeastSquaresOptions, solve_least_squares
+from ceem_casadi import OutputErrorOptions
+from ceem_casadi.workflow import solve_least_squares
 from ceem_casadi.workflow.output_error._fit import output_error_least_squares
 from ceem_casadi.workflow.output_error._least_squares import output_error_problem
 
@@ -27,14 +28,14 @@ def _exp_fit():
 
 def test_generic_problem_matches_scipy_lm_and_trf_with_bounds():
     fun, f_np, x0 = _exp_fit()
-    res = solve_least_squares(fun, x0, options=LeastSquaresOptions(**TIGHT))
+    res = solve_least_squares(fun, x0, options=OutputErrorOptions(tol=1e-15))
     ref = least_squares(f_np, x0, method="lm", **TIGHT)
     assert res.status == "converged", res.message
     assert res.cost == pytest.approx(ref.cost, rel=1e-10)
     np.testing.assert_allclose(res.x, ref.x, rtol=1e-7)
     # an active upper bound on the fast rate (unconstrained optimum 1.3): scipy's trf as the oracle
     hi = np.array([np.inf, 1.0, np.inf, np.inf])
-    resb = solve_least_squares(fun, x0, upper=hi, options=LeastSquaresOptions(**TIGHT))
+    resb = solve_least_squares(fun, x0, upper=hi, options=OutputErrorOptions(tol=1e-15))
     refb = least_squares(f_np, x0, bounds=(-np.inf, hi), method="trf", **TIGHT)
     assert resb.success and resb.x[1] == pytest.approx(1.0, abs=1e-12)
     assert resb.cost == pytest.approx(refb.cost, rel=1e-9)
@@ -44,12 +45,12 @@ def test_generic_problem_matches_scipy_lm_and_trf_with_bounds():
 def test_rosenbrock_and_scale_invariance():
     x = ca.SX.sym("x", 2)
     rosen = ca.Function("r", [x], [ca.vertcat(10 * (x[1] - x[0] ** 2), 1 - x[0])])
-    res = solve_least_squares(rosen, [-1.2, 1.0], options=LeastSquaresOptions(**TIGHT))
+    res = solve_least_squares(rosen, [-1.2, 1.0], options=OutputErrorOptions(tol=1e-15))
     np.testing.assert_allclose(res.x, [1.0, 1.0], atol=1e-10)
     # residuals x 1e4 and the second unknown in other units (x1 = 1e-3 x1'): same iterates, same answer
     xs = ca.SX.sym("xs", 2)
     scaled = ca.Function("r", [xs], [1e4 * rosen(ca.vertcat(xs[0], 1e-3 * xs[1]))])
-    res2 = solve_least_squares(scaled, [-1.2, 1e3], options=LeastSquaresOptions(**TIGHT))
+    res2 = solve_least_squares(scaled, [-1.2, 1e3], options=OutputErrorOptions(tol=1e-15))
     assert res2.iterations == res.iterations
     np.testing.assert_allclose(res2.x, [1.0, 1e3], rtol=1e-9)
 
@@ -80,7 +81,7 @@ def test_output_error_single_and_multiple_shooting_match_scipy(pendulum_case):
     model, data = pendulum_case
     start = model.params.initial()
     x0 = cc.estimate_initial_state(model, data, start)
-    res = output_error_least_squares(model, data, start, x0=x0, options=LeastSquaresOptions(**TIGHT))
+    res = output_error_least_squares(model, data, start, x0=x0, options=OutputErrorOptions(tol=1e-15))
     prob = output_error_problem(model, data.lengths, None)
     prob.set_data(model, model.params.to_vector(start), data, True)
     fun = lambda w: prob.evaluate(w, False)[0]                        # noqa: E731 (MX residuals, no sensitivities)
@@ -94,7 +95,7 @@ def test_output_error_single_and_multiple_shooting_match_scipy(pendulum_case):
     fd = np.column_stack([(fun(ref.x + e) - fun(ref.x - e)) / 2e-6 for e in 1e-6 * np.eye(ref.x.size)])
     np.testing.assert_allclose(J, fd, atol=1e-5 * np.abs(fd).max())
     # multiple shooting (segments of 9 and a last one of 6) reaches the same optimum, continuity met
-    ms = output_error_least_squares(model, data, start, x0=x0, shooting=9, options=LeastSquaresOptions(**TIGHT))
+    ms = output_error_least_squares(model, data, start, x0=x0, shooting=9, options=OutputErrorOptions(tol=1e-15))
     assert ms.status == "converged" and ms.constraint_violation < 1e-8, ms.message
     assert ms.cost == pytest.approx(ref.cost, rel=1e-8)
     np.testing.assert_allclose([float(ms.theta[k]) for k in "abc"], ref.x[:3], rtol=1e-5)
@@ -106,21 +107,21 @@ def test_never_worse_than_start_on_any_stop(pendulum_case):
     start = {"a": 0.3, "b": -0.5, "c": 3.0}             # far: the first trials are rejected
     for kw in ({"max_iters": 0}, {"max_iters": 1}, {"max_iters": 3}, {"time_limit": 1e-9}):
         res = output_error_least_squares(model, data, start, x0=np.zeros((2, 2)),
-                                         options=LeastSquaresOptions(**kw))
+                                         options=OutputErrorOptions(**kw))
         assert res.cost <= res.initial_cost and np.isfinite(res.cost), (kw, res.message)
         assert (res.returned in ("last", "start", "best") and res.returned in res.message) or "returning" in res.message
     assert res.status == "time_limit" and res.returned == "start"
     limited = output_error_least_squares(model, data, start, x0=np.zeros((2, 2)),
-                                         options=LeastSquaresOptions(max_iters=3))
+                                         options=OutputErrorOptions(max_iters=3))
     assert limited.status == "max_iters" and limited.cost < limited.initial_cost
 
 
 def test_multi_start_returns_the_best_start(pendulum_case):
     model, data = pendulum_case
     bad = {"a": 40.0, "b": 0.3, "c": 0.8}               # a far local minimum of the pendulum's frequency
-    alone = output_error_least_squares(model, data, bad, options=LeastSquaresOptions(max_iters=30))
+    alone = output_error_least_squares(model, data, bad, options=OutputErrorOptions(max_iters=30))
     multi = output_error_least_squares(model, data, bad, starts=[{"a": 2.5}, {"a": 1.0, "c": 1.0}],
-                                       options=LeastSquaresOptions(max_iters=30))
+                                       options=OutputErrorOptions(max_iters=30))
     assert len(multi.starts) == 3 and [r["start"] for r in multi.starts] == [0, 1, 2]
     assert multi.cost == min(r["cost"] for r in multi.starts)
     assert multi.cost < 0.5 * alone.cost
@@ -170,10 +171,14 @@ def test_multiple_shooting_never_returns_an_unstable_iterate():
 
 def test_options_validate():
     with pytest.raises(cc.OptionsError, match="max_iter"):
-        LeastSquaresOptions(max_iters=-1)
-    with pytest.raises(cc.OptionsError, match="ftol"):
-        LeastSquaresOptions(ftol=0)
-    with pytest.raises(cc.OptionsError, match="compile"):
-        LeastSquaresOptions(compile="yes")
+        OutputErrorOptions(max_iters=-1)
+    with pytest.raises(cc.OptionsError, match="tol"):
+        OutputErrorOptions(tol=0)
+    with pytest.raises(cc.OptionsError, match="compile was removed"), pytest.warns(DeprecationWarning):
+        OutputErrorOptions(compile=True)
+    with pytest.warns(DeprecationWarning, match="LeastSquaresOptions is deprecated"):
+        assert cc.workflow.LeastSquaresOptions(ftol=1e-8, gtol=1e-12).tol == 1e-12     # the deprecated spellings
+    with pytest.raises(cc.OptionsError, match="apply to output error only"):
+        solve_least_squares(_exp_fit()[0], np.ones(4), options=OutputErrorOptions(use_prior=False))
     with pytest.raises(cc.OptionsError, match="solver"):
         cc.OutputErrorOptions(solver="newton")

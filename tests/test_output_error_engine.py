@@ -36,9 +36,8 @@ def test_options_refuse_a_field_of_the_other_solver():
     with pytest.raises(cc.OptionsError, match="hessian applies to solver='ipopt' only"):
         cc.OutputErrorOptions(hessian="exact")
     with pytest.raises(cc.OptionsError, match="variable_projection applies to solver='lm' only"):
-        cc.OutputErrorOptions(solver="ipopt", variable_projection=False)
+        cc.OutputErrorOptions(solver="ipopt", variable_projection=True)
     assert cc.OutputErrorOptions(solver="ipopt", hessian="exact").ipopt_hessian == "exact"
-    assert cc.OutputErrorOptions().max_iters == cc.workflow.LeastSquaresOptions().max_iters   # one default
 
 
 def _wiener_hammerstein_case():
@@ -75,3 +74,24 @@ def test_linear_parameters_are_the_output_layer_of_an_mlp_nonlinearity():
     model = cc.model.wiener_hammerstein(2, 2, nonlinearity="mlp", hidden=3)
     names = [n for n in model.params.names for _ in range(model.params[n].size)]
     assert [names[model.params.free_index[i]] for i in linear_parameters(model)] == ["f_W1"] * 3 + ["f_b1"]
+
+
+def test_statistical_test_stops_within_a_hundredth_of_a_standard_error():
+    """Issue 31 item 4: "converged" means the Gauss-Newton step left is below 1 % of a standard
+    error (the default tol); the estimate is then that close to the tight optimum, in fewer iterations."""
+    model, data = _scalar_case(T=2000, seed=1)
+    start = {"a": 0.5, "b": 0.8}
+    stat = cc.refine_output_error(model, data, start, x0=np.zeros(1))
+    tight = cc.refine_output_error(model, data, start, x0=np.zeros(1), options=cc.OutputErrorOptions(tol=1e-15))
+    assert stat.status is cc.Status.CONVERGED and "statistical test" in stat.message, stat.message
+    assert tight.status is cc.Status.CONVERGED and "statistical test" not in tight.message
+    from ceem_casadi.workflow.output_error._least_squares import output_error_problem
+
+    prob = output_error_problem(model, data.lengths, None)      # standard errors s^2 (J'J)^-1 at the optimum
+    prob.set_data(model, model.params.to_vector(tight.theta), data, True)
+    w = np.r_[float(tight.theta["a"]), float(tight.theta["b"]), tight.x0.ravel()]
+    r, J = prob.evaluate(w, True)[:2]
+    se = np.sqrt(np.diag(np.linalg.inv(J.T @ J)) * (r @ r) / (r.size - w.size))
+    gap = np.abs([float(stat.theta[k]) - float(tight.theta[k]) for k in ("a", "b")]) / se[:2]
+    assert np.all(gap <= 0.02) and np.any(gap > 0), gap
+    assert stat.iterations < tight.iterations

@@ -131,7 +131,7 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
         its ``time_limit`` is set from the budget).
     shooting : int, optional
         Multiple shooting segment length of the output-error stages (``None``: single shooting).
-    options : LeastSquaresOptions or OutputErrorOptions, optional
+    options : OutputErrorOptions or dict, optional
         Options of the output-error stages (their ``time_limit`` is set from the budget).
     calibrate : bool or "auto"
         After CE-EM, a noise-calibration stage ([`calibrate_noise`][ceem_casadi.calibrate_noise] over

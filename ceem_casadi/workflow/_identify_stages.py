@@ -19,7 +19,6 @@ from ..runtime._result import Result
 from ..runtime._status import Status
 from ._search import free_run_errors, objective_of
 from .output_error import OutputErrorOptions, refine_output_error
-from .output_error._fit import LeastSquaresOptions, output_error_least_squares
 
 __all__ = ["StageFit", "Stages", "ceem_options_of", "free_run_fit", "oe_options_of", "search_fit_options"]
 
@@ -115,29 +114,26 @@ def ceem_options_of(value):
 
 
 def oe_options_of(value):
-    """``options=`` of the output-error stages: None (LeastSquaresOptions defaults), a
-    LeastSquaresOptions, an OutputErrorOptions, or a mapping of LeastSquaresOptions fields."""
+    """``options=`` of the output-error stages: None (the defaults), an OutputErrorOptions, or a
+    mapping of its fields."""
     if value is None:
-        return LeastSquaresOptions()
-    if isinstance(value, (LeastSquaresOptions, OutputErrorOptions)):
+        return OutputErrorOptions()
+    if isinstance(value, OutputErrorOptions):
         return value
     if isinstance(value, Mapping):
-        known = {f.name for f in fields(LeastSquaresOptions)}
+        known = {f.name for f in fields(OutputErrorOptions)} | set(OutputErrorOptions.deprecated_aliases)
         unknown = sorted(set(value) - known)
         if unknown:
-            raise OptionsError(f"options: unknown LeastSquaresOptions field(s) {unknown}; known: {sorted(known)}")
-        return LeastSquaresOptions(**value)
-    raise OptionsError("options: expected a LeastSquaresOptions, an OutputErrorOptions or a dict of "
-                       f"LeastSquaresOptions fields, got {type(value).__name__}")
+            raise OptionsError(f"options: unknown OutputErrorOptions field(s) {unknown}; known: {sorted(known)}")
+        return OutputErrorOptions(**value)
+    raise OptionsError("options: expected an OutputErrorOptions or a dict of its fields, "
+                       f"got {type(value).__name__}")
 
 
 def search_fit_options(options) -> OutputErrorOptions:
     """The OutputErrorOptions of the search's fits, carrying the state bounds, prior use and
-    initial-state window of the stages' options."""
-    if isinstance(options, OutputErrorOptions):
-        return options
-    return OutputErrorOptions(max_iters=options.max_iters, use_prior=options.use_prior, x0_window=options.x0_window,
-                              x_lower=options.x_lower, x_upper=options.x_upper)
+    initial-state window of the stages' options (the stages' options themselves)."""
+    return options
 
 
 def _first_line(exc) -> str:
@@ -191,9 +187,8 @@ class Stages:
     def output_error(self, name, theta, starts, budget):
         t0 = time.perf_counter()
         try:
-            fit = refine_output_error if isinstance(self.options, OutputErrorOptions) else output_error_least_squares
-            res = fit(self.model, self.data, theta, shooting=self.shooting, starts=starts,
-                      options=replace(self.options, time_limit=budget))
+            res = refine_output_error(self.model, self.data, theta, shooting=self.shooting, starts=starts,
+                                      options=replace(self.options, time_limit=budget))
         except CeemError as exc:
             return self.failed(name, theta, t0, exc)
         message = res.message

@@ -15,7 +15,8 @@ from ..errors import OptionsError
 from ..io._data import Trajectories
 from ..model._simulation import simulate_output
 from ..runtime._result import Result
-from .output_error._fit import LeastSquaresOptions, output_error_least_squares
+from .output_error import OutputErrorOptions
+from .output_error._fit import output_error_least_squares
 
 __all__ = ["StructureComparison", "compare_structures"]
 
@@ -75,7 +76,7 @@ class StructureComparison(Result):
 
 
 def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, criterion: str = "aic",
-                       holdout: float = 0.3, options: LeastSquaresOptions | None = None) -> StructureComparison:
+                       holdout: float = 0.3, options: OutputErrorOptions | None = None) -> StructureComparison:
     """Fit every candidate structure by output error and rank them on the estimation data.
 
     Parameters
@@ -93,7 +94,7 @@ def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, c
         run continued over the held-out tail.
     holdout : float
         Fraction held out by ``"split"`` (0 < holdout < 1).
-    options : LeastSquaresOptions, optional
+    options : OutputErrorOptions, optional
         Options of the fits.
 
     Returns
@@ -127,14 +128,14 @@ def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, c
         raise OptionsError(f"criterion must be 'aic' or 'split', got {criterion!r}")
     if not 0.0 < holdout < 1.0:
         raise OptionsError(f"holdout must be in (0, 1), got {holdout!r}")
-    options = LeastSquaresOptions() if options is None else options
+    options = OutputErrorOptions() if options is None else options
     rows = [_score_candidate(name, cand, data, criterion, holdout, options) for name, cand in candidates.items()]
     rows.sort(key=lambda r: r["criterion"])
     return StructureComparison(rows, criterion)
 
 
 def _score_candidate(name: str, cand, data: Trajectories, criterion: str, holdout: float,
-                     options: LeastSquaresOptions) -> dict:
+                     options: OutputErrorOptions) -> dict:
     """One row of `compare_structures`: the candidate fitted by output error (on the heads of the
     trajectories with ``"split"``) and scored by its criterion on the estimation data."""
     if not isinstance(cand, (tuple, list)) or len(cand) not in (2, 3):

@@ -1,7 +1,5 @@
-"""The output-error fit by the Levenberg-Marquardt engine
-([`output_error_least_squares`][ceem_casadi.workflow.output_error._fit.output_error_least_squares]):
-starting points, initial states and shooting nodes, multi-start, and variable projection of the
-parameters that enter the output linearly (single shooting; `ceem_casadi.workflow.output_error._varpro`)."""
+"""The output-error fit by the Levenberg-Marquardt engine: starting points, initial states, shooting
+nodes, multi-start and variable projection (docs/output_error.md)."""
 from __future__ import annotations
 
 import time
@@ -18,69 +16,29 @@ from ...runtime._status import Status
 from .._initial_state import estimate_initial_state
 from ._least_squares import output_error_problem
 from ._lm import box_bounds, levenberg_marquardt
-from ._lm_options import LeastSquaresOptions, LeastSquaresResult
+from ._output_error_options import LeastSquaresResult, OutputErrorOptions
 from ._varpro import ProjectedProblem, linear_parameters
 
 __all__ = ["output_error_least_squares"]
 
+COMPILE_SAMPLES = 20000   # samples from which the sensitivity step is compiled to native code
+
 
 def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, Any], *, shooting: int | None = None,
                                x0=None, starts: Sequence[Mapping[str, Any]] | None = None,
-                               options: LeastSquaresOptions = LeastSquaresOptions()) -> LeastSquaresResult:
-    """Output-error fit of the free parameters and initial states by Levenberg-Marquardt (module docstring of
-    `ceem_casadi.workflow.output_error._least_squares`).
-
-    Parameters
-    ----------
-    model : StateSpaceModel
-        The model (its ``measurement_std`` weights the outputs).
-    data : Trajectories
-        B trajectories, NaN = missing output.
-    theta : dict
-        Starting parameters, name -> array (all names; fixed entries stay as given).
-    shooting : int, optional
-        ``None`` (single shooting) or the segment length k >= 1 of multiple shooting.
-    x0 : array_like, optional
-        Starting initial states (B, nx) or (nx,); default
-        [`estimate_initial_state`][ceem_casadi.estimate_initial_state] per start.
-    starts : sequence of dict, optional
-        More starting parameter sets (each may give only some names; the others come from
-        ``theta``): the engine runs from ``theta`` and from each, within ``options.time_limit``, and
-        returns the lowest objective; ``result.starts`` has one row per start.
-    options : LeastSquaresOptions
-        Tolerances, limits, bounds on the states, variable projection.
-
-    Returns
-    -------
-    LeastSquaresResult
-        ``theta`` (dict), ``x0`` (B, nx), ``x`` (free parameters then nodes), ``cost`` (the
-        single-shooting objective, never above the start's), ``status``, ``message``, ``starts``.
-
-    Raises
-    ------
-    SolverError
-        Only with ``options.raise_on_failure`` when the status is ``"solver_failed"``.
-
-    Examples
-    --------
-    >>> import casadi as ca, numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.workflow.output_error._fit import output_error_least_squares
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), measurement_std=0.1)
-    >>> u = np.sin(0.3 * np.arange(50))[:, None]
-    >>> y = cc.simulate_output(model, {"a": 0.8}, u, np.zeros(1))
-    >>> res = output_error_least_squares(model, cc.Trajectories([y], [u]), {"a": 0.5}, x0=np.zeros(1))
-    >>> str(res.status), round(float(res.theta["a"]), 6)
-    ('converged', 0.8)
-    """
-    if not isinstance(options, LeastSquaresOptions):
-        raise OptionsError(f"options must be a LeastSquaresOptions, got {type(options).__name__}")
+                               options: OutputErrorOptions = OutputErrorOptions()) -> LeastSquaresResult:
+    """Output-error fit of the free parameters and initial states by the Levenberg-Marquardt engine
+    (docs/output_error.md): the arguments of [`refine_output_error`][ceem_casadi.refine_output_error]
+    (``starts``: a list of partial parameter dicts, completed by ``theta``); returns a
+    `LeastSquaresResult` with ``theta``, ``x0`` (B, nx) and one row per start in ``starts``."""
+    if not isinstance(options, OutputErrorOptions) or options.solver != "lm":
+        raise OptionsError(f"options must be an OutputErrorOptions with solver='lm', got {options!r}")
     t0 = time.perf_counter()
     check_data(model, data)  # the one data check of every entry point (io/_validate.py)
     if shooting is not None and (int(shooting) != shooting or shooting < 1):
         raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
     candidates = _candidates(model, theta, starts)
-    x0 = _initial_states(x0, len(data), model.nx)
+    x0 = initial_states(x0, len(data), model.nx)
     expires = deadline_after(options.time_limit, t0)  # never beyond a deadline already in force
     fit = _Fit(model, data, shooting, options, expires)
     rows, results = [], []
@@ -125,7 +83,7 @@ def _candidates(model, theta, starts) -> list:
     return out
 
 
-def _initial_states(x0, B: int, nx: int):
+def initial_states(x0, B: int, nx: int):
     """``x0`` as (B, nx) (None stays None)."""
     if x0 is None:
         return None
@@ -144,7 +102,7 @@ class _Fit:
         nx = model.nx
         self.lo_x = box_bounds(options.x_lower, nx, -np.inf, "x_lower")
         self.hi_x = box_bounds(options.x_upper, nx, np.inf, "x_upper")
-        compiled = options.compile is True or (options.compile is None and sum(data.lengths) >= 20000)
+        compiled = sum(data.lengths) >= COMPILE_SAMPLES
         self.prob = output_error_problem(model, data.lengths, shooting, compiled)
         free, n_nodes = self.prob.free, len(self.prob.segs)
         self.lower = np.concatenate([model.params.lower[free], np.tile(self.lo_x, n_nodes)])

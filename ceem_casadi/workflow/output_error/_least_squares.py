@@ -1,40 +1,5 @@
-"""A Levenberg-Marquardt engine for simulation (output) error, with exact sparse CasADi Jacobians.
-
-The problem is the one of [`refine_output_error`][ceem_casadi.refine_output_error]: with the
-free parameter entries ``z``, the shooting nodes ``s`` (one initial state per trajectory for single
-shooting, one state every ``k`` samples for multiple shooting) and the weighted output residuals
-``r(z, s)`` of the segments' free runs,
-
-    min_{z, s}  0.5 ||r(z, s)||^2 + 0.5 ||(z - mu_p) / s_p||^2   s.t.  c(z, s) = 0,  lower <= (z, s) <= upper
-
-with ``c`` the continuity gaps of multiple shooting (none for single shooting). Every iteration
-evaluates ``r``, ``c`` and their exact sparse Jacobians ``J``, ``C`` with ONE call of a CasADi
-Function (AD of the mapped ``mapaccum`` rollouts: no per-sample Python), then takes a damped
-Gauss-Newton (Levenberg-Marquardt) step
-
-    min_d  0.5 ||r + J d||^2 + 0.5 lambda ||D d||^2   s.t.  c + C d = 0,  d_i = 0 for active bounds
-
-solved by a dense Cholesky / LU of the (bordered) normal equations, or by a sparse LU when the
-unknowns are many (multiple shooting with many nodes). The scaling is automatic:
-
-- parameters: ``D = diag`` of the largest column norms of ``J`` seen so far (More's scaling, as
-  MINPACK), so the step and ``lambda`` do not depend on the units of the parameters;
-- residuals: the objective is divided by its value at the start, and every stopping test is
-  relative (MINPACK's ``ftol``, ``xtol`` and the cosine test ``gtol``), so multiplying ``y`` by
-  100 changes nothing; the continuity gaps are divided by the spread of each state over the nodes.
-
-A trial step is accepted when it reduces the merit ``f + nu ||c||_1`` by at least 1e-4 of the
-reduction its linear model predicts; otherwise, and whenever the trial simulation is not finite (or,
-with multiple shooting, the free run of the trial model from its initial state is not finite),
-``lambda`` grows tenfold. The engine keeps the best iterate measured by the single-shooting
-objective (the free run from the initial state, the quantity a user validates): whatever stops it
-(tolerance, iteration or time limit, damping at its limit, a failure), it returns that iterate and
-the message says which one (``"last"``, ``"best"`` or ``"start"``); the returned objective is never
-above the start's. A ``KeyboardInterrupt`` propagates.
-
-``starts=`` runs the engine from several starting parameter sets (multi-start) within the time
-budget and returns the lowest objective, with one table row per start.
-"""
+"""The output-error problem of the Levenberg-Marquardt engine: weighted residuals, continuity gaps
+and their exact sparse Jacobians from forward sensitivities (docs/output_error.md)."""
 from __future__ import annotations
 
 import logging
@@ -57,27 +22,10 @@ _SENS_MAX = 3e7      # doubles of forward sensitivities above which CasADi's rev
 
 
 class OutputErrorLeastSquares(LeastSquaresProblem):
-    """Residuals, continuity gaps and their exact sparse Jacobians of the output-error problem for
-    one model, set of trajectory lengths and shooting (built once per key in the library's cache, one
-    per thread: use `output_error_problem`).
-
-    ``evaluate(w, jac)`` returns the weighted residuals (prior rows appended), their Jacobian (dense
-    for single shooting with few unknowns, else sparse CSC), the continuity gaps and their sparse
-    Jacobian; ``w`` = (free parameters, nodes (n_nodes, nx) row by row). The Jacobian comes from
-    forward sensitivities ``S_x``, ``S_z`` propagated with the state in one mapped SX rollout.
-
-    Examples
-    --------
-    >>> import numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.workflow.output_error._least_squares import output_error_problem
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), measurement_std=1.0)
-    >>> data = cc.Trajectories([np.ones((4, 1))], [np.zeros((4, 1))])
-    >>> prob = output_error_problem(model, data.lengths, None)
-    >>> prob.set_data(model, np.array([0.5]), data, use_prior=False)
-    >>> r, J, g, C = prob.evaluate(np.array([0.5, 1.0]), True)
-    >>> r.round(3).tolist(), J.shape
-    ([0.0, 0.5, 0.75, 0.875], (4, 2))
+    """The output-error problem of one model, set of trajectory lengths and shooting (cached, one per
+    thread: `output_error_problem`). ``evaluate(w, jac)``: the weighted residuals (prior rows
+    appended), their Jacobian (dense for single shooting with few unknowns, else sparse CSC), the
+    continuity gaps and their sparse Jacobian; ``w`` = (free parameters, nodes (n_nodes, nx) by row).
     """
 
     def __init__(self, model, lengths, shooting, compiled: bool = False):
@@ -112,7 +60,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         self.n_con = int(g.numel())
         self.nw = int(w.numel())
         self.c_scale = np.ones(self.n_con)
-        self._data = None
+        self._data = self._last = None      # the bound data; the last Jacobian evaluation (w, result)
         self._single = None
         self._prior = (np.zeros(nf), np.zeros(nf))
 
@@ -235,6 +183,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
     # -- data ---------------------------------------------------------------------------------
     def set_data(self, model, theta_vec, data: Trajectories, use_prior: bool) -> None:
         """Bind the data (segment order), weights and base parameters (free entries zeroed)."""
+        self._last = None
         base = np.asarray(theta_vec, float).copy()
         base[self.free] = 0.0
         U, Y = [], []
@@ -246,10 +195,8 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         Y = np.hstack(Y)
         mask = np.isfinite(Y)
         self._U, self._Y, self._M = np.hstack(U), np.where(mask, Y, 0.0), mask.astype(float)
-        self._pbase = base
-        self._iv = np.asarray(model.noise.inv_measurement_std, float)
-        self._data = [ca.DM(base), ca.DM(np.hstack(U)), ca.DM(np.where(mask, Y, 0.0)), ca.DM(mask.astype(float)),
-                      ca.DM(np.asarray(model.noise.inv_measurement_std, float))]
+        self._pbase, self._iv = base, np.asarray(model.noise.inv_measurement_std, float)
+        self._data = [ca.DM(a) for a in (base, self._U, self._Y, self._M, self._iv)]
         mean, wp = model.params.prior
         self._prior = (np.asarray(mean, float)[self.free], (np.asarray(wp, float) if use_prior
                                                             else np.zeros(model.params.size))[self.free])
@@ -264,40 +211,43 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         return dict(p_base=self._pbase, U=self._U, Y=self._Y, M=self._M, iv=self._iv, mu=mu, wp=wp)
 
     def evaluate(self, w, jac):
+        """``(r, J, g, C)`` at ``w`` (module docstring; J, C None without ``jac``), None when not finite."""
+        if self.compiled and self.sensitivity and not jac and self.shooting is None:
+            # compiled: a trial gets its Jacobian with its residuals (0.53 s against 0.73 s for the
+            # residuals alone in CasADi's VM, 100,000 samples), kept for the next iteration if accepted
+            out = self.evaluate(w, True)
+            return None if out is None else (out[0], None, out[2], None)
+        if jac and self._last is not None and np.array_equal(self._last[0], w):
+            return self._last[1]
+        with np.errstate(all="ignore"):
+            out = self._jacobian(w) if jac and self.sensitivity else self._casadi(w, jac)
+        if out is None:
+            return None
+        r, J, g, G = out
         nf = self.free.size
         mu, wp = self._prior
-        rp = wp * (w[:nf] - mu)
-        if jac and self.sensitivity:
-            with np.errstate(all="ignore"):
-                out = self._jacobian(w)
-            if out is None:
-                return None
-            r, J, g, G = out
-            if np.any(wp):
+        if np.any(wp):      # the prior's rows
+            r = np.concatenate([r, wp * (w[:nf] - mu)])
+            if J is not None:
                 Jp = sps.csc_matrix((wp, (np.arange(nf), np.arange(nf))), shape=(nf, self.nw))
-                r = np.concatenate([r, rp])
                 J = np.vstack([J, Jp.toarray()]) if isinstance(J, np.ndarray) else sps.vstack([J, Jp], format="csc")
-            return r, J, g, G
+        if jac:
+            self._last = (np.array(w, float), (r, J, g, G))
+        return r, J, g, G
+
+    def _casadi(self, w, jac):
+        """``(r, J, g, C)`` (J, C None without ``jac``) by CasADi's Functions; None when not finite."""
         if jac:
             r, J, g, G = self.FJ(w, *self._data)
-            r, g = np.asarray(r, float).ravel(), np.asarray(g, float).ravel()
             J, G = to_csc(J), to_csc(G)
-            if not (np.all(np.isfinite(r)) and np.all(np.isfinite(J.data)) and np.all(np.isfinite(g))
-                    and np.all(np.isfinite(G.data))):
-                return None
-            if np.any(wp):
-                Jp = sps.csc_matrix((wp, (np.arange(nf), np.arange(nf))), shape=(nf, self.nw))
-                r, J = np.concatenate([r, rp]), sps.vstack([J, Jp], format="csc")
-            return r, J, g, G
-        r, g = self.F(w, *self._data)
+            checked = [J.data, G.data]
+        else:
+            (r, g), J, G, checked = self.F(w, *self._data), None, None, []
         r, g = np.asarray(r, float).ravel(), np.asarray(g, float).ravel()
-        if not (np.all(np.isfinite(r)) and np.all(np.isfinite(g))):
-            return None
-        return (np.concatenate([r, rp]) if np.any(wp) else r), None, g, None
+        return (r, J, g, G) if all(np.all(np.isfinite(a)) for a in (r, g, *checked)) else None
 
     def reference_cost(self) -> float:
-        """``0.5 ||weighted y||^2``: the objective of predicting zero output (the yardstick of the
-        engine's exploding-run guard)."""
+        """``0.5 ||weighted y||^2``: the objective of predicting zero output (exploding-run guard)."""
         return 0.5 * float(np.sum((self._M * self._iv[:, None] * self._Y) ** 2))
 
     def first_nodes(self) -> list[int]:
@@ -331,9 +281,8 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
 
 
 def _explodes(yhat, y, inv_std) -> bool:
-    """Whether a free run's outputs ``yhat`` (T, ny) are not finite or their weighted error is more
-    than `EXPLODING` times that of predicting zero (then multiple shooting starts its nodes from
-    the EKF/RTS states: nodes on an exploding run made every step look small, issue 32)."""
+    """Whether a free run's outputs ``yhat`` (T, ny) are not finite or explode (`EXPLODING`): multiple
+    shooting then starts its nodes from the EKF/RTS states."""
     if not np.all(np.isfinite(yhat)):
         return True
     mask = np.isfinite(y)
@@ -344,7 +293,7 @@ def _explodes(yhat, y, inv_std) -> bool:
 
 def output_error_problem(model, lengths, shooting, compiled: bool = False) -> OutputErrorLeastSquares:
     """The cached `OutputErrorLeastSquares` of ``model`` for these lengths and shooting (``compiled``:
-    the sensitivity step compiled to native code, see `LeastSquaresOptions.compile`)."""
+    the sensitivity step compiled to native code, from `COMPILE_SAMPLES` samples)."""
     key = (tuple(int(t) for t in lengths), None if shooting is None else int(shooting), bool(compiled))
     # per thread: the problem keeps its data and evaluation buffers (runtime/_model_cache.py)
     return cached(model, "output-error least squares", key, lambda: OutputErrorLeastSquares(model, *key),

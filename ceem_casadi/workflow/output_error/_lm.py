@@ -1,12 +1,12 @@
-"""A Levenberg-Marquardt (trust-region) engine for nonlinear least squares with equality
-constraints and bounds, on exact sparse CasADi Jacobians: the solver behind output error
-(`output_error_least_squares`) and `solve_least_squares` (module docstring of
-`ceem_casadi.workflow.output_error._least_squares` for the method)."""
+"""A trust-region Levenberg-Marquardt engine for nonlinear least squares with equality constraints
+and bounds on exact sparse CasADi Jacobians: the solver of output error and `solve_least_squares`
+(docs/output_error.md)."""
 from __future__ import annotations
 
 import contextlib
 import logging
 import time
+from collections import namedtuple
 
 import casadi as ca
 import numpy as np
@@ -16,13 +16,15 @@ from ...errors import OptionsError, ShapeError, SolverError
 from ...runtime._best import BestIterate
 from ...runtime._solve import deadline_after
 from ...runtime._status import Status
-from ._lm_options import LeastSquaresOptions, LeastSquaresResult
+from ._output_error_options import LeastSquaresResult, OutputErrorOptions
 from ._trust_region import Subproblem, second_order_correction
 
 logger = logging.getLogger(__name__)
 _ACCEPT = 1e-4          # minimum ratio actual / predicted reduction of the merit
 _ROUNDOFF_GTOL = 1e-6   # cosine test of a point where no step decreases the objective any more
 EXPLODING = 100.0       # objective / that of predicting zero output above which a run is "diverged"
+FLAT_TOL, FLAT_ITERS = 1e-5, 10   # flat valley: relative decrease of the objective over the last iterations
+STAT_TOL = 0.01         # Gauss-Newton step left, in standard errors of the estimate, of a converged run
 
 
 def to_csc(m: ca.DM) -> sps.csc_matrix:
@@ -56,9 +58,8 @@ class LeastSquaresProblem:
 
 
 def _blas_single_thread():
-    """One BLAS thread for the engine's small dense products when threadpoolctl is installed (an
-    optional extra): on a loaded 2-core machine the 100,000 x 28 Gram matrix took 4 ms or 1.5 s
-    depending on whether OpenBLAS's threads had to be woken against other processes."""
+    """One BLAS thread for the engine's dense products when threadpoolctl is installed (the 100,000 x 28
+    Gram matrix took 4 ms or 1.5 s on a loaded machine, depending on waking OpenBLAS's threads)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover
@@ -66,37 +67,30 @@ def _blas_single_thread():
     return threadpool_limits(1, user_api="blas")
 
 
-def levenberg_marquardt(prob: LeastSquaresProblem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, opts: LeastSquaresOptions,
-        expires: float | None) -> LeastSquaresResult:
-    """Trust-region Levenberg-Marquardt (module docstring) from ``w0``; returns the best iterate."""
+def levenberg_marquardt(prob: LeastSquaresProblem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+                        opts: OutputErrorOptions, expires: float | None) -> LeastSquaresResult:
+    """Trust-region Levenberg-Marquardt from ``w0`` (n,) within bounds (n,); returns the best iterate."""
     with _blas_single_thread():
-        return _lm_run(prob, w0, lower, upper, opts, expires)
+        return _Engine(prob, lower, upper, opts, expires).run(w0)
 
 
-def _lm_run(prob: LeastSquaresProblem, w0: np.ndarray, lower: np.ndarray, upper: np.ndarray, opts: LeastSquaresOptions,
-            expires: float | None) -> LeastSquaresResult:
-    return _Engine(prob, lower, upper, opts, expires).run(w0)
-
-
-class _Trial:
-    """An accepted trial step: the new iterate, its evaluation and the numbers of the stopping tests."""
-
-    def __init__(self, w, out, ratio, step, small_step, small_f):
-        self.w, self.out, self.ratio, self.step = w, out, ratio, step
-        self.small_step, self.small_f = small_step, small_f
+# an accepted trial step: the new iterate, its evaluation and the numbers of the stopping tests
+_Trial = namedtuple("_Trial", "w out ratio step small_step small_f")
 
 
 class _Engine:
-    """One run of the trust-region Levenberg-Marquardt method (module docstring of
-    `ceem_casadi.workflow.output_error._least_squares`): the state of the iteration (scaling ``D``,
-    trust radius, l1 penalty ``nu``, best iterate) and one method per piece of an iteration."""
+    """One run of the method (docs/output_error.md): the state of the iteration (scaling ``D``, trust
+    radius, l1 penalty ``nu``, best iterate) and one method per piece of an iteration."""
 
     def __init__(self, prob, lower, upper, opts, expires):
         self.prob, self.lower, self.upper, self.opts, self.expires = prob, lower, upper, opts, expires
         self.q, self.cs = prob.n_con, prob.c_scale
+        self.tol, self.gap_tol = opts.tol, max(opts.tol, 1e-12) * 100
+        self.stat_tol = min(STAT_TOL, 1e8 * opts.tol)   # 0.01 at the default tol
         self.nu = 0.0
         self.radius = None
         self.it = self.evals = 0
+        self.se = np.nan      # the last Gauss-Newton step in standard errors (statistical test)
 
     # -- budget and tests ------------------------------------------------------------------------
     def _expired(self) -> bool:
@@ -107,23 +101,23 @@ class _Engine:
         return 0.5 * float(r @ r) / self.norm + (self.nu * float(np.abs(c / self.cs).sum()) if self.q else 0.0)
 
     def _feasible(self, c) -> bool:
-        return self.q == 0 or float(np.max(np.abs(c / self.cs), initial=0.0)) <= self.opts.gap_tol
+        return self.q == 0 or float(np.max(np.abs(c / self.cs), initial=0.0)) <= self.gap_tol
 
     def _tiny(self, w, Dsafe) -> float:
         """Trust radius (scaled) below which no step is tried any more."""
-        return self.opts.xtol * (self.opts.xtol + np.linalg.norm(w * Dsafe))
+        return self.tol * (self.tol + np.linalg.norm(w * Dsafe))
 
     # -- one iteration -----------------------------------------------------------------------------
     def _scaled_model(self, w, r, J):
         """Scale the Jacobian (More's ``D``, residuals by the start's objective); return the free
         mask and whether the cosine test (``gtol``, single shooting) holds."""
-        dense = isinstance(J, np.ndarray)
-        Js, self.rs = J / np.sqrt(self.norm), r / np.sqrt(self.norm)
-        colnorm = np.sqrt(np.einsum("ij,ij->j", Js, Js)) if dense else \
-            np.sqrt(np.asarray(Js.multiply(Js).sum(axis=0)).ravel())
+        dense, s = isinstance(J, np.ndarray), 1.0 / np.sqrt(self.norm)
+        self.rs = r * s
+        colnorm = s * (np.sqrt(np.einsum("ij,ij->j", J, J)) if dense else
+                       np.sqrt(np.asarray(J.multiply(J).sum(axis=0)).ravel()))
         self.D = np.maximum(self.D, colnorm)   # More's scaling
         self.Dsafe = np.where(self.D > 0, self.D, 1.0)
-        self.Jsc = Js / self.Dsafe if dense else (Js @ sps.diags(1.0 / self.Dsafe)).tocsc()
+        self.Jsc = J * (s / self.Dsafe) if dense else (J @ sps.diags(s / self.Dsafe)).tocsc()
         grad = np.asarray(self.Jsc.T @ self.rs).ravel()
         span = np.maximum(1.0, np.abs(w))
         free = ~(((w <= self.lower + 1e-12 * span) & (grad > 0)) | ((w >= self.upper - 1e-12 * span) & (grad < 0)))
@@ -133,10 +127,25 @@ class _Engine:
         rn = np.sqrt(float(self.rs @ self.rs))
         colsc = (colnorm / self.Dsafe)[free]
         self.cosine = np.abs(grad[free]) / np.maximum(colsc * rn, 1e-300)
-        return free, grad, bool(rn == 0.0 or self.cosine.size == 0 or float(np.max(self.cosine)) <= self.opts.gtol)
+        return free, grad, bool(rn == 0.0 or self.cosine.size == 0 or float(np.max(self.cosine)) <= self.tol)
+
+    def _statistical_test(self, sub):
+        """Single shooting: the message of a converged run when the full Gauss-Newton step ``d0`` is
+        below ``stat_tol`` standard errors of the estimate (``||J d0|| / s``, ``s^2 = ||r||^2 / (m - n)``
+        the residual variance: the objective left to gain is below what the noise resolves), else None."""
+        if self.q or self.rs.size <= sub.n:
+            return None
+        try:
+            d0 = sub.solve(np.inf)[0]
+        except (np.linalg.LinAlgError, RuntimeError, ValueError):
+            return None
+        s2 = max(float(self.rs @ self.rs) / (self.rs.size - sub.n), 1e-300)
+        se = self.se = float(np.sqrt(max(float(d0 @ (sub.H @ d0)), 0.0) / s2))
+        return (f"statistical test: the Gauss-Newton step left is {se:.2g} standard errors"
+                if se <= self.stat_tol else None)
 
     def _subproblem(self, free, grad, c, C):
-        Jf = self.Jsc[:, free]
+        Jf = self.Jsc if free.all() else self.Jsc[:, free]
         self.Cs = self.Cf = self.cv = None
         if self.q:
             self.Cs = (sps.diags(1.0 / self.cs) @ C @ sps.diags(1.0 / self.Dsafe)).tocsc()
@@ -149,7 +158,7 @@ class _Engine:
         out = self.prob.evaluate(w_try, False)
         self.evals += 1
         ok = out is not None
-        if ok and self.q and self.opts.reject_unstable:
+        if ok and self.q:
             ok = bool(np.isfinite(self.prob.objective(w_try)))
         return out, ok
 
@@ -205,7 +214,7 @@ class _Engine:
         actual = ratio * pred
         rel = max(m_now, 1e-300)
         return _Trial(w_try, out_try, ratio, step, step <= self._tiny(w, self.Dsafe),
-                      abs(actual) <= self.opts.ftol * rel and pred <= self.opts.ftol * rel)
+                      abs(actual) <= self.tol * rel and pred <= self.tol * rel)
 
     def _search(self, sub, w, r, c, free):
         """Shrink the trust region until a trial is accepted (``_Trial``), or None (time, or a radius
@@ -241,9 +250,9 @@ class _Engine:
             return None
         if trial.small_step or trial.small_f:
             return Status.CONVERGED, "step test (xtol)" if trial.small_step else "reduction test (ftol)"
-        k, h = self.opts.flat_iter, self.history
-        if len(h) > k and h[-k - 1] - h[-1] <= self.opts.flat_tol * abs(h[-1]):
-            return Status.CONVERGED, (f"flat valley: the objective fell by less than {self.opts.flat_tol:g} "
+        k, h = FLAT_ITERS, self.history
+        if len(h) > k and h[-k - 1] - h[-1] <= FLAT_TOL * abs(h[-1]):
+            return Status.CONVERGED, (f"flat valley: the objective fell by less than {FLAT_TOL:g} "
                                       f"(relative) over the last {k} iterations")
         return None
 
@@ -260,6 +269,9 @@ class _Engine:
             if gradient_test:
                 return w, Status.CONVERGED, "gradient test (gtol)"
             sub = self._subproblem(free, grad, c, C)
+            resolved = self._statistical_test(sub)
+            if resolved is not None:
+                return w, Status.CONVERGED, resolved
             if self.radius is None:
                 self.radius = float(np.linalg.norm(w * self.Dsafe)) or 1.0
             trial = self._search(sub, w, r, c, free)
@@ -272,8 +284,9 @@ class _Engine:
             r, J, c, C = out
             honest = self.prob.objective(w, r if self.q == 0 else None)
             self.history.append(honest)
-            logger.debug("iteration %d: objective %.10g, trust radius %.3g, ratio %.3g, scaled step %.3g",
-                         self.it, honest, self.radius, trial.ratio, trial.step)
+            logger.debug("iteration %d: objective %.10g, trust radius %.3g, ratio %.3g, scaled step %.3g, "
+                         "Gauss-Newton step %.3g standard errors", self.it, honest, self.radius, trial.ratio,
+                         trial.step, self.se)
             self.best.offer(w, honest, label=f"iteration {self.it}")
             stop = self._converged_after(trial, c)
             if stop is not None:
@@ -319,11 +332,8 @@ class _Engine:
 
 
 def _exploding_guard(prob, status, why, cost):
-    """``(status, why)``, with ``converged`` (or a stall, or the iteration limit) replaced by
-    ``diverged`` when the returned objective is more than `EXPLODING` times the problem's
-    `reference_cost` (the objective of predicting zero output): the free run explodes, and no
-    convergence test means anything there (issue 32: ``x+ = a x + b u`` from a = 1.2, truth 0.7,
-    fell from 2.2e48 to 3.8e17 in 2 iterations, a unchanged, and reported ``converged``)."""
+    """``(status, why)`` with ``diverged`` instead when the returned objective is more than `EXPLODING`
+    times that of predicting zero output: the free run explodes and no convergence test means anything."""
     if status in (Status.TIME_LIMIT, Status.SOLVER_FAILED):
         return status, why
     ref = prob.reference_cost()
@@ -374,7 +384,7 @@ def box_bounds(value, n, fill, name):
 
 
 def solve_least_squares(residual: ca.Function, x0, *, p=None, lower=None, upper=None,
-                        options: LeastSquaresOptions = LeastSquaresOptions()) -> LeastSquaresResult:
+                        options: OutputErrorOptions = OutputErrorOptions()) -> LeastSquaresResult:
     """Minimise ``0.5 ||r(x)||^2`` subject to ``lower <= x <= upper`` with the engine of this module.
 
     Parameters
@@ -388,13 +398,19 @@ def solve_least_squares(residual: ca.Function, x0, *, p=None, lower=None, upper=
         Value of the second input of ``residual``.
     lower, upper : float or array_like, optional
         Bounds (scalar or (n,)), default unbounded.
-    options : LeastSquaresOptions
-        Tolerances and limits (the output-error fields are ignored).
+    options : OutputErrorOptions
+        ``max_iters``, ``tol``, ``time_limit``, ``raise_on_failure`` (the fields of output error
+        proper are refused).
 
     Returns
     -------
     LeastSquaresResult
         ``x``, ``cost`` (never above the start's), ``status``, ``message``.
+
+    Raises
+    ------
+    OptionsError
+        ``options`` sets a field of output error proper (``solver``, ``variable_projection``, ...).
 
     Examples
     --------
@@ -406,6 +422,10 @@ def solve_least_squares(residual: ca.Function, x0, *, p=None, lower=None, upper=
     >>> str(res.status), [round(float(v), 6) for v in res.x]
     ('converged', [1.0, 1.0])
     """
+    oe_only = [f for f in ("solver", "hessian", "variable_projection", "use_prior", "x0_window", "x_lower", "x_upper")
+               if getattr(options, f) != getattr(OutputErrorOptions, f)]
+    if oe_only:
+        raise OptionsError(f"solve_least_squares: options {oe_only} apply to output error only, got {options!r}")
     prob = _GenericProblem(residual, p)
     w0 = np.asarray(x0, float).ravel()
     if w0.size != prob.n:

@@ -1,23 +1,5 @@
-"""Output-error (simulation-error) identification: the classical prediction-error method for
-an output-error model (MATLAB ``nlgreyest`` / ``pem``), as one IPOPT NLP.
-
-Decision variables: the free parameter entries z (fixed entries held at their values) and the
-initial state x0_b of every trajectory b. With the noise-free free run ``yhat_b(z, x0_b)`` of
-`ceem_casadi.model._simulation`,
-
-    min_{z, x0}  0.5 sum_{b, t, j observed} ((y_b[t, j] - yhat_b[t, j]) / sigma_v[j])^2
-                 + 0.5 ||(z - mu_p) / s_p||^2                 (the parameters' priors, optional)
-
-subject to the parameter bounds (and optional state bounds), with ``sigma_v`` the model's
-``measurement_std`` and NaN outputs left out. ``shooting=None`` is single shooting (the run from
-x0 over the whole record). ``shooting=k`` is multiple shooting: the state at every k-th sample
-is a decision variable too (a node), each k-sample segment is simulated from its node, and the
-continuity constraints ``x(end of segment j) = node j+1`` make the optimum the same as single
-shooting's, while the Jacobian no longer multiplies T state-transition Jacobians (long or
-unstable records). Derivatives are exact and sparse (CasADi AD of the ``mapaccum`` rollout);
-the Hessian is Gauss-Newton ``J^T J`` of the residuals (default) or CasADi's exact Lagrangian
-Hessian. The NLP is built once per (model, trajectory lengths, shooting, options) and cached.
-"""
+"""Output-error identification ([`refine_output_error`][ceem_casadi.refine_output_error]) and its
+IPOPT solver: one NLP on the residuals of the engine's problem (docs/output_error.md)."""
 from __future__ import annotations
 
 import time
@@ -36,6 +18,7 @@ from ...runtime._solve import deadline, deadline_after, expired, ipopt_options, 
 from ...runtime._status import Status
 from .._initial_state import estimate_initial_state
 from .._starts import resolve_starts
+from ._fit import initial_states, output_error_least_squares
 from ._least_squares import output_error_problem
 from ._lm import box_bounds
 from ._output_error_options import OutputErrorOptions, OutputErrorResult
@@ -163,12 +146,13 @@ def _offer_resimulated(prob, model, theta_vec, data, P, w, lo, hi, tracker) -> N
 
 def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: int | None = None, x0=None,
                         starts=None, options: OutputErrorOptions = OutputErrorOptions()) -> OutputErrorResult:
-    """Fit the free parameters and every trajectory's initial state by output error (module docstring).
+    """Fit the free parameters and every trajectory's initial state by output (simulation) error
+    (docs/output_error.md).
 
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
+        The model (its ``measurement_std`` weights the outputs).
     data : Trajectories
         The data (NaN = missing output).
     theta : dict
@@ -189,13 +173,13 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
     Returns
     -------
     OutputErrorResult
-        theta, x0 (B, nx), cost, status, message, iterations, wall time. On any stop (time
-        limit, iteration limit, solver failure) the returned point is IPOPT's final iterate if it
-        is finite, meets continuity and is no worse than every earlier iterate, else the best
-        iterate IPOPT visited (or the start if none improved on it); ``message`` says which.
-        A solver failure raises [`SolverError`][ceem_casadi.SolverError] instead with
-        ``raise_on_failure``. With ``solver="lm"`` (the default) the returned cost is never above
-        the start's either, whatever the status.
+        theta, x0 (B, nx), cost, status, message, iterations, wall time. On any stop the returned
+        point is the best iterate (never above the start's objective); ``message`` says which.
+
+    Raises
+    ------
+    SolverError
+        With ``options.raise_on_failure``, when the solver fails.
 
     Examples
     --------
@@ -223,7 +207,9 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
                                  or shooting < 1):
         raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
     if options.solver == "lm":
-        return _refine_with_least_squares(model, data, theta, shooting=shooting, x0=x0, starts=starts, options=options)
+        res = output_error_least_squares(model, data, theta, shooting=shooting, x0=x0, starts=starts, options=options)
+        return OutputErrorResult(res.theta, res.x0, res.cost, res.status, res.message, res.iterations, res.wall_s,
+                                 res.initial_cost, res.constraint_violation, "lm", res.returned, res.starts)
     if starts is not None:
         raise ShapeError("starts= needs solver='lm' (OutputErrorOptions(solver='lm'))")
     return _refine_with_ipopt(model, data, theta, shooting, x0, options, t0)
@@ -238,10 +224,7 @@ def _refine_with_ipopt(model, data, theta, shooting, x0, options, t0) -> OutputE
     with deadline(expires):
         if x0 is None:
             x0 = estimate_initial_state(model, data, theta_vec, window=options.x0_window, x_lower=lo, x_upper=hi)
-        x0 = np.asarray(x0, float)
-        x0 = np.tile(x0, (len(data), 1)) if x0.ndim == 1 else x0
-        if x0.shape != (len(data), model.nx) or not np.all(np.isfinite(x0)):
-            raise ShapeError(f"x0: expected finite initial states ({len(data)}, {model.nx}), got {x0.shape}")
+        x0 = initial_states(x0, len(data), model.nx)
         prob = problem_for(model, data.lengths, None if shooting is None else int(shooting), options)
         free = prob.free
         P = prob.parameter(model, theta_vec, data, options.use_prior)
@@ -297,28 +280,3 @@ def _ipopt_outcome(prob, model, theta_vec, data, P, sol, st, status, w0, initial
             w, (cost, g) = w0, prob.functions(w0, P)
             message += " (its recomputed cost exceeds the start's: returning the starting point instead)"
     return w, cost, g, status, message
-
-
-def _refine_with_least_squares(model, data: Trajectories, theta, *, shooting=None, x0=None, starts=None, options=None):
-    """[`refine_output_error`][ceem_casadi.refine_output_error] with ``solver="lm"``: maps its
-    `OutputErrorOptions` onto `LeastSquaresOptions`, runs `output_error_least_squares` and
-    returns an `OutputErrorResult`.
-
-    Examples
-    --------
-    >>> import numpy as np, ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), measurement_std=0.1)
-    >>> u = np.cos(0.2 * np.arange(40))[:, None]
-    >>> y = cc.simulate_output(model, {"a": -0.3}, u, np.ones(1))
-    >>> res = cc.refine_output_error(model, cc.Trajectories([y], [u]), {"a": 0.5})
-    >>> res.solver, str(res.status), round(float(res.theta["a"]), 6)
-    ('lm', 'converged', -0.3)
-    """
-    options = OutputErrorOptions() if options is None else options
-    from ._fit import output_error_least_squares
-
-    lso = options.least_squares()
-    res = output_error_least_squares(model, data, theta, shooting=shooting, x0=x0, starts=starts, options=lso)
-    return OutputErrorResult(res.theta, res.x0, res.cost, res.status, res.message, res.iterations, res.wall_s,
-                             res.initial_cost, res.constraint_violation, "lm", res.returned, res.starts)

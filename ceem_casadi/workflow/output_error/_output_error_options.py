@@ -1,63 +1,70 @@
 """Options and result of output-error identification ([`refine_output_error`][ceem_casadi.refine_output_error])."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...errors import OptionsError
 from ...model._params import Theta
 from ...runtime._result import Result, format_table, theta_rows
 from ...runtime._schema import BOUND, HESSIANS, check_bounds, check_fields, check_time_limit, renamed, require
 from ...runtime._status import Status
-from ._lm_options import DEFAULT_MAX_ITER, LeastSquaresOptions
 
-__all__ = ["OutputErrorOptions", "OutputErrorResult"]
+__all__ = ["LeastSquaresOptions", "LeastSquaresResult", "OutputErrorOptions", "OutputErrorResult"]
 
 
-@renamed(max_iter="max_iters")
+DEFAULT_MAX_ITER = 200   # the one default iteration limit of output error (refine_output_error, identify)
+
+
+def _tol_alias(value, kwargs):
+    """Use tol= (the one tolerance of every stopping test)."""
+    kwargs["tol"] = min(value, kwargs.get("tol", value))
+
+
+def _removed(name, why):
+    def refuse(value, kwargs):
+        raise OptionsError(f"OutputErrorOptions: {name} was removed ({why}), got {name}={value!r}")
+    refuse.__doc__ = f"removed: {why}"
+    return refuse
+
+
+@renamed(max_iter="max_iters", ftol=_tol_alias, xtol=_tol_alias, gtol=_tol_alias, gap_tol=_tol_alias,
+         flat_tol=_removed("flat_tol", "the flat-valley test is a fixed statistical test"),
+         flat_iter=_removed("flat_iter", "the flat-valley test is a fixed statistical test"),
+         reject_unstable=_removed("reject_unstable", "unstable trials are always rejected"),
+         compile=_removed("compile", "the library compiles from 20,000 samples"))
 @dataclass(frozen=True)
 class OutputErrorOptions:
-    """Options of [`refine_output_error`][ceem_casadi.refine_output_error].
-
-    One options type for both solvers of the one output-error problem. A field that applies to
-    one solver only (``hessian``: IPOPT; ``variable_projection``: Levenberg-Marquardt) is refused
-    under the other with an [`OptionsError`][ceem_casadi.OptionsError]: no field is accepted and
-    ignored.
+    """Options of [`refine_output_error`][ceem_casadi.refine_output_error], of
+    [`identify`][ceem_casadi.identify]'s output-error stages and of
+    [`solve_least_squares`][ceem_casadi.workflow.solve_least_squares]: the one options type of
+    output error (docs/output_error.md). A field of one solver is refused under the other.
 
     Parameters
     ----------
     max_iters : int
-        Iteration limit (default `DEFAULT_MAX_ITER` = 200, shared with
-        [`identify`][ceem_casadi.identify]'s output-error stage).
+        Iteration limit (Jacobian evaluations of the Levenberg-Marquardt engine), default 200.
     tol : float
-        Tolerance (default 1e-10): IPOPT's ``tol``; for ``solver="lm"`` the ``gtol`` (cosine test)
-        of [`LeastSquaresOptions`][ceem_casadi.workflow.LeastSquaresOptions], its ``ftol`` and
-        ``xtol`` at ``max(tol, 1e-8)`` (MINPACK's sqrt(eps) scale).
+        Relative tolerance of every stopping test (default 1e-10; IPOPT's ``tol``). The engine also
+        stops (converged) when the Gauss-Newton step left is below ``min(0.01, 1e8 tol)`` standard
+        errors of the estimate (docs/output_error.md). ``ftol``, ``xtol``, ``gtol``, ``gap_tol``:
+        deprecated aliases.
     solver : str
-        ``"lm"`` (default): the Levenberg-Marquardt engine (exact sparse Jacobian, automatic
-        scaling, rejection of non-finite or unstable trials, never returns an iterate worse than
-        its start, status ``"diverged"`` with advice when the free run explodes). ``"ipopt"``: one
-        IPOPT NLP (interior point, continuity as constraints).
+        ``"lm"`` (default): the Levenberg-Marquardt engine; ``"ipopt"``: one IPOPT NLP.
     hessian : str, optional
-        ``solver="ipopt"`` only: ``"gauss-newton"`` (the default there: ``J^T J`` of the output
-        residuals, constraint curvature ignored) or ``"exact"`` (CasADi's exact Hessian of the
-        Lagrangian; 2-5x slower per iteration). With multiple shooting on very short segments
-        (``shooting=1``) Gauss-Newton can stall; use segments of a few samples, or ``"exact"``.
-    variable_projection : bool, optional
-        ``solver="lm"`` only: eliminate the parameters that enter the output linearly (polynomial
-        coefficients, an MLP's output layer; found symbolically) by linear least squares at every
-        evaluation (single shooting; separable least squares, Golub-Pereyra with Kaufman's
-        Jacobian). Default ``None``: off (see
-        [`LeastSquaresOptions`][ceem_casadi.workflow.LeastSquaresOptions] for the measurements).
+        ``solver="ipopt"`` only: ``"gauss-newton"`` (default there) or ``"exact"``.
+    variable_projection : bool
+        ``solver="lm"``, single shooting: eliminate the parameters that enter the output linearly
+        by linear least squares at every evaluation (default False; measured in docs/output_error.md).
     use_prior : bool
         Include the parameters' Gaussian priors.
     time_limit : float, optional
-        Wall-clock budget in seconds for the whole call (initial states included), or ``None``;
-        when spent, the solver stops at its next iteration and the result has status
-        ``"time_limit"``.
+        Seconds for the whole call (initial states and all starts included), then status ``"time_limit"``.
     x0_window : int, optional
-        Samples used to estimate initial states that are not given (default as in
-        [`estimate_initial_state`][ceem_casadi.estimate_initial_state]).
+        Samples used to estimate initial states that are not given
+        ([`estimate_initial_state`][ceem_casadi.estimate_initial_state]).
     x_lower, x_upper : float or sequence of float, optional
         Bounds on the initial states and shooting nodes (scalar or (nx,)).
     raise_on_failure : bool
@@ -85,7 +92,7 @@ class OutputErrorOptions:
     tol: float = 1e-10
     solver: str = "lm"
     hessian: str | None = None
-    variable_projection: bool | None = None
+    variable_projection: bool = False
     use_prior: bool = True
     time_limit: float | None = None
     x0_window: int | None = None
@@ -97,38 +104,53 @@ class OutputErrorOptions:
         check_fields(self)
         check_bounds(self.x_lower, self.x_upper)
         require(self.solver in ("lm", "ipopt"), f"solver must be 'lm' or 'ipopt', got {self.solver!r}")
-        require(isinstance(self.max_iters, int) and self.max_iters >= 1, f"max_iters must be an int >= 1, got {self.max_iters!r}")
+        require(isinstance(self.max_iters, int) and self.max_iters >= 0,
+                f"max_iters must be an int >= 0, got {self.max_iters!r}")
         require(np.isfinite(self.tol) and self.tol > 0, f"tol must be finite and > 0, got {self.tol!r}")
         require(self.hessian is None or self.hessian in HESSIANS,
                 f"hessian must be None, 'gauss-newton' or 'exact', got {self.hessian!r}")
-        require(self.variable_projection is None or isinstance(self.variable_projection, bool),
-                f"variable_projection must be None, True or False, got {self.variable_projection!r}")
         require(self.solver == "ipopt" or self.hessian is None,
                 "hessian applies to solver='ipopt' only (the Levenberg-Marquardt engine is Gauss-Newton by "
                 f"construction), got hessian={self.hessian!r} with solver='lm'")
-        require(self.solver == "lm" or self.variable_projection is None,
-                "variable_projection applies to solver='lm' only, got "
-                f"variable_projection={self.variable_projection!r} with solver='ipopt'")
+        require(self.solver == "lm" or not self.variable_projection,
+                "variable_projection applies to solver='lm' only, got variable_projection=True with solver='ipopt'")
+        require(self.solver == "lm" or self.max_iters >= 1, "max_iters must be >= 1 with solver='ipopt'")
         check_time_limit(self.time_limit)
         require(self.x0_window is None or (isinstance(self.x0_window, int) and self.x0_window >= 1),
-                 f"x0_window must be None or an int >= 1, got {self.x0_window!r}")
+                f"x0_window must be None or an int >= 1, got {self.x0_window!r}")
 
     @property
     def ipopt_hessian(self) -> str:
         """The Hessian of the IPOPT NLP (``hessian``, default ``"gauss-newton"``)."""
         return self.hessian or "gauss-newton"
 
-    def least_squares(self) -> LeastSquaresOptions:
-        """The engine's `LeastSquaresOptions` for ``solver="lm"`` (IPOPT's ``tol`` is a scaled KKT
-        error; the engine's relative reduction and step tests stop at MINPACK's sqrt(eps) scale at
-        most: at 1e-10, 100,000 samples crept on for 400 iterations after the fit had settled in
-        its first 25, same RMS to 4 digits)."""
-        tol = self.tol
-        return LeastSquaresOptions(max_iters=self.max_iters, ftol=max(tol, 1e-8), xtol=max(tol, 1e-8), gtol=tol,
-                                   gap_tol=max(tol, 1e-12) * 100, time_limit=self.time_limit,
-                                   use_prior=self.use_prior, x0_window=self.x0_window, x_lower=self.x_lower,
-                                   x_upper=self.x_upper, raise_on_failure=self.raise_on_failure,
-                                   variable_projection=bool(self.variable_projection))
+
+def LeastSquaresOptions(**kwargs) -> OutputErrorOptions:
+    """Deprecated: the [`OutputErrorOptions`][ceem_casadi.OutputErrorOptions] of ``kwargs`` (the
+    engine's options type was folded into it).
+
+    Parameters
+    ----------
+    **kwargs
+        Fields of `OutputErrorOptions` (``ftol``, ``xtol``, ``gtol``, ``gap_tol`` map onto ``tol``).
+
+    Returns
+    -------
+    OutputErrorOptions
+        The options (with a ``DeprecationWarning``).
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from ceem_casadi.workflow import LeastSquaresOptions
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     LeastSquaresOptions(max_iters=50, ftol=1e-8).tol
+    1e-08
+    """
+    warnings.warn("LeastSquaresOptions is deprecated: use OutputErrorOptions (one options type of output error)",
+                  DeprecationWarning, stacklevel=2)
+    return OutputErrorOptions(**kwargs)
 
 
 @dataclass(repr=False)
@@ -137,26 +159,18 @@ class OutputErrorResult(Result):
 
     Attributes
     ----------
-    theta : dict
-        Parameters, name -> array.
-    x0 : numpy.ndarray
-        (B, nx) initial state per trajectory.
-    cost : float
-        The minimised objective (module docstring) at the returned point.
+    theta, x0 : dict, numpy.ndarray
+        Parameters (name -> array) and (B, nx) initial state per trajectory.
+    cost, initial_cost : float
+        The objective (docs/output_error.md) at the returned point and at the start.
     status : Status
-        ``status.advice`` says what to try.
-    message : str
-        IPOPT's return status and more.
+        How the fit ended (``status.advice`` says what to try); ``message`` says what happened.
     iterations : int
-        IPOPT iterations.
+        Iterations of the solver (``solver``: ``"lm"`` or ``"ipopt"``).
     wall_s : float
         Seconds for the whole call.
-    initial_cost : float
-        The objective at the start.
     constraint_violation : float
         Max |continuity gap| of multiple shooting (0 for single shooting).
-    solver : str
-        ``"lm"`` or ``"ipopt"``.
     returned : str
         ``solver="lm"``: which iterate came back (``"last"``, ``"best"``, ``"start"``).
     starts : list of dict
@@ -190,11 +204,72 @@ class OutputErrorResult(Result):
     returned: str = ""
     starts: list = field(default_factory=list, repr=False)
 
-
     def table(self) -> str:
         """Status, iterations and the parameters as text (one row per parameter entry)."""
         head = f"{type(self).__name__}: {Status(self.status).value} after {self.iterations} iterations"
         return head + "\n" + format_table(["parameter", "value"], theta_rows(self.theta))
+
+    @property
+    def success(self) -> bool:
+        """Whether ``status`` gives a regular estimate."""
+        return self.status.usable
+
+
+@dataclass(repr=False)
+class LeastSquaresResult(Result):
+    """Outcome of [`solve_least_squares`][ceem_casadi.workflow.solve_least_squares] (and of the
+    engine inside [`refine_output_error`][ceem_casadi.refine_output_error]).
+
+    Attributes
+    ----------
+    x : numpy.ndarray
+        (n,) the returned unknowns (output error: free parameters, then the nodes).
+    cost, initial_cost : float
+        ``0.5 ||r||^2`` (+ prior) at ``x`` and at the start (multiple shooting: the free-run objective).
+    status : Status
+        How the run ended (``status.advice`` says what to try); ``message`` says what happened.
+    iterations, evaluations : int
+        Jacobian evaluations; residual evaluations (trials included).
+    wall_s : float
+        Seconds.
+    returned : str
+        ``"last"``, ``"best"`` (an earlier iterate with a lower objective) or ``"start"``.
+    constraint_violation : float
+        Largest absolute continuity gap at ``x`` (0 for single shooting).
+    history : list of float
+        Objective after every accepted step.
+    starts : list of dict
+        Multi-start: one row per start; the result is the row with the lowest ``cost``.
+    theta, x0 : dict, numpy.ndarray
+        Output error: the parameters and (B, nx) initial states.
+
+    Examples
+    --------
+    >>> import casadi as ca
+    >>> from ceem_casadi.workflow import solve_least_squares
+    >>> x = ca.SX.sym("x")
+    >>> res = solve_least_squares(ca.Function("r", [x], [ca.vertcat(x - 2, 0.5 * (x - 2))]), [0.0])
+    >>> res.returned, round(res.cost, 12), res.to_dict()["status"]
+    ('last', 0.0, 'converged')
+    """
+
+    SUMMARY = ("status", "cost", "initial_cost", "iterations", "returned", "wall_s")
+
+    x: np.ndarray
+    cost: float
+    initial_cost: float
+    status: Status
+    message: str
+    iterations: int
+    evaluations: int
+    wall_s: float
+    returned: str = "last"
+    constraint_violation: float = 0.0
+    history: list = field(default_factory=list, repr=False)
+    starts: list = field(default_factory=list, repr=False)
+    theta: dict | None = field(default=None, repr=False)
+    x0: np.ndarray | None = field(default=None, repr=False)
+
     @property
     def success(self) -> bool:
         """Whether ``status`` gives a regular estimate."""

@@ -9,15 +9,8 @@ import casadi as ca
 
 
 def segments(lengths, shooting) -> list[tuple[int, int, int, bool]]:
-    """``(trajectory, start, samples, has_next)`` per shooting segment (k samples from every node,
-    the last one shorter; ``shooting=None``: one segment per trajectory).
-
-    Examples
-    --------
-    >>> from ceem_casadi.workflow.output_error._shooting import segments
-    >>> segments([5], 2)
-    [(0, 0, 2, True), (0, 2, 2, True), (0, 4, 1, False)]
-    """
+    """``(trajectory, start, samples, has_next)`` per shooting segment: k samples from every node, the
+    last one shorter (``shooting=None``: one segment per trajectory)."""
     out = []
     for b, T in enumerate(lengths):
         k = T if shooting is None else int(shooting)
@@ -29,20 +22,10 @@ def segments(lengths, shooting) -> list[tuple[int, int, int, bool]]:
 
 @dataclass(frozen=True)
 class ShootingLayout:
-    """Segments and rollout groups of one set of trajectory lengths and one shooting length.
-
-    Attributes
-    ----------
-    segs : list of tuple
-        `segments` of the lengths.
-    groups : list of (int, list of int)
-        (samples simulated, segment indices) per mapped rollout: a segment with a successor
-        simulates one sample more, to predict the next node.
-    n_u : int
-        Input columns of all rollouts together.
-    n_obs : int
-        Observed samples of all segments together.
-    """
+    """Segments (`segments`) and rollout groups of trajectory lengths and one shooting length: ``groups``
+    lists (samples simulated, segment indices) per mapped rollout (a segment with a successor
+    simulates one sample more, to predict the next node); ``n_u`` input columns of all rollouts,
+    ``n_obs`` observed samples of all segments."""
 
     segs: list
     groups: list
@@ -60,26 +43,9 @@ class ShootingLayout:
         return cls(segs, groups, sum(L * len(idx) for L, idx in groups), sum(n for _, _, n, _ in segs))
 
     def free_runs(self, rollout, nodes, U, p):
-        """Symbolic free runs of every segment from its node: the predicted outputs (ny, n_obs)
-        and the continuity gaps (next node minus predicted state) of the segments with a successor.
-
-        Parameters
-        ----------
-        rollout : callable
-            ``rollout(L)`` -> the model's rollout Function over ``L`` samples
-            (`ceem_casadi.model._simulation.rollout` bound to the model).
-        nodes : casadi.MX
-            (nx, n_nodes) initial state of every segment.
-        U : casadi.MX
-            (nu, n_u) inputs of all rollouts, group after group.
-        p : casadi.MX
-            (n_p,) full parameter vector.
-
-        Returns
-        -------
-        (casadi.MX, casadi.MX)
-            ``Yhat`` (ny, n_obs) and ``gaps`` (nx * n_gaps, 1; empty for single shooting).
-        """
+        """Symbolic free runs of every segment from its ``nodes`` (nx, n_nodes) with the inputs ``U`` (nu, n_u)
+        and parameters ``p`` (``rollout(L)``: the model's rollout Function over L samples): the outputs
+        (ny, n_obs) and the continuity gaps (nx * n_gaps, 1) of the segments with a successor."""
         yhat, gaps, u_col = [], [], 0
         for L, idx in self.groups:
             Yh, Xh = rollout(L).map(len(idx))(nodes[:, idx], U[:, u_col:u_col + L * len(idx)], p)

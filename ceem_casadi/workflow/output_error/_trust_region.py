@@ -1,10 +1,8 @@
-"""The trust-region subproblem of the Levenberg-Marquardt engine (`ceem_casadi.workflow.output_error._lm`):
-the damped Gauss-Newton step of the scaled problem, with equality constraints (multiple shooting's
-continuity) through the bordered normal equations, and the second-order correction."""
+"""The trust-region subproblem of the Levenberg-Marquardt engine: the damped Gauss-Newton step,
+with equality constraints through the bordered normal equations, and the second-order correction."""
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg as sla
 import scipy.sparse as sps
 import scipy.sparse.linalg as spla
 
@@ -26,6 +24,7 @@ class Subproblem:
             S, V = np.linalg.eigh(H.toarray())
             self.eig = (np.maximum(S, 0.0), V, V.T @ g)
         self.lam = 0.0
+        self.gauss_newton = None   # the undamped step (d, y), solved once
 
     def _solve_lam(self, lam):
         if self.eig is not None:
@@ -34,7 +33,9 @@ class Subproblem:
         return _step(self.H, self.g, lam, self.C, self.c)
 
     def solve(self, radius):
-        d, y = self._solve_lam(0.0)
+        if self.gauss_newton is None:
+            self.gauss_newton = self._solve_lam(0.0)
+        d, y = self.gauss_newton
         if np.linalg.norm(d) <= radius:
             return d, y
         if self.eig is not None:  # secular equation 1/||d(lam)|| = 1/radius by Newton (More-Sorensen)
@@ -85,15 +86,8 @@ def _step(H, g, lam, C, c):
     ``C d = -c``."""
     n = H.shape[0]
     q = 0 if C is None else C.shape[0]
-    if q == 0:
-        A = H + lam * sps.identity(n, format="csc")
-        if n <= DENSE_MAX:
-            A = A.toarray()
-            try:
-                return sla.cho_solve(sla.cho_factor(A, lower=False, check_finite=True), -g), None
-            except np.linalg.LinAlgError:
-                return np.linalg.lstsq(A, -g, rcond=None)[0], None
-        return spla.spsolve(A.tocsc(), -g), None
+    if q == 0:   # more than DENSE_MAX unknowns (fewer: the eigendecomposition of `Subproblem`)
+        return spla.spsolve((H + lam * sps.identity(n, format="csc")).tocsc(), -g), None
     # sparse LU of the bordered system (dense LAPACK of a few hundred unknowns was 50x slower on a
     # loaded 2-core machine: BLAS threads); a singular H at lam = 0 gets a round-off-sized damping
     lam = max(lam, 1e-12 * max(float(H.diagonal().max(initial=0.0)), 1e-300))

@@ -1,29 +1,6 @@
-"""Variable projection (separable least squares) for output error: the parameters that enter the
-free run's outputs linearly are eliminated by a linear least-squares solve at every evaluation, and
-the Levenberg-Marquardt engine runs on the others (Golub and Pereyra 1973; the Jacobian of Kaufman
-1975).
-
-**Which parameters.** With the unknowns split into ``c`` (a set of free parameter entries) and
-``a`` (the other entries and the initial states), the weighted residuals of single shooting are
-``r(a, c) = r(a, 0) + J_c(a) c`` exactly when the rollout is affine in ``c``: the states that ``c``
-reaches (the closure ``x_L`` of the states whose update depends on ``c`` or on ``x_L``) follow an
-update, and the outputs an observation, that are jointly affine in ``(x_L, c)`` (their Jacobian
-with respect to ``(x_L, c)`` does not depend on ``(x_L, c)``), and no other state depends on them.
-`linear_parameters` checks this symbolically (CasADi ``depends_on`` on the model's SX step) for
-whole parameters, largest first, and keeps a parameter when the set stays affine and the parameter
-is unbounded: for block-oriented models, the polynomial coefficients of the nonlinearity, or the
-output layer of an MLP nonlinearity (``f_W1, f_b1``). Gaussian priors on ``c`` are affine rows too.
-
-**The reduced problem.** ``min_a 0.5 ||r(a, c*(a))||^2`` with ``c*(a) = argmin_c ||r(a, c)||``:
-one evaluation at ``a`` computes ``r(a, c_ref)`` and the full Jacobian ``[J_a, J_c]`` (forward
-sensitivities, one call), solves ``J_c dc = -r`` in least squares through a thin QR ``J_c = Q R``,
-and returns ``r* = r + J_c dc = (I - Q Q^T) r`` and Kaufman's Jacobian ``(I - Q Q^T) J_a``
-(the Golub-Pereyra term with the derivative of the pseudo-inverse dropped: the same step
-quality near the optimum at the cost of one projection). Trial evaluations need the same
-Jacobian (``J_c`` is part of ``r*``); the evaluation is cached, so an accepted trial's is reused
-as the next iteration's: one residual + Jacobian evaluation per trial, which is the engine's
-floor per iteration.
-"""
+"""Variable projection for output error: the parameters that enter the free run's outputs linearly
+are eliminated by linear least squares at every evaluation (Golub-Pereyra with Kaufman's Jacobian;
+docs/output_error.md)."""
 from __future__ import annotations
 
 import casadi as ca
@@ -37,8 +14,8 @@ _C_RTOL = 1e-4   # relative change of c beyond which the Jacobian is re-linearis
 
 
 def linear_parameters(model) -> np.ndarray:
-    """Positions (in the free-entry vector ``model.params.free_index``) of the free parameter
-    entries that enter the free run's outputs linearly (module docstring), sorted.
+    """Positions (in ``model.params.free_index``) of the free, unbounded parameter entries that enter the
+    free run's outputs linearly (docs/output_error.md), sorted.
 
     Examples
     --------
@@ -84,10 +61,8 @@ def _affine(f, g, x, p, entries) -> bool:
 
 
 class ProjectedProblem(LeastSquaresProblem):
-    """The reduced problem of the module docstring around a single-shooting output-error problem
-    ``full`` (`OutputErrorLeastSquares` with its data bound): unknowns ``a`` (n_a,) = the full
-    unknowns without the positions ``linear``; `full_vector` gives the full unknowns (n,) with
-    ``c*(a)``."""
+    """The reduced problem around the single-shooting problem ``full`` (data bound): unknowns ``a``
+    (n_a,) = the full unknowns without the positions ``linear``; `full_vector` adds ``c*(a)``."""
 
     def __init__(self, full, linear: np.ndarray, c0: np.ndarray):
         self.full = full
@@ -99,8 +74,7 @@ class ProjectedProblem(LeastSquaresProblem):
         self.relinearised = 0      # evaluations repeated at c*(a) (`_C_RTOL`)
 
     def _project(self, a, c):
-        """``(r*, Kaufman's J*, c*)`` from one evaluation of the full problem at ``(a, c)`` (None when
-        not finite)."""
+        """``(r*, Kaufman's J*, c*, dc, dc*/da)`` from one evaluation at ``(a, c)`` (None when not finite)."""
         w = np.empty(self.full.nw)
         w[self.other], w[self.linear] = a, c
         out = self.full.evaluate(w, True)
@@ -128,8 +102,8 @@ class ProjectedProblem(LeastSquaresProblem):
         return r_star, J_star, c + dc, dc, slope
 
     def _solve(self, a, jac: bool):
-        """The cached projection at ``a``; with ``jac`` its Jacobian is linearised at ``c*(a)``
-        (``J_a`` is affine in ``c``: an evaluation at a ``c`` away from the optimum is repeated there)."""
+        """The cached projection at ``a``; with ``jac`` linearised at ``c*(a)`` (re-evaluated there when
+        ``c`` moved by more than `_C_RTOL`)."""
         a = np.asarray(a, float)
         if self._key is None or not np.array_equal(self._key, a):
             c = self.c_ref
