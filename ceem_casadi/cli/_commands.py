@@ -1,11 +1,4 @@
-"""Bodies of the CLI subcommands that use a model: ``evaluate``, ``simulate``, ``smooth``, ``codegen``
-and ``plot``, and the initial-state rule shared by ``evaluate`` and ``plot`` (argument parsing:
-`ceem_casadi.cli`; validation helpers: `ceem_casadi.cli._inputs`; the commands that fit:
-`ceem_casadi.cli._fit`).
-
-Exit codes as in `ceem_casadi.cli`: 0 success, 2 bad input
-(`UsageError`).
-"""
+"""CLI subcommands that use a model: ``evaluate``, ``simulate``, ``smooth``, ``codegen``, ``plot``."""
 from __future__ import annotations
 
 import json

@@ -1,7 +1,4 @@
-"""Body of the CLI subcommand ``design-input`` (optimal experiment design,
-[`design_input`][ceem_casadi.design_input]); argument parsing in
-``ceem_casadi.cli``. Exit codes as there: 0 success, 1 the best start did not converge (the input is
-still written), 2 bad input (one line)."""
+"""CLI subcommand ``design-input`` ([`design_input`][ceem_casadi.design_input])."""
 from __future__ import annotations
 
 import json

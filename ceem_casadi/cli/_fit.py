@@ -1,10 +1,4 @@
-"""Bodies of the CLI subcommands that fit a model and write a model file: ``fit``, ``refine`` and
-``calibrate-noise`` (argument parsing: `ceem_casadi.cli`; validation helpers:
-`ceem_casadi.cli._inputs`).
-
-Exit codes as in `ceem_casadi.cli`: 0 success, 1 the solver did not converge (the model file is
-still written), 2 bad input (`UsageError`).
-"""
+"""CLI subcommands that fit and write a model file: ``fit``, ``refine``, ``calibrate-noise``."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,11 +1,5 @@
-"""Inputs of the command line interface, validated at the boundary.
-
-Every value that comes from a user (flags, JSON, TOML, data files) is checked here and a bad one
-raises `UsageError`: one line saying what was expected, what was given and which flag
-fixes it; the CLI turns it into exit code 2. The readers of trajectory tables (CSV/Parquet/npz)
-live in `ceem_casadi.io._readers` (their [`DataFileError`][ceem_casadi.io.DataFileError] is a
-[`CeemError`][ceem_casadi.CeemError], also exit code 2).
-"""
+"""Inputs of the command line, validated at the boundary: a bad flag, JSON, TOML or file raises `UsageError`, one
+line saying what was expected, what was given and which flag fixes it (exit code 2)."""
 from __future__ import annotations
 
 import logging

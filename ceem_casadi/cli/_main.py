@@ -1,10 +1,5 @@
-"""Command line interface ``ceem-casadi``: fit, calibrate-noise, refine, evaluate, simulate, smooth, codegen, plot.
-
-Exit codes: 0 success; 1 the fit did not converge (results are still written); 2 bad input (a
-one-line message on stderr, no traceback); 130 interrupted (the last checkpoint is kept).
-See ``docs/usage_cli.md`` and ``ceem-casadi <command> --help``. This module builds the parser and maps errors
-to exit codes; the command bodies live in `ceem_casadi.cli._fit` (fit, refine, calibrate-noise)
-and `ceem_casadi.cli._commands` (evaluate, simulate, smooth, codegen, plot).
+"""Command line interface ``ceem-casadi``: the parser and the mapping of errors to exit codes (0 success, 1 not
+converged, results written; 2 bad input, one line; 130 interrupted); docs/usage_cli.md.
 """
 from __future__ import annotations
 

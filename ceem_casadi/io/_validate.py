@@ -1,10 +1,5 @@
-"""The one validation of data against a model, shared by every public entry point and the CLI.
-
-[`check_data`][ceem_casadi.io._validate.check_data] is called by `ceem`, `ceem_checkpointed`,
-`refine_output_error`, `estimate_initial_state`, `calibrate_noise`, `parameter_uncertainty` and
-`validation_report`, and by the data-file reader of the command line, so that the same data
-give the same message whichever way they come in (issue 23, item 5).
-"""
+"""The one validation of data against a model, shared by every public entry point and the CLI's data
+reader (the same data give the same message whichever way they come in)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,11 +1,7 @@
-"""Restricted reader (and writer) of PyTorch ``torch.save`` files, without torch.
-
-Reads both the zip format (torch >= 1.6) and the legacy pre-1.6 pickle-stream
-format. Unpickling goes through `_SafeUnpickler`, whose ``find_class``
-allows only tensor/storage reconstruction and plain containers, so a file that
-tries to execute code on load raises [`UnsafePickleError`][ceem_casadi.io.torchfile.UnsafePickleError] before any code runs.
-Tensors come back as numpy arrays; tuples, lists and dicts are kept.
-"""
+"""Restricted reader (and writer) of PyTorch ``torch.save`` files (zip and legacy formats), without torch:
+unpickling allows only tensor/storage reconstruction and plain containers, so a file that tries to run code
+raises [`UnsafePickleError`][ceem_casadi.io.torchfile.UnsafePickleError] first. Tensors come back as numpy
+arrays."""
 from __future__ import annotations
 
 import io
