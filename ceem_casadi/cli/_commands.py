@@ -12,7 +12,7 @@ from ..errors import CeemError
 from ..io._readers import columns, read_table
 from ..runtime._atomic import atomic_path, atomic_write_text
 from ._assess import assess
-from ._inputs import UsageError, at_least, data_from_args, int_list, model_from_args, names, states, theta_arg, writable
+from ._inputs import UsageError, at_least, data_from_args, model_from_args, names, numbers, states, theta_arg, writable
 
 ESTIMATE = "estimate"
 
@@ -77,7 +77,7 @@ def fit_outcome(saved, theta):
 def cmd_evaluate(args) -> int:
     from ..workflow.assessment._metrics import validation_report
 
-    ks = int_list(args.k, "--k") if args.k else []
+    ks = numbers(args.k, "--k", "comma-separated integers >= 1", kind=int, ok=lambda v: v >= 1) if args.k else []
     at_least(args.skip, 0, "--skip", " (leading samples left out)")
     if args.json:
         writable(args.json, "--json")

@@ -7,19 +7,7 @@ import numpy as np
 
 from ..errors import CeemError
 from ..runtime._atomic import atomic_path, atomic_write_text
-from ._inputs import UsageError, model_from_args, states, theta_arg, writable
-
-
-def _floats(text: str, what: str, n: int | None = None) -> list[float]:
-    try:
-        vals = [float(v) for v in text.split(",")]
-    except ValueError:
-        raise UsageError(f"{what}: expected comma-separated numbers, got {text!r}") from None
-    if n is not None and len(vals) != n:
-        raise UsageError(f"{what}: expected {n} comma-separated numbers, got {len(vals)} ({text!r})")
-    if not all(np.isfinite(vals)):
-        raise UsageError(f"{what}: expected finite numbers, got {text!r}")
-    return vals
+from ._inputs import UsageError, model_from_args, numbers, states, theta_arg, writable
 
 
 def cmd_design_input(args) -> int:
@@ -27,7 +15,7 @@ def cmd_design_input(args) -> int:
 
     if args.horizon < 2:
         raise UsageError(f"--horizon: expected an integer >= 2 (samples of the experiment), got {args.horizon}")
-    lo, hi = _floats(args.u_bounds, "--u-bounds", 2)
+    lo, hi = numbers(args.u_bounds, "--u-bounds", "comma-separated finite numbers", n=2)
     if lo > hi:
         raise UsageError(f"--u-bounds: expected LOWER,UPPER with LOWER <= UPPER, got {args.u_bounds!r}")
     rate = None

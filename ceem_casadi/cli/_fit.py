@@ -23,32 +23,13 @@ from ._inputs import (
     json_object,
     model_from_args,
     model_ref,
-    names,
+    numbers,
     optional_output,
+    positive_seconds,
     states,
     theta_arg,
     writable,
 )
-
-
-def positive_seconds(value, what: str):
-    """``value`` (seconds) unless it is not a finite number > 0; None passes."""
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise UsageError(f"{what}: expected a finite number of seconds > 0, got {value}")
-    return value
-
-
-def float_list(text: str, what: str) -> list[float]:
-    """Comma-separated distinct finite numbers > 0."""
-    try:
-        values = [float(s) for s in names(text) or []]
-    except ValueError:
-        raise UsageError(f"{what}: expected comma-separated numbers > 0 like 0.3,1,3, got {text!r}") from None
-    if not values or not all(math.isfinite(v) and v > 0 for v in values):
-        raise UsageError(f"{what}: expected comma-separated finite numbers > 0 like 0.3,1,3, got {text!r}")
-    if len(set(values)) != len(values):
-        raise UsageError(f"{what}: the levels must be distinct, got {text!r}")
-    return values
 
 
 def model_source(args, saved):
@@ -149,7 +130,8 @@ def cmd_refine(args) -> int:
         raise UsageError("--x0-window estimates the starting initial states, --x0 gives them: give one of them")
     x0 = states(args.x0, "--x0", model.nx, len(data)) if args.x0 is not None else None
     if args.hessian is not None and args.solver != "ipopt":
-        raise UsageError(f"--hessian applies to --solver ipopt only, got --hessian {args.hessian} with --solver {args.solver}")
+        raise UsageError(f"--hessian applies to --solver ipopt only, got --hessian {args.hessian} with --solver "
+                         f"{args.solver}")
     options = OutputErrorOptions(solver=args.solver, hessian=args.hessian, use_prior=not args.no_prior,
                                  time_limit=args.time_limit, x0_window=args.x0_window,
                                  **({} if args.max_iter is None else {"max_iters": args.max_iter}))
@@ -232,7 +214,9 @@ def cmd_calibrate_noise(args) -> int:
             writable(getattr(args, flag), f"--{flag}")
     if args.plot:
         figure_path(args.plot, "--plot")
-    grid = float_list(args.grid, "--grid") if args.grid is not None else None
+    grid = None if args.grid is None else numbers(
+        args.grid, "--grid", "comma-separated finite numbers > 0 like 0.3,1,3", ok=lambda v: math.isfinite(v) and v > 0,
+        distinct=True)
     options = _calibration_options(args)
     model, theta, saved = model_from_args(args)
     theta = theta_arg(model, args.theta0, "--theta0", base=theta) or theta

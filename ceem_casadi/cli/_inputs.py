@@ -14,6 +14,7 @@ import tomllib
 
 from ..io._limits import InputLimitError, check_text, loads_json, read_text_file
 from ..io._readers import read_trajectories
+from ..runtime._schema import ACCELERATIONS
 
 log = logging.getLogger("ceem_casadi.cli")
 
@@ -90,26 +91,34 @@ def names(text: str | None) -> list[str] | None:
     return None if text is None else [s.strip() for s in text.split(",") if s.strip()]
 
 
-def int_list(text: str, what: str, minimum: int = 1) -> list[int]:
-    """Comma-separated integers >= ``minimum``."""
-    out = []
-    for s in names(text) or []:
-        try:
-            v = int(s)
-        except ValueError:
-            raise UsageError(f"{what}: expected comma-separated integers >= {minimum}, got {text!r}") from None
-        if v < minimum:
-            raise UsageError(f"{what}: expected integers >= {minimum}, got {v}")
-        out.append(v)
-    if not out:
-        raise UsageError(f"{what}: expected comma-separated integers >= {minimum}, got {text!r}")
-    return out
+def numbers(text: str, what: str, expected: str, *, kind=float, ok=math.isfinite, n: int | None = None,
+                distinct: bool = False) -> list:
+    """Comma-separated numbers of type ``kind`` passing ``ok`` (``n`` of them when given, ``distinct`` if asked);
+    a refusal says ``expected``."""
+    try:
+        values = [kind(s) for s in names(text) or []]
+    except ValueError:
+        raise UsageError(f"{what}: expected {expected}, got {text!r}") from None
+    if n is not None and len(values) != n:
+        raise UsageError(f"{what}: expected {n} {expected}, got {len(values)} ({text!r})")
+    if not values or not all(ok(v) for v in values):
+        raise UsageError(f"{what}: expected {expected}, got {text!r}")
+    if distinct and len(set(values)) != len(values):
+        raise UsageError(f"{what}: the levels must be distinct, got {text!r}")
+    return values
 
 
 def at_least(value, minimum, what: str, unit: str = ""):
-    """``value`` unless it is below ``minimum`` (or not finite)."""
+    """``value`` unless it is below ``minimum`` (or not finite); None passes."""
     if value is not None and not (math.isfinite(value) and value >= minimum):
         raise UsageError(f"{what}: expected a number >= {minimum}{unit}, got {value}")
+    return value
+
+
+def positive_seconds(value, what: str):
+    """``value`` (seconds) unless it is not a finite number > 0; None passes."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{what}: expected a finite number of seconds > 0, got {value}")
     return value
 
 
@@ -237,16 +246,26 @@ def model_from_args(args):
     return model, model.params.initial(), None
 
 
-FLAG_MAP = {"max_iters": ("ceem", "max_iters"), "tol": ("ceem", "tol"), "acceleration": ("ceem", "acceleration"),
-            "n_jobs": ("ceem", "n_jobs"), "rho_x": ("smoother", "rho_x"), "rho_theta": ("learner", "rho_theta"),
-            "smoother_max_iter": ("smoother", "max_iters"), "learner_max_iter": ("learner", "max_iters"),
-            "smoother_hessian": ("smoother", "hessian"), "learner_hessian": ("learner", "hessian"),
-            "time_limit": ("ceem", "time_limit")}
+# fit's option flags: dest -> (section of CEEMOptions ("ceem": top level), field, keywords of add_argument)
+OPTION_FLAGS = {
+    "max_iters": ("ceem", "max_iters", {"type": int}),
+    "tol": ("ceem", "tol", {"type": float}),
+    "acceleration": ("ceem", "acceleration", {"choices": list(ACCELERATIONS)}),
+    "n_jobs": ("ceem", "n_jobs", {"type": int}),
+    "rho_x": ("smoother", "rho_x", {"type": float}),
+    "rho_theta": ("learner", "rho_theta", {"type": float}),
+    "smoother_max_iter": ("smoother", "max_iters", {"type": int}),
+    "learner_max_iter": ("learner", "max_iters", {"type": int}),
+    "smoother_hessian": ("smoother", "hessian", {}),
+    "learner_hessian": ("learner", "hessian", {}),
+    "time_limit": ("ceem", "time_limit", {"type": float, "help": "wall-clock budget of the fit in seconds (status "
+                                                                  "time_limit)"}),
+}
 
 
 def build_options(config: str | None, args):
-    """CEEMOptions from a TOML file (top-level CEEMOptions keys, tables [smoother] and [learner])
-    overridden by command line flags, through [`CEEMOptions.from_mapping`][ceem_casadi.CEEMOptions.from_mapping] (types checked)."""
+    """CEEMOptions from a TOML file (top-level CEEMOptions keys, tables [smoother] and [learner]) overridden by
+    the flags of `OPTION_FLAGS`, through [`CEEMOptions.from_mapping`][ceem_casadi.CEEMOptions.from_mapping]."""
     from ..em._options import CEEMOptions
 
     raw: dict = {}
@@ -264,7 +283,7 @@ def build_options(config: str | None, args):
         except (TypeError, ValueError) as exc:
             raise UsageError(f"--config {config}: {exc}") from None
     mapping = {k: (dict(v) if k in ("smoother", "learner") and isinstance(v, dict) else v) for k, v in raw.items()}
-    for flag, (sec, key) in FLAG_MAP.items():
+    for flag, (sec, key, _) in OPTION_FLAGS.items():
         if getattr(args, flag, None) is not None:
             (mapping if sec == "ceem" else mapping.setdefault(sec, {}))[key] = getattr(args, flag)
     if getattr(args, "no_prior", False):

@@ -14,7 +14,7 @@ from ..runtime._schema import ACCELERATIONS
 from ._commands import cmd_codegen, cmd_evaluate, cmd_plot, cmd_simulate, cmd_smooth
 from ._design import add_design_parser
 from ._fit import cmd_calibrate_noise, cmd_fit, cmd_refine
-from ._inputs import UsageError, cli_message
+from ._inputs import OPTION_FLAGS, UsageError, cli_message
 
 PROG = "ceem-casadi"
 
@@ -51,8 +51,8 @@ def _add_data(p, required=True):
                    help="CSV/Parquet table or .npz (arrays y, u); repeat for several trajectories")
     p.add_argument("--outputs", help="comma-separated output columns (default: columns named y*)")
     p.add_argument("--inputs", help="comma-separated input columns (default: columns named u*)")
-    p.add_argument("--trajectory-column", help="column whose values split a table into trajectories "
-                                               "(default: the column 'trajectory' when present, as written by simulate)")
+    p.add_argument("--trajectory-column", help="column whose values split a table into trajectories (default: the "
+                                               "column 'trajectory' when present, as written by simulate)")
 
 
 def _add_x0(p):
@@ -73,18 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data(p)
     p.add_argument("--theta0", help="initial parameters: JSON object (or .json file), missing names = factory's values")
     p.add_argument("--config", help="TOML options: CEEMOptions keys at top level, tables [smoother], [learner]")
-    p.add_argument("--max-iters", type=int)
-    p.add_argument("--tol", type=float)
-    p.add_argument("--acceleration", choices=list(ACCELERATIONS))
-    p.add_argument("--n-jobs", type=int)
-    p.add_argument("--rho-x", type=float)
-    p.add_argument("--rho-theta", type=float)
-    p.add_argument("--smoother-max-iter", type=int)
-    p.add_argument("--learner-max-iter", type=int)
-    p.add_argument("--smoother-hessian")
-    p.add_argument("--learner-hessian")
+    for dest, (_, _, keywords) in OPTION_FLAGS.items():
+        p.add_argument(f"--{dest.replace('_', '-')}", **keywords)
     p.add_argument("--no-prior", action="store_true", help="ignore the parameters' priors")
-    p.add_argument("--time-limit", type=float, help="wall-clock budget of the fit in seconds (status time_limit)")
     p.add_argument("--out", default="model.npz", help="model file to write (default model.npz)")
     p.add_argument("--checkpoint", help="checkpoint file (default <out>.ckpt.npz)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint if it exists")

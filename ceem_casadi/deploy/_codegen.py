@@ -83,25 +83,23 @@ def _numbers(a) -> str:
 
 
 def casadi_name(name: str) -> str:
-    """The prefix of the CasADi-generated model functions for the C identifier ``name``: ``name``
-    itself when CasADi accepts ``<name>_fjac`` (no leading ``_``, no ``__``), else ``ceem_`` and
-    the hex digits of ``name`` (valid C names such as ``ekf_``, ``a__b``, ``_x`` work, and two
-    names never share a prefix).
-
-    Examples
-    --------
-    >>> casadi_name("ekf"), casadi_name("ekf_")
-    ('ekf', 'ceem_656b665f')
-    """
+    """Prefix of the CasADi-generated model functions for the C identifier ``name``: ``name`` when CasADi accepts
+    ``<name>_fjac``, else ``ceem_`` and the hex digits of ``name`` (``ekf_`` -> ``ceem_656b665f``; never shared)."""
     return name if ca.Function.check_name(f"{name}_fjac") else f"ceem_{name.encode().hex()}"
 
 
-def _model_functions(model, theta_vec: np.ndarray, name: str, theta_as_argument: bool):
-    """SX Functions ``<name>_fjac(x, u, p) -> (f, df/dx)`` and ``<name>_gjac -> (g, dg/dx)``, dense.
+def ekf_settings(model, x0=None, P0=None, Q=None, R=None) -> tuple:
+    """``(x0, P0, Q, R)`` of the EKF predictor of ``model``: the given ones, else ``x1_mean`` (else zeros (nx,)),
+    ``x1_std**2`` (else ``process_std**2``), ``process_std**2`` and ``measurement_std**2`` of its noise."""
+    noise = model.noise
+    x0 = (noise.x1_mean if noise.x1_mean is not None else np.zeros(model.nx)) if x0 is None else x0
+    P0 = (noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2 if P0 is None else P0
+    return x0, P0, noise.process_std ** 2 if Q is None else Q, noise.measurement_std ** 2 if R is None else R
 
-    With ``theta_as_argument=False`` the numeric theta is substituted, so that CasADi folds it
-    into constants (the ``p`` input is then unused).
-    """
+
+def _model_functions(model, theta_vec: np.ndarray, name: str, theta_as_argument: bool):
+    """SX Functions ``<name>_fjac(x, u, p) -> (f, df/dx)`` and ``<name>_gjac -> (g, dg/dx)``, dense; without
+    ``theta_as_argument`` the numbers of theta are substituted (CasADi folds them into constants)."""
     x, u = ca.SX.sym("x", model.nx), ca.SX.sym("u", model.nu)
     p = ca.SX.sym("p", model.params.size)
     pe = p if theta_as_argument else ca.DM(theta_vec)
@@ -172,15 +170,10 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
 
     nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
     theta_vec = as_theta_vector(model, theta)  # names, shapes, finiteness, bounds (one validation)
-    noise = model.noise
-    x0 = (noise.x1_mean if noise.x1_mean is not None else np.zeros(nx)) if x0 is None else x0
+    x0, P0, Q, R = ekf_settings(model, x0, P0, Q, R)
     x0 = np.asarray(x0, float).ravel()
     if x0.shape != (nx,):
         raise ShapeError(f"x0: expected ({nx},), got {x0.shape}")
-    if P0 is None:
-        P0 = (noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2
-    Q = noise.process_std ** 2 if Q is None else Q
-    R = noise.measurement_std ** 2 if R is None else R
     P0, Q, R = as_cov("P0", P0, nx), as_cov("Q", Q, nx), as_cov("R", R, ny)
 
     cname = casadi_name(name)
@@ -215,10 +208,8 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
 
 
 def compile_example(gen: GeneratedEKF, output=None, *, cflags=CFLAGS, timeout_s: float = 300.0) -> Path:
-    """Compile ``<name>.c`` + ``<name>_main.c`` into an executable (default next to the sources).
-
-    Raises ``RuntimeError`` with gcc's messages when no compiler is found or compilation fails.
-    """
+    """Compile ``<name>.c`` + ``<name>_main.c`` into an executable (default next to the sources); ``RuntimeError``
+    with the compiler's messages when there is none or it fails."""
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc)")
@@ -238,23 +229,23 @@ def compile_example(gen: GeneratedEKF, output=None, *, cflags=CFLAGS, timeout_s:
     return exe
 
 
+def _rows(y, u=None) -> np.ndarray:
+    """(T, nu + ny) rows ``u_1..u_nu, y_1..y_ny`` of the example program's input."""
+    y = np.atleast_2d(np.asarray(y, float))
+    return y if u is None or np.size(u) == 0 else np.hstack([np.asarray(u, float).reshape(y.shape[0], -1), y])
+
+
 def write_csv(path, y, u=None) -> Path:
     """Write the example program's input: rows ``u_1..u_nu, y_1..y_ny`` (NaN as ``nan``)."""
-    y = np.atleast_2d(np.asarray(y, float))
-    cols = [y] if u is None or np.size(u) == 0 else [np.asarray(u, float).reshape(y.shape[0], -1), y]
     with atomic_path(path) as tmp:
-        np.savetxt(tmp, np.hstack(cols), delimiter=",", fmt="%.17g")
+        np.savetxt(tmp, _rows(y, u), delimiter=",", fmt="%.17g")
     return Path(path)
 
 
 def run_example(exe, y, u=None, *, ny: int, timeout_s: float = 120.0) -> tuple[np.ndarray, np.ndarray]:
-    """Run a compiled example program on ``y`` (T, ny) and ``u`` (T, nu).
-
-    Returns ``y_pred`` (T, ny) and ``x_filt`` (T, nx) parsed from its output.
-    """
-    y = np.atleast_2d(np.asarray(y, float))
-    cols = [y] if u is None or np.size(u) == 0 else [np.asarray(u, float).reshape(y.shape[0], -1), y]
-    text = "\n".join(",".join(repr(float(v)) for v in row) for row in np.hstack(cols)) + "\n"
+    """``y_pred`` (T, ny) and ``x_filt`` (T, nx) printed by the compiled example program ``exe`` run on ``y`` (T, ny)
+    and ``u`` (T, nu)."""
+    text = "\n".join(",".join(repr(float(v)) for v in row) for row in _rows(y, u)) + "\n"
     proc = subprocess.run([str(exe)], input=text, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"{exe} exited with {proc.returncode}: {proc.stderr.strip()}")

@@ -108,16 +108,12 @@ class SavedModel(Result):
         FilterResult
         """
         from ..filtering import EKF
+        from ._codegen import ekf_settings
 
-        m, noise = self.model, self.model.noise
-        if x0 is None:
-            x0 = self.extra.get("x0", noise.x1_mean if noise.x1_mean is not None else np.zeros(m.nx))
-            x0 = np.asarray(x0, float).reshape(-1, m.nx)[0]
-        if Sigma0 is None:
-            Sigma0 = (noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2
-        Q = noise.process_std ** 2 if Q is None else Q
-        R = noise.measurement_std ** 2 if R is None else R
-        return EKF(m).run(self.theta_vector, y, u, x0=x0, Sigma0=Sigma0, Q=Q, R=R, engine=engine)
+        given = x0
+        x0, Sigma0, Q, R = ekf_settings(self.model, self.extra.get("x0") if x0 is None else x0, Sigma0, Q, R)
+        x0 = np.asarray(x0, float).reshape(-1, self.model.nx)[0] if given is None else x0
+        return EKF(self.model).run(self.theta_vector, y, u, x0=x0, Sigma0=Sigma0, Q=Q, R=R, engine=engine)
 
 
 def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | None = None,

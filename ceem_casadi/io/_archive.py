@@ -87,7 +87,7 @@ def _digest(meta: dict, arrays: dict[str, np.ndarray]) -> str:
 
 
 def write_archive(path, meta: dict, arrays: dict[str, np.ndarray]) -> Path:
-    """Atomically write an integrity-checked ``.npz`` (``meta`` JSON + numeric ``arrays``; digests: module docstring)."""
+    """Atomically write an integrity-checked ``.npz`` of ``meta`` (JSON) and numeric ``arrays``."""
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
     for k, a in arrays.items():
         if a.dtype == object:
@@ -117,7 +117,7 @@ def _as_model_file_error():
 
 
 def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict, dict[str, np.ndarray]]:
-    """Read and verify a file written by `write_archive`; raise [`ModelFileError`][ceem_casadi.deploy.ModelFileError]."""
+    """``(meta, arrays)`` of a file written by `write_archive`, verified (else `ModelFileError`)."""
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"{path}: no such file")
