@@ -23,13 +23,9 @@ def default_x0_window(model, lengths) -> int:
 
 
 def initial_states_cli(model, theta_vec, data, x0_arg=None, window=None):
-    """Initial states (B, nx) for ``evaluate`` and ``plot``, a sentence saying where they come from,
-    and the window used (None unless estimated).
-
-    ``--x0 JSON`` is used as given; ``--x0 estimate``, ``--x0-window N``, or a model without
-    ``x1_mean`` estimate every trajectory's x0 from its first N samples
-    ([`estimate_initial_state`][ceem_casadi.estimate_initial_state], N default ``min(T_min - 1, 10 nx)``); else the
-    model's ``x1_mean``."""
+    """(x0 (B, nx), a sentence saying where it comes from, the estimation window or None) of ``evaluate`` and
+    ``plot``: ``--x0 JSON``; else estimated from the first N samples (``--x0 estimate``, ``--x0-window``, or no
+    ``x1_mean``; N default `default_x0_window`); else the model's ``x1_mean``."""
     from ..workflow._initial_state import estimate_initial_state
 
     shortest = min(data.lengths)
@@ -55,10 +51,8 @@ def initial_states_cli(model, theta_vec, data, x0_arg=None, window=None):
 
 @dataclass(frozen=True)
 class FitOutcome:
-    """What a model file says of the fit that wrote it: ``theta`` and ``status`` (``x`` None: the
-    states are recomputed), given to [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty]
-    so that it warns, as for a [`CEEMResult`][ceem_casadi.CEEMResult], when the fit stopped before
-    converging (``max_iters``, ``time_limit``): the intervals then describe no fixed point."""
+    """``theta`` and ``status`` of the fit that wrote a model file (``x`` None), for
+    [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty], which warns when the fit did not converge."""
 
     theta: dict
     status: str = "converged"

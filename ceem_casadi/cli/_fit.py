@@ -47,7 +47,6 @@ def _summary_line(text: str, quiet: bool) -> None:
         print(text, file=sys.stderr)
 
 
-# --- fit ---------------------------------------------------------------------------------------------
 def cmd_fit(args) -> int:
     if not args.model:
         raise UsageError("give the model as --model package.module:factory or path/to/file.py:factory")
@@ -81,8 +80,7 @@ def _fit_within_limit(args, options, out, ckpt_path) -> int:
         raise UsageError(f"--config {args.config} [smoother]: {exc}") from None
     data, desc = data_from_args(args, model)
     theta0 = theta_arg(model, args.theta0, "--theta0") or theta_init
-    kwargs = json_object(args.model_kwargs, "--model-kwargs")
-    source = model_ref(args.model)
+    source, kwargs = model_source(args, None)
     if args.resume and not args.quiet:
         print(f"resuming from {ckpt_path} after {read_checkpoint(ckpt_path).iterations} iterations"
               if ckpt_path.exists() else f"no checkpoint {ckpt_path}; starting a new fit", file=sys.stderr)
@@ -106,7 +104,6 @@ def _fit_within_limit(args, options, out, ckpt_path) -> int:
     return 0 if fit.status == "converged" else 1
 
 
-# --- refine ------------------------------------------------------------------------------------------
 def cmd_refine(args) -> int:
     from ..deploy._modelfile import save_model
     from ..workflow.output_error._output_error import refine_output_error
@@ -153,7 +150,6 @@ def cmd_refine(args) -> int:
     return 0 if res.status == "converged" else 1
 
 
-# --- calibrate-noise ---------------------------------------------------------------------------------
 def _calibration_options(args):
     from ..em._options import CEEMOptions
     from ..workflow._noise_calibration_options import NoiseCalibrationOptions

@@ -33,17 +33,8 @@ API_OPTIONS = {"grid": "--grid", "theta0": "--theta0", "time_limit": "--time-lim
 
 
 def cli_message(exc: BaseException, command: str | None, flags=()) -> str:
-    """One line for ``exc`` raised by ``command``: a library error's API advice is replaced by the
-    CLI's, and API argument names (``grid:``, ``raise time_limit``) by the command's options
-    ``flags`` (its option strings).
-
-    Examples
-    --------
-    >>> from ceem_casadi.errors import OptionsError
-    >>> cli_message(OptionsError("grid: expected positive levels; raise time_limit"), "calibrate-noise",
-    ...             ["--grid", "--time-limit"])
-    '--grid: expected positive levels; raise --time-limit'
-    """
+    """One line for ``exc`` raised by ``command``: a library error's API advice replaced by the CLI's, API argument
+    names (``grid:``, ``raise time_limit``) by the command's option strings ``flags`` (``--grid``, ``--time-limit``)."""
     msg = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, UsageError) or command is None:
         return msg

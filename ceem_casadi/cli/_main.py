@@ -30,7 +30,6 @@ class _Parser(argparse.ArgumentParser):
         raise exc
 
 
-# --- parser ---------------------------------------------------------------------------------------------
 def _add_model(p, *, file_only=False, file_allowed=True):
     if file_allowed:
         p.add_argument("--model-file", help="model file written by 'fit' (.npz)", required=file_only)
@@ -227,9 +226,6 @@ def main(argv=None) -> int:
     >>> main(["evaluate", "--model", "missing.ceem.json", "--data", "missing.csv"])
     2
     """
-    # the working directory is never put on the import path: a pandas.py or matplotlib.py in it
-    # would run when the commands import those (issue 25); --model file.py:factory and
-    # package.module:factory refs of the working directory are resolved by model._source
     started = time.perf_counter()  # --time-limit counts from here: reading and building are part of it
     parser = build_parser()
     command = None
@@ -256,13 +252,7 @@ CHECKPOINTED = ("fit",)  # the commands that write a checkpoint and take --resum
 
 
 def interrupted_message(command: str | None) -> str:
-    """The line printed on Ctrl-C: the checkpoint and ``--resume`` only for a command that has them.
-
-    Examples
-    --------
-    >>> interrupted_message("design-input")
-    'ceem-casadi design-input: interrupted (this command keeps no checkpoint: run it again)'
-    """
+    """The line printed on Ctrl-C: the checkpoint and ``--resume`` only for a command that has them."""
     if command in CHECKPOINTED:
         return (f"{PROG} {command}: interrupted (the checkpoint of the last complete iteration is kept; continue "
                 f"with --resume)")

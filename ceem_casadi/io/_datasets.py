@@ -181,16 +181,11 @@ def load_cascaded_tanks(data_dir=None) -> dict[str, BenchmarkSplit]:
 
     Raises
     ------
-    DatasetNotFoundError
-        The file is not there (the message says where it was looked for).
-    ChecksumError
-        The file differs from its recorded SHA-256.
+    DatasetNotFoundError, ChecksumError
+        The file is not there (the message says where it was looked for), or differs from its SHA-256.
 
     Examples
     --------
-    The loader takes the folder of the official files (checksummed); a folder
-    without them is reported with what to download:
-
     >>> import tempfile
     >>> import ceem_casadi as cc
     >>> try:
@@ -233,9 +228,6 @@ def load_silverbox(data_dir=None) -> dict[str, BenchmarkSplit]:
 
     Examples
     --------
-    The loader takes the folder of the official files (checksummed); a folder
-    without them is reported with what to download:
-
     >>> import tempfile
     >>> import ceem_casadi as cc
     >>> try:
@@ -249,15 +241,10 @@ def load_silverbox(data_dir=None) -> dict[str, BenchmarkSplit]:
     y = np.asarray(m["V2"], float).ravel()
     if u.shape != (131072,) or y.shape != (131072,):
         raise ShapeError(f"silverbox: expected V1, V2 of 131072 samples, got {u.shape}, {y.shape}")
-    ms_u, ms_y = u[40650:127400], y[40650:127400]
-    ar_u, ar_y = u[100:40575], y[100:40575]
-    n_tr = 65062
-    dt = SILVERBOX_DT
-    return {"train": _split("train", ms_y[:n_tr], ms_u[:n_tr], dt, 50),
-            "test_multisine": _split("test_multisine", ms_y[n_tr:], ms_u[n_tr:], dt, 50),
-            "test_arrow_full": _split("test_arrow_full", ar_y, ar_u, dt, 50),
-            "test_arrow_no_extrapolation": _split("test_arrow_no_extrapolation", ar_y[:32000],
-                                                  ar_u[:32000], dt, 50)}
+    train_end = 40650 + 65062  # 0-based ranges: the multisine part is [40650:127400], the arrow [100:40575]
+    ranges = {"train": (40650, train_end), "test_multisine": (train_end, 127400), "test_arrow_full": (100, 40575),
+              "test_arrow_no_extrapolation": (100, 100 + 32000)}
+    return {name: _split(name, y[a:b], u[a:b], SILVERBOX_DT, 50) for name, (a, b) in ranges.items()}
 
 
 def simulation_rms(y, yhat, skip: int = 0) -> float:

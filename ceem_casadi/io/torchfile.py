@@ -198,18 +198,8 @@ class _PickleWriter:
 
     def obj(self, o):
         out = self.out
-        if o is None:
-            out += b"N"
-        elif o is True or o is False:
-            out += b"\x88" if o else b"\x89"
-        elif isinstance(o, (int, np.integer)):
-            b = pickle.encode_long(int(o))
-            out += b"\x8a" + bytes([len(b)]) + b  # LONG1
-        elif isinstance(o, (float, np.floating)):
-            out += b"G" + struct.pack(">d", float(o))
-        elif isinstance(o, str):
-            b = o.encode()
-            out += b"X" + struct.pack("<I", len(b)) + b
+        if o is None or isinstance(o, (bool, int, float, str, np.integer, np.floating)):  # the pickle of a scalar
+            out += pickle.dumps(o.item() if isinstance(o, np.generic) else o, protocol=2)[2:-1]  # minus PROTO, STOP
         elif isinstance(o, np.ndarray):
             self.tensor(o)
         elif isinstance(o, tuple):
