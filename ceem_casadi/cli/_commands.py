@@ -118,8 +118,7 @@ def cmd_simulate(args) -> int:
 
     import ceem_casadi as cc
 
-    if args.horizon < 2:
-        raise UsageError(f"--horizon: expected an integer >= 2 (samples per trajectory), got {args.horizon}")
+    at_least(args.horizon, 2, "--horizon", " (samples per trajectory)")
     at_least(args.process_std, 0, "--process-std")
     at_least(args.measurement_std, 0, "--measurement-std")
     at_least(args.seed, 0, "--seed")

@@ -110,12 +110,9 @@ def cmd_refine(args) -> int:
     from ..workflow.output_error._output_error_options import OutputErrorOptions
 
     out = writable(args.out, "--out")
-    if args.shooting is not None and args.shooting < 1:
-        raise UsageError(f"--shooting: expected an integer >= 1 (samples per multiple-shooting segment), "
-                         f"got {args.shooting}")
+    at_least(args.shooting, 1, "--shooting", " (samples per multiple-shooting segment)")
     positive_seconds(args.time_limit, "--time-limit")
-    if args.max_iter is not None and args.max_iter < 1:
-        raise UsageError(f"--max-iter: expected an integer >= 1 (solver iterations), got {args.max_iter}")
+    at_least(args.max_iter, 1, "--max-iter", " (solver iterations)")
     model, theta, saved = model_from_args(args)
     theta = theta_arg(model, args.theta0, "--theta0", base=theta) or theta
     data, desc = data_from_args(args, model)
@@ -158,8 +155,7 @@ def _calibration_options(args):
     if args.n_jobs < 1 or args.n_jobs > 4 * cores:
         raise UsageError(f"--n-jobs: expected an integer in [1, {4 * cores}] (this machine has {cores} cores), "
                          f"got {args.n_jobs}")
-    if args.max_iters < 1:
-        raise UsageError(f"--max-iters: expected an integer >= 1 (CE-EM iterations per level), got {args.max_iters}")
+    at_least(args.max_iters, 1, "--max-iters", " (CE-EM iterations per level)")
     positive_seconds(args.time_limit, "--time-limit")
     if not 0 < args.holdout_fraction < 1:
         raise UsageError(f"--holdout-fraction: expected a number in (0, 1), got {args.holdout_fraction}")

@@ -102,7 +102,8 @@ def numbers(text: str, what: str, expected: str, *, kind=float, ok=math.isfinite
 def at_least(value, minimum, what: str, unit: str = ""):
     """``value`` unless it is below ``minimum`` (or not finite); None passes."""
     if value is not None and not (math.isfinite(value) and value >= minimum):
-        raise UsageError(f"{what}: expected a number >= {minimum}{unit}, got {value}")
+        kind = "an integer" if isinstance(value, int) else "a number"
+        raise UsageError(f"{what}: expected {kind} >= {minimum}{unit}, got {value}")
     return value
 
 

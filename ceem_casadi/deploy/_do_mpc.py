@@ -27,7 +27,7 @@ def import_do_mpc():
 
 
 def to_do_mpc(model, theta, *, parameters: str = "baked", setup: bool = True):
-    """The identified ``model`` at ``theta`` as a discrete-time ``do_mpc.model.Model`` (module docstring).
+    """The identified ``model`` at ``theta`` as a discrete-time ``do_mpc.model.Model`` (docs/control.md, "do-mpc").
 
     Parameters
     ----------
