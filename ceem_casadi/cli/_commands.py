@@ -12,9 +12,18 @@ from ..errors import CeemError
 from ..io._readers import columns, read_table
 from ..runtime._atomic import atomic_path, atomic_write_text
 from ._assess import assess
-from ._inputs import UsageError, at_least, data_from_args, model_from_args, names, numbers, states, theta_arg, writable
-
-ESTIMATE = "estimate"
+from ._inputs import (
+    UsageError,
+    at_least,
+    data_from_args,
+    given_x0,
+    model_from_args,
+    names,
+    numbers,
+    states,
+    theta_arg,
+    writable,
+)
 
 
 def default_x0_window(model, lengths) -> int:
@@ -28,15 +37,9 @@ def initial_states_cli(model, theta_vec, data, x0_arg=None, window=None):
     ``x1_mean``; N default `default_x0_window`); else the model's ``x1_mean``."""
     from ..workflow._initial_state import estimate_initial_state
 
-    shortest = min(data.lengths)
-    if window is not None and not 1 <= window < shortest:
-        raise UsageError(f"--x0-window: expected an integer in [1, {shortest - 1}] (samples used to estimate x0, "
-                         f"fewer than the shortest trajectory's {shortest}), got {window}")
-    explicit = x0_arg is not None and x0_arg.strip() != ESTIMATE
-    if explicit and window is not None:
-        raise UsageError("--x0-window estimates the initial state, --x0 gives it: give one of them")
-    if explicit:
-        return states(x0_arg, "--x0", model.nx, len(data)), "x0 given with --x0", None
+    x0 = given_x0(x0_arg, window, model.nx, data, min(data.lengths) - 1)
+    if x0 is not None:
+        return x0, "x0 given with --x0", None
     if x0_arg is None and window is None and model.noise.x1_mean is not None:
         return np.tile(model.noise.x1_mean, (len(data), 1)), "x0 = the model's x1_mean", None
     window = default_x0_window(model, data.lengths) if window is None else window

@@ -20,13 +20,13 @@ from ._inputs import (
     build_options,
     data_from_args,
     figure_path,
+    given_x0,
     json_object,
     model_from_args,
     model_ref,
     numbers,
     optional_output,
     positive_seconds,
-    states,
     theta_arg,
     writable,
 )
@@ -116,13 +116,7 @@ def cmd_refine(args) -> int:
     model, theta, saved = model_from_args(args)
     theta = theta_arg(model, args.theta0, "--theta0", base=theta) or theta
     data, desc = data_from_args(args, model)
-    shortest = min(data.lengths)
-    if args.x0_window is not None and not 1 <= args.x0_window <= shortest:
-        raise UsageError(f"--x0-window: expected an integer in [1, {shortest}] (shortest trajectory), "
-                         f"got {args.x0_window}")
-    if args.x0 is not None and args.x0_window is not None:
-        raise UsageError("--x0-window estimates the starting initial states, --x0 gives them: give one of them")
-    x0 = states(args.x0, "--x0", model.nx, len(data)) if args.x0 is not None else None
+    x0 = given_x0(args.x0, args.x0_window, model.nx, data, min(data.lengths))
     if args.hessian is not None and args.solver != "ipopt":
         raise UsageError(f"--hessian applies to --solver ipopt only, got --hessian {args.hessian} with --solver "
                          f"{args.solver}")

@@ -135,6 +135,19 @@ def states(text: str | None, what: str, nx: int, batch: int | None = None) -> np
     return x
 
 
+def given_x0(x0_arg: str | None, window: int | None, nx: int, data, largest: int) -> np.ndarray | None:
+    """Initial states (B, nx) given with ``--x0`` (None when absent or ``estimate``), after checking that
+    ``--x0-window`` is in [1, ``largest``] and that not both flags are given."""
+    if window is not None and not 1 <= window <= largest:
+        raise UsageError(f"--x0-window: expected an integer in [1, {largest}] (samples used to estimate x0; the "
+                         f"shortest trajectory has {min(data.lengths)}), got {window}")
+    if x0_arg is None or x0_arg.strip() == "estimate":
+        return None
+    if window is not None:
+        raise UsageError("--x0-window estimates the initial states, --x0 gives them: give one of them")
+    return states(x0_arg, "--x0", nx, len(data))
+
+
 def theta_arg(model, text: str | None, what: str, base: dict | None = None) -> dict | None:
     """Parameters from JSON (missing names: from ``base``, else the declared initial values)."""
     from ..errors import CeemError
