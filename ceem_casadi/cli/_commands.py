@@ -116,9 +116,18 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
-def cmd_simulate(args) -> int:
+def write_trajectories(path, dt, trajectories) -> None:
+    """CSV of columns ``trajectory, t`` and ``<name><j>`` of every (T, n) array of each dict of ``trajectories``."""
     import pandas as pd
 
+    frames = [pd.DataFrame({"trajectory": b, "t": np.arange(len(next(iter(arrays.values())))) * (dt or 1.0),
+                            **{f"{name}{j}": a[:, j] for name, a in arrays.items() for j in range(a.shape[1])}})
+              for b, arrays in enumerate(trajectories)]
+    with atomic_path(path) as tmp:
+        pd.concat(frames).to_csv(tmp, index=False)
+
+
+def cmd_simulate(args) -> int:
     import ceem_casadi as cc
 
     at_least(args.horizon, 2, "--horizon", " (samples per trajectory)")
@@ -148,22 +157,13 @@ def cmd_simulate(args) -> int:
     horizon = args.horizon if u is None else len(u[0])
     data, xs = cc.simulate(model, theta, x0, horizon, u=u, process_std=args.process_std,
                            measurement_std=args.measurement_std, seed=args.seed)
-    frames = []
-    for b, (y, x) in enumerate(zip(data.y, xs)):
-        cols = {"trajectory": b, "t": np.arange(len(y)) * (model.dt or 1.0)}
-        cols.update({f"y{j}": y[:, j] for j in range(model.ny)})
-        cols.update({f"u{j}": data.inputs(b)[:, j] for j in range(model.nu)})
-        cols.update({f"x{j}": x[:, j] for j in range(model.nx)})
-        frames.append(pd.DataFrame(cols))
-    with atomic_path(args.out) as tmp:
-        pd.concat(frames).to_csv(tmp, index=False)
+    write_trajectories(args.out, model.dt, [{"y": y, "u": data.inputs(b), "x": x} for b, (y, x) in
+                                            enumerate(zip(data.y, xs))])
     print(f"wrote {args.out}: {len(xs)} trajectories of {horizon} samples")
     return 0
 
 
 def cmd_smooth(args) -> int:
-    import pandas as pd
-
     from ..smoothing._initial_states import eks_states
 
     writable(args.out, "--out")
@@ -176,10 +176,7 @@ def cmd_smooth(args) -> int:
 
         res = Smoother(model).solve(theta_vec, data, xs)
         xs = [r.x for r in res]
-    frames = [pd.DataFrame({"trajectory": b, "t": np.arange(len(x)) * (model.dt or 1.0),
-                            **{f"x{j}": x[:, j] for j in range(model.nx)}}) for b, x in enumerate(xs)]
-    with atomic_path(args.out) as tmp:
-        pd.concat(frames).to_csv(tmp, index=False)
+    write_trajectories(args.out, model.dt, [{"x": x} for x in xs])
     print(f"wrote {args.out}")
     return 0
 
