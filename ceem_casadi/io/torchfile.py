@@ -181,6 +181,9 @@ def _check_bytes(path, nbytes: int) -> None:
 _NP2STORAGE = {np.dtype(v): k for k, v in _STORAGE_DTYPES.items()}
 
 
+_CONTAINER_OPCODES = {tuple: (b"(", b"t"), list: (b"](", b"e"), dict: (b"}(", b"u")}
+
+
 class _PickleWriter:
     """Minimal protocol-2 pickle writer for the restricted vocabulary (no torch import needed)."""
 
@@ -202,22 +205,12 @@ class _PickleWriter:
             out += pickle.dumps(o.item() if isinstance(o, np.generic) else o, protocol=2)[2:-1]  # minus PROTO, STOP
         elif isinstance(o, np.ndarray):
             self.tensor(o)
-        elif isinstance(o, tuple):
-            out += b"("
-            for x in o:
+        elif isinstance(o, (tuple, list, dict)):  # MARK (after an empty list / dict), items, TUPLE / APPENDS / SETITEMS
+            start, end = _CONTAINER_OPCODES[next(t for t in (tuple, list, dict) if isinstance(o, t))]
+            out += start
+            for x in (v for kv in o.items() for v in kv) if isinstance(o, dict) else o:
                 self.obj(x)
-            out += b"t"
-        elif isinstance(o, list):
-            out += b"](" 
-            for x in o:
-                self.obj(x)
-            out += b"e"
-        elif isinstance(o, dict):
-            out += b"}("
-            for k, v in o.items():
-                self.obj(k)
-                self.obj(v)
-            out += b"u"
+            out += end
         else:
             raise TypeError(f"torchfile.save: unsupported type {type(o).__name__}")
 
