@@ -228,11 +228,12 @@ def _kept_history(history) -> list[dict]:
     return [record_dict(h) for h in history]
 
 
-def _same_function(a: ca.Function, b: ca.Function, nx: int, nu: int, n_p: int, theta_vec) -> bool:
+def _same_function(a: ca.Function, b: ca.Function, nx: int, nu: int, theta_vec) -> bool:
+    """Whether ``a`` and ``b`` of (x, u, p) agree to 1e-12 at two seeded random points near ``theta_vec``."""
     rng = np.random.default_rng(0)
     for scale in (0.5, 2.0):
         args = (scale * rng.standard_normal(nx), scale * rng.standard_normal(nu),
-                theta_vec * (1 + 0.01 * rng.standard_normal(n_p)))
+                theta_vec * (1 + 0.01 * rng.standard_normal(theta_vec.size)))
         va, vb = np.asarray(a(*args)), np.asarray(b(*args))
         if va.shape != vb.shape or not np.allclose(va, vb, rtol=1e-12, atol=1e-12, equal_nan=True):
             return False
@@ -371,8 +372,8 @@ def load_model(path, *, trust_source: bool = False, check_source: bool = True, r
                                  f"(nx, nu, ny) = {(model.nx, model.nu, model.ny)} and parameters "
                                  f"{list(model.params.names)}, the file {(meta['nx'], meta['nu'], meta['ny'])} "
                                  f"and {meta['theta_names']}: the model source changed")
-        if check_source and not (_same_function(model.f, stored.f, model.nx, model.nu, theta_vec.size, theta_vec)
-                                 and _same_function(model.g, stored.g, model.nx, model.nu, theta_vec.size, theta_vec)):
+        if check_source and not all(_same_function(getattr(model, k), getattr(stored, k), model.nx, model.nu, theta_vec)
+                                    for k in ("f", "g")):
             raise ModelFileError(f"{path}: the model built by {source} computes different values than the "
                                  f"saved one (the source changed since the file was written); load without "
                                  f"trust_source (CLI: drop --trust-source) to use the saved functions, or with "
