@@ -209,6 +209,8 @@ def cmd_plot(args) -> int:
     import ceem_casadi as cc
 
     from .. import plots
+    from ..deploy._codegen import ekf_settings
+    from ..filtering import EKF
     from ..smoothing._initial_states import eks_states
 
     out, ext = writable(args.out_dir, "--out-dir", directory=True), f".{args.format}"
@@ -233,14 +235,8 @@ def cmd_plot(args) -> int:
         y_sim[:window or 0] = np.nan  # as evaluate: the samples that fitted x0 are not scored
         written.append(plots.plot_prediction(data.y[b], y_sim, out / f"simulation{ext}", dt=model.dt,
                                              label="free-run simulation"))
-        if saved is not None:
-            pred = saved.predict(data.y[b], u, x0=x0).y_pred
-        else:
-            from ..filtering import EKF
-
-            n = model.noise
-            pred = EKF(model).run(theta_vec, data.y[b], u, x0=x0, Sigma0=n.process_std ** 2, Q=n.process_std ** 2,
-                                  R=n.measurement_std ** 2).y_pred
+        _, Sigma0, Q, R = ekf_settings(model)  # as SavedModel.predict, with or without a model file
+        pred = EKF(model).run(theta_vec, data.y[b], u, x0=x0, Sigma0=Sigma0, Q=Q, R=R).y_pred
         written.append(plots.plot_prediction(data.y[b], pred, out / f"prediction{ext}", dt=model.dt,
                                              label="EKF one-step prediction"))
     if not written:
