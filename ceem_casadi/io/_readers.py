@@ -16,6 +16,7 @@ from ._validate import check_outputs
 log = logging.getLogger("ceem_casadi.io")
 TRAJECTORY_COLUMN = "trajectory"        # written by 'simulate' and 'smooth', read by default
 TIME_COLUMNS = ("t", "time")
+TABLE_READERS = {".csv": "read_csv", ".parquet": "read_parquet", ".pq": "read_parquet"}  # pandas reader by suffix
 
 __all__ = ["DataFileError", "columns", "read_table", "read_trajectories"]
 
@@ -70,16 +71,15 @@ def read_table(path):
         check_file_size(path, str(path), max_data_bytes(), env="CEEM_MAX_DATA_MB")
     except InputLimitError as exc:
         raise DataFileError(str(exc)) from None
+    reader = TABLE_READERS.get(path.suffix.lower())
+    if reader is None:
+        raise DataFileError(f"{path}: unsupported data file type (use .csv, .parquet or .npz)")
     try:
-        if path.suffix.lower() == ".csv":
-            return pd.read_csv(path)
-        if path.suffix.lower() in (".parquet", ".pq"):
-            return pd.read_parquet(path)
+        return getattr(pd, reader)(path)
     except ImportError as exc:
         raise DataFileError(f"{path}: reading Parquet needs pyarrow or fastparquet ({exc})") from None
     except (ValueError, OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise DataFileError(f"{path}: cannot parse the table ({exc})") from None
-    raise DataFileError(f"{path}: unsupported data file type (use .csv, .parquet or .npz)")
 
 
 def columns(df, path, wanted, prefix, n, kind) -> list[str]:
