@@ -187,9 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _command_flags(command: str | None) -> list[str]:
-    """The option strings of ``command`` (e.g. ``--grid``), from the parser."""
-    parser = build_parser()
+def _command_flags(parser, command: str | None) -> list[str]:
+    """The option strings of ``command`` (e.g. ``--grid``), from the ``parser``."""
     for action in parser._subparsers._group_actions:
         sub = action.choices.get(command)
         if sub is not None:
@@ -241,7 +240,7 @@ def main(argv=None) -> int:
         return int(args.func(args))
     except (UsageError, CeemError, OSError) as exc:
         where = f"{PROG} {command}" if command else getattr(exc, "where", PROG)
-        print(f"{where}: error: {cli_message(exc, command, _command_flags(command))}", file=sys.stderr)
+        print(f"{where}: error: {cli_message(exc, command, _command_flags(parser, command))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(interrupted_message(command), file=sys.stderr)
