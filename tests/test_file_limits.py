@@ -121,6 +121,14 @@ def test_nesting_bounded_before_parsing():
     assert loads_json('{"sigma": [1, [2, 3]]}', "x") == {"sigma": [1, [2, 3]]}
 
 
+def test_toml_nesting_skips_strings_and_comments():
+    """Brackets inside TOML comments, basic, literal and multi-line strings do not count; an unterminated string
+    ends at its line. Fails if nesting_depth(toml=True) strips only JSON strings (_TOML_SKIP in io/_limits.py)."""
+    text = 'a = [[1]]  # [[[[\nb = "[[\\"[["\nc = \'[[[[\'\nd = """\n[[[[\n"""\ne = \'\'\'[[[[\'\'\'\n[t]\n'
+    assert nesting_depth(text, toml=True) == 2
+    assert nesting_depth('s = "abc[[[\nt = [1]', toml=True) == 1
+
+
 def test_deep_metadata_in_model_file_refused(model_file, tmp_path):
     deep: list = []
     for _ in range(500):

@@ -1,10 +1,5 @@
-"""``python -m ceem_casadi.cli``: the ``ceem-casadi`` command.
-
-``python -m`` puts the working directory first on the import path; it is removed here before any
-command imports pandas or matplotlib, so a ``pandas.py`` in the directory is not run (the console
-script ``ceem-casadi`` never has it on the path). Modules the interpreter imported before this
-line (``ceem_casadi`` itself, numpy, casadi) are already loaded.
-"""
+"""``python -m ceem_casadi.cli``: the ``ceem-casadi`` command, with the working directory removed from the
+import path first (a ``pandas.py`` there must not run)."""
 import sys
 
 from ._main import drop_working_directory, main

@@ -39,8 +39,8 @@ def assess(args, model, data, theta_vec, x0, skip: int, ks, uncertainty) -> dict
 
             bd = simulation_bands(model, data, theta_vec, uncertainty, x0=x0, skip=skip, k=list(ks) or None,
                                   measurement_noise=True)
-            print(f"bands for new measurements ({100 * bd.level:g} %: the parameter covariance propagated to first order, "
-                  "plus the measurement noise; measured_inside should be near the level):")
+            print(f"bands for new measurements ({100 * bd.level:g} %: the parameter covariance propagated to first "
+                  "order, plus the measurement noise; measured_inside should be near the level):")
             print(bd.table())
             out["bands"] = bd.to_dict()
             if figures is not None:

@@ -1,11 +1,4 @@
-"""Bodies of the CLI subcommands that use a model: ``evaluate``, ``simulate``, ``smooth``, ``codegen``
-and ``plot``, and the initial-state rule shared by ``evaluate`` and ``plot`` (argument parsing:
-`ceem_casadi.cli`; validation helpers: `ceem_casadi.cli._inputs`; the commands that fit:
-`ceem_casadi.cli._fit`).
-
-Exit codes as in `ceem_casadi.cli`: 0 success, 2 bad input
-(`UsageError`).
-"""
+"""CLI subcommands that use a model: ``evaluate``, ``simulate``, ``smooth``, ``codegen``, ``plot``."""
 from __future__ import annotations
 
 import json
@@ -19,9 +12,18 @@ from ..errors import CeemError
 from ..io._readers import columns, read_table
 from ..runtime._atomic import atomic_path, atomic_write_text
 from ._assess import assess
-from ._inputs import UsageError, at_least, data_from_args, int_list, model_from_args, names, states, theta_arg, writable
-
-ESTIMATE = "estimate"
+from ._inputs import (
+    UsageError,
+    at_least,
+    data_from_args,
+    given_x0,
+    model_from_args,
+    names,
+    numbers,
+    states,
+    theta_arg,
+    writable,
+)
 
 
 def default_x0_window(model, lengths) -> int:
@@ -30,24 +32,14 @@ def default_x0_window(model, lengths) -> int:
 
 
 def initial_states_cli(model, theta_vec, data, x0_arg=None, window=None):
-    """Initial states (B, nx) for ``evaluate`` and ``plot``, a sentence saying where they come from,
-    and the window used (None unless estimated).
-
-    ``--x0 JSON`` is used as given; ``--x0 estimate``, ``--x0-window N``, or a model without
-    ``x1_mean`` estimate every trajectory's x0 from its first N samples
-    ([`estimate_initial_state`][ceem_casadi.estimate_initial_state], N default ``min(T_min - 1, 10 nx)``); else the
-    model's ``x1_mean``."""
+    """(x0 (B, nx), a sentence saying where it comes from, the estimation window or None) of ``evaluate`` and
+    ``plot``: ``--x0 JSON``; else estimated from the first N samples (``--x0 estimate``, ``--x0-window``, or no
+    ``x1_mean``; N default `default_x0_window`); else the model's ``x1_mean``."""
     from ..workflow._initial_state import estimate_initial_state
 
-    shortest = min(data.lengths)
-    if window is not None and not 1 <= window < shortest:
-        raise UsageError(f"--x0-window: expected an integer in [1, {shortest - 1}] (samples used to estimate x0, "
-                         f"fewer than the shortest trajectory's {shortest}), got {window}")
-    explicit = x0_arg is not None and x0_arg.strip() != ESTIMATE
-    if explicit and window is not None:
-        raise UsageError("--x0-window estimates the initial state, --x0 gives it: give one of them")
-    if explicit:
-        return states(x0_arg, "--x0", model.nx, len(data)), "x0 given with --x0", None
+    x0 = given_x0(x0_arg, window, model.nx, data, min(data.lengths) - 1)
+    if x0 is not None:
+        return x0, "x0 given with --x0", None
     if x0_arg is None and window is None and model.noise.x1_mean is not None:
         return np.tile(model.noise.x1_mean, (len(data), 1)), "x0 = the model's x1_mean", None
     window = default_x0_window(model, data.lengths) if window is None else window
@@ -62,10 +54,8 @@ def initial_states_cli(model, theta_vec, data, x0_arg=None, window=None):
 
 @dataclass(frozen=True)
 class FitOutcome:
-    """What a model file says of the fit that wrote it: ``theta`` and ``status`` (``x`` None: the
-    states are recomputed), given to [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty]
-    so that it warns, as for a [`CEEMResult`][ceem_casadi.CEEMResult], when the fit stopped before
-    converging (``max_iters``, ``time_limit``): the intervals then describe no fixed point."""
+    """``theta`` and ``status`` of the fit that wrote a model file (``x`` None), for
+    [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty], which warns when the fit did not converge."""
 
     theta: dict
     status: str = "converged"
@@ -84,7 +74,7 @@ def fit_outcome(saved, theta):
 def cmd_evaluate(args) -> int:
     from ..workflow.assessment._metrics import validation_report
 
-    ks = int_list(args.k, "--k") if args.k else []
+    ks = numbers(args.k, "--k", "comma-separated integers >= 1", kind=int, ok=lambda v: v >= 1) if args.k else []
     at_least(args.skip, 0, "--skip", " (leading samples left out)")
     if args.json:
         writable(args.json, "--json")
@@ -126,13 +116,21 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
-def cmd_simulate(args) -> int:
+def write_trajectories(path, dt, trajectories) -> None:
+    """CSV of columns ``trajectory, t`` and ``<name><j>`` of every (T, n) array of each dict of ``trajectories``."""
     import pandas as pd
 
+    frames = [pd.DataFrame({"trajectory": b, "t": np.arange(len(next(iter(arrays.values())))) * (dt or 1.0),
+                            **{f"{name}{j}": a[:, j] for name, a in arrays.items() for j in range(a.shape[1])}})
+              for b, arrays in enumerate(trajectories)]
+    with atomic_path(path) as tmp:
+        pd.concat(frames).to_csv(tmp, index=False)
+
+
+def cmd_simulate(args) -> int:
     import ceem_casadi as cc
 
-    if args.horizon < 2:
-        raise UsageError(f"--horizon: expected an integer >= 2 (samples per trajectory), got {args.horizon}")
+    at_least(args.horizon, 2, "--horizon", " (samples per trajectory)")
     at_least(args.process_std, 0, "--process-std")
     at_least(args.measurement_std, 0, "--measurement-std")
     at_least(args.seed, 0, "--seed")
@@ -159,22 +157,13 @@ def cmd_simulate(args) -> int:
     horizon = args.horizon if u is None else len(u[0])
     data, xs = cc.simulate(model, theta, x0, horizon, u=u, process_std=args.process_std,
                            measurement_std=args.measurement_std, seed=args.seed)
-    frames = []
-    for b, (y, x) in enumerate(zip(data.y, xs)):
-        cols = {"trajectory": b, "t": np.arange(len(y)) * (model.dt or 1.0)}
-        cols.update({f"y{j}": y[:, j] for j in range(model.ny)})
-        cols.update({f"u{j}": data.inputs(b)[:, j] for j in range(model.nu)})
-        cols.update({f"x{j}": x[:, j] for j in range(model.nx)})
-        frames.append(pd.DataFrame(cols))
-    with atomic_path(args.out) as tmp:
-        pd.concat(frames).to_csv(tmp, index=False)
+    write_trajectories(args.out, model.dt, [{"y": y, "u": data.inputs(b), "x": x} for b, (y, x) in
+                                            enumerate(zip(data.y, xs))])
     print(f"wrote {args.out}: {len(xs)} trajectories of {horizon} samples")
     return 0
 
 
 def cmd_smooth(args) -> int:
-    import pandas as pd
-
     from ..smoothing._initial_states import eks_states
 
     writable(args.out, "--out")
@@ -187,10 +176,7 @@ def cmd_smooth(args) -> int:
 
         res = Smoother(model).solve(theta_vec, data, xs)
         xs = [r.x for r in res]
-    frames = [pd.DataFrame({"trajectory": b, "t": np.arange(len(x)) * (model.dt or 1.0),
-                            **{f"x{j}": x[:, j] for j in range(model.nx)}}) for b, x in enumerate(xs)]
-    with atomic_path(args.out) as tmp:
-        pd.concat(frames).to_csv(tmp, index=False)
+    write_trajectories(args.out, model.dt, [{"x": x} for x in xs])
     print(f"wrote {args.out}")
     return 0
 
@@ -223,6 +209,8 @@ def cmd_plot(args) -> int:
     import ceem_casadi as cc
 
     from .. import plots
+    from ..deploy._codegen import ekf_settings
+    from ..filtering import EKF
     from ..smoothing._initial_states import eks_states
 
     out, ext = writable(args.out_dir, "--out-dir", directory=True), f".{args.format}"
@@ -247,14 +235,8 @@ def cmd_plot(args) -> int:
         y_sim[:window or 0] = np.nan  # as evaluate: the samples that fitted x0 are not scored
         written.append(plots.plot_prediction(data.y[b], y_sim, out / f"simulation{ext}", dt=model.dt,
                                              label="free-run simulation"))
-        if saved is not None:
-            pred = saved.predict(data.y[b], u, x0=x0).y_pred
-        else:
-            from ..filtering import EKF
-
-            n = model.noise
-            pred = EKF(model).run(theta_vec, data.y[b], u, x0=x0, Sigma0=n.process_std ** 2, Q=n.process_std ** 2,
-                                  R=n.measurement_std ** 2).y_pred
+        _, Sigma0, Q, R = ekf_settings(model)  # as SavedModel.predict, with or without a model file
+        pred = EKF(model).run(theta_vec, data.y[b], u, x0=x0, Sigma0=Sigma0, Q=Q, R=R).y_pred
         written.append(plots.plot_prediction(data.y[b], pred, out / f"prediction{ext}", dt=model.dt,
                                              label="EKF one-step prediction"))
     if not written:

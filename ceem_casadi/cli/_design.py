@@ -1,7 +1,4 @@
-"""Body of the CLI subcommand ``design-input`` (optimal experiment design,
-[`design_input`][ceem_casadi.design_input]); argument parsing in
-``ceem_casadi.cli``. Exit codes as there: 0 success, 1 the best start did not converge (the input is
-still written), 2 bad input (one line)."""
+"""CLI subcommand ``design-input`` ([`design_input`][ceem_casadi.design_input])."""
 from __future__ import annotations
 
 import json
@@ -10,37 +7,20 @@ import numpy as np
 
 from ..errors import CeemError
 from ..runtime._atomic import atomic_path, atomic_write_text
-from ._inputs import UsageError, model_from_args, states, theta_arg, writable
-
-
-def _floats(text: str, what: str, n: int | None = None) -> list[float]:
-    try:
-        vals = [float(v) for v in text.split(",")]
-    except ValueError:
-        raise UsageError(f"{what}: expected comma-separated numbers, got {text!r}") from None
-    if n is not None and len(vals) != n:
-        raise UsageError(f"{what}: expected {n} comma-separated numbers, got {len(vals)} ({text!r})")
-    if not all(np.isfinite(vals)):
-        raise UsageError(f"{what}: expected finite numbers, got {text!r}")
-    return vals
+from ._inputs import UsageError, at_least, model_from_args, numbers, states, theta_arg, writable
 
 
 def cmd_design_input(args) -> int:
     from ..workflow.design._experiment_design import DesignOptions, design_input
 
-    if args.horizon < 2:
-        raise UsageError(f"--horizon: expected an integer >= 2 (samples of the experiment), got {args.horizon}")
-    lo, hi = _floats(args.u_bounds, "--u-bounds", 2)
+    at_least(args.horizon, 2, "--horizon", " (samples of the experiment)")
+    lo, hi = numbers(args.u_bounds, "--u-bounds", "comma-separated finite numbers", n=2)
     if lo > hi:
         raise UsageError(f"--u-bounds: expected LOWER,UPPER with LOWER <= UPPER, got {args.u_bounds!r}")
-    rate = None
-    if args.rate_bound is not None:
-        if not args.rate_bound > 0:
-            raise UsageError(f"--rate-bound: expected a positive number (largest input change per value), "
-                             f"got {args.rate_bound}")
-        rate = args.rate_bound
-    if args.starts < 1:
-        raise UsageError(f"--starts: expected an integer >= 1, got {args.starts}")
+    if args.rate_bound is not None and not args.rate_bound > 0:
+        raise UsageError(f"--rate-bound: expected a positive number (largest input change per value), "
+                         f"got {args.rate_bound}")
+    at_least(args.starts, 1, "--starts")
     out = writable(args.out, "--out")
     if out.suffix not in (".npz", ".csv"):
         raise UsageError(f"--out {args.out}: expected a .npz or .csv file name")
@@ -55,7 +35,7 @@ def cmd_design_input(args) -> int:
     if model.nu < 1:
         raise UsageError("the model has no input (nu = 0): there is nothing to design")
     try:
-        res = design_input(model, theta, args.horizon, u_bounds=(lo, hi), rate_bounds=rate,
+        res = design_input(model, theta, args.horizon, u_bounds=(lo, hi), rate_bounds=args.rate_bound,
                            criterion=args.criterion, x0=x0, starts=args.starts, seed=args.seed, options=options)
     except CeemError as exc:
         raise UsageError(str(exc)) from None

@@ -1,10 +1,4 @@
-"""Bodies of the CLI subcommands that fit a model and write a model file: ``fit``, ``refine`` and
-``calibrate-noise`` (argument parsing: `ceem_casadi.cli`; validation helpers:
-`ceem_casadi.cli._inputs`).
-
-Exit codes as in `ceem_casadi.cli`: 0 success, 1 the solver did not converge (the model file is
-still written), 2 bad input (`UsageError`).
-"""
+"""CLI subcommands that fit and write a model file: ``fit``, ``refine``, ``calibrate-noise``."""
 from __future__ import annotations
 
 import dataclasses
@@ -26,35 +20,16 @@ from ._inputs import (
     build_options,
     data_from_args,
     figure_path,
+    given_x0,
     json_object,
     model_from_args,
     model_ref,
-    names,
+    numbers,
     optional_output,
-    states,
+    positive_seconds,
     theta_arg,
     writable,
 )
-
-
-def positive_seconds(value, what: str):
-    """``value`` (seconds) unless it is not a finite number > 0; None passes."""
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise UsageError(f"{what}: expected a finite number of seconds > 0, got {value}")
-    return value
-
-
-def float_list(text: str, what: str) -> list[float]:
-    """Comma-separated distinct finite numbers > 0."""
-    try:
-        values = [float(s) for s in names(text) or []]
-    except ValueError:
-        raise UsageError(f"{what}: expected comma-separated numbers > 0 like 0.3,1,3, got {text!r}") from None
-    if not values or not all(math.isfinite(v) and v > 0 for v in values):
-        raise UsageError(f"{what}: expected comma-separated finite numbers > 0 like 0.3,1,3, got {text!r}")
-    if len(set(values)) != len(values):
-        raise UsageError(f"{what}: the levels must be distinct, got {text!r}")
-    return values
 
 
 def model_source(args, saved):
@@ -72,7 +47,6 @@ def _summary_line(text: str, quiet: bool) -> None:
         print(text, file=sys.stderr)
 
 
-# --- fit ---------------------------------------------------------------------------------------------
 def cmd_fit(args) -> int:
     if not args.model:
         raise UsageError("give the model as --model package.module:factory or path/to/file.py:factory")
@@ -106,8 +80,7 @@ def _fit_within_limit(args, options, out, ckpt_path) -> int:
         raise UsageError(f"--config {args.config} [smoother]: {exc}") from None
     data, desc = data_from_args(args, model)
     theta0 = theta_arg(model, args.theta0, "--theta0") or theta_init
-    kwargs = json_object(args.model_kwargs, "--model-kwargs")
-    source = model_ref(args.model)
+    source, kwargs = model_source(args, None)
     if args.resume and not args.quiet:
         print(f"resuming from {ckpt_path} after {read_checkpoint(ckpt_path).iterations} iterations"
               if ckpt_path.exists() else f"no checkpoint {ckpt_path}; starting a new fit", file=sys.stderr)
@@ -131,31 +104,22 @@ def _fit_within_limit(args, options, out, ckpt_path) -> int:
     return 0 if fit.status == "converged" else 1
 
 
-# --- refine ------------------------------------------------------------------------------------------
 def cmd_refine(args) -> int:
     from ..deploy._modelfile import save_model
     from ..workflow.output_error._output_error import refine_output_error
     from ..workflow.output_error._output_error_options import OutputErrorOptions
 
     out = writable(args.out, "--out")
-    if args.shooting is not None and args.shooting < 1:
-        raise UsageError(f"--shooting: expected an integer >= 1 (samples per multiple-shooting segment), "
-                         f"got {args.shooting}")
+    at_least(args.shooting, 1, "--shooting", " (samples per multiple-shooting segment)")
     positive_seconds(args.time_limit, "--time-limit")
-    if args.max_iter is not None and args.max_iter < 1:
-        raise UsageError(f"--max-iter: expected an integer >= 1 (solver iterations), got {args.max_iter}")
+    at_least(args.max_iter, 1, "--max-iter", " (solver iterations)")
     model, theta, saved = model_from_args(args)
     theta = theta_arg(model, args.theta0, "--theta0", base=theta) or theta
     data, desc = data_from_args(args, model)
-    shortest = min(data.lengths)
-    if args.x0_window is not None and not 1 <= args.x0_window <= shortest:
-        raise UsageError(f"--x0-window: expected an integer in [1, {shortest}] (shortest trajectory), "
-                         f"got {args.x0_window}")
-    if args.x0 is not None and args.x0_window is not None:
-        raise UsageError("--x0-window estimates the starting initial states, --x0 gives them: give one of them")
-    x0 = states(args.x0, "--x0", model.nx, len(data)) if args.x0 is not None else None
+    x0 = given_x0(args.x0, args.x0_window, model.nx, data, min(data.lengths))
     if args.hessian is not None and args.solver != "ipopt":
-        raise UsageError(f"--hessian applies to --solver ipopt only, got --hessian {args.hessian} with --solver {args.solver}")
+        raise UsageError(f"--hessian applies to --solver ipopt only, got --hessian {args.hessian} with --solver "
+                         f"{args.solver}")
     options = OutputErrorOptions(solver=args.solver, hessian=args.hessian, use_prior=not args.no_prior,
                                  time_limit=args.time_limit, x0_window=args.x0_window,
                                  **({} if args.max_iter is None else {"max_iters": args.max_iter}))
@@ -177,7 +141,6 @@ def cmd_refine(args) -> int:
     return 0 if res.status == "converged" else 1
 
 
-# --- calibrate-noise ---------------------------------------------------------------------------------
 def _calibration_options(args):
     from ..em._options import CEEMOptions
     from ..workflow._noise_calibration_options import NoiseCalibrationOptions
@@ -186,8 +149,7 @@ def _calibration_options(args):
     if args.n_jobs < 1 or args.n_jobs > 4 * cores:
         raise UsageError(f"--n-jobs: expected an integer in [1, {4 * cores}] (this machine has {cores} cores), "
                          f"got {args.n_jobs}")
-    if args.max_iters < 1:
-        raise UsageError(f"--max-iters: expected an integer >= 1 (CE-EM iterations per level), got {args.max_iters}")
+    at_least(args.max_iters, 1, "--max-iters", " (CE-EM iterations per level)")
     positive_seconds(args.time_limit, "--time-limit")
     if not 0 < args.holdout_fraction < 1:
         raise UsageError(f"--holdout-fraction: expected a number in (0, 1), got {args.holdout_fraction}")
@@ -238,7 +200,9 @@ def cmd_calibrate_noise(args) -> int:
             writable(getattr(args, flag), f"--{flag}")
     if args.plot:
         figure_path(args.plot, "--plot")
-    grid = float_list(args.grid, "--grid") if args.grid is not None else None
+    grid = None if args.grid is None else numbers(
+        args.grid, "--grid", "comma-separated finite numbers > 0 like 0.3,1,3", ok=lambda v: math.isfinite(v) and v > 0,
+        distinct=True)
     options = _calibration_options(args)
     model, theta, saved = model_from_args(args)
     theta = theta_arg(model, args.theta0, "--theta0", base=theta) or theta

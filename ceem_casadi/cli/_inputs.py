@@ -1,11 +1,5 @@
-"""Inputs of the command line interface, validated at the boundary.
-
-Every value that comes from a user (flags, JSON, TOML, data files) is checked here and a bad one
-raises `UsageError`: one line saying what was expected, what was given and which flag
-fixes it; the CLI turns it into exit code 2. The readers of trajectory tables (CSV/Parquet/npz)
-live in `ceem_casadi.io._readers` (their [`DataFileError`][ceem_casadi.io.DataFileError] is a
-[`CeemError`][ceem_casadi.CeemError], also exit code 2).
-"""
+"""Inputs of the command line, validated at the boundary: a bad flag, JSON, TOML or file raises `UsageError`, one
+line saying what was expected, what was given and which flag fixes it (exit code 2)."""
 from __future__ import annotations
 
 import logging
@@ -20,6 +14,7 @@ import tomllib
 
 from ..io._limits import InputLimitError, check_text, loads_json, read_text_file
 from ..io._readers import read_trajectories
+from ..runtime._schema import ACCELERATIONS
 
 log = logging.getLogger("ceem_casadi.cli")
 
@@ -38,17 +33,8 @@ API_OPTIONS = {"grid": "--grid", "theta0": "--theta0", "time_limit": "--time-lim
 
 
 def cli_message(exc: BaseException, command: str | None, flags=()) -> str:
-    """One line for ``exc`` raised by ``command``: a library error's API advice is replaced by the
-    CLI's, and API argument names (``grid:``, ``raise time_limit``) by the command's options
-    ``flags`` (its option strings).
-
-    Examples
-    --------
-    >>> from ceem_casadi.errors import OptionsError
-    >>> cli_message(OptionsError("grid: expected positive levels; raise time_limit"), "calibrate-noise",
-    ...             ["--grid", "--time-limit"])
-    '--grid: expected positive levels; raise --time-limit'
-    """
+    """One line for ``exc`` raised by ``command``: a library error's API advice replaced by the CLI's, API argument
+    names (``grid:``, ``raise time_limit``) by the command's option strings ``flags`` (``--grid``, ``--time-limit``)."""
     msg = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, UsageError) or command is None:
         return msg
@@ -96,26 +82,35 @@ def names(text: str | None) -> list[str] | None:
     return None if text is None else [s.strip() for s in text.split(",") if s.strip()]
 
 
-def int_list(text: str, what: str, minimum: int = 1) -> list[int]:
-    """Comma-separated integers >= ``minimum``."""
-    out = []
-    for s in names(text) or []:
-        try:
-            v = int(s)
-        except ValueError:
-            raise UsageError(f"{what}: expected comma-separated integers >= {minimum}, got {text!r}") from None
-        if v < minimum:
-            raise UsageError(f"{what}: expected integers >= {minimum}, got {v}")
-        out.append(v)
-    if not out:
-        raise UsageError(f"{what}: expected comma-separated integers >= {minimum}, got {text!r}")
-    return out
+def numbers(text: str, what: str, expected: str, *, kind=float, ok=math.isfinite, n: int | None = None,
+                distinct: bool = False) -> list:
+    """Comma-separated numbers of type ``kind`` passing ``ok`` (``n`` of them when given, ``distinct`` if asked);
+    a refusal says ``expected``."""
+    try:
+        values = [kind(s) for s in names(text) or []]
+    except ValueError:
+        raise UsageError(f"{what}: expected {expected}, got {text!r}") from None
+    if n is not None and len(values) != n:
+        raise UsageError(f"{what}: expected {n} {expected}, got {len(values)} ({text!r})")
+    if not values or not all(ok(v) for v in values):
+        raise UsageError(f"{what}: expected {expected}, got {text!r}")
+    if distinct and len(set(values)) != len(values):
+        raise UsageError(f"{what}: the levels must be distinct, got {text!r}")
+    return values
 
 
 def at_least(value, minimum, what: str, unit: str = ""):
-    """``value`` unless it is below ``minimum`` (or not finite)."""
+    """``value`` unless it is below ``minimum`` (or not finite); None passes."""
     if value is not None and not (math.isfinite(value) and value >= minimum):
-        raise UsageError(f"{what}: expected a number >= {minimum}{unit}, got {value}")
+        kind = "an integer" if isinstance(value, int) else "a number"
+        raise UsageError(f"{what}: expected {kind} >= {minimum}{unit}, got {value}")
+    return value
+
+
+def positive_seconds(value, what: str):
+    """``value`` (seconds) unless it is not a finite number > 0; None passes."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{what}: expected a finite number of seconds > 0, got {value}")
     return value
 
 
@@ -138,6 +133,19 @@ def states(text: str | None, what: str, nx: int, batch: int | None = None) -> np
     if not np.all(np.isfinite(x)):
         raise UsageError(f"{what}: the initial states must be finite, got {value}")
     return x
+
+
+def given_x0(x0_arg: str | None, window: int | None, nx: int, data, largest: int) -> np.ndarray | None:
+    """Initial states (B, nx) given with ``--x0`` (None when absent or ``estimate``), after checking that
+    ``--x0-window`` is in [1, ``largest``] and that not both flags are given."""
+    if window is not None and not 1 <= window <= largest:
+        raise UsageError(f"--x0-window: expected an integer in [1, {largest}] (samples used to estimate x0; the "
+                         f"shortest trajectory has {min(data.lengths)}), got {window}")
+    if x0_arg is None or x0_arg.strip() == "estimate":
+        return None
+    if window is not None:
+        raise UsageError("--x0-window estimates the initial states, --x0 gives them: give one of them")
+    return states(x0_arg, "--x0", nx, len(data))
 
 
 def theta_arg(model, text: str | None, what: str, base: dict | None = None) -> dict | None:
@@ -243,16 +251,26 @@ def model_from_args(args):
     return model, model.params.initial(), None
 
 
-FLAG_MAP = {"max_iters": ("ceem", "max_iters"), "tol": ("ceem", "tol"), "acceleration": ("ceem", "acceleration"),
-            "n_jobs": ("ceem", "n_jobs"), "rho_x": ("smoother", "rho_x"), "rho_theta": ("learner", "rho_theta"),
-            "smoother_max_iter": ("smoother", "max_iters"), "learner_max_iter": ("learner", "max_iters"),
-            "smoother_hessian": ("smoother", "hessian"), "learner_hessian": ("learner", "hessian"),
-            "time_limit": ("ceem", "time_limit")}
+# fit's option flags: dest -> (section of CEEMOptions ("ceem": top level), field, keywords of add_argument)
+OPTION_FLAGS = {
+    "max_iters": ("ceem", "max_iters", {"type": int}),
+    "tol": ("ceem", "tol", {"type": float}),
+    "acceleration": ("ceem", "acceleration", {"choices": list(ACCELERATIONS)}),
+    "n_jobs": ("ceem", "n_jobs", {"type": int}),
+    "rho_x": ("smoother", "rho_x", {"type": float}),
+    "rho_theta": ("learner", "rho_theta", {"type": float}),
+    "smoother_max_iter": ("smoother", "max_iters", {"type": int}),
+    "learner_max_iter": ("learner", "max_iters", {"type": int}),
+    "smoother_hessian": ("smoother", "hessian", {}),
+    "learner_hessian": ("learner", "hessian", {}),
+    "time_limit": ("ceem", "time_limit", {"type": float, "help": "wall-clock budget of the fit in seconds (status "
+                                                                  "time_limit)"}),
+}
 
 
 def build_options(config: str | None, args):
-    """CEEMOptions from a TOML file (top-level CEEMOptions keys, tables [smoother] and [learner])
-    overridden by command line flags, through [`CEEMOptions.from_mapping`][ceem_casadi.CEEMOptions.from_mapping] (types checked)."""
+    """CEEMOptions from a TOML file (top-level CEEMOptions keys, tables [smoother] and [learner]) overridden by
+    the flags of `OPTION_FLAGS`, through [`CEEMOptions.from_mapping`][ceem_casadi.CEEMOptions.from_mapping]."""
     from ..em._options import CEEMOptions
 
     raw: dict = {}
@@ -270,7 +288,7 @@ def build_options(config: str | None, args):
         except (TypeError, ValueError) as exc:
             raise UsageError(f"--config {config}: {exc}") from None
     mapping = {k: (dict(v) if k in ("smoother", "learner") and isinstance(v, dict) else v) for k, v in raw.items()}
-    for flag, (sec, key) in FLAG_MAP.items():
+    for flag, (sec, key, _) in OPTION_FLAGS.items():
         if getattr(args, flag, None) is not None:
             (mapping if sec == "ceem" else mapping.setdefault(sec, {}))[key] = getattr(args, flag)
     if getattr(args, "no_prior", False):

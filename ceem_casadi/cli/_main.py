@@ -1,10 +1,5 @@
-"""Command line interface ``ceem-casadi``: fit, calibrate-noise, refine, evaluate, simulate, smooth, codegen, plot.
-
-Exit codes: 0 success; 1 the fit did not converge (results are still written); 2 bad input (a
-one-line message on stderr, no traceback); 130 interrupted (the last checkpoint is kept).
-See ``docs/usage_cli.md`` and ``ceem-casadi <command> --help``. This module builds the parser and maps errors
-to exit codes; the command bodies live in `ceem_casadi.cli._fit` (fit, refine, calibrate-noise)
-and `ceem_casadi.cli._commands` (evaluate, simulate, smooth, codegen, plot).
+"""Command line interface ``ceem-casadi``: the parser and the mapping of errors to exit codes (0 success, 1 not
+converged, results written; 2 bad input, one line; 130 interrupted); docs/usage_cli.md.
 """
 from __future__ import annotations
 
@@ -19,7 +14,7 @@ from ..runtime._schema import ACCELERATIONS
 from ._commands import cmd_codegen, cmd_evaluate, cmd_plot, cmd_simulate, cmd_smooth
 from ._design import add_design_parser
 from ._fit import cmd_calibrate_noise, cmd_fit, cmd_refine
-from ._inputs import UsageError, cli_message
+from ._inputs import OPTION_FLAGS, UsageError, cli_message
 
 PROG = "ceem-casadi"
 
@@ -35,7 +30,6 @@ class _Parser(argparse.ArgumentParser):
         raise exc
 
 
-# --- parser ---------------------------------------------------------------------------------------------
 def _add_model(p, *, file_only=False, file_allowed=True):
     if file_allowed:
         p.add_argument("--model-file", help="model file written by 'fit' (.npz)", required=file_only)
@@ -56,8 +50,8 @@ def _add_data(p, required=True):
                    help="CSV/Parquet table or .npz (arrays y, u); repeat for several trajectories")
     p.add_argument("--outputs", help="comma-separated output columns (default: columns named y*)")
     p.add_argument("--inputs", help="comma-separated input columns (default: columns named u*)")
-    p.add_argument("--trajectory-column", help="column whose values split a table into trajectories "
-                                               "(default: the column 'trajectory' when present, as written by simulate)")
+    p.add_argument("--trajectory-column", help="column whose values split a table into trajectories (default: the "
+                                               "column 'trajectory' when present, as written by simulate)")
 
 
 def _add_x0(p):
@@ -78,18 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data(p)
     p.add_argument("--theta0", help="initial parameters: JSON object (or .json file), missing names = factory's values")
     p.add_argument("--config", help="TOML options: CEEMOptions keys at top level, tables [smoother], [learner]")
-    p.add_argument("--max-iters", type=int)
-    p.add_argument("--tol", type=float)
-    p.add_argument("--acceleration", choices=list(ACCELERATIONS))
-    p.add_argument("--n-jobs", type=int)
-    p.add_argument("--rho-x", type=float)
-    p.add_argument("--rho-theta", type=float)
-    p.add_argument("--smoother-max-iter", type=int)
-    p.add_argument("--learner-max-iter", type=int)
-    p.add_argument("--smoother-hessian")
-    p.add_argument("--learner-hessian")
+    for dest, (_, _, keywords) in OPTION_FLAGS.items():
+        p.add_argument(f"--{dest.replace('_', '-')}", **keywords)
     p.add_argument("--no-prior", action="store_true", help="ignore the parameters' priors")
-    p.add_argument("--time-limit", type=float, help="wall-clock budget of the fit in seconds (status time_limit)")
     p.add_argument("--out", default="model.npz", help="model file to write (default model.npz)")
     p.add_argument("--checkpoint", help="checkpoint file (default <out>.ckpt.npz)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint if it exists")
@@ -202,9 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _command_flags(command: str | None) -> list[str]:
-    """The option strings of ``command`` (e.g. ``--grid``), from the parser."""
-    parser = build_parser()
+def _command_flags(parser, command: str | None) -> list[str]:
+    """The option strings of ``command`` (e.g. ``--grid``), from the ``parser``."""
     for action in parser._subparsers._group_actions:
         sub = action.choices.get(command)
         if sub is not None:
@@ -241,9 +225,6 @@ def main(argv=None) -> int:
     >>> main(["evaluate", "--model", "missing.ceem.json", "--data", "missing.csv"])
     2
     """
-    # the working directory is never put on the import path: a pandas.py or matplotlib.py in it
-    # would run when the commands import those (issue 25); --model file.py:factory and
-    # package.module:factory refs of the working directory are resolved by model._source
     started = time.perf_counter()  # --time-limit counts from here: reading and building are part of it
     parser = build_parser()
     command = None
@@ -259,7 +240,7 @@ def main(argv=None) -> int:
         return int(args.func(args))
     except (UsageError, CeemError, OSError) as exc:
         where = f"{PROG} {command}" if command else getattr(exc, "where", PROG)
-        print(f"{where}: error: {cli_message(exc, command, _command_flags(command))}", file=sys.stderr)
+        print(f"{where}: error: {cli_message(exc, command, _command_flags(parser, command))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(interrupted_message(command), file=sys.stderr)
@@ -270,13 +251,7 @@ CHECKPOINTED = ("fit",)  # the commands that write a checkpoint and take --resum
 
 
 def interrupted_message(command: str | None) -> str:
-    """The line printed on Ctrl-C: the checkpoint and ``--resume`` only for a command that has them.
-
-    Examples
-    --------
-    >>> interrupted_message("design-input")
-    'ceem-casadi design-input: interrupted (this command keeps no checkpoint: run it again)'
-    """
+    """The line printed on Ctrl-C: the checkpoint and ``--resume`` only for a command that has them."""
     if command in CHECKPOINTED:
         return (f"{PROG} {command}: interrupted (the checkpoint of the last complete iteration is kept; continue "
                 f"with --resume)")

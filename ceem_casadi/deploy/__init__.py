@@ -5,4 +5,5 @@ from ._codegen import GeneratedEKF, generate_ekf
 from ._do_mpc import to_do_mpc
 from ._modelfile import ModelFileError, SavedModel, load_model, save_model
 
-__all__ = ["ExportResult", "GeneratedEKF", "export_casadi", "ModelFileError", "SavedModel", "generate_ekf", "load_model", "save_model", "to_do_mpc"]
+__all__ = ["ExportResult", "GeneratedEKF", "export_casadi", "ModelFileError", "SavedModel", "generate_ekf",
+           "load_model", "save_model", "to_do_mpc"]

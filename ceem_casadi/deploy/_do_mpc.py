@@ -1,16 +1,5 @@
-"""An identified model as a do-mpc model (the MPC library built on CasADi): ``pip install "ceem_casadi[control]"``.
-
-The model becomes a discrete-time ``do_mpc.model.Model`` with the states ``x`` (nx, 1), the inputs ``u`` (nu, 1),
-the update ``x+ = f(x, u, theta)`` (the identified discrete step: the model's integrator over one sample ``dt``) and
-the expression ``y = g(x, u, theta)``. The parameters are
-
-* ``"baked"``: the numbers of ``theta``, constants of the graph;
-* ``"tvp"``: a time-varying parameter ``theta`` (np, 1) of the do-mpc model (flat vector in the order of
-  ``model.params``; give the identified values, or new ones, through ``MPC.set_tvp_fun``), for adaptive MPC or
-  to re-use one do-mpc model for several fits;
-* ``"uncertain"``: a do-mpc parameter ``theta`` (``_p``), for robust multi-stage MPC over scenarios
-  (``MPC.set_uncertainty_values``).
-"""
+"""An identified model as a discrete-time do-mpc model, theta baked, time-varying or uncertain
+(``pip install "ceem_casadi[control]"``; docs/control.md, "do-mpc")."""
 from __future__ import annotations
 
 import warnings
@@ -38,7 +27,7 @@ def import_do_mpc():
 
 
 def to_do_mpc(model, theta, *, parameters: str = "baked", setup: bool = True):
-    """The identified ``model`` at ``theta`` as a discrete-time ``do_mpc.model.Model`` (module docstring).
+    """The identified ``model`` at ``theta`` as a discrete-time ``do_mpc.model.Model`` (docs/control.md, "do-mpc").
 
     Parameters
     ----------

@@ -1,29 +1,6 @@
-"""Save and load identified models: open formats, integrity-checked, never pickle, never code.
-
-A model file is a NumPy ``.npz`` archive (a zip of ``.npy`` arrays, read with
-``allow_pickle=False``) holding
-
-* ``__meta__``: UTF-8 JSON (as a uint8 array) with the format name and version, the library and
-  CasADi versions, the model source reference ``package.module:factory`` (or
-  ``path/to/file.py:factory``) and its keyword arguments, the parameter declarations (names,
-  shapes, initial values, bounds, free masks, priors), the noise settings, the fit options, a
-  description of the data, the iteration history and free-form user metadata;
-* ``theta``: the flat parameter vector; ``noise/<field>``: noise arrays; ``extra/<name>``:
-  user arrays (e.g. initial states);
-* ``sx/f/*``, ``sx/g/*`` (and ``sx/rhs/*``): the model functions as plain expression graphs
-  (`ceem_casadi.model._sxgraph`: instruction rows of elementary operations on x, u, p).
-
-The JSON holds ``sha256``, the SHA-256 over the canonical JSON (without that field) and every
-array's name, dtype, shape and bytes: a corrupted or edited file is refused with
-[`ModelFileError`][ceem_casadi.deploy.ModelFileError]. The digest protects against corruption and accidental edits, not
-against a forger who recomputes it.
-
-Trust model: by default [`load_model`][ceem_casadi.load_model] runs no code from the file. It rebuilds the model
-from the stored expression graphs (a whitelist of arithmetic operations; calls to other
-Functions, CasADi's own deserialiser, ``External`` libraries and imports are never used), so
-a crafted file can at worst give a wrong model, not run a command. The factory named in the
-file is imported and called only with ``trust_source=True`` (CLI ``--trust-source``): only for
-files you made. Files of format 1 (before expression graphs were stored) need that opt-in.
+"""Save and load identified models: an integrity-checked ``.npz`` of JSON metadata and numeric arrays, never
+pickle, never code; the model is rebuilt from stored expression graphs unless ``trust_source=True`` (layout and
+trust model: docs/usage_cli.md, "Model files").
 """
 from __future__ import annotations
 
@@ -51,7 +28,6 @@ FORMAT_VERSION = 2
 _NOISE_FIELDS = ("process_std", "measurement_std", "x1_mean", "x1_std")
 
 
-# --- model files ----------------------------------------------------------------------------
 @dataclass(repr=False)
 class SavedModel(Result):
     """An identified model loaded from a file.
@@ -132,16 +108,12 @@ class SavedModel(Result):
         FilterResult
         """
         from ..filtering import EKF
+        from ._codegen import ekf_settings
 
-        m, noise = self.model, self.model.noise
-        if x0 is None:
-            x0 = self.extra.get("x0", noise.x1_mean if noise.x1_mean is not None else np.zeros(m.nx))
-            x0 = np.asarray(x0, float).reshape(-1, m.nx)[0]
-        if Sigma0 is None:
-            Sigma0 = (noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2
-        Q = noise.process_std ** 2 if Q is None else Q
-        R = noise.measurement_std ** 2 if R is None else R
-        return EKF(m).run(self.theta_vector, y, u, x0=x0, Sigma0=Sigma0, Q=Q, R=R, engine=engine)
+        given = x0
+        x0, Sigma0, Q, R = ekf_settings(self.model, self.extra.get("x0") if x0 is None else x0, Sigma0, Q, R)
+        x0 = np.asarray(x0, float).reshape(-1, self.model.nx)[0] if given is None else x0
+        return EKF(self.model).run(self.theta_vector, y, u, x0=x0, Sigma0=Sigma0, Q=Q, R=R, engine=engine)
 
 
 def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | None = None,
@@ -246,8 +218,8 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
 
 
 def _kept_history(history) -> list[dict]:
-    """The iteration records to store: the last ``MAX_HISTORY_RECORDS`` (the limit the reader enforces,
-    io/_limits.py), with a warning when older ones are dropped."""
+    """The last ``MAX_HISTORY_RECORDS`` iteration records (the reader's limit), with a warning when older ones are
+    dropped."""
     history = list(history or [])
     if len(history) > MAX_HISTORY_RECORDS:
         log.warning("save_model: keeping the last %d of %d iteration records (the limit of a model file)",
@@ -256,15 +228,23 @@ def _kept_history(history) -> list[dict]:
     return [record_dict(h) for h in history]
 
 
-def _same_function(a: ca.Function, b: ca.Function, nx: int, nu: int, n_p: int, theta_vec) -> bool:
+def _same_function(a: ca.Function, b: ca.Function, nx: int, nu: int, theta_vec) -> bool:
+    """Whether ``a`` and ``b`` of (x, u, p) agree to 1e-12 at two seeded random points near ``theta_vec``."""
     rng = np.random.default_rng(0)
     for scale in (0.5, 2.0):
         args = (scale * rng.standard_normal(nx), scale * rng.standard_normal(nu),
-                theta_vec * (1 + 0.01 * rng.standard_normal(n_p)))
+                theta_vec * (1 + 0.01 * rng.standard_normal(theta_vec.size)))
         va, vb = np.asarray(a(*args)), np.asarray(b(*args))
         if va.shape != vb.shape or not np.allclose(va, vb, rtol=1e-12, atol=1e-12, equal_nan=True):
             return False
     return True
+
+
+def _split_theta(meta: dict, theta_vec: np.ndarray) -> dict:
+    """Name -> array (copies, of the stored shapes) of the flat ``theta_vec`` (n_p,)."""
+    sizes = [int(np.prod(shape, dtype=int)) for shape in meta["theta_shapes"]]
+    return {name: part.reshape(shape).copy() for name, shape, part in
+            zip(meta["theta_names"], meta["theta_shapes"], np.split(theta_vec, np.cumsum(sizes)[:-1]))}
 
 
 def _param_spec(params) -> list[dict]:
@@ -278,11 +258,8 @@ def _params_from_spec(spec, meta: dict, theta_vec: np.ndarray):
     from ..model._params import Param, Parameters
 
     if spec is None:
-        spec, off = [], 0
-        for name, shape in zip(meta["theta_names"], meta["theta_shapes"]):
-            n = int(np.prod(shape, dtype=int))
-            spec.append({"name": name, "shape": shape, "value": theta_vec[off:off + n].reshape(shape)})
-            off += n
+        spec = [{"name": name, "shape": list(np.shape(value)), "value": value}
+                for name, value in _split_theta(meta, theta_vec).items()]
     params = Parameters(*[Param(d["name"], **{k: (np.asarray(v, float) if k != "free" else np.asarray(v, bool))
                                               for k, v in d.items() if k not in ("name", "shape") and v is not None},
                                 shape=tuple(d["shape"])) for d in spec])
@@ -395,8 +372,8 @@ def load_model(path, *, trust_source: bool = False, check_source: bool = True, r
                                  f"(nx, nu, ny) = {(model.nx, model.nu, model.ny)} and parameters "
                                  f"{list(model.params.names)}, the file {(meta['nx'], meta['nu'], meta['ny'])} "
                                  f"and {meta['theta_names']}: the model source changed")
-        if check_source and not (_same_function(model.f, stored.f, model.nx, model.nu, theta_vec.size, theta_vec)
-                                 and _same_function(model.g, stored.g, model.nx, model.nu, theta_vec.size, theta_vec)):
+        if check_source and not all(_same_function(getattr(model, k), getattr(stored, k), model.nx, model.nu, theta_vec)
+                                    for k in ("f", "g")):
             raise ModelFileError(f"{path}: the model built by {source} computes different values than the "
                                  f"saved one (the source changed since the file was written); load without "
                                  f"trust_source (CLI: drop --trust-source) to use the saved functions, or with "
@@ -406,11 +383,7 @@ def load_model(path, *, trust_source: bool = False, check_source: bool = True, r
         raise ModelFileError(f"{path}: a format-{meta['format_version']} file without a model source cannot be loaded")
     else:
         model = stored
-    theta, off = {}, 0
-    for name, shape in zip(meta["theta_names"], meta["theta_shapes"]):
-        n = int(np.prod(shape, dtype=int))
-        theta[name] = theta_vec[off:off + n].reshape(shape).copy()
-        off += n
+    theta = _split_theta(meta, theta_vec)
     extra = {k[len("extra/"):]: v for k, v in arrays.items() if k.startswith("extra/")}
     unc = meta.get("uncertainty")
     if unc is not None:

@@ -1,15 +1,12 @@
-"""The integrity-checked ``.npz`` archive of model files and checkpoints.
-
-An archive holds ``__meta__`` (UTF-8 JSON as a uint8 array, with a ``sha256`` over the canonical
-JSON and every array's name, dtype, shape and bytes) and named arrays; it is written atomically
-and read with ``allow_pickle=False``. See `ceem_casadi.deploy._modelfile` for the model-file layout.
-"""
+"""The integrity-checked ``.npz`` archive of model files and checkpoints: ``__meta__`` JSON with its SHA-256
+and numeric arrays, written atomically, read without pickle (docs/usage_cli.md, "Model files")."""
 from __future__ import annotations
 
 import hashlib
 import io
 import json
 import zipfile
+from contextlib import contextmanager
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 
@@ -47,7 +44,6 @@ class ModelFileError(CeemError, ValueError):
     """
 
 
-# --- JSON helpers -------------------------------------------------------------------------
 def to_jsonable(obj):
     """Plain JSON types of dataclasses, numpy arrays/scalars, dicts, lists, paths."""
     if is_dataclass(obj) and not isinstance(obj, type):
@@ -69,10 +65,8 @@ def to_jsonable(obj):
 
 
 def record_dict(rec, offset: int = 0) -> dict:
-    """JSON-ready dict of an [`IterationRecord`][ceem_casadi.em.IterationRecord] (or a dict of one), without
-    any state trajectories (``x``), its iteration shifted by ``offset``. A record written before
-    ``decrease`` was renamed ``increase`` (same value: objective minus the previous one) is read
-    under the new name."""
+    """JSON-ready dict of an [`IterationRecord`][ceem_casadi.em.IterationRecord] (or a dict of one) without its
+    states ``x``, the iteration shifted by ``offset``; an old record's ``decrease`` is read as ``increase``."""
     d = dict(rec) if isinstance(rec, dict) else {f.name: getattr(rec, f.name) for f in fields(rec)}
     if "decrease" in d and "increase" not in d:
         d["increase"] = d.pop("decrease")
@@ -93,11 +87,7 @@ def _digest(meta: dict, arrays: dict[str, np.ndarray]) -> str:
 
 
 def write_archive(path, meta: dict, arrays: dict[str, np.ndarray]) -> Path:
-    """Atomically write an integrity-checked ``.npz`` (``meta`` JSON + numeric ``arrays``).
-
-    The zip comment (the file's last 64 bytes) is the hex SHA-256 of all bytes before it; the
-    metadata's ``sha256`` is the digest of the content (JSON + arrays).
-    """
+    """Atomically write an integrity-checked ``.npz`` of ``meta`` (JSON) and numeric ``arrays``."""
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
     for k, a in arrays.items():
         if a.dtype == object:
@@ -117,26 +107,30 @@ def write_archive(path, meta: dict, arrays: dict[str, np.ndarray]) -> Path:
     return atomic_write_bytes(path, raw + hashlib.sha256(raw).hexdigest().encode())
 
 
+@contextmanager
+def _as_model_file_error():
+    """An `InputLimitError` of the resource policy raised as a `ModelFileError` (same message)."""
+    try:
+        yield
+    except InputLimitError as exc:
+        raise ModelFileError(str(exc)) from None
+
+
 def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict, dict[str, np.ndarray]]:
-    """Read and verify a file written by `write_archive`; raise [`ModelFileError`][ceem_casadi.deploy.ModelFileError]."""
+    """``(meta, arrays)`` of a file written by `write_archive`, verified (else `ModelFileError`)."""
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"{path}: no such file")
-    try:  # the file's size before it is read: a padded archive with valid digests is refused here
+    with _as_model_file_error():  # the file's size before it is read: a padded archive with valid digests
         check_file_size(path, str(path), max_archive_bytes() + 2 ** 20)
-    except InputLimitError as exc:
-        raise ModelFileError(str(exc)) from None
     raw = path.read_bytes()
     if not raw.startswith(b"PK\x03\x04") or len(raw) < 64:
         raise ModelFileError(f"{path}: not a readable {expected_format} file (corrupted or wrong type)")
     if hashlib.sha256(raw[:-64]).hexdigest().encode() != raw[-64:]:
         raise ModelFileError(f"{path}: integrity check failed (SHA-256 mismatch of the file): the file "
                              f"was corrupted or edited; refusing to load it")
-    try:
-        # dtypes, sizes and graph instructions from the headers, before any array is allocated
+    with _as_model_file_error():  # dtypes, sizes and graph instructions from the headers, before any allocation
         check_npz(raw, str(path), max_rows={"/code": MAX_GRAPH_INSTRUCTIONS})
-    except InputLimitError as exc:
-        raise ModelFileError(str(exc)) from None
     try:
         with np.load(io.BytesIO(raw), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
@@ -146,12 +140,11 @@ def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict,
     if "__meta__" not in arrays:
         raise ModelFileError(f"{path}: not a {expected_format} file (no metadata)")
     try:
-        meta = loads_json(arrays.pop("__meta__").tobytes().decode(), f"{path}: metadata", max_archive_bytes())
-        if isinstance(meta, dict):
-            check_records(meta.get("history"), f"{path}: iteration history")
-        check_strings(meta, f"{path}: metadata")
-    except InputLimitError as exc:
-        raise ModelFileError(str(exc)) from None
+        with _as_model_file_error():
+            meta = loads_json(arrays.pop("__meta__").tobytes().decode(), f"{path}: metadata", max_archive_bytes())
+            if isinstance(meta, dict):
+                check_records(meta.get("history"), f"{path}: iteration history")
+            check_strings(meta, f"{path}: metadata")
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelFileError(f"{path}: corrupted metadata ({exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != expected_format:
@@ -162,6 +155,6 @@ def read_archive(path, *, expected_format: str, max_version: int) -> tuple[dict,
         raise ModelFileError(f"{path}: format version {version} is newer than this ceem_casadi supports "
                              f"({max_version}); upgrade ceem_casadi to read it")
     if meta.get("sha256") != _digest(meta, arrays):
-        raise ModelFileError(f"{path}: integrity check failed (SHA-256 mismatch of the content): the file was corrupted "
-                             f"or edited; refusing to load it")
+        raise ModelFileError(f"{path}: integrity check failed (SHA-256 mismatch of the content): the file was "
+                             f"corrupted or edited; refusing to load it")
     return meta, arrays

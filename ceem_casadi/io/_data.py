@@ -1,8 +1,5 @@
-"""Trajectory data (observations, inputs, sample time) and simulation of a model.
-
-Arrays are time-major NumPy arrays: ``y[b]`` is (T_b, ny), ``u[b]`` is (T_b, nu).
-NaN in ``y`` means "not observed" (entry-wise); inputs must be finite.
-"""
+"""Trajectory data (time-major arrays ``y[b]`` (T_b, ny), NaN = not observed, and finite ``u[b]`` (T_b, nu)) and
+simulation of a model."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -134,8 +131,7 @@ class Trajectories:
         return np.zeros((self.y[b].shape[0], 0)) if self.u is None else self.u[b]
 
     def check_model(self, model) -> None:
-        """Raise [`ShapeError`][ceem_casadi.ShapeError] unless ny and nu match ``model``, and
-        `DataError` when a trajectory or an output column is never observed (`check_outputs`)."""
+        """`ShapeError` unless ny and nu match ``model``; `DataError` from `check_outputs`."""
         if self.ny != model.ny:
             raise ShapeError(f"data has ny={self.ny} output columns, the model observes ny={model.ny}")
         if self.nu != model.nu:
@@ -160,27 +156,8 @@ class Trajectories:
 
 
 def check_outputs(ys, names=None, error: type[Exception] = DataError) -> None:
-    """Raise ``error`` when a trajectory has no observed output at all, or when an output column is
-    missing (NaN) in every row of every trajectory.
-
-    Parameters
-    ----------
-    ys : list of numpy.ndarray
-        Outputs (T_b, ny) per trajectory, NaN = missing.
-    names : list of str, optional
-        Output names for the message (default ``y[:, j]``).
-    error : type
-        The exception raised ([`DataError`][ceem_casadi.errors.DataError]; the file reader passes
-        its own subclass).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> check_outputs([np.array([[1.0, np.nan], [2.0, np.nan]])])
-    Traceback (most recent call last):
-    ...
-    ceem_casadi.errors.DataError: all outputs missing: output(s) ['y[:, 1]'] are NaN in every row of every trajectory; check the data or choose the observed outputs (--outputs)
-    """
+    """Raise ``error`` (a `DataError` class) when a trajectory of ``ys`` ((T_b, ny) each, NaN = missing) has no
+    observed output, or an output column is NaN everywhere (named by ``names``, default ``y[:, j]``)."""
     for b, y in enumerate(ys):
         if y.size and np.all(np.isnan(y)):  # an empty trajectory is the length checks' to refuse
             raise error(f"trajectory {b}: every output is missing (NaN); nothing to fit there: drop the "

@@ -1,19 +1,6 @@
-"""Loaders of two real nonlinear system-identification benchmarks with their official splits.
-
-* **Cascaded Tanks** (Schoukens, Mattsson, Wigren, Noel, 2016): ``cascaded_tanks/dataBenchmark.mat``
-  with ``uEst, yEst, uVal, yVal`` (1024 samples each, volts) and ``Ts = 4`` s. u is the pump voltage,
-  y the lower-tank water level sensor voltage.
-* **Silverbox** (Wigren and Schoukens, ECC 2013): ``silverbox/SNLS80mV.mat`` with ``V1`` (input
-  voltage, u) and ``V2`` (output voltage, y), 131072 samples at ``fs = 1e7 / 2**14`` Hz.
-
-The data are third-party files and are never copied into this repository. A loader takes the data
-folder as ``data_dir``; when omitted it uses the environment variable ``CEEM_DATA`` if set, else
-``<repository>/../shared/data`` if that folder exists. Every file is checked against the SHA-256
-digest listed in ``<data_dir>/SHA256SUMS`` before it is read.
-
-Benchmark metric (both): free-run simulation RMS after an initialisation window of ``init_window``
-samples, ``sqrt(mean((y[n:] - yhat[n:])**2))`` ([`simulation_rms`][ceem_casadi.io.simulation_rms]); the initial state may be
-estimated from the first ``init_window`` samples only.
+"""Loaders of the real benchmarks Cascaded Tanks and Silverbox with their official splits, from a data folder
+checked against its ``SHA256SUMS`` (``data_dir``, else ``$CEEM_DATA``, else ``../shared/data``), and their
+metric [`simulation_rms`][ceem_casadi.io.simulation_rms] (docs/results_real.md).
 """
 from __future__ import annotations
 
@@ -107,13 +94,9 @@ class BenchmarkSplit:
         return self.data.y[0].shape[0]
 
 
-# --------------------------------------------------------------------------------------------------
 def default_data_dir() -> Path:
-    """The data folder used when a loader gets ``data_dir=None``.
-
-    ``$CEEM_DATA`` if set, else ``<repository>/../shared/data`` if it exists (repository = parent of
-    the ``ceem_casadi`` package folder). Raises [`DatasetNotFoundError`][ceem_casadi.io.DatasetNotFoundError] otherwise.
-    """
+    """The data folder of a loader given ``data_dir=None``: ``$CEEM_DATA``, else ``<repository>/../shared/data`` if
+    it exists; else [`DatasetNotFoundError`][ceem_casadi.io.DatasetNotFoundError]."""
     env = os.environ.get("CEEM_DATA")
     if env:
         return Path(env)
@@ -124,10 +107,6 @@ def default_data_dir() -> Path:
     raise DatasetNotFoundError(
         f"no benchmark data folder: expected {cand} (next to the repository) or the environment "
         "variable CEEM_DATA pointing to a folder with cascaded_tanks/, silverbox/ and SHA256SUMS")
-
-
-def _resolve(data_dir) -> Path:
-    return default_data_dir() if data_dir is None else Path(data_dir)
 
 
 def _sha256(path: Path) -> str:
@@ -153,15 +132,8 @@ def _expected_digests(data_dir: Path) -> dict[str, str]:
 
 
 def verify_file(data_dir, relpath: str) -> Path:
-    """Path of ``<data_dir>/<relpath>`` after checking it exists and matches ``SHA256SUMS``.
-
-    Raises
-    ------
-    DatasetNotFoundError
-        The file, or ``SHA256SUMS``, is missing (message names the expected path and ``CEEM_DATA``).
-    ChecksumError
-        The digest differs (message gives expected and computed digests), or the file is not listed.
-    """
+    """``<data_dir>/<relpath>`` after checking it exists (else `DatasetNotFoundError`, naming the path and
+    ``CEEM_DATA``) and matches its digest in ``SHA256SUMS`` (else `ChecksumError`)."""
     data_dir = Path(data_dir)
     path = data_dir / relpath
     if not path.is_file():
@@ -179,10 +151,11 @@ def verify_file(data_dir, relpath: str) -> Path:
     return path
 
 
-def _loadmat(path: Path) -> dict:
-    from scipy.io import loadmat  # scipy is a dependency; imported lazily to keep import time low
+def _load(data_dir, relpath: str) -> dict:
+    """The arrays of the checksummed MATLAB file ``relpath`` of ``data_dir`` (default `default_data_dir`)."""
+    from scipy.io import loadmat  # imported lazily to keep import time low
 
-    return loadmat(str(path))
+    return loadmat(str(verify_file(default_data_dir() if data_dir is None else Path(data_dir), relpath)))
 
 
 def _split(name: str, y, u, dt: float, init_window: int) -> BenchmarkSplit:
@@ -191,7 +164,6 @@ def _split(name: str, y, u, dt: float, init_window: int) -> BenchmarkSplit:
     return BenchmarkSplit(name=name, data=Trajectories([y], [u], dt=dt), init_window=init_window)
 
 
-# --------------------------------------------------------------------------------------------------
 def load_cascaded_tanks(data_dir=None) -> dict[str, BenchmarkSplit]:
     """Cascaded Tanks benchmark, official splits.
 
@@ -209,16 +181,11 @@ def load_cascaded_tanks(data_dir=None) -> dict[str, BenchmarkSplit]:
 
     Raises
     ------
-    DatasetNotFoundError
-        The file is not there (the message says where it was looked for).
-    ChecksumError
-        The file differs from its recorded SHA-256.
+    DatasetNotFoundError, ChecksumError
+        The file is not there (the message says where it was looked for), or differs from its SHA-256.
 
     Examples
     --------
-    The loader takes the folder of the official files (checksummed); a folder
-    without them is reported with what to download:
-
     >>> import tempfile
     >>> import ceem_casadi as cc
     >>> try:
@@ -227,8 +194,7 @@ def load_cascaded_tanks(data_dir=None) -> dict[str, BenchmarkSplit]:
     ...     print(type(err).__name__)
     DatasetNotFoundError
     """
-    path = verify_file(_resolve(data_dir), _TANKS_FILE)
-    m = _loadmat(path)
+    m = _load(data_dir, _TANKS_FILE)
     dt = float(np.asarray(m.get("Ts", TANKS_DT)).ravel()[0])
     out = {"estimation": _split("estimation", m["yEst"], m["uEst"], dt, 5),
            "test": _split("test", m["yVal"], m["uVal"], dt, 5)}
@@ -262,9 +228,6 @@ def load_silverbox(data_dir=None) -> dict[str, BenchmarkSplit]:
 
     Examples
     --------
-    The loader takes the folder of the official files (checksummed); a folder
-    without them is reported with what to download:
-
     >>> import tempfile
     >>> import ceem_casadi as cc
     >>> try:
@@ -273,21 +236,15 @@ def load_silverbox(data_dir=None) -> dict[str, BenchmarkSplit]:
     ...     print(type(err).__name__)
     DatasetNotFoundError
     """
-    path = verify_file(_resolve(data_dir), _SILVERBOX_FILE)
-    m = _loadmat(path)
+    m = _load(data_dir, _SILVERBOX_FILE)
     u = np.asarray(m["V1"], float).ravel()
     y = np.asarray(m["V2"], float).ravel()
     if u.shape != (131072,) or y.shape != (131072,):
         raise ShapeError(f"silverbox: expected V1, V2 of 131072 samples, got {u.shape}, {y.shape}")
-    ms_u, ms_y = u[40650:127400], y[40650:127400]
-    ar_u, ar_y = u[100:40575], y[100:40575]
-    n_tr = 65062
-    dt = SILVERBOX_DT
-    return {"train": _split("train", ms_y[:n_tr], ms_u[:n_tr], dt, 50),
-            "test_multisine": _split("test_multisine", ms_y[n_tr:], ms_u[n_tr:], dt, 50),
-            "test_arrow_full": _split("test_arrow_full", ar_y, ar_u, dt, 50),
-            "test_arrow_no_extrapolation": _split("test_arrow_no_extrapolation", ar_y[:32000],
-                                                  ar_u[:32000], dt, 50)}
+    train_end = 40650 + 65062  # 0-based ranges: the multisine part is [40650:127400], the arrow [100:40575]
+    ranges = {"train": (40650, train_end), "test_multisine": (train_end, 127400), "test_arrow_full": (100, 40575),
+              "test_arrow_no_extrapolation": (100, 100 + 32000)}
+    return {name: _split(name, y[a:b], u[a:b], SILVERBOX_DT, 50) for name, (a, b) in ranges.items()}
 
 
 def simulation_rms(y, yhat, skip: int = 0) -> float:

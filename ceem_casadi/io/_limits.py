@@ -1,26 +1,7 @@
-"""Size and nesting limits on what is read from files and command lines, checked before parsing.
-
-A model file, a checkpoint, a JSON or TOML option is data from somewhere else: a 1 MB ``.npz``
-can declare a 1 GiB array (compressed zeros), a 200 kB JSON text can nest 100,000 levels deep
-(Python's parsers then raise ``RecursionError``), a string can be megabytes long. Every reader
-checks these bounds first and raises [`InputLimitError`][ceem_casadi.io.InputLimitError] (a
-``ValueError``) with what was found and the limit, so nothing is allocated or parsed past them.
-
-The limits (module constants; the archive size also from ``$CEEM_MAX_ARCHIVE_MB``):
-
-* ``MAX_NESTING = 64``: brackets/braces open at once in JSON or TOML text;
-* ``MAX_TEXT_BYTES = 16 MiB``: a JSON or TOML text (option, file, model-file metadata);
-* ``MAX_STRING_CHARS = 10,000``: one string inside model-file or checkpoint metadata;
-* ``max_archive_bytes()`` (default 512 MiB): one array, and all arrays of one archive together,
-  uncompressed, read from the ``.npy`` headers before any array is loaded; also the size of the
-  archive file itself, from ``stat`` before it is read (a padded file with valid digests);
-* ``MAX_GRAPH_INSTRUCTIONS = 1,000,000``: instructions of one stored expression graph (model
-  file), from the ``.npy`` header of its ``code`` array, before it is loaded or evaluated;
-* ``MAX_HISTORY_RECORDS = 10,000``: iteration records of a model file or checkpoint;
-* ``max_data_bytes()`` (default 4 GiB, ``$CEEM_MAX_DATA_MB``): one data file (CSV, Parquet,
-  ``.npz``; for ``.npz`` the arrays uncompressed), from ``stat`` / the headers before parsing.
-
-The table of all limits, with the error each gives, is in docs/usage_cli.md ("Limits on inputs").
+"""The resource policy: size and nesting limits on what is read from files and command lines, checked before
+anything is parsed or allocated; past a limit [`InputLimitError`][ceem_casadi.io.InputLimitError] (a
+``ValueError``) names what was found and the limit. The table of all limits: docs/usage_cli.md ("Limits on
+inputs").
 """
 from __future__ import annotations
 
@@ -71,45 +52,19 @@ def _mib_from_env(name: str, default_mb: int) -> int:
 
 
 def max_archive_bytes() -> int:
-    """Largest array, and largest sum of arrays, of one archive (bytes): ``$CEEM_MAX_ARCHIVE_MB``
-    MiB, default ``MAX_ARCHIVE_MB``.
-
-    Examples
-    --------
-    >>> max_archive_bytes() >= 2 ** 20
-    True
-    """
+    """Largest array, and largest sum of arrays, of one archive (bytes): ``$CEEM_MAX_ARCHIVE_MB`` MiB, default
+    ``MAX_ARCHIVE_MB``."""
     return _mib_from_env("CEEM_MAX_ARCHIVE_MB", MAX_ARCHIVE_MB)
 
 
 def max_data_bytes() -> int:
-    """Largest data file (bytes; for ``.npz`` its arrays uncompressed): ``$CEEM_MAX_DATA_MB`` MiB,
-    default ``MAX_DATA_MB``.
-
-    Examples
-    --------
-    >>> max_data_bytes() >= 2 ** 30
-    True
-    """
+    """Largest data file (bytes; for ``.npz`` its arrays uncompressed): ``$CEEM_MAX_DATA_MB`` MiB, default
+    ``MAX_DATA_MB``."""
     return _mib_from_env("CEEM_MAX_DATA_MB", MAX_DATA_MB)
 
 
 def check_file_size(path, what: str, limit: int, env: str = "CEEM_MAX_ARCHIVE_MB") -> int:
-    """Size in bytes of the file ``path`` (``os.stat``, nothing read); `InputLimitError` above
-    ``limit`` bytes.
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> p = pathlib.Path(tempfile.mkdtemp()) / "f.txt"
-    >>> _ = p.write_text("x" * 100)
-    >>> check_file_size(p, "f.txt", 1000)
-    100
-    >>> check_file_size(p, "f.txt", 10)
-    Traceback (most recent call last):
-    ...
-    ceem_casadi.io._limits.InputLimitError: f.txt: a file of 100 bytes, more than the limit of 10 bytes; ...
-    """
+    """Size in bytes of the file ``path`` (``os.stat``, nothing read); `InputLimitError` above ``limit`` bytes."""
     size = os.stat(path).st_size
     if size > limit:
         raise InputLimitError(f"{what}: a file of {size} bytes, more than the limit of {limit} bytes; refusing to "
@@ -118,47 +73,28 @@ def check_file_size(path, what: str, limit: int, env: str = "CEEM_MAX_ARCHIVE_MB
 
 
 def read_text_file(path, what: str, max_chars: int = MAX_TEXT_BYTES) -> str:
-    """The text of the file ``path`` after `check_file_size` (at most ``max_chars`` bytes).
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> p = pathlib.Path(tempfile.mkdtemp()) / "o.json"
-    >>> _ = p.write_text('{"a": 1}')
-    >>> read_text_file(p, "--options")
-    '{"a": 1}'
-    """
+    """The text of the file ``path`` after `check_file_size` (at most ``max_chars`` bytes)."""
     check_file_size(path, what, max_chars, env="the file")
     with open(path, encoding="utf-8") as fh:
         return fh.read(max_chars + 1)
 
 
 def check_records(records, what: str, limit: int = MAX_HISTORY_RECORDS) -> None:
-    """`InputLimitError` when the list ``records`` (e.g. an iteration history) holds more than
-    ``limit`` entries.
-
-    Examples
-    --------
-    >>> check_records([{}] * 3, "history")
-    >>> check_records([{}] * 3, "history", limit=2)
-    Traceback (most recent call last):
-    ...
-    ceem_casadi.io._limits.InputLimitError: history: 3 records, more than the limit of 2
-    """
+    """`InputLimitError` when the list ``records`` (e.g. an iteration history) holds more than ``limit`` entries."""
     if isinstance(records, list) and len(records) > limit:
         raise InputLimitError(f"{what}: {len(records)} records, more than the limit of {limit}")
 
 
-_JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_SPECIAL_TOML = re.compile(r"[\[\]{}\"'#]")
-_REST_DQ = re.compile(r'(?:[^"\\\n]|\\.)*')  # the rest of a "string" (escapes skipped), up to its quote
-_REST_SQ = re.compile(r"[^'\n]*")             # the rest of a TOML 'literal string'
+_JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+# TOML strings (multi-line ones first; an unterminated one runs to its end) and comments: brackets there do not count
+_TOML_SKIP = re.compile(r'"""(?:[^\\]|\\(?:.|\Z))*?(?:"""|\Z)|\'\'\'.*?(?:\'\'\'|\Z)'
+                        r'|"(?:[^"\\\n]|\\[^\n])*"?|\'[^\'\n]*\'?|#[^\n]*', re.S)
 
 
-def nesting_depth(text: str, *, toml: bool = False, stop_at: int | None = None) -> int:
-    """Largest number of ``[`` / ``{`` open at once in JSON (or, with ``toml``, TOML) ``text``,
-    outside strings (and TOML comments); stops counting past ``stop_at``.
+def nesting_depth(text: str, *, toml: bool = False) -> int:
+    """Largest number of ``[`` / ``{`` open at once in JSON (or, with ``toml``, TOML) ``text``, outside strings
+    and comments; strings are dropped and brackets counted in C (a 2 MB text: 0.05 s).
 
     Examples
     --------
@@ -167,84 +103,27 @@ def nesting_depth(text: str, *, toml: bool = False, stop_at: int | None = None) 
     >>> nesting_depth("a = [[1], 2]  # [[[[", toml=True)
     2
     """
-    if not toml:  # JSON: strings dropped and brackets counted in C (a 2 MB metadata text: 0.05 s, not 1 s)
-        brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)).encode()
-        if not brackets:
-            return 0
-        steps = np.where(np.isin(np.frombuffer(brackets, np.uint8), (ord("["), ord("{"))), 1, -1)
-        walk = np.cumsum(steps)
-        return int(np.max(walk - np.minimum(np.minimum.accumulate(walk), 0)))  # the walk held at 0
-    depth = best = 0
-    i, n = 0, len(text)
-    special = _SPECIAL_TOML
-    while i < n:
-        m = special.search(text, i)  # jump over plain characters
-        if m is None:
-            break
-        i = m.start()
-        c = text[i]
-        if c in "[{":
-            depth += 1
-            if depth > best:
-                best = depth
-                if stop_at is not None and best > stop_at:
-                    return best
-        elif c in "]}":
-            depth = max(depth - 1, 0)
-        elif c == '"' or (toml and c == "'"):
-            if toml and text.startswith(c * 3, i):  # TOML multi-line string
-                end = text.find(c * 3, i + 3)
-                while c == '"' and end > 0 and _escaped(text, end):
-                    end = text.find(c * 3, end + 1)
-                i = n if end < 0 else end + 3
-                continue
-            i = (_REST_DQ if c == '"' else _REST_SQ).match(text, i + 1).end() + 1  # past the closing quote
-            continue
-        elif toml and c == "#":
-            j = text.find("\n", i)
-            i = n if j < 0 else j + 1
-            continue
-        i += 1
-    return best
-
-
-def _escaped(text: str, k: int) -> bool:
-    """True when ``text[k]`` is preceded by an odd number of backslashes."""
-    m = k - 1
-    while m >= 0 and text[m] == "\\":
-        m -= 1
-    return (k - 1 - m) % 2 == 1
+    brackets = _NOT_BRACKET.sub("", (_TOML_SKIP if toml else _JSON_STRING).sub("", text)).encode()
+    if not brackets:
+        return 0
+    steps = np.where(np.isin(np.frombuffer(brackets, np.uint8), (ord("["), ord("{"))), 1, -1)
+    walk = np.cumsum(steps)
+    return int(np.max(walk - np.minimum(np.minimum.accumulate(walk), 0)))  # the walk held at 0
 
 
 def check_text(text: str, what: str, *, toml: bool = False, max_chars: int = MAX_TEXT_BYTES) -> str:
-    """``text`` unless it is longer than ``max_chars`` or nests deeper than ``MAX_NESTING``.
-
-    Examples
-    --------
-    >>> check_text('[[1]]', "--x0")
-    '[[1]]'
-    >>> check_text('[' * 100 + ']' * 100, "--x0")
-    Traceback (most recent call last):
-    ...
-    ceem_casadi.io._limits.InputLimitError: --x0: nested more than 64 levels deep ...
-    """
+    """``text`` unless it is longer than ``max_chars`` or nests deeper than ``MAX_NESTING``."""
     if len(text) > max_chars:
         raise InputLimitError(f"{what}: {len(text)} characters, more than the limit of {max_chars}")
-    if nesting_depth(text, toml=toml, stop_at=MAX_NESTING) > MAX_NESTING:
+    if nesting_depth(text, toml=toml) > MAX_NESTING:
         raise InputLimitError(f"{what}: nested more than {MAX_NESTING} levels deep (lists/objects inside each "
                               f"other); expected plain values, lists of numbers and shallow objects")
     return text
 
 
 def loads_json(text: str, what: str, max_chars: int = MAX_TEXT_BYTES):
-    """``json.loads`` of ``text`` after `check_text` (``InputLimitError`` past the limits;
-    ``ValueError`` of the parser for bad JSON).
-
-    Examples
-    --------
-    >>> loads_json('{"a": [1, 2]}', "--theta0")
-    {'a': [1, 2]}
-    """
+    """``json.loads`` of ``text`` after `check_text` (``InputLimitError`` past the limits; the parser's
+    ``ValueError`` for bad JSON)."""
     check_text(text, what, max_chars=max_chars)
     try:
         return json.loads(text)
@@ -270,13 +149,9 @@ def check_strings(obj, what: str, max_chars: int = MAX_STRING_CHARS) -> None:
 
 
 def check_npz(raw, what: str, max_bytes: int | None = None, max_rows: dict | None = None) -> dict:
-    """Check every ``.npy`` member of the ``.npz`` ``raw`` (bytes, or a file path) from its header
-    alone: numeric dtype (no objects), non-negative shape, at most ``max_bytes`` (default
-    `max_archive_bytes`) per array and in total, at most ``MAX_ARCHIVE_ENTRIES`` members, and at
-    most ``max_rows[suffix]`` rows for members whose name ends with ``suffix`` (e.g.
-    ``{"/code": MAX_GRAPH_INSTRUCTIONS}``).
-    Raises [`InputLimitError`][ceem_casadi.io.InputLimitError] before any array is allocated;
-    returns ``{name: (shape, dtype)}`` of the members."""
+    """``{name: (shape, dtype)}`` of the ``.npy`` members of the ``.npz`` ``raw`` (bytes or a path), from the headers
+    alone: numeric, at most ``max_bytes`` (default `max_archive_bytes`) each and together, ``MAX_ARCHIVE_ENTRIES``
+    members, ``max_rows[suffix]`` rows of a member named ``...suffix``; `InputLimitError` before any allocation."""
     limit = max_archive_bytes() if max_bytes is None else int(max_bytes)
     headers = {}
     try:
@@ -306,8 +181,7 @@ def check_npz(raw, what: str, max_bytes: int | None = None, max_rows: dict | Non
 
 
 def _member_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, what: str, max_rows: dict | None):
-    """``(shape, dtype)`` of one ``.npy`` member of an archive, read from its header alone and
-    checked (numeric dtype, non-negative shape, ``max_rows`` of a suffix)."""
+    """``(shape, dtype)`` of one ``.npy`` member, from its header alone, checked as in `check_npz`."""
     name = info.filename
     try:
         with zf.open(info) as fh:

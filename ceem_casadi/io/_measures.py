@@ -23,8 +23,12 @@ def _pair(y, yhat) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     return y, yhat, ok, vector
 
 
-def _out(v: np.ndarray, vector: bool):
-    return float(v[0]) if vector else v
+def _measure(y, yhat, formula):
+    """``formula(sse, sst, n)`` per output where it has a valid entry (else NaN): a float for 1-D input, else (ny,)."""
+    sse, sst, n, vector = error_stats(y, yhat)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        val = np.where(n > 0, formula(sse, sst, np.maximum(n, 1)), np.nan)
+    return float(val[0]) if vector else val
 
 
 def error_stats(y, yhat):
@@ -61,10 +65,7 @@ def rmse(y, yhat):
     >>> rmse(np.array([[1.0], [2.0], [np.nan]]), np.array([[1.0], [4.0], [0.0]]))   # the NaN entry is ignored
     array([1.41421356])
     """
-    sse, _, n, vector = error_stats(y, yhat)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        val = np.where(n > 0, np.sqrt(sse / np.maximum(n, 1)), np.nan)
-    return _out(val, vector)
+    return _measure(y, yhat, lambda sse, sst, n: np.sqrt(sse / n))
 
 
 def nrmse(y, yhat):
@@ -87,10 +88,7 @@ def nrmse(y, yhat):
     >>> nrmse(np.array([[1.0], [3.0]]), np.array([[2.0], [2.0]]))                  # RMSE 1, std 1
     array([1.])
     """
-    sse, sst, n, vector = error_stats(y, yhat)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        val = np.where(n > 0, np.sqrt(sse / sst), np.nan)
-    return _out(val, vector)
+    return _measure(y, yhat, lambda sse, sst, n: np.sqrt(sse / sst))
 
 
 def fit_percent(y, yhat):
@@ -113,7 +111,4 @@ def fit_percent(y, yhat):
     >>> fit_percent(np.array([[1.0], [3.0]]), np.array([[1.5], [2.5]]))
     array([50.])
     """
-    sse, sst, n, vector = error_stats(y, yhat)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        val = np.where(n > 0, 100.0 * (1.0 - np.sqrt(sse / sst)), np.nan)
-    return _out(val, vector)
+    return _measure(y, yhat, lambda sse, sst, n: 100.0 * (1.0 - np.sqrt(sse / sst)))

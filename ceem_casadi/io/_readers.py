@@ -1,8 +1,5 @@
-"""Trajectory files: CSV and Parquet tables, ``.npz`` arrays (read without pickle).
-
-[`read_trajectories`][ceem_casadi.io.read_trajectories] (``cc.read_trajectories``) reads and validates them for a model; the
-command line interface reads its ``--data`` files with it.
-"""
+"""Trajectory files (CSV and Parquet tables, ``.npz`` arrays read without pickle), read and validated for a
+model by [`read_trajectories`][ceem_casadi.io.read_trajectories], also for the CLI's ``--data``."""
 from __future__ import annotations
 
 import logging
@@ -19,6 +16,7 @@ from ._validate import check_outputs
 log = logging.getLogger("ceem_casadi.io")
 TRAJECTORY_COLUMN = "trajectory"        # written by 'simulate' and 'smooth', read by default
 TIME_COLUMNS = ("t", "time")
+TABLE_READERS = {".csv": "read_csv", ".parquet": "read_parquet", ".pq": "read_parquet"}  # pandas reader by suffix
 
 __all__ = ["DataFileError", "columns", "read_table", "read_trajectories"]
 
@@ -73,42 +71,20 @@ def read_table(path):
         check_file_size(path, str(path), max_data_bytes(), env="CEEM_MAX_DATA_MB")
     except InputLimitError as exc:
         raise DataFileError(str(exc)) from None
+    reader = TABLE_READERS.get(path.suffix.lower())
+    if reader is None:
+        raise DataFileError(f"{path}: unsupported data file type (use .csv, .parquet or .npz)")
     try:
-        if path.suffix.lower() == ".csv":
-            return pd.read_csv(path)
-        if path.suffix.lower() in (".parquet", ".pq"):
-            return pd.read_parquet(path)
+        return getattr(pd, reader)(path)
     except ImportError as exc:
         raise DataFileError(f"{path}: reading Parquet needs pyarrow or fastparquet ({exc})") from None
     except (ValueError, OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise DataFileError(f"{path}: cannot parse the table ({exc})") from None
-    raise DataFileError(f"{path}: unsupported data file type (use .csv, .parquet or .npz)")
 
 
 def columns(df, path, wanted, prefix, n, kind) -> list[str]:
-    """The ``n`` column names of ``kind`` (``"outputs"`` or ``"inputs"``) in table ``df``.
-
-    Parameters
-    ----------
-    df : pandas.DataFrame
-        The table read from ``path`` (named in messages).
-    path : str or pathlib.Path
-        The file the table came from.
-    wanted : list of str or None
-        Explicit column names, or None for the columns named ``<prefix>``, ``<prefix><digits>``
-        or ``<prefix>_...`` (e.g. ``y0, y1`` or ``y_pos``).
-    prefix : str
-        ``"y"`` or ``"u"``.
-    n : int
-        The number of columns the model needs (ny or nu).
-    kind : str
-        ``"outputs"`` or ``"inputs"`` (the keyword and CLI flag that name them).
-
-    Returns
-    -------
-    list of str
-        The column names, in order.
-    """
+    """The ``n`` column names of ``kind`` (``"outputs"``/``"inputs"``) in the table ``df`` read from ``path``:
+    ``wanted``, or the columns named ``<prefix>``, ``<prefix><digits>`` or ``<prefix>_...`` (e.g. ``y0, y_pos``)."""
     cols = [str(c) for c in df.columns]
     if wanted is None:
         wanted = [c for c in cols if re.fullmatch(rf"{prefix}\d*(_.*)?|{prefix}_.*", c)]
@@ -196,79 +172,95 @@ def read_trajectories(paths, model, *, outputs=None, inputs=None, trajectory_col
     return (data, desc) if describe else data
 
 
+def _read_npz(path: Path, model, desc: dict, first: int, **_) -> list:
+    """[(y (T, ny), u (T, nu))] of a ``.npz`` holding ``y`` (T, ny) or (B, T, ny) and optionally ``u`` alike."""
+    if not path.is_file():
+        raise DataFileError(f"{path}: no such data file")
+    try:  # sizes and dtypes from the headers, before any array is allocated
+        check_npz(path, str(path), max_data_bytes())
+    except InputLimitError as exc:
+        raise DataFileError(str(exc).replace("CEEM_MAX_ARCHIVE_MB", "CEEM_MAX_DATA_MB")) from None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if "y" not in z.files:
+                raise DataFileError(f"{path}: missing array 'y' (arrays in the file: {z.files})")
+            y = np.asarray(z["y"], float)
+            u = np.asarray(z["u"], float) if "u" in z.files else None
+    except (ValueError, TypeError, OSError, zipfile.BadZipFile) as exc:  # object arrays, text, corrupt zip
+        raise DataFileError(f"{path}: not a readable .npz of numeric arrays y, u ({exc})") from None
+    if y.ndim not in (2, 3) or (u is not None and u.ndim != y.ndim):
+        raise DataFileError(f"{path}: expected y of shape (T, ny) or (B, T, ny) and u alike, got y {y.shape}"
+                            f"{'' if u is None else f', u {u.shape}'}")
+    y = y[None] if y.ndim == 2 else y
+    u = (np.zeros(y.shape[:2] + (0,)) if u is None else (u[None] if u.ndim == 2 else u))
+    return list(zip(y, u))
+
+
+def _read_columns(path: Path, model, desc: dict, first: int, *, outputs, inputs, trajectory_column) -> list:
+    """[(y (T, ny), u (T, nu))] of a CSV/Parquet table, one per value of the trajectory column (trajectory
+    numbers from ``first`` on); records the columns used in ``desc``."""
+    df = read_table(path)
+    ycols = columns(df, path, outputs, "y", model.ny, "outputs")
+    ucols = columns(df, path, inputs, "u", model.nu, "inputs") if model.nu else []
+    desc["outputs"], desc["inputs"] = ycols, ucols
+    column = trajectory_column
+    if column is None and TRAJECTORY_COLUMN in df.columns and TRAJECTORY_COLUMN not in ycols + ucols:
+        column = TRAJECTORY_COLUMN
+        log.info("%s: one trajectory per value of the column %r", path, column)
+    if column is not None and column not in df.columns:
+        raise DataFileError(f"{path}: missing column(s) ['{column}'] (trajectory_column, --trajectory-column); "
+                            f"columns in the file: {list(df.columns)}")
+    if column is not None and df[column].isna().any():
+        rows = np.flatnonzero(df[column].isna().to_numpy())[:5].tolist()
+        raise DataFileError(f"{path}: the trajectory column {column!r} is empty at rows {rows}; give every row "
+                            f"a trajectory id")
+    if column is not None:
+        desc["trajectory_column"] = column
+    out = []
+    for g in [df] if column is None else [g for _, g in df.groupby(column, sort=False)]:
+        _check_time(g, path, first + len(out), model.dt, set(ycols + ucols))
+        try:
+            out.append((g[ycols].to_numpy(float), g[ucols].to_numpy(float) if ucols else np.zeros((len(g), 0))))
+        except (ValueError, TypeError) as exc:
+            raise DataFileError(f"{path}: non-numeric values in the data columns ({exc})") from None
+    return out
+
+
+READERS = {".npz": _read_npz}  # by file suffix; any other suffix: a table (read_table names the types)
+
+
+def _check_trajectory(b: int, y: np.ndarray, u: np.ndarray, model) -> None:
+    """Outputs (T >= 2, ny) without inf, inputs (T, nu) finite, of trajectory ``b``."""
+    if y.ndim != 2 or y.shape[1] != model.ny or len(y) < 2:
+        raise DataFileError(f"trajectory {b}: expected outputs of shape (T >= 2, {model.ny}), got {y.shape}")
+    if u.shape != (len(y), model.nu):
+        raise DataFileError(f"trajectory {b}: expected inputs of shape {(len(y), model.nu)}, got {u.shape}")
+    bad = np.flatnonzero(~np.all(np.isfinite(u), axis=1))
+    if bad.size:
+        raise DataFileError(f"trajectory {b}: inputs contain NaN/inf at rows {bad[:5].tolist()}"
+                            f"{'...' if bad.size > 5 else ''} (inputs must be finite; outputs may be NaN = missing)")
+    if np.any(np.isinf(y)):
+        raise DataFileError(f"trajectory {b}: outputs contain inf (use NaN for missing values)")
+
+
 def _read(paths, model, outputs, inputs, trajectory_column):
+    """(Trajectories, description) of the files ``paths`` (see `read_trajectories`)."""
     from ._data import Trajectories
 
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-
-    ys, us, desc = [], [], {"files": [], "outputs": None, "inputs": None}
-    used_column = trajectory_column
+    paths = [paths] if isinstance(paths, (str, Path)) else paths
+    pairs, desc = [], {"files": [], "outputs": None, "inputs": None, "trajectory_column": trajectory_column}
     for path in map(Path, paths):
         desc["files"].append(str(path))
-        if path.suffix.lower() == ".npz":
-            if not path.is_file():
-                raise DataFileError(f"{path}: no such data file")
-            try:  # sizes and dtypes from the headers, before any array is allocated
-                check_npz(path, str(path), max_data_bytes())
-            except InputLimitError as exc:
-                raise DataFileError(str(exc).replace("CEEM_MAX_ARCHIVE_MB", "CEEM_MAX_DATA_MB")) from None
-            try:
-                with np.load(path, allow_pickle=False) as z:
-                    if "y" not in z.files:
-                        raise DataFileError(f"{path}: missing array 'y' (arrays in the file: {z.files})")
-                    y = np.asarray(z["y"], float)
-                    u = np.asarray(z["u"], float) if "u" in z.files else None
-            except (ValueError, TypeError, OSError, zipfile.BadZipFile) as exc:  # object arrays, text, corrupt zip
-                raise DataFileError(f"{path}: not a readable .npz of numeric arrays y, u ({exc})") from None
-            if y.ndim not in (2, 3) or (u is not None and u.ndim != y.ndim):
-                raise DataFileError(f"{path}: expected y of shape (T, ny) or (B, T, ny) and u alike, got y {y.shape}"
-                                 f"{'' if u is None else f', u {u.shape}'}")
-            y = y[None] if y.ndim == 2 else y
-            u = (np.zeros(y.shape[:2] + (0,)) if u is None else (u[None] if u.ndim == 2 else u))
-            ys += list(y)
-            us += list(u)
-            continue
-        df = read_table(path)
-        ycols = columns(df, path, outputs, "y", model.ny, "outputs")
-        ucols = columns(df, path, inputs, "u", model.nu, "inputs") if model.nu else []
-        desc["outputs"], desc["inputs"] = ycols, ucols
-        column = trajectory_column
-        if column is None and TRAJECTORY_COLUMN in df.columns and TRAJECTORY_COLUMN not in ycols + ucols:
-            column = TRAJECTORY_COLUMN
-            log.info("%s: one trajectory per value of the column %r", path, column)
-        if column is not None and column not in df.columns:
-            raise DataFileError(f"{path}: missing column(s) ['{column}'] (trajectory_column, --trajectory-column); "
-                             f"columns in the file: {list(df.columns)}")
-        if column is not None:
-            used_column = column
-            if df[column].isna().any():
-                rows = np.flatnonzero(df[column].isna().to_numpy())[:5].tolist()
-                raise DataFileError(f"{path}: the trajectory column {column!r} is empty at rows {rows}; give every row "
-                                 f"a trajectory id")
-        groups = [df] if column is None else [g for _, g in df.groupby(column, sort=False)]
-        for g in groups:
-            _check_time(g, path, len(ys), model.dt, set(ycols + ucols))
-            try:
-                ys.append(g[ycols].to_numpy(float))
-                us.append(g[ucols].to_numpy(float) if ucols else np.zeros((len(g), 0)))
-            except (ValueError, TypeError) as exc:
-                raise DataFileError(f"{path}: non-numeric values in the data columns ({exc})") from None
-    for b, (y, u) in enumerate(zip(ys, us)):
-        if y.ndim != 2 or y.shape[1] != model.ny or len(y) < 2:
-            raise DataFileError(f"trajectory {b}: expected outputs of shape (T >= 2, {model.ny}), got {y.shape}")
-        if u.shape != (len(y), model.nu):
-            raise DataFileError(f"trajectory {b}: expected inputs of shape {(len(y), model.nu)}, got {u.shape}")
-        bad = np.flatnonzero(~np.all(np.isfinite(u), axis=1))
-        if bad.size:
-            raise DataFileError(f"trajectory {b}: inputs contain NaN/inf at rows {bad[:5].tolist()}"
-                             f"{'...' if bad.size > 5 else ''} (inputs must be finite; outputs may be NaN = missing)")
-        if np.any(np.isinf(y)):
-            raise DataFileError(f"trajectory {b}: outputs contain inf (use NaN for missing values)")
-    if not ys:
+        reader = READERS.get(path.suffix.lower(), _read_columns)
+        pairs += reader(path, model, desc, len(pairs), outputs=outputs, inputs=inputs,
+                        trajectory_column=trajectory_column)
+    for b, (y, u) in enumerate(pairs):
+        _check_trajectory(b, y, u, model)
+    if not pairs:
         raise DataFileError("no data: give at least one data file (--data FILE)")
+    ys, us = [y for y, _ in pairs], [u for _, u in pairs]
     # the library's one check of the outputs (same message as every public entry point)
     check_outputs(ys, desc["outputs"] or None, error=DataFileError)
     data = Trajectories(ys, us if model.nu else None, model.dt)
-    desc.update(lengths=list(data.lengths), ny=model.ny, nu=model.nu, dt=model.dt, trajectory_column=used_column)
+    desc.update(lengths=list(data.lengths), ny=model.ny, nu=model.nu, dt=model.dt)
     return data, desc

@@ -1,10 +1,5 @@
-"""The one validation of data against a model, shared by every public entry point and the CLI.
-
-[`check_data`][ceem_casadi.io._validate.check_data] is called by `ceem`, `ceem_checkpointed`,
-`refine_output_error`, `estimate_initial_state`, `calibrate_noise`, `parameter_uncertainty` and
-`validation_report`, and by the data-file reader of the command line, so that the same data
-give the same message whichever way they come in (issue 23, item 5).
-"""
+"""The one validation of data against a model, shared by every public entry point and the CLI's data
+reader (the same data give the same message whichever way they come in)."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,10 +13,9 @@ __all__ = ["check_data", "check_excitation", "check_outputs"]
 def check_data(model, data, *, what: str = "data") -> Trajectories:
     """Raise a clear error unless ``data`` can be fitted with ``model``; return it.
 
-    Checks: ``data`` is a [`Trajectories`][ceem_casadi.Trajectories] (its constructor already
-    refused inf outputs, NaN inputs, mismatched lengths and fewer than 2 samples), its output
-    and input dimensions match the model (`ShapeError`), and every trajectory and every output
-    column has at least one observed value ([`DataError`][ceem_casadi.errors.DataError]).
+    ``data`` must be a [`Trajectories`][ceem_casadi.Trajectories] (whose constructor refused inf outputs, NaN
+    inputs and short trajectories) of the model's ny and nu (`ShapeError`) with every trajectory and output column
+    observed somewhere ([`DataError`][ceem_casadi.errors.DataError]).
 
     Examples
     --------
@@ -31,7 +25,7 @@ def check_data(model, data, *, what: str = "data") -> Trajectories:
     >>> check_data(model, cc.Trajectories([np.full((5, 1), np.nan)]))
     Traceback (most recent call last):
     ...
-    ceem_casadi.errors.DataError: trajectory 0: every output is missing (NaN); nothing to fit there: drop the trajectory or give its observed outputs
+    ceem_casadi.errors.DataError: trajectory 0: every output is missing (NaN); nothing to fit there: ...
     """
     check_argument_order(data=data)  # a theta dict where the data go: name the order (model, data, theta)
     if not isinstance(data, Trajectories):

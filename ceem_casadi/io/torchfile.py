@@ -1,11 +1,7 @@
-"""Restricted reader (and writer) of PyTorch ``torch.save`` files, without torch.
-
-Reads both the zip format (torch >= 1.6) and the legacy pre-1.6 pickle-stream
-format. Unpickling goes through `_SafeUnpickler`, whose ``find_class``
-allows only tensor/storage reconstruction and plain containers, so a file that
-tries to execute code on load raises [`UnsafePickleError`][ceem_casadi.io.torchfile.UnsafePickleError] before any code runs.
-Tensors come back as numpy arrays; tuples, lists and dicts are kept.
-"""
+"""Restricted reader (and writer) of PyTorch ``torch.save`` files (zip and legacy formats), without torch:
+unpickling allows only tensor/storage reconstruction and plain containers, so a file that tries to run code
+raises [`UnsafePickleError`][ceem_casadi.io.torchfile.UnsafePickleError] first. Tensors come back as numpy
+arrays."""
 from __future__ import annotations
 
 import io
@@ -185,6 +181,9 @@ def _check_bytes(path, nbytes: int) -> None:
 _NP2STORAGE = {np.dtype(v): k for k, v in _STORAGE_DTYPES.items()}
 
 
+_CONTAINER_OPCODES = {tuple: (b"(", b"t"), list: (b"](", b"e"), dict: (b"}(", b"u")}
+
+
 class _PickleWriter:
     """Minimal protocol-2 pickle writer for the restricted vocabulary (no torch import needed)."""
 
@@ -202,36 +201,16 @@ class _PickleWriter:
 
     def obj(self, o):
         out = self.out
-        if o is None:
-            out += b"N"
-        elif o is True or o is False:
-            out += b"\x88" if o else b"\x89"
-        elif isinstance(o, (int, np.integer)):
-            b = pickle.encode_long(int(o))
-            out += b"\x8a" + bytes([len(b)]) + b  # LONG1
-        elif isinstance(o, (float, np.floating)):
-            out += b"G" + struct.pack(">d", float(o))
-        elif isinstance(o, str):
-            b = o.encode()
-            out += b"X" + struct.pack("<I", len(b)) + b
+        if o is None or isinstance(o, (bool, int, float, str, np.integer, np.floating)):  # the pickle of a scalar
+            out += pickle.dumps(o.item() if isinstance(o, np.generic) else o, protocol=2)[2:-1]  # minus PROTO, STOP
         elif isinstance(o, np.ndarray):
             self.tensor(o)
-        elif isinstance(o, tuple):
-            out += b"("
-            for x in o:
+        elif isinstance(o, (tuple, list, dict)):  # MARK (after an empty list / dict), items, TUPLE / APPENDS / SETITEMS
+            start, end = _CONTAINER_OPCODES[next(t for t in (tuple, list, dict) if isinstance(o, t))]
+            out += start
+            for x in (v for kv in o.items() for v in kv) if isinstance(o, dict) else o:
                 self.obj(x)
-            out += b"t"
-        elif isinstance(o, list):
-            out += b"](" 
-            for x in o:
-                self.obj(x)
-            out += b"e"
-        elif isinstance(o, dict):
-            out += b"}("
-            for k, v in o.items():
-                self.obj(k)
-                self.obj(v)
-            out += b"u"
+            out += end
         else:
             raise TypeError(f"torchfile.save: unsupported type {type(o).__name__}")
 
