@@ -107,7 +107,8 @@ class DaskEngine(ShardedOutcomes):
     def learning_session(self, theta_vec, xs) -> list:
         """Set up each shard's learner data terms at ``theta_vec`` and states ``xs``; the actors."""
         version, self.session_sent = self._version_of(xs)
-        _all([a.learning_setup(np.asarray(theta_vec, float), version) for a in self.actors])
+        theta_vec = np.asarray(theta_vec, float)
+        self.session_slowest_s = max(_all([a.learning_setup(theta_vec, version) for a in self.actors]))
         return self.actors
 
     def reduce(self, session: list, z: np.ndarray, what: str) -> tuple[list, int]:
