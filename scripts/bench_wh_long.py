@@ -27,7 +27,8 @@ and (unless ``--no-floor``) the floor of one iteration at the final iterate (``s
                                     [--rss-phases]
 
 ``--rss-phases``: the largest resident set of each phase of CE-EM (initial states, smoothing, learning,
-joint step, J, ...; ``fit`` is the rest), sampled every 20 ms (``rss_by_phase_mb`` in the JSON).
+joint step, J, ...; ``fit`` is the rest), sampled every 20 ms, and their seconds (``rss_by_phase_mb``,
+``seconds_by_phase`` in the JSON).
 
 ``--baseline``: the JSON of another run (e.g. of the previous release, run in the same session) to
 compare with: whole-fit wall and CPU ratios, peak RSS ratio, theta's, J's and the test RMS's
@@ -94,9 +95,9 @@ def _by_kind(history) -> dict:
 
 
 @contextlib.contextmanager
-def rss_by_phase(peaks: dict):
+def rss_by_phase(peaks: dict, calls: dict):
     """Largest resident set (MB) per phase of ``scripts.bench_record_phases.TARGETS`` (``fit`` outside
-    them) in ``peaks``, sampled every 20 ms while the block runs."""
+    them) in ``peaks``, sampled every 20 ms while the block runs; each call's seconds in ``calls``."""
     from scripts.bench_record_phases import phase_timers
 
     stack, stop, page = ["fit"], threading.Event(), os.sysconf("SC_PAGE_SIZE") / 2 ** 20
@@ -110,7 +111,7 @@ def rss_by_phase(peaks: dict):
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
     try:
-        with phase_timers({}, stack):
+        with phase_timers(calls, stack):
             yield peaks
     finally:
         stop.set()
@@ -131,10 +132,10 @@ def run(T: int, warm_start: int | None, max_iters: int, floor: bool, test_length
     true_theta = truth_in(init.best.scale, truth)
     row["theta_err_init"] = theta_error(model, init.theta, true_theta)
     opts = cc.CEEMOptions(acceleration="newton", max_iters=max_iters, warm_start=warm_start)
-    t0, c0, peaks = time.perf_counter(), time.process_time(), {}
-    with rss_by_phase(peaks) if phases else contextlib.nullcontext():
+    t0, c0, peaks, calls = time.perf_counter(), time.process_time(), {}, {}
+    with rss_by_phase(peaks, calls) if phases else contextlib.nullcontext():
         res = cc.ceem(model, data, init.theta, options=opts)
-    row["rss_by_phase_mb"] = peaks
+    row.update(rss_by_phase_mb=peaks, seconds_by_phase={k: round(sum(c[0] for c in v), 2) for k, v in calls.items()})
     row.update(ceem_s=time.perf_counter() - t0, ceem_cpu_s=time.process_time() - c0, status=str(res.status),
                iterations=res.iterations, J=res.J, tol=opts.tol, message=res.message, build_s=res.build_s,
                kinds=_by_kind(res.history), theta_err=theta_error(model, res.theta, true_theta),
@@ -218,6 +219,7 @@ def main(argv=None) -> int:
     print(_format(row), flush=True)
     if row["rss_by_phase_mb"]:
         print("largest resident set by phase (MB): " + ", ".join(f"{k} {v}" for k, v in row["rss_by_phase_mb"].items()))
+        print("seconds by phase: " + ", ".join(f"{k} {v}" for k, v in row["seconds_by_phase"].items()))
     if args.baseline:
         with open(args.baseline) as fh:
             row["baseline"] = compare(row, json.load(fh))

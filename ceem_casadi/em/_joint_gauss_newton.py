@@ -1,30 +1,8 @@
-"""Joint Gauss-Newton (Levenberg-Marquardt) steps on J(x_{1:T}, theta) over states AND parameters.
-
-CE-EM (Algorithm 1) is block coordinate ascent on J. When states and parameters are strongly
-coupled (nearly deterministic dynamics, many hidden states) it converges linearly and slowly.
-Near the optimum a joint Gauss-Newton step on the same objective converges quadratically; used
-as an *acceleration* of the EM iterations (``CEEMOptions(acceleration="newton")``), a step is
-kept only when it increases the objective, so the fixed point is the one CE-EM converges to.
-
-With r the stacked residuals (observation and dynamics stages of every trajectory, see
-`ceem_casadi.objective._stages`), Jx and Jp their Jacobians in the states and in the free parameters,
-one step solves
-
-    [Hxx + mu Dx    Hxp        ] [dx]     [gx]
-    [Hxp^T          Hpp + mu Dp] [dp] = - [gp],   H = [Jx Jp]^T [Jx Jp],  g = [Jx Jp]^T r
-
-(plus the x_1 and theta priors). The damping is Marquardt's scaling of the REDUCED problem (the
-states eliminated): Dp = diag(S), S = Hpp - Hxp^T (Hxx + mu_x Dx)^-1 Hxp the Schur complement,
-and the states' block is damped ``STATE_DAMPING`` times less, mu_x = STATE_DAMPING mu with
-Dx = diag(Hxx). Hxx holds the dynamics' 1/sigma_w^2 terms, so it is well conditioned, while S,
-the curvature left in theta once the states follow, is a tiny difference of large terms (1e-6 of
-diag(Hpp) on the Wiener-Hammerstein records of ``docs/results_long_record.md``): with the joint
-diag(H) scaling, damping the states by mu changes S by up to about mu diag(Hpp), i.e. by far more than
-S itself, and damping theta by mu diag(Hpp) cuts its step to a fraction, so the steps crawled (11 iterations instead of 6 on the
-warm-started 10^5-sample record, 12 instead of 7 on its 20,000-sample lead). Hxx is block diagonal over
-trajectories and block tridiagonal in time, so the Schur complement on p costs
-O(B T nx^2 (nx + np)) with LAPACK's banded Cholesky; nothing of size (B T nx)^2 is formed.
-Parameter bounds are honoured by projecting the step.
+"""Joint Gauss-Newton (Levenberg-Marquardt) steps on J(x_{1:T}, theta) over states AND parameters: the
+acceleration ``CEEMOptions(acceleration="newton")``, a step kept only when it increases J. The states are
+eliminated through the banded Cholesky factor of Hxx (block tridiagonal), streamed chunk by chunk for
+long records; theta's step solves the Marquardt-damped Schur complement. The method and its measurements:
+docs/long_records.md ("The joint Gauss-Newton step").
 """
 from __future__ import annotations
 
@@ -111,16 +89,9 @@ STATE_DAMPING = 1e-6
 
 
 class JointGaussNewton:
-    """Joint Levenberg-Marquardt steps for one model and one dataset shape (built once).
-
-    The residual Jacobians are evaluated in chunks of at most ``policy.JOINT_CHUNK`` stages of one
-    trajectory and reduced at once to the blocks of the step (Hxx's diagonal and off-diagonal
-    blocks, Hxp, gx; Hpp and gp summed), which are written into one (T nx, 1 + n_free) array
-    ``[gx Hxp]`` that the banded triangular solves then overwrite: at T = 10^6 nothing of size
-    T x (rows x columns of the stage Jacobians) is held (6 states, 15 free parameters: 1.4 GB of
-    Jacobians and about as much in copies before). Hxx goes straight into LAPACK's band storage and
-    both arrays are Fortran-ordered, so the factorisation and the solves work in place (T = 10^6:
-    1.4 GB instead of 3.3 GB at the peak of a step).
+    """Joint Levenberg-Marquardt steps for one model and one dataset shape (built once). The stage
+    Jacobians are evaluated in chunks of at most ``policy.JOINT_CHUNK`` stages and reduced at once
+    (module docstring): nothing of size T x (Jacobian rows x columns) or T x n_free is held.
 
     Parameters
     ----------

@@ -164,8 +164,7 @@ class RemoteLearner:
     def _end(self, t0):
         self.engine.record("learn", t0, self._shard_s, getattr(self.engine, "session_sent", 0)
                             + 8 * self.n * self._calls * len(self._session), self._received,
-                            calls=self._calls, wait_s=self._wait, setup_s=self._setup_s,
-                            slowest_s=self._slowest + getattr(self.engine, "session_slowest_s", 0.0))
+                            calls=self._calls, wait_s=self._wait, setup_s=self._setup_s, slowest_s=self._slowest)
         self._session, self._cache = None, {}
 
     # --- the learner interface ---------------------------------------------------------------

@@ -1,35 +1,8 @@
-"""Newton (or Gauss-Newton) steps for the smoothing NLP with LAPACK's banded Cholesky.
-
-Without state bounds the smoothing problem of `ceem_casadi.smoothing._smoother` is unconstrained and
-its Hessian (exact or Gauss-Newton) is block tridiagonal with (nx, nx) blocks, i.e. a symmetric
-band matrix with ``2 nx - 1`` super-diagonals. One step
-
-    (H + delta I) d = -g,   x <- x + alpha d
-
-is factorised by ``scipy.linalg.cholesky_banded`` in O(nx^3 T) time and O(nx^2 T) memory (no
-sparse-matrix ordering, no MUMPS). ``delta`` is a Levenberg-Marquardt shift, 0 whenever the
-factorisation succeeds without it (an exact Hessian may be indefinite away from the optimum):
-tried as IPOPT does (first 1e-4, later a third of the last one that worked, grown 100x then 8x
-until the factorisation succeeds, in IPOPT's scaled units). ``alpha`` comes from a backtracking
-(Armijo) line search on the true objective, relaxed by 10 machine epsilons of |f| as IPOPT's is;
-if it fails the shift is raised (the step turns towards the steepest descent) and tried again.
-
-Stopping test: IPOPT's, for an unconstrained NLP with its default gradient-based scaling: the
-objective is scaled by ``s = min(1, 100 / ||g(x0)||_inf)``; converged when
-``s ||g||_inf <= tol`` and ``||g||_inf <= 1`` (IPOPT's ``dual_inf_tol``). Statuses are IPOPT's
-names, so the EM loop treats both solvers alike: ``Solve_Succeeded``,
-``Solved_To_Acceptable_Level`` (the line search cannot improve at round-off while
-``s ||g||_inf <= max(100 tol, 1e-4)``), ``Search_Direction_Becomes_Too_Small``,
-``Maximum_Iterations_Exceeded``, ``User_Requested_Stop`` (the library's deadline,
-`ceem_casadi.runtime._solve.deadline`), and failures ``Invalid_Number_Detected`` and
-``Line_Search_Failed``.
-
-A second stopping test, Newton's decrement (Boyd and Vandenberghe, section 9.5.1): ``Solve_Succeeded``
-also when the unshifted Newton model predicts a decrease ``-g'd / 2`` below ``STALL_OBJ_CHANGE`` =
-1e-12 of ``max(1, |f|)`` at the default ``tol`` = 1e-8 (the threshold of a stalled step; it scales
-with ``tol^2``, as the decrement with ``||g||^2``): whatever ``||g||_inf``, the Gauss-Newton steps
-would then only creep (Wiener-Hammerstein, T = 10^5: ``||g||_inf`` 1e-3 in directions of high
-curvature, three more steps of 1e-13 relative each until the stall test stopped them).
+"""Damped Newton (or Gauss-Newton) steps for the unconstrained smoothing NLP, whose Hessian is block
+tridiagonal: ``(H + delta I) d = -g`` by LAPACK's banded Cholesky, an Armijo line search on the true
+objective, IPOPT's shift rule, scaling, stopping tests and status names, and Newton's decrement as a
+second stopping test. The method, its constants and measurements: docs/long_records.md ("The banded
+Newton smoother").
 """
 from __future__ import annotations
 

@@ -1,18 +1,6 @@
-"""The smoothing objective's cost, gradient and Hessian nonzeros evaluated in time chunks.
-
-For long records (T = 10^5 ... 10^6) the plain formulation of `ceem_casadi.smoothing._smoother` maps
-the stage Functions over all T steps in one MX graph. CasADi then stores an explicit sparsity
-pattern for every (k, k*T)-sized intermediate and a work vector holding all of them (single
-Lorenz: ~180 doubles per time step for the Hessian; 6 states: ~740), i.e. GBs at T = 10^6.
-
-Here the same stage Functions are mapped over a chunk of L block columns inside a small MX
-Function, and that Function is mapped over the K = ceil(T / L) chunks: intermediates are
-O(L), only inputs and outputs are O(T). Chunk i covers block columns a = iL ... a + L - 1 and
-reads the state before and after it (``xl``, ``xr``) and the input before it (``ul``); the
-dynamics stages outside the record (before t = 0, from t = T - 1 on, and the padding up to KL)
-get weight 0 (their 1/sigma_w is multiplied by a constant 0/1 pattern), padded observations
-mask 0. Every term is the same SX stage Function on the same numbers as in the plain
-formulation: results agree to rounding (tested to 1e-10).
+"""The smoothing objective's cost, gradient and Hessian evaluated in time chunks of L steps (the same
+stage Functions mapped over a chunk inside a small MX Function, itself mapped over the chunks), so that
+no CasADi intermediate is of size T; the layout: docs/long_records.md ("Chunked smoothing objective").
 """
 from __future__ import annotations
 
