@@ -189,6 +189,7 @@ class BandedNewton:
                 if tries:
                     _, _, *hess = yield NEWTON, x
                 d, shift = yield from self._direction(x, g, hess, shift, shift_last, scale)
+                nz = hess = None  # factorised in place: the next Hessian must not meet it (T = 10^6: 576 MB)
                 if d is None:
                     status = "Line_Search_Failed"
                 elif np.max(np.abs(d)) <= 10 * np.finfo(float).eps * max(1.0, float(np.max(np.abs(x)))):
