@@ -153,8 +153,8 @@ class BandedNewton:
     def _direction(self, x, g, hess, shift, shift_last, scale):
         """Newton direction with the smallest shift from ``shift`` on (IPOPT's rule, module docstring) that
         factorises (a generator of requests): ``(d, shift)``, d None when the shift passed SHIFT_MAX. A
-        DIRECTION request may overwrite the Hessian it is given: the Hessian at x is asked again before
-        every further one."""
+        Hessian given as band storage (T, nx, 2 nx) is factorised in place: it is asked again at x before
+        every further DIRECTION request."""
         nz, d0 = hess
         while True:
             d = yield DIRECTION, (nz, d0, g, shift / scale)
@@ -164,7 +164,8 @@ class BandedNewton:
                 else shift * (100 if shift_last == 0 else 8)
             if shift > SHIFT_MAX:
                 return None, shift
-            _, _, nz, d0 = yield NEWTON, x
+            if nz.ndim == 3:  # a band factorised in place
+                _, _, nz, d0 = yield NEWTON, x
 
     def steps(self, x0: np.ndarray):
         """The solver as a generator, for callers that answer the requests of many solves at once
@@ -186,10 +187,11 @@ class BandedNewton:
             status = self._status(f, gnorm, err, _all_finite(nz), stalled, it)
             step, shift, tries, hess = None, 0.0, 0, (nz, d0)
             while status is None and step is None and tries <= MAX_RETRIES:
-                if tries:
+                if hess is None:
                     _, _, *hess = yield NEWTON, x
                 d, shift = yield from self._direction(x, g, hess, shift, shift_last, scale)
-                nz = hess = None  # factorised in place: the next Hessian must not meet it (T = 10^6: 576 MB)
+                if hess[0].ndim == 3:  # factorised in place: asked again; the next Hessian must not meet it (576 MB)
+                    nz = hess = None
                 if d is None:
                     status = "Line_Search_Failed"
                 elif np.max(np.abs(d)) <= 10 * np.finfo(float).eps * max(1.0, float(np.max(np.abs(x)))):
