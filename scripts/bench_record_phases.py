@@ -49,9 +49,10 @@ TARGETS = (
 
 
 @contextlib.contextmanager
-def phase_timers(calls: dict):
+def phase_timers(calls: dict, stack: list | None = None):
     """Wrap every ``TARGETS`` callable; append ``(seconds, iterations or None)`` to
-    ``calls[phase]`` per call; restore the originals on exit."""
+    ``calls[phase]`` per call; restore the originals on exit. ``stack``: the phases being run are
+    pushed on it and popped (its last entry is the current phase)."""
     import importlib
 
     patched = []
@@ -64,7 +65,12 @@ def phase_timers(calls: dict):
 
         def timed(*args, __f=original, __phase=phase, **kw):
             t0 = time.perf_counter()
-            out = __f(*args, **kw)
+            (stack if stack is not None else []).append(__phase)
+            try:
+                out = __f(*args, **kw)
+            finally:
+                if stack:
+                    stack.pop()
             calls.setdefault(__phase, []).append((time.perf_counter() - t0, getattr(out, "iterations", None)))
             return out
 

@@ -96,8 +96,9 @@ def per_iteration(stats: list[dict], iters: int) -> list[dict]:
     for k in range(iters):
         sm, le, J = steps[3 * k:3 * k + 3]
         slowest = max(sm["shard_s"])
+        parallel = slowest + le.get("slowest_s", max(le["shard_s"])) + max(J["shard_s"])
         rows.append(dict(
-            smooth_s=sm["wall_s"], slowest_shard_s=slowest, learn_s=le["wall_s"], learn_wait_s=le["wait_s"],
+            smooth_s=sm["wall_s"], slowest_shard_s=slowest, parallel_s=parallel, learn_s=le["wall_s"], learn_wait_s=le["wait_s"],
             learn_calls=le["calls"], learn_shard_s=max(le["shard_s"]), client_ipopt_s=le["wall_s"] - le["wait_s"] - le.get("setup_s", 0.0),
             J_s=J["wall_s"], overhead_s=(sm["wall_s"] - slowest) + (le["wait_s"] - max(le["shard_s"]))
             + (J["wall_s"] - max(J["shard_s"])),
@@ -109,19 +110,22 @@ def per_iteration(stats: list[dict], iters: int) -> list[dict]:
 def run_config(client, name, B, T, iters, workers, seed=0) -> dict:
     model, data, theta0, learner, smoother = PROBLEMS[name](B, T, seed)
     sharded = Sharded(client)
-    stamps = [time.perf_counter()]
+    stamps = [(time.perf_counter(), time.process_time())]
     t0 = time.perf_counter()
     res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(
         max_iters=iters, tol=0.0, executor=sharded, learner=learner, smoother=smoother),
-        callback=lambda rec: stamps.append(time.perf_counter()))
+        callback=lambda rec: stamps.append((time.perf_counter(), time.process_time())))
     total = time.perf_counter() - t0
     rows = per_iteration(sharded.stats, len(res.history))
-    walls = np.diff(stamps)[1:]  # from the end of iteration 1 on (iteration 1 includes sending x0)
-    for r, w in zip(rows[1:], walls):
-        r["wall_s"] = float(w)
+    walls = np.diff(np.array(stamps), axis=0)[1:]  # from the end of iteration 1 on (it includes sending x0)
+    for r, (w, cpu) in zip(rows[1:], walls):
+        # the client's serial part: what the slowest shard of each round does not cover (client CPU:
+        # IPOPT, sums, (de)serialisation; and the messages' latency)
+        r.update(wall_s=float(w), client_cpu_s=float(cpu), client_serial_s=float(w) - r["parallel_s"])
     steady = rows[1:] or rows
     if len(rows) == 1:
         rows[0]["wall_s"] = rows[0]["smooth_s"] + rows[0]["learn_s"] + rows[0]["J_s"]
+        rows[0].update(client_cpu_s=float("nan"), client_serial_s=rows[0]["wall_s"] - rows[0]["parallel_s"])
     med = {k: float(np.median([r[k] for r in steady])) for k in steady[0]}
     setup = next(s for s in sharded.stats if s["kind"] == "setup")
     return dict(model=name, B=B, T=T, workers=workers, n_params=int(model.params.free_index.size),
@@ -130,7 +134,14 @@ def run_config(client, name, B, T, iters, workers, seed=0) -> dict:
                 states_bytes=int(sum(x.nbytes for x in res.x)), per_iter_median=med, per_iter=rows)
 
 
-def part_b(models, Bs, T, iters, worker_counts, seed=0) -> list[dict]:
+def median_run(runs: list[dict]) -> dict:
+    """The run of median per-iteration wall time among repeats of one configuration, with every run's
+    median in ``repeat_walls_s``."""
+    runs = sorted(runs, key=lambda r: r["per_iter_median"]["wall_s"])
+    return {**runs[len(runs) // 2], "repeat_walls_s": [r["per_iter_median"]["wall_s"] for r in runs]}
+
+
+def part_b(models, Bs, T, iters, worker_counts, seed=0, repeats=1) -> list[dict]:
     from distributed import Client, LocalCluster
 
     out = []
@@ -144,12 +155,14 @@ def part_b(models, Bs, T, iters, worker_counts, seed=0) -> list[dict]:
             start = time.perf_counter() - t0
             for name in models:
                 for B in Bs:
-                    row = run_config(client, name, B, T, iters, w, seed)
+                    row = median_run([run_config(client, name, B, T, iters, w, seed) for _ in range(repeats)])
                     row["cluster_start_s"] = start
                     m = row["per_iter_median"]
-                    print(f"  {name:6s} B={B:5d} workers={w}: {m['wall_s']:.3f} s/iter (smoothing {m['smooth_s']:.3f}, "
+                    print(f"  {name:6s} B={B:5d} workers={w}: {m['wall_s']:.3f} s/iter (median of "
+                          f"{[round(v, 3) for v in row['repeat_walls_s']]}; smoothing {m['smooth_s']:.3f}, "
                           f"slowest shard {m['slowest_shard_s']:.3f}; learning {m['learn_s']:.3f}, "
-                          f"{m['learn_calls']:.0f} rounds; overhead {m['overhead_s']:.3f}; "
+                          f"{m['learn_calls']:.0f} rounds; overhead {m['overhead_s']:.3f}; client serial "
+                          f"{m['client_serial_s']:.3f} s, client CPU {m['client_cpu_s']:.3f} s; "
                           f"{m['sent_bytes'] / 1e3:.1f} kB out, {m['received_bytes'] / 1e3:.1f} kB in)", flush=True)
                     out.append(row)
             t0 = time.perf_counter()
@@ -213,13 +226,14 @@ def markdown(res: dict) -> str:
     lines = []
     if res.get("part_b"):
         lines += ["| model | B | workers | s / iteration | speedup | smoothing (slowest shard) | learning: rounds, "
-                  "wait, client IPOPT | J | overhead | kB out / in per iteration |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "wait, client IPOPT | J | overhead | client serial (CPU) | kB out / in per iteration |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in sorted(res["part_b"], key=lambda r: (r["model"], r["B"], r["workers"])):
             m = r["per_iter_median"]
             lines.append(f"| {r['model']} | {r['B']} | {r['workers']} | {m['wall_s']:.2f} | {r.get('speedup', 1.0):.2f}x "
                          f"| {m['smooth_s']:.2f} ({m['slowest_shard_s']:.2f}) | {m['learn_calls']:.0f}, "
                          f"{m['learn_wait_s']:.2f}, {m['client_ipopt_s']:.2f} | {m['J_s']:.2f} | {m['overhead_s']:.2f} "
+                         f"| {m['client_serial_s']:.2f} ({m['client_cpu_s']:.2f}) "
                          f"| {m['sent_bytes'] / 1e3:.1f} / {m['received_bytes'] / 1e3:.1f} |")
     for name, m in (res.get("part_c") or {}).items():
         lines += ["", f"{name}: {m['formula']} with s = {m['s']:.3g} s, l = {m['l']:.3g} s, a0 = {m['a0']:.3g} s, "
@@ -252,6 +266,7 @@ def main(argv=None):
     ap.add_argument("--iters", type=int, default=3, help="EM iterations per configuration (medians from the 2nd)")
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1, help="runs per configuration (part b: the median run is kept)")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny sizes (seconds): Lorenz only (unless --models is given), B = 2, 4, T = 30, 2 iterations")
     a = ap.parse_args(argv)
@@ -274,7 +289,7 @@ def main(argv=None):
               "an idle machine gives the number of cores)")
         print("part (b): per EM iteration, medians")
         res["part_b"] = part_b(a.models.split(","), [int(b) for b in a.B.split(",")], a.T, a.iters,
-                               [int(w) for w in a.workers.split(",")], a.seed)
+                               [int(w) for w in a.workers.split(",")], a.seed, a.repeats)
         for r in res["part_b"]:
             if "speedup" in r and r["workers"] != 1:
                 print(f"  speedup {r['model']} B={r['B']}: {r['speedup']:.2f}x with {r['workers']} workers")

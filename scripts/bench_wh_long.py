@@ -24,6 +24,11 @@ and (unless ``--no-floor``) the floor of one iteration at the final iterate (``s
 
     python -m scripts.bench_wh_long [--length 1000000] [--json out.json] [--warm-start N]
                                     [--max-iters 50] [--no-floor] [--smoke] [--baseline base.json]
+                                    [--rss-phases]
+
+``--rss-phases``: the largest resident set of each phase of CE-EM (initial states, smoothing, learning,
+joint step, J, ...; ``fit`` is the rest), sampled every 20 ms, and their seconds (``rss_by_phase_mb``,
+``seconds_by_phase`` in the JSON).
 
 ``--baseline``: the JSON of another run (e.g. of the previous release, run in the same session) to
 compare with: whole-fit wall and CPU ratios, peak RSS ratio, theta's, J's and the test RMS's
@@ -35,9 +40,12 @@ wall times are noisy: the CPU seconds of the process are disturbed less.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import resource
 import sys
+import threading
 import time
 
 import numpy as np
@@ -86,7 +94,32 @@ def _by_kind(history) -> dict:
     return out
 
 
-def run(T: int, warm_start: int | None, max_iters: int, floor: bool, test_length: int, seed: int = 0) -> dict:
+@contextlib.contextmanager
+def rss_by_phase(peaks: dict, calls: dict):
+    """Largest resident set (MB) per phase of ``scripts.bench_record_phases.TARGETS`` (``fit`` outside
+    them) in ``peaks``, sampled every 20 ms while the block runs; each call's seconds in ``calls``."""
+    from scripts.bench_record_phases import phase_timers
+
+    stack, stop, page = ["fit"], threading.Event(), os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+    def sample():
+        while not stop.wait(0.02):
+            with open("/proc/self/statm") as fh:
+                rss = int(fh.read().split()[1]) * page
+            peaks[stack[-1]] = round(max(peaks.get(stack[-1], 0.0), rss))
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        with phase_timers(calls, stack):
+            yield peaks
+    finally:
+        stop.set()
+        thread.join()
+
+
+def run(T: int, warm_start: int | None, max_iters: int, floor: bool, test_length: int, seed: int = 0,
+        phases: bool = False) -> dict:
     c_proc = time.process_time()
     truth_model, data, truth, _ = make_problem("wh33", T, seed)
     row: dict = {"T": T, "simulate_cpu_s": time.process_time() - c_proc}
@@ -99,8 +132,10 @@ def run(T: int, warm_start: int | None, max_iters: int, floor: bool, test_length
     true_theta = truth_in(init.best.scale, truth)
     row["theta_err_init"] = theta_error(model, init.theta, true_theta)
     opts = cc.CEEMOptions(acceleration="newton", max_iters=max_iters, warm_start=warm_start)
-    t0, c0 = time.perf_counter(), time.process_time()
-    res = cc.ceem(model, data, init.theta, options=opts)
+    t0, c0, peaks, calls = time.perf_counter(), time.process_time(), {}, {}
+    with rss_by_phase(peaks, calls) if phases else contextlib.nullcontext():
+        res = cc.ceem(model, data, init.theta, options=opts)
+    row.update(rss_by_phase_mb=peaks, seconds_by_phase={k: round(sum(c[0] for c in v), 2) for k, v in calls.items()})
     row.update(ceem_s=time.perf_counter() - t0, ceem_cpu_s=time.process_time() - c0, status=str(res.status),
                iterations=res.iterations, J=res.J, tol=opts.tol, message=res.message, build_s=res.build_s,
                kinds=_by_kind(res.history), theta_err=theta_error(model, res.theta, true_theta),
@@ -174,13 +209,17 @@ def main(argv=None) -> int:
     ap.add_argument("--no-floor", action="store_true")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--rss-phases", action="store_true", help="largest resident set per phase of the fit")
     ap.add_argument("--baseline", default=None, help="JSON of another run (e.g. the previous release) to compare with")
     args = ap.parse_args(argv)
     T, warm, test_n = int(args.length), args.warm_start, args.test_length
     if args.smoke:
         T, warm, test_n = 3000, 1000 if warm is None else warm, 2000
-    row = run(T, warm, args.max_iters, not args.no_floor, test_n)
+    row = run(T, warm, args.max_iters, not args.no_floor, test_n, phases=args.rss_phases)
     print(_format(row), flush=True)
+    if row["rss_by_phase_mb"]:
+        print("largest resident set by phase (MB): " + ", ".join(f"{k} {v}" for k, v in row["rss_by_phase_mb"].items()))
+        print("seconds by phase: " + ", ".join(f"{k} {v}" for k, v in row["seconds_by_phase"].items()))
     if args.baseline:
         with open(args.baseline) as fh:
             row["baseline"] = compare(row, json.load(fh))

@@ -259,3 +259,31 @@ def _recording(init, made):
         init(self, *args, **kwargs)
         made.append(self)
     return wrapped
+
+
+def test_a_retried_factorisation_gets_a_fresh_hessian_when_the_band_is_factorised_in_place():
+    """An indefinite Hessian (f = sum x^4 / 4 - x^2 / 2 + 0.3 x from x = 0.1: H = 3 x^2 - 1 < 0) needs a
+    shift: given as LAPACK band storage (T, nx, 2 nx), which `direction` factorises in place, the solver
+    asks for the Hessian again before each retry and takes the same steps as with the nonzeros (T, k)."""
+    from ceem_casadi.smoothing._banded import BandedNewton
+
+    class Quartic:
+        def __init__(self, band):
+            self.band, self.hessians = band, 0
+
+        def cost(self, x):
+            return float(np.sum(x ** 4 / 4 - x ** 2 / 2 + 0.3 * x))
+
+        def newton(self, x):
+            self.hessians += 1
+            h = 3 * x ** 2 - 1
+            nz = np.stack([np.zeros_like(h), h], axis=1)  # nx = 1: (block above, diagonal) per column
+            return self.cost(x), x ** 3 - x + 0.3, nz.reshape(-1, 1, 2) if self.band else nz, np.zeros(1)
+
+    x0 = np.full(4, 0.1)
+    plain, band = Quartic(False), Quartic(True)
+    a = BandedNewton(1, 4, 50, 1e-10).solve(x0, plain)
+    b = BandedNewton(1, 4, 50, 1e-10).solve(x0, band)
+    assert a.status == b.status == "Solve_Succeeded" and a.max_shift > 0
+    np.testing.assert_array_equal(a.x, b.x)
+    assert band.hessians > a.iterations + 1  # the retries asked again

@@ -42,8 +42,13 @@ def test_chunked_ekf_equals_one_mapaccum(record):
     assert chunked.loglik == pytest.approx(one.loglik, rel=1e-12)
 
 
-def test_rts_means_equal_rts_loop(record):
-    """Banded solve for the smoothed means == the RTS backward loop (oracle: rts)."""
+@pytest.mark.parametrize("chunk", [20_000, 7])
+def test_rts_means_equal_rts_loop(record, monkeypatch, chunk):
+    """Banded solve for the smoothed means, in one piece or chunks of 7 solved from the end (each with the
+    next chunk's first mean as its known last row) == the RTS backward loop (oracle: rts)."""
+    from ceem_casadi.filtering import _ekf
+
+    monkeypatch.setattr(_ekf, "RTS_CHUNK", chunk)
     model, y = record
     res = _run(model, y, 10**6)
     np.testing.assert_allclose(rts_means(res), rts_smoother(res).x_smooth, rtol=1e-10, atol=1e-10)

@@ -57,6 +57,7 @@ class DaskEngine(ShardedOutcomes):
         kinds = _all([a.prepare() for a in self.actors])
         self._version = itertools.count()
         self._memo: tuple = (None, None)  # (the last list of states sent, its version)
+        self._setup = None  # (theta_vec, version) of the learning session, sent with its first reduce
         self.learner = RemoteLearner(self, model, learner_options, kinds[0][0])
         self.record("setup", t0, [k[1] for k in kinds], len(spec.blob) * len(workers) + nbytes(shards), 16)
 
@@ -105,14 +106,16 @@ class DaskEngine(ShardedOutcomes):
         return float(sum(v[0] for v in vals))
 
     def learning_session(self, theta_vec, xs) -> list:
-        """Set up each shard's learner data terms at ``theta_vec`` and states ``xs``; the actors."""
+        """The actors, whose learner data terms are set up at ``theta_vec`` and states ``xs`` by the
+        first `reduce` of the session (in the same round: one message less per learning step)."""
         version, self.session_sent = self._version_of(xs)
-        _all([a.learning_setup(np.asarray(theta_vec, float), version) for a in self.actors])
+        self._setup = (np.asarray(theta_vec, float), version)
         return self.actors
 
     def reduce(self, session: list, z: np.ndarray, what: str) -> tuple[list, int]:
         """Each shard's learning terms at ``z``: (list of per-shard tuples, bytes received)."""
-        res = _all([a.terms(z, what) for a in session])
+        setup, self._setup = self._setup, None
+        res = _all([a.terms(z, what, setup) for a in session])
         return res, nbytes(res)
 
     def close(self) -> None:

@@ -219,5 +219,9 @@ class ShardActor:
         self.learning = learning_setup(self.spec, theta_vec, self.shard, self._get(version))
         return time.perf_counter() - t0
 
-    def terms(self, z, what: str):
-        return learning_terms(self.spec, self.learning, z, what)
+    def terms(self, z, what: str, setup: tuple | None = None):
+        """`learning_terms` at ``z``, after `learning_setup` at ``setup = (theta_vec, version)`` when given
+        (its seconds included)."""
+        t_setup = self.learning_setup(*setup) if setup is not None else 0.0
+        *out, seconds = learning_terms(self.spec, self.learning, z, what)
+        return (*out, seconds + t_setup)

@@ -1,30 +1,8 @@
-"""Joint Gauss-Newton (Levenberg-Marquardt) steps on J(x_{1:T}, theta) over states AND parameters.
-
-CE-EM (Algorithm 1) is block coordinate ascent on J. When states and parameters are strongly
-coupled (nearly deterministic dynamics, many hidden states) it converges linearly and slowly.
-Near the optimum a joint Gauss-Newton step on the same objective converges quadratically; used
-as an *acceleration* of the EM iterations (``CEEMOptions(acceleration="newton")``), a step is
-kept only when it increases the objective, so the fixed point is the one CE-EM converges to.
-
-With r the stacked residuals (observation and dynamics stages of every trajectory, see
-`ceem_casadi.objective._stages`), Jx and Jp their Jacobians in the states and in the free parameters,
-one step solves
-
-    [Hxx + mu Dx    Hxp        ] [dx]     [gx]
-    [Hxp^T          Hpp + mu Dp] [dp] = - [gp],   H = [Jx Jp]^T [Jx Jp],  g = [Jx Jp]^T r
-
-(plus the x_1 and theta priors). The damping is Marquardt's scaling of the REDUCED problem (the
-states eliminated): Dp = diag(S), S = Hpp - Hxp^T (Hxx + mu_x Dx)^-1 Hxp the Schur complement,
-and the states' block is damped ``STATE_DAMPING`` times less, mu_x = STATE_DAMPING mu with
-Dx = diag(Hxx). Hxx holds the dynamics' 1/sigma_w^2 terms, so it is well conditioned, while S,
-the curvature left in theta once the states follow, is a tiny difference of large terms (1e-6 of
-diag(Hpp) on the Wiener-Hammerstein records of ``docs/results_long_record.md``): with the joint
-diag(H) scaling, damping the states by mu changes S by up to about mu diag(Hpp), i.e. by far more than
-S itself, and damping theta by mu diag(Hpp) cuts its step to a fraction, so the steps crawled (11 iterations instead of 6 on the
-warm-started 10^5-sample record, 12 instead of 7 on its 20,000-sample lead). Hxx is block diagonal over
-trajectories and block tridiagonal in time, so the Schur complement on p costs
-O(B T nx^2 (nx + np)) with LAPACK's banded Cholesky; nothing of size (B T nx)^2 is formed.
-Parameter bounds are honoured by projecting the step.
+"""Joint Gauss-Newton (Levenberg-Marquardt) steps on J(x_{1:T}, theta) over states AND parameters: the
+acceleration ``CEEMOptions(acceleration="newton")``, a step kept only when it increases J. The states are
+eliminated through the banded Cholesky factor of Hxx (block tridiagonal), streamed chunk by chunk for
+long records; theta's step solves the Marquardt-damped Schur complement. The method and its measurements:
+docs/long_records.md ("The joint Gauss-Newton step").
 """
 from __future__ import annotations
 
@@ -32,8 +10,8 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import LinAlgError, cholesky_banded
-from scipy.linalg.lapack import dtbtrs
+from scipy.linalg import LinAlgError, solve_triangular
+from scipy.linalg.lapack import dpbtrf, dtbtrs
 
 from ..objective._stages import stack_stages
 from ..runtime import _policy as policy
@@ -94,6 +72,14 @@ def _tvec(A: np.ndarray, r: np.ndarray) -> np.ndarray:
     return np.matmul(A.transpose(0, 2, 1), r[:, :, None])[:, :, 0]
 
 
+def _tbsolve(ab: np.ndarray, b: np.ndarray, trans: str) -> np.ndarray:
+    """``U^-1 b`` (trans "N") or ``U^-T b`` ("T") for U upper triangular in LAPACK band storage ``ab``."""
+    out, info = dtbtrs(ab, b if b.ndim == 2 else b[:, None], uplo="U", trans=trans, overwrite_b=1)
+    if info != 0:
+        raise LinAlgError(f"banded triangular solve failed (info {info})")
+    return out if b.ndim == 2 else out[:, 0]
+
+
 # damping of the states' block relative to the parameters' (module docstring)
 STATE_DAMPING = 1e-6
 
@@ -103,16 +89,9 @@ STATE_DAMPING = 1e-6
 
 
 class JointGaussNewton:
-    """Joint Levenberg-Marquardt steps for one model and one dataset shape (built once).
-
-    The residual Jacobians are evaluated in chunks of at most ``policy.JOINT_CHUNK`` stages of one
-    trajectory and reduced at once to the blocks of the step (Hxx's diagonal and off-diagonal
-    blocks, Hxp, gx; Hpp and gp summed), which are written into one (T nx, 1 + n_free) array
-    ``[gx Hxp]`` that the banded triangular solves then overwrite: at T = 10^6 nothing of size
-    T x (rows x columns of the stage Jacobians) is held (6 states, 15 free parameters: 1.4 GB of
-    Jacobians and about as much in copies before). Hxx goes straight into LAPACK's band storage and
-    both arrays are Fortran-ordered, so the factorisation and the solves work in place (T = 10^6:
-    1.4 GB instead of 3.3 GB at the peak of a step).
+    """Joint Levenberg-Marquardt steps for one model and one dataset shape (built once). The stage
+    Jacobians are evaluated in chunks of at most ``policy.JOINT_CHUNK`` stages and reduced at once
+    (module docstring): nothing of size T x (Jacobian rows x columns) or T x n_free is held.
 
     Parameters
     ----------
@@ -172,103 +151,142 @@ class JointGaussNewton:
         dyn = [a.copy() for a in self._jacobians("dyn", X0.shape[1], [X0, X1, U0, theta_vec, iw], m.nx)]
         return (*obs, *dyn)
 
-    def _trajectory_blocks(self, theta_vec, y, u, x, ab, R):
-        """Add trajectory (y, u, x)'s Gauss-Newton blocks into ``ab``, the (2 nx, T nx) Fortran-ordered
-        upper band storage of Hxx (`band_views`), and R (T, nx, 1 + n_free) = [gx Hxp]; returns its
-        (Hpp, gp) contribution. Hxx's diagonal blocks are summed per chunk (one carried into the
-        next) and only their upper triangles written: no (T, nx, nx) array is held."""
-        m, nx, ny = self.model, self.model.nx, self.model.ny
+    def _chunks(self, theta_vec, y, u, x):
+        """Per chunk of at most ``policy.JOINT_CHUNK`` stages [a, b): ``(a, b, bd, obs, dyn)``, obs = (ro, Jo, Jpo)
+        of observation stages a .. b-1, dyn = (rd, Jz, Jpd) of dynamics stages a .. bd-1 (x_s to x_{s+1}) or None."""
+        m, T, mask = self.model, x.shape[0], np.isfinite(y)
         iv, iw = m.noise.inv_measurement_std, m.noise.inv_process_std
-        nf = self.free.size
-        Hpp, gp = np.zeros((nf, nf)), np.zeros(nf)
-        T = x.shape[0]
-        mask = np.isfinite(y)
-        Dv, Offv = band_views(ab, nx)
-        iu, ju = np.triu_indices(nx)
-        carry = np.zeros((nx, nx))  # block column a's diagonal block from the chunk before
         for a in range(0, T, policy.JOINT_CHUNK):
             b = min(a + policy.JOINT_CHUNK, T)
-            D = np.zeros((b - a + 1, nx, nx))
-            D[0] = carry
-            ro, Jo, Jpo = self._jacobians("obs", b - a, [x[a:b].T, u[a:b].T, np.where(mask[a:b], y[a:b], 0.0).T,
-                                                         mask[a:b].T.astype(float), theta_vec, iv], ny)
-            D[:b - a] += _tmul(Jo, Jo)
-            R[a:b, :, 0] += _tvec(Jo, ro)
-            if self._obs_p:
-                R[a:b, :, 1:] += _tmul(Jo, Jpo)
-                Jp2 = Jpo.reshape((b - a) * ny, nf)
-                Hpp += gram(Jp2)
-                gp += Jp2.T @ ro.ravel()
-            bd = min(b, T - 1)  # dynamics stages a .. bd - 1, between x_s and x_{s+1}
-            if bd > a:
-                rd, Jz, Jpd = self._jacobians("dyn", bd - a, [x[a:bd].T, x[a + 1:bd + 1].T, u[a:bd].T, theta_vec, iw],
-                                              nx)
-                A, Bn = Jz[:, :, :nx], Jz[:, :, nx:]
-                D[:bd - a] += _tmul(A, A)
-                D[1:bd - a + 1] += _tmul(Bn, Bn)
-                Offv[a:bd] = _tmul(A, Bn)
-                R[a:bd, :, 0] += _tvec(A, rd)
-                R[a + 1:bd + 1, :, 0] += _tvec(Bn, rd)
-                R[a:bd, :, 1:] += _tmul(A, Jpd)
-                R[a + 1:bd + 1, :, 1:] += _tmul(Bn, Jpd)
-                Jp2 = Jpd.reshape((bd - a) * nx, nf)
-                Hpp += gram(Jp2)
-                gp += Jp2.T @ rd.ravel()
-            Dv[a:b, iu, ju] = D[:b - a, iu, ju]
-            carry = D[b - a]
+            bd = min(b, T - 1)
+            obs = self._jacobians("obs", b - a, [x[a:b].T, u[a:b].T, np.where(mask[a:b], y[a:b], 0.0).T,
+                                                 mask[a:b].T.astype(float), theta_vec, iv], m.ny)
+            dyn = self._jacobians("dyn", bd - a, [x[a:bd].T, x[a + 1:bd + 1].T, u[a:bd].T, theta_vec, iw],
+                                  m.nx) if bd > a else None
+            yield a, b, bd, obs, dyn
+
+    def _chunk_blocks(self, obs, dyn, D, Off, R):
+        """Add one chunk's Gauss-Newton blocks into D (n + 1, nx, nx) (Hxx's diagonal blocks a .. b), Off
+        (bd - a, nx, nx) and R (n + 1, nx, 1 + n_free) ([gx Hxp], rows a .. b); returns its (Hpp, gp)."""
+        nx, nf = self.model.nx, self.free.size
+        Hpp, gp = np.zeros((nf, nf)), np.zeros(nf)
+        ro, Jo, Jpo = obs
+        n = ro.shape[0]
+        D[:n] += _tmul(Jo, Jo)
+        R[:n, :, 0] += _tvec(Jo, ro)
+        parts = [] if Jpo is None else [(Jpo, ro)]
+        if Jpo is not None:
+            R[:n, :, 1:] += _tmul(Jo, Jpo)
+        if dyn is not None:
+            rd, Jz, Jpd = dyn
+            A, Bn, nd = Jz[:, :, :nx], Jz[:, :, nx:], rd.shape[0]
+            D[:nd] += _tmul(A, A)
+            D[1:nd + 1] += _tmul(Bn, Bn)
+            Off[:] = _tmul(A, Bn)
+            R[:nd, :, 0] += _tvec(A, rd)
+            R[1:nd + 1, :, 0] += _tvec(Bn, rd)
+            R[:nd, :, 1:] += _tmul(A, Jpd)
+            R[1:nd + 1, :, 1:] += _tmul(Bn, Jpd)
+            parts.append((Jpd, rd))
+        for Jp, r in parts:
+            Jp2 = Jp.reshape(Jp.shape[0] * Jp.shape[1], nf)
+            Hpp += gram(Jp2)
+            gp += Jp2.T @ r.ravel()
         return Hpp, gp
+
+    def _trajectory(self, theta_vec, y, u, x, mu):
+        """Hxx + damping of one trajectory factorised chunk by chunk in LAPACK's upper band storage ``ab``
+        (2 nx, T nx) (H = U^T U, in place) while W = U^-T [gx Hxp] is streamed: returns (ab, w0 = U^-T gx,
+        W1 = U^-T Hxp (kept only for a single chunk, else None), W1^T W1, W1^T w0, Hpp, gp). Nothing
+        of size T x n_free is held for a record of several chunks (6 states, 15 parameters, T = 10^6: 768 MB)."""
+        noise, nx, nf, T = self.model.noise, self.model.nx, self.free.size, x.shape[0]
+        ab, w0 = np.zeros((2 * nx, T * nx), order="F"), np.empty(T * nx)
+        Dv, Offv = band_views(ab, nx)
+        (iu, ju), idx = np.triu_indices(nx), np.arange(nx)
+        Hpp, gp, WW, Ww = np.zeros((nf, nf)), np.zeros(nf), np.zeros((nf, nf)), np.zeros(nf)
+        D, R = np.zeros((1, nx, nx)), np.zeros((1, nx, 1 + nf))  # block a's parts from the chunk before
+        dmax, W_last, W1 = 1.0, None, None
+        for a, b, bd, obs, dyn in self._chunks(theta_vec, y, u, x):
+            D = np.concatenate([D[-1:], np.zeros((b - a, nx, nx))])
+            R = np.concatenate([R[-1:], np.zeros((b - a, nx, 1 + nf))])
+            h, g = self._chunk_blocks(obs, dyn, D, Offv[a:bd], R)
+            Hpp, gp = Hpp + h, gp + g
+            if a == 0 and noise.x1_std is not None:
+                D[0, idx, idx] += noise.inv_x1_std ** 2
+                R[0, :, 0] += noise.inv_x1_std ** 2 * (x[0] - noise.x1_mean)
+            diag = D[:b - a, idx, idx]  # damping of the states' block (module docstring)
+            dmax = max(dmax, diag.max())
+            D[:b - a, idx, idx] = diag + STATE_DAMPING * mu * np.maximum(diag, 1e-12 * dmax)
+            Dv[a:b, iu, ju] = D[:b - a, iu, ju]
+            W = self._factor_and_solve(ab, a, b, R[:b - a].reshape(-1, 1 + nf), W_last)
+            WW += W[:, 1:].T @ W[:, 1:]
+            Ww += W[:, 1:].T @ W[:, 0]
+            w0[a * nx:b * nx], W_last = W[:, 0], W[-nx:]
+            W1 = W[:, 1:] if (a, b) == (0, T) else None
+        return ab, w0, W1, WW, Ww, Hpp, gp
+
+    @staticmethod
+    def _factor_and_solve(ab, a, b, rhs, W_last):
+        """Cholesky factor of block columns [a, b) of the band ``ab`` (in place; block a's diagonal block
+        first takes the Schur update of the factor before it) and ``U^-T rhs`` for rows [a, b)."""
+        nx = ab.shape[0] // 2
+        Dv, Offv = band_views(ab, nx)
+        if a > 0:  # U[a-1, a] = U[a-1, a-1]^-T Off[a-1]; U[a, a]^T U[a, a] = D[a] - U[a-1, a]^T U[a-1, a]
+            C = solve_triangular(np.triu(Dv[a - 1]), Offv[a - 1], trans="T")
+            Offv[a - 1] = C
+            iu, ju = np.triu_indices(nx)
+            Dv[a, iu, ju] -= (C.T @ C)[iu, ju]
+            rhs[:nx] -= C.T @ W_last
+        part = ab[:, a * nx:b * nx]
+        chol, info = dpbtrf(part, lower=0, overwrite_ab=1)
+        if info != 0:
+            raise LinAlgError(f"banded Cholesky factorisation failed (info {info})")
+        part[...] = chol  # no copy when LAPACK worked in place (a Fortran-ordered slice)
+        return _tbsolve(part, rhs, "T")
+
+    def _hxp_times(self, theta_vec, y, u, x, dz):
+        """``Hxp dz`` (T nx,) of one trajectory, from a second pass over its stage Jacobians."""
+        nx = self.model.nx
+        v = np.zeros((x.shape[0], nx))
+        for a, b, bd, (_, Jo, Jpo), dyn in self._chunks(theta_vec, y, u, x):
+            if Jpo is not None:
+                v[a:b] += _tvec(Jo, Jpo @ dz)
+            if dyn is not None:
+                q = dyn[2] @ dz
+                v[a:bd] += _tvec(dyn[1][:, :, :nx], q)
+                v[a + 1:bd + 1] += _tvec(dyn[1][:, :, nx:], q)
+        return v.ravel()
 
     def step(self, theta_vec, data, xs, mu: float | None = None) -> JointStep:
         """One damped Gauss-Newton step from ``(theta_vec, xs)`` (no acceptance test)."""
         mu = self.mu if mu is None else mu
-        m, nx = self.model, self.model.nx
-        noise = m.noise
         theta_vec = np.asarray(theta_vec, float)
         z = theta_vec[self.free]
         nf = z.size
-        per_traj, Hpp, gp = [], np.zeros((nf, nf)), np.zeros(nf)
-        w1sq = None if noise.x1_std is None else noise.inv_x1_std ** 2
-        for b, x in enumerate(xs):
-            T = x.shape[0]
-            # Hxx in LAPACK's band storage, Fortran-ordered (factorised in place); [gx Hxp] as the
-            # columns of a Fortran-ordered (T nx, 1 + n_free) array (solved in place): no copies
-            ab, Rc = np.zeros((2 * nx, T * nx), order="F"), np.zeros((1 + nf, T * nx))
-            R = Rc.reshape(1 + nf, T, nx).transpose(1, 2, 0)
-            h, g = self._trajectory_blocks(theta_vec, data.y[b], data.inputs(b), x, ab, R)
+        per_traj = [self._trajectory(theta_vec, data.y[b], data.inputs(b), x, mu) for b, x in enumerate(xs)]
+        Hpp, gp = np.zeros((nf, nf)), np.zeros(nf)
+        for *_, h, g in per_traj:
             Hpp, gp = Hpp + h, gp + g
-            diag = ab[2 * nx - 1]  # Hxx's diagonal (a view)
-            if w1sq is not None:
-                diag[:nx] += w1sq
-                R[0, :, 0] += w1sq * (x[0] - noise.x1_mean)
-            diag += STATE_DAMPING * mu * np.maximum(diag, 1e-12 * max(1.0, diag.max()))
-            ab = cholesky_banded(ab, lower=False, overwrite_ab=True)
-            # W = U^-T [gx Hxp] in place (H = U^T U): Hxp^T H^-1 Hxp = W1^T W1, Hxp^T H^-1 gx = W1^T w0
-            W, info = dtbtrs(ab, Rc.T, uplo="U", trans="T", overwrite_b=1)
-            del R, Rc
-            if info != 0:
-                raise LinAlgError(f"banded triangular solve failed (info {info})")
-            per_traj.append((ab, W))
         Hpp[np.diag_indices(nf)] += self.prior_w2
         gp += self.prior_w2 * (z - self.prior_mean)
         S, rhs = Hpp.copy(), gp.copy()
-        for _, W in per_traj:
-            S -= W[:, 1:].T @ W[:, 1:]
-            rhs -= W[:, 1:].T @ W[:, 0]
+        for _, _, _, WW, Ww, _, _ in per_traj:
+            S -= WW
+            rhs -= Ww
         S = 0.5 * (S + S.T)
         # Marquardt's scaling of the reduced problem: the Schur complement's diagonal (module docstring)
         Dp = np.maximum(np.diag(S).copy(), 1e-12 * max(1.0, np.abs(np.diag(Hpp)).max(initial=0.0)))
         S[np.diag_indices(nf)] += mu * Dp
         dz = -np.linalg.solve(S, rhs) if nf else np.zeros(0)
-        params = m.params
+        params = self.model.params
         new_theta = theta_vec.copy()
         new_theta[self.free] = np.clip(z + dz, params.lower[self.free], params.upper[self.free])
         dz = new_theta[self.free] - z
         new_xs = []
-        for x, (ab, W) in zip(xs, per_traj):  # dx = -H^-1 (gx + Hxp dz) = -U^-1 (w0 + W1 dz)
-            v, info = dtbtrs(ab, (W[:, 0] + W[:, 1:] @ dz)[:, None], uplo="U", trans="N", overwrite_b=1)
-            if info != 0:
-                raise LinAlgError(f"banded triangular solve failed (info {info})")
-            new_xs.append(x - v[:, 0].reshape(x.shape))
+        for b, (x, (ab, w0, W1, *_)) in enumerate(zip(xs, per_traj)):  # dx = -U^-1 (w0 + U^-T Hxp dz)
+            w = w0 + W1 @ dz if W1 is not None else \
+                w0 + _tbsolve(ab, self._hxp_times(theta_vec, data.y[b], data.inputs(b), x, dz), "T")
+            new_xs.append(x - _tbsolve(ab, w, "N").reshape(x.shape))
         return JointStep(new_theta, new_xs, float(-(rhs @ dz) * 0.5), mu)
 
     def adapt(self, accepted: bool) -> None:

@@ -1,29 +1,7 @@
-"""The joint problem max_{x, theta} J(x_{1:T}, theta) + log p(theta) as ONE IPOPT NLP.
-
-CE-EM (Algorithm 1) maximises J by block coordinate ascent: smoothing over the states x of every
-trajectory, learning over the free parameters z. Where states and parameters are strongly
-coupled this converges linearly with a rate close to 1 (long records, nearly deterministic
-dynamics). Its fixed points are the stationary points of J in (x, z) jointly, so they can be
-found directly: decision variables ``w = [vec(X_1); ...; vec(X_B); z]`` (``X_b`` (T_b, nx),
-row-major, i.e. ``x_b[t, i]`` at ``t * nx + i``), objective
-
-    min_w  sum_{b,t} 0.5||r_o||^2 + sum_{b,t} 0.5||r_d||^2 + 0.5||(x_{b,1} - mu_1) / s_1||^2
-           + 0.5||(z - mu_p) / s_p||^2                                   (= -J - log p + const)
-
-subject to the parameters' bounds (and optional state bounds). Its Hessian is an *arrowhead*:
-block diagonal over trajectories, block tridiagonal (nx, nx) blocks in time within a trajectory
-(a stage touches x_t or (x_t, x_{t+1})), and dense rows/columns for z:
-
-    [ Hxx_1              Hxz_1 ]
-    [        ...          ...  ]        upper triangle passed to IPOPT (`arrowhead_sparsity`)
-    [             Hxx_B  Hxz_B ]
-    [ Hzx_1 ...   Hzx_B  Hzz   ]
-
-with O(nx^2 sum T_b + nz nx sum T_b) nonzeros; MUMPS factorises it with the dense z columns
-ordered last. Gradient and Hessian come from the stage Functions of `ceem_casadi.objective._stages`
-(residual Jacobians for the gradient and the Gauss-Newton Hessian, exact stage Hessians for
-``hessian="exact"``), mapped over all stages and assembled in numpy inside CasADi Callbacks that
-read and write CasADi's buffers directly (no per-element conversion).
+"""The joint problem max_{x, theta} J(x_{1:T}, theta) + log p(theta) as ONE IPOPT NLP over the states of
+every trajectory and the free parameters, with its arrowhead Hessian (block tridiagonal in time, dense
+rows for theta) assembled from the stage Functions inside CasADi Callbacks; the formulation:
+docs/long_records.md ("The joint NLP").
 """
 from __future__ import annotations
 

@@ -91,23 +91,25 @@ def rts_means(res: FilterResult) -> np.ndarray:
     T, n = xf.shape
     if T == 1:
         return xf.copy()
-    # upper band storage: ab[u + i - j, j] = M[i, j], u = 2n - 1; M = I - blockdiag_sup(G), unit diagonal
+    # upper band storage: ab[u + i - j, j] = M[i, j], u = 2n - 1; M = I - blockdiag_sup(G), unit diagonal;
+    # solved chunk by chunk from the end, each chunk with the next one's first state as its known last row
     u = 2 * n - 1
-    ab = np.zeros((u + 1, T * n), order="F")
-    rhs = np.array(xf, dtype=float, order="C")
-    for a in range(0, T - 1, RTS_CHUNK):
+    out = np.array(xf, dtype=float)
+    for a in reversed(range(0, T - 1, RTS_CHUNK)):
         b = min(a + RTS_CHUNK, T - 1)
         AP = res.A[a:b] @ res.P_filt[a:b]                                   # (b - a, n, n)
         G = np.swapaxes(np.linalg.solve(res.P_pred[a + 1:b + 1], AP), 1, 2)   # P_f A^T Pp^-1 (Pp symmetric)
-        rhs[a:b] -= (G @ xp[a + 1:b + 1, :, None])[:, :, 0]
-        # M[t n + i, (t+1) n + j] = -G[t, i, j]: band row u - n + i - j, column (t+1) n + j
-        for i in range(n):
+        rhs = out[a:b + 1].copy()
+        rhs[:b - a] -= (G @ xp[a + 1:b + 1, :, None])[:, :, 0]
+        ab = np.zeros((u + 1, (b - a + 1) * n), order="F")
+        for i in range(n):  # M[t n + i, (t+1) n + j] = -G[t, i, j]: band row u - n + i - j, column (t+1) n + j
             for j in range(n):
-                ab[u - n + i - j, (a + 1) * n + j:(b + 1) * n:n] = -G[:, i, j]
-    x, info = dtbtrs(ab, rhs.reshape(T * n, 1), uplo="U", trans="N", diag="U", overwrite_b=1)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"RTS means: banded triangular solve failed (info {info})")
-    return x.reshape(T, n)
+                ab[u - n + i - j, n + j::n] = -G[:, i, j]
+        x, info = dtbtrs(ab, rhs.reshape(-1, 1), uplo="U", trans="N", diag="U", overwrite_b=1)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"RTS means: banded triangular solve failed (info {info})")
+        out[a:b] = x.reshape(-1, n)[:b - a]
+    return out
 
 
 RTS_CHUNK = 20_000  # steps per chunk of the RTS gains (bounded temporaries at T = 10^6)

@@ -101,6 +101,7 @@ class RemoteLearner:
             self._wait += time.perf_counter() - t0
             self._received += received
             self._shard_s += np.array([r[-1] for r in res])
+            self._slowest += max(r[-1] for r in res)
             parts = [r[:-1] for r in res]
             totals = [_total([p[i] for p in parts]) for i in range(len(parts[0]))]
             if what != "hess":  # the cost first, as a float
@@ -157,13 +158,13 @@ class RemoteLearner:
         t0 = time.perf_counter()
         self._session, self._cache, self._error = self.engine.learning_session(theta_vec, xs), {}, None
         self._setup_s = time.perf_counter() - t0
-        self._calls, self._wait, self._received = 0, 0.0, 0
+        self._calls, self._wait, self._received, self._slowest = 0, 0.0, 0, 0.0
         self._shard_s = np.zeros(len(self._session))
 
     def _end(self, t0):
         self.engine.record("learn", t0, self._shard_s, getattr(self.engine, "session_sent", 0)
                             + 8 * self.n * self._calls * len(self._session), self._received,
-                            calls=self._calls, wait_s=self._wait, setup_s=self._setup_s)
+                            calls=self._calls, wait_s=self._wait, setup_s=self._setup_s, slowest_s=self._slowest)
         self._session, self._cache = None, {}
 
     # --- the learner interface ---------------------------------------------------------------

@@ -1,35 +1,8 @@
-"""Newton (or Gauss-Newton) steps for the smoothing NLP with LAPACK's banded Cholesky.
-
-Without state bounds the smoothing problem of `ceem_casadi.smoothing._smoother` is unconstrained and
-its Hessian (exact or Gauss-Newton) is block tridiagonal with (nx, nx) blocks, i.e. a symmetric
-band matrix with ``2 nx - 1`` super-diagonals. One step
-
-    (H + delta I) d = -g,   x <- x + alpha d
-
-is factorised by ``scipy.linalg.cholesky_banded`` in O(nx^3 T) time and O(nx^2 T) memory (no
-sparse-matrix ordering, no MUMPS). ``delta`` is a Levenberg-Marquardt shift, 0 whenever the
-factorisation succeeds without it (an exact Hessian may be indefinite away from the optimum):
-tried as IPOPT does (first 1e-4, later a third of the last one that worked, grown 100x then 8x
-until the factorisation succeeds, in IPOPT's scaled units). ``alpha`` comes from a backtracking
-(Armijo) line search on the true objective, relaxed by 10 machine epsilons of |f| as IPOPT's is;
-if it fails the shift is raised (the step turns towards the steepest descent) and tried again.
-
-Stopping test: IPOPT's, for an unconstrained NLP with its default gradient-based scaling: the
-objective is scaled by ``s = min(1, 100 / ||g(x0)||_inf)``; converged when
-``s ||g||_inf <= tol`` and ``||g||_inf <= 1`` (IPOPT's ``dual_inf_tol``). Statuses are IPOPT's
-names, so the EM loop treats both solvers alike: ``Solve_Succeeded``,
-``Solved_To_Acceptable_Level`` (the line search cannot improve at round-off while
-``s ||g||_inf <= max(100 tol, 1e-4)``), ``Search_Direction_Becomes_Too_Small``,
-``Maximum_Iterations_Exceeded``, ``User_Requested_Stop`` (the library's deadline,
-`ceem_casadi.runtime._solve.deadline`), and failures ``Invalid_Number_Detected`` and
-``Line_Search_Failed``.
-
-A second stopping test, Newton's decrement (Boyd and Vandenberghe, section 9.5.1): ``Solve_Succeeded``
-also when the unshifted Newton model predicts a decrease ``-g'd / 2`` below ``STALL_OBJ_CHANGE`` =
-1e-12 of ``max(1, |f|)`` at the default ``tol`` = 1e-8 (the threshold of a stalled step; it scales
-with ``tol^2``, as the decrement with ``||g||^2``): whatever ``||g||_inf``, the Gauss-Newton steps
-would then only creep (Wiener-Hammerstein, T = 10^5: ``||g||_inf`` 1e-3 in directions of high
-curvature, three more steps of 1e-13 relative each until the stall test stopped them).
+"""Damped Newton (or Gauss-Newton) steps for the unconstrained smoothing NLP, whose Hessian is block
+tridiagonal: ``(H + delta I) d = -g`` by LAPACK's banded Cholesky, an Armijo line search on the true
+objective, IPOPT's shift rule, scaling, stopping tests and status names, and Newton's decrement as a
+second stopping test. The method, its constants and measurements: docs/long_records.md ("The banded
+Newton smoother").
 """
 from __future__ import annotations
 
@@ -70,15 +43,17 @@ def band_patterns(nx: int):
     return np.array(cols), np.array(rows)
 
 
-def band_storage(nz: np.ndarray, nx: int, T: int, out: np.ndarray | None = None) -> np.ndarray:
+def band_storage(nz: np.ndarray, nx: int, T: int) -> np.ndarray:
     """LAPACK upper band storage (2 nx, nx T) (Fortran order) of a symmetric block-tridiagonal
     matrix from its block columns' nonzeros ``nz`` (k, >= T) column-major flat (k entries per
     block column as in `band_patterns`; columns beyond T are ignored; block column 0's block
-    above must be zero or is ignored: LAPACK never reads those band entries)."""
+    above must be zero or is ignored: LAPACK never reads those band entries); a view when ``nz``
+    is already that storage as a (T, nx, 2 nx) array (`ChunkedObjective.newton`'s)."""
+    if nz.ndim == 3:
+        return nz.reshape(T * nx, 2 * nx).T
     cols, rows = band_patterns(nx)
-    k = cols.size
-    cube = np.zeros((T, nx, 2 * nx)) if out is None else out
-    cube[:, cols, rows] = nz.reshape(-1, k)[:T]
+    cube = np.zeros((T, nx, 2 * nx))
+    cube[:, cols, rows] = nz.reshape(-1, cols.size)[:T]
     return cube.reshape(T * nx, 2 * nx).T
 
 
@@ -123,8 +98,8 @@ class BandedNewton:
 
     def direction(self, nz, d0, g, shift):
         """Solve ``(H + shift I) d = -g`` for the Hessian given by its block columns' nonzeros ``nz``
-        (T, k) (`band_storage`) plus ``d0`` (nx,) on its first nx diagonal entries; None when
-        the factorisation fails or d is not finite."""
+        (T, k) or its band storage (T, nx, 2 nx) (`band_storage`; factorised in place) plus ``d0`` (nx,)
+        on its first nx diagonal entries; None when the factorisation fails or d is not finite."""
         ab = band_storage(nz, self.nx, self.T)
         ab[-1, :self.nx] += d0
         if shift:
@@ -165,60 +140,83 @@ class BandedNewton:
         except StopIteration as stop:
             return stop.value
 
+    def _status(self, f, gnorm, err, finite, stalled, it):
+        """The stopping tests before a step (module docstring): an IPOPT status, or None to go on."""
+        tests = ((not (finite and np.isfinite(f) and np.isfinite(gnorm)), "Invalid_Number_Detected"),
+                 (err <= self.tol and gnorm <= 1.0, "Solve_Succeeded"),
+                 (stalled >= 3 and err <= self.acceptable_tol, "Solved_To_Acceptable_Level"),
+                 (stalled >= STALL_STOP, "Search_Direction_Becomes_Too_Small"),
+                 (it >= self.max_iter, "Maximum_Iterations_Exceeded"))
+        status = next((name for hit, name in tests if hit), None)
+        return status or ("User_Requested_Stop" if interrupted() or expired() else None)
+
+    def _direction(self, x, g, hess, shift, shift_last, scale):
+        """Newton direction with the smallest shift from ``shift`` on (IPOPT's rule, module docstring) that
+        factorises (a generator of requests): ``(d, shift)``, d None when the shift passed SHIFT_MAX. A
+        Hessian given as band storage (T, nx, 2 nx) is factorised in place: it is asked again at x before
+        every further DIRECTION request."""
+        nz, d0 = hess
+        while True:
+            d = yield DIRECTION, (nz, d0, g, shift / scale)
+            if d is not None:
+                return d, shift
+            shift = (SHIFT_FIRST if shift_last == 0 else max(SHIFT_MIN, shift_last / 3)) if shift == 0 \
+                else shift * (100 if shift_last == 0 else 8)
+            if shift > SHIFT_MAX:
+                return None, shift
+            if nz.ndim == 3:  # a band factorised in place
+                _, _, nz, d0 = yield NEWTON, x
+
     def steps(self, x0: np.ndarray):
         """The solver as a generator, for callers that answer the requests of many solves at once
         (`ceem_casadi.smoothing._batched_newton.solve_many`).
 
         Yields ``(kind, argument)`` requests and expects their answers sent back:
         ``(NEWTON, x)`` -> ``(f, g, nz, d0)`` as ``objective.newton(x)``; ``(COST, x)`` -> f as
-        ``objective.cost(x)``; ``(DIRECTION, (nz, d0, g, shift))`` -> `direction`'s result.
-        Returns (``StopIteration.value``) the `NewtonOutcome`.
+        ``objective.cost(x)``; ``(DIRECTION, (nz, d0, g, shift))`` -> `direction`'s result (which may
+        overwrite ``nz``). Returns (``StopIteration.value``) the `NewtonOutcome`.
         """
         x = np.array(x0, float)
-        scale, shift_last, max_shift, it = None, 0.0, 0.0, 0
-        stalled = 0
+        scale, shift_last, max_shift, it, stalled = None, 0.0, 0.0, 0, 0
         while True:
             f, g, nz, d0 = yield NEWTON, x
             gnorm = float(np.max(np.abs(g), initial=0.0))
-            if not (np.isfinite(f) and np.isfinite(gnorm) and np.all(np.isfinite(nz))):
-                return NewtonOutcome(x, f, "Invalid_Number_Detected", it, np.nan, max_shift)
             if scale is None:
-                scale = min(1.0, 100.0 / gnorm) if gnorm > 0 else 1.0
+                scale = min(1.0, 100.0 / gnorm) if 0 < gnorm < np.inf else 1.0
             err = scale * gnorm
-            if err <= self.tol and gnorm <= 1.0:
-                return NewtonOutcome(x, f, "Solve_Succeeded", it, err, max_shift)
-            if stalled >= 3 and err <= self.acceptable_tol:
-                return NewtonOutcome(x, f, "Solved_To_Acceptable_Level", it, err, max_shift)
-            if stalled >= STALL_STOP:
-                return NewtonOutcome(x, f, "Search_Direction_Becomes_Too_Small", it, err, max_shift)
-            if it >= self.max_iter:
-                return NewtonOutcome(x, f, "Maximum_Iterations_Exceeded", it, err, max_shift)
-            if interrupted() or expired():
-                return NewtonOutcome(x, f, "User_Requested_Stop", it, err, max_shift)
-            step, shift, tries = None, 0.0, 0
-            while step is None and tries <= MAX_RETRIES:
-                d = yield DIRECTION, (nz, d0, g, shift / scale)
-                while d is None:  # not positive definite (or singular): raise the shift
-                    shift = (SHIFT_FIRST if shift_last == 0 else max(SHIFT_MIN, shift_last / 3)) if shift == 0 \
-                        else shift * (100 if shift_last == 0 else 8)
-                    if shift > SHIFT_MAX:
-                        return NewtonOutcome(x, f, "Line_Search_Failed", it, err, max_shift)
-                    d = yield DIRECTION, (nz, d0, g, shift / scale)
-                if np.max(np.abs(d)) <= 10 * np.finfo(float).eps * max(1.0, float(np.max(np.abs(x)))):
-                    return NewtonOutcome(x, f, "Search_Direction_Becomes_Too_Small", it, err, max_shift)
-                if shift == 0 and -0.5 * float(g @ d) <= self.decrement_tol * max(1.0, abs(f)):
-                    # at round-off: no step, no line search. The EM step that confirms convergence
-                    # took 3-4 such steps (each a Hessian, a factorisation and a line search, with
-                    # ||g|| still 1e-3 in directions of high curvature: 5.2x the floor at T = 10^6)
-                    return NewtonOutcome(x, f, "Solve_Succeeded", it, err, max_shift)
-                step = yield from self._line_search(x, f, g, d)
-                if step is None:  # too long a step: damp it (towards steepest descent)
-                    shift, tries = max(shift * 10, SHIFT_FIRST), tries + 1
-            if step is None:
+            status = self._status(f, gnorm, err, _all_finite(nz), stalled, it)
+            step, shift, tries, hess = None, 0.0, 0, (nz, d0)
+            while status is None and step is None and tries <= MAX_RETRIES:
+                if hess is None:
+                    _, _, *hess = yield NEWTON, x
+                d, shift = yield from self._direction(x, g, hess, shift, shift_last, scale)
+                if hess[0].ndim == 3:  # factorised in place: asked again; the next Hessian must not meet it (576 MB)
+                    nz = hess = None
+                if d is None:
+                    status = "Line_Search_Failed"
+                elif np.max(np.abs(d)) <= 10 * np.finfo(float).eps * max(1.0, float(np.max(np.abs(x)))):
+                    status = "Search_Direction_Becomes_Too_Small"
+                elif shift == 0 and -0.5 * float(g @ d) <= self.decrement_tol * max(1.0, abs(f)):
+                    # at round-off: no step, no line search (the EM step that confirms convergence took
+                    # 3-4 such steps, each a Hessian, a factorisation and a line search: 5.2x the floor)
+                    status = "Solve_Succeeded"
+                else:
+                    step = yield from self._line_search(x, f, g, d)
+                    if step is None:  # too long a step: damp it (towards steepest descent)
+                        shift, tries = max(shift * 10, SHIFT_FIRST), tries + 1
+            if status is None and step is None:
                 status = "Solved_To_Acceptable_Level" if err <= self.acceptable_tol else "Line_Search_Failed"
-                return NewtonOutcome(x, f, status, it, err, max_shift)
+            if status is not None:
+                return NewtonOutcome(x, f, status, it, np.nan if status == "Invalid_Number_Detected" else err,
+                                     max_shift)
             if shift:
                 shift_last, max_shift = shift, max(max_shift, shift)
             x, f_new = step
             stalled = stalled + 1 if abs(f_new - f) <= 1e-12 * max(1.0, abs(f)) else 0
             it += 1
+
+
+def _all_finite(a: np.ndarray, block: int = 1 << 20) -> bool:
+    """``np.isfinite(a).all()`` without a boolean array of a's size (a band of 72 M entries at T = 10^6)."""
+    flat = a.reshape(-1)
+    return all(np.isfinite(flat[i:i + block]).all() for i in range(0, flat.size, block))

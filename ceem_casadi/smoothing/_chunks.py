@@ -1,18 +1,6 @@
-"""The smoothing objective's cost, gradient and Hessian nonzeros evaluated in time chunks.
-
-For long records (T = 10^5 ... 10^6) the plain formulation of `ceem_casadi.smoothing._smoother` maps
-the stage Functions over all T steps in one MX graph. CasADi then stores an explicit sparsity
-pattern for every (k, k*T)-sized intermediate and a work vector holding all of them (single
-Lorenz: ~180 doubles per time step for the Hessian; 6 states: ~740), i.e. GBs at T = 10^6.
-
-Here the same stage Functions are mapped over a chunk of L block columns inside a small MX
-Function, and that Function is mapped over the K = ceil(T / L) chunks: intermediates are
-O(L), only inputs and outputs are O(T). Chunk i covers block columns a = iL ... a + L - 1 and
-reads the state before and after it (``xl``, ``xr``) and the input before it (``ul``); the
-dynamics stages outside the record (before t = 0, from t = T - 1 on, and the padding up to KL)
-get weight 0 (their 1/sigma_w is multiplied by a constant 0/1 pattern), padded observations
-mask 0. Every term is the same SX stage Function on the same numbers as in the plain
-formulation: results agree to rounding (tested to 1e-10).
+"""The smoothing objective's cost, gradient and Hessian evaluated in time chunks of L steps (the same
+stage Functions mapped over a chunk inside a small MX Function, itself mapped over the chunks), so that
+no CasADi intermediate is of size T; the layout: docs/long_records.md ("Chunked smoothing objective").
 """
 from __future__ import annotations
 
@@ -20,6 +8,7 @@ import casadi as ca
 import numpy as np
 
 from ..objective._stages import SMOOTHER_STAGES
+from ._banded import band_patterns
 
 
 def _chunk_function(stages, L: int, band_column: ca.Function, outputs: str = "ipopt") -> ca.Function:
@@ -157,17 +146,19 @@ class ChunkedObjective:
         return total + self._regulariser(x)[0]
 
     def newton(self, x: np.ndarray):
-        """``(f, g (T nx,), nz (T, k), d0 (nx,))``: objective, gradient, the Hessian's block
-        columns' nonzeros (`ceem_casadi.smoothing._banded.band_storage`) and the x_1 prior's
-        addition to the first diagonal block (the trust region's 2 rho is in ``nz``)."""
+        """``(f, g (T nx,), band (T, nx, 2 nx), d0 (nx,))``: objective, gradient, the Hessian in LAPACK's
+        band storage (`ceem_casadi.smoothing._banded.band_storage`), written chunk by chunk (the block
+        columns' nonzeros of the whole record are never held: 456 MB at T = 10^6, nx = 6) and the x_1
+        prior's addition to the first diagonal block (the trust region's 2 rho is in the band)."""
         x = np.asarray(x, float).reshape(self.T, self.nx)
-        g, nz, f = np.empty((self.T, self.nx)), np.empty((self.T, self.k)), 0.0
+        g, band, f = np.empty((self.T, self.nx)), np.zeros((self.T, self.nx, 2 * self.nx)), 0.0
+        cols, rows = band_patterns(self.nx)
         for args, a, b in self._chunks(x):
             c, G, H = self._newton(*args)
             f += float(c[0])
             g[a:b] = G.reshape(self.L, self.nx)[:b - a]
-            nz[a:b] = H.reshape(self.L, self.k)[:b - a]
+            band[a:b, cols, rows] = H.reshape(self.L, self.k)[:b - a]
         reg, dx = self._regulariser(x)
         g += 2 * self.rho[0] * dx
         g[0] += self.w1 ** 2 * (x[0] - self.mu1)
-        return f + reg, g.reshape(-1), nz, self.w1 ** 2
+        return f + reg, g.reshape(-1), band, self.w1 ** 2
