@@ -40,9 +40,8 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         nf = self.free.size
         layout = ShootingLayout.of(self.lengths, shooting)
         self.segs, self.groups, n_u, n_obs = layout.segs, layout.groups, layout.n_u, layout.n_obs
-        n_nodes = len(self.segs)
-        w = ca.MX.sym("w", nf + nx * n_nodes)
-        z, nodes = w[:nf], ca.reshape(w[nf:], nx, n_nodes)
+        w = ca.MX.sym("w", nf + nx * len(self.segs))
+        z, nodes = w[:nf], ca.reshape(w[nf:], nx, len(self.segs))
         npar = model.params.size
         syms = dict(p_base=ca.MX.sym("p_base", npar), U=ca.MX.sym("U", nu, n_u), Y=ca.MX.sym("Y", ny, n_obs),
                     M=ca.MX.sym("M", ny, n_obs), iv=ca.MX.sym("iv", ny))
@@ -51,9 +50,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         pvec = syms["p_base"] + ca.mtimes(E, z)
         Yhat, g = layout.free_runs(lambda L: rollout(model, L), nodes, syms["U"], pvec)
         r = ca.vec(syms["M"] * ca.repmat(syms["iv"], 1, n_obs) * (syms["Y"] - Yhat))
-        ins = [w, *syms.values()]
-        self.F = ca.Function("oe_residuals", ins, [r, g])
-        # forward sensitivities by mapped SX rollouts in chunks of time (never CasADi AD of the whole run)
+        self.F = ca.Function("oe_residuals", [w, *syms.values()], [r, g])
         self._sens = None          # built at the first Jacobian (a problem used for values only never builds it)
         self.n_con = int(g.numel())
         self.nw = int(w.numel())
@@ -64,7 +61,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
 
     def _build_sensitivities(self, model, nf):
         """``x[t+1] = f``, ``S_x[t+1] = f_x S_x``, ``S_z[t+1] = f_x S_z + f_p E`` as one SX step mapped
-        over time (``mapaccum``) and over the segments of every length (``map``), and the index
+        over chunks of time (``mapaccum``, `_chunked`) and over the segments of every length, and the index
         arrays that scatter ``dy/dx0``, ``dy/dz`` and the gaps' derivatives into J and C."""
         nx, nu, npar = model.nx, model.nu, model.params.size
         x, u = ca.SX.sym("x", nx), ca.SX.sym("u", nu)
@@ -113,8 +110,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         K = int(max(1, min(L, CHUNK_DOUBLES // (na * n_seg))))
         calls = {}
         for k in {K, L % K} - {0}:
-            xa, Um = ca.MX.sym("xa", na), ca.MX.sym("U", nu, k)
-            pbm, zm = ca.MX.sym("pb", npar), ca.MX.sym("z", nf)
+            xa, Um, pbm, zm = ca.MX.sym("xa", na), ca.MX.sym("U", nu, k), ca.MX.sym("pb", npar), ca.MX.sym("z", nf)
             Xa = xa if k == 1 else ca.horzcat(xa, step.mapaccum(k - 1)(xa, Um[:, :k - 1], pbm, zm))
             last = Xa[:, k - 1]
             one = ca.Function(f"oe_sens_K{k}", [xa, Um, pbm, zm],
@@ -126,30 +122,21 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
 
     def _sensitivity_run(self, chunks, L, xa, U, pb, z):
         """The augmented outputs (rows, n_seg, L) and last augmented states (na, n_seg) of one group."""
-        n_seg = xa.shape[1]
-        U = U.reshape(U.shape[0], n_seg, L)
-        Ya = None
+        (n_seg, nu), m = (xa.shape[1], U.shape[0]), self.model
+        U, Ya = U.reshape(nu, n_seg, L), np.empty((m.ny * (1 + m.nx + self.free.size), n_seg, L))
         for a, k, call in chunks:
-            Yc, last, nxt = call(xa, U[:, :, a:a + k].reshape(U.shape[0], n_seg * k), pb, z)
-            Yc = Yc.reshape(-1, k, n_seg, order="F").transpose(0, 2, 1)   # columns j k + t -> [., j, t]
-            if Ya is None:
-                Ya = np.empty((Yc.shape[0], n_seg, L))
-            Ya[:, :, a:a + k] = Yc
+            Yc, last, nxt = call(xa, U[:, :, a:a + k].reshape(nu, n_seg * k), pb, z)
+            Ya[:, :, a:a + k] = Yc.reshape(-1, k, n_seg, order="F").transpose(0, 2, 1)   # columns j k + t
             xa = nxt.reshape(-1, n_seg, order="F").copy()
         return Ya, last.reshape(-1, n_seg, order="F").copy()
 
     def _jacobian(self, w):
         """``(r, J, g, C)`` from the forward sensitivities (see `_build_sensitivities`)."""
-        nx, ny = self.model.nx, self.model.ny
-        nf = self.free.size
+        nx, ny, nf = self.model.nx, self.model.ny, self.free.size
         if self._sens is None:
             self._build_sensitivities(self.model, nf)
-        z = w[:nf]
-        nodes = w[nf:].reshape(-1, nx)
-        pb = self._pbase
-        Ys, ends = [], []
-        u_col = 0
-        U = self._U
+        z, nodes, pb, U = w[:nf], w[nf:].reshape(-1, nx), self._pbase, self._U
+        Ys, ends, u_col = [], [], 0
         for (L, idx), chunks in zip(self.groups, self._sens):
             xa = np.vstack([nodes[idx].T, np.tile(np.eye(nx).ravel(order="F")[:, None], (1, len(idx))),
                             np.zeros((nx * nf, len(idx)))])
