@@ -20,7 +20,7 @@ __all__ = ["OutputErrorLeastSquares", "output_error_problem"]
 logger = logging.getLogger(__name__)
 #: doubles of augmented states (x, dx/dx0, dx/dz) one mapped sensitivity call holds: longer runs are
 #: evaluated in chunks of time, so the Jacobian's memory is the Jacobian itself (linear in T)
-CHUNK_DOUBLES = 4e6
+CHUNK_DOUBLES = 5e5
 
 
 class OutputErrorLeastSquares(LeastSquaresProblem):
