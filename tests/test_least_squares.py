@@ -182,3 +182,30 @@ def test_options_validate():
         solve_least_squares(_exp_fit()[0], np.ones(4), options=OutputErrorOptions(use_prior=False))
     with pytest.raises(cc.OptionsError, match="solver"):
         cc.OutputErrorOptions(solver="newton")
+
+
+def test_sensitivities_in_chunks_of_time(pendulum_case, monkeypatch):
+    """The forward sensitivities run in chunks of time: the same Jacobian (multiple chunks of two
+    mapped segments) and, for any record length, work arrays bounded by `CHUNK_DOUBLES` — never a
+    Function over the whole run (100,000 samples x 146 parameters once took > 22 GB)."""
+    from ceem_casadi.workflow.output_error import _least_squares as lsq
+
+    model, data = pendulum_case
+    tv = model.params.to_vector(model.params.initial())
+    w = np.concatenate([tv[model.params.free_index], [0.5, 0.0, -0.3, 0.2]])
+    ref = output_error_problem(model, data.lengths, None)
+    ref.set_data(model, tv, data, False)
+    monkeypatch.setattr(lsq, "CHUNK_DOUBLES", 12 * 2 * 7)       # 12 augmented states, 2 segments: K = 7
+    small = lsq.OutputErrorLeastSquares(model, data.lengths, None)
+    small.set_data(model, tv, data, False)
+    small._build_sensitivities(model, ref.free.size)
+    assert [k for _, k, _ in small._sens[0]] == [7] * 8 + [4]
+    r0, J0, _, _ = ref.evaluate(w, True)
+    r1, J1, _, _ = small.evaluate(w, True)
+    np.testing.assert_allclose(r1, r0, rtol=1e-12)
+    np.testing.assert_allclose(J1, J0, rtol=1e-10, atol=1e-12)
+    monkeypatch.undo()
+    long = lsq.OutputErrorLeastSquares(model, (1_000_000,), None)
+    long._build_sensitivities(model, ref.free.size)
+    assert max(call.fun.sz_w() + sum(call.fun.nnz_out(i) for i in range(3))
+               for _, _, call in long._sens[0]) <= 6 * lsq.CHUNK_DOUBLES  # one call over 10^6 samples: 5.7e7

@@ -176,8 +176,7 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
     x0 = np.asarray(x0, float).reshape(len(data), model.nx)
     if user_objective is None:
         user_objective = objective_of(free_run_errors(model, theta, data, x0))
-    t0 = time.perf_counter()
-    res = s.fit(model, theta, x0, s.head, s.budget(1 + len(options.augmentations)))
+    t0, res = time.perf_counter(), s.fit(model, theta, x0, s.head, s.budget(1 + len(options.augmentations)))
     root = s.node("user model", model, res.theta, res.x0, [], None, t0, str(res.status), res.message)
     root["verdict"] = "the root (fitted on the heads)"
     s.log(root, 0)
@@ -218,11 +217,8 @@ def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all) -> S
             "n/a", 0)
     chosen = user
     if best["parent"] is not None:
-        rem = s.remaining()
-        fits = []
-        res = s.fit(best["model"], best["theta"], best["x0"], data, rem)
-        fits.append((res, "from its head optimum"))
-        if not res.cost <= user_objective and best["lifts"] is not None:
+        fits = [(s.fit(best["model"], best["theta"], best["x0"], data, s.remaining()), "from its head optimum")]
+        if not fits[0][0].cost <= user_objective and best["lifts"] is not None:
             th, x = theta, x0
             for lift in best["lifts"]:
                 th, x = lift(th, x, data)

@@ -11,14 +11,16 @@ import scipy.sparse as sps
 from ...io._data import Trajectories
 from ...runtime._linalg import BufferedCall
 from ...runtime._model_cache import cached
-from ._lm import EXPLODING, LeastSquaresProblem, to_csc
+from ._lm import EXPLODING, LeastSquaresProblem
 from ._shooting import ShootingLayout
 from ._trust_region import DENSE_MAX
 
 __all__ = ["OutputErrorLeastSquares", "output_error_problem"]
 
 logger = logging.getLogger(__name__)
-_SENS_MAX = 3e7      # doubles of forward sensitivities above which CasADi's reverse/forward AD is used
+#: doubles of augmented states (x, dx/dx0, dx/dz) one mapped sensitivity call holds: longer runs are
+#: evaluated in chunks of time, so the Jacobian's memory is the Jacobian itself (linear in T)
+CHUNK_DOUBLES = 5e5
 
 
 class OutputErrorLeastSquares(LeastSquaresProblem):
@@ -38,9 +40,8 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         nf = self.free.size
         layout = ShootingLayout.of(self.lengths, shooting)
         self.segs, self.groups, n_u, n_obs = layout.segs, layout.groups, layout.n_u, layout.n_obs
-        n_nodes = len(self.segs)
-        w = ca.MX.sym("w", nf + nx * n_nodes)
-        z, nodes = w[:nf], ca.reshape(w[nf:], nx, n_nodes)
+        w = ca.MX.sym("w", nf + nx * len(self.segs))
+        z, nodes = w[:nf], ca.reshape(w[nf:], nx, len(self.segs))
         npar = model.params.size
         syms = dict(p_base=ca.MX.sym("p_base", npar), U=ca.MX.sym("U", nu, n_u), Y=ca.MX.sym("Y", ny, n_obs),
                     M=ca.MX.sym("M", ny, n_obs), iv=ca.MX.sym("iv", ny))
@@ -49,14 +50,8 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         pvec = syms["p_base"] + ca.mtimes(E, z)
         Yhat, g = layout.free_runs(lambda L: rollout(model, L), nodes, syms["U"], pvec)
         r = ca.vec(syms["M"] * ca.repmat(syms["iv"], 1, n_obs) * (syms["Y"] - Yhat))
-        ins = [w, *syms.values()]
-        self.F = ca.Function("oe_residuals", ins, [r, g])
-        n_total = sum(L * len(idx) for L, idx in self.groups)
-        # forward sensitivities in one mapped SX rollout (fast), unless they would not fit in memory
-        self.sensitivity = n_total * nx * (nx + nf + 1) <= _SENS_MAX
+        self.F = ca.Function("oe_residuals", [w, *syms.values()], [r, g])
         self._sens = None          # built at the first Jacobian (a problem used for values only never builds it)
-        if not self.sensitivity:
-            self.FJ = ca.Function("oe_residuals_jac", ins, [r, ca.jacobian(r, w), g, ca.jacobian(g, w)])
         self.n_con = int(g.numel())
         self.nw = int(w.numel())
         self.c_scale = np.ones(self.n_con)
@@ -66,7 +61,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
 
     def _build_sensitivities(self, model, nf):
         """``x[t+1] = f``, ``S_x[t+1] = f_x S_x``, ``S_z[t+1] = f_x S_z + f_p E`` as one SX step mapped
-        over time (``mapaccum``) and over the segments of every length (``map``), and the index
+        over chunks of time (``mapaccum``, `_chunked`) and over the segments of every length, and the index
         arrays that scatter ``dy/dx0``, ``dy/dz`` and the gaps' derivatives into J and C."""
         nx, nu, npar = model.nx, model.nu, model.params.size
         x, u = ca.SX.sym("x", nx), ca.SX.sym("u", nu)
@@ -91,19 +86,8 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
             except RuntimeError as exc:  # no compiler, or it failed: the SX virtual machine
                 logger.warning("output error: the sensitivity step was not compiled (%s); using CasADi's VM", exc)
                 self.compiled = False
-        self._sens = []
-        x0m = ca.MX.sym("x0", nx)
-        pbm, zm = ca.MX.sym("pb", npar), ca.MX.sym("z", nf)
-        xa0 = ca.vertcat(x0m, ca.vec(ca.DM.eye(nx)), ca.DM.zeros(nx * nf))
-        for L, idx in self.groups:
-            Um = ca.MX.sym("U", nu, L)
-            Xa = xa0 if L == 1 else ca.horzcat(xa0, step.mapaccum(L - 1)(xa0, Um[:, :L - 1], pbm, zm))
-            Ya = out.map(L)(Xa, Um, pbm, zm)
-            # dense outputs: with L = 1 (shooting=1) Xa is xa0, whose identity/zero blocks are sparse
-            one = ca.Function(f"oe_sens_L{L}", [x0m, Um, pbm, zm], [ca.densify(Ya), ca.densify(Xa[:, L - 1])])
-            self._sens.append(BufferedCall(one.map(len(idx), [False, False, True, True], [False, False])
-                                           if len(idx) > 1 else one))
         self._na = na
+        self._sens = [self._chunked(step, out, L, len(idx), na, nu, npar, nf) for L, idx in self.groups]
         # scatter indices: residual rows (obs column c, output j) -> r index c * ny + j
         cols_node, tcols = [], []
         u_col = 0
@@ -118,22 +102,47 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         self._gap_list = [(i, gi, jj) for gi, (L, idx) in enumerate(self.groups)
                           for jj, i in enumerate(idx) if self.segs[i][3]]
 
+    @staticmethod
+    def _chunked(step, out, L, n_seg, na, nu, npar, nf):
+        """``[(start, K, call)]`` covering the L samples of n_seg segments in chunks of K samples (at
+        most `CHUNK_DOUBLES` augmented states per call); ``call(xa (na, n_seg), U (nu, n_seg K), pb, z)``
+        -> the chunk's augmented outputs, its last augmented state and the next one (dense)."""
+        K = int(max(1, min(L, CHUNK_DOUBLES // (na * n_seg))))
+        calls = {}
+        for k in {K, L % K} - {0}:
+            xa, Um, pbm, zm = ca.MX.sym("xa", na), ca.MX.sym("U", nu, k), ca.MX.sym("pb", npar), ca.MX.sym("z", nf)
+            Xa = xa if k == 1 else ca.horzcat(xa, step.mapaccum(k - 1)(xa, Um[:, :k - 1], pbm, zm))
+            last = Xa[:, k - 1]
+            one = ca.Function(f"oe_sens_K{k}", [xa, Um, pbm, zm],
+                              [ca.densify(out.map(k)(Xa, Um, pbm, zm)), ca.densify(last),
+                               ca.densify(step(last, Um[:, k - 1], pbm, zm))])
+            calls[k] = BufferedCall(one.map(n_seg, [False, False, True, True], [False, False, False])
+                                    if n_seg > 1 else one)
+        return [(a, min(K, L - a), calls[min(K, L - a)]) for a in range(0, L, K)]
+
+    def _sensitivity_run(self, chunks, L, xa, U, pb, z):
+        """The augmented outputs (rows, n_seg, L) and last augmented states (na, n_seg) of one group."""
+        (n_seg, nu), m = (xa.shape[1], U.shape[0]), self.model
+        U, Ya = U.reshape(nu, n_seg, L), np.empty((m.ny * (1 + m.nx + self.free.size), n_seg, L))
+        for a, k, call in chunks:
+            Yc, last, nxt = call(xa, U[:, :, a:a + k].reshape(nu, n_seg * k), pb, z)
+            Ya[:, :, a:a + k] = Yc.reshape(-1, k, n_seg, order="F").transpose(0, 2, 1)   # columns j k + t
+            xa = nxt.reshape(-1, n_seg, order="F").copy()
+        return Ya, last.reshape(-1, n_seg, order="F").copy()
+
     def _jacobian(self, w):
         """``(r, J, g, C)`` from the forward sensitivities (see `_build_sensitivities`)."""
-        nx, ny = self.model.nx, self.model.ny
-        nf = self.free.size
+        nx, ny, nf = self.model.nx, self.model.ny, self.free.size
         if self._sens is None:
             self._build_sensitivities(self.model, nf)
-        z = w[:nf]
-        nodes = w[nf:].reshape(-1, nx)
-        pb = self._pbase
-        Ys, ends = [], []
-        u_col = 0
-        U = self._U
-        for (L, idx), fun in zip(self.groups, self._sens):
-            Ya, Xe = fun(nodes[idx].T, U[:, u_col:u_col + L * len(idx)], pb, z)
-            Ys.append(Ya.reshape(-1, L * len(idx), order="F"))
-            ends.append(Xe.reshape(self._na, -1, order="F").copy())
+        z, nodes, pb, U = w[:nf], w[nf:].reshape(-1, nx), self._pbase, self._U
+        Ys, ends, u_col = [], [], 0
+        for (L, idx), chunks in zip(self.groups, self._sens):
+            xa = np.vstack([nodes[idx].T, np.tile(np.eye(nx).ravel(order="F")[:, None], (1, len(idx))),
+                            np.zeros((nx * nf, len(idx)))])
+            Ya, Xe = self._sensitivity_run(chunks, L, xa, U[:, u_col:u_col + L * len(idx)], pb, z)
+            Ys.append(Ya.reshape(Ya.shape[0], L * len(idx)))
+            ends.append(Xe)
             u_col += L * len(idx)
         Ya = (np.hstack(Ys) if len(Ys) > 1 else Ys[0])[:, self._obs_src]                      # (ny (1 + nx + nf), n_obs)
         n_obs = Ya.shape[1]
@@ -212,7 +221,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
 
     def evaluate(self, w, jac):
         """``(r, J, g, C)`` at ``w`` (module docstring; J, C None without ``jac``), None when not finite."""
-        if self.compiled and self.sensitivity and not jac and self.shooting is None:
+        if self.compiled and not jac and self.shooting is None:
             # compiled: a trial gets its Jacobian with its residuals (0.53 s against 0.73 s for the
             # residuals alone in CasADi's VM, 100,000 samples), kept for the next iteration if accepted
             out = self.evaluate(w, True)
@@ -220,7 +229,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         if jac and self._last is not None and np.array_equal(self._last[0], w):
             return self._last[1]
         with np.errstate(all="ignore"):
-            out = self._jacobian(w) if jac and self.sensitivity else self._casadi(w, jac)
+            out = self._jacobian(w) if jac else self._casadi(w, jac)
         if out is None:
             return None
         r, J, g, G = out
@@ -236,15 +245,9 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         return r, J, g, G
 
     def _casadi(self, w, jac):
-        """``(r, J, g, C)`` (J, C None without ``jac``) by CasADi's Functions; None when not finite."""
-        if jac:
-            r, J, g, G = self.FJ(w, *self._data)
-            J, G = to_csc(J), to_csc(G)
-            checked = [J.data, G.data]
-        else:
-            (r, g), J, G, checked = self.F(w, *self._data), None, None, []
-        r, g = np.asarray(r, float).ravel(), np.asarray(g, float).ravel()
-        return (r, J, g, G) if all(np.all(np.isfinite(a)) for a in (r, g, *checked)) else None
+        """``(r, None, g, None)`` by CasADi's residual Function; None when not finite."""
+        r, g = (np.asarray(a, float).ravel() for a in self.F(w, *self._data))
+        return (r, None, g, None) if np.all(np.isfinite(r)) and np.all(np.isfinite(g)) else None
 
     def reference_cost(self) -> float:
         """``0.5 ||weighted y||^2``: the objective of predicting zero output (exploding-run guard)."""
