@@ -121,7 +121,7 @@ def _frf():
 
 
 def test_fit_frf_never_returns_a_result_worse_than_its_starts(monkeypatch):
-    import scipy.optimize   # fit_frf imports least_squares from it on each call
+    import scipy.optimize  # fit_frf imports least_squares from it on each call
 
     def stays(fun, x0, **kw):
         return SimpleNamespace(x=np.array(x0, float), fun=fun(x0))
