@@ -121,7 +121,8 @@ class BandedNewton:
         slack = 10 * np.finfo(float).eps * abs(f)
         alpha = 1.0
         while alpha >= MIN_STEP:
-            xt = x + alpha * d
+            xt = alpha * d
+            xt += x  # one temporary of x's size, not two
             ft = float((yield COST, xt))
             if np.isfinite(ft) and ft <= f + ARMIJO * alpha * slope + slack:
                 return xt, ft

@@ -135,15 +135,24 @@ class ChunkedObjective:
                     self.iv, self.rho]
             yield args, a, b
 
-    def _regulariser(self, x):
-        dx, d1 = x - self.Xprev, self.w1 * (x[0] - self.mu1)
-        return float(self.rho[0] * np.sum(dx * dx) + 0.5 * np.sum(d1 * d1)), dx
+    def _regulariser(self, x, g=None) -> float:
+        """The trust-region and x_1-prior terms at x (T, nx), chunk by chunk (no temporaries of size T);
+        their gradient is added into ``g`` (T, nx) when given."""
+        total, d1 = 0.0, self.w1 * (x[0] - self.mu1)
+        for a in range(0, self.T, self.L):
+            dx = x[a:a + self.L] - self.Xprev[a:a + self.L]
+            total += float(np.sum(dx * dx))
+            if g is not None:
+                g[a:a + self.L] += 2 * self.rho[0] * dx
+        if g is not None:
+            g[0] += self.w1 ** 2 * (x[0] - self.mu1)
+        return float(self.rho[0] * total + 0.5 * np.sum(d1 * d1))
 
     def cost(self, x: np.ndarray) -> float:
         """The objective at x (T nx,) (stage costs + trust region + x_1 prior)."""
         x = np.asarray(x, float).reshape(self.T, self.nx)
         total = sum(float(self._cost(*args)[0][0]) for args, _, _ in self._chunks(x))
-        return total + self._regulariser(x)[0]
+        return total + self._regulariser(x)
 
     def newton(self, x: np.ndarray):
         """``(f, g (T nx,), band (T, nx, 2 nx), d0 (nx,))``: objective, gradient, the Hessian in LAPACK's
@@ -158,7 +167,4 @@ class ChunkedObjective:
             f += float(c[0])
             g[a:b] = G.reshape(self.L, self.nx)[:b - a]
             band[a:b, cols, rows] = H.reshape(self.L, self.k)[:b - a]
-        reg, dx = self._regulariser(x)
-        g += 2 * self.rho[0] * dx
-        g[0] += self.w1 ** 2 * (x[0] - self.mu1)
-        return f + reg, g.reshape(-1), band, self.w1 ** 2
+        return f + self._regulariser(x, g), g.reshape(-1), band, self.w1 ** 2
