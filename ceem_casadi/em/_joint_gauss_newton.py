@@ -283,9 +283,9 @@ class JointGaussNewton:
         new_theta[self.free] = np.clip(z + dz, params.lower[self.free], params.upper[self.free])
         dz = new_theta[self.free] - z
         new_xs = []
-        for b, (x, (ab, w0, W1, *_)) in enumerate(zip(xs, per_traj)):  # dx = -U^-1 (w0 + U^-T Hxp dz)
-            w = w0 + W1 @ dz if W1 is not None else \
-                w0 + _tbsolve(ab, self._hxp_times(theta_vec, data.y[b], data.inputs(b), x, dz), "T")
+        for b, (x, (ab, w, W1, *_)) in enumerate(zip(xs, per_traj)):  # dx = -U^-1 (w0 + U^-T Hxp dz), in place
+            w += W1 @ dz if W1 is not None else \
+                _tbsolve(ab, self._hxp_times(theta_vec, data.y[b], data.inputs(b), x, dz), "T")
             new_xs.append(x - _tbsolve(ab, w, "N").reshape(x.shape))
         return JointStep(new_theta, new_xs, float(-(rhs @ dz) * 0.5), mu)
 
