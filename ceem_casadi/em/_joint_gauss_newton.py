@@ -16,6 +16,7 @@ from scipy.linalg.lapack import dpbtrf, dtbtrs
 from ..objective._stages import stack_stages
 from ..runtime import _policy as policy
 from ..runtime._linalg import BufferedCall, gram
+from ..smoothing._chunks import release_heap
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +264,7 @@ class JointGaussNewton:
         theta_vec = np.asarray(theta_vec, float)
         z = theta_vec[self.free]
         nf = z.size
+        release_heap(2 * self.model.nx ** 2 * max(self.lengths))
         per_traj = [self._trajectory(theta_vec, data.y[b], data.inputs(b), x, mu) for b, x in enumerate(xs)]
         Hpp, gp = np.zeros((nf, nf)), np.zeros(nf)
         for *_, h, g in per_traj:

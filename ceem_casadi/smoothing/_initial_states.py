@@ -9,6 +9,7 @@ from ..errors import NonFiniteError, ShapeError
 from ..filtering import EKF
 from ..runtime import _policy as policy
 from ..runtime._policy import FROM_POLICY
+from ._chunks import release_heap
 
 # candidate process-noise variances of the initialising EKF, per state and step
 Q_CANDIDATES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
@@ -104,6 +105,7 @@ def _smoothed_pass(ekf, theta_vec, data, lead, x0, Sigma0, Qc, R) -> tuple[float
     trajectory filtered from its first observed sample ``lead[b]`` (the states before it repeat
     that one), trajectories of a length together (`EKF.run_many`), means only (no covariances kept)."""
     loglik, xs = 0.0, []
+    release_heap(max(data.lengths) * ekf.model.nx ** 2)
     for k, r in zip(lead, ekf.run_many(theta_vec, [y[k:] for y, k in zip(data.y, lead)],
                                        [data.inputs(b)[k:] for b, k in enumerate(lead)],
                                        x0=x0, Sigma0=Sigma0, Q=Qc, R=R, means=True)):
