@@ -108,7 +108,8 @@ class BandedNewton:
             chol = cholesky_banded(ab, overwrite_ab=True, lower=False, check_finite=False)
         except LinAlgError:
             return None
-        d = cho_solve_banded((chol, False), -g, check_finite=False)
+        d = cho_solve_banded((chol, False), g, check_finite=False)
+        d *= -1  # = the solve with -g, exactly; no second array of g's size
         return d if np.all(np.isfinite(d)) else None
 
     @staticmethod
