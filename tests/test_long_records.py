@@ -113,3 +113,21 @@ def test_parallel_compile_links_every_function_and_picks_levels(tmp_path, monkey
         args = [rng.standard_normal(f.sparsity_in(i).shape) for i in range(f.n_in())]
         for a, b in zip(f.call(args), g.call(args)):
             np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-12, atol=1e-12)
+
+
+def test_buffered_call_keeps_no_inputs_alive():
+    """A BufferedCall drops its inputs after the call: a view of a record (what the chunked objectives pass)
+    must not keep the whole record alive (it held 170 MB at T = 10^6)."""
+    import gc
+    import weakref
+
+    from ceem_casadi.runtime._linalg import BufferedCall
+
+    x = ca.MX.sym("x", 3)
+    call = BufferedCall(ca.Function("twice", [x], [2 * x]))
+    record = np.arange(6.0)
+    alive = weakref.ref(record)
+    np.testing.assert_array_equal(call(record[:3])[0], [0.0, 2.0, 4.0])
+    del record
+    gc.collect()
+    assert alive() is None
