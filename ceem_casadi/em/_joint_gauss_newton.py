@@ -16,7 +16,7 @@ from scipy.linalg.lapack import dpbtrf, dtbtrs
 from ..objective._stages import stack_stages
 from ..runtime import _policy as policy
 from ..runtime._linalg import BufferedCall, gram
-from ..smoothing._chunks import release_heap
+from ..smoothing._banded import release_heap
 
 log = logging.getLogger(__name__)
 

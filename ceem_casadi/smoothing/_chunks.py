@@ -5,14 +5,12 @@ no CasADi intermediate is of size T; the layout: docs/long_records.md ("Chunked 
 from __future__ import annotations
 
 import copy
-import ctypes
-import functools
 
 import casadi as ca
 import numpy as np
 
 from ..objective._stages import SMOOTHER_STAGES
-from ._banded import band_patterns
+from ._banded import band_patterns, release_heap
 
 
 def _chunk_function(stages, L: int, band_column: ca.Function, outputs: str = "ipopt") -> ca.Function:
@@ -47,22 +45,6 @@ def _chunk_function(stages, L: int, band_column: ca.Function, outputs: str = "ip
     if outputs == "newton":
         return ca.Function(f"smooth_chunk_newton_{L}", ins, [cost, G, nz])
     return ca.Function(f"smooth_chunk_{L}", ins, [cost, G, nz, cost_sx])
-
-
-@functools.lru_cache(maxsize=1)
-def _malloc_trim():
-    try:
-        return ctypes.CDLL(None).malloc_trim  # glibc
-    except (OSError, TypeError, AttributeError):
-        return None
-
-
-def release_heap(entries: int) -> None:
-    """Before arrays of ``entries`` doubles or more (2^22: glibc's largest mmap threshold) are made, return the C
-    heap's free pages to the OS (glibc's ``malloc_trim``; nothing elsewhere): freed chunk temporaries stay
-    resident otherwise (6-state WH, T = 10^6: 0.3 GB)."""
-    if entries >= 1 << 22 and _malloc_trim() is not None:
-        _malloc_trim()(0)
 
 
 def stage_on_pattern(T: int, L: int) -> np.ndarray:

@@ -9,7 +9,7 @@ from ..errors import NonFiniteError, ShapeError
 from ..filtering import EKF
 from ..runtime import _policy as policy
 from ..runtime._policy import FROM_POLICY
-from ._chunks import release_heap
+from ._banded import release_heap
 
 # candidate process-noise variances of the initialising EKF, per state and step
 Q_CANDIDATES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
