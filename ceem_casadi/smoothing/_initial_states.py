@@ -101,9 +101,8 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
 
 
 def _smoothed_pass(ekf, theta_vec, data, lead, x0, Sigma0, Qc, R) -> tuple[float, list[np.ndarray]]:
-    """``(log-likelihood, smoothed means)`` of one EKF + RTS pass with process noise ``Qc``, each
-    trajectory filtered from its first observed sample ``lead[b]`` (the states before it repeat
-    that one), trajectories of a length together (`EKF.run_many`), means only (no covariances kept)."""
+    """``(log-likelihood, smoothed means)`` of one EKF + RTS pass with process noise ``Qc`` (`EKF.run_many`, means only),
+    each trajectory filtered from its first observed sample ``lead[b]`` (the states before it repeat that one)."""
     loglik, xs = 0.0, []
     release_heap(max(data.lengths) * ekf.model.nx ** 2)
     for k, r in zip(lead, ekf.run_many(theta_vec, [y[k:] for y, k in zip(data.y, lead)],
