@@ -285,6 +285,7 @@ class JointGaussNewton:
         new_theta[self.free] = np.clip(z + dz, params.lower[self.free], params.upper[self.free])
         dz = new_theta[self.free] - z
         new_xs = []
+        release_heap(2 * self.model.nx ** 2 * max(self.lengths))  # the chunks' freed temporaries
         for b, (x, (ab, w, W1, *_)) in enumerate(zip(xs, per_traj)):  # dx = -U^-1 (w0 + U^-T Hxp dz), in place
             w += W1 @ dz if W1 is not None else \
                 _tbsolve(ab, self._hxp_times(theta_vec, data.y[b], data.inputs(b), x, dz), "T")

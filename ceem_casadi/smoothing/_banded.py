@@ -156,8 +156,9 @@ class BandedNewton:
         steps = self.steps(x0)
         try:
             kind, arg = next(steps)
-            while True:
-                kind, arg = steps.send(answer[kind](arg))
+            while True:  # a request's argument (a band: 576 MB at T = 10^6) is not held while the solver goes on
+                reply, arg = answer[kind](arg), None
+                kind, arg = steps.send(reply)
         except StopIteration as stop:
             return stop.value
 
