@@ -90,9 +90,8 @@ def rts_gains(A, P_filt, P_pred_next) -> np.ndarray:
 
 
 def rts_means(xf, xp, G) -> np.ndarray:
-    """The RTS smoothed means (T, nx) from the filtered and predicted means (T, nx) and the gains ``G``
-    (at least T-1, nx, nx; `rts_gains`), equal to ``rts_smoother(res).x_smooth``: one banded triangular solve
-    chunk by chunk (docs/model_learning_notes.md)."""
+    """The RTS smoothed means (T, nx) from the filtered and predicted means (T, nx) and the gains ``G`` (>= T-1, nx,
+    nx; `rts_gains`) = ``rts_smoother(res).x_smooth``: banded triangular solves (docs/model_learning_notes.md)."""
     T, n = xf.shape
     # upper band storage: ab[u + i - j, j] = M[i, j], u = 2n - 1; M = I - blockdiag_sup(G), unit diagonal;
     # solved chunk by chunk from the end, each chunk with the next one's first state as its known last row

@@ -54,9 +54,8 @@ def _malloc_trim():
 
 
 def release_heap(entries: int) -> None:
-    """Before arrays of ``entries`` doubles or more (2^22: glibc's largest mmap threshold) are made, return the C
-    heap's free pages to the OS (glibc's ``malloc_trim``; nothing elsewhere): freed chunk temporaries stay
-    resident otherwise (6-state WH, T = 10^6: 0.3 GB)."""
+    """Before arrays of ``entries`` doubles or more (2^22: glibc's largest mmap threshold), return the C heap's free
+    pages to the OS (glibc's ``malloc_trim``): freed chunk temporaries stay resident otherwise (0.3 GB at T = 10^6)."""
     if entries >= 1 << 22 and _malloc_trim() is not None:
         _malloc_trim()(0)
 
