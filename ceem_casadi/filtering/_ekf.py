@@ -330,8 +330,7 @@ class EKF:
 
     def _empty(self, T: int, mask: np.ndarray, means: bool = False) -> tuple[dict, float]:
         nx, ny = self.model.nx, self.model.ny
-        # results written in place chunk by chunk (no stacked copies: T = 10^6 x 6 states); ``means``: the RTS
-        # gains G (T, nx, nx) instead of the covariances and Jacobians
+        # written in place chunk by chunk; ``means``: the RTS gains G (T, nx, nx) instead of covariances and Jacobians
         out = dict(x_pred=np.empty((T, nx)), x_filt=np.empty((T, nx)))
         out.update(dict(G=np.empty((T, nx, nx))) if means else
                    dict(P_pred=np.empty((T, nx, nx)), y_pred=np.empty((T, ny)), S=np.empty((T, ny, ny)),
