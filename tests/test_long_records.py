@@ -7,7 +7,7 @@ import pytest
 
 import ceem_casadi as cc
 from ceem_casadi.filtering import EKF, rts_smoother
-from ceem_casadi.filtering._ekf import rts_means
+from ceem_casadi.filtering._ekf import rts_gains, rts_means
 from ceem_casadi.objective._stages import StageFunctions
 from ceem_casadi.runtime import _compile as compile_mod
 from ceem_casadi.runtime._compile import compiler
@@ -45,13 +45,21 @@ def test_chunked_ekf_equals_one_mapaccum(record):
 @pytest.mark.parametrize("chunk", [20_000, 7])
 def test_rts_means_equal_rts_loop(record, monkeypatch, chunk):
     """Banded solve for the smoothed means, in one piece or chunks of 7 solved from the end (each with the
-    next chunk's first mean as its known last row) == the RTS backward loop (oracle: rts)."""
+    next chunk's first mean as its known last row), and the means-only EKF pass (gains per EKF chunk of 5,
+    no covariances kept) == the RTS backward loop (oracle: rts)."""
     from ceem_casadi.filtering import _ekf
 
     monkeypatch.setattr(_ekf, "RTS_CHUNK", chunk)
     model, y = record
     res = _run(model, y, 10**6)
-    np.testing.assert_allclose(rts_means(res), rts_smoother(res).x_smooth, rtol=1e-10, atol=1e-10)
+    G = rts_gains(res.A, res.P_filt[:-1], res.P_pred[1:])
+    np.testing.assert_allclose(rts_means(res.x_filt, res.x_pred, G), rts_smoother(res).x_smooth, rtol=1e-10, atol=1e-10)
+    ekf = EKF(model)
+    ekf.chunk = 5
+    (lean,) = ekf.run_many(model.theta_vector(lorenz.perturbed(lorenz.TRUE, 0.05, seed=1)), [y], x0=[-6.0, -6, 24],
+                           Sigma0=4.0, Q=1e-2, R=0.01, means=True)
+    assert lean.P_filt is None and lean.loglik == res.loglik
+    np.testing.assert_allclose(lean.x_smooth, rts_means(res.x_filt, res.x_pred, G), rtol=1e-12, atol=1e-12)
 
 
 def _derivatives(ts, x, P):
@@ -105,3 +113,21 @@ def test_parallel_compile_links_every_function_and_picks_levels(tmp_path, monkey
         args = [rng.standard_normal(f.sparsity_in(i).shape) for i in range(f.n_in())]
         for a, b in zip(f.call(args), g.call(args)):
             np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-12, atol=1e-12)
+
+
+def test_buffered_call_keeps_no_inputs_alive():
+    """A BufferedCall drops its inputs after the call: a view of a record (what the chunked objectives pass)
+    must not keep the whole record alive (it held 170 MB at T = 10^6)."""
+    import gc
+    import weakref
+
+    from ceem_casadi.runtime._linalg import BufferedCall
+
+    x = ca.MX.sym("x", 3)
+    call = BufferedCall(ca.Function("twice", [x], [2 * x]))
+    record = np.arange(6.0)
+    alive = weakref.ref(record)
+    np.testing.assert_array_equal(call(record[:3])[0], [0.0, 2.0, 4.0])
+    del record
+    gc.collect()
+    assert alive() is None

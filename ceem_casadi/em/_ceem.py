@@ -207,8 +207,9 @@ def _ceem(model, data, theta0, plan: FitPlan, x_init, callback, smoother, learne
     result = CEEMResult(Status.MAX_ITERS, f"reached max_iters={plan.max_iters} without meeting tol",
                         model.params.from_vector(theta_vec), xs, current.J, history=run.history,
                         build_s=build_s, init_J=current.J, warm_start=warm)
+    start, xs, current = [current], None, None  # held by _iterate alone: the first states go once replaced (48 MB)
     try:
-        _iterate(run, stepper, current, result)
+        _iterate(run, stepper, start, result)
     except StepFailure as exc:
         _finish(result, Status.SOLVER_FAILED, str(exc))
     except _TimeUp as exc:
@@ -273,10 +274,10 @@ def _engine(model, data, plan: FitPlan, smoother: Smoother, learner):
     return engine
 
 
-def _iterate(run: _EMRun, stepper, current: Iterate, result: CEEMResult) -> None:
-    """The loop: the acceleration's step when it proposes one, else a plain EM step; stops on
-    convergence (judged on plain EM steps), the callback, the budget of iterations or time."""
-    plan = run.plan
+def _iterate(run: _EMRun, stepper, start: list, result: CEEMResult) -> None:
+    """The loop from ``start.pop()`` (the first iterate): the acceleration's step when it proposes one, else a plain
+    EM step; stops on convergence (judged on plain EM steps), the callback, the budget of iterations or time."""
+    plan, current = run.plan, start.pop()
     while len(run.history) < plan.max_iters and not _time_up(run, result):
         stepped = stepper.propose(run, current)
         if stepped is None:

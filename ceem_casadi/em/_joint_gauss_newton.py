@@ -16,6 +16,7 @@ from scipy.linalg.lapack import dpbtrf, dtbtrs
 from ..objective._stages import stack_stages
 from ..runtime import _policy as policy
 from ..runtime._linalg import BufferedCall, gram
+from ..smoothing._banded import release_heap
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +264,7 @@ class JointGaussNewton:
         theta_vec = np.asarray(theta_vec, float)
         z = theta_vec[self.free]
         nf = z.size
+        release_heap(2 * self.model.nx ** 2 * max(self.lengths))
         per_traj = [self._trajectory(theta_vec, data.y[b], data.inputs(b), x, mu) for b, x in enumerate(xs)]
         Hpp, gp = np.zeros((nf, nf)), np.zeros(nf)
         for *_, h, g in per_traj:
@@ -283,9 +285,10 @@ class JointGaussNewton:
         new_theta[self.free] = np.clip(z + dz, params.lower[self.free], params.upper[self.free])
         dz = new_theta[self.free] - z
         new_xs = []
-        for b, (x, (ab, w0, W1, *_)) in enumerate(zip(xs, per_traj)):  # dx = -U^-1 (w0 + U^-T Hxp dz)
-            w = w0 + W1 @ dz if W1 is not None else \
-                w0 + _tbsolve(ab, self._hxp_times(theta_vec, data.y[b], data.inputs(b), x, dz), "T")
+        release_heap(2 * self.model.nx ** 2 * max(self.lengths))  # the chunks' freed temporaries
+        for b, (x, (ab, w, W1, *_)) in enumerate(zip(xs, per_traj)):  # dx = -U^-1 (w0 + U^-T Hxp dz), in place
+            w += W1 @ dz if W1 is not None else \
+                _tbsolve(ab, self._hxp_times(theta_vec, data.y[b], data.inputs(b), x, dz), "T")
             new_xs.append(x - _tbsolve(ab, w, "N").reshape(x.shape))
         return JointStep(new_theta, new_xs, float(-(rhs @ dz) * 0.5), mu)
 

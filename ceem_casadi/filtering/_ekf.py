@@ -84,27 +84,27 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
     return res
 
 
-def rts_means(res: FilterResult) -> np.ndarray:
-    """The RTS smoothed means (T, nx) of a filtered `FilterResult`, equal to ``rts_smoother(res).x_smooth``:
-    one banded triangular solve, the gains chunk by chunk (docs/model_learning_notes.md)."""
-    xf, xp = res.x_filt, res.x_pred
+def rts_gains(A, P_filt, P_pred_next) -> np.ndarray:
+    """The RTS gains ``G_t = P_{t|t} A_t^T P_{t+1|t}^-1`` (k, nx, nx) of k steps from their (k, nx, nx) stacks."""
+    return np.swapaxes(np.linalg.solve(P_pred_next, np.ascontiguousarray(A) @ np.ascontiguousarray(P_filt)), 1, 2)
+
+
+def rts_means(xf, xp, G) -> np.ndarray:
+    """The RTS smoothed means (T, nx) from the filtered and predicted means (T, nx) and the gains ``G`` (>= T-1, nx,
+    nx; `rts_gains`) = ``rts_smoother(res).x_smooth``: banded triangular solves (docs/model_learning_notes.md)."""
     T, n = xf.shape
-    if T == 1:
-        return xf.copy()
     # upper band storage: ab[u + i - j, j] = M[i, j], u = 2n - 1; M = I - blockdiag_sup(G), unit diagonal;
     # solved chunk by chunk from the end, each chunk with the next one's first state as its known last row
     u = 2 * n - 1
     out = np.array(xf, dtype=float)
     for a in reversed(range(0, T - 1, RTS_CHUNK)):
         b = min(a + RTS_CHUNK, T - 1)
-        AP = res.A[a:b] @ res.P_filt[a:b]                                   # (b - a, n, n)
-        G = np.swapaxes(np.linalg.solve(res.P_pred[a + 1:b + 1], AP), 1, 2)   # P_f A^T Pp^-1 (Pp symmetric)
         rhs = out[a:b + 1].copy()
-        rhs[:b - a] -= (G @ xp[a + 1:b + 1, :, None])[:, :, 0]
+        rhs[:b - a] -= (G[a:b] @ xp[a + 1:b + 1, :, None])[:, :, 0]
         ab = np.zeros((u + 1, (b - a + 1) * n), order="F")
         for i in range(n):  # M[t n + i, (t+1) n + j] = -G[t, i, j]: band row u - n + i - j, column (t+1) n + j
             for j in range(n):
-                ab[u - n + i - j, n + j::n] = -G[:, i, j]
+                ab[u - n + i - j, n + j::n] = -G[a:b, i, j]
         x, info = dtbtrs(ab, rhs.reshape(-1, 1), uplo="U", trans="N", diag="U", overwrite_b=1)
         if info != 0:
             raise np.linalg.LinAlgError(f"RTS means: banded triangular solve failed (info {info})")
@@ -240,7 +240,7 @@ class EKF:
             self._accum[(n, native)] = BufferedCall(ca.Function(f"ekf_{n}_shared", args, outs))
         return self._accum[(n, native)]
 
-    def _run_casadi(self, theta_vec, y, u, *, x0, Sigma0, Q, R, smooth) -> FilterResult:
+    def _run_casadi(self, theta_vec, y, u, *, x0, Sigma0, Q, R, smooth, means=False) -> FilterResult:
         model = self.model
         nx = model.nx
         y, u = single_trajectory(model, y, u)
@@ -249,7 +249,7 @@ class EKF:
         mask = np.isfinite(y)
         Y, Mk, U, pv = np.where(mask, y, 0.0).T, mask.T.astype(float), u.T, np.asarray(theta_vec, float)
         x, P = np.asarray(x0, float).reshape(nx), P0
-        out, loglik = self._empty(T, mask)
+        out, loglik = self._empty(T, mask, means)
         if self._step is None:
             self._step = _step_function(model, self._fns)
         native = self._native_step(T)
@@ -263,7 +263,8 @@ class EKF:
             loglik += ll
         return self._finish(out, loglik, smooth)
 
-    def run_many(self, theta_vec, ys, us=None, *, x0, Sigma0, Q, R, smooth: bool = False) -> list[FilterResult]:
+    def run_many(self, theta_vec, ys, us=None, *, x0, Sigma0, Q, R, smooth: bool = False,
+                 means: bool = False) -> list[FilterResult]:
         """Filter many trajectories: `run` with ``engine="casadi"`` on each, the same numbers; those of one
         length T <= ``chunk`` together in one mapped call.
 
@@ -271,6 +272,9 @@ class EKF:
         ----------
         theta_vec, x0, Sigma0, Q, R, smooth
             As for `run`, shared by all trajectories.
+        means : bool
+            Keep only the means: ``x_pred``, ``x_filt`` and (when the log-likelihood is finite) the RTS
+            ``x_smooth``; the covariances, ``y_pred`` and ``A`` None (a third of the memory).
         ys, us : list of numpy.ndarray
             (T_b, ny) observations (NaN = missing) and (T_b, nu) inputs (``us`` None when nu = 0).
 
@@ -297,7 +301,7 @@ class EKF:
             k = min(len(idx), max(1, policy.CALL_COLUMNS // T))
             if T > self.chunk or k == 1:
                 for b in idx:
-                    res[b] = self._run_casadi(pv, *pairs[b], x0=x0, Sigma0=P0, Q=Qc, R=Rc, smooth=smooth)
+                    res[b] = self._run_casadi(pv, *pairs[b], x0=x0, Sigma0=P0, Q=Qc, R=Rc, smooth=smooth, means=means)
                 continue
             call = self._mapped(T, k, self._native_step(T * len(idx)))  # compiled for the whole group's work
             for a in range(0, len(idx), k):
@@ -310,7 +314,7 @@ class EKF:
                 flat = call(x0, P0, Y, Mk, U, pv, Qc, Rc)
                 per = [np.reshape(f, (k, -1)) for f in flat]          # trajectory j's block is contiguous
                 for j, b in enumerate(idx[a:a + k]):
-                    out, loglik = self._empty(T, masks[j])
+                    out, loglik = self._empty(T, masks[j], means)
                     _, _, ll = self._store(out, [f[j] for f in per], 0, T, x0, P0)
                     res[b] = self._finish(out, loglik + ll, smooth)
         return res
@@ -324,12 +328,13 @@ class EKF:
             self._accum[key] = BufferedCall(fun.map(k, shared, [False] * fun.n_out()))
         return self._accum[key]
 
-    def _empty(self, T: int, mask: np.ndarray) -> tuple[dict, float]:
+    def _empty(self, T: int, mask: np.ndarray, means: bool = False) -> tuple[dict, float]:
         nx, ny = self.model.nx, self.model.ny
-        # results written in place chunk by chunk (no stacked copies: T = 10^6 x 6 states)
-        out = dict(x_pred=np.empty((T, nx)), P_pred=np.empty((T, nx, nx)), y_pred=np.empty((T, ny)),
-                   S=np.empty((T, ny, ny)), x_filt=np.empty((T, nx)), P_filt=np.empty((T, nx, nx)),
-                   A=np.empty((T, nx, nx)))
+        # written in place chunk by chunk; ``means``: the RTS gains G (T, nx, nx) instead of covariances and Jacobians
+        out = dict(x_pred=np.empty((T, nx)), x_filt=np.empty((T, nx)))
+        out.update(dict(G=np.empty((T, nx, nx))) if means else
+                   dict(P_pred=np.empty((T, nx, nx)), y_pred=np.empty((T, ny)), S=np.empty((T, ny, ny)),
+                        P_filt=np.empty((T, nx, nx)), A=np.empty((T, nx, nx))))
         return out, -0.5 * mask.sum() * np.log(2 * np.pi)
 
     def _store(self, out: dict, flat, s: int, e: int, x, P):
@@ -338,17 +343,24 @@ class EKF:
         nx, ny, n = self.model.nx, self.model.ny, e - s
         rows = (nx, nx, ny, ny, nx, nx, nx, ny, ny)
         xn, Pn, yp, S, xf, Pf, A, Sm, r = (np.asarray(a).reshape(-1, k).T for a, k in zip(flat, rows))
-        out["x_pred"][s], out["P_pred"][s] = x, P
-        out["x_pred"][s + 1:e], out["P_pred"][s + 1:e] = xn[:, :-1].T, _blocks(Pn, nx, n)[:-1]
-        out["y_pred"][s:e], out["S"][s:e], out["x_filt"][s:e] = yp.T, _blocks(S, ny, n), xf.T
-        out["P_filt"][s:e], out["A"][s:e] = _blocks(Pf, nx, n), _blocks(A, nx, n)
+        Pn, Pf, A = _blocks(Pn, nx, n), _blocks(Pf, nx, n), _blocks(A, nx, n)
+        out["x_pred"][s], out["x_pred"][s + 1:e], out["x_filt"][s:e] = x, xn[:, :-1].T, xf.T
+        if "G" in out:  # the last step's gain (towards a prediction past the record) is not used
+            out["G"][s:e] = rts_gains(A, Pf, Pn)
+        else:
+            out["P_pred"][s], out["P_pred"][s + 1:e], out["P_filt"][s:e], out["A"][s:e] = P, Pn[:-1], Pf, A
+            out["y_pred"][s:e], out["S"][s:e] = yp.T, _blocks(S, ny, n)
         L = np.linalg.cholesky(_blocks(Sm, ny, n))
         alpha = np.linalg.solve(L, r.T[:, :, None])[:, :, 0]
         ll = -0.5 * np.sum(alpha ** 2) - np.log(np.diagonal(L, axis1=1, axis2=2)).sum()
-        return xn[:, -1].copy(), _blocks(Pn, nx, n)[-1].copy(), ll
+        return xn[:, -1].copy(), Pn[-1].copy(), ll
 
     @staticmethod
     def _finish(out: dict, loglik: float, smooth: bool) -> FilterResult:
+        if "G" in out:
+            G = out.pop("G")
+            x_smooth = rts_means(out["x_filt"], out["x_pred"], G) if np.isfinite(loglik) else None
+            return FilterResult(None, None, P_pred=None, P_filt=None, loglik=float(loglik), x_smooth=x_smooth, **out)
         out["A"] = out["A"][:-1]
         res = FilterResult(loglik=float(loglik), **out)
         if smooth:

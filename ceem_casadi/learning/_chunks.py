@@ -1,15 +1,6 @@
-"""The learning step's stage sums over long records, evaluated chunk by chunk.
-
-Building the learner maps each stage Function over all N stages of the data: CasADi then
-creates (and ``nlpsol`` differentiates) MX nodes whose sparsity patterns hold O(N) indices
-(every split, reshape and mapped call of a (rows, N) matrix): single Lorenz, N = 10^6, 40 s
-of building under load. Here a term's per-stage columns are stored chunk-major in the NLP
-parameter (chunk k holds stages kL .. kL + L - 1 of every column array, each column-major) and
-the stage Function is mapped over L stages inside a small Function, itself mapped over the K
-chunks: only the data block itself is O(N). Stages past N (padding up to KL) repeat the last
-stage's states and inputs with zero noise weights and masks, so they add exactly 0 to every
-sum and a zero row to every Jacobian; the sums are the same up to rounding (the summation
-order differs), tested against the plain layout.
+"""The learning step's stage sums over long records, evaluated chunk by chunk (chunk-major data in the NLP
+parameter, the stage Function mapped over a chunk inside a small Function mapped over the chunks);
+docs/long_records.md ("Learning over long records").
 """
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""Plain Newton steps on a learning objective before (or instead of) IPOPT.
-
-Near the optimum, as in every EM step after the first few, the learning problem is solved by a
-few Newton steps: each costs one evaluation of cost and gradient and one of the Hessian (exact or
-Gauss-Newton, the learner's), and they converge quadratically (exact Hessian). Started there,
-IPOPT spends 5-17 iterations (its bound multipliers start at 1, far from their optimal 0; its
-line search works at round-off), each one more evaluation of the terms: a learning step was
-17x its floor on the 6-state record at T = 10^6. IPOPT takes over from the last Newton iterate
-when a step would leave the bounds' interior, the Hessian is not positive definite, the full
-step fails Armijo's test or ``NEWTON_STEPS`` were taken.
+"""Plain Newton steps on a learning objective before (or instead of) IPOPT; when IPOPT takes over:
+docs/long_records.md ("Learning over long records").
 """
 from __future__ import annotations
 
@@ -35,7 +27,7 @@ def _step(H, g):
 
 
 def newton_steps(value, hessian, z, lower, upper, tol: float, max_steps: int = NEWTON_STEPS):
-    """Newton steps from ``z`` (n,) within ``lower < z < upper`` (module docstring).
+    """Newton steps from ``z`` (n,) within ``lower < z < upper`` (docs/long_records.md).
 
     Parameters
     ----------

@@ -1,13 +1,5 @@
-"""The learning step of long records, its data terms evaluated piece by piece in this process.
-
-[`Learner`][ceem_casadi.learning.Learner] maps its stage Functions over all N = sum T_b stages in one
-MX graph: at T = 10^6 (6 states, 15 free parameters) building it took 101 s and +850 MB under
-load. Here each trajectory is cut into pieces of at most ``policy.PIECE_LENGTH`` + 1 samples that
-overlap by one sample (the dynamics stage between pieces is in the earlier piece's last and the
-later piece's first sample; the shared sample's observation is counted once: it is marked
-missing in the later piece), one small [`Learner`][ceem_casadi.learning.Learner] is built per piece length, and the
-learner's IPOPT (`RemoteLearner`, the distributed learner's
-client side) sums the pieces' costs, gradients and Hessians: the same objective, stage by stage.
+"""The learning step of long records, its data terms evaluated piece by piece in this process (pieces of
+``policy.PIECE_LENGTH`` + 1 samples overlapping by one); docs/long_records.md ("Learning over long records").
 """
 from __future__ import annotations
 
@@ -49,7 +41,7 @@ class _LocalLearner(RemoteLearner):
 
 
 class PieceEngine:
-    """Learning data terms of every trajectory's pieces (see the module docstring); provides the
+    """Learning data terms of every trajectory's pieces (docs/long_records.md); provides the
     engine interface of `RemoteLearner`, whose instance is
     ``self.learner``.
 
@@ -127,7 +119,7 @@ class PieceEngine:
 
 class PieceLearner:
     """[`Learner`][ceem_casadi.learning.Learner]'s interface (``solve``, ``hessian_matrix``) over the
-    pieces of the trajectories (see the module docstring)."""
+    pieces of the trajectories (docs/long_records.md)."""
 
     def __init__(self, model, options, stages=None, piece: int | None = None, columns: int | None = None):
         self.engine = PieceEngine(model, options, stages, piece, columns)

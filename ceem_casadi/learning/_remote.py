@@ -1,17 +1,6 @@
-"""The learning step with the data terms map-reduced over shards (see `ceem_casadi.distributed`).
-
-IPOPT runs on the client over the free parameters z. Its objective, gradient and Hessian are
-
-    sum over shards of the shard's data terms (evaluated where the shard's states live)
-    + rho_theta ||z - z_prev||^2 + 0.5 ||w (z - mu)||^2        (trust region, prior: on the client)
-
-so each call of IPOPT's callbacks is one round of small tasks (z out; a number, a gradient or
-the upper triangle of a Hessian block back). The Hessian is the one the shard learners use
-(exact or Gauss-Newton, as [`Learner`][ceem_casadi.learning.Learner] chooses for the options);
-``"limited-memory"`` asks for costs and gradients only.
-
-With a Hessian, a learning step first takes plain Newton steps (`ceem_casadi.learning._newton`):
-near the optimum each costs one round and they converge quadratically, where IPOPT took 5-17 rounds.
+"""The learning step with the data terms map-reduced over shards (see `ceem_casadi.distributed`): IPOPT
+(after plain Newton steps) on the client, each callback one round of small tasks; docs/long_records.md
+("Learning over long records").
 """
 from __future__ import annotations
 
@@ -179,7 +168,7 @@ class RemoteLearner:
         self._begin(theta_vec, xs)
         cost = None
         p = self._p(theta_vec, rho)
-        try:  # Newton steps while they work (module docstring), else IPOPT from the last of them
+        try:  # Newton steps while they work (docs/long_records.md), else IPOPT from the last of them
             z, cost, steps = self._newton(z0, p, lower, upper)
             if cost is None:
                 sol = solve(self.solver, x0=z, p=p, lbx=lower, ubx=upper)

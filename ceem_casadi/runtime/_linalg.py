@@ -30,9 +30,11 @@ class BufferedCall:
             self.buf.set_res(i, memoryview(o))
 
     def __call__(self, *args) -> list[np.ndarray]:
-        """Column-major flat outputs of ``fun(*args)`` (the arrays are reused by the next call)."""
-        self._args = [np.ascontiguousarray(np.asarray(a, float).ravel(order="F")) for a in args]
-        for i, a in enumerate(self._args):
+        """Column-major flat outputs of ``fun(*args)`` (the arrays are reused by the next call). The inputs
+        are not kept after the call: often views, they would keep whole records alive (6-state WH at
+        T = 10^6: the smoother's parameter vector and two state trajectories, 170 MB)."""
+        args = [np.ascontiguousarray(np.asarray(a, float).ravel(order="F")) for a in args]
+        for i, a in enumerate(args):
             if a.size != self.fun.nnz_in(i):
                 raise ValueError(f"{self.fun.name()}: input {i} has {a.size} entries, expected {self.fun.nnz_in(i)}")
             self.buf.set_arg(i, memoryview(a))

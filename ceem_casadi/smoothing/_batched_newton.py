@@ -1,18 +1,6 @@
-"""Many banded Newton solves at once: one evaluation and one LAPACK call per round for all of them.
-
-`BandedNewton.steps` is the damped Newton solver
-of one block-tridiagonal problem written as a generator of requests (derivatives at x, the cost
-at a trial point, a Newton direction). `solve_many`
-runs B such generators side by side: in every round it collects the pending requests of all
-problems and answers each kind in ONE call, the derivatives and costs through the batch
-objective (one mapped CasADi evaluation over every problem's stages), the directions by
-`stacked_directions`: one banded Cholesky
-factorisation (LAPACK ``dpbtrf``) and one solve (``dpbtrs``) of the block-diagonal matrix of all
-B block-tridiagonal matrices, stored as one band. Each problem keeps its own iterate, scaling,
-shift, line search, stopping test and status: the outcomes are those of B separate
-`BandedNewton.solve` calls (up to the rounding
-of LAPACK's blocking), only the number of calls into CasADi and LAPACK drops from O(B) to O(1)
-per round.
+"""Many banded Newton solves at once (`BandedNewton.steps` run side by side): one evaluation and one
+LAPACK call per round for all of them, the outcomes those of separate solves (docs/algorithms.md,
+"Many short trajectories together").
 """
 from __future__ import annotations
 
@@ -85,7 +73,7 @@ def stacked_directions(requests, nx: int, T: int) -> list[np.ndarray | None]:
 
 
 def solve_many(newton: BandedNewton, x0s, objective) -> list[NewtonOutcome]:
-    """Run ``newton``'s damped Newton method on B problems at once (see the module docstring).
+    """Run ``newton``'s damped Newton method on B problems at once (docs/algorithms.md).
 
     Parameters
     ----------

@@ -4,11 +4,13 @@ no CasADi intermediate is of size T; the layout: docs/long_records.md ("Chunked 
 """
 from __future__ import annotations
 
+import copy
+
 import casadi as ca
 import numpy as np
 
 from ..objective._stages import SMOOTHER_STAGES
-from ._banded import band_patterns
+from ._banded import band_patterns, release_heap
 
 
 def _chunk_function(stages, L: int, band_column: ca.Function, outputs: str = "ipopt") -> ca.Function:
@@ -111,13 +113,14 @@ class ChunkedObjective:
                       self.nx, self.ny]
 
     def bind(self, P: np.ndarray) -> ChunkedObjective:
-        """Use the NLP parameter vector ``P`` (`TrajectorySmoother.parameter_vector`)."""
-        T = self.T
+        """A copy of this objective using the NLP parameter vector ``P`` (`TrajectorySmoother.parameter_vector`;
+        released with the copy, not kept between smoothing steps: 72 MB at T = 10^6, 6 states)."""
+        T, bound = self.T, copy.copy(self)
         p, U, Y, M, Xprev, rho, mu1, w1, iw, iv = np.split(np.asarray(P, float), np.cumsum(self.sizes)[:-1])
-        self.p, self.iw, self.iv, self.rho = p, iw, iv, rho
-        self.U, self.Y, self.M = U.reshape(T, self.nu), Y.reshape(T, self.ny), M.reshape(T, self.ny)
-        self.Xprev, self.mu1, self.w1 = Xprev.reshape(T, self.nx), mu1, w1
-        return self
+        bound.p, bound.iw, bound.iv, bound.rho = p, iw, iv, rho
+        bound.U, bound.Y, bound.M = U.reshape(T, self.nu), Y.reshape(T, self.ny), M.reshape(T, self.ny)
+        bound.Xprev, bound.mu1, bound.w1 = Xprev.reshape(T, self.nx), mu1, w1
+        return bound
 
     def _chunks(self, x: np.ndarray):
         """Each chunk's arguments (flat, column-major) and its column range [a, b)."""
@@ -135,15 +138,24 @@ class ChunkedObjective:
                     self.iv, self.rho]
             yield args, a, b
 
-    def _regulariser(self, x):
-        dx, d1 = x - self.Xprev, self.w1 * (x[0] - self.mu1)
-        return float(self.rho[0] * np.sum(dx * dx) + 0.5 * np.sum(d1 * d1)), dx
+    def _regulariser(self, x, g=None) -> float:
+        """The trust-region and x_1-prior terms at x (T, nx), chunk by chunk (no temporaries of size T);
+        their gradient is added into ``g`` (T, nx) when given."""
+        total, d1 = 0.0, self.w1 * (x[0] - self.mu1)
+        for a in range(0, self.T, self.L):
+            dx = x[a:a + self.L] - self.Xprev[a:a + self.L]
+            total += float(np.sum(dx * dx))
+            if g is not None:
+                g[a:a + self.L] += 2 * self.rho[0] * dx
+        if g is not None:
+            g[0] += self.w1 ** 2 * (x[0] - self.mu1)
+        return float(self.rho[0] * total + 0.5 * np.sum(d1 * d1))
 
     def cost(self, x: np.ndarray) -> float:
         """The objective at x (T nx,) (stage costs + trust region + x_1 prior)."""
         x = np.asarray(x, float).reshape(self.T, self.nx)
         total = sum(float(self._cost(*args)[0][0]) for args, _, _ in self._chunks(x))
-        return total + self._regulariser(x)[0]
+        return total + self._regulariser(x)
 
     def newton(self, x: np.ndarray):
         """``(f, g (T nx,), band (T, nx, 2 nx), d0 (nx,))``: objective, gradient, the Hessian in LAPACK's
@@ -151,6 +163,7 @@ class ChunkedObjective:
         columns' nonzeros of the whole record are never held: 456 MB at T = 10^6, nx = 6) and the x_1
         prior's addition to the first diagonal block (the trust region's 2 rho is in the band)."""
         x = np.asarray(x, float).reshape(self.T, self.nx)
+        release_heap(x.size * 2 * self.nx)
         g, band, f = np.empty((self.T, self.nx)), np.zeros((self.T, self.nx, 2 * self.nx)), 0.0
         cols, rows = band_patterns(self.nx)
         for args, a, b in self._chunks(x):
@@ -158,7 +171,4 @@ class ChunkedObjective:
             f += float(c[0])
             g[a:b] = G.reshape(self.L, self.nx)[:b - a]
             band[a:b, cols, rows] = H.reshape(self.L, self.k)[:b - a]
-        reg, dx = self._regulariser(x)
-        g += 2 * self.rho[0] * dx
-        g[0] += self.w1 ** 2 * (x[0] - self.mu1)
-        return f + reg, g.reshape(-1), band, self.w1 ** 2
+        return f + self._regulariser(x, g), g.reshape(-1), band, self.w1 ** 2

@@ -7,9 +7,9 @@ import numpy as np
 
 from ..errors import NonFiniteError, ShapeError
 from ..filtering import EKF
-from ..filtering._ekf import rts_means
 from ..runtime import _policy as policy
 from ..runtime._policy import FROM_POLICY
+from ._banded import release_heap
 
 # candidate process-noise variances of the initialising EKF, per state and step
 Q_CANDIDATES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
@@ -101,16 +101,15 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
 
 
 def _smoothed_pass(ekf, theta_vec, data, lead, x0, Sigma0, Qc, R) -> tuple[float, list[np.ndarray]]:
-    """``(log-likelihood, smoothed means)`` of one EKF + RTS pass with process noise ``Qc``, each
-    trajectory filtered from its first observed sample ``lead[b]`` (the states before it repeat
-    that one), trajectories of a length together (`EKF.run_many`), smoothed means only (`rts_means`: no
-    covariance pass)."""
+    """``(log-likelihood, smoothed means)`` of one EKF + RTS pass with process noise ``Qc`` (`EKF.run_many`, means only),
+    each trajectory filtered from its first observed sample ``lead[b]`` (the states before it repeat that one)."""
     loglik, xs = 0.0, []
+    release_heap(max(data.lengths) * ekf.model.nx ** 2)
     for k, r in zip(lead, ekf.run_many(theta_vec, [y[k:] for y, k in zip(data.y, lead)],
                                        [data.inputs(b)[k:] for b, k in enumerate(lead)],
-                                       x0=x0, Sigma0=Sigma0, Q=Qc, R=R)):
+                                       x0=x0, Sigma0=Sigma0, Q=Qc, R=R, means=True)):
         loglik += r.loglik
-        x = rts_means(r) if np.isfinite(r.loglik) else r.x_filt
+        x = r.x_filt if r.x_smooth is None else r.x_smooth
         xs.append(np.vstack([np.repeat(x[:1], k, axis=0), x]) if k else x)
     return loglik, xs
 
