@@ -107,7 +107,7 @@ BAD = [
     ([*REFINE, "--x0-window", "0"], ["--x0-window", "[1, 120]"]),
     ([*REFINE, "--x0-window", "500"], ["--x0-window", "[1, 120]"]),
     ([*REFINE, "--theta0", '{"k": "a"}'], ["--theta0", "'k'"]),
-    ([*REFINE, "--hessian", "newton"], ["--hessian", "invalid choice"]),
+    ([*REFINE, "--hessian", "exact"], ["--hessian", "unrecognized arguments"]),   # removed (docs/output_error.md)
     ([*REFINE, "--solver", "gn"], ["--solver", "invalid choice"]),
     ([*REFINE[:-1], "sim.csv/x.npz"], ["--out", "not a folder"]),
     ([*CAL, "--grid", "a,b"], ["--grid", "numbers"]),

@@ -123,7 +123,7 @@ def argv_lists(draw):
                      ("--rho-x", "num"), ("--config", "toml"), ("--acceleration", "word")],
              "evaluate": [("--k", "num"), ("--skip", "num"), ("--x0", "json"), ("--x0-window", "num")],
              "refine": [("--shooting", "num"), ("--x0-window", "num"), ("--time-limit", "num"), ("--x0", "json"),
-                        ("--theta0", "json"), ("--hessian", "word")],
+                        ("--theta0", "json"), ("--solver", "word")],
              "calibrate-noise": [("--grid", "grid"), ("--criterion", "word"), ("--time-limit", "num"),
                                  ("--x0-window", "num"), ("--holdout-fraction", "num"), ("--theta0", "json")],
              "simulate": [("--theta", "json"), ("--seed", "num"), ("--measurement-std", "num")],

@@ -117,10 +117,7 @@ def cmd_refine(args) -> int:
     theta = theta_arg(model, args.theta0, "--theta0", base=theta) or theta
     data, desc = data_from_args(args, model)
     x0 = given_x0(args.x0, args.x0_window, model.nx, data, min(data.lengths))
-    if args.hessian is not None and args.solver != "ipopt":
-        raise UsageError(f"--hessian applies to --solver ipopt only, got --hessian {args.hessian} with --solver "
-                         f"{args.solver}")
-    options = OutputErrorOptions(solver=args.solver, hessian=args.hessian, use_prior=not args.no_prior,
+    options = OutputErrorOptions(solver=args.solver, use_prior=not args.no_prior,
                                  time_limit=args.time_limit, x0_window=args.x0_window,
                                  **({} if args.max_iter is None else {"max_iters": args.max_iter}))
     res = refine_output_error(model, data, theta, shooting=args.shooting, x0=x0, options=options)

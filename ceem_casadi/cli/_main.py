@@ -148,9 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shooting", type=int, help="multiple shooting with segments of this many samples "
                                                 "(default: single shooting)")
     p.add_argument("--solver", choices=("lm", "ipopt"), default="lm",
-                   help="lm: the Levenberg-Marquardt engine (default); ipopt: one IPOPT NLP")
-    p.add_argument("--hessian", choices=("gauss-newton", "exact"), default=None,
-                   help="Hessian of the IPOPT NLP (--solver ipopt only; default gauss-newton)")
+                   help="lm: the Levenberg-Marquardt engine (default); ipopt: one IPOPT NLP (Gauss-Newton)")
     p.add_argument("--max-iter", type=int, default=None,
                    help="iterations of the solver (default: OutputErrorOptions' max_iters, 200)")
     p.add_argument("--time-limit", type=float, help="wall-clock budget in seconds (status time_limit)")

@@ -422,7 +422,7 @@ def solve_least_squares(residual: ca.Function, x0, *, p=None, lower=None, upper=
     >>> str(res.status), [round(float(v), 6) for v in res.x]
     ('converged', [1.0, 1.0])
     """
-    oe_only = [f for f in ("solver", "hessian", "variable_projection", "use_prior", "x0_window", "x_lower", "x_upper")
+    oe_only = [f for f in ("solver", "variable_projection", "use_prior", "x0_window", "x_lower", "x_upper")
                if getattr(options, f) != getattr(OutputErrorOptions, f)]
     if oe_only:
         raise OptionsError(f"solve_least_squares: options {oe_only} apply to output error only, got {options!r}")

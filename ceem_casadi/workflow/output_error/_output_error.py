@@ -1,5 +1,5 @@
 """Output-error identification ([`refine_output_error`][ceem_casadi.refine_output_error]) and its
-IPOPT solver: one NLP on the residuals of the engine's problem (docs/output_error.md)."""
+IPOPT solver: one NLP on the engine's problem and its chunked sensitivities (docs/output_error.md)."""
 from __future__ import annotations
 
 import time
@@ -18,97 +18,91 @@ from ...runtime._solve import deadline, deadline_after, expired, ipopt_options, 
 from ...runtime._status import Status
 from .._initial_state import estimate_initial_state
 from .._starts import resolve_starts
-from ._fit import initial_states, output_error_least_squares
+from ._fit import COMPILE_SAMPLES, initial_states, output_error_least_squares
 from ._least_squares import output_error_problem
 from ._lm import box_bounds
 from ._output_error_options import OutputErrorOptions, OutputErrorResult
-from ._shooting import ShootingLayout
 
 __all__ = ["refine_output_error"]
 
 
-class _GaussNewtonEvaluations:
-    """IPOPT ``grad_f`` and ``hess_lag`` Callbacks sharing one evaluation of ``fun(w, P) -> (cost,
-    grad, triu(J^T J))`` per point (the last point is cached)."""
+class _Call(SparsityCallback):
+    """A Callback evaluating ``fun(*inputs as flat arrays) -> outputs (their nonzeros)``."""
 
-    def __init__(self, fun: ca.Function, ng: int):
-        self.fun, self._key, self._val = fun, None, None
-        self.grad_f = _Output(self, "grad_f", [fun.sparsity_in(0), fun.sparsity_in(1)],
-                              [ca.Sparsity.dense(1, 1), fun.sparsity_out(1)], ["x", "p"], ["f", "grad_f_x"])
-        self.hess_lag = _Output(self, "hess_lag", [fun.sparsity_in(0), fun.sparsity_in(1), ca.Sparsity.dense(1, 1),
-                                                   ca.Sparsity.dense(ng, 1)],
-                                [fun.sparsity_out(2)], ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
-
-    def at(self, w: ca.DM, P: ca.DM):
-        w_np, P_np = np.asarray(w.full()).ravel(), np.asarray(P.full()).ravel()
-        if self._key is None or not (np.array_equal(self._key[0], w_np) and np.array_equal(self._key[1], P_np)):
-            self._val = self.fun(w, P)
-            self._key = (w_np, P_np)
-        return self._val
-
-
-class _Output(SparsityCallback):
-    def __init__(self, owner, name, sp_in, sp_out, names_in, names_out):
-        self.owner = owner
+    def __init__(self, fun, name, sp_in, sp_out, names_in, names_out):
+        self.fun = fun
         super().__init__(name, sp_in, sp_out, names_in, names_out)
 
     def eval(self, arg):
-        cost, grad, hess = self.owner.at(arg[0], arg[1])
-        return [cost, grad] if len(self.sp_out) == 2 else [arg[2] * hess]
+        out = self.fun(*(np.asarray(a.full(), float).ravel() for a in arg))
+        return [ca.DM(sp, np.asarray(v, float).ravel()) for sp, v in zip(self.sp_out, out)]
 
 
 class OutputErrorProblem:
-    """The NLP of the module docstring for one model, set of lengths and shooting (built once)."""
+    """The IPOPT NLP of one model, set of lengths and shooting (built once): objective, gaps, gradient
+    ``J^T r``, gap Jacobian and Gauss-Newton Hessian ``J^T J`` all from the engine's chunked forward
+    sensitivities (`OutputErrorLeastSquares.evaluate`): nothing rollout-sized is built symbolically."""
 
-    def __init__(self, model, lengths, shooting, options: OutputErrorOptions):
+    def __init__(self, model, lengths, shooting, options: OutputErrorOptions, compiled: bool):
         self.model, self.lengths, self.shooting = model, tuple(lengths), shooting
-        # the one problem definition: the residuals and gaps of the Levenberg-Marquardt engine's problem
-        self.lsq = output_error_problem(model, self.lengths, shooting)
-        params = model.params
-        nx, nu, ny, npar = model.nx, model.nu, model.ny, params.size
-        self.free = params.free_index
-        nf = self.free.size
-        layout = ShootingLayout.of(self.lengths, shooting)
-        self.segs, self.groups, n_u, n_obs = layout.segs, layout.groups, layout.n_u, layout.n_obs
-        n_nodes = len(self.segs)
-        w = ca.MX.sym("w", nf + nx * n_nodes)
-        z = w[:nf]
-        syms = dict(p_base=ca.MX.sym("p_base", npar), U=ca.MX.sym("U", nu, n_u), Y=ca.MX.sym("Y", ny, n_obs),
-                    M=ca.MX.sym("M", ny, n_obs), iv=ca.MX.sym("iv", ny), mu=ca.MX.sym("mu", nf),
-                    wp=ca.MX.sym("wp", nf))
-        self._names = list(syms)
-        sizes = [s.numel() for s in syms.values()]
-        P = ca.MX.sym("P", sum(sizes))
-        parts = ca.vertsplit(P, np.concatenate([[0], np.cumsum(sizes)]).tolist())
-        s = {k: ca.reshape(a, v.shape[0], v.shape[1]) for (k, v), a in zip(syms.items(), parts)}
-        r, g = self.lsq.F(w, s["p_base"], s["U"], s["Y"], s["M"], s["iv"])
-        prior = s["wp"] * (z - s["mu"])
-        cost = 0.5 * ca.sumsqr(r) + 0.5 * ca.sumsqr(prior)
-        extra = {}
-        if options.ipopt_hessian == "gauss-newton":
-            # cost, gradient J^T r and J^T J from ONE evaluation of the residual Jacobian J per
-            # iterate (IPOPT asks for the gradient and the Hessian at the same point)
-            jac = ca.jacobian(r, w)
-            H = ca.mtimes(jac.T, jac) + ca.diag(ca.vertcat(s["wp"] ** 2, ca.MX(nx * n_nodes, 1)))
-            grad = ca.mtimes(jac.T, r) + ca.vertcat(s["wp"] * prior, ca.MX(nx * n_nodes, 1))
-            self._gn = _GaussNewtonEvaluations(ca.Function("gauss_newton", [w, P], [cost, grad, ca.triu(H)]),
-                                               g.numel())
-            extra["grad_f"], extra["hess_lag"] = self._gn.grad_f, self._gn.hess_lag
+        # the one problem definition: the residuals, gaps and sensitivities of the Levenberg-Marquardt engine
+        self.lsq = lsq = output_error_problem(model, self.lengths, shooting, compiled)
+        self.free, self.segs, self.ng = lsq.free, lsq.segs, lsq.n_con
+        nw, ng, nf, nx = lsq.nw, lsq.n_con, lsq.free.size, model.nx
+        self._key = self._val = None
+        # J^T J (upper triangle): dense in the parameter rows, one block per node (a residual sees one node)
+        zr, zc = np.triu_indices(nf, 0, nw)
+        br, bc = np.triu_indices(nx)
+        off = nf + nx * np.arange(len(self.segs))[:, None]
+        hess = ca.Sparsity.triplet(nw, nw, np.r_[zr, (off + br).ravel()].tolist(),
+                                   np.r_[zc, (off + bc).ravel()].tolist())
+        # gap k (the order of OutputErrorLeastSquares' gaps) = end of segment i - node i + 1
+        gaps = [i for _, idx in lsq.groups for i in idx if self.segs[i][3]]
+        rows = [k * nx + a for k in range(len(gaps)) for a in range(nx) for _ in range(nf + nx + 1)]
+        cols = [c for i in gaps for a in range(nx)
+                for c in [*range(nf), *range(nf + i * nx, nf + i * nx + nx), nf + (i + 1) * nx + a]]
+        jac = ca.Sparsity.triplet(ng, nw, rows, cols)
+        self._hr, self._hc = (np.array(a, int) for a in hess.get_triplet())
+        self._gr, self._gc = (np.array(a, int) for a in jac.get_triplet())
+        x, p, one, gsp = ca.Sparsity.dense(nw, 1), ca.Sparsity.dense(0, 1), ca.Sparsity.dense(1, 1), ca.Sparsity.dense(ng, 1)
+        self.callbacks = [
+            _Call(self.cost_gaps, "oe_values", [x], [one, gsp], ["x"], ["f", "g"]),
+            _Call(lambda w, p: self._derivatives(w)[:2], "grad_f", [x, p], [one, x], ["x", "p"], ["f", "grad_f_x"]),
+            _Call(lambda w, p: self._derivatives(w)[2:4], "jac_g", [x, p], [gsp, jac], ["x", "p"], ["g", "jac_g_x"]),
+            _Call(lambda w, p, lam_f, lam_g: [lam_f[0] * self._derivatives(w)[4]], "hess_lag", [x, p, one, gsp], [hess],
+                  ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])]
+        w = ca.MX.sym("w", nw)
+        f, g = self.callbacks[0](w)
         # adaptive barrier: with bounds and a large-residual Gauss-Newton model the default monotone
         # strategy crawled (Cascaded Tanks, 11 parameters: 279 iterations, 62 s -> 23, 7.0 s)
-        self.solver = ipopt_solver("output_error", {"x": w, "p": P, "f": cost, "g": g},
+        extra = {"ipopt.mu_strategy": "adaptive", "no_nlp_grad": True,
+                 **dict(zip(("grad_f", "jac_g", "hess_lag"), self.callbacks[1:]))}
+        self.solver = ipopt_solver("output_error", {"x": w, "f": f, "g": g},
                                    ipopt_options(options.max_iters, options.tol, show_eval_warnings=False,
-                                                 track=(w.numel(), g.numel()),
-                                                 **{"ipopt.mu_strategy": "adaptive"}, **extra))
-        self.functions = ca.Function("output_error_eval", [w, P], [cost, g])
-        self.ng = g.numel()
+                                                 track=(nw, ng), **extra))
 
-    def parameter(self, model, theta_vec, data: Trajectories, use_prior: bool) -> np.ndarray:
-        """The NLP parameter vector: base parameters, the data in segment order, weights, prior
-        (bound by the problem definition, `OutputErrorLeastSquares.set_data`)."""
-        self.lsq.set_data(model, theta_vec, data, use_prior)
-        vals = self.lsq.bound_data()
-        return np.concatenate([np.asarray(vals[k], float).ravel(order="F") for k in self._names])
+    def cost_gaps(self, w) -> list:
+        """``[0.5 ||r||^2 (prior rows included), gaps (ng,)]`` at ``w`` (NaN when not finite)."""
+        out = self.lsq.evaluate(np.asarray(w, float).ravel(), False)
+        if out is None:
+            return [np.nan, np.full(self.ng, np.nan)]
+        return [0.5 * float(out[0] @ out[0]), out[2]]
+
+    def _derivatives(self, w) -> tuple:
+        """``(cost, J^T r, gaps, gap Jacobian nonzeros, J^T J nonzeros)`` at ``w`` (the last one cached)."""
+        if self._key is not None and np.array_equal(self._key, w):
+            return self._val
+        out = self.lsq.evaluate(w, True)
+        if out is None:
+            nan = np.full(self.lsq.nw, np.nan)
+            val = (np.nan, nan, np.full(self.ng, np.nan), np.full(self._gr.size, np.nan), np.full(self._hr.size, np.nan))
+        else:
+            r, J, g, G = out
+            H = J.T @ J
+            val = (0.5 * float(r @ r), J.T @ r, g, np.asarray(G.tocsr()[self._gr, self._gc]).ravel(),
+                   np.asarray((H.tocsr() if hasattr(H, "tocsr") else H)[self._hr, self._hc]).ravel())
+        self._key, self._val = np.array(w, float), val
+        return val
 
     def nodes(self, model, theta_vec, data: Trajectories, x0: np.ndarray) -> np.ndarray:
         """Initial node states (nx, n_nodes) (`OutputErrorLeastSquares.initial_nodes`)."""
@@ -116,18 +110,19 @@ class OutputErrorProblem:
 
 
 def problem_for(model, lengths, shooting, options: OutputErrorOptions) -> OutputErrorProblem:
-    """The cached `OutputErrorProblem` (per model, lengths, shooting, Hessian, max_iters, tol)."""
-    key = (tuple(lengths), shooting, options.ipopt_hessian, options.max_iters, options.tol)
+    """The cached `OutputErrorProblem` (per model, lengths, shooting, max_iters, tol)."""
+    compiled = sum(lengths) >= COMPILE_SAMPLES
+    key = (tuple(lengths), shooting, options.max_iters, options.tol, compiled)
     # per thread: an IPOPT solver's memory, statistics and tracking callback are its own
-    return cached(model, "output-error problem", key, lambda: OutputErrorProblem(model, lengths, shooting, options),
-                  per_thread=True)
+    return cached(model, "output-error problem", key,
+                  lambda: OutputErrorProblem(model, lengths, shooting, options, compiled), per_thread=True)
 
 
 # largest continuity gap of an iterate that may be returned (multiple shooting)
 CONTINUITY_TOL = 1e-6
 
 
-def _offer_resimulated(prob, model, theta_vec, data, P, w, lo, hi, tracker) -> None:
+def _offer_resimulated(prob, model, theta_vec, data, w, lo, hi, tracker) -> None:
     """Offer ``tracker`` the iterate ``w``'s free parameters and initial states with every other
     node replaced by the free run from them (continuity met by construction)."""
     nf = prob.free.size
@@ -138,7 +133,7 @@ def _offer_resimulated(prob, model, theta_vec, data, P, w, lo, hi, tracker) -> N
     with np.errstate(all="ignore"):
         resim = np.clip(prob.nodes(model, th, data, x0), lo[:, None], hi[:, None])
     w_new = np.concatenate([w[:nf], resim.ravel(order="F")])
-    cost, g = prob.functions(w_new, P)
+    cost, g = prob.cost_gaps(w_new)
     gap = float(np.max(np.abs(np.asarray(g))))
     tracker.offer(w_new, float(cost), gap, label="IPOPT's final parameters and initial states, the other "
                                                  "nodes re-simulated from them")
@@ -168,7 +163,7 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
         n seeded log-uniform starts around ``theta`` within the bounds
         ([`log_uniform_starts`][ceem_casadi.workflow.log_uniform_starts], seed 0).
     options : OutputErrorOptions
-        Iteration limit, tolerance, Hessian, time limit, state bounds.
+        Iteration limit, tolerance, time limit, state bounds.
 
     Returns
     -------
@@ -227,20 +222,20 @@ def _refine_with_ipopt(model, data, theta, shooting, x0, options, t0) -> OutputE
         x0 = initial_states(x0, len(data), model.nx)
         prob = problem_for(model, data.lengths, None if shooting is None else int(shooting), options)
         free = prob.free
-        P = prob.parameter(model, theta_vec, data, options.use_prior)
+        prob.lsq.set_data(model, theta_vec, data, options.use_prior)
         nodes = np.clip(prob.nodes(model, theta_vec, data, x0), lo[:, None], hi[:, None])
         w0 = np.concatenate([theta_vec[free], nodes.ravel(order="F")])
         n_nodes = len(prob.segs)
         lbx = np.concatenate([model.params.lower[free], np.tile(lo, n_nodes)])
         ubx = np.concatenate([model.params.upper[free], np.tile(hi, n_nodes)])
-        initial_cost = float(prob.functions(w0, P)[0])
+        initial_cost = prob.cost_gaps(w0)[0]
         # the best iterate IPOPT visits (continuity met for multiple shooting) or the start:
         # what comes back on any stop (time limit, failure) is never worse than either
         tracker = BestIterate(w0, initial_cost, feasibility_tol=CONTINUITY_TOL, lower=lbx, upper=ubx)
-        sol = solve(prob.solver, x0=w0, p=P, lbx=lbx, ubx=ubx, lbg=0.0, ubg=0.0, best=tracker)
+        sol = solve(prob.solver, x0=w0, lbx=lbx, ubx=ubx, lbg=0.0, ubg=0.0, best=tracker)
         st = prob.solver.stats()
         status = Status.from_ipopt(st["return_status"], time_up=expired())
-    w, cost, g, status, message = _ipopt_outcome(prob, model, theta_vec, data, P, sol, st, status, w0, initial_cost,
+    w, cost, g, status, message = _ipopt_outcome(prob, model, theta_vec, data, sol, st, status, w0, initial_cost,
                                                  tracker, lo, hi, options)
     out = theta_vec.copy()
     out[free] = w[:free.size]
@@ -251,12 +246,12 @@ def _refine_with_ipopt(model, data, theta, shooting, x0, options, t0) -> OutputE
                              float(np.max(np.abs(np.asarray(g)))) if prob.ng else 0.0)
 
 
-def _ipopt_outcome(prob, model, theta_vec, data, P, sol, st, status, w0, initial_cost, tracker, lo, hi, options):
+def _ipopt_outcome(prob, model, theta_vec, data, sol, st, status, w0, initial_cost, tracker, lo, hi, options):
     """The iterate to return after IPOPT (its final one, the best feasible one seen, or the start),
     its cost and gaps, status and message."""
     w = np.asarray(sol["x"], float).ravel()
     message = f"IPOPT: {st['return_status']} after {st['iter_count']} iterations"
-    cost, g = prob.functions(w, P)
+    cost, g = prob.cost_gaps(w)
     gap = float(np.max(np.abs(np.asarray(g)))) if prob.ng else 0.0
     if not (np.all(np.isfinite(w)) and np.isfinite(float(cost))):
         status = Status.SOLVER_FAILED
@@ -271,12 +266,12 @@ def _ipopt_outcome(prob, model, theta_vec, data, P, sol, st, status, w0, initial
         if prob.ng and gap > CONTINUITY_TOL and np.all(np.isfinite(w)):
             # multiple shooting stopped between nodes that do not join: the final parameters and
             # initial states with the nodes re-simulated from them are a continuous candidate
-            _offer_resimulated(prob, model, theta_vec, data, P, w, lo, hi, tracker)
+            _offer_resimulated(prob, model, theta_vec, data, w, lo, hi, tracker)
         w, _, which = tracker.choose(w, float(cost), gap, label="IPOPT's final iterate")
         message += "; " + which
     if not np.array_equal(w, np.asarray(sol["x"], float).ravel()):
-        cost, g = prob.functions(w, P)
+        cost, g = prob.cost_gaps(w)
         if not float(cost) <= initial_cost:  # safety net: never worse than the start, recomputed
-            w, (cost, g) = w0, prob.functions(w0, P)
+            w, (cost, g) = w0, prob.cost_gaps(w0)
             message += " (its recomputed cost exceeds the start's: returning the starting point instead)"
     return w, cost, g, status, message

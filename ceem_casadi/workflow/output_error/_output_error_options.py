@@ -9,7 +9,7 @@ import numpy as np
 from ...errors import OptionsError
 from ...model._params import Theta
 from ...runtime._result import Result, format_table, theta_rows
-from ...runtime._schema import BOUND, HESSIANS, check_bounds, check_fields, check_time_limit, renamed, require
+from ...runtime._schema import BOUND, check_bounds, check_fields, check_time_limit, renamed, require
 from ...runtime._status import Status
 
 __all__ = ["LeastSquaresOptions", "LeastSquaresResult", "OutputErrorOptions", "OutputErrorResult"]
@@ -23,6 +23,13 @@ def _tol_alias(value, kwargs):
     kwargs["tol"] = min(value, kwargs.get("tol", value))
 
 
+def _hessian_removed(value, kwargs):
+    """the field was removed: IPOPT's Hessian is Gauss-Newton (docs/output_error.md)"""
+    require(value in (None, "gauss-newton"), "OutputErrorOptions: hessian was removed (IPOPT's Hessian is Gauss-Newton "
+            "from the engine's sensitivities; the exact one never won: docs/output_error.md), got hessian="
+            f"{value!r}")
+
+
 def _removed(name, why):
     def refuse(value, kwargs):
         raise OptionsError(f"OutputErrorOptions: {name} was removed ({why}), got {name}={value!r}")
@@ -30,7 +37,7 @@ def _removed(name, why):
     return refuse
 
 
-@renamed(max_iter="max_iters", ftol=_tol_alias, xtol=_tol_alias, gtol=_tol_alias, gap_tol=_tol_alias,
+@renamed(max_iter="max_iters", hessian=_hessian_removed, ftol=_tol_alias, xtol=_tol_alias, gtol=_tol_alias, gap_tol=_tol_alias,
          flat_tol=_removed("flat_tol", "the flat-valley test is a fixed statistical test"),
          flat_iter=_removed("flat_iter", "the flat-valley test is a fixed statistical test"),
          reject_unstable=_removed("reject_unstable", "unstable trials are always rejected"),
@@ -52,9 +59,8 @@ class OutputErrorOptions:
         errors of the estimate (docs/output_error.md). ``ftol``, ``xtol``, ``gtol``, ``gap_tol``:
         deprecated aliases.
     solver : str
-        ``"lm"`` (default): the Levenberg-Marquardt engine; ``"ipopt"``: one IPOPT NLP.
-    hessian : str, optional
-        ``solver="ipopt"`` only: ``"gauss-newton"`` (default there) or ``"exact"``.
+        ``"lm"`` (default): the Levenberg-Marquardt engine; ``"ipopt"``: one IPOPT NLP (Gauss-Newton
+        Hessian; ``hessian``: removed).
     variable_projection : bool
         ``solver="lm"``, single shooting: eliminate the parameters that enter the output linearly
         by linear least squares at every evaluation (default False; measured in docs/output_error.md).
@@ -82,16 +88,15 @@ class OutputErrorOptions:
     >>> opts.max_iters, opts.solver, opts.time_limit
     (100, 'lm', 5.0)
     >>> try:
-    ...     cc.OutputErrorOptions(hessian="exact")
+    ...     cc.OutputErrorOptions(variable_projection=True, solver="ipopt")
     ... except cc.OptionsError as err:
     ...     print(err)
-    hessian applies to solver='ipopt' only (the Levenberg-Marquardt engine is Gauss-Newton by construction), got hessian='exact' with solver='lm'
+    variable_projection applies to solver='lm' only, got variable_projection=True with solver='ipopt'
     """
 
     max_iters: int = DEFAULT_MAX_ITER
     tol: float = 1e-10
     solver: str = "lm"
-    hessian: str | None = None
     variable_projection: bool = False
     use_prior: bool = True
     time_limit: float | None = None
@@ -107,22 +112,12 @@ class OutputErrorOptions:
         require(isinstance(self.max_iters, int) and self.max_iters >= 0,
                 f"max_iters must be an int >= 0, got {self.max_iters!r}")
         require(np.isfinite(self.tol) and self.tol > 0, f"tol must be finite and > 0, got {self.tol!r}")
-        require(self.hessian is None or self.hessian in HESSIANS,
-                f"hessian must be None, 'gauss-newton' or 'exact', got {self.hessian!r}")
-        require(self.solver == "ipopt" or self.hessian is None,
-                "hessian applies to solver='ipopt' only (the Levenberg-Marquardt engine is Gauss-Newton by "
-                f"construction), got hessian={self.hessian!r} with solver='lm'")
         require(self.solver == "lm" or not self.variable_projection,
                 "variable_projection applies to solver='lm' only, got variable_projection=True with solver='ipopt'")
         require(self.solver == "lm" or self.max_iters >= 1, "max_iters must be >= 1 with solver='ipopt'")
         check_time_limit(self.time_limit)
         require(self.x0_window is None or (isinstance(self.x0_window, int) and self.x0_window >= 1),
                 f"x0_window must be None or an int >= 1, got {self.x0_window!r}")
-
-    @property
-    def ipopt_hessian(self) -> str:
-        """The Hessian of the IPOPT NLP (``hessian``, default ``"gauss-newton"``)."""
-        return self.hessian or "gauss-newton"
 
 
 def LeastSquaresOptions(**kwargs) -> OutputErrorOptions:
