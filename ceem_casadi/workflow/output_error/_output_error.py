@@ -49,7 +49,6 @@ class OutputErrorProblem:
         self.lsq = lsq = output_error_problem(model, self.lengths, shooting, compiled)
         self.free, self.segs, self.ng = lsq.free, lsq.segs, lsq.n_con
         nw, ng, nf, nx = lsq.nw, lsq.n_con, lsq.free.size, model.nx
-        self._key = self._val = None
         # J^T J (upper triangle): dense in the parameter rows, one block per node (a residual sees one node)
         zr, zc = np.triu_indices(nf, 0, nw)
         br, bc = np.triu_indices(nx)
@@ -64,13 +63,13 @@ class OutputErrorProblem:
         jac = ca.Sparsity.triplet(ng, nw, rows, cols)
         self._hr, self._hc = (np.array(a, int) for a in hess.get_triplet())
         self._gr, self._gc = (np.array(a, int) for a in jac.get_triplet())
-        x, p, one, gsp = ca.Sparsity.dense(nw, 1), ca.Sparsity.dense(0, 1), ca.Sparsity.dense(1, 1), ca.Sparsity.dense(ng, 1)
+        x, p, one, gsp = (ca.Sparsity.dense(n, 1) for n in (nw, 0, 1, ng))
         self.callbacks = [
             _Call(self.cost_gaps, "oe_values", [x], [one, gsp], ["x"], ["f", "g"]),
             _Call(lambda w, p: self._derivatives(w)[:2], "grad_f", [x, p], [one, x], ["x", "p"], ["f", "grad_f_x"]),
             _Call(lambda w, p: self._derivatives(w)[2:4], "jac_g", [x, p], [gsp, jac], ["x", "p"], ["g", "jac_g_x"]),
-            _Call(lambda w, p, lam_f, lam_g: [lam_f[0] * self._derivatives(w)[4]], "hess_lag", [x, p, one, gsp], [hess],
-                  ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])]
+            _Call(lambda w, p, lam_f, lam_g: [lam_f[0] * self._derivatives(w)[4]], "hess_lag", [x, p, one, gsp],
+                  [hess], ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])]
         w = ca.MX.sym("w", nw)
         f, g = self.callbacks[0](w)
         # adaptive barrier: with bounds and a large-residual Gauss-Newton model the default monotone
@@ -81,12 +80,20 @@ class OutputErrorProblem:
                                    ipopt_options(options.max_iters, options.tol, show_eval_warnings=False,
                                                  track=(nw, ng), **extra))
 
+    def bind(self, model, theta_vec, data: Trajectories, use_prior: bool) -> None:
+        """Bind the data (`OutputErrorLeastSquares.set_data`) and forget the cached evaluations."""
+        self.lsq.set_data(model, theta_vec, data, use_prior)
+        self._key = self._val = None
+        self._values = (None, None)
+
     def cost_gaps(self, w) -> list:
         """``[0.5 ||r||^2 (prior rows included), gaps (ng,)]`` at ``w`` (NaN when not finite)."""
-        out = self.lsq.evaluate(np.asarray(w, float).ravel(), False)
-        if out is None:
-            return [np.nan, np.full(self.ng, np.nan)]
-        return [0.5 * float(out[0] @ out[0]), out[2]]
+        w = np.asarray(w, float).ravel()
+        if not np.array_equal(self._values[0], w):    # IPOPT asks for f and g at one point one by one
+            out = self.lsq.evaluate(w, False)
+            val = [np.nan, np.full(self.ng, np.nan)] if out is None else [0.5 * float(out[0] @ out[0]), out[2]]
+            self._values = (w, val)
+        return self._values[1]
 
     def _derivatives(self, w) -> tuple:
         """``(cost, J^T r, gaps, gap Jacobian nonzeros, J^T J nonzeros)`` at ``w`` (the last one cached)."""
@@ -95,7 +102,7 @@ class OutputErrorProblem:
         out = self.lsq.evaluate(w, True)
         if out is None:
             nan = np.full(self.lsq.nw, np.nan)
-            val = (np.nan, nan, np.full(self.ng, np.nan), np.full(self._gr.size, np.nan), np.full(self._hr.size, np.nan))
+            val = (np.nan, nan, nan[:self.ng], np.full(self._gr.size, np.nan), np.full(self._hr.size, np.nan))
         else:
             r, J, g, G = out
             H = J.T @ J
@@ -222,7 +229,7 @@ def _refine_with_ipopt(model, data, theta, shooting, x0, options, t0) -> OutputE
         x0 = initial_states(x0, len(data), model.nx)
         prob = problem_for(model, data.lengths, None if shooting is None else int(shooting), options)
         free = prob.free
-        prob.lsq.set_data(model, theta_vec, data, options.use_prior)
+        prob.bind(model, theta_vec, data, options.use_prior)
         nodes = np.clip(prob.nodes(model, theta_vec, data, x0), lo[:, None], hi[:, None])
         w0 = np.concatenate([theta_vec[free], nodes.ravel(order="F")])
         n_nodes = len(prob.segs)

@@ -37,8 +37,8 @@ def _removed(name, why):
     return refuse
 
 
-@renamed(max_iter="max_iters", hessian=_hessian_removed, ftol=_tol_alias, xtol=_tol_alias, gtol=_tol_alias, gap_tol=_tol_alias,
-         flat_tol=_removed("flat_tol", "the flat-valley test is a fixed statistical test"),
+@renamed(max_iter="max_iters", ftol=_tol_alias, xtol=_tol_alias, gtol=_tol_alias, gap_tol=_tol_alias,
+         hessian=_hessian_removed, flat_tol=_removed("flat_tol", "the flat-valley test is a fixed statistical test"),
          flat_iter=_removed("flat_iter", "the flat-valley test is a fixed statistical test"),
          reject_unstable=_removed("reject_unstable", "unstable trials are always rejected"),
          compile=_removed("compile", "the library compiles from 20,000 samples"))
