@@ -110,6 +110,18 @@ def test_ipopt_builds_nothing_rollout_sized(shooting):
     assert len(held) >= 9 and max(f.sz_w() for f in held) <= 10 * nw + 1000
 
 
+def test_ipopt_problem_reused_on_new_data_forgets_the_old():
+    """The cached IPOPT problem of one model and lengths, called on other data from the point it
+    last evaluated, gives what a fresh model gives (its caches are reset when data is bound)."""
+    model = pendulum()
+    ipopt = cc.OutputErrorOptions(solver="ipopt")
+    first = cc.refine_output_error(model, _data(model, T=60, noise=0.05, seed=3), START, x0=X0, options=ipopt)
+    other = _data(model, T=60, noise=0.05, seed=5)
+    again = cc.refine_output_error(model, other, first.theta, x0=first.x0, options=ipopt)
+    fresh = cc.refine_output_error(pendulum(), other, first.theta, x0=first.x0, options=ipopt)
+    assert again.initial_cost == fresh.initial_cost and again.cost == pytest.approx(fresh.cost, rel=1e-12)
+
+
 def test_fixed_entries_bounds_and_priors():
     model = pendulum(a={"upper": 1.9}, c={"free": False})
     data = _data(pendulum(), T=60, noise=0.05, seed=3)
