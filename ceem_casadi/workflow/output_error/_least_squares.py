@@ -213,12 +213,6 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
             self._single = output_error_problem(model, self.lengths, None)
             self._single.set_data(model, theta_vec, data, use_prior)
 
-    def bound_data(self) -> dict:
-        """The arrays bound by `set_data`: ``p_base`` (n_p,), ``U`` (nu, n_u), ``Y``, ``M`` (ny, n_obs),
-        ``iv`` (ny,), prior mean ``mu`` and weights ``wp`` of the free entries (nf,)."""
-        mu, wp = self._prior
-        return dict(p_base=self._pbase, U=self._U, Y=self._Y, M=self._M, iv=self._iv, mu=mu, wp=wp)
-
     def evaluate(self, w, jac):
         """``(r, J, g, C)`` at ``w`` (module docstring; J, C None without ``jac``), None when not finite."""
         if self.compiled and not jac and self.shooting is None:
