@@ -1,9 +1,6 @@
-"""Joint Gauss-Newton (Levenberg-Marquardt) steps on J(x_{1:T}, theta) over states AND parameters: the
-acceleration ``CEEMOptions(acceleration="newton")``, a step kept only when it increases J. The states are
-eliminated through the banded Cholesky factor of Hxx (block tridiagonal), streamed chunk by chunk for
-long records; theta's step solves the Marquardt-damped Schur complement. The method and its measurements:
-docs/long_records.md ("The joint Gauss-Newton step").
-"""
+"""Joint Gauss-Newton (Levenberg-Marquardt) steps on J(x_{1:T}, theta) over states AND parameters, the acceleration
+``CEEMOptions(acceleration="newton")``: the states eliminated through the banded Cholesky factor of Hxx, chunk by chunk,
+theta's step from the damped Schur complement (docs/long_records.md, "The joint Gauss-Newton step")."""
 from __future__ import annotations
 
 import logging
@@ -75,9 +72,8 @@ STATE_DAMPING = 1e-6
 
 
 class JointGaussNewton:
-    """Joint Levenberg-Marquardt steps for one model and one dataset shape (built once). The stage
-    Jacobians are evaluated in chunks of at most ``policy.JOINT_CHUNK`` stages and reduced at once
-    (module docstring): nothing of size T x (Jacobian rows x columns) or T x n_free is held.
+    """Joint Levenberg-Marquardt steps for one model and one dataset shape (built once); the stages' Gauss-Newton
+    blocks are evaluated in chunks of ``policy.JOINT_CHUNK`` stages: nothing of size T x n_free is held.
 
     Parameters
     ----------
@@ -178,10 +174,9 @@ class JointGaussNewton:
         return Hpp, gp
 
     def _trajectory(self, theta_vec, y, u, x, mu):
-        """Hxx + damping of one trajectory factorised chunk by chunk in LAPACK's upper band storage ``ab``
-        (2 nx, T nx) (H = U^T U, in place) while W = U^-T [gx Hxp] is streamed: returns (ab, w0 = U^-T gx,
-        W1 = U^-T Hxp (kept only for a single chunk, else None), W1^T W1, W1^T w0, Hpp, gp). Nothing
-        of size T x n_free is held for a record of several chunks (6 states, 15 parameters, T = 10^6: 768 MB)."""
+        """Hxx + damping of one trajectory factorised chunk by chunk in LAPACK's upper band storage ``ab`` (2 nx, T nx)
+        (H = U^T U, in place) while W = U^-T [gx Hxp] is streamed: returns (ab, w0 = U^-T gx, W1 = U^-T Hxp (kept
+        only for a single chunk, else None), W1^T W1, W1^T w0, Hpp, gp)."""
         noise, nx, nf, T = self.model.noise, self.model.nx, self.free.size, x.shape[0]
         ab, w0 = np.zeros((2 * nx, T * nx), order="F"), np.empty(T * nx)
         Dv, Offv = band_views(ab, nx)
@@ -190,7 +185,6 @@ class JointGaussNewton:
         D, R = np.zeros((1, nx, nx)), np.zeros((1, nx, 1 + nf))  # block a's parts from the chunk before
         dmax, W_last, W1 = 1.0, None, None
         for a, m, md, obs, dyn in self._chunks(theta_vec, y, u, x):
-            b = a + m
             D = np.concatenate([D[-1:], np.zeros((m, nx, nx))])
             R = np.concatenate([R[-1:], np.zeros((m, nx, 1 + nf))])
             h, g = self._chunk_blocks(m, md, obs, dyn, D, Offv[a:a + md], R)
@@ -201,12 +195,12 @@ class JointGaussNewton:
             diag = D[:m, idx, idx]  # damping of the states' block (module docstring)
             dmax = max(dmax, diag.max())
             D[:m, idx, idx] = diag + STATE_DAMPING * mu * np.maximum(diag, 1e-12 * dmax)
-            Dv[a:b, iu, ju] = D[:m, iu, ju]
-            W = self._factor_and_solve(ab, a, b, R[:m].reshape(-1, 1 + nf), W_last)
+            Dv[a:a + m, iu, ju] = D[:m, iu, ju]
+            W = self._factor_and_solve(ab, a, a + m, R[:m].reshape(-1, 1 + nf), W_last)
             WW += W[:, 1:].T @ W[:, 1:]
             Ww += W[:, 1:].T @ W[:, 0]
-            w0[a * nx:b * nx], W_last = W[:, 0], W[-nx:]
-            W1 = W[:, 1:] if (a, b) == (0, T) else None
+            w0[a * nx:(a + m) * nx], W_last = W[:, 0], W[-nx:]
+            W1 = W[:, 1:] if m == T else None
         return ab, w0, W1, WW, Ww, Hpp, gp
 
     @staticmethod
