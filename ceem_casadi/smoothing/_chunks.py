@@ -48,8 +48,10 @@ def _chunk_function(stages, L: int, band_column: ca.Function, outputs: str = "ip
     hd = dyn_hess.map(L + 1)(*dyn_args)
     n2 = 2 * nx
     nz = band_column.map(L)(ho, hd[:, :n2 * L], hd[:, n2:], 2 * rho * ca.DM.ones(nx))
-    if outputs == "newton":
-        return ca.Function(f"smooth_chunk_newton_{L}", ins, [cost, G, nz])
+    if outputs == "newton":  # nz as LAPACK band storage (nx, 2 nx) per column: a contiguous copy (`ChunkedObjective.newton`)
+        cols, rows = band_patterns(nx)
+        place = ca.DM(ca.Sparsity.triplet(n2 * nx, cols.size, (cols * n2 + rows).tolist(), list(range(cols.size))), 1.0)
+        return ca.Function(f"smooth_chunk_newton_{L}", ins, [cost, G, ca.densify(ca.mtimes(place, nz))])
     return ca.Function(f"smooth_chunk_{L}", ins, [cost, G, nz, cost_sx])
 
 
@@ -123,7 +125,6 @@ class ChunkedObjective:
         self.K = -(-T // L)
         self._newton, self._cost = (BufferedCall(f) for f in _newton_and_cost(stages, L, band_column, T))
         self._on = stage_on_pattern(T, L).reshape(self.K, L + 1)
-        self.k = band_column.nnz_out(0)
         self.sizes = [model.params.size, self.nu * T, self.ny * T, self.ny * T, self.nx * T, 1, self.nx, self.nx,
                       self.nx, self.ny]
 
@@ -180,10 +181,9 @@ class ChunkedObjective:
         x = np.asarray(x, float).reshape(self.T, self.nx)
         release_heap(x.size * 2 * self.nx)
         g, band, f = np.empty((self.T, self.nx)), np.zeros((self.T, self.nx, 2 * self.nx)), 0.0
-        cols, rows = band_patterns(self.nx)
         for args, a, b in self._chunks(x):
             c, G, H = self._newton(*args)
             f += float(c[0])
             g[a:b] = G.reshape(self.L, self.nx)[:b - a]
-            band[a:b, cols, rows] = H.reshape(self.L, self.k)[:b - a]
+            band[a:b] = H.reshape(self.L, self.nx, 2 * self.nx)[:b - a]
         return f + self._regulariser(x, g), g.reshape(-1), band, self.w1 ** 2
