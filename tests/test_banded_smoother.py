@@ -8,6 +8,7 @@ import ceem_casadi as cc
 from ceem_casadi.model._block_oriented import wiener_hammerstein
 from ceem_casadi.objective._stages import StageFunctions
 from ceem_casadi.runtime import _solve as _ipopt
+from ceem_casadi.runtime._compile import compiler
 from ceem_casadi.smoothing._banded import band_storage
 from ceem_casadi.smoothing._smoother import TrajectorySmoother, solver_kind
 from models import lorenz
@@ -287,3 +288,20 @@ def test_a_retried_factorisation_gets_a_fresh_hessian_when_the_band_is_factorise
     assert a.status == b.status == "Solve_Succeeded" and a.max_shift > 0
     np.testing.assert_array_equal(a.x, b.x)
     assert band.hessians > a.iterations + 1  # the retries asked again
+
+
+@pytest.mark.skipif(compiler() is None, reason="needs a C compiler")
+def test_chunk_functions_compiled_whole_equal_the_virtual_machine():
+    """With compilation on, a chunked objective's chunk Functions are compiled whole, stage Functions inlined
+    (`_newton_and_cost`), and give the virtual machine's cost, gradient and Hessian band on a 6-state record."""
+    model, theta, y, u, x = _block(300)
+    pair = [TrajectorySmoother(StageFunctions(model, compile=c), 300, cc.SmootherOptions(chunk=64, solver="banded"))
+            for c in (True, False)]
+    objs = [ts._objective for ts in pair]
+    assert [o._newton.fun.class_name() for o in objs] == ["External", "MXFunction"]
+    P = pair[0].parameter_vector(model, theta, y, u, x, 0.5)
+    xt = x.ravel() + 0.01
+    (f, g, band, _), (f0, g0, band0, _) = (o.bind(P).newton(xt) for o in objs)
+    np.testing.assert_allclose([f, objs[0].bind(P).cost(xt)], [f0, objs[1].bind(P).cost(xt)], rtol=1e-13)
+    np.testing.assert_allclose(g, g0, rtol=1e-13, atol=1e-13 * np.abs(g0).max())
+    np.testing.assert_allclose(band, band0, rtol=1e-13, atol=1e-13 * np.abs(band0).max())

@@ -1,9 +1,5 @@
-"""The smoothing step of a CE-EM iteration on one machine: all trajectories in this process, or
-in a pool of worker processes (`CEEMOptions(n_jobs=...)`) that inherit the parent's smoother,
-with everything it built, through fork. Batched lengths go to the workers as shards of
-trajectories; the others one trajectory per job. The distributed engines
-(`ceem_casadi.distributed`) offer the same interface (`finite`, `states`, `log_density`, `close`).
-"""
+"""The smoothing step of a CE-EM iteration on one machine: in this process, or in forked workers that inherit the
+smoother (`CEEMOptions(n_jobs=...)`; batched lengths as shards); the distributed engines offer the same interface."""
 from __future__ import annotations
 
 import numpy as np

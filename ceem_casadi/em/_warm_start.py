@@ -1,10 +1,5 @@
-"""The long-record warm start of CE-EM: fit the leading samples first (`CEEMOptions.warm_start`).
-
-Far from the optimum EM and its accelerations need many iterations; on a leading part of
-``n`` samples each costs T / n times less, and the whole record then starts near its own
-optimum and needs few. The fixed point is the whole record's either way: the leading fit only
-moves the start (``tests/test_warm_start.py``). Measured on the 6-state Wiener-Hammerstein model
-at T = 10^6: docs/scaling.md.
+"""The long-record warm start of CE-EM: fit the leading samples first (`CEEMOptions.warm_start`), where an
+iteration costs T / n times less; the fixed point stays the whole record's (docs/long_records.md, docs/scaling.md).
 """
 from __future__ import annotations
 

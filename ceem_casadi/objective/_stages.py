@@ -54,6 +54,24 @@ def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool, uppe
     return ca.Function(name + "_hess", inputs, [hess], in_names, ["hess"])
 
 
+def _gauss_newton(name, residual, wrt, p, free, inputs, in_names, times: bool) -> ca.Function:
+    """Gauss-Newton blocks of one stage in its states ``wrt`` (one or two blocks x_s, x_{s+1} of nx) and the free
+    parameters ``p[free]``: ``(Jp'Jp, Jp'r)`` (sparse), then per block j ``tril(Jj'Jj), [Jj'r Jj'Jp]' (1 + n_free,
+    nx)`` and for two blocks ``J1'J0`` (dense; column-major, they read as numpy's triu(Jj'Jj), [Jj'r Jj'Jp] and
+    J0'J1); with ``times``: ``Jj'Jp dz`` (nx,) per block for an extra input dz (n_free,)."""
+    jp, nx = ca.jacobian(residual, p)[:, free], inputs[0].numel()
+    jw = [ca.jacobian(residual, w) for w in ca.vertsplit(wrt, nx)]
+    if times:
+        dz = ca.SX.sym("dz", len(free))
+        return ca.Function(name + "_gn_dz", [*inputs, dz], [ca.densify(j.T @ (jp @ dz)) for j in jw], [*in_names, "dz"],
+                           [f"hwp_dz{i}" for i in range(len(jw))])
+    out = [jp.T @ jp, jp.T @ residual]
+    for j in jw:
+        out += [ca.densify(ca.tril(j.T @ j)), ca.densify(ca.horzcat(j.T @ residual, j.T @ jp).T)]
+    out += [ca.densify(jw[1].T @ jw[0])] if len(jw) > 1 else []
+    return ca.Function(name + "_gn", inputs, out, in_names, ["hpp", "gp", "h0", "r0", "h1", "r1", "h01"][:len(out)])
+
+
 def _newton_terms(name, residual, wrt, inputs, in_names, hessian: str) -> ca.Function:
     """``(cost, grad, hess)`` of one stage with respect to ``wrt`` in ONE program (batched smoother):
     Gauss-Newton from the residual Jacobian J alone (grad = J^T r, hess = triu(J^T J)), or exact."""
@@ -129,6 +147,7 @@ class StageFunctions:
         def hess(name, residual, wrt, inputs, in_names, dense, upper=False):
             return lambda: _hess(name, residual, wrt, inputs, in_names, hessian, dense, upper)
 
+        free = model.params.free_index.tolist()
         self._lazy = {
             # derivatives with respect to the states (smoothing step), dense blocks
             "obs_x_grad": grad("obs_x", r_obs, x, obs_in, obs_names, True),
@@ -157,7 +176,12 @@ class StageFunctions:
             # plain costs (for J and diagnostics)
             "obs_cost": lambda: ca.Function("obs_cost", obs_in, [0.5 * ca.sumsqr(r_obs)], obs_names, ["cost"]),
             "dyn_cost": lambda: ca.Function("dyn_cost", dyn_in, [0.5 * ca.sumsqr(r_dyn)], dyn_names, ["cost"]),
-            # residuals with their Jacobians in the states (joint Gauss-Newton steps)
+            # Gauss-Newton blocks over the states and the free parameters, and times a step dz (joint Gauss-Newton)
+            "obs_gn": lambda: _gauss_newton("obs", r_obs, x, p, free, obs_in, obs_names, False),
+            "dyn_gn": lambda: _gauss_newton("dyn", r_dyn, z, p, free, dyn_in, dyn_names, False),
+            "obs_gn_dz": lambda: _gauss_newton("obs", r_obs, x, p, free, obs_in, obs_names, True),
+            "dyn_gn_dz": lambda: _gauss_newton("dyn", r_dyn, z, p, free, dyn_in, dyn_names, True),
+            # residuals with their Jacobians in the states (joint NLP, parameter uncertainty)
             "obs_res_jac_x": lambda: ca.Function(
                 "obs_res_jac_x", obs_in, [ca.densify(r_obs), ca.densify(ca.jacobian(r_obs, x))], obs_names, ["r", "jac_x"]),
             "dyn_res_jac_z": lambda: ca.Function(
