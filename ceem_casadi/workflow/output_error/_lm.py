@@ -25,6 +25,7 @@ _ROUNDOFF_GTOL = 1e-6   # cosine test of a point where no step decreases the obj
 EXPLODING = 100.0       # objective / that of predicting zero output above which a run is "diverged"
 FLAT_TOL, FLAT_ITERS = 1e-5, 10   # flat valley: relative decrease of the objective over the last iterations
 STAT_TOL = 0.01         # Gauss-Newton step left, in standard errors of the estimate, of a converged run
+GEO_H, GEO_ALPHA = 0.1, 0.75   # geodesic acceleration: finite-difference step, largest 2 |a| / |v| accepted
 
 
 def to_csc(m: ca.DM) -> sps.csc_matrix:
@@ -186,16 +187,22 @@ class _Engine:
             return None
         d = np.zeros(w.size)
         d[free] = dfree
+        v, step_v = d, float(np.linalg.norm(d))
+        if self.q == 0 and sub.used > 0:   # a damped step: its geodesic acceleration bends it along the valley
+            a = self._acceleration(sub, w, v, free)
+            if a is not None:
+                d = v + 0.5 * a
         w_try = np.clip(w + d / self.Dsafe, self.lower, self.upper)
         d_eff = (w_try - w) * self.Dsafe
         step = float(np.linalg.norm(d_eff))
+        d_pred = v if d is not v else d_eff      # the decrease predicted by the velocity alone
         if self.q and mult is not None:
             # the l1 penalty from this step's multipliers (not the largest seen: a penalty
             # kept from early iterations rejected good steps for their O(|d|^2) gaps and
             # stalled the oscillator of tests/test_cli_workflow.py at 68x the optimum)
             self.nu = 1.1 * float(np.max(np.abs(mult), initial=0.0))
         m_now = self._merit(r, c)
-        lin_r = self.rs + self.Jsc @ d_eff
+        lin_r = self.rs + self.Jsc @ d_pred
         pred = m_now - (0.5 * float(lin_r @ lin_r)
                         + (self.nu * float(np.abs(self.cv + self.Cs @ d_eff).sum()) if self.q else 0.0))
         out_try, ok = self._evaluate_trial(w_try)
@@ -207,7 +214,7 @@ class _Engine:
                 step = float(np.linalg.norm((w_try - w) * self.Dsafe))
         if ratio < 0.25:
             self.radius = 0.25 * (step if ok and step > 0 else self.radius)
-        elif ratio > 0.75 and step >= 0.95 * self.radius:
+        elif ratio > 0.75 and min(step, step_v) >= 0.95 * self.radius:
             self.radius *= 2.0
         if ratio < _ACCEPT:
             return None
@@ -215,6 +222,28 @@ class _Engine:
         rel = max(m_now, 1e-300)
         return _Trial(w_try, out_try, ratio, step, step <= self._tiny(w, self.Dsafe),
                       abs(actual) <= self.tol * rel and pred <= self.tol * rel)
+
+    def _acceleration(self, sub, w, v, free):
+        """Geodesic acceleration ``a`` (n,) of the scaled velocity ``v`` (Transtrum & Sethna 2012): the
+        damped step of the directional second derivative ``r_vv``, by finite differences from one
+        residual evaluation at ``w + GEO_H v``; None when ``2 |a| / |v| > GEO_ALPHA`` (the valley bends
+        more than the step's length trusts); zero when it cannot be evaluated."""
+        a = np.zeros(w.size)
+        w_h = np.clip(w + GEO_H * v / self.Dsafe, self.lower, self.upper)
+        out = self.prob.evaluate(w_h, False)
+        self.evals += 1
+        if out is None:
+            return a
+        v_h = (w_h - w) * self.Dsafe / GEO_H
+        r_vv = (2.0 / GEO_H) * ((out[0] / np.sqrt(self.norm) - self.rs) / GEO_H - self.Jsc @ v_h)
+        Jf = self.Jsc if free.all() else self.Jsc[:, free]
+        try:
+            a[free] = sub.damped(np.asarray(Jf.T @ r_vv).ravel())
+        except (np.linalg.LinAlgError, RuntimeError, ValueError):
+            return np.zeros(w.size)
+        if not np.all(np.isfinite(a)):
+            return np.zeros(w.size)
+        return a if 2.0 * np.linalg.norm(a) <= GEO_ALPHA * np.linalg.norm(v) else None
 
     def _search(self, sub, w, r, c, free):
         """Shrink the trust region until a trial is accepted (``_Trial``), or None (time, or a radius
