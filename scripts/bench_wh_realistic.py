@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 
 import numpy as np
@@ -117,8 +118,10 @@ def _per_iteration_cost(model, data, oe, wall_s: float, cpu_s: float) -> dict:
         limit.restore_original_limits()
     floor = min(evals) + min(facts)
     per_it, per_it_cpu = wall_s / max(oe.iterations, 1), cpu_s / max(oe.iterations, 1)
+    trials = re.search(r"(\d+) trial evaluations", oe.message)   # residual evaluations of the engine
     return dict(seconds=per_it, cpu_seconds=per_it_cpu, floor_seconds=floor, jacobian_seconds=min(evals),
-                factorisation_seconds=min(facts), ratio_to_floor=per_it / floor, cpu_ratio_to_floor=per_it_cpu / floor)
+                factorisation_seconds=min(facts), ratio_to_floor=per_it / floor, cpu_ratio_to_floor=per_it_cpu / floor,
+                evaluations_per_iteration=int(trials.group(1)) / max(oe.iterations, 1) if trials else float("nan"))
 
 
 def mlp_from_polynomial(poly_init, poly_fit, mlp_init) -> dict:
@@ -261,7 +264,8 @@ def main(argv=None) -> int:
           f"{pi['seconds']:.3g} s against a floor of {pi['floor_seconds']:.3g} s (one residual + Jacobian "
           f"{pi['jacobian_seconds']:.3g} s, one factorisation {pi['factorisation_seconds']:.3g} s): "
           f"ratio {pi['ratio_to_floor']:.2f} (in CPU seconds {pi['cpu_seconds']:.3g} s per iteration: "
-          f"{pi['cpu_ratio_to_floor']:.2f})")
+          f"{pi['cpu_ratio_to_floor']:.2f}); {pi['evaluations_per_iteration']:.2f} trial evaluations per iteration "
+          "(with the sensitivities compiled, each costs about one residual + Jacobian)")
     print("target (test RMS <= 1.5 noise std, converged, < 300 s):", "met" if res["target"]["met"] else "NOT met")
     if args.json:
         with open(args.json, "w") as fh:

@@ -61,7 +61,8 @@ def test_variable_projection_reaches_the_full_optimum_in_fewer_iterations():
                                   options=cc.OutputErrorOptions(variable_projection=True))
     assert full.status == proj.status == "converged", (full.message, proj.message)
     assert "variable projection" in proj.message and "variable projection" not in full.message
-    assert proj.cost == pytest.approx(full.cost, rel=1e-9)
+    # both stop by the statistical test: the objective left is below 0.5e-4 s^2 (s^2 ~ 1 here, cost ~ 199)
+    assert proj.cost == pytest.approx(full.cost, abs=1e-4)
     for name in ("f_coef", "g1_den", "g2_den", "g1_num", "g2_num"):
         np.testing.assert_allclose(proj.theta[name], full.theta[name], atol=1e-6)
     np.testing.assert_allclose(proj.theta["f_coef"], truth["f_coef"], atol=2e-3)

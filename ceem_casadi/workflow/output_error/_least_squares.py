@@ -221,9 +221,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
 
     def evaluate(self, w, jac):
         """``(r, J, g, C)`` at ``w`` (module docstring; J, C None without ``jac``), None when not finite."""
-        if self.compiled and not jac and self.shooting is None:
-            # compiled: a trial gets its Jacobian with its residuals (0.53 s against 0.73 s for the
-            # residuals alone in CasADi's VM, 100,000 samples), kept for the next iteration if accepted
+        if self.compiled and not jac and self.shooting is None:   # with its Jacobian (docs/output_error.md)
             out = self.evaluate(w, True)
             return None if out is None else (out[0], None, out[2], None)
         if jac and self._last is not None and np.array_equal(self._last[0], w):

@@ -26,6 +26,7 @@ EXPLODING = 100.0       # objective / that of predicting zero output above which
 FLAT_TOL, FLAT_ITERS = 1e-5, 10   # flat valley: relative decrease of the objective over the last iterations
 STAT_TOL = 0.01         # Gauss-Newton step left, in standard errors of the estimate, of a converged run
 GEO_H, GEO_ALPHA = 0.1, 0.75   # geodesic acceleration: finite-difference step, largest 2 |a| / |v| accepted
+D_MEMORY = 0.9          # scaling D = max(D_MEMORY D, column norms of J): More's, forgetting stale sensitivities
 
 
 def to_csc(m: ca.DM) -> sps.csc_matrix:
@@ -59,8 +60,7 @@ class LeastSquaresProblem:
 
 
 def _blas_single_thread():
-    """One BLAS thread for the engine's dense products when threadpoolctl is installed (the 100,000 x 28
-    Gram matrix took 4 ms or 1.5 s on a loaded machine, depending on waking OpenBLAS's threads)."""
+    """One BLAS thread for the engine's dense products when threadpoolctl is installed (docs/output_error.md)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover
@@ -116,7 +116,7 @@ class _Engine:
         self.rs = r * s
         colnorm = s * (np.sqrt(np.einsum("ij,ij->j", J, J)) if dense else
                        np.sqrt(np.asarray(J.multiply(J).sum(axis=0)).ravel()))
-        self.D = np.maximum(self.D, colnorm)   # More's scaling
+        self.D = np.maximum(D_MEMORY * self.D, colnorm)
         self.Dsafe = np.where(self.D > 0, self.D, 1.0)
         self.Jsc = J * (s / self.Dsafe) if dense else (J @ sps.diags(s / self.Dsafe)).tocsc()
         grad = np.asarray(self.Jsc.T @ self.rs).ravel()
@@ -188,18 +188,13 @@ class _Engine:
         d = np.zeros(w.size)
         d[free] = dfree
         v, step_v = d, float(np.linalg.norm(d))
-        if self.q == 0 and sub.used > 0:   # a damped step: its geodesic acceleration bends it along the valley
-            a = self._acceleration(sub, w, v, free)
-            if a is not None:
-                d = v + 0.5 * a
+        a = self._acceleration(sub, w, v, free) if self.q == 0 and sub.used > 0 else None
+        d = v if a is None else v + 0.5 * a     # a damped step bent along the valley
         w_try = np.clip(w + d / self.Dsafe, self.lower, self.upper)
         d_eff = (w_try - w) * self.Dsafe
         step = float(np.linalg.norm(d_eff))
         d_pred = v if d is not v else d_eff      # the decrease predicted by the velocity alone
-        if self.q and mult is not None:
-            # the l1 penalty from this step's multipliers (not the largest seen: a penalty
-            # kept from early iterations rejected good steps for their O(|d|^2) gaps and
-            # stalled the oscillator of tests/test_cli_workflow.py at 68x the optimum)
+        if self.q and mult is not None:   # the l1 penalty from this step's multipliers (docs/output_error.md)
             self.nu = 1.1 * float(np.max(np.abs(mult), initial=0.0))
         m_now = self._merit(r, c)
         lin_r = self.rs + self.Jsc @ d_pred
@@ -213,7 +208,7 @@ class _Engine:
                 (w_try, out_try, ratio), ok = corrected, True
                 step = float(np.linalg.norm((w_try - w) * self.Dsafe))
         if ratio < 0.25:
-            self.radius = 0.25 * (step if ok and step > 0 else self.radius)
+            self.radius = 0.5 * (step if ok and step > 0 else self.radius)
         elif ratio > 0.75 and min(step, step_v) >= 0.95 * self.radius:
             self.radius *= 2.0
         if ratio < _ACCEPT:
@@ -224,26 +219,20 @@ class _Engine:
                       abs(actual) <= self.tol * rel and pred <= self.tol * rel)
 
     def _acceleration(self, sub, w, v, free):
-        """Geodesic acceleration ``a`` (n,) of the scaled velocity ``v`` (Transtrum & Sethna 2012): the
-        damped step of the directional second derivative ``r_vv``, by finite differences from one
-        residual evaluation at ``w + GEO_H v``; None when ``2 |a| / |v| > GEO_ALPHA`` (the valley bends
-        more than the step's length trusts); zero when it cannot be evaluated."""
-        a = np.zeros(w.size)
+        """Geodesic acceleration (n,) of the damped scaled step ``v`` from one residual evaluation at
+        ``w + GEO_H v`` (docs/output_error.md); None when not finite or ``2 |a| / |v| > GEO_ALPHA``."""
         w_h = np.clip(w + GEO_H * v / self.Dsafe, self.lower, self.upper)
         out = self.prob.evaluate(w_h, False)
         self.evals += 1
-        if out is None:
-            return a
-        v_h = (w_h - w) * self.Dsafe / GEO_H
-        r_vv = (2.0 / GEO_H) * ((out[0] / np.sqrt(self.norm) - self.rs) / GEO_H - self.Jsc @ v_h)
-        Jf = self.Jsc if free.all() else self.Jsc[:, free]
-        try:
-            a[free] = sub.damped(np.asarray(Jf.T @ r_vv).ravel())
-        except (np.linalg.LinAlgError, RuntimeError, ValueError):
-            return np.zeros(w.size)
-        if not np.all(np.isfinite(a)):
-            return np.zeros(w.size)
-        return a if 2.0 * np.linalg.norm(a) <= GEO_ALPHA * np.linalg.norm(v) else None
+        a = np.full(w.size, np.nan)
+        if out is not None:   # r_vv by finite differences, then a = -(H + lambda I)^-1 J^T r_vv
+            v_h = (w_h - w) * self.Dsafe / GEO_H
+            r_vv = (2.0 / GEO_H) * ((out[0] / np.sqrt(self.norm) - self.rs) / GEO_H - self.Jsc @ v_h)
+            a[:] = 0.0
+            Jf = self.Jsc if free.all() else self.Jsc[:, free]
+            with contextlib.suppress(np.linalg.LinAlgError, RuntimeError, ValueError):
+                a[free] = sub.solve_lam(sub.used, np.asarray(Jf.T @ r_vv).ravel())[0]
+        return a if np.all(np.isfinite(a)) and 2.0 * np.linalg.norm(a) <= GEO_ALPHA * np.linalg.norm(v) else None
 
     def _search(self, sub, w, r, c, free):
         """Shrink the trust region until a trial is accepted (``_Trial``), or None (time, or a radius

@@ -26,21 +26,17 @@ class Subproblem:
         self.lam = self.used = 0.0   # the last bracket of lambda; lambda of the last step returned
         self.gauss_newton = None   # the undamped step (d, y), solved once
 
-    def _solve_lam(self, lam, g=None):
-        """``(d, y)``: the step of ``(H + lam I) d = -g`` (default: this problem's gradient)."""
+    def solve_lam(self, lam, g=None):
+        """``(d, y)`` of ``(H + lam I) d = -g`` (default g: this problem's gradient)."""
         if self.eig is not None:
             S, V, gt = self.eig
             gt = gt if g is None else V.T @ g
             return -V @ (gt / np.maximum(S + lam, 1e-14 * max(float(S.max(initial=0.0)), 1e-300))), None
         return _step(self.H, self.g if g is None else g, lam, self.C, self.c)
 
-    def damped(self, g):
-        """``-(H + lambda I)^{-1} g`` at the lambda of the last step returned by `solve`."""
-        return self._solve_lam(self.used, g)[0]
-
     def solve(self, radius):
         if self.gauss_newton is None:
-            self.gauss_newton = self._solve_lam(0.0)
+            self.gauss_newton = self.solve_lam(0.0)
         d, y = self.gauss_newton
         self.used = 0.0
         if np.linalg.norm(d) <= radius:

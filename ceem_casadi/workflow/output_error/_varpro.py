@@ -71,7 +71,6 @@ class ProjectedProblem(LeastSquaresProblem):
         self.c_ref = np.asarray(c0, float).copy()
         self.n_con, self.c_scale = 0, np.ones(0)
         self._key = self._val = self._lin = None
-        self.relinearised = 0      # evaluations repeated at c*(a) (`_C_RTOL`)
 
     def _project(self, a, c):
         """``(r*, Kaufman's J*, c*, dc, dc*/da)`` from one evaluation at ``(a, c)`` (None when not finite)."""
@@ -115,7 +114,6 @@ class ProjectedProblem(LeastSquaresProblem):
         val = self._val
         if jac and val is not None and np.linalg.norm(val[3]) > _C_RTOL * (np.linalg.norm(val[2]) + 1e-300):
             val = self._val = self._project(a, val[2])
-            self.relinearised += 1
         if val is not None:
             self.c_ref = val[2]
             if jac:
