@@ -18,8 +18,7 @@ from ._trust_region import DENSE_MAX
 __all__ = ["OutputErrorLeastSquares", "output_error_problem"]
 
 logger = logging.getLogger(__name__)
-#: doubles of augmented states (x, dx/dx0, dx/dz) one mapped sensitivity call holds: longer runs are
-#: evaluated in chunks of time, so the Jacobian's memory is the Jacobian itself (linear in T)
+#: doubles of augmented states (x, dx/dx0, dx/dz) per mapped sensitivity call (chunks of time, docs/output_error.md)
 CHUNK_DOUBLES = 5e5
 
 

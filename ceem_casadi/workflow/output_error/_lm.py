@@ -131,9 +131,8 @@ class _Engine:
         return free, grad, bool(rn == 0.0 or self.cosine.size == 0 or float(np.max(self.cosine)) <= self.tol)
 
     def _statistical_test(self, sub):
-        """Single shooting: the message of a converged run when the full Gauss-Newton step ``d0`` is
-        below ``stat_tol`` standard errors of the estimate (``||J d0|| / s``, ``s^2 = ||r||^2 / (m - n)``
-        the residual variance: the objective left to gain is below what the noise resolves), else None."""
+        """Single shooting: the message of a converged run when the full Gauss-Newton step ``d0`` is below
+        ``stat_tol`` standard errors, ``||J d0|| / s`` with ``s^2 = ||r||^2 / (m - n)`` (docs/output_error.md)."""
         if self.q or self.rs.size <= sub.n:
             return None
         try:
@@ -331,12 +330,12 @@ class _Engine:
         """The best iterate (`BestIterate`), the exploding-run guard, the result."""
         last = self.history[-1]
         w_out, cost, note = self.best.choose(w, last, label="the last iterate")
-        if note == "returning the last iterate":
-            returned = "start" if len(self.history) == 1 else "last"
-            if returned == "start":
-                note = "returning the starting point (no step was accepted)"
-        else:
+        if note != "returning the last iterate":
             returned = "start" if self.best.is_start else "best"
+        elif len(self.history) == 1:
+            returned, note = "start", "returning the starting point (no step was accepted)"
+        else:
+            returned = "last"
         status, why = _exploding_guard(self.prob, status, why, cost)
         gap = 0.0
         if self.q:

@@ -95,8 +95,7 @@ class ProjectedProblem(LeastSquaresProblem):
         J_star = Ja - Q @ QtJa
         if not (np.all(np.isfinite(r_star)) and np.all(np.isfinite(J_star)) and np.all(np.isfinite(dc))):
             return None
-        # dc*/da ~ -Jc^+ Ja (Kaufman): predicts c*(a') of the next trial, so that its Jacobian is
-        # linearised near c*(a') and rarely needs a second evaluation
+        # dc*/da ~ -Jc^+ Ja (Kaufman): predicts c*(a') of the next trial, linearised near it (docs/output_error.md)
         slope = sla.lstsq(Jc, Ja, cond=1e-12)[0] if Q.shape[1] < self.linear.size else sla.solve_triangular(R, QtJa)
         return r_star, J_star, c + dc, dc, slope
 
