@@ -44,7 +44,6 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         npar = model.params.size
         syms = dict(p_base=ca.MX.sym("p_base", npar), U=ca.MX.sym("U", nu, n_u), Y=ca.MX.sym("Y", ny, n_obs),
                     M=ca.MX.sym("M", ny, n_obs), iv=ca.MX.sym("iv", ny))
-        self._names = list(syms)
         E = ca.DM(ca.Sparsity.triplet(npar, nf, self.free.tolist(), list(range(nf))), 1.0)
         pvec = syms["p_base"] + ca.mtimes(E, z)
         Yhat, g = layout.free_runs(lambda L: rollout(model, L), nodes, syms["U"], pvec)
@@ -85,7 +84,6 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
             except RuntimeError as exc:  # no compiler, or it failed: the SX virtual machine
                 logger.warning("output error: the sensitivity step was not compiled (%s); using CasADi's VM", exc)
                 self.compiled = False
-        self._na = na
         self._sens = [self._chunked(step, out, L, len(idx), na, nu, npar, nf) for L, idx in self.groups]
         # scatter indices: residual rows (obs column c, output j) -> r index c * ny + j
         cols_node, tcols = [], []

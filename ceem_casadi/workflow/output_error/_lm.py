@@ -36,18 +36,15 @@ def to_csc(m: ca.DM) -> sps.csc_matrix:
 
 
 class LeastSquaresProblem:
-    """Evaluations the engine needs (the output-error and the generic problems implement them).
-
-    ``evaluate(w, jac)`` -> ``(r (m,), J (m, n) csc or None, c (q,), C (q, n) csc or None)`` or None
-    when not finite; ``objective(w)`` -> the honest objective used to rank iterates (inf when the
+    """Evaluations the engine needs: ``evaluate(w, jac)`` -> ``(r (m,), J (m, n) or None, c (q,), C (q, n) or
+    None)`` or None when not finite; ``objective(w)`` -> the objective that ranks iterates (inf when the
     free run is not finite); ``c_scale`` (q,) divides the gaps."""
 
     n_con = 0
     c_scale = np.ones(0)
 
     def reference_cost(self) -> float | None:
-        """Objective of a trivially stable prediction (output error: zero output), the yardstick of
-        the exploding-run guard; None: no guard (the generic problem)."""
+        """Objective of predicting zero output (the exploding-run guard's yardstick); None: no guard."""
         return None
 
     def objective(self, w, r=None):  # default: the least-squares cost itself
@@ -163,8 +160,7 @@ class _Engine:
         return out, ok
 
     def _second_order_correction(self, w, w_try, out_try, free, m_now, pred):
-        """Second-order correction (Maratos effect: the l1 merit rejects good steps for the O(|d|^2)
-        continuity gaps they open): least-norm step back onto c = 0; the corrected trial or None."""
+        """Second-order correction (Maratos effect, docs/output_error.md): the corrected trial or None."""
         soc = second_order_correction(self.Cf, out_try[2] / self.cs, free, w.size)
         if soc is None:
             return None
@@ -192,11 +188,10 @@ class _Engine:
         w_try = np.clip(w + d / self.Dsafe, self.lower, self.upper)
         d_eff = (w_try - w) * self.Dsafe
         step = float(np.linalg.norm(d_eff))
-        d_pred = v if d is not v else d_eff      # the decrease predicted by the velocity alone
         if self.q and mult is not None:   # the l1 penalty from this step's multipliers (docs/output_error.md)
             self.nu = 1.1 * float(np.max(np.abs(mult), initial=0.0))
         m_now = self._merit(r, c)
-        lin_r = self.rs + self.Jsc @ d_pred
+        lin_r = self.rs + self.Jsc @ (v if d is not v else d_eff)   # accelerated: the velocity's prediction
         pred = m_now - (0.5 * float(lin_r @ lin_r)
                         + (self.nu * float(np.abs(self.cv + self.Cs @ d_eff).sum()) if self.q else 0.0))
         out_try, ok = self._evaluate_trial(w_try)
@@ -223,19 +218,17 @@ class _Engine:
         w_h = np.clip(w + GEO_H * v / self.Dsafe, self.lower, self.upper)
         out = self.prob.evaluate(w_h, False)
         self.evals += 1
-        a = np.full(w.size, np.nan)
-        if out is not None:   # r_vv by finite differences, then a = -(H + lambda I)^-1 J^T r_vv
-            v_h = (w_h - w) * self.Dsafe / GEO_H
-            r_vv = (2.0 / GEO_H) * ((out[0] / np.sqrt(self.norm) - self.rs) / GEO_H - self.Jsc @ v_h)
-            a[:] = 0.0
-            Jf = self.Jsc if free.all() else self.Jsc[:, free]
-            with contextlib.suppress(np.linalg.LinAlgError, RuntimeError, ValueError):
-                a[free] = sub.solve_lam(sub.used, np.asarray(Jf.T @ r_vv).ravel())[0]
+        if out is None:
+            return None
+        v_h = (w_h - w) * self.Dsafe / GEO_H   # r_vv by finite differences, then a = -(H + lambda I)^-1 J^T r_vv
+        r_vv = (2.0 / GEO_H) * ((out[0] / np.sqrt(self.norm) - self.rs) / GEO_H - self.Jsc @ v_h)
+        Jf, a = (self.Jsc if free.all() else self.Jsc[:, free]), np.zeros(w.size)
+        with contextlib.suppress(np.linalg.LinAlgError, RuntimeError, ValueError):
+            a[free] = sub.solve_lam(sub.used, np.asarray(Jf.T @ r_vv).ravel())[0]
         return a if np.all(np.isfinite(a)) and 2.0 * np.linalg.norm(a) <= GEO_ALPHA * np.linalg.norm(v) else None
 
     def _search(self, sub, w, r, c, free):
-        """Shrink the trust region until a trial is accepted (``_Trial``), or None (time, or a radius
-        at round-off)."""
+        """Shrink the trust region until a trial is accepted (``_Trial``), or None (time, radius at round-off)."""
         while not self._expired():
             trial = self._try_step(sub, w, r, c, free)
             if trial is not None:
@@ -245,8 +238,7 @@ class _Engine:
         return None
 
     def _no_step_status(self, sub, w, c):
-        """Status when no step was accepted: the model predicts decreases that round-off swallows
-        (a first-order point: converged) or a stall."""
+        """Status when no step was accepted: a stationary point (converged) or a stall."""
         if self._expired():
             return Status.TIME_LIMIT, "time limit"
         if self.q == 0:
@@ -349,8 +341,7 @@ class _Engine:
 
 
 def _exploding_guard(prob, status, why, cost):
-    """``(status, why)`` with ``diverged`` instead when the returned objective is more than `EXPLODING`
-    times that of predicting zero output: the free run explodes and no convergence test means anything."""
+    """``(status, why)``, ``diverged`` when the objective is above `EXPLODING` x that of predicting zero output."""
     if status in (Status.TIME_LIMIT, Status.SOLVER_FAILED):
         return status, why
     ref = prob.reference_cost()

@@ -69,7 +69,6 @@ class ProjectedProblem(LeastSquaresProblem):
         self.linear = np.asarray(linear, int)
         self.other = np.setdiff1d(np.arange(full.nw), self.linear)
         self.c_ref = np.asarray(c0, float).copy()
-        self.n_con, self.c_scale = 0, np.ones(0)
         self._key = self._val = self._lin = None
 
     def _project(self, a, c):
