@@ -29,12 +29,6 @@ GEO_H, GEO_ALPHA = 0.1, 0.75   # geodesic acceleration: finite-difference step, 
 D_MEMORY = 0.9          # scaling D = max(D_MEMORY D, column norms of J): More's, forgetting stale sensitivities
 
 
-def to_csc(m: ca.DM) -> sps.csc_matrix:
-    sp = m.sparsity()
-    colind, row = sp.get_ccs()
-    return sps.csc_matrix((np.asarray(m.nonzeros(), float), np.asarray(row), np.asarray(colind)), shape=m.shape)
-
-
 class LeastSquaresProblem:
     """Evaluations the engine needs: ``evaluate(w, jac)`` -> ``(r (m,), J (m, n) or None, c (q,), C (q, n) or
     None)`` or None when not finite; ``objective(w)`` -> the objective that ranks iterates (inf when the
@@ -173,10 +167,9 @@ class _Engine:
 
     def _try_step(self, sub, w, r, c, free):
         """One trial of radius ``self.radius``: ``_Trial`` when accepted, else None (radius shrunk)."""
-        try:
+        dfree, mult = None, None
+        with contextlib.suppress(np.linalg.LinAlgError, RuntimeError, ValueError):
             dfree, mult = sub.solve(self.radius)
-        except (np.linalg.LinAlgError, RuntimeError, ValueError):
-            dfree, mult = None, None
         if dfree is None or not np.all(np.isfinite(dfree)):
             self.radius *= 0.25
             return None
@@ -244,10 +237,9 @@ class _Engine:
         if self.q == 0:
             stationary = float(np.max(self.cosine, initial=0.0)) <= _ROUNDOFF_GTOL
         else:  # feasible, and the undamped step is at round-off relative to the iterate
-            try:
+            d0 = np.full(1, np.inf)
+            with contextlib.suppress(np.linalg.LinAlgError, RuntimeError, ValueError):
                 d0 = sub.solve(np.inf)[0]
-            except (np.linalg.LinAlgError, RuntimeError, ValueError):
-                d0 = np.full(1, np.inf)
             stationary = self._feasible(c) and \
                 float(np.linalg.norm(d0)) <= np.sqrt(_ROUNDOFF_GTOL) * (1.0 + np.linalg.norm(w * self.Dsafe))
         return (Status.CONVERGED, "no decrease left above round-off at a stationary point") \
@@ -376,7 +368,7 @@ class _GenericProblem(LeastSquaresProblem):
         if jac:
             r, J = self.FJ(*args)
             r = np.asarray(r, float).ravel()
-            J = to_csc(J)
+            J = J.sparse()     # scipy CSC
             if not (np.all(np.isfinite(r)) and np.all(np.isfinite(J.data))):
                 return None
             return r, J, np.zeros(0), None
