@@ -49,6 +49,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         Yhat, g = layout.free_runs(lambda L: rollout(model, L), nodes, syms["U"], pvec)
         r = ca.vec(syms["M"] * ca.repmat(syms["iv"], 1, n_obs) * (syms["Y"] - Yhat))
         self.F = ca.Function("oe_residuals", [w, *syms.values()], [r, g])
+        self._F_compiled = False
         self._sens = None          # built at the first Jacobian (a problem used for values only never builds it)
         self.n_con = int(g.numel())
         self.nw = int(w.numel())
@@ -218,9 +219,6 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
 
     def evaluate(self, w, jac):
         """``(r, J, g, C)`` at ``w`` (module docstring; J, C None without ``jac``), None when not finite."""
-        if self.compiled and not jac and self.shooting is None:   # with its Jacobian (docs/output_error.md)
-            out = self.evaluate(w, True)
-            return None if out is None else (out[0], None, out[2], None)
         if jac and self._last is not None and np.array_equal(self._last[0], w):
             return self._last[1]
         with np.errstate(all="ignore"):
@@ -240,7 +238,16 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         return r, J, g, G
 
     def _casadi(self, w, jac):
-        """``(r, None, g, None)`` by CasADi's residual Function; None when not finite."""
+        """``(r, None, g, None)`` by CasADi's residual Function (compiled at its first call when the
+        sensitivities are); None when not finite."""
+        if self.compiled and not self._F_compiled:
+            self._F_compiled = True
+            try:
+                from ...runtime._compile import compile_functions
+
+                self.F = compile_functions([self.F], name=f"oe_residuals_{self.model.name}")[0]
+            except RuntimeError as exc:  # no compiler, or it failed: the virtual machine
+                logger.warning("output error: the residuals were not compiled (%s); using CasADi's VM", exc)
         r, g = (np.asarray(a, float).ravel() for a in self.F(w, *self._data))
         return (r, None, g, None) if np.all(np.isfinite(r)) and np.all(np.isfinite(g)) else None
 
