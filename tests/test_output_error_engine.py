@@ -60,7 +60,8 @@ def test_variable_projection_reaches_the_full_optimum_in_fewer_iterations():
                                   options=cc.OutputErrorOptions(variable_projection=True))
     assert full.status == proj.status == "converged", (full.message, proj.message)
     assert "variable projection" in proj.message and "variable projection" not in full.message
-    assert proj.cost == pytest.approx(full.cost, rel=1e-9)
+    # both stop by the statistical test: the objective left is below 0.5e-4 s^2 (s^2 ~ 1 here, cost ~ 199)
+    assert proj.cost == pytest.approx(full.cost, abs=1e-4)
     for name in ("f_coef", "g1_den", "g2_den", "g1_num", "g2_num"):
         np.testing.assert_allclose(proj.theta[name], full.theta[name], atol=1e-6)
     np.testing.assert_allclose(proj.theta["f_coef"], truth["f_coef"], atol=2e-3)
@@ -83,7 +84,7 @@ def test_statistical_test_stops_within_a_hundredth_of_a_standard_error():
     stat = cc.refine_output_error(model, data, start, x0=np.zeros(1))
     tight = cc.refine_output_error(model, data, start, x0=np.zeros(1), options=cc.OutputErrorOptions(tol=1e-15))
     assert stat.status is cc.Status.CONVERGED and "statistical test" in stat.message, stat.message
-    assert tight.status is cc.Status.CONVERGED and "statistical test" not in tight.message
+    assert tight.status is cc.Status.CONVERGED, tight.message    # its statistical test is at 1e-7 standard errors
     from ceem_casadi.workflow.output_error._least_squares import output_error_problem
 
     prob = output_error_problem(model, data.lengths, None)      # standard errors s^2 (J'J)^-1 at the optimum
@@ -93,4 +94,4 @@ def test_statistical_test_stops_within_a_hundredth_of_a_standard_error():
     se = np.sqrt(np.diag(np.linalg.inv(J.T @ J)) * (r @ r) / (r.size - w.size))
     gap = np.abs([float(stat.theta[k]) - float(tight.theta[k]) for k in ("a", "b")]) / se[:2]
     assert np.all(gap <= 0.02) and np.any(gap > 0), gap
-    assert stat.iterations < tight.iterations
+    assert stat.iterations < tight.iterations, (stat.message, tight.message)

@@ -18,8 +18,7 @@ from ._trust_region import DENSE_MAX
 __all__ = ["OutputErrorLeastSquares", "output_error_problem"]
 
 logger = logging.getLogger(__name__)
-#: doubles of augmented states (x, dx/dx0, dx/dz) one mapped sensitivity call holds: longer runs are
-#: evaluated in chunks of time, so the Jacobian's memory is the Jacobian itself (linear in T)
+#: doubles of augmented states (x, dx/dx0, dx/dz) per mapped sensitivity call (chunks of time, docs/output_error.md)
 CHUNK_DOUBLES = 5e5
 
 
@@ -45,12 +44,12 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         npar = model.params.size
         syms = dict(p_base=ca.MX.sym("p_base", npar), U=ca.MX.sym("U", nu, n_u), Y=ca.MX.sym("Y", ny, n_obs),
                     M=ca.MX.sym("M", ny, n_obs), iv=ca.MX.sym("iv", ny))
-        self._names = list(syms)
         E = ca.DM(ca.Sparsity.triplet(npar, nf, self.free.tolist(), list(range(nf))), 1.0)
         pvec = syms["p_base"] + ca.mtimes(E, z)
         Yhat, g = layout.free_runs(lambda L: rollout(model, L), nodes, syms["U"], pvec)
         r = ca.vec(syms["M"] * ca.repmat(syms["iv"], 1, n_obs) * (syms["Y"] - Yhat))
         self.F = ca.Function("oe_residuals", [w, *syms.values()], [r, g])
+        self._F_compiled = False
         self._sens = None          # built at the first Jacobian (a problem used for values only never builds it)
         self.n_con = int(g.numel())
         self.nw = int(w.numel())
@@ -86,7 +85,6 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
             except RuntimeError as exc:  # no compiler, or it failed: the SX virtual machine
                 logger.warning("output error: the sensitivity step was not compiled (%s); using CasADi's VM", exc)
                 self.compiled = False
-        self._na = na
         self._sens = [self._chunked(step, out, L, len(idx), na, nu, npar, nf) for L, idx in self.groups]
         # scatter indices: residual rows (obs column c, output j) -> r index c * ny + j
         cols_node, tcols = [], []
@@ -215,11 +213,6 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
 
     def evaluate(self, w, jac):
         """``(r, J, g, C)`` at ``w`` (module docstring; J, C None without ``jac``), None when not finite."""
-        if self.compiled and not jac and self.shooting is None:
-            # compiled: a trial gets its Jacobian with its residuals (0.53 s against 0.73 s for the
-            # residuals alone in CasADi's VM, 100,000 samples), kept for the next iteration if accepted
-            out = self.evaluate(w, True)
-            return None if out is None else (out[0], None, out[2], None)
         if jac and self._last is not None and np.array_equal(self._last[0], w):
             return self._last[1]
         with np.errstate(all="ignore"):
@@ -239,7 +232,16 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         return r, J, g, G
 
     def _casadi(self, w, jac):
-        """``(r, None, g, None)`` by CasADi's residual Function; None when not finite."""
+        """``(r, None, g, None)`` by CasADi's residual Function (compiled at its first call when the
+        sensitivities are); None when not finite."""
+        if self.compiled and not self._F_compiled:
+            self._F_compiled = True
+            try:
+                from ...runtime._compile import compile_functions
+
+                self.F = compile_functions([self.F], name=f"oe_residuals_{self.model.name}")[0]
+            except RuntimeError as exc:  # no compiler, or it failed: the virtual machine
+                logger.warning("output error: the residuals were not compiled (%s); using CasADi's VM", exc)
         r, g = (np.asarray(a, float).ravel() for a in self.F(w, *self._data))
         return (r, None, g, None) if np.all(np.isfinite(r)) and np.all(np.isfinite(g)) else None
 

@@ -25,27 +25,20 @@ _ROUNDOFF_GTOL = 1e-6   # cosine test of a point where no step decreases the obj
 EXPLODING = 100.0       # objective / that of predicting zero output above which a run is "diverged"
 FLAT_TOL, FLAT_ITERS = 1e-5, 10   # flat valley: relative decrease of the objective over the last iterations
 STAT_TOL = 0.01         # Gauss-Newton step left, in standard errors of the estimate, of a converged run
-
-
-def to_csc(m: ca.DM) -> sps.csc_matrix:
-    sp = m.sparsity()
-    colind, row = sp.get_ccs()
-    return sps.csc_matrix((np.asarray(m.nonzeros(), float), np.asarray(row), np.asarray(colind)), shape=m.shape)
+GEO_H, GEO_ALPHA = 0.1, 0.75   # geodesic acceleration: finite-difference step, largest 2 |a| / |v| accepted
+D_MEMORY = 0.9          # scaling D = max(D_MEMORY D, column norms of J): More's, forgetting stale sensitivities
 
 
 class LeastSquaresProblem:
-    """Evaluations the engine needs (the output-error and the generic problems implement them).
-
-    ``evaluate(w, jac)`` -> ``(r (m,), J (m, n) csc or None, c (q,), C (q, n) csc or None)`` or None
-    when not finite; ``objective(w)`` -> the honest objective used to rank iterates (inf when the
+    """Evaluations the engine needs: ``evaluate(w, jac)`` -> ``(r (m,), J (m, n) or None, c (q,), C (q, n) or
+    None)`` or None when not finite; ``objective(w)`` -> the objective that ranks iterates (inf when the
     free run is not finite); ``c_scale`` (q,) divides the gaps."""
 
     n_con = 0
     c_scale = np.ones(0)
 
     def reference_cost(self) -> float | None:
-        """Objective of a trivially stable prediction (output error: zero output), the yardstick of
-        the exploding-run guard; None: no guard (the generic problem)."""
+        """Objective of predicting zero output (the exploding-run guard's yardstick); None: no guard."""
         return None
 
     def objective(self, w, r=None):  # default: the least-squares cost itself
@@ -58,8 +51,7 @@ class LeastSquaresProblem:
 
 
 def _blas_single_thread():
-    """One BLAS thread for the engine's dense products when threadpoolctl is installed (the 100,000 x 28
-    Gram matrix took 4 ms or 1.5 s on a loaded machine, depending on waking OpenBLAS's threads)."""
+    """One BLAS thread for the engine's dense products when threadpoolctl is installed (docs/output_error.md)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover
@@ -115,7 +107,7 @@ class _Engine:
         self.rs = r * s
         colnorm = s * (np.sqrt(np.einsum("ij,ij->j", J, J)) if dense else
                        np.sqrt(np.asarray(J.multiply(J).sum(axis=0)).ravel()))
-        self.D = np.maximum(self.D, colnorm)   # More's scaling
+        self.D = np.maximum(D_MEMORY * self.D, colnorm)
         self.Dsafe = np.where(self.D > 0, self.D, 1.0)
         self.Jsc = J * (s / self.Dsafe) if dense else (J @ sps.diags(s / self.Dsafe)).tocsc()
         grad = np.asarray(self.Jsc.T @ self.rs).ravel()
@@ -130,9 +122,8 @@ class _Engine:
         return free, grad, bool(rn == 0.0 or self.cosine.size == 0 or float(np.max(self.cosine)) <= self.tol)
 
     def _statistical_test(self, sub):
-        """Single shooting: the message of a converged run when the full Gauss-Newton step ``d0`` is
-        below ``stat_tol`` standard errors of the estimate (``||J d0|| / s``, ``s^2 = ||r||^2 / (m - n)``
-        the residual variance: the objective left to gain is below what the noise resolves), else None."""
+        """Single shooting: the message of a converged run when the full Gauss-Newton step ``d0`` is below
+        ``stat_tol`` standard errors, ``||J d0|| / s`` with ``s^2 = ||r||^2 / (m - n)`` (docs/output_error.md)."""
         if self.q or self.rs.size <= sub.n:
             return None
         try:
@@ -163,8 +154,7 @@ class _Engine:
         return out, ok
 
     def _second_order_correction(self, w, w_try, out_try, free, m_now, pred):
-        """Second-order correction (Maratos effect: the l1 merit rejects good steps for the O(|d|^2)
-        continuity gaps they open): least-norm step back onto c = 0; the corrected trial or None."""
+        """Second-order correction (Maratos effect, docs/output_error.md): the corrected trial or None."""
         soc = second_order_correction(self.Cf, out_try[2] / self.cs, free, w.size)
         if soc is None:
             return None
@@ -177,25 +167,24 @@ class _Engine:
 
     def _try_step(self, sub, w, r, c, free):
         """One trial of radius ``self.radius``: ``_Trial`` when accepted, else None (radius shrunk)."""
-        try:
+        dfree, mult = None, None
+        with contextlib.suppress(np.linalg.LinAlgError, RuntimeError, ValueError):
             dfree, mult = sub.solve(self.radius)
-        except (np.linalg.LinAlgError, RuntimeError, ValueError):
-            dfree, mult = None, None
         if dfree is None or not np.all(np.isfinite(dfree)):
             self.radius *= 0.25
             return None
         d = np.zeros(w.size)
         d[free] = dfree
+        v, step_v = d, float(np.linalg.norm(d))
+        a = self._acceleration(sub, w, v, free) if self.q == 0 and sub.used > 0 else None
+        d = v if a is None else v + 0.5 * a     # a damped step bent along the valley
         w_try = np.clip(w + d / self.Dsafe, self.lower, self.upper)
         d_eff = (w_try - w) * self.Dsafe
         step = float(np.linalg.norm(d_eff))
-        if self.q and mult is not None:
-            # the l1 penalty from this step's multipliers (not the largest seen: a penalty
-            # kept from early iterations rejected good steps for their O(|d|^2) gaps and
-            # stalled the oscillator of tests/test_cli_workflow.py at 68x the optimum)
+        if self.q and mult is not None:   # the l1 penalty from this step's multipliers (docs/output_error.md)
             self.nu = 1.1 * float(np.max(np.abs(mult), initial=0.0))
         m_now = self._merit(r, c)
-        lin_r = self.rs + self.Jsc @ d_eff
+        lin_r = self.rs + self.Jsc @ (v if d is not v else d_eff)   # accelerated: the velocity's prediction
         pred = m_now - (0.5 * float(lin_r @ lin_r)
                         + (self.nu * float(np.abs(self.cv + self.Cs @ d_eff).sum()) if self.q else 0.0))
         out_try, ok = self._evaluate_trial(w_try)
@@ -206,8 +195,8 @@ class _Engine:
                 (w_try, out_try, ratio), ok = corrected, True
                 step = float(np.linalg.norm((w_try - w) * self.Dsafe))
         if ratio < 0.25:
-            self.radius = 0.25 * (step if ok and step > 0 else self.radius)
-        elif ratio > 0.75 and step >= 0.95 * self.radius:
+            self.radius = 0.5 * (step if ok and step > 0 else self.radius)
+        elif ratio > 0.75 and min(step, step_v) >= 0.95 * self.radius:
             self.radius *= 2.0
         if ratio < _ACCEPT:
             return None
@@ -216,9 +205,23 @@ class _Engine:
         return _Trial(w_try, out_try, ratio, step, step <= self._tiny(w, self.Dsafe),
                       abs(actual) <= self.tol * rel and pred <= self.tol * rel)
 
+    def _acceleration(self, sub, w, v, free):
+        """Geodesic acceleration (n,) of the damped scaled step ``v`` from one residual evaluation at
+        ``w + GEO_H v`` (docs/output_error.md); None when not finite or ``2 |a| / |v| > GEO_ALPHA``."""
+        w_h = np.clip(w + GEO_H * v / self.Dsafe, self.lower, self.upper)
+        out = self.prob.evaluate(w_h, False)
+        self.evals += 1
+        if out is None:
+            return None
+        v_h = (w_h - w) * self.Dsafe / GEO_H   # r_vv by finite differences, then a = -(H + lambda I)^-1 J^T r_vv
+        r_vv = (2.0 / GEO_H) * ((out[0] / np.sqrt(self.norm) - self.rs) / GEO_H - self.Jsc @ v_h)
+        Jf, a = (self.Jsc if free.all() else self.Jsc[:, free]), np.zeros(w.size)
+        with contextlib.suppress(np.linalg.LinAlgError, RuntimeError, ValueError):
+            a[free] = sub.solve_lam(sub.used, np.asarray(Jf.T @ r_vv).ravel())[0]
+        return a if np.all(np.isfinite(a)) and 2.0 * np.linalg.norm(a) <= GEO_ALPHA * np.linalg.norm(v) else None
+
     def _search(self, sub, w, r, c, free):
-        """Shrink the trust region until a trial is accepted (``_Trial``), or None (time, or a radius
-        at round-off)."""
+        """Shrink the trust region until a trial is accepted (``_Trial``), or None (time, radius at round-off)."""
         while not self._expired():
             trial = self._try_step(sub, w, r, c, free)
             if trial is not None:
@@ -228,17 +231,15 @@ class _Engine:
         return None
 
     def _no_step_status(self, sub, w, c):
-        """Status when no step was accepted: the model predicts decreases that round-off swallows
-        (a first-order point: converged) or a stall."""
+        """Status when no step was accepted: a stationary point (converged) or a stall."""
         if self._expired():
             return Status.TIME_LIMIT, "time limit"
         if self.q == 0:
             stationary = float(np.max(self.cosine, initial=0.0)) <= _ROUNDOFF_GTOL
         else:  # feasible, and the undamped step is at round-off relative to the iterate
-            try:
+            d0 = np.full(1, np.inf)
+            with contextlib.suppress(np.linalg.LinAlgError, RuntimeError, ValueError):
                 d0 = sub.solve(np.inf)[0]
-            except (np.linalg.LinAlgError, RuntimeError, ValueError):
-                d0 = np.full(1, np.inf)
             stationary = self._feasible(c) and \
                 float(np.linalg.norm(d0)) <= np.sqrt(_ROUNDOFF_GTOL) * (1.0 + np.linalg.norm(w * self.Dsafe))
         return (Status.CONVERGED, "no decrease left above round-off at a stationary point") \
@@ -313,12 +314,12 @@ class _Engine:
         """The best iterate (`BestIterate`), the exploding-run guard, the result."""
         last = self.history[-1]
         w_out, cost, note = self.best.choose(w, last, label="the last iterate")
-        if note == "returning the last iterate":
-            returned = "start" if len(self.history) == 1 else "last"
-            if returned == "start":
-                note = "returning the starting point (no step was accepted)"
-        else:
+        if note != "returning the last iterate":
             returned = "start" if self.best.is_start else "best"
+        elif len(self.history) == 1:
+            returned, note = "start", "returning the starting point (no step was accepted)"
+        else:
+            returned = "last"
         status, why = _exploding_guard(self.prob, status, why, cost)
         gap = 0.0
         if self.q:
@@ -332,8 +333,7 @@ class _Engine:
 
 
 def _exploding_guard(prob, status, why, cost):
-    """``(status, why)`` with ``diverged`` instead when the returned objective is more than `EXPLODING`
-    times that of predicting zero output: the free run explodes and no convergence test means anything."""
+    """``(status, why)``, ``diverged`` when the objective is above `EXPLODING` x that of predicting zero output."""
     if status in (Status.TIME_LIMIT, Status.SOLVER_FAILED):
         return status, why
     ref = prob.reference_cost()
@@ -368,7 +368,7 @@ class _GenericProblem(LeastSquaresProblem):
         if jac:
             r, J = self.FJ(*args)
             r = np.asarray(r, float).ravel()
-            J = to_csc(J)
+            J = J.sparse()     # scipy CSC
             if not (np.all(np.isfinite(r)) and np.all(np.isfinite(J.data))):
                 return None
             return r, J, np.zeros(0), None

@@ -23,19 +23,22 @@ class Subproblem:
         if self.q == 0 and self.n <= DENSE_MAX:
             S, V = np.linalg.eigh(H.toarray())
             self.eig = (np.maximum(S, 0.0), V, V.T @ g)
-        self.lam = 0.0
+        self.lam = self.used = 0.0   # the last bracket of lambda; lambda of the last step returned
         self.gauss_newton = None   # the undamped step (d, y), solved once
 
-    def _solve_lam(self, lam):
+    def solve_lam(self, lam, g=None):
+        """``(d, y)`` of ``(H + lam I) d = -g`` (default g: this problem's gradient)."""
         if self.eig is not None:
             S, V, gt = self.eig
+            gt = gt if g is None else V.T @ g
             return -V @ (gt / np.maximum(S + lam, 1e-14 * max(float(S.max(initial=0.0)), 1e-300))), None
-        return _step(self.H, self.g, lam, self.C, self.c)
+        return _step(self.H, self.g if g is None else g, lam, self.C, self.c)
 
     def solve(self, radius):
         if self.gauss_newton is None:
-            self.gauss_newton = self._solve_lam(0.0)
+            self.gauss_newton = self.solve_lam(0.0)
         d, y = self.gauss_newton
+        self.used = 0.0
         if np.linalg.norm(d) <= radius:
             return d, y
         if self.eig is not None:  # secular equation 1/||d(lam)|| = 1/radius by Newton (More-Sorensen)
@@ -48,6 +51,7 @@ class Subproblem:
                     break
                 dphi = float(np.sum(gt ** 2 / den ** 3)) / dn ** 3
                 lam = max(lam + (1.0 / radius - 1.0 / dn) / dphi, 0.5 * lam + 1e-300)
+            self.used = lam
             return -V @ (gt / (S + lam)), None
         lo, hi = 0.0, max(self.lam, 1e-8 * max(float(self.H.diagonal().max(initial=0.0)), 1e-300))
         while True:  # bracket
@@ -62,7 +66,7 @@ class Subproblem:
                 hi, d, y = mid, dm, ym
             else:
                 lo = mid
-        self.lam = hi
+        self.lam = self.used = hi
         if np.linalg.norm(d) > radius and self.q == 0:
             d = d * (radius / np.linalg.norm(d))
         return d, y

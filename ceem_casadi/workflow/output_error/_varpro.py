@@ -69,9 +69,7 @@ class ProjectedProblem(LeastSquaresProblem):
         self.linear = np.asarray(linear, int)
         self.other = np.setdiff1d(np.arange(full.nw), self.linear)
         self.c_ref = np.asarray(c0, float).copy()
-        self.n_con, self.c_scale = 0, np.ones(0)
         self._key = self._val = self._lin = None
-        self.relinearised = 0      # evaluations repeated at c*(a) (`_C_RTOL`)
 
     def _project(self, a, c):
         """``(r*, Kaufman's J*, c*, dc, dc*/da)`` from one evaluation at ``(a, c)`` (None when not finite)."""
@@ -96,8 +94,7 @@ class ProjectedProblem(LeastSquaresProblem):
         J_star = Ja - Q @ QtJa
         if not (np.all(np.isfinite(r_star)) and np.all(np.isfinite(J_star)) and np.all(np.isfinite(dc))):
             return None
-        # dc*/da ~ -Jc^+ Ja (Kaufman): predicts c*(a') of the next trial, so that its Jacobian is
-        # linearised near c*(a') and rarely needs a second evaluation
+        # dc*/da ~ -Jc^+ Ja (Kaufman): predicts c*(a') of the next trial, linearised near it (docs/output_error.md)
         slope = sla.lstsq(Jc, Ja, cond=1e-12)[0] if Q.shape[1] < self.linear.size else sla.solve_triangular(R, QtJa)
         return r_star, J_star, c + dc, dc, slope
 
@@ -115,7 +112,6 @@ class ProjectedProblem(LeastSquaresProblem):
         val = self._val
         if jac and val is not None and np.linalg.norm(val[3]) > _C_RTOL * (np.linalg.norm(val[2]) + 1e-300):
             val = self._val = self._project(a, val[2])
-            self.relinearised += 1
         if val is not None:
             self.c_ref = val[2]
             if jac:
