@@ -268,7 +268,7 @@ def main(argv=None) -> int:
           f"{pi['jacobian_seconds']:.3g} s, one factorisation {pi['factorisation_seconds']:.3g} s): "
           f"ratio {pi['ratio_to_floor']:.2f} (in CPU seconds {pi['cpu_seconds']:.3g} s per iteration: "
           f"{pi['cpu_ratio_to_floor']:.2f}); {pi['evaluations_per_iteration']:.2f} trial evaluations per iteration "
-          "(with the sensitivities compiled, each costs about one residual + Jacobian)")
+          "(a residual evaluation each; an accepted one adds its Jacobian)")
     print("target (test RMS <= 1.5 noise std, converged, < 300 s):", "met" if res["target"]["met"] else "NOT met")
     if args.json:
         with open(args.json, "w") as fh:

@@ -211,6 +211,26 @@ def test_sensitivities_in_chunks_of_time(pendulum_case, monkeypatch):
                for _, _, call in long._sens[0]) <= 6 * lsq.CHUNK_DOUBLES  # one call over 10^6 samples: 5.7e7
 
 
+def test_compiled_residuals_are_evaluated_without_the_jacobian(pendulum_case):
+    """From `COMPILE_SAMPLES` samples the residual rollout is compiled like the sensitivities: a trial
+    point's evaluation (``jac=False``) runs the compiled rollout, equal to the virtual machine's, and
+    builds no sensitivities (each trial once cost a residual + Jacobian evaluation)."""
+    from ceem_casadi.workflow.output_error import _least_squares as lsq
+
+    model, data = pendulum_case
+    tv = model.params.to_vector(model.params.initial())
+    w = np.concatenate([tv[model.params.free_index], [0.5, 0.0, -0.3, 0.2]])
+    ref = lsq.OutputErrorLeastSquares(model, data.lengths, None)
+    ref.set_data(model, tv, data, False)
+    fast = lsq.OutputErrorLeastSquares(model, data.lengths, None, compiled=True)
+    fast.set_data(model, tv, data, False)
+    r1, J1, g1, _ = fast.evaluate(w, False)
+    assert J1 is None and fast._sens is None and "External" in fast.F.class_name()
+    r0, _, g0, _ = ref.evaluate(w, False)
+    np.testing.assert_allclose(r1, r0, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(fast.evaluate(w, True)[0], r0, rtol=1e-12, atol=1e-14)
+
+
 def test_geodesic_acceleration_follows_curved_valleys():
     """Issue 31 item 4: narrow curved valleys (Rosenbrock with a 1000-fold wall, the extended Rosenbrock
     of 10 unknowns) take 208 and 56 iterations without the geodesic acceleration of the damped step;
