@@ -93,7 +93,7 @@ class Augmentation:
         Polynomial degree of ``output_poly`` / ``input_poly`` (>= 2); the degrees added by
         ``poly_degree``.
     width : int
-        Hidden tanh units of ``mlp_output`` / ``mlp_state``.
+        Hidden tanh units of ``mlp_output`` / ``mlp_state``; the units added by ``nl_width``.
     seed : int
         Seed of an MLP's first layer (its output layer starts at 0).
 
@@ -127,17 +127,16 @@ class Augmentation:
         """The move's name in the search table, e.g. ``"output_poly(3)"``."""
         if self.kind.endswith("_poly"):
             return f"{self.kind}({self.degree})"
-        if self.kind == "poly_degree":
-            return f"poly_degree(+{self.degree})"
-        if self.kind.startswith("mlp"):
-            return f"{self.kind}({self.width})"
-        return self.kind
+        return {"poly_degree": f"poly_degree(+{self.degree})", "nl_width": f"nl_width(+{self.width})",
+                "order": "order(+1)"}.get(self.kind, f"{self.kind}({self.width})" if "mlp" in self.kind else self.kind)
 
     def applicable(self, model) -> bool:
-        """Whether the move makes sense for ``model`` (input moves need inputs; ``poly_degree`` a
-        polynomial block-oriented model of `bla_initialise`)."""
-        if self.kind == "poly_degree":
-            return model in _FAMILIES and _FAMILIES[model][1].get("nonlinearity") == "poly"
+        """Whether the move makes sense for ``model`` (input moves need inputs; the block moves a
+        block-oriented model of `bla_initialise`: ``poly_degree`` a polynomial, ``nl_width`` an MLP ``f``)."""
+        if self.kind in BLOCK_MOVES:
+            kw = _FAMILIES[model][1] if model in _FAMILIES else None
+            need = {"poly_degree": "poly", "nl_width": "mlp"}.get(self.kind)
+            return kw is not None and need in (None, kw.get("nonlinearity", "poly"))
         return not (self.kind in ("input_poly", "lowpass_input") and model.nu == 0)
 
 
@@ -207,8 +206,8 @@ def augment(aug: Augmentation, parent, theta, x0, data, ctx: Context, tag: str) 
     """Grow ``parent`` at its optimum ``(theta, x0)`` by ``aug`` (docs/own_data.md); the child's start
     is ``lift(theta, x0, data)``. ``tag`` prefixes the new parameter names (unique per search)."""
     k, ny, nu, nx = aug.kind, parent.ny, parent.nu, parent.nx
-    if k == "poly_degree":
-        return _raise_degree(parent, theta, x0, data, aug.degree)
+    if k in BLOCK_MOVES:
+        return _rebuild(aug, parent, theta, x0, data)
     fp, gp = parent.f, parent.g
     yc, yh, uc, uh = (ca.DM(v) for v in (ctx.yc, ctx.yh, ctx.uc, ctx.uh))
     xc, xh, dxh = ca.DM(ctx.xc), ca.DM(ctx.xh), ca.DM(ctx.dxh)
@@ -284,21 +283,52 @@ def augment(aug: Augmentation, parent, theta, x0, data, ctx: Context, tag: str) 
                    lambda x, u, pp, q: gp(x, u, pp))
 
 
-def _raise_degree(parent, theta, x0, data, extra: int) -> Grown:
-    """The block-oriented ``parent`` rebuilt with ``extra`` more polynomial coefficients, at 0."""
+def _grow_blocks(th: dict, x: np.ndarray, kw: dict) -> tuple[dict, np.ndarray, dict]:
+    """Every linear block of order n raised to n + 1: an odd n's first-order section becomes second
+    order with ``den = 0`` (a delayed state), an even n gets a first-order section (pole 0.5); the new
+    output weight and state (inserted after the block's states) at 0."""
+    th, x, kw, at = dict(th), np.asarray(x, float), dict(kw), 0
+    for block, key in (("g1", "n1"), ("g2", "n2")) if "n1" in kw else (("g", "n"),):
+        n = int(kw[key])
+        th[f"{block}_den"] = np.r_[np.asarray(th[f"{block}_den"], float), 0.0 if n % 2 else -0.5]
+        th[f"{block}_num"] = np.r_[np.asarray(th[f"{block}_num"], float), 0.0]
+        at += n
+        x = np.insert(x, at, 0.0, axis=1)
+        at, kw[key] = at + 1, n + 1
+    return th, x, kw
+
+
+def _widen(th: dict, x: np.ndarray, kw: dict, width: int, seed: int) -> tuple[dict, np.ndarray, dict]:
+    """The MLP nonlinearity ``f`` with ``width`` more tanh units, their output weights at 0."""
+    w = MLP((1, width, 1), name="f").init(np.random.default_rng([seed, 33, int(kw["hidden"])]), last_scale=0.0)
+    th = {**th, "f_W0": np.vstack([th["f_W0"], w["f_W0"]]), "f_b0": np.r_[th["f_b0"], w["f_b0"]],
+          "f_W1": np.hstack([th["f_W1"], w["f_W1"]])}
+    return th, x, {**kw, "hidden": int(kw["hidden"]) + width}
+
+
+def _rebuild(aug: Augmentation, parent, theta, x0, data) -> Grown:
+    """A block-oriented ``parent`` rebuilt by its factory with a higher polynomial degree
+    (``poly_degree``), MLP width (``nl_width``) or block orders (``order``), the new terms at 0."""
     factory, kw = _FAMILIES[parent]
 
-    def lift(th, x, data):
-        th = parent.params.validate(th)
-        return {**th, "f_coef": np.r_[np.asarray(th["f_coef"], float), np.zeros(extra)]}, np.asarray(x, float)
+    def change(th, x):
+        th, x = {k: np.asarray(v, float) for k, v in parent.params.validate(th).items()}, np.asarray(x, float)
+        if aug.kind == "poly_degree":
+            return {**th, "f_coef": np.r_[th["f_coef"], np.zeros(aug.degree)]}, x, \
+                {**kw, "degree": int(kw["degree"]) + aug.degree}
+        if aug.kind == "nl_width":
+            return _widen(th, x, kw, aug.width, aug.seed)
+        return _grow_blocks(th, x, kw)
 
-    th0, x00 = lift(theta, x0, data)
-    kw = {**kw, "degree": int(kw["degree"]) + extra}
-    model = factory(**{**kw, "theta0": th0})
-    register_family(model, factory, kw)
-    return Grown(model, model.params.validate(th0), x00, lift, extra)
+    th0, x00, kw_child = change(theta, np.asarray(x0, float).reshape(len(data), parent.nx))
+    model = factory(**{**kw_child, "theta0": th0})
+    register_family(model, factory, kw_child)
+    return Grown(model, model.params.validate(th0), x00, lambda th, x, data: change(th, x)[:2],
+                 model.params.size - parent.params.size)
 
 
+#: the moves of block-oriented models (`bla_initialise`), each rebuilt by its factory
+BLOCK_MOVES = ("poly_degree", "nl_width", "order")
 #: every kind of `Augmentation` (docs/own_data.md)
 AUGMENTATIONS = ("offset", "gain", "output_poly", "input_poly", "state_output", "lowpass_output", "lowpass_input",
-                 "mlp_output", "mlp_state", "poly_degree")
+                 "mlp_output", "mlp_state", "poly_degree", "order", "nl_width")

@@ -18,7 +18,7 @@ from ..io._data import Trajectories
 from ..io._validate import check_data
 from ..runtime._result import Result
 from ..runtime._schema import check_time_limit
-from ._identify_stages import StageFit, Stages, ceem_options_of, free_run_fit, oe_options_of, search_fit_options
+from ._identify_stages import StageFit, Stages, ceem_options_of, free_run_fit, oe_options_of
 from ._search import structure_search
 from ._search_options import search_options
 from ._starts import resolve_starts
@@ -205,7 +205,7 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     if search_opts is not None:
         t0 = time.perf_counter()
         found = structure_search(model, data, best.theta, best.x0, options=search_opts,
-                                 fit_options=search_fit_options(options), expires=end,
+                                 fit_options=options, expires=end,
                                  user_objective=best.objective)
         result.search = found
         if found.model is not model:

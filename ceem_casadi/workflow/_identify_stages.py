@@ -20,7 +20,7 @@ from ..runtime._status import Status
 from ._search import free_run_errors, objective_of
 from .output_error import OutputErrorOptions, refine_output_error
 
-__all__ = ["StageFit", "Stages", "ceem_options_of", "free_run_fit", "oe_options_of", "search_fit_options"]
+__all__ = ["StageFit", "Stages", "ceem_options_of", "free_run_fit", "oe_options_of"]
 
 #: why a skipped stage did not run
 SKIP_CEEM = ("skipped: output error from theta0 converged from a start that simulates (CE-EM runs with ceem=True, "
@@ -128,12 +128,6 @@ def oe_options_of(value):
         return OutputErrorOptions(**value)
     raise OptionsError("options: expected an OutputErrorOptions or a dict of its fields, "
                        f"got {type(value).__name__}")
-
-
-def search_fit_options(options) -> OutputErrorOptions:
-    """The OutputErrorOptions of the search's fits, carrying the state bounds, prior use and
-    initial-state window of the stages' options (the stages' options themselves)."""
-    return options
 
 
 def _first_line(exc) -> str:

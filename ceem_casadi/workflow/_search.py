@@ -25,10 +25,19 @@ __all__ = ["free_run_errors", "objective_of", "structure_search"]
 logger = logging.getLogger(__name__)
 
 #: how often a move may appear on one path (the polynomial moves compose into higher degrees)
-REPEATS = {"output_poly": 2, "input_poly": 2, "poly_degree": 3}
+REPEATS = {"output_poly": 2, "input_poly": 2, "poly_degree": 3, "nl_width": 2, "order": 2}
+
+#: the costly moves: tried after the others, from the best node found by them
+COSTLY = ("mlp_output", "mlp_state")
+
+#: a costly candidate's fit runs in this many slices of its budget (docs/own_data.md)
+SLICES = 4
 
 #: share of the search's time kept for the final refit on all the estimation data
 FINAL_SHARE = 0.25
+
+#: share of the search's time kept, when the cheap moves stop, for the costly ones and the final refit
+CHEAP_END = 0.5
 
 
 def free_run_errors(model, theta, data: Trajectories, x0) -> list:
@@ -88,9 +97,29 @@ class _Search:
             np.nan if not tail.size else np.inf)
         return obj, float(ic), rms, k
 
-    def fit(self, model, theta, x0, data, budget):
-        opts = replace(self.fit_options, max_iters=self.opts.max_iters, time_limit=budget)
+    def fit(self, model, theta, x0, data, budget, max_iters=None):
+        opts = replace(self.fit_options, max_iters=max_iters or self.opts.max_iters, time_limit=budget)
         return refine_output_error(model, data, theta, x0=x0, options=opts)
+
+    def sliced_fit(self, model, theta, x0, budget, parent, rival):
+        """Fit on the heads in `SLICES` slices of ``budget``, each resumed from the last's best
+        iterate, stopped when the criterion, projected linearly over the time left, cannot reach
+        ``rival``'s (None: one fit); ``(result, note)``."""
+        if rival is None or budget is None:
+            return self.fit(model, theta, x0, self.head, budget), ""
+        t0, its = time.perf_counter(), 0
+        while True:
+            left = budget - (time.perf_counter() - t0)
+            res = self.fit(model, theta, x0, self.head, min(budget / SLICES, max(left, 1e-3)),
+                           self.opts.max_iters - its)
+            its, theta, x0 = its + int(res.iterations), res.theta, res.x0
+            spent = time.perf_counter() - t0
+            if str(res.status) != "time_limit" or spent >= budget or its >= self.opts.max_iters:
+                return res, ""
+            ic = self.score(model, theta, x0)[1]
+            if ic - (parent["ic"] - ic) / spent * (budget - spent) >= rival["ic"]:
+                return res, (f"; stopped after {spent:.0f} s: its {self.opts.criterion.upper()} {ic:.6g} cannot "
+                             f"reach {rival['ic']:.6g} ({rival['structure']}) at its pace")
 
     def node(self, label, model, theta, x0, lifts, parent, t0, status="", message=""):
         obj, ic, tail, k = self.score(model, theta, x0)
@@ -117,13 +146,13 @@ class _Search:
                     depth, row["structure"], row["k"], row["objective"], self.opts.criterion.upper(), row["ic"],
                     row["tail"], row["status"], row["wall_s"], row["verdict"])
 
-    def candidate(self, label, parent, depth, budget, build):
-        """Fit the child ``build() -> (model, theta, x0, lifts)`` on the heads, judge it against
-        ``parent`` and log it; the child when accepted, else None."""
+    def candidate(self, label, parent, depth, budget, build, rival=None):
+        """Fit the child ``build() -> (model, theta, x0, lifts)`` on the heads (in slices, against
+        ``rival``, when given), judge it against ``parent`` and log it; the child when accepted, else None."""
         t0 = time.perf_counter()
         try:
             model, theta, x0, lifts = build()
-            res = self.fit(model, theta, x0, self.head, budget)
+            res, note = self.sliced_fit(model, theta, x0, budget, parent, rival)
             child = self.node(label, model, res.theta, res.x0, lifts, parent, t0, str(res.status), res.message)
         except (CeemError, RuntimeError) as exc:  # a move that cannot be built or fitted is reported
             child = dict(structure=label, k=0, objective=np.inf, ic=np.inf, tail=np.inf, status="solver_failed",
@@ -131,10 +160,11 @@ class _Search:
             self.log(child, depth)
             return None
         ok = self.judge(child, parent)
+        child["verdict"] += note
         self.log(child, depth)
         return child if ok else None
 
-    def grow(self, parent, aug, depth, budget):
+    def grow(self, parent, aug, depth, budget, rival=None):
         self.count += 1
         tag = f"s{self.count}"
 
@@ -142,25 +172,30 @@ class _Search:
             ctx = context_of(parent["model"], parent["theta"], parent["x0"], self.head)
             g = augment(aug, parent["model"], parent["theta"], parent["x0"], self.head, ctx, tag)
             return g.model, g.theta, g.x0, parent["lifts"] + [g.lift]
-        return self.candidate(f"{parent['structure']} + {aug.label}", parent, depth, budget, build)
+        return self.candidate(f"{parent['structure']} + {aug.label}", parent, depth, budget, build, rival)
 
     def user_candidate(self, name, model, theta, root, budget):
         theta = model.params.initial() if theta is None else model.params.validate(theta)
         return self.candidate(name, root, 1, budget, lambda: (model, theta, None, None))
 
-    def budget(self, left: int):
+    def budget(self, left: int, keep: float = FINAL_SHARE):
+        """Seconds for one of ``left`` fits, keeping ``keep`` of the search's time for what follows."""
         rem = self.remaining()
-        return None if rem is None else max(rem * (1 - FINAL_SHARE) / max(left, 1), 1e-3)
+        return None if rem is None else max((rem - keep * (self.expires - self.t0)) / max(left, 1), 1e-3)
 
-    def out_of_time(self) -> bool:
+    def out_of_time(self, keep: float = FINAL_SHARE) -> bool:
         rem = self.remaining()
-        return rem is not None and rem <= FINAL_SHARE * max(self.expires - self.t0, 0.0)
+        return rem is not None and rem <= keep * max(self.expires - self.t0, 0.0)
+
+    def skip(self, node, aug, depth):
+        self.log(dict(structure=f"{node['structure']} + {aug.label}", k=0, objective=np.nan, ic=np.nan, tail=np.nan,
+                      status="not run", verdict="time limit", wall_s=0.0), depth)
 
 
-def _moves(opts, node):
+def _moves(opts, node, costly: bool):
     used = node["structure"].split(" + ")[1:]
-    return [a for a in opts.augmentations
-            if a.applicable(node["model"]) and used.count(a.label) < REPEATS.get(a.kind, 1)]
+    return [a for a in opts.augmentations if a.applicable(node["model"]) and (a.kind in COSTLY) == costly
+            and used.count(a.label) < REPEATS.get(a.kind, 1)]
 
 
 def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOptions | None = None,
@@ -180,34 +215,36 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
     root = s.node("user model", model, res.theta, res.x0, [], None, t0, str(res.status), res.message)
     root["verdict"] = "the root (fitted on the heads)"
     s.log(root, 0)
-    best, frontier = root, [root]
-    extra = list(options.candidates)
-    for depth in range(1, options.max_depth + 1):
+    best, frontier, extra, depth = root, [root], list(options.candidates), 0
+    for depth in range(1, options.max_depth + 1):   # the cheap moves, depth by depth
         accepted = []
         for node in frontier:
-            moves = _moves(options, node)
+            moves = _moves(options, node, False)
             pending = len(moves) + len(extra)
             for name, m, th in extra:
-                if s.out_of_time():
-                    break
-                child = s.user_candidate(name, m, th, root, s.budget(pending))
+                if not s.out_of_time(CHEAP_END):
+                    accepted += [c for c in [s.user_candidate(name, m, th, root, s.budget(pending, CHEAP_END))] if c]
                 pending -= 1
-                accepted += [child] if child else []
             extra = []
             for aug in moves:
-                if s.out_of_time():
-                    s.log(dict(structure=f"{node['structure']} + {aug.label}", k=0, objective=np.nan, ic=np.nan,
-                               tail=np.nan, status="not run", verdict="time limit", wall_s=0.0), depth)
+                if s.out_of_time(CHEAP_END):
+                    s.skip(node, aug, depth)
                     continue
-                child = s.grow(node, aug, depth, s.budget(pending))
+                accepted += [c for c in [s.grow(node, aug, depth, s.budget(pending, CHEAP_END))] if c]
                 pending -= 1
-                accepted += [child] if child else []
         if not accepted:
             break
         accepted.sort(key=lambda c: c["ic"])
         frontier = accepted[:options.beam]
         if frontier[0]["ic"] < best["ic"]:
             best = frontier[0]
+    moves, parent = _moves(options, best, True), best   # then the costly ones from the best node, in slices
+    for i, aug in enumerate(moves):
+        if s.out_of_time():
+            s.skip(parent, aug, depth + 1)
+            continue
+        child = s.grow(parent, aug, depth + 1, s.budget(len(moves) - i), best)
+        best = child if child is not None and child["ic"] < best["ic"] else best
     return _final(s, model, theta, x0, data, best, user_objective, t_all)
 
 

@@ -14,7 +14,8 @@ from ._augment import Augmentation
 __all__ = ["DEFAULT_AUGMENTATIONS", "SearchOptions", "SearchResult", "search_options"]
 
 #: the moves tried from every node by default (`ceem_casadi.workflow._augment`)
-DEFAULT_AUGMENTATIONS = (Augmentation("poly_degree", degree=4), Augmentation("offset"), Augmentation("gain"),
+DEFAULT_AUGMENTATIONS = (Augmentation("poly_degree", degree=4), Augmentation("order"),
+                         Augmentation("nl_width", width=8), Augmentation("offset"), Augmentation("gain"),
                          Augmentation("output_poly", degree=3), Augmentation("input_poly", degree=3), Augmentation("state_output"),
                          Augmentation("lowpass_output"), Augmentation("lowpass_input"),
                          Augmentation("mlp_output", width=8), Augmentation("mlp_state", width=8))
