@@ -330,3 +330,29 @@ def test_the_search_logs_one_line_per_candidate(caplog):
     assert len(lines) == len(res.search.rows) == 3
     assert [ln.split(" depth ")[1].split(":")[0] for ln in lines] == [
         "0 user model", "1 user model + offset", "1 user model + gain"]
+
+
+def test_a_fit_that_did_not_converge_is_not_chosen_over_a_converged_one(monkeypatch):
+    """The static output curve (the better structure) is made to stop at the time limit on the heads:
+    the search returns the best converged candidate (the offset), and its message says why."""
+    import dataclasses
+
+    import ceem_casadi.workflow._search as search_mod
+
+    data = _truth_data(T=200)
+    real = search_mod.refine_output_error
+
+    def cut(model, d, theta, **kw):
+        res = real(model, d, theta, **kw)
+        if any(n.endswith("_ypoly") for n in model.params.names) and d.lengths != data.lengths:
+            res = dataclasses.replace(res, status=cc.Status.TIME_LIMIT)
+        return res
+
+    monkeypatch.setattr(search_mod, "refine_output_error", cut)
+    res = cc.identify(_user(), data, {"a": 0.5, "b": 0.5}, ceem=False,
+                      search=SearchOptions(augmentations=("output_poly", "offset"), max_depth=1))
+    rows = {r["structure"]: r for r in res.search.rows}
+    assert rows["user model + output_poly(3)"]["verdict"] == "accepted"
+    assert rows["user model + output_poly(3)"]["ic"] < rows["user model + offset"]["ic"]
+    assert res.search.structure == "user model + offset" and res.search.status == "converged"
+    assert "output_poly(3) has a lower AIC but its fit did not converge (time_limit)" in res.search.message

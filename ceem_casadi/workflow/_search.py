@@ -75,7 +75,7 @@ class _Search:
         data = data.leading(policy.SEARCH_SAMPLES)  # long records: candidate fits stay cheap
         self.data, self.opts, self.fit_options, self.expires = data, opts, fit_options, expires
         self.head, self.cuts = _split(data, opts.holdout)
-        self.rows, self.t0, self.count = [], time.perf_counter(), 0
+        self.rows, self.accepted, self.t0, self.count = [], [], time.perf_counter(), 0
 
     def remaining(self):
         return None if self.expires is None else self.expires - time.perf_counter()
@@ -162,6 +162,7 @@ class _Search:
         ok = self.judge(child, parent)
         child["verdict"] += note
         self.log(child, depth)
+        self.accepted += [child] if ok else []
         return child if ok else None
 
     def grow(self, parent, aug, depth, budget, rival=None):
@@ -239,16 +240,22 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
         if frontier[0]["ic"] < best["ic"]:
             best = frontier[0]
     moves, parent = _moves(options, best, True), best   # then the costly ones from the best node, in slices
+    depth = best["structure"].count(" + ") + 1
     for i, aug in enumerate(moves):
         if s.out_of_time():
-            s.skip(parent, aug, depth + 1)
+            s.skip(parent, aug, depth)
             continue
-        child = s.grow(parent, aug, depth + 1, s.budget(len(moves) - i), best)
+        child = s.grow(parent, aug, depth, s.budget(len(moves) - i), best)
         best = child if child is not None and child["ic"] < best["ic"] else best
-    return _final(s, model, theta, x0, data, best, user_objective, t_all)
+    done = [n for n in [root] + s.accepted if n["status"] == "converged"]
+    why = ""
+    if best["status"] != "converged" and done:   # an unconverged fit is not an optimum: its criterion is not comparable
+        why = f"; {best['structure']} has a lower {options.criterion.upper()} but its fit did not converge ({best['status']})"
+        best = min(done, key=lambda n: n["ic"])
+    return _final(s, model, theta, x0, data, best, user_objective, t_all, why)
 
 
-def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all) -> SearchResult:
+def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all, why="") -> SearchResult:
     """Refit the chosen node on all of ``data`` (docs/own_data.md) and build the result."""
     user = (model, theta, x0, user_objective, "user model", "nothing beat the user's model on the estimation data",
             "n/a", 0)
@@ -276,4 +283,4 @@ def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all) -> S
     rows = [{k: v for k, v in r.items() if k not in ("model", "theta", "x0", "lifts", "parent")} for r in s.rows]
     m, th, x, obj, label, msg, status, its = chosen
     return SearchResult(m, th, np.asarray(x, float), float(obj), label, rows, s.opts.criterion,
-                        time.perf_counter() - t_all, msg, status, its)
+                        time.perf_counter() - t_all, msg + why, status, its)
