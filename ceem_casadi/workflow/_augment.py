@@ -1,12 +1,9 @@
-"""Nested augmentations of a state-space model: the moves of the structure search. Each returns a
-larger model that, with its new parameters at their start (zero terms, extra states started where
-they change nothing), gives its parent's outputs exactly, so a fit started there can only improve on
-the parent's optimum. The table of moves is in docs/own_data.md ("How the search decides").
-"""
+"""The moves of the structure search: larger models that give their parent's outputs exactly at their start
+(new terms at zero); the table is in docs/own_data.md ("How the search decides")."""
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections import namedtuple
 from dataclasses import dataclass
 
 import casadi as ca
@@ -30,19 +27,9 @@ def register_family(model, factory, kwargs: dict) -> None:
     _FAMILIES[model] = (factory, dict(kwargs))
 
 
-@dataclass(frozen=True)
-class Context:
-    """Centres and half-ranges of the parent's free run on the data (scales of the new terms):
-    ``yc, yh`` (ny,), ``uc, uh`` (nu,), ``xc, xh`` (nx,), ``dxh`` (nx,) the spread of the state
-    increments."""
-
-    yc: np.ndarray
-    yh: np.ndarray
-    uc: np.ndarray
-    uh: np.ndarray
-    xc: np.ndarray
-    xh: np.ndarray
-    dxh: np.ndarray
+#: centres and half-ranges of the parent's free run on the data (scales of the new terms): ``yc, yh`` (ny,),
+#: ``uc, uh`` (nu,), ``xc, xh`` (nx,), ``dxh`` (nx,) the spread of the state increments
+Context = namedtuple("Context", "yc yh uc uh xc xh dxh")
 
 
 def _centre_half(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -68,17 +55,10 @@ def context_of(model, theta, x0: np.ndarray, data) -> Context:
     return Context(yc, yh, uc, uh, xc, xh, dxh)
 
 
-@dataclass
-class Grown:
-    """An augmented model: ``model``, its start ``theta`` and ``x0`` (B, nx) equal to the parent's
-    optimum, ``lift(theta, x0, data) -> (theta, x0)`` mapping any parent point to the child's
-    equivalent point, and ``n_new`` new parameter entries."""
-
-    model: object
-    theta: dict
-    x0: np.ndarray
-    lift: Callable
-    n_new: int
+#: an augmented model: ``model``, its start ``theta`` and ``x0`` (B, nx) equal to the parent's optimum,
+#: ``lift(theta, x0, data) -> (theta, x0)`` mapping any parent point to the child's equivalent point, and
+#: ``n_new`` new parameter entries
+Grown = namedtuple("Grown", "model theta x0 lift n_new")
 
 
 @dataclass(frozen=True)
@@ -169,37 +149,23 @@ def _extend(parent, new: list, tag: str, step, observe, extra_states: int = 0) -
                                           x1_std=x1s)
 
 
-def _static(parent, theta, x0, data, new, tag, step, observe, extra_x0=None) -> Grown:
-    """A `Grown` whose new parameters start at their ``Param`` values; ``extra_x0(theta, x0, data)``
-    gives the initial values of extra states ((B, n_extra); none by default)."""
-    n_extra = 0 if extra_x0 is None else extra_x0.n
+def _static(parent, theta, x0, data, new, tag, step, observe, first=None) -> Grown:
+    """A `Grown` whose new parameters start at their ``Param`` values; ``first`` (``"output"`` or
+    ``"input"``): extra low-pass states started at that signal's first sample per trajectory."""
+    n_extra = {None: 0, "output": parent.ny, "input": parent.nu}[first]
     model = _extend(parent, new, tag, step, observe, n_extra)
     init = {p.name: np.array(p.array("value")) for p in new}
 
     def lift(th, x, data):
         x = np.asarray(x, float).reshape(len(data), parent.nx)
         if n_extra:
-            x = np.hstack([x, extra_x0(th, x, data)])
+            tv = parent.params.to_vector(th)
+            z0 = [parent.g(x[b], data.inputs(b)[0], tv) if first == "output" else data.inputs(b)[0] for b in range(len(data))]
+            x = np.hstack([x, np.array([np.asarray(z, float).ravel() for z in z0])])
         return {**parent.params.validate(th), **init}, x
 
     th0, x00 = lift(theta, x0, data)
     return Grown(model, th0, x00, lift, sum(p.size for p in new))
-
-
-class _FirstValues:
-    """Initial values of low-pass states: the filtered signal's first sample per trajectory."""
-
-    def __init__(self, parent, what: str):
-        self.parent, self.what = parent, what
-        self.n = parent.ny if what == "output" else parent.nu
-
-    def __call__(self, theta, x0, data):
-        tv = self.parent.params.to_vector(theta)
-        rows = []
-        for b in range(len(data)):
-            u0 = data.inputs(b)[0]
-            rows.append(np.asarray(self.parent.g(x0[b], u0, tv), float).ravel() if self.what == "output" else u0)
-        return np.array(rows, float).reshape(len(data), self.n)
 
 
 def augment(aug: Augmentation, parent, theta, x0, data, ctx: Context, tag: str) -> Grown:
@@ -271,7 +237,7 @@ def augment(aug: Augmentation, parent, theta, x0, data, ctx: Context, tag: str) 
             def obs(x, u, pp, q):
                 xs, z, _, c = parts(x, u, q)
                 return gp(xs, u + c * (z - u), pp)
-        return _static(parent, theta, x0, data, new, tag, step, obs, _FirstValues(parent, "output" if out else "input"))
+        return _static(parent, theta, x0, data, new, tag, step, obs, "output" if out else "input")
     # MLPs on the scaled states and inputs: output layer at zero
     net = MLP((nx + nu, aug.width, ny if k == "mlp_output" else nx), name=f"{tag}_mlp")
     w = net.init(np.random.default_rng([aug.seed, 31]), last_scale=0.0)

@@ -1,10 +1,5 @@
-"""The stages of [`identify`][ceem_casadi.identify], when each runs, and why (the table says). With
-``ceem="auto"`` CE-EM runs only when the start does not simulate (free run not finite, or its RMS
-above ``SIMULATES`` x the measured output's spread) or output error from ``theta0`` did not converge;
-with ``calibrate="auto"`` the calibration runs only after CE-EM, when its estimate simulates better
-than output error's from ``theta0`` (docs/choosing.md). A skipped or failed stage stays in the table
-with the reason and its advice, never ending the pipeline.
-"""
+"""The stages of [`identify`][ceem_casadi.identify], when each runs and why (docs/choosing.md); a skipped or
+failed stage stays in the table with its reason and advice."""
 from __future__ import annotations
 
 import time

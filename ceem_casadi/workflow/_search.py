@@ -1,9 +1,5 @@
-"""Structure search on estimation data only: grow the user's model by nested augmentations
-(`ceem_casadi.workflow._augment`), fit each child on the heads of the estimation trajectories, accept
-it when its information criterion AND its free run over the held-back tails beat its parent's, and
-refit the chosen structure on all the estimation data, never above the user's model's objective.
-docs/own_data.md ("How the search decides") has the rules.
-"""
+"""Structure search on estimation data only: nested augmentations of the user's model, judged on the heads and
+held-back tails of the estimation trajectories (docs/own_data.md, "How the search decides")."""
 from __future__ import annotations
 
 import logging
@@ -27,7 +23,7 @@ logger = logging.getLogger(__name__)
 #: how often a move may appear on one path (the polynomial moves compose into higher degrees)
 REPEATS = {"output_poly": 2, "input_poly": 2, "poly_degree": 3, "nl_width": 2, "order": 2}
 
-#: the costly moves: tried after the others, from the best node found by them
+#: the costly moves: tried last at every depth, in slices, within an equal share of the time per depth left
 COSTLY = ("mlp_output", "mlp_state")
 
 #: a costly candidate's fit runs in this many slices of its budget (docs/own_data.md)
@@ -35,9 +31,6 @@ SLICES = 4
 
 #: share of the search's time kept for the final refit on all the estimation data
 FINAL_SHARE = 0.25
-
-#: share of the search's time kept, when the cheap moves stop, for the costly ones and the final refit
-CHEAP_END = 0.5
 
 
 def free_run_errors(model, theta, data: Trajectories, x0) -> list:
@@ -61,20 +54,15 @@ def objective_of(errors: list) -> float:
     return 0.5 * float(np.sum(e ** 2)) if np.all(np.isfinite(e)) else np.inf
 
 
-def _split(data: Trajectories, holdout: float):
-    cuts = [min(max(2, round((1 - holdout) * T)), T) for T in data.lengths]
-    head = Trajectories([data.y[b][:c] for b, c in enumerate(cuts)],
-                        None if data.u is None else [data.inputs(b)[:c] for b, c in enumerate(cuts)], dt=data.dt)
-    return head, cuts
-
-
 class _Search:
     """The state of one search (docs/own_data.md, "How the search decides")."""
 
     def __init__(self, data, opts: SearchOptions, fit_options: OutputErrorOptions, expires):
         data = data.leading(policy.SEARCH_SAMPLES)  # long records: candidate fits stay cheap
         self.data, self.opts, self.fit_options, self.expires = data, opts, fit_options, expires
-        self.head, self.cuts = _split(data, opts.holdout)
+        self.cuts = [min(max(2, round((1 - opts.holdout) * T)), T) for T in data.lengths]   # heads | tails
+        self.head = Trajectories([data.y[b][:c] for b, c in enumerate(self.cuts)], None if data.u is None else
+                                 [data.inputs(b)[:c] for b, c in enumerate(self.cuts)], dt=data.dt)
         self.rows, self.accepted, self.t0, self.count = [], [], time.perf_counter(), 0
 
     def remaining(self):
@@ -154,13 +142,11 @@ class _Search:
             model, theta, x0, lifts = build()
             res, note = self.sliced_fit(model, theta, x0, budget, parent, rival)
             child = self.node(label, model, res.theta, res.x0, lifts, parent, t0, str(res.status), res.message)
+            ok = self.judge(child, parent)
+            child["verdict"] += note
         except (CeemError, RuntimeError) as exc:  # a move that cannot be built or fitted is reported
-            child = dict(structure=label, k=0, objective=np.inf, ic=np.inf, tail=np.inf, status="solver_failed",
-                         verdict=f"rejected: {str(exc).splitlines()[0][:120]}", wall_s=time.perf_counter() - t0)
-            self.log(child, depth)
-            return None
-        ok = self.judge(child, parent)
-        child["verdict"] += note
+            child, ok = dict(structure=label, k=0, objective=np.inf, ic=np.inf, tail=np.inf, status="solver_failed",
+                             verdict=f"rejected: {str(exc).splitlines()[0][:120]}", wall_s=time.perf_counter() - t0), False
         self.log(child, depth)
         self.accepted += [child] if ok else []
         return child if ok else None
@@ -184,9 +170,9 @@ class _Search:
         rem = self.remaining()
         return None if rem is None else max((rem - keep * (self.expires - self.t0)) / max(left, 1), 1e-3)
 
-    def out_of_time(self, keep: float = FINAL_SHARE) -> bool:
+    def out_of_time(self) -> bool:
         rem = self.remaining()
-        return rem is not None and rem <= keep * max(self.expires - self.t0, 0.0)
+        return rem is not None and rem <= FINAL_SHARE * max(self.expires - self.t0, 0.0)
 
     def skip(self, node, aug, depth):
         self.log(dict(structure=f"{node['structure']} + {aug.label}", k=0, objective=np.nan, ic=np.nan, tail=np.nan,
@@ -216,41 +202,40 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
     root = s.node("user model", model, res.theta, res.x0, [], None, t0, str(res.status), res.message)
     root["verdict"] = "the root (fitted on the heads)"
     s.log(root, 0)
-    best, frontier, extra, depth = root, [root], list(options.candidates), 0
-    for depth in range(1, options.max_depth + 1):   # the cheap moves, depth by depth
+    best, frontier, extra = root, [root], list(options.candidates)
+    for depth in range(1, options.max_depth + 1):
         accepted = []
         for node in frontier:
-            moves = _moves(options, node, False)
-            pending = len(moves) + len(extra)
+            cheap, costly = _moves(options, node, False), _moves(options, node, True)
+            pending = len(cheap) + len(costly) + len(extra)
             for name, m, th in extra:
-                if not s.out_of_time(CHEAP_END):
-                    accepted += [c for c in [s.user_candidate(name, m, th, root, s.budget(pending, CHEAP_END))] if c]
+                if not s.out_of_time():
+                    accepted += [c for c in [s.user_candidate(name, m, th, root, s.budget(pending))] if c]
                 pending -= 1
             extra = []
-            for aug in moves:
-                if s.out_of_time(CHEAP_END):
+            for aug in cheap:
+                if s.out_of_time():
                     s.skip(node, aug, depth)
                     continue
-                accepted += [c for c in [s.grow(node, aug, depth, s.budget(pending, CHEAP_END))] if c]
+                accepted += [c for c in [s.grow(node, aug, depth, s.budget(pending))] if c]
                 pending -= 1
+            share, t0 = s.budget(options.max_depth - depth + 1), time.perf_counter()  # the costly moves' time here
+            for i, aug in enumerate(costly):                   # in slices, against the best so far
+                budget = None if share is None else (share + t0 - time.perf_counter()) / (len(costly) - i)
+                if s.out_of_time() or (budget is not None and budget <= 0):
+                    s.skip(node, aug, depth)
+                    continue
+                rival = min([best] + accepted, key=lambda c: c["ic"])
+                accepted += [c for c in [s.grow(node, aug, depth, budget, rival)] if c]
         if not accepted:
             break
-        accepted.sort(key=lambda c: c["ic"])
+        accepted.sort(key=lambda c: (c["status"] == "time_limit", c["ic"]))   # a fit cut by the clock last
         frontier = accepted[:options.beam]
-        if frontier[0]["ic"] < best["ic"]:
-            best = frontier[0]
-    moves, parent = _moves(options, best, True), best   # then the costly ones from the best node, in slices
-    depth = best["structure"].count(" + ") + 1
-    for i, aug in enumerate(moves):
-        if s.out_of_time():
-            s.skip(parent, aug, depth)
-            continue
-        child = s.grow(parent, aug, depth, s.budget(len(moves) - i), best)
-        best = child if child is not None and child["ic"] < best["ic"] else best
-    done = [n for n in [root] + s.accepted if n["status"] == "converged"]
+        best = min([best] + accepted, key=lambda c: c["ic"])
+    done = [n for n in [root] + s.accepted if n["status"] != "time_limit"]
     why = ""
-    if best["status"] != "converged" and done:   # an unconverged fit is not an optimum: its criterion is not comparable
-        why = f"; {best['structure']} has a lower {options.criterion.upper()} but its fit did not converge ({best['status']})"
+    if best["status"] == "time_limit" and done:   # cut by the clock, not at an optimum: its criterion is not comparable
+        why = f"; {best['structure']} has a lower {options.criterion.upper()} but the time limit cut its fit"
         best = min(done, key=lambda n: n["ic"])
     return _final(s, model, theta, x0, data, best, user_objective, t_all, why)
 
@@ -261,13 +246,13 @@ def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all, why=
             "n/a", 0)
     chosen = user
     if best["parent"] is not None:
-        fits = [(s.fit(best["model"], best["theta"], best["x0"], data, s.remaining()), "from its head optimum")]
+        fits = [(s.fit(best["model"], best["theta"], best["x0"], data, s.budget(1, 0.0), s.fit_options.max_iters),
+                 "from its head optimum")]
         if not fits[0][0].cost <= user_objective and best["lifts"] is not None:
             th, x = theta, x0
             for lift in best["lifts"]:
                 th, x = lift(th, x, data)
-            rem = s.remaining()
-            fits.append((s.fit(best["model"], th, x, data, None if rem is None else max(rem, 1e-3)),
+            fits.append((s.fit(best["model"], th, x, data, s.budget(1, 0.0), s.fit_options.max_iters),
                          "from the user's optimum lifted into it"))
         for res, how in fits:
             obj = objective_of(free_run_errors(best["model"], res.theta, data, res.x0))
