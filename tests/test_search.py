@@ -353,6 +353,6 @@ def test_a_fit_cut_by_the_time_limit_is_not_chosen_over_a_finished_one(monkeypat
                       search=SearchOptions(augmentations=("output_poly", "offset"), max_depth=1))
     rows = {r["structure"]: r for r in res.search.rows}
     assert rows["user model + output_poly(3)"]["verdict"] == "accepted"
-    assert rows["user model + output_poly(3)"]["ic"] < rows["user model + offset"]["ic"]
+    assert rows["user model + output_poly(3)"]["tail"] < rows["user model + offset"]["tail"]
     assert res.search.structure == "user model + offset" and res.search.status == "converged"
-    assert "output_poly(3) has a lower AIC but the time limit cut its fit" in res.search.message
+    assert "output_poly(3) has a lower tail RMS but the time limit cut its fit" in res.search.message

@@ -179,6 +179,12 @@ class _Search:
                       status="not run", verdict="time limit", wall_s=0.0), depth)
 
 
+def _rank(node) -> tuple:
+    """Order of the accepted nodes: a fit cut by the time limit (not at an optimum) last, then the tail
+    RMS (the free run on held-back data), then the criterion (alone when the trajectories have no tail)."""
+    return node["status"] == "time_limit", node["tail"] if np.isfinite(node["tail"]) else np.inf, node["ic"]
+
+
 def _moves(opts, node, costly: bool):
     used = node["structure"].split(" + ")[1:]
     return [a for a in opts.augmentations if a.applicable(node["model"]) and (a.kind in COSTLY) == costly
@@ -202,7 +208,7 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
     root = s.node("user model", model, res.theta, res.x0, [], None, t0, str(res.status), res.message)
     root["verdict"] = "the root (fitted on the heads)"
     s.log(root, 0)
-    best, frontier, extra = root, [root], list(options.candidates)
+    frontier, extra = [root], list(options.candidates)
     for depth in range(1, options.max_depth + 1):
         accepted = []
         for node in frontier:
@@ -225,18 +231,13 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
                 if s.out_of_time() or (budget is not None and budget <= 0):
                     s.skip(node, aug, depth)
                     continue
-                rival = min([best] + accepted, key=lambda c: c["ic"])
+                rival = min([root] + s.accepted, key=lambda c: c["ic"])
                 accepted += [c for c in [s.grow(node, aug, depth, budget, rival)] if c]
         if not accepted:
             break
-        accepted.sort(key=lambda c: (c["status"] == "time_limit", c["ic"]))   # a fit cut by the clock last
-        frontier = accepted[:options.beam]
-        best = min([best] + accepted, key=lambda c: c["ic"])
-    done = [n for n in [root] + s.accepted if n["status"] != "time_limit"]
-    why = ""
-    if best["status"] == "time_limit" and done:   # cut by the clock, not at an optimum: its criterion is not comparable
-        why = f"; {best['structure']} has a lower {options.criterion.upper()} but the time limit cut its fit"
-        best = min(done, key=lambda n: n["ic"])
+        frontier = sorted(accepted, key=_rank)[:options.beam]
+    best, cut = min([root] + s.accepted, key=_rank), min([root] + s.accepted, key=lambda n: _rank(n)[1:])
+    why = "" if cut is best else f"; {cut['structure']} has a lower tail RMS but the time limit cut its fit"
     return _final(s, model, theta, x0, data, best, user_objective, t_all, why)
 
 
