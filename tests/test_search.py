@@ -332,9 +332,9 @@ def test_the_search_logs_one_line_per_candidate(caplog):
         "0 user model", "1 user model + offset", "1 user model + gain"]
 
 
-def test_a_fit_cut_by_the_time_limit_is_not_chosen_over_a_finished_one(monkeypatch):
-    """The static output curve (the better structure) is made to stop at the time limit on the heads:
-    the search returns the best candidate whose fit finished (the offset), and its message says why."""
+def test_a_costly_fit_cut_by_the_time_limit_is_not_chosen_over_a_finished_one(monkeypatch):
+    """The MLP output term (the better tail) is made to stop at the time limit on the heads: the search
+    returns the best candidate whose fit finished (the static output curve), and its message says why."""
     import dataclasses
 
     import ceem_casadi.workflow._search as search_mod
@@ -344,15 +344,15 @@ def test_a_fit_cut_by_the_time_limit_is_not_chosen_over_a_finished_one(monkeypat
 
     def cut(model, d, theta, **kw):
         res = real(model, d, theta, **kw)
-        if any(n.endswith("_ypoly") for n in model.params.names) and d.lengths != data.lengths:
+        if any("_mlp_" in n for n in model.params.names) and d.lengths != data.lengths:
             res = dataclasses.replace(res, status=cc.Status.TIME_LIMIT)
         return res
 
     monkeypatch.setattr(search_mod, "refine_output_error", cut)
     res = cc.identify(_user(), data, {"a": 0.5, "b": 0.5}, ceem=False,
-                      search=SearchOptions(augmentations=("output_poly", "offset"), max_depth=1))
+                      search=SearchOptions(augmentations=("output_poly", "mlp_output"), max_depth=1))
     rows = {r["structure"]: r for r in res.search.rows}
-    assert rows["user model + output_poly(3)"]["verdict"] == "accepted"
-    assert rows["user model + output_poly(3)"]["tail"] < rows["user model + offset"]["tail"]
-    assert res.search.structure == "user model + offset" and res.search.status == "converged"
-    assert "output_poly(3) has a lower tail RMS but the time limit cut its fit" in res.search.message
+    assert rows["user model + mlp_output(8)"]["verdict"].startswith("accepted")
+    assert rows["user model + mlp_output(8)"]["tail"] < rows["user model + output_poly(3)"]["tail"]
+    assert res.search.structure == "user model + output_poly(3)" and res.search.status == "converged"
+    assert "mlp_output(8) has a lower tail RMS but the time limit cut its fit" in res.search.message

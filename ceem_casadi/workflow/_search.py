@@ -180,9 +180,10 @@ class _Search:
 
 
 def _rank(node) -> tuple:
-    """Order of the accepted nodes: a fit cut by the time limit (not at an optimum) last, then the tail
-    RMS (the free run on held-back data), then the criterion (alone when the trajectories have no tail)."""
-    return node["status"] == "time_limit", node["tail"] if np.isfinite(node["tail"]) else np.inf, node["ic"]
+    """Order of the accepted nodes: a costly move's fit cut by the time limit (far from an optimum) last,
+    then the tail RMS (free run on held-back data), then the criterion (alone when there is no tail)."""
+    cut = node["status"] == "time_limit" and node["structure"].rsplit(" + ", 1)[-1].startswith(COSTLY)
+    return cut, node["tail"] if np.isfinite(node["tail"]) else np.inf, node["ic"]
 
 
 def _moves(opts, node, costly: bool):
@@ -213,7 +214,7 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
         accepted = []
         for node in frontier:
             cheap, costly = _moves(options, node, False), _moves(options, node, True)
-            pending = len(cheap) + len(costly) + len(extra)
+            pending = len(cheap) + len(extra)
             for name, m, th in extra:
                 if not s.out_of_time():
                     accepted += [c for c in [s.user_candidate(name, m, th, root, s.budget(pending))] if c]
