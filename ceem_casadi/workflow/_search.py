@@ -220,12 +220,15 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
                     accepted += [c for c in [s.user_candidate(name, m, th, root, s.budget(pending))] if c]
                 pending -= 1
             extra = []
+            starved = False     # from a budget below the parent's own fit time on (they could not finish)
             for aug in cheap:
-                if s.out_of_time():
+                budget = s.budget(pending)
+                pending -= 1
+                starved = starved or (budget is not None and budget < node["wall_s"])
+                if s.out_of_time() or starved:
                     s.skip(node, aug, depth)
                     continue
-                accepted += [c for c in [s.grow(node, aug, depth, s.budget(pending))] if c]
-                pending -= 1
+                accepted += [c for c in [s.grow(node, aug, depth, budget)] if c]
             share, t0 = s.budget(options.max_depth - depth + 1), time.perf_counter()  # the costly moves' time here
             for i, aug in enumerate(costly):                   # in slices, against the best so far
                 budget = None if share is None else (share + t0 - time.perf_counter()) / (len(costly) - i)
