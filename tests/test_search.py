@@ -356,3 +356,15 @@ def test_a_costly_fit_cut_by_the_time_limit_is_not_chosen_over_a_finished_one(mo
     assert rows["user model + mlp_output(8)"]["tail"] < rows["user model + output_poly(3)"]["tail"]
     assert res.search.structure == "user model + output_poly(3)" and res.search.status == "converged"
     assert "mlp_output(8) has a lower tail RMS but the time limit cut its fit" in res.search.message
+
+
+def test_cheap_moves_are_not_started_with_less_time_than_their_parent_took(monkeypatch):
+    """When a cheap move's budget is below its parent's own fit time, that move and the remaining
+    cheap ones at its depth are listed as not run (a fit cut that short is noise, not a candidate)."""
+    import ceem_casadi.workflow._search as search_mod
+
+    monkeypatch.setattr(search_mod._Search, "budget", lambda self, left, keep=0.25: 1e-9)
+    res = cc.identify(_user(), _truth_data(T=100), {"a": 0.5, "b": 0.5}, ceem=False,
+                      search=SearchOptions(augmentations=("offset", "output_poly"), max_depth=1))
+    assert [(r["status"], r["verdict"]) for r in res.search.rows[1:]] == [("not run", "time limit")] * 2
+    assert res.search.structure == "user model"
