@@ -65,9 +65,6 @@ class _Search:
                                  [data.inputs(b)[:c] for b, c in enumerate(self.cuts)], dt=data.dt)
         self.rows, self.accepted, self.t0, self.count = [], [], time.perf_counter(), 0
 
-    def remaining(self):
-        return None if self.expires is None else self.expires - time.perf_counter()
-
     def score(self, model, theta, x0):
         """(head objective, criterion, tail RMS, k) of a fit on the heads."""
         err = free_run_errors(model, theta, self.data, x0)
@@ -167,12 +164,12 @@ class _Search:
 
     def budget(self, left: int, keep: float = FINAL_SHARE):
         """Seconds for one of ``left`` fits, keeping ``keep`` of the search's time for what follows."""
-        rem = self.remaining()
-        return None if rem is None else max((rem - keep * (self.expires - self.t0)) / max(left, 1), 1e-3)
+        return None if self.expires is None else max(
+            (self.expires - time.perf_counter() - keep * (self.expires - self.t0)) / max(left, 1), 1e-3)
 
     def out_of_time(self) -> bool:
-        rem = self.remaining()
-        return rem is not None and rem <= FINAL_SHARE * max(self.expires - self.t0, 0.0)
+        return self.expires is not None and \
+            self.expires - time.perf_counter() <= FINAL_SHARE * max(self.expires - self.t0, 0.0)
 
     def skip(self, node, aug, depth):
         self.log(dict(structure=f"{node['structure']} + {aug.label}", k=0, objective=np.nan, ic=np.nan, tail=np.nan,
