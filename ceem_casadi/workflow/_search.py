@@ -63,7 +63,7 @@ class _Search:
         self.cuts = [min(max(2, round((1 - opts.holdout) * T)), T) for T in data.lengths]   # heads | tails
         self.head = Trajectories([data.y[b][:c] for b, c in enumerate(self.cuts)], None if data.u is None else
                                  [data.inputs(b)[:c] for b, c in enumerate(self.cuts)], dt=data.dt)
-        self.rows, self.accepted, self.t0, self.count = [], [], time.perf_counter(), 0
+        self.rows, self.accepted, self.t0 = [], [], time.perf_counter()
 
     def score(self, model, theta, x0):
         """(head objective, criterion, tail RMS, k) of a fit on the heads."""
@@ -149,8 +149,7 @@ class _Search:
         return child if ok else None
 
     def grow(self, parent, aug, depth, budget, rival=None):
-        self.count += 1
-        tag = f"s{self.count}"
+        tag = f"s{len(self.rows)}"   # one row per candidate: unique along every path
 
         def build():
             ctx = context_of(parent["model"], parent["theta"], parent["x0"], self.head)
@@ -170,6 +169,18 @@ class _Search:
     def out_of_time(self) -> bool:
         return self.expires is not None and \
             self.expires - time.perf_counter() <= FINAL_SHARE * max(self.expires - self.t0, 0.0)
+
+    def costly(self, node, moves, depth, share, root) -> list:
+        """The accepted children of the costly ``moves`` from ``node`` in ``share`` seconds (sliced fits)."""
+        accepted, t0 = [], time.perf_counter()
+        for i, aug in enumerate(moves):
+            budget = None if share is None else (share + t0 - time.perf_counter()) / (len(moves) - i)
+            if self.out_of_time() or (budget is not None and budget <= 0):
+                self.skip(node, aug, depth)
+                continue
+            rival = min([root] + self.accepted, key=lambda c: c["ic"])
+            accepted += [c for c in [self.grow(node, aug, depth, budget, rival)] if c]
+        return accepted
 
     def skip(self, node, aug, depth):
         self.log(dict(structure=f"{node['structure']} + {aug.label}", k=0, objective=np.nan, ic=np.nan, tail=np.nan,
@@ -226,14 +237,7 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
                     s.skip(node, aug, depth)
                     continue
                 accepted += [c for c in [s.grow(node, aug, depth, budget)] if c]
-            share, t0 = s.budget(options.max_depth - depth + 1), time.perf_counter()  # the costly moves' time here
-            for i, aug in enumerate(costly):                   # in slices, against the best so far
-                budget = None if share is None else (share + t0 - time.perf_counter()) / (len(costly) - i)
-                if s.out_of_time() or (budget is not None and budget <= 0):
-                    s.skip(node, aug, depth)
-                    continue
-                rival = min([root] + s.accepted, key=lambda c: c["ic"])
-                accepted += [c for c in [s.grow(node, aug, depth, budget, rival)] if c]
+            accepted += s.costly(node, costly, depth, s.budget(options.max_depth - depth + 1), root)
         if not accepted:
             break
         frontier = sorted(accepted, key=_rank)[:options.beam]
