@@ -1,21 +1,15 @@
 """The structure search of `ceem_casadi.identify` from the base models, no hand-written candidates (issue 31).
 
-Three records, each: the base model and its usual data-driven start, then ``cc.identify(...,
-search=cc.workflow.SearchOptions(...))`` on the ESTIMATION data only (the search fits the heads of
-the estimation trajectories, holds their tails back, and refits the chosen structure on all the
-estimation data); the test data are scored once, at the end, on the model the search returned.
+Per record: the base model and its usual data-driven start, then ``cc.identify(..., search=...)`` on the
+ESTIMATION data only; the test data are scored once, at the end, on the returned model (the protocols and
+figures: docs/own_data.md, "The short route").
 
-- ``cascaded_tanks``: `models.cascaded_tanks.cascaded_tanks` (Torricelli outflows, the base
-  structure; start `models.cascaded_tanks.initial_theta` from an order-2 N4SID), levels bounded to
-  [0, 20] V; test: free-run RMS after 5 samples, initial state from those 5 samples (the protocol of
-  ``scripts/cascaded_tanks.py``). Published best 0.191 V.
-- ``silverbox``: `models.silverbox.silverbox` (the Duffing oscillator, no quadratic terms; start
-  `models.silverbox.initial_theta` from an order-2 N4SID), estimation on the first ``--sb-samples``
-  training samples; test: multisine and arrow (full) free-run RMS after the 50-sample window (the
-  protocol of ``scripts/silverbox.py``). Published best 0.26 mV (arrow) / 0.36 (multisine).
-- ``wh_realistic``: the 100,000-sample record of ``scripts/bench_wh_realistic.py`` (truth known),
-  start `ceem_casadi.workflow.bla_initialise` (degree 9, Chebyshev, orders 3 + 3); test: a separate
-  record from rest, RMS over the noise std.
+- ``cascaded_tanks``: `models.cascaded_tanks` (Torricelli outflows) from an order-2 N4SID, levels in [0, 20] V;
+  test free-run RMS after 5 samples (``scripts/cascaded_tanks.py``'s protocol). Published best 0.191 V.
+- ``silverbox``: `models.silverbox` (Duffing) from an order-2 N4SID on the first ``--sb-samples`` training
+  samples; multisine and arrow RMS after the 50-sample window. Published best 0.26 / 0.36 mV.
+- ``wh_realistic``: ``scripts/bench_wh_realistic.py``'s 100,000-sample record from `bla_initialise` (degree 9,
+  Chebyshev, orders 3 + 3); test: a separate record from rest, RMS over the noise std.
 
     python -m scripts.bench_structure_search [--json out.json] [--only tanks silverbox wh] [--smoke]
 """

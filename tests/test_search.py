@@ -61,22 +61,69 @@ def test_every_augmentation_starts_at_its_parents_outputs():
         assert np.max(np.abs(y - data.y[0])) > 1e-6, kind
 
 
-def test_the_degree_move_of_a_block_oriented_model_starts_at_its_parent():
-    """bla_initialise's Wiener-Hammerstein model (Chebyshev degree 5) grown to degree 9: the same
-    outputs at the start, four more coefficients, and the move is not offered for other models."""
+@pytest.mark.parametrize("kind, n, nl", [("wiener_hammerstein", (2, 3), "poly"), ("wiener", (3,), "mlp"),
+                                         ("hammerstein", (2,), "poly")])
+def test_the_block_moves_start_at_their_parent(kind, n, nl):
+    """bla_initialise's block models grown by every block move (degree +2, orders +1, 3 more MLP
+    units), each then by a second move (orders +1 again): the same outputs at the start, the expected
+    new parameters, and the new terms move the output."""
     rng = np.random.default_rng(1)
     u = rng.normal(size=(600, 1))
     v = np.convolve(u[:, 0], [0.5, 0.3, 0.1])[:600]
-    y = np.convolve(np.tanh(v), [0.6, 0.3])[:600, None] + 1e-3 * rng.normal(size=(600, 1))
-    data = cc.Trajectories([y], [u])
-    init = cc.workflow.bla_initialise("wiener_hammerstein", data, 2, 2, degree=5, gain="dc", basis="chebyshev")
-    move = Augmentation("poly_degree", degree=4)
-    assert move.applicable(init.model) and not move.applicable(_user())
-    g = augment(move, init.model, init.theta, init.x0, data, context_of(init.model, init.theta, init.x0, data), "s1")
-    assert g.model.params["f_coef"].size == init.model.params["f_coef"].size + 4 and g.n_new == 4
+    data = cc.Trajectories([np.convolve(np.tanh(v), [0.6, 0.3])[:600, None] + 1e-3 * rng.normal(size=(600, 1))], [u])
+    extra = dict(degree=5, gain="dc", basis="chebyshev") if nl == "poly" else dict(nonlinearity="mlp", hidden=4)
+    init = cc.workflow.bla_initialise(kind, data, *n, feedthrough=(True, True) if len(n) == 2 else True, **extra)
     y0 = cc.simulate_output(init.model, init.theta, u, init.x0[0])
-    np.testing.assert_array_equal(cc.simulate_output(g.model, g.theta, u, g.x0[0]), y0)
-    assert move.applicable(g.model)                       # it can be raised again
+    expect = {"poly_degree": {"f_coef": 2}, "nl_width": {"f_W0": 3, "f_b0": 3, "f_W1": 3},
+              "order": {f"g{i}_{w}": 1 for i in (("1", "2") if len(n) == 2 else ("",)) for w in ("den", "num")}}
+    tried = []
+    for kind_ in expect:
+        move = Augmentation(kind_, degree=2, width=3)
+        if not move.applicable(init.model):
+            continue
+        tried.append(kind_)
+        g = augment(move, init.model, init.theta, init.x0, data, context_of(init.model, init.theta, init.x0, data), "s1")
+        grown = {k: g.model.params[k].size - (init.model.params[k].size if k in init.model.params.names else 0)
+                 for k in g.model.params.names}
+        assert {k: d for k, d in grown.items() if d} == expect[kind_]
+        assert g.model.nx == init.model.nx + (len(n) if kind_ == "order" else 0)
+        g2 = augment(Augmentation("order"), g.model, g.theta, g.x0, data, context_of(g.model, g.theta, g.x0, data), "s2")
+        for m in (g, g2):
+            np.testing.assert_allclose(cc.simulate_output(m.model, m.theta, u, m.x0[0]), y0, rtol=0, atol=1e-12)
+        tv = g.model.params.to_vector(g.theta) + 0.1 * g.model.params.free_mask * (
+            np.arange(g.model.params.size) >= init.model.params.size)
+        assert np.max(np.abs(cc.simulate_output(g.model, tv, u, g.x0[0]) - y0)) > 1e-4, kind_
+    assert tried == (["poly_degree", "order"] if nl == "poly" else ["nl_width", "order"])
+    assert not Augmentation("order").applicable(_user()) and Augmentation("order").applicable(g2.model)
+
+
+def test_a_costly_candidate_stops_when_its_pace_cannot_reach_the_best_so_far(monkeypatch):
+    """`_Search.sliced_fit`: a costly candidate's fit runs in slices resumed from the last iterate;
+    it stops after the first slice when its criterion, projected linearly over the time left, stays
+    above the rival's; it goes on while the projection reaches it; one fit without a rival."""
+    from types import SimpleNamespace
+
+    import ceem_casadi.workflow._search as search_mod
+
+    s = search_mod._Search(_truth_data(T=50), SearchOptions(), cc.OutputErrorOptions(), None)
+    calls, clock = [], [0.0]
+
+    def fake_fit(model, theta, x0, data, budget, max_iters=None):     # each slice spends its budget
+        calls.append(theta)
+        clock[0] += budget
+        return SimpleNamespace(theta=theta + 1, x0=x0, status="time_limit", iterations=1, message="")
+
+    monkeypatch.setattr(search_mod, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(s, "fit", fake_fit)
+    monkeypatch.setattr(s, "score", lambda model, theta, x0: (0.0, 100.0 - theta, 1.0, 1))  # 1 per slice
+    parent = dict(ic=100.0)
+    res, note = s.sliced_fit(None, 0, None, 0.2, parent, dict(ic=0.0, structure="rival"))
+    assert calls == [0] and "cannot reach 0 (rival)" in note and res.theta == 1
+    calls.clear()
+    res, note = s.sliced_fit(None, 0, None, 0.2, parent, dict(ic=99.0, structure="rival"))
+    assert calls == list(range(search_mod.SLICES)) and note == ""                # resumed from each slice's iterate
+    calls.clear()
+    assert s.sliced_fit(None, 0, None, 0.2, parent, None)[1] == "" and calls == [0]
 
 
 def _curve_coefficients(model, tv, grid):
@@ -283,3 +330,41 @@ def test_the_search_logs_one_line_per_candidate(caplog):
     assert len(lines) == len(res.search.rows) == 3
     assert [ln.split(" depth ")[1].split(":")[0] for ln in lines] == [
         "0 user model", "1 user model + offset", "1 user model + gain"]
+
+
+def test_a_costly_fit_cut_by_the_time_limit_is_not_chosen_over_a_finished_one(monkeypatch):
+    """The MLP output term (the better tail) is made to stop at the time limit on the heads: the search
+    returns the best candidate whose fit finished (the static output curve), and its message says why."""
+    import dataclasses
+
+    import ceem_casadi.workflow._search as search_mod
+
+    data = _truth_data(T=200)
+    real = search_mod.refine_output_error
+
+    def cut(model, d, theta, **kw):
+        res = real(model, d, theta, **kw)
+        if any("_mlp_" in n for n in model.params.names) and d.lengths != data.lengths:
+            res = dataclasses.replace(res, status=cc.Status.TIME_LIMIT)
+        return res
+
+    monkeypatch.setattr(search_mod, "refine_output_error", cut)
+    res = cc.identify(_user(), data, {"a": 0.5, "b": 0.5}, ceem=False,
+                      search=SearchOptions(augmentations=("output_poly", "mlp_output"), max_depth=1))
+    rows = {r["structure"]: r for r in res.search.rows}
+    assert rows["user model + mlp_output(8)"]["verdict"].startswith("accepted")
+    assert rows["user model + mlp_output(8)"]["tail"] < rows["user model + output_poly(3)"]["tail"]
+    assert res.search.structure == "user model + output_poly(3)" and res.search.status == "converged"
+    assert "mlp_output(8) has a lower tail RMS but the time limit cut its fit" in res.search.message
+
+
+def test_cheap_moves_are_not_started_with_less_time_than_their_parent_took(monkeypatch):
+    """When a cheap move's budget is below its parent's own fit time, that move and the remaining
+    cheap ones at its depth are listed as not run (a fit cut that short is noise, not a candidate)."""
+    import ceem_casadi.workflow._search as search_mod
+
+    monkeypatch.setattr(search_mod._Search, "budget", lambda self, left, keep=0.25: 1e-9)
+    res = cc.identify(_user(), _truth_data(T=100), {"a": 0.5, "b": 0.5}, ceem=False,
+                      search=SearchOptions(augmentations=("offset", "output_poly"), max_depth=1))
+    assert [(r["status"], r["verdict"]) for r in res.search.rows[1:]] == [("not run", "time limit")] * 2
+    assert res.search.structure == "user model"

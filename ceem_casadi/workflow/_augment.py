@@ -1,12 +1,9 @@
-"""Nested augmentations of a state-space model: the moves of the structure search. Each returns a
-larger model that, with its new parameters at their start (zero terms, extra states started where
-they change nothing), gives its parent's outputs exactly, so a fit started there can only improve on
-the parent's optimum. The table of moves is in docs/own_data.md ("How the search decides").
-"""
+"""The moves of the structure search: larger models that give their parent's outputs exactly at their start
+(new terms at zero); the table is in docs/own_data.md ("How the search decides")."""
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections import namedtuple
 from dataclasses import dataclass
 
 import casadi as ca
@@ -30,19 +27,9 @@ def register_family(model, factory, kwargs: dict) -> None:
     _FAMILIES[model] = (factory, dict(kwargs))
 
 
-@dataclass(frozen=True)
-class Context:
-    """Centres and half-ranges of the parent's free run on the data (scales of the new terms):
-    ``yc, yh`` (ny,), ``uc, uh`` (nu,), ``xc, xh`` (nx,), ``dxh`` (nx,) the spread of the state
-    increments."""
-
-    yc: np.ndarray
-    yh: np.ndarray
-    uc: np.ndarray
-    uh: np.ndarray
-    xc: np.ndarray
-    xh: np.ndarray
-    dxh: np.ndarray
+#: centres and half-ranges of the parent's free run on the data (scales of the new terms): ``yc, yh`` (ny,),
+#: ``uc, uh`` (nu,), ``xc, xh`` (nx,), ``dxh`` (nx,) the spread of the state increments
+Context = namedtuple("Context", "yc yh uc uh xc xh dxh")
 
 
 def _centre_half(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -68,17 +55,10 @@ def context_of(model, theta, x0: np.ndarray, data) -> Context:
     return Context(yc, yh, uc, uh, xc, xh, dxh)
 
 
-@dataclass
-class Grown:
-    """An augmented model: ``model``, its start ``theta`` and ``x0`` (B, nx) equal to the parent's
-    optimum, ``lift(theta, x0, data) -> (theta, x0)`` mapping any parent point to the child's
-    equivalent point, and ``n_new`` new parameter entries."""
-
-    model: object
-    theta: dict
-    x0: np.ndarray
-    lift: Callable
-    n_new: int
+#: an augmented model: ``model``, its start ``theta`` and ``x0`` (B, nx) equal to the parent's optimum,
+#: ``lift(theta, x0, data) -> (theta, x0)`` mapping any parent point to the child's equivalent point, and
+#: ``n_new`` new parameter entries
+Grown = namedtuple("Grown", "model theta x0 lift n_new")
 
 
 @dataclass(frozen=True)
@@ -93,7 +73,7 @@ class Augmentation:
         Polynomial degree of ``output_poly`` / ``input_poly`` (>= 2); the degrees added by
         ``poly_degree``.
     width : int
-        Hidden tanh units of ``mlp_output`` / ``mlp_state``.
+        Hidden tanh units of ``mlp_output`` / ``mlp_state``; the units added by ``nl_width``.
     seed : int
         Seed of an MLP's first layer (its output layer starts at 0).
 
@@ -127,17 +107,16 @@ class Augmentation:
         """The move's name in the search table, e.g. ``"output_poly(3)"``."""
         if self.kind.endswith("_poly"):
             return f"{self.kind}({self.degree})"
-        if self.kind == "poly_degree":
-            return f"poly_degree(+{self.degree})"
-        if self.kind.startswith("mlp"):
-            return f"{self.kind}({self.width})"
-        return self.kind
+        return {"poly_degree": f"poly_degree(+{self.degree})", "nl_width": f"nl_width(+{self.width})",
+                "order": "order(+1)"}.get(self.kind, f"{self.kind}({self.width})" if "mlp" in self.kind else self.kind)
 
     def applicable(self, model) -> bool:
-        """Whether the move makes sense for ``model`` (input moves need inputs; ``poly_degree`` a
-        polynomial block-oriented model of `bla_initialise`)."""
-        if self.kind == "poly_degree":
-            return model in _FAMILIES and _FAMILIES[model][1].get("nonlinearity") == "poly"
+        """Whether the move makes sense for ``model`` (input moves need inputs; the block moves a
+        block-oriented model of `bla_initialise`: ``poly_degree`` a polynomial, ``nl_width`` an MLP ``f``)."""
+        if self.kind in BLOCK_MOVES:
+            kw = _FAMILIES[model][1] if model in _FAMILIES else None
+            need = {"poly_degree": "poly", "nl_width": "mlp"}.get(self.kind)
+            return kw is not None and need in (None, kw.get("nonlinearity", "poly"))
         return not (self.kind in ("input_poly", "lowpass_input") and model.nu == 0)
 
 
@@ -170,45 +149,31 @@ def _extend(parent, new: list, tag: str, step, observe, extra_states: int = 0) -
                                           x1_std=x1s)
 
 
-def _static(parent, theta, x0, data, new, tag, step, observe, extra_x0=None) -> Grown:
-    """A `Grown` whose new parameters start at their ``Param`` values; ``extra_x0(theta, x0, data)``
-    gives the initial values of extra states ((B, n_extra); none by default)."""
-    n_extra = 0 if extra_x0 is None else extra_x0.n
+def _static(parent, theta, x0, data, new, tag, step, observe, first=None) -> Grown:
+    """A `Grown` whose new parameters start at their ``Param`` values; ``first`` (``"output"`` or
+    ``"input"``): extra low-pass states started at that signal's first sample per trajectory."""
+    n_extra = {None: 0, "output": parent.ny, "input": parent.nu}[first]
     model = _extend(parent, new, tag, step, observe, n_extra)
     init = {p.name: np.array(p.array("value")) for p in new}
 
     def lift(th, x, data):
         x = np.asarray(x, float).reshape(len(data), parent.nx)
         if n_extra:
-            x = np.hstack([x, extra_x0(th, x, data)])
+            tv = parent.params.to_vector(th)
+            z0 = [parent.g(x[b], data.inputs(b)[0], tv) if first == "output" else data.inputs(b)[0] for b in range(len(data))]
+            x = np.hstack([x, np.array([np.asarray(z, float).ravel() for z in z0])])
         return {**parent.params.validate(th), **init}, x
 
     th0, x00 = lift(theta, x0, data)
     return Grown(model, th0, x00, lift, sum(p.size for p in new))
 
 
-class _FirstValues:
-    """Initial values of low-pass states: the filtered signal's first sample per trajectory."""
-
-    def __init__(self, parent, what: str):
-        self.parent, self.what = parent, what
-        self.n = parent.ny if what == "output" else parent.nu
-
-    def __call__(self, theta, x0, data):
-        tv = self.parent.params.to_vector(theta)
-        rows = []
-        for b in range(len(data)):
-            u0 = data.inputs(b)[0]
-            rows.append(np.asarray(self.parent.g(x0[b], u0, tv), float).ravel() if self.what == "output" else u0)
-        return np.array(rows, float).reshape(len(data), self.n)
-
-
 def augment(aug: Augmentation, parent, theta, x0, data, ctx: Context, tag: str) -> Grown:
     """Grow ``parent`` at its optimum ``(theta, x0)`` by ``aug`` (docs/own_data.md); the child's start
     is ``lift(theta, x0, data)``. ``tag`` prefixes the new parameter names (unique per search)."""
     k, ny, nu, nx = aug.kind, parent.ny, parent.nu, parent.nx
-    if k == "poly_degree":
-        return _raise_degree(parent, theta, x0, data, aug.degree)
+    if k in BLOCK_MOVES:
+        return _rebuild(aug, parent, theta, x0, data)
     fp, gp = parent.f, parent.g
     yc, yh, uc, uh = (ca.DM(v) for v in (ctx.yc, ctx.yh, ctx.uc, ctx.uh))
     xc, xh, dxh = ca.DM(ctx.xc), ca.DM(ctx.xh), ca.DM(ctx.dxh)
@@ -272,7 +237,7 @@ def augment(aug: Augmentation, parent, theta, x0, data, ctx: Context, tag: str) 
             def obs(x, u, pp, q):
                 xs, z, _, c = parts(x, u, q)
                 return gp(xs, u + c * (z - u), pp)
-        return _static(parent, theta, x0, data, new, tag, step, obs, _FirstValues(parent, "output" if out else "input"))
+        return _static(parent, theta, x0, data, new, tag, step, obs, "output" if out else "input")
     # MLPs on the scaled states and inputs: output layer at zero
     net = MLP((nx + nu, aug.width, ny if k == "mlp_output" else nx), name=f"{tag}_mlp")
     w = net.init(np.random.default_rng([aug.seed, 31]), last_scale=0.0)
@@ -284,21 +249,52 @@ def augment(aug: Augmentation, parent, theta, x0, data, ctx: Context, tag: str) 
                    lambda x, u, pp, q: gp(x, u, pp))
 
 
-def _raise_degree(parent, theta, x0, data, extra: int) -> Grown:
-    """The block-oriented ``parent`` rebuilt with ``extra`` more polynomial coefficients, at 0."""
+def _grow_blocks(th: dict, x: np.ndarray, kw: dict) -> tuple[dict, np.ndarray, dict]:
+    """Every linear block of order n raised to n + 1: an odd n's first-order section becomes second
+    order with ``den = 0`` (a delayed state), an even n gets a first-order section (pole 0.5); the new
+    output weight and state (inserted after the block's states) at 0."""
+    th, x, kw, at = dict(th), np.asarray(x, float), dict(kw), 0
+    for block, key in (("g1", "n1"), ("g2", "n2")) if "n1" in kw else (("g", "n"),):
+        n = int(kw[key])
+        th[f"{block}_den"] = np.r_[np.asarray(th[f"{block}_den"], float), 0.0 if n % 2 else -0.5]
+        th[f"{block}_num"] = np.r_[np.asarray(th[f"{block}_num"], float), 0.0]
+        at += n
+        x = np.insert(x, at, 0.0, axis=1)
+        at, kw[key] = at + 1, n + 1
+    return th, x, kw
+
+
+def _widen(th: dict, x: np.ndarray, kw: dict, width: int, seed: int) -> tuple[dict, np.ndarray, dict]:
+    """The MLP nonlinearity ``f`` with ``width`` more tanh units, their output weights at 0."""
+    w = MLP((1, width, 1), name="f").init(np.random.default_rng([seed, 33, int(kw["hidden"])]), last_scale=0.0)
+    th = {**th, "f_W0": np.vstack([th["f_W0"], w["f_W0"]]), "f_b0": np.r_[th["f_b0"], w["f_b0"]],
+          "f_W1": np.hstack([th["f_W1"], w["f_W1"]])}
+    return th, x, {**kw, "hidden": int(kw["hidden"]) + width}
+
+
+def _rebuild(aug: Augmentation, parent, theta, x0, data) -> Grown:
+    """A block-oriented ``parent`` rebuilt by its factory with a higher polynomial degree
+    (``poly_degree``), MLP width (``nl_width``) or block orders (``order``), the new terms at 0."""
     factory, kw = _FAMILIES[parent]
 
-    def lift(th, x, data):
-        th = parent.params.validate(th)
-        return {**th, "f_coef": np.r_[np.asarray(th["f_coef"], float), np.zeros(extra)]}, np.asarray(x, float)
+    def change(th, x):
+        th, x = {k: np.asarray(v, float) for k, v in parent.params.validate(th).items()}, np.asarray(x, float)
+        if aug.kind == "poly_degree":
+            return {**th, "f_coef": np.r_[th["f_coef"], np.zeros(aug.degree)]}, x, \
+                {**kw, "degree": int(kw["degree"]) + aug.degree}
+        if aug.kind == "nl_width":
+            return _widen(th, x, kw, aug.width, aug.seed)
+        return _grow_blocks(th, x, kw)
 
-    th0, x00 = lift(theta, x0, data)
-    kw = {**kw, "degree": int(kw["degree"]) + extra}
-    model = factory(**{**kw, "theta0": th0})
-    register_family(model, factory, kw)
-    return Grown(model, model.params.validate(th0), x00, lift, extra)
+    th0, x00, kw_child = change(theta, np.asarray(x0, float).reshape(len(data), parent.nx))
+    model = factory(**{**kw_child, "theta0": th0})
+    register_family(model, factory, kw_child)
+    return Grown(model, model.params.validate(th0), x00, lambda th, x, data: change(th, x)[:2],
+                 model.params.size - parent.params.size)
 
 
+#: the moves of block-oriented models (`bla_initialise`), each rebuilt by its factory
+BLOCK_MOVES = ("poly_degree", "nl_width", "order")
 #: every kind of `Augmentation` (docs/own_data.md)
 AUGMENTATIONS = ("offset", "gain", "output_poly", "input_poly", "state_output", "lowpass_output", "lowpass_input",
-                 "mlp_output", "mlp_state", "poly_degree")
+                 "mlp_output", "mlp_state", "poly_degree", "order", "nl_width")

@@ -1,9 +1,5 @@
-"""The recommended identification pipeline, `identify`: output error from ``theta0`` (with
-multi-starts), CE-EM and the noise calibration where they can pay, and the structure search, within
-one time budget; the stage with the lowest output-error objective on the ESTIMATION data wins. The
-stages are run by `ceem_casadi.workflow._identify_stages`; docs/own_data.md ("The short route") and
-docs/choosing.md explain when each runs, with measured figures.
-"""
+"""The recommended pipeline `identify`: its stages and the structure search within one time budget, the best on the
+estimation data (docs/own_data.md, "The short route"; docs/choosing.md)."""
 from __future__ import annotations
 
 import time
@@ -18,7 +14,7 @@ from ..io._data import Trajectories
 from ..io._validate import check_data
 from ..runtime._result import Result
 from ..runtime._schema import check_time_limit
-from ._identify_stages import StageFit, Stages, ceem_options_of, free_run_fit, oe_options_of, search_fit_options
+from ._identify_stages import StageFit, Stages, ceem_options_of, free_run_fit, oe_options_of
 from ._search import structure_search
 from ._search_options import search_options
 from ._starts import resolve_starts
@@ -93,10 +89,6 @@ class IdentifyResult(Result):
         """JSON-ready dict."""
         return dict(best=self.best.stage, wall_s=self.wall_s, stages=[s.to_dict() for s in self.stages],
                     search=None if self.search is None else self.search.to_dict())
-
-
-def _remaining(expires):
-    return None if expires is None else max(expires - time.perf_counter(), 1e-3)
 
 
 def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit: float | None = None,
@@ -195,8 +187,8 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     expires = None if end is None else (t_all + 0.5 * float(time_limit) if search_opts is not None else end)
     run = Stages(model, data, shooting, options)
     start = run.start(theta0)
-    oe0 = run.output_error("output error from theta0", theta0, starts,
-                           None if expires is None else _remaining(expires) / (1.0 if ceem is False else 2.0))
+    oe0 = run.output_error("output error from theta0", theta0, starts, None if expires is None else
+                           max(expires - time.perf_counter(), 1e-3) / (1.0 if ceem is False else 2.0))
     ce = run.ceem_stage(ceem, theta0, copt, start, oe0, expires, calibrate)
     if ce is not None:
         run.calibration(calibrate, ce, oe0, copt, noise_grid, noise_criterion, expires)
@@ -204,9 +196,8 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     result = IdentifyResult(best, run.stages, 0.0, model)
     if search_opts is not None:
         t0 = time.perf_counter()
-        found = structure_search(model, data, best.theta, best.x0, options=search_opts,
-                                 fit_options=search_fit_options(options), expires=end,
-                                 user_objective=best.objective)
+        found = structure_search(model, data, best.theta, best.x0, options=search_opts, fit_options=options,
+                                 expires=end, user_objective=best.objective)
         result.search = found
         if found.model is not model:
             obj, rms = free_run_fit(found.model, found.theta, data, found.x0)

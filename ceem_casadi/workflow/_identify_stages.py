@@ -1,10 +1,5 @@
-"""The stages of [`identify`][ceem_casadi.identify], when each runs, and why (the table says). With
-``ceem="auto"`` CE-EM runs only when the start does not simulate (free run not finite, or its RMS
-above ``SIMULATES`` x the measured output's spread) or output error from ``theta0`` did not converge;
-with ``calibrate="auto"`` the calibration runs only after CE-EM, when its estimate simulates better
-than output error's from ``theta0`` (docs/choosing.md). A skipped or failed stage stays in the table
-with the reason and its advice, never ending the pipeline.
-"""
+"""The stages of [`identify`][ceem_casadi.identify], when each runs and why (docs/choosing.md); a skipped or
+failed stage stays in the table with its reason and advice."""
 from __future__ import annotations
 
 import time
@@ -20,7 +15,7 @@ from ..runtime._status import Status
 from ._search import free_run_errors, objective_of
 from .output_error import OutputErrorOptions, refine_output_error
 
-__all__ = ["StageFit", "Stages", "ceem_options_of", "free_run_fit", "oe_options_of", "search_fit_options"]
+__all__ = ["StageFit", "Stages", "ceem_options_of", "free_run_fit", "oe_options_of"]
 
 #: why a skipped stage did not run
 SKIP_CEEM = ("skipped: output error from theta0 converged from a start that simulates (CE-EM runs with ceem=True, "
@@ -128,12 +123,6 @@ def oe_options_of(value):
         return OutputErrorOptions(**value)
     raise OptionsError("options: expected an OutputErrorOptions or a dict of its fields, "
                        f"got {type(value).__name__}")
-
-
-def search_fit_options(options) -> OutputErrorOptions:
-    """The OutputErrorOptions of the search's fits, carrying the state bounds, prior use and
-    initial-state window of the stages' options (the stages' options themselves)."""
-    return options
 
 
 def _first_line(exc) -> str:

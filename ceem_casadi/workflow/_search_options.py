@@ -16,8 +16,8 @@ __all__ = ["DEFAULT_AUGMENTATIONS", "SearchOptions", "SearchResult", "search_opt
 #: the moves tried from every node by default (`ceem_casadi.workflow._augment`)
 DEFAULT_AUGMENTATIONS = (Augmentation("poly_degree", degree=4), Augmentation("offset"), Augmentation("gain"),
                          Augmentation("output_poly", degree=3), Augmentation("input_poly", degree=3), Augmentation("state_output"),
-                         Augmentation("lowpass_output"), Augmentation("lowpass_input"),
-                         Augmentation("mlp_output", width=8), Augmentation("mlp_state", width=8))
+                         Augmentation("lowpass_output"), Augmentation("lowpass_input"), Augmentation("order"),
+                         Augmentation("nl_width", width=8), Augmentation("mlp_output", width=8), Augmentation("mlp_state", width=8))
 
 
 @renamed(max_iter="max_iters")
@@ -25,9 +25,7 @@ DEFAULT_AUGMENTATIONS = (Augmentation("poly_degree", degree=4), Augmentation("of
 class SearchOptions:
     """Options of the structure search of [`identify`][ceem_casadi.identify] (``search=``).
 
-    The search's time is what [`identify`][ceem_casadi.identify]'s ``time_limit`` leaves; it runs on
-    the first ``SEARCH_SAMPLES`` = 20,000 samples of every trajectory (`ceem_casadi.runtime._policy`)
-    and logs one line per candidate (logger ``ceem_casadi.workflow._search``, level INFO).
+    Its time, samples and log lines: docs/own_data.md ("How the search decides").
 
     Parameters
     ----------
@@ -90,12 +88,8 @@ def search_options(search) -> SearchOptions | None:
     """``identify(search=...)`` as `SearchOptions`: None/False (no search), True (defaults), a
     `SearchOptions`, or a list of moves (Augmentation or kind names) and/or ``(name, model, theta)``
     candidates (a dict name -> (model, theta) also)."""
-    if search is None or search is False:
-        return None
-    if search is True:
-        return SearchOptions()
-    if isinstance(search, SearchOptions):
-        return search
+    if search is None or isinstance(search, (bool, SearchOptions)):
+        return SearchOptions() if search is True else (search or None)
     if isinstance(search, Mapping):
         search = [(k, *v) for k, v in search.items()]
     if isinstance(search, (str, Augmentation)):
@@ -125,9 +119,8 @@ class SearchResult(Result):
     structure : str
         ``"user model"`` plus the accepted moves, e.g. ``"user model + offset + output_poly(3)"``.
     rows : list of dict
-        One per candidate, in run order: ``structure``, ``k``, ``objective`` (head of the data),
-        ``ic``, ``tail`` (RMS of the weighted free-run error over the held-back tails), ``status``,
-        ``verdict``, ``wall_s``.
+        One per candidate, in run order: ``structure``, ``k``, ``objective`` (heads), ``ic``, ``tail``
+        (weighted free-run RMS over the held-back tails), ``status``, ``verdict``, ``wall_s``.
     criterion : str
         ``"aic"`` or ``"bic"``.
     wall_s : float
