@@ -334,7 +334,7 @@ def test_the_search_logs_one_line_per_candidate(caplog):
 
 def test_a_costly_fit_cut_by_the_time_limit_is_not_chosen_over_a_finished_one(monkeypatch):
     """The MLP output term (the better tail) is made to stop at the time limit on the heads: the search
-    returns the best candidate whose fit finished (the static output curve), and its message says why."""
+    returns the best candidate whose fit finished (the output offset), and its message says why."""
     import dataclasses
 
     import ceem_casadi.workflow._search as search_mod
@@ -350,11 +350,11 @@ def test_a_costly_fit_cut_by_the_time_limit_is_not_chosen_over_a_finished_one(mo
 
     monkeypatch.setattr(search_mod, "refine_output_error", cut)
     res = cc.identify(_user(), data, {"a": 0.5, "b": 0.5}, ceem=False,
-                      search=SearchOptions(augmentations=("output_poly", "mlp_output"), max_depth=1))
+                      search=SearchOptions(augmentations=("offset", "mlp_output"), max_depth=1))
     rows = {r["structure"]: r for r in res.search.rows}
     assert rows["user model + mlp_output(8)"]["verdict"].startswith("accepted")
-    assert rows["user model + mlp_output(8)"]["tail"] < rows["user model + output_poly(3)"]["tail"]
-    assert res.search.structure == "user model + output_poly(3)" and res.search.status == "converged"
+    assert rows["user model + mlp_output(8)"]["tail"] < rows["user model + offset"]["tail"]
+    assert res.search.structure == "user model + offset" and res.search.status == "converged"
     assert "mlp_output(8) has a lower tail RMS but the time limit cut its fit" in res.search.message
 
 
