@@ -69,6 +69,19 @@ def test_joint_step_equals_dense_levenberg_marquardt_solve(problem):
         np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-8)
 
 
+@pytest.mark.parametrize("check", ["plain", "observed parameters"])
+def test_joint_step_with_parameter_products_by_blas_equals_dense_solve(problem, monkeypatch, check):
+    """With many parameters (six coupled Lorenz: 288) the stage Functions return Jp and [r Jj], and the
+    joint step forms Jp'Jp, Jj'r and Jj'Jp by BLAS over the stages: the same dense solve."""
+    from ceem_casadi.objective import _stages
+
+    monkeypatch.setattr(_stages, "GRAM_BY_BLAS", 0)
+    if check == "plain":
+        test_joint_step_equals_dense_levenberg_marquardt_solve(problem)
+    else:
+        test_joint_step_with_observed_parameters_priors_and_bounds_equals_dense_solve()
+
+
 def test_newton_acceleration_reaches_the_plain_em_fixed_point_faster():
     model = lorenz.single_lorenz(process_std=0.01, measurement_std=0.01)
     data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(4, seed=10), 128, measurement_std=0.01,

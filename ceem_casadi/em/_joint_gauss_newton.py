@@ -12,7 +12,7 @@ from scipy.linalg.lapack import dpbtrf, dtbtrs, dtrtrs
 
 from ..objective._stages import stack_stages
 from ..runtime import _policy as policy
-from ..runtime._linalg import BufferedCall
+from ..runtime._linalg import BufferedCall, gram
 from ..smoothing._banded import release_heap
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,8 @@ class JointGaussNewton:
         if (name, n) not in self._calls:
             if (name, n) not in self._maps:
                 (f,) = self.stages.get(name, columns=sum(self.lengths))
-                self._maps[name, n] = f.map(n, "serial"), [f.sparsity_out(i).get_triplet() for i in range(f.n_out())]
+                self._maps[name, n] = (f.map(n, "serial"), [f.sparsity_out(i).get_triplet() for i in range(f.n_out())],
+                                       (f.name_out(0) == "jp") * f.size1_out(0))
             self._calls[name, n] = BufferedCall(self._maps[name, n][0])
         shared = [np.repeat(np.reshape(a, (-1, 1)), n, 1) for a in args[per_column:]]
         return self._calls[name, n](*args[:per_column], *shared)
@@ -164,11 +165,22 @@ class JointGaussNewton:
             n = args[0].shape[1]
             hp, g, *blocks = self._evaluate(name, args)  # (see StageFunctions' "obs_gn", "dyn_gn")
             (hr, hc), (gr, _) = self._maps[name, n][1][:2]
-            Hpp[hr, hc] += hp.reshape(n, -1)[:k].sum(0)
+            rows = self._maps[name, n][2]
+            if rows:    # Jp per stage (the "jp" output): its products over the k stages by BLAS
+                rJp = np.zeros((k, rows, 1 + nf))
+                rJp[:, hr, np.add(hc, 1)] = hp.reshape(n, -1)[:k]
+                Hpp += gram(rJp[:, :, 1:].reshape(k * rows, nf))
+            else:
+                Hpp[hr, hc] += hp.reshape(n, -1)[:k].sum(0)
             gp[gr] += g.reshape(n, -1)[:k].sum(0)
             for j in range(len(blocks) // 2):  # x_s's blocks, then x_{s+1}'s (in the next block row)
                 D[j:j + k] += blocks[2 * j].reshape(n, nx, nx)[:k]
-                R[j:j + k] += blocks[2 * j + 1].reshape(n, nx, 1 + nf)[:k]
+                if rows:    # [r Jj] (rows, 1 + nx) per stage: [Jj'r Jj'Jp] = Jj' [r Jp]
+                    rJ = blocks[2 * j + 1].reshape(n, 1 + nx, rows)[:k]
+                    rJp[:, :, 0] = rJ[:, 0, :]
+                    R[j:j + k] += np.einsum("kir,krc->kic", rJ[:, 1:, :], rJp)
+                else:
+                    R[j:j + k] += blocks[2 * j + 1].reshape(n, nx, 1 + nf)[:k]
             if len(blocks) > 2:
                 Off[:] = blocks[4].reshape(n, nx, nx)[:k]
         return Hpp, gp

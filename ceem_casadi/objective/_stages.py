@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 AUTO_COMPILE_INSTRUCTIONS = 20_000
 AUTO_COMPILE_WORK = 20_000_000
 MAX_COMPILE_INSTRUCTIONS = 300_000
+GRAM_BY_BLAS = 4_096   # entries of a stage's Jp'Jp above which the joint step forms it from Jp by BLAS
 # the Functions every smoothing NLP uses
 SMOOTHER_STAGES = ("obs_cost", "dyn_cost", "obs_x_grad", "dyn_x_grad", "obs_x_hess_triu", "dyn_x_hess_triu")
 
@@ -56,7 +57,9 @@ def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool, uppe
 
 def _gauss_newton(name, residual, wrt, p, free, inputs, in_names, times: bool) -> ca.Function:
     """Gauss-Newton blocks of one stage in its states ``wrt`` (one or two blocks x_s, x_{s+1} of nx) and the free
-    parameters ``p[free]``: ``(Jp'Jp, Jp'r)`` (sparse), then per block j ``tril(Jj'Jj), [Jj'r Jj'Jp]' (1 + n_free,
+    parameters ``p[free]``: ``(Jp'Jp, Jp'r)`` (sparse; when ``Jp'Jp`` has more than `GRAM_BY_BLAS` entries, ``Jp``
+    itself, and per block ``[r Jj]`` instead of ``[Jj'r Jj'Jp]'``, the products then formed by BLAS: six coupled
+    Lorenz, 288 parameters, took 3.3e6 instructions per stage in the VM), then per block j ``tril(Jj'Jj), [Jj'r Jj'Jp]' (1 + n_free,
     nx)`` and for two blocks ``J1'J0`` (dense; column-major, they read as numpy's triu(Jj'Jj), [Jj'r Jj'Jp] and
     J0'J1); with ``times``: ``Jj'Jp dz`` (nx,) per block for an extra input dz (n_free,)."""
     jp, nx = ca.jacobian(residual, p)[:, free], inputs[0].numel()
@@ -65,11 +68,14 @@ def _gauss_newton(name, residual, wrt, p, free, inputs, in_names, times: bool) -
         dz = ca.SX.sym("dz", len(free))
         return ca.Function(name + "_gn_dz", [*inputs, dz], [ca.densify(j.T @ (jp @ dz)) for j in jw], [*in_names, "dz"],
                            [f"hwp_dz{i}" for i in range(len(jw))])
-    out = [jp.T @ jp, jp.T @ residual]
+    by_blas = (jp.T @ jp).nnz() > GRAM_BY_BLAS   # many parameters: the products with Jp by BLAS over the stages
+    out = [jp if by_blas else jp.T @ jp, jp.T @ residual]
     for j in jw:
-        out += [ca.densify(ca.tril(j.T @ j)), ca.densify(ca.horzcat(j.T @ residual, j.T @ jp).T)]
+        out += [ca.densify(ca.tril(j.T @ j)),
+                ca.densify(ca.horzcat(residual, j) if by_blas else ca.horzcat(j.T @ residual, j.T @ jp).T)]
     out += [ca.densify(jw[1].T @ jw[0])] if len(jw) > 1 else []
-    return ca.Function(name + "_gn", inputs, out, in_names, ["hpp", "gp", "h0", "r0", "h1", "r1", "h01"][:len(out)])
+    return ca.Function(name + "_gn", inputs, out, in_names,
+                       ["jp" if by_blas else "hpp", "gp", "h0", "r0", "h1", "r1", "h01"][:len(out)])
 
 
 def _newton_terms(name, residual, wrt, inputs, in_names, hessian: str) -> ca.Function:
