@@ -86,7 +86,7 @@ class JointGaussNewton:
     def __init__(self, model, lengths, stages, *, use_prior: bool = True):
         self.model, self.lengths, self.stages = model, tuple(int(T) for T in lengths), stages
         self._obs_p = bool(stages.obs_uses_p)  # observation residuals depend on theta (else Jpo = 0)
-        self._maps: dict = {}  # stage Functions mapped over n stages, and each output's (rows, cols) of one stage
+        self._maps: dict = {}  # (name, n): the stage Function mapped over n stages, each output's (rows, cols), Jp's rows or 0
         self._calls: dict = {}  # their evaluation buffers, of one step (released after it)
         self.free = model.params.free_index
         mean, w = model.params.prior
@@ -106,8 +106,9 @@ class JointGaussNewton:
         if (name, n) not in self._calls:
             if (name, n) not in self._maps:
                 (f,) = self.stages.get(name, columns=sum(self.lengths))
+                jp_rows = f.size1_out(0) if f.name_out(0) == "jp" else 0   # Jp per stage instead of Jp'Jp
                 self._maps[name, n] = (f.map(n, "serial"), [f.sparsity_out(i).get_triplet() for i in range(f.n_out())],
-                                       (f.name_out(0) == "jp") * f.size1_out(0))
+                                       jp_rows)
             self._calls[name, n] = BufferedCall(self._maps[name, n][0])
         shared = [np.repeat(np.reshape(a, (-1, 1)), n, 1) for a in args[per_column:]]
         return self._calls[name, n](*args[:per_column], *shared)

@@ -57,19 +57,20 @@ def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool, uppe
 
 def _gauss_newton(name, residual, wrt, p, free, inputs, in_names, times: bool) -> ca.Function:
     """Gauss-Newton blocks of one stage in its states ``wrt`` (one or two blocks x_s, x_{s+1} of nx) and the free
-    parameters ``p[free]``: ``(Jp'Jp, Jp'r)`` (sparse; when ``Jp'Jp`` has more than `GRAM_BY_BLAS` entries, ``Jp``
-    itself, and per block ``[r Jj]`` instead of ``[Jj'r Jj'Jp]'``, the products then formed by BLAS: six coupled
-    Lorenz, 288 parameters, took 3.3e6 instructions per stage in the VM), then per block j ``tril(Jj'Jj), [Jj'r Jj'Jp]' (1 + n_free,
+    parameters ``p[free]``: ``(Jp'Jp, Jp'r)`` (sparse), then per block j ``tril(Jj'Jj), [Jj'r Jj'Jp]' (1 + n_free,
     nx)`` and for two blocks ``J1'J0`` (dense; column-major, they read as numpy's triu(Jj'Jj), [Jj'r Jj'Jp] and
-    J0'J1); with ``times``: ``Jj'Jp dz`` (nx,) per block for an extra input dz (n_free,)."""
+    J0'J1); with ``times``: ``Jj'Jp dz`` (nx,) per block for an extra input dz (n_free,). Above `GRAM_BY_BLAS`
+    entries of ``Jp'Jp``, ``Jp`` (output ``"jp"``) and ``[r Jj]`` (rows, 1 + nx) replace ``Jp'Jp`` and ``[Jj'r Jj'Jp]'``:
+    the joint step forms the products by BLAS (six coupled Lorenz, 288 parameters: 3.3e6 VM instructions a stage)."""
     jp, nx = ca.jacobian(residual, p)[:, free], inputs[0].numel()
     jw = [ca.jacobian(residual, w) for w in ca.vertsplit(wrt, nx)]
     if times:
         dz = ca.SX.sym("dz", len(free))
         return ca.Function(name + "_gn_dz", [*inputs, dz], [ca.densify(j.T @ (jp @ dz)) for j in jw], [*in_names, "dz"],
                            [f"hwp_dz{i}" for i in range(len(jw))])
-    by_blas = (jp.T @ jp).nnz() > GRAM_BY_BLAS   # many parameters: the products with Jp by BLAS over the stages
-    out = [jp if by_blas else jp.T @ jp, jp.T @ residual]
+    hpp = jp.T @ jp
+    by_blas = hpp.nnz() > GRAM_BY_BLAS   # many parameters: the products with Jp by BLAS over the stages
+    out = [jp if by_blas else hpp, jp.T @ residual]
     for j in jw:
         out += [ca.densify(ca.tril(j.T @ j)),
                 ca.densify(ca.horzcat(residual, j) if by_blas else ca.horzcat(j.T @ residual, j.T @ jp).T)]

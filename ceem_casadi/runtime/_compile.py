@@ -302,3 +302,12 @@ def compile_functions(functions: list[ca.Function], name: str = "ceem_stages",
     """Compiled versions of ``functions`` (same names, inputs and outputs): `start_compile` and wait.
     Raises ``RuntimeError`` when no compiler is found or compilation fails."""
     return [h.result() for h in start_compile(functions, name, timeout_s, jobs)]
+
+
+def compile_or_none(functions: list[ca.Function], name: str, logger, what: str) -> list[ca.Function] | None:
+    """`compile_functions`, or None when there is no compiler or it failed (`fallback_warning` about ``what``)."""
+    try:
+        return compile_functions(functions, name)
+    except RuntimeError as exc:
+        fallback_warning(logger, what, exc)
+        return None

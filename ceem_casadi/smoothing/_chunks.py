@@ -11,7 +11,7 @@ import casadi as ca
 import numpy as np
 
 from ..objective._stages import SMOOTHER_STAGES
-from ..runtime._compile import compile_functions, fallback_warning
+from ..runtime._compile import compile_or_none
 from ._banded import band_patterns, release_heap
 
 log = logging.getLogger(__name__)
@@ -59,13 +59,10 @@ def _newton_and_cost(stages, L: int, band_column: ca.Function, T: int) -> list[c
     """The ``"newton"`` and ``"cost"`` chunk Functions of a record of T steps, each compiled whole with its stage
     Functions when `StageFunctions.get` would compile those for T stages (per chunk 3.6x faster than the compiled
     stage Functions called from the virtual machine, and the same numbers: T = 2 x 10^5, 6 states)."""
-    if stages._to_compile(SMOOTHER_STAGES, T):
-        try:
-            return compile_functions([_chunk_function(stages, L, band_column, kind, True) for kind in ("newton", "cost")],
-                                     f"ceem_{stages.model.name}")
-        except RuntimeError as exc:
-            fallback_warning(log, "chunked smoothing objective", exc)
-    return [_chunk_function(stages, L, band_column, kind) for kind in ("newton", "cost")]
+    compiled = stages._to_compile(SMOOTHER_STAGES, T) and compile_or_none(
+        [_chunk_function(stages, L, band_column, kind, True) for kind in ("newton", "cost")],
+        f"ceem_{stages.model.name}", log, "chunked smoothing objective")
+    return compiled or [_chunk_function(stages, L, band_column, kind) for kind in ("newton", "cost")]
 
 
 def stage_on_pattern(T: int, L: int) -> np.ndarray:

@@ -9,6 +9,7 @@ import numpy as np
 import scipy.sparse as sps
 
 from ...io._data import Trajectories
+from ...runtime._compile import compile_or_none
 from ...runtime._linalg import BufferedCall
 from ...runtime._model_cache import cached
 from ._lm import EXPLODING, LeastSquaresProblem
@@ -78,13 +79,9 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
                           [ca.vertcat(gx_, ca.vec(ca.mtimes(gx, Sx)), ca.vec(ca.mtimes(gx, Sz) + gp))])
         na = xa.numel()
         if self.compiled:
-            try:
-                from ...runtime._compile import compile_functions
-
-                step, out = compile_functions([step, out], name=f"oe_sens_{model.name}")
-            except RuntimeError as exc:  # no compiler, or it failed: the SX virtual machine
-                logger.warning("output error: the sensitivity step was not compiled (%s); using CasADi's VM", exc)
-                self.compiled = False
+            compiled = compile_or_none([step, out], f"oe_sens_{model.name}", logger, "output error: the sensitivity step")
+            self.compiled = compiled is not None
+            step, out = compiled or (step, out)
         self._sens = [self._chunked(step, out, L, len(idx), na, nu, npar, nf) for L, idx in self.groups]
         # scatter indices: residual rows (obs column c, output j) -> r index c * ny + j
         cols_node, tcols = [], []
@@ -236,12 +233,8 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         sensitivities are); None when not finite."""
         if self.compiled and not self._F_compiled:
             self._F_compiled = True
-            try:
-                from ...runtime._compile import compile_functions
-
-                self.F = compile_functions([self.F], name=f"oe_residuals_{self.model.name}")[0]
-            except RuntimeError as exc:  # no compiler, or it failed: the virtual machine
-                logger.warning("output error: the residuals were not compiled (%s); using CasADi's VM", exc)
+            self.F = (compile_or_none([self.F], f"oe_residuals_{self.model.name}", logger,
+                                      "output error: the residuals") or [self.F])[0]
         r, g = (np.asarray(a, float).ravel() for a in self.F(w, *self._data))
         return (r, None, g, None) if np.all(np.isfinite(r)) and np.all(np.isfinite(g)) else None
 
