@@ -11,7 +11,7 @@ import numpy as np
 from scipy.linalg.lapack import dtbtrs
 
 from ..io._data import single_trajectory
-from ..runtime._compile import CompileCacheError, compile_functions, compiler, fallback_warning
+from ..runtime._compile import compile_or_none, compiler
 from ..runtime._linalg import BufferedCall
 from ..runtime._solve import check_deadline
 from ._kalman import forward, rts_smoother
@@ -219,14 +219,11 @@ class EKF:
         if want is None:
             want = compiler() is not None and T * self._step.n_instructions() >= AUTO_COMPILE_WORK
         if want and self._native is None:
-            try:
-                (self._native,) = compile_functions([self._step], f"ceem_ekf_{self.model.name}")
-            except RuntimeError as exc:
-                if self.compile and not isinstance(exc, CompileCacheError):  # an unwritable cache: fall back
-                    raise
-                fallback_warning(log, "EKF step", exc)
+            out = compile_or_none([self._step], f"ceem_ekf_{self.model.name}", log, "EKF step", strict=bool(self.compile))
+            if out is None:
                 self.compile = False  # no working compiler: the virtual machine from now on
                 return False
+            (self._native,) = out
         return bool(want)
 
     def _accumulator(self, n: int, native: bool) -> BufferedCall:

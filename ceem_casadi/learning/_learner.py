@@ -13,7 +13,7 @@ import numpy as np
 
 from ..learning._options import LearnerOptions
 from ..objective._stages import StageFunctions, stack_stages
-from ..runtime._compile import CompileCacheError, compile_functions, compiler, fallback_warning
+from ..runtime._compile import compile_or_none, compiler
 from ..runtime._result import Result
 from ..runtime._solve import ACCEPTABLE, grad_f_function, hess_lag_function, ipopt_options, solve
 from ._chunks import chunk_length, chunk_map, pack_columns
@@ -76,15 +76,27 @@ def weighted_stage_columns(model, data, xs: list[np.ndarray], weights=None):
     return (Xo, Uo, Yo, Mo, iv), (X0, X1, U0, iw)
 
 
-def learn_result(solver, sol: dict, theta_vec: np.ndarray, free: np.ndarray, wall: float) -> LearnResult:
-    """The `LearnResult` of one learning IPOPT solve: ``theta_vec`` (n_p,) with its ``free`` entries
-    replaced by ``sol["x"]``, IPOPT's status and iteration count, ``wall`` (s)."""
-    st = solver.stats()
+def learn_result(theta_vec, free: np.ndarray, z, cost, status: str, iterations: int, t0: float) -> LearnResult:
+    """The `LearnResult` of a learning step started at ``time.perf_counter()`` ``t0``: ``theta_vec``
+    (n_p,) with its ``free`` entries set to ``z``; successful when ``status`` is acceptable and all finite."""
     out = np.asarray(theta_vec, float).copy()
-    out[free] = np.asarray(sol["x"]).ravel()
-    status = st["return_status"]
-    return LearnResult(out, float(sol["f"]), status, status in ACCEPTABLE and np.all(np.isfinite(out)),
-                       int(st["iter_count"]), wall)
+    out[free] = np.asarray(z, float).ravel()
+    return LearnResult(out, float(cost), status, status in ACCEPTABLE and bool(np.all(np.isfinite(out))),
+                       int(iterations), time.perf_counter() - t0)
+
+
+def ipopt_result(solver, sol: dict, theta_vec, free: np.ndarray, t0: float, steps: int) -> LearnResult:
+    """`learn_result` of the IPOPT solve ``sol`` after ``steps`` Newton steps."""
+    st = solver.stats()
+    return learn_result(theta_vec, free, sol["x"], sol["f"], st["return_status"], st["iter_count"] + steps, t0)
+
+
+def symmetric(triu_cols: np.ndarray, n: int) -> np.ndarray:
+    """The symmetric (n, n) matrix of its column-major upper triangle ``triu_cols`` (n (n + 1) / 2,)."""
+    H = np.zeros((n, n))
+    rows, cols = np.tril_indices(n)  # (col, row) pairs of the column-major upper triangle
+    H[cols, rows] = triu_cols
+    return np.triu(H) + np.triu(H, 1).T
 
 
 def _shared_p(fun: ca.Function) -> list[bool]:
@@ -294,15 +306,11 @@ class Learner:
     def _compiled(self, fun: ca.Function) -> ca.Function:
         """``fun`` compiled unless ``options.compile`` is False or no compiler exists (then, and when
         compilation fails, the SX Function itself); cached per machine like the stage Functions."""
-        if self.options.compile is False or (self.options.compile is None and compiler() is None):
+        want = self.options.compile
+        if want is False or (want is None and compiler() is None):
             return fun
-        try:
-            return compile_functions([fun], f"ceem_{self.model.name}_learn")[0]
-        except RuntimeError as exc:
-            if self.options.compile and not isinstance(exc, CompileCacheError):  # an unwritable cache: fall back
-                raise
-            fallback_warning(log, "per-stage learning terms", exc)
-            return fun
+        out = compile_or_none([fun], f"ceem_{self.model.name}_learn", log, "per-stage learning terms", strict=bool(want))
+        return fun if out is None else out[0]
 
     def parameter_vector(self, theta_vec, data, xs, rho: float, weights=None) -> np.ndarray:
         """The NLP parameter of a learning solve (data columns, noise weights, trust-region centre)."""
@@ -371,14 +379,9 @@ class Learner:
         z0, lower, upper = np.asarray(theta_vec, float)[self.free], params.lower[self.free], params.upper[self.free]
         z, cost, steps = self._newton(z0, P, lower, upper)  # near the optimum: Newton (learning/_newton.py)
         if cost is not None:
-            out = np.asarray(theta_vec, float).copy()
-            out[self.free] = z
-            return LearnResult(out, cost, "Solve_Succeeded", bool(np.all(np.isfinite(out))), steps,
-                               time.perf_counter() - t0)
+            return learn_result(theta_vec, self.free, z, cost, "Solve_Succeeded", steps, t0)
         sol = solve(self.solver, x0=z, p=P, lbx=lower, ubx=upper)
-        res = learn_result(self.solver, sol, theta_vec, self.free, time.perf_counter() - t0)
-        res.iterations += steps
-        return res
+        return ipopt_result(self.solver, sol, theta_vec, self.free, t0, steps)
 
     def _newton(self, z, P, lower, upper):
         """`newton_steps` with the solver's own cost, gradient and Hessian (trust region and prior

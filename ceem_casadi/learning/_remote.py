@@ -12,7 +12,7 @@ import numpy as np
 from ..objective._exact_sum import SplitSum, combine
 from ..runtime._callbacks import SparsityCallback
 from ..runtime._solve import ipopt_options, solve
-from ._learner import LearnResult, learn_result
+from ._learner import LearnResult, ipopt_result, learn_result, symmetric
 from ._newton import NEWTON_STEPS, newton_steps
 
 
@@ -180,29 +180,18 @@ class RemoteLearner:
         if self._error is not None:
             raise self._error
         if cost is not None:
-            out = np.asarray(theta_vec, float).copy()
-            out[self.free] = z
-            return LearnResult(out, cost, "Solve_Succeeded", bool(np.all(np.isfinite(out))), steps,
-                               time.perf_counter() - t0)
-        res = learn_result(self.solver, sol, theta_vec, self.free, time.perf_counter() - t0)
-        res.iterations += steps
-        return res
+            return learn_result(theta_vec, self.free, z, cost, "Solve_Succeeded", steps, t0)
+        return ipopt_result(self.solver, sol, theta_vec, self.free, t0, steps)
 
     def _newton(self, z, p, lower, upper):
         """`newton_steps` on the summed terms (with the remote engine, each round fetches cost,
         gradient and Hessian together; the pieces' cost and gradient, then the Hessian)."""
         if self.hessian == "limited-memory":
             return z, None, 0
-        reg = 2 * self._split(p)[1] + self._split(p)[3] ** 2
-        rows, cols = np.tril_indices(self.n)
-
-        def hessian(z):
-            H = np.zeros((self.n, self.n))
-            H[cols, rows] = self._hessian(z)
-            return np.triu(H) + np.triu(H, 1).T + np.diag(reg)
-
+        reg = np.diag(2 * self._split(p)[1] + self._split(p)[3] ** 2)
         steps = min(NEWTON_STEPS, self.options.max_iters)
-        return newton_steps(lambda z: self._value(z, p, "grad"), hessian, z, lower, upper, self.options.tol, steps)
+        return newton_steps(lambda z: self._value(z, p, "grad"), lambda z: symmetric(self._hessian(z), self.n) + reg,
+                            z, lower, upper, self.options.tol, steps)
 
     def hessian_matrix(self, theta_vec, data, xs) -> np.ndarray | None:
         """As [`ceem_casadi.learning.Learner.hessian_matrix`][ceem_casadi.learning.Learner.hessian_matrix]: data terms + prior, no trust region."""
@@ -215,8 +204,4 @@ class RemoteLearner:
             (h,) = self._remote(z, "hess")
         finally:
             self._end(t0)
-        H = np.zeros((self.n, self.n))
-        rows, cols = np.tril_indices(self.n)
-        H[cols, rows] = h
-        H = np.triu(H) + np.triu(H, 1).T
-        return H + np.diag(self._p(theta_vec, 0.0)[2 * self.n + 1:] ** 2)
+        return symmetric(h, self.n) + np.diag(self._p(theta_vec, 0.0)[2 * self.n + 1:] ** 2)

@@ -304,10 +304,14 @@ def compile_functions(functions: list[ca.Function], name: str = "ceem_stages",
     return [h.result() for h in start_compile(functions, name, timeout_s, jobs)]
 
 
-def compile_or_none(functions: list[ca.Function], name: str, logger, what: str) -> list[ca.Function] | None:
-    """`compile_functions`, or None when there is no compiler or it failed (`fallback_warning` about ``what``)."""
+def compile_or_none(functions: list[ca.Function], name: str, logger, what: str,
+                    strict: bool = False) -> list[ca.Function] | None:
+    """`compile_functions`, or None when there is no compiler or it failed (`fallback_warning` about ``what``);
+    ``strict`` (compilation asked for): only an unusable cache folder falls back, other failures raise."""
     try:
         return compile_functions(functions, name)
     except RuntimeError as exc:
+        if strict and not isinstance(exc, CompileCacheError):
+            raise
         fallback_warning(logger, what, exc)
         return None
