@@ -9,9 +9,6 @@ import numpy as np
 
 from ..runtime import _policy as policy
 
-# stages per chunk (policy.LEARN_CHUNK), and the smallest number of dynamics stages laid out in
-# chunks (policy.LEARN_CHUNK_FROM): runtime/_policy.py
-
 
 def chunk_length(n_dyn: int) -> int:
     """Chunk length for a learner over ``n_dyn`` dynamics stages (0: the plain layout)."""
@@ -19,24 +16,9 @@ def chunk_length(n_dyn: int) -> int:
 
 
 def pack_columns(arrays, zero_pad, L: int) -> np.ndarray:
-    """Flat chunk-major data block of per-stage column arrays.
-
-    Parameters
-    ----------
-    arrays : list of numpy.ndarray
-        (r_i, n) arrays, the same n stages each.
-    zero_pad : list of bool
-        Per array: pad with zeros (noise weights, masks, outputs) or with its last column
-        (states, inputs: finite wherever the data is).
-    L : int
-        Stages per chunk.
-
-    Returns
-    -------
-    numpy.ndarray
-        (K c,) with K = ceil(n / L) and c = L sum r_i: chunk k is the concatenation over i of
-        ``vec(arrays[i][:, kL:(k+1)L])`` (column-major).
-    """
+    """(K c,) chunk-major block of the (r_i, n) per-stage ``arrays`` in chunks of L stages (K = ceil(n / L)): chunk k
+    is ``vec(arrays[i][:, kL:(k+1)L])`` over i, padded with zeros (``zero_pad[i]``: outputs, masks, weights) or the
+    last column (states, inputs)."""
     n = arrays[0].shape[1]
     K = -(-n // L)
     blocks = []
@@ -48,15 +30,8 @@ def pack_columns(arrays, zero_pad, L: int) -> np.ndarray:
 
 
 def chunk_map(fun: ca.Function, p_index: int, L: int, K: int, reduce: bool, D: ca.MX, p: ca.MX) -> list:
-    """The outputs of ``fun`` over the K L stages of a chunk-major block ``D`` (c, K).
-
-    ``fun``: a stage Function whose input ``p_index`` (given: ``p``) is shared by all stages
-    (the parameters) and whose other inputs are per-stage columns, stored in D's columns as
-    `pack_columns` lays them out. ``reduce``: outputs summed over the stages, else
-    stacked horizontally in stage order (stages past the data at the end). The outer map over
-    the chunks is a plain one (no MX wrapper of the (c, K) block; summing its K small outputs
-    is ``repsum``), so nothing but D itself is O(K L).
-    """
+    """The outputs of the stage Function ``fun`` (input ``p_index`` the shared ``p``) over the K L stages of a
+    `pack_columns` block ``D`` (c, K): summed (``reduce``) or stacked in stage order; nothing but D is O(K L)."""
     rows = [fun.size1_in(i) for i in range(fun.n_in()) if i != p_index]
     offsets = np.concatenate([[0], np.cumsum(rows) * L]).astype(int).tolist()
     Dc, pc = ca.MX.sym("D", offsets[-1]), ca.MX.sym("p", fun.size1_in(p_index))

@@ -10,10 +10,7 @@ from ..runtime._solve import STALL_OBJ_CHANGE, expired
 
 NEWTON_STEPS = 8  # Newton steps of a learning step before IPOPT takes over
 ARMIJO = 1e-4     # sufficient decrease of a Newton step (with 10 eps |f| of round-off, as IPOPT's)
-# a Newton step predicting a decrease below NEWTON_TOL max(1, |f|) ends the learning step (converged;
-# quadratic convergence: the step before predicted ~1e-7) at the learner's default tol 1e-9, scaled
-# with tol^2 (as the decrease with ||g||^2); a failed line search below STALL_OBJ_CHANGE = 1e-12 of it
-# too (round-off), above it hands over to IPOPT
+# converged: a predicted decrease below NEWTON_TOL max(1, |f|) at the learner's tol NEWTON_AT_TOL (scaled with tol^2)
 NEWTON_TOL, NEWTON_AT_TOL = 1e-14, 1e-9
 
 
@@ -27,31 +24,9 @@ def _step(H, g):
 
 
 def newton_steps(value, hessian, z, lower, upper, tol: float, max_steps: int = NEWTON_STEPS):
-    """Newton steps from ``z`` (n,) within ``lower < z < upper`` (docs/long_records.md).
-
-    Parameters
-    ----------
-    value : callable
-        ``value(z) -> (f, g)``: the objective and its gradient (n,).
-    hessian : callable
-        ``hessian(z) -> H`` (n, n), symmetric.
-    z, lower, upper : numpy.ndarray
-        Start and bounds (n,).
-    tol : float
-        The learner's (IPOPT) tolerance; the decrease threshold is ``NEWTON_TOL (tol / 1e-9)^2``
-        of ``max(1, |f|)``.
-    max_steps : int
-        Steps before handing over.
-
-    Returns
-    -------
-    (z, f, steps)
-        ``f`` a float once converged (predicted decrease below the threshold, or a full step that
-        predicted less than ``STALL_OBJ_CHANGE`` of ``max(1, |f|)`` failed Armijo's test at
-        round-off), else None: IPOPT continues from ``z``, the last accepted iterate. At a new
-        point the predicted decrease is first judged with the previous point's Hessian (the step
-        that confirms convergence then costs no Hessian).
-    """
+    """Up to ``max_steps`` Newton steps from ``z`` (n,) within ``lower < z < upper`` (n,) on ``value(z) -> (f, g)``
+    and ``hessian(z) -> H`` (n, n): ``(z, f, steps)``, ``f`` a float once converged (predicted decrease below
+    ``NEWTON_TOL (tol / 1e-9)^2 max(1, |f|)``), else None: IPOPT continues from ``z`` (docs/long_records.md)."""
     z = np.asarray(z, float)
     if not np.all((lower < z) & (z < upper)):
         return z, None, 0

@@ -13,8 +13,6 @@ from ._learner import Learner
 from ._remote import RemoteLearner
 from ._terms import piece_terms
 
-# from policy.PIECE_FROM samples on (learning/_factory.py), in pieces of policy.PIECE_LENGTH steps
-
 
 def piece_bounds(T: int, L: int) -> list[tuple[int, int]]:
     """``[(a, e), ...]``: pieces of samples a .. e - 1 (at most L + 1 of them), consecutive pieces
@@ -41,21 +39,9 @@ class _LocalLearner(RemoteLearner):
 
 
 class PieceEngine:
-    """Learning data terms of every trajectory's pieces (docs/long_records.md); provides the
-    engine interface of `RemoteLearner`, whose instance is
-    ``self.learner``.
-
-    Parameters
-    ----------
-    model : StateSpaceModel
-    options : LearnerOptions
-    stages : StageFunctions, optional
-        Shared with the smoother.
-    piece : int, optional
-        Stages per piece (default ``policy.PIECE_LENGTH``).
-    columns : int, optional
-        Stages of all the records together (the stage Functions are compiled as for them).
-    """
+    """Learning data terms of every trajectory's pieces of ``piece`` stages (default ``policy.PIECE_LENGTH``),
+    the engine of the `RemoteLearner` ``self.learner``; the stage Functions compiled as for ``columns`` stages
+    (docs/long_records.md)."""
 
     def __init__(self, model, options, stages=None, piece: int | None = None, columns: int | None = None):
         self.model, self.piece, self.stages, self.columns = model, int(piece or policy.PIECE_LENGTH), stages, columns
@@ -71,10 +57,8 @@ class PieceEngine:
         return self._learners[n]
 
     def learning_session(self, theta_vec, xs) -> list:
-        """Each piece's (learner, NLP parameter vector) at ``theta_vec`` and the states ``xs``. The
-        vectors are built once per data set and later only their states and parameters rewritten
-        in place (`_rewrite`): rebuilding them took 0.6 s per learning step at T = 10^6 (6 states),
-        a third of the step's floor."""
+        """Each piece's (learner, NLP parameter vector) at ``theta_vec`` and the states ``xs``: built once per
+        data set, then only rewritten in place (`_rewrite`; docs/long_records.md)."""
         data = self.data
         if self._session is not None and self._session[0] is data:
             return self._rewrite(self._session[1], theta_vec, xs)

@@ -99,11 +99,8 @@ class RemoteLearner:
         return self._cache[key]
 
     def _fetch(self, z, what: str) -> str:
-        """What to fetch at ``z`` when IPOPT asks for ``what`` ("f" or "grad"). With a Hessian,
-        everything in one round (line-search trial points are rarely rejected). Limited-memory:
-        the cost alone at a trial point, the gradient when IPOPT asks for it (at accepted points):
-        measured at the helicopter size, 4.5 trial points per iteration, a cost 1/3 of a cost and
-        gradient, so one round trip more per iteration saves ~40 % of the shards' work."""
+        """What to fetch at ``z`` when IPOPT asks for ``what`` ("f" or "grad"): everything in one round with a
+        Hessian; limited-memory: the cost alone at trial points (docs/long_records.md)."""
         if self.hessian != "limited-memory":
             return "all"
         if what == "f" and ("grad", z.tobytes()) in self._cache:

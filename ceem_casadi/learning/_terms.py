@@ -47,10 +47,8 @@ def terms_of(learner, P, z, what: str):
 
 
 def _call(learner, key, fun: ca.Function, *args) -> list[np.ndarray]:
-    """``fun(*args)`` as dense numpy arrays (copies). With a numpy ``P`` (the pieces of a long record)
-    through CasADi's buffer interface, kept per learner and ``key``: the DM conversions of a plain
-    call (a piece's P has ~3 10^5 entries, its per-stage costs 4 10^4) took 8.5 of the 21 s of one
-    learning step at T = 10^6 (6 states, 50 pieces). Otherwise (a DM ``P``) a plain call."""
+    """``fun(*args)`` as dense numpy arrays (copies); with a numpy ``P`` (pieces of a long record) through a
+    `BufferedCall` kept per learner and ``key`` (docs/long_records.md), else a plain call."""
     if not isinstance(args[-1], np.ndarray):
         return [np.asarray(o.full() if isinstance(o, ca.DM) else o) for o in _as_list(fun(*args))]
     cache = learner.__dict__.setdefault("_buffered_calls", {})
@@ -80,12 +78,8 @@ def _hessian_triangle(learner, solver, z, P) -> np.ndarray:
 
 
 def piece_terms(learner, P, z, what: str):
-    """As `terms_of`, for the pieces of a long record (`ceem_casadi.learning._pieces`): the sums
-    formed by CasADi's maps from the learner's compiled stage Functions (the cost: ``cost_function``;
-    cost and gradient: the solver's ``nlp_grad_f``, one pass; the Hessian: ``nlp_hess_l``) and added
-    over the pieces in their fixed order. A piece's split never changes, so the exact sums of a
-    distributed fit (whose shards may) are not needed; with them a piece's cost and gradient, per
-    stage and summed by `split_sums`, took 1.6 times the floor of a whole learning evaluation."""
+    """As `terms_of`, for the pieces of a long record (`ceem_casadi.learning._pieces`): plain sums by CasADi's
+    maps of the learner's compiled Functions, added over the pieces in their fixed order (docs/long_records.md)."""
     t0 = time.perf_counter()
     z = np.asarray(z, float)
     if what not in ("f", "grad", "hess", "all"):

@@ -11,25 +11,10 @@ from ._banded import COST, DIRECTION, NEWTON, BandedNewton, NewtonOutcome, band_
 
 
 def stacked_directions(requests, nx: int, T: int) -> list[np.ndarray | None]:
-    """Newton directions of m block-tridiagonal systems by one banded Cholesky factorisation.
-
-    Parameters
-    ----------
-    requests : sequence of tuple
-        m tuples ``(nz, d0, g, shift)`` as yielded by ``BandedNewton.steps`` with ``DIRECTION``:
-        the block columns' nonzeros ``nz`` (T, k) (k = nx^2 + nx (nx + 1) / 2, layout of
-        `band_storage`), ``d0`` (nx,) added to the first
-        nx diagonal entries, the gradient ``g`` (nx T,) and the shift (a float added to the diagonal).
-    nx, T : int
-        Block size and number of blocks of every system.
-
-    Returns
-    -------
-    list of numpy.ndarray or None
-        ``d`` (nx T,) solving ``(H + shift I) d = -g`` for each request, None where H + shift I is
-        not numerically positive definite or d is not finite (as
-        `BandedNewton.direction`). A system
-        that fails is dropped and the others are factorised again (one more call per failure).
+    """Newton directions ``d`` (nx T,) of m block-tridiagonal systems ``(H + shift I) d = -g`` by one banded
+    Cholesky factorisation; ``requests``: m ``(nz, d0, g, shift)`` as ``BandedNewton.steps`` yields with
+    ``DIRECTION``. None where a system is not positive definite or d not finite (that system is dropped and
+    the others factorised again).
 
     Examples
     --------
@@ -73,24 +58,9 @@ def stacked_directions(requests, nx: int, T: int) -> list[np.ndarray | None]:
 
 
 def solve_many(newton: BandedNewton, x0s, objective) -> list[NewtonOutcome]:
-    """Run ``newton``'s damped Newton method on B problems at once (docs/algorithms.md).
-
-    Parameters
-    ----------
-    newton : BandedNewton
-        Block size, length, iteration limit and tolerance shared by every problem.
-    x0s : sequence of numpy.ndarray
-        B starting points (nx T,).
-    objective : object
-        ``newton_many(idx, xs) -> [(f, g, nz, d0), ...]`` and ``cost_many(idx, xs) -> [f, ...]``:
-        the answers of ``BandedNewton.steps``'s ``NEWTON`` and ``COST`` requests for the problems
-        ``idx`` (list of int) at the points ``xs``, each in one evaluation, e.g.
-        `BatchObjective`.
-
-    Returns
-    -------
-    list of NewtonOutcome
-        One per problem, in order.
+    """``newton``'s damped Newton method on B problems from ``x0s`` (B arrays (nx T,)), one `NewtonOutcome`
+    each: ``objective.newton_many(idx, xs)`` and ``cost_many(idx, xs)`` answer the ``NEWTON`` and ``COST``
+    requests of the problems ``idx`` in one evaluation (e.g. `BatchObjective`); docs/algorithms.md.
 
     Examples
     --------
