@@ -1,8 +1,6 @@
-"""Damped Newton (or Gauss-Newton) steps for the unconstrained smoothing NLP, whose Hessian is block
-tridiagonal: ``(H + delta I) d = -g`` by LAPACK's banded Cholesky, an Armijo line search on the true
-objective, IPOPT's shift rule, scaling, stopping tests and status names, and Newton's decrement as a
-second stopping test. The method, its constants and measurements: docs/long_records.md ("The banded
-Newton smoother").
+"""Damped Newton (or Gauss-Newton) steps for the unconstrained smoothing NLP, whose Hessian is block tridiagonal:
+LAPACK's banded Cholesky, an Armijo line search, IPOPT's shift rule, stopping tests and status names, and Newton's
+decrement; the method, its constants and measurements: docs/long_records.md ("The banded Newton smoother").
 """
 from __future__ import annotations
 
@@ -21,23 +19,14 @@ MAX_RETRIES = 12        # shift increases after failed line searches, per iterat
 SHIFT_FIRST, SHIFT_MIN, SHIFT_MAX = 1e-4, 1e-20, 1e40  # IPOPT's delta_w_0, _min, _max (scaled units)
 DECREMENT_AT_TOL = 1e-8  # the tol (SmootherOptions' default) at which Newton's decrement stops at STALL_OBJ_CHANGE
 NEWTON, COST, DIRECTION = "newton", "cost", "direction"  # the requests of BandedNewton.steps
-# stop when the objective has not changed (relative 1e-12) for this many steps in a row although
-# the stationarity test is not met: Newton steps at round-off level (six coupled Lorenz near the
-# end of a fit, sigma_w = 1e-3: f constant to 12 digits and ||g|| stuck at 2e-4 for 100 steps);
-# status Search_Direction_Becomes_Too_Small (usable, as IPOPT's)
+# steps with f unchanged (relative 1e-12) before Search_Direction_Becomes_Too_Small (docs/performance.md)
 STALL_STOP = 10
 
 
 def band_patterns(nx: int):
-    """Where the nonzeros of one block column go in LAPACK's upper band storage.
-
-    The smoother's band Functions (`ceem_casadi.smoothing._smoother.band_column_functions`) emit,
-    per block column t and column j of it, the nx entries of the block above (rows of block
-    t-1) and then rows 0..j of the diagonal block. With ``u = 2 nx - 1`` super-diagonals,
-    matrix entry (r, c) lives in ``ab[u + r - c, c]``. Returns ``(cols, rows)``: int arrays of
-    length ``nx^2 + nx (nx + 1) / 2``, the column j within the block and the band row of each
-    nonzero.
-    """
+    """``(cols, rows)`` (nx^2 + nx (nx + 1) / 2,) of one block column's nonzeros in LAPACK's upper band storage
+    (entry (r, c) at ``ab[2 nx - 1 + r - c, c]``): the column within the block and the band row, for the order
+    `band_column_functions` emits them in (per column j: the nx entries of the block above, then rows 0..j)."""
     cols, rows = [], []
     for j in range(nx):
         cols += [j] * (nx + j + 1)
@@ -89,23 +78,10 @@ class NewtonOutcome:
 
 
 class BandedNewton:
-    """Damped Newton solver for ``min_x f(x)`` with a block-tridiagonal Hessian.
-
-    Parameters
-    ----------
-    nx, T : int
-        Block size and number of blocks (x has nx T entries, block t = x[t nx : (t + 1) nx]).
-    max_iter : int
-        Newton step limit.
-    tol : float
-        Scaled stationarity tolerance (as IPOPT's ``tol``; see the module docstring).
-
-    The objective is given to `solve`: an object with ``newton(x) -> (f, g (nx T,),
-    nz (T, k), d0 (nx,))`` (objective, gradient, the Hessian's block-column nonzeros as in
-    `band_storage`, a vector added to the first nx diagonal entries) and ``cost(x) -> f``
-    (the same objective, for the line search), e.g.
-    `ceem_casadi.smoothing._chunks.ChunkedObjective`.
-    """
+    """Damped Newton solver for ``min_x f(x)``, x (nx T,) in T blocks of nx, with a block-tridiagonal Hessian;
+    ``max_iter`` steps at most, ``tol`` the scaled stationarity tolerance (as IPOPT's). The objective given to
+    `solve` has ``newton(x) -> (f, g (nx T,), nz (T, k), d0 (nx,))`` (nz as in `band_storage`, d0 added to the
+    first nx diagonal entries) and ``cost(x) -> f``, e.g. `ceem_casadi.smoothing._chunks.ChunkedObjective`."""
 
     def __init__(self, nx: int, T: int, max_iter: int, tol: float):
         self.nx, self.T = nx, T
@@ -189,14 +165,9 @@ class BandedNewton:
                 _, _, nz, d0 = yield NEWTON, x
 
     def steps(self, x0: np.ndarray):
-        """The solver as a generator, for callers that answer the requests of many solves at once
-        (`ceem_casadi.smoothing._batched_newton.solve_many`).
-
-        Yields ``(kind, argument)`` requests and expects their answers sent back:
-        ``(NEWTON, x)`` -> ``(f, g, nz, d0)`` as ``objective.newton(x)``; ``(COST, x)`` -> f as
-        ``objective.cost(x)``; ``(DIRECTION, (nz, d0, g, shift))`` -> `direction`'s result (which may
-        overwrite ``nz``). Returns (``StopIteration.value``) the `NewtonOutcome`.
-        """
+        """The solver as a generator of ``(kind, argument)`` requests (`solve_many` answers many at once):
+        ``(NEWTON, x)`` -> ``objective.newton(x)``, ``(COST, x)`` -> ``objective.cost(x)``, ``(DIRECTION, (nz, d0,
+        g, shift))`` -> `direction`'s result (may overwrite nz); returns the `NewtonOutcome`."""
         x = np.asarray(x0, float)  # never written in place (a copy only if it is returned unchanged, below)
         scale, shift_last, max_shift, it, stalled = None, 0.0, 0.0, 0, 0
         while True:
