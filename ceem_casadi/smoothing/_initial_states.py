@@ -17,15 +17,8 @@ Q_CANDIDATES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
 def process_noise_scores(model, theta_vec, data, *, x0, Sigma0, R, ekf: EKF,
                          steps: int | None = FROM_POLICY) -> list[tuple[float, np.ndarray]]:
-    """The EKF's marginal log-likelihood of each candidate process-noise variance, best first.
-
-    Candidates: ``max(process_std**2, q)`` per state for q in ``Q_CANDIDATES`` (duplicates run
-    once). Each is scored by the EKF's log-likelihood of the first ``steps`` samples of every
-    trajectory (all samples when ``steps`` is None or a trajectory is shorter), summed over
-    trajectories; a candidate whose filter breaks down (non-finite log-likelihood or states, a
-    failed factorisation) is left out. Returns ``[(loglik, Q (nx,)), ...]`` sorted by
-    decreasing log-likelihood (possibly empty).
-    """
+    """``[(loglik, Q (nx,)), ...]`` best first: the EKF's log-likelihood of the first ``steps`` samples (None: all) of
+    every trajectory, summed, for each of `_candidates`; candidates whose filter breaks down are left out."""
     steps = policy.SELECT_STEPS if steps == FROM_POLICY else steps
     out = []
     for Qc in _candidates(model):
@@ -55,16 +48,9 @@ def _candidates(model) -> list[np.ndarray]:
 
 def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, ekf: EKF | None = None,
                select_steps: int | None = FROM_POLICY, stop_at_deadline: bool = False) -> list[np.ndarray]:
-    """EKF + RTS smoothed means (T_b, nx) of every trajectory.
-
-    Defaults: ``x0`` = the model's ``x1_mean`` (else zeros), ``Sigma0`` = ``x1_std**2`` (else 100 I),
-    ``R = diag(measurement_std**2)`` and ``Q = diag(max(process_std**2, q))`` with the scalar ``q`` of
-    ``Q_CANDIDATES`` whose EKF has the highest log-likelihood on the first ``select_steps`` samples of
-    each trajectory (``None``: all; docs/algorithms.md says why). ``ekf``: a prebuilt
-    [`EKF`][ceem_casadi.filtering.EKF] of ``model`` to reuse. A trajectory is filtered from its first
-    observed sample (the states before it repeat that one). ``stop_at_deadline``: raise
-    ``runtime._solve.TimeLimitReached`` between EKF chunks once the thread's deadline has passed.
-    """
+    """EKF + RTS smoothed means (T_b, nx) of every trajectory, the process noise chosen among ``Q_CANDIDATES`` by
+    the EKF's likelihood on the first ``select_steps`` samples; defaults of ``x0``, ``Sigma0``, ``Q``, ``R`` and
+    the rules: docs/algorithms.md ("Initial states"). ``ekf``: a prebuilt `EKF` of ``model`` to reuse."""
     select_steps = policy.SELECT_STEPS if select_steps == FROM_POLICY else select_steps
     noise, nx = model.noise, model.nx
     x0 = (noise.x1_mean if noise.x1_mean is not None else np.zeros(nx)) if x0 is None else np.asarray(x0, float)

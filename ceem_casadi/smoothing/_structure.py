@@ -56,12 +56,8 @@ class SmoothResult(Result):
 
 
 def block_tridiagonal_upper(nx: int, T: int) -> ca.Sparsity:
-    """Sparsity of the upper triangle of a block-tridiagonal (nx*T)^2 matrix with (nx, nx) blocks.
-
-    Column ``c = t*nx + j`` holds the nx rows of block row t-1 (if t > 0), then rows
-    ``t*nx .. t*nx + j`` of its own block: the order in which `band_column_functions`
-    emits the nonzeros.
-    """
+    """Sparsity of the upper triangle of a block-tridiagonal (nx T)^2 matrix of (nx, nx) blocks: column
+    ``t nx + j`` holds the block above's nx rows, then rows ``t nx .. t nx + j`` (`band_column_functions`' order)."""
     if T == 1:
         return ca.Sparsity.upper(nx)
     diag = ca.kron(ca.DM(ca.Sparsity.diag(T), 1), ca.DM(ca.Sparsity.upper(nx), 1)).sparsity()
@@ -70,18 +66,10 @@ def block_tridiagonal_upper(nx: int, T: int) -> ca.Sparsity:
 
 
 def band_column_functions(nx: int) -> tuple[ca.Function, ca.Function]:
-    """SX Functions giving the nonzeros of one block column of the upper triangle of the
-    smoothing Hessian, in the column-major order of `block_tridiagonal_upper`.
-
-    ``first(ho, hd_next, d)`` for block column 0 and ``column(ho, hd_prev, hd_next, d)`` for
-    t > 0, with ``ho`` (nx, nx) the observation stage Hessian at t, ``hd_prev`` / ``hd_next``
-    (2nx, 2nx) the dynamics stage Hessians of (x_{t-1}, x_t) and (x_t, x_{t+1}) (zero at the
-    end) and ``d`` (nx,) added to the diagonal. The diagonal block is
-    ``ho + hd_next[:nx, :nx] + hd_prev[nx:, nx:] + diag(d)``, the block above it
-    ``hd_prev[:nx, nx:]``: only upper triangles are read (the stage Functions compute no
-    more, ``*_x_hess_triu``). Mapped over time, the outputs stacked column by column are the Hessian's
-    nonzeros (no index vector of size nnz is stored).
-    """
+    """``(first, column)``: SX Functions of one block column's nonzeros of the smoothing Hessian's upper triangle
+    (`block_tridiagonal_upper` order). ``column(ho, hd_prev, hd_next, d)`` (``first`` without hd_prev, for t = 0):
+    diagonal block ``ho + hd_next[:nx, :nx] + hd_prev[nx:, nx:] + diag(d)``, block above ``hd_prev[:nx, nx:]``,
+    from the observation stage Hessian ho (nx, nx) and the dynamics stage Hessians (2nx, 2nx) around t."""
     n = nx
     ho, d = ca.SX.sym("ho", n, n), ca.SX.sym("d", n)
     hp, hn = ca.SX.sym("hd_prev", 2 * n, 2 * n), ca.SX.sym("hd_next", 2 * n, 2 * n)
