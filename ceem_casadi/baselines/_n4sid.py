@@ -122,11 +122,8 @@ def _lstsq_rows(T: np.ndarray, M: np.ndarray) -> np.ndarray:
 
 
 def _oblique(L, target, along, onto, k) -> np.ndarray:
-    """Coefficients (in the Q basis) of ``rows(target) /_{rows(along)} rows(onto)``.
-
-    The rows of ``target`` are projected on the span of the first ``k`` rows of Q (which must contain
-    ``along`` and ``onto``) and split into their ``onto`` and ``along`` components.
-    """
+    """Coefficients (in the Q basis) of ``rows(target) /_{rows(along)} rows(onto)``: ``target`` projected on the first
+    ``k`` rows of Q (which contain ``along`` and ``onto``), its ``onto`` component."""
     M = np.vstack([L[onto, :k], L[along, :k]])
     c = _lstsq_rows(L[target, :k], M)
     return c[:, :len(onto)] @ L[onto, :]
@@ -169,11 +166,8 @@ def _free_response(A, C, T: int) -> np.ndarray:
 
 
 def _response_regressors(A, C, u: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
-    """Free-response ``Gamma`` (T, ny, nx) and input regressor ``Psi`` (nb, T, ny, nx nu + ny nu).
-
-    ``u`` (nb, T, nu). Row t of ``Gamma @ x0 + Psi @ [vec(B); vec(D)]`` (column-major vec) is the
-    noise-free output ``y[t]``.
-    """
+    """Free response ``Gamma`` (T, ny, nx) and input regressor ``Psi`` (nb, T, ny, nx nu + ny nu) of inputs ``u`` (nb, T,
+    nu): ``Gamma @ x0 + Psi @ [vec(B); vec(D)]`` (column-major vec) is the noise-free output."""
     nx, ny, nb, nu = A.shape[0], C.shape[0], u.shape[0], u.shape[2]
     Gam = _free_response(A, C, T)
     eye_x, eye_y = np.eye(nx), np.eye(ny)
@@ -198,10 +192,8 @@ def _groups(data, max_elements: int, width: int):
 
 
 def _fit_bd_x0(A, C, data, feedthrough: bool = True) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """``B``, ``D`` and per-trajectory ``x0`` by output-error least squares (x0 eliminated per trajectory).
-
-    Without ``feedthrough`` D is fixed to zero.
-    """
+    """``B``, ``D`` (zero without ``feedthrough``) and per-trajectory ``x0`` by output-error least squares (x0
+    eliminated per trajectory)."""
     nx, ny, nu = A.shape[0], C.shape[0], data.nu
     ntheta = nx * nu + (ny * nu if feedthrough else 0)
     G = np.zeros((ntheta, ntheta))

@@ -38,12 +38,9 @@ class _Call(SparsityCallback):
 
 
 class RemoteLearner:
-    """IPOPT learning solver on the client; the data terms come from ``engine`` (built once per fit).
-
-    ``engine`` provides ``learning_session(theta_vec, xs) -> session`` and
-    ``reduce(session, z, what) -> (per-shard results, bytes received)``
-    (see `ceem_casadi.distributed._tasks.learning_terms`) and ``record`` for the measurements.
-    """
+    """IPOPT learning solver on the client; the data terms come from ``engine`` (built once per fit), which provides
+    ``learning_session(theta_vec, xs)``, ``reduce(session, z, what) -> (per-shard results, bytes received)`` and
+    ``record`` (see `ceem_casadi.distributed._tasks.learning_terms`)."""
 
     def __init__(self, engine, model, options, hessian: str):
         self.engine, self.model, self.options, self.hessian = engine, model, options, hessian

@@ -26,12 +26,8 @@ class GraphError(CeemError, ValueError):
 
 
 def export(fun: ca.Function) -> dict[str, np.ndarray]:
-    """Arrays ``code``, ``const``, ``shape``, ``rows`` of an SX model function ``fun(x, u, p)``.
-
-    Raises `GraphError` when ``fun`` is not an ``SXFunction`` of three dense column
-    inputs and one column output, has free symbols, or uses an operation outside the whitelist
-    (e.g. a call to another Function).
-    """
+    """Arrays ``code``, ``const``, ``shape``, ``rows`` of an SX model function ``fun(x, u, p)``; `GraphError` unless it
+    has three dense column inputs, one column output, no free symbols and only whitelisted operations."""
     if not fun.is_a("SXFunction"):
         raise GraphError(f"model function {fun.name()!r} is a {fun.class_name()}, not an SXFunction: only "
                          f"SX expression graphs can be stored (build the model with ca.SX symbols)")
@@ -107,11 +103,8 @@ def _value(name: str, k: int, row, syms, n_in, const, get):
 
 
 def rebuild(arrays: dict[str, np.ndarray], name: str, out_name: str) -> ca.Function:
-    """SX Function ``name(x, u, p) -> out_name`` from arrays made by `export`.
-
-    Every row is checked (known operation, indices in range) before it is used; raises
-    `GraphError` otherwise. Nothing but elementary SX arithmetic is evaluated.
-    """
+    """SX Function ``name(x, u, p) -> out_name`` from `export`'s arrays, every row checked before use (`GraphError`);
+    nothing but elementary SX arithmetic is evaluated."""
     code, const, rows, n_in, n_out, n_work = _checked(arrays, name)
     syms = [ca.SX.sym(s, k) for s, k in zip("xup", n_in)]
     work: list = [None] * n_work

@@ -29,20 +29,9 @@ def _init_worker(parent_pid: int, initializer, initargs) -> None:
 
 
 class WorkerPool:
-    """``n_jobs`` forked worker processes that never outlive the call that uses them.
-
-    Parameters
-    ----------
-    n_jobs : int
-        Number of worker processes (>= 1).
-    initializer : callable, optional
-        Run once in each worker with ``initargs`` (after the parent-death guard is in place).
-    initargs : tuple
-        Arguments of ``initializer`` (inherited by fork, never pickled).
-
-    Create and close the pool in the same thread (docs/runtime.md). As a context manager it is
-    closed when the block ends and terminated (workers killed) when an exception leaves it.
-    """
+    """``n_jobs`` forked worker processes that never outlive the call that uses them; ``initializer(*initargs)``
+    runs once in each (after the parent-death guard). Create and close it in one thread; as a context manager it
+    is closed when the block ends and terminated when an exception leaves it (docs/runtime.md)."""
 
     def __init__(self, n_jobs: int, initializer: Callable | None = None, initargs: tuple = ()):
         ctx = multiprocessing.get_context("fork")

@@ -74,11 +74,9 @@ def stage_on_pattern(T: int, L: int) -> np.ndarray:
 
 
 def chunked_terms(stages, band_column: ca.Function, X, U, Y, M, p, iw, iv, rho, L: int, cost_only: bool = False):
-    """Stage parts of (cost, gradient (nx, T), Hessian band nonzeros (k, K L), SX cost) of one
-    trajectory, evaluated in K chunks of ``L`` steps (see the module docstring); with
-    ``cost_only`` the cost alone. The nonzeros' first block column still includes its (zero)
-    block above, and columns T .. K L - 1 are padding: the caller drops them (no copy made
-    here: at T = 10^6, nx = 6, the nonzeros are 460 MB)."""
+    """Stage parts of (cost, gradient (nx, T), Hessian band nonzeros (k, K L), SX cost) of one trajectory in K chunks
+    of ``L`` steps (``cost_only``: the cost alone); the first block column's zero block above and the padding columns
+    T .. K L - 1 of the nonzeros are left to the caller (no copy of them here)."""
     nx, T = X.shape
     nu = U.shape[0]
     K = -(-T // L)
@@ -101,18 +99,9 @@ def chunked_terms(stages, band_column: ca.Function, X, U, Y, M, p, iw, iv, rho, 
 
 
 class ChunkedObjective:
-    """The smoothing objective of one trajectory for the banded solver: the chunk Functions above called on K =
-    ceil(T / L) slices of numpy arrays (nothing of size T built in CasADi), the trust region and x_1 prior in numpy.
-
-    Parameters
-    ----------
-    stages : StageFunctions
-        The model's stage Functions.
-    band_column : casadi.Function
-        `ceem_casadi.smoothing._smoother.band_column_functions`'s column Function.
-    T, L : int
-        Trajectory and chunk length (L <= T).
-    """
+    """The smoothing objective of one trajectory (T, L: its length and chunk length) for the banded solver: the chunk
+    Functions called on K = ceil(T / L) slices of numpy arrays, the trust region and x_1 prior in numpy; ``band_column``:
+    `band_column_functions`' column Function."""
 
     def __init__(self, stages, band_column: ca.Function, T: int, L: int):
         from ..runtime._linalg import BufferedCall
@@ -171,10 +160,8 @@ class ChunkedObjective:
         return total + self._regulariser(x)
 
     def newton(self, x: np.ndarray):
-        """``(f, g (T nx,), band (T, nx, 2 nx), d0 (nx,))``: objective, gradient, the Hessian in LAPACK's
-        band storage (`ceem_casadi.smoothing._banded.band_storage`), written chunk by chunk (the block
-        columns' nonzeros of the whole record are never held: 456 MB at T = 10^6, nx = 6) and the x_1
-        prior's addition to the first diagonal block (the trust region's 2 rho is in the band)."""
+        """``(f, g (T nx,), band (T, nx, 2 nx), d0 (nx,))``: objective, gradient, the Hessian in LAPACK band storage
+        written chunk by chunk, and the x_1 prior's addition to the first diagonal block."""
         x = np.asarray(x, float).reshape(self.T, self.nx)
         release_heap(x.size * 2 * self.nx)
         g, band, f = np.empty((self.T, self.nx)), np.zeros((self.T, self.nx, 2 * self.nx)), 0.0
