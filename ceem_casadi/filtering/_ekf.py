@@ -11,6 +11,7 @@ import numpy as np
 from scipy.linalg.lapack import dtbtrs
 
 from ..io._data import single_trajectory
+from ..runtime import _policy as policy
 from ..runtime._compile import compile_or_none, compiler
 from ..runtime._linalg import BufferedCall
 from ..runtime._solve import check_deadline
@@ -237,18 +238,21 @@ class EKF:
             self._accum[(n, native)] = BufferedCall(ca.Function(f"ekf_{n}_shared", args, outs))
         return self._accum[(n, native)]
 
+    def _covariances(self, Q, R, Sigma0):
+        """``(Q, R, Sigma0)`` as matrices (`as_cov`); builds the SX step on first use."""
+        if self._step is None:
+            self._step = _step_function(self.model, self._fns)
+        nx = self.model.nx
+        return as_cov("Q", Q, nx), as_cov("R", R, self.model.ny), as_cov("Sigma0", Sigma0, nx)
+
     def _run_casadi(self, theta_vec, y, u, *, x0, Sigma0, Q, R, smooth, means=False) -> FilterResult:
-        model = self.model
-        nx = model.nx
-        y, u = single_trajectory(model, y, u)
+        y, u = single_trajectory(self.model, y, u)
         T = y.shape[0]
-        Q, R, P0 = as_cov("Q", Q, nx), as_cov("R", R, model.ny), as_cov("Sigma0", Sigma0, nx)
+        Q, R, P = self._covariances(Q, R, Sigma0)
         mask = np.isfinite(y)
         Y, Mk, U, pv = np.where(mask, y, 0.0).T, mask.T.astype(float), u.T, np.asarray(theta_vec, float)
-        x, P = np.asarray(x0, float).reshape(nx), P0
+        x = np.asarray(x0, float).reshape(self.model.nx)
         out, loglik = self._empty(T, mask, means)
-        if self._step is None:
-            self._step = _step_function(model, self._fns)
         native = self._native_step(T)
         for s in range(0, T, self.chunk):
             if s and self.stop_at_deadline:  # a fit's initial states on a long record: within its time limit
@@ -280,8 +284,6 @@ class EKF:
         list of FilterResult
             One per trajectory, in order.
         """
-        from ..runtime import _policy as policy
-
         model = self.model
         nx = model.nx
         pairs = [single_trajectory(model, y, None if us is None else us[b]) for b, y in enumerate(ys)]
@@ -289,11 +291,9 @@ class EKF:
         groups: dict[int, list[int]] = {}
         for b, (y, _) in enumerate(pairs):
             groups.setdefault(y.shape[0], []).append(b)
-        Qc, Rc, P0 = as_cov("Q", Q, nx), as_cov("R", R, model.ny), as_cov("Sigma0", Sigma0, nx)
+        Qc, Rc, P0 = self._covariances(Q, R, Sigma0)
         x0 = np.asarray(x0, float).reshape(nx)
         pv = np.asarray(theta_vec, float)
-        if self._step is None:
-            self._step = _step_function(model, self._fns)
         for T, idx in groups.items():
             k = min(len(idx), max(1, policy.CALL_COLUMNS // T))
             if T > self.chunk or k == 1:

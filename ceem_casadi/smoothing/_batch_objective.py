@@ -119,10 +119,7 @@ class BatchObjective:
         cols = self._columns[N]
         shaped = (np.reshape(X, (self.nx, N), order="F"), np.reshape(U, (self.nu, N), order="F"),
                   np.reshape(Y, (self.ny, N), order="F"), np.reshape(M, (self.ny, N), order="F"), p, iv)
-        if newton:
-            c, g, h = cols.newton(*shaped)
-            return [c, g, h]
-        return [cols.cost(*shaped)]
+        return list(cols.newton(*shaped)) if newton else [cols.cost(*shaped)]
 
     def bind(self, model, theta_vec, ys, us, x_prevs, rho: float) -> BatchObjective:
         """Use the data: outputs ``ys`` (T, ny) with NaN = missing, inputs ``us`` (T, nu), trust-region centres
