@@ -75,11 +75,8 @@ def _import_module(mod_name: str):
 def load_factory(ref: str):
     """The callable named by ``"package.module:factory"`` (imported) or ``"path/to/file.py:factory"``
     (the file is executed as a module; relative paths are relative to the working directory)."""
-    if not isinstance(ref, str) or ":" not in ref or not all(ref.rsplit(":", 1)):
-        raise ModelSourceError(f"model reference must look like 'package.module:factory' or "
-                               f"'path/to/file.py:factory', got {ref!r}")
-    mod_name, attr = ref.rsplit(":", 1)
-    if not is_file_ref(mod_name) and ":" in mod_name:
+    mod_name, attr = ref.rsplit(":", 1) if isinstance(ref, str) and ":" in ref else ("", "")
+    if not (mod_name and attr) or (not is_file_ref(mod_name) and ":" in mod_name):
         raise ModelSourceError(f"model reference must look like 'package.module:factory' or "
                                f"'path/to/file.py:factory', got {ref!r}")
     try:
