@@ -197,14 +197,12 @@ class Learner:
         nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
         small = dict(z_prev=ca.MX.sym("z_prev", nfree), rho=ca.MX.sym("rho"), mu=ca.MX.sym("mu", nfree),
                      w=ca.MX.sym("w", nfree))
+        rows = dict(Xo=nx, Uo=nu, Yo=ny, Mo=ny, X0=nx, X1=nx, U0=nu, iw=nx, iv=ny)
         if L:
-            rows = dict(X0=nx, X1=nx, U0=nu, iw=nx, Xo=nx, Uo=nu, Yo=ny, Mo=ny, iv=ny)
             data = {f"{k}_data": ca.MX.sym(f"{k}_data", self._padded(n) * sum(rows[c] for c in cols))
                     for k, n, _, cols in terms}
-        else:
-            data = dict(Xo=ca.MX.sym("Xo", nx, n_obs), Uo=ca.MX.sym("Uo", nu, n_obs), Yo=ca.MX.sym("Yo", ny, n_obs),
-                        Mo=ca.MX.sym("Mo", ny, n_obs), X0=ca.MX.sym("X0", nx, n_dyn), X1=ca.MX.sym("X1", nx, n_dyn),
-                        U0=ca.MX.sym("U0", nu, n_dyn), iw=ca.MX.sym("iw", nx, n_dyn), iv=ca.MX.sym("iv", ny, n_obs))
+        else:  # per-stage columns: observation terms over n_obs stages, dynamics terms over n_dyn
+            data = {k: ca.MX.sym(k, r, n_obs if k in ("Xo", "Uo", "Yo", "Mo", "iv") else n_dyn) for k, r in rows.items()}
         syms = {"p_base": ca.MX.sym("p_base", npar), **data, **small}
         self._names = list(syms)
         sizes = [v.numel() for v in syms.values()]
