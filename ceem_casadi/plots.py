@@ -26,8 +26,10 @@ def _time(T: int, dt: float | None):
     return np.arange(T) * (dt or 1.0), "time [s]" if dt else "sample"
 
 
-def _legend(ax) -> None:
+def _legend(ax, xlabel: str | None = None) -> None:
     ax.legend(loc="upper right", fontsize="small")
+    if xlabel is not None:
+        ax.set_xlabel(xlabel)
 
 
 def _save(fig, path):
@@ -129,8 +131,7 @@ def plot_states(x, y, path, *, y_fit=None, dt: float | None = None, state_names=
             ax.plot(t, np.asarray(y_fit)[:, j], "-", lw=1, label="g(smoothed x)")
         ax.set_ylabel(on[j])
     for ax in axes[:, 0]:
-        _legend(ax)
-        ax.set_xlabel(xlabel)
+        _legend(ax, xlabel)
     return _save(fig, path)
 
 
@@ -153,8 +154,7 @@ def plot_prediction(y, y_pred, path, *, dt: float | None = None, output_names=No
         ax_err.axhline(0.0, color="k", lw=0.5)
         ax_err.set_ylabel(f"{on[j]} error")
     for ax in axes[:, 0]:
-        _legend(ax)
-        ax.set_xlabel(xlabel)
+        _legend(ax, xlabel)
     return _save(fig, path)
 
 

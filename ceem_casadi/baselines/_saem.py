@@ -34,12 +34,8 @@ def _removed_x0_prior(value, kwargs) -> None:
 @renamed(x0_mean=_removed_x0_prior, x0_std=_removed_x0_prior)
 @dataclass(frozen=True)
 class ParticleEMOptions:
-    """Particle EM settings (defaults from the paper: Np = 100, Ns = 10).
-
-    The prior of the first state is the model's (``model.with_noise(x1_mean=..., x1_std=...)``); BLAS runs
-    with one thread (threaded BLAS on the shared 2-core machine: one six-coupled-Lorenz epoch 208 s
-    instead of 14.5 s); the filter's proposal is fully adapted when g is linear in x, else bootstrap, and it
-    resamples when the ESS falls below half the particles.
+    """Particle EM settings (defaults from the paper: Np = 100, Ns = 10); the prior of the first state is the
+    model's (``model.with_noise(x1_mean=..., x1_std=...)``), the method: docs/api/baselines.md.
 
     Parameters
     ----------
