@@ -166,8 +166,8 @@ def _free_response(A, C, T: int) -> np.ndarray:
 
 
 def _response_regressors(A, C, u: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
-    """Free response ``Gamma`` (T, ny, nx) and input regressor ``Psi`` (nb, T, ny, nx nu + ny nu) of inputs ``u`` (nb, T,
-    nu): ``Gamma @ x0 + Psi @ [vec(B); vec(D)]`` (column-major vec) is the noise-free output."""
+    """Free response ``Gamma`` (T, ny, nx) and input regressor ``Psi`` (nb, T, ny, nx nu + ny nu) of inputs
+    ``u`` (nb, T, nu): ``Gamma @ x0 + Psi @ [vec(B); vec(D)]`` (column-major vec) is the noise-free output."""
     nx, ny, nb, nu = A.shape[0], C.shape[0], u.shape[0], u.shape[2]
     Gam = _free_response(A, C, T)
     eye_x, eye_y = np.eye(nx), np.eye(ny)

@@ -220,7 +220,8 @@ class EKF:
         if want is None:
             want = compiler() is not None and T * self._step.n_instructions() >= AUTO_COMPILE_WORK
         if want and self._native is None:
-            out = compile_or_none([self._step], f"ceem_ekf_{self.model.name}", log, "EKF step", strict=bool(self.compile))
+            out = compile_or_none([self._step], f"ceem_ekf_{self.model.name}", log, "EKF step",
+                                  strict=bool(self.compile))
             if out is None:
                 self.compile = False  # no working compiler: the virtual machine from now on
                 return False

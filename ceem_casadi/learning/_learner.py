@@ -202,7 +202,8 @@ class Learner:
             data = {f"{k}_data": ca.MX.sym(f"{k}_data", self._padded(n) * sum(rows[c] for c in cols))
                     for k, n, _, cols in terms}
         else:  # per-stage columns: observation terms over n_obs stages, dynamics terms over n_dyn
-            data = {k: ca.MX.sym(k, r, n_obs if k in ("Xo", "Uo", "Yo", "Mo", "iv") else n_dyn) for k, r in rows.items()}
+            data = {k: ca.MX.sym(k, r, n_obs if k in ("Xo", "Uo", "Yo", "Mo", "iv") else n_dyn)
+                    for k, r in rows.items()}
         syms = {"p_base": ca.MX.sym("p_base", npar), **data, **small}
         self._names = list(syms)
         sizes = [v.numel() for v in syms.values()]
@@ -307,7 +308,8 @@ class Learner:
         want = self.options.compile
         if want is False or (want is None and compiler() is None):
             return fun
-        out = compile_or_none([fun], f"ceem_{self.model.name}_learn", log, "per-stage learning terms", strict=bool(want))
+        out = compile_or_none([fun], f"ceem_{self.model.name}_learn", log, "per-stage learning terms",
+                              strict=bool(want))
         return fun if out is None else out[0]
 
     def parameter_vector(self, theta_vec, data, xs, rho: float, weights=None) -> np.ndarray:

@@ -26,7 +26,7 @@ def _step(H, g):
 def newton_steps(value, hessian, z, lower, upper, tol: float, max_steps: int = NEWTON_STEPS):
     """Up to ``max_steps`` Newton steps from ``z`` (n,) within ``lower < z < upper`` (n,) on ``value(z) -> (f, g)``
     and ``hessian(z) -> H`` (n, n): ``(z, f, steps)``, ``f`` a float once converged (predicted decrease below
-    ``NEWTON_TOL (tol / 1e-9)^2 max(1, |f|)``), else None: IPOPT continues from ``z`` (docs/long_records.md)."""
+    ``NEWTON_TOL (tol / 1e-9)^2 max(1, |f|)``), else None: IPOPT continues from ``z`` (docs/model_learning_notes.md)."""
     z = np.asarray(z, float)
     if not np.all((lower < z) & (z < upper)):
         return z, None, 0

@@ -99,9 +99,9 @@ def chunked_terms(stages, band_column: ca.Function, X, U, Y, M, p, iw, iv, rho, 
 
 
 class ChunkedObjective:
-    """The smoothing objective of one trajectory (T, L: its length and chunk length) for the banded solver: the chunk
-    Functions called on K = ceil(T / L) slices of numpy arrays, the trust region and x_1 prior in numpy; ``band_column``:
-    `band_column_functions`' column Function."""
+    """The smoothing objective of one trajectory (T, L: its length and chunk length) for the banded solver: the
+    chunk Functions called on K = ceil(T / L) slices of numpy arrays, the trust region and x_1 prior in numpy;
+    ``band_column``: `band_column_functions`' column Function."""
 
     def __init__(self, stages, band_column: ca.Function, T: int, L: int):
         from ..runtime._linalg import BufferedCall
