@@ -15,7 +15,7 @@ from ..model._columns import check_columnwise
 from ..model._nn import AdamOptions, adam_loop
 from ..runtime._best import BestIterate
 from ..runtime._numpy_eval import NumpyFunction
-from ._learner import LearnResult, weighted_stage_columns
+from ._learner import LearnResult, prior_weights, weighted_stage_columns
 
 __all__ = ["AdamLearner", "AdamLearnerOptions", "AdamOptions"]
 
@@ -154,9 +154,7 @@ class AdamLearner:
         return [np.pad(a[:, idx], ((0, 0), (0, B - len(idx)))) for a in cols]
 
     def _regulariser(self, p, p_prev, rho):
-        mean, w = self.model.params.prior
-        if not self.options.use_prior:
-            w = np.zeros_like(w)
+        mean, w = prior_weights(self.model, self.options.use_prior)
         f = self.free
         dz, dm = p[f] - p_prev[f], w[f] * (p[f] - mean[f])
         g = np.zeros_like(p)

@@ -99,6 +99,12 @@ def symmetric(triu_cols: np.ndarray, n: int) -> np.ndarray:
     return np.triu(H) + np.triu(H, 1).T
 
 
+def prior_weights(model, use_prior: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, 1 / std)`` (n_p,) of the parameters' Gaussian priors; the weights zero without ``use_prior``."""
+    mean, w = model.params.prior
+    return mean, (w if use_prior else np.zeros_like(w))
+
+
 def _shared_p(fun: ca.Function) -> list[bool]:
     """``reduce_in`` of a stage map: ``p`` shared by every stage, not copied per stage."""
     return [name == "p" for name in fun.name_in()]
@@ -314,13 +320,10 @@ class Learner:
 
     def parameter_vector(self, theta_vec, data, xs, rho: float, weights=None) -> np.ndarray:
         """The NLP parameter of a learning solve (data columns, noise weights, trust-region centre)."""
-        params = self.model.params
         (Xo, Uo, Yo, Mo, iv), (X0, X1, U0, iw) = weighted_stage_columns(self.model, data, xs, weights)
         base = np.asarray(theta_vec, float).copy()
         base[self.free] = 0.0
-        mean, w = params.prior
-        if not self.options.use_prior:
-            w = np.zeros_like(w)
+        mean, w = prior_weights(self.model, self.options.use_prior)
         vals = dict(p_base=base, Xo=Xo, Uo=Uo, Yo=Yo, Mo=Mo, X0=X0, X1=X1, U0=U0, iw=iw, iv=iv,
                     z_prev=np.asarray(theta_vec, float)[self.free], rho=np.array([rho]),
                     mu=mean[self.free], w=w[self.free])

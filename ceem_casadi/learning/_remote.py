@@ -12,7 +12,7 @@ import numpy as np
 from ..objective._exact_sum import SplitSum, combine
 from ..runtime._callbacks import SparsityCallback
 from ..runtime._solve import ipopt_options, solve
-from ._learner import LearnResult, ipopt_result, learn_result, symmetric
+from ._learner import LearnResult, ipopt_result, learn_result, prior_weights, symmetric
 from ._newton import NEWTON_STEPS, newton_steps
 
 
@@ -132,9 +132,7 @@ class RemoteLearner:
             raise
 
     def _p(self, theta_vec, rho):
-        mean, w = self.model.params.prior
-        if not self.options.use_prior:
-            w = np.zeros_like(w)
+        mean, w = prior_weights(self.model, self.options.use_prior)
         return np.concatenate([np.asarray(theta_vec, float)[self.free], [rho], mean[self.free], w[self.free]])
 
     def _begin(self, theta_vec, xs):
