@@ -30,9 +30,8 @@ class BufferedCall:
             self.buf.set_res(i, memoryview(o))
 
     def __call__(self, *args) -> list[np.ndarray]:
-        """Column-major flat outputs of ``fun(*args)`` (the arrays are reused by the next call). The inputs
-        are not kept after the call: often views, they would keep whole records alive (6-state WH at
-        T = 10^6: the smoother's parameter vector and two state trajectories, 170 MB)."""
+        """Column-major flat outputs of ``fun(*args)`` (the arrays are reused by the next call); the inputs are
+        not kept after the call (often views, they would keep whole records alive: docs/long_records.md)."""
         args = [np.ascontiguousarray(np.asarray(a, float).ravel(order="F")) for a in args]
         for i, a in enumerate(args):
             if a.size != self.fun.nnz_in(i):

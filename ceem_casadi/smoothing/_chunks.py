@@ -57,8 +57,7 @@ def _chunk_function(stages, L: int, band_column: ca.Function, outputs: str = "ip
 
 def _newton_and_cost(stages, L: int, band_column: ca.Function, T: int) -> list[ca.Function]:
     """The ``"newton"`` and ``"cost"`` chunk Functions of a record of T steps, each compiled whole with its stage
-    Functions when `StageFunctions.get` would compile those for T stages (per chunk 3.6x faster than the compiled
-    stage Functions called from the virtual machine, and the same numbers: T = 2 x 10^5, 6 states)."""
+    Functions when `StageFunctions.get` would compile those for T stages (docs/long_records.md)."""
     compiled = stages._to_compile(SMOOTHER_STAGES, T) and compile_or_none(
         [_chunk_function(stages, L, band_column, kind, True) for kind in ("newton", "cost")],
         f"ceem_{stages.model.name}", log, "chunked smoothing objective")
@@ -115,8 +114,8 @@ class ChunkedObjective:
                       self.nx, self.ny]
 
     def bind(self, P: np.ndarray) -> ChunkedObjective:
-        """A copy of this objective using the NLP parameter vector ``P`` (`TrajectorySmoother.parameter_vector`;
-        released with the copy, not kept between smoothing steps: 72 MB at T = 10^6, 6 states)."""
+        """A copy of this objective using the NLP parameter vector ``P`` (`TrajectorySmoother.parameter_vector`),
+        released with the copy, not kept between smoothing steps."""
         T, bound = self.T, copy.copy(self)
         p, U, Y, M, Xprev, rho, mu1, w1, iw, iv = np.split(np.asarray(P, float), np.cumsum(self.sizes)[:-1])
         bound.p, bound.iw, bound.iv, bound.rho = p, iw, iv, rho
