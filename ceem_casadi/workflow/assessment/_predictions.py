@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...deploy._codegen import ekf_settings
 from ...errors import NonFiniteError, ShapeError
 from ...model._simulation import run
 from ...runtime._checks import count
-from .._initial_state import estimate_initial_state
+from .._initial_state import default_window, estimate_initial_state
 
 
 def _initial_states(model, x0, n_traj: int) -> np.ndarray:
@@ -118,8 +119,7 @@ def resolve_initial_states(model, data, theta_vec, x0=None, *, window=None, skip
     if isinstance(x0, str) and not estimate:
         raise ShapeError(f"x0: expected an array or 'estimate', got {x0!r}")
     if estimate:
-        shortest = min(data.lengths)
-        window = min(shortest - 1, max(10 * model.nx, 2)) if window is None else window
+        window = default_window(model, min(data.lengths) - 1) if window is None else window
         x0 = best_initial_states(model, data, theta_vec, window, starts, seed)
         skip = window if skip is None else skip
     skip = 0 if skip is None else skip
@@ -127,16 +127,6 @@ def resolve_initial_states(model, data, theta_vec, x0=None, *, window=None, skip
         raise ShapeError(f"skip must be an integer in [0, {min(data.lengths) - 1}] (shortest trajectory "
                          f"{min(data.lengths)} samples), got {skip!r}")
     return _initial_states(model, x0, len(data)), int(skip)
-
-
-def ekf_covariances(model, Sigma0=None, Q=None, R=None):
-    """``(Sigma0, Q, R)`` with the defaults of [`validation_report`][ceem_casadi.validation_report]."""
-    noise = model.noise
-    Q = np.diag(noise.process_std ** 2) if Q is None else Q
-    R = np.diag(noise.measurement_std ** 2) if R is None else R
-    if Sigma0 is None:
-        Sigma0 = np.diag((noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2)
-    return Sigma0, Q, R
 
 
 def k_step_predictions(ekf, theta_vec, data, X0, ks, covs, engine: str = "python") -> dict:
@@ -158,4 +148,4 @@ def predictions(model, data, theta_vec, X0, ks=(1,), *, Sigma0=None, Q=None, R=N
 
     y_sim = [run(model, theta_vec, X0[b], data.inputs(b))[0] for b in range(len(data))]
     ekf = EKF(model) if ks else None
-    return y_sim, k_step_predictions(ekf, theta_vec, data, X0, ks, ekf_covariances(model, Sigma0, Q, R), engine)
+    return y_sim, k_step_predictions(ekf, theta_vec, data, X0, ks, ekf_settings(model, None, Sigma0, Q, R)[1:], engine)
