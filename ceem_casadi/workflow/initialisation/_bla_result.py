@@ -32,14 +32,11 @@ class SplitFit:
 
 @dataclass
 class BLAInit:
-    """Outcome of `bla_initialise`: ``model`` (the factory's, with ``scale`` set), ``theta``
-    (dict), ``table`` (list of `SplitFit`, best first), ``bla`` (the BLA of the best split: the N4SID
-    result or a state-space object), ``x0``
-    (B, nx) zeros: the least squares simulate from rest, so refine from there,
-    ``frf`` (the [`FRFFit`][ceem_casadi.workflow.FRFFit] of a ``period=`` call, else None),
-    ``cc.refine_output_error(init.model, data, init.theta, x0=init.x0)`` (the default x0 estimate
-    under the rough initial model can start a poorer local minimum: on the swapped
-    Wiener-Hammerstein test case cost 1691 instead of 953, the truth's)."""
+    """Outcome of `bla_initialise`: ``model`` (the factory's, with ``scale`` set), ``theta`` (dict), ``table``
+    (list of `SplitFit`, best first), ``bla`` (the BLA of the best split: the N4SID result or a state-space
+    object), ``frf`` (the [`FRFFit`][ceem_casadi.workflow.FRFFit] of a ``period=`` call, else None) and ``x0``
+    (B, nx) zeros, the rest the least squares simulate from: refine from there,
+    ``cc.refine_output_error(init.model, data, init.theta, x0=init.x0)`` (docs/block_oriented.md)."""
 
     model: StateSpaceModel
     theta: dict
