@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -47,23 +47,13 @@ def initial_states_cli(model, theta_vec, data, x0_arg=None, window=None):
     return x0, f"x0 estimated from the first {window} samples of each trajectory (--x0-window): {rows}", window
 
 
-@dataclass(frozen=True)
-class FitOutcome:
-    """``theta`` and ``status`` of the fit that wrote a model file (``x`` None), for
-    [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty], which warns when the fit did not converge."""
-
-    theta: dict
-    status: str = "converged"
-    x: None = None
-
-
 def fit_outcome(saved, theta):
-    """``theta`` with the status recorded in the model file ``saved`` (None: ``theta`` as is)."""
-    if saved is None:
-        return theta
-    meta = saved.meta.get("metadata") if isinstance(saved.meta, dict) else None
+    """``theta`` with the status recorded in the model file ``saved`` (the fit's ``theta``, ``status`` and no states
+    ``x``), for [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty], which warns when the fit did not
+    converge; ``theta`` itself without a recorded status."""
+    meta = saved.meta.get("metadata") if saved is not None and isinstance(saved.meta, dict) else None
     status = meta.get("status") if isinstance(meta, dict) else None
-    return FitOutcome(theta, str(status)) if isinstance(status, str) else theta
+    return SimpleNamespace(theta=theta, status=status, x=None) if isinstance(status, str) else theta
 
 
 def cmd_evaluate(args) -> int:
