@@ -12,6 +12,7 @@ import numpy as np
 
 from ...errors import DataError, OptionsError, ShapeError
 from ...io._data import Trajectories
+from ...runtime._checks import is_integer
 from ...runtime._result import Result
 
 logger = logging.getLogger(__name__)
@@ -191,10 +192,9 @@ def _checked_period(data, period, transient_periods, input_tol, excitation_tol) 
             raise DataError("period='auto': no period N >= 4 dividing every trajectory's length twice makes every "
                             f"input periodic within input_tol={input_tol!r} of its RMS: the input is not periodic")
         period = found
-    if isinstance(period, bool) or not isinstance(period, (int, np.integer)) or period < 4:
+    if not is_integer(period) or period < 4:
         raise OptionsError(f"period: expected an int >= 4 (samples per period), got {period!r}")
-    if isinstance(transient_periods, bool) or not isinstance(transient_periods, (int, np.integer)) \
-            or transient_periods < 0:
+    if not is_integer(transient_periods) or transient_periods < 0:
         raise OptionsError(f"transient_periods: expected an int >= 0, got {transient_periods!r}")
     for name, v in (("input_tol", input_tol), ("excitation_tol", excitation_tol)):
         if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):

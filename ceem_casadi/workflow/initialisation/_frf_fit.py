@@ -12,6 +12,7 @@ import numpy as np
 from ...errors import DataError, OptionsError, ShapeError
 from ...io._data import Trajectories
 from ...runtime._best import BestIterate
+from ...runtime._checks import is_integer
 from ...runtime._result import Result
 from ._frf import FRF, detect_period, estimate_frf
 
@@ -218,12 +219,12 @@ def _checked_orders(frf, order, n_b, feedthrough: bool, smooth) -> tuple[int, in
     """The arguments of `fit_frf` checked: B's degree and its first power of z^-1 (0 or 1)."""
     if not isinstance(frf, FRF):
         raise OptionsError(f"frf: expected an FRF (estimate_frf), got {type(frf).__name__}")
-    if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or order < 1:
+    if not is_integer(order) or order < 1:
         raise OptionsError(f"order: expected an int >= 1, got {order!r}")
     nb = int(order) if n_b is None else n_b
-    if isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < (0 if feedthrough else 1):
+    if not is_integer(nb) or nb < (0 if feedthrough else 1):
         raise OptionsError(f"n_b: expected an int >= {0 if feedthrough else 1}, got {n_b!r}")
-    if isinstance(smooth, bool) or not isinstance(smooth, (int, np.integer)) or smooth < 0:
+    if not is_integer(smooth) or smooth < 0:
         raise OptionsError(f"smooth: expected an int >= 0, got {smooth!r}")
     first = 0 if feedthrough else 1
     n_par = nb + 1 - first + order
