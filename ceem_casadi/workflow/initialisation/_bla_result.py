@@ -8,6 +8,7 @@ import numpy as np
 
 from ...baselines._n4sid import N4SIDResult
 from ...model._model import StateSpaceModel
+from ...runtime._result import format_table
 from ._frf_fit import FRFFit
 
 __all__ = ["BLAInit", "SplitFit"]
@@ -56,7 +57,5 @@ class BLAInit:
         """The best ``rows`` splits as text: RMS, then G1's and G2's poles (modulus, angle in rad)."""
         def fmt(p):
             return " ".join(f"{abs(z):.3f}@{np.angle(z):+.2f}" for z in p if np.angle(z) >= 0) or "-"
-        lines = [f"{'rms':>10}  G1 poles (|p|@angle, one per pair) | G2 poles"]
-        for s in self.table[:rows]:
-            lines.append(f"{s.rms:10.4g}  {fmt(s.g1_poles)} | {fmt(s.g2_poles)}")
-        return "\n".join(lines)
+        return format_table(["rms", "G1 poles (|p|@angle, one per pair)", "G2 poles"],
+                            [[s.rms, fmt(s.g1_poles), fmt(s.g2_poles)] for s in self.table[:rows]])
