@@ -14,6 +14,7 @@ from ...io._data import Trajectories
 from ...runtime._best import BestIterate
 from ...runtime._checks import is_integer
 from ...runtime._result import Result
+from ...runtime._schema import require
 from ._frf import FRF, detect_period, estimate_frf
 
 logger = logging.getLogger(__name__)
@@ -217,16 +218,11 @@ def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool =
 
 def _checked_orders(frf, order, n_b, feedthrough: bool, smooth) -> tuple[int, int]:
     """The arguments of `fit_frf` checked: B's degree and its first power of z^-1 (0 or 1)."""
-    if not isinstance(frf, FRF):
-        raise OptionsError(f"frf: expected an FRF (estimate_frf), got {type(frf).__name__}")
-    if not is_integer(order) or order < 1:
-        raise OptionsError(f"order: expected an int >= 1, got {order!r}")
-    nb = int(order) if n_b is None else n_b
-    if not is_integer(nb) or nb < (0 if feedthrough else 1):
-        raise OptionsError(f"n_b: expected an int >= {0 if feedthrough else 1}, got {n_b!r}")
-    if not is_integer(smooth) or smooth < 0:
-        raise OptionsError(f"smooth: expected an int >= 0, got {smooth!r}")
-    first = 0 if feedthrough else 1
+    require(isinstance(frf, FRF), f"frf: expected an FRF (estimate_frf), got {type(frf).__name__}")
+    require(is_integer(order) and order >= 1, f"order: expected an int >= 1, got {order!r}")
+    nb, first = (int(order) if n_b is None else n_b), (0 if feedthrough else 1)
+    require(is_integer(nb) and nb >= first, f"n_b: expected an int >= {first}, got {n_b!r}")
+    require(is_integer(smooth) and smooth >= 0, f"smooth: expected an int >= 0, got {smooth!r}")
     n_par = nb + 1 - first + order
     if 2 * frf.G.size < n_par:
         raise ShapeError(f"the FRF has {frf.G.size} bins (2 x {frf.G.size} real equations) for {n_par} coefficients: "
