@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import DataError, OptionsError, ShapeError
+from ...errors import DataError, ShapeError
 from ...io._data import Trajectories
 from ...runtime._best import BestIterate
 from ...runtime._checks import is_integer
@@ -263,8 +263,7 @@ def frf_bla(bla, data: Trajectories, period, order: int, feedthrough: bool) -> F
     if isinstance(bla, FRF):
         frf = bla
     else:
-        if period is None:
-            raise OptionsError("bla='frf' needs the input's period: give period= (samples per period, or 'auto')")
+        require(period is not None, "bla='frf' needs the input's period: give period= (samples per period, or 'auto')")
         if isinstance(period, str) and period == "auto":
             period = detect_period(data)
             if period is None:
