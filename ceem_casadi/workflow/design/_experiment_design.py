@@ -297,11 +297,9 @@ def _checked_design(model, horizon, criterion: str, options) -> tuple[int, np.nd
             f"criterion: expected 'D' (log det) or 'A' (trace of the inverse), got {criterion!r}")
     if model.nu < 1:
         raise ShapeError("design_input: the model has no input (nu = 0); there is nothing to design")
-    if not (isinstance(horizon, (int, np.integer)) and horizon >= 2):
-        raise ShapeError(f"horizon: expected an int >= 2 (samples), got {horizon!r}")
     if model.params.free_index.size == 0:
         raise ShapeError("design_input: the model has no free parameter")
-    return int(horizon), model.params.free_index
+    return count(horizon, "horizon (samples)", 2), model.params.free_index
 
 
 def _rate(rate_bounds, nu: int):
