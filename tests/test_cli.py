@@ -121,13 +121,11 @@ def test_fit_evaluate_codegen_plot(lorenz_csv, tmp_path):
 def test_parquet_data_equals_csv(lorenz_csv, tmp_path):
     """The same table as Parquet (pandas + pyarrow, the ``parquet`` extra) loads to the same trajectories."""
     pytest.importorskip("pyarrow")
-    from ceem_casadi.cli._inputs import load_data
-
     pq = tmp_path / "lorenz.parquet"
     pd.read_csv(lorenz_csv).to_parquet(pq, index=False)
     model = lorenz.single_lorenz(measurement_std=0.05)
-    from_csv, desc_csv = load_data([lorenz_csv], model, trajectory_column="traj")
-    from_pq, desc_pq = load_data([pq], model, trajectory_column="traj")
+    from_csv, desc_csv = cc.read_trajectories([lorenz_csv], model, trajectory_column="traj", describe=True)
+    from_pq, desc_pq = cc.read_trajectories([pq], model, trajectory_column="traj", describe=True)
     assert list(from_pq.lengths) == list(from_csv.lengths) == [100, 100] and desc_pq["outputs"] == desc_csv["outputs"]
     for a, b in zip(from_pq.y, from_csv.y):
         np.testing.assert_array_equal(a, b)        # NaN (missing outputs) in the same places

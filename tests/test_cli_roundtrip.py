@@ -17,7 +17,6 @@ import pytest
 
 import ceem_casadi as cc
 from ceem_casadi.cli import main
-from ceem_casadi.cli._inputs import load_data
 from ceem_casadi.deploy._modelfile import build_model, load_model
 from ceem_casadi.em._checkpoint import read_checkpoint
 from models import lorenz
@@ -156,13 +155,13 @@ def test_solver_error_carries_last_good_result():
 def test_time_column_checked(linear, caplog):
     model = build_model("linmodel.py:make")
     caplog.set_level(logging.WARNING, logger="ceem_casadi")
-    load_data(["d.csv"], model)
+    cc.read_trajectories(["d.csv"], model)
     assert caplog.records == []                              # t = 0.1 k matches dt = 0.1: quiet
     df = pd.read_csv("d.csv")
     df.assign(t=0.25 * np.arange(len(df))).to_csv("slow.csv", index=False)
-    load_data(["slow.csv"], model)
+    cc.read_trajectories(["slow.csv"], model)
     assert "steps 0.25" in caplog.text and "dt is 0.1" in caplog.text
     caplog.clear()
     df.iloc[[0, 2, 1, *range(3, len(df))]].to_csv("shuffled.csv", index=False)
-    load_data(["shuffled.csv"], model)
+    cc.read_trajectories(["shuffled.csv"], model)
     assert "not sorted" in caplog.text and "row 2: 0.1 after 0.2" in caplog.text

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -26,23 +26,18 @@ from ._inputs import (
 )
 
 
-def default_x0_window(model, lengths) -> int:
-    """The window of [`validation_report`][ceem_casadi.validation_report]: ``min(T_min - 1, max(10 nx, 2))``."""
-    return int(min(min(lengths) - 1, max(10 * model.nx, 2)))
-
-
 def initial_states_cli(model, theta_vec, data, x0_arg=None, window=None):
     """(x0 (B, nx), a sentence saying where it comes from, the estimation window or None) of ``evaluate`` and
     ``plot``: ``--x0 JSON``; else estimated from the first N samples (``--x0 estimate``, ``--x0-window``, or no
-    ``x1_mean``; N default `default_x0_window`); else the model's ``x1_mean``."""
-    from ..workflow._initial_state import estimate_initial_state
+    ``x1_mean``; N default ``min(T_min - 1, 10 nx)`` as `validation_report`); else the model's ``x1_mean``."""
+    from ..workflow._initial_state import default_window, estimate_initial_state
 
     x0 = given_x0(x0_arg, window, model.nx, data, min(data.lengths) - 1)
     if x0 is not None:
         return x0, "x0 given with --x0", None
     if x0_arg is None and window is None and model.noise.x1_mean is not None:
         return np.tile(model.noise.x1_mean, (len(data), 1)), "x0 = the model's x1_mean", None
-    window = default_x0_window(model, data.lengths) if window is None else window
+    window = default_window(model, min(data.lengths) - 1) if window is None else window
     try:
         x0 = estimate_initial_state(model, data, theta_vec, window=window)
     except CeemError as exc:
@@ -52,23 +47,13 @@ def initial_states_cli(model, theta_vec, data, x0_arg=None, window=None):
     return x0, f"x0 estimated from the first {window} samples of each trajectory (--x0-window): {rows}", window
 
 
-@dataclass(frozen=True)
-class FitOutcome:
-    """``theta`` and ``status`` of the fit that wrote a model file (``x`` None), for
-    [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty], which warns when the fit did not converge."""
-
-    theta: dict
-    status: str = "converged"
-    x: None = None
-
-
 def fit_outcome(saved, theta):
-    """``theta`` with the status recorded in the model file ``saved`` (None: ``theta`` as is)."""
-    if saved is None:
-        return theta
-    meta = saved.meta.get("metadata") if isinstance(saved.meta, dict) else None
+    """``theta`` with the status recorded in the model file ``saved`` (the fit's ``theta``, ``status`` and no states
+    ``x``), for [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty], which warns when the fit did not
+    converge; ``theta`` itself without a recorded status."""
+    meta = saved.meta.get("metadata") if saved is not None and isinstance(saved.meta, dict) else None
     status = meta.get("status") if isinstance(meta, dict) else None
-    return FitOutcome(theta, str(status)) if isinstance(status, str) else theta
+    return SimpleNamespace(theta=theta, status=status, x=None) if isinstance(status, str) else theta
 
 
 def cmd_evaluate(args) -> int:

@@ -211,17 +211,10 @@ def optional_output(write, what: str, path) -> bool:
     return True
 
 
-def load_data(paths, model, *, outputs=None, inputs=None, trajectory_column=None):
-    """(Trajectories, description) of the ``--data`` files: [`read_trajectories`][ceem_casadi.io.read_trajectories]."""
-    return read_trajectories(paths, model, outputs=outputs, inputs=inputs, trajectory_column=trajectory_column,
-                             describe=True)
-
-
 def data_from_args(args, model):
     """(Trajectories, description) of ``--data`` with ``--outputs``, ``--inputs``, ``--trajectory-column``."""
-    return load_data(args.data, model, outputs=names(args.outputs), inputs=names(args.inputs),
-                     trajectory_column=args.trajectory_column)
-
+    return read_trajectories(args.data, model, outputs=names(args.outputs), inputs=names(args.inputs),
+                             trajectory_column=args.trajectory_column, describe=True)
 
 
 # --- model, options ----------------------------------------------------------------------------------

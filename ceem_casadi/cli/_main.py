@@ -30,19 +30,18 @@ class _Parser(argparse.ArgumentParser):
         raise exc
 
 
-def _add_model(p, *, file_only=False, file_allowed=True):
+def _add_model(p, *, file_allowed=True):
     if file_allowed:
-        p.add_argument("--model-file", help="model file written by 'fit' (.npz)", required=file_only)
+        p.add_argument("--model-file", help="model file written by 'fit' (.npz)")
         p.add_argument("--trust-source", action="store_true",
                        help="rebuild the model by importing and calling the factory named in the model file: this "
                             "RUNS CODE named by the file, only for files you made (default: the stored expression "
                             "graphs, no code runs)")
         p.add_argument("--saved-functions", action="store_true",
                        help="deprecated, the default: use the model functions stored in the model file")
-    if not file_only:
-        p.add_argument("--model", help="model factory as path/to/file.py:factory or package.module:factory "
-                                       "(e.g. models/lorenz.py:single_lorenz)")
-        p.add_argument("--model-kwargs", help="JSON object (or .json file) of keyword arguments for the factory")
+    p.add_argument("--model", help="model factory as path/to/file.py:factory or package.module:factory "
+                                   "(e.g. models/lorenz.py:single_lorenz)")
+    p.add_argument("--model-kwargs", help="JSON object (or .json file) of keyword arguments for the factory")
 
 
 def _add_data(p, required=True):

@@ -6,8 +6,8 @@ import warnings
 
 import casadi as ca
 
-from ..errors import OptionsError
 from ..model._simulation import as_theta_vector
+from ..runtime._schema import require
 
 __all__ = ["to_do_mpc"]
 
@@ -73,8 +73,7 @@ def to_do_mpc(model, theta, *, parameters: str = "baked", setup: bool = True):
     >>> float(sim.make_step(np.ones((1, 1)))[0, 0])        # the measurement y = 2 x+ = 2 (0.8 + 1)
     3.6
     """
-    if parameters not in KINDS:
-        raise OptionsError(f"parameters: expected one of {sorted(KINDS)}, got {parameters!r}")
+    require(parameters in KINDS, f"parameters: expected one of {sorted(KINDS)}, got {parameters!r}")
     theta_vec = as_theta_vector(model, theta)
     do_mpc = import_do_mpc()
     m = do_mpc.model.Model("discrete", "SX")

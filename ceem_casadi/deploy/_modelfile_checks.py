@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from ..io._archive import ModelFileError
+from ..runtime._checks import is_integer
 from ..runtime._schema import HESSIANS
 
 MAX_NAME_CHARS = 200      # a parameter name, a model name
@@ -17,18 +18,14 @@ MAX_DIMENSION = 100_000   # nx, nu, ny
 MAX_NDIM = 4              # dimensions of one parameter
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _is_number(v) -> bool:
     return (isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
 # (field, what it must be ({n}: the number of parameter names), test of (value, meta)), checked in order
 FIELDS = (
-    ("format_version", "an integer >= 1", lambda v, meta: _is_int(v) and v >= 1),
-    *((k, f"an integer in [{low}, {MAX_DIMENSION}]", lambda v, meta, low=low: _is_int(v) and low <= v <= MAX_DIMENSION)
+    ("format_version", "an integer >= 1", lambda v, meta: is_integer(v) and v >= 1),
+    *((k, f"an integer in [{low}, {MAX_DIMENSION}]", lambda v, meta, lo=low: is_integer(v) and lo <= v <= MAX_DIMENSION)
       for k, low in (("nx", 1), ("nu", 0), ("ny", 1))),
     ("dt", "a finite number > 0 or null", lambda v, meta: v is None or (_is_number(v) and math.isfinite(v) and v > 0)),
     *((k, f"a text of at most {limit} characters or null",
@@ -40,13 +37,13 @@ FIELDS = (
         isinstance(n, str) and 0 < len(n) <= MAX_NAME_CHARS for n in v) and len(set(v)) == len(v)),
     ("theta_shapes", f"{{n}} lists of at most {MAX_NDIM} integers >= 0 (one shape per name)",
      lambda v, meta: isinstance(v, list) and len(v) == len(meta["theta_names"]) and all(
-         isinstance(s, list) and len(s) <= MAX_NDIM and all(_is_int(d) and d >= 0 for d in s) for s in v)),
+         isinstance(s, list) and len(s) <= MAX_NDIM and all(is_integer(d) and d >= 0 for d in s) for s in v)),
     ("params", "a list of parameter declarations (objects) or null",
      lambda v, meta: v is None or (isinstance(v, list) and all(isinstance(d, dict) for d in v))),
 )
 # one iteration record of "history": (field, what it must be, test of (value, parameter names))
 RECORD_FIELDS = (
-    ("iteration", "an integer", lambda v, names: _is_int(v)),
+    ("iteration", "an integer", lambda v, names: is_integer(v)),
     ("J", "a number", lambda v, names: v is None or _is_number(v)),
     ("theta", "an object of numbers by parameter name", lambda v, names: v is None or (
         isinstance(v, dict) and set(v) <= names and all(_is_number(e) or isinstance(e, list) for e in v.values()))),

@@ -109,14 +109,6 @@ def default_data_dir() -> Path:
         "variable CEEM_DATA pointing to a folder with cascaded_tanks/, silverbox/ and SHA256SUMS")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _expected_digests(data_dir: Path) -> dict[str, str]:
     sums = data_dir / "SHA256SUMS"
     if not sums.is_file():
@@ -144,7 +136,8 @@ def verify_file(data_dir, relpath: str) -> Path:
     expected = _expected_digests(data_dir).get(relpath)
     if expected is None:
         raise ChecksumError(f"{relpath} is not listed in {data_dir / 'SHA256SUMS'}; cannot verify it")
-    got = _sha256(path)
+    with open(path, "rb") as fh:
+        got = hashlib.file_digest(fh, "sha256").hexdigest()
     if got != expected:
         raise ChecksumError(f"SHA-256 mismatch for {path}: expected {expected}, got {got} "
                             "(corrupted or different file)")

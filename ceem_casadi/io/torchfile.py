@@ -52,13 +52,9 @@ def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad=False, hooks
         storage[offset:], shape=size, strides=tuple(s * item for s in stride)).copy()
 
 
-def _rebuild_tensor(storage, offset, size, stride):
-    return _rebuild_tensor_v2(storage, offset, size, stride)
-
-
 _ALLOWED = {
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
-    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor_v2,  # the legacy form: v2 without its optional arguments
     ("collections", "OrderedDict"): OrderedDict,
     ("torch", "device"): str,
 }
@@ -241,10 +237,6 @@ class _PickleWriter:
         self.out += b"tR"
 
 
-def _plain_pickle(o) -> bytes:
-    return pickle.dumps(o, protocol=2)
-
-
 def save(obj, path, *, legacy: bool = False) -> None:
     """Write numpy arrays (inside tuples/lists/dicts) as a ``torch.save`` file, without torch.
 
@@ -267,12 +259,12 @@ def save(obj, path, *, legacy: bool = False) -> None:
 def _write(path, *, name, w, data, legacy) -> None:
     if legacy:
         with open(path, "wb") as fh:
-            fh.write(_plain_pickle(_MAGIC))
-            fh.write(_plain_pickle(_PROTOCOL))
-            fh.write(_plain_pickle({"protocol_version": _PROTOCOL, "little_endian": True,
-                                    "type_sizes": {"short": 2, "int": 4, "long": 4}}))
+            sys_info = {"protocol_version": _PROTOCOL, "little_endian": True,
+                        "type_sizes": {"short": 2, "int": 4, "long": 4}}
+            for part in (_MAGIC, _PROTOCOL, sys_info):
+                fh.write(pickle.dumps(part, protocol=2))
             fh.write(data)
-            fh.write(_plain_pickle([k for k, _ in w.arrays]))
+            fh.write(pickle.dumps([k for k, _ in w.arrays], protocol=2))
             for _, a in w.arrays:
                 fh.write(struct.pack("<q", a.size))
                 fh.write(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())

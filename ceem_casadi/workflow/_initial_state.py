@@ -15,6 +15,7 @@ from ..io._data import Trajectories
 from ..io._validate import check_data, check_outputs
 from ..model._simulation import as_theta_vector, rollout
 from ..runtime._best import BestIterate, checked_status
+from ..runtime._checks import count
 from ..runtime._model_cache import cached
 from ..runtime._result import Result
 from ..runtime._schema import check_time_limit
@@ -216,16 +217,13 @@ def _checked_window(model, ys: list, window) -> int:
         raise ShapeError(f"y: expected one (T, ny = {model.ny}) array or several, each with at least one sample, got "
                          f"{len(ys)} trajectories of lengths {[yb.shape[0] for yb in ys]}")
     shortest = min(yb.shape[0] for yb in ys)
-    k = default_window(model, shortest) if window is None else window
-    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(k) or int(k) != k or not 1 <= k <= shortest:
-        raise ShapeError(f"window: expected an integer in [1, {shortest}] (shortest trajectory), got {window!r}")
-    empty = [b for b, yb in enumerate(ys) if np.all(np.isnan(yb[:int(k)]))]
+    k = count(default_window(model, shortest) if window is None else window, "window", 1, shortest)
+    empty = [b for b, yb in enumerate(ys) if np.all(np.isnan(yb[:k]))]
     if empty:
-        raise DataError(f"trajectory {empty[0]}: every output in the first {int(k)} samples (the window) is "
+        raise DataError(f"trajectory {empty[0]}: every output in the first {k} samples (the window) is "
                         "missing (NaN); the initial state cannot be estimated there: give a longer window= "
                         "(x0_window=) or x_init=")
-    return int(k)
+    return k
 
 
 def _candidates(model, theta_vec, ys: list, us: list, k: int, x_init, starts) -> np.ndarray:

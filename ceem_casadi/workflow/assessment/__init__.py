@@ -1,8 +1,5 @@
-"""Assessment of an identified model before it is trusted: validation metrics of free runs and
-k-step predictions (`validation_report`), residual analysis (whiteness and independence of the
-inputs, `residual_analysis`), simulation bands from the parameter covariance (`simulation_bands`)
-and the parameter uncertainty itself (`parameter_uncertainty`). Public names are re-exported by
-`ceem_casadi.workflow`."""
+"""Assessment of an identified model before it is trusted: validation metrics, residual analysis, simulation
+bands and parameter uncertainty (docs/validation.md, docs/uncertainty.md); re-exported by `ceem_casadi.workflow`."""
 from ._bands import Band, SimulationBands, simulation_bands
 from ._metrics import Metrics, ValidationReport, fit_percent, nrmse, rmse, validation_report
 from ._residuals import ResidualAnalysis, ResidualCorrelations, residual_analysis

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...errors import ShapeError
 from ...io._measures import error_stats, fit_percent, nrmse, rmse
 from ...io._validate import check_data
 from ...model._simulation import as_theta_vector as _theta_vector
@@ -57,9 +56,7 @@ class Metrics(Result):
 
     @classmethod
     def of(cls, y, yhat) -> Metrics:
-        """Metrics of observations ``y`` and predictions ``yhat`` ((T, ny) or (B, T, ny) or lists)."""
-        if isinstance(y, (list, tuple)):
-            y, yhat = _stack_list(y, yhat)
+        """Metrics of observations ``y`` and predictions ``yhat``, (T, ny) or (B, T, ny)."""
         sse, sst, n, _ = error_stats(np.atleast_2d(y), np.atleast_2d(yhat))
         with np.errstate(invalid="ignore", divide="ignore"):
             r = np.where(n > 0, np.sqrt(sse / np.maximum(n, 1)), np.nan)
@@ -81,19 +78,6 @@ def _finite(values):
     if isinstance(values, dict):
         return {k: float(v) if np.isfinite(v) else None for k, v in values.items()}
     return [float(v) if np.isfinite(v) else None for v in values]
-
-
-def _stack_list(y, yhat):
-    if len(y) != len(yhat):
-        raise ShapeError(f"expected as many predicted trajectories as observed ones: {len(y)} vs {len(yhat)}")
-    ys, hs = [], []
-    for b, (a, h) in enumerate(zip(y, yhat)):
-        a, h = np.atleast_2d(np.asarray(a, float)), np.atleast_2d(np.asarray(h, float))
-        if a.shape != h.shape:
-            raise ShapeError(f"trajectory {b}: y has shape {a.shape}, yhat {h.shape}")
-        ys.append(a)
-        hs.append(h)
-    return np.concatenate(ys), np.concatenate(hs)
 
 
 @dataclass(frozen=True, repr=False)

@@ -9,13 +9,12 @@ import numpy as np
 from ...errors import NonFiniteError, ShapeError
 from ...model._simulation import run
 from ...runtime._checks import count
-from .._initial_state import estimate_initial_state
+from .._initial_state import default_window, estimate_initial_state
 
 
 def _initial_states(model, x0, n_traj: int) -> np.ndarray:
+    """(B, nx) of ``x0`` (None: the model's ``x1_mean``; (nx,): shared)."""
     if x0 is None:
-        if model.noise.x1_mean is None:
-            raise ShapeError(f"x0: give the initial states ({n_traj}, {model.nx}) (the model has no x1_mean)")
         return np.tile(model.noise.x1_mean, (n_traj, 1))
     x0 = np.asarray(x0, float)
     if x0.ndim == 1 and x0.shape == (model.nx,):
@@ -111,22 +110,18 @@ def resolve_initial_states(model, data, theta_vec, x0=None, *, window=None, skip
     [`validation_report`][ceem_casadi.validation_report] (given, ``x1_mean``, or estimated from the first
     ``window`` samples; then ``skip`` defaults to ``window``)."""
     if skip is not None:
-        count(skip, "skip", 0)
+        count(skip, "skip", 0)  # before any work; its upper bound below
     if window is not None:
         count(window, "window")
     estimate = (isinstance(x0, str) and x0 == "estimate") or (x0 is None and model.noise.x1_mean is None)
     if isinstance(x0, str) and not estimate:
         raise ShapeError(f"x0: expected an array or 'estimate', got {x0!r}")
     if estimate:
-        shortest = min(data.lengths)
-        window = min(shortest - 1, max(10 * model.nx, 2)) if window is None else window
+        window = default_window(model, min(data.lengths) - 1) if window is None else window
         x0 = best_initial_states(model, data, theta_vec, window, starts, seed)
         skip = window if skip is None else skip
-    skip = 0 if skip is None else skip
-    if int(skip) != skip or skip < 0 or skip >= min(data.lengths):
-        raise ShapeError(f"skip must be an integer in [0, {min(data.lengths) - 1}] (shortest trajectory "
-                         f"{min(data.lengths)} samples), got {skip!r}")
-    return _initial_states(model, x0, len(data)), int(skip)
+    skip = count(0 if skip is None else skip, "skip", 0, min(data.lengths) - 1)  # below the shortest length
+    return _initial_states(model, x0, len(data)), skip
 
 
 def ekf_covariances(model, Sigma0=None, Q=None, R=None):

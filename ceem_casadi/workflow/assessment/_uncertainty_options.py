@@ -5,9 +5,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...errors import OptionsError
 from ...runtime._result import Result
-from ...runtime._schema import HESSIANS, check_fields
+from ...runtime._schema import HESSIANS, check_fields, require
 
 __all__ = ["ParameterUncertainty", "UncertaintyOptions"]
 
@@ -57,12 +56,10 @@ class UncertaintyOptions:
 
     def __post_init__(self):
         check_fields(self)
-        if self.hessian not in HESSIANS:
-            raise OptionsError(f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
-        if not 0 < self.level < 1:
-            raise OptionsError(f"level must be in (0, 1), e.g. 0.95, got {self.level!r}")
-        if not 0 < self.identifiability_tol < 1:
-            raise OptionsError(f"identifiability_tol must be in (0, 1), got {self.identifiability_tol!r}")
+        require(self.hessian in HESSIANS, f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
+        require(0 < self.level < 1, f"level must be in (0, 1), e.g. 0.95, got {self.level!r}")
+        require(0 < self.identifiability_tol < 1,
+                f"identifiability_tol must be in (0, 1), got {self.identifiability_tol!r}")
 
 
 @dataclass(repr=False)

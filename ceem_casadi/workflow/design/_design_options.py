@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...runtime._result import Result
+from ...runtime._result import Result, format_table
 from ...runtime._schema import check_fields, renamed, require
 from ...runtime._status import Status
 
@@ -88,10 +88,11 @@ class InputDesign(Result):
     >>> m = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.5 * x + p.b * u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("b", 1.0)), measurement_std=0.1)
     >>> d = design_input(m, {"b": 1.0}, 5, u_bounds=(-1, 1), starts=1)
-    >>> d.names, d.information.shape, len(d.table().splitlines())
-    (['b'], (1, 1), 2)
+    >>> d.names, d.information.shape, len(d.table().splitlines())       # header, rule, one start
+    (['b'], (1, 1), 3)
     """
 
+    SUMMARY = ("criterion", "value", "status", "u")
     u: np.ndarray
     criterion: str
     value: float
@@ -100,10 +101,6 @@ class InputDesign(Result):
     status: Status
     starts: list = field(default_factory=list)
     x0: np.ndarray | None = None
-
-    def __repr__(self) -> str:
-        return (f"InputDesign(criterion={self.criterion!r}, value={self.value:.6g}, T={self.u.shape[0]}, "
-                f"nu={self.u.shape[1]}, status={str(self.status)!r}, starts={len(self.starts)})")
 
     @property
     def std_errors(self) -> np.ndarray:
@@ -117,11 +114,9 @@ class InputDesign(Result):
 
     def table(self) -> str:
         """One line per start: initial and final criterion, status, iterations, seconds."""
-        rows = [f"start  initial {self.criterion}     final {self.criterion}       status         iters  seconds"]
-        for s in self.starts:
-            rows.append(f"{s['start']:>5}  {s['initial']:>12.6g}  {s['final']:>12.6g}  {s['status']:<13}  "
-                        f"{s['iterations']:>5}  {s['seconds']:>7.2f}")
-        return "\n".join(rows)
+        keys = ("start", "initial", "final", "status", "iterations", "seconds")
+        return format_table([*keys[:1], f"initial {self.criterion}", f"final {self.criterion}", *keys[3:]],
+                            [[s[k] for k in keys] for s in self.starts])
 
     def to_dict(self) -> dict:
         """JSON-ready dict."""

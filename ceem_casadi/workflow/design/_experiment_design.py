@@ -12,13 +12,14 @@ import time
 import casadi as ca
 import numpy as np
 
-from ...errors import OptionsError, ParameterError, ShapeError
+from ...errors import ParameterError, ShapeError
 from ...io._data import Trajectories
 from ...model._simulation import as_theta_vector, simulate_output
 from ...objective._identifiability import entry_names
 from ...runtime._best import BestIterate, checked_status
 from ...runtime._checks import count
 from ...runtime._model_cache import cached, noise_key
+from ...runtime._schema import require
 from ...runtime._solve import ipopt_options, solve
 from ...runtime._status import Status
 from ._design_options import DesignOptions, InputDesign
@@ -292,15 +293,13 @@ def _checked_design(model, horizon, criterion: str, options) -> tuple[int, np.nd
     """The horizon T and the free indices, after checking the arguments of `design_input`."""
     if not isinstance(options, DesignOptions):
         raise TypeError(f"options must be a DesignOptions, got {type(options).__name__}")
-    if criterion not in CRITERIA:
-        raise OptionsError(f"criterion: expected 'D' (log det) or 'A' (trace of the inverse), got {criterion!r}")
+    require(criterion in CRITERIA,
+            f"criterion: expected 'D' (log det) or 'A' (trace of the inverse), got {criterion!r}")
     if model.nu < 1:
         raise ShapeError("design_input: the model has no input (nu = 0); there is nothing to design")
-    if not (isinstance(horizon, (int, np.integer)) and horizon >= 2):
-        raise ShapeError(f"horizon: expected an int >= 2 (samples), got {horizon!r}")
     if model.params.free_index.size == 0:
         raise ShapeError("design_input: the model has no free parameter")
-    return int(horizon), model.params.free_index
+    return count(horizon, "horizon (samples)", 2), model.params.free_index
 
 
 def _rate(rate_bounds, nu: int):

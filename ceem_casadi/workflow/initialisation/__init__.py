@@ -1,7 +1,5 @@
-"""Initialisation of block-oriented models: the frequency response of periodic data (`estimate_frf`),
-its transfer-function fit (`fit_frf`) and the best-linear-approximation initialiser
-(`bla_initialise`, which splits the BLA's poles and zeros over the linear blocks and fits the static
-nonlinearity). Public names are re-exported by `ceem_casadi.workflow`."""
+"""Initialisation of block-oriented models from the best linear approximation, parametric or from the FRF of
+periodic data (docs/block_oriented.md); re-exported by `ceem_casadi.workflow`."""
 from ._bla import bla_initialise
 from ._frf import FRF, estimate_frf
 from ._frf_fit import FRFFit, fit_frf

@@ -17,6 +17,7 @@ from ...io._data import Trajectories
 from ...io._validate import check_excitation
 from ...model._block_oriented import block_system, hammerstein, sections, wiener, wiener_hammerstein
 from ...runtime import _policy as policy
+from ...runtime._schema import require
 from .._augment import register_family
 from ..output_error._output_error import refine_output_error
 from ._bla_result import BLAInit, SplitFit
@@ -237,9 +238,8 @@ def _split_table(bla, source, kind, data, skip, orders, fts, nonlinearity, degre
     pg, zg = _groups(poles), _groups(zeros)
     pg, pole_sets = _splittable(pg, n1, two, "poles")
     zg, zero_sets = _splittable(zg, n_zeros[0], two, "zeros")
-    if len(pole_sets) * len(zero_sets) > max_splits:
-        raise OptionsError(f"{len(pole_sets) * len(zero_sets)} splits to try, more than max_splits="
-                                f"{max_splits}; raise max_splits or lower the orders")
+    require(len(pole_sets) * len(zero_sets) <= max_splits, f"{len(pole_sets) * len(zero_sets)} splits to try, more "
+            f"than max_splits={max_splits}; raise max_splits or lower the orders")
     table, seen = [], set()
     for ps, zs in itertools.product(pole_sets, zero_sets):
         rest_p, rest_z = set(range(len(pg))) - ps, set(range(len(zg))) - zs
@@ -351,8 +351,7 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
 
 def _orders(kind, data, n1: int, n2: int, feedthrough) -> tuple[tuple, tuple]:
     """Validated block orders and feedthrough flags, one per block (the factory's default flags)."""
-    if kind not in KINDS:
-        raise OptionsError(f"kind must be one of {KINDS}, got {kind!r}")
+    require(kind in KINDS, f"kind must be one of {KINDS}, got {kind!r}")
     if not isinstance(data, Trajectories) or data.nu != 1 or data.ny != 1:
         raise ShapeError("data: expected a Trajectories with one input and one output (nu = ny = 1)")
     check_excitation(data)  # a constant (or all-zero) input: refused, as estimate_frf refuses it

@@ -8,6 +8,7 @@ import numpy as np
 
 from ...baselines._n4sid import N4SIDResult
 from ...model._model import StateSpaceModel
+from ...runtime._result import format_table
 from ._frf_fit import FRFFit
 
 __all__ = ["BLAInit", "SplitFit"]
@@ -32,14 +33,11 @@ class SplitFit:
 
 @dataclass
 class BLAInit:
-    """Outcome of `bla_initialise`: ``model`` (the factory's, with ``scale`` set), ``theta``
-    (dict), ``table`` (list of `SplitFit`, best first), ``bla`` (the BLA of the best split: the N4SID
-    result or a state-space object), ``x0``
-    (B, nx) zeros: the least squares simulate from rest, so refine from there,
-    ``frf`` (the [`FRFFit`][ceem_casadi.workflow.FRFFit] of a ``period=`` call, else None),
-    ``cc.refine_output_error(init.model, data, init.theta, x0=init.x0)`` (the default x0 estimate
-    under the rough initial model can start a poorer local minimum: on the swapped
-    Wiener-Hammerstein test case cost 1691 instead of 953, the truth's)."""
+    """Outcome of `bla_initialise`: ``model`` (the factory's, with ``scale`` set), ``theta`` (dict), ``table``
+    (list of `SplitFit`, best first), ``bla`` (the BLA of the best split: the N4SID result or a state-space
+    object), ``frf`` (the [`FRFFit`][ceem_casadi.workflow.FRFFit] of a ``period=`` call, else None) and ``x0``
+    (B, nx) zeros, the rest the least squares simulate from: refine from there,
+    ``cc.refine_output_error(init.model, data, init.theta, x0=init.x0)`` (docs/block_oriented.md)."""
 
     model: StateSpaceModel
     theta: dict
@@ -59,7 +57,5 @@ class BLAInit:
         """The best ``rows`` splits as text: RMS, then G1's and G2's poles (modulus, angle in rad)."""
         def fmt(p):
             return " ".join(f"{abs(z):.3f}@{np.angle(z):+.2f}" for z in p if np.angle(z) >= 0) or "-"
-        lines = [f"{'rms':>10}  G1 poles (|p|@angle, one per pair) | G2 poles"]
-        for s in self.table[:rows]:
-            lines.append(f"{s.rms:10.4g}  {fmt(s.g1_poles)} | {fmt(s.g2_poles)}")
-        return "\n".join(lines)
+        return format_table(["rms", "G1 poles (|p|@angle, one per pair)", "G2 poles"],
+                            [[s.rms, fmt(s.g1_poles), fmt(s.g2_poles)] for s in self.table[:rows]])

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import DataError, OptionsError, ShapeError
+from ...errors import DataError, ShapeError
 from ...io._data import Trajectories
+from ...runtime._checks import is_integer
 from ...runtime._result import Result
+from ...runtime._schema import require
 
 logger = logging.getLogger(__name__)
 __all__ = ["FRF", "estimate_frf"]
@@ -191,14 +193,12 @@ def _checked_period(data, period, transient_periods, input_tol, excitation_tol) 
             raise DataError("period='auto': no period N >= 4 dividing every trajectory's length twice makes every "
                             f"input periodic within input_tol={input_tol!r} of its RMS: the input is not periodic")
         period = found
-    if isinstance(period, bool) or not isinstance(period, (int, np.integer)) or period < 4:
-        raise OptionsError(f"period: expected an int >= 4 (samples per period), got {period!r}")
-    if isinstance(transient_periods, bool) or not isinstance(transient_periods, (int, np.integer)) \
-            or transient_periods < 0:
-        raise OptionsError(f"transient_periods: expected an int >= 0, got {transient_periods!r}")
+    require(is_integer(period) and period >= 4, f"period: expected an int >= 4 (samples per period), got {period!r}")
+    require(is_integer(transient_periods) and transient_periods >= 0,
+            f"transient_periods: expected an int >= 0, got {transient_periods!r}")
     for name, v in (("input_tol", input_tol), ("excitation_tol", excitation_tol)):
-        if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
-            raise OptionsError(f"{name}: expected a finite number > 0, got {v!r}")
+        require(isinstance(v, (int, float)) and np.isfinite(v) and v > 0,
+                f"{name}: expected a finite number > 0, got {v!r}")
     return int(period)
 
 

@@ -9,10 +9,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import DataError, OptionsError, ShapeError
+from ...errors import DataError, ShapeError
 from ...io._data import Trajectories
 from ...runtime._best import BestIterate
+from ...runtime._checks import is_integer
 from ...runtime._result import Result
+from ...runtime._schema import require
 from ._frf import FRF, detect_period, estimate_frf
 
 logger = logging.getLogger(__name__)
@@ -216,16 +218,11 @@ def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool =
 
 def _checked_orders(frf, order, n_b, feedthrough: bool, smooth) -> tuple[int, int]:
     """The arguments of `fit_frf` checked: B's degree and its first power of z^-1 (0 or 1)."""
-    if not isinstance(frf, FRF):
-        raise OptionsError(f"frf: expected an FRF (estimate_frf), got {type(frf).__name__}")
-    if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or order < 1:
-        raise OptionsError(f"order: expected an int >= 1, got {order!r}")
-    nb = int(order) if n_b is None else n_b
-    if isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < (0 if feedthrough else 1):
-        raise OptionsError(f"n_b: expected an int >= {0 if feedthrough else 1}, got {n_b!r}")
-    if isinstance(smooth, bool) or not isinstance(smooth, (int, np.integer)) or smooth < 0:
-        raise OptionsError(f"smooth: expected an int >= 0, got {smooth!r}")
-    first = 0 if feedthrough else 1
+    require(isinstance(frf, FRF), f"frf: expected an FRF (estimate_frf), got {type(frf).__name__}")
+    require(is_integer(order) and order >= 1, f"order: expected an int >= 1, got {order!r}")
+    nb, first = (int(order) if n_b is None else n_b), (0 if feedthrough else 1)
+    require(is_integer(nb) and nb >= first, f"n_b: expected an int >= {first}, got {n_b!r}")
+    require(is_integer(smooth) and smooth >= 0, f"smooth: expected an int >= 0, got {smooth!r}")
     n_par = nb + 1 - first + order
     if 2 * frf.G.size < n_par:
         raise ShapeError(f"the FRF has {frf.G.size} bins (2 x {frf.G.size} real equations) for {n_par} coefficients: "
@@ -266,8 +263,7 @@ def frf_bla(bla, data: Trajectories, period, order: int, feedthrough: bool) -> F
     if isinstance(bla, FRF):
         frf = bla
     else:
-        if period is None:
-            raise OptionsError("bla='frf' needs the input's period: give period= (samples per period, or 'auto')")
+        require(period is not None, "bla='frf' needs the input's period: give period= (samples per period, or 'auto')")
         if isinstance(period, str) and period == "auto":
             period = detect_period(data)
             if period is None:
