@@ -354,6 +354,7 @@ def test_a_slow_machine_chooses_the_same_model_unless_the_cap_hits(monkeypatch):
     assert len(slow.rows) == len(fast.rows) >= 5 and slow.structure == fast.structure != "user model"
     assert [r["status"] for r in slow.rows] == [r["status"] for r in fast.rows]
     np.testing.assert_array_equal(slow.model.params.to_vector(slow.theta), fast.model.params.to_vector(fast.theta))
-    assert "time limit cut" not in slow.message
+    assert "time limit cut" not in slow.message and not slow.capped
     capped, _ = search(0.2 * duration)
     assert capped.rows[-1]["status"] == "not run" and "the time limit cut the search" in capped.message
+    assert capped.capped and "the time limit cut the search" in capped.table().splitlines()[-1]

@@ -225,4 +225,4 @@ def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all, why=
         why += ("; the time limit cut the search (rows with status time_limit or not run): a faster machine or a "
                 "larger time_limit can choose differently")
     return SearchResult(m, th, np.asarray(x, float), float(obj), label, rows, s.opts.criterion,
-                        time.perf_counter() - t_all, msg + why, status, its)
+                        time.perf_counter() - t_all, msg + why, status, its, s.capped)
