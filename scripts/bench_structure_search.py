@@ -162,7 +162,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--only", nargs="+", default=["tanks", "silverbox", "wh"], choices=("tanks", "silverbox", "wh", "stages"))
     ap.add_argument("--tanks-time", type=float, default=600.0)
-    ap.add_argument("--sb-time", type=float, default=900.0)
+    ap.add_argument("--sb-time", type=float, default=3600.0)   # a cap: 531 CPU s, 1684 s wall loaded
     ap.add_argument("--sb-samples", type=int, default=20000)
     ap.add_argument("--wh-time", type=float, default=280.0)
     ap.add_argument("--smoke", action="store_true", help="short records and limits (for the tests)")
