@@ -97,35 +97,6 @@ def test_the_block_moves_start_at_their_parent(kind, n, nl):
     assert not Augmentation("order").applicable(_user()) and Augmentation("order").applicable(g2.model)
 
 
-def test_a_costly_candidate_stops_when_its_pace_cannot_reach_the_best_so_far(monkeypatch):
-    """`_Search.sliced_fit`: a costly candidate's fit runs in slices resumed from the last iterate;
-    it stops after the first slice when its criterion, projected linearly over the time left, stays
-    above the rival's; it goes on while the projection reaches it; one fit without a rival."""
-    from types import SimpleNamespace
-
-    import ceem_casadi.workflow._search as search_mod
-
-    s = search_mod._Search(_truth_data(T=50), SearchOptions(), cc.OutputErrorOptions(), None)
-    calls, clock = [], [0.0]
-
-    def fake_fit(model, theta, x0, data, budget, max_iters=None):     # each slice spends its budget
-        calls.append(theta)
-        clock[0] += budget
-        return SimpleNamespace(theta=theta + 1, x0=x0, status="time_limit", iterations=1, message="")
-
-    monkeypatch.setattr(search_mod, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
-    monkeypatch.setattr(s, "fit", fake_fit)
-    monkeypatch.setattr(s, "score", lambda model, theta, x0: (0.0, 100.0 - theta, 1.0, 1))  # 1 per slice
-    parent = dict(ic=100.0)
-    res, note = s.sliced_fit(None, 0, None, 0.2, parent, dict(ic=0.0, structure="rival"))
-    assert calls == [0] and "cannot reach 0 (rival)" in note and res.theta == 1
-    calls.clear()
-    res, note = s.sliced_fit(None, 0, None, 0.2, parent, dict(ic=99.0, structure="rival"))
-    assert calls == list(range(search_mod.SLICES)) and note == ""                # resumed from each slice's iterate
-    calls.clear()
-    assert s.sliced_fit(None, 0, None, 0.2, parent, None)[1] == "" and calls == [0]
-
-
 def _curve_coefficients(model, tv, grid):
     """Monomial coefficients (constant, x, x^2, x^3) of the static output map g(x) at the vector tv."""
     y = np.array([float(model.g(x, 0.0, tv)) for x in grid])
@@ -358,13 +329,32 @@ def test_a_costly_fit_cut_by_the_time_limit_is_not_chosen_over_a_finished_one(mo
     assert "mlp_output(8) has a lower tail RMS but the time limit cut its fit" in res.search.message
 
 
-def test_cheap_moves_are_not_started_with_less_time_than_their_parent_took(monkeypatch):
-    """When a cheap move's budget is below its parent's own fit time, that move and the remaining
-    cheap ones at its depth are listed as not run (a fit cut that short is noise, not a candidate)."""
+def test_a_slow_machine_chooses_the_same_model_unless_the_cap_hits(monkeypatch):
+    """Every candidate fit runs to its iteration limit: on a slow machine (a clock that advances 1 s per
+    reading, so that every fit iteration takes a few seconds) with a time limit 1.02 x the search's
+    duration, the search chooses the same candidate and theta as without a time limit; a cap below its
+    duration stops the candidates, and the table and the message say so."""
+    import time
+
     import ceem_casadi.workflow._search as search_mod
 
-    monkeypatch.setattr(search_mod._Search, "budget", lambda self, left, keep=0.25: 1e-9)
-    res = cc.identify(_user(), _truth_data(T=100), {"a": 0.5, "b": 0.5}, ceem=False,
-                      search=SearchOptions(augmentations=("offset", "output_poly"), max_depth=1))
-    assert [(r["status"], r["verdict"]) for r in res.search.rows[1:]] == [("not run", "time limit")] * 2
-    assert res.search.structure == "user model"
+    data, clock = _truth_data(T=200), [0.0]
+    opts = SearchOptions(augmentations=("offset", "output_poly", "mlp_output"), max_depth=2, max_iters=30)
+
+    def search(limit):
+        start = time.perf_counter()
+        res = search_mod.structure_search(_user(), data, {"a": 0.5, "b": 0.5}, np.zeros((2, 1)), options=opts,
+                                          expires=None if limit is None else start + limit)
+        return res, time.perf_counter() - start
+
+    fast, _ = search(None)
+    monkeypatch.setattr(time, "perf_counter", lambda: clock.__setitem__(0, clock[0] + 1.0) or clock[0])
+    _, duration = search(1e9)     # the clock is read as often as with any time limit
+    slow, _ = search(1.02 * duration)
+    assert len(slow.rows) == len(fast.rows) >= 5 and slow.structure == fast.structure != "user model"
+    assert [r["status"] for r in slow.rows] == [r["status"] for r in fast.rows]
+    np.testing.assert_array_equal(slow.model.params.to_vector(slow.theta), fast.model.params.to_vector(fast.theta))
+    assert "time limit cut" not in slow.message and not slow.capped
+    capped, _ = search(0.2 * duration)
+    assert capped.rows[-1]["status"] == "not run" and "the time limit cut the search" in capped.message
+    assert capped.capped and "the time limit cut the search" in capped.table().splitlines()[-1]

@@ -107,7 +107,9 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     theta0 : dict
         Starting parameters, name -> array.
     time_limit : float, optional
-        Seconds for everything. With ``search``, the stages get half and the search the rest;
+        Seconds for everything. With ``search``, the stages get half and the search the rest (a safety
+        cap: the search's fits are budgeted in iterations, so it chooses the same on any machine unless
+        the cap hits, which its table and message then say);
         CE-EM gets half of the stages' budget left after output error from ``theta0`` (a third with
         the calibration, which gets half of what then remains).
     starts : int or sequence of dict, optional

@@ -23,13 +23,10 @@ logger = logging.getLogger(__name__)
 #: how often a move may appear on one path (the polynomial moves compose into higher degrees)
 REPEATS = {"output_poly": 2, "input_poly": 2, "poly_degree": 3, "nl_width": 2, "order": 2}
 
-#: the costly moves: tried last at every depth, in slices, within an equal share of the time per depth left
+#: the costly moves: tried last at every depth (a fixed order)
 COSTLY = ("mlp_output", "mlp_state")
 
-#: a costly candidate's fit runs in this many slices of its budget (docs/own_data.md)
-SLICES = 4
-
-#: share of the search's time kept for the final refit on all the estimation data
+#: share of ``time_limit`` kept for the final refit when the cap hits the candidates
 FINAL_SHARE = 0.25
 
 
@@ -55,7 +52,8 @@ def objective_of(errors: list) -> float:
 
 
 class _Search:
-    """The state of one search (docs/own_data.md, "How the search decides")."""
+    """The state of one search (docs/own_data.md, "How the search decides"): every fit runs to its
+    iteration limit; ``expires`` is only a safety cap (the candidates stop at 3/4 of it)."""
 
     def __init__(self, data, opts: SearchOptions, fit_options: OutputErrorOptions, expires):
         data = data.leading(policy.SEARCH_SAMPLES)  # long records: candidate fits stay cheap
@@ -63,7 +61,9 @@ class _Search:
         self.cuts = [min(max(2, round((1 - opts.holdout) * T)), T) for T in data.lengths]   # heads | tails
         self.head = Trajectories([data.y[b][:c] for b, c in enumerate(self.cuts)], None if data.u is None else
                                  [data.inputs(b)[:c] for b, c in enumerate(self.cuts)], dt=data.dt)
-        self.rows, self.accepted, self.t0 = [], [], time.perf_counter()
+        self.rows, self.accepted, self.capped = [], [], False
+        now = time.perf_counter()
+        self.cap = None if expires is None else expires - FINAL_SHARE * max(expires - now, 0.0)
 
     def score(self, model, theta, x0):
         """(head objective, criterion, tail RMS, k) of a fit on the heads."""
@@ -82,29 +82,13 @@ class _Search:
             np.nan if not tail.size else np.inf)
         return obj, float(ic), rms, k
 
-    def fit(self, model, theta, x0, data, budget, max_iters=None):
-        opts = replace(self.fit_options, max_iters=max_iters or self.opts.max_iters, time_limit=budget)
-        return refine_output_error(model, data, theta, x0=x0, options=opts)
-
-    def sliced_fit(self, model, theta, x0, budget, parent, rival):
-        """Fit on the heads in `SLICES` slices of ``budget``, each resumed from the last's best
-        iterate, stopped when the criterion, projected linearly over the time left, cannot reach
-        ``rival``'s (None: one fit); ``(result, note)``."""
-        if rival is None or budget is None:
-            return self.fit(model, theta, x0, self.head, budget), ""
-        t0, its = time.perf_counter(), 0
-        while True:
-            left = budget - (time.perf_counter() - t0)
-            res = self.fit(model, theta, x0, self.head, min(budget / SLICES, max(left, 1e-3)),
-                           self.opts.max_iters - its)
-            its, theta, x0 = its + int(res.iterations), res.theta, res.x0
-            spent = time.perf_counter() - t0
-            if str(res.status) != "time_limit" or spent >= budget or its >= self.opts.max_iters:
-                return res, ""
-            ic = self.score(model, theta, x0)[1]
-            if ic - (parent["ic"] - ic) / spent * (budget - spent) >= rival["ic"]:
-                return res, (f"; stopped after {spent:.0f} s: its {self.opts.criterion.upper()} {ic:.6g} cannot "
-                             f"reach {rival['ic']:.6g} ({rival['structure']}) at its pace")
+    def fit(self, model, theta, x0, data, max_iters, until):
+        """A fit of at most ``max_iters`` iterations, cut at the ``until`` deadline (None: no cap)."""
+        left = None if until is None else max(until - time.perf_counter(), 1e-3)
+        res = refine_output_error(model, data, theta, x0=x0,
+                                  options=replace(self.fit_options, max_iters=max_iters, time_limit=left))
+        self.capped |= str(res.status) == "time_limit"
+        return res
 
     def node(self, label, model, theta, x0, lifts, parent, t0, status="", message=""):
         obj, ic, tail, k = self.score(model, theta, x0)
@@ -131,81 +115,57 @@ class _Search:
                     depth, row["structure"], row["k"], row["objective"], self.opts.criterion.upper(), row["ic"],
                     row["tail"], row["status"], row["wall_s"], row["verdict"])
 
-    def candidate(self, label, parent, depth, budget, build, rival=None):
-        """Fit the child ``build() -> (model, theta, x0, lifts)`` on the heads (in slices, against
-        ``rival``, when given), judge it against ``parent`` and log it; the child when accepted, else None."""
+    def candidate(self, label, parent, depth, build) -> list:
+        """Fit the child ``build() -> (model, theta, x0, lifts)`` on the heads, judge it against
+        ``parent`` and log it; ``[child]`` when accepted, else ``[]`` (not run once the cap passed)."""
         t0 = time.perf_counter()
+        if self.cap is not None and t0 >= self.cap:
+            self.capped = True
+            self.log(dict(structure=label, k=0, objective=np.nan, ic=np.nan, tail=np.nan, status="not run",
+                          verdict="time limit", wall_s=0.0), depth)
+            return []
         try:
             model, theta, x0, lifts = build()
-            res, note = self.sliced_fit(model, theta, x0, budget, parent, rival)
+            res = self.fit(model, theta, x0, self.head, self.opts.max_iters, self.cap)
             child = self.node(label, model, res.theta, res.x0, lifts, parent, t0, str(res.status), res.message)
             ok = self.judge(child, parent)
-            child["verdict"] += note
         except (CeemError, RuntimeError) as exc:  # a move that cannot be built or fitted is reported
             child, ok = dict(structure=label, k=0, objective=np.inf, ic=np.inf, tail=np.inf, status="solver_failed",
                              verdict=f"rejected: {str(exc).splitlines()[0][:120]}", wall_s=time.perf_counter() - t0), False
         self.log(child, depth)
         self.accepted += [child] if ok else []
-        return child if ok else None
+        return [child] if ok else []
 
-    def grow(self, parent, aug, depth, budget, rival=None):
+    def grow(self, parent, aug, depth) -> list:
         tag = f"s{len(self.rows)}"   # one row per candidate: unique along every path
 
         def build():
             ctx = context_of(parent["model"], parent["theta"], parent["x0"], self.head)
             g = augment(aug, parent["model"], parent["theta"], parent["x0"], self.head, ctx, tag)
-            return g.model, g.theta, g.x0, parent["lifts"] + [g.lift]
-        return self.candidate(f"{parent['structure']} + {aug.label}", parent, depth, budget, build, rival)
-
-    def user_candidate(self, name, model, theta, root, budget):
-        theta = model.params.initial() if theta is None else model.params.validate(theta)
-        return self.candidate(name, root, 1, budget, lambda: (model, theta, None, None))
-
-    def budget(self, left: int, keep: float = FINAL_SHARE):
-        """Seconds for one of ``left`` fits, keeping ``keep`` of the search's time for what follows."""
-        return None if self.expires is None else max(
-            (self.expires - time.perf_counter() - keep * (self.expires - self.t0)) / max(left, 1), 1e-3)
-
-    def out_of_time(self) -> bool:
-        return self.expires is not None and \
-            self.expires - time.perf_counter() <= FINAL_SHARE * max(self.expires - self.t0, 0.0)
-
-    def costly(self, node, moves, depth, share, root) -> list:
-        """The accepted children of the costly ``moves`` from ``node`` in ``share`` seconds (sliced fits)."""
-        accepted, t0 = [], time.perf_counter()
-        for i, aug in enumerate(moves):
-            budget = None if share is None else (share + t0 - time.perf_counter()) / (len(moves) - i)
-            if self.out_of_time() or (budget is not None and budget <= 0):
-                self.skip(node, aug, depth)
-                continue
-            rival = min([root] + self.accepted, key=lambda c: c["ic"])
-            accepted += [c for c in [self.grow(node, aug, depth, budget, rival)] if c]
-        return accepted
-
-    def skip(self, node, aug, depth):
-        self.log(dict(structure=f"{node['structure']} + {aug.label}", k=0, objective=np.nan, ic=np.nan, tail=np.nan,
-                      status="not run", verdict="time limit", wall_s=0.0), depth)
+            return g.model, g.theta, g.x0, None if parent["lifts"] is None else parent["lifts"] + [g.lift]
+        return self.candidate(f"{parent['structure']} + {aug.label}", parent, depth, build)
 
 
 def _rank(node) -> tuple:
-    """Order of the accepted nodes: a costly move's fit cut by the time limit (far from an optimum) last,
-    then the tail RMS (free run on held-back data), then the criterion (alone when there is no tail)."""
-    cut = node["status"] == "time_limit" and node["structure"].rsplit(" + ", 1)[-1].startswith(COSTLY)
-    return cut, node["tail"] if np.isfinite(node["tail"]) else np.inf, node["ic"]
+    """Order of the accepted nodes: a fit cut by the time limit (far from an optimum) last, then the
+    tail RMS (free run on held-back data), then the criterion (alone when there is no tail)."""
+    return node["status"] == "time_limit", node["tail"] if np.isfinite(node["tail"]) else np.inf, node["ic"]
 
 
-def _moves(opts, node, costly: bool):
+def _moves(opts, node) -> list:
+    """The moves applicable to ``node``, in the options' order with the costly ones last."""
     used = node["structure"].split(" + ")[1:]
-    return [a for a in opts.augmentations if a.applicable(node["model"]) and (a.kind in COSTLY) == costly
-            and used.count(a.label) < REPEATS.get(a.kind, 1)]
+    return sorted([a for a in opts.augmentations if a.applicable(node["model"])
+                   and used.count(a.label) < REPEATS.get(a.kind, 1)], key=lambda a: a.kind in COSTLY)
 
 
 def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOptions | None = None,
                      fit_options: OutputErrorOptions = OutputErrorOptions(), expires: float | None = None,
                      user_objective: float | None = None) -> SearchResult:
     """Search structures grown from ``model`` at its optimum ``(theta, x0)`` on the estimation
-    ``data`` until ``expires`` (a ``time.perf_counter()`` deadline); the result's objective on all of
-    ``data`` is never above ``user_objective`` (the user's model's at ``(theta, x0)``)."""
+    ``data``, every fit to ``options.max_iters`` iterations; ``expires`` (a ``time.perf_counter()``
+    deadline) is a safety cap only. The result's objective on all of ``data`` is never above
+    ``user_objective`` (the user's model's at ``(theta, x0)``)."""
     t_all = time.perf_counter()
     options = SearchOptions() if options is None else options
     s = _Search(data, options, fit_options, expires)
@@ -213,31 +173,19 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
     x0 = np.asarray(x0, float).reshape(len(data), model.nx)
     if user_objective is None:
         user_objective = objective_of(free_run_errors(model, theta, data, x0))
-    t0, res = time.perf_counter(), s.fit(model, theta, x0, s.head, s.budget(1 + len(options.augmentations)))
+    t0, res = time.perf_counter(), s.fit(model, theta, x0, s.head, options.max_iters, s.cap)
     root = s.node("user model", model, res.theta, res.x0, [], None, t0, str(res.status), res.message)
     root["verdict"] = "the root (fitted on the heads)"
     s.log(root, 0)
-    frontier, extra = [root], list(options.candidates)
+    frontier, users = [root], []
+    for name, m, th in options.candidates:     # the user's structures: judged at depth 1, grown like the others
+        th = m.params.initial() if th is None else m.params.validate(th)
+        users += s.candidate(name, root, 1, lambda m=m, th=th: (m, th, None, None))
     for depth in range(1, options.max_depth + 1):
-        accepted = []
+        accepted = users if depth == 1 else []
         for node in frontier:
-            cheap, costly = _moves(options, node, False), _moves(options, node, True)
-            pending = len(cheap) + len(extra)
-            for name, m, th in extra:
-                if not s.out_of_time():
-                    accepted += [c for c in [s.user_candidate(name, m, th, root, s.budget(pending))] if c]
-                pending -= 1
-            extra = []
-            starved = False     # from a budget below the parent's own fit time on (they could not finish)
-            for aug in cheap:
-                budget = s.budget(pending)
-                pending -= 1
-                starved = starved or (budget is not None and budget < node["wall_s"])
-                if s.out_of_time() or starved:
-                    s.skip(node, aug, depth)
-                    continue
-                accepted += [c for c in [s.grow(node, aug, depth, budget)] if c]
-            accepted += s.costly(node, costly, depth, s.budget(options.max_depth - depth + 1), root)
+            for aug in _moves(options, node):
+                accepted += s.grow(node, aug, depth)
         if not accepted:
             break
         frontier = sorted(accepted, key=_rank)[:options.beam]
@@ -252,13 +200,13 @@ def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all, why=
             "n/a", 0)
     chosen = user
     if best["parent"] is not None:
-        fits = [(s.fit(best["model"], best["theta"], best["x0"], data, s.budget(1, 0.0), s.fit_options.max_iters),
+        fits = [(s.fit(best["model"], best["theta"], best["x0"], data, s.fit_options.max_iters, s.expires),
                  "from its head optimum")]
         if not fits[0][0].cost <= user_objective and best["lifts"] is not None:
             th, x = theta, x0
             for lift in best["lifts"]:
                 th, x = lift(th, x, data)
-            fits.append((s.fit(best["model"], th, x, data, s.budget(1, 0.0), s.fit_options.max_iters),
+            fits.append((s.fit(best["model"], th, x, data, s.fit_options.max_iters, s.expires),
                          "from the user's optimum lifted into it"))
         for res, how in fits:
             obj = objective_of(free_run_errors(best["model"], res.theta, data, res.x0))
@@ -273,5 +221,8 @@ def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all, why=
         r["chosen"] = r["structure"] == chosen[4]
     rows = [{k: v for k, v in r.items() if k not in ("model", "theta", "x0", "lifts", "parent")} for r in s.rows]
     m, th, x, obj, label, msg, status, its = chosen
+    if s.capped:
+        why += ("; the time limit cut the search (rows with status time_limit or not run): a faster machine or a "
+                "larger time_limit can choose differently")
     return SearchResult(m, th, np.asarray(x, float), float(obj), label, rows, s.opts.criterion,
-                        time.perf_counter() - t_all, msg + why, status, its)
+                        time.perf_counter() - t_all, msg + why, status, its, s.capped)

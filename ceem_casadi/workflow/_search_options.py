@@ -131,6 +131,9 @@ class SearchResult(Result):
         The final fit's status (``"n/a"`` when the user's model is kept).
     iterations : int
         The final fit's iterations.
+    capped : bool
+        Whether ``time_limit`` (a safety cap) stopped a candidate or the final refit: then a faster
+        machine or a larger limit can choose differently (the table's last line says so).
 
     Examples
     --------
@@ -162,6 +165,7 @@ class SearchResult(Result):
     message: str = ""
     status: str = "n/a"
     iterations: int = 0
+    capped: bool = False
 
     def table(self) -> str:
         """One line per candidate: structure, k, head objective, criterion, tail score, status, verdict, seconds."""
@@ -172,10 +176,13 @@ class SearchResult(Result):
             mark = "*" if r.get("chosen") else " "
             out.append(f"{mark} {r['structure']:<{w}}  {r['k']:>5}  {r['objective']:12.6g}  {r['ic']:12.6g}  "
                        f"{r['tail']:9.4g}  {r['status']:<11}  {r['wall_s']:7.2f}  {r['verdict']}")
+        if self.capped:
+            out.append("  the time limit cut the search (rows not run or time_limit): another machine can choose otherwise")
         return "\n".join(out)
 
     def to_dict(self) -> dict:
         """JSON-ready dict (without the model)."""
         return dict(structure=self.structure, objective=self.objective, criterion=self.criterion, wall_s=self.wall_s,
-                    message=self.message, theta={k: np.asarray(v).tolist() for k, v in self.theta.items()},
+                    message=self.message, capped=self.capped,
+                    theta={k: np.asarray(v).tolist() for k, v in self.theta.items()},
                     rows=[dict(r.items()) for r in self.rows])
