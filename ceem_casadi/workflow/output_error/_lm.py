@@ -23,8 +23,7 @@ logger = logging.getLogger(__name__)
 _ACCEPT = 1e-4          # minimum ratio actual / predicted reduction of the merit
 _ROUNDOFF_GTOL = 1e-6   # cosine test of a point where no step decreases the objective any more
 EXPLODING = 100.0       # objective / that of predicting zero output above which a run is "diverged"
-FLAT_TOL, FLAT_ITERS = 1e-5, 10   # flat valley: relative decrease of the objective over the last iterations
-FLAT_CHI2 = 0.1        # ... or below 0.1 in chi^2 units of the residual variance (docs/output_error.md)
+FLAT_TOL, FLAT_CHI2, FLAT_ITERS = 1e-5, 0.1, 10   # flat valley: fall over the last iterations, relative or chi^2
 STAT_TOL = 0.01         # Gauss-Newton step left, in standard errors of the estimate, of a converged run
 GEO_H, GEO_ALPHA = 0.1, 0.75   # geodesic acceleration: finite-difference step, largest 2 |a| / |v| accepted
 D_MEMORY = 0.9          # scaling D = max(D_MEMORY D, column norms of J): More's, forgetting stale sensitivities
