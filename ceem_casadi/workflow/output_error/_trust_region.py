@@ -13,7 +13,7 @@ METRIC = 1e-4           # damping matrix J^T J + METRIC I of the scaled step (do
 class Subproblem:
     """The scaled trust-region subproblem ``min 0.5 d^T H d + g^T d`` s.t. ``||d|| <= radius`` (and
     ``C d = -c``) on the path ``(H + lambda M) d = -g - C^T y`` with the damping matrix
-    ``M = H + METRIC I``: ``lambda`` from the secular equation through an eigendecomposition of H
+    ``M = H + METRIC I`` (`_step`): ``lambda`` from the secular equation through an eigendecomposition of H
     when small and unconstrained, else searched on a log scale until ``||d||`` is at most the radius."""
 
     def __init__(self, H, g, C, c):
@@ -87,13 +87,14 @@ def second_order_correction(Cf, c_scaled, free, n):
 
 
 def _step(H, g, lam, C, c):
-    """Damped step (and multipliers) of the scaled problem: ``(H + lam M) d + C^T y = -g``, ``C d = -c``."""
+    """Damped step (and multipliers) of the scaled problem: ``(H + lam M) d + C^T y = -g``, ``C d = -c``
+    (``M = I`` with constraints: the metric took Cascaded Tanks k = 64 to its time limit, docs/output_error.md)."""
     n = H.shape[0]
     q = 0 if C is None else C.shape[0]
     if q == 0:   # more than DENSE_MAX unknowns (fewer: the eigendecomposition of `Subproblem`)
         return spla.spsolve((H * (1.0 + lam) + lam * METRIC * sps.identity(n, format="csc")).tocsc(), -g), None
     # sparse LU of the bordered system (docs/output_error.md); a singular H gets a round-off-sized damping
-    lam = max(lam, 1e-12 * max(float(H.diagonal().max(initial=0.0)), 1e-300) / METRIC)
-    K = sps.bmat([[H * (1.0 + lam) + lam * METRIC * sps.identity(n, format="csc"), C.T], [C, None]], format="csc")
+    lam = max(lam, 1e-12 * max(float(H.diagonal().max(initial=0.0)), 1e-300))   # M = I (multiple shooting)
+    K = sps.bmat([[H + lam * sps.identity(n, format="csc"), C.T], [C, None]], format="csc")
     sol = spla.splu(K).solve(np.concatenate([-g, -c]))
     return sol[:n], sol[n:]
