@@ -200,10 +200,9 @@ class _Engine:
             self.radius *= 2.0
         if ratio < _ACCEPT:
             return None
-        actual = ratio * pred
-        rel = max(m_now, 1e-300)
+        rel = max(m_now, 1e-300)   # the reduction test: actual (ratio * pred) and predicted reductions
         return _Trial(w_try, out_try, ratio, step, step <= self._tiny(w, self.Dsafe),
-                      abs(actual) <= self.tol * rel and pred <= self.tol * rel)
+                      abs(ratio * pred) <= self.tol * rel and pred <= self.tol * rel)
 
     def _acceleration(self, sub, w, v, free):
         """Geodesic acceleration (n,) of the damped scaled step ``v`` from one residual evaluation at
