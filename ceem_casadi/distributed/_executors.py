@@ -98,7 +98,7 @@ class Sharded:
         One dict per step of every fit run with it: ``kind`` (``"smooth"``, ``"learn"``, ``"J"``,
         ``"setup"``, ``"fetch"``), ``wall_s`` (client wall clock, s), ``shard_s`` (compute seconds
         inside each shard's task; for ``"learn"`` summed over the solve's calls),
-        ``sent_bytes`` and ``received_bytes`` (array payload between client and workers); for
+        ``sent_bytes`` and ``received_bytes`` (pickled payload between client and workers); for
         ``"learn"`` also ``calls`` (map-reduce rounds), ``wait_s`` (client time waiting for them)
         and ``setup_s`` (the shards building their learner parameters at the new states).
 
