@@ -64,11 +64,6 @@ def _tmul(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     return np.matmul(A.transpose(0, 2, 1), B)
 
 
-def _tvec(A: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """Per stage ``A[t].T @ r[t]`` of (n, r, i) and (n, r) stacks."""
-    return np.matmul(A.transpose(0, 2, 1), r[:, :, None])[:, :, 0]
-
-
 def _tbsolve(ab: np.ndarray, b: np.ndarray, trans: str) -> np.ndarray:
     """``U^-1 b`` (trans "N") or ``U^-T b`` ("T") for U upper triangular in LAPACK band storage ``ab``."""
     out, info = dtbtrs(ab, b if b.ndim == 2 else b[:, None], uplo="U", trans=trans, overwrite_b=1)
@@ -123,11 +118,11 @@ class JointGaussNewton:
         shared = [np.repeat(np.reshape(a, (-1, 1)), n, 1) for a in args[per_column:]]
         return self._calls[name, n](*args[:per_column], *shared)
 
-    def _jacobians(self, kind, n, args, rows):
-        """Residuals (n, rows), Jacobians in the states (n, rows, cols) and in the free
-        parameters (n, rows, n_free; None for observations that do not depend on theta) of n
-        stages (views of the evaluation buffers)."""
-        npar = self.model.params.size
+    def _jacobians(self, kind, args):
+        """Residuals (n, rows), Jacobians in the states (n, rows, cols) and in the free parameters (n, rows, n_free;
+        None for observations that do not depend on theta) of the n stages of ``args`` (views of the evaluation
+        buffers); rows: ny or nx."""
+        npar, n, rows = self.model.params.size, args[0].shape[1], self.model.ny if kind == "obs" else self.model.nx
         r, Jx = self._evaluate("obs_res_jac_x" if kind == "obs" else "dyn_res_jac_z", args)
         # column-major (rows, n * cols) outputs: stage k, column j, row i at (k * cols + j) * rows + i
         cols = self.model.nx * (1 if kind == "obs" else 2)
@@ -145,8 +140,8 @@ class JointGaussNewton:
         (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)
         iv, iw = m.noise.inv_measurement_std, m.noise.inv_process_std
         obs = [None if a is None else a.copy()
-               for a in self._jacobians("obs", Xo.shape[1], [Xo, Uo, Yo, Mo, theta_vec, iv], m.ny)]
-        dyn = [a.copy() for a in self._jacobians("dyn", X0.shape[1], [X0, X1, U0, theta_vec, iw], m.nx)]
+               for a in self._jacobians("obs", [Xo, Uo, Yo, Mo, theta_vec, iv])]
+        dyn = [a.copy() for a in self._jacobians("dyn", [X0, X1, U0, theta_vec, iw])]
         self._calls.clear()
         return (*obs, *dyn)
 
@@ -198,7 +193,7 @@ class JointGaussNewton:
     def _blas_blocks(self, kind, k, args):
         """The same as `_compiled_blocks` from the residual Jacobians, the products by BLAS (many parameters)."""
         nx, nf = self.model.nx, self.free.size
-        r, J, Jp = (a[:k] for a in self._jacobians(kind, args[0].shape[1], args, self.model.ny if kind == "obs" else nx))
+        r, J, Jp = (a[:k] for a in self._jacobians(kind, args))
         Jp2 = Jp.reshape(-1, nf)
         rJp = np.concatenate([r[:, :, None], Jp], axis=2)
         Jw = [J[:, :, j:j + nx] for j in range(0, J.shape[2], nx)]
@@ -263,9 +258,9 @@ class JointGaussNewton:
                 if args is None:
                     continue
                 if self.stages.products_by_blas[kind]:
-                    _, J, Jp = self._jacobians(kind, args[0].shape[1], args, self.model.ny if kind == "obs" else nx)
-                    q = Jp[:k] @ dz
-                    parts = [_tvec(J[:k, :, j:j + nx], q) for j in range(0, J.shape[2], nx)]
+                    _, J, Jp = self._jacobians(kind, args)
+                    q = (Jp[:k] @ dz)[:, :, None]
+                    parts = [_tmul(J[:k, :, j:j + nx], q)[:, :, 0] for j in range(0, J.shape[2], nx)]
                 else:
                     parts = [w.reshape(-1, nx)[:k] for w in self._evaluate(f"{kind}_gn_dz", [*args, dz])]
                 for j, w in enumerate(parts):
