@@ -93,6 +93,7 @@ class JointGaussNewton:
         self._obs_p = bool(stages.obs_uses_p)  # observation residuals depend on theta (else Jpo = 0)
         self._maps: dict = {}  # (name, n): the stage Function mapped over n stages, each output's (rows, cols)
         self._calls: dict = {}  # their evaluation buffers, of one step (released after it)
+        self._group = self.stage_names(stages)  # compiled or not together (as prefetched)
         self.free = model.params.free_index
         mean, w = model.params.prior
         self.prior_mean, self.prior_w2 = mean[self.free], (w[self.free] ** 2 if use_prior else 0 * w[self.free])
@@ -112,7 +113,8 @@ class JointGaussNewton:
         per_column, n = (4 if name.startswith("obs") else 3), args[0].shape[1]
         if (name, n) not in self._calls:
             if (name, n) not in self._maps:
-                (f,) = self.stages.get(name, columns=sum(self.lengths))
+                group = self._group if name in self._group else (name,)
+                f = self.stages.get(*group, columns=sum(self.lengths))[group.index(name)]
                 self._maps[name, n] = (f.map(n, "serial"), [f.sparsity_out(i).get_triplet() for i in range(f.n_out())])
             self._calls[name, n] = BufferedCall(self._maps[name, n][0])
         shared = [np.repeat(np.reshape(a, (-1, 1)), n, 1) for a in args[per_column:]]
@@ -173,21 +175,22 @@ class JointGaussNewton:
             Hpp, gp = Hpp + h, gp + g
             for j, (Dj, Rj) in enumerate(blocks):  # x_s's blocks, then x_{s+1}'s (in the next block row)
                 D[j:j + k] += Dj
-                R[j:j + k] += Rj
+                R[j:j + k, :, :Rj.shape[2]] += Rj  # [gx] alone when the stages do not depend on theta
             if off is not None:
                 Off[:] = off
         return Hpp, gp
 
     def _compiled_blocks(self, kind, k, args):
         """``(Hpp, gp, [(Dj, Rj)] per state block, Off or None)`` of the first k stages of ``args`` from the compiled
-        Gauss-Newton blocks (StageFunctions' "obs_gn", "dyn_gn"): Dj (k, nx, nx) upper triangles, Rj (k, nx, 1 + n_free)."""
+        Gauss-Newton blocks (StageFunctions' "obs_gn", "dyn_gn"): Dj (k, nx, nx) upper triangles, Rj (k, nx, 1 + n_free)
+        or (k, nx, 1)."""
         nx, nf, n, name = self.model.nx, self.free.size, args[0].shape[1], f"{kind}_gn"
         hp, g, *out = self._evaluate(name, args)
         (hr, hc), (gr, _) = self._maps[name, n][1][:2]
         Hpp, gp = np.zeros((nf, nf)), np.zeros(nf)
         Hpp[hr, hc] = hp.reshape(n, -1)[:k].sum(0)
         gp[gr] = g.reshape(n, -1)[:k].sum(0)
-        blocks = [(out[j].reshape(n, nx, nx)[:k], out[j + 1].reshape(n, nx, 1 + nf)[:k]) for j in (0, 2)[:len(out) // 2]]
+        blocks = [(out[j].reshape(n, nx, nx)[:k], out[j + 1].reshape(n, nx, -1)[:k]) for j in (0, 2)[:len(out) // 2]]
         return Hpp, gp, blocks, out[4].reshape(n, nx, nx)[:k] if len(out) > 4 else None
 
     def _blas_blocks(self, kind, k, args):

@@ -58,17 +58,18 @@ def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool, uppe
 def _gauss_newton(name, residual, wrt, p, free, inputs, in_names, times: bool) -> ca.Function:
     """Gauss-Newton blocks of one stage in its states ``wrt`` (one or two blocks x_s, x_{s+1} of nx) and the free
     parameters ``p[free]``: ``(Jp'Jp, Jp'r)`` (sparse), then per block j ``tril(Jj'Jj), [Jj'r Jj'Jp]' (1 + n_free,
-    nx)`` and for two blocks ``J1'J0`` (dense; column-major, they read as numpy's triu(Jj'Jj), [Jj'r Jj'Jp] and
-    J0'J1); with ``times``: ``Jj'Jp dz`` (nx,) per block for an extra input dz (n_free,)."""
+    nx); (1, nx) when the residual does not depend on p) and for two blocks ``J1'J0`` (dense; column-major, they read
+    as numpy's triu(Jj'Jj), [Jj'r Jj'Jp] and J0'J1); with ``times``: ``Jj'Jp dz`` (nx,) per block for an extra input
+    dz (n_free,)."""
     jp, nx = ca.jacobian(residual, p)[:, free], inputs[0].numel()
     jw = [ca.jacobian(residual, w) for w in ca.vertsplit(wrt, nx)]
     if times:
         dz = ca.SX.sym("dz", len(free))
         return ca.Function(name + "_gn_dz", [*inputs, dz], [ca.densify(j.T @ (jp @ dz)) for j in jw], [*in_names, "dz"],
                            [f"hwp_dz{i}" for i in range(len(jw))])
-    out = [jp.T @ jp, jp.T @ residual]
+    out, jpr = [jp.T @ jp, jp.T @ residual], jp if jp.nnz() else ca.SX(jp.size1(), 0)  # no columns of zeros
     for j in jw:
-        out += [ca.densify(ca.tril(j.T @ j)), ca.densify(ca.horzcat(j.T @ residual, j.T @ jp).T)]
+        out += [ca.densify(ca.tril(j.T @ j)), ca.densify(ca.horzcat(j.T @ residual, j.T @ jpr).T)]
     out += [ca.densify(jw[1].T @ jw[0])] if len(jw) > 1 else []
     return ca.Function(name + "_gn", inputs, out, in_names, ["hpp", "gp", "h0", "r0", "h1", "r1", "h01"][:len(out)])
 
