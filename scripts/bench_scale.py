@@ -5,11 +5,13 @@ model of the per-iteration time fitted to (b) with its prediction for more worke
     branch); reported as missing when that module is absent.
 (b) B trajectories (Lorenz, T = 500; the helicopter-size linear + MLP model, 2,246 parameters,
     learner with a limited-memory Hessian) on a ``LocalCluster`` of 1 and 2 worker processes
-    (one thread each), ``CEEMOptions(executor=Sharded(client))``. Per EM iteration (median over
-    iterations 2..): wall time, smoothing wall and its slowest shard's compute, learning wall, the
+    (one thread each), ``CEEMOptions(executor=Sharded(client))``, the cluster started with `QUIET_DASK`
+    (Dask's own background work off or rarer; ``--dask-defaults``: Dask's defaults). Per EM iteration (median
+    over iterations 2..): wall time, smoothing wall and its slowest shard's compute, learning wall, the
     client's time waiting for the map-reduce rounds and the rest (client-side IPOPT), J, the
-    overhead (wall minus the slowest shard's compute in every step) and the bytes of array payload
-    sent to / received from the workers. Speedup = wall(1 worker) / wall(2 workers).
+    overhead (wall minus the slowest shard's compute in every step), the imbalance (slowest shard minus
+    the shards' mean, summed over the steps) and the bytes of pickled payload sent to / received from the
+    workers. Speedup = wall(1 worker) / wall(2 workers).
 (c) t(B, W) = (s + l) B / W + o_0 + o_1 W, fitted by least squares to (b) per model: s, l the
     smoothing and learning compute per trajectory, o the overhead (scheduling, transfer, client
     IPOPT); its prediction for 16 and 64 workers is a PREDICTION, not a measurement.
@@ -34,6 +36,12 @@ from models import lorenz
 from models.helicopter import heli_model
 
 log = logging.getLogger(__name__)
+# Dask's background work, which competes with the workers for the cores: the workers' statistical profiler
+# (a stack sample every 10 ms), the event-loop tick monitor (every 20 ms), the system and memory monitors.
+# Lorenz B = 256 on 2 workers (loaded 2-core machine, CPU seconds outside the shards' tasks per second of
+# wall): the two workers 0.054 -> 0.003, the client process (client, scheduler, nannies) 0.041 -> 0.010.
+QUIET_DASK = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s",
+              "distributed.admin.system-monitor.interval": "5s", "distributed.worker.memory.monitor-interval": "1s"}
 
 
 def _spin(n: int) -> float:
@@ -95,13 +103,14 @@ def per_iteration(stats: list[dict], iters: int) -> list[dict]:
     rows = []
     for k in range(iters):
         sm, le, J = steps[3 * k:3 * k + 3]
-        slowest = max(sm["shard_s"])
-        parallel = slowest + le.get("slowest_s", max(le["shard_s"])) + max(J["shard_s"])
+        slowest, learn_slowest = max(sm["shard_s"]), le.get("slowest_s", max(le["shard_s"]))
+        parallel = slowest + learn_slowest + max(J["shard_s"])
         rows.append(dict(
             smooth_s=sm["wall_s"], slowest_shard_s=slowest, parallel_s=parallel, learn_s=le["wall_s"], learn_wait_s=le["wait_s"],
             learn_calls=le["calls"], learn_shard_s=max(le["shard_s"]), client_ipopt_s=le["wall_s"] - le["wait_s"] - le.get("setup_s", 0.0),
             J_s=J["wall_s"], overhead_s=(sm["wall_s"] - slowest) + (le["wait_s"] - max(le["shard_s"]))
             + (J["wall_s"] - max(J["shard_s"])),
+            imbalance_s=parallel - sum(float(np.mean(s["shard_s"])) for s in (sm, le, J)),
             sent_bytes=sm["sent_bytes"] + le["sent_bytes"] + J["sent_bytes"],
             received_bytes=sm["received_bytes"] + le["received_bytes"] + J["received_bytes"]))
     return rows
@@ -141,13 +150,14 @@ def median_run(runs: list[dict]) -> dict:
     return {**runs[len(runs) // 2], "repeat_walls_s": [r["per_iter_median"]["wall_s"] for r in runs]}
 
 
-def part_b(models, Bs, T, iters, worker_counts, seed=0, repeats=1) -> list[dict]:
+def part_b(models, Bs, T, iters, worker_counts, seed=0, repeats=1, dask_config=QUIET_DASK) -> list[dict]:
+    import dask
     from distributed import Client, LocalCluster
 
     out = []
     t0 = time.perf_counter()
     counts = sorted(worker_counts)
-    with LocalCluster(n_workers=counts[0], threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+    with dask.config.set(dask_config), LocalCluster(n_workers=counts[0], threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         for w in counts:  # one cluster, scaled up (each worker a fresh process with an empty solver cache)
             cluster.scale(w)
@@ -161,7 +171,7 @@ def part_b(models, Bs, T, iters, worker_counts, seed=0, repeats=1) -> list[dict]
                     print(f"  {name:6s} B={B:5d} workers={w}: {m['wall_s']:.3f} s/iter (median of "
                           f"{[round(v, 3) for v in row['repeat_walls_s']]}; smoothing {m['smooth_s']:.3f}, "
                           f"slowest shard {m['slowest_shard_s']:.3f}; learning {m['learn_s']:.3f}, "
-                          f"{m['learn_calls']:.0f} rounds; overhead {m['overhead_s']:.3f}; client serial "
+                          f"{m['learn_calls']:.0f} rounds; overhead {m['overhead_s']:.3f}, imbalance {m['imbalance_s']:.3f}; client serial "
                           f"{m['client_serial_s']:.3f} s, client CPU {m['client_cpu_s']:.3f} s; "
                           f"{m['sent_bytes'] / 1e3:.1f} kB out, {m['received_bytes'] / 1e3:.1f} kB in)", flush=True)
                     out.append(row)
@@ -226,13 +236,13 @@ def markdown(res: dict) -> str:
     lines = []
     if res.get("part_b"):
         lines += ["| model | B | workers | s / iteration | speedup | smoothing (slowest shard) | learning: rounds, "
-                  "wait, client IPOPT | J | overhead | client serial (CPU) | kB out / in per iteration |",
+                  "wait, client IPOPT | J | overhead (imbalance) | client serial (CPU) | kB out / in per iteration |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in sorted(res["part_b"], key=lambda r: (r["model"], r["B"], r["workers"])):
             m = r["per_iter_median"]
             lines.append(f"| {r['model']} | {r['B']} | {r['workers']} | {m['wall_s']:.2f} | {r.get('speedup', 1.0):.2f}x "
                          f"| {m['smooth_s']:.2f} ({m['slowest_shard_s']:.2f}) | {m['learn_calls']:.0f}, "
-                         f"{m['learn_wait_s']:.2f}, {m['client_ipopt_s']:.2f} | {m['J_s']:.2f} | {m['overhead_s']:.2f} "
+                         f"{m['learn_wait_s']:.2f}, {m['client_ipopt_s']:.2f} | {m['J_s']:.2f} | {m['overhead_s']:.2f} ({m['imbalance_s']:.3f}) "
                          f"| {m['client_serial_s']:.2f} ({m['client_cpu_s']:.2f}) "
                          f"| {m['sent_bytes'] / 1e3:.1f} / {m['received_bytes'] / 1e3:.1f} |")
     for name, m in (res.get("part_c") or {}).items():
@@ -267,6 +277,7 @@ def main(argv=None):
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=1, help="runs per configuration (part b: the median run is kept)")
+    ap.add_argument("--dask-defaults", action="store_true", help="Dask's default configuration, not QUIET_DASK")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny sizes (seconds): Lorenz only (unless --models is given), B = 2, 4, T = 30, 2 iterations")
     a = ap.parse_args(argv)
@@ -289,7 +300,8 @@ def main(argv=None):
               "an idle machine gives the number of cores)")
         print("part (b): per EM iteration, medians")
         res["part_b"] = part_b(a.models.split(","), [int(b) for b in a.B.split(",")], a.T, a.iters,
-                               [int(w) for w in a.workers.split(",")], a.seed, a.repeats)
+                               [int(w) for w in a.workers.split(",")], a.seed, a.repeats,
+                               {} if a.dask_defaults else QUIET_DASK)
         for r in res["part_b"]:
             if "speedup" in r and r["workers"] != 1:
                 print(f"  speedup {r['model']} B={r['B']}: {r['speedup']:.2f}x with {r['workers']} workers")

@@ -120,3 +120,12 @@ def test_shards_balance_lengths():
     loads = [sum([64, 48, 64, 56, 48][b] for b in g) for g in idx]
     assert max(loads) - min(loads) <= 48  # greedy longest-first: 120 / 160 at worst here
     assert shard_index([10] * 3, 8) == [[0], [1], [2]]
+
+
+def test_payload_bytes_count_arrays_once_and_the_pickle_around_them():
+    """`nbytes` (the stats' sent and received bytes) counts every array's data, passed out of band, plus the pickle
+    around them: a (500, 3) state array and its copy in a summary-like list."""
+    from ceem_casadi.distributed._shards import nbytes
+
+    x = np.ones((500, 3))
+    assert 2 * x.nbytes < nbytes([x, x.copy(), ["Solve_Succeeded"] * 4, 3.0]) < 2 * x.nbytes + 300

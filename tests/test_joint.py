@@ -69,13 +69,16 @@ def test_joint_step_equals_dense_levenberg_marquardt_solve(problem):
         np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-8)
 
 
+@pytest.mark.parametrize("chunk", [20_000, 6])
 @pytest.mark.parametrize("check", ["plain", "observed parameters"])
-def test_joint_step_with_parameter_products_by_blas_equals_dense_solve(problem, monkeypatch, check):
-    """With many parameters (six coupled Lorenz: 288) the stage Functions return Jp and [r Jj], and the
-    joint step forms Jp'Jp, Jj'r and Jj'Jp by BLAS over the stages: the same dense solve."""
+def test_joint_step_with_parameter_products_by_blas_equals_dense_solve(problem, monkeypatch, check, chunk):
+    """With many parameters (six coupled Lorenz: 288) the joint step forms Jp'Jp, Jj'r and Jj'Jp from the residual
+    Jacobians by BLAS over the stages, and in chunks of 6 stages Hxp dz too: the same dense solve."""
     from ceem_casadi.objective import _stages
+    from ceem_casadi.runtime import _policy as policy
 
     monkeypatch.setattr(_stages, "GRAM_BY_BLAS", 0)
+    monkeypatch.setattr(policy, "JOINT_CHUNK", chunk)
     if check == "plain":
         test_joint_step_equals_dense_levenberg_marquardt_solve(problem)
     else:

@@ -1,24 +1,5 @@
-"""Distributed CE-EM: both steps on a Dask cluster, or the smoothing step on any executor.
-
-``CEEMOptions(executor=...)`` takes a ``dask.distributed.Client``, a
-``concurrent.futures.Executor`` or a [`Sharded`][ceem_casadi.Sharded] wrapping either (to choose the number of
-shards and read the per-step measurements). The trajectories are split into *shards* (groups
-balanced by length, one per worker thread by default):
-
-* **Smoothing**: one task per shard smooths its trajectories. Each worker builds the model's
-  solvers once and keeps them across EM iterations in a cache keyed by the model's digest
-  (`ceem_casadi.distributed._tasks`).
-* **Learning** (Dask only): the learner's IPOPT runs on the client; for every objective,
-  gradient or Hessian it needs, each shard returns its data terms (cost, gradient, or the upper
-  triangle of its exact or Gauss-Newton Hessian block) for its fixed states, the client sums them
-  and adds the trust region and the prior. No worker ever ships all states.
-* **States** stay on the Dask workers between smoothing, learning and the evaluation of J: the
-  client holds futures (`RemoteStates`) and fetches the arrays only when it needs them
-  (a callback reading ``record.x``, the ``"newton"``/``"squarem"`` accelerations, the result).
-
-With a plain ``concurrent.futures.Executor`` (e.g. ``ProcessPoolExecutor``) the smoothing step is
-distributed (states travel with each task) and the learning step runs on the client.
-The fit equals the sequential one up to the order of floating-point sums (tested to 1e-10).
+"""Distributed CE-EM: both steps on a Dask cluster, or the smoothing step on any ``concurrent.futures`` executor,
+the trajectories split into shards (docs/scaling.md, "Many trajectories on a cluster").
 """
 from __future__ import annotations
 
@@ -98,7 +79,7 @@ class Sharded:
         One dict per step of every fit run with it: ``kind`` (``"smooth"``, ``"learn"``, ``"J"``,
         ``"setup"``, ``"fetch"``), ``wall_s`` (client wall clock, s), ``shard_s`` (compute seconds
         inside each shard's task; for ``"learn"`` summed over the solve's calls),
-        ``sent_bytes`` and ``received_bytes`` (array payload between client and workers); for
+        ``sent_bytes`` and ``received_bytes`` (pickled payload between client and workers); for
         ``"learn"`` also ``calls`` (map-reduce rounds), ``wait_s`` (client time waiting for them)
         and ``setup_s`` (the shards building their learner parameters at the new states).
 

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import OptionsError
-from ..io._data import Trajectories
-from ..objective._exact_sum import SplitSum
 from . import _tasks as tasks
 
 
@@ -54,21 +52,11 @@ def model_spec(model, smoother_options, learner_options) -> tasks.ModelSpec:
 
 
 def nbytes(obj) -> int:
-    """Payload size (bytes) of arrays, bytes, numbers and containers of them (what crosses the network,
-    without protocol overhead)."""
-    if isinstance(obj, (np.ndarray, SplitSum)):
-        return obj.nbytes
-    if isinstance(obj, (bytes, str)):
-        return len(obj)
-    if isinstance(obj, (list, tuple)):
-        return sum(nbytes(o) for o in obj)
-    if isinstance(obj, tasks.ModelSpec):
-        return len(obj.blob) + len(obj.digest)
-    if isinstance(obj, Trajectories):
-        return nbytes(obj.y) + nbytes(obj.u or ())
-    if isinstance(obj, (tasks.ShardState, tasks.ShardSummary)):
-        return sum(nbytes(v) for v in vars(obj).values())
-    return 8
+    """Bytes of ``obj`` pickled as Dask sends it (protocol 5, arrays as out-of-band buffers, not copied): the
+    payload between the client and the workers, without the protocol's framing."""
+    buffers = []
+    head = pickle.dumps(obj, protocol=5, buffer_callback=lambda b: buffers.append(b.raw().nbytes))
+    return len(head) + sum(buffers)
 
 
 @dataclass

@@ -1,14 +1,5 @@
-"""Tasks that run on the workers of a distributed CE-EM fit (see `ceem_casadi.distributed`).
-
-A *shard* is a group of trajectories handled by one task. Every function here is a plain module
-function of picklable arguments, so it runs on a Dask worker and in any
-``concurrent.futures`` process or thread pool alike.
-
-Solvers are cached per worker thread in a module-level dict keyed by the model's digest: the
-model travels as pickled bytes (`ModelSpec`) and is unpickled and its smoother and
-learners built only on a cache miss, so a worker builds them once and reuses them across EM
-iterations (and across fits of the same model). CasADi objects are not safe to share between
-threads, hence one cache entry per thread; builds are serialised by a lock.
+"""Tasks that run on the workers of a distributed CE-EM fit: plain functions of picklable arguments (a Dask worker
+or any ``concurrent.futures`` pool), with the solvers cached per worker thread (docs/scaling.md, "What runs where").
 """
 from __future__ import annotations
 

@@ -59,6 +59,11 @@ def band_views(ab: np.ndarray, n: int):
     return D, Off
 
 
+def _tmul(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Per stage ``A[t].T @ B[t]`` of (n, r, i) and (n, r, j) stacks (batched matmul)."""
+    return np.matmul(A.transpose(0, 2, 1), B)
+
+
 def _tbsolve(ab: np.ndarray, b: np.ndarray, trans: str) -> np.ndarray:
     """``U^-1 b`` (trans "N") or ``U^-T b`` ("T") for U upper triangular in LAPACK band storage ``ab``."""
     out, info = dtbtrs(ab, b if b.ndim == 2 else b[:, None], uplo="U", trans=trans, overwrite_b=1)
@@ -86,8 +91,9 @@ class JointGaussNewton:
     def __init__(self, model, lengths, stages, *, use_prior: bool = True):
         self.model, self.lengths, self.stages = model, tuple(int(T) for T in lengths), stages
         self._obs_p = bool(stages.obs_uses_p)  # observation residuals depend on theta (else Jpo = 0)
-        self._maps: dict = {}  # (name, n): the stage Function mapped over n stages, each output's (rows, cols), Jp's rows or 0
+        self._maps: dict = {}  # (name, n): the stage Function mapped over n stages, each output's (rows, cols)
         self._calls: dict = {}  # their evaluation buffers, of one step (released after it)
+        self._group = self.stage_names(stages)  # compiled or not together (as prefetched)
         self.free = model.params.free_index
         mean, w = model.params.prior
         self.prior_mean, self.prior_w2 = mean[self.free], (w[self.free] ** 2 if use_prior else 0 * w[self.free])
@@ -96,7 +102,9 @@ class JointGaussNewton:
     @staticmethod
     def stage_names(stages) -> tuple[str, ...]:
         """The stage Functions a joint step evaluates (for [`StageFunctions.prefetch`][ceem_casadi.objective.StageFunctions.prefetch])."""
-        return ("obs_gn", "dyn_gn", "obs_gn_dz", "dyn_gn_dz")
+        by_blas = stages.products_by_blas
+        return (*(("obs_res_jac_x", "obs_p_jac") if by_blas["obs"] else ("obs_gn", "obs_gn_dz")),
+                *(("dyn_res_jac_z", "dyn_p_jac") if by_blas["dyn"] else ("dyn_gn", "dyn_gn_dz")))
 
     def _evaluate(self, name: str, args) -> list:
         """Flat column-major outputs of the stage Function ``name`` over n stages (``args``: the per-stage inputs
@@ -105,19 +113,18 @@ class JointGaussNewton:
         per_column, n = (4 if name.startswith("obs") else 3), args[0].shape[1]
         if (name, n) not in self._calls:
             if (name, n) not in self._maps:
-                (f,) = self.stages.get(name, columns=sum(self.lengths))
-                jp_rows = f.size1_out(0) if f.name_out(0) == "jp" else 0   # Jp per stage instead of Jp'Jp
-                self._maps[name, n] = (f.map(n, "serial"), [f.sparsity_out(i).get_triplet() for i in range(f.n_out())],
-                                       jp_rows)
+                group = self._group if name in self._group else (name,)
+                f = self.stages.get(*group, columns=sum(self.lengths))[group.index(name)]
+                self._maps[name, n] = (f.map(n, "serial"), [f.sparsity_out(i).get_triplet() for i in range(f.n_out())])
             self._calls[name, n] = BufferedCall(self._maps[name, n][0])
         shared = [np.repeat(np.reshape(a, (-1, 1)), n, 1) for a in args[per_column:]]
         return self._calls[name, n](*args[:per_column], *shared)
 
-    def _jacobians(self, kind, n, args, rows):
-        """Residuals (n, rows), Jacobians in the states (n, rows, cols) and in the free
-        parameters (n, rows, n_free; None for observations that do not depend on theta) of n
-        stages (views of the evaluation buffers)."""
-        npar = self.model.params.size
+    def _jacobians(self, kind, args):
+        """Residuals (n, rows), Jacobians in the states (n, rows, cols) and in the free parameters (n, rows, n_free;
+        None for observations that do not depend on theta) of the n stages of ``args`` (views of the evaluation
+        buffers); rows: ny or nx."""
+        npar, n, rows = self.model.params.size, args[0].shape[1], self.model.ny if kind == "obs" else self.model.nx
         r, Jx = self._evaluate("obs_res_jac_x" if kind == "obs" else "dyn_res_jac_z", args)
         # column-major (rows, n * cols) outputs: stage k, column j, row i at (k * cols + j) * rows + i
         cols = self.model.nx * (1 if kind == "obs" else 2)
@@ -135,56 +142,66 @@ class JointGaussNewton:
         (Xo, Uo, Yo, Mo), (X0, X1, U0) = stack_stages(data, xs)
         iv, iw = m.noise.inv_measurement_std, m.noise.inv_process_std
         obs = [None if a is None else a.copy()
-               for a in self._jacobians("obs", Xo.shape[1], [Xo, Uo, Yo, Mo, theta_vec, iv], m.ny)]
-        dyn = [a.copy() for a in self._jacobians("dyn", X0.shape[1], [X0, X1, U0, theta_vec, iw], m.nx)]
+               for a in self._jacobians("obs", [Xo, Uo, Yo, Mo, theta_vec, iv])]
+        dyn = [a.copy() for a in self._jacobians("dyn", [X0, X1, U0, theta_vec, iw])]
         self._calls.clear()
         return (*obs, *dyn)
 
-    def _chunks(self, theta_vec, y, u, x, *extra):
+    def _chunks(self, theta_vec, y, u, x):
         """Per chunk of n = min(``policy.JOINT_CHUNK``, T) stages from a: ``(a, m, md, obs, dyn)``, the arguments of the
-        observation stages a .. a + n - 1 and of the dynamics stages (x_s to x_{s+1}) from a (None if none), each
-        followed by ``extra``, of which the first m and md count (the last chunk repeats a stage: one map size)."""
+        observation stages a .. a + n - 1 and of the dynamics stages (x_s to x_{s+1}) from a (None if none), of which the
+        first m and md count (the last chunk repeats a stage: one map size)."""
         m, T = self.model, x.shape[0]
         iv, iw, n = m.noise.inv_measurement_std, m.noise.inv_process_std, min(policy.JOINT_CHUNK, T)
         for a in range(0, T, n):
             s = np.minimum(np.arange(a, a + n), T - 1)
             mask = np.isfinite(y[s])
-            obs = [x[s].T, u[s].T, np.where(mask, y[s], 0.0).T, mask.T.astype(float), theta_vec, iv, *extra]
+            obs = [x[s].T, u[s].T, np.where(mask, y[s], 0.0).T, mask.T.astype(float), theta_vec, iv]
             s = np.minimum(s, T - 2)
-            dyn = [x[s].T, x[s + 1].T, u[s].T, theta_vec, iw, *extra] if T > a + 1 else None
+            dyn = [x[s].T, x[s + 1].T, u[s].T, theta_vec, iw] if T > a + 1 else None
             yield a, min(n, T - a), min(n, T - 1 - a), obs, dyn
 
     def _chunk_blocks(self, m, md, obs, dyn, D, Off, R):
         """Add the Gauss-Newton blocks of one chunk's first m observation stages (arguments ``obs``) and md dynamics
         stages (``dyn`` or None) into D (m + 1, nx, nx) (Hxx's diagonal blocks a .. a + m, upper triangles), Off (md,
         nx, nx) and R (m + 1, nx, 1 + n_free) ([gx Hxp], rows a .. a + m); returns their (Hpp, gp)."""
-        nx, nf = self.model.nx, self.free.size
+        nf = self.free.size
         Hpp, gp = np.zeros((nf, nf)), np.zeros(nf)
-        for k, args, name in ((m, obs, "obs_gn"), (md, dyn, "dyn_gn")):
+        for k, args, kind in ((m, obs, "obs"), (md, dyn, "dyn")):
             if args is None:
                 continue
-            n = args[0].shape[1]
-            hp, g, *blocks = self._evaluate(name, args)  # (see StageFunctions' "obs_gn", "dyn_gn")
-            (hr, hc), (gr, _) = self._maps[name, n][1][:2]
-            rows = self._maps[name, n][2]
-            if rows:    # Jp per stage (the "jp" output): its products over the k stages by BLAS
-                rJp = np.zeros((k, rows, 1 + nf))
-                rJp[:, hr, np.add(hc, 1)] = hp.reshape(n, -1)[:k]
-                Hpp += gram(rJp[:, :, 1:].reshape(k * rows, nf))
-            else:
-                Hpp[hr, hc] += hp.reshape(n, -1)[:k].sum(0)
-            gp[gr] += g.reshape(n, -1)[:k].sum(0)
-            for j in range(len(blocks) // 2):  # x_s's blocks, then x_{s+1}'s (in the next block row)
-                D[j:j + k] += blocks[2 * j].reshape(n, nx, nx)[:k]
-                if rows:    # [r Jj] (rows, 1 + nx) per stage: [Jj'r Jj'Jp] = Jj' [r Jp]
-                    rJ = blocks[2 * j + 1].reshape(n, 1 + nx, rows)[:k]
-                    rJp[:, :, 0] = rJ[:, 0, :]
-                    R[j:j + k] += np.einsum("kir,krc->kic", rJ[:, 1:, :], rJp)
-                else:
-                    R[j:j + k] += blocks[2 * j + 1].reshape(n, nx, 1 + nf)[:k]
-            if len(blocks) > 2:
-                Off[:] = blocks[4].reshape(n, nx, nx)[:k]
+            by_blas = self.stages.products_by_blas[kind]
+            h, g, blocks, off = (self._blas_blocks if by_blas else self._compiled_blocks)(kind, k, args)
+            Hpp, gp = Hpp + h, gp + g
+            for j, (Dj, Rj) in enumerate(blocks):  # x_s's blocks, then x_{s+1}'s (in the next block row)
+                D[j:j + k] += Dj
+                R[j:j + k, :, :Rj.shape[2]] += Rj  # [gx] alone when the stages do not depend on theta
+            if off is not None:
+                Off[:] = off
         return Hpp, gp
+
+    def _compiled_blocks(self, kind, k, args):
+        """``(Hpp, gp, [(Dj, Rj)] per state block, Off or None)`` of the first k stages of ``args`` from the compiled
+        Gauss-Newton blocks (StageFunctions' "obs_gn", "dyn_gn"): Dj (k, nx, nx) upper triangles, Rj (k, nx, 1 + n_free)
+        or (k, nx, 1)."""
+        nx, nf, n, name = self.model.nx, self.free.size, args[0].shape[1], f"{kind}_gn"
+        hp, g, *out = self._evaluate(name, args)
+        (hr, hc), (gr, _) = self._maps[name, n][1][:2]
+        Hpp, gp = np.zeros((nf, nf)), np.zeros(nf)
+        Hpp[hr, hc] = hp.reshape(n, -1)[:k].sum(0)
+        gp[gr] = g.reshape(n, -1)[:k].sum(0)
+        blocks = [(out[j].reshape(n, nx, nx)[:k], out[j + 1].reshape(n, nx, -1)[:k]) for j in (0, 2)[:len(out) // 2]]
+        return Hpp, gp, blocks, out[4].reshape(n, nx, nx)[:k] if len(out) > 4 else None
+
+    def _blas_blocks(self, kind, k, args):
+        """The same as `_compiled_blocks` from the residual Jacobians, the products by BLAS (many parameters)."""
+        nx, nf = self.model.nx, self.free.size
+        r, J, Jp = (a[:k] for a in self._jacobians(kind, args))
+        Jp2 = Jp.reshape(-1, nf)
+        rJp = np.concatenate([r[:, :, None], Jp], axis=2)
+        Jw = [J[:, :, j:j + nx] for j in range(0, J.shape[2], nx)]
+        return (gram(Jp2), Jp2.T @ r.ravel(), [(_tmul(Jj, Jj), _tmul(Jj, rJp)) for Jj in Jw],
+                _tmul(Jw[0], Jw[1]) if len(Jw) > 1 else None)
 
     def _trajectory(self, theta_vec, y, u, x, mu):
         """Hxx + damping of one trajectory factorised chunk by chunk in LAPACK's upper band storage ``ab`` (2 nx, T nx)
@@ -239,10 +256,18 @@ class JointGaussNewton:
         """``Hxp dz`` (T nx,) of one trajectory, from a second pass over its stage Jacobians."""
         nx = self.model.nx
         v = np.zeros((x.shape[0], nx))
-        for a, m, md, obs, dyn in self._chunks(theta_vec, y, u, x, dz):
-            v[a:a + m] += self._evaluate("obs_gn_dz", obs)[0].reshape(-1, nx)[:m]
-            for j, w in enumerate(self._evaluate("dyn_gn_dz", dyn) if dyn is not None else []):
-                v[a + j:a + j + md] += w.reshape(-1, nx)[:md]
+        for a, m, md, obs, dyn in self._chunks(theta_vec, y, u, x):
+            for k, args, kind in ((m, obs if self._obs_p else None, "obs"), (md, dyn, "dyn")):
+                if args is None:
+                    continue
+                if self.stages.products_by_blas[kind]:
+                    _, J, Jp = self._jacobians(kind, args)
+                    q = (Jp[:k] @ dz)[:, :, None]
+                    parts = [_tmul(J[:k, :, j:j + nx], q)[:, :, 0] for j in range(0, J.shape[2], nx)]
+                else:
+                    parts = [w.reshape(-1, nx)[:k] for w in self._evaluate(f"{kind}_gn_dz", [*args, dz])]
+                for j, w in enumerate(parts):
+                    v[a + j:a + j + k] += w
         return v.ravel()
 
     def step(self, theta_vec, data, xs, mu: float | None = None) -> JointStep:

@@ -26,10 +26,6 @@ class SplitSum:
     def rows(self, start: int, stop: int | None = None) -> SplitSum:
         return SplitSum(self.parts[start:stop], self.exact)
 
-    @property
-    def nbytes(self) -> int:
-        return self.parts.nbytes
-
 
 def split_sums(terms: np.ndarray) -> SplitSum:
     """The row sums of ``terms`` (rows, N) as `SplitSum` parts (rows, PASSES + 1): per pass

@@ -58,25 +58,28 @@ def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool, uppe
 def _gauss_newton(name, residual, wrt, p, free, inputs, in_names, times: bool) -> ca.Function:
     """Gauss-Newton blocks of one stage in its states ``wrt`` (one or two blocks x_s, x_{s+1} of nx) and the free
     parameters ``p[free]``: ``(Jp'Jp, Jp'r)`` (sparse), then per block j ``tril(Jj'Jj), [Jj'r Jj'Jp]' (1 + n_free,
-    nx)`` and for two blocks ``J1'J0`` (dense; column-major, they read as numpy's triu(Jj'Jj), [Jj'r Jj'Jp] and
-    J0'J1); with ``times``: ``Jj'Jp dz`` (nx,) per block for an extra input dz (n_free,). Above `GRAM_BY_BLAS`
-    entries of ``Jp'Jp``, ``Jp`` (output ``"jp"``) and ``[r Jj]`` (rows, 1 + nx) replace ``Jp'Jp`` and ``[Jj'r Jj'Jp]'``:
-    the joint step forms the products by BLAS (six coupled Lorenz, 288 parameters: 3.3e6 VM instructions a stage)."""
+    nx); (1, nx) when the residual does not depend on p) and for two blocks ``J1'J0`` (dense; column-major, they read
+    as numpy's triu(Jj'Jj), [Jj'r Jj'Jp] and J0'J1); with ``times``: ``Jj'Jp dz`` (nx,) per block for an extra input
+    dz (n_free,)."""
     jp, nx = ca.jacobian(residual, p)[:, free], inputs[0].numel()
     jw = [ca.jacobian(residual, w) for w in ca.vertsplit(wrt, nx)]
     if times:
         dz = ca.SX.sym("dz", len(free))
         return ca.Function(name + "_gn_dz", [*inputs, dz], [ca.densify(j.T @ (jp @ dz)) for j in jw], [*in_names, "dz"],
                            [f"hwp_dz{i}" for i in range(len(jw))])
-    hpp = jp.T @ jp
-    by_blas = hpp.nnz() > GRAM_BY_BLAS   # many parameters: the products with Jp by BLAS over the stages
-    out = [jp if by_blas else hpp, jp.T @ residual]
+    out, jpr = [jp.T @ jp, jp.T @ residual], jp if jp.nnz() else ca.SX(jp.size1(), 0)  # no columns of zeros
     for j in jw:
-        out += [ca.densify(ca.tril(j.T @ j)),
-                ca.densify(ca.horzcat(residual, j) if by_blas else ca.horzcat(j.T @ residual, j.T @ jp).T)]
+        out += [ca.densify(ca.tril(j.T @ j)), ca.densify(ca.horzcat(j.T @ residual, j.T @ jpr).T)]
     out += [ca.densify(jw[1].T @ jw[0])] if len(jw) > 1 else []
-    return ca.Function(name + "_gn", inputs, out, in_names,
-                       ["jp" if by_blas else "hpp", "gp", "h0", "r0", "h1", "r1", "h01"][:len(out)])
+    return ca.Function(name + "_gn", inputs, out, in_names, ["hpp", "gp", "h0", "r0", "h1", "r1", "h01"][:len(out)])
+
+
+def _gram_by_blas(residual, p, free) -> bool:
+    """Whether ``Jp'Jp``, Jp = d residual / d p[free], has more than `GRAM_BY_BLAS` structural nonzeros: pairs of
+    Jp's columns sharing a row, counted per group of columns with the same rows (Jp is not formed)."""
+    rows, counts = np.unique(np.array(ca.DM(ca.jacobian_sparsity(residual, p), 1))[:, free].T, axis=0,
+                             return_counts=True)
+    return bool(counts @ (rows @ rows.T > 0) @ counts > GRAM_BY_BLAS)
 
 
 def _newton_terms(name, residual, wrt, inputs, in_names, hessian: str) -> ca.Function:
@@ -155,6 +158,9 @@ class StageFunctions:
             return lambda: _hess(name, residual, wrt, inputs, in_names, hessian, dense, upper)
 
         free = model.params.free_index.tolist()
+        # per stage kind: Jp'Jp too large for symbolic products (six coupled Lorenz, 288 parameters: 3.3e6
+        # instructions a stage), the joint step forms the products from the residual Jacobians by BLAS
+        self.products_by_blas = {"obs": _gram_by_blas(r_obs, p, free), "dyn": _gram_by_blas(r_dyn, p, free)}
         self._lazy = {
             # derivatives with respect to the states (smoothing step), dense blocks
             "obs_x_grad": grad("obs_x", r_obs, x, obs_in, obs_names, True),
