@@ -234,27 +234,6 @@ def test_mlp_refinement_reaches_the_noise_level(caplog):
     assert _hausdorff(block_poles(res.theta), block_poles(G_TRUE)) < 0.01
 
 
-# the initialiser's start of the slow test above (4 decimals): real pole 0.33 (truth 0.5), 40 x the noise
-MLP_START = {"g_den": [-1.5126, 0.7111, -0.3273], "g_num": [1.0, 0.341, -0.5459],
-             "f_W0": [[1.9351], [1.8159], [1.0027], [1.8574], [1.0336], [1.7297]],
-             "f_b0": [3.7641, 2.3462, 0.5852, -0.3838, -1.3698, -3.7449],
-             "f_W1": [[-2.5495, 0.5982, -0.011, 0.528, 0.8852, -0.6971]], "f_b1": [2.2145]}
-
-
-def test_mlp_refinement_from_the_initialisers_start_finds_the_true_poles():
-    """Issue 31 item 4: from the rough start of the slow test, damping with the identity (plain
-    Levenberg-Marquardt) drives the real pole to 0 and the numerator off to +-20 (3.99 x the noise, pole
-    error 0.51); damping with J^T J + 1e-4 I (docs/output_error.md) follows the Gauss-Newton direction
-    into the truth's basin (1.03 x the noise, pole error 0.002), where the flat-valley test in chi^2 units stops
-    the creep after 80 iterations (153 with the relative test alone)."""
-    data, noise = _data(wiener(3, theta0=G_TRUE, scale=2.0), G_TRUE)
-    model = wiener(3, nonlinearity="mlp", hidden=6, scale=2.2232, theta0=MLP_START)
-    res = cc.refine_output_error(model, data, MLP_START, x0=np.zeros((1, 3)))
-    y1 = cc.simulate_output(model, res.theta, data.inputs(0), res.x0[0])
-    assert res.status == "converged" and res.iterations <= 120 and _rms(y1, data.y[0]) < 1.1 * noise
-    assert _hausdorff(block_poles(res.theta), block_poles(G_TRUE)) < 0.01
-
-
 def test_bla_inputs_are_validated():
     model = wiener_hammerstein(2, 2, theta0=WH_TRUE, scale=WH_SCALE)
     data = simulate(model, WH_TRUE, np.random.default_rng(0).standard_normal(200))

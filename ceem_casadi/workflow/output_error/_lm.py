@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 _ACCEPT = 1e-4          # minimum ratio actual / predicted reduction of the merit
 _ROUNDOFF_GTOL = 1e-6   # cosine test of a point where no step decreases the objective any more
 EXPLODING = 100.0       # objective / that of predicting zero output above which a run is "diverged"
-FLAT_TOL, FLAT_CHI2, FLAT_ITERS = 1e-5, 0.1, 10   # flat valley: fall over the last iterations, relative or chi^2
+FLAT_TOL, FLAT_ITERS = 1e-5, 10   # flat valley: relative decrease of the objective over the last iterations
 STAT_TOL = 0.01         # Gauss-Newton step left, in standard errors of the estimate, of a converged run
 GEO_H, GEO_ALPHA = 0.1, 0.75   # geodesic acceleration: finite-difference step, largest 2 |a| / |v| accepted
 D_MEMORY = 0.9          # scaling D = max(D_MEMORY D, column norms of J): More's, forgetting stale sensitivities
@@ -200,9 +200,10 @@ class _Engine:
             self.radius *= 2.0
         if ratio < _ACCEPT:
             return None
-        rel = max(m_now, 1e-300)   # the reduction test: actual (ratio * pred) and predicted reductions
+        actual = ratio * pred
+        rel = max(m_now, 1e-300)
         return _Trial(w_try, out_try, ratio, step, step <= self._tiny(w, self.Dsafe),
-                      abs(ratio * pred) <= self.tol * rel and pred <= self.tol * rel)
+                      abs(actual) <= self.tol * rel and pred <= self.tol * rel)
 
     def _acceleration(self, sub, w, v, free):
         """Geodesic acceleration (n,) of the damped scaled step ``v`` from one residual evaluation at
@@ -251,9 +252,8 @@ class _Engine:
         if trial.small_step or trial.small_f:
             return Status.CONVERGED, "step test (xtol)" if trial.small_step else "reduction test (ftol)"
         k, h = FLAT_ITERS, self.history
-        flat = max(FLAT_TOL, FLAT_CHI2 / max(self.rs.size - trial.w.size, 1))   # chi^2 = dof relative
-        if len(h) > k and h[-k - 1] - h[-1] <= flat * abs(h[-1]):
-            return Status.CONVERGED, (f"flat valley: the objective fell by less than {flat:.2g} "
+        if len(h) > k and h[-k - 1] - h[-1] <= FLAT_TOL * abs(h[-1]):
+            return Status.CONVERGED, (f"flat valley: the objective fell by less than {FLAT_TOL:g} "
                                       f"(relative) over the last {k} iterations")
         return None
 

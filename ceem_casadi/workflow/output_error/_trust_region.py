@@ -7,14 +7,13 @@ import scipy.sparse as sps
 import scipy.sparse.linalg as spla
 
 DENSE_MAX = 600         # unknowns + constraints up to which the step is solved densely
-METRIC = 1e-4           # damping matrix J^T J + METRIC I of the scaled step (docs/output_error.md)
 
 
 class Subproblem:
     """The scaled trust-region subproblem ``min 0.5 d^T H d + g^T d`` s.t. ``||d|| <= radius`` (and
-    ``C d = -c``) on the path ``(H + lambda M) d = -g - C^T y`` with the damping matrix
-    ``M = H + METRIC I`` (`_step`): ``lambda`` from the secular equation through an eigendecomposition of H
-    when small and unconstrained, else searched on a log scale until ``||d||`` is at most the radius."""
+    ``C d = -c``): solved exactly through an eigendecomposition of H when small and unconstrained,
+    else through the Levenberg-Marquardt parameter ``lambda`` of ``(H + lambda I) d = -g - C^T y``,
+    searched on a log scale until ``||d||`` is at most the radius."""
 
     def __init__(self, H, g, C, c):
         self.H, self.g, self.C, self.c = H, g, C, c
@@ -28,11 +27,11 @@ class Subproblem:
         self.gauss_newton = None   # the undamped step (d, y), solved once
 
     def solve_lam(self, lam, g=None):
-        """``(d, y)`` of ``(H + lam M) d = -g`` (default g: this problem's gradient)."""
+        """``(d, y)`` of ``(H + lam I) d = -g`` (default g: this problem's gradient)."""
         if self.eig is not None:
             S, V, gt = self.eig
             gt = gt if g is None else V.T @ g
-            return -V @ (gt / np.maximum(S + lam * (S + METRIC), 1e-14 * max(float(S.max(initial=0.0)), 1e-300))), None
+            return -V @ (gt / np.maximum(S + lam, 1e-14 * max(float(S.max(initial=0.0)), 1e-300))), None
         return _step(self.H, self.g if g is None else g, lam, self.C, self.c)
 
     def solve(self, radius):
@@ -46,14 +45,14 @@ class Subproblem:
             S, V, gt = self.eig
             lam = 1e-14 * max(float(S.max(initial=0.0)), 1e-300)   # S >= 0; a zero eigenvalue needs lam > 0
             for _ in range(50):
-                den = S + lam * (S + METRIC)
+                den = S + lam
                 dn = np.sqrt(float(np.sum(gt ** 2 / den ** 2)))
                 if abs(dn - radius) <= 1e-3 * radius:
                     break
-                dphi = float(np.sum(gt ** 2 * (S + METRIC) / den ** 3)) / dn ** 3
+                dphi = float(np.sum(gt ** 2 / den ** 3)) / dn ** 3
                 lam = max(lam + (1.0 / radius - 1.0 / dn) / dphi, 0.5 * lam + 1e-300)
             self.used = lam
-            return -V @ (gt / (S + lam * (S + METRIC))), None
+            return -V @ (gt / (S + lam)), None
         lo, hi = 0.0, max(self.lam, 1e-8 * max(float(self.H.diagonal().max(initial=0.0)), 1e-300))
         while True:  # bracket
             d, y = _step(self.H, self.g, hi, self.C, self.c)
@@ -87,14 +86,15 @@ def second_order_correction(Cf, c_scaled, free, n):
 
 
 def _step(H, g, lam, C, c):
-    """Damped step (and multipliers) of the scaled problem: ``(H + lam M) d + C^T y = -g``, ``C d = -c``
-    (``M = I`` with constraints: the metric took Cascaded Tanks k = 64 to its time limit, docs/output_error.md)."""
+    """Damped Gauss-Newton step (and multipliers) of the scaled problem: ``(H + lam I) d + C^T y = -g``,
+    ``C d = -c``."""
     n = H.shape[0]
     q = 0 if C is None else C.shape[0]
     if q == 0:   # more than DENSE_MAX unknowns (fewer: the eigendecomposition of `Subproblem`)
-        return spla.spsolve((H * (1.0 + lam) + lam * METRIC * sps.identity(n, format="csc")).tocsc(), -g), None
-    # sparse LU of the bordered system (docs/output_error.md); a singular H gets a round-off-sized damping
-    lam = max(lam, 1e-12 * max(float(H.diagonal().max(initial=0.0)), 1e-300))   # M = I (multiple shooting)
+        return spla.spsolve((H + lam * sps.identity(n, format="csc")).tocsc(), -g), None
+    # sparse LU of the bordered system (dense LAPACK of a few hundred unknowns was 50x slower on a
+    # loaded 2-core machine: BLAS threads); a singular H at lam = 0 gets a round-off-sized damping
+    lam = max(lam, 1e-12 * max(float(H.diagonal().max(initial=0.0)), 1e-300))
     K = sps.bmat([[H + lam * sps.identity(n, format="csc"), C.T], [C, None]], format="csc")
     sol = spla.splu(K).solve(np.concatenate([-g, -c]))
     return sol[:n], sol[n:]
