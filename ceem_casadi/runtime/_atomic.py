@@ -10,19 +10,8 @@ from pathlib import Path
 
 @contextlib.contextmanager
 def atomic_path(path):
-    """Context manager yielding a temporary file (created, empty; same folder and suffix) to write
-    ``path`` through; on success it is fsynced and renamed over ``path`` (a symlink there is replaced,
-    its target left alone), on any exception removed. The folder is created when missing.
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> target = pathlib.Path(tempfile.mkdtemp()) / "table.csv"
-    >>> with atomic_path(target) as tmp:
-    ...     _ = tmp.write_text("a,b\\n1,2\\n")
-    >>> target.read_text()
-    'a,b\\n1,2\\n'
-    """
+    """Context manager yielding a temporary file (same folder and suffix) to write ``path`` through; on success
+    fsynced and renamed over ``path`` (a symlink there is replaced, not followed), on an exception removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.", suffix=f".tmp{path.suffix}")
@@ -46,14 +35,7 @@ def atomic_write_bytes(path, data: bytes) -> Path:
 
 
 def atomic_write_text(path, text: str) -> Path:
-    """Write the UTF-8 ``text`` to ``path`` through `atomic_path`; returns ``path``.
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> atomic_write_text(pathlib.Path(tempfile.mkdtemp()) / "m.json", "{}").read_text()
-    '{}'
-    """
+    """Write the UTF-8 ``text`` to ``path`` through `atomic_path`; returns ``path``."""
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 

@@ -15,18 +15,8 @@ EXPLODING = 1e3  # an objective above EXPLODING times that of a stable restart i
 
 def checked_status(status: Status, f: float, *, reference: float | None = None,
                    factor: float = EXPLODING) -> tuple[Status, str]:
-    """``(status, reason)``: ``status`` unless it claims convergence on an objective ``f`` that is no
-    fit: ``SOLVER_FAILED`` for a non-finite ``f``, ``STALLED`` for ``f`` above ``factor * reference``
-    (the objective of a stable restart); ``reason`` says why "converged" was refused (else empty).
-
-    Examples
-    --------
-    >>> from ceem_casadi.runtime._best import checked_status
-    >>> checked_status(Status.CONVERGED, 3.8e17, reference=12.0)[0]
-    <Status.STALLED: 'stalled'>
-    >>> checked_status(Status.CONVERGED, 11.0, reference=12.0)
-    (<Status.CONVERGED: 'converged'>, '')
-    """
+    """``(status, reason)``: ``status``, except a CONVERGED one on an objective ``f`` that is no fit: non-finite
+    (``SOLVER_FAILED``) or above ``factor * reference``, a stable restart's objective (``STALLED``)."""
     status = Status(status)
     f = float(f)
     if status != Status.CONVERGED:
@@ -42,35 +32,8 @@ def checked_status(status: Status, f: float, *, reference: float | None = None,
 
 
 class BestIterate:
-    """The lowest-objective feasible iterate seen so far (minimisation).
-
-    Parameters
-    ----------
-    x, f : array_like, float
-        The starting iterate (any shape) and its objective (non-finite: any finite iterate is better).
-    feasibility_tol : float
-        Largest constraint violation (max-norm) of a kept iterate (the start is kept whatever its own).
-    label : str
-        How the start is named in messages.
-    lower, upper : array_like, optional
-        Bounds a kept iterate is clipped into (IPOPT's iterates may lie ~1e-8 outside them).
-    rtol : float
-        A final iterate within ``rtol * |f_best|`` of the best is returned by `choose` (round-off).
-
-    The best iterate is ``x, f, violation, label``; ``offered`` counts the iterates offered.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> best = BestIterate(np.zeros(2), 10.0)
-    >>> best.offer(np.ones(2), 3.0, label="iteration 1")
-    True
-    >>> best.offer(np.full(2, 2.0), 5.0, label="iteration 2")
-    False
-    >>> x, f, msg = best.choose(np.full(2, 9.0), 1e9, label="the final iterate")
-    >>> f, msg
-    (3.0, 'returning the best iterate seen (iteration 1, cost 3 < 1e+09 of the final iterate)')
-    """
+    """The lowest-objective iterate with violation <= ``feasibility_tol`` seen from the start ``(x, f)``; kept
+    iterates are clipped into ``lower``/``upper``; `choose` returns a final iterate within ``rtol * |f_best|``."""
 
     def __init__(self, x, f: float, *, feasibility_tol: float = math.inf, label: str = "the starting point",
                  lower=None, upper=None, rtol: float = 1e-9):

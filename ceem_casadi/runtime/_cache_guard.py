@@ -21,14 +21,8 @@ ORPHAN_AGE_S = 3600.0  # a build folder without an owner record is removed after
 
 
 def safe_name(text: str) -> str:
-    """A C identifier and CasADi Function name made of ``text`` (CasADi refuses ``__``, a leading ``_``
-    or digit): non-word characters become ``_``, runs of ``_`` one ``_``, a letter first.
-
-    Examples
-    --------
-    >>> safe_name("ceem_--"), safe_name("__"), safe_name("9 lives")
-    ('ceem', 'm', 'm9_lives')
-    """
+    """A C identifier and CasADi Function name made of ``text`` (CasADi refuses ``__``, a leading ``_`` or
+    digit): non-word characters become ``_``, runs of ``_`` one ``_``, a letter first."""
     s = re.sub(r"_+", "_", re.sub(r"\W", "_", text, flags=re.ASCII)).strip("_")
     return s if s[:1].isalpha() else "m" + s
 

@@ -8,17 +8,7 @@ from ..errors import NonFiniteError, ShapeError
 
 
 def count(value, what: str, minimum: int = 1, maximum: int | None = None) -> int:
-    """``value`` as an ``int`` when it is an integer (or an integral float) in ``[minimum, maximum]``.
-
-    Examples
-    --------
-    >>> count(3, "k"), count(2.0, "k")
-    (3, 2)
-    >>> count(float("nan"), "window")
-    Traceback (most recent call last):
-    ...
-    ceem_casadi.errors.ShapeError: window: expected an integer >= 1, got nan
-    """
+    """``value`` as an ``int`` when it is an integer (or an integral float) in ``[minimum, maximum]``."""
     ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)) \
         and np.isfinite(value) and int(value) == value
     if ok:
@@ -30,13 +20,7 @@ def count(value, what: str, minimum: int = 1, maximum: int | None = None) -> int
 
 
 def noise_level(value, what: str, n: int) -> np.ndarray:
-    """``value`` (a number or ``n`` numbers) as an (n,) array of finite standard deviations >= 0.
-
-    Examples
-    --------
-    >>> noise_level(0.1, "process_std", 2)
-    array([0.1, 0.1])
-    """
+    """``value`` (a number or ``n`` numbers) as an (n,) array of finite standard deviations >= 0."""
     arr = np.asarray(value, dtype=object)
     if any(isinstance(v, (str, bytes, bool, np.bool_)) for v in arr.ravel()):
         raise ShapeError(f"{what}: expected a number or {n} numbers >= 0, got {value!r}")
@@ -62,13 +46,7 @@ __all__ = ["count", "is_integer", "noise_level", "seed_value"]
 
 
 def is_integer(value) -> bool:
-    """True for an ``int`` or numpy integer (not a bool, not a float such as ``inf`` or ``2.5``).
-
-    Examples
-    --------
-    >>> is_integer(3), is_integer(float("inf")), is_integer(True)
-    (True, False, False)
-    """
+    """True for an ``int`` or numpy integer (not a bool, not a float such as ``inf`` or ``2.5``)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
@@ -86,23 +64,8 @@ def _looks_like_data(value, n_params: int) -> bool:
 
 
 def check_argument_order(data=None, theta=None, *, n_params: int | None = None) -> None:
-    """Raise ``TypeError`` naming the order ``(model, data, theta)`` when ``data`` is a parameter
-    dict or ``theta`` looks like data (a Trajectories, a (T, ny) array or a list of them): the old
-    order ``(model, theta, data)``. Called by the shared validators of data (`check_data`) and of
-    theta (`as_theta_vector`), so every ``(model, data, theta)`` entry point gives this message.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> check_argument_order(theta=np.zeros((50, 1)), n_params=2)
-    Traceback (most recent call last):
-    ...
-    TypeError: theta: got an array of shape (50, 1), which looks like data; the arguments are (model, data, theta): ...
-    >>> check_argument_order(data={"a": 0.5})
-    Traceback (most recent call last):
-    ...
-    TypeError: data: got a dict of parameters ('a'); the arguments are (model, data, theta): ...
-    """
+    """Raise ``TypeError`` naming the order ``(model, data, theta)`` when ``data`` is a parameter dict or ``theta``
+    looks like data (the old order); called by `check_data` and `as_theta_vector`."""
     from collections.abc import Mapping
 
     if isinstance(data, Mapping):

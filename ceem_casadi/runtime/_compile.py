@@ -160,9 +160,8 @@ class CompiledHandle:
         self.f, self.group, self.lib, self.job, self.deadline = f, group, lib, job, deadline
 
     def result(self) -> ca.Function:
-        """The compiled Function (``ca.external``); ``RuntimeError`` when compilation failed or
-        exceeded its time limit. A cached library that does not load or whose values differ from
-        the Function's at a random point is removed and rebuilt, with a warning."""
+        """The compiled Function (``ca.external``); ``RuntimeError`` when compilation failed or timed out. A cached
+        library that does not load or disagrees at a random point is rebuilt, with a warning."""
         if self.job is not None:
             try:
                 self.job.wait(self.deadline)
@@ -195,16 +194,8 @@ MAX_UNIT_CHARS = 100  # of a library's name: with the key and suffixes well belo
 
 
 def unit_name(group: str, function: str) -> str:
-    """The library name of ``function`` in ``group``: a C identifier of at most ``MAX_UNIT_CHARS``
-    characters (a longer one keeps its start and a 12-digit digest of the whole).
-
-    Examples
-    --------
-    >>> unit_name("ceem_lin", "obs_cost")
-    'ceem_lin_obs_cost'
-    >>> len(unit_name("ceem_" + "m" * 250, "obs_cost"))
-    100
-    """
+    """The library name of ``function`` in ``group``: a C identifier of at most ``MAX_UNIT_CHARS`` characters
+    (a longer one keeps its start and a 12-digit digest of the whole)."""
     unit = safe_name(f"{safe_name(group)}_{safe_name(function)}")
     if len(unit) > MAX_UNIT_CHARS:
         unit = safe_name(unit[:MAX_UNIT_CHARS - 13]) + "_" + hashlib.sha256(unit.encode()).hexdigest()[:12]
@@ -217,12 +208,8 @@ os.register_at_fork(after_in_child=_IN_FLIGHT.clear)
 
 def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeout_s: float = 600.0,
                   jobs: int | None = None) -> list[CompiledHandle]:
-    """Start compiling ``functions`` in the background; one `CompiledHandle` per Function.
-
-    Each Function becomes its own cached library ``<name>_<function>_<key>.so`` (key: `cache_key`);
-    cached libraries are only checked, the others are generated here and compiled by the process-wide
-    pool (at most ``jobs``, default `compile_jobs`, at once). Raises ``RuntimeError`` when no compiler
-    is found."""
+    """Start compiling ``functions`` in the background (the process-wide pool, ``jobs`` at once), one cached
+    library ``<name>_<function>_<key>.so`` and `CompiledHandle` each; ``RuntimeError`` without a compiler."""
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc) to compile stage functions")

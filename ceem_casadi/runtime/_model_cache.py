@@ -63,19 +63,8 @@ def _parts(model) -> tuple:
 
 
 def structure_key(model) -> tuple:
-    """The key of ``model``'s structure: digests of ``f`` and ``g``, ``(nx, nu, ny)``, the name
-    (compiled files carry it) and every parameter declaration (names, shapes, free entries,
-    bounds, priors); not the noise (see `noise_key`).
-
-    Examples
-    --------
-    >>> import ceem_casadi as cc
-    >>> from ceem_casadi.runtime._model_cache import structure_key
-    >>> make = lambda: cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x,
-    ...                                                 nx=1, nu=1, params=cc.Parameters(cc.Param("a", 0.5)))
-    >>> structure_key(make()) == structure_key(make())
-    True
-    """
+    """The key of ``model``'s structure: digests of ``f`` and ``g``, ``(nx, nu, ny)``, the name and every parameter
+    declaration (names, shapes, free entries, bounds, priors); not the noise (`noise_key`)."""
     parts = _parts(model)
     with _LOCK:  # memoised per model object while its f, g, params, name and sizes stay the same
         hit = _KEYS.get(id(model))

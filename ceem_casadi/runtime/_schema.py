@@ -19,21 +19,8 @@ HESSIANS = ("gauss-newton", "exact")  # of the stage Functions (smoother, learne
 
 
 def renamed(**aliases):
-    """Class decorator of an option dataclass: deprecated keyword names, each mapped with a
-    ``DeprecationWarning`` onto its new field (``old="new"``), or onto other keywords by a function
-    (``old=fn``, ``fn(value, kwargs)`` updates ``kwargs``); never ignored. Reading ``obj.old`` (a
-    renamed field) warns and returns the new field. The aliases are not fields (``dataclasses.fields``).
-
-    Examples
-    --------
-    >>> import warnings
-    >>> from ceem_casadi import SmootherOptions
-    >>> with warnings.catch_warnings(record=True) as caught:
-    ...     warnings.simplefilter("always")
-    ...     opts = SmootherOptions(max_iter=7)
-    >>> opts.max_iters, caught[0].category.__name__
-    (7, 'DeprecationWarning')
-    """
+    """Class decorator of an option dataclass: deprecated keywords ``old="new"`` (or ``old=fn`` updating the
+    kwargs) mapped with a ``DeprecationWarning``; reading ``obj.old`` warns and returns the new field."""
     def decorate(cls):
         init = cls.__init__
 
@@ -138,16 +125,8 @@ _KIND_CACHE: dict = {}
 
 
 def field_kinds(cls) -> dict[str, FieldKind]:
-    """The [`FieldKind`][ceem_casadi.runtime._schema.FieldKind] of every field of the dataclass
-    ``cls``, derived from its annotations (and ``metadata={"kind": ...}`` for ``object`` fields).
-
-    Examples
-    --------
-    >>> from ceem_casadi import SmootherOptions
-    >>> kinds = field_kinds(SmootherOptions)
-    >>> kinds["max_iters"].expected, kinds["chunk"].expected, kinds["x_lower"].expected
-    ('an integer', 'None or an integer', 'None or a number or a list of numbers')
-    """
+    """The `FieldKind` of every field of the dataclass ``cls``, from its annotations (and
+    ``metadata={"kind": ...}`` for ``object`` fields)."""
     if cls not in _KIND_CACHE:
         hints = typing.get_type_hints(cls)
         out = {}

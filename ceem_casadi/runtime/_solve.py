@@ -1,7 +1,5 @@
-"""The solve layer under every IPOPT-based step: IPOPT options, a wall-clock deadline per call and
-thread (context variables), Ctrl-C handling, the status of a solve and best-iterate tracking
-(docs/runtime.md, "The solve layer").
-"""
+"""The solve layer under every IPOPT-based step: IPOPT options, a per-thread deadline, Ctrl-C, statuses
+and best-iterate tracking (docs/runtime.md, "The solve layer")."""
 from __future__ import annotations
 
 import contextlib
@@ -82,19 +80,8 @@ def current_deadline() -> float | None:
 
 
 def deadline_after(seconds: float | None, start: float | None = None) -> float | None:
-    """The ``time.perf_counter()`` value at which a call with a budget of ``seconds`` (counted from
-    ``start``, default now; ``None``: no budget of its own) must stop: never later than the
-    deadline already in force in this thread (an inner budget never extends an outer one).
-
-    Examples
-    --------
-    >>> import time
-    >>> from ceem_casadi.runtime._solve import deadline, deadline_after
-    >>> outer = time.perf_counter() + 1.0
-    >>> with deadline(outer):
-    ...     deadline_after(1000.0) == outer, deadline_after(None) == outer
-    (True, True)
-    """
+    """The ``time.perf_counter()`` at which a call with a budget of ``seconds`` from ``start`` (default now;
+    None: none of its own) stops; never later than the deadline in force (an inner budget never extends it)."""
     own = None if seconds is None else (time.perf_counter() if start is None else float(start)) + float(seconds)
     return _sooner(_EXPIRES.get(), own)
 
@@ -117,30 +104,14 @@ class TimeLimitReached(Exception):
 
 
 def check_deadline(what: str) -> None:
-    """Raise `TimeLimitReached` naming ``what`` when this thread's deadline has passed.
-
-    Examples
-    --------
-    >>> import time
-    >>> with deadline(time.perf_counter() - 1.0):
-    ...     check_deadline("the initial states")
-    Traceback (most recent call last):
-    ...
-    ceem_casadi.runtime._solve.TimeLimitReached: time limit reached during the initial states
-    """
+    """Raise `TimeLimitReached` naming ``what`` when this thread's deadline has passed."""
     if expired():
         raise TimeLimitReached(f"time limit reached during {what}")
 
 
 def budget(share: float) -> float | None:
-    """The ``time.perf_counter()`` at which ``share`` (0..1) of this thread's remaining time is spent
-    (None without a deadline): the deadline of a preliminary stage such as a warm start.
-
-    Examples
-    --------
-    >>> budget(0.5) is None
-    True
-    """
+    """The ``time.perf_counter()`` at which ``share`` (0..1) of this thread's remaining time is spent (None
+    without a deadline), e.g. the deadline of a warm start."""
     left = remaining()
     return None if left is None else time.perf_counter() + share * left
 
@@ -153,20 +124,8 @@ def interrupted() -> bool:
 
 @contextlib.contextmanager
 def deadline(expires: float | None):
-    """Within the block, every IPOPT solver built with `ipopt_options` (and the banded Newton smoother)
-    that runs in THIS thread stops once ``time.perf_counter() >= expires`` (``None``: no new deadline;
-    an earlier one in force is kept). Forked workers inherit the deadline in force when they start.
-
-    Examples
-    --------
-    >>> import time
-    >>> from ceem_casadi.runtime._solve import current_deadline, deadline, expired
-    >>> with deadline(time.perf_counter() - 1.0):
-    ...     expired()
-    True
-    >>> current_deadline() is None
-    True
-    """
+    """Context manager: solves of THIS thread stop once ``time.perf_counter() >= expires`` (None: keep the one
+    in force; an earlier one is kept). Forked workers inherit the deadline in force."""
     previous = _EXPIRES.get()
     expires = None if expires is None else _sooner(previous, float(expires))
     token = _EXPIRES.set(previous if expires is None else expires)
@@ -180,8 +139,8 @@ _NLP_OUT = [ca.nlpsol_out(i) for i in range(ca.nlpsol_n_out())]
 
 
 class _StopCallback(SparsityCallback):
-    """IPOPT iteration callback: stop on this thread's deadline or Ctrl-C. With ``track=(nx, ng)``
-    it also offers each iterate (x, f, max |g|) to the `BestIterate` of the `solve` call in progress."""
+    """IPOPT iteration callback: stop on the deadline or Ctrl-C; with ``track=(nx, ng)`` it offers each
+    iterate (x, f, max |g|) to the `BestIterate` of the `solve` in progress."""
 
     def __init__(self, track: tuple[int, int] | None = None):
         self.tracked = track
@@ -203,10 +162,8 @@ DEADLINE = _StopCallback()
 
 
 def solve(solver: ca.Function, *, best: BestIterate | None = None, expires: float | None = None, **kwargs) -> dict:
-    """``solver(**kwargs)`` (inputs ``x0``, ``p``, ...) under this thread's deadline and ``expires`` (a
-    ``time.perf_counter()`` value for this call only); Ctrl-C stops IPOPT at its next iteration and
-    is then raised (docs/runtime.md). ``best`` (a `BestIterate`) receives every iterate IPOPT visits
-    (solver built with ``ipopt_options(track=...)``)."""
+    """``solver(**kwargs)`` under this thread's deadline and ``expires`` (this call only); Ctrl-C stops IPOPT
+    and is then raised; ``best`` receives every iterate (solver built with ``ipopt_options(track=...)``)."""
     token = _TRACKER.set(best)
     try:
         with deadline(expires):
