@@ -160,23 +160,8 @@ def resume(path, model, data, *, fingerprint_value: str | None = None) -> Checkp
 
 @dataclass(repr=False)
 class CheckpointedFit(Result):
-    """Outcome of [`ceem_checkpointed`][ceem_casadi.ceem_checkpointed].
-
-    Attributes
-    ----------
-    status : Status
-        As [`CEEMResult.status`][ceem_casadi.CEEMResult].
-    message : str
-        What happened.
-    theta : dict
-        Final parameters, name -> array.
-    x : list of numpy.ndarray or None
-        Smoothed states (T_b, nx) per trajectory.
-    history : list of dict
-        Every iteration of every run (earlier runs first), as dicts of [`IterationRecord`][ceem_casadi.em.IterationRecord] fields.
-    resumed_from : int
-        Iterations taken from the checkpoint (0 for a new fit).
-    """
+    """Outcome of `ceem_checkpointed`: ``status``, ``message``, ``theta``, ``x`` as in `CEEMResult`, the ``history``
+    of every run (dicts of `IterationRecord` fields) and ``resumed_from``, the iterations taken from the checkpoint."""
 
     SUMMARY = ('status', 'theta', 'resumed_from')
 

@@ -45,23 +45,24 @@ class ExactBlocks:
         return Ho, Hd, Hxo, Hzd, Hpp
 
 
+def gauss_newton_blocks(Jxo, Jpo, Jzd, Jpd, nx: int):
+    """``(Ho, Hd, Hxo, Hzd, Hpp)`` of the stacked residual Jacobians (`JointGaussNewton.linearise`; ``Jpo`` None:
+    the observations do not depend on theta): J^T J per stage block and summed for the parameters."""
+    nf = Jpd.shape[2]
+    Ho, Hd = np.einsum("tri,trj->tij", Jxo, Jxo), np.einsum("tri,trj->tij", Jzd, Jzd)
+    Hzd = np.einsum("tri,trk->tik", Jzd, Jpd)
+    Hpp = gram(Jpd.reshape(-1, nf))
+    if Jpo is None:
+        return Ho, Hd, np.zeros((Jxo.shape[0], nx, nf)), Hzd, Hpp
+    return Ho, Hd, np.einsum("tri,trk->tik", Jxo, Jpo), Hzd, Hpp + gram(Jpo.reshape(-1, nf))
+
+
 class GaussNewtonBlocks:
-    """Gauss-Newton blocks from the residual Jacobians of
-    `JointGaussNewton`."""
+    """Gauss-Newton blocks from the residual Jacobians of `JointGaussNewton`."""
 
     def __init__(self, model, lengths, stages):
         self.joint = JointGaussNewton(model, lengths, stages, use_prior=False)
 
     def __call__(self, model, theta_vec, data, xs, free):
         ro, Jxo, Jpo, rd, Jzd, Jpd = self.joint.linearise(np.asarray(theta_vec, float), data, xs)
-        nf = free.size
-        Ho = np.einsum("tri,trj->tij", Jxo, Jxo)
-        Hd = np.einsum("tri,trj->tij", Jzd, Jzd)
-        Hzd = np.einsum("tri,trk->tik", Jzd, Jpd)
-        Hpp = gram(Jpd.reshape(-1, nf))
-        if Jpo is None:
-            Hxo = np.zeros((Jxo.shape[0], model.nx, nf))
-        else:
-            Hxo = np.einsum("tri,trk->tik", Jxo, Jpo)
-            Hpp = Hpp + gram(Jpo.reshape(-1, nf))
-        return Ho, Hd, Hxo, Hzd, Hpp
+        return gauss_newton_blocks(Jxo, Jpo, Jzd, Jpd, model.nx)

@@ -46,10 +46,8 @@ def banded_upper(D: np.ndarray, Off: np.ndarray) -> np.ndarray:
 
 
 def band_views(ab: np.ndarray, n: int):
-    """``(D, Off)``: strided views (T, n, n) and (T-1, n, n) of the Fortran-ordered upper band storage
-    ``ab`` (2n, T n) of a block-tridiagonal matrix (as `banded_upper` fills it): ``D[t, i, j]`` is
-    entry (i, j) of diagonal block t for i <= j ONLY (the views' entries i > j alias other band
-    entries: never write them), ``Off[t]`` the super-diagonal block (t, t + 1), all of it."""
+    """``(D, Off)``: strided views (T, n, n), (T-1, n, n) of the Fortran-ordered band ``ab`` (2n, T n); ``D[t, i, j]``
+    is valid for i <= j ONLY (i > j aliases other entries: never write them), ``Off[t]`` the block (t, t + 1)."""
     if not ab.flags.f_contiguous or ab.shape[0] != 2 * n:
         raise ValueError(f"expected a Fortran-ordered ({2 * n}, T {n}) band array, got shape {ab.shape}")
     T, s, u = ab.shape[1] // n, ab.itemsize, 2 * n - 1
@@ -72,21 +70,13 @@ def _tbsolve(ab: np.ndarray, b: np.ndarray, trans: str) -> np.ndarray:
     return out if b.ndim == 2 else out[:, 0]
 
 
-# damping of the states' block relative to the parameters' (module docstring)
+# damping of the states' block relative to the parameters' (docs/long_records.md)
 STATE_DAMPING = 1e-6
 
 
 class JointGaussNewton:
-    """Joint Levenberg-Marquardt steps for one model and one dataset shape (built once); the stages' Gauss-Newton
-    blocks are evaluated in chunks of ``policy.JOINT_CHUNK`` stages: nothing of size T x n_free is held.
-
-    Parameters
-    ----------
-    model : the StateSpaceModel.
-    lengths : trajectory lengths T_b.
-    stages : the model's StageFunctions (shared with the smoother).
-    use_prior : include the parameters' Gaussian priors.
-    """
+    """Joint Levenberg-Marquardt steps for one model and dataset shape (built once); the stages' Gauss-Newton blocks are
+    evaluated in chunks of ``policy.JOINT_CHUNK`` stages: nothing of size T x n_free is held."""
 
     def __init__(self, model, lengths, stages, *, use_prior: bool = True):
         self.model, self.lengths, self.stages = model, tuple(int(T) for T in lengths), stages
@@ -222,7 +212,7 @@ class JointGaussNewton:
             if a == 0 and noise.x1_std is not None:
                 D[0, idx, idx] += noise.inv_x1_std ** 2
                 R[0, :, 0] += noise.inv_x1_std ** 2 * (x[0] - noise.x1_mean)
-            diag = D[:m, idx, idx]  # damping of the states' block (module docstring)
+            diag = D[:m, idx, idx]  # damping of the states' block (docs/long_records.md)
             dmax = max(dmax, diag.max())
             D[:m, idx, idx] = diag + STATE_DAMPING * mu * np.maximum(diag, 1e-12 * dmax)
             Dv[a:a + m, iu, ju] = D[:m, iu, ju]
@@ -283,7 +273,7 @@ class JointGaussNewton:
         S = Hpp - sum(t[3] for t in per_traj)
         S = 0.5 * (S + S.T)
         rhs = gp - sum(t[4] for t in per_traj)
-        # Marquardt's scaling of the reduced problem: the Schur complement's diagonal (module docstring)
+        # Marquardt's scaling of the reduced problem: the Schur complement's diagonal (docs/long_records.md)
         Dp = np.maximum(np.diag(S).copy(), 1e-12 * max(1.0, np.abs(np.diag(Hpp)).max(initial=0.0)))
         S[np.diag_indices(nf)] += mu * Dp
         dz = -np.linalg.solve(S, rhs) if nf else np.zeros(0)

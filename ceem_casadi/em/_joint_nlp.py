@@ -1,8 +1,5 @@
-"""The joint problem max_{x, theta} J(x_{1:T}, theta) + log p(theta) as ONE IPOPT NLP over the states of
-every trajectory and the free parameters, with its arrowhead Hessian (block tridiagonal in time, dense
-rows for theta) assembled from the stage Functions inside CasADi Callbacks; the formulation:
-docs/long_records.md ("The joint NLP").
-"""
+"""The joint problem max_{x, theta} J + log p(theta) as ONE IPOPT NLP over every trajectory's states and the free
+parameters, its arrowhead Hessian assembled in CasADi Callbacks (docs/long_records.md, "The joint NLP")."""
 from __future__ import annotations
 
 import itertools
@@ -17,7 +14,7 @@ from ..objective._stages import StageFunctions, stack_stages
 from ..runtime._callbacks import SparsityCallback
 from ..runtime._schema import HESSIANS
 from ..runtime._solve import ipopt_options, solve
-from ._hessian_blocks import ExactBlocks
+from ._hessian_blocks import ExactBlocks, gauss_newton_blocks
 from ._joint_gauss_newton import JointGaussNewton
 
 log = logging.getLogger(__name__)
@@ -30,14 +27,8 @@ AUTO_SWITCH = 1e-6
 
 
 def block_tridiagonal_gather(nx: int, T: int):
-    """Sparsity of the upper triangle of a block-tridiagonal (nx*T)^2 matrix and the gather
-    indices that assemble its nonzeros from the stacked stage Hessians.
-
-    The stacked vector is ``[vec(H_obs) ; vec(H_dyn) ; 0]`` with ``H_obs`` (nx, nx*T) and
-    ``H_dyn`` (2nx, 2nx*(T-1)) (column-major ``vec``). Returns ``(sparsity, idx)`` where
-    ``idx`` (3, nnz) holds for every nonzero the positions of its (up to three) summands;
-    absent summands point to the final zero.
-    """
+    """``(sparsity, idx)``: the upper triangle of a block-tridiagonal (nx T)^2 matrix and, per nonzero, the (3, nnz)
+    positions of its summands in the stacked ``[vec(H_obs) (nx, nx T); vec(H_dyn) (2nx, 2nx (T-1)); 0]``."""
     n, N = nx, nx * T
     off_d = n * n * T
     zero = off_d + 4 * n * n * (T - 1)
@@ -107,7 +98,6 @@ class _Evaluator:
         self.use_exact = hessian == "exact"
         self.last_cost = None
         if hessian in ("exact", "auto"):
-
             ex = stages if stages.hessian == "exact" else StageFunctions(model, "exact", stages.compile)
             self.exact = ExactBlocks(ex, sum(self.lengths), sum(T - 1 for T in self.lengths))
         nx = model.nx
@@ -152,12 +142,7 @@ class _Evaluator:
         if self.use_exact:
             Ho, Hd, Hxo, Hzd, Hpp = self.exact(m, theta, self.data, xs, self.free)
         else:
-            Ho, Hd = np.einsum("tri,trj->tij", Jxo, Jxo), np.einsum("tri,trj->tij", Jzd, Jzd)
-            Hzd = np.einsum("tri,trk->tik", Jzd, Jpd)
-            Hxo = np.zeros((Jxo.shape[0], nx, nf)) if Jpo is None else np.einsum("tri,trk->tik", Jxo, Jpo)
-            Hpp = Jpd.reshape(-1, nf).T @ Jpd.reshape(-1, nf)
-            if Jpo is not None:
-                Hpp = Hpp + Jpo.reshape(-1, nf).T @ Jpo.reshape(-1, nf)
+            Ho, Hd, Hxo, Hzd, Hpp = gauss_newton_blocks(Jxo, Jpo, Jzd, Jpd, nx)
         Hpp = Hpp + np.diag(lin.prior_w2)
         grads, x_vals, cross = [], [], []
         o0, d0 = 0, 0
@@ -208,21 +193,8 @@ class _BufferCallback(SparsityCallback):
 
 
 class JointSolver:
-    """IPOPT on the joint (x, theta) problem of one model and one dataset (built once).
-
-    Parameters
-    ----------
-    model : the StateSpaceModel.
-    data : the Trajectories (fixed for the solver's life).
-    stages : the model's StageFunctions (shared with the smoother).
-    hessian : ``"auto"`` (default): Gauss-Newton (positive semi-definite, robust far from the
-        optimum) until the cost changes by less than ``AUTO_SWITCH`` (relative) between iterates,
-        then the exact Hessian (quadratic convergence where Gauss-Newton converges linearly and
-        slowly); or always ``"gauss-newton"`` or ``"exact"``.
-    use_prior : include the parameters' Gaussian priors.
-    x_lower, x_upper : optional bounds on every state (scalar or (nx,)).
-    max_iter, tol : IPOPT iteration limit and tolerance.
-    """
+    """IPOPT on the joint (x, theta) problem of one model and dataset (built once); ``hessian`` "auto": Gauss-Newton
+    until the cost changes by less than ``AUTO_SWITCH`` (relative), then exact."""
 
     def __init__(self, model, data, stages: StageFunctions, *, hessian: str = "auto",
                  use_prior: bool = True, x_lower=None, x_upper=None, max_iter: int = 200, tol: float = 1e-10):

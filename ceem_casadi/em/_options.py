@@ -160,18 +160,8 @@ class CEEMOptions:
 
 @dataclass(frozen=True)
 class FitPlan:
-    """A [`CEEMOptions`][ceem_casadi.CEEMOptions] resolved once by [`ceem`][ceem_casadi.ceem]: the strategy
-    objects (smoother, learner, acceleration), each floor's own, and the loop's settings. The smoothing
-    step, the learner factory and the engines receive ``smoother`` / ``learner`` only; the warm start
-    its length; the loop the rest.
-
-    Examples
-    --------
-    >>> import ceem_casadi as cc
-    >>> from ceem_casadi.em._options import FitPlan
-    >>> FitPlan.of(cc.CEEMOptions(acceleration="joint")).acceleration
-    Joint(hessian='auto', max_failures=2)
-    """
+    """A `CEEMOptions` resolved once by `ceem`: the strategy objects (smoother, learner, acceleration) and the loop's
+    settings; each floor receives only its own."""
 
     smoother: SmootherOptions
     learner: LearnerOptions

@@ -1,6 +1,5 @@
-"""Progress display for CE-EM fits (one line per iteration, or a bar on a terminal): pass a `Progress` (or a
-`chain` of callbacks) as the ``callback`` of [`ceem_casadi.ceem`][ceem_casadi.ceem]; the library itself stays quiet.
-"""
+"""Progress display for CE-EM fits (one line per iteration, or a bar on a terminal): pass a `Progress` (or a `chain`
+of callbacks) as the ``callback`` of `ceem`; the library itself stays quiet."""
 from __future__ import annotations
 
 import sys
@@ -15,17 +14,8 @@ def _status(rec) -> str:
 
 
 class Progress:
-    """Per-iteration progress (J, its increase, smoothing and learning time, solver statuses).
-
-    Parameters
-    ----------
-    max_iters : planned number of iterations (for the bar and ``k/N``).
-    stream : text stream (default ``sys.stderr``).
-    quiet : print nothing.
-    bar : redraw one line with a bar (``\\r``) instead of one line per iteration; default: when
-        ``stream`` is a terminal.
-    offset : iterations done before (a resumed fit), added to the iteration numbers shown.
-    """
+    """Per-iteration progress of ``max_iters`` (J, increase, timings, statuses) on ``stream`` (default stderr): a bar
+    redrawn in place (``bar``, default on a terminal) or a line each; ``offset``: iterations of a resumed fit."""
 
     def __init__(self, max_iters: int, *, stream=None, quiet: bool = False, bar: bool | None = None,
                  offset: int = 0, width: int = 24):

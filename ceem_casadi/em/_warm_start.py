@@ -1,6 +1,5 @@
-"""The long-record warm start of CE-EM: fit the leading samples first (`CEEMOptions.warm_start`), where an
-iteration costs T / n times less; the fixed point stays the whole record's (docs/long_records.md, docs/scaling.md).
-"""
+"""The long-record warm start of CE-EM: fit the leading samples first (`CEEMOptions.warm_start`); the fixed point
+stays the whole record's (docs/long_records.md, docs/scaling.md)."""
 from __future__ import annotations
 
 import logging
@@ -35,11 +34,8 @@ def warm_start_length(warm_start: int | None, lengths, x_init=None, executor=Non
 
 
 def leading_fit(fit, model, data, theta_vec, n: int) -> CEEMResult | None:
-    """The fit of the leading ``n`` samples (`warm_start_length`) of every trajectory from ``theta_vec``,
-    or None when ``n`` is 0 or the leading part is not a valid record (see `CEEMOptions.warm_start`).
-
-    ``fit(data, theta0)`` is the fit itself with the same strategies and smoother, no callback, no
-    warm start of its own (`ceem_casadi.em._ceem`'s loop, passed in: this module is imported by it)."""
+    """The result of ``fit(lead, theta0)`` (`ceem`'s loop, no callback or warm start of its own) on the leading ``n``
+    samples of every trajectory from ``theta_vec``; None when ``n`` is 0 or the leading part is no valid record."""
     if not n:
         return None
     try:
