@@ -24,8 +24,7 @@ class ShapeError(CeemError, ValueError):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> try:
     ...     cc.Trajectories(np.zeros((5, 1)), u=np.zeros((4, 1)))
     ... except cc.ShapeError as err:
@@ -39,8 +38,7 @@ class NonFiniteError(CeemError, ValueError):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> try:
     ...     cc.Trajectories(np.zeros((3, 1)), u=np.array([[0.0], [np.inf], [1.0]]))
     ... except cc.NonFiniteError as err:
@@ -62,13 +60,9 @@ class ParameterError(CeemError, KeyError, ValueError):
     --------
     A theta with a name the model does not have:
 
-    >>> import numpy as np
     >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> try:
-    ...     cc.simulate_output(model, {"b": 0.8}, np.zeros((3, 1)), [0.0])
+    ...     cc.Parameters(cc.Param("a", 0.5)).validate({"b": 0.8})
     ... except cc.ParameterError as err:
     ...     print(type(err).__name__, isinstance(err, KeyError))
     ParameterError True
@@ -98,15 +92,12 @@ class ModelError(CeemError, ValueError):
 
 
 class SolverError(CeemError, RuntimeError):
-    """A numerical solver failed and the caller asked for an exception.
-
-    ``result`` holds the outcome up to the failure (e.g. the [`CEEMResult`][ceem_casadi.CEEMResult]
-    with the last good iterate), or None.
+    """A numerical solver failed and the caller asked for an exception (``raise_on_failure=True``);
+    ``result`` holds the outcome up to the failure (e.g. the [`CEEMResult`][ceem_casadi.CEEMResult] with
+    the last good iterate), or None.
 
     Examples
     --------
-    Raised instead of returning a failed result when the options ask for it
-    (``raise_on_failure=True``); ``result`` keeps the outcome up to the failure:
 
     >>> import ceem_casadi as cc
     >>> err = cc.SolverError("smoother failed at iteration 3", result=None)

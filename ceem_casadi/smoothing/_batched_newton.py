@@ -1,7 +1,5 @@
-"""Many banded Newton solves at once (`BandedNewton.steps` run side by side): one evaluation and one
-LAPACK call per round for all of them, the outcomes those of separate solves (docs/algorithms.md,
-"Many short trajectories together").
-"""
+"""Many banded Newton solves at once (`BandedNewton.steps` side by side): one evaluation and one LAPACK call per
+round for all, the outcomes those of separate solves (docs/algorithms.md, "Many short trajectories together")."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,18 +9,8 @@ from ._banded import COST, DIRECTION, NEWTON, BandedNewton, NewtonOutcome, band_
 
 
 def stacked_directions(requests, nx: int, T: int) -> list[np.ndarray | None]:
-    """Newton directions ``d`` (nx T,) of m block-tridiagonal systems ``(H + shift I) d = -g`` by one banded
-    Cholesky factorisation; ``requests``: m ``(nz, d0, g, shift)`` as ``BandedNewton.steps`` yields with
-    ``DIRECTION``. None where a system is not positive definite or d not finite (that system is dropped and
-    the others factorised again).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> nz = np.tile([0.0, 2.0], (3, 1))            # nx = 1, T = 3: H = 2 I (no coupling)
-    >>> [np.round(d, 12).tolist() for d in stacked_directions([(nz, np.zeros(1), np.ones(3), 0.0)] * 2, 1, 3)]
-    [[-0.5, -0.5, -0.5], [-0.5, -0.5, -0.5]]
-    """
+    """Newton directions d (nx T,) of m systems ``(H + shift I) d = -g`` (``requests``: m ``(nz, d0, g, shift)`` as
+    `BandedNewton.steps` yields) by one banded Cholesky; None where H is not positive definite or d is not finite."""
     cols, rows = band_patterns(nx)
     above = np.arange(cols.size)[rows < 2 * nx - 1 - cols]  # entries of the block above the diagonal
     n = nx * T
@@ -58,23 +46,8 @@ def stacked_directions(requests, nx: int, T: int) -> list[np.ndarray | None]:
 
 
 def solve_many(newton: BandedNewton, x0s, objective) -> list[NewtonOutcome]:
-    """``newton``'s damped Newton method on B problems from ``x0s`` (B arrays (nx T,)), one `NewtonOutcome`
-    each: ``objective.newton_many(idx, xs)`` and ``cost_many(idx, xs)`` answer the ``NEWTON`` and ``COST``
-    requests of the problems ``idx`` in one evaluation (e.g. `BatchObjective`); docs/algorithms.md.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> class Quadratic:  # f_b(x) = sum (x - b)^2 over T = 4 scalar blocks
-    ...     def cost_many(self, idx, xs):
-    ...         return [float(np.sum((x - b) ** 2)) for b, x in zip(idx, xs)]
-    ...     def newton_many(self, idx, xs):
-    ...         nz = np.tile([0.0, 2.0], (4, 1))
-    ...         return [(c, 2 * (x - b), nz, np.zeros(1)) for c, b, x in zip(self.cost_many(idx, xs), idx, xs)]
-    >>> out = solve_many(BandedNewton(1, 4, 10, 1e-10), [np.zeros(4)] * 3, Quadratic())
-    >>> [(o.status, o.iterations, np.round(o.x, 12).tolist()) for o in out][2]
-    ('Solve_Succeeded', 1, [2.0, 2.0, 2.0, 2.0])
-    """
+    """``newton``'s damped Newton method on B problems from ``x0s`` (B arrays (nx T,)), one `NewtonOutcome` each; the
+    ``objective``'s ``newton_many(idx, xs)`` / ``cost_many(idx, xs)`` answer the requests of problems ``idx``."""
     gens = [newton.steps(x0) for x0 in x0s]
     pending: dict[int, tuple] = {}
     outcomes: list[NewtonOutcome | None] = [None] * len(gens)
