@@ -1,6 +1,5 @@
-"""The accelerations of the EM loop as strategy objects (``CEEMOptions(acceleration=...)``): each carries its
-own settings and builds the per-fit stepper the loop asks for a step of its own (docs/algorithms.md).
-"""
+"""The accelerations of the EM loop as strategy objects (``CEEMOptions(acceleration=...)``), each building the
+per-fit stepper the loop asks for a step of its own (docs/algorithms.md)."""
 from __future__ import annotations
 
 import logging

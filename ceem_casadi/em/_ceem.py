@@ -1,7 +1,5 @@
-"""Certainty-equivalent EM (Algorithm 1 of Menda et al., ICML 2020): block coordinate ascent on the joint
-log-density J(x, theta), smoothing and learning steps alternated, a failed or descending step never taken
-(the loop, its stopping rules and the accelerations' steps: docs/algorithms.md).
-"""
+"""Certainty-equivalent EM (Algorithm 1 of Menda et al., ICML 2020): smoothing and learning steps alternated on
+J(x, theta), a failed or descending step never taken (the loop and its stopping rules: docs/algorithms.md)."""
 from __future__ import annotations
 
 import logging

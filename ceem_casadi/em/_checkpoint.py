@@ -1,6 +1,4 @@
-"""Per-iteration checkpoints of a CE-EM fit, written atomically (a killed process leaves the previous
-complete checkpoint), and resuming from them (docs/algorithms.md).
-"""
+"""Per-iteration checkpoints of a CE-EM fit, written atomically, and resuming from them (docs/algorithms.md)."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,7 +1,5 @@
-"""Blocks of the joint Hessian of -J over (x_{1:T}, theta) at given states and parameters: the
-state blocks of every stage, the state-parameter blocks and the parameter block, exact (mapped
-exact stage Hessians) or Gauss-Newton (from the joint residual Jacobians). Used by the joint NLP
-and by the parameter uncertainty."""
+"""Blocks of the joint Hessian of -J over (x_{1:T}, theta), exact or Gauss-Newton, for the joint NLP and the
+parameter uncertainty."""
 from __future__ import annotations
 
 import casadi as ca

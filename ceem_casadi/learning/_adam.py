@@ -1,7 +1,5 @@
-"""Learning step (M-step) by Adam on mini-batches, for models with large neural-network parts: the
-objective of [`Learner`][ceem_casadi.learning.Learner] by unbiased mini-batch gradients, never
-returning a point worse than its start (the derivation and the measured figures: docs/model_learning_notes.md).
-"""
+"""Learning step (M-step) by Adam on mini-batches for models with large neural-network parts, never returning
+a point worse than its start (the derivation and figures: docs/model_learning_notes.md)."""
 from __future__ import annotations
 
 import logging
@@ -87,11 +85,9 @@ class AdamLearner:
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data, x = cc.simulate(model, {"a": 0.8}, [0.0], 200, u=np.random.default_rng(0).normal(size=(200, 1)),
     ...                       seed=1)
     >>> learner = cc.learning.AdamLearner(model, cc.learning.AdamOptions(lr=0.05, epochs=30, batch_size=50))

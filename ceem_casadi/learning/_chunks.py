@@ -1,7 +1,5 @@
-"""The learning step's stage sums over long records, evaluated chunk by chunk (chunk-major data in the NLP
-parameter, the stage Function mapped over a chunk inside a small Function mapped over the chunks);
-docs/long_records.md ("Learning over long records").
-"""
+"""The learning step's stage sums over long records evaluated chunk by chunk (chunk-major data in the NLP
+parameter; docs/long_records.md, "Learning over long records")."""
 from __future__ import annotations
 
 import casadi as ca

@@ -1,7 +1,5 @@
-"""Learning step (M-step) by IPOPT: the free parameters that minimise -J (plus trust region and prior)
-for fixed states, gradient and Hessian (exact or Gauss-Newton by BLAS) mapped from per-stage
-Functions; built once per dataset shape (the objective and its derivation: docs/model_learning_notes.md).
-"""
+"""Learning step (M-step) by IPOPT: the free parameters minimising -J (plus trust region and prior) for fixed
+states, derivatives mapped from per-stage Functions (docs/model_learning_notes.md)."""
 from __future__ import annotations
 
 import logging

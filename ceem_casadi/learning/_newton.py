@@ -1,6 +1,4 @@
-"""Plain Newton steps on a learning objective before (or instead of) IPOPT; when IPOPT takes over:
-docs/long_records.md ("Learning over long records").
-"""
+"""Plain Newton steps on a learning objective before (or instead of) IPOPT (docs/long_records.md)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,6 +1,5 @@
 """The learning step of long records, its data terms evaluated piece by piece in this process (pieces of
-``policy.PIECE_LENGTH`` + 1 samples overlapping by one); docs/long_records.md ("Learning over long records").
-"""
+``policy.PIECE_LENGTH`` + 1 samples overlapping by one; docs/long_records.md, "Learning over long records")."""
 from __future__ import annotations
 
 from dataclasses import replace

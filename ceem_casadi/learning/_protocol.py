@@ -1,7 +1,5 @@
-"""What every learning step (M-step) provides: the [`LearningStep`][ceem_casadi.learning.LearningStep]
-protocol (``solve``) and, for the curvature users, [`CurvatureLearningStep`][ceem_casadi.learning.CurvatureLearningStep]
-(``hessian_matrix``). A user's class needs no base class: a ``solve`` of this signature is enough.
-"""
+"""What every learning step provides: the `LearningStep` protocol (``solve``) and `CurvatureLearningStep`
+(``hessian_matrix``); a user's class needs no base class, a ``solve`` of this signature is enough."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, runtime_checkable

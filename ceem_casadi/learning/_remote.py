@@ -1,7 +1,5 @@
-"""The learning step with the data terms map-reduced over shards (see `ceem_casadi.distributed`): IPOPT
-(after plain Newton steps) on the client, each callback one round of small tasks; docs/long_records.md
-("Learning over long records").
-"""
+"""The learning step with the data terms map-reduced over shards: IPOPT (after plain Newton steps) on the
+client, each callback one round of small tasks (docs/long_records.md, "Learning over long records")."""
 from __future__ import annotations
 
 import time

@@ -1,6 +1,4 @@
-"""Model maps written for sample columns: check that ``f``/``g`` written for (n, B) matrices (columns =
-samples, e.g. a network head with matrix products) agree with the model's own one-sample Function.
-"""
+"""Check that model maps written for (n, B) sample columns agree with the model's one-sample Function."""
 from __future__ import annotations
 
 import casadi as ca
@@ -27,11 +25,6 @@ def check_columnwise(model, name: str, fun, ref: ca.Function, columns: int = 7) 
         The one-column Function it must agree with.
     columns : int
         Random columns checked.
-
-    Returns
-    -------
-    None
-        Only when ``fun`` agrees.
 
     Raises
     ------

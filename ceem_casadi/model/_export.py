@@ -1,7 +1,5 @@
-"""Export an identified model as plain serialised CasADi Functions (``F``, ``G``, their Jacobians, and
-``rhs`` for continuous-time models), parameters baked in or kept as the last input (the file layout and
-trust model: docs/model_learning_notes.md).
-"""
+"""Export an identified model as serialised CasADi Functions (``F``, ``G``, their Jacobians, ``rhs``), parameters
+baked in or kept as the last input (layout and trust model: docs/model_learning_notes.md)."""
 from __future__ import annotations
 
 import json

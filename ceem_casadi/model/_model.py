@@ -1,7 +1,5 @@
-"""State-space model structure ``x[t+1] = f(x[t], u[t], p) + w``, ``y[t] = g(x[t], u[t], p) + v`` (diagonal
-Gaussian noise, optional prior on x[1]): user functions traced once into named CasADi Functions;
-continuous-time models discretised by RK4 over ``dt`` seconds.
-"""
+"""State-space model structure ``x[t+1] = f(x[t], u[t], p) + w``, ``y[t] = g(x[t], u[t], p) + v`` with diagonal
+Gaussian noise: user functions traced once into CasADi Functions (continuous time: RK4 over ``dt``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -144,10 +142,8 @@ class StateSpaceModel:
     --------
     A scalar linear model x[t+1] = a x[t] + u[t], y[t] = x[t] with one parameter:
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> model.nx, model.nu, model.ny, model.params.names
     (1, 1, 1, ['a'])

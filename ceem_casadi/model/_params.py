@@ -1,7 +1,5 @@
-"""Named model parameters (shapes, initial values, bounds, free masks, priors) and their flat vector:
-every parameter's entries stacked in declaration order, row-major within a matrix; values travel as
-``theta``, a dict name -> array.
-"""
+"""Named model parameters (shapes, values, bounds, free masks, priors) and their flat vector: the entries in
+declaration order, row-major within a matrix; values travel as ``theta``, a dict name -> array."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping

@@ -1,6 +1,5 @@
-"""Free-run (noise-free) simulation ``x[t+1] = f(x[t], u[t], p)``, ``yhat[t] = g(x[t], u[t], p)`` from
-``x0``, as one CasADi Function per model structure and length in the library cache (docs/model_learning_notes.md).
-"""
+"""Noise-free free run ``x[t+1] = f(x[t], u[t], p)``, ``yhat[t] = g(x[t], u[t], p)`` from ``x0``, one CasADi
+Function per model structure and length in the library cache (docs/model_learning_notes.md)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -52,11 +51,9 @@ def rollout(model, T: int) -> ca.Function:
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> from ceem_casadi.model import rollout
     >>> y, x = rollout(model, 3)(np.array([1.0]), np.zeros((1, 3)), np.array([0.5]))
     >>> np.asarray(x).ravel()                 # x_{t+1} = 0.5 x_t from x_0 = 1
@@ -152,10 +149,8 @@ def simulate_output(model, theta, u=None, x0=None, *, horizon=None, return_state
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> cc.simulate_output(model, {"a": 0.5}, np.zeros((4, 1)), [2.0]).ravel()
     array([2.  , 1.  , 0.5 , 0.25])

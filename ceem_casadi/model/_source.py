@@ -1,8 +1,5 @@
-"""Model source references: ``package.module:factory`` or ``path/to/file.py:factory``.
-
-Resolving a reference imports (or executes) Python code: the CLI's ``--model`` and
-``load_model(..., trust_source=True)`` do it; loading a model file by default never does.
-"""
+"""Model source references ``package.module:factory`` or ``path/to/file.py:factory``; resolving one imports
+(or executes) Python code, which only the CLI's ``--model`` and ``load_model(..., trust_source=True)`` do."""
 from __future__ import annotations
 
 import hashlib

@@ -1,7 +1,5 @@
-"""Model functions as plain arrays: store a CasADi SX Function as its instruction list (numeric arrays
-``code``, ``const``, ``shape``, ``rows``) and rebuild it from a whitelist of elementary operations, so
-loading a model file never runs code (the format and why: docs/model_learning_notes.md).
-"""
+"""Model functions as plain arrays: a CasADi SX Function stored as its instruction list and rebuilt from a
+whitelist of elementary operations, so loading a model file never runs code (docs/model_learning_notes.md)."""
 from __future__ import annotations
 
 import casadi as ca

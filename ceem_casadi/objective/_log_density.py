@@ -39,11 +39,9 @@ def joint_log_density(smoother, theta_vec, data, xs) -> float:
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> from ceem_casadi.objective import joint_log_density
     >>> data = cc.Trajectories([np.zeros((5, 1))], [np.zeros((5, 1))])
     >>> sm = cc.smoothing.Smoother(model, cc.SmootherOptions(compile=False))

@@ -127,8 +127,7 @@ def clear_model_cache() -> int:
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x, lambda x, u, p: x, nx=1,
     ...                                          params=cc.Parameters(cc.Param("a", 0.5)))
     >>> y = cc.simulate_output(model, {"a": 0.5}, x0=np.ones(1), horizon=5)

@@ -1,12 +1,5 @@
-"""The one process layer: every pool of worker processes of the library is a `WorkerPool`, whose
-workers end with their parent however it ends (docs/runtime.md, "Worker processes").
-
-Examples
---------
->>> with WorkerPool(2) as pool:
-...     pool.map(abs, [-1, -2, 3])
-[1, 2, 3]
-"""
+"""The one process layer: every pool of worker processes of the library is a `WorkerPool`, whose workers end
+with their parent however it ends (docs/runtime.md, "Worker processes")."""
 from __future__ import annotations
 
 import contextlib

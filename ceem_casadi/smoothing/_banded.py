@@ -1,7 +1,6 @@
-"""Damped Newton (or Gauss-Newton) steps for the unconstrained smoothing NLP, whose Hessian is block tridiagonal:
-LAPACK's banded Cholesky, an Armijo line search, IPOPT's shift rule, stopping tests and status names, and Newton's
-decrement; the method, its constants and measurements: docs/long_records.md ("The banded Newton smoother").
-"""
+"""Damped Newton (or Gauss-Newton) steps for the unconstrained smoothing NLP, whose Hessian is block tridiagonal,
+with LAPACK's banded Cholesky and IPOPT's shift rule and status names (docs/long_records.md, "The banded Newton
+smoother")."""
 from __future__ import annotations
 
 import ctypes

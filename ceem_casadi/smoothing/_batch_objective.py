@@ -1,6 +1,4 @@
-"""The objectives of many trajectories of one length, evaluated together (the batched smoother's
-`solve_many` objective; docs/algorithms.md).
-"""
+"""The objectives of many trajectories of one length evaluated together (`solve_many`'s; docs/algorithms.md)."""
 from __future__ import annotations
 
 import logging

@@ -1,6 +1,5 @@
-"""Smoothing many short trajectories of one length together: one mapped evaluation and one banded
-factorisation per Newton round for all of them (the method and its measured figures: docs/algorithms.md).
-"""
+"""Smoothing many short trajectories of one length together: one mapped evaluation and one banded factorisation
+per Newton round for all of them (the method and its figures: docs/algorithms.md)."""
 from __future__ import annotations
 
 import time
@@ -91,16 +90,12 @@ def batched_costs(smoother, theta_vec, data, xs) -> list[float | None]:
     return out
 
 
-def prepare_batched(smoother, lengths, shards: int = 1) -> list[int]:
+def prepare_batched(smoother, lengths, shards: int = 1) -> None:
     """Build on ``smoother`` the batched solvers of the lengths it batches, for ``shards`` contiguous shards
-    (forked workers inherit them); returns the other lengths."""
-    rest = []
+    (forked workers inherit them)."""
     for T, idx in _groups(lengths).items():
         if batched_default(smoother.options, T, len(idx)):
             _batched_for(smoother, T).prepare(-(-len(idx) // max(1, shards)))
-        else:
-            rest.append(T)
-    return rest
 
 
 def smooth_batched(smoother, theta_vec, data, x_init) -> list:

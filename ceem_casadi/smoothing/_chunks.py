@@ -1,7 +1,5 @@
-"""The smoothing objective's cost, gradient and Hessian evaluated in time chunks of L steps (the same
-stage Functions mapped over a chunk inside a small MX Function, itself mapped over the chunks), so that
-no CasADi intermediate is of size T; the layout: docs/long_records.md ("Chunked smoothing objective").
-"""
+"""The smoothing objective's cost, gradient and Hessian evaluated in time chunks of L steps, no CasADi
+intermediate of size T (docs/long_records.md, "Chunked smoothing objective")."""
 from __future__ import annotations
 
 import copy

@@ -1,6 +1,5 @@
-"""The smoother's Gauss-Newton observation terms of many stages at once, from a matrix-valued observation
-map, evaluated by numpy (the derivation and its measured speed: docs/algorithms.md).
-"""
+"""The smoother's Gauss-Newton observation terms of many stages at once from a matrix-valued observation map,
+evaluated by numpy (the derivation and its measured speed: docs/algorithms.md)."""
 from __future__ import annotations
 
 import casadi as ca

@@ -1,6 +1,5 @@
-"""Initial state trajectories for CE-EM: an EKF + RTS smoother at the initial parameters, with the
-process noise chosen by the EKF's likelihood (why and how: docs/algorithms.md).
-"""
+"""Initial state trajectories for CE-EM: an EKF + RTS smoother at the initial parameters, with the process
+noise chosen by the EKF's likelihood (why and how: docs/algorithms.md)."""
 from __future__ import annotations
 
 import numpy as np

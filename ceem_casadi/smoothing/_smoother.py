@@ -1,7 +1,5 @@
-"""Smoothing step (E-step): the maximum-a-posteriori state trajectory for fixed theta, one
-`TrajectorySmoother` per trajectory length (IPOPT on the block-tridiagonal NLP, or banded Newton steps);
-the NLP and its Hessian's layout: docs/algorithms.md.
-"""
+"""Smoothing step (E-step): the MAP state trajectory for fixed theta, one `TrajectorySmoother` per trajectory
+length (IPOPT on the block-tridiagonal NLP, or banded Newton steps); the NLP: docs/algorithms.md."""
 from __future__ import annotations
 
 import time
@@ -199,11 +197,9 @@ class Smoother:
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data, x = cc.simulate(model, {"a": 0.8}, [0.0], 40, u=np.ones((40, 1)), seed=0)
     >>> sm = cc.smoothing.Smoother(model, cc.SmootherOptions(compile=False))
     >>> (res,) = sm.solve(np.array([0.8]), data, [np.zeros((40, 1))])
