@@ -311,7 +311,6 @@ def acceleration_of(value) -> Acceleration:
     Parameters
     ----------
     value : str or Acceleration
-        The user's choice.
 
     Returns
     -------

@@ -130,17 +130,13 @@ def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEE
     Returns
     -------
     CEEMResult
-        Status (with advice), parameters, smoothed states, the iteration history.
+        Status (with advice), parameters, smoothed states, the iteration history. Convergence is judged on a
+        plain EM step: a fixed point of Algorithm 1 whatever the acceleration (docs/algorithms.md).
 
     Raises
     ------
     SolverError
         Only with ``options.raise_on_failure``: a solver failed (the error carries the result).
-
-    Notes
-    -----
-    Convergence is always judged on a plain EM step, so the result is a fixed point of Algorithm 1 whatever
-    the acceleration; how each acceleration steps is in docs/algorithms.md.
 
     Examples
     --------

@@ -180,9 +180,7 @@ def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_f
 
     Parameters
     ----------
-    model : StateSpaceModel
-        As for [`ceem_casadi.ceem`][ceem_casadi.ceem].
-    data : Trajectories
+    model, data : StateSpaceModel, Trajectories
         As for [`ceem_casadi.ceem`][ceem_casadi.ceem].
     theta0 : dict
         Initial parameters (replaced by the checkpoint's when resuming).
@@ -213,8 +211,7 @@ def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_f
 
     Examples
     --------
-    The fit writes a checkpoint after every iteration; a second call with
-    ``resume_fit=True`` returns the finished fit from the file:
+    A second call with ``resume_fit=True`` returns the finished fit from the file:
 
     >>> import tempfile, pathlib, numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,

@@ -54,11 +54,9 @@ class CEEMOptions:
         Raise [`SolverError`][ceem_casadi.SolverError] instead of returning a result with
         ``status = "solver_failed"``.
     acceleration : str or Acceleration
-        The acceleration strategy (`ceem_casadi.em`), a name standing for the strategy with its defaults or
-        an object with its own settings: ``"none"`` (`Plain`, Algorithm 1 as in the paper), ``"squarem"``
-        (`Squarem`), ``"newton"`` (`Newton`, joint Gauss-Newton steps on (x, theta)) or ``"joint"`` (`Joint`,
-        one IPOPT NLP over (x, theta)); which to choose, measured: docs/choosing.md. ``joint_hessian=`` is
-        the deprecated spelling of ``Joint(hessian=...)``.
+        A strategy of `ceem_casadi.em` with its own settings, or its name for its defaults: ``"none"`` (`Plain`,
+        Algorithm 1), ``"squarem"``, ``"newton"`` (joint Gauss-Newton steps) or ``"joint"`` (one IPOPT NLP over
+        (x, theta)); which to choose: docs/choosing.md. ``joint_hessian=``: deprecated, ``Joint(hessian=...)``.
     time_limit : float, optional
         Wall-clock budget in seconds of the whole [`ceem`][ceem_casadi.ceem] call, or ``None`` (no limit),
         checked before every step and passed to every IPOPT solve; the interrupted step is discarded and the

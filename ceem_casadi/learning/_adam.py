@@ -71,7 +71,6 @@ class AdamLearner:
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     options : AdamOptions, optional
         Step sizes, mini-batches, epochs (default 1 per learning step, no decay), trust region, priors.
     step, observe : callable, optional

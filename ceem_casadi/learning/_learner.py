@@ -136,7 +136,6 @@ class Learner:
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     lengths : sequence of int
         The trajectory lengths T_b of the data it will learn from.
     options : LearnerOptions

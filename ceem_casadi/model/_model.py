@@ -128,9 +128,7 @@ class StateSpaceModel:
     f, g, rhs : casadi.Function
         The traced ``f(x, u, p) -> x_next``, ``g(x, u, p) -> y`` and the vector field (or None).
     nx, nu, ny : int
-        Dimensions.
     noise : Noise
-        The noise model.
 
     Raises
     ------
@@ -202,14 +200,10 @@ class StateSpaceModel:
         ----------
         rhs : callable
             ``rhs(x, u, p) -> dx/dt`` (nx,).
-        observe : callable
-            ``observe(x, u, p) -> y`` (ny,).
-        nx, nu : int
-            Numbers of states and inputs.
+        observe, nx, nu, params
+            As for the constructor.
         dt : float
             Sample time in seconds, > 0.
-        params : Parameters, optional
-            The named parameters.
         substeps : int
             Integrator steps per sample.
         method : str
@@ -239,14 +233,8 @@ class StateSpaceModel:
 
         Parameters
         ----------
-        step : callable
-            ``step(x, u, p) -> x_next`` (nx,).
-        observe : callable
-            ``observe(x, u, p) -> y`` (ny,).
-        nx, nu : int
-            Numbers of states and inputs.
-        params : Parameters, optional
-            The named parameters.
+        step, observe, nx, nu, params
+            As for the constructor.
         **kwargs
             Passed to the constructor (``dt``, noise, ``x1_mean``, ``name``).
 
@@ -346,7 +334,6 @@ class StateSpaceModel:
         Parameters
         ----------
         theta : dict
-            Parameter values.
         x : numpy.ndarray
             (nx,) state.
         u : numpy.ndarray, optional

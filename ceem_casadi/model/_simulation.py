@@ -39,7 +39,6 @@ def rollout(model, T: int) -> ca.Function:
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     T : int
         Number of samples, >= 1.
 
@@ -126,7 +125,6 @@ def simulate_output(model, theta, u=None, x0=None, *, horizon=None, return_state
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     theta : dict or numpy.ndarray
         Parameters, name -> array, or the flat vector (np,).
     u : numpy.ndarray or list of numpy.ndarray, optional

@@ -28,7 +28,6 @@ def joint_log_density(smoother, theta_vec, data, xs) -> float:
     theta_vec : numpy.ndarray
         (n_p,) flat parameter vector.
     data : Trajectories
-        The B trajectories.
     xs : list of numpy.ndarray
         The states (T_b, nx) of each trajectory.
 

@@ -16,7 +16,6 @@ class ObservationColumns:
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     observe : callable
         ``observe(X (nx, N), U (nu, N), p) -> (ny, N)``, column by column equal to ``model.g``
         (checked by the caller with `ceem_casadi.model.check_columnwise`).

@@ -180,7 +180,6 @@ class Smoother:
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     options : SmootherOptions
         Trust region, Hessian, IPOPT limits, state bounds, compilation.
     stages : StageFunctions, optional
@@ -233,7 +232,6 @@ class Smoother:
         theta_vec : numpy.ndarray
             (n_p,) flat parameter vector.
         data : Trajectories
-            The B trajectories.
         x_init : list of numpy.ndarray
             Warm starts and trust-region centres (T_b, nx).
 
@@ -252,7 +250,6 @@ class Smoother:
         theta_vec : numpy.ndarray
             (n_p,) flat parameter vector.
         data : Trajectories
-            The B trajectories.
         xs : list of numpy.ndarray
             The states (T_b, nx) of each trajectory.
 
