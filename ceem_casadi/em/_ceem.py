@@ -40,10 +40,6 @@ _ENGINE_LEARNER = ("learner={learner} cannot be used with executor={executor}: t
                    "options.learner) or drop executor= to use your learner")
 
 
-class _TimeUp(Exception):
-    pass
-
-
 _INTERRUPTED = "User_Requested_Stop"  # IPOPT's status when the deadline callback stopped it
 
 
@@ -68,7 +64,7 @@ class _EMRun:
         k = len(self.history) + 1
         sm = self.step(it.theta_vec, self.data, it.xs)
         if any(r.status == _INTERRUPTED for r in sm):
-            raise _TimeUp(f"iteration {k}: time limit reached during the smoothing step (discarded)")
+            raise TimeLimitReached(f"iteration {k}: time limit reached during the smoothing step (discarded)")
         failed = [b for b, r in enumerate(sm) if not self.step.finite(r) or r.status not in _USABLE]
         if failed:
             raise StepFailure(f"iteration {k}: smoothing failed on trajectories {failed} "
@@ -76,7 +72,7 @@ class _EMRun:
         new_xs = self.step.states(sm)
         lr = self.learner.solve(it.theta_vec, self.data, new_xs)
         if lr.status == _INTERRUPTED:
-            raise _TimeUp(f"iteration {k}: time limit reached during the learning step (discarded)")
+            raise TimeLimitReached(f"iteration {k}: time limit reached during the learning step (discarded)")
         if not np.all(np.isfinite(lr.theta_vec)) or lr.status not in _USABLE:
             raise StepFailure(f"iteration {k}: learning failed ({lr.status}); returning the last good iterate")
         new = self.evaluate(new_xs, lr.theta_vec)
@@ -206,7 +202,7 @@ def _ceem(model, data, theta0, plan: FitPlan, x_init, callback, smoother, learne
         _iterate(run, stepper, start, result)
     except StepFailure as exc:
         _finish(result, Status.SOLVER_FAILED, str(exc))
-    except _TimeUp as exc:
+    except TimeLimitReached as exc:
         _finish(result, Status.TIME_LIMIT, f"{_limit(plan)} reached: {exc}; returning the "
                                            f"last accepted iterate ({len(run.history)} iterations)")
     finally:

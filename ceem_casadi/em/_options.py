@@ -45,30 +45,25 @@ class CEEMOptions:
     smoother : SmootherOptions
         Options of the smoothing step.
     learner : LearnerOptions or AdamOptions
-        The learning step's strategy: IPOPT ([`LearnerOptions`][ceem_casadi.LearnerOptions]) or mini-batch
-        Adam ([`AdamOptions`][ceem_casadi.learning.AdamOptions], `ceem_casadi.learning.AdamLearner`, for
-        large neural-network terms; not with a Dask executor).
+        The learning step: IPOPT ([`LearnerOptions`][ceem_casadi.LearnerOptions]) or mini-batch Adam
+        ([`AdamOptions`][ceem_casadi.learning.AdamOptions]) for large neural-network terms (not with Dask).
     n_jobs : int
         Processes for the smoothing step (trajectories are independent problems).
     raise_on_failure : bool
-        Raise [`SolverError`][ceem_casadi.SolverError] instead of returning a result with
-        ``status = "solver_failed"``.
+        Raise [`SolverError`][ceem_casadi.SolverError] instead of returning ``status = "solver_failed"``.
     acceleration : str or Acceleration
         A strategy of `ceem_casadi.em` with its own settings, or its name for its defaults: ``"none"`` (`Plain`,
         Algorithm 1), ``"squarem"``, ``"newton"`` (joint Gauss-Newton steps) or ``"joint"`` (one IPOPT NLP over
         (x, theta)); which to choose: docs/choosing.md. ``joint_hessian=``: deprecated, ``Joint(hessian=...)``.
     time_limit : float, optional
-        Wall-clock budget in seconds of the whole [`ceem`][ceem_casadi.ceem] call, or ``None`` (no limit),
-        checked before every step and passed to every IPOPT solve; the interrupted step is discarded and the
-        fit returns ``status = "time_limit"`` with the last accepted iterate.
+        Wall-clock budget (s) of the whole [`ceem`][ceem_casadi.ceem] call; the interrupted step is discarded and
+        the fit returns ``status = "time_limit"`` with the last accepted iterate.
     warm_start : int, optional
-        Long records: first fit the leading ``warm_start`` samples of every trajectory, then the whole
-        record from that fit's theta (``result.warm_start``); ``None`` (default): the long-record policy
-        (docs/long_records.md); ``0``: never. The fixed point is the whole record's either way.
+        Long records: first fit the leading ``warm_start`` samples of every trajectory (``result.warm_start``);
+        ``None``: the long-record policy (docs/long_records.md), ``0``: never. The fixed point stays the same.
     executor : dask.distributed.Client, concurrent.futures.Executor or Sharded, optional
-        ``None`` (default: ``n_jobs`` decides), a Dask ``Client`` (smoothing and learning on the cluster), a
-        ``concurrent.futures.Executor`` (smoothing) or a [`Sharded`][ceem_casadi.Sharded] wrapping either
-        (docs/scaling.md). Not together with ``n_jobs > 1``.
+        A Dask ``Client`` (smoothing and learning on the cluster), a ``concurrent.futures.Executor`` (smoothing)
+        or a [`Sharded`][ceem_casadi.Sharded] wrapping either (docs/scaling.md); not with ``n_jobs > 1``.
 
     Raises
     ------
@@ -78,8 +73,7 @@ class CEEMOptions:
     Examples
     --------
     >>> import ceem_casadi as cc
-    >>> opts = cc.CEEMOptions(max_iters=20, acceleration="newton",
-    ...                       smoother=cc.SmootherOptions(compile=False))
+    >>> opts = cc.CEEMOptions(max_iters=20, acceleration="newton", smoother=cc.SmootherOptions(compile=False))
     >>> opts.max_iters, opts.acceleration, opts.smoother.compile
     (20, 'newton', False)
     >>> try:

@@ -86,7 +86,7 @@ class BandedNewton:
         self.nx, self.T = nx, T
         self.max_iter, self.tol = int(max_iter), float(tol)
         self.acceptable_tol = max(100 * self.tol, ACCEPTABLE_TOL)
-        self.decrement_tol = STALL_OBJ_CHANGE * (self.tol / DECREMENT_AT_TOL) ** 2  # module docstring
+        self.decrement_tol = STALL_OBJ_CHANGE * (self.tol / DECREMENT_AT_TOL) ** 2  # docs/long_records.md
 
     def direction(self, nz, d0, g, shift):
         """Solve ``(H + shift I) d = -g`` for the Hessian given by its block columns' nonzeros ``nz``
@@ -137,7 +137,7 @@ class BandedNewton:
             return stop.value
 
     def _status(self, f, gnorm, err, finite, stalled, it):
-        """The stopping tests before a step (module docstring): an IPOPT status, or None to go on."""
+        """The stopping tests before a step (docs/long_records.md): an IPOPT status, or None to go on."""
         tests = ((not (finite and np.isfinite(f) and np.isfinite(gnorm)), "Invalid_Number_Detected"),
                  (err <= self.tol and gnorm <= 1.0, "Solve_Succeeded"),
                  (stalled >= 3 and err <= self.acceptable_tol, "Solved_To_Acceptable_Level"),
@@ -147,7 +147,7 @@ class BandedNewton:
         return status or ("User_Requested_Stop" if interrupted() or expired() else None)
 
     def _direction(self, x, g, hess, shift, shift_last, scale):
-        """Newton direction with the smallest shift from ``shift`` on (IPOPT's rule, module docstring) that
+        """Newton direction with the smallest shift from ``shift`` on (IPOPT's rule, docs/long_records.md) that
         factorises (a generator of requests): ``(d, shift)``, d None when the shift passed SHIFT_MAX. A
         Hessian given as band storage (T, nx, 2 nx) is factorised in place: it is asked again at x before
         every further DIRECTION request."""

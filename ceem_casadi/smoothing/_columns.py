@@ -11,7 +11,7 @@ __all__ = ["ObservationColumns"]
 
 
 class ObservationColumns:
-    """Gauss-Newton observation terms of N stages by one numpy evaluation (module docstring).
+    """Gauss-Newton observation terms of N stages by one numpy evaluation (docs/algorithms.md).
 
     Parameters
     ----------
