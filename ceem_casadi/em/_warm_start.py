@@ -20,10 +20,8 @@ WARM_SHARE = 0.4  # of the time left under a time limit: the leading fit's deadl
 
 
 def warm_start_length(warm_start: int | None, lengths, x_init=None, executor=None) -> int:
-    """Samples per trajectory of the leading fit that `ceem` runs first (0: none): ``warm_start``
-    (`CEEMOptions.warm_start`), or with None the long-record policy (``policy.WARM_LENGTH`` once a trajectory
-    has ``policy.WARM_FROM`` samples); 0 when ``x_init`` is given, with an executor, or when no trajectory
-    is longer."""
+    """Samples per trajectory of `ceem`'s leading fit (0: none): ``warm_start``, or for None the long-record policy
+    (``policy.WARM_LENGTH`` from ``policy.WARM_FROM`` samples); 0 with ``x_init``, an executor or no longer record."""
     if x_init is not None or executor is not None:
         return 0
     longest = max(lengths)

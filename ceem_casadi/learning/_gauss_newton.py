@@ -10,11 +10,8 @@ from ..runtime._linalg import BufferedCall, gram
 
 
 class GaussNewtonHessian(SparsityCallback):
-    """IPOPT ``hess_lag`` = lam_f * (J^T J + diag(d)) (upper triangle), J^T J by BLAS.
-
-    ``jac_fun(z, P) -> (J_1, ..., J_k, d)`` where each J_i is (nr_i, N_i * np): the N_i stage
-    Jacobians (nr_i, np) side by side (a mapped stage Jacobian's output).
-    """
+    """IPOPT ``hess_lag`` = lam_f (J^T J + diag(d)) (upper triangle), J^T J by BLAS; ``jac_fun(z, P) -> (J_1, ..,
+    J_k, d)``, each J_i (nr_i, N_i np) the N_i stage Jacobians (nr_i, np) side by side."""
 
     def __init__(self, jac_fun: ca.Function, shapes, free: np.ndarray, n_p: int):
         self.jac_fun, self.shapes, self.free, self.n_p = jac_fun, shapes, free, n_p

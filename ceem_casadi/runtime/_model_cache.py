@@ -91,10 +91,8 @@ def noise_key(model) -> tuple:
 
 
 def cached(model, kind: str, args: Hashable, build: Callable[[], Any], *, per_thread: bool = False):
-    """The object ``build()`` for ``model``'s structure (the model is never written), ``kind`` (e.g.
-    ``"rollout"``) and the build's own hashable ``args``: built once, under the library's build lock,
-    and the same object on every call with an equal key. ``per_thread``: one instance per thread
-    (objects with state of their own: solvers, buffers)."""
+    """The object ``build()`` for ``model``'s structure, ``kind`` (e.g. ``"rollout"``) and hashable ``args``: built once
+    under the build lock, the same object for an equal key; ``per_thread``: one per thread (solvers, buffers)."""
     key = (structure_key(model), kind, args, threading.get_ident() if per_thread else None)
     with _LOCK:
         if key in _ENTRIES:

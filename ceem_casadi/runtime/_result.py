@@ -51,11 +51,8 @@ def brief(value) -> str:
 
 
 class Result:
-    """Mixin of the library's result dataclasses (declare them with ``@dataclass(repr=False)``).
-
-    ``SUMMARY`` names the fields of the ``repr`` and of the default ``table()``; empty means all
-    fields. Subclasses with a natural table (parameters, metrics per output) override ``table``.
-    """
+    """Mixin of the library's result dataclasses (``@dataclass(repr=False)``): ``SUMMARY`` names the fields of the
+    ``repr`` and of the default ``table()`` (empty: all); a natural table (parameters, metrics) overrides ``table``."""
 
     SUMMARY: tuple[str, ...] = ()
 

@@ -49,11 +49,9 @@ def release_heap(entries: int) -> None:
 
 
 def band_storage(nz: np.ndarray, nx: int, T: int) -> np.ndarray:
-    """LAPACK upper band storage (2 nx, nx T) (Fortran order) of a symmetric block-tridiagonal
-    matrix from its block columns' nonzeros ``nz`` (k, >= T) column-major flat (k entries per
-    block column as in `band_patterns`; columns beyond T are ignored; block column 0's block
-    above must be zero or is ignored: LAPACK never reads those band entries); a view when ``nz``
-    is already that storage as a (T, nx, 2 nx) array (`ChunkedObjective.newton`'s)."""
+    """LAPACK upper band storage (2 nx, nx T) (Fortran order) of a symmetric block-tridiagonal matrix from its block
+    columns' nonzeros ``nz`` (k, >= T) (`band_patterns` order; block 0's block above ignored), or a view of ``nz``
+    given as that storage (T, nx, 2 nx)."""
     if nz.ndim == 3:
         return nz.reshape(T * nx, 2 * nx).T
     cols, rows = band_patterns(nx)
@@ -77,10 +75,8 @@ class NewtonOutcome:
 
 
 class BandedNewton:
-    """Damped Newton solver for ``min_x f(x)``, x (nx T,) in T blocks of nx, with a block-tridiagonal Hessian;
-    ``max_iter`` steps at most, ``tol`` the scaled stationarity tolerance (as IPOPT's). The objective given to
-    `solve` has ``newton(x) -> (f, g (nx T,), nz (T, k), d0 (nx,))`` (nz as in `band_storage`, d0 added to the
-    first nx diagonal entries) and ``cost(x) -> f``, e.g. `ceem_casadi.smoothing._chunks.ChunkedObjective`."""
+    """Damped Newton solver for ``min_x f(x)``, x (nx T,), block-tridiagonal Hessian, ``max_iter`` steps, ``tol`` as
+    IPOPT's; `solve`'s objective has ``newton(x) -> (f, g (nx T,), nz (T, k), d0 (nx,))`` and ``cost(x) -> f``."""
 
     def __init__(self, nx: int, T: int, max_iter: int, tol: float):
         self.nx, self.T = nx, T
