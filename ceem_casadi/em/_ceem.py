@@ -17,6 +17,7 @@ from ..io._validate import check_data
 from ..learning._factory import learner_for
 from ..learning._protocol import LearningStep
 from ..model._params import Theta
+from ..objective._identifiability import describe, entry_names, weak_directions
 from ..objective._log_density import log_prior
 from ..objective._stages import SMOOTHER_STAGES
 from ..runtime._solve import TimeLimitReached, deadline, expired
@@ -327,8 +328,6 @@ IDENTIFIABILITY_TOL = 1e-10
 def _check_learning_hessian(result: CEEMResult, learner: LearningStep, model, data) -> None:
     """Warn (``result.warnings`` and the log) when the learning step's Hessian at the final
     iterate is singular in some direction (see `ceem_casadi.objective._identifiability`)."""
-    from ..objective._identifiability import describe, entry_names, weak_directions
-
     free = model.params.free_index
     hessian = getattr(learner, "hessian_matrix", None)  # custom learners (e.g. Adam) may have none
     if hessian is None or result.x is None or not 0 < free.size <= IDENTIFIABILITY_CHECK_MAX:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import numpy as np
 from ..io._archive import ModelFileError, read_archive, record_dict, to_jsonable, write_archive
 from ..runtime._result import Result
 from ..runtime._status import Status
+from ._ceem import ceem
+from ._options import CEEMOptions
 
 log = logging.getLogger(__name__)
 
@@ -227,10 +230,6 @@ def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_f
     >>> float(again.theta["a"]) == float(run.theta["a"])
     True
     """
-    import threading
-
-    from ..em._options import CEEMOptions
-    from ._ceem import ceem
     options = CEEMOptions() if options is None else options
     if not isinstance(options, CEEMOptions):
         raise TypeError(f"options must be a CEEMOptions, got {type(options).__name__}")

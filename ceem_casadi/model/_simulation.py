@@ -8,7 +8,7 @@ import casadi as ca
 import numpy as np
 
 from ..errors import NonFiniteError, ParameterError, ShapeError
-from ..runtime._checks import check_argument_order
+from ..runtime._checks import check_argument_order, count
 from ..runtime._model_cache import cached
 
 __all__ = ["rollout", "simulate_output"]
@@ -153,8 +153,6 @@ def simulate_output(model, theta, u=None, x0=None, *, horizon=None, return_state
     >>> cc.simulate_output(model, {"a": 0.5}, np.zeros((4, 1)), [2.0]).ravel()
     array([2.  , 1.  , 0.5 , 0.25])
     """
-    from ..runtime._checks import count
-
     theta_vec = as_theta_vector(model, theta)
     if horizon is not None:
         [count(h, "horizon") for h in np.ravel(np.asarray(horizon, dtype=object))]

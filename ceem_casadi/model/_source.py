@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 from ..errors import CeemError
@@ -22,9 +24,6 @@ def is_file_ref(module_part: str) -> bool:
 
 def _import_file(file: str, ref: str):
     """Import the Python file ``file`` as a module (a fresh module named after its absolute path)."""
-    import importlib.util
-    import sys
-
     path = Path(file).expanduser().resolve()
     if not path.is_file():
         raise ModelSourceError(f"model {ref!r}: no such file {str(path)!r} (paths are relative to the working "
@@ -50,8 +49,6 @@ def _import_module(mod_name: str):
     """Import ``package.module``; a package of the working directory (e.g. ``models``) that is not
     on the import path is found by putting the working directory LAST on the path for this one
     import (installed modules keep precedence: a ``pandas.py`` there never shadows pandas)."""
-    import sys
-
     try:
         return importlib.import_module(mod_name)
     except ModuleNotFoundError as exc:

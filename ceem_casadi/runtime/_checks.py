@@ -2,6 +2,8 @@
 order): a library error naming the argument, what was expected and what was given."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from ..errors import NonFiniteError, ShapeError
@@ -66,8 +68,6 @@ def _looks_like_data(value, n_params: int) -> bool:
 def check_argument_order(data=None, theta=None, *, n_params: int | None = None) -> None:
     """Raise ``TypeError`` naming the order ``(model, data, theta)`` when ``data`` is a parameter dict or ``theta``
     looks like data (the old order); called by `check_data` and `as_theta_vector`."""
-    from collections.abc import Mapping
-
     if isinstance(data, Mapping):
         names = ", ".join(repr(k) for k in list(data)[:4])
         raise TypeError(f"data: got a dict of parameters ({names}); {ORDER}")

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..objective._stages import SMOOTHER_STAGES
 from ..runtime._compile import compile_or_none
+from ..runtime._linalg import BufferedCall
 from ._banded import band_patterns, release_heap
 
 log = logging.getLogger(__name__)
@@ -101,8 +102,6 @@ class ChunkedObjective:
     ``band_column``: `band_column_functions`' column Function."""
 
     def __init__(self, stages, band_column: ca.Function, T: int, L: int):
-        from ..runtime._linalg import BufferedCall
-
         model = stages.model
         self.nx, self.nu, self.ny, self.T, self.L = model.nx, model.nu, model.ny, T, L
         self.K = -(-T // L)
