@@ -25,11 +25,8 @@ def joint_log_density(smoother, theta_vec, data, xs) -> float:
     ----------
     smoother : Smoother
         A smoother of the model (its cost Functions are reused).
-    theta_vec : numpy.ndarray
-        (n_p,) flat parameter vector.
-    data : Trajectories
-    xs : list of numpy.ndarray
-        The states (T_b, nx) of each trajectory.
+    theta_vec, data, xs
+        As for [`Smoother.joint_log_density`][ceem_casadi.smoothing.Smoother.joint_log_density].
 
     Returns
     -------
