@@ -49,8 +49,7 @@ class GeneratedEKF(Result):
     >>> import numpy as np
     >>> import ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> import tempfile
     >>> gen = cc.generate_ekf(model, {"a": 0.8}, tempfile.mkdtemp(), name="scalar")
     >>> gen.source.name, gen.header.name, (gen.nx, gen.nu, gen.ny)
@@ -155,8 +154,7 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
     >>> import tempfile
     >>> import numpy as np
     >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> gen = cc.generate_ekf(model, {"a": 0.8}, tempfile.mkdtemp(), name="scalar_ekf")
     >>> gen.source.name, gen.header.name, gen.example.name

@@ -59,8 +59,7 @@ def to_do_mpc(model, theta, *, parameters: str = "baked", setup: bool = True):
     >>> import numpy as np
     >>> import ceem_casadi as cc
     >>> from ceem_casadi.deploy import to_do_mpc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: 2 * x, nx=1, nu=1,
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: 2 * x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)))
     >>> m = to_do_mpc(model, {"a": 0.8})
     >>> m.n_x, m.n_u

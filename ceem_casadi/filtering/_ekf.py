@@ -58,8 +58,7 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
     >>> import numpy as np
     >>> import ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> from ceem_casadi.filtering import ekf
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 20, u=np.ones((20, 1)), seed=0)
     >>> res = ekf(model, np.array([0.8]), data.y[0], data.inputs(0), x0=[0.0], Sigma0=1.0, Q=0.01, R=0.01)
@@ -168,8 +167,7 @@ class EKF:
     >>> import numpy as np
     >>> import ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> from ceem_casadi.filtering import EKF
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 20, u=np.ones((20, 1)), seed=0)
     >>> res = EKF(model, compile=False).run(np.array([0.8]), data.y[0], data.inputs(0), x0=[0.0], Sigma0=1.0,

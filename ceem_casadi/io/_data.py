@@ -226,8 +226,7 @@ def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
 
     >>> import numpy as np
     >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data, states = cc.simulate(model, {"a": 0.8}, [1.0], 3, u=np.ones((3, 1)))
     >>> states[0].ravel()                     # noise-free: 1, 0.8 + 1, 0.8 * 1.8 + 1

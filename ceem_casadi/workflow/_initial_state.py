@@ -41,9 +41,7 @@ class InitialStateResult(Result):
     cost : float
         The minimised objective.
     status : Status
-        Outcome of the best start's IPOPT solve.
     message : str
-        What happened.
     iterations : int
         IPOPT iterations.
     wall_s : float
@@ -54,8 +52,7 @@ class InitialStateResult(Result):
     >>> import numpy as np
     >>> import ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
     >>> (res,) = cc.estimate_initial_state(model, data, {"a": 0.8}, full_output=True)
     >>> str(res.status), bool(abs(res.x0[0] - 1.0) < 0.3)
@@ -251,28 +248,23 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     data : Trajectories or numpy.ndarray or list of numpy.ndarray
-        A `Trajectories` (then ``u`` is taken from it), or the outputs alone: one trajectory (T, ny), a batch
-        (B, T, ny) / list of (T_b, ny). NaN = missing.
+        A `Trajectories`, or the outputs alone: (T, ny), (B, T, ny) or a list of (T_b, ny). NaN = missing.
     theta : dict or numpy.ndarray
         Parameters (name -> array, or the flat vector (np,)).
     u : numpy.ndarray or list of numpy.ndarray, optional
         Inputs (T, nu), or a batch like ``data``, when ``data`` holds the outputs alone.
     window : int, optional
-        Leading samples fitted (default ``min(T, 10 nx)``); at most the shortest trajectory.
+        Leading samples fitted (default ``min(T, 10 nx)``).
     x_init : numpy.ndarray, optional
-        Starting point (nx,) or (B, nx); default: the EKF + RTS smoothed first state over the window, and the
-        model's ``x1_mean`` (else zeros).
+        Starting point (nx,) or (B, nx); default: the EKF + RTS first state and ``x1_mean`` (else zeros).
     starts : numpy.ndarray, optional
-        Extra candidate starting points (S, nx) for every trajectory; the solve starts from the candidate of
-        lowest cost (e.g. a grid over a hidden state).
+        Extra candidate starts (S, nx); the solve starts from the candidate of lowest cost.
     x_lower, x_upper : float or numpy.ndarray, optional
-        Bounds on x0 (scalar or (nx,)), default unbounded.
+        Bounds on x0 (scalar or (nx,)).
     use_prior : bool
-        Include the model's x1 prior when it has ``x1_mean``/``x1_std``.
+        Include the model's x1 prior when it has one.
     hessian : {"gauss-newton", "exact"}
-        The Hessian of the least squares.
     time_limit : float, optional
         Seconds for all trajectories together.
     full_output : bool
@@ -289,12 +281,11 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
 
     Examples
     --------
-    The initial state from the first samples (true x[1] = 2, no noise):
+    True x[1] = 2, no noise:
 
     >>> import numpy as np
     >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [2.0], 20, u=np.zeros((20, 1)))
     >>> x0 = cc.estimate_initial_state(model, data, {"a": 0.8})

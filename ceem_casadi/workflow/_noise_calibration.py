@@ -239,49 +239,37 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
     Parameters
     ----------
     model : StateSpaceModel
-        Its ``process_std`` (nx,) is the reference the levels multiply, its ``measurement_std``
-        is kept.
+        Its ``process_std`` (nx,) is what the levels multiply; its ``measurement_std`` is kept.
     data : Trajectories
-        The estimation data (no test data is used).
+        The estimation data.
     theta0 : dict
         Initial parameters, the start of every chain.
     grid : sequence of float, optional
-        Positive **multipliers** of ``model.noise.process_std``: level ``s`` fits the model with
-        ``process_std = s * model.noise.process_std`` (the ratios between states are kept).
-        Default `DEFAULT_GRID`, 7 levels from 0.032 to 32 (3 decades, sqrt(10) apart).
+        Positive multipliers of ``model.noise.process_std`` (default `DEFAULT_GRID`, 0.032 ... 32).
     criterion : {"innovation", "holdout"}
-        How the level is chosen (no test data in either; when to use which: docs/noise_calibration.md):
-        ``"innovation"`` (default), the EKF prediction-error log-likelihood of the estimation data, each
-        fit filtered with its own process noise, highest wins; ``"holdout"``, fit on the heads of the
-        trajectories, free-run RMS on their tails (``holdout_fraction``), lowest wins, then the chosen
-        level refitted on the whole data.
+        ``"innovation"``: the EKF prediction-error log-likelihood, highest wins; ``"holdout"``: the free-run
+        RMS on held-out tails, lowest wins (docs/noise_calibration.md).
     options : NoiseCalibrationOptions
-        Processes, chains, time budget, the CE-EM options of every fit.
 
     Returns
     -------
     NoiseCalibrationResult
-        ``.levels`` (one row per level; ``.table()`` as text), ``.best`` (level, theta, fitted model) and ``.plot()``.
 
     Raises
     ------
     TypeError
-        ``data`` not a [`Trajectories`][ceem_casadi.Trajectories], ``options`` not a [`NoiseCalibrationOptions`][ceem_casadi.NoiseCalibrationOptions].
+        ``data`` or ``options`` of the wrong type.
     ValueError
-        unknown ``criterion``; repeated levels. [`ShapeError`][ceem_casadi.ShapeError] for an empty
-        grid or tails too short; [`NonFiniteError`][ceem_casadi.NonFiniteError] for non-positive or
-        non-finite levels. If no level could be fitted (time budget spent, every fit failed),
-        [`SolverError`][ceem_casadi.SolverError].
+        Unknown ``criterion``, repeated levels; `ShapeError` for an empty grid or too short tails,
+        `NonFiniteError` for non-positive levels, `SolverError` when no level could be fitted.
 
     Examples
     --------
-    Two process-noise levels (0.1 and 1 times the model's); the innovation
-    likelihood picks the true one (0.1 = 1 x the model's process_std):
+    The innovation likelihood picks the true level (1 x the model's process_std):
 
     >>> import numpy as np
     >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(60, 1))
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,

@@ -46,8 +46,7 @@ class Band(Result):
     --------
     >>> import numpy as np
     >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data = cc.Trajectories([np.zeros((30, 1))], [np.ones((30, 1))])
     >>> bands = cc.simulation_bands(model, data, {"a": 0.8}, {"index": [0], "covariance": [[1e-4]]}, x0=[0.0])
@@ -106,8 +105,7 @@ class SimulationBands(Result):
     --------
     >>> import numpy as np
     >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data = cc.Trajectories([np.zeros((30, 1))], [np.ones((30, 1))])
     >>> bands = cc.simulation_bands(model, data, {"a": 0.8}, {"index": [0], "covariance": [[1e-4]]}, x0=[0.0])
@@ -263,8 +261,7 @@ def simulation_bands(model, data, theta, uncertainty, *, level: float = 0.95, me
 
     >>> import numpy as np
     >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data = cc.Trajectories([np.zeros((30, 1))], [np.ones((30, 1))])
     >>> unc = {"index": [0], "covariance": [[1e-4]]}

@@ -67,8 +67,7 @@ class ResidualCorrelations(Result):
     --------
     >>> import numpy as np
     >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(200, 1))
     >>> data, _ = cc.simulate(model, {"a": 0.9}, [0.0], 200, u=u, measurement_std=0.1, seed=1)
@@ -150,8 +149,7 @@ class ResidualAnalysis(Result):
     --------
     >>> import numpy as np
     >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(200, 1))
     >>> data, _ = cc.simulate(model, {"a": 0.9}, [0.0], 200, u=u, measurement_std=0.1, seed=1)
@@ -261,8 +259,7 @@ def residual_analysis(model, data, theta, *, lags: int = 25, level: float = 0.99
 
     >>> import numpy as np
     >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.3, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(400, 1))
     >>> data, _ = cc.simulate(model, {"a": 0.9}, [0.0], 400, u=u, process_std=0.3,
