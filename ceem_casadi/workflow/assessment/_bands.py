@@ -90,10 +90,9 @@ class SimulationBands(Result):
     y : list of numpy.ndarray
         (T_b, ny) measured outputs.
     method, level, measurement_noise, samples
-        The settings: ``"linear"`` or ``"sampling"``, the coverage probability, whether the measurement noise
-        is in the band, the draws (0 unless sampling).
+        The settings of [`simulation_bands`][ceem_casadi.simulation_bands] (``samples`` 0 unless sampling).
     skip : int
-        Leading samples per trajectory left out of the figures (estimated initial states).
+        Leading samples per trajectory left out of the figures.
     output_names : tuple of str
         (ny,) names.
     x0 : numpy.ndarray
@@ -153,8 +152,8 @@ class SimulationBands(Result):
         return out
 
     def plot(self, path=None, *, trajectory: int = 0, k: int | None = None, dt: float | None = None):
-        """Measured output, prediction and band of one trajectory (the free run, or the k-step prediction).
-        Saves to ``path`` (.png/.svg) and returns it, or returns the Figure when ``path`` is None."""
+        """Measured output, prediction and band of one trajectory, saved to ``path`` (.png/.svg, returned), else
+        the Figure."""
         from ...plots import plot_band
 
         band = self.simulation if k is None else self.prediction[k]
@@ -224,32 +223,25 @@ def simulation_bands(model, data, theta, uncertainty, *, level: float = 0.95, me
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     data : Trajectories
         Inputs and measured outputs (NaN = missing).
     theta : dict or numpy.ndarray
         The estimate (name -> array, or the flat vector).
     uncertainty : ParameterUncertainty or dict
-        Covariance of the free entries: [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty], the dict a
-        model file stores, or ``{"index": (nf,), "covariance": (nf, nf)}``.
+        Covariance of the free entries: a `ParameterUncertainty`, the dict a model file stores, or
+        ``{"index": (nf,), "covariance": (nf, nf)}``.
     level : float
-        Coverage probability (default 0.95).
+        Coverage probability.
     method : {"linear", "sampling"}
         First-order propagation through the exact sensitivities, or seeded draws of theta.
     k : int or sequence of int, optional
         Horizons of k-step-prediction bands.
-    samples : int
-        Draws for ``method="sampling"``.
-    seed : int, optional
-        Seed of the draws.
+    samples, seed : int
+        Draws for ``method="sampling"`` and their seed.
     measurement_noise : bool
         Include the model's measurement noise (a band for new measurements).
-    x0, window, skip, starts
-        Initial states, as in [`validation_report`][ceem_casadi.validation_report] (held fixed).
-    Sigma0, Q, R : float or numpy.ndarray, optional
-        EKF covariances of the k-step predictions.
-    output_names : sequence of str, optional
-        Names of the outputs.
+    x0, window, skip, starts, Sigma0, Q, R, output_names
+        As in [`validation_report`][ceem_casadi.validation_report] (the initial states held fixed).
 
     Returns
     -------

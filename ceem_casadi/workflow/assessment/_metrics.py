@@ -98,10 +98,9 @@ class ValidationReport(Result):
     x0 : numpy.ndarray or None
         (B, nx) initial states used (given, ``x1_mean`` or estimated).
     uncertainty : ParameterUncertainty or dict or None
-        Carried into [`to_dict`][ceem_casadi.workflow.ValidationReport.to_dict] as ``"parameters"``.
+        Carried into `to_dict` as ``"parameters"``.
     trajectories : list of dict
-        Per trajectory ``{"simulation": Metrics, "prediction": {k: Metrics}}`` over the same samples as the
-        pooled figures.
+        Per trajectory ``{"simulation": Metrics, "prediction": {k: Metrics}}``.
 
     Examples
     --------
@@ -147,12 +146,9 @@ class ValidationReport(Result):
         return self.to_dataframe(per_trajectory).reset_index().to_string(index=False)
 
     def to_dataframe(self, per_trajectory: bool = False):
-        """pandas DataFrame, one row per (kind, output) with ``kind`` in ``"simulation"``, ``"k=1"``, ...
-
-        and ``output`` the output names plus ``"overall"``; columns ``rmse``, ``nrmse``, ``fit_percent``, ``n``.
-        With ``per_trajectory``, the index is (kind, trajectory, output) with ``trajectory`` ``"all"``
-        for the pooled rows and ``0, 1, ...`` for each trajectory's own rows beside them.
-        """
+        """pandas DataFrame, one row per (kind, output) (``"simulation"``, ``"k=1"``, ...; the outputs and
+        ``"overall"``): ``rmse``, ``nrmse``, ``fit_percent``, ``n``; with ``per_trajectory`` also a
+        ``trajectory`` index level (``"all"`` for the pooled rows)."""
         import pandas as pd
 
         rows = []
@@ -189,23 +185,19 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     data : Trajectories
-        The data (NaN = missing; missing entries are not scored).
+        NaN = missing (not scored).
     theta : dict or numpy.ndarray
         Parameters, name -> array (or the flat parameter vector).
     x0 : numpy.ndarray or "estimate", optional
-        (B, nx) initial state per trajectory (or (nx,) shared); default ``model.noise.x1_mean``; when the model
-        has none, or with ``"estimate"``, estimated from the first ``window`` samples of each trajectory by
-        [`estimate_initial_state`][ceem_casadi.estimate_initial_state].
+        (B, nx) or (nx,) initial states; default ``x1_mean``, else (or with ``"estimate"``) estimated from the
+        first ``window`` samples by [`estimate_initial_state`][ceem_casadi.estimate_initial_state].
     k : int or sequence of int
-        Prediction horizon(s) in samples (positive); ``()`` for simulation only.
+        Prediction horizon(s) in samples; ``()`` for simulation only.
     Sigma0, Q, R : float or numpy.ndarray, optional
-        EKF prior / process / measurement covariances (scalars, diagonals or matrices); defaults from the
-        model's noise: ``x1_std**2`` (else ``process_std**2``), ``process_std**2``, ``measurement_std**2``.
+        EKF covariances (scalars, diagonals or matrices); default from the model's noise.
     skip : int, optional
-        Leading samples of every trajectory left out of all metrics; default ``window`` when the initial
-        states are estimated, else 0.
+        Leading samples left out of all metrics; default ``window`` when x0 is estimated, else 0.
     output_names : sequence of str, optional
         Names of the ny outputs (default ``y0, y1, ...``).
     engine : {"python", "casadi"}
@@ -213,11 +205,9 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
     window : int, optional
         Samples used to estimate x0 (default ``min(T_min - 1, 10 nx)``).
     uncertainty : ParameterUncertainty or dict, optional
-        Parameter uncertainty of ``theta`` (or the dict a model file stores), carried by the report.
+        Carried by the report.
     starts : int or numpy.ndarray, optional
-        More starting points of the initial-state fit, the lowest window cost kept per trajectory: (S, nx) or
-        (B, S, nx) states, or an integer n (the default start, its mirror image ``-x0`` for a sign-blind
-        output, and n - 2 draws seeded by ``seed``).
+        More starts of the initial-state fit: (S, nx) or (B, S, nx) states, or a count (docs/validation.md).
     seed : int, optional
         Seed of the random starts.
 
@@ -227,16 +217,14 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
 
     Examples
     --------
-    Free-run and one-step-ahead errors of the true model on its own data; the
-    one-step error is close to the measurement noise (0.1):
+    The one-step error of the true model is close to the measurement noise (0.1):
 
     >>> import numpy as np
     >>> import ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(60, 1))
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
-    ...                       measurement_std=0.1, seed=1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1, measurement_std=0.1, seed=1)
     >>> report = cc.validation_report(model, data, {"a": 0.8}, k=1)
     >>> round(float(report.simulation.rmse[0]), 2), round(float(report.prediction[1].rmse[0]), 2)
     (0.14, 0.12)
