@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..filtering import as_cov
+from ..filtering._result import ekf_settings
 from ..model._simulation import as_theta_vector
 from ..runtime._atomic import atomic_path, atomic_write_text
 from ..runtime._compile import compiler
@@ -85,15 +86,6 @@ def casadi_name(name: str) -> str:
     """Prefix of the CasADi-generated model functions for the C identifier ``name``: ``name`` when CasADi accepts
     ``<name>_fjac``, else ``ceem_`` and the hex digits of ``name`` (``ekf_`` -> ``ceem_656b665f``; never shared)."""
     return name if ca.Function.check_name(f"{name}_fjac") else f"ceem_{name.encode().hex()}"
-
-
-def ekf_settings(model, x0=None, P0=None, Q=None, R=None) -> tuple:
-    """``(x0, P0, Q, R)`` of the EKF predictor of ``model``: the given ones, else ``x1_mean`` (else zeros (nx,)),
-    ``x1_std**2`` (else ``process_std**2``), ``process_std**2`` and ``measurement_std**2`` of its noise."""
-    noise = model.noise
-    x0 = (noise.x1_mean if noise.x1_mean is not None else np.zeros(model.nx)) if x0 is None else x0
-    P0 = (noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2 if P0 is None else P0
-    return x0, P0, noise.process_std ** 2 if Q is None else Q, noise.measurement_std ** 2 if R is None else R
 
 
 def _model_functions(model, theta_vec: np.ndarray, name: str, theta_as_argument: bool):

@@ -11,6 +11,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from ...errors import ShapeError
+from ...filtering._result import ekf_settings
 from ...io._validate import check_data
 from ...model._simulation import as_theta_vector, rollout, run
 from ...objective._identifiability import entry_names
@@ -19,7 +20,6 @@ from ...runtime._model_cache import cached
 from ...runtime._result import Result, plain
 from ._predictions import (
     check_level,
-    ekf_covariances,
     horizons,
     k_step_predictions,
     resolve_initial_states,
@@ -281,7 +281,7 @@ def simulation_bands(model, data, theta, uncertainty, *, level: float = 0.95, me
         from ...filtering import EKF
 
         ekf = EKF(model)
-    ctx = _Context(model, data, X0, ekf, ekf_covariances(model, Sigma0, Q, R), index, L, sv)
+    ctx = _Context(model, data, X0, ekf, ekf_settings(model, None, Sigma0, Q, R)[1:], index, L, sv)
     y_sim = [run(model, theta_vec, X0[b], ctx.u(b))[0] for b in range(len(data))]
     y_k = _k_step_all(ctx, theta_vec, ks)
     sim, pred = _linear(ctx, theta_vec, ks) if method == "linear" else _sampled(ctx, theta_vec, ks, samples, seed)
