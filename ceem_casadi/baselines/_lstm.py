@@ -66,17 +66,8 @@ class LSTM:
         return out + [f"{self.name}_V", f"{self.name}_d"]
 
     def init(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """PyTorch's initialisation: every entry uniform on +-1/sqrt(hidden).
-
-        Parameters
-        ----------
-        rng : numpy.random.Generator
-            The random draws.
-
-        Returns
-        -------
-        dict of str to numpy.ndarray
-        """
+        """Parameter values (name -> array) by PyTorch's initialisation, uniform on +-1/sqrt(hidden), drawn
+        from ``rng`` (a numpy Generator)."""
         k, h = 1.0 / np.sqrt(self.hidden), self.hidden
         theta = {}
         for i in range(self.layers):
@@ -89,19 +80,8 @@ class LSTM:
         return theta
 
     def params(self, rng: np.random.Generator, **kwargs) -> list[Param]:
-        """[`Param`][ceem_casadi.Param] objects initialised by [`init`][ceem_casadi.baselines.LSTM.init].
-
-        Parameters
-        ----------
-        rng : numpy.random.Generator
-            The random draws.
-        **kwargs
-            Passed to every Param.
-
-        Returns
-        -------
-        list of Param
-        """
+        """[`Param`][ceem_casadi.Param] objects initialised by [`init`][ceem_casadi.baselines.LSTM.init]
+        from ``rng``; ``kwargs`` are passed to every Param."""
         return [Param(k, v, **kwargs) for k, v in self.init(rng).items()]
 
     def __call__(self, p, xs):
@@ -137,15 +117,11 @@ class LSTM:
 
 
 def sequence_loss_factory(net: LSTM, params: Parameters, L: int):
-    """Factory of the mean-squared-error loss of windows of length ``L``, per batch size.
-
-    A column of U stacks the window's inputs ``[u_1; ...; u_L]``, a column of Y its targets; the
-    loss averages over all L steps, B windows and n_out outputs.
+    """Factory of the mean-squared-error loss (over steps, windows and outputs) of windows of length ``L``.
 
     Parameters
     ----------
     net : LSTM
-        The network.
     params : Parameters
         Its parameters (``net.params(...)``).
     L : int
@@ -178,9 +154,7 @@ def sequence_loss_factory(net: LSTM, params: Parameters, L: int):
 
 
 def windows(u: np.ndarray, y: np.ndarray | None, L: int, stride: int = 1):
-    """Windows of length L of a batch of sequences, as columns.
-
-    Window j of trajectory n starts at step ``j * stride``; columns are ordered trajectory-major.
+    """Windows of length L of a batch of sequences, as columns (trajectory-major; window j starts at ``j * stride``).
 
     Parameters
     ----------

@@ -286,23 +286,17 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     Parameters
     ----------
     data : Trajectories or list
-        Trajectories with ``y`` (T_b, ny) and optional inputs ``u`` (T_b, nu), or a list of
-        ``(y, u)`` pairs (or of ``y`` arrays when there are no inputs). NaN outputs are allowed
-        (Hankel columns touching them are dropped; they are skipped in the B/D/x0 least squares).
+        ``y`` (T_b, ny) (NaN allowed) and optional ``u`` (T_b, nu), or a list of ``(y, u)`` pairs or ``y`` arrays.
     order : int, optional
-        Model order nx, or None to select it from the singular values (largest log-gap rule,
-        see docs/api/baselines.md).
+        Model order nx, or None to select it from the singular values (docs/api/baselines.md).
     horizon : int, optional
-        Block horizon i (block rows of the past and of the future). Needs ``(i-1) ny >= order``,
-        ``T_b >= 2 i`` for every trajectory and at least ``2 i (nu + ny)`` Hankel columns in
-        all. Default: ``ceil(2 n_ref / ny) + 1`` (``n_ref`` = order, or 10), reduced to fit the
-        data (not below ``ceil(order / ny) + 1``).
+        Block horizon i; needs ``(i-1) ny >= order`` and ``T_b >= 2 i``; default from the order and the data
+        (docs/api/baselines.md).
     feedthrough : bool
-        Estimate ``D`` (default); ``False`` fixes ``D = 0`` (strictly proper systems).
+        Estimate ``D``; ``False`` fixes ``D = 0``.
     stable : bool or str
-        ``False`` (default) keeps the plain estimate; ``True`` (= ``"reflect"``) or ``"maciejowski"`` replace
-        an unstable least-squares ``A`` by a stable one (step 4b in docs/api/baselines.md) and refit ``B``,
-        ``D``, ``x0`` to it; a stable ``A`` is kept either way.
+        ``True`` (= ``"reflect"``) or ``"maciejowski"`` replace an unstable least-squares ``A`` by a stable one
+        (step 4b in docs/api/baselines.md).
 
     Returns
     -------
@@ -310,8 +304,7 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
 
     Examples
     --------
-    The linear baseline recovers the pole 0.8 of x[t+1] = 0.8 x[t] + u[t] from
-    noise-free data:
+    The pole 0.8 of x[t+1] = 0.8 x[t] + u[t] from noise-free data:
 
     >>> import numpy as np
     >>> import ceem_casadi as cc
