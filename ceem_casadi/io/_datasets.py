@@ -64,8 +64,7 @@ class BenchmarkSplit:
     data : Trajectories
         A single trajectory, ``y`` (T, 1) and ``u`` (T, 1) in volts, ``dt`` in seconds.
     init_window : int
-        Number of leading samples that may be used to estimate the initial state (the metric
-        skips them).
+        Leading samples that may be used to estimate the initial state (the metric skips them).
 
     Examples
     --------
@@ -163,19 +162,17 @@ def load_cascaded_tanks(data_dir=None) -> dict[str, BenchmarkSplit]:
     Parameters
     ----------
     data_dir : str or pathlib.Path, optional
-        Folder holding ``cascaded_tanks/`` and ``SHA256SUMS``; default ``$CEEM_DATA`` or
-        ``../shared/data``.
+        Folder holding ``cascaded_tanks/`` and ``SHA256SUMS``; default `default_data_dir`.
 
     Returns
     -------
     dict of str to BenchmarkSplit
-        ``"estimation"`` (uEst, yEst) and ``"test"`` (uVal, yVal): 1024 samples each, volts,
-        ``dt = 4`` s; ``init_window = 5`` (test protocol; also set on the estimation split).
+        ``"estimation"`` and ``"test"``: 1024 samples each, volts, ``dt = 4`` s, ``init_window = 5``.
 
     Raises
     ------
     DatasetNotFoundError, ChecksumError
-        The file is not there (the message says where it was looked for), or differs from its SHA-256.
+        The file is not there, or differs from its SHA-256.
 
     Examples
     --------
@@ -208,11 +205,8 @@ def load_silverbox(data_dir=None) -> dict[str, BenchmarkSplit]:
     Returns
     -------
     dict of str to BenchmarkSplit
-        ``"train"``: multisine part ``[40650:127400]``, first 65062 samples;
-        ``"test_multisine"``: the remaining 21688 samples of the multisine part;
-        ``"test_arrow_full"``: ``[100:40575]`` (40475 samples);
-        ``"test_arrow_no_extrapolation"``: the first 32000 samples of the arrow.
-        ``dt = 2**14 / 1e7`` s and ``init_window = 50`` for all.
+        ``"train"``, ``"test_multisine"``, ``"test_arrow_full"``, ``"test_arrow_no_extrapolation"`` (ranges:
+        docs/results_real.md); ``dt = 2**14 / 1e7`` s and ``init_window = 50`` for all.
 
     Raises
     ------
@@ -246,15 +240,14 @@ def simulation_rms(y, yhat, skip: int = 0) -> float:
     Parameters
     ----------
     y, yhat : numpy.ndarray
-        (T,) or (T, ny) measured and simulated outputs (same units; the result is in those units).
+        (T,) or (T, ny) measured and simulated outputs (NaN in ``y`` ignored).
     skip : int
-        Number of leading samples excluded (the initialisation window).
+        Leading samples excluded (the initialisation window).
 
     Returns
     -------
     float
-        The RMS; ``inf`` when ``yhat`` is not finite after ``skip`` (a diverged simulation).
-        NaN in ``y`` is ignored.
+        The RMS in the units of y; ``inf`` when ``yhat`` is not finite after ``skip``.
 
     Examples
     --------

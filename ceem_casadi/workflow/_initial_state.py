@@ -11,7 +11,7 @@ import casadi as ca
 import numpy as np
 
 from ..errors import DataError, NonFiniteError, ShapeError, SolverError
-from ..io._data import Trajectories
+from ..io._data import Trajectories, single_trajectory
 from ..io._validate import check_data, check_outputs
 from ..model._simulation import as_theta_vector, rollout
 from ..runtime._best import BestIterate, checked_status
@@ -169,22 +169,14 @@ def _trajectories(model, y, u):
     us = [None] * len(ys) if u is None else ([u] if single else list(u))
     if len(us) != len(ys):
         raise ShapeError(f"u: expected {len(ys)} input trajectories like y, got {len(us)}")
-    out_y, out_u = [], []
-    for b, (yb, ub) in enumerate(zip(ys, us)):
-        yb = np.asarray(yb, float)
-        yb = yb[:, None] if yb.ndim == 1 and model.ny == 1 else yb
-        if yb.ndim != 2 or yb.shape[1] != model.ny:
-            raise ShapeError(f"y[{b}]: expected shape (T, {model.ny}), got {yb.shape}")
-        if np.isinf(yb).any():
-            raise NonFiniteError(f"y[{b}] contains inf; use NaN for missing observations")
-        ub = np.zeros((yb.shape[0], model.nu)) if ub is None else np.asarray(ub, float)
-        ub = ub[:, None] if ub.ndim == 1 and model.nu == 1 else ub
-        if ub.shape != (yb.shape[0], model.nu):
-            raise ShapeError(f"u[{b}]: expected shape {(yb.shape[0], model.nu)} (nu={model.nu}), got {ub.shape}")
-        if not np.all(np.isfinite(ub)):
-            raise NonFiniteError(f"u[{b}] contains NaN or inf; inputs must be finite")
-        out_y.append(yb)
-        out_u.append(ub)
+
+    def columns(a, n):  # a 1-D signal of a single output or input is one column
+        a = np.asarray(a, float)
+        return a[:, None] if a.ndim == 1 and n == 1 else a
+
+    pairs = [single_trajectory(model, columns(yb, model.ny), None if ub is None else columns(ub, model.nu), f"[{b}]")
+             for b, (yb, ub) in enumerate(zip(ys, us))]
+    out_y, out_u = [p[0] for p in pairs], [p[1] for p in pairs]
     check_outputs(out_y)
     return out_y, out_u, single
 
