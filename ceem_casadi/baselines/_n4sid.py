@@ -129,12 +129,6 @@ def _oblique(L, target, along, onto, k) -> np.ndarray:
     return c[:, :len(onto)] @ L[onto, :]
 
 
-def _stable_shift(Gam: np.ndarray, ny: int) -> np.ndarray:
-    """Maciejowski's (1995) stable ``A = Gam^+ [Gam[ny:]; 0]`` (step 4b in docs/api/baselines.md)."""
-    padded = np.vstack([Gam[ny:], np.zeros((ny, Gam.shape[1]))])
-    return sla.lstsq(Gam, padded, check_finite=False)[0]
-
-
 def _reflect_unstable(A: np.ndarray) -> np.ndarray:
     """``A`` with its eigenvalues outside the unit disc reflected inside (step 4b in docs/api/baselines.md)."""
     T, Z = sla.schur(A, output="real")
@@ -295,8 +289,8 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     feedthrough : bool
         Estimate ``D``; ``False`` fixes ``D = 0``.
     stable : bool or str
-        ``True`` (= ``"reflect"``) or ``"maciejowski"`` replace an unstable least-squares ``A`` by a stable one
-        (step 4b in docs/api/baselines.md).
+        ``True`` (= ``"reflect"``) replaces an unstable least-squares ``A`` by a stable one (step 4b in
+        docs/api/baselines.md).
 
     Returns
     -------
@@ -320,8 +314,9 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     ny, nu = data.ny, data.nu
     if order is not None and (int(order) != order or order < 1):
         raise ShapeError(f"order must be a positive integer or None, got {order!r}")
-    if stable not in (False, True, "reflect", "maciejowski"):
-        raise OptionsError(f"stable must be False, True (= 'reflect') or 'maciejowski', got {stable!r}")
+    if stable not in (False, True, "reflect"):
+        raise OptionsError(f"stable must be False or True (= 'reflect'), got {stable!r} ('maciejowski' was removed: "
+                           f"measured worse than 'reflect' in every case, docs/block_oriented.md)")
     i = _horizon(order, horizon, ny, nu, data.lengths)
     p = 2 * i * (nu + ny)
     L, n_columns = _lq(data, i)
@@ -348,7 +343,7 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     A = sla.lstsq(Gam[:-ny], Gam[ny:], check_finite=False)[0]
     rho_ls = float(np.max(np.abs(np.linalg.eigvals(A))))
     if stable and rho_ls >= 1.0:
-        A = _stable_shift(Gam, ny) if stable == "maciejowski" else _reflect_unstable(A)
+        A = _reflect_unstable(A)
         logger.info("n4sid: least-squares A unstable (spectral radius %.4f); stable=%r gives %.4f",
                     rho_ls, stable, np.max(np.abs(np.linalg.eigvals(A))))
 
