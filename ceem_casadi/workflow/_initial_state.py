@@ -72,9 +72,7 @@ class InitialStateResult(Result):
 class InitialStateSolver:
     """The IPOPT problem above for one model and window (use `solver_for`: cached)."""
 
-    def __init__(self, model, window: int, hessian: str = "gauss-newton"):
-        if hessian not in ("gauss-newton", "exact"):
-            raise ValueError(f"hessian must be 'gauss-newton' or 'exact', got {hessian!r}")
+    def __init__(self, model, window: int):
         self.model, self.window = model, int(window)
         nx, nu, ny, k = model.nx, model.nu, model.ny, self.window
         x0 = ca.MX.sym("x0", nx)
@@ -87,11 +85,8 @@ class InitialStateSolver:
         Yhat, _ = rollout(model, k)(x0, U, p)
         r = ca.vertcat(ca.vec(M * ca.repmat(iv, 1, k) * (Y - Yhat)), w1 * (x0 - mu1))
         cost = 0.5 * ca.sumsqr(r)
-        if hessian == "gauss-newton":
-            jac = ca.jacobian(r, x0)
-            H = jac.T @ jac
-        else:
-            H, _ = ca.hessian(cost, x0)
+        jac = ca.jacobian(r, x0)  # Gauss-Newton: the exact Hessian gave the same x0 (docs/validation.md)
+        H = jac.T @ jac
         lam_f, lam_g = ca.MX.sym("lam_f"), ca.MX.sym("lam_g", 0)
         hess_lag = ca.Function("hess_lag", [x0, P, lam_f, lam_g], [lam_f * ca.triu(H)],
                                ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
@@ -142,11 +137,11 @@ class InitialStateSolver:
                                   + (f"; {refused}" if refused else ""), int(st["iter_count"]), wall)
 
 
-def solver_for(model, window: int, hessian: str = "gauss-newton") -> InitialStateSolver:
+def solver_for(model, window: int) -> InitialStateSolver:
     """The cached `InitialStateSolver` of ``model`` for ``window`` samples."""
     # per thread: an IPOPT solver's memory, statistics and tracking callback are its own
-    return cached(model, "initial-state solver", (int(window), hessian),
-                  lambda: InitialStateSolver(model, window, hessian), per_thread=True)
+    return cached(model, "initial-state solver", int(window), lambda: InitialStateSolver(model, window),
+                  per_thread=True)
 
 
 def _bounds(model, value, fill, name):
@@ -233,8 +228,7 @@ def _candidates(model, theta_vec, ys: list, us: list, k: int, x_init, starts) ->
 
 
 def estimate_initial_state(model, data, theta, *, u=None, window: int | None = None, x_init=None, starts=None,
-                           x_lower=None, x_upper=None, use_prior: bool = True, hessian: str = "gauss-newton",
-                           time_limit: float | None = None, full_output: bool = False):
+                           x_lower=None, x_upper=None, use_prior: bool = True, time_limit: float | None = None, full_output: bool = False):
     """Initial state(s) that make the free run fit the first ``window`` samples (docs/validation.md).
 
     Parameters
@@ -256,7 +250,6 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
         Bounds on x0 (scalar or (nx,)).
     use_prior : bool
         Include the model's x1 prior when it has one.
-    hessian : {"gauss-newton", "exact"}
     time_limit : float, optional
         Seconds for all trajectories together.
     full_output : bool
@@ -293,7 +286,7 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
         raise ShapeError(f"x_lower must not exceed x_upper, got {lower} and {upper}")
     candidates = _candidates(model, theta_vec, ys, us, k, x_init, starts)
     check_time_limit(time_limit)  # None or a finite number of seconds > 0 (OptionsError)
-    solver = solver_for(model, k, hessian)
+    solver = solver_for(model, k)
     expires = None if time_limit is None else time.perf_counter() + float(time_limit)
     with deadline(expires):
         results = [solver.solve(model, theta_vec, yb, ub, cands, lower, upper, use_prior)
