@@ -36,12 +36,9 @@ class GeneratedEKF(Result):
     ----------
     name : str
         Base name of the files and of the C symbols.
-    source, header : pathlib.Path
-        ``<name>.c`` and ``<name>.h``.
-    example : pathlib.Path or None
-        ``<name>_main.c``, the example CSV/stdin program (None unless requested).
+    source, header, example : pathlib.Path
+        ``<name>.c``, ``<name>.h`` and the example program ``<name>_main.c`` (or None).
     nx, nu, ny : int
-        Dimensions of the predictor.
     theta_as_argument : bool
         Whether the parameters are an argument of the C functions instead of constants.
 
@@ -117,9 +114,8 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     theta : dict or numpy.ndarray
-        The identified parameters (name -> array, or the flat vector (np,)); defaults in the C code.
+        The identified parameters (name -> array, or the flat vector (np,)).
     out_dir : str or pathlib.Path
         Folder (created if needed).
     name : str
@@ -127,9 +123,8 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
     x0 : numpy.ndarray, optional
         (nx,) initial state; default ``model.noise.x1_mean`` or zeros.
     P0, Q, R : float or numpy.ndarray, optional
-        Initial state, process and measurement covariances (scalars, diagonals or matrices);
-        defaults ``x1_std**2`` (else ``process_std**2``), ``process_std**2``,
-        ``measurement_std**2`` (as in [`ceem_casadi.validation_report`][ceem_casadi.validation_report]).
+        Covariances (scalars, diagonals or matrices); defaults as in
+        [`validation_report`][ceem_casadi.validation_report].
     theta_as_argument : bool
         Keep theta a run-time argument (``<name>_set_theta``) instead of folding it into the code.
     example : bool
@@ -141,7 +136,7 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
 
     Examples
     --------
-    C99 source of the EKF predictor of a model (written, not compiled):
+    Written, not compiled:
 
     >>> import tempfile
     >>> import numpy as np

@@ -32,22 +32,17 @@ def to_do_mpc(model, theta, *, parameters: str = "baked", setup: bool = True):
     Parameters
     ----------
     model : StateSpaceModel
-        The identified model.
     theta : dict or numpy.ndarray
-        Its parameters (name -> array, or the flat vector); with ``parameters="tvp"`` or ``"uncertain"`` they only
-        set the size of the parameter vector.
+        Its parameters (name -> array, or the flat vector; only their size unless ``"baked"``).
     parameters : {"baked", "tvp", "uncertain"}
         Parameters as constants, as a time-varying parameter ``theta``, or as an uncertain parameter ``theta``.
     setup : bool
-        Call ``Model.setup()`` (default). ``False`` returns the model open, to add variables first (e.g. a reference
-        ``set_variable("_tvp", "r")`` for the objective), then call ``setup()`` yourself.
+        Call ``Model.setup()``; ``False`` returns the model open, to add variables (e.g. a reference) first.
 
     Returns
     -------
     do_mpc.model.Model
-        Variables ``_x["x"]`` (nx, 1), ``_u["u"]`` (nu, 1), expression ``aux["y"]`` (ny, 1) and the same as the
-        measurement ``y`` (what do-mpc's simulator returns and its estimators use), and ``theta`` in ``_tvp`` or
-        ``_p`` unless baked.
+        Variables ``_x["x"]``, ``_u["u"]``, the expression and measurement ``y``, and ``theta`` unless baked.
 
     Raises
     ------

@@ -25,8 +25,7 @@ class FilterResult:
     loglik : float
         ``log p(y_{1:T})`` over the observed (non-NaN) entries.
     A : numpy.ndarray or None
-        (T-1, nx, nx) dynamics Jacobians used in the predictions (EKF), or None (linear filter,
-        whose A is passed to [`rts_smoother`][ceem_casadi.filtering.rts_smoother]).
+        (T-1, nx, nx) dynamics Jacobians used in the predictions (EKF), or None (linear filter).
     x_smooth, P_smooth : numpy.ndarray or None
         (T, nx) and (T, nx, nx) Rauch-Tung-Striebel smoothed moments, None unless smoothed.
 
@@ -59,7 +58,7 @@ def as_cov(name: str, value, n: int) -> np.ndarray:
     name : str
         Name used in the error message (e.g. ``"Q"``).
     value : float or array_like
-        A scalar (times the identity), an (n,) diagonal or an (n, n) matrix, of dimension ``n``.
+        A scalar (times the identity), an (n,) diagonal or an (n, n) matrix.
     n : int
 
     Returns
@@ -70,7 +69,7 @@ def as_cov(name: str, value, n: int) -> np.ndarray:
     Raises
     ------
     ShapeError
-        When ``value`` has another shape.
+        Another shape, or not finite numbers.
 
     Examples
     --------
