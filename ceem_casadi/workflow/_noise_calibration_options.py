@@ -94,18 +94,13 @@ class NoiseLevelFit(Result):
 
     Examples
     --------
+    ``calibrate_noise(...).best`` (`NoiseCalibrationResult` shows a whole calibration):
+
     >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)),
-    ...                       process_std=0.1, seed=1)
-    >>> options = cc.NoiseCalibrationOptions(ceem=cc.CEEMOptions(max_iters=5, smoother=cc.SmootherOptions(
-    ...     compile=False), learner=cc.LearnerOptions(compile=False)))
-    >>> res = cc.calibrate_noise(model, data, {"a": 0.5}, grid=[0.5, 1.0], options=options)
-    >>> best = res.best
-    >>> best.level in (0.5, 1.0), best.process_std.shape
-    (True, (1,))
+    >>> from ceem_casadi.workflow import NoiseLevelFit
+    >>> best = NoiseLevelFit(0.5, np.array([0.05]), {"a": 0.8}, model=None, fit=None, criterion=-12.5)
+    >>> best.level, best.process_std
+    (0.5, array([0.05]))
     """
 
     SUMMARY = ('level', 'criterion', 'theta')

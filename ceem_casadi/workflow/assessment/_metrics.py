@@ -33,14 +33,10 @@ class Metrics(Result):
     Examples
     --------
     >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
-    >>> report = cc.validation_report(model, data, {"a": 0.8}, x0=np.array([[1.0]]))
-    >>> m = report.simulation
-    >>> m.rmse.shape, bool(m.fit_overall > 50)
-    ((1,), True)
+    >>> from ceem_casadi.workflow import Metrics
+    >>> m = Metrics.of(np.array([[1.0], [3.0], [np.nan]]), np.array([[1.5], [2.5], [0.0]]))
+    >>> m.rmse, m.fit_percent, m.n
+    (array([0.5]), array([50.]), array([2]))
     """
 
     SUMMARY = ('rmse_overall', 'nrmse_overall', 'fit_overall')
