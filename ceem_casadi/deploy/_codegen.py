@@ -1,7 +1,5 @@
-"""C99 code of the EKF predictor of an identified model (`ceem_casadi.filtering.EKF`, Joseph form): the model
-functions and Jacobians from CasADi's code generator, the EKF algebra from the templates in
-``ceem_casadi/deploy/c/`` (docs/usage_cli.md, "C code of the predictor").
-"""
+"""C99 code of the EKF predictor of an identified model: the model functions and Jacobians from CasADi's code
+generator, the EKF algebra from the templates in ``deploy/c/`` (docs/usage_cli.md, "C code of the predictor")."""
 from __future__ import annotations
 
 import logging

@@ -1,7 +1,5 @@
-"""Save and load identified models: an integrity-checked ``.npz`` of JSON metadata and numeric arrays, never
-pickle, never code; the model is rebuilt from stored expression graphs unless ``trust_source=True`` (layout and
-trust model: docs/usage_cli.md, "Model files").
-"""
+"""Save and load identified models: an integrity-checked ``.npz`` of JSON metadata and numeric arrays, never pickle
+or code, the model rebuilt from stored expression graphs (docs/usage_cli.md, "Model files")."""
 from __future__ import annotations
 
 import datetime as _dt

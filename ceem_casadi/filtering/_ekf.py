@@ -1,7 +1,5 @@
-"""Extended Kalman filter and Rauch-Tung-Striebel smoother on a [`StateSpaceModel`][ceem_casadi.StateSpaceModel]:
-a Python loop or one chunked ``mapaccum`` of an SX step, the same numbers (conventions and measured
-figures: docs/model_learning_notes.md).
-"""
+"""Extended Kalman filter and RTS smoother on a [`StateSpaceModel`][ceem_casadi.StateSpaceModel]: a Python loop or
+one chunked ``mapaccum`` of an SX step, the same numbers (docs/model_learning_notes.md)."""
 from __future__ import annotations
 
 import logging

@@ -1,7 +1,5 @@
-"""Loaders of the real benchmarks Cascaded Tanks and Silverbox with their official splits, from a data folder
-checked against its ``SHA256SUMS`` (``data_dir``, else ``$CEEM_DATA``, else ``../shared/data``), and their
-metric [`simulation_rms`][ceem_casadi.io.simulation_rms] (docs/results_real.md).
-"""
+"""Loaders of the real benchmarks Cascaded Tanks and Silverbox with their official splits, checked against
+``SHA256SUMS``, and their metric [`simulation_rms`][ceem_casadi.io.simulation_rms] (docs/results_real.md)."""
 from __future__ import annotations
 
 import hashlib

@@ -1,7 +1,5 @@
 """Initial state of a trajectory from its first ``window`` samples: a small weighted least-squares NLP of the free
-run (with the model's x1 prior when it has one), solved by IPOPT; the solver is built once per (model structure,
-window, Hessian kind) in the library cache, one per thread. The objective: docs/validation.md (initial states).
-"""
+run solved by IPOPT, built once per (model structure, window) and thread; docs/validation.md (initial states)."""
 from __future__ import annotations
 
 import time

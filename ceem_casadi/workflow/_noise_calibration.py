@@ -1,7 +1,5 @@
 """Process-noise calibration: CE-EM fits over a grid of process-noise levels, one chosen by a criterion on the
-estimation data (`ceem_casadi.workflow._noise_criteria`). Why J cannot choose the level, the warm-start chains and
-measured results: docs/noise_calibration.md.
-"""
+estimation data (`ceem_casadi.workflow._noise_criteria`); docs/noise_calibration.md."""
 from __future__ import annotations
 
 import copy

@@ -1,7 +1,5 @@
-"""Confidence bands of the free run and of k-step predictions from the parameter covariance (MATLAB ``sim`` with
-standard deviations, ``simsd``): first-order propagation through the exact sensitivities, or seeded sampling.
-What the bands include and what they hold fixed, and their measured coverage: docs/validation.md (bands).
-"""
+"""Confidence bands of the free run and of k-step predictions from the parameter covariance (MATLAB ``simsd``):
+first-order propagation through the exact sensitivities, or seeded sampling (docs/validation.md, bands)."""
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -1,7 +1,5 @@
-"""Free runs and k-step EKF predictions of a model from given or estimated initial states: the
-machinery shared by [`validation_report`][ceem_casadi.validation_report],
-[`residual_analysis`][ceem_casadi.residual_analysis] and
-[`simulation_bands`][ceem_casadi.simulation_bands]."""
+"""Free runs and k-step EKF predictions from given or estimated initial states, shared by the validation report,
+the residual analysis and the simulation bands."""
 from __future__ import annotations
 
 import numpy as np

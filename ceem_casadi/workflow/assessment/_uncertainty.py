@@ -1,8 +1,5 @@
-"""Parameter uncertainty: the Laplace approximation at the CE-EM fixed point. The information of the free
-parameters is the Schur complement ``I = H_tt - H_tx H_xx^{-1} H_xt`` of the joint Hessian of -J (+ priors) with
-the states eliminated trajectory by trajectory by a banded Cholesky factorisation. Derivation, the exact and
-Gauss-Newton variants, the caveat of certainty equivalence and the validation: docs/uncertainty.md.
-"""
+"""Parameter uncertainty: the Laplace approximation at the CE-EM fixed point, the states eliminated from the
+joint Hessian trajectory by trajectory (banded Cholesky); derivation and validation: docs/uncertainty.md."""
 from __future__ import annotations
 
 import logging

@@ -1,9 +1,6 @@
-"""Optimal experiment design: the Fisher information ``I(u) = sum_t S_t^T R^-1 S_t`` of the free
-parameters in a noise-free output-error record (`fisher_information`, from the forward sensitivity
-recursion) and the input sequence that maximises ``log det I`` or minimises ``trace I^-1`` under
-amplitude and rate bounds (`design_input`, one CasADi NLP solved by IPOPT from several starts).
-docs/control.md ("Optimal experiment design") explains the method and its tests.
-"""
+"""Optimal experiment design: the Fisher information of the free parameters in a noise-free output-error record
+(`fisher_information`) and the input maximising ``log det I`` or minimising ``trace I^-1`` under amplitude and
+rate bounds (`design_input`, IPOPT from several starts); docs/control.md ("Optimal experiment design")."""
 from __future__ import annotations
 
 import math

@@ -1,9 +1,7 @@
-"""Initialise a block-oriented model (`ceem_casadi.model.wiener` and its siblings) from its best
-linear approximation (BLA): N4SID's (or the FRF's of periodic data), whose poles and zeros are split
-over the linear blocks in every possible way, each split with its static nonlinearity fitted by
-linear least squares; the split of smallest simulation RMS gives theta. docs/block_oriented.md
-("Initialisation from the best linear approximation") explains the steps and their measured figures.
-"""
+"""Initialise a block-oriented model (`ceem_casadi.model.wiener` and its siblings) from its best linear
+approximation: its poles and zeros split over the linear blocks, each split's nonlinearity fitted by linear least
+squares, the lowest simulation RMS kept (docs/block_oriented.md, "Initialisation from the best linear
+approximation")."""
 from __future__ import annotations
 
 import itertools

@@ -1,8 +1,5 @@
-"""Nonparametric best linear approximation from periodic data (`estimate_frf`): the robust method of
-Pintelon and Schoukens (2012, sections 3.4 and 4.3), the frequency response averaged over periods
-and realisations with its noise and total standard deviations. docs/block_oriented.md ("Periodic
-inputs: the nonparametric BLA") has the estimator's formulas and measured figures.
-"""
+"""Nonparametric best linear approximation from periodic data (`estimate_frf`; Pintelon and Schoukens 2012, the
+robust method) with its noise and total standard deviations (docs/block_oriented.md, "Periodic inputs")."""
 from __future__ import annotations
 
 import logging

@@ -1,7 +1,5 @@
-"""Parametric fit of a nonparametric BLA: ``G(z) = B(z^-1) / A(z^-1)`` fitted to an
-[`FRF`][ceem_casadi.workflow.FRF] by weighted nonlinear least squares from Sanathanan-Koerner and
-frequency-domain subspace starts (docs/block_oriented.md, "Periodic inputs").
-"""
+"""``G(z) = B(z^-1) / A(z^-1)`` fitted to an [`FRF`][ceem_casadi.workflow.FRF] by weighted nonlinear least
+squares from Sanathanan-Koerner and subspace starts (docs/block_oriented.md, "Periodic inputs")."""
 from __future__ import annotations
 
 import logging
