@@ -17,21 +17,14 @@ def _sigmoid(z, lib):
 
 
 class LSTM:
-    """Stacked LSTM ``n_in -> hidden x layers -> n_out`` (linear read-out at every step).
-
-    Parameter names: ``<name>_W<l>`` (4 hidden, n_in or hidden), ``<name>_U<l>`` (4 hidden,
-    hidden), ``<name>_b<l>`` (4 hidden,), ``<name>_V`` (n_out, hidden), ``<name>_d`` (n_out,).
+    """Stacked LSTM ``n_in -> hidden x layers -> n_out`` (linear read-out at every step); parameters
+    ``<name>_W<l>`` (4 hidden, n_in or hidden), ``<name>_U<l>`` (4 hidden, hidden), ``<name>_b<l>`` (4 hidden,),
+    ``<name>_V`` (n_out, hidden), ``<name>_d`` (n_out,).
 
     Parameters
     ----------
-    n_in : int
-        Inputs per step.
-    hidden : int
-        Units per layer.
-    layers : int
-        Stacked layers.
-    n_out : int
-        Outputs per step.
+    n_in, hidden, layers, n_out : int
+        Inputs per step, units per layer, stacked layers, outputs per step.
     name : str
         Prefix of the parameter names.
 

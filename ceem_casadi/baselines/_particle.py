@@ -26,18 +26,14 @@ class ParticleFilterResult:
     ----------
     loglik : float
         Unbiased-in-likelihood estimate of log p(y[1:T]).
-    particles : numpy.ndarray
-        (T, N, nx); with ``weights`` they represent p(x[t] | y[1:t]).
-    weights : numpy.ndarray
-        (T, N) normalised weights.
+    particles, weights : numpy.ndarray
+        (T, N, nx) and (T, N) normalised weights: p(x[t] | y[1:t]).
     f_particles : numpy.ndarray
         (T-1, N, nx) ``f(particles[t])`` (used by FFBSi).
     ancestors : numpy.ndarray
         (T, N) ancestor indices (-1 at t = 0).
-    ess : numpy.ndarray
-        (T,) effective sample size of the weights that decided resampling.
-    resampled : numpy.ndarray
-        (T,) bool.
+    ess, resampled : numpy.ndarray
+        (T,) effective sample size of the weights that decided resampling, and whether it did.
     proposal : str
         ``"fully-adapted"`` or ``"bootstrap"``.
     Q_chol : numpy.ndarray

@@ -79,12 +79,12 @@ class BenchmarkSplit:
 
     @property
     def y(self) -> np.ndarray:
-        """Output (T, 1)."""
+        """(T, 1) output."""
         return self.data.y[0]
 
     @property
     def u(self) -> np.ndarray:
-        """Input (T, 1)."""
+        """(T, 1) input."""
         return self.data.u[0]
 
     def __len__(self) -> int:

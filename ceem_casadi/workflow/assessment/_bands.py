@@ -9,6 +9,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from ...errors import ShapeError
+from ...filtering import EKF
 from ...filtering._result import ekf_settings
 from ...io._validate import check_data
 from ...model._simulation import as_theta_vector, rollout, run
@@ -274,11 +275,7 @@ def simulation_bands(model, data, theta, uncertainty, *, level: float = 0.95, me
     names = signal_names(output_names, model.ny, "y", "output_names")
     z = float(ndtri(0.5 + level / 2))
     sv = model.noise.measurement_std if measurement_noise else np.zeros(model.ny)
-    ekf = None
-    if ks:
-        from ...filtering import EKF
-
-        ekf = EKF(model)
+    ekf = EKF(model) if ks else None
     ctx = _Context(model, data, X0, ekf, ekf_settings(model, None, Sigma0, Q, R)[1:], index, L, sv)
     y_sim = [run(model, theta_vec, X0[b], ctx.u(b))[0] for b in range(len(data))]
     y_k = _k_step_all(ctx, theta_vec, ks)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import NonFiniteError, ShapeError
+from ...filtering import EKF
+from ...filtering._result import ekf_settings
 from ...model._simulation import run
 from ...runtime._checks import count
 from .._initial_state import default_window, estimate_initial_state
@@ -137,9 +139,6 @@ def k_step_predictions(ekf, theta_vec, data, X0, ks, covs, engine: str = "python
 
 def predictions(model, data, theta_vec, X0, ks=(1,), *, Sigma0=None, Q=None, R=None, engine="python"):
     """``(y_sim, y_pred)``: free runs (list of (T_b, ny)) and k-step predictions ({k: list}) from ``X0``."""
-    from ...filtering import EKF
-    from ...filtering._result import ekf_settings
-
     y_sim = [run(model, theta_vec, X0[b], data.inputs(b))[0] for b in range(len(data))]
     ekf = EKF(model) if ks else None
     return y_sim, k_step_predictions(ekf, theta_vec, data, X0, ks, ekf_settings(model, None, Sigma0, Q, R)[1:], engine)
