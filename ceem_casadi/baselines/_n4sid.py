@@ -300,8 +300,7 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     --------
     The pole 0.8 of x[t+1] = 0.8 x[t] + u[t] from noise-free data:
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(200, 1))

@@ -34,8 +34,7 @@ class N4SIDResult(Result):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> rng = np.random.default_rng(0)
     >>> u = rng.normal(size=(400, 1))
     >>> x, y = 0.0, []

@@ -51,8 +51,7 @@ def to_do_mpc(model, theta, *, parameters: str = "baked", setup: bool = True):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> from ceem_casadi.deploy import to_do_mpc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: 2 * x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)))

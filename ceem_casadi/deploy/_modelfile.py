@@ -47,8 +47,7 @@ class SavedModel(Result):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> import tempfile, pathlib
@@ -131,8 +130,7 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
     Save a model with its parameters and read it back (nothing in the file is executed):
 
     >>> import tempfile, pathlib
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> path = cc.save_model(pathlib.Path(tempfile.mkdtemp()) / "m.npz", model, {"a": 0.8})
@@ -288,8 +286,7 @@ def load_model(path, *, trust_source: bool = False, check_source: bool = True, r
     Save a model with its parameters and read it back (nothing in the file is executed):
 
     >>> import tempfile, pathlib
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> path = cc.save_model(pathlib.Path(tempfile.mkdtemp()) / "m.npz", model, {"a": 0.8})

@@ -55,8 +55,7 @@ class Trajectories:
     --------
     Two trajectories of different lengths; NaN marks a missing observation:
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> y = [np.array([[0.0], [np.nan], [1.0]]), np.zeros((5, 1))]
     >>> u = [np.ones((3, 1)), np.ones((5, 1))]
     >>> data = cc.Trajectories(y, u, dt=0.1)
@@ -218,8 +217,7 @@ def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data, states = cc.simulate(model, {"a": 0.8}, [1.0], 3, u=np.ones((3, 1)))

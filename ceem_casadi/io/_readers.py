@@ -146,8 +146,7 @@ def read_trajectories(paths, model, *, outputs=None, inputs=None, trajectory_col
     Examples
     --------
     >>> import tempfile, pathlib
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "run.csv"

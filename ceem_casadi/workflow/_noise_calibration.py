@@ -265,8 +265,7 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
     --------
     The innovation likelihood picks the true level (1 x the model's process_std):
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(60, 1))

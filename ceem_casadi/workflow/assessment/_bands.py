@@ -43,8 +43,7 @@ class Band(Result):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data = cc.Trajectories([np.zeros((30, 1))], [np.ones((30, 1))])
@@ -101,8 +100,7 @@ class SimulationBands(Result):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data = cc.Trajectories([np.zeros((30, 1))], [np.ones((30, 1))])
@@ -250,8 +248,7 @@ def simulation_bands(model, data, theta, uncertainty, *, level: float = 0.95, me
     --------
     The free run of x[t+1] = a x[t] + u[t] with a = 0.8 +- 0.01 (one standard error):
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data = cc.Trajectories([np.zeros((30, 1))], [np.ones((30, 1))])
