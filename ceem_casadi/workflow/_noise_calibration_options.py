@@ -125,7 +125,6 @@ class NoiseCalibrationResult(Result):
     criterion : str
         ``"innovation"`` (higher is better) or ``"holdout"`` (lower is better).
     best : NoiseLevelFit
-        The chosen level.
     seconds : float
         Wall time of the whole calibration.
 

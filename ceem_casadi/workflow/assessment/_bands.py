@@ -87,12 +87,8 @@ class SimulationBands(Result):
         The k-step predictions and their bands (empty unless ``k`` was given).
     y : list of numpy.ndarray
         (T_b, ny) measured outputs.
-    method, level, measurement_noise, samples
+    method, level, measurement_noise, samples, skip, output_names
         The settings of [`simulation_bands`][ceem_casadi.simulation_bands] (``samples`` 0 unless sampling).
-    skip : int
-        Leading samples per trajectory left out of the figures.
-    output_names : tuple of str
-        (ny,) names.
     x0 : numpy.ndarray
         (B, nx) initial states used.
     warnings : list of str

@@ -85,10 +85,8 @@ class ValidationReport(Result):
         Metrics of the free run.
     prediction : dict of int to Metrics
         Metrics of the k-step-ahead predictions.
-    output_names : tuple of str
-        (ny,) output names.
-    skip : int
-        Leading samples per trajectory left out of the metrics.
+    output_names, skip
+        (ny,) output names and the leading samples left out.
     y_sim, y_pred : list of numpy.ndarray, dict of int to list
         Free-run outputs and k-step predictions (T_b, ny) per trajectory.
     x0 : numpy.ndarray or None

@@ -131,14 +131,9 @@ class ResidualAnalysis(Result):
     ----------
     kinds : dict of str to ResidualCorrelations
         ``"one_step"`` and/or ``"free_run"``.
-    lags : int
-        Largest lag (samples).
-    level : float
-        Confidence level of the bounds; the Ljung-Box test rejects whiteness when ``p < 1 - level``.
-    dof : int
-        Degrees of freedom subtracted from ``lags`` in the Ljung-Box test.
-    skip : int
-        Leading samples per trajectory left out.
+    lags, level, dof, skip
+        The settings of [`residual_analysis`][ceem_casadi.residual_analysis] (whiteness rejected when
+        ``p < 1 - level``).
     output_names, input_names : tuple of str
         (ny,) and (nu,) names.
     x0 : numpy.ndarray
