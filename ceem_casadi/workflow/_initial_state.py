@@ -142,13 +142,11 @@ def solver_for(model, window: int) -> InitialStateSolver:
 
 
 def _bounds(model, value, fill, name):
-    v = np.broadcast_to(np.asarray(fill if value is None else value, float), (model.nx,)) \
-        if np.size(fill if value is None else value) in (1, model.nx) else None
-    if v is None:
-        raise ShapeError(f"{name}: expected a scalar or {model.nx} entries (nx), got shape {np.shape(value)}")
-    if np.isnan(v).any():
-        raise ShapeError(f"{name}: expected numbers (or -inf/inf for no bound), got {value!r}")
-    return v.copy()
+    """(nx,) bounds on x0 from a scalar or nx numbers (``fill`` when None)."""
+    v = np.asarray(fill if value is None else value, float).reshape(-1)
+    if v.size not in (1, model.nx) or np.isnan(v).any():
+        raise ShapeError(f"{name}: expected a scalar or {model.nx} numbers (nx; -inf/inf for no bound), got {value!r}")
+    return np.broadcast_to(v, (model.nx,)).copy()
 
 
 def _trajectories(model, y, u):

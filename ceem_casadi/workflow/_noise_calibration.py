@@ -19,6 +19,7 @@ from ..io._validate import check_data
 from ..learning._learner import Learner
 from ..model._params import Theta
 from ..runtime._pool import WorkerPool
+from ..runtime._schema import require
 from ..runtime._status import Status
 from ..smoothing._smoother import Smoother
 from ._noise_calibration_options import (
@@ -206,15 +207,13 @@ def _validate_grid(grid) -> np.ndarray:
                          "pass e.g. grid=np.logspace(-1.5, 1.5, 7) or None for that default")
     if not np.all(np.isfinite(g)) or np.any(g <= 0):
         raise NonFiniteError(f"grid: expected finite positive multipliers of the model's process_std, got {g}")
-    if np.unique(g).size != g.size:
-        raise ValueError(f"grid: levels must be distinct, got {g}")
+    require(np.unique(g).size == g.size, f"grid: levels must be distinct, got {g}")
     return np.sort(g)[::-1]
 
 
 def _checked_levels(model, data, grid, criterion: str, options) -> np.ndarray:
     """The grid (descending) after the boundary checks of `calibrate_noise`'s arguments."""
-    if criterion not in CRITERIA:
-        raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
+    require(criterion in CRITERIA, f"criterion must be one of {CRITERIA}, got {criterion!r}")
     if not isinstance(options, NoiseCalibrationOptions):
         raise TypeError(f"options must be a NoiseCalibrationOptions, got {type(options).__name__}")
     levels = _validate_grid(grid)
