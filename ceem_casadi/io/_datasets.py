@@ -31,12 +31,9 @@ class DatasetNotFoundError(CeemError, FileNotFoundError):
 
     Examples
     --------
-    >>> import ceem_casadi as cc
-    >>> try:
-    ...     cc.load_cascaded_tanks("/nonexistent/folder")
-    ... except cc.io.DatasetNotFoundError as err:
-    ...     print(type(err).__name__)
-    DatasetNotFoundError
+    >>> from ceem_casadi.io import DatasetNotFoundError
+    >>> issubclass(DatasetNotFoundError, FileNotFoundError)
+    True
     """
 
 
