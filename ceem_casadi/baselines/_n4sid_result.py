@@ -34,14 +34,10 @@ class N4SIDResult(Result):
 
     Examples
     --------
-    >>> import numpy as np, ceem_casadi as cc
-    >>> rng = np.random.default_rng(0)
-    >>> u = rng.normal(size=(400, 1))
-    >>> x, y = 0.0, []
-    >>> for t in range(400):
-    ...     y.append(x)
-    ...     x = 0.7 * x + u[t, 0]
-    >>> res = cc.n4sid(cc.Trajectories([np.array(y)[:, None]], [u]), order=1, horizon=5)
+    >>> import numpy as np, scipy.signal as ss, ceem_casadi as cc
+    >>> u = np.random.default_rng(0).normal(size=(400, 1))
+    >>> y = ss.lfilter([0.0, 1.0], [1.0, -0.7], u, axis=0)           # x+ = 0.7 x + u, y = x
+    >>> res = cc.n4sid(cc.Trajectories([y], [u]), order=1, horizon=5)
     >>> res.order, round(float(res.A[0, 0]), 3)
     (1, 0.7)
     """
