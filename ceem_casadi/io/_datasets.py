@@ -251,8 +251,7 @@ def simulation_rms(y, yhat, skip: int = 0) -> float:
     >>> simulation_rms(np.array([[1.0], [2.0], [3.0]]), np.array([[9.0], [2.0], [4.0]]), skip=1)
     0.7071067811865476
     """
-    y = np.asarray(y, float)
-    yhat = np.asarray(yhat, float)
+    y, yhat = np.asarray(y, float), np.asarray(yhat, float)
     if y.shape != yhat.shape:
         raise ShapeError(f"y and yhat must have the same shape, got {y.shape} and {yhat.shape}")
     if not 0 <= int(skip) < y.shape[0]:
