@@ -127,10 +127,9 @@ def sequence_loss_factory(net: LSTM, params: Parameters, L: int):
 
     Examples
     --------
-    >>> import numpy as np
+    >>> import numpy as np, ceem_casadi as cc
     >>> from ceem_casadi.baselines import LSTM, sequence_loss_factory
     >>> net = LSTM(n_in=1, hidden=4, layers=1, n_out=1)
-    >>> import ceem_casadi as cc
     >>> params = cc.Parameters(*net.params(np.random.default_rng(0)))
     >>> loss = sequence_loss_factory(net, params, L=3)(2)                  # windows of 3 steps, batches of 2
     >>> loss.name(), loss.size_in(1)
@@ -151,14 +150,10 @@ def windows(u: np.ndarray, y: np.ndarray | None, L: int, stride: int = 1):
 
     Parameters
     ----------
-    u : numpy.ndarray
-        (N, T, n_in) inputs.
-    y : numpy.ndarray or None
-        (N, T, n_out) targets.
-    L : int
-        Window length.
-    stride : int
-        Steps between window starts.
+    u, y : numpy.ndarray
+        (N, T, n_in) inputs and (N, T, n_out) targets (or None).
+    L, stride : int
+        Window length and steps between window starts.
 
     Returns
     -------

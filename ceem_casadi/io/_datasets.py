@@ -171,8 +171,7 @@ def load_cascaded_tanks(data_dir=None) -> dict[str, BenchmarkSplit]:
 
     Examples
     --------
-    >>> import tempfile
-    >>> import ceem_casadi as cc
+    >>> import tempfile, ceem_casadi as cc
     >>> try:
     ...     cc.load_cascaded_tanks(tempfile.mkdtemp())
     ... except cc.io.DatasetNotFoundError as err:
@@ -210,8 +209,7 @@ def load_silverbox(data_dir=None) -> dict[str, BenchmarkSplit]:
 
     Examples
     --------
-    >>> import tempfile
-    >>> import ceem_casadi as cc
+    >>> import tempfile, ceem_casadi as cc
     >>> try:
     ...     cc.load_silverbox(tempfile.mkdtemp())
     ... except cc.io.DatasetNotFoundError as err:
