@@ -190,11 +190,9 @@ def _table(rows: list[_Row], base_std: np.ndarray):
     """The result's ``levels`` DataFrame, one row per level."""
     import pandas as pd
 
-    return pd.DataFrame({
-        "level": [r.level for r in rows], "process_std": [tuple(r.level * base_std) for r in rows],
-        "J": [r.J for r in rows], "criterion": [r.criterion for r in rows], "status": [r.status for r in rows],
-        "iterations": [r.iterations for r in rows], "seconds": [r.seconds for r in rows],
-        "fit": [r.fit for r in rows]})
+    table = pd.DataFrame([vars(r) for r in rows], columns=[f.name for f in dataclasses.fields(_Row)])
+    table.insert(1, "process_std", [tuple(r.level * base_std) for r in rows])
+    return table
 
 
 # --- the public entry point ----------------------------------------------------------------------
