@@ -160,12 +160,9 @@ def plot_prediction(y, y_pred, path, *, dt: float | None = None, output_names=No
 
 def plot_parameter_intervals(uncertainty, path, *, truth: dict | None = None, max_entries: int = 40,
                              title: str = "") -> Path:
-    """Estimates with their confidence intervals, one row per free parameter entry (at most
-    ``max_entries``), on a relative axis ``100 (value - estimate) / |estimate|`` [%] so that
-    parameters of different units share it. ``uncertainty`` is a
-    [`ParameterUncertainty`][ceem_casadi.workflow.ParameterUncertainty] (or its ``to_dict()``); ``truth`` (theta dict)
-    adds the true values. Non-identifiable entries are drawn as a red bar across the axis,
-    entries at a bound as a grey diamond."""
+    """Estimates and intervals of a [`ParameterUncertainty`][ceem_casadi.workflow.ParameterUncertainty] (or its
+    ``to_dict()``), one row per free entry (at most ``max_entries``), on the relative axis ``100 (value - estimate) /
+    |estimate|`` [%]; ``truth`` (theta dict) adds the true values."""
     u = uncertainty.to_dict() if hasattr(uncertainty, "to_dict") else uncertainty
     names = list(u["names"])[:max_entries]
     if not names:
@@ -205,10 +202,9 @@ def plot_parameter_intervals(uncertainty, path, *, truth: dict | None = None, ma
 
 
 def plot_residuals(analysis, path=None, *, kind: str = "one_step", dt: float | None = None):
-    """The figure of MATLAB ``resid`` for one kind of residual of a
-    [`ResidualAnalysis`][ceem_casadi.workflow.ResidualAnalysis]: per output (column), the autocorrelation of the
-    residual (top) and its cross-correlation with each input (below), with the bounds shaded.
-    Saves to ``path`` and returns it, or returns the Figure when ``path`` is None."""
+    """MATLAB ``resid``'s figure for one kind of residual of a
+    [`ResidualAnalysis`][ceem_casadi.workflow.ResidualAnalysis] (autocorrelation, cross-correlation with each
+    input, bounds shaded), saved to ``path``, else the Figure."""
     c = analysis.kinds[kind]
     ny, nu, L = len(analysis.output_names), len(analysis.input_names), analysis.lags
     fig, axes = _figure(1 + nu, ny, height=2.2)

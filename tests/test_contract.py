@@ -337,7 +337,7 @@ ENTRIES = {
                                _check_x0,
                                [lambda v: {"window": v}, lambda v: {"x_lower": 1.0 if v == -math.inf else v,
                                                                     "x_upper": -1.0},
-                                lambda v: {"time_limit": v}, lambda v: {"hessian": str(v)}]),
+                                lambda v: {"time_limit": v}]),
     "calibrate_noise": (lambda y, u, th, kw, tmp: cc.calibrate_noise(
         MODEL, _data(y, u), th, **{"grid": [0.5, 2.0],
                                    "options": cc.NoiseCalibrationOptions(ceem=cc.CEEMOptions(max_iters=2)), **kw}),

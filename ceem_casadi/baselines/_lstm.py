@@ -17,21 +17,14 @@ def _sigmoid(z, lib):
 
 
 class LSTM:
-    """Stacked LSTM ``n_in -> hidden x layers -> n_out`` (linear read-out at every step).
-
-    Parameter names: ``<name>_W<l>`` (4 hidden, n_in or hidden), ``<name>_U<l>`` (4 hidden,
-    hidden), ``<name>_b<l>`` (4 hidden,), ``<name>_V`` (n_out, hidden), ``<name>_d`` (n_out,).
+    """Stacked LSTM ``n_in -> hidden x layers -> n_out`` (linear read-out at every step); parameters
+    ``<name>_W<l>`` (4 hidden, n_in or hidden), ``<name>_U<l>`` (4 hidden, hidden), ``<name>_b<l>`` (4 hidden,),
+    ``<name>_V`` (n_out, hidden), ``<name>_d`` (n_out,).
 
     Parameters
     ----------
-    n_in : int
-        Inputs per step.
-    hidden : int
-        Units per layer.
-    layers : int
-        Stacked layers.
-    n_out : int
-        Outputs per step.
+    n_in, hidden, layers, n_out : int
+        Inputs per step, units per layer, stacked layers, outputs per step.
     name : str
         Prefix of the parameter names.
 
@@ -66,17 +59,8 @@ class LSTM:
         return out + [f"{self.name}_V", f"{self.name}_d"]
 
     def init(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """PyTorch's initialisation: every entry uniform on +-1/sqrt(hidden).
-
-        Parameters
-        ----------
-        rng : numpy.random.Generator
-            The random draws.
-
-        Returns
-        -------
-        dict of str to numpy.ndarray
-        """
+        """Parameter values (name -> array) by PyTorch's initialisation, uniform on +-1/sqrt(hidden), drawn
+        from ``rng`` (a numpy Generator)."""
         k, h = 1.0 / np.sqrt(self.hidden), self.hidden
         theta = {}
         for i in range(self.layers):
@@ -89,19 +73,8 @@ class LSTM:
         return theta
 
     def params(self, rng: np.random.Generator, **kwargs) -> list[Param]:
-        """[`Param`][ceem_casadi.Param] objects initialised by [`init`][ceem_casadi.baselines.LSTM.init].
-
-        Parameters
-        ----------
-        rng : numpy.random.Generator
-            The random draws.
-        **kwargs
-            Passed to every Param.
-
-        Returns
-        -------
-        list of Param
-        """
+        """[`Param`][ceem_casadi.Param] objects initialised by [`init`][ceem_casadi.baselines.LSTM.init]
+        from ``rng``; ``kwargs`` are passed to every Param."""
         return [Param(k, v, **kwargs) for k, v in self.init(rng).items()]
 
     def __call__(self, p, xs):
@@ -137,15 +110,11 @@ class LSTM:
 
 
 def sequence_loss_factory(net: LSTM, params: Parameters, L: int):
-    """Factory of the mean-squared-error loss of windows of length ``L``, per batch size.
-
-    A column of U stacks the window's inputs ``[u_1; ...; u_L]``, a column of Y its targets; the
-    loss averages over all L steps, B windows and n_out outputs.
+    """Factory of the mean-squared-error loss (over steps, windows and outputs) of windows of length ``L``.
 
     Parameters
     ----------
     net : LSTM
-        The network.
     params : Parameters
         Its parameters (``net.params(...)``).
     L : int
@@ -158,10 +127,9 @@ def sequence_loss_factory(net: LSTM, params: Parameters, L: int):
 
     Examples
     --------
-    >>> import numpy as np
+    >>> import numpy as np, ceem_casadi as cc
     >>> from ceem_casadi.baselines import LSTM, sequence_loss_factory
     >>> net = LSTM(n_in=1, hidden=4, layers=1, n_out=1)
-    >>> import ceem_casadi as cc
     >>> params = cc.Parameters(*net.params(np.random.default_rng(0)))
     >>> loss = sequence_loss_factory(net, params, L=3)(2)                  # windows of 3 steps, batches of 2
     >>> loss.name(), loss.size_in(1)
@@ -178,20 +146,14 @@ def sequence_loss_factory(net: LSTM, params: Parameters, L: int):
 
 
 def windows(u: np.ndarray, y: np.ndarray | None, L: int, stride: int = 1):
-    """Windows of length L of a batch of sequences, as columns.
-
-    Window j of trajectory n starts at step ``j * stride``; columns are ordered trajectory-major.
+    """Windows of length L of a batch of sequences, as columns (trajectory-major; window j starts at ``j * stride``).
 
     Parameters
     ----------
-    u : numpy.ndarray
-        (N, T, n_in) inputs.
-    y : numpy.ndarray or None
-        (N, T, n_out) targets.
-    L : int
-        Window length.
-    stride : int
-        Steps between window starts.
+    u, y : numpy.ndarray
+        (N, T, n_in) inputs and (N, T, n_out) targets (or None).
+    L, stride : int
+        Window length and steps between window starts.
 
     Returns
     -------

@@ -129,12 +129,6 @@ def _oblique(L, target, along, onto, k) -> np.ndarray:
     return c[:, :len(onto)] @ L[onto, :]
 
 
-def _stable_shift(Gam: np.ndarray, ny: int) -> np.ndarray:
-    """Maciejowski's (1995) stable ``A = Gam^+ [Gam[ny:]; 0]`` (step 4b in docs/api/baselines.md)."""
-    padded = np.vstack([Gam[ny:], np.zeros((ny, Gam.shape[1]))])
-    return sla.lstsq(Gam, padded, check_finite=False)[0]
-
-
 def _reflect_unstable(A: np.ndarray) -> np.ndarray:
     """``A`` with its eigenvalues outside the unit disc reflected inside (step 4b in docs/api/baselines.md)."""
     T, Z = sla.schur(A, output="real")
@@ -286,23 +280,17 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     Parameters
     ----------
     data : Trajectories or list
-        Trajectories with ``y`` (T_b, ny) and optional inputs ``u`` (T_b, nu), or a list of
-        ``(y, u)`` pairs (or of ``y`` arrays when there are no inputs). NaN outputs are allowed
-        (Hankel columns touching them are dropped; they are skipped in the B/D/x0 least squares).
+        ``y`` (T_b, ny) (NaN allowed) and optional ``u`` (T_b, nu), or a list of ``(y, u)`` pairs or ``y`` arrays.
     order : int, optional
-        Model order nx, or None to select it from the singular values (largest log-gap rule,
-        see docs/api/baselines.md).
+        Model order nx, or None to select it from the singular values (docs/api/baselines.md).
     horizon : int, optional
-        Block horizon i (block rows of the past and of the future). Needs ``(i-1) ny >= order``,
-        ``T_b >= 2 i`` for every trajectory and at least ``2 i (nu + ny)`` Hankel columns in
-        all. Default: ``ceil(2 n_ref / ny) + 1`` (``n_ref`` = order, or 10), reduced to fit the
-        data (not below ``ceil(order / ny) + 1``).
+        Block horizon i; needs ``(i-1) ny >= order`` and ``T_b >= 2 i``; default from the order and the data
+        (docs/api/baselines.md).
     feedthrough : bool
-        Estimate ``D`` (default); ``False`` fixes ``D = 0`` (strictly proper systems).
+        Estimate ``D``; ``False`` fixes ``D = 0``.
     stable : bool or str
-        ``False`` (default) keeps the plain estimate; ``True`` (= ``"reflect"``) or ``"maciejowski"`` replace
-        an unstable least-squares ``A`` by a stable one (step 4b in docs/api/baselines.md) and refit ``B``,
-        ``D``, ``x0`` to it; a stable ``A`` is kept either way.
+        ``True`` (= ``"reflect"``) replaces an unstable least-squares ``A`` by a stable one (step 4b in
+        docs/api/baselines.md).
 
     Returns
     -------
@@ -310,13 +298,10 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
 
     Examples
     --------
-    The linear baseline recovers the pole 0.8 of x[t+1] = 0.8 x[t] + u[t] from
-    noise-free data:
+    The pole 0.8 of x[t+1] = 0.8 x[t] + u[t] from noise-free data:
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(200, 1))
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 200, u=u)
@@ -328,8 +313,9 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     ny, nu = data.ny, data.nu
     if order is not None and (int(order) != order or order < 1):
         raise ShapeError(f"order must be a positive integer or None, got {order!r}")
-    if stable not in (False, True, "reflect", "maciejowski"):
-        raise OptionsError(f"stable must be False, True (= 'reflect') or 'maciejowski', got {stable!r}")
+    if stable not in (False, True, "reflect"):
+        raise OptionsError(f"stable must be False or True (= 'reflect'), got {stable!r} ('maciejowski' was removed: "
+                           f"measured worse than 'reflect' in every case, docs/block_oriented.md)")
     i = _horizon(order, horizon, ny, nu, data.lengths)
     p = 2 * i * (nu + ny)
     L, n_columns = _lq(data, i)
@@ -356,7 +342,7 @@ def n4sid(data, order: int | None = None, horizon: int | None = None, *,
     A = sla.lstsq(Gam[:-ny], Gam[ny:], check_finite=False)[0]
     rho_ls = float(np.max(np.abs(np.linalg.eigvals(A))))
     if stable and rho_ls >= 1.0:
-        A = _stable_shift(Gam, ny) if stable == "maciejowski" else _reflect_unstable(A)
+        A = _reflect_unstable(A)
         logger.info("n4sid: least-squares A unstable (spectral radius %.4f); stable=%r gives %.4f",
                     rho_ls, stable, np.max(np.abs(np.linalg.eigvals(A))))
 

@@ -19,10 +19,8 @@ class N4SIDResult(Result):
     A, B, C, D : numpy.ndarray
         (nx, nx), (nx, nu), (ny, nx), (ny, nu) system matrices.
     Q, R, S : numpy.ndarray
-        (nx, nx), (ny, ny), (nx, ny) noise covariances of the residuals of the estimated
-        (Kalman-filter) state sequences, as in Van Overschee & De Moor: they describe the
-        innovation model, so R is close to the innovation covariance (measurement noise plus
-        state uncertainty), not to the measurement noise alone (see [`kalman_gain`][ceem_casadi.baselines.N4SIDResult.kalman_gain]).
+        (nx, nx), (ny, ny), (nx, ny) covariances of the residuals of the estimated state sequences (those of
+        the innovation model, docs/api/baselines.md).
     x0 : list of numpy.ndarray
         One (nx,) initial state per trajectory (the state at the first sample).
     singular_values : numpy.ndarray
@@ -36,15 +34,10 @@ class N4SIDResult(Result):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> rng = np.random.default_rng(0)
-    >>> u = rng.normal(size=(400, 1))
-    >>> x, y = 0.0, []
-    >>> for t in range(400):
-    ...     y.append(x)
-    ...     x = 0.7 * x + u[t, 0]
-    >>> res = cc.n4sid(cc.Trajectories([np.array(y)[:, None]], [u]), order=1, horizon=5)
+    >>> import numpy as np, scipy.signal as ss, ceem_casadi as cc
+    >>> u = np.random.default_rng(0).normal(size=(400, 1))
+    >>> y = ss.lfilter([0.0, 1.0], [1.0, -0.7], u, axis=0)           # x+ = 0.7 x + u, y = x
+    >>> res = cc.n4sid(cc.Trajectories([y], [u]), order=1, horizon=5)
     >>> res.order, round(float(res.A[0, 0]), 3)
     (1, 0.7)
     """
@@ -81,22 +74,8 @@ class N4SIDResult(Result):
         return self.C.shape[0]
 
     def simulate(self, u, x0, *, steps: int | None = None) -> np.ndarray:
-        """Free-run (noise-free) output of the identified model.
-
-        Parameters
-        ----------
-        u : numpy.ndarray or None
-            (T, nu) inputs; None without inputs (nu = 0), then give ``steps``.
-        x0 : numpy.ndarray
-            (nx,) initial state.
-        steps : int, optional
-            T when ``u`` is None.
-
-        Returns
-        -------
-        numpy.ndarray
-            (T, ny) outputs.
-        """
+        """(T, ny) free-run (noise-free) output from ``x0`` (nx,) for inputs ``u`` (T, nu), or, without inputs
+        (nu = 0), ``u=None`` and ``steps=T``."""
         x = np.asarray(x0, float).reshape(-1)
         if x.shape != (self.nx,):
             raise ShapeError(f"x0: expected shape ({self.nx},), got {np.shape(x0)}")
@@ -119,44 +98,25 @@ class N4SIDResult(Result):
         return xs @ self.C.T + u @ self.D.T
 
     def kalman_gain(self) -> tuple[np.ndarray, np.ndarray]:
-        """Steady-state innovation form ``x+ = A x + B u + K e``, ``y = C x + D u + e``, ``cov(e) = Re``.
-
-        From the discrete Riccati equation with ``Q``, ``S``, ``R``.
-
-        Returns
-        -------
-        K : numpy.ndarray
-            (nx, ny) Kalman gain.
-        Re : numpy.ndarray
-            (ny, ny) innovation covariance.
-        """
+        """``(K (nx, ny), Re (ny, ny))`` of the steady-state innovation form ``x+ = A x + B u + K e``,
+        ``y = C x + D u + e``, ``cov(e) = Re`` (discrete Riccati equation with ``Q``, ``S``, ``R``)."""
         P = sla.solve_discrete_are(self.A.T, self.C.T, self.Q, self.R, s=self.S)
         Re = self.C @ P @ self.C.T + self.R
         K = np.linalg.solve(Re, (self.A @ P @ self.C.T + self.S).T).T
         return K, 0.5 * (Re + Re.T)
 
     def to_model(self, process_std=None, measurement_std=None, free=True, *, name: str = "n4sid"):
-        """A [`StateSpaceModel`][ceem_casadi.StateSpaceModel] ``x+ = A x + B u``, ``y = C x + D u`` and its theta.
-
-        The matrices are parameters named ``"A"``, ``"B"``, ``"C"``, ``"D"``, initialised at the
-        identified values, e.g. to warm-start CE-EM; ``dt`` is carried over.
+        """``(model, theta)``: a [`StateSpaceModel`][ceem_casadi.StateSpaceModel] ``x+ = A x + B u``,
+        ``y = C x + D u`` with parameters ``"A"`` ... ``"D"`` at the identified values (e.g. to warm-start CE-EM).
 
         Parameters
         ----------
         process_std, measurement_std : numpy.ndarray, optional
-            (nx,) / (ny,); default ``sqrt(diag(Q))`` / ``sqrt(diag(R))`` (floored at 1e-6 of the
-            largest entry, and at 1e-12).
+            (nx,) / (ny,); default ``sqrt(diag(Q))`` / ``sqrt(diag(R))`` (floored at 1e-6 of the largest entry).
         free : bool or dict
-            A bool for all matrices, or a dict name -> bool / boolean mask of the matrix' shape
-            (missing names free).
+            A bool for all matrices, or name -> bool / boolean mask (missing names free).
         name : str
             Model name.
-
-        Returns
-        -------
-        model : StateSpaceModel
-        theta : dict
-            The identified matrices.
         """
         from ..model._model import StateSpaceModel
         from ..model._params import Param, Parameters

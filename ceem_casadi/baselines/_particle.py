@@ -26,18 +26,14 @@ class ParticleFilterResult:
     ----------
     loglik : float
         Unbiased-in-likelihood estimate of log p(y[1:T]).
-    particles : numpy.ndarray
-        (T, N, nx); with ``weights`` they represent p(x[t] | y[1:t]).
-    weights : numpy.ndarray
-        (T, N) normalised weights.
+    particles, weights : numpy.ndarray
+        (T, N, nx) and (T, N) normalised weights: p(x[t] | y[1:t]).
     f_particles : numpy.ndarray
         (T-1, N, nx) ``f(particles[t])`` (used by FFBSi).
     ancestors : numpy.ndarray
         (T, N) ancestor indices (-1 at t = 0).
-    ess : numpy.ndarray
-        (T,) effective sample size of the weights that decided resampling.
-    resampled : numpy.ndarray
-        (T,) bool.
+    ess, resampled : numpy.ndarray
+        (T,) effective sample size of the weights that decided resampling, and whether it did.
     proposal : str
         ``"fully-adapted"`` or ``"bootstrap"``.
     Q_chol : numpy.ndarray
@@ -198,14 +194,12 @@ class ParticleFilter:
 def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x0_cov,
                     rng: np.random.Generator, Q=None, R=None, ess_threshold: float = 0.5,
                     proposal: str = "auto") -> ParticleFilterResult:
-    """Run the particle filter on one trajectory (docs/api/baselines.md).
-
-    For repeated calls build a `ParticleFilter` once.
+    """Run the particle filter on one trajectory (docs/api/baselines.md; for repeated calls build a
+    `ParticleFilter` once).
 
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     theta_vec : numpy.ndarray
         (n_p,) flat parameter vector.
     y : numpy.ndarray
@@ -219,7 +213,6 @@ def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x
     x0_cov : float or numpy.ndarray
         Prior covariance of x[1]: scalar, (nx,) or (nx, nx).
     rng : numpy.random.Generator
-        All random draws.
     Q, R : float or numpy.ndarray, optional
         Override the model's noise covariances.
     ess_threshold : float
@@ -248,10 +241,8 @@ def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x
 
 
 def ffbsi(result: ParticleFilterResult, n_smooth: int, *, rng: np.random.Generator) -> np.ndarray:
-    """Forward-filtering backward-simulation of smoothed state trajectories.
-
-    Rejection-free backward simulation, O(N Ns nx) per step: at each t the index of every
-    trajectory is drawn with probability ``w[t]^i N(x*[t+1]; f(x[t]^i), Q)``.
+    """Forward-filtering backward-simulation of smoothed state trajectories (O(N Ns nx) per step;
+    docs/api/baselines.md).
 
     Parameters
     ----------
@@ -260,7 +251,6 @@ def ffbsi(result: ParticleFilterResult, n_smooth: int, *, rng: np.random.Generat
     n_smooth : int
         Number of trajectories Ns.
     rng : numpy.random.Generator
-        All random draws.
 
     Returns
     -------

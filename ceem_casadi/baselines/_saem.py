@@ -54,7 +54,7 @@ class ParticleEMOptions:
 
     Raises
     ------
-    ValueError
+    OptionsError
         A value out of range.
 
     Examples
@@ -94,17 +94,15 @@ class ParticleEMRecord:
     Attributes
     ----------
     iteration : int
-        1-based iteration number.
+        1-based.
     theta : dict
         Parameters after the M-step.
-    wall_s : float
-        Wall time of the whole iteration (s).
+    wall_s, e_step_s, m_step_s : float
+        Wall time of the iteration, of its E-step and of its M-step (s).
     loglik : float
         Log-likelihood estimate at the theta used in the E-step.
     gamma : float
-        SAEM step size of this iteration.
-    e_step_s, m_step_s : float
-        Wall time of the E-step and of the M-step (s).
+        SAEM step size.
     learn_status : str
         Status of the M-step's solver.
 
@@ -140,7 +138,6 @@ class ParticleEMResult:
     status : Status
         ``"max_iters"``, ``"stopped"`` (callback) or ``"solver_failed"``.
     message : str
-        What happened.
     build_s : float
         One-off M-step NLP construction time (s).
 
@@ -178,11 +175,8 @@ def _initial_prior(model):
 
 
 def saem_weights(gammas: list[float], memory: int) -> np.ndarray:
-    """Weights (memory,) of the last ``memory`` iterations' samples, oldest first, summing to 1.
-
-    Iteration i of k gets ``gamma_i prod_{j>i} (1 - gamma_j)`` (slots before iteration 1 get 0),
-    renormalised over the window.
-    """
+    """Weights (memory,) of the last ``memory`` iterations' samples, oldest first: iteration i of k gets
+    ``gamma_i prod_{j>i} (1 - gamma_j)`` (0 before iteration 1), renormalised to sum to 1."""
     k = len(gammas)
     w = np.zeros(memory)
     for m in range(memory):
@@ -201,13 +195,11 @@ def particle_em(model, data: Trajectories, theta0: Theta, *,
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
+        With a prior on the first state (``x1_mean``, ``x1_std``).
     data : Trajectories
-        The trajectories.
     theta0 : dict
         Initial parameters.
     options : ParticleEMOptions
-        Particles, SAEM steps, M-step options.
     seed : int or numpy.random.Generator
         All random draws.
     callback : callable, optional

@@ -194,8 +194,8 @@ def cmd_plot(args) -> int:
     import ceem_casadi as cc
 
     from .. import plots
-    from ..deploy._codegen import ekf_settings
     from ..filtering import EKF
+    from ..filtering._result import ekf_settings
     from ..smoothing._initial_states import eks_states
 
     out, ext = writable(args.out_dir, "--out-dir", directory=True), f".{args.format}"

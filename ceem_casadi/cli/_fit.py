@@ -146,18 +146,12 @@ def _calibration_options(args):
     if args.n_jobs < 1 or args.n_jobs > 4 * cores:
         raise UsageError(f"--n-jobs: expected an integer in [1, {4 * cores}] (this machine has {cores} cores), "
                          f"got {args.n_jobs}")
-    at_least(args.max_iters, 1, "--max-iters", " (CE-EM iterations per level)")
     positive_seconds(args.time_limit, "--time-limit")
-    if not 0 < args.holdout_fraction < 1:
-        raise UsageError(f"--holdout-fraction: expected a number in (0, 1), got {args.holdout_fraction}")
-    at_least(args.x0_window, 1, "--x0-window")
-    try:
-        acceleration = args.acceleration or NoiseCalibrationOptions().ceem.acceleration  # the API's default
-        ceem = CEEMOptions.from_mapping({"max_iters": args.max_iters, "acceleration": acceleration})
-        return NoiseCalibrationOptions(ceem=ceem, n_jobs=args.n_jobs, time_limit=args.time_limit,
-                                       holdout_fraction=args.holdout_fraction, x0_window=args.x0_window)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"invalid options: {exc}") from None
+    # the options' own checks: an OptionsError, its field names replaced by the flags (cli_message)
+    acceleration = args.acceleration or NoiseCalibrationOptions().ceem.acceleration  # the API's default
+    ceem = CEEMOptions.from_mapping({"max_iters": args.max_iters, "acceleration": acceleration})
+    return NoiseCalibrationOptions(ceem=ceem, n_jobs=args.n_jobs, time_limit=args.time_limit,
+                                   holdout_fraction=args.holdout_fraction, x0_window=args.x0_window)
 
 
 def calibration_table(result):

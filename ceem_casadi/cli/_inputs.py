@@ -29,7 +29,8 @@ ADVICE = {"fit": "try a --theta0 closer to the truth or a larger process_std in 
           "refine": "try a --theta0 closer to the truth or give --x0"}
 # API argument -> CLI option, by command: a library message naming the argument names the option
 API_OPTIONS = {"grid": "--grid", "theta0": "--theta0", "time_limit": "--time-limit", "window": "--x0-window",
-               "max_iters": "--max-iters", "shooting": "--shooting", "max_iter": "--max-iter"}
+               "max_iters": "--max-iters", "shooting": "--shooting", "max_iter": "--max-iter",
+               "holdout_fraction": "--holdout-fraction", "x0_window": "--x0-window"}
 
 
 def cli_message(exc: BaseException, command: str | None, flags=()) -> str:

@@ -1,7 +1,5 @@
-"""C99 code of the EKF predictor of an identified model (`ceem_casadi.filtering.EKF`, Joseph form): the model
-functions and Jacobians from CasADi's code generator, the EKF algebra from the templates in
-``ceem_casadi/deploy/c/`` (docs/usage_cli.md, "C code of the predictor").
-"""
+"""C99 code of the EKF predictor of an identified model: the model functions and Jacobians from CasADi's code
+generator, the EKF algebra from the templates in ``deploy/c/`` (docs/usage_cli.md, "C code of the predictor")."""
 from __future__ import annotations
 
 import logging
@@ -17,6 +15,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..filtering import as_cov
+from ..filtering._result import ekf_settings
 from ..model._simulation import as_theta_vector
 from ..runtime._atomic import atomic_path, atomic_write_text
 from ..runtime._compile import compiler
@@ -35,22 +34,17 @@ class GeneratedEKF(Result):
     ----------
     name : str
         Base name of the files and of the C symbols.
-    source, header : pathlib.Path
-        ``<name>.c`` and ``<name>.h``.
-    example : pathlib.Path or None
-        ``<name>_main.c``, the example CSV/stdin program (None unless requested).
+    source, header, example : pathlib.Path
+        ``<name>.c``, ``<name>.h`` and the example program ``<name>_main.c`` (or None).
     nx, nu, ny : int
-        Dimensions of the predictor.
     theta_as_argument : bool
         Whether the parameters are an argument of the C functions instead of constants.
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> import tempfile
     >>> gen = cc.generate_ekf(model, {"a": 0.8}, tempfile.mkdtemp(), name="scalar")
     >>> gen.source.name, gen.header.name, (gen.nx, gen.nu, gen.ny)
@@ -88,15 +82,6 @@ def casadi_name(name: str) -> str:
     return name if ca.Function.check_name(f"{name}_fjac") else f"ceem_{name.encode().hex()}"
 
 
-def ekf_settings(model, x0=None, P0=None, Q=None, R=None) -> tuple:
-    """``(x0, P0, Q, R)`` of the EKF predictor of ``model``: the given ones, else ``x1_mean`` (else zeros (nx,)),
-    ``x1_std**2`` (else ``process_std**2``), ``process_std**2`` and ``measurement_std**2`` of its noise."""
-    noise = model.noise
-    x0 = (noise.x1_mean if noise.x1_mean is not None else np.zeros(model.nx)) if x0 is None else x0
-    P0 = (noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2 if P0 is None else P0
-    return x0, P0, noise.process_std ** 2 if Q is None else Q, noise.measurement_std ** 2 if R is None else R
-
-
 def _model_functions(model, theta_vec: np.ndarray, name: str, theta_as_argument: bool):
     """SX Functions ``<name>_fjac(x, u, p) -> (f, df/dx)`` and ``<name>_gjac -> (g, dg/dx)``, dense; without
     ``theta_as_argument`` the numbers of theta are substituted (CasADi folds them into constants)."""
@@ -126,9 +111,8 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     theta : dict or numpy.ndarray
-        The identified parameters (name -> array, or the flat vector (np,)); defaults in the C code.
+        The identified parameters (name -> array, or the flat vector (np,)).
     out_dir : str or pathlib.Path
         Folder (created if needed).
     name : str
@@ -136,9 +120,8 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
     x0 : numpy.ndarray, optional
         (nx,) initial state; default ``model.noise.x1_mean`` or zeros.
     P0, Q, R : float or numpy.ndarray, optional
-        Initial state, process and measurement covariances (scalars, diagonals or matrices);
-        defaults ``x1_std**2`` (else ``process_std**2``), ``process_std**2``,
-        ``measurement_std**2`` (as in [`ceem_casadi.validation_report`][ceem_casadi.validation_report]).
+        Covariances (scalars, diagonals or matrices); defaults as in
+        [`validation_report`][ceem_casadi.validation_report].
     theta_as_argument : bool
         Keep theta a run-time argument (``<name>_set_theta``) instead of folding it into the code.
     example : bool
@@ -150,13 +133,11 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
 
     Examples
     --------
-    C99 source of the EKF predictor of a model (written, not compiled):
+    Written, not compiled:
 
     >>> import tempfile
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> gen = cc.generate_ekf(model, {"a": 0.8}, tempfile.mkdtemp(), name="scalar_ekf")
     >>> gen.source.name, gen.header.name, gen.example.name

@@ -32,22 +32,17 @@ def to_do_mpc(model, theta, *, parameters: str = "baked", setup: bool = True):
     Parameters
     ----------
     model : StateSpaceModel
-        The identified model.
     theta : dict or numpy.ndarray
-        Its parameters (name -> array, or the flat vector); with ``parameters="tvp"`` or ``"uncertain"`` they only
-        set the size of the parameter vector.
+        Its parameters (name -> array, or the flat vector; only their size unless ``"baked"``).
     parameters : {"baked", "tvp", "uncertain"}
         Parameters as constants, as a time-varying parameter ``theta``, or as an uncertain parameter ``theta``.
     setup : bool
-        Call ``Model.setup()`` (default). ``False`` returns the model open, to add variables first (e.g. a reference
-        ``set_variable("_tvp", "r")`` for the objective), then call ``setup()`` yourself.
+        Call ``Model.setup()``; ``False`` returns the model open, to add variables (e.g. a reference) first.
 
     Returns
     -------
     do_mpc.model.Model
-        Variables ``_x["x"]`` (nx, 1), ``_u["u"]`` (nu, 1), expression ``aux["y"]`` (ny, 1) and the same as the
-        measurement ``y`` (what do-mpc's simulator returns and its estimators use), and ``theta`` in ``_tvp`` or
-        ``_p`` unless baked.
+        Variables ``_x["x"]``, ``_u["u"]``, the expression and measurement ``y``, and ``theta`` unless baked.
 
     Raises
     ------
@@ -56,11 +51,9 @@ def to_do_mpc(model, theta, *, parameters: str = "baked", setup: bool = True):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> from ceem_casadi.deploy import to_do_mpc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: 2 * x, nx=1, nu=1,
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: 2 * x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)))
     >>> m = to_do_mpc(model, {"a": 0.8})
     >>> m.n_x, m.n_u

@@ -1,7 +1,5 @@
-"""Save and load identified models: an integrity-checked ``.npz`` of JSON metadata and numeric arrays, never
-pickle, never code; the model is rebuilt from stored expression graphs unless ``trust_source=True`` (layout and
-trust model: docs/usage_cli.md, "Model files").
-"""
+"""Save and load identified models: an integrity-checked ``.npz`` of JSON metadata and numeric arrays, never pickle
+or code, the model rebuilt from stored expression graphs (docs/usage_cli.md, "Model files")."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -35,15 +33,11 @@ class SavedModel(Result):
     Attributes
     ----------
     model : StateSpaceModel
-        Rebuilt from the stored expression graphs (or, with ``trust_source=True``, by its
-        factory); its noise settings are those saved.
+        Rebuilt from the stored expression graphs (or by its factory), with the saved noise.
     theta : dict
         Parameters, name -> array.
-    source : str or None
-        The model factory reference ``"package.module:factory"`` (text only unless loaded with
-        ``trust_source=True``).
-    kwargs : dict
-        The factory's keyword arguments.
+    source, kwargs : str or None, dict
+        The model factory ``"package.module:factory"`` and its keyword arguments.
     meta : dict
         The whole JSON metadata (options, data, history, versions, user metadata).
     extra : dict of str to numpy.ndarray
@@ -53,11 +47,9 @@ class SavedModel(Result):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> import tempfile, pathlib
     >>> path = cc.save_model(pathlib.Path(tempfile.mkdtemp()) / "m.npz", model, {"a": 0.8})
     >>> saved = cc.load_model(path)
@@ -73,7 +65,7 @@ class SavedModel(Result):
     kwargs: dict
     meta: dict
     extra: dict = field(default_factory=dict)
-    uncertainty: dict | None = None  # saved parameter uncertainty (JSON fields + "covariance" array)
+    uncertainty: dict | None = None
 
     @property
     def theta_vector(self) -> np.ndarray:
@@ -87,28 +79,11 @@ class SavedModel(Result):
         return [record_dict(h) for h in self.meta.get("history", [])]
 
     def predict(self, y, u=None, *, x0=None, Sigma0=None, Q=None, R=None, engine: str = "python"):
-        """EKF one-step predictions on one trajectory.
-
-        Parameters
-        ----------
-        y : numpy.ndarray
-            (T, ny) observations (NaN = missing).
-        u : numpy.ndarray, optional
-            (T, nu) inputs.
-        x0 : numpy.ndarray, optional
-            (nx,) prior mean; default ``extra['x0']`` if saved, else the noise ``x1_mean``, else zeros.
-        Sigma0, Q, R : float or numpy.ndarray, optional
-            Covariances; default ``x1_std**2`` (else ``process_std**2``), ``process_std**2``,
-            ``measurement_std**2``.
-        engine : str
-            ``"python"`` or ``"casadi"`` (see [`EKF`][ceem_casadi.filtering.EKF]).
-
-        Returns
-        -------
-        FilterResult
-        """
+        """EKF one-step predictions (a `FilterResult`) on one trajectory: ``y`` (T, ny) (NaN = missing), ``u``
+        (T, nu); ``x0`` (nx,) defaults to the saved ``extra['x0']``, else ``x1_mean``, else zeros; the rest as
+        in [`validation_report`][ceem_casadi.validation_report]."""
         from ..filtering import EKF
-        from ._codegen import ekf_settings
+        from ..filtering._result import ekf_settings
 
         given = x0
         x0, Sigma0, Q, R = ekf_settings(self.model, self.extra.get("x0") if x0 is None else x0, Sigma0, Q, R)
@@ -124,35 +99,26 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
     Parameters
     ----------
     path : str or pathlib.Path
-        The file.
     model : StateSpaceModel
-        The model (its noise settings are saved).
+        The model (with its noise settings).
     theta : dict
         Identified parameters, name -> array.
-    source : str, optional
-        ``"package.module:factory"`` that rebuilds ``model`` (used only by
-        ``load_model(..., trust_source=True)``); None stores only the expression graphs.
-    kwargs : dict, optional
-        The factory's keyword arguments (JSON types).
+    source, kwargs : str, dict, optional
+        ``"package.module:factory"`` and its JSON keyword arguments, used only by ``trust_source=True``.
     options : dataclass or dict, optional
         Fit options (e.g. a [`CEEMOptions`][ceem_casadi.CEEMOptions]).
-    data : dict, optional
-        Description of the training data (JSON types: files, columns, lengths, dt, ...).
+    data, metadata : dict, optional
+        JSON-able description of the training data, and free-form user metadata.
     history : list of IterationRecord or dict, optional
         The fit's iterations.
     extra : dict of str to numpy.ndarray, optional
         Numeric arrays to keep with the model (e.g. ``{"x0": (B, nx)}`` initial states).
-    metadata : dict, optional
-        Free-form JSON-able user metadata.
     uncertainty : ParameterUncertainty, optional
-        Parameter uncertainty of the fit: its covariance is stored as the array
-        ``uncertainty/covariance``, the rest (names, estimates, standard errors, intervals,
-        identifiability) in the JSON field ``uncertainty``.
+        Parameter uncertainty of the fit.
 
     Returns
     -------
     pathlib.Path
-        The written file.
 
     Raises
     ------
@@ -164,10 +130,8 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
     Save a model with its parameters and read it back (nothing in the file is executed):
 
     >>> import tempfile, pathlib
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> path = cc.save_model(pathlib.Path(tempfile.mkdtemp()) / "m.npz", model, {"a": 0.8})
     >>> saved = cc.load_model(path)
@@ -295,24 +259,18 @@ def load_model(path, *, trust_source: bool = False, check_source: bool = True, r
                ) -> SavedModel:
     """Read a model file written by [`save_model`][ceem_casadi.save_model] (integrity-checked).
 
-    By default nothing in the file is executed: the model is rebuilt from the stored expression
-    graphs (`ceem_casadi.model._sxgraph`), with the stored parameter declarations and noise. The
-    result is a full [`StateSpaceModel`][ceem_casadi.StateSpaceModel] (fit again, smooth, predict, codegen).
+    Nothing in the file is executed unless ``trust_source`` (docs/usage_cli.md, "Model files").
 
     Parameters
     ----------
     path : str or pathlib.Path
-        The file.
     trust_source : bool
-        Import and call the factory named in the file (``source``, ``kwargs``) to rebuild the
-        model, as the model's author wrote it. This RUNS CODE named by the file: only for files
-        you made. Needed for files of format 1 (no stored expression graphs).
+        Import and call the factory named in the file to rebuild the model. This RUNS CODE named by the file:
+        only for files you made. Needed for files of format 1.
     check_source : bool
-        With ``trust_source``, compare the factory's ``f``, ``g`` with the stored ones at random
-        points and raise [`ModelFileError`][ceem_casadi.deploy.ModelFileError] when the model source changed.
+        With ``trust_source``, raise `ModelFileError` when the factory's ``f``, ``g`` differ from the stored ones.
     rebuild : bool, optional
-        Deprecated; ``False`` is the default behaviour, ``True`` was replaced by
-        ``trust_source=True``.
+        Deprecated (``True``: use ``trust_source=True``).
 
     Returns
     -------
@@ -328,10 +286,8 @@ def load_model(path, *, trust_source: bool = False, check_source: bool = True, r
     Save a model with its parameters and read it back (nothing in the file is executed):
 
     >>> import tempfile, pathlib
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> path = cc.save_model(pathlib.Path(tempfile.mkdtemp()) / "m.npz", model, {"a": 0.8})
     >>> saved = cc.load_model(path)

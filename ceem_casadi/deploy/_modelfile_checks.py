@@ -1,7 +1,5 @@
-"""The layout a model file must have, checked field by field (one table per part of the file) before
-anything is built from it: a crafted file is refused with a one-line `ModelFileError` naming the field
-(the digest catches damage, not a forger; see docs/usage_cli.md, "Limits on inputs").
-"""
+"""The layout a model file must have, checked field by field before anything is built from it: a crafted file is
+refused with a one-line `ModelFileError` naming the field (docs/usage_cli.md, "Limits on inputs")."""
 from __future__ import annotations
 
 import math
@@ -68,21 +66,8 @@ def _uncertainty_fields(n: int) -> tuple:
 
 
 def check_model_file(path, meta: dict, arrays: dict) -> None:
-    """Raise `ModelFileError` naming the first field of the
-    model-file ``meta`` (JSON dict) or ``arrays`` (name -> array) that does not have the layout
-    written by [`save_model`][ceem_casadi.save_model].
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> meta = {"format_version": 2, "nx": 1, "nu": 0, "ny": 1, "dt": None, "theta_names": ["a"],
-    ...         "theta_shapes": [[]], "history": [{"iteration": 1, "J": 0.0, "theta": {"a": 0.5}}]}
-    >>> check_model_file("m.npz", meta, {"theta": np.array([0.5])})
-    >>> check_model_file("m.npz", {**meta, "theta_shapes": [[-1]]}, {"theta": np.array([0.5])})
-    Traceback (most recent call last):
-    ...
-    ceem_casadi.io._archive.ModelFileError: m.npz: field 'theta_shapes' ... got [[-1]]; refusing to load it
-    """
+    """Raise `ModelFileError` naming the first field of the model-file ``meta`` (JSON dict) or ``arrays``
+    (name -> array) that does not have the layout written by [`save_model`][ceem_casadi.save_model]."""
     def bad(field: str, expected: str, got) -> ModelFileError:
         text = repr(got)
         text = text if len(text) <= 80 else text[:80] + "..."

@@ -1,7 +1,5 @@
-"""Gaussian filtering on the model and data objects of CE-EM: the extended Kalman filter (``EKF``, ``ekf``;
-the evaluation filter, and the initial states of a fit), the linear ``kalman_filter`` it is tested against,
-the ``rts_smoother`` of both, their ``FilterResult`` and ``as_cov``.
-"""
+"""Gaussian filtering: the extended Kalman filter (``EKF``, ``ekf``), the linear ``kalman_filter`` it is tested
+against, the ``rts_smoother`` of both, their ``FilterResult`` and ``as_cov``."""
 from ._ekf import EKF, ekf
 from ._kalman import kalman_filter, rts_smoother
 from ._result import FilterResult, as_cov

@@ -1,7 +1,5 @@
-"""Extended Kalman filter and Rauch-Tung-Striebel smoother on a [`StateSpaceModel`][ceem_casadi.StateSpaceModel]:
-a Python loop or one chunked ``mapaccum`` of an SX step, the same numbers (conventions and measured
-figures: docs/model_learning_notes.md).
-"""
+"""Extended Kalman filter and RTS smoother on a [`StateSpaceModel`][ceem_casadi.StateSpaceModel]: a Python loop or
+one chunked ``mapaccum`` of an SX step, the same numbers (docs/model_learning_notes.md)."""
 from __future__ import annotations
 
 import logging
@@ -36,7 +34,7 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
     Parameters
     ----------
     model : StateSpaceModel
-        The model (its Jacobians are built here; [`EKF`][ceem_casadi.filtering.EKF] builds them once).
+        Its Jacobians are built here ([`EKF`][ceem_casadi.filtering.EKF] builds them once).
     theta_vec : numpy.ndarray
         (n_p,) flat parameter vector.
     y, u : numpy.ndarray
@@ -55,11 +53,9 @@ def ekf(model, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> from ceem_casadi.filtering import ekf
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 20, u=np.ones((20, 1)), seed=0)
     >>> res = ekf(model, np.array([0.8]), data.y[0], data.inputs(0), x0=[0.0], Sigma0=1.0, Q=0.01, R=0.01)
@@ -150,26 +146,21 @@ def _blocks(a, n: int, T: int) -> np.ndarray:
 
 
 class EKF:
-    """Reusable EKF for one model: the CasADi Jacobian Functions are built once.
-
-    ``run(..., engine="python")`` (default) loops over time in Python; ``engine="casadi"`` runs the
-    forward pass as chunked ``mapaccum`` calls of an SX step (~10x faster per step, the same numbers).
+    """Reusable EKF for one model (the CasADi Jacobian Functions built once); ``run(..., engine="casadi")`` runs
+    the forward pass as chunked ``mapaccum`` calls of an SX step (~10x faster per step, the same numbers).
 
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     compile : bool, optional
-        ``engine="casadi"`` only: run the step compiled to native code (cached): ``True`` always,
-        ``False`` never, ``None`` (default) when a C compiler exists and the work is large enough.
+        ``engine="casadi"`` only: the step compiled to native code: always, never, or (None) when a C compiler
+        exists and the work is large enough.
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> from ceem_casadi.filtering import EKF
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 20, u=np.ones((20, 1)), seed=0)
     >>> res = EKF(model, compile=False).run(np.array([0.8]), data.y[0], data.inputs(0), x0=[0.0], Sigma0=1.0,
@@ -189,20 +180,8 @@ class EKF:
 
     def run(self, theta_vec, y, u=None, *, x0, Sigma0, Q, R, smooth: bool = False,
             engine: str = "python") -> FilterResult:
-        """Filter (and optionally smooth) one trajectory.
-
-        Parameters
-        ----------
-        theta_vec, y, u, x0, Sigma0, Q, R, smooth
-            As for [`ekf`][ceem_casadi.filtering.ekf].
-        engine : str
-            ``"python"`` (a loop over time) or ``"casadi"`` (one mapaccum; same numbers).
-
-        Returns
-        -------
-        FilterResult
-            With the dynamics Jacobians ``A`` (T-1, nx, nx).
-        """
+        """Filter (and optionally smooth) one trajectory: the arguments and result of
+        [`ekf`][ceem_casadi.filtering.ekf]; ``engine`` ``"python"`` (a loop over time) or ``"casadi"``."""
         if engine == "casadi":
             return self._run_casadi(theta_vec, y, u, x0=x0, Sigma0=Sigma0, Q=Q, R=R, smooth=smooth)
         if engine != "python":
@@ -267,24 +246,10 @@ class EKF:
 
     def run_many(self, theta_vec, ys, us=None, *, x0, Sigma0, Q, R, smooth: bool = False,
                  means: bool = False) -> list[FilterResult]:
-        """Filter many trajectories: `run` with ``engine="casadi"`` on each, the same numbers; those of one
-        length T <= ``chunk`` together in one mapped call.
-
-        Parameters
-        ----------
-        theta_vec, x0, Sigma0, Q, R, smooth
-            As for `run`, shared by all trajectories.
-        means : bool
-            Keep only the means: ``x_pred``, ``x_filt`` and (when the log-likelihood is finite) the RTS
-            ``x_smooth``; the covariances, ``y_pred`` and ``A`` None (a third of the memory).
-        ys, us : list of numpy.ndarray
-            (T_b, ny) observations (NaN = missing) and (T_b, nu) inputs (``us`` None when nu = 0).
-
-        Returns
-        -------
-        list of FilterResult
-            One per trajectory, in order.
-        """
+        """One `FilterResult` per trajectory of ``ys`` (T_b, ny) and ``us`` (T_b, nu; None when nu = 0): `run` with
+        ``engine="casadi"`` on each, those of one length T <= ``chunk`` in one mapped call; the other arguments
+        as for `run`, shared. ``means``: keep only ``x_pred``, ``x_filt`` and the RTS ``x_smooth`` (when the
+        log-likelihood is finite), a third of the memory."""
         model = self.model
         nx = model.nx
         pairs = [single_trajectory(model, y, None if us is None else us[b]) for b, y in enumerate(ys)]

@@ -119,8 +119,7 @@ def rts_smoother(res: FilterResult, A=None) -> FilterResult:
     res : FilterResult
         A filtered result of [`kalman_filter`][ceem_casadi.filtering.kalman_filter] or of the EKF.
     A : numpy.ndarray, optional
-        (nx, nx) dynamics matrix, or a (T-1, nx, nx) stack for a time-varying model; None takes
-        the EKF's Jacobians ``res.A``.
+        (nx, nx) dynamics matrix or a (T-1, nx, nx) stack; None takes the EKF's Jacobians ``res.A``.
 
     Returns
     -------

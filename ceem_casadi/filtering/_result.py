@@ -25,8 +25,7 @@ class FilterResult:
     loglik : float
         ``log p(y_{1:T})`` over the observed (non-NaN) entries.
     A : numpy.ndarray or None
-        (T-1, nx, nx) dynamics Jacobians used in the predictions (EKF), or None (linear filter,
-        whose A is passed to [`rts_smoother`][ceem_casadi.filtering.rts_smoother]).
+        (T-1, nx, nx) dynamics Jacobians used in the predictions (EKF), or None (linear filter).
     x_smooth, P_smooth : numpy.ndarray or None
         (T, nx) and (T, nx, nx) Rauch-Tung-Striebel smoothed moments, None unless smoothed.
 
@@ -59,7 +58,7 @@ def as_cov(name: str, value, n: int) -> np.ndarray:
     name : str
         Name used in the error message (e.g. ``"Q"``).
     value : float or array_like
-        A scalar (times the identity), an (n,) diagonal or an (n, n) matrix, of dimension ``n``.
+        A scalar (times the identity), an (n,) diagonal or an (n, n) matrix.
     n : int
 
     Returns
@@ -70,7 +69,7 @@ def as_cov(name: str, value, n: int) -> np.ndarray:
     Raises
     ------
     ShapeError
-        When ``value`` has another shape.
+        Another shape, or not finite numbers.
 
     Examples
     --------
@@ -91,3 +90,12 @@ def as_cov(name: str, value, n: int) -> np.ndarray:
     if a.shape != (n, n):
         raise ShapeError(f"{name}: expected a scalar, ({n},) diagonal or ({n}, {n}) matrix, got {a.shape}")
     return a
+
+
+def ekf_settings(model, x0=None, P0=None, Q=None, R=None) -> tuple:
+    """``(x0, P0, Q, R)`` of the EKF predictor of ``model``: the given ones, else ``x1_mean`` (else zeros (nx,)),
+    ``x1_std**2`` (else ``process_std**2``), ``process_std**2`` and ``measurement_std**2`` of its noise."""
+    noise = model.noise
+    x0 = (noise.x1_mean if noise.x1_mean is not None else np.zeros(model.nx)) if x0 is None else x0
+    P0 = (noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2 if P0 is None else P0
+    return x0, P0, noise.process_std ** 2 if Q is None else Q, noise.measurement_std ** 2 if R is None else R

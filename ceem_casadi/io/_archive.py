@@ -27,13 +27,11 @@ from ._limits import (
 
 
 class ModelFileError(CeemError, ValueError):
-    """A model file is corrupted, edited, from a newer format version, or its model source
-    cannot be rebuilt.
+    """A model file is corrupted, edited, from a newer format version, or its model source cannot be rebuilt.
 
     Examples
     --------
-    >>> import tempfile, pathlib
-    >>> import ceem_casadi as cc
+    >>> import tempfile, pathlib, ceem_casadi as cc
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "m.npz"
     >>> _ = path.write_bytes(b"not a model file")
     >>> try:

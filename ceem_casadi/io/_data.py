@@ -53,11 +53,9 @@ class Trajectories:
 
     Examples
     --------
-    Two trajectories of different lengths, one output and one input; NaN marks a
-    missing observation:
+    Two trajectories of different lengths; NaN marks a missing observation:
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> y = [np.array([[0.0], [np.nan], [1.0]]), np.zeros((5, 1))]
     >>> u = [np.ones((3, 1)), np.ones((5, 1))]
     >>> data = cc.Trajectories(y, u, dt=0.1)
@@ -171,35 +169,32 @@ def check_outputs(ys, names=None, error: type[Exception] = DataError) -> None:
                     f"the data or choose the observed outputs (--outputs)")
 
 
-def single_trajectory(model, y, u=None) -> tuple[np.ndarray, np.ndarray]:
+def single_trajectory(model, y, u=None, where: str = "") -> tuple[np.ndarray, np.ndarray]:
     """Validated ``(y, u)`` of one trajectory for ``model``: ``y`` (T, ny) float with NaN = missing
-    (no infinities), ``u`` (T, nu) finite (zeros (T, nu) when None)."""
+    (no infinities), ``u`` (T, nu) finite (zeros (T, nu) when None); ``where`` (e.g. ``"[2]"``) names it."""
     y = np.asarray(y, float)
     if y.ndim != 2 or y.shape[1] != model.ny:
-        raise ShapeError(f"y: expected shape (T, {model.ny}), got {y.shape}")
+        raise ShapeError(f"y{where}: expected shape (T, {model.ny}), got {y.shape}")
     if np.isinf(y).any():
-        raise NonFiniteError("y: expected finite values or NaN (missing), got infinities")
+        raise NonFiniteError(f"y{where}: expected finite values or NaN (missing), got infinities")
     T = y.shape[0]
     u = np.zeros((T, model.nu)) if u is None else np.asarray(u, float)
     if u.shape != (T, model.nu):
-        raise ShapeError(f"u: expected shape {(T, model.nu)}, got {u.shape}")
+        raise ShapeError(f"u{where}: expected shape {(T, model.nu)}, got {u.shape}")
     if not np.all(np.isfinite(u)):
-        raise NonFiniteError("u: expected finite inputs, got NaN or infinity")
+        raise NonFiniteError(f"u{where}: expected finite inputs, got NaN or infinity")
     return y, u
 
 
 def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
              process_std: float | np.ndarray = 0.0, measurement_std: float | np.ndarray = 0.0,
              seed: int | np.random.Generator = 0) -> tuple[Trajectories, list[np.ndarray]]:
-    """Simulate ``model`` from initial states ``x0`` for ``horizon`` steps, with noise.
-
-    Process noise ``w ~ N(0, process_std**2)`` is added after each step and observation
-    noise ``v ~ N(0, measurement_std**2)`` to each output (both per component, seeded).
+    """Simulate ``model`` from initial states ``x0`` for ``horizon`` steps, with seeded Gaussian process noise
+    (added after each step) and measurement noise.
 
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     theta : dict
         Parameter values, name -> array.
     x0 : numpy.ndarray
@@ -222,12 +217,8 @@ def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
 
     Examples
     --------
-    Three noisy samples of x[t+1] = 0.8 x[t] + u[t] from x[1] = 1 (seeded):
-
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data, states = cc.simulate(model, {"a": 0.8}, [1.0], 3, u=np.ones((3, 1)))
     >>> states[0].ravel()                     # noise-free: 1, 0.8 + 1, 0.8 * 1.8 + 1

@@ -1,7 +1,5 @@
-"""Loaders of the real benchmarks Cascaded Tanks and Silverbox with their official splits, from a data folder
-checked against its ``SHA256SUMS`` (``data_dir``, else ``$CEEM_DATA``, else ``../shared/data``), and their
-metric [`simulation_rms`][ceem_casadi.io.simulation_rms] (docs/results_real.md).
-"""
+"""Loaders of the real benchmarks Cascaded Tanks and Silverbox with their official splits, checked against
+``SHA256SUMS``, and their metric [`simulation_rms`][ceem_casadi.io.simulation_rms] (docs/results_real.md)."""
 from __future__ import annotations
 
 import hashlib
@@ -33,12 +31,9 @@ class DatasetNotFoundError(CeemError, FileNotFoundError):
 
     Examples
     --------
-    >>> import ceem_casadi as cc
-    >>> try:
-    ...     cc.load_cascaded_tanks("/nonexistent/folder")
-    ... except cc.io.DatasetNotFoundError as err:
-    ...     print(type(err).__name__)
-    DatasetNotFoundError
+    >>> from ceem_casadi.io import DatasetNotFoundError
+    >>> issubclass(DatasetNotFoundError, FileNotFoundError)
+    True
     """
 
 
@@ -64,8 +59,7 @@ class BenchmarkSplit:
     data : Trajectories
         A single trajectory, ``y`` (T, 1) and ``u`` (T, 1) in volts, ``dt`` in seconds.
     init_window : int
-        Number of leading samples that may be used to estimate the initial state (the metric
-        skips them).
+        Leading samples that may be used to estimate the initial state (the metric skips them).
 
     Examples
     --------
@@ -82,12 +76,12 @@ class BenchmarkSplit:
 
     @property
     def y(self) -> np.ndarray:
-        """Output (T, 1)."""
+        """(T, 1) output."""
         return self.data.y[0]
 
     @property
     def u(self) -> np.ndarray:
-        """Input (T, 1)."""
+        """(T, 1) input."""
         return self.data.u[0]
 
     def __len__(self) -> int:
@@ -163,24 +157,21 @@ def load_cascaded_tanks(data_dir=None) -> dict[str, BenchmarkSplit]:
     Parameters
     ----------
     data_dir : str or pathlib.Path, optional
-        Folder holding ``cascaded_tanks/`` and ``SHA256SUMS``; default ``$CEEM_DATA`` or
-        ``../shared/data``.
+        Folder holding ``cascaded_tanks/`` and ``SHA256SUMS``; default `default_data_dir`.
 
     Returns
     -------
     dict of str to BenchmarkSplit
-        ``"estimation"`` (uEst, yEst) and ``"test"`` (uVal, yVal): 1024 samples each, volts,
-        ``dt = 4`` s; ``init_window = 5`` (test protocol; also set on the estimation split).
+        ``"estimation"`` and ``"test"``: 1024 samples each, volts, ``dt = 4`` s, ``init_window = 5``.
 
     Raises
     ------
     DatasetNotFoundError, ChecksumError
-        The file is not there (the message says where it was looked for), or differs from its SHA-256.
+        The file is not there, or differs from its SHA-256.
 
     Examples
     --------
-    >>> import tempfile
-    >>> import ceem_casadi as cc
+    >>> import tempfile, ceem_casadi as cc
     >>> try:
     ...     cc.load_cascaded_tanks(tempfile.mkdtemp())
     ... except cc.io.DatasetNotFoundError as err:
@@ -208,11 +199,8 @@ def load_silverbox(data_dir=None) -> dict[str, BenchmarkSplit]:
     Returns
     -------
     dict of str to BenchmarkSplit
-        ``"train"``: multisine part ``[40650:127400]``, first 65062 samples;
-        ``"test_multisine"``: the remaining 21688 samples of the multisine part;
-        ``"test_arrow_full"``: ``[100:40575]`` (40475 samples);
-        ``"test_arrow_no_extrapolation"``: the first 32000 samples of the arrow.
-        ``dt = 2**14 / 1e7`` s and ``init_window = 50`` for all.
+        ``"train"``, ``"test_multisine"``, ``"test_arrow_full"``, ``"test_arrow_no_extrapolation"`` (ranges:
+        docs/results_real.md); ``dt = 2**14 / 1e7`` s and ``init_window = 50`` for all.
 
     Raises
     ------
@@ -221,8 +209,7 @@ def load_silverbox(data_dir=None) -> dict[str, BenchmarkSplit]:
 
     Examples
     --------
-    >>> import tempfile
-    >>> import ceem_casadi as cc
+    >>> import tempfile, ceem_casadi as cc
     >>> try:
     ...     cc.load_silverbox(tempfile.mkdtemp())
     ... except cc.io.DatasetNotFoundError as err:
@@ -246,15 +233,14 @@ def simulation_rms(y, yhat, skip: int = 0) -> float:
     Parameters
     ----------
     y, yhat : numpy.ndarray
-        (T,) or (T, ny) measured and simulated outputs (same units; the result is in those units).
+        (T,) or (T, ny) measured and simulated outputs (NaN in ``y`` ignored).
     skip : int
-        Number of leading samples excluded (the initialisation window).
+        Leading samples excluded (the initialisation window).
 
     Returns
     -------
     float
-        The RMS; ``inf`` when ``yhat`` is not finite after ``skip`` (a diverged simulation).
-        NaN in ``y`` is ignored.
+        The RMS in the units of y; ``inf`` when ``yhat`` is not finite after ``skip``.
 
     Examples
     --------
@@ -263,8 +249,7 @@ def simulation_rms(y, yhat, skip: int = 0) -> float:
     >>> simulation_rms(np.array([[1.0], [2.0], [3.0]]), np.array([[9.0], [2.0], [4.0]]), skip=1)
     0.7071067811865476
     """
-    y = np.asarray(y, float)
-    yhat = np.asarray(yhat, float)
+    y, yhat = np.asarray(y, float), np.asarray(yhat, float)
     if y.shape != yhat.shape:
         raise ShapeError(f"y and yhat must have the same shape, got {y.shape} and {yhat.shape}")
     if not 0 <= int(skip) < y.shape[0]:

@@ -55,8 +55,7 @@ def rmse(y, yhat):
     Returns
     -------
     float or numpy.ndarray
-        A float for 1-D input, else (ny,), in the units of ``y``; NaN for an output without any
-        valid entry.
+        A float for 1-D input, else (ny,), in the units of ``y``; NaN for an output without a valid entry.
 
     Examples
     --------

@@ -22,8 +22,7 @@ __all__ = ["DataFileError", "columns", "read_table", "read_trajectories"]
 
 
 class DataFileError(DataError):
-    """A data file is missing, unreadable or does not fit the model (the message names the file
-    and the fix).
+    """A data file is missing, unreadable or does not fit the model (the message names the file and the fix).
 
     Examples
     --------
@@ -42,7 +41,6 @@ def read_table(path):
     Parameters
     ----------
     path : str or pathlib.Path
-        The file.
 
     Returns
     -------
@@ -120,47 +118,36 @@ def _check_time(g, path, b, dt, used) -> None:
 
 def read_trajectories(paths, model, *, outputs=None, inputs=None, trajectory_column=None,
                       describe: bool = False):
-    """Trajectories for ``model`` from CSV, Parquet or ``.npz`` files, validated.
-
-    A CSV/Parquet table holds one trajectory, or one per value of ``trajectory_column``
-    (default: the column ``trajectory`` when present, as ``ceem-casadi simulate`` writes it); an
-    optional time column ``t``/``time`` is checked against ``model.dt`` (a warning when it
-    differs or is not increasing). A ``.npz`` file holds ``y`` (T, ny) or (B, T, ny) and
-    optionally ``u`` alike; it is read without pickle.
+    """Trajectories for ``model`` from CSV, Parquet or ``.npz`` files (``y``, ``u``; no pickle), validated; the
+    file layouts: docs/usage_cli.md ("Data").
 
     Parameters
     ----------
     paths : str, pathlib.Path or list of them
-        The data files (trajectories of all files are concatenated in order).
+        The data files (their trajectories concatenated in order).
     model : StateSpaceModel
         Gives ny, nu and dt.
     outputs, inputs : list of str, optional
         Column names of the ny outputs and nu inputs (default: columns named ``y...``/``u...``).
     trajectory_column : str, optional
-        The column whose values split a table into trajectories.
+        The column whose values split a table into trajectories (default ``trajectory`` when present).
     describe : bool
         Also return a description (files, columns, lengths, ny, nu, dt, trajectory column).
 
     Returns
     -------
     Trajectories or (Trajectories, dict)
-        y (B, T_b, ny) with NaN for missing outputs; u (B, T_b, nu) when nu > 0.
 
     Raises
     ------
     DataFileError
-        A file is missing or unreadable, a column is missing, values are non-numeric, an input
-        is not finite, a trajectory is shorter than 2 samples or an output is missing everywhere.
+        A file or column is missing, or the values do not fit the model (the message names the fix).
 
     Examples
     --------
-    A CSV file with columns ``y0`` and ``u0`` read for a model with one output and one input:
-
     >>> import tempfile, pathlib
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "run.csv"
     >>> _ = path.write_text("y0,u0\\n0.0,1.0\\n1.0,0.5\\n1.0,0.0\\n")

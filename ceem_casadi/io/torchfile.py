@@ -1,7 +1,5 @@
-"""Restricted reader (and writer) of PyTorch ``torch.save`` files (zip and legacy formats), without torch:
-unpickling allows only tensor/storage reconstruction and plain containers, so a file that tries to run code
-raises [`UnsafePickleError`][ceem_casadi.io.torchfile.UnsafePickleError] first. Tensors come back as numpy
-arrays."""
+"""Restricted reader (and writer) of PyTorch ``torch.save`` files without torch: unpickling allows only tensors
+and plain containers (else [`UnsafePickleError`][ceem_casadi.io.torchfile.UnsafePickleError]); tensors as arrays."""
 from __future__ import annotations
 
 import io

@@ -1,7 +1,5 @@
 """Initial state of a trajectory from its first ``window`` samples: a small weighted least-squares NLP of the free
-run (with the model's x1 prior when it has one), solved by IPOPT; the solver is built once per (model structure,
-window, Hessian kind) in the library cache, one per thread. The objective: docs/validation.md (initial states).
-"""
+run solved by IPOPT, built once per (model structure, window) and thread; docs/validation.md (initial states)."""
 from __future__ import annotations
 
 import time
@@ -11,7 +9,7 @@ import casadi as ca
 import numpy as np
 
 from ..errors import DataError, NonFiniteError, ShapeError, SolverError
-from ..io._data import Trajectories
+from ..io._data import Trajectories, single_trajectory
 from ..io._validate import check_data, check_outputs
 from ..model._simulation import as_theta_vector, rollout
 from ..runtime._best import BestIterate, checked_status
@@ -41,9 +39,7 @@ class InitialStateResult(Result):
     cost : float
         The minimised objective.
     status : Status
-        Outcome of the best start's IPOPT solve.
     message : str
-        What happened.
     iterations : int
         IPOPT iterations.
     wall_s : float
@@ -51,11 +47,9 @@ class InitialStateResult(Result):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
     >>> (res,) = cc.estimate_initial_state(model, data, {"a": 0.8}, full_output=True)
     >>> str(res.status), bool(abs(res.x0[0] - 1.0) < 0.3)
@@ -75,9 +69,7 @@ class InitialStateResult(Result):
 class InitialStateSolver:
     """The IPOPT problem above for one model and window (use `solver_for`: cached)."""
 
-    def __init__(self, model, window: int, hessian: str = "gauss-newton"):
-        if hessian not in ("gauss-newton", "exact"):
-            raise ValueError(f"hessian must be 'gauss-newton' or 'exact', got {hessian!r}")
+    def __init__(self, model, window: int):
         self.model, self.window = model, int(window)
         nx, nu, ny, k = model.nx, model.nu, model.ny, self.window
         x0 = ca.MX.sym("x0", nx)
@@ -90,11 +82,8 @@ class InitialStateSolver:
         Yhat, _ = rollout(model, k)(x0, U, p)
         r = ca.vertcat(ca.vec(M * ca.repmat(iv, 1, k) * (Y - Yhat)), w1 * (x0 - mu1))
         cost = 0.5 * ca.sumsqr(r)
-        if hessian == "gauss-newton":
-            jac = ca.jacobian(r, x0)
-            H = jac.T @ jac
-        else:
-            H, _ = ca.hessian(cost, x0)
+        jac = ca.jacobian(r, x0)  # Gauss-Newton: the exact Hessian gave the same x0 (docs/validation.md)
+        H = jac.T @ jac
         lam_f, lam_g = ca.MX.sym("lam_f"), ca.MX.sym("lam_g", 0)
         hess_lag = ca.Function("hess_lag", [x0, P, lam_f, lam_g], [lam_f * ca.triu(H)],
                                ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
@@ -145,21 +134,19 @@ class InitialStateSolver:
                                   + (f"; {refused}" if refused else ""), int(st["iter_count"]), wall)
 
 
-def solver_for(model, window: int, hessian: str = "gauss-newton") -> InitialStateSolver:
+def solver_for(model, window: int) -> InitialStateSolver:
     """The cached `InitialStateSolver` of ``model`` for ``window`` samples."""
     # per thread: an IPOPT solver's memory, statistics and tracking callback are its own
-    return cached(model, "initial-state solver", (int(window), hessian),
-                  lambda: InitialStateSolver(model, window, hessian), per_thread=True)
+    return cached(model, "initial-state solver", int(window), lambda: InitialStateSolver(model, window),
+                  per_thread=True)
 
 
 def _bounds(model, value, fill, name):
-    v = np.broadcast_to(np.asarray(fill if value is None else value, float), (model.nx,)) \
-        if np.size(fill if value is None else value) in (1, model.nx) else None
-    if v is None:
-        raise ShapeError(f"{name}: expected a scalar or {model.nx} entries (nx), got shape {np.shape(value)}")
-    if np.isnan(v).any():
-        raise ShapeError(f"{name}: expected numbers (or -inf/inf for no bound), got {value!r}")
-    return v.copy()
+    """(nx,) bounds on x0 from a scalar or nx numbers (``fill`` when None)."""
+    v = np.asarray(fill if value is None else value, float).reshape(-1)
+    if v.size not in (1, model.nx) or np.isnan(v).any():
+        raise ShapeError(f"{name}: expected a scalar or {model.nx} numbers (nx; -inf/inf for no bound), got {value!r}")
+    return np.broadcast_to(v, (model.nx,)).copy()
 
 
 def _trajectories(model, y, u):
@@ -172,22 +159,14 @@ def _trajectories(model, y, u):
     us = [None] * len(ys) if u is None else ([u] if single else list(u))
     if len(us) != len(ys):
         raise ShapeError(f"u: expected {len(ys)} input trajectories like y, got {len(us)}")
-    out_y, out_u = [], []
-    for b, (yb, ub) in enumerate(zip(ys, us)):
-        yb = np.asarray(yb, float)
-        yb = yb[:, None] if yb.ndim == 1 and model.ny == 1 else yb
-        if yb.ndim != 2 or yb.shape[1] != model.ny:
-            raise ShapeError(f"y[{b}]: expected shape (T, {model.ny}), got {yb.shape}")
-        if np.isinf(yb).any():
-            raise NonFiniteError(f"y[{b}] contains inf; use NaN for missing observations")
-        ub = np.zeros((yb.shape[0], model.nu)) if ub is None else np.asarray(ub, float)
-        ub = ub[:, None] if ub.ndim == 1 and model.nu == 1 else ub
-        if ub.shape != (yb.shape[0], model.nu):
-            raise ShapeError(f"u[{b}]: expected shape {(yb.shape[0], model.nu)} (nu={model.nu}), got {ub.shape}")
-        if not np.all(np.isfinite(ub)):
-            raise NonFiniteError(f"u[{b}] contains NaN or inf; inputs must be finite")
-        out_y.append(yb)
-        out_u.append(ub)
+
+    def columns(a, n):  # a 1-D signal of a single output or input is one column
+        a = np.asarray(a, float)
+        return a[:, None] if a.ndim == 1 and n == 1 else a
+
+    pairs = [single_trajectory(model, columns(yb, model.ny), None if ub is None else columns(ub, model.nu), f"[{b}]")
+             for b, (yb, ub) in enumerate(zip(ys, us))]
+    out_y, out_u = [p[0] for p in pairs], [p[1] for p in pairs]
     check_outputs(out_y)
     return out_y, out_u, single
 
@@ -244,35 +223,28 @@ def _candidates(model, theta_vec, ys: list, us: list, k: int, x_init, starts) ->
 
 
 def estimate_initial_state(model, data, theta, *, u=None, window: int | None = None, x_init=None, starts=None,
-                           x_lower=None, x_upper=None, use_prior: bool = True, hessian: str = "gauss-newton",
-                           time_limit: float | None = None, full_output: bool = False):
+                           x_lower=None, x_upper=None, use_prior: bool = True, time_limit: float | None = None, full_output: bool = False):
     """Initial state(s) that make the free run fit the first ``window`` samples (docs/validation.md).
 
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     data : Trajectories or numpy.ndarray or list of numpy.ndarray
-        A `Trajectories` (then ``u`` is taken from it), or the outputs alone: one trajectory (T, ny), a batch
-        (B, T, ny) / list of (T_b, ny). NaN = missing.
+        A `Trajectories`, or the outputs alone: (T, ny), (B, T, ny) or a list of (T_b, ny). NaN = missing.
     theta : dict or numpy.ndarray
         Parameters (name -> array, or the flat vector (np,)).
     u : numpy.ndarray or list of numpy.ndarray, optional
         Inputs (T, nu), or a batch like ``data``, when ``data`` holds the outputs alone.
     window : int, optional
-        Leading samples fitted (default ``min(T, 10 nx)``); at most the shortest trajectory.
+        Leading samples fitted (default ``min(T, 10 nx)``).
     x_init : numpy.ndarray, optional
-        Starting point (nx,) or (B, nx); default: the EKF + RTS smoothed first state over the window, and the
-        model's ``x1_mean`` (else zeros).
+        Starting point (nx,) or (B, nx); default: the EKF + RTS first state and ``x1_mean`` (else zeros).
     starts : numpy.ndarray, optional
-        Extra candidate starting points (S, nx) for every trajectory; the solve starts from the candidate of
-        lowest cost (e.g. a grid over a hidden state).
+        Extra candidate starts (S, nx); the solve starts from the candidate of lowest cost.
     x_lower, x_upper : float or numpy.ndarray, optional
-        Bounds on x0 (scalar or (nx,)), default unbounded.
+        Bounds on x0 (scalar or (nx,)).
     use_prior : bool
-        Include the model's x1 prior when it has ``x1_mean``/``x1_std``.
-    hessian : {"gauss-newton", "exact"}
-        The Hessian of the least squares.
+        Include the model's x1 prior when it has one.
     time_limit : float, optional
         Seconds for all trajectories together.
     full_output : bool
@@ -289,12 +261,10 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
 
     Examples
     --------
-    The initial state from the first samples (true x[1] = 2, no noise):
+    True x[1] = 2, no noise:
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [2.0], 20, u=np.zeros((20, 1)))
     >>> x0 = cc.estimate_initial_state(model, data, {"a": 0.8})
@@ -310,7 +280,7 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
         raise ShapeError(f"x_lower must not exceed x_upper, got {lower} and {upper}")
     candidates = _candidates(model, theta_vec, ys, us, k, x_init, starts)
     check_time_limit(time_limit)  # None or a finite number of seconds > 0 (OptionsError)
-    solver = solver_for(model, k, hessian)
+    solver = solver_for(model, k)
     expires = None if time_limit is None else time.perf_counter() + float(time_limit)
     with deadline(expires):
         results = [solver.solve(model, theta_vec, yb, ub, cands, lower, upper, use_prior)

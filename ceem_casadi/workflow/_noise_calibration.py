@@ -1,7 +1,5 @@
 """Process-noise calibration: CE-EM fits over a grid of process-noise levels, one chosen by a criterion on the
-estimation data (`ceem_casadi.workflow._noise_criteria`). Why J cannot choose the level, the warm-start chains and
-measured results: docs/noise_calibration.md.
-"""
+estimation data (`ceem_casadi.workflow._noise_criteria`); docs/noise_calibration.md."""
 from __future__ import annotations
 
 import copy
@@ -21,6 +19,7 @@ from ..io._validate import check_data
 from ..learning._learner import Learner
 from ..model._params import Theta
 from ..runtime._pool import WorkerPool
+from ..runtime._schema import require
 from ..runtime._status import Status
 from ..smoothing._smoother import Smoother
 from ._noise_calibration_options import (
@@ -191,11 +190,9 @@ def _table(rows: list[_Row], base_std: np.ndarray):
     """The result's ``levels`` DataFrame, one row per level."""
     import pandas as pd
 
-    return pd.DataFrame({
-        "level": [r.level for r in rows], "process_std": [tuple(r.level * base_std) for r in rows],
-        "J": [r.J for r in rows], "criterion": [r.criterion for r in rows], "status": [r.status for r in rows],
-        "iterations": [r.iterations for r in rows], "seconds": [r.seconds for r in rows],
-        "fit": [r.fit for r in rows]})
+    table = pd.DataFrame([vars(r) for r in rows], columns=[f.name for f in dataclasses.fields(_Row)])
+    table.insert(1, "process_std", [tuple(r.level * base_std) for r in rows])
+    return table
 
 
 # --- the public entry point ----------------------------------------------------------------------
@@ -208,15 +205,13 @@ def _validate_grid(grid) -> np.ndarray:
                          "pass e.g. grid=np.logspace(-1.5, 1.5, 7) or None for that default")
     if not np.all(np.isfinite(g)) or np.any(g <= 0):
         raise NonFiniteError(f"grid: expected finite positive multipliers of the model's process_std, got {g}")
-    if np.unique(g).size != g.size:
-        raise ValueError(f"grid: levels must be distinct, got {g}")
+    require(np.unique(g).size == g.size, f"grid: levels must be distinct, got {g}")
     return np.sort(g)[::-1]
 
 
 def _checked_levels(model, data, grid, criterion: str, options) -> np.ndarray:
     """The grid (descending) after the boundary checks of `calibrate_noise`'s arguments."""
-    if criterion not in CRITERIA:
-        raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
+    require(criterion in CRITERIA, f"criterion must be one of {CRITERIA}, got {criterion!r}")
     if not isinstance(options, NoiseCalibrationOptions):
         raise TypeError(f"options must be a NoiseCalibrationOptions, got {type(options).__name__}")
     levels = _validate_grid(grid)
@@ -239,49 +234,36 @@ def calibrate_noise(model, data: Trajectories, theta0: Theta, *, grid=None, crit
     Parameters
     ----------
     model : StateSpaceModel
-        Its ``process_std`` (nx,) is the reference the levels multiply, its ``measurement_std``
-        is kept.
+        Its ``process_std`` (nx,) is what the levels multiply; its ``measurement_std`` is kept.
     data : Trajectories
-        The estimation data (no test data is used).
+        The estimation data.
     theta0 : dict
         Initial parameters, the start of every chain.
     grid : sequence of float, optional
-        Positive **multipliers** of ``model.noise.process_std``: level ``s`` fits the model with
-        ``process_std = s * model.noise.process_std`` (the ratios between states are kept).
-        Default `DEFAULT_GRID`, 7 levels from 0.032 to 32 (3 decades, sqrt(10) apart).
+        Positive multipliers of ``model.noise.process_std`` (default `DEFAULT_GRID`, 0.032 ... 32).
     criterion : {"innovation", "holdout"}
-        How the level is chosen (no test data in either; when to use which: docs/noise_calibration.md):
-        ``"innovation"`` (default), the EKF prediction-error log-likelihood of the estimation data, each
-        fit filtered with its own process noise, highest wins; ``"holdout"``, fit on the heads of the
-        trajectories, free-run RMS on their tails (``holdout_fraction``), lowest wins, then the chosen
-        level refitted on the whole data.
+        ``"innovation"``: the EKF prediction-error log-likelihood, highest wins; ``"holdout"``: the free-run
+        RMS on held-out tails, lowest wins (docs/noise_calibration.md).
     options : NoiseCalibrationOptions
-        Processes, chains, time budget, the CE-EM options of every fit.
 
     Returns
     -------
     NoiseCalibrationResult
-        ``.levels`` (one row per level; ``.table()`` as text), ``.best`` (level, theta, fitted model) and ``.plot()``.
 
     Raises
     ------
     TypeError
-        ``data`` not a [`Trajectories`][ceem_casadi.Trajectories], ``options`` not a [`NoiseCalibrationOptions`][ceem_casadi.NoiseCalibrationOptions].
+        ``data`` or ``options`` of the wrong type.
     ValueError
-        unknown ``criterion``; repeated levels. [`ShapeError`][ceem_casadi.ShapeError] for an empty
-        grid or tails too short; [`NonFiniteError`][ceem_casadi.NonFiniteError] for non-positive or
-        non-finite levels. If no level could be fitted (time budget spent, every fit failed),
-        [`SolverError`][ceem_casadi.SolverError].
+        Unknown ``criterion``, repeated levels; `ShapeError` for an empty grid or too short tails,
+        `NonFiniteError` for non-positive levels, `SolverError` when no level could be fitted.
 
     Examples
     --------
-    Two process-noise levels (0.1 and 1 times the model's); the innovation
-    likelihood picks the true one (0.1 = 1 x the model's process_std):
+    The innovation likelihood picks the true level (1 x the model's process_std):
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(60, 1))
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,

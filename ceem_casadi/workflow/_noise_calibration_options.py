@@ -27,21 +27,17 @@ class NoiseCalibrationOptions:
     Parameters
     ----------
     ceem : CEEMOptions
-        Options of every CE-EM fit [``CEEMOptions(max_iters=50, acceleration="newton")``: the same fixed
-        points as plain EM, 1.8-5x faster over the grid of the tests]; its ``time_limit`` is replaced by what
-        remains of ``time_limit`` below when a fit starts.
+        Options of every CE-EM fit [``CEEMOptions(max_iters=50, acceleration="newton")``]; its ``time_limit``
+        is capped by what remains of ``time_limit`` when a fit starts.
     n_jobs : int
         Processes running the chains [1].
     chains : int, optional
-        Number of warm-start chains [None: ``n_jobs``]: the largest level is fitted first, the others are cut
-        into this many contiguous blocks, each fitted in order from the largest level's fit
-        (docs/noise_calibration.md). Results depend on ``chains``, never on ``n_jobs``.
+        Warm-start chains [None: ``n_jobs``] (docs/noise_calibration.md); results depend on ``chains``, never
+        on ``n_jobs``.
     time_limit : float, optional
-        Overall budget in seconds [None: none]. Levels not started when it runs out have status
-        ``"not_run"``; a fit under way stops with the time-limit status and its last good iterate.
+        Overall budget in seconds [None]; levels not started in time have status ``"not_run"``.
     holdout_fraction : float
-        Fraction of each estimation trajectory held out as its tail by the ``"holdout"`` criterion [0.25];
-        the chosen level is then refitted on the whole data from its head fit.
+        Fraction of each trajectory held out as its tail by the ``"holdout"`` criterion [0.25].
     x0_window : int
         Samples at the start of each tail used to estimate its initial state [10].
 
@@ -86,31 +82,25 @@ class NoiseLevelFit(Result):
     level : float
         Multiplier of the model's ``process_std``.
     process_std : numpy.ndarray
-        (nx,) the process noise standard deviations at that level.
+        (nx,) process noise standard deviations at that level.
     theta : dict
-        The fitted parameters.
+        Fitted parameters.
     model : StateSpaceModel
         The model with that process noise.
     fit : CEEMResult
-        Its fit; with ``"holdout"`` the refit on the whole data, whose ``theta`` this is.
+        Its fit (with ``"holdout"``: the refit on the whole data).
     criterion : float
         The value that chose it (with ``"holdout"``: that of the fit on the heads).
 
     Examples
     --------
+    ``calibrate_noise(...).best`` (`NoiseCalibrationResult` shows a whole calibration):
+
     >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)),
-    ...                       process_std=0.1, seed=1)
-    >>> options = cc.NoiseCalibrationOptions(ceem=cc.CEEMOptions(max_iters=5, smoother=cc.SmootherOptions(
-    ...     compile=False), learner=cc.LearnerOptions(compile=False)))
-    >>> res = cc.calibrate_noise(model, data, {"a": 0.5}, grid=[0.5, 1.0], options=options)
-    >>> best = res.best
-    >>> best.level in (0.5, 1.0), best.process_std.shape
-    (True, (1,))
+    >>> from ceem_casadi.workflow import NoiseLevelFit
+    >>> best = NoiseLevelFit(0.5, np.array([0.05]), {"a": 0.8}, model=None, fit=None, criterion=-12.5)
+    >>> best.level, best.process_std
+    (0.5, array([0.05]))
     """
 
     SUMMARY = ('level', 'criterion', 'theta')
@@ -130,24 +120,19 @@ class NoiseCalibrationResult(Result):
     Attributes
     ----------
     levels : pandas.DataFrame
-        One row per level (ascending), columns ``level`` (multiplier of the model's
-        process_std), ``process_std`` (tuple, nx), ``J`` (final joint log-density of the fit),
-        ``criterion`` (value of ``criterion``), ``status`` (the fit's status or ``"not_run"``),
-        ``iterations``, ``seconds`` (fit + criterion), ``fit`` (the [`CEEMResult`][ceem_casadi.CEEMResult] or None).
+        One row per level (ascending): ``level``, ``process_std`` (tuple, nx), ``J``, ``criterion``, ``status``
+        (or ``"not_run"``), ``iterations``, ``seconds``, ``fit`` ([`CEEMResult`][ceem_casadi.CEEMResult] or None).
     criterion : str
         ``"innovation"`` (higher is better) or ``"holdout"`` (lower is better).
     best : NoiseLevelFit
-        The chosen level.
     seconds : float
         Wall time of the whole calibration.
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)),
     ...                       process_std=0.1, seed=1)
     >>> options = cc.NoiseCalibrationOptions(ceem=cc.CEEMOptions(max_iters=5, smoother=cc.SmootherOptions(

@@ -1,7 +1,5 @@
-"""Confidence bands of the free run and of k-step predictions from the parameter covariance (MATLAB ``sim`` with
-standard deviations, ``simsd``): first-order propagation through the exact sensitivities, or seeded sampling.
-What the bands include and what they hold fixed, and their measured coverage: docs/validation.md (bands).
-"""
+"""Confidence bands of the free run and of k-step predictions from the parameter covariance (MATLAB ``simsd``):
+first-order propagation through the exact sensitivities, or seeded sampling (docs/validation.md, bands)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -11,6 +9,8 @@ import numpy as np
 from scipy.special import ndtri
 
 from ...errors import ShapeError
+from ...filtering import EKF
+from ...filtering._result import ekf_settings
 from ...io._validate import check_data
 from ...model._simulation import as_theta_vector, rollout, run
 from ...objective._identifiability import entry_names
@@ -19,7 +19,6 @@ from ...runtime._model_cache import cached
 from ...runtime._result import Result, plain
 from ._predictions import (
     check_level,
-    ekf_covariances,
     horizons,
     k_step_predictions,
     resolve_initial_states,
@@ -44,10 +43,8 @@ class Band(Result):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data = cc.Trajectories([np.zeros((30, 1))], [np.ones((30, 1))])
     >>> bands = cc.simulation_bands(model, data, {"a": 0.8}, {"index": [0], "covariance": [[1e-4]]}, x0=[0.0])
@@ -90,13 +87,8 @@ class SimulationBands(Result):
         The k-step predictions and their bands (empty unless ``k`` was given).
     y : list of numpy.ndarray
         (T_b, ny) measured outputs.
-    method, level, measurement_noise, samples
-        The settings: ``"linear"`` or ``"sampling"``, the coverage probability, whether the measurement noise
-        is in the band, the draws (0 unless sampling).
-    skip : int
-        Leading samples per trajectory left out of the figures (estimated initial states).
-    output_names : tuple of str
-        (ny,) names.
+    method, level, measurement_noise, samples, skip, output_names
+        The settings of [`simulation_bands`][ceem_casadi.simulation_bands] (``samples`` 0 unless sampling).
     x0 : numpy.ndarray
         (B, nx) initial states used.
     warnings : list of str
@@ -104,10 +96,8 @@ class SimulationBands(Result):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data = cc.Trajectories([np.zeros((30, 1))], [np.ones((30, 1))])
     >>> bands = cc.simulation_bands(model, data, {"a": 0.8}, {"index": [0], "covariance": [[1e-4]]}, x0=[0.0])
@@ -155,8 +145,8 @@ class SimulationBands(Result):
         return out
 
     def plot(self, path=None, *, trajectory: int = 0, k: int | None = None, dt: float | None = None):
-        """Measured output, prediction and band of one trajectory (the free run, or the k-step prediction).
-        Saves to ``path`` (.png/.svg) and returns it, or returns the Figure when ``path`` is None."""
+        """Measured output, prediction and band of one trajectory, saved to ``path`` (.png/.svg, returned), else
+        the Figure."""
         from ...plots import plot_band
 
         band = self.simulation if k is None else self.prediction[k]
@@ -226,32 +216,25 @@ def simulation_bands(model, data, theta, uncertainty, *, level: float = 0.95, me
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     data : Trajectories
         Inputs and measured outputs (NaN = missing).
     theta : dict or numpy.ndarray
         The estimate (name -> array, or the flat vector).
     uncertainty : ParameterUncertainty or dict
-        Covariance of the free entries: [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty], the dict a
-        model file stores, or ``{"index": (nf,), "covariance": (nf, nf)}``.
+        Covariance of the free entries: a `ParameterUncertainty`, the dict a model file stores, or
+        ``{"index": (nf,), "covariance": (nf, nf)}``.
     level : float
-        Coverage probability (default 0.95).
+        Coverage probability.
     method : {"linear", "sampling"}
         First-order propagation through the exact sensitivities, or seeded draws of theta.
     k : int or sequence of int, optional
         Horizons of k-step-prediction bands.
-    samples : int
-        Draws for ``method="sampling"``.
-    seed : int, optional
-        Seed of the draws.
+    samples, seed : int
+        Draws for ``method="sampling"`` and their seed.
     measurement_noise : bool
         Include the model's measurement noise (a band for new measurements).
-    x0, window, skip, starts
-        Initial states, as in [`validation_report`][ceem_casadi.validation_report] (held fixed).
-    Sigma0, Q, R : float or numpy.ndarray, optional
-        EKF covariances of the k-step predictions.
-    output_names : sequence of str, optional
-        Names of the outputs.
+    x0, window, skip, starts, Sigma0, Q, R, output_names
+        As in [`validation_report`][ceem_casadi.validation_report] (the initial states held fixed).
 
     Returns
     -------
@@ -261,10 +244,8 @@ def simulation_bands(model, data, theta, uncertainty, *, level: float = 0.95, me
     --------
     The free run of x[t+1] = a x[t] + u[t] with a = 0.8 +- 0.01 (one standard error):
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data = cc.Trajectories([np.zeros((30, 1))], [np.ones((30, 1))])
     >>> unc = {"index": [0], "covariance": [[1e-4]]}
@@ -287,12 +268,8 @@ def simulation_bands(model, data, theta, uncertainty, *, level: float = 0.95, me
     names = signal_names(output_names, model.ny, "y", "output_names")
     z = float(ndtri(0.5 + level / 2))
     sv = model.noise.measurement_std if measurement_noise else np.zeros(model.ny)
-    ekf = None
-    if ks:
-        from ...filtering import EKF
-
-        ekf = EKF(model)
-    ctx = _Context(model, data, X0, ekf, ekf_covariances(model, Sigma0, Q, R), index, L, sv)
+    ekf = EKF(model) if ks else None
+    ctx = _Context(model, data, X0, ekf, ekf_settings(model, None, Sigma0, Q, R)[1:], index, L, sv)
     y_sim = [run(model, theta_vec, X0[b], ctx.u(b))[0] for b in range(len(data))]
     y_k = _k_step_all(ctx, theta_vec, ks)
     sim, pred = _linear(ctx, theta_vec, ks) if method == "linear" else _sampled(ctx, theta_vec, ks, samples, seed)

@@ -33,15 +33,10 @@ class Metrics(Result):
     Examples
     --------
     >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
-    >>> report = cc.validation_report(model, data, {"a": 0.8}, x0=np.array([[1.0]]))
-    >>> m = report.simulation
-    >>> m.rmse.shape, bool(m.fit_overall > 50)
-    ((1,), True)
+    >>> from ceem_casadi.workflow import Metrics
+    >>> m = Metrics.of(np.array([[1.0], [3.0], [np.nan]]), np.array([[1.5], [2.5], [0.0]]))
+    >>> m.rmse, m.fit_percent, m.n
+    (array([0.5]), array([50.]), array([2]))
     """
 
     SUMMARY = ('rmse_overall', 'nrmse_overall', 'fit_overall')
@@ -90,27 +85,22 @@ class ValidationReport(Result):
         Metrics of the free run.
     prediction : dict of int to Metrics
         Metrics of the k-step-ahead predictions.
-    output_names : tuple of str
-        (ny,) output names.
-    skip : int
-        Leading samples per trajectory left out of the metrics.
+    output_names, skip
+        (ny,) output names and the leading samples left out.
     y_sim, y_pred : list of numpy.ndarray, dict of int to list
         Free-run outputs and k-step predictions (T_b, ny) per trajectory.
     x0 : numpy.ndarray or None
         (B, nx) initial states used (given, ``x1_mean`` or estimated).
     uncertainty : ParameterUncertainty or dict or None
-        Carried into [`to_dict`][ceem_casadi.workflow.ValidationReport.to_dict] as ``"parameters"``.
+        Carried into `to_dict` as ``"parameters"``.
     trajectories : list of dict
-        Per trajectory ``{"simulation": Metrics, "prediction": {k: Metrics}}`` over the same samples as the
-        pooled figures.
+        Per trajectory ``{"simulation": Metrics, "prediction": {k: Metrics}}``.
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
     >>> report = cc.validation_report(model, data, {"a": 0.8}, x0=np.array([[1.0]]), k=(1, 5))
     >>> sorted(report.prediction), report.output_names
@@ -149,12 +139,9 @@ class ValidationReport(Result):
         return self.to_dataframe(per_trajectory).reset_index().to_string(index=False)
 
     def to_dataframe(self, per_trajectory: bool = False):
-        """pandas DataFrame, one row per (kind, output) with ``kind`` in ``"simulation"``, ``"k=1"``, ...
-
-        and ``output`` the output names plus ``"overall"``; columns ``rmse``, ``nrmse``, ``fit_percent``, ``n``.
-        With ``per_trajectory``, the index is (kind, trajectory, output) with ``trajectory`` ``"all"``
-        for the pooled rows and ``0, 1, ...`` for each trajectory's own rows beside them.
-        """
+        """pandas DataFrame, one row per (kind, output) (``"simulation"``, ``"k=1"``, ...; the outputs and
+        ``"overall"``): ``rmse``, ``nrmse``, ``fit_percent``, ``n``; with ``per_trajectory`` also a
+        ``trajectory`` index level (``"all"`` for the pooled rows)."""
         import pandas as pd
 
         rows = []
@@ -191,23 +178,19 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     data : Trajectories
-        The data (NaN = missing; missing entries are not scored).
+        NaN = missing (not scored).
     theta : dict or numpy.ndarray
         Parameters, name -> array (or the flat parameter vector).
     x0 : numpy.ndarray or "estimate", optional
-        (B, nx) initial state per trajectory (or (nx,) shared); default ``model.noise.x1_mean``; when the model
-        has none, or with ``"estimate"``, estimated from the first ``window`` samples of each trajectory by
-        [`estimate_initial_state`][ceem_casadi.estimate_initial_state].
+        (B, nx) or (nx,) initial states; default ``x1_mean``, else (or with ``"estimate"``) estimated from the
+        first ``window`` samples by [`estimate_initial_state`][ceem_casadi.estimate_initial_state].
     k : int or sequence of int
-        Prediction horizon(s) in samples (positive); ``()`` for simulation only.
+        Prediction horizon(s) in samples; ``()`` for simulation only.
     Sigma0, Q, R : float or numpy.ndarray, optional
-        EKF prior / process / measurement covariances (scalars, diagonals or matrices); defaults from the
-        model's noise: ``x1_std**2`` (else ``process_std**2``), ``process_std**2``, ``measurement_std**2``.
+        EKF covariances (scalars, diagonals or matrices); default from the model's noise.
     skip : int, optional
-        Leading samples of every trajectory left out of all metrics; default ``window`` when the initial
-        states are estimated, else 0.
+        Leading samples left out of all metrics; default ``window`` when x0 is estimated, else 0.
     output_names : sequence of str, optional
         Names of the ny outputs (default ``y0, y1, ...``).
     engine : {"python", "casadi"}
@@ -215,11 +198,9 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
     window : int, optional
         Samples used to estimate x0 (default ``min(T_min - 1, 10 nx)``).
     uncertainty : ParameterUncertainty or dict, optional
-        Parameter uncertainty of ``theta`` (or the dict a model file stores), carried by the report.
+        Carried by the report.
     starts : int or numpy.ndarray, optional
-        More starting points of the initial-state fit, the lowest window cost kept per trajectory: (S, nx) or
-        (B, S, nx) states, or an integer n (the default start, its mirror image ``-x0`` for a sign-blind
-        output, and n - 2 draws seeded by ``seed``).
+        More starts of the initial-state fit: (S, nx) or (B, S, nx) states, or a count (docs/validation.md).
     seed : int, optional
         Seed of the random starts.
 
@@ -229,17 +210,13 @@ def validation_report(model, data, theta, *, x0=None, k: int | Sequence[int] = (
 
     Examples
     --------
-    Free-run and one-step-ahead errors of the true model on its own data; the
-    one-step error is close to the measurement noise (0.1):
+    The one-step error of the true model is close to the measurement noise (0.1):
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(60, 1))
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
-    ...                       measurement_std=0.1, seed=1)
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1, measurement_std=0.1, seed=1)
     >>> report = cc.validation_report(model, data, {"a": 0.8}, k=1)
     >>> round(float(report.simulation.rmse[0]), 2), round(float(report.prediction[1].rmse[0]), 2)
     (0.14, 0.12)

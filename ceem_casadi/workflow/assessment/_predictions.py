@@ -1,12 +1,12 @@
-"""Free runs and k-step EKF predictions of a model from given or estimated initial states: the
-machinery shared by [`validation_report`][ceem_casadi.validation_report],
-[`residual_analysis`][ceem_casadi.residual_analysis] and
-[`simulation_bands`][ceem_casadi.simulation_bands]."""
+"""Free runs and k-step EKF predictions from given or estimated initial states, shared by the validation report,
+the residual analysis and the simulation bands."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...errors import NonFiniteError, ShapeError
+from ...filtering import EKF
+from ...filtering._result import ekf_settings
 from ...model._simulation import run
 from ...runtime._checks import count
 from .._initial_state import default_window, estimate_initial_state
@@ -124,16 +124,6 @@ def resolve_initial_states(model, data, theta_vec, x0=None, *, window=None, skip
     return _initial_states(model, x0, len(data)), skip
 
 
-def ekf_covariances(model, Sigma0=None, Q=None, R=None):
-    """``(Sigma0, Q, R)`` with the defaults of [`validation_report`][ceem_casadi.validation_report]."""
-    noise = model.noise
-    Q = np.diag(noise.process_std ** 2) if Q is None else Q
-    R = np.diag(noise.measurement_std ** 2) if R is None else R
-    if Sigma0 is None:
-        Sigma0 = np.diag((noise.x1_std if noise.x1_std is not None else noise.process_std) ** 2)
-    return Sigma0, Q, R
-
-
 def k_step_predictions(ekf, theta_vec, data, X0, ks, covs, engine: str = "python") -> dict:
     """``{k: [(T_b, ny)]}`` k-step predictions at ``theta_vec`` from ``X0`` (B, nx), one pass of ``ekf`` per
     trajectory (``covs`` = (Sigma0, Q, R))."""
@@ -149,8 +139,6 @@ def k_step_predictions(ekf, theta_vec, data, X0, ks, covs, engine: str = "python
 
 def predictions(model, data, theta_vec, X0, ks=(1,), *, Sigma0=None, Q=None, R=None, engine="python"):
     """``(y_sim, y_pred)``: free runs (list of (T_b, ny)) and k-step predictions ({k: list}) from ``X0``."""
-    from ...filtering import EKF
-
     y_sim = [run(model, theta_vec, X0[b], data.inputs(b))[0] for b in range(len(data))]
     ekf = EKF(model) if ks else None
-    return y_sim, k_step_predictions(ekf, theta_vec, data, X0, ks, ekf_covariances(model, Sigma0, Q, R), engine)
+    return y_sim, k_step_predictions(ekf, theta_vec, data, X0, ks, ekf_settings(model, None, Sigma0, Q, R)[1:], engine)

@@ -65,10 +65,8 @@ class ResidualCorrelations(Result):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(200, 1))
     >>> data, _ = cc.simulate(model, {"a": 0.9}, [0.0], 200, u=u, measurement_std=0.1, seed=1)
@@ -133,14 +131,9 @@ class ResidualAnalysis(Result):
     ----------
     kinds : dict of str to ResidualCorrelations
         ``"one_step"`` and/or ``"free_run"``.
-    lags : int
-        Largest lag (samples).
-    level : float
-        Confidence level of the bounds; the Ljung-Box test rejects whiteness when ``p < 1 - level``.
-    dof : int
-        Degrees of freedom subtracted from ``lags`` in the Ljung-Box test.
-    skip : int
-        Leading samples per trajectory left out.
+    lags, level, dof, skip
+        The settings of [`residual_analysis`][ceem_casadi.residual_analysis] (whiteness rejected when
+        ``p < 1 - level``).
     output_names, input_names : tuple of str
         (ny,) and (nu,) names.
     x0 : numpy.ndarray
@@ -148,10 +141,8 @@ class ResidualAnalysis(Result):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(200, 1))
     >>> data, _ = cc.simulate(model, {"a": 0.9}, [0.0], 200, u=u, measurement_std=0.1, seed=1)
@@ -180,10 +171,8 @@ class ResidualAnalysis(Result):
         return self.kinds[kind]
 
     def to_dataframe(self):
-        """pandas DataFrame, one row per (kind, output): ``n``, ``mean``, ``rms``, ``max_autocorr`` (largest
-        ``|rho_e(tau)|``, tau >= 1), ``auto_bound``, ``ljung_box``, ``dof``, ``p_value``, ``white``,
-        ``max_crosscorr`` (largest ``|rho_eu| / bound`` over inputs and lags: above 1 means dependent on an
-        input), ``independent``."""
+        """pandas DataFrame, one row per (kind, output): the counts, moments, largest correlations (the cross
+        ones as a ratio to their bound) and the two tests (columns: docs/validation.md)."""
         import pandas as pd
 
         rows = []
@@ -210,9 +199,8 @@ class ResidualAnalysis(Result):
                 "kinds": {k: c.to_dict() for k, c in self.kinds.items()}}
 
     def plot(self, path=None, kind: str | None = None, dt: float | None = None):
-        """The two-panel figure of MATLAB ``resid``: per output, the residual autocorrelation and its
-        cross-correlation with each input, with their bounds. Saves to ``path`` (.png/.svg) and returns it,
-        or returns the matplotlib Figure when ``path`` is None."""
+        """The two-panel figure of MATLAB ``resid`` (autocorrelation, cross-correlation with each input, bounds),
+        saved to ``path`` (.png/.svg, returned), else the matplotlib Figure."""
         from ...plots import plot_residuals
 
         return plot_residuals(self, path, kind=kind or next(iter(self.kinds)), dt=dt)
@@ -228,28 +216,24 @@ def residual_analysis(model, data, theta, *, lags: int = 25, level: float = 0.99
     Parameters
     ----------
     model : StateSpaceModel
-        The model.
     data : Trajectories
-        The data (NaN = missing; masked).
+        NaN = missing (masked).
     theta : dict or numpy.ndarray
         Parameters, name -> array (or the flat vector).
     lags : int
-        Largest lag (samples), default 25.
+        Largest lag (samples).
     level : float
-        Confidence level of the bounds and of the Ljung-Box test (default 0.99).
+        Confidence level of the bounds and of the Ljung-Box test.
     kind : str or sequence of str
         ``"one_step"`` (EKF innovations) and/or ``"free_run"``.
     x0, window, skip, starts
-        Initial states, as in [`validation_report`][ceem_casadi.validation_report] (estimated ones leave out their
-        ``window`` samples).
+        Initial states, as in [`validation_report`][ceem_casadi.validation_report].
     dof : int
-        Degrees of freedom subtracted from ``lags`` in the Ljung-Box test (0: the residuals are tested as given).
-    Sigma0, Q, R : float or numpy.ndarray, optional
-        EKF covariances of the one-step residuals (defaults from the model's noise).
+        Degrees of freedom subtracted from ``lags`` in the Ljung-Box test.
+    Sigma0, Q, R, engine
+        The EKF of the one-step residuals, as in [`validation_report`][ceem_casadi.validation_report].
     output_names, input_names : sequence of str, optional
         Names (default ``y0 ...``, ``u0 ...``).
-    engine : {"python", "casadi"}
-        EKF engine.
 
     Returns
     -------
@@ -259,14 +243,11 @@ def residual_analysis(model, data, theta, *, lags: int = 25, level: float = 0.99
     --------
     The true model's one-step residuals are white; a model with the wrong pole is not:
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.3, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(400, 1))
-    >>> data, _ = cc.simulate(model, {"a": 0.9}, [0.0], 400, u=u, process_std=0.3,
-    ...                       measurement_std=0.1, seed=1)
+    >>> data, _ = cc.simulate(model, {"a": 0.9}, [0.0], 400, u=u, process_std=0.3, measurement_std=0.1, seed=1)
     >>> good = cc.residual_analysis(model, data, {"a": 0.9}, x0=[0.0], kind="one_step")
     >>> bad = cc.residual_analysis(model, data, {"a": 0.3}, x0=[0.0], kind="one_step")
     >>> bool(good.white["one_step"][0]), bool(bad.white["one_step"][0])

@@ -1,8 +1,5 @@
-"""Parameter uncertainty: the Laplace approximation at the CE-EM fixed point. The information of the free
-parameters is the Schur complement ``I = H_tt - H_tx H_xx^{-1} H_xt`` of the joint Hessian of -J (+ priors) with
-the states eliminated trajectory by trajectory by a banded Cholesky factorisation. Derivation, the exact and
-Gauss-Newton variants, the caveat of certainty equivalence and the validation: docs/uncertainty.md.
-"""
+"""Parameter uncertainty: the Laplace approximation at the CE-EM fixed point, the states eliminated from the
+joint Hessian trajectory by trajectory (banded Cholesky); derivation and validation: docs/uncertainty.md."""
 from __future__ import annotations
 
 import logging
@@ -178,34 +175,25 @@ def parameter_uncertainty(model, data, theta, *, states=None, options: Uncertain
     data : Trajectories
         The data it was fitted on.
     theta : dict or CEEMResult
-        The parameters (name -> array), or the result of a fit: its ``theta``, its states ``x``
-        and its ``status`` (a warning when not converged) are used.
+        The parameters, or a fit (its ``theta``, states ``x`` and ``status`` are used).
     states : list of (T_b, nx) arrays, optional
-        The state trajectories at ``theta``; default: the fit's states, or the smoothing step's
-        optimum on ``data`` at ``theta``.
+        States at ``theta``; default: the fit's, or the smoothing step's optimum.
     options : UncertaintyOptions
-        Hessian kind, interval level, identifiability tolerance, compilation.
 
     Returns
     -------
     ParameterUncertainty
-        The math and its caveat: docs/uncertainty.md. Non-identifiable directions and parameters at
-        bounds are listed in ``warnings`` and logged.
+        The math and its caveat: docs/uncertainty.md.
 
     Examples
     --------
-    Standard error and 95 % interval of a after a fit (exact Hessian of J):
 
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(60, 1))
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1,
-    ...                       measurement_std=0.1, seed=1)
-    >>> options = cc.CEEMOptions(smoother=cc.SmootherOptions(compile=False),
-    ...                          learner=cc.LearnerOptions(compile=False))
+    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1, measurement_std=0.1, seed=1)
+    >>> options = cc.CEEMOptions(smoother=cc.SmootherOptions(compile=False), learner=cc.LearnerOptions(compile=False))
     >>> fit = cc.ceem(model, data, {"a": 0.5}, options=options)
     >>> unc = cc.parameter_uncertainty(model, data, fit.theta, states=fit.x,
     ...                                options=cc.UncertaintyOptions(compile=False))

@@ -18,21 +18,19 @@ class UncertaintyOptions:
     Parameters
     ----------
     hessian : str
-        ``"exact"`` (default; the observed information) or ``"gauss-newton"`` (J^T J).
+        ``"exact"`` (the observed information) or ``"gauss-newton"`` (J^T J).
     level : float
-        Confidence level of the intervals (default 0.95).
+        Confidence level of the intervals.
     identifiability_tol : float
-        A direction whose relative eigenvalue (see `ceem_casadi.objective._identifiability`) is below
-        this is reported as non-identifiable (1e-10; structurally non-identifiable directions
-        sit at round-off, ~1e-16).
+        Relative eigenvalue below which a direction is non-identifiable (docs/uncertainty.md).
     use_prior : bool
-        Include the parameters' Gaussian priors (as the fit does by default).
+        Include the parameters' Gaussian priors.
     compile : bool, optional
         Compile the stage Functions (as in [`SmootherOptions`][ceem_casadi.SmootherOptions]).
 
     Raises
     ------
-    ValueError
+    OptionsError
         A value out of range.
 
     Examples
@@ -73,33 +71,27 @@ class ParameterUncertainty(Result):
     index : numpy.ndarray
         (n,) positions in the flat parameter vector.
     estimate, std_error, lower, upper : numpy.ndarray
-        (n,) values, standard errors (``inf`` in a non-identifiable direction, ``nan`` at a bound) and the
-        interval ``estimate -/+ z * std_error`` with z the normal quantile of ``level``.
+        (n,) values, standard errors (``inf`` if non-identifiable, ``nan`` at a bound) and the interval.
     information, covariance, correlation : numpy.ndarray
-        (n, n) the reduced Hessian I (observed information), ``I^{-1}`` on the identifiable subspace
-        (pseudo-inverse; zero rows/columns at a bound) and the correlations (nan where an error is not finite).
+        (n, n) reduced Hessian I, its pseudo-inverse on the identifiable subspace and the correlations.
     at_bound : list of str
-        Parameters at a bound (held fixed: the others' covariance is conditional on them).
+        Parameters at a bound (held fixed).
     identifiable : numpy.ndarray
         (n,) bool.
     directions : list of Direction
         The non-identifiable directions.
     relative_eigenvalues : numpy.ndarray
         (n_inactive,) ascending relative eigenvalues of the scaled information.
-    hessian : str
-        ``"exact"`` or ``"gauss-newton"``.
-    level : float
-        Confidence level of the intervals.
+    hessian, level
+        As in the options.
     warnings : list of str
         Messages also logged.
 
     Examples
     --------
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
+    >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...                                          params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1,
-    ...                                          measurement_std=0.1)
+    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
     >>> fit = cc.ceem(model, data, {"a": 0.5}, options=cc.CEEMOptions(
     ...     smoother=cc.SmootherOptions(compile=False), learner=cc.LearnerOptions(compile=False)))
@@ -128,18 +120,8 @@ class ParameterUncertainty(Result):
     warnings: list = field(default_factory=list)
 
     def std_errors(self, params) -> dict:
-        """Standard errors as a theta-shaped dict.
-
-        Parameters
-        ----------
-        params : Parameters
-            The model's parameters.
-
-        Returns
-        -------
-        dict
-            Name -> array of standard errors (``nan`` for fixed entries).
-        """
+        """Standard errors as a theta-shaped dict (name -> array, ``nan`` for fixed entries) of the model's
+        ``params``."""
         vec = np.full(params.size, np.nan)
         vec[self.index] = self.std_error
         return params.from_vector(vec)

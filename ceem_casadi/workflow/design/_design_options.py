@@ -21,15 +21,13 @@ class DesignOptions:
     Parameters
     ----------
     hold : int
-        Samples each input value is held (1: a new value every sample); fewer decision variables
-        and slower inputs for large ``hold``.
+        Samples each input value is held (1: a new value every sample).
     max_iters : int
-        IPOPT iterations per start (default 300).
+        IPOPT iterations per start.
     tol : float
-        IPOPT tolerance (default 1e-6).
+        IPOPT tolerance.
     regularisation : float
-        ``I_s + regularisation * trace(I_s) / n * eye(n)`` enters the criterion (default 1e-9), so a
-        start with a singular information (a constant input) has a finite criterion.
+        ``I_s + regularisation * trace(I_s) / n * eye(n)`` enters the criterion (a singular start stays finite).
 
     Raises
     ------
@@ -67,17 +65,15 @@ class InputDesign(Result):
     criterion : str
         ``"D"`` or ``"A"``.
     value : float
-        The criterion at ``u`` on the relative-parameter information: ``log det I_s`` (D, larger is
-        better) or ``trace I_s^{-1}`` (A, smaller is better).
+        The criterion at ``u`` on the relative-parameter information: ``log det I_s`` (D) or ``trace I_s^{-1}`` (A).
     information : numpy.ndarray
-        (n, n) Fisher information ``I(u)`` of the free parameters (unscaled, units 1 / theta^2).
+        (n, n) Fisher information ``I(u)`` of the free parameters (units 1 / theta^2).
     names : list of str
         (n,) the free parameters' entry names.
     status : Status
         The status of the best start.
     starts : list of dict
-        Per start: ``start``, ``initial`` and ``final`` criterion value, ``status``, ``iterations``,
-        ``seconds``.
+        Per start: ``start``, ``initial``, ``final``, ``status``, ``iterations``, ``seconds``.
     x0 : numpy.ndarray
         (nx,) the initial state of the designed record.
 

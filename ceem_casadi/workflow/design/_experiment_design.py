@@ -1,9 +1,6 @@
-"""Optimal experiment design: the Fisher information ``I(u) = sum_t S_t^T R^-1 S_t`` of the free
-parameters in a noise-free output-error record (`fisher_information`, from the forward sensitivity
-recursion) and the input sequence that maximises ``log det I`` or minimises ``trace I^-1`` under
-amplitude and rate bounds (`design_input`, one CasADi NLP solved by IPOPT from several starts).
-docs/control.md ("Optimal experiment design") explains the method and its tests.
-"""
+"""Optimal experiment design: the Fisher information of the free parameters in a noise-free output-error record
+(`fisher_information`) and the input maximising ``log det I`` or minimising ``trace I^-1`` under amplitude and
+rate bounds (`design_input`, IPOPT from several starts); docs/control.md ("Optimal experiment design")."""
 from __future__ import annotations
 
 import math
@@ -139,11 +136,8 @@ def fisher_information(model, theta, u, *, x0=None, process_noise: bool = False)
     x0 : numpy.ndarray, optional
         (nx,) known initial state (default ``x1_mean``, else zeros).
     process_noise : bool
-        ``False`` (default): the output-error information ``sum_t S_t^T R^{-1} S_t`` (module
-        docstring; x0 known). ``True``: the information of CE-EM with the model's process noise,
-        the exact reduced Hessian of [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty]
-        at the noise-free states (states, including x0 unless the model has an ``x1`` prior,
-        eliminated).
+        ``False``: the output-error information ``sum_t S_t^T R^{-1} S_t``; ``True``: CE-EM's with the model's
+        process noise (the reduced Hessian of [`parameter_uncertainty`][ceem_casadi.parameter_uncertainty]).
 
     Returns
     -------
@@ -225,19 +219,15 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
     x0 : numpy.ndarray, optional
         (nx,) known initial state (default ``x1_mean``, else zeros).
     starts : int or numpy.ndarray
-        Number of random starts (uniform in the bounds, drawn from ``numpy.random.default_rng(seed)``),
-        or given start sequences (S, T, nu).
+        Number of random starts (uniform in the bounds), or given start sequences (S, T, nu).
     seed : int
         Seed of the random starts.
     options : DesignOptions
-        Input hold, IPOPT limits, regularisation.
 
     Returns
     -------
     InputDesign
-        The best start's input (T, nu), criterion value, information (n, n), status, per-start table.
-        A start whose IPOPT solve fails is reported in the table with its status; the result's
-        status is that of the best start.
+        The best start's input, with one table row per start (a failed start reported with its status).
 
     Raises
     ------

@@ -1,9 +1,7 @@
-"""Initialise a block-oriented model (`ceem_casadi.model.wiener` and its siblings) from its best
-linear approximation (BLA): N4SID's (or the FRF's of periodic data), whose poles and zeros are split
-over the linear blocks in every possible way, each split with its static nonlinearity fitted by
-linear least squares; the split of smallest simulation RMS gives theta. docs/block_oriented.md
-("Initialisation from the best linear approximation") explains the steps and their measured figures.
-"""
+"""Initialise a block-oriented model (`ceem_casadi.model.wiener` and its siblings) from its best linear
+approximation: its poles and zeros split over the linear blocks, each split's nonlinearity fitted by linear least
+squares, the lowest simulation RMS kept (docs/block_oriented.md, "Initialisation from the best linear
+approximation")."""
 from __future__ import annotations
 
 import itertools
@@ -268,32 +266,23 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
     data : Trajectories with one input and one output (NaN outputs skipped in the least squares).
     n1, n2 : block orders (Wiener / Hammerstein: ``n1`` only).
     feedthrough : the factory's (a bool; a pair for Wiener-Hammerstein); default the factory's.
-    nonlinearity, degree, hidden, seed : the factory's (``seed`` also draws the fixed hidden layer
-        of ``"mlp"``, whose output layer alone is fitted, with a ridge of 1e-6 of the mean diagonal).
+    nonlinearity, degree, hidden, seed : the factory's (``seed`` also draws the fixed hidden layer of ``"mlp"``).
     skip : samples left out at the start of every trajectory (default ``min(10 n, T_min // 4)``).
     max_splits : refuse to try more splits than this (the count grows combinatorially with n).
-    gain, basis : the factory's conditioning (``gain="dc", basis="chebyshev"`` for real records,
-        see `ceem_casadi.model.wiener`).
-    bla : a BLA of order n1 + n2 instead of N4SID's: an object with ``A, B, C, D`` or a transfer
-        function ``(b, a)`` in powers of q^-1 (of the mean-removed data); ``"frf"``, an
-        [`FRF`][ceem_casadi.workflow.FRF] or an [`FRFFit`][ceem_casadi.workflow.FRFFit]: the
-        nonparametric BLA of periodic data, fitted by [`fit_frf`][ceem_casadi.workflow.fit_frf], alone.
+    gain, basis : the factory's conditioning (see `ceem_casadi.model.wiener`).
+    bla : a BLA of order n1 + n2 instead of N4SID's: an object with ``A, B, C, D``, a transfer function
+        ``(b, a)`` in powers of q^-1, or ``"frf"``, an [`FRF`][ceem_casadi.workflow.FRF] or an
+        [`FRFFit`][ceem_casadi.workflow.FRFFit] of periodic data.
     n4sid_options : more keyword arguments of N4SID (e.g. ``{"horizon": 30}``).
-    period : samples per period of a periodic input: the FRF's BLA
-        ([`estimate_frf`][ceem_casadi.workflow.estimate_frf]) joins N4SID's (``bla=None``) or replaces
-        it (``bla="frf"``), the split of lowest simulation RMS wins (``best.bla`` says whose);
-        ``"auto"``: detected, N4SID's alone when the input is not periodic. Without it, at most the
-        first ``INIT_SAMPLES`` = 100,000 samples of every trajectory are used.
-    refine : polish theta by output error (`refine_output_error`, from rest) on the first
-        ``REFINE_SAMPLES`` = 20,000 samples of every trajectory (``result.refinement``): the start to
-        give CE-EM (docs/block_oriented.md, "Before CE-EM").
+    period : samples per period of a periodic input (or ``"auto"``): the FRF's BLA joins N4SID's, or replaces
+        it with ``bla="frf"``; without it, at most the first ``INIT_SAMPLES`` samples are used.
+    refine : polish theta by output error on the first ``REFINE_SAMPLES`` samples (``result.refinement``).
     model_kwargs : passed to the factory (noise levels, ``dt``).
 
     Returns
     -------
     BLAInit
-        ``model``, ``theta``, ``table`` (best first), the ``bla`` used, and ``bla_rms``: the BLA's own
-        simulation RMS on the data (units of y; the figure every block model should beat).
+        ``model``, ``theta``, ``table`` (best first), the ``bla`` used and its simulation RMS ``bla_rms``.
 
     Raises
     ------

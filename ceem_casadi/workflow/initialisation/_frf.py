@@ -1,8 +1,5 @@
-"""Nonparametric best linear approximation from periodic data (`estimate_frf`): the robust method of
-Pintelon and Schoukens (2012, sections 3.4 and 4.3), the frequency response averaged over periods
-and realisations with its noise and total standard deviations. docs/block_oriented.md ("Periodic
-inputs: the nonparametric BLA") has the estimator's formulas and measured figures.
-"""
+"""Nonparametric best linear approximation from periodic data (`estimate_frf`; Pintelon and Schoukens 2012, the
+robust method) with its noise and total standard deviations (docs/block_oriented.md, "Periodic inputs")."""
 from __future__ import annotations
 
 import logging
@@ -33,17 +30,11 @@ class FRF(Result):
     G : numpy.ndarray
         (K,) complex frequency response, units of y per unit of u.
     std_noise : numpy.ndarray
-        (K,) standard deviation of ``G`` due to the noise (from the variation over periods);
-        NaN with one period.
+        (K,) standard deviation of ``G`` due to the noise (over periods; NaN with one period).
     std_total : numpy.ndarray
-        (K,) standard deviation of ``G`` over realisations (noise + stochastic nonlinear
-        distortions); NaN with one realisation.
-    period : int
-        Samples per period, N.
-    periods : int
-        Periods used per realisation (after the transient), P (the smallest over realisations).
-    realisations : int
-        Realisations (trajectories), M.
+        (K,) standard deviation of ``G`` over realisations (noise + nonlinear distortions; NaN with one).
+    period, periods, realisations : int
+        Samples per period N, periods used per realisation P (after the transient), realisations M.
     dt : float
         Sample time, s.
 
@@ -124,32 +115,26 @@ def estimate_frf(data: Trajectories, period: int, *, transient_periods: int = 1,
     Parameters
     ----------
     data : Trajectories
-        SISO, no missing outputs; every trajectory one realisation (e.g. a random-phase multisine),
-        its length a multiple of ``period``.
+        SISO, no missing outputs; every trajectory one realisation, its length a multiple of ``period``.
     period : int or "auto"
-        Samples per period, N (>= 4); ``"auto"``: the smallest N with which every input is
-        periodic (`detect_period`), refused when there is none.
+        Samples per period, N (>= 4); ``"auto"``: detected (`detect_period`).
     transient_periods : int
-        Periods left out at the start of every trajectory (the transient), default 1.
+        Periods left out at the start of every trajectory.
     input_tol : float
-        Largest deviation of one period's input from the mean period, relative to the input's RMS:
-        beyond it the input is not periodic and the call is refused.
+        Largest deviation of one period's input from the mean period, relative to the input's RMS.
     excitation_tol : float
-        A bin is excited when its input power exceeds ``excitation_tol`` times the largest (in
-        every realisation); DC and the Nyquist bin are left out.
+        A bin is excited when its input power exceeds this times the largest (in every realisation).
 
     Returns
     -------
     FRF
-        ``freqs`` (K,) Hz, ``bins``, ``G``, ``std_noise``, ``std_total`` (see [`FRF`][ceem_casadi.workflow.FRF]).
 
     Raises
     ------
     ShapeError
         Not SISO, or ``period`` does not divide a trajectory's length, or no period is left.
     DataError
-        Missing outputs; an input that is not periodic; an output whose period-to-period variation
-        exceeds its periodic part (not in periodic steady state, or the wrong period); no excited bin.
+        Missing outputs, an input or output that is not periodic, no excited bin.
 
     Examples
     --------

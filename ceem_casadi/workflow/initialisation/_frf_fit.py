@@ -1,7 +1,5 @@
-"""Parametric fit of a nonparametric BLA: ``G(z) = B(z^-1) / A(z^-1)`` fitted to an
-[`FRF`][ceem_casadi.workflow.FRF] by weighted nonlinear least squares from Sanathanan-Koerner and
-frequency-domain subspace starts (docs/block_oriented.md, "Periodic inputs").
-"""
+"""``G(z) = B(z^-1) / A(z^-1)`` fitted to an [`FRF`][ceem_casadi.workflow.FRF] by weighted nonlinear least
+squares from Sanathanan-Koerner and subspace starts (docs/block_oriented.md, "Periodic inputs")."""
 from __future__ import annotations
 
 import logging
@@ -23,9 +21,8 @@ __all__ = ["FRFFit", "fit_frf"]
 
 @dataclass(repr=False)
 class FRFFit(Result):
-    """A discrete-time transfer function fitted to an [`FRF`][ceem_casadi.workflow.FRF] (`fit_frf`).
-
-    ``G(z) = (b[0] + b[1] z^-1 + ... ) / (a[0] + a[1] z^-1 + ...)``, ``a[0] = 1``.
+    """A discrete-time transfer function ``G(z) = B(z^-1) / A(z^-1)``, ``a[0] = 1``, fitted to an
+    [`FRF`][ceem_casadi.workflow.FRF] (`fit_frf`).
 
     Attributes
     ----------
@@ -34,10 +31,9 @@ class FRFFit(Result):
     poles, zeros : numpy.ndarray
         Their roots in z (complex).
     cost : float
-        ``sum_k |(G_k - B/A) / sigma_k|^2`` over the bins (sigma = 1 where the FRF has no std).
+        ``sum_k |(G_k - B/A) / sigma_k|^2`` over the bins.
     dof : int
-        2 K minus the number of fitted coefficients: ``cost / dof`` is about 1 when the model
-        explains the FRF within its uncertainty.
+        2 K minus the number of fitted coefficients (``cost / dof`` near 1: fitted within the FRF's noise).
     iterations : int
         Sanathanan-Koerner iterations.
     stabilised : bool
@@ -143,24 +139,21 @@ def fit_frf(frf: FRF, order: int, *, n_b: int | None = None, feedthrough: bool =
     Parameters
     ----------
     frf : FRF
-        From `estimate_frf` (its ``std`` weights the bins; unit weights when some bin has none).
+        From `estimate_frf` (its ``std`` weights the bins).
     order : int
         Degree of A (number of poles), >= 1.
     n_b : int, optional
         Degree of B in z^-1 (default ``order``).
     feedthrough : bool
-        Fit ``b[0]``; False fixes it to 0 (one sample of delay: a strictly proper BLA).
+        Fit ``b[0]``; False fixes it to 0 (a strictly proper BLA).
     smooth : int
-        The variance of G is averaged over ``2 smooth + 1`` neighbouring bins before weighting (0: per bin).
-    iterations : int
-        Largest number of Sanathanan-Koerner iterations.
-    tol : float
-        Stop them when the relative change of the coefficients is below ``tol``.
+        The variance of G is averaged over ``2 smooth + 1`` neighbouring bins before weighting.
+    iterations, tol : int, float
+        Largest number of Sanathanan-Koerner iterations, and their relative tolerance on the coefficients.
 
     Returns
     -------
     FRFFit
-        ``b``, ``a`` (powers of z^-1), ``poles``, ``zeros``, ``cost``, ``dof``, ``stabilised``.
 
     Examples
     --------
