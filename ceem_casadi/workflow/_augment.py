@@ -113,9 +113,8 @@ class Augmentation:
                 "order": "order(+1)"}.get(self.kind, f"{self.kind}({self.width})" if "mlp" in self.kind else self.kind)
 
     def applicable(self, model) -> bool:
-        """Whether the move makes sense for ``model`` (input moves need inputs; the block moves a
-        block-oriented model of `bla_initialise`: ``poly_degree`` a polynomial, ``nl_width`` an MLP ``f``,
-        which does not get the moves of `NOT_FOR_BLOCKS`)."""
+        """Whether the move makes sense for ``model`` (input moves need inputs; the block moves a model of
+        `bla_initialise` (``poly_degree`` a polynomial, ``nl_width`` an MLP ``f``), which gets no `NOT_FOR_BLOCKS`)."""
         kw = _FAMILIES[model][1] if model in _FAMILIES else None
         if self.kind in BLOCK_MOVES:
             need = {"poly_degree": "poly", "nl_width": "mlp"}.get(self.kind)
@@ -302,8 +301,7 @@ def _rebuild(aug: Augmentation, parent, theta, x0, data) -> Grown:
 
 #: the moves of block-oriented models (`bla_initialise`), each rebuilt by its factory
 BLOCK_MOVES = ("poly_degree", "nl_width", "order")
-#: generic moves a block-oriented model does not get (docs/own_data.md): an offset and a gain are in its span
-#: (the nonlinearity's constant and scale), the MLP residuals cost ~24 block moves for no better tail
+#: generic moves a block-oriented model does not get: in its span (offset, gain) or too costly (docs/own_data.md)
 NOT_FOR_BLOCKS = ("offset", "gain", "mlp_output", "mlp_state")
 #: every kind of `Augmentation` (docs/own_data.md)
 AUGMENTATIONS = ("offset", "gain", "output_poly", "input_poly", "state_output", "lowpass_output", "lowpass_input",
