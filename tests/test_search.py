@@ -97,6 +97,24 @@ def test_the_block_moves_start_at_their_parent(kind, n, nl):
     assert not Augmentation("order").applicable(_user()) and Augmentation("order").applicable(g2.model)
 
 
+def test_block_models_get_neither_the_moves_in_their_span_nor_the_mlp_residuals():
+    """An offset and a gain (in a block model's span: its nonlinearity's constant and scale) and the MLP
+    residuals (on the WH record 24x a block move's cost for no better tail) are not offered to a block-oriented
+    model, nor to a model grown from it by a generic move; a model of the user's own gets them."""
+    from ceem_casadi.workflow._augment import NOT_FOR_BLOCKS
+
+    rng = np.random.default_rng(2)
+    u = rng.normal(size=(300, 1))
+    data = cc.Trajectories([np.tanh(np.convolve(u[:, 0], [0.5, 0.3])[:300, None])], [u])
+    init = cc.workflow.bla_initialise("wiener", data, 2, feedthrough=True, degree=3)
+    grown = augment(Augmentation("state_output"), init.model, init.theta, init.x0, data,
+                    context_of(init.model, init.theta, init.x0, data), "s1")
+    for kind in NOT_FOR_BLOCKS:
+        assert not Augmentation(kind).applicable(init.model) and not Augmentation(kind).applicable(grown.model)
+        assert Augmentation(kind).applicable(_user())
+    assert Augmentation("state_output").applicable(grown.model) and Augmentation("poly_degree").applicable(init.model)
+
+
 def _curve_coefficients(model, tv, grid):
     """Monomial coefficients (constant, x, x^2, x^3) of the static output map g(x) at the vector tv."""
     y = np.array([float(model.g(x, 0.0, tv)) for x in grid])

@@ -20,6 +20,8 @@ __all__ = ["AUGMENTATIONS", "Augmentation", "Context", "Grown", "augment", "cont
 #: block-oriented models built by `bla_initialise`: model -> (factory, its keyword arguments), so that
 #: the ``poly_degree`` move can rebuild them with a higher degree (weak keys: no model is kept alive)
 _FAMILIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: models grown from a block-oriented one by a generic move (still no `NOT_FOR_BLOCKS` moves for them)
+_GROWN_FROM_BLOCKS: weakref.WeakSet = weakref.WeakSet()
 
 
 def register_family(model, factory, kwargs: dict) -> None:
@@ -111,12 +113,14 @@ class Augmentation:
                 "order": "order(+1)"}.get(self.kind, f"{self.kind}({self.width})" if "mlp" in self.kind else self.kind)
 
     def applicable(self, model) -> bool:
-        """Whether the move makes sense for ``model`` (input moves need inputs; the block moves a
-        block-oriented model of `bla_initialise`: ``poly_degree`` a polynomial, ``nl_width`` an MLP ``f``)."""
+        """Whether the move makes sense for ``model`` (input moves need inputs; the block moves a model of
+        `bla_initialise` (``poly_degree`` a polynomial, ``nl_width`` an MLP ``f``), which gets no `NOT_FOR_BLOCKS`)."""
+        kw = _FAMILIES[model][1] if model in _FAMILIES else None
         if self.kind in BLOCK_MOVES:
-            kw = _FAMILIES[model][1] if model in _FAMILIES else None
             need = {"poly_degree": "poly", "nl_width": "mlp"}.get(self.kind)
             return kw is not None and need in (None, kw.get("nonlinearity", "poly"))
+        if self.kind in NOT_FOR_BLOCKS and (kw is not None or model in _GROWN_FROM_BLOCKS):
+            return False
         return not (self.kind in ("input_poly", "lowpass_input") and model.nu == 0)
 
 
@@ -165,6 +169,8 @@ def _static(parent, theta, x0, data, new, tag, step, observe, first=None) -> Gro
         return {**parent.params.validate(th), **init}, x
 
     th0, x00 = lift(theta, x0, data)
+    if parent in _FAMILIES or parent in _GROWN_FROM_BLOCKS:
+        _GROWN_FROM_BLOCKS.add(model)
     return Grown(model, th0, x00, lift, sum(p.size for p in new))
 
 
@@ -295,6 +301,8 @@ def _rebuild(aug: Augmentation, parent, theta, x0, data) -> Grown:
 
 #: the moves of block-oriented models (`bla_initialise`), each rebuilt by its factory
 BLOCK_MOVES = ("poly_degree", "nl_width", "order")
+#: generic moves a block-oriented model does not get: in its span (offset, gain) or too costly (docs/own_data.md)
+NOT_FOR_BLOCKS = ("offset", "gain", "mlp_output", "mlp_state")
 #: every kind of `Augmentation` (docs/own_data.md)
 AUGMENTATIONS = ("offset", "gain", "output_poly", "input_poly", "state_output", "lowpass_output", "lowpass_input",
                  "mlp_output", "mlp_state", "poly_degree", "order", "nl_width")

@@ -1,7 +1,5 @@
-"""The noise-calibration stage of `identify` and its acceptance test (estimation data only): the
-calibrated fit is kept only when its free run lowers the CE-EM stage's output-error objective and it
-pins no free parameter at a bound that CE-EM left inside (docs/own_data.md, the noise-calibration row).
-"""
+"""The noise-calibration stage of `identify`, kept only when it lowers CE-EM's output-error objective without
+pinning a free parameter at a bound (estimation data only; docs/own_data.md, the noise-calibration row)."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,7 +1,5 @@
-"""Seeded multi-starts around a guess: ``starts=n`` of [`identify`][ceem_casadi.identify] and
-[`refine_output_error`][ceem_casadi.refine_output_error] (`log_uniform_starts`), and the resolution of
-every form ``starts=`` takes (`resolve_starts`).
-"""
+"""Seeded multi-starts around a guess (`log_uniform_starts`: ``starts=n`` of [`identify`][ceem_casadi.identify]
+and [`refine_output_error`][ceem_casadi.refine_output_error]) and every form ``starts=`` takes (`resolve_starts`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence

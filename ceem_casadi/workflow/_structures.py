@@ -1,9 +1,5 @@
-"""A structure comparison on estimation data only.
-
-`compare_structures` fits candidate model structures by output error and ranks them by AIC
-(``N log(mean squared weighted error) + 2 k``, k = free parameters + initial states) or by the
-error on a held-out tail of every estimation trajectory (``criterion="split"``).
-"""
+"""`compare_structures`: candidate structures fitted by output error and ranked on estimation data only
+(AIC or a held-out tail of every trajectory)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
