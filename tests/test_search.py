@@ -99,9 +99,11 @@ def test_the_block_moves_start_at_their_parent(kind, n, nl):
 
 def test_block_models_get_neither_the_moves_in_their_span_nor_the_mlp_residuals():
     """An offset and a gain (in a block model's span: its nonlinearity's constant and scale) and the MLP
-    residuals (on the WH record 24x a block move's cost for no better tail) are not offered to a block-oriented
-    model, nor to a model grown from it by a generic move; a model of the user's own gets them."""
+    residuals (on the WH record 24x a block move's cost for no better tail) are not among the default moves
+    of a block-oriented model, nor of a model grown from it by a generic move; a model of the user's own gets
+    them, and so does a block model whose user lists them explicitly."""
     from ceem_casadi.workflow._augment import NOT_FOR_BLOCKS
+    from ceem_casadi.workflow._search import _moves
 
     rng = np.random.default_rng(2)
     u = rng.normal(size=(300, 1))
@@ -109,10 +111,14 @@ def test_block_models_get_neither_the_moves_in_their_span_nor_the_mlp_residuals(
     init = cc.workflow.bla_initialise("wiener", data, 2, feedthrough=True, degree=3)
     grown = augment(Augmentation("state_output"), init.model, init.theta, init.x0, data,
                     context_of(init.model, init.theta, init.x0, data), "s1")
-    for kind in NOT_FOR_BLOCKS:
-        assert not Augmentation(kind).applicable(init.model) and not Augmentation(kind).applicable(grown.model)
-        assert Augmentation(kind).applicable(_user())
-    assert Augmentation("state_output").applicable(grown.model) and Augmentation("poly_degree").applicable(init.model)
+
+    def kinds(model, opts=None):
+        return {a.kind for a in _moves(opts or SearchOptions(), {"model": model, "structure": "user model"})}
+    for model in (init.model, grown.model):
+        assert not kinds(model) & set(NOT_FOR_BLOCKS) and "state_output" in kinds(model)
+    assert set(NOT_FOR_BLOCKS) <= kinds(_user())
+    assert kinds(init.model, SearchOptions(augmentations=NOT_FOR_BLOCKS)) == set(NOT_FOR_BLOCKS)
+    assert "poly_degree" in kinds(init.model)
 
 
 def _curve_coefficients(model, tv, grid):

@@ -15,13 +15,19 @@ from ..model._nn import MLP
 from ..model._params import Param, Parameters
 from ..model._simulation import run
 
-__all__ = ["AUGMENTATIONS", "Augmentation", "Context", "Grown", "augment", "context_of", "register_family"]
+__all__ = ["AUGMENTATIONS", "Augmentation", "Context", "Grown", "augment", "context_of", "is_block_oriented",
+           "register_family"]
 
 #: block-oriented models built by `bla_initialise`: model -> (factory, its keyword arguments), so that
 #: the ``poly_degree`` move can rebuild them with a higher degree (weak keys: no model is kept alive)
 _FAMILIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: models grown from a block-oriented one by a generic move (still no `NOT_FOR_BLOCKS` moves for them)
 _GROWN_FROM_BLOCKS: weakref.WeakSet = weakref.WeakSet()
+
+
+def is_block_oriented(model) -> bool:
+    """Whether ``model`` came from `bla_initialise`, directly or grown from such a model by a generic move."""
+    return model in _FAMILIES or model in _GROWN_FROM_BLOCKS
 
 
 def register_family(model, factory, kwargs: dict) -> None:
@@ -113,14 +119,12 @@ class Augmentation:
                 "order": "order(+1)"}.get(self.kind, f"{self.kind}({self.width})" if "mlp" in self.kind else self.kind)
 
     def applicable(self, model) -> bool:
-        """Whether the move makes sense for ``model`` (input moves need inputs; the block moves a model of
-        `bla_initialise` (``poly_degree`` a polynomial, ``nl_width`` an MLP ``f``), which gets no `NOT_FOR_BLOCKS`)."""
-        kw = _FAMILIES[model][1] if model in _FAMILIES else None
+        """Whether the move makes sense for ``model`` (input moves need inputs; the block moves a
+        block-oriented model of `bla_initialise`: ``poly_degree`` a polynomial, ``nl_width`` an MLP ``f``)."""
         if self.kind in BLOCK_MOVES:
+            kw = _FAMILIES[model][1] if model in _FAMILIES else None
             need = {"poly_degree": "poly", "nl_width": "mlp"}.get(self.kind)
             return kw is not None and need in (None, kw.get("nonlinearity", "poly"))
-        if self.kind in NOT_FOR_BLOCKS and (kw is not None or model in _GROWN_FROM_BLOCKS):
-            return False
         return not (self.kind in ("input_poly", "lowpass_input") and model.nu == 0)
 
 
@@ -169,7 +173,7 @@ def _static(parent, theta, x0, data, new, tag, step, observe, first=None) -> Gro
         return {**parent.params.validate(th), **init}, x
 
     th0, x00 = lift(theta, x0, data)
-    if parent in _FAMILIES or parent in _GROWN_FROM_BLOCKS:
+    if is_block_oriented(parent):
         _GROWN_FROM_BLOCKS.add(model)
     return Grown(model, th0, x00, lift, sum(p.size for p in new))
 
@@ -301,7 +305,8 @@ def _rebuild(aug: Augmentation, parent, theta, x0, data) -> Grown:
 
 #: the moves of block-oriented models (`bla_initialise`), each rebuilt by its factory
 BLOCK_MOVES = ("poly_degree", "nl_width", "order")
-#: generic moves a block-oriented model does not get: in its span (offset, gain) or too costly (docs/own_data.md)
+#: generic moves the default search does not offer a block-oriented model: in its span (offset, gain) or too
+#: costly for no better tail (MLP residuals; docs/own_data.md); a user who lists them explicitly gets them
 NOT_FOR_BLOCKS = ("offset", "gain", "mlp_output", "mlp_state")
 #: every kind of `Augmentation` (docs/own_data.md)
 AUGMENTATIONS = ("offset", "gain", "output_poly", "input_poly", "state_output", "lowpass_output", "lowpass_input",

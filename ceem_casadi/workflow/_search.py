@@ -12,8 +12,8 @@ from ..errors import CeemError
 from ..io._data import Trajectories
 from ..model._simulation import run
 from ..runtime import _policy as policy
-from ._augment import augment, context_of
-from ._search_options import SearchOptions, SearchResult
+from ._augment import NOT_FOR_BLOCKS, augment, context_of, is_block_oriented
+from ._search_options import DEFAULT_AUGMENTATIONS, SearchOptions, SearchResult
 from .output_error import OutputErrorOptions, refine_output_error
 
 __all__ = ["free_run_errors", "objective_of", "structure_search"]
@@ -153,9 +153,11 @@ def _rank(node) -> tuple:
 
 
 def _moves(opts, node) -> list:
-    """The moves applicable to ``node``, in the options' order with the costly ones last."""
+    """The moves applicable to ``node``, in the options' order with the costly ones last; the default
+    moves skip `NOT_FOR_BLOCKS` on a block-oriented model (an explicit list is taken as given)."""
     used = node["structure"].split(" + ")[1:]
-    return sorted([a for a in opts.augmentations if a.applicable(node["model"])
+    skip = NOT_FOR_BLOCKS if opts.augmentations == DEFAULT_AUGMENTATIONS and is_block_oriented(node["model"]) else ()
+    return sorted([a for a in opts.augmentations if a.applicable(node["model"]) and a.kind not in skip
                    and used.count(a.label) < REPEATS.get(a.kind, 1)], key=lambda a: a.kind in COSTLY)
 
 
