@@ -3,6 +3,7 @@ or any ``concurrent.futures`` pool), with the solvers cached per worker thread (
 """
 from __future__ import annotations
 
+import ctypes
 import pickle
 import threading
 import time
@@ -163,6 +164,18 @@ def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
     return (*terms_of(solvers(spec).learner(ls.lengths), ls.P, z, what)[:-1], time.perf_counter() - t0)
 
 
+def keep_freed_memory(mmap_from: int = 32 << 20) -> None:
+    """Let glibc's malloc keep freed blocks below ``mmap_from`` bytes for reuse in this process (a Dask worker: its
+    nanny sets ``MALLOC_TRIM_THRESHOLD_``, which pins the mmap threshold at 128 kB, so every large temporary of a
+    shard's learning terms was mapped and page-faulted anew: 1.7x the CPU, docs/scaling.md). Not glibc: no-op."""
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-3, mmap_from)  # M_MMAP_THRESHOLD (at most 32 MB on 64-bit)
+    mallopt(-1, 2 * mmap_from)  # M_TRIM_THRESHOLD: what glibc's own dynamic rule would reach
+
+
 class ShardActor:
     """One shard on one Dask worker (a Dask actor): its data, its recent state trajectories by
     version number, and its learner parameters during a learning step. Method calls go straight
@@ -173,6 +186,7 @@ class ShardActor:
 
     def __init__(self, spec: ModelSpec, shard):
         self.spec, self.shard = spec, shard
+        keep_freed_memory()
         self.versions: OrderedDict = OrderedDict()
         self.learning: LearningShard | None = None
 
