@@ -160,7 +160,7 @@ def _dask_malloc() -> None:
     mallopt(-1, 64 << 10)
 
 
-def contention(client, name, B, T, seed=0, reps=3, rounds=6) -> dict:
+def contention(client, name, B, T, seed=0, reps=3, rounds=3) -> dict:
     """Each shard's task alone (the other workers idle) against all at once, per step: client wall and the
     worker process's CPU (s). CPU per task rising when the shards run together is contention (memory bandwidth,
     page faults), wall rising more than CPU is waiting for a core (a loaded machine). At the states and
