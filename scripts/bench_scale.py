@@ -121,11 +121,11 @@ def run_config(client, name, B, T, iters, workers, seed=0) -> dict:
     model, data, theta0, learner, smoother = PROBLEMS[name](B, T, seed)
     sharded = Sharded(client)
     stamps = [(time.perf_counter(), time.process_time())]
-    t0 = time.perf_counter()
+    cpu0, t0 = client.run(_worker_cpu), time.perf_counter()
     res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(
         max_iters=iters, tol=0.0, executor=sharded, learner=learner, smoother=smoother),
         callback=lambda rec: stamps.append((time.perf_counter(), time.process_time())))
-    total = time.perf_counter() - t0
+    total, cpu1 = time.perf_counter() - t0, client.run(_worker_cpu)
     rows = per_iteration(sharded.stats, len(res.history))
     walls = np.diff(np.array(stamps), axis=0)[1:]  # from the end of iteration 1 on (it includes sending x0)
     for r, (w, cpu) in zip(rows[1:], walls):
@@ -141,7 +141,9 @@ def run_config(client, name, B, T, iters, workers, seed=0) -> dict:
     return dict(model=name, B=B, T=T, workers=workers, n_params=int(model.params.free_index.size),
                 iterations=len(res.history), status=str(res.status), total_s=total, build_s=res.build_s,
                 setup_s=setup["wall_s"], setup_sent_bytes=setup["sent_bytes"],
-                states_bytes=int(sum(x.nbytes for x in res.x)), per_iter_median=med, per_iter=rows)
+                states_bytes=int(sum(x.nbytes for x in res.x)), per_iter_median=med, per_iter=rows,
+                # each worker's process CPU over the fit (setup and iteration 1 included) per iteration
+                worker_cpu_per_iter_s=sorted((cpu1[a][0] - cpu0[a][0]) / len(res.history) for a in cpu0))
 
 
 def _worker_cpu() -> tuple[float, float]:
@@ -251,6 +253,8 @@ def part_b(models, Bs, T, iters, worker_counts, seed=0, repeats=1, dask_config=Q
         ref = [r for r in out if r["model"] == row["model"] and r["B"] == row["B"] and r["workers"] == 1]
         if ref:
             row["speedup"] = ref[0]["per_iter_median"]["wall_s"] / row["per_iter_median"]["wall_s"]
+            row["cpu_ref"] = ref[0]["worker_cpu_per_iter_s"]
+            row["cpu_speedup"] = sum(row["cpu_ref"]) / max(row["worker_cpu_per_iter_s"])
     return out
 
 
@@ -377,7 +381,9 @@ def main(argv=None):
                                {} if a.dask_defaults else QUIET_DASK, a.contention_reps)
         for r in res["part_b"]:
             if "speedup" in r and r["workers"] != 1:
-                print(f"  speedup {r['model']} B={r['B']}: {r['speedup']:.2f}x with {r['workers']} workers")
+                print(f"  speedup {r['model']} B={r['B']}: {r['speedup']:.2f}x with {r['workers']} workers; workers' CPU "
+                      f"per iteration {np.round(r['worker_cpu_per_iter_s'], 3)} against {np.round(r['cpu_ref'], 3)} with one: "
+                      f"{r['cpu_speedup']:.2f}x (the speedup if every worker had its own core)")
     if "c" in parts:
         res["part_c"] = part_c(res["part_b"])
     print(markdown(res))
