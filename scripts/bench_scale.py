@@ -11,7 +11,9 @@ model of the per-iteration time fitted to (b) with its prediction for more worke
     client's time waiting for the map-reduce rounds and the rest (client-side IPOPT), J, the
     overhead (wall minus the slowest shard's compute in every step), the imbalance (slowest shard minus
     the shards' mean, summed over the steps) and the bytes of pickled payload sent to / received from the
-    workers. Speedup = wall(1 worker) / wall(2 workers).
+    workers. Speedup = wall(1 worker) / wall(2 workers); CPU speedup = the workers' process CPU per iteration with
+    one worker over the busiest worker's with W (the speedup if each worker had a core to itself: robust to load).
+    With most workers, `contention`: each shard's task alone against all at once (wall and CPU; ``--contention-reps``).
 (c) t(B, W) = (s + l) B / W + o_0 + o_1 W, fitted by least squares to (b) per model: s, l the
     smoothing and learning compute per trajectory, o the overhead (scheduling, transfer, client
     IPOPT); its prediction for 16 and 64 workers is a PREDICTION, not a measurement.
