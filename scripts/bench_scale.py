@@ -155,16 +155,21 @@ def _worker_cpu() -> tuple[float, float]:
     return time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _dask_malloc() -> None:
-    """Dask's malloc in this worker: the nanny's MALLOC_TRIM_THRESHOLD_ = 64 kB, the mmap threshold pinned at 128 kB."""
+def _dask_malloc(for_good: bool = False) -> None:
+    """Dask's malloc in this worker: the nanny's MALLOC_TRIM_THRESHOLD_ = 64 kB, the mmap threshold pinned at 128 kB;
+    ``for_good``: shard actors started later leave it so (``--dask-malloc``: the library's setting off)."""
     import ctypes
+
+    from ceem_casadi.distributed import _tasks
 
     mallopt = ctypes.CDLL("libc.so.6").mallopt
     mallopt(-3, 128 << 10)
     mallopt(-1, 64 << 10)
+    if for_good:
+        _tasks.keep_freed_memory = lambda: None
 
 
-def contention(client, name, B, T, seed=0, reps=3, rounds=3) -> dict:
+def contention(client, name, B, T, seed=0, reps=3, rounds=3, mallocs=("kept", "dask")) -> dict:
     """Each shard's task alone (the other workers idle) against all at once, per step: client wall and the
     worker process's CPU (s). CPU per task rising when the shards run together is contention (memory bandwidth,
     page faults), wall rising more than CPU is waiting for a core (a loaded machine). At the states and
@@ -195,7 +200,7 @@ def contention(client, name, B, T, seed=0, reps=3, rounds=3) -> dict:
         return [(wall, c1[engine.where[k]][0] - c0[engine.where[k]][0]) for k in ks]
 
     shards, out = range(len(engine.actors)), {}
-    for malloc in ("kept", "dask"):
+    for malloc in mallocs:
         if malloc == "dask":
             client.run(_dask_malloc)
         for step in (smooth, learn):
@@ -218,7 +223,7 @@ def median_run(runs: list[dict]) -> dict:
 
 
 def part_b(models, Bs, T, iters, worker_counts, seed=0, repeats=1, dask_config=QUIET_DASK,
-           contention_reps=3) -> list[dict]:
+           contention_reps=3, dask_malloc=False) -> list[dict]:
     import dask
     from distributed import Client, LocalCluster
 
@@ -230,6 +235,8 @@ def part_b(models, Bs, T, iters, worker_counts, seed=0, repeats=1, dask_config=Q
         for w in counts:  # one cluster, scaled up (each worker a fresh process with an empty solver cache)
             cluster.scale(w)
             client.wait_for_workers(w)
+            if dask_malloc:
+                client.run(_dask_malloc, True)
             start = time.perf_counter() - t0
             for name in models:
                 for B in Bs:
@@ -243,7 +250,8 @@ def part_b(models, Bs, T, iters, worker_counts, seed=0, repeats=1, dask_config=Q
                           f"{m['client_serial_s']:.3f} s, client CPU {m['client_cpu_s']:.3f} s; "
                           f"{m['sent_bytes'] / 1e3:.1f} kB out, {m['received_bytes'] / 1e3:.1f} kB in)", flush=True)
                     if contention_reps and w == counts[-1] > 1:
-                        row["contention"] = contention(client, name, B, T, seed, contention_reps)
+                        row["contention"] = contention(client, name, B, T, seed, contention_reps,
+                                                       mallocs=("dask",) if dask_malloc else ("kept", "dask"))
                         for key, c in row["contention"].items():
                             if isinstance(c, dict):
                                 print(f"    {key:12s} per task alone: {c['alone_wall_s']:.3f} s wall, {c['alone_cpu_s']:.3f} "
@@ -356,6 +364,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=1, help="runs per configuration (part b: the median run is kept)")
     ap.add_argument("--contention-reps", type=int, default=3,
                     help="part b, most workers: each shard's task alone vs all at once, this many times (0: skip)")
+    ap.add_argument("--dask-malloc", action="store_true",
+                    help="part b: the workers keep Dask's malloc setting (the shard actors' keep_freed_memory off)")
     ap.add_argument("--dask-defaults", action="store_true", help="Dask's default configuration, not QUIET_DASK")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny sizes (seconds): Lorenz only (unless --models is given), B = 2, 4, T = 30, 2 iterations")
@@ -380,7 +390,7 @@ def main(argv=None):
         print("part (b): per EM iteration, medians")
         res["part_b"] = part_b(a.models.split(","), [int(b) for b in a.B.split(",")], a.T, a.iters,
                                [int(w) for w in a.workers.split(",")], a.seed, a.repeats,
-                               {} if a.dask_defaults else QUIET_DASK, a.contention_reps)
+                               {} if a.dask_defaults else QUIET_DASK, a.contention_reps, a.dask_malloc)
         for r in res["part_b"]:
             if "speedup" in r and r["workers"] != 1:
                 print(f"  speedup {r['model']} B={r['B']}: {r['speedup']:.2f}x with {r['workers']} workers; workers' CPU "
