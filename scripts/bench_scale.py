@@ -254,9 +254,9 @@ def part_b(models, Bs, T, iters, worker_counts, seed=0, repeats=1, dask_config=Q
                                                        mallocs=("dask",) if dask_malloc else ("kept", "dask"))
                         for key, c in row["contention"].items():
                             if isinstance(c, dict):
-                                print(f"    {key:12s} per task alone: {c['alone_wall_s']:.3f} s wall, {c['alone_cpu_s']:.3f} "
-                                      f"s CPU; all {w} at once: {c['together_wall_s']:.3f} s wall, "
-                                      f"{c['together_cpu_s']:.3f} s CPU (CPU x{c['cpu_ratio']:.3f})", flush=True)
+                                print(f"    {key:12s} per task alone: {c['alone_wall_s']:.3f} s wall, "
+                                      f"{c['alone_cpu_s']:.3f} s CPU; all {w} at once: {c['together_wall_s']:.3f} s "
+                                      f"wall, {c['together_cpu_s']:.3f} s CPU (CPU x{c['cpu_ratio']:.3f})", flush=True)
                     out.append(row)
             t0 = time.perf_counter()
     for row in out:  # speedup against the 1-worker run of the same problem
@@ -393,9 +393,10 @@ def main(argv=None):
                                {} if a.dask_defaults else QUIET_DASK, a.contention_reps, a.dask_malloc)
         for r in res["part_b"]:
             if "speedup" in r and r["workers"] != 1:
-                print(f"  speedup {r['model']} B={r['B']}: {r['speedup']:.2f}x with {r['workers']} workers; workers' CPU "
-                      f"per iteration {np.round(r['worker_cpu_per_iter_s'], 3)} against {np.round(r['cpu_ref'], 3)} with one: "
-                      f"{r['cpu_speedup']:.2f}x (the speedup if every worker had its own core)")
+                print(f"  speedup {r['model']} B={r['B']}: {r['speedup']:.2f}x with {r['workers']} workers; "
+                      f"workers' CPU per iteration {np.round(r['worker_cpu_per_iter_s'], 3)} against "
+                      f"{np.round(r['cpu_ref'], 3)} with one: {r['cpu_speedup']:.2f}x (the speedup if every worker "
+                      "had its own core)")
     if "c" in parts:
         res["part_c"] = part_c(res["part_b"])
     print(markdown(res))

@@ -156,7 +156,7 @@ def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
 def keep_freed_memory(mmap_from: int = 32 << 20) -> None:
     """Let glibc's malloc keep freed blocks below ``mmap_from`` bytes for reuse in this process (a Dask worker: its
     nanny sets ``MALLOC_TRIM_THRESHOLD_``, which pins the mmap threshold at 128 kB, so every large temporary of a
-    shard's learning terms was mapped and page-faulted anew: 1.7x the CPU, docs/scaling.md). Not glibc: no-op."""
+    shard's learning terms was mapped and page-faulted anew: 1.3-2.5x their CPU, docs/scaling.md). Not glibc: no-op."""
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):
