@@ -11,7 +11,9 @@ model of the per-iteration time fitted to (b) with its prediction for more worke
     client's time waiting for the map-reduce rounds and the rest (client-side IPOPT), J, the
     overhead (wall minus the slowest shard's compute in every step), the imbalance (slowest shard minus
     the shards' mean, summed over the steps) and the bytes of pickled payload sent to / received from the
-    workers. Speedup = wall(1 worker) / wall(2 workers).
+    workers. Speedup = wall(1 worker) / wall(2 workers); CPU speedup = the workers' process CPU per iteration with
+    one worker over the busiest worker's with W (the speedup if each worker had a core to itself: robust to load).
+    With most workers, `contention`: each shard's task alone against all at once (wall and CPU; ``--contention-reps``).
 (c) t(B, W) = (s + l) B / W + o_0 + o_1 W, fitted by least squares to (b) per model: s, l the
     smoothing and learning compute per trajectory, o the overhead (scheduling, transfer, client
     IPOPT); its prediction for 16 and 64 workers is a PREDICTION, not a measurement.
@@ -27,6 +29,7 @@ import logging
 import os
 import platform
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -120,11 +123,11 @@ def run_config(client, name, B, T, iters, workers, seed=0) -> dict:
     model, data, theta0, learner, smoother = PROBLEMS[name](B, T, seed)
     sharded = Sharded(client)
     stamps = [(time.perf_counter(), time.process_time())]
-    t0 = time.perf_counter()
+    cpu0, t0 = client.run(_worker_cpu), time.perf_counter()
     res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(
         max_iters=iters, tol=0.0, executor=sharded, learner=learner, smoother=smoother),
         callback=lambda rec: stamps.append((time.perf_counter(), time.process_time())))
-    total = time.perf_counter() - t0
+    total, cpu1 = time.perf_counter() - t0, client.run(_worker_cpu)
     rows = per_iteration(sharded.stats, len(res.history))
     walls = np.diff(np.array(stamps), axis=0)[1:]  # from the end of iteration 1 on (it includes sending x0)
     for r, (w, cpu) in zip(rows[1:], walls):
@@ -140,7 +143,76 @@ def run_config(client, name, B, T, iters, workers, seed=0) -> dict:
     return dict(model=name, B=B, T=T, workers=workers, n_params=int(model.params.free_index.size),
                 iterations=len(res.history), status=str(res.status), total_s=total, build_s=res.build_s,
                 setup_s=setup["wall_s"], setup_sent_bytes=setup["sent_bytes"],
-                states_bytes=int(sum(x.nbytes for x in res.x)), per_iter_median=med, per_iter=rows)
+                states_bytes=int(sum(x.nbytes for x in res.x)), per_iter_median=med, per_iter=rows,
+                # each worker's process CPU over the fit (setup and iteration 1 included) per iteration
+                worker_cpu_per_iter_s=sorted((cpu1[a][0] - cpu0[a][0]) / len(res.history) for a in cpu0))
+
+
+def _worker_cpu() -> tuple[float, float]:
+    """(CPU seconds, peak RSS in MB) of this process (run on a worker by ``client.run``)."""
+    import resource
+
+    return time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _dask_malloc(for_good: bool = False) -> None:
+    """Dask's malloc in this worker: the nanny's MALLOC_TRIM_THRESHOLD_ = 64 kB, the mmap threshold pinned at 128 kB;
+    ``for_good``: shard actors started later leave it so (``--dask-malloc``: the library's setting off)."""
+    import ctypes
+
+    from ceem_casadi.distributed import _tasks
+
+    mallopt = ctypes.CDLL("libc.so.6").mallopt
+    mallopt(-3, 128 << 10)
+    mallopt(-1, 64 << 10)
+    if for_good:
+        _tasks.keep_freed_memory = lambda: None
+
+
+def contention(client, name, B, T, seed=0, reps=3, rounds=3, mallocs=("kept", "dask")) -> dict:
+    """Each shard's task alone (the other workers idle) against all at once, per step: client wall and the
+    worker process's CPU (s). CPU per task rising when the shards run together is contention (memory bandwidth,
+    page faults), wall rising more than CPU is waiting for a core (a loaded machine). At the states and
+    parameters after one EM iteration; ``learn``: the learner's setup and ``rounds`` rounds of cost, gradient and
+    Hessian. ``kept``: the library's malloc setting in the shard actors (`keep_freed_memory`); ``dask``: the
+    nanny's, set back by ``client.run`` after the ``kept`` rows."""
+    model, data, theta0, learner, smoother = PROBLEMS[name](B, T, seed)
+    fit = cc.ceem(model, data, theta0, options=cc.CEEMOptions(max_iters=1, tol=0.0, executor=Sharded(client),
+                                                              learner=learner, smoother=smoother))
+    engine = Sharded(client).start(model, data, smoother, learner, None)
+    version, _ = engine._version_of([np.asarray(x) for x in fit.x])
+    theta = model.params.to_vector(fit.theta)
+    z = theta[model.params.free_index]
+
+    def smooth(k):
+        engine.actors[k].smooth(theta, version, -1, None).result()  # the source version stays
+
+    def learn(k):
+        engine.actors[k].terms(z, "all", (theta, version)).result()
+        for _ in range(rounds - 1):
+            engine.actors[k].terms(z, "all").result()
+
+    def run(step, ks) -> list[tuple]:
+        c0, w0 = client.run(_worker_cpu), time.perf_counter()
+        with ThreadPoolExecutor(len(ks)) as pool:
+            list(pool.map(step, ks))
+        wall, c1 = time.perf_counter() - w0, client.run(_worker_cpu)
+        return [(wall, c1[engine.where[k]][0] - c0[engine.where[k]][0]) for k in ks]
+
+    shards, out = range(len(engine.actors)), {}
+    for malloc in mallocs:
+        if malloc == "dask":
+            client.run(_dask_malloc)
+        for step in (smooth, learn):
+            alone, together = [], []
+            for _ in range(reps):  # alternately, so that the machine's load hits both alike
+                alone += [r for k in shards for r in run(step, [k])]
+                together += run(step, list(shards))
+            a, t = np.median(alone, axis=0), np.median(together, axis=0)
+            out[f"{step.__name__}_{malloc}"] = dict(alone_wall_s=a[0], alone_cpu_s=a[1], together_wall_s=t[0],
+                                                    together_cpu_s=t[1], cpu_ratio=t[1] / a[1])
+    out["worker_peak_rss_mb"] = max(v[1] for v in client.run(_worker_cpu).values())
+    return out
 
 
 def median_run(runs: list[dict]) -> dict:
@@ -150,7 +222,8 @@ def median_run(runs: list[dict]) -> dict:
     return {**runs[len(runs) // 2], "repeat_walls_s": [r["per_iter_median"]["wall_s"] for r in runs]}
 
 
-def part_b(models, Bs, T, iters, worker_counts, seed=0, repeats=1, dask_config=QUIET_DASK) -> list[dict]:
+def part_b(models, Bs, T, iters, worker_counts, seed=0, repeats=1, dask_config=QUIET_DASK,
+           contention_reps=3, dask_malloc=False) -> list[dict]:
     import dask
     from distributed import Client, LocalCluster
 
@@ -162,6 +235,8 @@ def part_b(models, Bs, T, iters, worker_counts, seed=0, repeats=1, dask_config=Q
         for w in counts:  # one cluster, scaled up (each worker a fresh process with an empty solver cache)
             cluster.scale(w)
             client.wait_for_workers(w)
+            if dask_malloc:
+                client.run(_dask_malloc, True)
             start = time.perf_counter() - t0
             for name in models:
                 for B in Bs:
@@ -174,12 +249,22 @@ def part_b(models, Bs, T, iters, worker_counts, seed=0, repeats=1, dask_config=Q
                           f"{m['learn_calls']:.0f} rounds; overhead {m['overhead_s']:.3f}, imbalance {m['imbalance_s']:.3f}; client serial "
                           f"{m['client_serial_s']:.3f} s, client CPU {m['client_cpu_s']:.3f} s; "
                           f"{m['sent_bytes'] / 1e3:.1f} kB out, {m['received_bytes'] / 1e3:.1f} kB in)", flush=True)
+                    if contention_reps and w == counts[-1] > 1:
+                        row["contention"] = contention(client, name, B, T, seed, contention_reps,
+                                                       mallocs=("dask",) if dask_malloc else ("kept", "dask"))
+                        for key, c in row["contention"].items():
+                            if isinstance(c, dict):
+                                print(f"    {key:12s} per task alone: {c['alone_wall_s']:.3f} s wall, "
+                                      f"{c['alone_cpu_s']:.3f} s CPU; all {w} at once: {c['together_wall_s']:.3f} s "
+                                      f"wall, {c['together_cpu_s']:.3f} s CPU (CPU x{c['cpu_ratio']:.3f})", flush=True)
                     out.append(row)
             t0 = time.perf_counter()
     for row in out:  # speedup against the 1-worker run of the same problem
         ref = [r for r in out if r["model"] == row["model"] and r["B"] == row["B"] and r["workers"] == 1]
         if ref:
             row["speedup"] = ref[0]["per_iter_median"]["wall_s"] / row["per_iter_median"]["wall_s"]
+            row["cpu_ref"] = ref[0]["worker_cpu_per_iter_s"]
+            row["cpu_speedup"] = sum(row["cpu_ref"]) / max(row["worker_cpu_per_iter_s"])
     return out
 
 
@@ -277,12 +362,16 @@ def main(argv=None):
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=1, help="runs per configuration (part b: the median run is kept)")
+    ap.add_argument("--contention-reps", type=int, default=3,
+                    help="part b, most workers: each shard's task alone vs all at once, this many times (0: skip)")
+    ap.add_argument("--dask-malloc", action="store_true",
+                    help="part b: the workers keep Dask's malloc setting (the shard actors' keep_freed_memory off)")
     ap.add_argument("--dask-defaults", action="store_true", help="Dask's default configuration, not QUIET_DASK")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny sizes (seconds): Lorenz only (unless --models is given), B = 2, 4, T = 30, 2 iterations")
     a = ap.parse_args(argv)
     if a.smoke:
-        a.B, a.T, a.iters = "2,4", 30, 2
+        a.B, a.T, a.iters, a.contention_reps = "2,4", 30, 2, 1
         a.models = a.models if "--models" in (argv or []) else "lorenz"
     parts = set(a.parts.split(","))
     if not parts <= {"a", "b", "c"}:
@@ -301,10 +390,13 @@ def main(argv=None):
         print("part (b): per EM iteration, medians")
         res["part_b"] = part_b(a.models.split(","), [int(b) for b in a.B.split(",")], a.T, a.iters,
                                [int(w) for w in a.workers.split(",")], a.seed, a.repeats,
-                               {} if a.dask_defaults else QUIET_DASK)
+                               {} if a.dask_defaults else QUIET_DASK, a.contention_reps, a.dask_malloc)
         for r in res["part_b"]:
             if "speedup" in r and r["workers"] != 1:
-                print(f"  speedup {r['model']} B={r['B']}: {r['speedup']:.2f}x with {r['workers']} workers")
+                print(f"  speedup {r['model']} B={r['B']}: {r['speedup']:.2f}x with {r['workers']} workers; "
+                      f"workers' CPU per iteration {np.round(r['worker_cpu_per_iter_s'], 3)} against "
+                      f"{np.round(r['cpu_ref'], 3)} with one: {r['cpu_speedup']:.2f}x (the speedup if every worker "
+                      "had its own core)")
     if "c" in parts:
         res["part_c"] = part_c(res["part_b"])
     print(markdown(res))

@@ -3,6 +3,7 @@ ProcessPoolExecutor give the sequential fit; workers build their solvers once; s
 the Dask workers; unsupported executors are refused."""
 from __future__ import annotations
 
+import platform
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -88,6 +89,27 @@ def test_dask_workers_build_solvers_once(problem, client):
         new = {d: n - before.get(worker, {}).get(d, 0) for d, n in builds.items()}
         assert sum(new.values()) <= 1, (worker, new)  # at most one build per worker over 6 iterations
     assert sum(sum(b.values()) for b in after.values()) >= 2  # both workers built (and hold) solvers
+
+
+def _faults_reallocating(mb: int = 1, times: int = 8) -> int:
+    """Minor page faults of this process while an ``mb`` MB array is allocated, written and freed ``times`` times."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(times):
+        np.ones(mb << 17)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
+def test_dask_workers_keep_freed_memory_for_reuse(problem, client):
+    """Dask's nannies start the workers with MALLOC_TRIM_THRESHOLD_ set, which pins glibc's mmap threshold at
+    128 kB: every larger temporary is then mapped and page-faulted anew (256 faults per MB; measured 2,056 for eight
+    1 MB arrays). Once a fit's shard actors are on a worker (`keep_freed_memory`), the freed block is reused: 0."""
+    model, data, theta0 = problem
+    cc.ceem(model, data, theta0, options=cc.CEEMOptions(executor=client, max_iters=1, tol=0.0))
+    for faults in client.run(_faults_reallocating).values():
+        assert faults < (1 << 20) // 4096
 
 
 def test_process_pool_fit_equals_sequential(problem, sequential):

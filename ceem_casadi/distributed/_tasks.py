@@ -3,6 +3,7 @@ or any ``concurrent.futures`` pool), with the solvers cached per worker thread (
 """
 from __future__ import annotations
 
+import ctypes
 import pickle
 import threading
 import time
@@ -107,10 +108,9 @@ def prepare(spec: ModelSpec, shard) -> tuple[str, float]:
 
 
 def smooth(spec: ModelSpec, theta_vec, shard, xs, remaining: float | None) -> ShardState:
-    """Smooth every trajectory of ``shard`` warm-started at ``xs`` (a list or a `ShardState`);
+    """Smooth every trajectory of ``shard`` warm-started at ``xs`` (list of (T_b, nx));
     ``remaining`` is the fit's time budget left (s) or None."""
     t0 = time.perf_counter()
-    xs = xs.xs if isinstance(xs, ShardState) else xs
     smoother = solvers(spec).smoother_for(shard.lengths)
     expires = None if remaining is None else time.perf_counter() + remaining
     with deadline(expires):
@@ -118,16 +118,6 @@ def smooth(spec: ModelSpec, theta_vec, shard, xs, remaining: float | None) -> Sh
     summary = ShardSummary([r.status for r in res], [bool(np.all(np.isfinite(r.x))) for r in res],
                            [r.iterations for r in res], [r.wall_s for r in res], time.perf_counter() - t0)
     return ShardState([r.x for r in res], summary)
-
-
-def states(state) -> list:
-    """The states of a `ShardState` (or of a plain list)."""
-    return state.xs if isinstance(state, ShardState) else state
-
-
-def log_density(spec: ModelSpec, theta_vec, shard, xs) -> float:
-    """The shard's part of J (all constants included), [`joint_log_density`][ceem_casadi.objective.joint_log_density]."""
-    return joint_log_density(solvers(spec).smoother, np.asarray(theta_vec, float), shard, states(xs))
 
 
 @dataclass
@@ -140,11 +130,11 @@ class LearningShard:
 
 
 def learning_setup(spec: ModelSpec, theta_vec, shard, xs) -> LearningShard:
-    """The shard's learner parameter vector at ``theta_vec`` (fixed entries) and its states."""
+    """The shard's learner parameter vector at ``theta_vec`` (fixed entries) and its states ``xs``."""
     learner = solvers(spec).learner(shard.lengths)
     # converted to a DM once: passed as numpy (all the shard's stage data: 2.3 M entries for
     # Lorenz, B = 256, T = 500) it was converted in every call, 0.24 s each (measured)
-    return LearningShard(tuple(shard.lengths), ca.DM(learner.parameter_vector(theta_vec, shard, states(xs), 0.0)))
+    return LearningShard(tuple(shard.lengths), ca.DM(learner.parameter_vector(theta_vec, shard, xs, 0.0)))
 
 
 def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
@@ -163,6 +153,18 @@ def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
     return (*terms_of(solvers(spec).learner(ls.lengths), ls.P, z, what)[:-1], time.perf_counter() - t0)
 
 
+def keep_freed_memory(mmap_from: int = 32 << 20) -> None:
+    """Let glibc's malloc keep freed blocks below ``mmap_from`` bytes for reuse in this process (a Dask worker: its
+    nanny sets ``MALLOC_TRIM_THRESHOLD_``, which pins the mmap threshold at 128 kB, so every large temporary of a
+    shard's learning terms was mapped and page-faulted anew: 1.3-2.5x their CPU, docs/scaling.md). Not glibc: no-op."""
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-3, mmap_from)  # M_MMAP_THRESHOLD (at most 32 MB on 64-bit)
+    mallopt(-1, 2 * mmap_from)  # M_TRIM_THRESHOLD: what glibc's own dynamic rule would reach
+
+
 class ShardActor:
     """One shard on one Dask worker (a Dask actor): its data, its recent state trajectories by
     version number, and its learner parameters during a learning step. Method calls go straight
@@ -173,13 +175,14 @@ class ShardActor:
 
     def __init__(self, spec: ModelSpec, shard):
         self.spec, self.shard = spec, shard
+        keep_freed_memory()
         self.versions: OrderedDict = OrderedDict()
         self.learning: LearningShard | None = None
 
     def prepare(self) -> tuple[str, float]:
         return prepare(self.spec, self.shard)
 
-    def _store(self, version: int, xs: list) -> None:
+    def put(self, version: int, xs: list) -> None:
         self.versions[version] = xs
         while len(self.versions) > self.KEEP:
             self.versions.popitem(last=False)
@@ -190,29 +193,25 @@ class ShardActor:
                            f"{list(self.versions)}); it was superseded by newer iterates")
         return self.versions[version]
 
-    def put(self, version: int, xs: list) -> None:
-        self._store(version, xs)
-
     def smooth(self, theta_vec, source: int, target: int, remaining: float | None) -> ShardSummary:
         state = smooth(self.spec, theta_vec, self.shard, self._get(source), remaining)
-        self._store(target, state.xs)
+        self.put(target, state.xs)
         return state.summary
 
     def states(self, version: int) -> list:
         return self._get(version)
 
     def log_density(self, theta_vec, version: int) -> tuple[float, float]:
+        """The shard's part of J (all constants included, `joint_log_density`) and its seconds."""
         t0 = time.perf_counter()
-        return log_density(self.spec, theta_vec, self.shard, self._get(version)), time.perf_counter() - t0
-
-    def learning_setup(self, theta_vec, version: int) -> float:
-        t0 = time.perf_counter()
-        self.learning = learning_setup(self.spec, theta_vec, self.shard, self._get(version))
-        return time.perf_counter() - t0
+        J = joint_log_density(solvers(self.spec).smoother, np.asarray(theta_vec, float), self.shard, self._get(version))
+        return J, time.perf_counter() - t0
 
     def terms(self, z, what: str, setup: tuple | None = None):
         """`learning_terms` at ``z``, after `learning_setup` at ``setup = (theta_vec, version)`` when given
         (its seconds included)."""
-        t_setup = self.learning_setup(*setup) if setup is not None else 0.0
-        *out, seconds = learning_terms(self.spec, self.learning, z, what)
-        return (*out, seconds + t_setup)
+        t0 = time.perf_counter()
+        if setup is not None:
+            self.learning = learning_setup(self.spec, setup[0], self.shard, self._get(setup[1]))
+        *out, _ = learning_terms(self.spec, self.learning, z, what)
+        return (*out, time.perf_counter() - t0)
