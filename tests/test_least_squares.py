@@ -1,6 +1,8 @@
 """The Levenberg-Marquardt engine of ceem_casadi.workflow.output_error._least_squares (issue 24, item 1): agreement with
 scipy.optimize.least_squares, the best-iterate guarantee, multi-start, and the output-error failure
 cases of the issue reproduced on simulated data (IPOPT as the peer in the same run)."""
+import warnings
+
 import casadi as ca
 import numpy as np
 import pytest
@@ -53,6 +55,21 @@ def test_rosenbrock_and_scale_invariance():
     res2 = solve_least_squares(scaled, [-1.2, 1e3], options=OutputErrorOptions(tol=1e-15))
     assert res2.iterations == res.iterations
     np.testing.assert_allclose(res2.x, [1.0, 1e3], rtol=1e-9)
+
+
+def test_an_objective_that_overflows_at_the_start_is_a_failure_without_warnings():
+    """``exp(x) - 2`` from x = 380: the residual (about 1e165) is finite but its square overflows. The engine
+    reported "converged" (a gradient test on NaN) with numpy's overflow warnings; now a failure that says why.
+    From x = 3 the same problem converges to x = ln 2 (the prior term 0.1 (x - 1) pulls it slightly up)."""
+    x = ca.SX.sym("x")
+    fun = ca.Function("r", [x], [ca.vertcat(ca.exp(x) - 2.0, 0.1 * (x - 1))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bad = solve_least_squares(fun, [380.0])
+        good = solve_least_squares(fun, [3.0], options=OutputErrorOptions(tol=1e-15))
+    assert bad.status == "solver_failed" and not bad.success and "not finite at the start" in bad.message
+    ref = least_squares(lambda v: np.asarray(fun(v)).ravel(), [3.0], method="lm", **TIGHT)
+    assert good.status == "converged" and good.x[0] == pytest.approx(ref.x[0], rel=1e-5)
 
 
 def _pendulum():

@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sps
 
 from ...errors import OptionsError, ShapeError, SolverError
-from ...runtime._best import BestIterate
+from ...runtime._best import BestIterate, checked_status
 from ...runtime._solve import deadline_after
 from ...runtime._status import Status
 from ._output_error_options import LeastSquaresResult, OutputErrorOptions
@@ -47,7 +47,7 @@ class LeastSquaresProblem:
             if out is None:
                 return np.inf
             r = out[0]
-        return 0.5 * float(r @ r)
+        return half_squared_norm(r)
 
 
 def _blas_single_thread():
@@ -90,7 +90,7 @@ class _Engine:
 
     def _merit(self, r, c) -> float:
         """Scaled objective plus the l1 penalty of the scaled gaps."""
-        return 0.5 * float(r @ r) / self.norm + (self.nu * float(np.abs(c / self.cs).sum()) if self.q else 0.0)
+        return half_squared_norm(r) / self.norm + (self.nu * float(np.abs(c / self.cs).sum()) if self.q else 0.0)
 
     def _feasible(self, c) -> bool:
         return self.q == 0 or float(np.max(np.abs(c / self.cs), initial=0.0)) <= self.gap_tol
@@ -297,13 +297,13 @@ class _Engine:
         t0 = time.perf_counter()
         w = np.clip(np.asarray(w0, float), self.lower, self.upper)
         out = self.prob.evaluate(w, True)
-        if out is None:
-            return LeastSquaresResult(w, np.inf, np.inf, Status.SOLVER_FAILED,
-                                      "the residuals are not finite at the start; start inside the model's domain",
+        self.norm = np.inf if out is None else half_squared_norm(out[0])   # the objective relative to the start's
+        if not np.isfinite(self.norm):
+            return LeastSquaresResult(w, np.inf, np.inf, Status.SOLVER_FAILED, "the residuals or the objective are not "
+                                      "finite at the start; start inside the model's domain and closer to the data",
                                       0, 1, time.perf_counter() - t0, "start")
-        r = out[0]
-        self.norm = max(0.5 * float(r @ r), 1e-300)      # residual scaling: the objective relative to the start's
-        honest_start = self.prob.objective(w, r if self.q == 0 else None)
+        self.norm = max(self.norm, 1e-300)
+        honest_start = self.prob.objective(w, out[0] if self.q == 0 else None)
         self.best = BestIterate(w, honest_start, label="the starting point")
         self.history = [honest_start]
         self.D = np.zeros(w.size)
@@ -321,6 +321,8 @@ class _Engine:
         else:
             returned = "last"
         status, why = _exploding_guard(self.prob, status, why, cost)
+        status, refused = checked_status(status, cost)   # never "converged" on a non-finite objective
+        why = refused or why
         gap = 0.0
         if self.q:
             o = self.prob.evaluate(w_out, False)
@@ -330,6 +332,12 @@ class _Engine:
             msg += ". " + Status.DIVERGED.advice
         return LeastSquaresResult(w_out, float(cost), float(honest_start), status, msg, self.it, self.evals,
                                   time.perf_counter() - t0, returned, gap, self.history)
+
+
+def half_squared_norm(r) -> float:
+    """``0.5 ||r||^2`` of the residual vector ``r``; ``inf`` without a warning when it overflows."""
+    with np.errstate(over="ignore"):
+        return 0.5 * float(r @ r)
 
 
 def _exploding_guard(prob, status, why, cost):
