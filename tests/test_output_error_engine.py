@@ -2,6 +2,8 @@
 options type, variable projection of the parameters that enter the output linearly."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -29,6 +31,19 @@ def test_exploding_start_is_not_reported_converged_and_multiple_shooting_recover
     ms = cc.refine_output_error(model, data, {"a": 1.2, "b": 1.0}, shooting=20)
     assert ms.status is cc.Status.CONVERGED, ms.message
     assert abs(float(ms.theta["a"]) - 0.7) < 0.01 and abs(float(ms.theta["b"]) - 1.0) < 0.03
+
+
+@pytest.mark.parametrize("solver, shooting", [("lm", None), ("ipopt", None), ("lm", 20)])
+def test_a_start_whose_squares_overflow_fails_without_warnings(solver, shooting):
+    """From a = 2 the free run reaches 2^600 ~ 4e180: finite outputs whose sum of squares overflows. No
+    solver reports "converged" there, and numpy prints no overflow warning on the way."""
+    model, data = _scalar_case()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        res = cc.refine_output_error(model, data, {"a": 2.0, "b": 1.0}, shooting=shooting,
+                                     options=cc.OutputErrorOptions(solver=solver))
+    assert res.status is not cc.Status.CONVERGED and not res.success, res.message
+    assert float(res.theta["a"]) == 2.0
 
 
 def test_options_refuse_a_field_of_the_other_solver():

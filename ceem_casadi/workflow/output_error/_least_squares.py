@@ -12,7 +12,7 @@ from ...io._data import Trajectories
 from ...runtime._compile import compile_or_none
 from ...runtime._linalg import BufferedCall
 from ...runtime._model_cache import cached
-from ._lm import EXPLODING, LeastSquaresProblem
+from ._lm import EXPLODING, LeastSquaresProblem, half_squared_norm
 from ._shooting import ShootingLayout
 from ._trust_region import DENSE_MAX
 
@@ -280,7 +280,7 @@ def _explodes(yhat, y, inv_std) -> bool:
     mask = np.isfinite(y)
     e = np.where(mask, (y - yhat) * inv_std, 0.0)
     z = np.where(mask, y * inv_std, 0.0)
-    return float(np.sum(e ** 2)) > EXPLODING * max(float(np.sum(z ** 2)), 1e-300)
+    return 2 * half_squared_norm(e.ravel()) > EXPLODING * max(2 * half_squared_norm(z.ravel()), 1e-300)
 
 
 def output_error_problem(model, lengths, shooting, compiled: bool = False) -> OutputErrorLeastSquares:

@@ -20,7 +20,7 @@ from .._initial_state import estimate_initial_state
 from .._starts import resolve_starts
 from ._fit import COMPILE_SAMPLES, initial_states, output_error_least_squares
 from ._least_squares import output_error_problem
-from ._lm import box_bounds
+from ._lm import box_bounds, half_squared_norm
 from ._output_error_options import OutputErrorOptions, OutputErrorResult
 
 __all__ = ["refine_output_error"]
@@ -91,7 +91,7 @@ class OutputErrorProblem:
         w = np.asarray(w, float).ravel()
         if not np.array_equal(self._values[0], w):    # IPOPT asks for f and g at one point one by one
             out = self.lsq.evaluate(w, False)
-            val = [np.nan, np.full(self.ng, np.nan)] if out is None else [0.5 * float(out[0] @ out[0]), out[2]]
+            val = [np.nan, np.full(self.ng, np.nan)] if out is None else [half_squared_norm(out[0]), out[2]]
             self._values = (w, val)
         return self._values[1]
 
@@ -106,7 +106,7 @@ class OutputErrorProblem:
         else:
             r, J, g, G = out
             H = J.T @ J
-            val = (0.5 * float(r @ r), J.T @ r, g, np.asarray(G.tocsr()[self._gr, self._gc]).ravel(),
+            val = (half_squared_norm(r), J.T @ r, g, np.asarray(G.tocsr()[self._gr, self._gc]).ravel(),
                    np.asarray((H.tocsr() if hasattr(H, "tocsr") else H)[self._hr, self._hc]).ravel())
         self._key, self._val = np.array(w, float), val
         return val
