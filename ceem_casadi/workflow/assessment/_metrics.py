@@ -1,6 +1,5 @@
 """Validation report of a fitted state-space model: RMSE, NRMSE and fit % of the free run and of k-step-ahead EKF
-predictions, pooled and per trajectory. Definitions, the initial-state rule and the wash-out: docs/validation.md.
-"""
+predictions, pooled and per trajectory. Definitions, the initial-state rule and the wash-out: docs/validation.md."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -120,9 +119,8 @@ class ValidationReport(Result):
     trajectories: list = field(default_factory=list, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        """JSON-ready dict: ``{"simulation": {...}, "prediction": {"1": {...}, ...}, "skip": int}``,
-        plus ``"parameters"`` (estimates, standard errors, intervals) when ``uncertainty`` is set and
-        ``"trajectories"`` (the same per trajectory) when there are several."""
+        """JSON-ready dict: ``simulation``, ``prediction`` (keys ``"1"``, ...), ``skip``, and ``parameters`` when
+        ``uncertainty`` is set, ``trajectories`` (the same per trajectory) when there are several."""
         def kinds(sim, pred):
             return {"simulation": sim.to_dict(self.output_names),
                     "prediction": {str(k): m.to_dict(self.output_names) for k, m in pred.items()}}
@@ -135,13 +133,12 @@ class ValidationReport(Result):
         return out
 
     def table(self, per_trajectory: bool = False) -> str:
-        """The metrics as text: one line per (kind, output), as [`to_dataframe`][ceem_casadi.workflow.ValidationReport.to_dataframe]."""
+        """[`to_dataframe`][ceem_casadi.workflow.ValidationReport.to_dataframe] as text."""
         return self.to_dataframe(per_trajectory).reset_index().to_string(index=False)
 
     def to_dataframe(self, per_trajectory: bool = False):
-        """pandas DataFrame, one row per (kind, output) (``"simulation"``, ``"k=1"``, ...; the outputs and
-        ``"overall"``): ``rmse``, ``nrmse``, ``fit_percent``, ``n``; with ``per_trajectory`` also a
-        ``trajectory`` index level (``"all"`` for the pooled rows)."""
+        """pandas DataFrame of ``rmse``, ``nrmse``, ``fit_percent``, ``n``, one row per kind (``"simulation"``,
+        ``"k=1"``, ...) and output (and ``"overall"``); ``per_trajectory`` adds a ``trajectory`` level (``"all"``)."""
         import pandas as pd
 
         rows = []

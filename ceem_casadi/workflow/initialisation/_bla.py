@@ -1,7 +1,6 @@
 """Initialise a block-oriented model (`ceem_casadi.model.wiener` and its siblings) from its best linear
-approximation: its poles and zeros split over the linear blocks, each split's nonlinearity fitted by linear least
-squares, the lowest simulation RMS kept (docs/block_oriented.md, "Initialisation from the best linear
-approximation")."""
+approximation: poles and zeros split over the linear blocks, each split's nonlinearity fitted by linear least squares,
+the lowest simulation RMS kept (docs/block_oriented.md, "Initialisation from the best linear approximation")."""
 from __future__ import annotations
 
 import itertools
@@ -34,7 +33,6 @@ def _signal():
     return scipy.signal
 
 
-# --------------------------------------------------------------------------------------------------
 def _groups(roots) -> list[np.ndarray]:
     """Real roots and complex-conjugate pairs (one group each)."""
     out = []
@@ -124,14 +122,8 @@ def _fit_split(kind, data, skip, blocks, feedthrough, nl, degree, hidden, gain="
                out_scale=1.0) -> tuple[float, np.ndarray, float, float]:
     """RMS, coefficients, scale and center of the least-squares nonlinearity for given block transfer
     functions (coefficients of ``f / out_scale``)."""
-    ys, vs = [], []
-    for b in range(len(data)):
-        u = data.inputs(b)[:, 0]
-        if kind == "hammerstein":
-            vs.append(u)
-        else:
-            vs.append(_signal().lfilter(*_tf(*blocks[0], feedthrough[0], gain), u))
-        ys.append(data.y[b][:, 0])
+    us = [data.inputs(b)[:, 0] for b in range(len(data))]
+    vs = us if kind == "hammerstein" else [_signal().lfilter(*_tf(*blocks[0], feedthrough[0], gain), u) for u in us]
     used = np.concatenate([v[skip:] for v in vs])
     if basis == "chebyshev":     # [-1, 1] = the input range of f on the data, widened by 10 %
         center = 0.5 * float(np.max(used) + np.min(used))
@@ -142,17 +134,17 @@ def _fit_split(kind, data, skip, blocks, feedthrough, nl, degree, hidden, gain="
     for v in vs:
         phi = _features((v - center) / scale, nl, degree, hidden, basis)
         if kind != "wiener":                         # the output block filters every basis signal
-            g = blocks[-1]
-            phi = _signal().lfilter(*_tf(*g, feedthrough[-1], gain), phi, axis=0)
+            phi = _signal().lfilter(*_tf(*blocks[-1], feedthrough[-1], gain), phi, axis=0)
         rows.append(phi[skip:])
     Phi = np.vstack(rows)
-    y = np.concatenate([yy[skip:] for yy in ys])
+    y = np.concatenate([yb[skip:, 0] for yb in data.y])
     ok = np.isfinite(y)
     Phi, y = Phi[ok], y[ok]
-    # a ridge of 1e-6 of the mean diagonal keeps redundant tanh units from cancelling with huge weights
-    G = Phi.T @ Phi
-    coef = np.linalg.solve(G + (1e-6 * np.trace(G) / G.shape[0] if nl == "mlp" else 0.0) * np.eye(G.shape[0]), Phi.T @ y) \
-        if nl == "mlp" else np.linalg.lstsq(Phi, y, rcond=1e-10)[0]
+    if nl == "mlp":  # a ridge of 1e-6 of the mean diagonal keeps redundant tanh units from cancelling with huge weights
+        G = Phi.T @ Phi
+        coef = np.linalg.solve(G + (1e-6 * np.trace(G) / G.shape[0]) * np.eye(G.shape[0]), Phi.T @ y)
+    else:
+        coef = np.linalg.lstsq(Phi, y, rcond=1e-10)[0]
     rms = float(np.sqrt(np.mean((y - Phi @ coef) ** 2)))
     return rms, coef / out_scale, scale, center
 
@@ -305,11 +297,9 @@ def bla_initialise(kind: str, data: Trajectories, n1: int, n2: int = 0, *, feedt
         data = data.leading(policy.INIT_SAMPLES)
     skip = min(10 * n, min(data.lengths) // 4) if skip is None else int(skip)
     hidden_layer = _hidden_layer(hidden, np.random.default_rng(seed)) if nonlinearity == "mlp" else None
-    y_mean = np.nanmean(np.concatenate([data.y[b] for b in range(len(data))]))
+    y_mean = np.nanmean(np.concatenate(data.y))
     u_mean = np.mean(np.concatenate([data.inputs(b) for b in range(len(data))]))
-    out_scale = float(np.nanstd(np.concatenate([data.y[b][:, 0] for b in range(len(data))]))) \
-        if gain == "dc" else 1.0
-    out_scale = out_scale or 1.0
+    out_scale = (float(np.nanstd(np.concatenate([yb[:, 0] for yb in data.y]))) if gain == "dc" else 1.0) or 1.0
     frf, candidates = _candidates(bla, data, period, n, fts, y_mean, u_mean, n4sid_options)
     table, blas = [], {}
     for source, cand in candidates:

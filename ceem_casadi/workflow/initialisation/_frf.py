@@ -77,7 +77,6 @@ class FRF(Result):
         return np.sqrt(np.maximum(self.std_total ** 2 - self.std_noise ** 2, 0.0))
 
 
-# --------------------------------------------------------------------------------------------------
 def _periods(x: np.ndarray, period: int, transient: int, b: int, what: str) -> np.ndarray:
     T = x.shape[0]
     if T % period:

@@ -69,7 +69,6 @@ class FRFFit(Result):
         return np.polyval(self.b[::-1], zi) / np.polyval(self.a[::-1], zi)
 
 
-# --------------------------------------------------------------------------------------------------
 def _basis(frf: FRF, nb: int, na: int, first: int):
     zi = np.exp(-2j * np.pi * frf.freqs * frf.dt)                       # z^-1 on the bins
     Zb = zi[:, None] ** np.arange(first, nb + 1)
