@@ -35,7 +35,6 @@ from ._noise_criteria import holdout_rms, innovation_loglik, split_tails
 log = logging.getLogger(__name__)
 
 
-# --- one chain of warm-started fits, in this process or in a worker ---------------------------
 @dataclass
 class _Task:
     model: object
@@ -166,10 +165,9 @@ def _chosen(rows: list[_Row], criterion: str) -> _Row:
     if scored:
         sign = 1.0 if criterion == "innovation" else -1.0
         return max(scored, key=lambda r: sign * r.criterion)
-    statuses = ", ".join(f"{r.level:g}: {'not started' if r.status is None else str(r.status)}" for r in rows)
-    # a level not started or stopped by a time limit (the calibration's, the fits' or an enclosing one)
-    # was stopped, not diverged: say so
-    timed_out = [r for r in rows if r.status is None or str(r.status) == str(Status.TIME_LIMIT)]
+    statuses = ", ".join(f"{r.level:g}: {r.status!s}" for r in rows)
+    # a level not started or stopped by a time limit (the calibration's, the fits' or an enclosing one) was stopped
+    timed_out = [r for r in rows if str(r.status) in (NOT_RUN, str(Status.TIME_LIMIT))]
     advice = (f"{len(timed_out)} of {len(rows)} levels were stopped by the time limit before they could be "
               f"scored: raise time_limit" if timed_out else
               "every fit diverged or gave a non-finite objective: check the model, theta0 and the grid")
@@ -195,9 +193,8 @@ def _table(rows: list[_Row], base_std: np.ndarray):
     return table
 
 
-# --- the public entry point ----------------------------------------------------------------------
 def _validate_grid(grid) -> np.ndarray:
-    if grid is not None and any(isinstance(v, (str, bytes, bool, np.bool_)) for v in np.ravel(np.asarray(grid, object))):
+    if grid is not None and any(isinstance(v, (str, bytes, bool, np.bool_)) for v in np.ravel(np.array(grid, object))):
         raise ValueError(f"grid: expected positive numbers (multipliers of process_std), got {grid!r}")
     g = np.asarray(DEFAULT_GRID if grid is None else grid, dtype=float).ravel()
     if g.size == 0:

@@ -62,15 +62,12 @@ class NoiseCalibrationOptions:
     x0_window: int = 10
 
     def __post_init__(self):
-        check_fields(self)
-        require(isinstance(self.ceem, CEEMOptions), f"ceem must be a CEEMOptions, got {type(self.ceem).__name__}")
-        require(isinstance(self.n_jobs, int) and self.n_jobs >= 1, f"n_jobs must be an int >= 1, got {self.n_jobs!r}")
-        require(self.chains is None or (isinstance(self.chains, int) and self.chains >= 1),
-                 f"chains must be None or an int >= 1, got {self.chains!r}")
+        check_fields(self)  # the types: a CEEMOptions, ints, finite floats
+        require(self.n_jobs >= 1, f"n_jobs must be an int >= 1, got {self.n_jobs!r}")
+        require(self.chains is None or self.chains >= 1, f"chains must be None or an int >= 1, got {self.chains!r}")
         check_time_limit(self.time_limit)
         require(0 < self.holdout_fraction < 1, f"holdout_fraction must be in (0, 1), got {self.holdout_fraction!r}")
-        require(isinstance(self.x0_window, int) and self.x0_window >= 1,
-                 f"x0_window must be an int >= 1, got {self.x0_window!r}")
+        require(self.x0_window >= 1, f"x0_window must be an int >= 1, got {self.x0_window!r}")
 
 
 @dataclass(repr=False)
