@@ -223,7 +223,8 @@ def _candidates(model, theta_vec, ys: list, us: list, k: int, x_init, starts) ->
 
 
 def estimate_initial_state(model, data, theta, *, u=None, window: int | None = None, x_init=None, starts=None,
-                           x_lower=None, x_upper=None, use_prior: bool = True, time_limit: float | None = None, full_output: bool = False):
+                           x_lower=None, x_upper=None, use_prior: bool = True, time_limit: float | None = None,
+                           full_output: bool = False):
     """Initial state(s) that make the free run fit the first ``window`` samples (docs/validation.md).
 
     Parameters

@@ -17,13 +17,7 @@ from ...objective._identifiability import entry_names
 from ...runtime._checks import count
 from ...runtime._model_cache import cached
 from ...runtime._result import Result, plain
-from ._predictions import (
-    check_level,
-    horizons,
-    k_step_predictions,
-    resolve_initial_states,
-    signal_names,
-)
+from ._predictions import check_level, horizons, k_step_predictions, resolve_initial_states, signal_names
 
 __all__ = ["Band", "SimulationBands", "simulation_bands"]
 
@@ -43,14 +37,11 @@ class Band(Result):
 
     Examples
     --------
-    >>> import numpy as np, ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
-    >>> data = cc.Trajectories([np.zeros((30, 1))], [np.ones((30, 1))])
-    >>> bands = cc.simulation_bands(model, data, {"a": 0.8}, {"index": [0], "covariance": [[1e-4]]}, x0=[0.0])
-    >>> band = bands.simulation
-    >>> band.kind, band.y_hat[0].shape, bool(np.all(band.lower[0] <= band.upper[0]))
-    ('simulation', (30, 1), True)
+    >>> import numpy as np
+    >>> from ceem_casadi.workflow import Band
+    >>> band = Band("simulation", [np.zeros((4, 1))], [-np.ones((4, 1))], [np.ones((4, 1))])
+    >>> band.coverage([np.array([[0.5], [2.0], [-0.5], [np.nan]])]), band.half_width()
+    (array([0.66666667]), array([1.]))
     """
 
     SUMMARY = ("kind",)
@@ -62,8 +53,7 @@ class Band(Result):
     std: list | None = None
 
     def coverage(self, y, skip: int = 0) -> np.ndarray:
-        """(ny,) fraction of the finite entries of ``y`` (list of (T_b, ny), e.g. the measured or the true output)
-        inside the band, over the samples ``t >= skip``."""
+        """(ny,) fraction of the finite entries of ``y`` (list of (T_b, ny)) inside the band, over ``t >= skip``."""
         inside = np.concatenate([(np.asarray(a)[skip:] >= lo[skip:]) & (np.asarray(a)[skip:] <= hi[skip:])
                                  for a, lo, hi in zip(y, self.lower, self.upper)])
         ok = np.concatenate([np.isfinite(np.asarray(a)[skip:]) for a in y])
@@ -120,8 +110,7 @@ class SimulationBands(Result):
     warnings: list = field(default_factory=list)
 
     def to_dataframe(self):
-        """pandas DataFrame, one row per (kind, output): the mean half-width of the band and the fraction of the
-        measured outputs inside it (``t >= skip``)."""
+        """pandas DataFrame, one row per (kind, output): the band's mean half-width, the measured fraction inside."""
         import pandas as pd
 
         rows = []
@@ -145,8 +134,7 @@ class SimulationBands(Result):
         return out
 
     def plot(self, path=None, *, trajectory: int = 0, k: int | None = None, dt: float | None = None):
-        """Measured output, prediction and band of one trajectory, saved to ``path`` (.png/.svg, returned), else
-        the Figure."""
+        """Measured output, prediction and band of one trajectory, saved to ``path`` (returned), else the Figure."""
         from ...plots import plot_band
 
         band = self.simulation if k is None else self.prediction[k]
@@ -156,8 +144,7 @@ class SimulationBands(Result):
 
 
 def _covariance(model, uncertainty):
-    """(free index (nf,), L (nf, nf) with ``L L^T = Sigma``, warnings) from a ParameterUncertainty, the dict a model
-    file stores (entries by ``names``), or ``{"index": ..., "covariance": ...}``."""
+    """(free index (nf,), L (nf, nf) with ``L L^T = Sigma``, warnings) of a ParameterUncertainty or its dict."""
     get = uncertainty.get if isinstance(uncertainty, Mapping) else lambda k: getattr(uncertainty, k, None)
     cov, index = get("covariance"), get("index")
     if index is None and get("names") is not None:       # a model file's dict: entries by name
@@ -189,7 +176,6 @@ def _covariance(model, uncertainty):
 def _free_run_jacobian(model, theta_vec, x0, u) -> np.ndarray:
     """(T, ny, np) exact sensitivities of the free run to theta (forward mode of the cached rollout)."""
     T = u.shape[0]
-    # built once per (model structure, T) in the library's cache: bands of many records reuse it
     jac = cached(model, "rollout jacobian", T,
                  lambda: rollout(model, T).factory("rollout_jac", ["x0", "u", "p"], ["jac:y:p"]))
     return np.asarray(jac(x0, u.T, theta_vec)).reshape(T, model.ny, -1)

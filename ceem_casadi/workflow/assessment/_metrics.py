@@ -97,13 +97,11 @@ class ValidationReport(Result):
 
     Examples
     --------
-    >>> import numpy as np, ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)
-    >>> report = cc.validation_report(model, data, {"a": 0.8}, x0=np.array([[1.0]]), k=(1, 5))
-    >>> sorted(report.prediction), report.output_names
-    ([1, 5], ('y0',))
+    >>> import numpy as np
+    >>> from ceem_casadi.workflow import Metrics, ValidationReport
+    >>> m = Metrics.of(np.array([[1.0], [3.0]]), np.array([[1.5], [2.5]]))
+    >>> ValidationReport(simulation=m, prediction={1: m}, output_names=("y0",)).to_dict()["prediction"]["1"]["rmse"]
+    [0.5]
     """
 
     SUMMARY = ('output_names', 'skip')

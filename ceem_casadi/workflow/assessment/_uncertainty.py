@@ -187,7 +187,6 @@ def parameter_uncertainty(model, data, theta, *, states=None, options: Uncertain
 
     Examples
     --------
-
     >>> import numpy as np, ceem_casadi as cc
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)

@@ -115,8 +115,5 @@ class InputDesign(Result):
                             [[s[k] for k in keys] for s in self.starts])
 
     def to_dict(self) -> dict:
-        """JSON-ready dict."""
-        return {"u": self.u.tolist(), "criterion": self.criterion, "value": self.value,
-                "information": self.information.tolist(), "names": list(self.names), "status": str(self.status),
-                "starts": [dict(s) for s in self.starts], "std_errors": self.std_errors.tolist(),
-                "x0": None if self.x0 is None else self.x0.tolist()}
+        """JSON-ready dict of the fields and ``std_errors``."""
+        return {**super().to_dict(), "std_errors": self.std_errors.tolist()}
