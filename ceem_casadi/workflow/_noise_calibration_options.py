@@ -14,8 +14,7 @@ from ..runtime._schema import check_fields, check_time_limit, require
 __all__ = ["CRITERIA", "DEFAULT_GRID", "NOT_RUN", "NoiseCalibrationOptions", "NoiseCalibrationResult", "NoiseLevelFit"]
 
 CRITERIA = ("innovation", "holdout")
-#: default grid: multipliers of the model's ``process_std``, 7 levels log-spaced over 3 decades
-#: (0.032 ... 32, a factor sqrt(10) apart)
+#: default grid: multipliers of the model's ``process_std``, 0.032 ... 32 (7 levels a factor sqrt(10) apart)
 DEFAULT_GRID = tuple(float(v) for v in np.logspace(-1.5, 1.5, 7))
 NOT_RUN = "not_run"
 

@@ -34,11 +34,8 @@ def innovation_loglik(ekf: EKF, model, theta_vec, data: Trajectories, x_first: l
 
 
 def split_tails(data: Trajectories, fraction: float, window: int) -> tuple[Trajectories, Trajectories]:
-    """``(heads, tails)``: the last ``round(fraction * T_b)`` samples of every trajectory are its tail.
-
-    Each tail must keep more than ``window`` samples (the first ``window`` estimate its initial
-    state, the rest are scored) and each head at least 2.
-    """
+    """``(heads, tails)``: the last ``round(fraction * T_b)`` samples of every trajectory are its tail; each tail
+    longer than ``window`` (its initial state's samples, then the scored ones), each head at least 2 samples."""
     cuts = []
     for b, T in enumerate(data.lengths):
         n_tail = round(fraction * T)

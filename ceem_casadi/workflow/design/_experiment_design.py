@@ -41,10 +41,8 @@ def _scale(theta_vec, free) -> np.ndarray:
 
 
 def _information_function(model, T: int) -> ca.Function:
-    """``info(x0 (nx,), u (nu, T), p (np,), scale (n,)) -> I_s (n, n)``: the Fisher information of T
-    samples for the relative free parameters ``theta_free / scale``; built once per (model structure,
-    noise, T) in the library's cache (`ceem_casadi.runtime._model_cache`)."""
-    # the measurement weights are baked in: the noise is part of the key
+    """``info(x0 (nx,), u (nu, T), p (np,), scale (n,)) -> I_s (n, n)``: the Fisher information of T samples for
+    the relative free parameters ``theta_free / scale`` (cached; the measurement weights baked in: noise in the key)."""
     return cached(model, "design information", (T, noise_key(model)), lambda: _build_information(model, T))
 
 
@@ -105,8 +103,7 @@ def _criterion_function(n: int, criterion: str, regularisation: float) -> ca.Fun
 
 
 def _rate_violation(w: np.ndarray, rate, nu: int) -> float:
-    """Largest excess of ``|u_{k+1} - u_k|`` over the rate bounds (0 without rate bounds) of the
-    block values ``w`` (vec of (nu, nb))."""
+    """Largest excess of ``|u_{k+1} - u_k|`` over the rate bounds (0 without) of the values ``w`` (vec (nu, nb))."""
     if rate is None or w.size <= nu:
         return 0.0
     steps = np.abs(np.diff(w.reshape(-1, nu), axis=0))
@@ -170,9 +167,8 @@ def fisher_information(model, theta, u, *, x0=None, process_noise: bool = False)
 
 
 def _check_information(model, free, infos: list) -> None:
-    """Raise `ParameterError` naming the free parameters whose information is zero at every start
-    (``infos``: (n, n) informations of the starts): the outputs do not depend on them, so no input
-    can determine them and the criterion would only measure the regularisation."""
+    """Raise `ParameterError` naming the free parameters whose information is zero at every start (``infos``:
+    (n, n) each): no input can determine them, and the criterion would only measure the regularisation."""
     diags = np.abs(np.array([np.diag(i) for i in infos], float))
     if not np.isfinite(diags).any():
         return  # not finite at any start: reported by design_input with its own message
@@ -204,10 +200,8 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
 
     Parameters
     ----------
-    model : StateSpaceModel
-        The model with inputs (nu >= 1); ``measurement_std`` sets the noise of the outputs.
-    theta : dict
-        Parameter values at which to design (e.g. a fit or a prior guess), all names.
+    model, theta, x0
+        As in `fisher_information` (the model with inputs; theta e.g. a fit or a prior guess).
     horizon : int
         Samples T of the experiment.
     u_bounds : array_like
@@ -216,8 +210,6 @@ def design_input(model, theta, horizon: int, *, u_bounds, rate_bounds=None, crit
         Largest ``|u_{k+1} - u_k|`` between consecutive input values (scalar or (nu,)), or None.
     criterion : str
         ``"D"`` (maximise ``log det I``) or ``"A"`` (minimise ``trace I^{-1}``).
-    x0 : numpy.ndarray, optional
-        (nx,) known initial state (default ``x1_mean``, else zeros).
     starts : int or numpy.ndarray
         Number of random starts (uniform in the bounds), or given start sequences (S, T, nu).
     seed : int
@@ -306,8 +298,7 @@ def _rate(rate_bounds, nu: int):
 
 
 def _start_blocks(starts, rng, lo, hi, nb: int, T: int, nu: int, hold: int) -> list:
-    """Block values (nb, nu) of every start: ``starts`` uniform draws in the bounds, or the given
-    sequences (S, T, nu) held and clipped."""
+    """Block values (nb, nu) of every start: uniform draws in the bounds, or the given (S, T, nu) held and clipped."""
     if np.ndim(starts) == 0:
         n_starts = count(starts, "starts", minimum=1, maximum=MAX_STARTS)  # the shared scalar check
         return [lo + (hi - lo) * rng.random((nb, nu)) for _ in range(n_starts)]

@@ -90,9 +90,8 @@ def _periods(x: np.ndarray, period: int, transient: int, b: int, what: str) -> n
 
 
 def detect_period(data: Trajectories, input_tol: float = 1e-6) -> int | None:
-    """The smallest N >= 4 that divides every trajectory's length at least twice and with which
-    every input is periodic (``max |u[t + N] - u[t]| <= input_tol`` times the input's RMS about its
-    mean); None when there is none (an aperiodic or a constant input)."""
+    """The smallest N >= 4 dividing every trajectory's length at least twice with every input periodic
+    (``max |u[t + N] - u[t]| <= input_tol`` times its RMS about its mean); None when there is none."""
     common: set | None = None
     for b in range(len(data)):
         u = data.inputs(b)[:, 0]
@@ -187,8 +186,8 @@ def _checked_period(data, period, transient_periods, input_tol, excitation_tol) 
 
 
 def _realisation(data, b: int, N: int, transient: int, input_tol: float) -> tuple:
-    """Trajectory ``b`` as one realisation: ``G_m`` (kmax,), its noise variance (kmax,; NaN with one
-    period), the input power per bin (kmax,) and the periods P used; refused when not periodic."""
+    """Trajectory ``b`` as one realisation: ``G_m``, its noise variance (NaN with one period), the input power
+    per bin (each (kmax,)) and the periods P used; refused when not periodic."""
     kmax = (N - 1) // 2
     y, u = data.y[b][:, 0], data.inputs(b)[:, 0]
     if not np.all(np.isfinite(y)):

@@ -87,9 +87,8 @@ def _numerator(G, w, Zb, A):
 
 
 def _subspace_poles(freqs, G, w, dt, n: int, q: int) -> np.ndarray:
-    """Poles of the frequency-domain subspace estimate (McKelvey, Akcay and Ljung 1996, discrete time):
-    the rows ``z_k^i G_k`` (i < q) with the polynomial rows ``z_k^i`` projected out give the extended
-    observability matrix (n leading left singular vectors), and A from its shift invariance."""
+    """Poles of the frequency-domain subspace estimate (McKelvey, Akcay and Ljung 1996; docs/block_oriented.md)
+    with ``q`` block rows and order ``n``."""
     z = np.exp(2j * np.pi * freqs * dt)
     Wm = z[None, :] ** np.arange(q)[:, None] * w
     Gm = Wm * G
@@ -120,8 +119,7 @@ def _sk_denominator(G, w, Zb, Za, iterations: int, tol: float) -> tuple[np.ndarr
 
 
 def _weights(sd: np.ndarray, smooth: int) -> np.ndarray:
-    """1 / std with the variance averaged over ``2 smooth + 1`` neighbouring bins; unit weights when
-    some bin has no usable std."""
+    """1 / std, the variance averaged over ``2 smooth + 1`` bins; unit weights when some bin has no usable std."""
     usable = np.isfinite(sd) & (sd > 0)
     if not np.all(usable):
         return np.ones(sd.shape)
@@ -223,8 +221,8 @@ def _checked_orders(frf, order, n_b, feedthrough: bool, smooth) -> tuple[int, in
 
 
 def _subspace_starts(frf, G, w, order: int) -> list:
-    """Denominators a[1:] of the subspace estimates with 2, 3 and 4 x order block rows (fewer than the
-    bins), unstable poles reflected into the unit circle; non-finite ones left out."""
+    """Denominators a[1:] of the subspace estimates with 2, 3 and 4 x order block rows (fewer than the bins),
+    unstable poles reflected; non-finite ones left out."""
     out = []
     for q in range(2 * order, 4 * order + 1, order):
         if q < frf.G.size:
@@ -236,8 +234,7 @@ def _subspace_starts(frf, G, w, order: int) -> list:
 
 
 def _stabilised(theta, nbp: int, G, w, Zb, Za):
-    """``(theta, poles, reflected)``: unstable poles of ``theta``'s A reflected into the unit circle
-    (``1 / conj(p)``), B refitted."""
+    """``(theta, poles, reflected)``: unstable poles of A reflected into the unit circle (1 / conj(p)), B refitted."""
     poles = np.roots(np.concatenate([[1.0], theta[nbp:]]))
     if not np.any(np.abs(poles) >= 1.0):
         return theta, poles, False
@@ -247,9 +244,8 @@ def _stabilised(theta, nbp: int, G, w, Zb, Za):
 
 
 def frf_bla(bla, data: Trajectories, period, order: int, feedthrough: bool) -> FRFFit | None:
-    """The FRF's BLA of `bla_initialise`: ``bla`` is ``"frf"`` or None (estimate the FRF of ``data``
-    with ``period``; ``"auto"``: detected, None when the input is not periodic), an `FRF` (fit it)
-    or an `FRFFit` (use it)."""
+    """The FRF's BLA of `bla_initialise` from ``bla`` = ``"frf"`` or None (the FRF of ``data`` with ``period``;
+    None when ``"auto"`` finds none), an `FRF` (fitted) or an `FRFFit` (used)."""
     if isinstance(bla, FRFFit):
         return bla
     if isinstance(bla, FRF):
