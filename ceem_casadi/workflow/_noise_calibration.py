@@ -166,7 +166,7 @@ def _chosen(rows: list[_Row], criterion: str) -> _Row:
         sign = 1.0 if criterion == "innovation" else -1.0
         return max(scored, key=lambda r: sign * r.criterion)
     statuses = ", ".join(f"{r.level:g}: {r.status!s}" for r in rows)
-    # a level not started or stopped by a time limit (the calibration's, the fits' or an enclosing one) was stopped
+    # levels not started or stopped by a time limit (the calibration's, the fits' or an enclosing one): not diverged
     timed_out = [r for r in rows if str(r.status) in (NOT_RUN, str(Status.TIME_LIMIT))]
     advice = (f"{len(timed_out)} of {len(rows)} levels were stopped by the time limit before they could be "
               f"scored: raise time_limit" if timed_out else

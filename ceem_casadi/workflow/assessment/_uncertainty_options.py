@@ -39,11 +39,6 @@ class UncertaintyOptions:
     >>> opts = cc.UncertaintyOptions(hessian="gauss-newton", level=0.9)
     >>> opts.hessian, opts.level
     ('gauss-newton', 0.9)
-    >>> try:
-    ...     cc.UncertaintyOptions(level=1.5)
-    ... except cc.OptionsError as err:
-    ...     print(type(err).__name__)
-    OptionsError
     """
 
     hessian: str = "exact"
