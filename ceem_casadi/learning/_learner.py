@@ -83,7 +83,7 @@ def learn_result(theta_vec, free: np.ndarray, z, cost, status: str, iterations: 
                        int(iterations), time.perf_counter() - t0)
 
 
-def step_result(solver, sol: dict | None, theta_vec, free: np.ndarray, z, cost, steps: int, t0: float) -> LearnResult:
+def step_result(solver, sol, theta_vec, free: np.ndarray, z, cost, steps: int, t0: float) -> LearnResult:
     """`learn_result` after ``steps`` Newton steps: converged at ``z`` when ``cost`` is a float, else IPOPT's ``sol``."""
     if cost is not None:
         return learn_result(theta_vec, free, z, cost, "Solve_Succeeded", steps, t0)
