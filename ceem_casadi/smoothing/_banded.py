@@ -143,10 +143,9 @@ class BandedNewton:
         return status or ("User_Requested_Stop" if interrupted() or expired() else None)
 
     def _direction(self, x, g, hess, shift, shift_last, scale):
-        """Newton direction with the smallest shift from ``shift`` on (IPOPT's rule, docs/long_records.md) that
-        factorises (a generator of requests): ``(d, shift)``, d None when the shift passed SHIFT_MAX. A
-        Hessian given as band storage (T, nx, 2 nx) is factorised in place: it is asked again at x before
-        every further DIRECTION request."""
+        """``(d, shift)`` with the smallest shift from ``shift`` on that factorises (IPOPT's rule; a generator of
+        requests), d None past SHIFT_MAX; a band storage Hessian (T, nx, 2 nx), factorised in place, is asked again
+        at x before each further DIRECTION request (docs/long_records.md)."""
         nz, d0 = hess
         while True:
             d = yield DIRECTION, (nz, d0, g, shift / scale)
