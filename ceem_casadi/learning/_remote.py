@@ -47,10 +47,8 @@ class RemoteLearner:
 
     def __init__(self, engine, model, options, hessian: str):
         self.engine, self.model, self.options, self.hessian = engine, model, options, hessian
-        params = model.params
-        self.free = params.free_index
-        n = self.free.size
-        self.n = n
+        self.free = model.params.free_index
+        self.n = n = self.free.size
         dense = ca.Sparsity.dense
         sp_in = [dense(n, 1), dense(3 * n + 1, 1)]
         f_cb = _Call(self, "remote_f", lambda z, p: [self._value(z, p, "f")[0]], sp_in, [dense(1, 1)],
@@ -64,9 +62,8 @@ class RemoteLearner:
         else:
             rows, cols = np.tril_indices(n)  # column-major upper triangle: (col, row) pairs
             self._diag = np.flatnonzero(rows == cols)
-            upper = ca.Sparsity.upper(n)
-            h_cb = _Call(self, "remote_hess_lag", self._hess_lag, [*sp_in, dense(1, 1), ca.Sparsity(0, 1)], [upper],
-                         ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
+            h_cb = _Call(self, "remote_hess_lag", self._hess_lag, [*sp_in, dense(1, 1), ca.Sparsity(0, 1)],
+                         [ca.Sparsity.upper(n)], ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
             self._callbacks.append(h_cb)
             extra["hess_lag"] = h_cb
         z, p = ca.MX.sym("z", n), ca.MX.sym("p", 3 * n + 1)
