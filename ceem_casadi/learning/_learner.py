@@ -136,7 +136,6 @@ class Learner:
     lengths : sequence of int
         The trajectory lengths T_b of the data it will learn from.
     options : LearnerOptions
-        Trust region, Hessian, IPOPT limits, priors, compilation.
     stages : StageFunctions, optional
         Stage Functions shared with a smoother (built from the model when None).
     columns : int, optional

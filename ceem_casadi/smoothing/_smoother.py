@@ -181,7 +181,6 @@ class Smoother:
     ----------
     model : StateSpaceModel
     options : SmootherOptions
-        Trust region, Hessian, IPOPT limits, state bounds, compilation.
     stages : StageFunctions, optional
         Stage Functions to share with a learner (built from the model when None).
     observe : callable, optional
