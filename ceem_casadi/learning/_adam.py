@@ -180,9 +180,8 @@ class AdamLearner:
         return self._full(p, np.asarray(p if theta_prev is None else theta_prev, float), rho, obs, dyn, gradient)
 
     def _full(self, p, p_prev, rho, obs, dyn, gradient=False):
-        C = self.chunk
         n_obs, n_dyn = obs[0].shape[1], dyn[0].shape[1]
-        C = min(C, max(n_obs, n_dyn))
+        C = min(self.chunk, max(n_obs, n_dyn))
         fc, fg = self._functions(C)
         f, g = (fg if gradient else fc), np.zeros_like(p)
         total = 0.0
@@ -246,13 +245,10 @@ class AdamLearner:
                          project=lambda z: np.clip(z, lo, hi), name="AdamLearner")
         p = p0.copy()
         p[free] = z
-        F1 = self._full(p, p0, rho, obs, dyn)
         # never worse than the start (the shared best-iterate rule; no slack: a step must lower F)
-        p, F1, which = BestIterate(p0, F0, rtol=0.0).choose(p, F1, label="the last Adam step")
-        kept = which == "returning the last Adam step"
-        if not kept:
-            log.info("AdamLearner: %d steps did not lower F; %s", k, which)
+        p, F1, which = BestIterate(p0, F0, rtol=0.0).choose(p, self._full(p, p0, rho, obs, dyn),
+                                                            label="the last Adam step")
         wall = time.perf_counter() - t0
-        log.info("AdamLearner: %d steps, F %.6g -> %.6g, %.2fs", k, F0, F1, wall)
-        status = "Solve_Succeeded" if kept else "Search_Direction_Becomes_Too_Small"
+        log.info("AdamLearner: %d steps, F %.6g -> %.6g, %.2fs; %s", k, F0, F1, wall, which)
+        status = "Solve_Succeeded" if which == "returning the last Adam step" else "Search_Direction_Becomes_Too_Small"
         return LearnResult(p, float(F1), status, True, k, wall)

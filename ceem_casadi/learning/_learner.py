@@ -83,8 +83,10 @@ def learn_result(theta_vec, free: np.ndarray, z, cost, status: str, iterations: 
                        int(iterations), time.perf_counter() - t0)
 
 
-def ipopt_result(solver, sol: dict, theta_vec, free: np.ndarray, t0: float, steps: int) -> LearnResult:
-    """`learn_result` of the IPOPT solve ``sol`` after ``steps`` Newton steps."""
+def step_result(solver, sol, theta_vec, free: np.ndarray, z, cost, steps: int, t0: float) -> LearnResult:
+    """`learn_result` after ``steps`` Newton steps: converged at ``z`` when ``cost`` is a float, else IPOPT's ``sol``."""
+    if cost is not None:
+        return learn_result(theta_vec, free, z, cost, "Solve_Succeeded", steps, t0)
     st = solver.stats()
     return learn_result(theta_vec, free, sol["x"], sol["f"], st["return_status"], st["iter_count"] + steps, t0)
 
@@ -101,11 +103,6 @@ def prior_weights(model, use_prior: bool) -> tuple[np.ndarray, np.ndarray]:
     """``(mean, 1 / std)`` (n_p,) of the parameters' Gaussian priors; the weights zero without ``use_prior``."""
     mean, w = model.params.prior
     return mean, (w if use_prior else np.zeros_like(w))
-
-
-def _shared_p(fun: ca.Function) -> list[bool]:
-    """``reduce_in`` of a stage map: ``p`` shared by every stage, not copied per stage."""
-    return [name == "p" for name in fun.name_in()]
 
 
 def _hessian_kind(model, options: LearnerOptions, stages: StageFunctions | None):
@@ -139,7 +136,6 @@ class Learner:
     lengths : sequence of int
         The trajectory lengths T_b of the data it will learn from.
     options : LearnerOptions
-        Trust region, Hessian, IPOPT limits, priors, compilation.
     stages : StageFunctions, optional
         Stage Functions shared with a smoother (built from the model when None).
     columns : int, optional
@@ -223,14 +219,14 @@ class Learner:
         return z, P
 
     def _over_stages(self, fun, prefix, n, cols, reduce=True):
-        """``fun`` over the n stages of a term, outputs summed (``reduce``) or stacked; a list of
-        bools: per output (``p`` shared by the stages, see `_shared_p`)."""
+        """``fun`` over the n stages of a term (``p`` shared by them), outputs summed (``reduce``) or stacked; a list
+        of bools: per output."""
         L, p, p_index = self._chunk, self._p, 4 if prefix == "obs" else 3
         flags = list(reduce) if isinstance(reduce, (list, tuple)) else [bool(reduce)] * fun.n_out()
         if not L:
             args = [self._s[c] for c in cols]
             args.insert(p_index, p)
-            return fun.map(n, _shared_p(fun), flags)(*args)
+            return fun.map(n, [name == "p" for name in fun.name_in()], flags)(*args)
         # padded stages add exact zeros (zero weights), stacked or summed
         K, block = -(-n // L), self._blocks[prefix]
         out = [chunk_map(fun, p_index, L, K, flag, block, p)[i] for i, flag in enumerate(flags)] \
@@ -378,10 +374,8 @@ class Learner:
         t0 = time.perf_counter()
         z0, lower, upper = np.asarray(theta_vec, float)[self.free], params.lower[self.free], params.upper[self.free]
         z, cost, steps = self._newton(z0, P, lower, upper)  # near the optimum: Newton (learning/_newton.py)
-        if cost is not None:
-            return learn_result(theta_vec, self.free, z, cost, "Solve_Succeeded", steps, t0)
-        sol = solve(self.solver, x0=z, p=P, lbx=lower, ubx=upper)
-        return ipopt_result(self.solver, sol, theta_vec, self.free, t0, steps)
+        sol = None if cost is not None else solve(self.solver, x0=z, p=P, lbx=lower, ubx=upper)
+        return step_result(self.solver, sol, theta_vec, self.free, z, cost, steps, t0)
 
     def _newton(self, z, P, lower, upper):
         """`newton_steps` with the solver's own cost, gradient and Hessian (trust region and prior

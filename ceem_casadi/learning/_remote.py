@@ -10,7 +10,7 @@ import numpy as np
 from ..objective._exact_sum import SplitSum, combine
 from ..runtime._callbacks import SparsityCallback
 from ..runtime._solve import ipopt_options, solve
-from ._learner import LearnResult, ipopt_result, learn_result, prior_weights, symmetric
+from ._learner import LearnResult, prior_weights, step_result, symmetric
 from ._newton import NEWTON_STEPS, newton_steps
 
 
@@ -25,14 +25,19 @@ def _total(items: list):
 
 
 class _Call(SparsityCallback):
-    """A CasADi Callback calling a Python function of dense numpy inputs."""
+    """A CasADi Callback calling ``fn`` of dense numpy inputs; an exception is kept in ``owner._error`` (CasADi
+    swallows exceptions raised in callbacks: the learner re-raises it after the solve)."""
 
-    def __init__(self, name, fn, sp_in, sp_out, names_in, names_out, opts=None):
-        self.fn = fn
+    def __init__(self, owner, name, fn, sp_in, sp_out, names_in, names_out, opts=None):
+        self.owner, self.fn = owner, fn
         super().__init__(name, sp_in, sp_out, names_in, names_out, opts)
 
     def eval(self, arg):
-        return self.fn(*[np.asarray(a.full(), float).ravel() if a.numel() else None for a in arg])
+        try:
+            return self.fn(*[np.asarray(a.full(), float).ravel() if a.numel() else None for a in arg])
+        except Exception as exc:
+            self.owner._error = self.owner._error or exc
+            raise
 
 
 class RemoteLearner:
@@ -42,15 +47,13 @@ class RemoteLearner:
 
     def __init__(self, engine, model, options, hessian: str):
         self.engine, self.model, self.options, self.hessian = engine, model, options, hessian
-        params = model.params
-        self.free = params.free_index
-        n = self.free.size
-        self.n = n
+        self.free = model.params.free_index
+        self.n = n = self.free.size
         dense = ca.Sparsity.dense
         sp_in = [dense(n, 1), dense(3 * n + 1, 1)]
-        f_cb = _Call("remote_f", lambda z, p: [self._value(z, p, "f")[0]], sp_in, [dense(1, 1)],
+        f_cb = _Call(self, "remote_f", lambda z, p: [self._value(z, p, "f")[0]], sp_in, [dense(1, 1)],
                      ["x", "p"], ["f"], {"enable_fd": True})  # derivatives are built, never called
-        g_cb = _Call("remote_grad_f", lambda z, p: list(self._value(z, p, "grad")), sp_in,
+        g_cb = _Call(self, "remote_grad_f", lambda z, p: list(self._value(z, p, "grad")), sp_in,
                      [dense(1, 1), dense(n, 1)], ["x", "p"], ["f", "grad_f_x"])
         self._callbacks = [f_cb, g_cb]
         extra = {"grad_f": g_cb}
@@ -59,9 +62,8 @@ class RemoteLearner:
         else:
             rows, cols = np.tril_indices(n)  # column-major upper triangle: (col, row) pairs
             self._diag = np.flatnonzero(rows == cols)
-            upper = ca.Sparsity.upper(n)
-            h_cb = _Call("remote_hess_lag", self._hess_lag, [*sp_in, dense(1, 1), ca.Sparsity(0, 1)], [upper],
-                         ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
+            h_cb = _Call(self, "remote_hess_lag", self._hess_lag, [*sp_in, dense(1, 1), ca.Sparsity(0, 1)],
+                         [ca.Sparsity.upper(n)], ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])
             self._callbacks.append(h_cb)
             extra["hess_lag"] = h_cb
         z, p = ca.MX.sym("z", n), ca.MX.sym("p", 3 * n + 1)
@@ -107,27 +109,19 @@ class RemoteLearner:
         return self._remote(z, "all")[2]
 
     def _value(self, z, p, what):
-        try:
-            z_prev, rho, mu, w = self._split(p)
-            dz, dm = z - z_prev, z - mu
-            reg = rho * dz @ dz + 0.5 * (w * dm) @ (w * dm)
-            terms = self._remote(z, self._fetch(z, what))
-            if what == "f":
-                return (terms[0] + reg,)
-            return terms[0] + reg, terms[1] + 2 * rho * dz + w ** 2 * dm
-        except Exception as exc:  # CasADi swallows exceptions raised in callbacks: re-raised after the solve
-            self._error = self._error or exc
-            raise
+        z_prev, rho, mu, w = self._split(p)
+        dz, dm = z - z_prev, z - mu
+        reg = rho * dz @ dz + 0.5 * (w * dm) @ (w * dm)
+        terms = self._remote(z, self._fetch(z, what))
+        if what == "f":
+            return (terms[0] + reg,)
+        return terms[0] + reg, terms[1] + 2 * rho * dz + w ** 2 * dm
 
     def _hess_lag(self, z, p, lam_f, lam_g):
-        try:
-            _, rho, _, w = self._split(p)
-            h = self._hessian(z).copy()
-            h[self._diag] += 2 * rho + w ** 2
-            return [ca.DM(ca.Sparsity.upper(self.n), float(lam_f[0]) * h)]
-        except Exception as exc:
-            self._error = self._error or exc
-            raise
+        _, rho, _, w = self._split(p)
+        h = self._hessian(z).copy()
+        h[self._diag] += 2 * rho + w ** 2
+        return [ca.DM(ca.Sparsity.upper(self.n), float(lam_f[0]) * h)]
 
     def _p(self, theta_vec, rho):
         mean, w = prior_weights(self.model, self.options.use_prior)
@@ -156,12 +150,10 @@ class RemoteLearner:
         t0 = time.perf_counter()
         z0, lower, upper = np.asarray(theta_vec, float)[self.free], params.lower[self.free], params.upper[self.free]
         self._begin(theta_vec, xs)
-        cost = None
         p = self._p(theta_vec, rho)
         try:  # Newton steps while they work (docs/long_records.md), else IPOPT from the last of them
             z, cost, steps = self._newton(z0, p, lower, upper)
-            if cost is None:
-                sol = solve(self.solver, x0=z, p=p, lbx=lower, ubx=upper)
+            sol = None if cost is not None else solve(self.solver, x0=z, p=p, lbx=lower, ubx=upper)
         except RuntimeError:
             if self._error is None:
                 raise
@@ -169,9 +161,7 @@ class RemoteLearner:
             self._end(t0)
         if self._error is not None:
             raise self._error
-        if cost is not None:
-            return learn_result(theta_vec, self.free, z, cost, "Solve_Succeeded", steps, t0)
-        return ipopt_result(self.solver, sol, theta_vec, self.free, t0, steps)
+        return step_result(self.solver, sol, theta_vec, self.free, z, cost, steps, t0)
 
     def _newton(self, z, p, lower, upper):
         """`newton_steps` on the summed terms (with the remote engine, each round fetches cost,

@@ -62,15 +62,13 @@ def band_storage(nz: np.ndarray, nx: int, T: int) -> np.ndarray:
 
 @dataclass
 class NewtonOutcome:
-    """Result of `BandedNewton.solve`: states (nx T,), objective, IPOPT-style status,
-    accepted steps, the final scaled stationarity ``s ||g||_inf`` and the largest shift used
-    (IPOPT's scaled units: the shift added to H is ``max_shift / s``)."""
+    """Result of `BandedNewton.solve`: states (nx T,), objective, IPOPT-style status, accepted steps and the largest
+    shift used (IPOPT's scaled units: the shift added to H is ``max_shift / s``, s the gradient scaling)."""
 
     x: np.ndarray
     cost: float
     status: str
     iterations: int
-    error: float
     max_shift: float
 
 
@@ -143,10 +141,9 @@ class BandedNewton:
         return status or ("User_Requested_Stop" if interrupted() or expired() else None)
 
     def _direction(self, x, g, hess, shift, shift_last, scale):
-        """Newton direction with the smallest shift from ``shift`` on (IPOPT's rule, docs/long_records.md) that
-        factorises (a generator of requests): ``(d, shift)``, d None when the shift passed SHIFT_MAX. A
-        Hessian given as band storage (T, nx, 2 nx) is factorised in place: it is asked again at x before
-        every further DIRECTION request."""
+        """``(d, shift)`` with the smallest shift from ``shift`` on that factorises (IPOPT's rule; a generator of
+        requests), d None past SHIFT_MAX; a band storage Hessian (T, nx, 2 nx), factorised in place, is asked again
+        at x before each further DIRECTION request (docs/long_records.md)."""
         nz, d0 = hess
         while True:
             d = yield DIRECTION, (nz, d0, g, shift / scale)
@@ -194,8 +191,7 @@ class BandedNewton:
             if status is None and step is None:
                 status = "Solved_To_Acceptable_Level" if err <= self.acceptable_tol else "Line_Search_Failed"
             if status is not None:
-                return NewtonOutcome(x.copy() if it == 0 else x, f, status, it, np.nan if status == "Invalid_Number_Detected" else err,
-                                     max_shift)
+                return NewtonOutcome(x.copy() if it == 0 else x, f, status, it, max_shift)
             if shift:
                 shift_last, max_shift = shift, max(max_shift, shift)
             x, f_new = step

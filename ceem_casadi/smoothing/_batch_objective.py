@@ -25,15 +25,10 @@ def _shared(fun: ca.Function, names=("p", "iv")) -> list[bool]:
 
 def batch_functions(stages, band_column: ca.Function, n: int, T: int,
                     obs_given: bool = False, work_columns: int | None = None) -> tuple[ca.Function, ca.Function]:
-    """``(newton, cost)``: the stage parts of the smoothing objectives of n trajectories of length T (the
-    N = n T input columns, trajectory after trajectory) in one evaluation each.
-
-    ``newton(X (nx, N), U (nu, N), Y (ny, N), M (ny, N), p, iw (nx,), iv (ny,), rho) -> (costs (1, n), G (nx, N),
-    nz (k, N))``: each trajectory's stage cost, gradient and Hessian band nonzeros (`band_storage` layout, the
-    trust region's 2 rho on the diagonal); ``cost(X, U, Y, M, p, iw, iv) -> costs (1, n)``. ``obs_given``: the
-    observation terms ``co (1, N), go (nx, N), ho (nx, nx N)`` are extra inputs (`ObservationColumns`);
-    ``work_columns``: stages per round of the solve (the compilation decision weighs the whole batch).
-    """
+    """``(newton, cost)`` of n trajectories of length T stacked as N = n T columns: ``newton(X (nx, N), U, Y, M, p,
+    iw (nx,), iv (ny,), rho) -> (costs (1, n), G (nx, N), nz (k, N))`` (stage parts; nz in `band_storage` order with the
+    trust region's 2 rho), ``cost(X, U, Y, M, p, iw, iv) -> costs``; ``obs_given``: observation terms ``co (1, N), go
+    (nx, N), ho (nx, nx N)`` as inputs (`ObservationColumns`); ``work_columns``: stages per round (compilation)."""
     model = stages.model
     nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
     N = n * T

@@ -59,6 +59,8 @@ def solve_many(newton: BandedNewton, x0s, objective) -> list[NewtonOutcome]:
             outcomes[i] = stop.value
             pending.pop(i, None)
 
+    answer = {NEWTON: objective.newton_many, COST: objective.cost_many,
+              DIRECTION: lambda idx, args: stacked_directions(args, newton.nx, newton.T)}
     for i in range(len(gens)):
         advance(i, first=True)
     while pending:
@@ -66,17 +68,8 @@ def solve_many(newton: BandedNewton, x0s, objective) -> list[NewtonOutcome]:
         for i, (kind, _) in pending.items():
             groups.setdefault(kind, []).append(i)
         answers = {}
-        for kind, idx in groups.items():
-            args = [pending[i][1] for i in idx]
-            if kind == NEWTON:
-                res = objective.newton_many(idx, args)
-            elif kind == COST:
-                res = objective.cost_many(idx, args)
-            elif kind == DIRECTION:
-                res = stacked_directions(args, newton.nx, newton.T)
-            else:  # pragma: no cover - BandedNewton.steps yields only these three
-                raise RuntimeError(f"unknown request {kind!r}")
-            answers.update(zip(idx, res))
+        for kind, idx in groups.items():  # BandedNewton.steps yields only these three kinds
+            answers.update(zip(idx, answer[kind](idx, [pending[i][1] for i in idx])))
         for i, value in answers.items():
             advance(i, value)
     return outcomes

@@ -23,9 +23,7 @@ def process_noise_scores(model, theta_vec, data, *, x0, Sigma0, R, ekf: EKF,
     for Qc in _candidates(model):
         ll, finite = 0.0, True
         for b, y in enumerate(data.y):
-            u = data.inputs(b)
-            if steps is not None:
-                y, u = y[:steps], u[:steps]
+            y, u = y[:steps], data.inputs(b)[:steps]  # steps None: all
             try:
                 r = ekf.run(theta_vec, y, u, x0=x0, Sigma0=Sigma0, Q=Qc, R=R, engine="casadi")
             except np.linalg.LinAlgError:
@@ -55,8 +53,7 @@ def eks_states(model, theta_vec, data, *, x0=None, Sigma0=None, Q=None, R=None, 
     x0 = (noise.x1_mean if noise.x1_mean is not None else np.zeros(nx)) if x0 is None else np.asarray(x0, float)
     if Sigma0 is None:
         Sigma0 = noise.x1_std ** 2 if noise.x1_std is not None else 100.0 * np.ones(nx)
-    if R is None:
-        R = noise.measurement_std ** 2
+    R = noise.measurement_std ** 2 if R is None else R
     ekf = EKF(model) if ekf is None else ekf
     ekf.stop_at_deadline = stop_at_deadline  # TimeLimitReached between EKF chunks (a fit's time limit)
 

@@ -181,7 +181,6 @@ class Smoother:
     ----------
     model : StateSpaceModel
     options : SmootherOptions
-        Trust region, Hessian, IPOPT limits, state bounds, compilation.
     stages : StageFunctions, optional
         Stage Functions to share with a learner (built from the model when None).
     observe : callable, optional
@@ -260,10 +259,10 @@ class Smoother:
         total = 0.0
         batched = batched_costs(self, theta_vec, data, xs)  # None where the trajectories are not batched
         for b, (y, x) in enumerate(zip(data.y, xs)):
-            if batched[b] is not None:
-                total += -batched[b] + log_normalisers(self.model, y)
-                continue
-            ts = self.for_length(y.shape[0])
-            P = ts.parameter_vector(self.model, theta_vec, y, data.inputs(b), x, 0.0)
-            total += -float(ts.cost_function(x.ravel(), P)) + log_normalisers(self.model, y)
+            cost = batched[b]
+            if cost is None:
+                ts = self.for_length(y.shape[0])
+                P = ts.parameter_vector(self.model, theta_vec, y, data.inputs(b), x, 0.0)
+                cost = float(ts.cost_function(x.ravel(), P))
+            total += -cost + log_normalisers(self.model, y)
         return total
