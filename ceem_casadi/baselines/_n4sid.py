@@ -209,10 +209,7 @@ def _fit_bd_x0(A, C, data, feedthrough: bool = True) -> tuple[np.ndarray, np.nda
             G += flat.T @ flat
             h += flat.T @ yp.reshape(-1)
         cache.append((idx, Gz, Pz, yz))
-    if ntheta:
-        theta = sla.lstsq(G, h, cond=1e-14, check_finite=False)[0]
-    else:
-        theta = np.zeros(0)
+    theta = sla.lstsq(G, h, cond=1e-14, check_finite=False)[0] if ntheta else np.zeros(0)
     B = theta[:nx * nu].reshape(nu, nx).T
     D = theta[nx * nu:].reshape(nu, ny).T if feedthrough else np.zeros((ny, nu))
     x0 = [None] * len(data)
@@ -256,21 +253,14 @@ def _as_data(data):
         return data
     if isinstance(data, tuple) and len(data) == 2 and not isinstance(data[0], tuple):
         data = [data]                                  # a single (y, u) pair
-    ys, us = [], []
-    for k, item in enumerate(data):
-        if isinstance(item, tuple):
-            if len(item) != 2:
-                raise ShapeError(f"data[{k}]: expected a (y, u) pair, got a tuple of {len(item)}")
-            y, u = item
-        else:
-            y, u = item, None
-        ys.append(y)
-        us.append(u)
-    if all(u is None for u in us):
-        return Trajectories(ys)
-    if any(u is None for u in us):
+    pairs = [item if isinstance(item, tuple) else (item, None) for item in data]
+    for k, item in enumerate(pairs):
+        if len(item) != 2:
+            raise ShapeError(f"data[{k}]: expected a (y, u) pair, got a tuple of {len(item)}")
+    ys, us = [y for y, _ in pairs], [u for _, u in pairs]
+    if any(u is None for u in us) and not all(u is None for u in us):
         raise ShapeError("data: either every trajectory has inputs u or none has")
-    return Trajectories(ys, us)
+    return Trajectories(ys, None if all(u is None for u in us) else us)
 
 
 def n4sid(data, order: int | None = None, horizon: int | None = None, *,

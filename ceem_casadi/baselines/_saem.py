@@ -179,10 +179,8 @@ def saem_weights(gammas: list[float], memory: int) -> np.ndarray:
     ``gamma_i prod_{j>i} (1 - gamma_j)`` (0 before iteration 1), renormalised to sum to 1."""
     k = len(gammas)
     w = np.zeros(memory)
-    for m in range(memory):
+    for m in range(max(memory - k, 0), memory):
         i = k - memory + m  # 0-based iteration index of slot m
-        if i < 0:
-            continue
         w[m] = gammas[i] * np.prod([1.0 - g for g in gammas[i + 1:]])
     return w / w.sum()
 
