@@ -1,6 +1,5 @@
 """A stacked LSTM as CasADi matrix expressions (samples as columns), for sequence baselines; its equations
-(PyTorch's gate layout) are in docs/api/baselines.md.
-"""
+(PyTorch's gate layout) are in docs/api/baselines.md."""
 from __future__ import annotations
 
 import casadi as ca

@@ -1,6 +1,5 @@
 """Subspace identification (N4SID with MOESP weighting) of a linear state-space model; the algorithm
-(steps 1-6, order selection, default horizon) is written out in docs/api/baselines.md.
-"""
+(steps 1-6, order selection, default horizon) is written out in docs/api/baselines.md."""
 from __future__ import annotations
 
 import logging
@@ -20,7 +19,6 @@ _SV_FLOOR = 1e-12             # singular values below this fraction of s_1 are t
 _STABLE_RADIUS = 1.0 - 1e-4   # stable=True: reflected eigenvalues get at most this modulus
 
 
-# --------------------------------------------------------------------------------------------------
 def _default_horizon(n_ref: int, ny: int, nu: int, lengths, i_min: int = 2) -> int:
     """Largest ``i <= ceil(2 n_ref / ny) + 1`` (and ``>= i_min``) with ``2 p`` Hankel columns, else with ``p``."""
     i_max = max(math.ceil(2 * max(n_ref, 1) / ny) + 1, i_min)
