@@ -91,9 +91,7 @@ def _hankel_rows(u: np.ndarray, y: np.ndarray, i: int) -> np.ndarray:
 
 def _lq(data, i: int) -> tuple[np.ndarray, int]:
     """Lower-triangular ``L`` (p, p) with ``H / sqrt(N) = L Q`` and the number of columns N."""
-    R = None
-    N = 0
-    nu = data.nu
+    R, N = None, 0
     for b in range(len(data)):
         rows = _hankel_rows(data.inputs(b), data.y[b], i)
         if not rows.size:
@@ -106,7 +104,7 @@ def _lq(data, i: int) -> tuple[np.ndarray, int]:
             stacked = chunk if R is None else np.vstack([R, chunk])
             R = sla.qr(stacked, mode="r", overwrite_a=True, check_finite=False)[0]
     if R is None:
-        p = 2 * i * (nu + data.ny)
+        p = 2 * i * (data.nu + data.ny)
         return np.zeros((p, p)), 0
     p = R.shape[1]
     if R.shape[0] < p:
