@@ -117,8 +117,10 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
         Folder (created if needed).
     name : str
         C identifier prefix of every generated symbol and file name.
-    x0, P0, Q, R : numpy.ndarray or float, optional
-        (nx,) initial state and covariances (scalars, diagonals or matrices); defaults as in
+    x0 : numpy.ndarray, optional
+        (nx,) initial state; default ``model.noise.x1_mean`` or zeros.
+    P0, Q, R : float or numpy.ndarray, optional
+        Covariances (scalars, diagonals or matrices); defaults as in
         [`validation_report`][ceem_casadi.validation_report].
     theta_as_argument : bool
         Keep theta a run-time argument (``<name>_set_theta``) instead of folding it into the code.

@@ -109,10 +109,12 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
         Fit options (e.g. a [`CEEMOptions`][ceem_casadi.CEEMOptions]).
     data, metadata : dict, optional
         JSON-able description of the training data, and free-form user metadata.
-    history, uncertainty : list of IterationRecord or dict, ParameterUncertainty, optional
-        The fit's iterations and its parameter uncertainty.
+    history : list of IterationRecord or dict, optional
+        The fit's iterations.
     extra : dict of str to numpy.ndarray, optional
         Numeric arrays to keep with the model (e.g. ``{"x0": (B, nx)}`` initial states).
+    uncertainty : ParameterUncertainty, optional
+        Parameter uncertainty of the fit.
 
     Returns
     -------
