@@ -203,7 +203,7 @@ def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x
         (T, ny) observations, NaN = missing; (T, nu) inputs (optional).
     n_particles : int
         Number of particles N.
-    x0_mean, x0_cov : numpy.ndarray
+    x0_mean, x0_cov : array_like
         (nx,) prior mean of x[1] and its covariance: scalar, (nx,) or (nx, nx).
     rng : numpy.random.Generator
     Q, R : float or numpy.ndarray, optional
