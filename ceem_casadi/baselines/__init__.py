@@ -1,6 +1,5 @@
 """Baselines that CE-EM is compared with, on the same model and data objects: N4SID (linear), the particle
-filter, FFBSi and particle EM (SAEM), a stacked LSTM. The EKF and the Kalman filter are in `ceem_casadi.filtering`.
-"""
+filter, FFBSi and particle EM (SAEM), a stacked LSTM. The EKF and the Kalman filter are in `ceem_casadi.filtering`."""
 from ._lstm import LSTM, sequence_loss_factory, windows
 from ._n4sid import N4SIDResult, n4sid
 from ._particle import ParticleFilterResult, ffbsi, particle_filter

@@ -1,6 +1,5 @@
 """A stacked LSTM as CasADi matrix expressions (samples as columns), for sequence baselines; its equations
-(PyTorch's gate layout) are in docs/api/baselines.md.
-"""
+(PyTorch's gate layout) are in docs/api/baselines.md."""
 from __future__ import annotations
 
 import casadi as ca
@@ -53,10 +52,7 @@ class LSTM:
     @property
     def names(self) -> list[str]:
         """Parameter names in order."""
-        out = []
-        for i in range(self.layers):
-            out += [f"{self.name}_W{i}", f"{self.name}_U{i}", f"{self.name}_b{i}"]
-        return out + [f"{self.name}_V", f"{self.name}_d"]
+        return [f"{self.name}_{m}{i}" for i in range(self.layers) for m in "WUb"] + [f"{self.name}_V", f"{self.name}_d"]
 
     def init(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Parameter values (name -> array) by PyTorch's initialisation, uniform on +-1/sqrt(hidden), drawn

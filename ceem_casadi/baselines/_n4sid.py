@@ -1,6 +1,5 @@
 """Subspace identification (N4SID with MOESP weighting) of a linear state-space model; the algorithm
-(steps 1-6, order selection, default horizon) is written out in docs/api/baselines.md.
-"""
+(steps 1-6, order selection, default horizon) is written out in docs/api/baselines.md."""
 from __future__ import annotations
 
 import logging
@@ -20,7 +19,6 @@ _SV_FLOOR = 1e-12             # singular values below this fraction of s_1 are t
 _STABLE_RADIUS = 1.0 - 1e-4   # stable=True: reflected eigenvalues get at most this modulus
 
 
-# --------------------------------------------------------------------------------------------------
 def _default_horizon(n_ref: int, ny: int, nu: int, lengths, i_min: int = 2) -> int:
     """Largest ``i <= ceil(2 n_ref / ny) + 1`` (and ``>= i_min``) with ``2 p`` Hankel columns, else with ``p``."""
     i_max = max(math.ceil(2 * max(n_ref, 1) / ny) + 1, i_min)
@@ -93,9 +91,7 @@ def _hankel_rows(u: np.ndarray, y: np.ndarray, i: int) -> np.ndarray:
 
 def _lq(data, i: int) -> tuple[np.ndarray, int]:
     """Lower-triangular ``L`` (p, p) with ``H / sqrt(N) = L Q`` and the number of columns N."""
-    R = None
-    N = 0
-    nu = data.nu
+    R, N = None, 0
     for b in range(len(data)):
         rows = _hankel_rows(data.inputs(b), data.y[b], i)
         if not rows.size:
@@ -108,7 +104,7 @@ def _lq(data, i: int) -> tuple[np.ndarray, int]:
             stacked = chunk if R is None else np.vstack([R, chunk])
             R = sla.qr(stacked, mode="r", overwrite_a=True, check_finite=False)[0]
     if R is None:
-        p = 2 * i * (nu + data.ny)
+        p = 2 * i * (data.nu + data.ny)
         return np.zeros((p, p)), 0
     p = R.shape[1]
     if R.shape[0] < p:
@@ -209,10 +205,7 @@ def _fit_bd_x0(A, C, data, feedthrough: bool = True) -> tuple[np.ndarray, np.nda
             G += flat.T @ flat
             h += flat.T @ yp.reshape(-1)
         cache.append((idx, Gz, Pz, yz))
-    if ntheta:
-        theta = sla.lstsq(G, h, cond=1e-14, check_finite=False)[0]
-    else:
-        theta = np.zeros(0)
+    theta = sla.lstsq(G, h, cond=1e-14, check_finite=False)[0] if ntheta else np.zeros(0)
     B = theta[:nx * nu].reshape(nu, nx).T
     D = theta[nx * nu:].reshape(nu, ny).T if feedthrough else np.zeros((ny, nu))
     x0 = [None] * len(data)
@@ -256,21 +249,14 @@ def _as_data(data):
         return data
     if isinstance(data, tuple) and len(data) == 2 and not isinstance(data[0], tuple):
         data = [data]                                  # a single (y, u) pair
-    ys, us = [], []
-    for k, item in enumerate(data):
-        if isinstance(item, tuple):
-            if len(item) != 2:
-                raise ShapeError(f"data[{k}]: expected a (y, u) pair, got a tuple of {len(item)}")
-            y, u = item
-        else:
-            y, u = item, None
-        ys.append(y)
-        us.append(u)
-    if all(u is None for u in us):
-        return Trajectories(ys)
-    if any(u is None for u in us):
+    pairs = [item if isinstance(item, tuple) else (item, None) for item in data]
+    for k, item in enumerate(pairs):
+        if len(item) != 2:
+            raise ShapeError(f"data[{k}]: expected a (y, u) pair, got a tuple of {len(item)}")
+    ys, us = [y for y, _ in pairs], [u for _, u in pairs]
+    if any(u is None for u in us) and not all(u is None for u in us):
         raise ShapeError("data: either every trajectory has inputs u or none has")
-    return Trajectories(ys, us)
+    return Trajectories(ys, None if all(u is None for u in us) else us)
 
 
 def n4sid(data, order: int | None = None, horizon: int | None = None, *,

@@ -25,12 +25,10 @@ class N4SIDResult(Result):
         One (nx,) initial state per trajectory (the state at the first sample).
     singular_values : numpy.ndarray
         (i ny,) of the weighted oblique projection.
-    order : int
-        nx.
+    order, horizon : int
+        nx and the block horizon i used.
     dt : float or None
         Sample time in seconds (from the data).
-    horizon : int
-        The block horizon i used.
 
     Examples
     --------

@@ -1,6 +1,5 @@
 """Fully adapted particle filter and FFBSi backward simulation (the E-step of particle EM); the filter, its
-proposals and the smoother are described in docs/api/baselines.md.
-"""
+proposals and the smoother are described in docs/api/baselines.md."""
 from __future__ import annotations
 
 import logging
@@ -62,8 +61,6 @@ class ParticleFilterResult:
     Q_chol: np.ndarray
 
 
-# ------------------------------------------------------------------------------------------
-# particle filter
 def systematic_resample(weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Ancestor indices (N,) by systematic resampling of normalised ``weights`` (N,)."""
     n = weights.size
@@ -202,16 +199,12 @@ def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x
     model : StateSpaceModel
     theta_vec : numpy.ndarray
         (n_p,) flat parameter vector.
-    y : numpy.ndarray
-        (T, ny) observations, NaN = missing.
-    u : numpy.ndarray, optional
-        (T, nu) inputs.
+    y, u : numpy.ndarray
+        (T, ny) observations, NaN = missing; (T, nu) inputs (optional).
     n_particles : int
         Number of particles N.
-    x0_mean : numpy.ndarray
-        (nx,) prior mean of x[1].
-    x0_cov : float or numpy.ndarray
-        Prior covariance of x[1]: scalar, (nx,) or (nx, nx).
+    x0_mean, x0_cov : array_like
+        (nx,) prior mean of x[1] and its covariance: scalar, (nx,) or (nx, nx).
     rng : numpy.random.Generator
     Q, R : float or numpy.ndarray, optional
         Override the model's noise covariances.
@@ -247,7 +240,6 @@ def ffbsi(result: ParticleFilterResult, n_smooth: int, *, rng: np.random.Generat
     Parameters
     ----------
     result : ParticleFilterResult
-        A filtered trajectory.
     n_smooth : int
         Number of trajectories Ns.
     rng : numpy.random.Generator

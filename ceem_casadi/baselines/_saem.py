@@ -1,7 +1,5 @@
 """Particle EM: the particle filter and FFBSi E-step of `ceem_casadi.baselines._particle` with an SAEM
-M-step (the baseline of section 4.1.2 of the CE-EM paper; the M-step and its step sizes: docs/api/baselines.md).
-"""
-
+M-step (the baseline of section 4.1.2 of the CE-EM paper; the M-step and its step sizes: docs/api/baselines.md)."""
 from __future__ import annotations
 
 import logging
@@ -39,10 +37,8 @@ class ParticleEMOptions:
 
     Parameters
     ----------
-    n_particles : int
-        Filter particles Np.
-    n_smooth : int
-        FFBSi trajectories Ns per data trajectory.
+    n_particles, n_smooth : int
+        Filter particles Np; FFBSi trajectories Ns per data trajectory.
     max_iters : int
         EM iterations.
     saem_k0, saem_alpha : int, float
@@ -99,10 +95,8 @@ class ParticleEMRecord:
         Parameters after the M-step.
     wall_s, e_step_s, m_step_s : float
         Wall time of the iteration, of its E-step and of its M-step (s).
-    loglik : float
-        Log-likelihood estimate at the theta used in the E-step.
-    gamma : float
-        SAEM step size.
+    loglik, gamma : float
+        Log-likelihood estimate at the theta used in the E-step; SAEM step size.
     learn_status : str
         Status of the M-step's solver.
 
@@ -164,8 +158,6 @@ class ParticleEMResult:
         return self.status in ("max_iters", "stopped")
 
 
-# ------------------------------------------------------------------------------------------
-# particle EM
 def _initial_prior(model):
     nz = model.noise
     if nz.x1_mean is None:
@@ -179,10 +171,8 @@ def saem_weights(gammas: list[float], memory: int) -> np.ndarray:
     ``gamma_i prod_{j>i} (1 - gamma_j)`` (0 before iteration 1), renormalised to sum to 1."""
     k = len(gammas)
     w = np.zeros(memory)
-    for m in range(memory):
+    for m in range(max(memory - k, 0), memory):
         i = k - memory + m  # 0-based iteration index of slot m
-        if i < 0:
-            continue
         w[m] = gammas[i] * np.prod([1.0 - g for g in gammas[i + 1:]])
     return w / w.sum()
 

@@ -100,7 +100,7 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
     ----------
     path : str or pathlib.Path
     model : StateSpaceModel
-        The model (with its noise settings).
+        With its noise settings.
     theta : dict
         Identified parameters, name -> array.
     source, kwargs : str, dict, optional
@@ -257,9 +257,8 @@ def _model_from_graphs(path, meta: dict, arrays: dict, noise, theta_vec):
 
 def load_model(path, *, trust_source: bool = False, check_source: bool = True, rebuild: bool | None = None
                ) -> SavedModel:
-    """Read a model file written by [`save_model`][ceem_casadi.save_model] (integrity-checked).
-
-    Nothing in the file is executed unless ``trust_source`` (docs/usage_cli.md, "Model files").
+    """Read a model file written by [`save_model`][ceem_casadi.save_model] (integrity-checked); nothing in the
+    file is executed unless ``trust_source`` (docs/usage_cli.md, "Model files").
 
     Parameters
     ----------

@@ -250,16 +250,13 @@ class EKF:
         ``engine="casadi"`` on each, those of one length T <= ``chunk`` in one mapped call; the other arguments
         as for `run`, shared. ``means``: keep only ``x_pred``, ``x_filt`` and the RTS ``x_smooth`` (when the
         log-likelihood is finite), a third of the memory."""
-        model = self.model
-        nx = model.nx
-        pairs = [single_trajectory(model, y, None if us is None else us[b]) for b, y in enumerate(ys)]
+        pairs = [single_trajectory(self.model, y, None if us is None else us[b]) for b, y in enumerate(ys)]
         res: list = [None] * len(pairs)
         groups: dict[int, list[int]] = {}
         for b, (y, _) in enumerate(pairs):
             groups.setdefault(y.shape[0], []).append(b)
         Qc, Rc, P0 = self._covariances(Q, R, Sigma0)
-        x0 = np.asarray(x0, float).reshape(nx)
-        pv = np.asarray(theta_vec, float)
+        x0, pv = np.asarray(x0, float).reshape(self.model.nx), np.asarray(theta_vec, float)
         for T, idx in groups.items():
             k = min(len(idx), max(1, policy.CALL_COLUMNS // T))
             if T > self.chunk or k == 1:

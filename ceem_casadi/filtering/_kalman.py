@@ -1,6 +1,5 @@
 """Linear Kalman filter and Rauch-Tung-Striebel smoother, ``x+ = A x + B u + w``, ``y = C x + D u + v``
-(the reference the EKF is tested against; the EKF's conventions, docs/model_learning_notes.md).
-"""
+(the reference the EKF is tested against; the EKF's conventions, docs/model_learning_notes.md)."""
 from __future__ import annotations
 
 import numpy as np
@@ -83,19 +82,14 @@ def kalman_filter(A, C, Q, R, y, u=None, *, B=None, D=None, x0, Sigma0,
     >>> res.x_filt.shape, bool(abs(res.x_filt[-1, 0] - 1.0) < 0.1)
     ((4, 1), True)
     """
-    A = np.atleast_2d(np.asarray(A, float))
-    nx = A.shape[0]
-    A = _matrix("A", A, (nx, nx))
-    C = np.atleast_2d(np.asarray(C, float))
-    ny = C.shape[0]
-    C = _matrix("C", C, (ny, nx))
+    A, C = np.atleast_2d(np.asarray(A, float)), np.atleast_2d(np.asarray(C, float))
+    nx, ny = A.shape[0], C.shape[0]
+    A, C = _matrix("A", A, (nx, nx)), _matrix("C", C, (ny, nx))
     y = np.asarray(y, float)
     if y.ndim != 2 or y.shape[1] != ny:
         raise ShapeError(f"y: expected shape (T, {ny}), got {y.shape}")
     T = y.shape[0]
-    if u is None:
-        u = np.zeros((T, 0))
-    u = np.asarray(u, float)
+    u = np.zeros((T, 0)) if u is None else np.asarray(u, float)
     if u.ndim != 2 or u.shape[0] != T:
         raise ShapeError(f"u: expected shape ({T}, nu), got {u.shape}")
     nu = u.shape[1]
@@ -140,11 +134,9 @@ def rts_smoother(res: FilterResult, A=None) -> FilterResult:
     (5, 1)
     """
     T = res.x_filt.shape[0]
-    if A is None:
-        if res.A is None:
-            raise ValueError("rts_smoother: give the dynamics matrix A (this result holds no Jacobians)")
-        A = res.A
-    A = np.asarray(A, float)
+    if A is None and res.A is None:
+        raise ValueError("rts_smoother: give the dynamics matrix A (this result holds no Jacobians)")
+    A = np.asarray(res.A if A is None else A, float)
     As = np.broadcast_to(A, (max(T - 1, 0),) + A.shape[-2:]) if A.ndim == 2 else A
     xs, Ps = res.x_filt.copy(), res.P_filt.copy()
     for t in range(T - 2, -1, -1):

@@ -51,14 +51,13 @@ class FilterResult:
 
 
 def as_cov(name: str, value, n: int) -> np.ndarray:
-    """A covariance matrix from a scalar, a diagonal or a full matrix.
+    """A covariance matrix from a scalar (times the identity), an (n,) diagonal or an (n, n) matrix.
 
     Parameters
     ----------
     name : str
-        Name used in the error message (e.g. ``"Q"``).
+        Named in the error message (e.g. ``"Q"``).
     value : float or array_like
-        A scalar (times the identity), an (n,) diagonal or an (n, n) matrix.
     n : int
 
     Returns
