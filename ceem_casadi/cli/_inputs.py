@@ -2,7 +2,6 @@
 line saying what was expected, what was given and which flag fixes it (exit code 2)."""
 from __future__ import annotations
 
-import logging
 import math
 import os
 import re
@@ -15,8 +14,6 @@ import tomllib
 from ..io._limits import InputLimitError, check_text, loads_json, read_text_file
 from ..io._readers import read_trajectories
 from ..runtime._schema import ACCELERATIONS
-
-log = logging.getLogger("ceem_casadi.cli")
 
 
 class UsageError(Exception):
