@@ -253,7 +253,3 @@ def interrupted_message(command: str | None) -> str:
         return (f"{PROG} {command}: interrupted (the checkpoint of the last complete iteration is kept; continue "
                 f"with --resume)")
     return f"{PROG} {command or ''}".rstrip() + ": interrupted (this command keeps no checkpoint: run it again)"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

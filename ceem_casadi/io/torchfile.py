@@ -216,8 +216,7 @@ class _PickleWriter:
         self.arrays.append((key, a))
         stride = tuple(int(s // a.itemsize) for s in a.strides) if a.size else (1,) * a.ndim
         self.global_("torch._utils", "_rebuild_tensor_v2")
-        self.out += b"("
-        self.out += b"("  # persistent id tuple
+        self.out += b"(("  # MARK of the call's arguments, MARK of the persistent id tuple
         self.obj("storage")
         self.global_("torch", _NP2STORAGE[a.dtype])
         self.obj(key)
