@@ -235,13 +235,11 @@ def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
     if u is None and model.nu:
         raise ShapeError(f"u: the model has nu={model.nu} inputs; give u, a (T, {model.nu}) array per trajectory")
     us = [np.zeros((t, model.nu)) for t in T] if u is None else _as_list(u, "u")
-    noise_level(process_std, "process_std", model.nx)
-    noise_level(measurement_std, "measurement_std", model.ny)
+    sw = noise_level(process_std, "process_std", model.nx)   # (nx,) and (ny,) standard deviations
+    sv = noise_level(measurement_std, "measurement_std", model.ny)
     if len(T) != B or len(us) != B:
         raise ShapeError(f"expected {B} horizons and input trajectories (one per x0 row)")
     theta_vec = model.theta_vector(theta)
-    sw = np.broadcast_to(np.asarray(process_std, float), (model.nx,))
-    sv = np.broadcast_to(np.asarray(measurement_std, float), (model.ny,))
     xs, ys = [], []
     for b in range(B):
         check_inputs(us[b], T[b], model.nu, f"[{b}]")
