@@ -172,9 +172,7 @@ def _check_bytes(path, nbytes: int) -> None:
                              f"(raise $CEEM_MAX_ARCHIVE_MB only for a file you trust)")
 
 
-_NP2STORAGE = {np.dtype(v): k for k, v in _STORAGE_DTYPES.items()}
-
-
+_NP2STORAGE = {np.dtype(v): k for k, v in _STORAGE_DTYPES.items()}  # the writer's tables
 _CONTAINER_OPCODES = {tuple: (b"(", b"t"), list: (b"](", b"e"), dict: (b"}(", b"u")}
 
 
