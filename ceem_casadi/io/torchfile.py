@@ -37,11 +37,10 @@ class UnsafePickleError(TorchFileError):
 
 def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
     size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
-    item = storage.itemsize
     if storage.size == 0 or not size:
         return storage[offset:offset + 1].reshape(size).copy() if not size else np.zeros(size, storage.dtype)
     return np.lib.stride_tricks.as_strided(
-        storage[offset:], shape=size, strides=tuple(s * item for s in stride)).copy()
+        storage[offset:], shape=size, strides=tuple(s * storage.itemsize for s in stride)).copy()
 
 
 _ALLOWED = {
@@ -211,19 +210,13 @@ class _PickleWriter:
         self.out += b"(("  # MARK of the call's arguments, MARK of the persistent id tuple
         self.obj("storage")
         self.global_("torch", _NP2STORAGE[a.dtype])
-        self.obj(key)
-        self.obj("cpu")
-        self.obj(int(a.size))
-        if self.legacy:
-            self.obj(None)
+        for v in (key, "cpu", int(a.size), *([None] if self.legacy else [])):  # key, location, numel[, view]
+            self.obj(v)
         self.out += b"tQ"  # TUPLE, BINPERSID
-        self.obj(0)
-        self.obj(tuple(int(s) for s in a.shape))
-        self.obj(stride)
-        self.obj(False)
+        for v in (0, tuple(int(s) for s in a.shape), stride, False):  # offset, size, stride, requires_grad
+            self.obj(v)
         self.global_("collections", "OrderedDict")
-        self.out += b")R"  # EMPTY_TUPLE, REDUCE -> OrderedDict()
-        self.out += b"tR"
+        self.out += b")RtR"  # EMPTY_TUPLE, REDUCE -> OrderedDict() (the hooks); TUPLE, REDUCE -> the tensor
 
 
 def save(obj, path, *, legacy: bool = False) -> None:
