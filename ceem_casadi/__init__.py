@@ -36,9 +36,9 @@ from .workflow import (
 __all__ = [
     "MLP", "CEEMOptions", "CEEMResult", "CeemError", "LearnerOptions", "NoiseCalibrationOptions", "NonFiniteError",
     "OptionsError", "OutputErrorOptions", "Param", "ParameterError", "Parameters", "ShapeError", "Sharded",
-    "SmootherOptions", "SolverError", "StateSpaceModel", "Status", "Trajectories", "UncertaintyOptions",
-    "__version__", "baselines", "calibrate_noise", "ceem", "compare_structures", "ceem_checkpointed", "distributed",
-    "design_input", "estimate_initial_state", "export_casadi", "filtering", "generate_ekf", "identify", "io", "load_cascaded_tanks", "load_model",
-    "load_silverbox", "n4sid", "parameter_uncertainty", "read_trajectories", "refine_output_error", "save_model",
-    "residual_analysis", "simulate", "simulate_output", "simulation_bands", "validation_report",
+    "SmootherOptions", "SolverError", "StateSpaceModel", "Status", "Trajectories", "UncertaintyOptions", "__version__",
+    "baselines", "calibrate_noise", "ceem", "compare_structures", "ceem_checkpointed", "distributed", "design_input",
+    "estimate_initial_state", "export_casadi", "filtering", "generate_ekf", "identify", "io", "load_cascaded_tanks",
+    "load_model", "load_silverbox", "n4sid", "parameter_uncertainty", "read_trajectories", "refine_output_error",
+    "save_model", "residual_analysis", "simulate", "simulate_output", "simulation_bands", "validation_report",
 ]

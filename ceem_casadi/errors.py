@@ -4,12 +4,10 @@ from __future__ import annotations
 
 
 class CeemError(Exception):
-    """Base class of every error raised on purpose by ceem_casadi.
+    """Base class of every error raised on purpose by ceem_casadi (each also a builtin).
 
     Examples
     --------
-    Every error the library raises on purpose is a `CeemError` and a builtin:
-
     >>> import ceem_casadi as cc
     >>> try:
     ...     cc.Param("not a name")
@@ -53,13 +51,11 @@ class DataError(CeemError, ValueError):
 
 
 class ParameterError(CeemError, KeyError, ValueError):
-    """Unknown or missing parameter names, or values outside their bounds (also a ``ValueError``:
-    every input error of the library is one).
+    """Unknown or missing parameter names (e.g. a theta with a name the model does not have), or values outside
+    their bounds; also a ``ValueError``, as every input error of the library.
 
     Examples
     --------
-    A theta with a name the model does not have:
-
     >>> import ceem_casadi as cc
     >>> try:
     ...     cc.Parameters(cc.Param("a", 0.5)).validate({"b": 0.8})
@@ -73,8 +69,7 @@ class ParameterError(CeemError, KeyError, ValueError):
 
 
 class OptionsError(CeemError, ValueError):
-    """An option value is invalid (wrong type, out of range, unknown name); the message names the
-    option, what was expected and what was given.
+    """An option value is invalid (wrong type, out of range, unknown name): the message names the option.
 
     Examples
     --------
@@ -92,13 +87,11 @@ class ModelError(CeemError, ValueError):
 
 
 class SolverError(CeemError, RuntimeError):
-    """A numerical solver failed and the caller asked for an exception (``raise_on_failure=True``);
-    ``result`` holds the outcome up to the failure (e.g. the [`CEEMResult`][ceem_casadi.CEEMResult] with
-    the last good iterate), or None.
+    """A numerical solver failed and the caller asked for an exception (``raise_on_failure=True``); ``result``
+    holds the outcome up to the failure (e.g. the [`CEEMResult`][ceem_casadi.CEEMResult] of the last good iterate).
 
     Examples
     --------
-
     >>> import ceem_casadi as cc
     >>> err = cc.SolverError("smoother failed at iteration 3", result=None)
     >>> isinstance(err, RuntimeError), isinstance(err, cc.CeemError), err.result is None

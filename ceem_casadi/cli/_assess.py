@@ -10,8 +10,7 @@ from ._inputs import UsageError
 
 def assess(args, model, data, theta_vec, x0, skip: int, ks, uncertainty) -> dict:
     """Run what ``--residuals`` and ``--bands`` ask for; returns ``{"residuals": ..., "bands": ...}`` (JSON-ready)."""
-    residuals, bands, plot_dir = getattr(args, "residuals", False), getattr(args, "bands", False), \
-        getattr(args, "plot", None)
+    residuals, bands, plot_dir = args.residuals, args.bands, args.plot
     if plot_dir and not (residuals or bands):
         raise UsageError("--plot draws the figures of --residuals and --bands: give one of them")
     if bands and uncertainty is None:

@@ -157,14 +157,12 @@ def _calibration_options(args):
 def calibration_table(result):
     """The calibration table as written by ``--table``: one row per level, ``process_std`` split into
     ``process_std_0 ...`` columns, ``chosen`` marks the chosen level (no fit objects)."""
-    import pandas as pd
-
-    df = result.levels.drop(columns=["fit", "process_std"]).copy()
+    df = result.levels.drop(columns=["fit", "process_std"])
     stds = np.array([list(p) for p in result.levels["process_std"]], float)
     for j in range(stds.shape[1]):
         df.insert(1 + j, f"process_std_{j}", stds[:, j])
     df["chosen"] = np.isclose(df["level"].to_numpy(float), result.best.level)
-    return pd.DataFrame(df)
+    return df
 
 
 def _save_calibration_plot(res, path) -> None:

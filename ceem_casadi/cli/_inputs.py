@@ -2,21 +2,20 @@
 line saying what was expected, what was given and which flag fixes it (exit code 2)."""
 from __future__ import annotations
 
-import logging
 import math
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import tomllib
 
+from ..errors import CeemError
 from ..io._limits import InputLimitError, check_text, loads_json, read_text_file
 from ..io._readers import read_trajectories
 from ..runtime._schema import ACCELERATIONS
-
-log = logging.getLogger("ceem_casadi.cli")
 
 
 class UsageError(Exception):
@@ -151,8 +150,6 @@ def given_x0(x0_arg: str | None, window: int | None, nx: int, data, largest: int
 
 def theta_arg(model, text: str | None, what: str, base: dict | None = None) -> dict | None:
     """Parameters from JSON (missing names: from ``base``, else the declared initial values)."""
-    from ..errors import CeemError
-
     given = json_object(text, what) if text is not None else None
     if given is None:
         return None
@@ -200,8 +197,6 @@ def figure_path(path, what: str) -> Path:
 def optional_output(write, what: str, path) -> bool:
     """Run ``write()`` (an optional output such as a figure, after the results are written); a
     failure is reported on stderr as a warning and does not lose the results. True when written."""
-    import sys
-
     try:
         write()
     except Exception as exc:  # any failure of an optional output: report, never lose the results

@@ -210,13 +210,12 @@ def main(argv=None) -> int:
     Returns
     -------
     int
-        The exit status: 0 success; 1 the fit did not converge (results are still written); 2 bad
-        input (a one-line message on stderr, no traceback); 130 interrupted.
+        The exit status: 0 success; 1 not converged (results written); 2 bad input (one line on stderr); 130
+        interrupted.
 
     Examples
     --------
-    A model reference that is neither ``package.module:factory`` nor ``file.py:factory`` is bad
-    input (exit status 2, the reason on stderr):
+    A model that is neither ``package.module:factory`` nor ``file.py:factory`` is bad input (exit status 2):
 
     >>> from ceem_casadi.cli import main
     >>> main(["evaluate", "--model", "missing.ceem.json", "--data", "missing.csv"])
@@ -253,7 +252,3 @@ def interrupted_message(command: str | None) -> str:
         return (f"{PROG} {command}: interrupted (the checkpoint of the last complete iteration is kept; continue "
                 f"with --resume)")
     return f"{PROG} {command or ''}".rstrip() + ": interrupted (this command keeps no checkpoint: run it again)"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

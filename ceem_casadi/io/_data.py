@@ -88,12 +88,8 @@ class Trajectories:
             us = _as_list(u, "u")
             if len(us) != len(ys):
                 raise ShapeError(f"u: expected {len(ys)} trajectories like y, got {len(us)}")
-            nu = us[0].shape[1]
             for i, (ui, yi) in enumerate(zip(us, ys)):
-                if ui.shape != (yi.shape[0], nu):
-                    raise ShapeError(f"u[{i}]: expected shape {(yi.shape[0], nu)}, got {ui.shape}")
-                if not np.all(np.isfinite(ui)):
-                    raise NonFiniteError(f"u[{i}] contains NaN or inf; inputs must be finite")
+                check_inputs(ui, yi.shape[0], us[0].shape[1], f"[{i}]")
         if dt is not None and not (np.isfinite(dt) and dt > 0):
             raise ShapeError(f"dt must be a positive sample time in seconds, got {dt}")
         object.__setattr__(self, "y", tuple(ys))
@@ -145,12 +141,7 @@ class Trajectories:
     def with_missing(self, fraction: float, seed: int | np.random.Generator) -> Trajectories:
         """Copy with a random ``fraction`` of the y entries replaced by NaN (seeded)."""
         rng = np.random.default_rng(seed)
-        ys = []
-        for yi in self.y:
-            yi = yi.copy()
-            yi[rng.random(yi.shape) < fraction] = np.nan
-            ys.append(yi)
-        return Trajectories(ys, self.u, self.dt)
+        return Trajectories([np.where(rng.random(yi.shape) < fraction, np.nan, yi) for yi in self.y], self.u, self.dt)
 
 
 def check_outputs(ys, names=None, error: type[Exception] = DataError) -> None:
@@ -177,13 +168,17 @@ def single_trajectory(model, y, u=None, where: str = "") -> tuple[np.ndarray, np
         raise ShapeError(f"y{where}: expected shape (T, {model.ny}), got {y.shape}")
     if np.isinf(y).any():
         raise NonFiniteError(f"y{where}: expected finite values or NaN (missing), got infinities")
-    T = y.shape[0]
-    u = np.zeros((T, model.nu)) if u is None else np.asarray(u, float)
-    if u.shape != (T, model.nu):
-        raise ShapeError(f"u{where}: expected shape {(T, model.nu)}, got {u.shape}")
-    if not np.all(np.isfinite(u)):
-        raise NonFiniteError(f"u{where}: expected finite inputs, got NaN or infinity")
+    u = np.zeros((y.shape[0], model.nu)) if u is None else np.asarray(u, float)
+    check_inputs(u, y.shape[0], model.nu, where)
     return y, u
+
+
+def check_inputs(u: np.ndarray, T: int, nu: int, where: str = "") -> None:
+    """`ShapeError` unless the inputs ``u`` of a trajectory are (T, nu), `NonFiniteError` unless they are finite."""
+    if u.shape != (T, nu):
+        raise ShapeError(f"u{where}: expected shape {(T, nu)}, got {u.shape}")
+    if not np.all(np.isfinite(u)):
+        raise NonFiniteError(f"u{where} contains NaN or inf; inputs must be finite")
 
 
 def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
@@ -240,19 +235,14 @@ def simulate(model, theta: Theta, x0, horizon: int | Sequence[int], *, u=None,
     if u is None and model.nu:
         raise ShapeError(f"u: the model has nu={model.nu} inputs; give u, a (T, {model.nu}) array per trajectory")
     us = [np.zeros((t, model.nu)) for t in T] if u is None else _as_list(u, "u")
-    noise_level(process_std, "process_std", model.nx)
-    noise_level(measurement_std, "measurement_std", model.ny)
+    sw = noise_level(process_std, "process_std", model.nx)   # (nx,) and (ny,) standard deviations
+    sv = noise_level(measurement_std, "measurement_std", model.ny)
     if len(T) != B or len(us) != B:
         raise ShapeError(f"expected {B} horizons and input trajectories (one per x0 row)")
     theta_vec = model.theta_vector(theta)
-    sw = np.broadcast_to(np.asarray(process_std, float), (model.nx,))
-    sv = np.broadcast_to(np.asarray(measurement_std, float), (model.ny,))
     xs, ys = [], []
     for b in range(B):
-        if us[b].shape != (T[b], model.nu):
-            raise ShapeError(f"u[{b}]: expected shape {(T[b], model.nu)}, got {us[b].shape}")
-        if not np.all(np.isfinite(us[b])):
-            raise NonFiniteError(f"u[{b}]: inputs must be finite, got NaN or inf")
+        check_inputs(us[b], T[b], model.nu, f"[{b}]")
         # process noise enters between steps: a cached mapaccum of f + w (ceem_casadi.model._simulation)
         w = rng.standard_normal((T[b] - 1, model.nx)) * sw
         if np.any(sw > 0):

@@ -109,12 +109,8 @@ def _expected_digests(data_dir: Path) -> dict[str, str]:
         raise DatasetNotFoundError(
             f"checksum list not found: expected {sums} (lines '<sha256>  <relative path>'); "
             "pass data_dir= or set CEEM_DATA to the folder that holds it")
-    out = {}
-    for line in sums.read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 2:
-            out[parts[1].lstrip("*")] = parts[0].lower()
-    return out
+    rows = [line.split() for line in sums.read_text().splitlines()]  # '<sha256>  [*]<relative path>'
+    return {row[1].lstrip("*"): row[0].lower() for row in rows if len(row) >= 2}
 
 
 def verify_file(data_dir, relpath: str) -> Path:

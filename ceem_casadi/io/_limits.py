@@ -60,18 +60,19 @@ def max_data_bytes() -> int:
     return _mib_from_env("CEEM_MAX_DATA_MB", MAX_DATA_MB)
 
 
-def check_file_size(path, what: str, limit: int, env: str = "CEEM_MAX_ARCHIVE_MB") -> int:
+def check_file_size(path, what: str, limit: int, env: str | None = "CEEM_MAX_ARCHIVE_MB") -> int:
     """Size in bytes of the file ``path`` (``os.stat``, nothing read); `InputLimitError` above ``limit`` bytes."""
     size = os.stat(path).st_size
     if size > limit:
+        advice = f" (raise ${env} only for a file you trust)" if env else ""  # the variable that raises the limit
         raise InputLimitError(f"{what}: a file of {size} bytes, more than the limit of {limit} bytes; refusing to "
-                              f"read it (raise ${env} only for a file you trust)")
+                              f"read it{advice}")
     return size
 
 
 def read_text_file(path, what: str, max_chars: int = MAX_TEXT_BYTES) -> str:
     """The text of the file ``path`` after `check_file_size` (at most ``max_chars`` bytes)."""
-    check_file_size(path, what, max_chars, env="the file")
+    check_file_size(path, what, max_chars, env=None)  # no override of the text limit
     with open(path, encoding="utf-8") as fh:
         return fh.read(max_chars + 1)
 
@@ -90,8 +91,7 @@ _TOML_SKIP = re.compile(r'"""(?:[^\\]|\\(?:.|\Z))*?(?:"""|\Z)|\'\'\'.*?(?:\'\'\'
 
 
 def nesting_depth(text: str, *, toml: bool = False) -> int:
-    """Largest number of ``[`` / ``{`` open at once in JSON (or, with ``toml``, TOML) ``text``, outside strings
-    and comments (counted in numpy: a 2 MB text in 0.05 s)."""
+    """Most ``[`` / ``{`` open at once in JSON (TOML with ``toml``) ``text``, outside strings and comments."""
     brackets = _NOT_BRACKET.sub("", (_TOML_SKIP if toml else _JSON_STRING).sub("", text)).encode()
     if not brackets:
         return 0

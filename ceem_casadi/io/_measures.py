@@ -8,6 +8,7 @@ from ..errors import ShapeError
 
 
 def _pair(y, yhat) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """``y``, ``yhat`` as (N, ny), the mask of entries valid in both, and whether the input was 1-D."""
     y = np.asarray(y, float)
     yhat = np.asarray(yhat, float)
     if y.shape != yhat.shape:
@@ -15,10 +16,8 @@ def _pair(y, yhat) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     if y.ndim == 0:
         raise ShapeError("y: expected an array (T,), (T, ny) or (B, T, ny), got a scalar")
     vector = y.ndim == 1
-    if vector:
-        y, yhat = y[:, None], yhat[:, None]
-    y = y.reshape(-1, y.shape[-1])
-    yhat = yhat.reshape(-1, yhat.shape[-1])
+    ny = 1 if vector else y.shape[-1]
+    y, yhat = y.reshape(-1, ny), yhat.reshape(-1, ny)
     ok = ~(np.isnan(y) | np.isnan(yhat))
     return y, yhat, ok, vector
 

@@ -159,7 +159,7 @@ def read_trajectories(paths, model, *, outputs=None, inputs=None, trajectory_col
     return (data, desc) if describe else data
 
 
-def _read_npz(path: Path, model, desc: dict, first: int, **_) -> list:
+def _read_npz(path: Path) -> list:
     """[(y (T, ny), u (T, nu))] of a ``.npz`` holding ``y`` (T, ny) or (B, T, ny) and optionally ``u`` alike."""
     if not path.is_file():
         raise DataFileError(f"{path}: no such data file")
@@ -213,9 +213,6 @@ def _read_columns(path: Path, model, desc: dict, first: int, *, outputs, inputs,
     return out
 
 
-READERS = {".npz": _read_npz}  # by file suffix; any other suffix: a table (read_table names the types)
-
-
 def _check_trajectory(b: int, y: np.ndarray, u: np.ndarray, model) -> None:
     """Outputs (T >= 2, ny) without inf, inputs (T, nu) finite, of trajectory ``b``."""
     if y.ndim != 2 or y.shape[1] != model.ny or len(y) < 2:
@@ -238,9 +235,11 @@ def _read(paths, model, outputs, inputs, trajectory_column):
     pairs, desc = [], {"files": [], "outputs": None, "inputs": None, "trajectory_column": trajectory_column}
     for path in map(Path, paths):
         desc["files"].append(str(path))
-        reader = READERS.get(path.suffix.lower(), _read_columns)
-        pairs += reader(path, model, desc, len(pairs), outputs=outputs, inputs=inputs,
-                        trajectory_column=trajectory_column)
+        if path.suffix.lower() == ".npz":
+            pairs += _read_npz(path)
+        else:  # a table (read_table names the types it reads)
+            pairs += _read_columns(path, model, desc, len(pairs), outputs=outputs, inputs=inputs,
+                                   trajectory_column=trajectory_column)
     for b, (y, u) in enumerate(pairs):
         _check_trajectory(b, y, u, model)
     if not pairs:

@@ -35,19 +35,12 @@ class UnsafePickleError(TorchFileError):
     """The pickle asks for a callable outside the tensor/storage whitelist."""
 
 
-class _StorageType:
-    def __init__(self, name: str):
-        self.name = name
-        self.dtype = np.dtype(_STORAGE_DTYPES[name])
-
-
 def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
     size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
-    item = storage.itemsize
     if storage.size == 0 or not size:
         return storage[offset:offset + 1].reshape(size).copy() if not size else np.zeros(size, storage.dtype)
     return np.lib.stride_tricks.as_strided(
-        storage[offset:], shape=size, strides=tuple(s * item for s in stride)).copy()
+        storage[offset:], shape=size, strides=tuple(s * storage.itemsize for s in stride)).copy()
 
 
 _ALLOWED = {
@@ -65,7 +58,7 @@ class _SafeUnpickler(pickle.Unpickler):
 
     def find_class(self, module, name):
         if module == "torch" and name in _STORAGE_DTYPES:
-            return _StorageType(name)
+            return np.dtype(_STORAGE_DTYPES[name])  # a storage type stands for its element type
         if (module, name) in _ALLOWED:
             return _ALLOWED[(module, name)]
         raise UnsafePickleError(
@@ -92,7 +85,7 @@ def _load_zip(path: Path):
             if key not in cache:
                 _check_bytes(path, zf.getinfo(f"{prefix}data/{key}").file_size)  # from the zip directory
                 raw = zf.read(f"{prefix}data/{key}")
-                cache[key] = np.frombuffer(raw, dtype=stype.dtype.newbyteorder("<"))
+                cache[key] = np.frombuffer(raw, dtype=stype.newbyteorder("<"))
             return cache[key]
 
         return _SafeUnpickler(io.BytesIO(zf.read(pkl[0])), load_storage).load()
@@ -116,8 +109,8 @@ def _load_legacy(path: Path):
         def load_storage(pid):
             _, stype, key, _loc, numel = pid[:5]
             if key not in storages:  # the declared size, before it is allocated
-                _check_bytes(path, int(numel) * stype.dtype.itemsize + sum(a.nbytes for _, a in storages.values()))
-            arr = storages.setdefault(key, (stype, np.zeros(int(numel), stype.dtype)))[1]
+                _check_bytes(path, int(numel) * stype.itemsize + sum(a.nbytes for a in storages.values()))
+            arr = storages.setdefault(key, np.zeros(int(numel), stype))
             view = pid[5] if len(pid) > 5 else None
             if view is not None:
                 _vkey, off, vsize = view
@@ -127,11 +120,11 @@ def _load_legacy(path: Path):
         _SafeUnpickler(fh, load_storage).load()  # first pass: learn the storages
         keys = _SafeUnpickler(fh, no_storage).load()
         for key in keys:
-            stype, arr = storages[key]
+            arr = storages[key]
             (n,) = struct.unpack("<q", fh.read(8))
             if n != arr.size:
                 raise TorchFileError(f"{path}: storage {key}: expected {arr.size} elements, file has {n}")
-            arr[:] = np.frombuffer(fh.read(n * stype.dtype.itemsize), dtype=stype.dtype.newbyteorder("<"))
+            arr[:] = np.frombuffer(fh.read(n * arr.itemsize), dtype=arr.dtype.newbyteorder("<"))
         fh.seek(start)
         return _SafeUnpickler(fh, load_storage).load()  # second pass: storages now filled
 
@@ -172,9 +165,7 @@ def _check_bytes(path, nbytes: int) -> None:
                              f"(raise $CEEM_MAX_ARCHIVE_MB only for a file you trust)")
 
 
-_NP2STORAGE = {np.dtype(v): k for k, v in _STORAGE_DTYPES.items()}
-
-
+_NP2STORAGE = {np.dtype(v): k for k, v in _STORAGE_DTYPES.items()}  # the writer's tables
 _CONTAINER_OPCODES = {tuple: (b"(", b"t"), list: (b"](", b"e"), dict: (b"}(", b"u")}
 
 
@@ -216,23 +207,16 @@ class _PickleWriter:
         self.arrays.append((key, a))
         stride = tuple(int(s // a.itemsize) for s in a.strides) if a.size else (1,) * a.ndim
         self.global_("torch._utils", "_rebuild_tensor_v2")
-        self.out += b"("
-        self.out += b"("  # persistent id tuple
+        self.out += b"(("  # MARK of the call's arguments, MARK of the persistent id tuple
         self.obj("storage")
         self.global_("torch", _NP2STORAGE[a.dtype])
-        self.obj(key)
-        self.obj("cpu")
-        self.obj(int(a.size))
-        if self.legacy:
-            self.obj(None)
+        for v in (key, "cpu", int(a.size), *([None] if self.legacy else [])):  # key, location, numel[, view]
+            self.obj(v)
         self.out += b"tQ"  # TUPLE, BINPERSID
-        self.obj(0)
-        self.obj(tuple(int(s) for s in a.shape))
-        self.obj(stride)
-        self.obj(False)
+        for v in (0, tuple(int(s) for s in a.shape), stride, False):  # offset, size, stride, requires_grad
+            self.obj(v)
         self.global_("collections", "OrderedDict")
-        self.out += b")R"  # EMPTY_TUPLE, REDUCE -> OrderedDict()
-        self.out += b"tR"
+        self.out += b")RtR"  # EMPTY_TUPLE, REDUCE -> OrderedDict() (the hooks); TUPLE, REDUCE -> the tensor
 
 
 def save(obj, path, *, legacy: bool = False) -> None:
