@@ -182,3 +182,13 @@ def test_initial_state_time_limit_is_reported():
     model, theta, data, _ = _linear()
     res = cc.estimate_initial_state(model, data, theta, window=8, time_limit=1e-9, full_output=True)
     assert all(r.status == cc.Status.TIME_LIMIT and r.iterations <= 1 and np.all(np.isfinite(r.x0)) for r in res)
+
+
+def test_the_removed_exact_hessian_is_refused_and_gauss_newton_warns():
+    model, theta, data, _ = _linear()
+    plain = cc.estimate_initial_state(model, data, theta, window=12)
+    with pytest.warns(DeprecationWarning, match="always Gauss-Newton"):
+        same = cc.estimate_initial_state(model, data, theta, window=12, hessian="gauss-newton")
+    np.testing.assert_array_equal(same, plain)
+    with pytest.raises(cc.OptionsError, match="hessian='exact' was removed.*docs/validation.md"):
+        cc.estimate_initial_state(model, data, theta, window=12, hessian="exact")

@@ -3,12 +3,13 @@ run solved by IPOPT, built once per (model structure, window) and thread; docs/v
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import casadi as ca
 import numpy as np
 
-from ..errors import DataError, NonFiniteError, ShapeError, SolverError
+from ..errors import DataError, NonFiniteError, OptionsError, ShapeError, SolverError
 from ..io._data import Trajectories, single_trajectory
 from ..io._validate import check_data, check_outputs
 from ..model._simulation import as_theta_vector, rollout
@@ -222,9 +223,20 @@ def _candidates(model, theta_vec, ys: list, us: list, k: int, x_init, starts) ->
     return np.concatenate([init, np.broadcast_to(extra, (len(ys), *extra.shape))], axis=1)
 
 
+def _removed_hessian(hessian) -> None:
+    """Refuse ``hessian="exact"`` with its reason; warn on the no-op ``"gauss-newton"``."""
+    if hessian is None:
+        return
+    if hessian != "gauss-newton":
+        raise OptionsError("estimate_initial_state: hessian='exact' was removed (the same estimates within 9.3e-11, "
+                           f"slower in 18 of 20 records: docs/validation.md), got hessian={hessian!r}")
+    warnings.warn("estimate_initial_state(hessian=...) is deprecated: the Hessian is always Gauss-Newton",
+                  DeprecationWarning, stacklevel=3)
+
+
 def estimate_initial_state(model, data, theta, *, u=None, window: int | None = None, x_init=None, starts=None,
                            x_lower=None, x_upper=None, use_prior: bool = True, time_limit: float | None = None,
-                           full_output: bool = False):
+                           full_output: bool = False, hessian: str | None = None):
     """Initial state(s) that make the free run fit the first ``window`` samples (docs/validation.md).
 
     Parameters
@@ -250,6 +262,8 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
         Seconds for all trajectories together.
     full_output : bool
         Return [`InitialStateResult`][ceem_casadi.workflow.InitialStateResult] (or a list) instead of arrays.
+    hessian : str, optional
+        Deprecated: the Hessian is always Gauss-Newton; ``"gauss-newton"`` warns, ``"exact"`` (removed) raises.
 
     Returns
     -------
@@ -272,6 +286,7 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
     >>> np.round(x0, 3)
     array([[2.]])
     """
+    _removed_hessian(hessian)
     theta_vec = as_theta_vector(model, theta)
     ys, us, single = _trajectories(model, data, u)
     k = _checked_window(model, ys, window)
