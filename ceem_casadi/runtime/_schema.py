@@ -169,8 +169,7 @@ def check_bounds(lower, upper, what: str = "x_lower and x_upper") -> None:
     lo, hi = np.asarray(lower, float).ravel(), np.asarray(upper, float).ravel()
     require(lo.size == hi.size or 1 in (lo.size, hi.size),
             f"{what} must have the same length (or one be a scalar), got {lo.size} and {hi.size} entries")
-    bad = np.flatnonzero(np.broadcast_to(lo, np.broadcast_shapes(lo.shape, hi.shape))
-                         > np.broadcast_to(hi, np.broadcast_shapes(lo.shape, hi.shape)))
+    bad = np.flatnonzero(lo > hi)
     require(bad.size == 0, f"{what}: the lower bound must not exceed the upper bound, got lower {lower!r} > "
                            f"upper {upper!r} (entry {int(bad[0]) if bad.size else 0})")
 
