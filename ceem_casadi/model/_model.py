@@ -178,8 +178,6 @@ class StateSpaceModel:
                              f"{m_std.size} outputs")
         self.g = ca.Function("g", [x, u, pv], [y_expr], ["x", "u", "p"], ["y"])
         self.noise = self._noise(process_std, measurement_std, x1_mean, x1_std)
-        if (self.noise.x1_mean is None) != (self.noise.x1_std is None):
-            raise ShapeError("give both x1_mean and x1_std for a prior on x_1, or neither")
 
     @staticmethod
     def _trace(name, fun, x, u, pv, p, n_out, out_name) -> ca.Function:
@@ -276,9 +274,8 @@ class StateSpaceModel:
         new.nx, new.nu, new.ny, new.params, new.name = nx, nu, g.size1_out(0), params, name
         new.dt = None if dt is None else float(dt)
         new.f, new.g, new.rhs = f, g, rhs
-        new.noise = Noise(np.ones(nx), np.ones(new.ny))
-        return new.with_noise(process_std=process_std, measurement_std=measurement_std, x1_mean=x1_mean,
-                              x1_std=x1_std)
+        new.noise = new._noise(process_std, measurement_std, x1_mean, x1_std)
+        return new
 
     # ------------------------------------------------------------------------------
     def theta_vector(self, theta: Theta) -> np.ndarray:
@@ -308,7 +305,9 @@ class StateSpaceModel:
         return new
 
     def _noise(self, process_std, measurement_std, x1_mean, x1_std) -> Noise:
-        """The validated `Noise` of these settings (scalars broadcast to nx / ny)."""
+        """The validated `Noise` of these settings (scalars broadcast to nx / ny; a prior on x_1 needs both)."""
+        if (x1_mean is None) != (x1_std is None):
+            raise ShapeError("give both x1_mean and x1_std for a prior on x_1, or neither")
         return Noise(_positive_vector("process_std", process_std, self.nx),
                      _positive_vector("measurement_std", measurement_std, self.ny),
                      None if x1_mean is None else np.broadcast_to(np.asarray(x1_mean, float), (self.nx,)).copy(),
