@@ -8,18 +8,10 @@ from dataclasses import dataclass, field
 import casadi as ca
 import numpy as np
 
-from ..errors import ModelError, NonFiniteError, ShapeError
+from ..errors import ModelError, ShapeError
+from ..runtime._checks import noise_level
 from ._integrators import INTEGRATORS, as_column
 from ._params import Parameters, Theta
-
-
-def _positive_vector(name: str, value, n: int) -> np.ndarray:
-    v = np.broadcast_to(np.asarray(value, dtype=float), (n,)).copy() if np.size(value) in (1, n) else None
-    if v is None:
-        raise ShapeError(f"{name}: expected a scalar or {n} entries, got shape {np.shape(value)}")
-    if not np.all(np.isfinite(v)) or np.any(v <= 0):
-        raise NonFiniteError(f"{name}: expected finite positive values, got {v}")
-    return v
 
 
 @dataclass(frozen=True)
@@ -308,10 +300,10 @@ class StateSpaceModel:
         """The validated `Noise` of these settings (scalars broadcast to nx / ny; a prior on x_1 needs both)."""
         if (x1_mean is None) != (x1_std is None):
             raise ShapeError("give both x1_mean and x1_std for a prior on x_1, or neither")
-        return Noise(_positive_vector("process_std", process_std, self.nx),
-                     _positive_vector("measurement_std", measurement_std, self.ny),
+        return Noise(noise_level(process_std, "process_std", self.nx, positive=True),
+                     noise_level(measurement_std, "measurement_std", self.ny, positive=True),
                      None if x1_mean is None else np.broadcast_to(np.asarray(x1_mean, float), (self.nx,)).copy(),
-                     None if x1_std is None else _positive_vector("x1_std", x1_std, self.nx))
+                     None if x1_std is None else noise_level(x1_std, "x1_std", self.nx, positive=True))
 
     def export_casadi(self, theta: Theta, path, *, keep_parameters: bool = False):
         """[`export_casadi`][ceem_casadi.export_casadi] of this model (same arguments, same result).

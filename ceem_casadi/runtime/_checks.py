@@ -19,19 +19,21 @@ def count(value, what: str, minimum: int = 1, maximum: int | None = None) -> int
     return int(value)
 
 
-def noise_level(value, what: str, n: int) -> np.ndarray:
-    """``value`` (a number or ``n`` numbers) as an (n,) array of finite standard deviations >= 0."""
+def noise_level(value, what: str, n: int, *, positive: bool = False) -> np.ndarray:
+    """``value`` (a number or ``n`` numbers) as an (n,) array of finite standard deviations >= 0 (``positive``: > 0)."""
+    bound = "> 0" if positive else ">= 0"
     try:
         not_numbers = any(isinstance(v, (str, bytes, bool, np.bool_)) for v in np.asarray(value, dtype=object).ravel())
         arr = np.asarray(value, float)
     except (TypeError, ValueError):
         not_numbers = True
     if not_numbers:
-        raise ShapeError(f"{what}: expected a number or {n} numbers >= 0, got {value!r}")
+        raise ShapeError(f"{what}: expected a number or {n} numbers {bound}, got {value!r}")
     if arr.size not in (1, n) or arr.ndim > 1:
-        raise ShapeError(f"{what}: expected a number or {n} numbers >= 0, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-        raise NonFiniteError(f"{what}: expected finite standard deviations >= 0, got {value!r}")
+        raise ShapeError(f"{what}: expected a number or {n} numbers {bound}, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0 if positive else arr < 0):
+        wanted = "positive values" if positive else "standard deviations >= 0"
+        raise NonFiniteError(f"{what}: expected finite {wanted}, got {value!r}")
     return np.broadcast_to(arr.reshape(-1) if arr.size == n else arr.reshape(()), (n,)).copy()
 
 
