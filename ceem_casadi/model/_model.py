@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import casadi as ca
 import numpy as np
 
-from ..errors import ModelError, ShapeError
+from ..errors import ModelError, OptionsError, ShapeError
 from ..runtime._checks import noise_level
-from ._integrators import INTEGRATORS, as_column
+from ._integrators import as_column, rk4_step
 from ._params import Parameters, Theta
 
 
@@ -197,7 +197,7 @@ class StateSpaceModel:
         substeps : int
             Integrator steps per sample.
         method : str
-            Integrator, ``"rk4"`` (default) or another key of ``integrators.INTEGRATORS``.
+            Integrator: ``"rk4"`` (classical Runge-Kutta, the only one).
         **kwargs
             Passed to the constructor (noise, ``x1_mean``, ``name``).
 
@@ -207,12 +207,11 @@ class StateSpaceModel:
         """
         if not (dt and dt > 0):
             raise ShapeError(f"dt must be a positive sample time in seconds, got {dt}")
-        if method not in INTEGRATORS:
-            raise ValueError(f"method must be one of {sorted(INTEGRATORS)}, got {method!r}")
-        integrate = INTEGRATORS[method]
+        if method != "rk4":
+            raise OptionsError(f"method: the one integrator is 'rk4', got {method!r}")
 
         def step(x, u, p):
-            return integrate(lambda xx, uu, pp: as_column(rhs(xx, uu, pp)), x, u, p, dt, int(substeps))
+            return rk4_step(lambda xx, uu, pp: as_column(rhs(xx, uu, pp)), x, u, p, dt, int(substeps))
 
         return cls(step, observe, nx=nx, nu=nu, params=params, dt=dt, rhs=rhs, **kwargs)
 
