@@ -26,10 +26,6 @@ def check_columnwise(model, name: str, fun, ref: ca.Function, columns: int = 7) 
     columns : int
         Random columns checked.
 
-    Returns
-    -------
-    None
-
     Raises
     ------
     ModelError
