@@ -26,6 +26,10 @@ def check_columnwise(model, name: str, fun, ref: ca.Function, columns: int = 7) 
     columns : int
         Random columns checked.
 
+    Returns
+    -------
+    None
+
     Raises
     ------
     ModelError
