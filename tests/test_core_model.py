@@ -1,6 +1,7 @@
 """Model structure: parameters, tracing, integrators, simulation."""
 import casadi as ca
 import numpy as np
+import pytest
 import scipy.linalg
 
 import ceem_casadi as cc
@@ -52,3 +53,13 @@ def test_coupled_lorenz_structure_and_dynamics_error():
     assert lorenz.dynamics_error(model, theta, theta) == 0.0
     guess = lorenz.perturbed(theta, 0.1, seed=1)
     assert 5 < lorenz.dynamics_error(model, guess, theta) < 200
+
+
+def test_a_prior_on_x1_needs_both_mean_and_std_on_every_path():
+    """with_noise and from_functions check the x_1 prior like the constructor (StateSpaceModel._noise)."""
+    model = cc.StateSpaceModel.from_discrete(lambda x, u, p: 0.5 * x, lambda x, u, p: x, nx=1)
+    for make in (lambda: model.with_noise(x1_mean=1.0),
+                 lambda: cc.StateSpaceModel.from_functions(model.f, model.g, x1_std=0.1)):
+        with pytest.raises(cc.errors.ShapeError, match="give both x1_mean and x1_std"):
+            make()
+    assert model.with_noise(x1_mean=1.0, x1_std=0.1).noise.inv_x1_std[0] == 10.0

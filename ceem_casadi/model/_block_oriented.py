@@ -1,9 +1,6 @@
-"""Block-oriented models: Wiener, Hammerstein and Wiener-Hammerstein (discrete time, SISO): linear
-blocks as cascades of second-order all-pole sections with a free output row, a static nonlinearity
-(polynomial or MLP) between them, the gain ambiguity fixed by a unit leading Markov coefficient (or a
-unit static gain), and the similarity-invariant views `block_poles`, `block_markov` (the
-parametrisation, its conditioning and the measured figures: docs/block_oriented.md).
-"""
+"""Block-oriented models: Wiener, Hammerstein and Wiener-Hammerstein (discrete time, SISO) around a static
+nonlinearity, and the similarity-invariant views `block_poles`, `block_markov` (the parametrisation, its gain
+convention and conditioning: docs/block_oriented.md)."""
 from __future__ import annotations
 
 import casadi as ca
@@ -39,9 +36,8 @@ def _block_step(x, v, den, n: int) -> list:
 
 
 def steady_state(den, n: int) -> list:
-    """State (list of n) of the cascade at rest under a unit constant input (numpy or CasADi): a
-    second-order section settles at ``in / (1 + a1 + a2)`` in both states, a first-order one at
-    ``in / (1 + a1)``, and feeds its first state to the next section.
+    """State (list of n) of the cascade at rest under a unit constant input (numpy or CasADi): each section
+    settles at ``in / (1 + sum of its den)`` in its states and feeds its first state to the next.
 
     Examples
     --------

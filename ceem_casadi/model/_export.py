@@ -148,11 +148,11 @@ def export_casadi(model, theta, path, *, keep_parameters: bool = False) -> Expor
         files[name] = folder / f"{name}.casadi"
         with atomic_path(files[name]) as tmp:  # never through a symlink planted in the folder
             fun.save(str(tmp))
+    inputs, outputs = ({k: _shapes(f, out) for k, f in funs.items()} for out in (False, True))
     manifest = {
         "format": "ceem_casadi export 1", "model": model.name, "nx": model.nx, "nu": model.nu, "ny": model.ny,
         "dt": model.dt, "keep_parameters": bool(keep_parameters),
-        "functions": {k: {"inputs": _shapes(f, False), "outputs": _shapes(f, True), "file": files[k].name}
-                      for k, f in funs.items()},
+        "functions": {k: {"inputs": inputs[k], "outputs": outputs[k], "file": files[k].name} for k in funs},
         "parameters": {n: {"slice": [model.params.slice(n).start, model.params.slice(n).stop],
                            "shape": list(model.params[n].shape)} for n in model.params.names},
         "p": theta_vec.tolist(),
@@ -160,6 +160,4 @@ def export_casadi(model, theta, path, *, keep_parameters: bool = False) -> Expor
     }
     files["manifest"] = folder / "manifest.json"
     atomic_write_text(files["manifest"], json.dumps(manifest, indent=2))
-    return ExportResult(folder, files, {k: _shapes(f, False) for k, f in funs.items()},
-                        {k: _shapes(f, True) for k, f in funs.items()}, bool(keep_parameters), model.dt,
-                        list(model.params.names))
+    return ExportResult(folder, files, inputs, outputs, keep_parameters, model.dt, list(model.params.names))

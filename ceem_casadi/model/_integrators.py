@@ -19,9 +19,6 @@ def rk4_step(rhs: Callable, x, u, p, dt: float, substeps: int = 1):
     return x
 
 
-INTEGRATORS = {"rk4": rk4_step}
-
-
 def as_column(expr) -> ca.SX:
     """Coerce a user return value (list, SX, MX, numpy) to a column SX expression."""
     if isinstance(expr, (list, tuple)):

@@ -8,18 +8,10 @@ from dataclasses import dataclass, field
 import casadi as ca
 import numpy as np
 
-from ..errors import ModelError, NonFiniteError, ShapeError
-from ._integrators import INTEGRATORS, as_column
+from ..errors import ModelError, OptionsError, ShapeError
+from ..runtime._checks import noise_level
+from ._integrators import as_column, rk4_step
 from ._params import Parameters, Theta
-
-
-def _positive_vector(name: str, value, n: int) -> np.ndarray:
-    v = np.broadcast_to(np.asarray(value, dtype=float), (n,)).copy() if np.size(value) in (1, n) else None
-    if v is None:
-        raise ShapeError(f"{name}: expected a scalar or {n} entries, got shape {np.shape(value)}")
-    if not np.all(np.isfinite(v)) or np.any(v <= 0):
-        raise NonFiniteError(f"{name}: expected finite positive values, got {v}")
-    return v
 
 
 @dataclass(frozen=True)
@@ -178,8 +170,6 @@ class StateSpaceModel:
                              f"{m_std.size} outputs")
         self.g = ca.Function("g", [x, u, pv], [y_expr], ["x", "u", "p"], ["y"])
         self.noise = self._noise(process_std, measurement_std, x1_mean, x1_std)
-        if (self.noise.x1_mean is None) != (self.noise.x1_std is None):
-            raise ShapeError("give both x1_mean and x1_std for a prior on x_1, or neither")
 
     @staticmethod
     def _trace(name, fun, x, u, pv, p, n_out, out_name) -> ca.Function:
@@ -207,7 +197,7 @@ class StateSpaceModel:
         substeps : int
             Integrator steps per sample.
         method : str
-            Integrator, ``"rk4"`` (default) or another key of ``integrators.INTEGRATORS``.
+            Integrator: ``"rk4"`` (classical Runge-Kutta, the only one).
         **kwargs
             Passed to the constructor (noise, ``x1_mean``, ``name``).
 
@@ -217,12 +207,11 @@ class StateSpaceModel:
         """
         if not (dt and dt > 0):
             raise ShapeError(f"dt must be a positive sample time in seconds, got {dt}")
-        if method not in INTEGRATORS:
-            raise ValueError(f"method must be one of {sorted(INTEGRATORS)}, got {method!r}")
-        integrate = INTEGRATORS[method]
+        if method != "rk4":
+            raise OptionsError(f"method: the one integrator is 'rk4', got {method!r}")
 
         def step(x, u, p):
-            return integrate(lambda xx, uu, pp: as_column(rhs(xx, uu, pp)), x, u, p, dt, int(substeps))
+            return rk4_step(lambda xx, uu, pp: as_column(rhs(xx, uu, pp)), x, u, p, dt, int(substeps))
 
         return cls(step, observe, nx=nx, nu=nu, params=params, dt=dt, rhs=rhs, **kwargs)
 
@@ -276,9 +265,8 @@ class StateSpaceModel:
         new.nx, new.nu, new.ny, new.params, new.name = nx, nu, g.size1_out(0), params, name
         new.dt = None if dt is None else float(dt)
         new.f, new.g, new.rhs = f, g, rhs
-        new.noise = Noise(np.ones(nx), np.ones(new.ny))
-        return new.with_noise(process_std=process_std, measurement_std=measurement_std, x1_mean=x1_mean,
-                              x1_std=x1_std)
+        new.noise = new._noise(process_std, measurement_std, x1_mean, x1_std)
+        return new
 
     # ------------------------------------------------------------------------------
     def theta_vector(self, theta: Theta) -> np.ndarray:
@@ -308,11 +296,13 @@ class StateSpaceModel:
         return new
 
     def _noise(self, process_std, measurement_std, x1_mean, x1_std) -> Noise:
-        """The validated `Noise` of these settings (scalars broadcast to nx / ny)."""
-        return Noise(_positive_vector("process_std", process_std, self.nx),
-                     _positive_vector("measurement_std", measurement_std, self.ny),
+        """The validated `Noise` of these settings (scalars broadcast to nx / ny; a prior on x_1 needs both)."""
+        if (x1_mean is None) != (x1_std is None):
+            raise ShapeError("give both x1_mean and x1_std for a prior on x_1, or neither")
+        return Noise(noise_level(process_std, "process_std", self.nx, positive=True),
+                     noise_level(measurement_std, "measurement_std", self.ny, positive=True),
                      None if x1_mean is None else np.broadcast_to(np.asarray(x1_mean, float), (self.nx,)).copy(),
-                     None if x1_std is None else _positive_vector("x1_std", x1_std, self.nx))
+                     None if x1_std is None else noise_level(x1_std, "x1_std", self.nx, positive=True))
 
     def export_casadi(self, theta: Theta, path, *, keep_parameters: bool = False):
         """[`export_casadi`][ceem_casadi.export_casadi] of this model (same arguments, same result).

@@ -181,10 +181,7 @@ class Parameters:
         return self._offsets[name]
 
     def _stack(self, key: str, fill: float | bool) -> np.ndarray:
-        out = []
-        for p in self:
-            a = p.array(key)
-            out.append(np.full(p.size, fill) if a is None else a.ravel())
+        out = [np.full(p.size, fill) if p.array(key) is None else p.array(key).ravel() for p in self]
         return np.concatenate(out) if out else np.zeros(0)
 
     @property
@@ -242,11 +239,10 @@ class Parameters:
             except (TypeError, ValueError):
                 raise ParameterError(f"parameter {p.name!r}: expected a number or an array of numbers of shape "
                                      f"{p.shape}, got {theta[p.name]!r}") from None
+            if v.shape != p.shape and v.size == p.size == 1:
+                v = v.reshape(p.shape)
             if v.shape != p.shape:
-                if v.size == p.size and p.size == 1:
-                    v = v.reshape(p.shape)
-                else:
-                    raise ShapeError(f"parameter {p.name!r}: expected shape {p.shape}, got {v.shape}")
+                raise ShapeError(f"parameter {p.name!r}: expected shape {p.shape}, got {v.shape}")
             if not np.all(np.isfinite(v)):
                 raise NonFiniteError(f"parameter {p.name!r}: values must be finite, got {v}")
             lo, hi = p.array("lower"), p.array("upper")
@@ -259,9 +255,7 @@ class Parameters:
     def to_vector(self, theta: Mapping[str, object]) -> np.ndarray:
         """Flat vector (``size``,) of a complete theta dict (validated)."""
         theta = self.validate(theta)
-        if not self._params:
-            return np.zeros(0)
-        return np.concatenate([theta[p.name].ravel() for p in self])
+        return np.concatenate([theta[p.name].ravel() for p in self]) if self._params else np.zeros(0)
 
     def from_vector(self, vec: Iterable[float]) -> Theta:
         """Theta dict of a flat vector (``size``,)."""
@@ -279,9 +273,5 @@ class Parameters:
         ns = {}
         for p in self:
             v = vec[self._offsets[p.name]]
-            if len(p.shape) == 0 or len(p.shape) == 1:
-                ns[p.name] = v
-            else:
-                r, c = p.shape
-                ns[p.name] = ca.reshape(v, c, r).T
+            ns[p.name] = v if len(p.shape) < 2 else ca.reshape(v, p.shape[1], p.shape[0]).T
         return SimpleNamespace(**ns)

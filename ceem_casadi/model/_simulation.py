@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import casadi as ca
 import numpy as np
 
-from ..errors import NonFiniteError, ParameterError, ShapeError
+from ..errors import NonFiniteError, ShapeError
 from ..runtime._checks import check_argument_order, count
 from ..runtime._model_cache import cached
 
@@ -15,22 +15,14 @@ __all__ = ["rollout", "simulate_output"]
 
 
 def as_theta_vector(model, theta) -> np.ndarray:
-    """Flat parameter vector (np,) of a theta dict (validated) or of a flat vector."""
-    if isinstance(theta, Mapping):
-        return model.theta_vector(theta)
-    check_argument_order(theta=theta, n_params=model.params.size)  # data given where theta goes: name the order
-    vec = np.asarray(theta, float).ravel()
-    if vec.size != model.params.size:
-        raise ShapeError(f"theta: expected a dict or a vector of {model.params.size} entries, got {vec.size}")
-    if not np.all(np.isfinite(vec)):
-        raise NonFiniteError("theta: the parameter vector contains NaN or inf")
-    lo, hi = model.params.lower, model.params.upper
-    bad = np.flatnonzero((vec < lo) | (vec > hi))
-    if bad.size:
-        i = int(bad[0])
-        raise ParameterError(f"theta: entry {i} of the parameter vector, {vec[i]!r}, is outside its bounds "
-                             f"[{lo[i]}, {hi[i]}]")
-    return vec
+    """Flat parameter vector (np,) of a theta dict or of a flat vector, validated by the model's `Parameters`."""
+    if not isinstance(theta, Mapping):
+        check_argument_order(theta=theta, n_params=model.params.size)  # data given where theta goes: name the order
+        vec = np.asarray(theta, float).ravel()
+        if vec.size != model.params.size:
+            raise ShapeError(f"theta: expected a dict or a vector of {model.params.size} entries, got {vec.size}")
+        theta = model.params.from_vector(vec)
+    return model.theta_vector(theta)
 
 
 def rollout(model, T: int) -> ca.Function:

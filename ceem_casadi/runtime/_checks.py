@@ -11,29 +11,29 @@ from ..errors import NonFiniteError, ShapeError
 
 def count(value, what: str, minimum: int = 1, maximum: int | None = None) -> int:
     """``value`` as an ``int`` when it is an integer (or an integral float) in ``[minimum, maximum]``."""
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)) \
+    integral = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)) \
         and np.isfinite(value) and int(value) == value
-    if ok:
-        ok = int(value) >= minimum and (maximum is None or int(value) <= maximum)
-    if not ok:
+    if not (integral and minimum <= value and (maximum is None or value <= maximum)):
         bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
         raise ShapeError(f"{what}: expected an integer {bound}, got {value!r}")
     return int(value)
 
 
-def noise_level(value, what: str, n: int) -> np.ndarray:
-    """``value`` (a number or ``n`` numbers) as an (n,) array of finite standard deviations >= 0."""
-    arr = np.asarray(value, dtype=object)
-    if any(isinstance(v, (str, bytes, bool, np.bool_)) for v in arr.ravel()):
-        raise ShapeError(f"{what}: expected a number or {n} numbers >= 0, got {value!r}")
+def noise_level(value, what: str, n: int, *, positive: bool = False) -> np.ndarray:
+    """``value`` (a number or ``n`` numbers) as an (n,) array of finite standard deviations >= 0 (``positive``: > 0)."""
+    bound = "> 0" if positive else ">= 0"
     try:
+        not_numbers = any(isinstance(v, (str, bytes, bool, np.bool_)) for v in np.asarray(value, dtype=object).ravel())
         arr = np.asarray(value, float)
     except (TypeError, ValueError):
-        raise ShapeError(f"{what}: expected a number or {n} numbers >= 0, got {value!r}") from None
+        not_numbers = True
+    if not_numbers:
+        raise ShapeError(f"{what}: expected a number or {n} numbers {bound}, got {value!r}")
     if arr.size not in (1, n) or arr.ndim > 1:
-        raise ShapeError(f"{what}: expected a number or {n} numbers >= 0, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-        raise NonFiniteError(f"{what}: expected finite standard deviations >= 0, got {value!r}")
+        raise ShapeError(f"{what}: expected a number or {n} numbers {bound}, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0 if positive else arr < 0):
+        wanted = "positive values" if positive else "standard deviations >= 0"
+        raise NonFiniteError(f"{what}: expected finite {wanted}, got {value!r}")
     return np.broadcast_to(arr.reshape(-1) if arr.size == n else arr.reshape(()), (n,)).copy()
 
 

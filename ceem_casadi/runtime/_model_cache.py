@@ -57,16 +57,11 @@ def _array_key(a) -> Hashable:
     return None if a is None else (np.shape(a), np.asarray(a, float).tobytes())
 
 
-def _parts(model) -> tuple:
-    """What `structure_key` is computed from (compared by identity to reuse a memoised key)."""
-    return (model.f, model.g, model.params, model.name, model.nx, model.nu, model.ny)
-
-
 def structure_key(model) -> tuple:
     """The key of ``model``'s structure: digests of ``f`` and ``g``, ``(nx, nu, ny)``, the name and every parameter
     declaration (names, shapes, free entries, bounds, priors); not the noise (`noise_key`)."""
-    parts = _parts(model)
-    with _LOCK:  # memoised per model object while its f, g, params, name and sizes stay the same
+    parts = (model.f, model.g, model.params, model.name, model.nx, model.nu, model.ny)
+    with _LOCK:  # memoised per model object while its f, g, params (identical objects), name and sizes stay the same
         hit = _KEYS.get(id(model))
         if hit is not None and hit[0]() is model and all(a is b for a, b in zip(hit[1][:3], parts[:3])) \
                 and hit[1][3:] == parts[3:]:
@@ -106,12 +101,6 @@ def cached(model, kind: str, args: Hashable, build: Callable[[], Any], *, per_th
         value = build()
         _put(_ENTRIES, key, value)
     return value
-
-
-def entries() -> int:
-    """Number of cached objects."""
-    with _LOCK:
-        return len(_ENTRIES)
 
 
 def clear_model_cache() -> int:

@@ -121,31 +121,27 @@ class FieldKind:
         return f"None or {what}" if self.optional else what
 
 
-_KIND_CACHE: dict = {}
-
-
+@functools.cache
 def field_kinds(cls) -> dict[str, FieldKind]:
     """The `FieldKind` of every field of the dataclass ``cls``, from its annotations (and
     ``metadata={"kind": ...}`` for ``object`` fields)."""
-    if cls not in _KIND_CACHE:
-        hints = typing.get_type_hints(cls)
-        out = {}
-        for f in fields(cls):
-            hint = hints.get(f.name, object)
-            args = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
-                else (hint,)
-            optional = type(None) in args
-            rest = [a for a in args if a is not type(None)]
-            kind = rest[0] if len(rest) == 1 else None
-            kind = typing.get_origin(kind) or kind  # tuple[float, ...] -> tuple
-            if not (kind is None or kind == "bound" or isinstance(kind, type)):
-                kind = None  # a type the schema cannot check (Literal, a protocol, ...): the dataclass checks it
-            if kind is object:
-                kind = f.metadata.get("kind")
-                optional = True
-            out[f.name] = FieldKind(kind, optional)
-        _KIND_CACHE[cls] = out
-    return _KIND_CACHE[cls]
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in fields(cls):
+        hint = hints.get(f.name, object)
+        args = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
+            else (hint,)
+        optional = type(None) in args
+        rest = [a for a in args if a is not type(None)]
+        kind = rest[0] if len(rest) == 1 else None
+        kind = typing.get_origin(kind) or kind  # tuple[float, ...] -> tuple
+        if not (kind is None or kind == "bound" or isinstance(kind, type)):
+            kind = None  # a type the schema cannot check (Literal, a protocol, ...): the dataclass checks it
+        if kind is object:
+            kind = f.metadata.get("kind")
+            optional = True
+        out[f.name] = FieldKind(kind, optional)
+    return out
 
 
 def type_error(prefix: str, name: str, kind: FieldKind, v) -> OptionsError:
@@ -169,8 +165,7 @@ def check_bounds(lower, upper, what: str = "x_lower and x_upper") -> None:
     lo, hi = np.asarray(lower, float).ravel(), np.asarray(upper, float).ravel()
     require(lo.size == hi.size or 1 in (lo.size, hi.size),
             f"{what} must have the same length (or one be a scalar), got {lo.size} and {hi.size} entries")
-    bad = np.flatnonzero(np.broadcast_to(lo, np.broadcast_shapes(lo.shape, hi.shape))
-                         > np.broadcast_to(hi, np.broadcast_shapes(lo.shape, hi.shape)))
+    bad = np.flatnonzero(lo > hi)
     require(bad.size == 0, f"{what}: the lower bound must not exceed the upper bound, got lower {lower!r} > "
                            f"upper {upper!r} (entry {int(bad[0]) if bad.size else 0})")
 

@@ -13,7 +13,6 @@ import numpy as np
 
 from ._best import BestIterate
 from ._callbacks import SparsityCallback
-from ._status import Status
 
 QUIET = {"print_time": False, "ipopt.print_level": 0, "ipopt.sb": "yes",
          # multipliers w.r.t. p would need derivatives of compiled stage Functions (not available)
@@ -21,7 +20,6 @@ QUIET = {"print_time": False, "ipopt.print_level": 0, "ipopt.sb": "yes",
 
 # IPOPT return statuses that count as a usable solution
 ACCEPTABLE = {"Solve_Succeeded", "Solved_To_Acceptable_Level", "Search_Direction_Becomes_Too_Small"}
-
 
 # stall-aware termination: stop at round-off stagnation (docs/runtime.md)
 ACCEPTABLE_TOL = 1e-4
@@ -194,8 +192,3 @@ def _solve_main_thread(solver: ca.Function, kwargs: dict) -> dict:
         elif previous != signal.SIG_IGN:
             raise KeyboardInterrupt
     return out
-
-
-def status_of(solver: ca.Function) -> Status:
-    """The `Status` of ``solver``'s last solve (a stop by this thread's deadline is ``TIME_LIMIT``)."""
-    return Status.from_ipopt(solver.stats()["return_status"], time_up=expired())
