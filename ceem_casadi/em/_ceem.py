@@ -20,7 +20,7 @@ from ..model._params import Theta
 from ..objective._identifiability import describe, entry_names, weak_directions
 from ..objective._log_density import log_prior
 from ..objective._stages import SMOOTHER_STAGES
-from ..runtime._solve import TimeLimitReached, deadline, expired
+from ..runtime._solve import ACCEPTABLE, TimeLimitReached, deadline, expired
 from ..runtime._status import Status
 from ..runtime._threads import blas_threads
 from ..smoothing._batch_objective import BATCHED_STAGES
@@ -217,9 +217,8 @@ def _ceem(model, data, theta0, plan: FitPlan, x_init, callback, smoother, learne
 
 
 def _stopped_early(model, theta_vec, warm, plan: FitPlan, when: str) -> CEEMResult:
-    """The result of a fit of a long record whose time limit passed before the EKF states of the
-    whole record were computed: the warm start's parameters when it ran (else theta0), no states
-    (``x`` None) and J not evaluated (NaN)."""
+    """The result of a long record's fit whose time limit passed before the EKF states of the whole record: the warm
+    start's parameters when it ran (else theta0), no states (``x`` None), J NaN."""
     source = "the warm start's parameters" if warm is not None and Status(warm.status).usable else "theta0"
     return CEEMResult(Status.TIME_LIMIT, f"{_limit(plan)} reached {when}; returning {source} (no states of "
                       f"the whole record)", model.params.from_vector(theta_vec), None, float("nan"), history=[],
@@ -255,14 +254,9 @@ def _engine(model, data, plan: FitPlan, smoother: Smoother, learner):
     where the engine learns on its own workers."""
     if plan.executor is None:
         return None
-    refused = _ENGINE_LEARNER.format(learner=type(learner).__name__, executor=type(plan.executor).__name__)
     if learner is not None and engine_has_learner(plan.executor):
-        raise OptionsError(refused)
-    engine = start_engine(plan.executor, model, data, plan.smoother, plan.learner, smoother)
-    if learner is not None and getattr(engine, "learner", None) is not None:  # (refused before starting)
-        engine.close()
-        raise OptionsError(refused)
-    return engine
+        raise OptionsError(_ENGINE_LEARNER.format(learner=type(learner).__name__, executor=type(plan.executor).__name__))
+    return start_engine(plan.executor, model, data, plan.smoother, plan.learner, smoother)
 
 
 def _iterate(run: _EMRun, stepper, start: list, result: CEEMResult) -> None:
@@ -344,5 +338,4 @@ def _check_learning_hessian(result: CEEMResult, learner: LearningStep, model, da
 
 # IPOPT statuses whose iterate is usable (a step stopped by the iteration limit is still
 # checked for improvement of the objective before it is accepted)
-_USABLE = {"Solve_Succeeded", "Solved_To_Acceptable_Level", "Search_Direction_Becomes_Too_Small",
-           "Maximum_Iterations_Exceeded", "Maximum_CpuTime_Exceeded", "Feasible_Point_Found"}
+_USABLE = ACCEPTABLE | {"Maximum_Iterations_Exceeded", "Maximum_CpuTime_Exceeded", "Feasible_Point_Found"}

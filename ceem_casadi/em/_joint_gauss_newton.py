@@ -3,7 +3,6 @@
 theta's step from the damped Schur complement (docs/long_records.md, "The joint Gauss-Newton step")."""
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,17 +14,13 @@ from ..runtime import _policy as policy
 from ..runtime._linalg import BufferedCall, gram
 from ..smoothing._banded import release_heap
 
-log = logging.getLogger(__name__)
-
 
 @dataclass
 class JointStep:
-    """A candidate step: new flat parameter vector (np,), new states (list of (T_b, nx)),
-    the Gauss-Newton model's predicted decrease of -J and the damping used."""
+    """A candidate step: new flat parameter vector (np,), new states (list of (T_b, nx)) and the damping used."""
 
     theta_vec: np.ndarray
     xs: list
-    predicted_decrease: float
     mu: float
 
 
@@ -288,7 +283,7 @@ class JointGaussNewton:
                 _tbsolve(ab, self._hxp_times(theta_vec, data.y[b], data.inputs(b), x, dz), "T")
             new_xs.append(x - _tbsolve(ab, w, "N").reshape(x.shape))
         self._calls.clear()  # their buffers (T = 10^6: 0.2 GB) are not held between the steps
-        return JointStep(new_theta, new_xs, float(-(rhs @ dz) * 0.5), mu)
+        return JointStep(new_theta, new_xs, mu)
 
     def adapt(self, accepted: bool) -> None:
         """Levenberg-Marquardt damping update after a step was accepted or rejected."""

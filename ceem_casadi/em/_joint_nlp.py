@@ -74,12 +74,11 @@ def arrowhead_sparsity(nx: int, lengths, nz: int) -> ca.Sparsity:
 
 @dataclass
 class JointResult:
-    """Outcome of one joint solve: flat parameter vector (np,), states (list of (T_b, nx)),
-    minimised objective (-J - log p without constants), IPOPT's status, iterations, wall (s)."""
+    """Outcome of one joint solve: flat parameter vector (np,), states (list of (T_b, nx)), IPOPT's status, iterations,
+    wall (s)."""
 
     theta_vec: np.ndarray
     xs: list
-    cost: float
     status: str
     iterations: int
     wall_s: float
@@ -200,7 +199,6 @@ class JointSolver:
                  use_prior: bool = True, x_lower=None, x_upper=None, max_iter: int = 200, tol: float = 1e-10):
         if hessian not in JOINT_HESSIANS:
             raise ValueError(f"hessian must be one of {JOINT_HESSIANS}, got {hessian!r}")
-        t0 = time.perf_counter()
         self.model, self.data = model, data
         nx, npar = model.nx, model.params.size
         self.lengths = tuple(int(T) for T in data.lengths)
@@ -237,7 +235,6 @@ class JointSolver:
         params = model.params
         self._lbw = np.concatenate([np.tile(lo, n_t), params.lower[self.free]])
         self._ubw = np.concatenate([np.tile(hi, n_t), params.upper[self.free]])
-        self.build_s = time.perf_counter() - t0
 
     def _cost_expression(self, w, p_base, stages: StageFunctions):
         """The objective as a CasADi expression of mapped SX stage costs (IPOPT evaluates f from it;
@@ -287,5 +284,4 @@ class JointSolver:
         wall = time.perf_counter() - t0
         st = self.solver.stats()
         theta, new_xs = self.evaluator.split(np.asarray(sol["x"]).ravel(), theta_vec)
-        return JointResult(theta, [x.copy() for x in new_xs], float(sol["f"]), st["return_status"],
-                           int(st["iter_count"]), wall)
+        return JointResult(theta, [x.copy() for x in new_xs], st["return_status"], int(st["iter_count"]), wall)
