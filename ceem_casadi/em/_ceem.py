@@ -255,7 +255,8 @@ def _engine(model, data, plan: FitPlan, smoother: Smoother, learner):
     if plan.executor is None:
         return None
     if learner is not None and engine_has_learner(plan.executor):
-        raise OptionsError(_ENGINE_LEARNER.format(learner=type(learner).__name__, executor=type(plan.executor).__name__))
+        raise OptionsError(_ENGINE_LEARNER.format(learner=type(learner).__name__,
+                                                  executor=type(plan.executor).__name__))
     return start_engine(plan.executor, model, data, plan.smoother, plan.learner, smoother)
 
 

@@ -25,18 +25,14 @@ class JointStep:
 
 
 def banded_upper(D: np.ndarray, Off: np.ndarray) -> np.ndarray:
-    """LAPACK upper band storage (2n rows) of the symmetric block-tridiagonal matrix with
+    """LAPACK upper band storage (2n, T n) of the symmetric block-tridiagonal matrix with
     diagonal blocks ``D`` (T, n, n) and super-diagonal blocks ``Off`` (T-1, n, n)."""
     T, n, _ = D.shape
-    u = 2 * n - 1
-    ab = np.zeros((u + 1, T * n))
-    i, j = np.triu_indices(n)
-    t = np.arange(T)[:, None]
-    ab[u + i - j, t * n + j] = D[:, i, j]
-    if T > 1:
-        i2, j2 = (a.ravel() for a in np.meshgrid(np.arange(n), np.arange(n), indexing="ij"))
-        t1 = np.arange(T - 1)[:, None]
-        ab[u + i2 - n - j2, (t1 + 1) * n + j2] = Off[:, i2, j2]
+    ab = np.zeros((2 * n, T * n), order="F")
+    Dv, Offv = band_views(ab, n)
+    iu, ju = np.triu_indices(n)
+    Dv[:, iu, ju] = D[:, iu, ju]
+    Offv[:] = Off
     return ab
 
 
