@@ -78,24 +78,25 @@ class _EMRun:
             raise StepFailure(f"iteration {k}: learning failed ({lr.status}); returning the last good iterate")
         new = self.evaluate(new_xs, lr.theta_vec)
         accepted = new.obj >= reference.obj - 1e-9 * max(1.0, abs(reference.obj))
-        rec = IterationRecord(k, new.J, new.obj, new.obj - reference.obj, sum(r.wall_s for r in sm), lr.wall_s,
-                              [r.status for r in sm], lr.status, self.model.params.from_vector(lr.theta_vec),
-                              accepted, kind)
-        self.record(rec, new_xs)
-        return new, rec
+        return self.record(new, reference, kind, lr.status, lr.wall_s, sm, accepted)
 
-    def record(self, rec: IterationRecord, xs: list | None = None) -> None:
+    def record(self, new: Iterate, reference: Iterate, kind: str, learn_status: str, learn_s: float, smoothed=(),
+               accepted: bool = True) -> tuple[Iterate, IterationRecord]:
+        """``(new, its record)``: the step (its increase against ``reference``) logged and given to the callback."""
+        rec = IterationRecord(len(self.history) + 1, new.J, new.obj, new.obj - reference.obj,
+                              sum((r.wall_s for r in smoothed), 0.0), learn_s, [r.status for r in smoothed],
+                              learn_status, self.model.params.from_vector(new.theta_vec), accepted, kind)
         self.history.append(rec)
         log.info("CE-EM iteration %d (%s): J=%.6g (increase %.3g), smooth %.3fs, learn %.3fs%s", rec.iteration,
                  rec.kind, rec.J, rec.increase, rec.smooth_s, rec.learn_s, "" if rec.accepted else " [rejected]")
-        if self.callback is None:
-            return
-        rec.x = xs
-        try:
-            if self.callback(rec) is False:
-                self.stop_requested = True
-        finally:
-            rec.x = None
+        if self.callback is not None:
+            rec.x = new.xs
+            try:
+                if self.callback(rec) is False:
+                    self.stop_requested = True
+            finally:
+                rec.x = None
+        return new, rec
 
 
 def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEEMOptions(),
