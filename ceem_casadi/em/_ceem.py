@@ -265,7 +265,11 @@ def _iterate(run: _EMRun, stepper, start: list, result: CEEMResult) -> None:
     """The loop from ``start.pop()`` (the first iterate): the acceleration's step when it proposes one, else a plain
     EM step; stops on convergence (judged on plain EM steps), the callback, the budget of iterations or time."""
     plan, current = run.plan, start.pop()
-    while len(run.history) < plan.max_iters and not _time_up(run, result):
+    while len(run.history) < plan.max_iters:
+        if expired():
+            _finish(result, Status.TIME_LIMIT, f"{_limit(plan)} reached after {len(run.history)} iterations; "
+                                               "returning the last accepted iterate")
+            return
         stepped = stepper.propose(run, current)
         if stepped is None:
             new, rec = run.em_step(current, "em", current)
@@ -300,14 +304,6 @@ def _keep(result: CEEMResult, model, it: Iterate) -> None:
     """The result always holds the last accepted iterate."""
     result.theta = model.params.from_vector(it.theta_vec)
     result.x, result.J = it.xs, it.J
-
-
-def _time_up(run: _EMRun, result: CEEMResult) -> bool:
-    if expired():
-        _finish(result, Status.TIME_LIMIT, f"{_limit(run.plan)} reached after {len(run.history)} "
-                                           "iterations; returning the last accepted iterate")
-        return True
-    return False
 
 
 def _limit(plan: FitPlan) -> str:

@@ -82,7 +82,7 @@ class JointGaussNewton:
 
     @staticmethod
     def stage_names(stages) -> tuple[str, ...]:
-        """The stage Functions a joint step evaluates (for [`StageFunctions.prefetch`][ceem_casadi.objective.StageFunctions.prefetch])."""
+        """The stage Functions a joint step evaluates (for `StageFunctions.prefetch`)."""
         by_blas = stages.products_by_blas
         return (*(("obs_res_jac_x", "obs_p_jac") if by_blas["obs"] else ("obs_gn", "obs_gn_dz")),
                 *(("dyn_res_jac_z", "dyn_p_jac") if by_blas["dyn"] else ("dyn_gn", "dyn_gn_dz")))
@@ -129,9 +129,9 @@ class JointGaussNewton:
         return (*obs, *dyn)
 
     def _chunks(self, theta_vec, y, u, x):
-        """Per chunk of n = min(``policy.JOINT_CHUNK``, T) stages from a: ``(a, m, md, obs, dyn)``, the arguments of the
-        observation stages a .. a + n - 1 and of the dynamics stages (x_s to x_{s+1}) from a (None if none), of which the
-        first m and md count (the last chunk repeats a stage: one map size)."""
+        """Per chunk of n = min(``policy.JOINT_CHUNK``, T) stages from a: ``(a, m, md, obs, dyn)``, the arguments of
+        the observation stages a .. a + n - 1 and of the dynamics stages (x_s to x_{s+1}) from a (None if none), of
+        which the first m and md count (the last chunk repeats a stage: one map size)."""
         m, T = self.model, x.shape[0]
         iv, iw, n = m.noise.inv_measurement_std, m.noise.inv_process_std, min(policy.JOINT_CHUNK, T)
         for a in range(0, T, n):

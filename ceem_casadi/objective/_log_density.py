@@ -19,7 +19,7 @@ def log_normalisers(model, y: np.ndarray) -> float:
 
 
 def joint_log_density(smoother, theta_vec, data, xs) -> float:
-    """The joint log-density J(x_{1:T}, theta) with all constants: [`Smoother.joint_log_density`][ceem_casadi.smoothing.Smoother.joint_log_density].
+    """The joint log-density J(x_{1:T}, theta) with all constants: `Smoother.joint_log_density`.
 
     Parameters
     ----------
