@@ -36,6 +36,11 @@ def check_executor(executor) -> None:
     executor : None, concurrent.futures.Executor, Sharded or dask.distributed.Client
         What `ceem(..., options=CEEMOptions(executor=...))` would distribute the work with.
 
+    Returns
+    -------
+    None
+        When ``executor`` is supported.
+
     Examples
     --------
     >>> from concurrent.futures import ThreadPoolExecutor

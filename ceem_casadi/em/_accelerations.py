@@ -80,6 +80,11 @@ class Acceleration:
 class Plain(Acceleration):
     """Plain EM steps only (``"none"``).
 
+    Attributes
+    ----------
+    name : str
+        ``"none"``.
+
     Examples
     --------
     >>> from ceem_casadi.em import Plain, acceleration_of
@@ -138,6 +143,11 @@ class _SquaremStepper(_Stepper):
 class Squarem(Acceleration):
     """After every two EM steps, one EM step from a SQUAREM extrapolation of theta and the states
     (Varadhan & Roland 2008, S3), kept only if it improves the objective (``"squarem"``).
+
+    Attributes
+    ----------
+    name : str
+        ``"squarem"``.
 
     Examples
     --------
