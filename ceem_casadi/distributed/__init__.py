@@ -1,8 +1,4 @@
-"""Distributed CE-EM: both steps on a Dask cluster, or the smoothing step on any executor.
-
-    Sharded            CEEMOptions(executor=Sharded(client, ...)): shards of trajectories per worker
-    check_executor     what CEEMOptions accepts as ``executor``
-"""
+"""Distributed CE-EM: both steps on a Dask cluster, or the smoothing step on any executor (docs/scaling.md)."""
 from ._executors import Sharded, check_executor
 from ._shards import shard_index
 

@@ -1,10 +1,5 @@
-"""The Dask engine of a distributed CE-EM fit (see `ceem_casadi.distributed`).
-
-Each shard is a Dask actor (`ShardActor`) pinned to one worker:
-its data is sent there once per fit, its smoothing, J and learning calls run there, and its state
-trajectories stay there, numbered by version; the client holds only version numbers
-(`RemoteStates`).
-"""
+"""The Dask engine of a distributed CE-EM fit: one actor (`ShardActor`) per shard pinned to a worker, holding its
+data and its state trajectories by version; the client holds only version numbers (`RemoteStates`)."""
 from __future__ import annotations
 
 import itertools
@@ -60,10 +55,6 @@ class DaskEngine(ShardedOutcomes):
         self._setup = None  # (theta_vec, version) of the learning session, sent with its first reduce
         self.learner = RemoteLearner(self, model, learner_options, kinds[0][0])
         self.record("setup", t0, [k[1] for k in kinds], len(spec.blob) * len(workers) + nbytes(shards), 16)
-
-    def record(self, kind, t0, shard_s, sent, received, **extra) -> None:
-        self.sharded.stats.append(dict(kind=kind, wall_s=time.perf_counter() - t0, shard_s=list(shard_s),
-                                       sent_bytes=int(sent), received_bytes=int(received), **extra))
 
     def _version_of(self, xs) -> tuple[int, int]:
         """(version of the states ``xs`` on the actors, bytes sent): a list is sent once."""

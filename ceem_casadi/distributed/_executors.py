@@ -28,7 +28,8 @@ SUPPORTED = "a dask.distributed.Client, a concurrent.futures.Executor or a ceem_
 
 
 def check_executor(executor) -> None:
-    """Raise TypeError unless ``executor`` is None or one of the supported kinds.
+    """Raise TypeError (naming the kinds supported) unless ``executor`` is None or one of them; `OptionsError` for
+    a closed ``dask.distributed.Client``.
 
     Parameters
     ----------
@@ -38,8 +39,7 @@ def check_executor(executor) -> None:
     Returns
     -------
     None
-        Returns nothing when the executor is supported; raises `TypeError` (naming the type given
-        and the supported kinds) otherwise.
+        When ``executor`` is supported.
 
     Examples
     --------
@@ -70,37 +70,33 @@ class Sharded:
     executor : dask.distributed.Client or concurrent.futures.Executor
         Where the shards run.
     n_shards : int or None
-        Groups of trajectories, one task each per step; default: the number of worker threads
-        (Dask) or the executor's ``max_workers``.
+        Groups of trajectories, one task each per step; default: the number of worker threads (Dask) or the
+        executor's ``max_workers``.
 
     Attributes
     ----------
     stats : list of dict
-        One dict per step of every fit run with it: ``kind`` (``"smooth"``, ``"learn"``, ``"J"``,
-        ``"setup"``, ``"fetch"``), ``wall_s`` (client wall clock, s), ``shard_s`` (compute seconds
-        inside each shard's task; for ``"learn"`` summed over the solve's calls),
-        ``sent_bytes`` and ``received_bytes`` (pickled payload between client and workers); for
-        ``"learn"`` also ``calls`` (map-reduce rounds), ``wait_s`` (client time waiting for them)
-        and ``setup_s`` (the shards building their learner parameters at the new states).
+        One dict per step of every fit run with it: ``kind`` (``"smooth"``, ``"learn"``, ``"J"``, ``"setup"``,
+        ``"fetch"``), ``wall_s`` (client wall clock, s), ``shard_s`` (compute seconds inside each shard's task; for
+        ``"learn"`` summed over the solve's calls), ``sent_bytes`` and ``received_bytes`` (pickled payload between
+        client and workers); for ``"learn"`` also ``calls`` (map-reduce rounds), ``wait_s`` (client time waiting for
+        them) and ``setup_s`` (the shards building their learner parameters at the new states).
 
     Examples
     --------
     A fit over four trajectories with their smoothing in two shards on a thread pool:
 
     >>> from concurrent.futures import ThreadPoolExecutor
-    >>> import numpy as np
-    >>> import ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(
-    ...     lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
+    >>> import numpy as np, ceem_casadi as cc
+    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> u = np.random.default_rng(0).normal(size=(4, 30, 1))
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [[0.0]] * 4, [30] * 4, u=list(u), process_std=0.1,
     ...                       measurement_std=0.1, seed=1)
     >>> with ThreadPoolExecutor(2) as pool:
     ...     sharded = cc.Sharded(pool, n_shards=2)
-    ...     fit = cc.ceem(model, data, {"a": 0.5}, options=cc.CEEMOptions(
-    ...         executor=sharded, smoother=cc.SmootherOptions(compile=False),
-    ...         learner=cc.LearnerOptions(compile=False)))
+    ...     fit = cc.ceem(model, data, {"a": 0.5}, options=cc.CEEMOptions(executor=sharded,
+    ...         smoother=cc.SmootherOptions(compile=False), learner=cc.LearnerOptions(compile=False)))
     >>> round(float(fit.theta["a"]), 2), sorted({s["kind"] for s in sharded.stats})  # doctest: +ELLIPSIS
     (0.8, [...'smooth'...])
     """
@@ -121,11 +117,9 @@ class Sharded:
 
 
 def engine_has_learner(executor) -> bool:
-    """Whether the engine of ``executor`` runs its own learning step (Dask: the states stay on the
-    workers and the learner's data terms are map-reduced there), which a user's learner cannot
-    replace."""
-    inner = executor.executor if isinstance(executor, Sharded) else executor
-    return is_dask_client(inner)
+    """Whether the engine of ``executor`` runs its own learning step (Dask: on the workers that keep the states),
+    which a user's learner cannot replace."""
+    return is_dask_client(executor.executor if isinstance(executor, Sharded) else executor)
 
 
 def start_engine(executor, model, data, smoother_options, learner_options, smoother):
@@ -157,9 +151,7 @@ class ExecutorEngine(ShardedOutcomes):
         states = [f.result() for f in [self.sharded.executor.submit(tasks.smooth, *a) for a in args]]
         out = outcomes(self.index, [s.summary for s in states])
         out.xs = assemble(self.index, [s.xs for s in states])
-        self.sharded.stats.append(dict(kind="smooth", wall_s=time.perf_counter() - t0,
-                                       shard_s=[s.summary.compute_s for s in states],
-                                       sent_bytes=nbytes(args), received_bytes=nbytes(states)))
+        self.record("smooth", t0, [s.summary.compute_s for s in states], nbytes(args), nbytes(states))
         return out
 
     def log_density(self, theta_vec, data, xs) -> float:

@@ -1,10 +1,10 @@
-"""What both distributed engines share: the shards (groups of trajectories balanced by length),
-the pickled model they build their solvers from, the per-trajectory outcomes of a smoothing step,
-and the states that stay with the workers."""
+"""What both distributed engines share: the shards (groups of trajectories balanced by length), the pickled model
+they build their solvers from, the per-trajectory outcomes of a smoothing step, and the states kept by the workers."""
 from __future__ import annotations
 
 import hashlib
 import pickle
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,8 +15,8 @@ from . import _tasks as tasks
 
 
 def shard_index(lengths, n_shards: int) -> list[list[int]]:
-    """Trajectory indices of ``n_shards`` groups balanced by total length (longest first to the
-    lightest group; ties by index), each group in increasing order.
+    """Trajectory indices of ``n_shards`` groups balanced by total length (longest first to the lightest group; ties
+    by index).
 
     Parameters
     ----------
@@ -28,7 +28,7 @@ def shard_index(lengths, n_shards: int) -> list[list[int]]:
     Returns
     -------
     list of list of int
-        One list of trajectory indices per group, each sorted.
+        One sorted list of trajectory indices per group.
 
     Examples
     --------
@@ -108,7 +108,11 @@ def outcomes(index, summaries) -> Smoothed:
 
 
 class ShardedOutcomes:
-    """What ``ceem`` asks of a distributed smoothing step's outcomes (shared by both engines)."""
+    """What ``ceem`` asks of a distributed smoothing step's outcomes, and the steps' measurements (both engines)."""
+
+    def record(self, kind, t0, shard_s, sent, received, **extra) -> None:
+        self.sharded.stats.append(dict(kind=kind, wall_s=time.perf_counter() - t0, shard_s=list(shard_s),
+                                       sent_bytes=int(sent), received_bytes=int(received), **extra))
 
     @staticmethod
     def finite(r) -> bool:

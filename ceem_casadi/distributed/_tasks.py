@@ -99,14 +99,6 @@ class ShardState:
     summary: ShardSummary
 
 
-def prepare(spec: ModelSpec, shard) -> tuple[str, float]:
-    """Build (or find) the shard's smoother lengths and learner; ``(learner Hessian kind, seconds)``."""
-    t0 = time.perf_counter()
-    sol = solvers(spec)
-    sol.smoother_for(shard.lengths)
-    return sol.learner(shard.lengths).hessian, time.perf_counter() - t0
-
-
 def smooth(spec: ModelSpec, theta_vec, shard, xs, remaining: float | None) -> ShardState:
     """Smooth every trajectory of ``shard`` warm-started at ``xs`` (list of (T_b, nx));
     ``remaining`` is the fit's time budget left (s) or None."""
@@ -138,17 +130,9 @@ def learning_setup(spec: ModelSpec, theta_vec, shard, xs) -> LearningShard:
 
 
 def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
-    """The shard's data terms of the learning objective at the free parameters ``z`` (n_free,):
-    ``what = "f"``: (cost, seconds); ``"grad"``: (cost, gradient (n_free,), seconds);
-    ``"hess"``: (upper triangle of the Hessian, column-major (n_free (n_free + 1) / 2,), seconds),
-    exact or Gauss-Newton as the learner's ``hessian``; ``"all"``: (cost, gradient, Hessian
-    triangle or None for a limited-memory learner, seconds): one round trip per IPOPT iteration.
-
-    Costs, gradients and Hessians (except for ``"hess"``) come as `SplitSum`:
-    exact sums of the per-stage terms (so the client's total does not depend on the sharding)
-    while the per-stage rows number at most ``EXACT_SUM_ROWS``; beyond that the gradient and the
-    Hessian are CasADi's sums (not ``exact``) and only the cost is exact.
-    """
+    """The shard's data terms of the learning objective at the free parameters ``z`` (n_free,), then seconds: ``what``
+    "f": cost; "grad": cost, gradient; "hess": the Hessian's upper triangle (column-major); "all": the three (no
+    Hessian for a limited-memory learner); as `SplitSum` (exact while the rows are at most ``EXACT_SUM_ROWS``)."""
     t0 = time.perf_counter()
     return (*terms_of(solvers(spec).learner(ls.lengths), ls.P, z, what)[:-1], time.perf_counter() - t0)
 
@@ -166,10 +150,8 @@ def keep_freed_memory(mmap_from: int = 32 << 20) -> None:
 
 
 class ShardActor:
-    """One shard on one Dask worker (a Dask actor): its data, its recent state trajectories by
-    version number, and its learner parameters during a learning step. Method calls go straight
-    from the client to the worker (~5 ms round trip here, against ~120 ms for a scheduled task
-    under load), which matters for the many small calls of the learner's IPOPT."""
+    """One shard on one Dask worker (a Dask actor): its data, its recent state trajectories by version number, and
+    its learner parameters during a learning step; calls go straight to the worker (the learner's many rounds)."""
 
     KEEP = 6  # state versions kept (the EM loop holds at most a few iterates at once)
 
@@ -180,7 +162,11 @@ class ShardActor:
         self.learning: LearningShard | None = None
 
     def prepare(self) -> tuple[str, float]:
-        return prepare(self.spec, self.shard)
+        """Build (or find) the shard's smoother lengths and learner; ``(learner Hessian kind, seconds)``."""
+        t0 = time.perf_counter()
+        sol = solvers(self.spec)
+        sol.smoother_for(self.shard.lengths)
+        return sol.learner(self.shard.lengths).hessian, time.perf_counter() - t0
 
     def put(self, version: int, xs: list) -> None:
         self.versions[version] = xs

@@ -13,7 +13,6 @@ from ..runtime._schema import ACCELERATIONS, HESSIANS, require
 from ..runtime._status import Status
 from ._joint_gauss_newton import JointGaussNewton, LinAlgError
 from ._joint_nlp import JointSolver
-from ._results import IterationRecord
 
 __all__ = ["Acceleration", "Iterate", "Joint", "Newton", "Plain", "StepFailure", "Squarem", "acceleration_of",
            "squarem_point"]
@@ -190,11 +189,8 @@ class _NewtonStepper(_Stepper):
                 new = run.evaluate(cand.xs, cand.theta_vec)
                 if new.obj > it.obj:
                     joint.adapt(True)
-                    rec = IterationRecord(len(run.history) + 1, new.J, new.obj, new.obj - it.obj, 0.0,
-                                          time.perf_counter() - t0, [], f"joint-gauss-newton (mu={cand.mu:.1e})",
-                                          run.model.params.from_vector(new.theta_vec), True, "newton")
-                    run.record(rec, new.xs)
-                    return new, rec
+                    return run.record(new, it, "newton", f"joint-gauss-newton (mu={cand.mu:.1e})",
+                                      time.perf_counter() - t0)
             joint.adapt(False)
         return None
 
@@ -256,11 +252,7 @@ class _JointStepper(_Stepper):
         new = None if jr is None else run.evaluate(jr.xs, jr.theta_vec)
         if new is None or not new.obj > it.obj:
             return None
-        rec = IterationRecord(len(run.history) + 1, new.J, new.obj, new.obj - it.obj, 0.0, jr.wall_s, [],
-                              f"joint-ipopt ({jr.status}, {jr.iterations} iterations)",
-                              run.model.params.from_vector(new.theta_vec), True, "joint")
-        run.record(rec, new.xs)
-        return new, rec
+        return run.record(new, it, "joint", f"joint-ipopt ({jr.status}, {jr.iterations} iterations)", jr.wall_s)
 
 
 @dataclass(frozen=True)

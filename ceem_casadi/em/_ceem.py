@@ -20,7 +20,7 @@ from ..model._params import Theta
 from ..objective._identifiability import describe, entry_names, weak_directions
 from ..objective._log_density import log_prior
 from ..objective._stages import SMOOTHER_STAGES
-from ..runtime._solve import TimeLimitReached, deadline, expired
+from ..runtime._solve import ACCEPTABLE, TimeLimitReached, deadline, expired
 from ..runtime._status import Status
 from ..runtime._threads import blas_threads
 from ..smoothing._batch_objective import BATCHED_STAGES
@@ -78,24 +78,25 @@ class _EMRun:
             raise StepFailure(f"iteration {k}: learning failed ({lr.status}); returning the last good iterate")
         new = self.evaluate(new_xs, lr.theta_vec)
         accepted = new.obj >= reference.obj - 1e-9 * max(1.0, abs(reference.obj))
-        rec = IterationRecord(k, new.J, new.obj, new.obj - reference.obj, sum(r.wall_s for r in sm), lr.wall_s,
-                              [r.status for r in sm], lr.status, self.model.params.from_vector(lr.theta_vec),
-                              accepted, kind)
-        self.record(rec, new_xs)
-        return new, rec
+        return self.record(new, reference, kind, lr.status, lr.wall_s, sm, accepted)
 
-    def record(self, rec: IterationRecord, xs: list | None = None) -> None:
+    def record(self, new: Iterate, reference: Iterate, kind: str, learn_status: str, learn_s: float, smoothed=(),
+               accepted: bool = True) -> tuple[Iterate, IterationRecord]:
+        """``(new, its record)``: the step (its increase against ``reference``) logged and given to the callback."""
+        rec = IterationRecord(len(self.history) + 1, new.J, new.obj, new.obj - reference.obj,
+                              sum((r.wall_s for r in smoothed), 0.0), learn_s, [r.status for r in smoothed],
+                              learn_status, self.model.params.from_vector(new.theta_vec), accepted, kind)
         self.history.append(rec)
         log.info("CE-EM iteration %d (%s): J=%.6g (increase %.3g), smooth %.3fs, learn %.3fs%s", rec.iteration,
                  rec.kind, rec.J, rec.increase, rec.smooth_s, rec.learn_s, "" if rec.accepted else " [rejected]")
-        if self.callback is None:
-            return
-        rec.x = xs
-        try:
-            if self.callback(rec) is False:
-                self.stop_requested = True
-        finally:
-            rec.x = None
+        if self.callback is not None:
+            rec.x = new.xs
+            try:
+                if self.callback(rec) is False:
+                    self.stop_requested = True
+            finally:
+                rec.x = None
+        return new, rec
 
 
 def ceem(model, data: Trajectories, theta0: Theta, *, options: CEEMOptions = CEEMOptions(),
@@ -217,9 +218,8 @@ def _ceem(model, data, theta0, plan: FitPlan, x_init, callback, smoother, learne
 
 
 def _stopped_early(model, theta_vec, warm, plan: FitPlan, when: str) -> CEEMResult:
-    """The result of a fit of a long record whose time limit passed before the EKF states of the
-    whole record were computed: the warm start's parameters when it ran (else theta0), no states
-    (``x`` None) and J not evaluated (NaN)."""
+    """The result of a long record's fit whose time limit passed before the EKF states of the whole record: the warm
+    start's parameters when it ran (else theta0), no states (``x`` None), J NaN."""
     source = "the warm start's parameters" if warm is not None and Status(warm.status).usable else "theta0"
     return CEEMResult(Status.TIME_LIMIT, f"{_limit(plan)} reached {when}; returning {source} (no states of "
                       f"the whole record)", model.params.from_vector(theta_vec), None, float("nan"), history=[],
@@ -255,21 +255,21 @@ def _engine(model, data, plan: FitPlan, smoother: Smoother, learner):
     where the engine learns on its own workers."""
     if plan.executor is None:
         return None
-    refused = _ENGINE_LEARNER.format(learner=type(learner).__name__, executor=type(plan.executor).__name__)
     if learner is not None and engine_has_learner(plan.executor):
-        raise OptionsError(refused)
-    engine = start_engine(plan.executor, model, data, plan.smoother, plan.learner, smoother)
-    if learner is not None and getattr(engine, "learner", None) is not None:  # (refused before starting)
-        engine.close()
-        raise OptionsError(refused)
-    return engine
+        raise OptionsError(_ENGINE_LEARNER.format(learner=type(learner).__name__,
+                                                  executor=type(plan.executor).__name__))
+    return start_engine(plan.executor, model, data, plan.smoother, plan.learner, smoother)
 
 
 def _iterate(run: _EMRun, stepper, start: list, result: CEEMResult) -> None:
     """The loop from ``start.pop()`` (the first iterate): the acceleration's step when it proposes one, else a plain
     EM step; stops on convergence (judged on plain EM steps), the callback, the budget of iterations or time."""
     plan, current = run.plan, start.pop()
-    while len(run.history) < plan.max_iters and not _time_up(run, result):
+    while len(run.history) < plan.max_iters:
+        if expired():
+            _finish(result, Status.TIME_LIMIT, f"{_limit(plan)} reached after {len(run.history)} iterations; "
+                                               "returning the last accepted iterate")
+            return
         stepped = stepper.propose(run, current)
         if stepped is None:
             new, rec = run.em_step(current, "em", current)
@@ -306,14 +306,6 @@ def _keep(result: CEEMResult, model, it: Iterate) -> None:
     result.x, result.J = it.xs, it.J
 
 
-def _time_up(run: _EMRun, result: CEEMResult) -> bool:
-    if expired():
-        _finish(result, Status.TIME_LIMIT, f"{_limit(run.plan)} reached after {len(run.history)} "
-                                           "iterations; returning the last accepted iterate")
-        return True
-    return False
-
-
 def _limit(plan: FitPlan) -> str:
     """'the time limit of 5 s', or 'the time limit' when the deadline came from an enclosing call."""
     return "the time limit" if plan.time_limit is None else f"the time limit of {plan.time_limit:g} s"
@@ -344,5 +336,4 @@ def _check_learning_hessian(result: CEEMResult, learner: LearningStep, model, da
 
 # IPOPT statuses whose iterate is usable (a step stopped by the iteration limit is still
 # checked for improvement of the objective before it is accepted)
-_USABLE = {"Solve_Succeeded", "Solved_To_Acceptable_Level", "Search_Direction_Becomes_Too_Small",
-           "Maximum_Iterations_Exceeded", "Maximum_CpuTime_Exceeded", "Feasible_Point_Found"}
+_USABLE = ACCEPTABLE | {"Maximum_Iterations_Exceeded", "Maximum_CpuTime_Exceeded", "Feasible_Point_Found"}

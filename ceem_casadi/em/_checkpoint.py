@@ -69,9 +69,7 @@ def write_checkpoint(path, theta: dict, history: list, *, x=None, meta: dict | N
     """Atomically (write, fsync, rename) write a checkpoint."""
     names = list(theta)
     arrays = {f"theta/{n}": np.asarray(theta[n], float) for n in names}
-    if x is not None:
-        for b, xb in enumerate(x):
-            arrays[f"x/{b}"] = np.asarray(xb, float)
+    arrays.update({f"x/{b}": np.asarray(xb, float) for b, xb in enumerate([] if x is None else x)})
     body = {"format": FORMAT, "format_version": FORMAT_VERSION, "theta_names": names,
             "n_x": 0 if x is None else len(x), "history": to_jsonable(history), **to_jsonable(meta or {})}
     return write_archive(path, body, arrays)
@@ -192,9 +190,8 @@ def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_f
     options : CEEMOptions, optional
         As for [`ceem_casadi.ceem`][ceem_casadi.ceem]; ``max_iters`` counts the iterations of all runs together.
     resume_fit : bool
-        Continue from ``path`` when it exists (and belongs to this model, data and ``source``):
-        theta and states from the checkpoint, the saved history in front. A finished checkpoint
-        (converged or solver failure) is returned as is.
+        Continue from ``path`` when it exists (and belongs to this model, data and ``source``): theta and states from
+        the checkpoint, the saved history in front; a finished one (converged or solver failure) is returned as is.
     source : dict, optional
         JSON-able description of the model source, part of the fingerprint.
     callback : callable, optional

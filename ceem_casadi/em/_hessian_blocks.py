@@ -27,7 +27,6 @@ class ExactBlocks:
         # obs inputs x, u, y, m, p, iv; dyn inputs x, x_next, u, p, iw (p shared)
         self.obs = mapped(["obs_x_hess", "obs_xp_hess", "obs_p_hess"], n_obs, 6, {4})
         self.dyn = mapped(["dyn_x_hess", "dyn_xp_hess", "dyn_p_hess"], n_dyn, 5, {3})
-        self.obs_uses_p = stages.obs_uses_p
 
     def __call__(self, model, theta_vec, data, xs, free):
         nx, npar = model.nx, model.params.size

@@ -3,7 +3,6 @@
 theta's step from the damped Schur complement (docs/long_records.md, "The joint Gauss-Newton step")."""
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,33 +14,25 @@ from ..runtime import _policy as policy
 from ..runtime._linalg import BufferedCall, gram
 from ..smoothing._banded import release_heap
 
-log = logging.getLogger(__name__)
-
 
 @dataclass
 class JointStep:
-    """A candidate step: new flat parameter vector (np,), new states (list of (T_b, nx)),
-    the Gauss-Newton model's predicted decrease of -J and the damping used."""
+    """A candidate step: new flat parameter vector (np,), new states (list of (T_b, nx)) and the damping used."""
 
     theta_vec: np.ndarray
     xs: list
-    predicted_decrease: float
     mu: float
 
 
 def banded_upper(D: np.ndarray, Off: np.ndarray) -> np.ndarray:
-    """LAPACK upper band storage (2n rows) of the symmetric block-tridiagonal matrix with
+    """LAPACK upper band storage (2n, T n) of the symmetric block-tridiagonal matrix with
     diagonal blocks ``D`` (T, n, n) and super-diagonal blocks ``Off`` (T-1, n, n)."""
     T, n, _ = D.shape
-    u = 2 * n - 1
-    ab = np.zeros((u + 1, T * n))
-    i, j = np.triu_indices(n)
-    t = np.arange(T)[:, None]
-    ab[u + i - j, t * n + j] = D[:, i, j]
-    if T > 1:
-        i2, j2 = (a.ravel() for a in np.meshgrid(np.arange(n), np.arange(n), indexing="ij"))
-        t1 = np.arange(T - 1)[:, None]
-        ab[u + i2 - n - j2, (t1 + 1) * n + j2] = Off[:, i2, j2]
+    ab = np.zeros((2 * n, T * n), order="F")
+    Dv, Offv = band_views(ab, n)
+    iu, ju = np.triu_indices(n)
+    Dv[:, iu, ju] = D[:, iu, ju]
+    Offv[:] = Off
     return ab
 
 
@@ -91,7 +82,7 @@ class JointGaussNewton:
 
     @staticmethod
     def stage_names(stages) -> tuple[str, ...]:
-        """The stage Functions a joint step evaluates (for [`StageFunctions.prefetch`][ceem_casadi.objective.StageFunctions.prefetch])."""
+        """The stage Functions a joint step evaluates (for `StageFunctions.prefetch`)."""
         by_blas = stages.products_by_blas
         return (*(("obs_res_jac_x", "obs_p_jac") if by_blas["obs"] else ("obs_gn", "obs_gn_dz")),
                 *(("dyn_res_jac_z", "dyn_p_jac") if by_blas["dyn"] else ("dyn_gn", "dyn_gn_dz")))
@@ -138,9 +129,9 @@ class JointGaussNewton:
         return (*obs, *dyn)
 
     def _chunks(self, theta_vec, y, u, x):
-        """Per chunk of n = min(``policy.JOINT_CHUNK``, T) stages from a: ``(a, m, md, obs, dyn)``, the arguments of the
-        observation stages a .. a + n - 1 and of the dynamics stages (x_s to x_{s+1}) from a (None if none), of which the
-        first m and md count (the last chunk repeats a stage: one map size)."""
+        """Per chunk of n = min(``policy.JOINT_CHUNK``, T) stages from a: ``(a, m, md, obs, dyn)``, the arguments of
+        the observation stages a .. a + n - 1 and of the dynamics stages (x_s to x_{s+1}) from a (None if none), of
+        which the first m and md count (the last chunk repeats a stage: one map size)."""
         m, T = self.model, x.shape[0]
         iv, iw, n = m.noise.inv_measurement_std, m.noise.inv_process_std, min(policy.JOINT_CHUNK, T)
         for a in range(0, T, n):
@@ -288,7 +279,7 @@ class JointGaussNewton:
                 _tbsolve(ab, self._hxp_times(theta_vec, data.y[b], data.inputs(b), x, dz), "T")
             new_xs.append(x - _tbsolve(ab, w, "N").reshape(x.shape))
         self._calls.clear()  # their buffers (T = 10^6: 0.2 GB) are not held between the steps
-        return JointStep(new_theta, new_xs, float(-(rhs @ dz) * 0.5), mu)
+        return JointStep(new_theta, new_xs, mu)
 
     def adapt(self, accepted: bool) -> None:
         """Levenberg-Marquardt damping update after a step was accepted or rejected."""

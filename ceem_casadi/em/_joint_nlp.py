@@ -14,6 +14,7 @@ from ..objective._stages import StageFunctions, stack_stages
 from ..runtime._callbacks import SparsityCallback
 from ..runtime._schema import HESSIANS
 from ..runtime._solve import ipopt_options, solve
+from ..smoothing._structure import block_tridiagonal_upper
 from ._hessian_blocks import ExactBlocks, gauss_newton_blocks
 from ._joint_gauss_newton import JointGaussNewton
 
@@ -27,46 +28,24 @@ AUTO_SWITCH = 1e-6
 
 
 def block_tridiagonal_gather(nx: int, T: int):
-    """``(sparsity, idx)``: the upper triangle of a block-tridiagonal (nx T)^2 matrix and, per nonzero, the (3, nnz)
-    positions of its summands in the stacked ``[vec(H_obs) (nx, nx T); vec(H_dyn) (2nx, 2nx (T-1)); 0]``."""
-    n, N = nx, nx * T
-    off_d = n * n * T
-    zero = off_d + 4 * n * n * (T - 1)
-    c = np.arange(N)
-    bc, j = c // n, c % n
-    # rows per column: n rows of the block above (if any), then rows 0..j of the own block
-    n_above = np.where(bc > 0, n, 0)
-    counts = n_above + j + 1
-    colind = np.concatenate([[0], np.cumsum(counts)])
-    col_of = np.repeat(c, counts)
-    k_in_col = np.arange(colind[-1]) - colind[col_of]
-    bcol, jcol = bc[col_of], j[col_of]
-    above = k_in_col < n_above[col_of]
-    i = np.where(above, k_in_col, k_in_col - n_above[col_of])  # row within its block
-    rows = np.where(above, (bcol - 1) * n + i, bcol * n + i)
-    two = 2 * n
-    idx = np.full((3, rows.size), zero, dtype=np.int64)
-    # off-diagonal block (bc-1, bc): dynamics stage s = bc-1, local (a, b) = (i, n + j)
-    s = bcol - 1
-    idx[0] = np.where(above, off_d + (s * two + n + jcol) * two + i, idx[0])
-    diag = ~above
-    # diagonal block: observation stage bc
-    idx[0] = np.where(diag, (bcol * n + jcol) * n + i, idx[0])
-    # diagonal block: dynamics stage bc (first half), if bc < T-1
-    ok = diag & (bcol < T - 1)
-    idx[1] = np.where(ok, off_d + (bcol * two + jcol) * two + i, idx[1])
-    # diagonal block: dynamics stage bc-1 (second half), if bc > 0
-    ok = diag & (bcol > 0)
-    idx[2] = np.where(ok, off_d + (s * two + n + jcol) * two + n + i, idx[2])
-    sp = ca.Sparsity(N, N, colind.tolist(), rows.tolist())
+    """``(sparsity, idx)``: `block_tridiagonal_upper` and, per nonzero, the (3, nnz) positions of its summands in the
+    stacked ``[vec(H_obs) (nx, nx T); vec(H_dyn) (2nx, 2nx (T-1)); 0]`` (column-major stage blocks)."""
+    n, two, off_d = nx, 2 * nx, nx * nx * T
+    sp = block_tridiagonal_upper(n, T)
+    (b, i), (c, j) = (np.divmod(np.array(a, dtype=np.int64), n) for a in sp.get_triplet())
+    idx = np.full((3, b.size), off_d + two * two * (T - 1), dtype=np.int64)  # the trailing 0
+    above = b < c  # block (c - 1, c): dynamics stage c - 1 at (i, n + j); else the observation stage c at (i, j)
+    idx[0] = np.where(above, off_d + ((c - 1) * two + n + j) * two + i, (c * n + j) * n + i)
+    idx[1] = np.where(~above & (c < T - 1), off_d + (c * two + j) * two + i, idx[1])  # dynamics stage c at (i, j)
+    idx[2] = np.where(~above & (c > 0), off_d + ((c - 1) * two + n + j) * two + n + i, idx[2])  # c - 1, (n+i, n+j)
     return sp, idx
 
 
 def arrowhead_sparsity(nx: int, lengths, nz: int) -> ca.Sparsity:
     """Upper triangle of the joint Hessian: per trajectory the block-tridiagonal (T_b nx)^2 pattern
-    (`block_tridiagonal_gather`), then ``nz`` dense columns."""
+    (`block_tridiagonal_upper`), then ``nz`` dense columns."""
     n_x = nx * sum(lengths)
-    x_part = ca.diagcat(*[block_tridiagonal_gather(nx, int(T))[0] for T in lengths])
+    x_part = ca.diagcat(*[block_tridiagonal_upper(nx, int(T)) for T in lengths])
     top = ca.horzcat(x_part, ca.Sparsity.dense(n_x, nz))
     bottom = ca.horzcat(ca.Sparsity(nz, n_x), ca.Sparsity.upper(nz))
     return ca.vertcat(top, bottom)
@@ -74,12 +53,11 @@ def arrowhead_sparsity(nx: int, lengths, nz: int) -> ca.Sparsity:
 
 @dataclass
 class JointResult:
-    """Outcome of one joint solve: flat parameter vector (np,), states (list of (T_b, nx)),
-    minimised objective (-J - log p without constants), IPOPT's status, iterations, wall (s)."""
+    """Outcome of one joint solve: flat parameter vector (np,), states (list of (T_b, nx)), IPOPT's status, iterations,
+    wall (s)."""
 
     theta_vec: np.ndarray
     xs: list
-    cost: float
     status: str
     iterations: int
     wall_s: float
@@ -200,7 +178,6 @@ class JointSolver:
                  use_prior: bool = True, x_lower=None, x_upper=None, max_iter: int = 200, tol: float = 1e-10):
         if hessian not in JOINT_HESSIANS:
             raise ValueError(f"hessian must be one of {JOINT_HESSIANS}, got {hessian!r}")
-        t0 = time.perf_counter()
         self.model, self.data = model, data
         nx, npar = model.nx, model.params.size
         self.lengths = tuple(int(T) for T in data.lengths)
@@ -237,7 +214,6 @@ class JointSolver:
         params = model.params
         self._lbw = np.concatenate([np.tile(lo, n_t), params.lower[self.free]])
         self._ubw = np.concatenate([np.tile(hi, n_t), params.upper[self.free]])
-        self.build_s = time.perf_counter() - t0
 
     def _cost_expression(self, w, p_base, stages: StageFunctions):
         """The objective as a CasADi expression of mapped SX stage costs (IPOPT evaluates f from it;
@@ -287,5 +263,4 @@ class JointSolver:
         wall = time.perf_counter() - t0
         st = self.solver.stats()
         theta, new_xs = self.evaluator.split(np.asarray(sol["x"]).ravel(), theta_vec)
-        return JointResult(theta, [x.copy() for x in new_xs], float(sol["f"]), st["return_status"],
-                           int(st["iter_count"]), wall)
+        return JointResult(theta, [x.copy() for x in new_xs], st["return_status"], int(st["iter_count"]), wall)

@@ -45,8 +45,8 @@ class CEEMOptions:
     smoother : SmootherOptions
         Options of the smoothing step.
     learner : LearnerOptions or AdamOptions
-        The learning step: IPOPT ([`LearnerOptions`][ceem_casadi.LearnerOptions]) or mini-batch Adam
-        ([`AdamOptions`][ceem_casadi.learning.AdamOptions]) for large neural-network terms (not with Dask).
+        The learning step: IPOPT (`LearnerOptions`) or mini-batch Adam (`AdamOptions`) for large neural-network
+        terms (not with Dask).
     n_jobs : int
         Processes for the smoothing step (trajectories are independent problems).
     raise_on_failure : bool
@@ -123,10 +123,9 @@ class CEEMOptions:
         Parameters
         ----------
         mapping : Mapping
-            CEEMOptions fields at the top level and optional tables ``smoother`` and ``learner``
-            of [`SmootherOptions`][ceem_casadi.SmootherOptions] / [`LearnerOptions`][ceem_casadi.LearnerOptions] fields; absent fields keep
-            their defaults. Integers must be integers (``max_iters = 2.5`` is refused, not
-            truncated), numbers finite unless a bound, strings strings, flags booleans.
+            CEEMOptions fields at the top level, optional tables ``smoother`` and ``learner`` of `SmootherOptions` /
+            `LearnerOptions` fields; absent fields keep their defaults. Integers must be integers (``max_iters =
+            2.5`` is refused, not truncated), numbers finite unless a bound, strings strings, flags booleans.
 
         Returns
         -------

@@ -7,12 +7,6 @@ import time
 from collections.abc import Callable
 
 
-def _status(rec) -> str:
-    smooth = sorted(set(rec.smooth_status or []))
-    s = "/".join(smooth) if smooth else "-"
-    return f"{s} | {rec.learn_status}"
-
-
 class Progress:
     """Per-iteration progress of ``max_iters`` (J, increase, timings, statuses) on ``stream`` (default stderr): a bar
     redrawn in place (``bar``, default on a terminal) or a line each; ``offset``: iterations of a resumed fit."""
@@ -24,7 +18,6 @@ class Progress:
         isatty = getattr(self.stream, "isatty", lambda: False)
         self.bar = bool(isatty()) if bar is None else bool(bar)
         self.t0 = time.perf_counter()
-        self.lines: list[str] = []
         self._open = False
 
     def line(self, rec) -> str:
@@ -32,12 +25,11 @@ class Progress:
         k = self.offset + rec.iteration
         flag = "" if getattr(rec, "accepted", True) else " [rejected]"
         kind = "" if getattr(rec, "kind", "em") == "em" else f" ({rec.kind})"
+        smooth = "/".join(sorted(set(rec.smooth_status or []))) or "-"
         return (f"iter {k:>3}/{self.max_iters}{kind}: J = {rec.J:.8g}  dJ = {rec.increase:+.3g}  "
-                f"smooth {rec.smooth_s:.2f} s  learn {rec.learn_s:.2f} s  [{_status(rec)}]{flag}")
+                f"smooth {rec.smooth_s:.2f} s  learn {rec.learn_s:.2f} s  [{smooth} | {rec.learn_status}]{flag}")
 
     def __call__(self, rec) -> None:
-        text = self.line(rec)
-        self.lines.append(text)
         if self.quiet:
             return
         if self.bar:
@@ -49,7 +41,7 @@ class Progress:
                               f"{elapsed:.1f} s\x1b[K")
             self._open = True
         else:
-            self.stream.write(text + "\n")
+            self.stream.write(self.line(rec) + "\n")
         self.stream.flush()
 
     def close(self, status: str | None = None, message: str = "") -> None:

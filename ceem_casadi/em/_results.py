@@ -1,4 +1,4 @@
-"""What a CE-EM fit returns: [`CEEMResult`][ceem_casadi.CEEMResult] and one [`IterationRecord`][ceem_casadi.em.IterationRecord] per iteration."""
+"""What a CE-EM fit returns: `CEEMResult` and one `IterationRecord` per iteration."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -100,19 +100,12 @@ class CEEMResult(Result):
 
     Examples
     --------
-    A fit's result: status, parameters, smoothed states and one record per iteration:
+    What [`ceem`][ceem_casadi.ceem] returns (its example runs a fit), built here directly:
 
-    >>> import numpy as np, ceem_casadi as cc
-    >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
-    ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
-    >>> u = np.random.default_rng(0).normal(size=(60, 1))
-    >>> data, _ = cc.simulate(model, {"a": 0.8}, [0.0], 60, u=u, process_std=0.1, measurement_std=0.1, seed=1)
-    >>> options = cc.CEEMOptions(smoother=cc.SmootherOptions(compile=False), learner=cc.LearnerOptions(compile=False))
-    >>> fit = cc.ceem(model, data, {"a": 0.5}, options=options)
-    >>> fit.status, len(fit.history), round(float(fit.theta["a"]), 3)
-    (<Status.CONVERGED: 'converged'>, 8, 0.8)
-    >>> fit.history[-1].J == fit.J, fit.J > fit.init_J   # J, the joint log-density, went up
-    (True, True)
+    >>> import ceem_casadi as cc
+    >>> res = cc.CEEMResult(cc.Status.CONVERGED, "objective increase below tol", {"a": 0.8}, x=[], J=-3.0)
+    >>> res.success, res.iterations, res.table().splitlines()[0]
+    (True, 0, 'CEEMResult: converged after 0 iterations')
     """
 
     SUMMARY = ('status', 'iterations', 'J', 'theta')

@@ -15,9 +15,8 @@ __all__ = ["SmoothingStep"]
 _WORKER: dict = {}
 
 
-def _worker_init(model, smoother_options, smoother=None):
-    # the parent's smoother, inherited through fork with everything it built (not pickled)
-    _WORKER["smoother"] = smoother if smoother is not None else Smoother(model, smoother_options)
+def _worker_init(smoother):
+    _WORKER["smoother"] = smoother  # the parent's, inherited through fork with everything it built (not pickled)
 
 
 def _worker_smooth(args):
@@ -38,7 +37,7 @@ class SmoothingStep:
         self.smoother, self.pool, self.n_jobs = smoother, None, n_jobs
         if n_jobs > 1:
             # workers end with this process (SIGKILL, SIGTERM) and are killed at once on Ctrl-C
-            self.pool = WorkerPool(n_jobs, initializer=_worker_init, initargs=(smoother.model, smoother.options, smoother))
+            self.pool = WorkerPool(n_jobs, initializer=_worker_init, initargs=(smoother,))
 
     def __call__(self, theta_vec, data, xs):
         if self.pool is None:

@@ -19,7 +19,7 @@ def log_normalisers(model, y: np.ndarray) -> float:
 
 
 def joint_log_density(smoother, theta_vec, data, xs) -> float:
-    """The joint log-density J(x_{1:T}, theta) with all constants: [`Smoother.joint_log_density`][ceem_casadi.smoothing.Smoother.joint_log_density].
+    """The joint log-density J(x_{1:T}, theta) with all constants: `Smoother.joint_log_density`.
 
     Parameters
     ----------
@@ -36,13 +36,12 @@ def joint_log_density(smoother, theta_vec, data, xs) -> float:
     Examples
     --------
     >>> import numpy as np, ceem_casadi as cc
+    >>> from ceem_casadi.objective import joint_log_density
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
-    >>> from ceem_casadi.objective import joint_log_density
-    >>> data = cc.Trajectories([np.zeros((5, 1))], [np.zeros((5, 1))])
     >>> sm = cc.smoothing.Smoother(model, cc.SmootherOptions(compile=False))
-    >>> J = joint_log_density(sm, np.array([0.5]), data, [np.zeros((5, 1))])   # all residuals zero
-    >>> bool(J == sm.joint_log_density(np.array([0.5]), data, [np.zeros((5, 1))]))
+    >>> data, xs = cc.Trajectories([np.zeros((5, 1))], [np.zeros((5, 1))]), [np.zeros((5, 1))]  # all residuals zero
+    >>> bool(joint_log_density(sm, np.array([0.5]), data, xs) == sm.joint_log_density(np.array([0.5]), data, xs))
     True
     """
     return smoother.joint_log_density(theta_vec, data, xs)

@@ -56,11 +56,9 @@ def _hess(name, residual, wrt, inputs, in_names, hessian: str, dense: bool, uppe
 
 
 def _gauss_newton(name, residual, wrt, p, free, inputs, in_names, times: bool) -> ca.Function:
-    """Gauss-Newton blocks of one stage in its states ``wrt`` (one or two blocks x_s, x_{s+1} of nx) and the free
-    parameters ``p[free]``: ``(Jp'Jp, Jp'r)`` (sparse), then per block j ``tril(Jj'Jj), [Jj'r Jj'Jp]' (1 + n_free,
-    nx); (1, nx) when the residual does not depend on p) and for two blocks ``J1'J0`` (dense; column-major, they read
-    as numpy's triu(Jj'Jj), [Jj'r Jj'Jp] and J0'J1); with ``times``: ``Jj'Jp dz`` (nx,) per block for an extra input
-    dz (n_free,)."""
+    """Gauss-Newton blocks of one stage in its states ``wrt`` (one or two blocks of nx) and ``p[free]``: ``Jp'Jp, Jp'r``
+    (sparse), per block j ``tril(Jj'Jj), [Jj'r Jj'Jp]'`` and for two blocks ``J1'J0`` (dense, column-major); with
+    ``times``: ``Jj'Jp dz`` (nx,) per block for an extra input dz (n_free,) (docs/long_records.md)."""
     jp, nx = ca.jacobian(residual, p)[:, free], inputs[0].numel()
     jw = [ca.jacobian(residual, w) for w in ca.vertsplit(wrt, nx)]
     if times:
@@ -103,24 +101,21 @@ def _newton_terms(name, residual, wrt, inputs, in_names, hessian: str) -> ca.Fun
 
 
 class StageFunctions:
-    """SX stage Functions of a model: the pieces of the negative joint log-density, one observation
-    and one dynamics stage per sample, with their derivatives, each built on first request
-    (``stages.obs_cost`` or `get`).
+    """SX stage Functions of a model: the pieces of the negative joint log-density, one observation and one dynamics
+    stage per sample, with their derivatives, each built on first request (``stages.obs_cost`` or `get`).
 
-    Inputs (all columns): x, x_next (nx), u (nu), y, m (ny; m is the 0/1 observed mask),
-    p (np), iw (nx) = 1/sigma_w, iv (ny) = 1/sigma_v.
+    Inputs (all columns): x, x_next (nx), u (nu), y, m (ny; m is the 0/1 observed mask), p (np), iw (nx) = 1/sigma_w,
+    iv (ny) = 1/sigma_v.
 
     Parameters
     ----------
     model : StateSpaceModel
         The model whose f and g the stages are built from.
     hessian : {"gauss-newton", "exact"}
-        Hessian of the stage costs: the Gauss-Newton product J_r' J_r (positive semidefinite) or
-        the exact second derivative.
+        Hessian of the stage costs: the Gauss-Newton product J_r' J_r (positive semidefinite) or the exact one.
     compile : bool or None
-        ``True`` compiles the Functions a solver asks for with `get`, ``False`` never, ``None``
-        (default) when a C compiler exists and the stage programs are long enough for
-        compilation to pay off, or mapped over enough stages (``columns``).
+        ``True`` compiles the Functions a solver asks for with `get`, ``False`` never, ``None`` (default) when a C
+        compiler exists and the programs are long enough, or mapped over enough stages (``columns``), to pay off.
 
     Examples
     --------
@@ -151,55 +146,39 @@ class StageFunctions:
         self.obs_uses_p = bool(ca.depends_on(r_obs, p))
         self.dyn_uses_p = bool(ca.depends_on(r_dyn, p))
 
-        def grad(name, residual, wrt, inputs, in_names, dense):
-            return lambda: _cost_grad(name, residual, wrt, inputs, in_names, dense)
-
-        def hess(name, residual, wrt, inputs, in_names, dense, upper=False):
-            return lambda: _hess(name, residual, wrt, inputs, in_names, hessian, dense, upper)
-
         free = model.params.free_index.tolist()
         # per stage kind: Jp'Jp too large for symbolic products (six coupled Lorenz, 288 parameters: 3.3e6
         # instructions a stage), the joint step forms the products from the residual Jacobians by BLAS
         self.products_by_blas = {"obs": _gram_by_blas(r_obs, p, free), "dyn": _gram_by_blas(r_dyn, p, free)}
-        self._lazy = {
-            # derivatives with respect to the states (smoothing step), dense blocks
-            "obs_x_grad": grad("obs_x", r_obs, x, obs_in, obs_names, True),
-            "obs_x_hess": hess("obs_x", r_obs, x, obs_in, obs_names, True),
-            "dyn_x_grad": grad("dyn_x", r_dyn, z, dyn_in, dyn_names, True),
-            "dyn_x_hess": hess("dyn_x", r_dyn, z, dyn_in, dyn_names, True),
-            # their upper triangles (dense, zeros below): all the smoother's Hessian assembly reads
-            "obs_x_hess_triu": hess("obs_x_triu", r_obs, x, obs_in, obs_names, True, True),
-            "dyn_x_hess_triu": hess("dyn_x_triu", r_dyn, z, dyn_in, dyn_names, True, True),
-            # cost, gradient and upper Hessian triangle in one program (batched smoother)
-            "obs_x_newton": lambda: _newton_terms("obs_x", r_obs, x, obs_in, obs_names, hessian),
-            "dyn_x_newton": lambda: _newton_terms("dyn_x", r_dyn, z, dyn_in, dyn_names, hessian),
-            # derivatives with respect to the parameters (learning step), sparse
-            "obs_p_grad": grad("obs_p", r_obs, p, obs_in, obs_names, False),
-            "obs_p_hess": hess("obs_p", r_obs, p, obs_in, obs_names, False),
-            "dyn_p_grad": grad("dyn_p", r_dyn, p, dyn_in, dyn_names, False),
-            "dyn_p_hess": hess("dyn_p", r_dyn, p, dyn_in, dyn_names, False),
-            # cross blocks states x parameters (dense; parameter uncertainty)
-            "obs_xp_hess": lambda: _cross_hess("obs_xp", r_obs, x, p, obs_in, obs_names, hessian),
-            "dyn_xp_hess": lambda: _cross_hess("dyn_xp", r_dyn, z, p, dyn_in, dyn_names, hessian),
-            # residual Jacobians with respect to the parameters (dense), for Gauss-Newton in numpy
-            "obs_p_jac": lambda: ca.Function("obs_p_jac", obs_in, [ca.densify(ca.jacobian(r_obs, p))],
-                                             obs_names, ["jac"]),
-            "dyn_p_jac": lambda: ca.Function("dyn_p_jac", dyn_in, [ca.densify(ca.jacobian(r_dyn, p))],
-                                             dyn_names, ["jac"]),
-            # plain costs (for J and diagnostics)
-            "obs_cost": lambda: ca.Function("obs_cost", obs_in, [0.5 * ca.sumsqr(r_obs)], obs_names, ["cost"]),
-            "dyn_cost": lambda: ca.Function("dyn_cost", dyn_in, [0.5 * ca.sumsqr(r_dyn)], dyn_names, ["cost"]),
-            # Gauss-Newton blocks over the states and the free parameters, and times a step dz (joint Gauss-Newton)
-            "obs_gn": lambda: _gauss_newton("obs", r_obs, x, p, free, obs_in, obs_names, False),
-            "dyn_gn": lambda: _gauss_newton("dyn", r_dyn, z, p, free, dyn_in, dyn_names, False),
-            "obs_gn_dz": lambda: _gauss_newton("obs", r_obs, x, p, free, obs_in, obs_names, True),
-            "dyn_gn_dz": lambda: _gauss_newton("dyn", r_dyn, z, p, free, dyn_in, dyn_names, True),
-            # residuals with their Jacobians in the states (joint NLP, parameter uncertainty)
-            "obs_res_jac_x": lambda: ca.Function(
-                "obs_res_jac_x", obs_in, [ca.densify(r_obs), ca.densify(ca.jacobian(r_obs, x))], obs_names, ["r", "jac_x"]),
-            "dyn_res_jac_z": lambda: ca.Function(
-                "dyn_res_jac_z", dyn_in, [ca.densify(r_dyn), ca.densify(ca.jacobian(r_dyn, z))], dyn_names, ["r", "jac_z"]),
-        }
+
+        def table(k, r, w, ins, names):  # the Functions of one stage kind: w its states (x, or z = (x, x_next))
+            jac = "x" if k == "obs" else "z"
+            return {
+                # derivatives with respect to the states (smoothing step), dense blocks, and their upper triangles
+                # (zeros below: all the smoother's Hessian assembly reads)
+                f"{k}_x_grad": lambda: _cost_grad(f"{k}_x", r, w, ins, names, True),
+                f"{k}_x_hess": lambda: _hess(f"{k}_x", r, w, ins, names, hessian, True),
+                f"{k}_x_hess_triu": lambda: _hess(f"{k}_x_triu", r, w, ins, names, hessian, True, True),
+                # cost, gradient and upper Hessian triangle in one program (batched smoother)
+                f"{k}_x_newton": lambda: _newton_terms(f"{k}_x", r, w, ins, names, hessian),
+                # derivatives with respect to the parameters (learning step), sparse
+                f"{k}_p_grad": lambda: _cost_grad(f"{k}_p", r, p, ins, names, False),
+                f"{k}_p_hess": lambda: _hess(f"{k}_p", r, p, ins, names, hessian, False),
+                # cross blocks states x parameters (dense; parameter uncertainty)
+                f"{k}_xp_hess": lambda: _cross_hess(f"{k}_xp", r, w, p, ins, names, hessian),
+                # residual Jacobians with respect to the parameters (dense), for Gauss-Newton in numpy
+                f"{k}_p_jac": lambda: ca.Function(f"{k}_p_jac", ins, [ca.densify(ca.jacobian(r, p))], names, ["jac"]),
+                # plain costs (for J and diagnostics)
+                f"{k}_cost": lambda: ca.Function(f"{k}_cost", ins, [0.5 * ca.sumsqr(r)], names, ["cost"]),
+                # Gauss-Newton blocks over the states and the free parameters, and times a step dz (joint step)
+                f"{k}_gn": lambda: _gauss_newton(k, r, w, p, free, ins, names, False),
+                f"{k}_gn_dz": lambda: _gauss_newton(k, r, w, p, free, ins, names, True),
+                # residuals with their Jacobians in the states (joint NLP, parameter uncertainty)
+                f"{k}_res_jac_{jac}": lambda: ca.Function(f"{k}_res_jac_{jac}", ins, [ca.densify(r),
+                                                          ca.densify(ca.jacobian(r, w))], names, ["r", f"jac_{jac}"]),
+            }
+
+        self._lazy = {**table("obs", r_obs, x, obs_in, obs_names), **table("dyn", r_dyn, z, dyn_in, dyn_names)}
         self._raw: dict[str, ca.Function] = {}
         self._compiled: dict[str, ca.Function] = {}
         self._pending: dict = {}  # name -> compile.CompiledHandle (compiling in the background)
