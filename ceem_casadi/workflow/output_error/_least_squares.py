@@ -170,11 +170,11 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         d = Ya[:, 1:].transpose(0, 2, 1)                           # [c, j, k] = dy_j / d(z, x0)_k
         mw = -wgt[:, :, None]
         if self.shooting is None and self.nw <= DENSE_MAX and n_obs * ny * self.nw <= 5e7:   # dense: cheaper
-            J = (np.empty if len(self._node_obs) == 1 else np.zeros)((n_obs, ny, self.nw))
-            np.multiply(mw, d[:, :, :nf], out=J[:, :, :nf])
+            J = np.zeros((n_obs * ny + nf * bool(np.any(self._prior[1])), self.nw))     # with the prior's rows
+            Jo = J[:n_obs * ny].reshape(n_obs, ny, self.nw)
+            np.multiply(mw, d[:, :, :nf], out=Jo[:, :, :nf])
             for i, s in self._node_obs:
-                np.multiply(mw[s], d[s, :, nf:], out=J[s, :, nf + i * nx:nf + (i + 1) * nx])
-            J = J.reshape(n_obs * ny, self.nw)
+                np.multiply(mw[s], d[s, :, nf:], out=Jo[s, :, nf + i * nx:nf + (i + 1) * nx])
         else:
             rows = np.broadcast_to(np.arange(n_obs * ny).reshape(n_obs, ny, 1), d.shape)
             cols = np.broadcast_to(np.arange(nf + nx), d.shape).copy()
@@ -187,11 +187,10 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         for k, (i, gi, jj) in enumerate(self._gap_list):
             xa = ends[gi][jj]                                      # (1 + nf + nx, nx): x, then S^T
             g[k * nx:(k + 1) * nx] = xa[0] - nodes[i + 1]
-            Sz, Sx = xa[1:1 + nf].T, xa[1 + nf:].T
-            rr = k * nx + np.arange(nx)
-            Cr += [np.repeat(rr, nf), np.repeat(rr, nx), rr]
-            Cc += [np.tile(np.arange(nf), nx), np.tile(nf + i * nx + np.arange(nx), nx), nf + (i + 1) * nx + np.arange(nx)]
-            Cv += [Sz.ravel(), Sx.ravel(), -np.ones(nx)]
+            rr, cols = k * nx + np.arange(nx), np.r_[np.arange(nf), nf + i * nx + np.arange(nx)]
+            Cr += [np.repeat(rr, nf + nx), rr]
+            Cc += [np.tile(cols, nx), nf + (i + 1) * nx + np.arange(nx)]
+            Cv += [xa[1:].T.ravel(), -np.ones(nx)]
         G = sps.csc_matrix((np.concatenate(Cv), (np.concatenate(Cr), np.concatenate(Cc))), shape=(q * nx, self.nw)) \
             if q else sps.csc_matrix((0, self.nw))
         if not (np.all(np.isfinite(g)) and np.all(np.isfinite(G.data))):
@@ -235,9 +234,10 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         mu, wp = self._prior
         if np.any(wp):      # the prior's rows
             r = np.concatenate([r, wp * (w[:nf] - mu)])
-            if J is not None:
-                Jp = sps.csc_matrix((wp, (np.arange(nf), np.arange(nf))), shape=(nf, self.nw))
-                J = np.vstack([J, Jp.toarray()]) if isinstance(J, np.ndarray) else sps.vstack([J, Jp], format="csc")
+            if isinstance(J, np.ndarray):          # the dense Jacobian has the rows already
+                J[r.size - nf + np.arange(nf), np.arange(nf)] = wp
+            elif J is not None:
+                J = sps.vstack([J, sps.csc_matrix((wp, (np.arange(nf), np.arange(nf))), shape=(nf, self.nw))], format="csc")
         if jac:
             self._last = (np.array(w, float), (r, J, g, G))
         return r, J, g, G
