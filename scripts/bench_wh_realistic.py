@@ -136,17 +136,18 @@ def _threaded_speedup(model, data, threaded, theta_vec, w, repeats: int = 5) -> 
 
     serial = OutputErrorLeastSquares(model, data.lengths, None, compiled=threaded.compiled, column_groups=1)
     serial.set_data(model, theta_vec, data, True)
-    times = {"serial": [], "threaded": []}
+    times, same = {"serial": [], "threaded": []}, True
     for _ in range(repeats + 1):                    # the first round builds and loads the serial Functions
         for name, prob in (("serial", serial), ("threaded", threaded)):
             prob._last = None
             t0, c0 = time.perf_counter(), time.process_time()
-            prob.evaluate(w, True)
+            J = prob.evaluate(w, True)[1]
             times[name].append((time.perf_counter() - t0, time.process_time() - c0))
+        same = same and np.array_equal(J, serial.evaluate(w, True)[1])
     med = {k: np.median(np.array(v[1:]), axis=0) for k, v in times.items()}
     return dict(groups=threaded.column_groups, serial_seconds=med["serial"][0], serial_cpu_seconds=med["serial"][1],
                 threaded_seconds=med["threaded"][0], threaded_cpu_seconds=med["threaded"][1],
-                speedup=med["serial"][0] / med["threaded"][0])
+                speedup=med["serial"][0] / med["threaded"][0], bitwise_equal=bool(same))
 
 
 def mlp_from_polynomial(poly_init, poly_fit, mlp_init) -> dict:
@@ -300,7 +301,7 @@ def main(argv=None) -> int:
         print(f"residual + Jacobian, sensitivities in {th['groups']} column groups on as many threads against one "
               f"group (alternated, medians): {th['threaded_seconds']:.3g} s ({th['threaded_cpu_seconds']:.3g} CPU s) "
               f"against {th['serial_seconds']:.3g} s ({th['serial_cpu_seconds']:.3g} CPU s): "
-              f"speedup {th['speedup']:.2f}x in wall time")
+              f"speedup {th['speedup']:.2f}x in wall time; the Jacobians bitwise equal: {th['bitwise_equal']}")
     print("target (test RMS <= 1.5 noise std, converged, < 300 s):", "met" if res["target"]["met"] else "NOT met")
     if args.json:
         with open(args.json, "w") as fh:
