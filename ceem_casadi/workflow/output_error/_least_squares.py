@@ -3,6 +3,7 @@ and their exact sparse Jacobians from forward sensitivities (docs/output_error.m
 from __future__ import annotations
 
 import logging
+import os
 
 import casadi as ca
 import numpy as np
@@ -22,7 +23,7 @@ logger = logging.getLogger(__name__)
 #: doubles of augmented states (x, dx/dx0, dx/dz) per mapped sensitivity call (chunks of time, docs/output_error.md)
 CHUNK_DOUBLES = 5e5
 #: column groups of the sensitivities of long (compiled) records, evaluated on as many threads (docs/output_error.md)
-COLUMN_GROUPS = 2
+COLUMN_GROUPS = min(2, os.cpu_count() or 1)
 
 
 class OutputErrorLeastSquares(LeastSquaresProblem):
@@ -48,8 +49,8 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         npar = model.params.size
         syms = dict(p_base=ca.MX.sym("p_base", npar), U=ca.MX.sym("U", nu, n_u), Y=ca.MX.sym("Y", ny, n_obs),
                     M=ca.MX.sym("M", ny, n_obs), iv=ca.MX.sym("iv", ny))
-        E = ca.DM(ca.Sparsity.triplet(npar, nf, self.free.tolist(), list(range(nf))), 1.0)
-        pvec = syms["p_base"] + ca.mtimes(E, z)
+        self._E = ca.DM(ca.Sparsity.triplet(npar, nf, self.free.tolist(), list(range(nf))), 1.0)   # p = p_base + E z
+        pvec = syms["p_base"] + ca.mtimes(self._E, z)
         Yhat, g = layout.free_runs(lambda L: rollout(model, L), nodes, syms["U"], pvec)
         r = ca.vec(syms["M"] * ca.repmat(syms["iv"], 1, n_obs) * (syms["Y"] - Yhat))
         self.F = ca.Function("oe_residuals", [w, *syms.values()], [r, g])
@@ -68,8 +69,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         columns of ``S`` in `column_groups` groups, on as many threads; the observations of every node."""
         nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
         x, u, pb, z = ca.SX.sym("x", nx), ca.SX.sym("u", nu), ca.SX.sym("pb", npar), ca.SX.sym("z", nf)
-        E = ca.DM(ca.Sparsity.triplet(npar, nf, self.free.tolist(), list(range(nf))), 1.0)
-        p = pb + ca.mtimes(E, z)
+        p = pb + ca.mtimes(self._E, z)
         fx_, gx_ = model.f(x, u, p), model.g(x, u, p)
         fx, gx = ca.jacobian(fx_, x), ca.jacobian(gx_, x)
         seed_f = ca.horzcat(ca.jacobian(fx_, z), ca.SX(nx, nx))     # d/dz = d/dp E (p = pb + E z); x0: no seed
