@@ -56,11 +56,9 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         self.F = ca.Function("oe_residuals", [w, *syms.values()], [r, g])
         self._F_call = None        # the residual Function's buffered call (compiled first for long records)
         self._sens = None          # built at the first Jacobian (a problem used for values only never builds it)
-        self.n_con = int(g.numel())
-        self.nw = int(w.numel())
+        self.n_con, self.nw = int(g.numel()), int(w.numel())
         self.c_scale = np.ones(self.n_con)
-        self._data = self._last = None      # the bound data; the last Jacobian evaluation (w, result)
-        self._single = None
+        self._data = self._last = self._single = None   # the bound data; the last Jacobian evaluation (w, result)
         self._prior = (np.zeros(nf), np.zeros(nf))
 
     def _build_sensitivities(self, model, nf):
@@ -85,8 +83,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
                                                                      ca.vertcat(gx_, ca.vec(gx @ S + seed_g[:, cols]))]))
         if self.compiled:
             compiled = compile_or_none(funs, f"oe_sens_{model.name}", logger, "output error: the sensitivity step")
-            self.compiled = compiled is not None
-            funs = compiled or funs
+            self.compiled, funs = compiled is not None, compiled or funs
         self._sens = [self._chunked(funs, L, len(idx), nx * (1 + h), nu, npar, nf) for L, idx in self.groups]
         obs_src, self._node_obs, u_col, n_obs = [], [], 0, 0    # observation -> column of the groups' outputs
         for L, idx in self.groups:
@@ -168,9 +165,11 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         wgt = (self._M * self._iv[:, None]).T                      # (n_obs, ny)
         r = (wgt * (self._Y.T - Ya[:, 0])).ravel()
         d = Ya[:, 1:].transpose(0, 2, 1)                           # [c, j, k] = dy_j / d(z, x0)_k
-        mw = -wgt[:, :, None]
+        mw, wp = -wgt[:, :, None], self._prior[1]
+        n_p = nf if np.any(wp) else 0                              # the prior's rows
         if self.shooting is None and self.nw <= DENSE_MAX and n_obs * ny * self.nw <= 5e7:   # dense: cheaper
-            J = np.zeros((n_obs * ny + nf * bool(np.any(self._prior[1])), self.nw))     # with the prior's rows
+            J = np.zeros((n_obs * ny + n_p, self.nw))
+            J[n_obs * ny + np.arange(n_p), np.arange(n_p)] = wp[:n_p]
             Jo = J[:n_obs * ny].reshape(n_obs, ny, self.nw)
             np.multiply(mw, d[:, :, :nf], out=Jo[:, :, :nf])
             for i, s in self._node_obs:
@@ -180,7 +179,8 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
             cols = np.broadcast_to(np.arange(nf + nx), d.shape).copy()
             for i, s in self._node_obs:
                 cols[s, :, nf:] += i * nx
-            J = sps.csc_matrix(((mw * d).ravel(), (rows.ravel(), cols.ravel())), shape=(n_obs * ny, self.nw))
+            J = sps.csc_matrix((np.r_[(mw * d).ravel(), wp[:n_p]], (np.r_[rows.ravel(), n_obs * ny + np.arange(n_p)],
+                                np.r_[cols.ravel(), np.arange(n_p)])), shape=(n_obs * ny + n_p, self.nw))
         q = len(self._gap_list)
         g = np.zeros(q * nx)
         Cr, Cc, Cv = [], [], []
@@ -230,21 +230,15 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         if out is None:
             return None
         r, J, g, G = out
-        nf = self.free.size
         mu, wp = self._prior
-        if np.any(wp):      # the prior's rows
-            r = np.concatenate([r, wp * (w[:nf] - mu)])
-            if isinstance(J, np.ndarray):          # the dense Jacobian has the rows already
-                J[r.size - nf + np.arange(nf), np.arange(nf)] = wp
-            elif J is not None:
-                J = sps.vstack([J, sps.csc_matrix((wp, (np.arange(nf), np.arange(nf))), shape=(nf, self.nw))], format="csc")
+        if np.any(wp):      # the prior's rows (J has them: `_jacobian`)
+            r = np.concatenate([r, wp * (w[:self.free.size] - mu)])
         if jac:
             self._last = (np.array(w, float), (r, J, g, G))
         return r, J, g, G
 
     def _casadi(self, w, jac):
-        """``(r, None, g, None)`` by CasADi's residual Function (compiled at its first call when the
-        sensitivities are); None when not finite."""
+        """``(r, None, g, None)`` from the residual Function (compiled first for long records); None when not finite."""
         if self._F_call is None:      # numpy buffers: converting 10^5 residuals from DM cost half the call
             if self.compiled:
                 self.F = (compile_or_none([self.F], f"oe_residuals_{self.model.name}", logger,
@@ -266,8 +260,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         if self.shooting is None:
             return LeastSquaresProblem.objective(self, w, r)
         nf, nx = self.free.size, self.model.nx
-        nodes = w[nf:].reshape(-1, nx)
-        ws = np.concatenate([w[:nf], nodes[self.first_nodes()].ravel()])
+        ws = np.concatenate([w[:nf], w[nf:].reshape(-1, nx)[self.first_nodes()].ravel()])
         with np.errstate(all="ignore"):
             return self._single.objective(ws)
 
@@ -293,8 +286,7 @@ def _explodes(yhat, y, inv_std) -> bool:
     if not np.all(np.isfinite(yhat)):
         return True
     mask = np.isfinite(y)
-    e = np.where(mask, (y - yhat) * inv_std, 0.0)
-    z = np.where(mask, y * inv_std, 0.0)
+    e, z = (np.where(mask, v * inv_std, 0.0) for v in (y - yhat, y))
     return 2 * half_squared_norm(e.ravel()) > EXPLODING * max(2 * half_squared_norm(z.ravel()), 1e-300)
 
 
