@@ -118,37 +118,12 @@ def _per_iteration_cost(model, data, oe, wall_s: float, cpu_s: float) -> dict:
     if limit is not None:
         limit.restore_original_limits()
     floor, floor_cpu = min(evals) + min(facts), min(cpu)
-    threads = _threaded_speedup(model, data, prob, model.params.to_vector(oe.theta), w) if prob.column_groups > 1 else {}
     per_it, per_it_cpu = wall_s / max(oe.iterations, 1), cpu_s / max(oe.iterations, 1)
     trials = re.search(r"(\d+) trial evaluations", oe.message)   # residual evaluations of the engine
     return dict(seconds=per_it, cpu_seconds=per_it_cpu, floor_seconds=floor, jacobian_seconds=min(evals),
                 factorisation_seconds=min(facts), ratio_to_floor=per_it / floor, floor_cpu_seconds=floor_cpu,
                 cpu_ratio_to_floor=per_it_cpu / floor_cpu,
-                evaluations_per_iteration=int(trials.group(1)) / max(oe.iterations, 1) if trials else float("nan"),
-                threads=threads)
-
-
-def _threaded_speedup(model, data, threaded, theta_vec, w, repeats: int = 5) -> dict:
-    """Residual + Jacobian evaluations with the sensitivity columns in one group (serial) and in the
-    problem's groups on as many threads, alternated in this process (a loaded machine slows both alike):
-    medians of wall and process CPU seconds, the wall speedup, and the machine's parallel capacity."""
-    from ceem_casadi.workflow.output_error._least_squares import OutputErrorLeastSquares
-    from scripts.bench_scale import parallel_capacity  # two processes against one: 2.0 on an idle 2-core machine
-
-    serial = OutputErrorLeastSquares(model, data.lengths, None, compiled=threaded.compiled, column_groups=1)
-    serial.set_data(model, theta_vec, data, True)
-    times, same = {"serial": [], "threaded": []}, True
-    for _ in range(repeats + 1):                    # the first round builds and loads the serial Functions
-        for name, prob in (("serial", serial), ("threaded", threaded)):
-            prob._last = None
-            t0, c0 = time.perf_counter(), time.process_time()
-            J = prob.evaluate(w, True)[1]
-            times[name].append((time.perf_counter() - t0, time.process_time() - c0))
-        same = same and np.array_equal(J, serial.evaluate(w, True)[1])
-    med = {k: np.median(np.array(v[1:]), axis=0) for k, v in times.items()}
-    return dict(groups=threaded.column_groups, parallel_capacity=parallel_capacity(), serial_seconds=med["serial"][0], serial_cpu_seconds=med["serial"][1],
-                threaded_seconds=med["threaded"][0], threaded_cpu_seconds=med["threaded"][1],
-                speedup=med["serial"][0] / med["threaded"][0], bitwise_equal=bool(same))
+                evaluations_per_iteration=int(trials.group(1)) / max(oe.iterations, 1) if trials else float("nan"))
 
 
 def mlp_from_polynomial(poly_init, poly_fit, mlp_init) -> dict:
@@ -297,13 +272,6 @@ def main(argv=None) -> int:
           f"{pi['floor_cpu_seconds']:.3g} s: {pi['cpu_ratio_to_floor']:.2f}); "
           f"{pi['evaluations_per_iteration']:.2f} trial evaluations per iteration "
           "(a residual evaluation each; an accepted one adds its Jacobian)")
-    if pi["threads"]:
-        th = pi["threads"]
-        print(f"residual + Jacobian, sensitivities in {th['groups']} column groups on as many threads against one "
-              f"group (alternated, medians): {th['threaded_seconds']:.3g} s ({th['threaded_cpu_seconds']:.3g} CPU s) "
-              f"against {th['serial_seconds']:.3g} s ({th['serial_cpu_seconds']:.3g} CPU s): "
-              f"speedup {th['speedup']:.2f}x in wall time (the machine's parallel capacity now "
-              f"{th['parallel_capacity']:.2f}x, 2.0 idle); the Jacobians bitwise equal: {th['bitwise_equal']}")
     print("target (test RMS <= 1.5 noise std, converged, < 300 s):", "met" if res["target"]["met"] else "NOT met")
     if args.json:
         with open(args.json, "w") as fh:

@@ -228,27 +228,6 @@ def test_sensitivities_in_chunks_of_time(pendulum_case, monkeypatch):
                for _, _, call in long._sens[0]) <= 6 * lsq.CHUNK_DOUBLES  # one call over 10^6 samples: 5.7e7
 
 
-@pytest.mark.parametrize("shooting", [None, 7])
-def test_sensitivity_column_groups_on_threads_give_the_same_jacobian(pendulum_case, shooting):
-    """Long records split the sensitivity directions into `COLUMN_GROUPS` groups evaluated on as many
-    threads (a CasADi thread map): r, J, the gaps and C equal the one-group evaluation bitwise, for any
-    number of groups (the last one overlapping), single shooting and segments of several lengths."""
-    from ceem_casadi.workflow.output_error import _least_squares as lsq
-
-    model, data = pendulum_case
-    tv = model.params.to_vector(model.params.initial())
-    assert lsq.OutputErrorLeastSquares(model, data.lengths, shooting, compiled=True).column_groups == lsq.COLUMN_GROUPS
-    outs = []
-    for groups in (1, 2, 3):
-        prob = lsq.OutputErrorLeastSquares(model, data.lengths, shooting, column_groups=groups)
-        prob.set_data(model, tv, data, True)
-        w = np.concatenate([1.1 * tv[prob.free], 0.1 * np.sin(np.arange(prob.nw - prob.free.size))])
-        outs.append([a.toarray() if hasattr(a, "toarray") else a for a in prob.evaluate(w, True)])
-    for out in outs[1:]:
-        for a, b in zip(outs[0], out):
-            np.testing.assert_array_equal(a, b)
-
-
 def test_compiled_residuals_are_evaluated_without_the_jacobian(pendulum_case):
     """From `COMPILE_SAMPLES` samples the residual rollout is compiled like the sensitivities: a trial
     point's evaluation (``jac=False``) runs the compiled rollout, equal to the virtual machine's, and

@@ -3,7 +3,6 @@ and their exact sparse Jacobians from forward sensitivities (docs/output_error.m
 from __future__ import annotations
 
 import logging
-import os
 
 import casadi as ca
 import numpy as np
@@ -22,8 +21,6 @@ __all__ = ["OutputErrorLeastSquares", "output_error_problem"]
 logger = logging.getLogger(__name__)
 #: doubles of augmented states (x, dx/dx0, dx/dz) per mapped sensitivity call (chunks of time, docs/output_error.md)
 CHUNK_DOUBLES = 5e5
-#: column groups of the sensitivities of long (compiled) records, evaluated on as many threads (docs/output_error.md)
-COLUMN_GROUPS = min(2, os.cpu_count() or 1)
 
 
 class OutputErrorLeastSquares(LeastSquaresProblem):
@@ -33,11 +30,10 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
     continuity gaps and their sparse Jacobian; ``w`` = (free parameters, nodes (n_nodes, nx) by row).
     """
 
-    def __init__(self, model, lengths, shooting, compiled: bool = False, column_groups: int | None = None):
+    def __init__(self, model, lengths, shooting, compiled: bool = False):
         from ...model._simulation import rollout
 
         self.compiled = bool(compiled)
-        self.column_groups = int(column_groups or (COLUMN_GROUPS if compiled else 1))
         self.model, self.lengths, self.shooting = model, tuple(lengths), shooting
         nx, nu, ny = model.nx, model.nu, model.ny
         self.free = model.params.free_index
@@ -63,8 +59,8 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
 
     def _build_sensitivities(self, model, nf):
         """``x[t+1] = f``, ``S[t+1] = f_x S + [f_z 0]`` for the directions ``(z, x0)`` (``S[0] = [0 I]``) as SX
-        steps mapped over chunks of time (``mapaccum``, `_chunked`) and over the segments of every length; the
-        columns of ``S`` in `column_groups` groups, on as many threads; the observations of every node."""
+        step mapped over chunks of time (``mapaccum``, `_chunked`) and over the segments of every length (one
+        step: the model and its Jacobians once per sample); the observations of every node."""
         nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
         x, u, pb, z = ca.SX.sym("x", nx), ca.SX.sym("u", nu), ca.SX.sym("pb", npar), ca.SX.sym("z", nf)
         p = pb + ca.mtimes(self._E, z)
@@ -72,19 +68,14 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         fx, gx = ca.jacobian(fx_, x), ca.jacobian(gx_, x)
         seed_f = ca.horzcat(ca.jacobian(fx_, z), ca.SX(nx, nx))     # d/dz = d/dp E (p = pb + E z); x0: no seed
         seed_g = ca.horzcat(ca.jacobian(gx_, z), ca.SX(ny, nx))
-        ncol = nf + nx
-        h = -(-ncol // self.column_groups)               # the last group starts earlier: every group h columns
-        self._cols = [list(range(min(g * h, ncol - h), min(g * h, ncol - h) + h)) for g in range(self.column_groups)]
-        funs = []
-        for g, cols in enumerate(self._cols):
-            S = ca.SX.sym("S", nx, h)
-            xa = ca.vertcat(x, ca.vec(S))
-            funs.append(ca.Function(f"oe_sens{g}", [xa, u, pb, z], [ca.vertcat(fx_, ca.vec(fx @ S + seed_f[:, cols])),
-                                                                     ca.vertcat(gx_, ca.vec(gx @ S + seed_g[:, cols]))]))
+        S = ca.SX.sym("S", nx, nf + nx)
+        xa = ca.vertcat(x, ca.vec(S))
+        step = ca.Function("oe_sens", [xa, u, pb, z], [ca.vertcat(fx_, ca.vec(fx @ S + seed_f)),
+                                                       ca.vertcat(gx_, ca.vec(gx @ S + seed_g))])
         if self.compiled:
-            compiled = compile_or_none(funs, f"oe_sens_{model.name}", logger, "output error: the sensitivity step")
-            self.compiled, funs = compiled is not None, compiled or funs
-        self._sens = [self._chunked(funs, L, len(idx), nx * (1 + h), nu, npar, nf) for L, idx in self.groups]
+            compiled = compile_or_none([step], f"oe_sens_{model.name}", logger, "output error: the sensitivity step")
+            self.compiled, step = compiled is not None, (compiled or [step])[0]
+        self._sens = [self._chunked(step, L, len(idx), xa.numel(), nu, npar, nf) for L, idx in self.groups]
         obs_src, self._node_obs, u_col, n_obs = [], [], 0, 0    # observation -> column of the groups' outputs
         for L, idx in self.groups:
             for jj, i in enumerate(idx):
@@ -98,49 +89,32 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         self._gap_list = [(i, gi, jj) for gi, (L, idx) in enumerate(self.groups)
                           for jj, i in enumerate(idx) if self.segs[i][3]]
 
-    def _chunked(self, funs, L, n_seg, na, nu, npar, nf):
+    @staticmethod
+    def _chunked(step, L, n_seg, na, nu, npar, nf):
         """``[(start, K, call)]`` covering the L samples of n_seg segments in chunks of K samples (at most
-        `CHUNK_DOUBLES` augmented states per call); ``call(xa (na, G n_seg), U (nu, n_seg K), pb, z)`` -> the
-        chunk's augmented outputs, its last augmented states and the next ones (dense, column group-major)."""
-        G = self.column_groups
-        K = int(max(1, min(L, CHUNK_DOUBLES // (na * n_seg * G))))
+        `CHUNK_DOUBLES` augmented states per call); ``call(xa (na, n_seg), U (nu, n_seg K), pb, z)`` -> the
+        chunk's outputs and their derivatives, its last augmented states and the next ones (dense)."""
+        K = int(max(1, min(L, CHUNK_DOUBLES // (na * n_seg))))
         calls = {}
         for k in {K, L % K} - {0}:
             xa, Um, pbm, zm = ca.MX.sym("xa", na), ca.MX.sym("U", nu, k), ca.MX.sym("pb", npar), ca.MX.sym("z", nf)
-            ones = []
-            for step in funs:           # the states after samples 1..k, the outputs of samples 0..k-1
-                Xa, Y = step.mapaccum(k)(xa, Um, pbm, zm)
-                one = ca.Function(f"oe_sens_K{k}", [xa, Um, pbm, zm],
-                                  [ca.densify(Y), ca.densify(xa if k == 1 else Xa[:, k - 2]), ca.densify(Xa[:, k - 1])])
-                ones.append(one.map(n_seg, [False, False, True, True], [False, False, False]) if n_seg > 1 else one)
-            if G > 1:        # the column groups on G threads: one Switch over the groups, mapped
-                par = ca.Function.conditional(f"oe_sens_K{k}_cols", ones[:-1], ones[-1]).map(
-                    f"oe_sens_K{k}_threads", "thread", G, [2, 3, 4], [])
-                xs, Us = ca.MX.sym("xa", na, G * n_seg), ca.MX.sym("U", nu, n_seg * k)
-                ones = [ca.Function(f"oe_sens_K{k}_par", [xs, Us, pbm, zm],
-                                    par(ca.DM(range(G)).T, xs, Us, pbm, zm))]
-            calls[k] = BufferedCall(ones[0])
+            Xa, Y = step.mapaccum(k)(xa, Um, pbm, zm)       # the states after samples 1..k, the outputs of 0..k-1
+            one = ca.Function(f"oe_sens_K{k}", [xa, Um, pbm, zm],
+                              [ca.densify(Y), ca.densify(xa if k == 1 else Xa[:, k - 2]), ca.densify(Xa[:, k - 1])])
+            calls[k] = BufferedCall(one.map(n_seg, [False, False, True, True], [False, False, False])
+                                    if n_seg > 1 else one)
         return [(a, min(K, L - a), calls[min(K, L - a)]) for a in range(0, L, K)]
 
-    def _merge(self, parts, out):
-        """Column groups ``parts`` (G, ..., 1 + h, w) (values, then h directions) into ``out`` (..., 1 + ncol, w)."""
-        h, ncol = parts.shape[-2] - 1, out.shape[-2] - 1
-        for g, cols in enumerate(self._cols):   # rows of out from group g (the values from the first)
-            a, b = (g * h + 1) if g else 0, min((g + 1) * h, ncol) + 1
-            out[..., a:b, :] = parts[g][..., a - cols[0]:b - cols[0], :]
-        return out
-
     def _sensitivity_run(self, chunks, L, xa, U, pb, z):
-        """The outputs and their derivatives (n_seg, L, 1 + ncol, ny) and the last states and sensitivities
-        (n_seg, 1 + ncol, nx) of one group of segments; ``xa`` (na, G n_seg)."""
-        m, G = self.model, self.column_groups
-        n_seg, nu, ncol = xa.shape[1] // G, U.shape[0], self.free.size + m.nx
-        U, Ya = U.reshape(nu, n_seg, L), np.empty((n_seg, L, 1 + ncol, m.ny))
+        """The outputs and their derivatives (n_seg, L, 1 + nf + nx, ny) and the last states and sensitivities
+        (n_seg, 1 + nf + nx, nx) of one group of segments from ``xa`` (na, n_seg)."""
+        m, (n_seg, nu) = self.model, (xa.shape[1], U.shape[0])
+        U, Ya = U.reshape(nu, n_seg, L), np.empty((n_seg, L, 1 + self.free.size + m.nx, m.ny))
         for a, k, call in chunks:
             Yc, last, nxt = call(xa, U[:, :, a:a + k].reshape(nu, n_seg * k), pb, z)
-            self._merge(Yc.reshape(G, n_seg, k, -1, m.ny), Ya[:, a:a + k])      # columns (g n_seg + j) k + t
-            xa = nxt.reshape(-1, G * n_seg, order="F").copy()
-        return Ya, self._merge(last.reshape(G, n_seg, -1, m.nx), np.empty((n_seg, 1 + ncol, m.nx)))
+            Ya[:, a:a + k] = Yc.reshape(n_seg, k, -1, m.ny)       # columns j k + t
+            xa = nxt.reshape(-1, n_seg, order="F").copy()
+        return Ya, last.reshape(n_seg, -1, m.nx).copy()
 
     def _jacobian(self, w):
         """``(r, J, g, C)`` from the forward sensitivities (see `_build_sensitivities`)."""
@@ -148,11 +122,10 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         if self._sens is None:
             self._build_sensitivities(self.model, nf)
         z, nodes, pb, U = w[:nf], w[nf:].reshape(-1, nx), self._pbase, self._U
-        S0 = np.hstack([np.zeros((nx, nf)), np.eye(nx)])
+        S0 = np.hstack([np.zeros((nx, nf)), np.eye(nx)]).ravel(order="F")[:, None]     # (z, x0) directions
         Ys, ends, u_col = [], [], 0
         for (L, idx), chunks in zip(self.groups, self._sens):
-            xa = np.hstack([np.vstack([nodes[idx].T, np.tile(S0[:, cols].ravel(order="F")[:, None], (1, len(idx)))])
-                            for cols in self._cols])
+            xa = np.vstack([nodes[idx].T, np.tile(S0, (1, len(idx)))])
             Ya, Xe = self._sensitivity_run(chunks, L, xa, U[:, u_col:u_col + L * len(idx)], pb, z)
             Ys.append(Ya.reshape(L * len(idx), 1 + nf + nx, ny))
             ends.append(Xe)
