@@ -119,6 +119,27 @@ def test_output_error_single_and_multiple_shooting_match_scipy(pendulum_case):
     assert ms.to_dict()["status"] == "converged" and "cost" in ms.table()
 
 
+@pytest.mark.parametrize("shooting", [None, 7])
+def test_the_jacobian_has_the_priors_rows(pendulum_case, shooting):
+    """With a Gaussian prior the residuals end with its rows ``(z - mu) / s``; the Jacobian (dense for single
+    shooting, sparse for k = 7) has them too and equals central differences of the residuals."""
+    model, data = pendulum_case
+    params = cc.Parameters(cc.Param("a", 1.6, lower=0.0), cc.Param("b", 0.2, prior_mean=0.3, prior_std=0.5),
+                           cc.Param("c", 1.0))
+    prior = cc.StateSpaceModel.from_ode(lambda x, u, p: ca.vertcat(x[1], -p.a * ca.sin(x[0]) - p.b * x[1] + p.c * u[0]),
+                                        lambda x, u, p: x[0], nx=2, nu=1, dt=0.1, params=params, measurement_std=0.05)
+    prob = output_error_problem(prior, data.lengths, shooting)
+    prob.set_data(prior, prior.params.to_vector(prior.params.initial()), data, True)
+    w = np.concatenate([[1.8, 0.1, 0.9], 0.1 * np.sin(np.arange(prob.nw - 3))])
+    r, J, _, _ = prob.evaluate(w, True)
+    J = J.toarray() if shooting else J
+    assert r.size == data.lengths[0] + data.lengths[1] + 3 and r[-2] == pytest.approx((0.1 - 0.3) / 0.5)
+    fd = np.column_stack([(prob.evaluate(w + e, False)[0] - prob.evaluate(w - e, False)[0]) / 2e-6
+                          for e in 1e-6 * np.eye(w.size)])
+    np.testing.assert_allclose(J, fd, atol=1e-5 * np.abs(fd).max())
+    np.testing.assert_array_equal(J[-3:, :3], np.diag([0.0, 2.0, 0.0]))
+
+
 def test_never_worse_than_start_on_any_stop(pendulum_case):
     model, data = pendulum_case
     start = {"a": 0.3, "b": -0.5, "c": 3.0}             # far: the first trials are rejected

@@ -45,85 +45,76 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         npar = model.params.size
         syms = dict(p_base=ca.MX.sym("p_base", npar), U=ca.MX.sym("U", nu, n_u), Y=ca.MX.sym("Y", ny, n_obs),
                     M=ca.MX.sym("M", ny, n_obs), iv=ca.MX.sym("iv", ny))
-        E = ca.DM(ca.Sparsity.triplet(npar, nf, self.free.tolist(), list(range(nf))), 1.0)
-        pvec = syms["p_base"] + ca.mtimes(E, z)
+        self._E = ca.DM(ca.Sparsity.triplet(npar, nf, self.free.tolist(), list(range(nf))), 1.0)   # p = p_base + E z
+        pvec = syms["p_base"] + ca.mtimes(self._E, z)
         Yhat, g = layout.free_runs(lambda L: rollout(model, L), nodes, syms["U"], pvec)
         r = ca.vec(syms["M"] * ca.repmat(syms["iv"], 1, n_obs) * (syms["Y"] - Yhat))
         self.F = ca.Function("oe_residuals", [w, *syms.values()], [r, g])
-        self._F_compiled = False
+        self._F_call = None        # the residual Function's buffered call (compiled first for long records)
         self._sens = None          # built at the first Jacobian (a problem used for values only never builds it)
-        self.n_con = int(g.numel())
-        self.nw = int(w.numel())
+        self.n_con, self.nw = int(g.numel()), int(w.numel())
         self.c_scale = np.ones(self.n_con)
-        self._data = self._last = None      # the bound data; the last Jacobian evaluation (w, result)
-        self._single = None
+        self._data = self._last = self._single = None   # the bound data; the last Jacobian evaluation (w, result)
         self._prior = (np.zeros(nf), np.zeros(nf))
 
     def _build_sensitivities(self, model, nf):
-        """``x[t+1] = f``, ``S_x[t+1] = f_x S_x``, ``S_z[t+1] = f_x S_z + f_p E`` as one SX step mapped
-        over chunks of time (``mapaccum``, `_chunked`) and over the segments of every length, and the index
-        arrays that scatter ``dy/dx0``, ``dy/dz`` and the gaps' derivatives into J and C."""
-        nx, nu, npar = model.nx, model.nu, model.params.size
-        x, u = ca.SX.sym("x", nx), ca.SX.sym("u", nu)
-        Sx, Sz = ca.SX.sym("Sx", nx, nx), ca.SX.sym("Sz", nx, nf)
-        pb, z = ca.SX.sym("pb", npar), ca.SX.sym("z", nf)
-        E = ca.DM(ca.Sparsity.triplet(npar, nf, self.free.tolist(), list(range(nf))), 1.0)
-        p = pb + ca.mtimes(E, z)
+        """``x[t+1] = f``, ``S[t+1] = f_x S + [f_z 0]`` for the directions ``(z, x0)`` (``S[0] = [0 I]``) as SX
+        step mapped over chunks of time (``mapaccum``, `_chunked`) and over the segments of every length (one
+        step: the model and its Jacobians once per sample); the observations of every node."""
+        nx, nu, ny, npar = model.nx, model.nu, model.ny, model.params.size
+        x, u, pb, z = ca.SX.sym("x", nx), ca.SX.sym("u", nu), ca.SX.sym("pb", npar), ca.SX.sym("z", nf)
+        p = pb + ca.mtimes(self._E, z)
         fx_, gx_ = model.f(x, u, p), model.g(x, u, p)
-        fx, fp = ca.jacobian(fx_, x), ca.jacobian(fx_, z)       # d/dz = d/dp E (p = pb + E z)
-        gx, gp = ca.jacobian(gx_, x), ca.jacobian(gx_, z)
-        xa = ca.vertcat(x, ca.vec(Sx), ca.vec(Sz))
-        step = ca.Function("oe_sens_step", [xa, u, pb, z],
-                           [ca.vertcat(fx_, ca.vec(ca.mtimes(fx, Sx)), ca.vec(ca.mtimes(fx, Sz) + fp))])
-        out = ca.Function("oe_sens_out", [xa, u, pb, z],
-                          [ca.vertcat(gx_, ca.vec(ca.mtimes(gx, Sx)), ca.vec(ca.mtimes(gx, Sz) + gp))])
-        na = xa.numel()
+        fx, gx = ca.jacobian(fx_, x), ca.jacobian(gx_, x)
+        seed_f = ca.horzcat(ca.jacobian(fx_, z), ca.SX(nx, nx))     # d/dz = d/dp E (p = pb + E z); x0: no seed
+        seed_g = ca.horzcat(ca.jacobian(gx_, z), ca.SX(ny, nx))
+        S = ca.SX.sym("S", nx, nf + nx)
+        xa = ca.vertcat(x, ca.vec(S))
+        step = ca.Function("oe_sens", [xa, u, pb, z], [ca.vertcat(fx_, ca.vec(fx @ S + seed_f)),
+                                                       ca.vertcat(gx_, ca.vec(gx @ S + seed_g))])
         if self.compiled:
-            compiled = compile_or_none([step, out], f"oe_sens_{model.name}", logger, "output error: the sensitivity step")
-            self.compiled = compiled is not None
-            step, out = compiled or (step, out)
-        self._sens = [self._chunked(step, out, L, len(idx), na, nu, npar, nf) for L, idx in self.groups]
-        # scatter indices: residual rows (obs column c, output j) -> r index c * ny + j
-        cols_node, tcols = [], []
-        u_col = 0
+            compiled = compile_or_none([step], f"oe_sens_{model.name}", logger, "output error: the sensitivity step")
+            self.compiled, step = compiled is not None, (compiled or [step])[0]
+        self._sens = [self._chunked(step, L, len(idx), xa.numel(), nu, npar, nf) for L, idx in self.groups]
+        obs_src, self._node_obs, u_col, n_obs = [], [], 0, 0    # observation -> column of the groups' outputs
         for L, idx in self.groups:
             for jj, i in enumerate(idx):
                 n = self.segs[i][2]
-                cols_node.append(np.full(n, i))
-                tcols.append(u_col + jj * L + np.arange(n))        # column of the group's outputs
+                obs_src.append(u_col + jj * L + np.arange(n))
+                self._node_obs.append((i, slice(n_obs, n_obs + n)))
+                n_obs += n
             u_col += L * len(idx)
-        self._obs_node = np.concatenate(cols_node)
-        self._obs_src = np.concatenate(tcols)                      # column in the concatenated group outputs
+        obs_src = np.concatenate(obs_src)
+        self._obs_src = None if np.array_equal(obs_src, np.arange(u_col)) else obs_src
         self._gap_list = [(i, gi, jj) for gi, (L, idx) in enumerate(self.groups)
                           for jj, i in enumerate(idx) if self.segs[i][3]]
 
     @staticmethod
-    def _chunked(step, out, L, n_seg, na, nu, npar, nf):
-        """``[(start, K, call)]`` covering the L samples of n_seg segments in chunks of K samples (at
-        most `CHUNK_DOUBLES` augmented states per call); ``call(xa (na, n_seg), U (nu, n_seg K), pb, z)``
-        -> the chunk's augmented outputs, its last augmented state and the next one (dense)."""
+    def _chunked(step, L, n_seg, na, nu, npar, nf):
+        """``[(start, K, call)]`` covering the L samples of n_seg segments in chunks of K samples (at most
+        `CHUNK_DOUBLES` augmented states per call); ``call(xa (na, n_seg), U (nu, n_seg K), pb, z)`` -> the
+        chunk's outputs and their derivatives, its last augmented states and the next ones (dense)."""
         K = int(max(1, min(L, CHUNK_DOUBLES // (na * n_seg))))
         calls = {}
         for k in {K, L % K} - {0}:
             xa, Um, pbm, zm = ca.MX.sym("xa", na), ca.MX.sym("U", nu, k), ca.MX.sym("pb", npar), ca.MX.sym("z", nf)
-            Xa = xa if k == 1 else ca.horzcat(xa, step.mapaccum(k - 1)(xa, Um[:, :k - 1], pbm, zm))
-            last = Xa[:, k - 1]
+            Xa, Y = step.mapaccum(k)(xa, Um, pbm, zm)       # the states after samples 1..k, the outputs of 0..k-1
             one = ca.Function(f"oe_sens_K{k}", [xa, Um, pbm, zm],
-                              [ca.densify(out.map(k)(Xa, Um, pbm, zm)), ca.densify(last),
-                               ca.densify(step(last, Um[:, k - 1], pbm, zm))])
+                              [ca.densify(Y), ca.densify(xa if k == 1 else Xa[:, k - 2]), ca.densify(Xa[:, k - 1])])
             calls[k] = BufferedCall(one.map(n_seg, [False, False, True, True], [False, False, False])
                                     if n_seg > 1 else one)
         return [(a, min(K, L - a), calls[min(K, L - a)]) for a in range(0, L, K)]
 
     def _sensitivity_run(self, chunks, L, xa, U, pb, z):
-        """The augmented outputs (rows, n_seg, L) and last augmented states (na, n_seg) of one group."""
-        (n_seg, nu), m = (xa.shape[1], U.shape[0]), self.model
-        U, Ya = U.reshape(nu, n_seg, L), np.empty((m.ny * (1 + m.nx + self.free.size), n_seg, L))
+        """The outputs and their derivatives (n_seg, L, 1 + nf + nx, ny) and the last states and sensitivities
+        (n_seg, 1 + nf + nx, nx) of one group of segments from ``xa`` (na, n_seg)."""
+        m, (n_seg, nu) = self.model, (xa.shape[1], U.shape[0])
+        U, Ya = U.reshape(nu, n_seg, L), np.empty((n_seg, L, 1 + self.free.size + m.nx, m.ny))
         for a, k, call in chunks:
             Yc, last, nxt = call(xa, U[:, :, a:a + k].reshape(nu, n_seg * k), pb, z)
-            Ya[:, :, a:a + k] = Yc.reshape(-1, k, n_seg, order="F").transpose(0, 2, 1)   # columns j k + t
+            Ya[:, a:a + k] = Yc.reshape(n_seg, k, -1, m.ny)       # columns j k + t
             xa = nxt.reshape(-1, n_seg, order="F").copy()
-        return Ya, last.reshape(-1, n_seg, order="F").copy()
+        return Ya, last.reshape(n_seg, -1, m.nx).copy()
 
     def _jacobian(self, w):
         """``(r, J, g, C)`` from the forward sensitivities (see `_build_sensitivities`)."""
@@ -131,53 +122,48 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         if self._sens is None:
             self._build_sensitivities(self.model, nf)
         z, nodes, pb, U = w[:nf], w[nf:].reshape(-1, nx), self._pbase, self._U
+        S0 = np.hstack([np.zeros((nx, nf)), np.eye(nx)]).ravel(order="F")[:, None]     # (z, x0) directions
         Ys, ends, u_col = [], [], 0
         for (L, idx), chunks in zip(self.groups, self._sens):
-            xa = np.vstack([nodes[idx].T, np.tile(np.eye(nx).ravel(order="F")[:, None], (1, len(idx))),
-                            np.zeros((nx * nf, len(idx)))])
+            xa = np.vstack([nodes[idx].T, np.tile(S0, (1, len(idx)))])
             Ya, Xe = self._sensitivity_run(chunks, L, xa, U[:, u_col:u_col + L * len(idx)], pb, z)
-            Ys.append(Ya.reshape(Ya.shape[0], L * len(idx)))
+            Ys.append(Ya.reshape(L * len(idx), 1 + nf + nx, ny))
             ends.append(Xe)
             u_col += L * len(idx)
-        Ya = (np.hstack(Ys) if len(Ys) > 1 else Ys[0])[:, self._obs_src]                      # (ny (1 + nx + nf), n_obs)
-        n_obs = Ya.shape[1]
-        wgt = self._M * self._iv[:, None]                          # (ny, n_obs)
-        r = (wgt * (self._Y - Ya[:ny])).ravel(order="F")
+        Ya = np.concatenate(Ys) if len(Ys) > 1 else Ys[0]
+        Ya = Ya if self._obs_src is None else Ya[self._obs_src]         # (n_obs, 1 + nf + nx, ny)
+        n_obs = Ya.shape[0]
         if not np.all(np.isfinite(Ya)):
             return None
-        dx0 = Ya[ny:ny + ny * nx].reshape(nx, ny, n_obs)           # [k, j, c] = dy_j/dx0_k
-        dz = Ya[ny + ny * nx:].reshape(nf, ny, n_obs)
-        vz = -(wgt[None] * dz)                                     # (nf, ny, n_obs)
-        vx = -(wgt[None] * dx0)
+        wgt = (self._M * self._iv[:, None]).T                      # (n_obs, ny)
+        r = (wgt * (self._Y.T - Ya[:, 0])).ravel()
+        d = Ya[:, 1:].transpose(0, 2, 1)                           # [c, j, k] = dy_j / d(z, x0)_k
+        mw, wp = -wgt[:, :, None], self._prior[1]
+        n_p = nf if np.any(wp) else 0                              # the prior's rows
         if self.shooting is None and self.nw <= DENSE_MAX and n_obs * ny * self.nw <= 5e7:   # dense: cheaper
-            J = np.zeros((n_obs, ny, self.nw))
-            J[:, :, :nf] = vz.transpose(2, 1, 0)
-            for b_node in np.unique(self._obs_node):
-                sel = self._obs_node == b_node
-                J[sel, :, nf + b_node * nx:nf + (b_node + 1) * nx] = vx[:, :, sel].transpose(2, 1, 0)
-            J = J.reshape(n_obs * ny, self.nw)
+            J = np.zeros((n_obs * ny + n_p, self.nw))
+            J[n_obs * ny + np.arange(n_p), np.arange(n_p)] = wp[:n_p]
+            Jo = J[:n_obs * ny].reshape(n_obs, ny, self.nw)
+            np.multiply(mw, d[:, :, :nf], out=Jo[:, :, :nf])
+            for i, s in self._node_obs:
+                np.multiply(mw[s], d[s, :, nf:], out=Jo[s, :, nf + i * nx:nf + (i + 1) * nx])
         else:
-            rows = (np.arange(n_obs)[None, :] * ny + np.arange(ny)[:, None])  # (ny, n_obs): r index
-            R1 = np.broadcast_to(rows[None], (nf, ny, n_obs))
-            C1 = np.broadcast_to(np.arange(nf)[:, None, None], (nf, ny, n_obs))
-            R2 = np.broadcast_to(rows[None], (nx, ny, n_obs))
-            C2 = nf + self._obs_node[None, None, :] * nx + np.arange(nx)[:, None, None]
-            J = sps.csc_matrix((np.concatenate([vz.ravel(), vx.ravel()]),
-                                (np.concatenate([R1.ravel(), R2.ravel()]),
-                                 np.concatenate([C1.ravel(), np.broadcast_to(C2, R2.shape).ravel()]))),
-                               shape=(n_obs * ny, self.nw))
+            rows = np.broadcast_to(np.arange(n_obs * ny).reshape(n_obs, ny, 1), d.shape)
+            cols = np.broadcast_to(np.arange(nf + nx), d.shape).copy()
+            for i, s in self._node_obs:
+                cols[s, :, nf:] += i * nx
+            J = sps.csc_matrix((np.r_[(mw * d).ravel(), wp[:n_p]], (np.r_[rows.ravel(), n_obs * ny + np.arange(n_p)],
+                                np.r_[cols.ravel(), np.arange(n_p)])), shape=(n_obs * ny + n_p, self.nw))
         q = len(self._gap_list)
         g = np.zeros(q * nx)
         Cr, Cc, Cv = [], [], []
         for k, (i, gi, jj) in enumerate(self._gap_list):
-            xa = ends[gi][:, jj]
-            g[k * nx:(k + 1) * nx] = xa[:nx] - nodes[i + 1]
-            Sx = xa[nx:nx + nx * nx].reshape(nx, nx, order="F")
-            Sz = xa[nx + nx * nx:].reshape(nx, nf, order="F")
-            rr = k * nx + np.arange(nx)
-            Cr += [np.repeat(rr, nf), np.repeat(rr, nx), rr]
-            Cc += [np.tile(np.arange(nf), nx), np.tile(nf + i * nx + np.arange(nx), nx), nf + (i + 1) * nx + np.arange(nx)]
-            Cv += [Sz.ravel(), Sx.ravel(), -np.ones(nx)]
+            xa = ends[gi][jj]                                      # (1 + nf + nx, nx): x, then S^T
+            g[k * nx:(k + 1) * nx] = xa[0] - nodes[i + 1]
+            rr, cols = k * nx + np.arange(nx), np.r_[np.arange(nf), nf + i * nx + np.arange(nx)]
+            Cr += [np.repeat(rr, nf + nx), rr]
+            Cc += [np.tile(cols, nx), nf + (i + 1) * nx + np.arange(nx)]
+            Cv += [xa[1:].T.ravel(), -np.ones(nx)]
         G = sps.csc_matrix((np.concatenate(Cv), (np.concatenate(Cr), np.concatenate(Cc))), shape=(q * nx, self.nw)) \
             if q else sps.csc_matrix((0, self.nw))
         if not (np.all(np.isfinite(g)) and np.all(np.isfinite(G.data))):
@@ -200,7 +186,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         mask = np.isfinite(Y)
         self._U, self._Y, self._M = np.hstack(U), np.where(mask, Y, 0.0), mask.astype(float)
         self._pbase, self._iv = base, np.asarray(model.noise.inv_measurement_std, float)
-        self._data = [ca.DM(a) for a in (base, self._U, self._Y, self._M, self._iv)]
+        self._data = (base, self._U, self._Y, self._M, self._iv)
         mean, wp = model.params.prior
         self._prior = (np.asarray(mean, float)[self.free], (np.asarray(wp, float) if use_prior
                                                             else np.zeros(model.params.size))[self.free])
@@ -217,25 +203,21 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         if out is None:
             return None
         r, J, g, G = out
-        nf = self.free.size
         mu, wp = self._prior
-        if np.any(wp):      # the prior's rows
-            r = np.concatenate([r, wp * (w[:nf] - mu)])
-            if J is not None:
-                Jp = sps.csc_matrix((wp, (np.arange(nf), np.arange(nf))), shape=(nf, self.nw))
-                J = np.vstack([J, Jp.toarray()]) if isinstance(J, np.ndarray) else sps.vstack([J, Jp], format="csc")
+        if np.any(wp):      # the prior's rows (J has them: `_jacobian`)
+            r = np.concatenate([r, wp * (w[:self.free.size] - mu)])
         if jac:
             self._last = (np.array(w, float), (r, J, g, G))
         return r, J, g, G
 
     def _casadi(self, w, jac):
-        """``(r, None, g, None)`` by CasADi's residual Function (compiled at its first call when the
-        sensitivities are); None when not finite."""
-        if self.compiled and not self._F_compiled:
-            self._F_compiled = True
-            self.F = (compile_or_none([self.F], f"oe_residuals_{self.model.name}", logger,
-                                      "output error: the residuals") or [self.F])[0]
-        r, g = (np.asarray(a, float).ravel() for a in self.F(w, *self._data))
+        """``(r, None, g, None)`` from the residual Function (compiled first for long records); None when not finite."""
+        if self._F_call is None:      # numpy buffers: converting 10^5 residuals from DM cost half the call
+            if self.compiled:
+                self.F = (compile_or_none([self.F], f"oe_residuals_{self.model.name}", logger,
+                                          "output error: the residuals") or [self.F])[0]
+            self._F_call = BufferedCall(self.F)
+        r, g = (a.copy() for a in self._F_call(w, *self._data))
         return (r, None, g, None) if np.all(np.isfinite(r)) and np.all(np.isfinite(g)) else None
 
     def reference_cost(self) -> float:
@@ -251,8 +233,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         if self.shooting is None:
             return LeastSquaresProblem.objective(self, w, r)
         nf, nx = self.free.size, self.model.nx
-        nodes = w[nf:].reshape(-1, nx)
-        ws = np.concatenate([w[:nf], nodes[self.first_nodes()].ravel()])
+        ws = np.concatenate([w[:nf], w[nf:].reshape(-1, nx)[self.first_nodes()].ravel()])
         with np.errstate(all="ignore"):
             return self._single.objective(ws)
 
@@ -278,8 +259,7 @@ def _explodes(yhat, y, inv_std) -> bool:
     if not np.all(np.isfinite(yhat)):
         return True
     mask = np.isfinite(y)
-    e = np.where(mask, (y - yhat) * inv_std, 0.0)
-    z = np.where(mask, y * inv_std, 0.0)
+    e, z = (np.where(mask, v * inv_std, 0.0) for v in (y - yhat, y))
     return 2 * half_squared_norm(e.ravel()) > EXPLODING * max(2 * half_squared_norm(z.ravel()), 1e-300)
 
 

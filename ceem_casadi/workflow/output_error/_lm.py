@@ -359,13 +359,10 @@ class _GenericProblem(LeastSquaresProblem):
             raise OptionsError("residual: expected a casadi.Function r(x) or r(x, p) with the residual vector "
                                f"as its first output, got {residual!r}")
         x = ca.MX.sym("x", residual.sparsity_in(0))
-        args = [x]
+        args, self.p = [x], None
         if residual.n_in() == 2:
-            pp = ca.MX.sym("p", residual.sparsity_in(1))
-            args.append(pp)
+            args.append(ca.MX.sym("p", residual.sparsity_in(1)))
             self.p = ca.DM(np.zeros(residual.sparsity_in(1).shape) if p is None else np.asarray(p, float))
-        else:
-            self.p = None
         r = ca.vec(residual(*args) if residual.n_out() == 1 else residual(*args)[0])
         self.F = ca.Function("lm_r", args, [r])
         self.FJ = ca.Function("lm_rJ", args, [r, ca.jacobian(r, x)])
@@ -375,11 +372,8 @@ class _GenericProblem(LeastSquaresProblem):
         args = [w] if self.p is None else [w, self.p]
         if jac:
             r, J = self.FJ(*args)
-            r = np.asarray(r, float).ravel()
-            J = J.sparse()     # scipy CSC
-            if not (np.all(np.isfinite(r)) and np.all(np.isfinite(J.data))):
-                return None
-            return r, J, np.zeros(0), None
+            r, J = np.asarray(r, float).ravel(), J.sparse()     # J: scipy CSC
+            return (r, J, np.zeros(0), None) if np.all(np.isfinite(r)) and np.all(np.isfinite(J.data)) else None
         r = np.asarray(self.F(*args), float).ravel()
         return (r, None, np.zeros(0), None) if np.all(np.isfinite(r)) else None
 

@@ -72,8 +72,7 @@ class OutputErrorProblem:
                   [hess], ["x", "p", "lam_f", "lam_g"], ["triu_hess_gamma_x_x"])]
         w = ca.MX.sym("w", nw)
         f, g = self.callbacks[0](w)
-        # adaptive barrier: with bounds and a large-residual Gauss-Newton model the default monotone
-        # strategy crawled (Cascaded Tanks, 11 parameters: 279 iterations, 62 s -> 23, 7.0 s)
+        # adaptive barrier: the monotone one crawled on Cascaded Tanks (docs/output_error.md, "IPOPT")
         extra = {"ipopt.mu_strategy": "adaptive", "no_nlp_grad": True,
                  **dict(zip(("grad_f", "jac_g", "hess_lag"), self.callbacks[1:]))}
         self.solver = ipopt_solver("output_error", {"x": w, "f": f, "g": g},
