@@ -55,6 +55,11 @@ def _spin(n: int) -> float:
     return time.perf_counter() - t0
 
 
+def _pid_after(delay: float) -> int:
+    time.sleep(delay)
+    return os.getpid()
+
+
 def parallel_capacity(workers: int = 2, n: int = 4_000_000) -> float:
     """Throughput of ``workers`` processes running a pure-Python loop at once, relative to one alone
     (2.0 on an idle 2-core machine): the most a 1 -> ``workers`` speedup can show right now."""
@@ -62,9 +67,12 @@ def parallel_capacity(workers: int = 2, n: int = 4_000_000) -> float:
 
     one = _spin(n)
     with get_context("spawn").Pool(workers) as pool:
-        pool.map(_spin, [1] * workers * 4)  # wait until every process has started and imported
+        # wait until every process has started and imported this module (seconds when it is the __main__ of
+        # a run): tasks that sleep spread over the processes that are ready, so all have answered when every pid has
+        while len(set(pool.map(_pid_after, [0.05] * workers * 4, chunksize=1))) < workers:
+            pass
         t0 = time.perf_counter()
-        pool.map(_spin, [n] * workers)
+        pool.map(_spin, [n] * workers, chunksize=1)
         many = time.perf_counter() - t0
     return workers * one / many
 
