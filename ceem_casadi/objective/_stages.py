@@ -200,7 +200,7 @@ class StageFunctions:
         measure of program length the compilation decision uses)."""
         return sum(self._build(n).n_instructions() for n in names)
 
-    def _to_compile(self, names, columns: int = 1) -> list[str]:
+    def to_compile(self, names, columns: int = 1) -> list[str]:
         """Those of ``names`` that `get` compiles; ``columns``: stages one evaluation of the caller maps
         them over."""
         for n in names:
@@ -222,7 +222,7 @@ class StageFunctions:
     def prefetch(self, *groups) -> None:
         """Start compiling in the background what ``get(*group)`` compiles, for each group (a sequence of
         names), all queued together, and return at once; failures are reported by `get`."""
-        names = list(dict.fromkeys(n for group in groups for n in self._to_compile(group)))
+        names = list(dict.fromkeys(n for group in groups for n in self.to_compile(group)))
         try:
             self._start(names)
         except RuntimeError as exc:
@@ -232,7 +232,7 @@ class StageFunctions:
         """The Functions ``names``, compiled when compilation is on (waiting for those still compiling);
         ``columns``: stages per evaluation of the caller. Falls back to the SX Functions, with a warning
         in the log, if compilation fails."""
-        todo = self._to_compile(names, columns)
+        todo = self.to_compile(names, columns)
         if not todo:
             return [self._raw[n] for n in names]
         missing = [n for n in todo if n not in self._compiled]

@@ -57,7 +57,7 @@ def _chunk_function(stages, L: int, band_column: ca.Function, outputs: str = "ip
 def _newton_and_cost(stages, L: int, band_column: ca.Function, T: int) -> list[ca.Function]:
     """The ``"newton"`` and ``"cost"`` chunk Functions of a record of T steps, each compiled whole with its stage
     Functions when `StageFunctions.get` would compile those for T stages (docs/long_records.md)."""
-    compiled = stages._to_compile(SMOOTHER_STAGES, T) and compile_or_none(
+    compiled = stages.to_compile(SMOOTHER_STAGES, T) and compile_or_none(
         [_chunk_function(stages, L, band_column, kind, True) for kind in ("newton", "cost")],
         f"ceem_{stages.model.name}", log, "chunked smoothing objective")
     return compiled or [_chunk_function(stages, L, band_column, kind) for kind in ("newton", "cost")]
