@@ -7,7 +7,7 @@ the truth. Both methods get the same data and the same initial parameters:
 
 * CE-EM: ``ceem_casadi.ceem`` (Algorithm 1, no acceleration) with the model's
   process_std = 0.1, measurement_std = 0.5;
-* particle EM: ``ceem_casadi.baselines.saem.particle_em`` (fully adapted PF, Np = 100,
+* particle EM: ``scripts.baselines.particle_em`` (fully adapted PF, Np = 100,
   FFBSi with Ns = 10, SAEM M-step), the initial-state prior of the data generator.
 
 Reported: median wall time per epoch of each method (epochs after the first: time between
@@ -33,9 +33,9 @@ import casadi as ca
 import numpy as np
 
 import ceem_casadi as cc
-from ceem_casadi.baselines import ParticleEMOptions, particle_em
 from ceem_casadi.filtering import EKF
 from models import lorenz
+from scripts.baselines import ParticleEMOptions, particle_em
 
 SIGMA_W, SIGMA_V, BATCH, T = 0.1, 0.5, 4, 128
 NAMES = ("sigma", "rho", "beta")

@@ -34,7 +34,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ceem_casadi.baselines._lstm import LSTM, sequence_loss_factory, windows
 from ceem_casadi.baselines._n4sid import n4sid
 from ceem_casadi.em._ceem import ceem
 from ceem_casadi.em._options import CEEMOptions
@@ -49,6 +48,7 @@ from ceem_casadi.smoothing import Smoother
 from ceem_casadi.smoothing._options import SmootherOptions
 from models.helicopter import batch_functions, heli_model, linear_theta
 from scripts import heli_convert, heli_standin
+from scripts.baselines import LSTM, sequence_loss_factory, windows
 
 log = logging.getLogger(__name__)
 H = 25            # history length of H25 and number of dropped predictions

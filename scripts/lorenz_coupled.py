@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ceem_casadi.baselines import ParticleEMOptions, particle_em
 from models import lorenz
+from scripts.baselines import ParticleEMOptions, particle_em
 from scripts.bench_lorenz import make_problem, run
 
 K = 6

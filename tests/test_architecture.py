@@ -311,4 +311,4 @@ def test_every_option_class_checks_its_field_types_by_the_one_schema(name):
     field, kind = next((f, k) for f, k in kinds.items() if not k.accepts("not a value of this kind"))
     with pytest.raises(OptionsError, match=field):
         cls(**{field: "not a value of this kind"})
-    assert len(OPTION_CLASSES) >= 10  # 11 before issue 32 merged the two Adam option classes
+    assert len(OPTION_CLASSES) >= 9  # 11 before issue 32 merged the Adam options and moved ParticleEMOptions out

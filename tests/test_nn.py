@@ -64,16 +64,16 @@ def test_bad_options_and_shapes():
         adam(mse_loss_factory(net, params), w0, (np.zeros((2, 10)), np.zeros((1, 9))))
 
 
-# --- LSTM (ceem_casadi.lstm) ----------------------------------------------------------------------
+# --- LSTM (scripts.baselines) ----------------------------------------------------------------------
 def _lstm(n_in=2, hidden=8, n_out=1, seed=0):
-    from ceem_casadi.baselines._lstm import LSTM
+    from scripts.baselines import LSTM
     net = LSTM(n_in, hidden=hidden, layers=2, n_out=n_out)
     params = Parameters(*net.params(np.random.default_rng(seed)))
     return net, params, params.to_vector({q.name: q.array("value") for q in params})
 
 
 def test_lstm_gradient_matches_finite_differences_and_numpy_forward():
-    from ceem_casadi.baselines._lstm import sequence_loss_factory
+    from scripts.baselines import sequence_loss_factory
     net, params, w0 = _lstm()
     rng = np.random.default_rng(1)
     L, B = 6, 5
@@ -95,7 +95,7 @@ def test_lstm_gradient_matches_finite_differences_and_numpy_forward():
 def test_lstm_learns_delayed_input():
     """y_t = u1_{t-3} + 0.5 u2_t needs memory: a memoryless model cannot beat variance 1 of u1_{t-3};
     the trained LSTM's last-step error on fresh windows is far below it."""
-    from ceem_casadi.baselines._lstm import sequence_loss_factory, windows
+    from scripts.baselines import sequence_loss_factory, windows
     net, params, w0 = _lstm()
     rng = np.random.default_rng(2)
 
@@ -117,7 +117,7 @@ def test_lstm_learns_delayed_input():
 
 
 def test_windows_layout():
-    from ceem_casadi.baselines._lstm import windows
+    from scripts.baselines import windows
     u = np.arange(2 * 7 * 3, dtype=float).reshape(2, 7, 3)
     U, Y = windows(u, u[:, :, :1], 4, stride=2)
     assert U.shape == (12, 4) and Y.shape == (4, 4)      # 2 trajectories x starts {0, 2}

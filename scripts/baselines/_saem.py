@@ -1,5 +1,5 @@
-"""Particle EM: the particle filter and FFBSi E-step of `ceem_casadi.baselines._particle` with an SAEM
-M-step (the baseline of section 4.1.2 of the CE-EM paper; the M-step and its step sizes: docs/api/baselines.md)."""
+"""Particle EM: the particle filter and FFBSi E-step of `scripts.baselines._particle` with an SAEM
+M-step (the baseline of section 4.1.2 of the CE-EM paper; the M-step and its step sizes: docs/baselines.md)."""
 from __future__ import annotations
 
 import logging
@@ -9,15 +9,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import OptionsError
-from ..io._data import Trajectories
-from ..io._validate import check_data
-from ..learning._learner import Learner
-from ..learning._options import LearnerOptions
-from ..model._params import Theta
-from ..runtime._schema import check_fields, renamed, require
-from ..runtime._status import Status
-from ..runtime._threads import blas_threads
+from ceem_casadi.errors import OptionsError
+from ceem_casadi.io._data import Trajectories
+from ceem_casadi.io._validate import check_data
+from ceem_casadi.learning._learner import Learner
+from ceem_casadi.learning._options import LearnerOptions
+from ceem_casadi.model._params import Theta
+from ceem_casadi.runtime._schema import check_fields, renamed, require
+from ceem_casadi.runtime._status import Status
+from ceem_casadi.runtime._threads import blas_threads
+
 from ._particle import ParticleFilter, ffbsi
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ def _removed_x0_prior(value, kwargs) -> None:
 @dataclass(frozen=True)
 class ParticleEMOptions:
     """Particle EM settings (defaults from the paper: Np = 100, Ns = 10); the prior of the first state is the
-    model's (``model.with_noise(x1_mean=..., x1_std=...)``), the method: docs/api/baselines.md.
+    model's (``model.with_noise(x1_mean=..., x1_std=...)``), the method: docs/baselines.md.
 
     Parameters
     ----------
@@ -55,7 +56,7 @@ class ParticleEMOptions:
 
     Examples
     --------
-    >>> from ceem_casadi.baselines import ParticleEMOptions
+    >>> from scripts.baselines import ParticleEMOptions
     >>> opts = ParticleEMOptions(n_particles=200, max_iters=10)
     >>> opts.n_particles, opts.n_smooth, opts.max_iters
     (200, 10, 10)
@@ -102,7 +103,7 @@ class ParticleEMRecord:
 
     Examples
     --------
-    >>> from ceem_casadi.baselines import ParticleEMRecord
+    >>> from scripts.baselines import ParticleEMRecord
     >>> rec = ParticleEMRecord(1, {"a": 0.7}, wall_s=0.3, loglik=-12.5, gamma=1.0, e_step_s=0.2, m_step_s=0.1,
     ...                        learn_status="Solve_Succeeded")
     >>> rec.iteration, rec.gamma
@@ -121,7 +122,7 @@ class ParticleEMRecord:
 
 @dataclass
 class ParticleEMResult:
-    """Outcome of [`particle_em`][ceem_casadi.baselines.particle_em].
+    """Outcome of `particle_em`.
 
     Attributes
     ----------
@@ -137,7 +138,7 @@ class ParticleEMResult:
 
     Examples
     --------
-    >>> from ceem_casadi.baselines import ParticleEMResult
+    >>> from scripts.baselines import ParticleEMResult
     >>> res = ParticleEMResult({"a": 0.7}, [], "max_iters", "stopped after 50 iterations")
     >>> str(res.status), res.success
     ('max_iters', True)
@@ -193,7 +194,7 @@ def particle_em(model, data: Trajectories, theta0: Theta, *,
     seed : int or numpy.random.Generator
         All random draws.
     callback : callable, optional
-        Called with each [`ParticleEMRecord`][ceem_casadi.baselines.ParticleEMRecord]; returning True stops the loop.
+        Called with each `ParticleEMRecord`; returning True stops the loop.
 
     Returns
     -------
@@ -202,7 +203,7 @@ def particle_em(model, data: Trajectories, theta0: Theta, *,
     Examples
     --------
     >>> import numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.baselines import ParticleEMOptions, particle_em
+    >>> from scripts.baselines import ParticleEMOptions, particle_em
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: x, nx=1, nu=1,
     ...     params=cc.Parameters(cc.Param("a", 0.5)), process_std=0.1, measurement_std=0.1)
     >>> data, _ = cc.simulate(model, {"a": 0.8}, [1.0], 40, u=np.random.default_rng(0).normal(size=(40, 1)), seed=1)

@@ -1,12 +1,12 @@
 """A stacked LSTM as CasADi matrix expressions (samples as columns), for sequence baselines; its equations
-(PyTorch's gate layout) are in docs/api/baselines.md."""
+(PyTorch's gate layout) are in docs/baselines.md."""
 from __future__ import annotations
 
 import casadi as ca
 import numpy as np
 
-from ..errors import ShapeError
-from ..model._params import Param, Parameters
+from ceem_casadi.errors import ShapeError
+from ceem_casadi.model._params import Param, Parameters
 
 __all__ = ["LSTM", "sequence_loss_factory", "windows"]
 
@@ -35,7 +35,7 @@ class LSTM:
     Examples
     --------
     >>> import numpy as np
-    >>> from ceem_casadi.baselines import LSTM
+    >>> from scripts.baselines import LSTM
     >>> net = LSTM(n_in=1, hidden=4, layers=1, n_out=1)
     >>> net.names
     ['lstm_W0', 'lstm_U0', 'lstm_b0', 'lstm_V', 'lstm_d']
@@ -69,7 +69,7 @@ class LSTM:
         return theta
 
     def params(self, rng: np.random.Generator, **kwargs) -> list[Param]:
-        """[`Param`][ceem_casadi.Param] objects initialised by [`init`][ceem_casadi.baselines.LSTM.init]
+        """`ceem_casadi.Param` objects initialised by `init`
         from ``rng``; ``kwargs`` are passed to every Param."""
         return [Param(k, v, **kwargs) for k, v in self.init(rng).items()]
 
@@ -124,7 +124,7 @@ def sequence_loss_factory(net: LSTM, params: Parameters, L: int):
     Examples
     --------
     >>> import numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.baselines import LSTM, sequence_loss_factory
+    >>> from scripts.baselines import LSTM, sequence_loss_factory
     >>> net = LSTM(n_in=1, hidden=4, layers=1, n_out=1)
     >>> params = cc.Parameters(*net.params(np.random.default_rng(0)))
     >>> loss = sequence_loss_factory(net, params, L=3)(2)                  # windows of 3 steps, batches of 2
@@ -161,7 +161,7 @@ def windows(u: np.ndarray, y: np.ndarray | None, L: int, stride: int = 1):
     Examples
     --------
     >>> import numpy as np
-    >>> from ceem_casadi.baselines import windows
+    >>> from scripts.baselines import windows
     >>> U, Y = windows(np.arange(5.0).reshape(1, 5, 1), None, 3, stride=2)
     >>> U, Y
     (array([[0., 2.],

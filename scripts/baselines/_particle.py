@@ -1,5 +1,5 @@
 """Fully adapted particle filter and FFBSi backward simulation (the E-step of particle EM); the filter, its
-proposals and the smoother are described in docs/api/baselines.md."""
+proposals and the smoother are described in docs/baselines.md."""
 from __future__ import annotations
 
 import logging
@@ -10,8 +10,8 @@ import casadi as ca
 import numpy as np
 from scipy.special import logsumexp
 
-from ..filtering import as_cov
-from ..io._data import single_trajectory
+from ceem_casadi.filtering import as_cov
+from ceem_casadi.io._data import single_trajectory
 
 log = logging.getLogger(__name__)
 _LOG2PI = np.log(2 * np.pi)
@@ -41,7 +41,7 @@ class ParticleFilterResult:
     Examples
     --------
     >>> import numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.baselines import particle_filter
+    >>> from scripts.baselines import particle_filter
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x, lambda x, u, p: x, nx=1,
     ...                                          params=cc.Parameters(cc.Param("a", 0.8)))
     >>> y = np.random.default_rng(0).normal(size=(40, 1))
@@ -191,7 +191,7 @@ class ParticleFilter:
 def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x0_cov,
                     rng: np.random.Generator, Q=None, R=None, ess_threshold: float = 0.5,
                     proposal: str = "auto") -> ParticleFilterResult:
-    """Run the particle filter on one trajectory (docs/api/baselines.md; for repeated calls build a
+    """Run the particle filter on one trajectory (docs/baselines.md; for repeated calls build a
     `ParticleFilter` once).
 
     Parameters
@@ -220,7 +220,7 @@ def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x
     Examples
     --------
     >>> import numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.baselines import particle_filter
+    >>> from scripts.baselines import particle_filter
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x, lambda x, u, p: x, nx=1,
     ...                                          params=cc.Parameters(cc.Param("a", 0.8)))
     >>> y = np.random.default_rng(0).normal(size=(40, 1))
@@ -235,7 +235,7 @@ def particle_filter(model, theta_vec, y, u=None, *, n_particles: int, x0_mean, x
 
 def ffbsi(result: ParticleFilterResult, n_smooth: int, *, rng: np.random.Generator) -> np.ndarray:
     """Forward-filtering backward-simulation of smoothed state trajectories (O(N Ns nx) per step;
-    docs/api/baselines.md).
+    docs/baselines.md).
 
     Parameters
     ----------
@@ -252,7 +252,7 @@ def ffbsi(result: ParticleFilterResult, n_smooth: int, *, rng: np.random.Generat
     Examples
     --------
     >>> import numpy as np, ceem_casadi as cc
-    >>> from ceem_casadi.baselines import ffbsi, particle_filter
+    >>> from scripts.baselines import ffbsi, particle_filter
     >>> model = cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x, lambda x, u, p: x, nx=1,
     ...                                          params=cc.Parameters(cc.Param("a", 0.8)))
     >>> y = np.random.default_rng(0).normal(size=(40, 1))
