@@ -17,7 +17,6 @@ figures: docs/own_data.md, "The short route").
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import logging
 import time
@@ -29,15 +28,6 @@ from ceem_casadi.baselines import n4sid
 
 #: shared search settings (per record: time limit)
 SEARCH = dict(max_depth=3, beam=1, max_iters=100)  # one line per candidate: logging at INFO (main)
-
-
-def _pad_starts(starts: np.ndarray, nx: int, fills) -> np.ndarray:
-    """Initial-state starts (n, nx0) padded to nx columns with every combination of ``fills``."""
-    extra = nx - starts.shape[1]
-    if extra <= 0:
-        return starts
-    rows = [np.r_[s, combo] for s in starts for combo in itertools.product(fills, repeat=extra)]
-    return np.array(rows, float)
 
 
 def _cpu_s() -> float:
@@ -57,7 +47,7 @@ def _search_row(res) -> dict:
 
 def tanks(time_limit: float, smoke: bool = False) -> dict:
     from models.cascaded_tanks import cascaded_tanks, initial_theta
-    from scripts.cascaded_tanks import INIT, upper_level_starts
+    from scripts.cascaded_tanks import INIT, choose_window_state, window_state
 
     splits = cc.load_cascaded_tanks()
     est, tst = splits["estimation"], splits["test"]
@@ -70,23 +60,9 @@ def tanks(time_limit: float, smoke: bool = False) -> dict:
                       search=cc.workflow.SearchOptions(**SEARCH))
     m, th = res.model, res.theta
 
-    def window_state(y, u, how):
-        """x0 (nx,) from the first INIT samples: ``grid`` the best fit over the upper-level grid, ``steady``
-        a local fit from the steady upper level (extra states filled with y0, u0 or 0, the best kept)."""
-        y0, u0 = float(y[0, 0]), float(u[0, 0])
-        grid = upper_level_starts(th, y0)
-        st = _pad_starts(grid if how == "grid" else grid[-1:], m.nx, (y0, u0, 0.0))
-        return cc.estimate_initial_state(m, y[:INIT], th, u=u[:INIT], window=INIT, x_init=None if how == "grid" else st[0],
-                                         starts=st if how == "grid" else st[1:], x_lower=0.0, x_upper=20.0)
-
-    # the test protocol's x0 estimator, chosen on the ESTIMATION record: free runs of 200 samples from x0
-    # fitted on the first INIT samples of windows every 50 samples (docs/own_data.md)
-    ye, ue = est.y, est.u
-    scores = {how: float(np.mean([cc.io.simulation_rms(ye[t:t + 200], cc.simulate_output(
-        m, th, ue[t:t + 200], window_state(ye[t:], ue[t:], how)), INIT) for t in range(0, len(ye) - 200, 50)]))
-        for how in ("grid", "steady")}
-    how = min(scores, key=scores.get)
-    yhat = cc.simulate_output(m, th, tst.u, window_state(tst.y, tst.u, how))
+    # the test protocol's x0 estimator, chosen on the ESTIMATION record (docs/own_data.md)
+    how, scores = choose_window_state(m, th, est)
+    yhat = cc.simulate_output(m, th, tst.u, window_state(m, th, tst.y, tst.u, how))
     rms = cc.io.simulation_rms(tst.y, yhat, INIT)
     return dict(test_rms=float(rms), target=0.191, test_state=how, state_scores_est=scores, **_search_row(res))
 
@@ -94,6 +70,7 @@ def tanks(time_limit: float, smoke: bool = False) -> dict:
 def silverbox(time_limit: float, samples: int, smoke: bool = False) -> dict:
     from models.silverbox import initial_theta
     from models.silverbox import silverbox as sb_model
+    from scripts.cascaded_tanks import pad_starts
 
     splits = cc.load_silverbox()
     tr = splits["train"].data
@@ -112,7 +89,7 @@ def silverbox(time_limit: float, samples: int, smoke: bool = False) -> dict:
         yt, ut, w = sp.y, sp.u, sp.init_window
         if smoke:
             yt, ut = yt[:2000], ut[:2000]
-        starts = _pad_starts(np.array([[yt[0, 0], 0.0]]), m.nx, (float(yt[0, 0]), float(ut[0, 0]), 0.0))
+        starts = pad_starts(np.array([[yt[0, 0], 0.0]]), m.nx, (float(yt[0, 0]), float(ut[0, 0]), 0.0))
         x0 = cc.estimate_initial_state(m, yt[:w], th, u=ut[:w], window=w, starts=starts)
         yhat = cc.simulate_output(m, th, ut, x0)
         out[key] = 1e3 * float(cc.io.simulation_rms(yt, yhat, skip=w))

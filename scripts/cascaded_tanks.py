@@ -26,7 +26,9 @@ Steps
    structure with the lowest AIC ``T ln(mean((y - yhat)**2) / sigma_v**2) + 2 (free parameters + 2
    initial levels)`` on the ESTIMATION data.
 Initial states on the test split come from `ceem_casadi.estimate_initial_state` on the first
-5 samples (grid of starts over the hidden upper level, `upper_level_starts`), free runs from
+5 samples (`window_state`: the best of a grid of starts over the hidden upper level, `upper_level_starts`,
+or a local fit from the steady upper level, whichever simulates windows of the ESTIMATION split better,
+`choose_window_state`: the estimator of ``scripts/bench_structure_search.py``), free runs from
 `ceem_casadi.simulate_output`.
 The test metric is reported after every stage; the JSON keeps all of them.
 
@@ -35,6 +37,7 @@ Run: ``python -m scripts.cascaded_tanks [--out DIR] [--smoke]``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import sys
@@ -70,13 +73,44 @@ def upper_level_starts(theta, y0: float) -> np.ndarray:
     return np.column_stack([h1, np.full_like(h1, h2)])
 
 
-def test_rms(model, theta, split) -> tuple[float, np.ndarray, np.ndarray]:
-    """Test simulation RMS (V), simulated output (T, 1) and initial state (2,), x0 from the first
-    ``INIT`` samples only (library initial-state NLP, best of the grid starts, levels in [0, 20] V)."""
-    x0 = cc.estimate_initial_state(model, split.y[:INIT], theta, u=split.u[:INIT], window=INIT,
-                                   starts=upper_level_starts(theta, split.y[0, 0]), x_lower=0.0, x_upper=20.0)
+def pad_starts(starts: np.ndarray, nx: int, fills) -> np.ndarray:
+    """Initial-state starts (n, nx0) padded to nx columns with every combination of ``fills``."""
+    extra = nx - starts.shape[1]
+    if extra <= 0:
+        return starts
+    return np.array([np.r_[s, combo] for s in starts for combo in itertools.product(fills, repeat=extra)], float)
+
+
+def window_state(model, theta, y, u, how: str) -> np.ndarray:
+    """x0 (nx,) from the first ``INIT`` samples of ``y``, ``u`` (T, 1): ``"grid"`` the best fit over
+    `upper_level_starts`, ``"steady"`` a local fit from the steady upper level of the first measured level
+    (a grown model's extra states filled with y0, u0 or 0, the best kept); levels in [0, 20] V."""
+    y0, u0 = float(y[0, 0]), float(u[0, 0])
+    grid = upper_level_starts(theta, y0)
+    st = pad_starts(grid if how == "grid" else grid[-1:], model.nx, (y0, u0, 0.0))
+    return cc.estimate_initial_state(model, y[:INIT], theta, u=u[:INIT], window=INIT,
+                                     x_init=None if how == "grid" else st[0], starts=st if how == "grid" else st[1:],
+                                     x_lower=0.0, x_upper=20.0)
+
+
+def choose_window_state(model, theta, est) -> tuple[str, dict]:
+    """The `window_state` estimator for the test split, chosen on the ESTIMATION split: the lower mean RMS
+    of 200-sample free runs (after ``INIT``) from windows every 50 samples; returns it and both means (V)."""
+    ye, ue = est.y, est.u
+    scores = {how: float(np.mean([simulation_rms(ye[t:t + 200], cc.simulate_output(
+        model, theta, ue[t:t + 200], window_state(model, theta, ye[t:], ue[t:], how)), INIT)
+        for t in range(0, len(ye) - 200, 50)])) for how in ("grid", "steady")}
+    return min(scores, key=scores.get), scores
+
+
+def test_rms(model, theta, split, est=None) -> tuple[float, np.ndarray, np.ndarray, str]:
+    """Test simulation RMS (V), simulated output (T, 1), initial state (nx,) and the estimator used: x0
+    from the first ``INIT`` test samples only, by the `window_state` estimator chosen on the estimation
+    split ``est`` (None: ``"grid"``, the estimator before)."""
+    how = "grid" if est is None else choose_window_state(model, theta, est)[0]
+    x0 = window_state(model, theta, split.y, split.u, how)
     yhat = cc.simulate_output(model, theta, split.u, x0)
-    return simulation_rms(split.y, yhat, INIT), yhat, x0
+    return simulation_rms(split.y, yhat, INIT), yhat, x0, how
 
 
 # --------------------------------------------------------------------------------------------------
@@ -180,7 +214,7 @@ def main(argv=None) -> dict:
     theta0 = model.params.initial()
     x0_est0 = np.array([steady_upper_level(theta0, est.y[0, 0]), est.y[0, 0]])
     y0_est = cc.simulate_output(model, theta0, est.u, x0_est0)
-    rms0, _, _ = test_rms(model, theta0, tst)
+    rms0, _, _, _ = test_rms(model, theta0, tst, est)
     results["initial"] = {"theta": {k: float(v) for k, v in theta0.items()},
                           "estimation_rms": simulation_rms(est.y, y0_est), "test_rms": rms0}
 
@@ -192,11 +226,11 @@ def main(argv=None) -> dict:
         m_ps = model.with_noise(process_std=ps)
         res = cc.ceem(m_ps, est.data, theta0, options=cc.CEEMOptions(max_iters=args.iters))
         y_est = cc.simulate_output(model, res.theta, est.u, res.x[0][0])
-        rms_t, y_t, x0_t = test_rms(model, res.theta, tst)
+        rms_t, y_t, x0_t, how = test_rms(model, res.theta, tst, est)
         rec = {"process_std": ps, "status": res.status, "iterations": len(res.history), "J": float(res.J),
                "theta": {k: float(v) for k, v in res.theta.items()},
                "estimation_rms": simulation_rms(est.y, y_est), "test_rms": rms_t,
-               "test_x0": x0_t.tolist(), "seconds": time.perf_counter() - t0}
+               "test_x0": x0_t.tolist(), "test_x0_estimator": how, "seconds": time.perf_counter() - t0}
         fits.append((rec, res, y_t))
         logger.info("CE-EM process_std=%g: est %.4f test %.4f (%.0f s)", ps, rec["estimation_rms"], rms_t,
                     rec["seconds"])
@@ -226,10 +260,11 @@ def main(argv=None) -> dict:
             rf = row["fit"]
             info = {"status": str(rf.status), "message": rf.message, "iterations": rf.iterations,
                     "cost_start": rf.initial_cost, "cost_end": rf.cost}
-            rms_rf, y_rf, x0t_rf = test_rms(m_s, rf.theta, tst)
+            rms_rf, y_rf, x0t_rf, how = test_rms(m_s, rf.theta, tst, est)
             recs.append({"structure": structure, "theta": {k: float(v) for k, v in rf.theta.items()}, "solver": info,
                          "estimation_rms": row["rms"], "n_estimated": row["n_estimated"], "aic": row["criterion"],
-                         "test_rms": rms_rf, "test_x0": x0t_rf.tolist(), "seconds": rf.wall_s})
+                         "test_rms": rms_rf, "test_x0": x0t_rf.tolist(), "test_x0_estimator": how,
+                         "seconds": rf.wall_s})
             yhat[f"CE-EM + refinement, {structure} ({rms_rf:.3f} V)"] = y_rf
             logger.info("refined (%s): est %.4f AIC %.1f test %.4f (%.0f s)", structure, row["rms"], row["criterion"],
                         rms_rf, rf.wall_s)
