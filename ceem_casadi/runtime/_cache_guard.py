@@ -1,7 +1,9 @@
 """What the compile cache trusts (a record binding key, Function name and SHA-256; the values at one random
-point) and how it removes the build folders of processes that died (docs/runtime.md, "The cache")."""
+point), how it removes the build folders of processes that died and evicts the least recently used libraries
+beyond its bound (docs/runtime.md, "The cache" and "The bound")."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -18,6 +20,7 @@ log = logging.getLogger("ceem_casadi.runtime._compile")
 TMP_PREFIX = "tmp-"
 OWNER = "owner.json"
 ORPHAN_AGE_S = 3600.0  # a build folder without an owner record is removed after this long
+LIBRARY = re.compile(r"_[0-9a-f]{24}\.(so|json)$")  # a cached library or its record: the cache key, then the suffix
 
 
 def safe_name(text: str) -> str:
@@ -93,6 +96,41 @@ def clean_stale(folder: Path) -> list[Path]:
     return removed
 
 
+def libraries(folder: Path) -> dict[str, list]:
+    """The libraries cached in ``folder``: file stem -> [last use (the library's mtime, s; 0 for a record
+    without library), bytes of library and record]."""
+    found: dict[str, list] = {}
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for e in entries:
+            with contextlib.suppress(OSError):  # removed meanwhile by another process
+                if LIBRARY.search(e.name) and e.is_file(follow_symlinks=False):
+                    st = e.stat(follow_symlinks=False)
+                    entry = found.setdefault(e.name.rsplit(".", 1)[0], [0.0, 0])
+                    entry[0] = st.st_mtime if e.name.endswith(".so") else entry[0]
+                    entry[1] += st.st_size
+    return found
+
+
+def evict(folder: Path, max_bytes: float, keep=frozenset()) -> list[str]:
+    """Remove the least recently used libraries in ``folder`` (a load touches its library) until the others
+    take at most ``max_bytes``, never those whose stem is in ``keep``; returns the stems removed. The library
+    goes before its record; a file that cannot be removed (or that another process removed) is no error."""
+    found = libraries(folder)
+    total, removed = sum(size for _, size in found.values()), []
+    for stem, (_, size) in sorted(found.items(), key=lambda item: item[1][0]):
+        if total <= max_bytes:
+            break
+        if stem not in keep:
+            for suffix in (".so", ".json"):
+                with contextlib.suppress(OSError):
+                    os.unlink(folder / (stem + suffix))
+            total -= size
+            removed.append(stem)
+    if removed:
+        log.info("compile cache: removed %d least recently used libraries beyond %.0f MB", len(removed), max_bytes / 1e6)
+    return removed
+
+
 def same_values(compiled, f, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
     """True when the loaded library ``compiled`` and the CasADi Function ``f`` agree at one
     random point (sparsity of every input and output, values to ``rtol``/``atol``)."""
@@ -112,4 +150,4 @@ def same_values(compiled, f, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
                            equal_nan=True) for x, y in zip(a, b))
 
 
-__all__ = ["clean_stale", "owner_record", "safe_name", "same_values", "write_owner"]
+__all__ = ["clean_stale", "evict", "libraries", "owner_record", "safe_name", "same_values", "write_owner"]

@@ -14,11 +14,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import casadi as ca
 
-from ..errors import CeemError
-from ._cache_guard import TMP_PREFIX, clean_stale, safe_name, same_values, write_owner
+from ..errors import CeemError, OptionsError
+from ._cache_guard import TMP_PREFIX, clean_stale, evict, libraries, safe_name, same_values, write_owner
 from ._compile_pool import DISK_ERRORS, FORKED, POOL, CompileJob
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,8 @@ COMPILE_FLAGS = ("-O1", "-fno-thread-jumps", "-fPIC", "-fno-math-errno")  # the 
 O1_MAX_INSTRUCTIONS = 120_000  # longer programs are compiled at -O0 (docs/runtime.md)
 LINK_FLAGS = ("-shared",)
 FLAGS = COMPILE_FLAGS + LINK_FLAGS  # recorded with every library (a change rebuilds the cache)
+MAX_MB = 500.0  # the cache's default bound (megabytes of libraries and records; the largest library seen: 12 MB)
+MAX_ATTEMPTS = 3  # builds of one library before a cache that removes it before it is loaded counts as unusable
 
 
 class CompileCacheError(CeemError, RuntimeError):
@@ -52,6 +55,53 @@ def fallback_warning(logger, what: str, exc: Exception) -> None:
 
 def cache_dir() -> Path:
     return Path(os.environ.get("CEEM_CACHE", Path.home() / ".cache" / "ceem_casadi"))
+
+
+def cache_max_bytes() -> float:
+    """The cache's bound in bytes: ``$CEEM_CACHE_MAX_MB`` megabytes (10^6 bytes; ``inf``: no bound), else `MAX_MB`."""
+    env = os.environ.get("CEEM_CACHE_MAX_MB", "")
+    try:
+        mb = float(env) if env.strip() else MAX_MB
+    except ValueError:
+        mb = float("nan")
+    if not mb >= 0:
+        raise OptionsError(f"CEEM_CACHE_MAX_MB must be a number of megabytes >= 0 (or inf), got {env!r}")
+    return mb * 1e6
+
+
+class CacheUsage(NamedTuple):
+    """What `compile_cache_usage` returns."""
+
+    folder: Path
+    libraries: int
+    bytes: int
+    max_bytes: float
+
+
+def compile_cache_usage() -> CacheUsage:
+    """The compiled-library cache: its folder (``$CEEM_CACHE``), how many libraries it holds, their size in bytes
+    (with their records) and its bound (``$CEEM_CACHE_MAX_MB``; the least recently used are removed beyond it).
+    ``cc.runtime.clear_model_cache(disk=True)`` empties it.
+
+    Returns
+    -------
+    CacheUsage
+        A named tuple ``(folder, libraries, bytes, max_bytes)``.
+
+    Raises
+    ------
+    OptionsError
+        When ``$CEEM_CACHE_MAX_MB`` is not a number >= 0.
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> usage = cc.runtime.compile_cache_usage()
+    >>> usage.libraries >= 0 and usage.bytes >= 0 and usage.max_bytes > 0
+    True
+    """
+    found = libraries(cache_dir())
+    return CacheUsage(cache_dir(), len(found), sum(size for _, size in found.values()), cache_max_bytes())
 
 
 def compiler() -> str | None:
@@ -158,10 +208,12 @@ class CompiledHandle:
 
     def __init__(self, f: ca.Function, group: str, lib: Path, job: CompileJob | None, deadline: float):
         self.f, self.group, self.lib, self.job, self.deadline = f, group, lib, job, deadline
+        self.attempt = 1  # builds of this library so far (`_again`)
 
     def result(self) -> ca.Function:
         """The compiled Function (``ca.external``); ``RuntimeError`` when compilation failed or timed out. A cached
-        library that does not load or disagrees at a random point is rebuilt, with a warning."""
+        library that does not load or disagrees at a random point is rebuilt, with a warning; one that another
+        process evicted before this one loaded it is rebuilt quietly."""
         if self.job is not None:
             try:
                 self.job.wait(self.deadline)
@@ -171,23 +223,38 @@ class CompiledHandle:
                     raise _cache_error(self.lib.parent, f"compiling {self.f.name()} failed ({why})") from None
                 if self.job.error != FORKED:
                     raise
-                return start_compile([self.f], self.group, max(self.deadline - time.monotonic(), 1.0))[0].result()
+                return self._again()
+        with contextlib.suppress(OSError):
+            os.utime(self.lib)  # its last use, for the least-recently-used eviction
         try:
             out = ca.external(self.f.name(), str(self.lib))
         except RuntimeError as exc:
             out, why = None, f"it does not load ({str(exc).strip().splitlines()[0][:200]})"
         else:
             why = None if same_values(out, self.f) else "its values differ from the Function's"
+        _LOADING.discard(self.lib)
         if why is None:
             return out
         del out  # unload it before a rebuild at the same path
+        if not self.lib.exists():  # evicted by another process between its build or check and this load
+            log.info("compile cache: %s was removed before it was loaded; building it again", self.lib)
+            return self._again()
         if self.job is not None:  # just built by this process: a compiler problem, not the cache
             raise RuntimeError(f"compiled library {self.lib} of {self.f.name()} is not usable: {why}")
         log.warning("compile cache: %s is not used: %s; rebuilding it", self.lib, why)
         for p in (self.lib, self.lib.with_suffix(".json")):
             with contextlib.suppress(OSError):
                 p.unlink()
-        return start_compile([self.f], self.group, max(self.deadline - time.monotonic(), 1.0))[0].result()
+        return self._again()
+
+    def _again(self) -> ca.Function:
+        """Build and load the library again; `CompileCacheError` after `MAX_ATTEMPTS` builds in all."""
+        if self.attempt >= MAX_ATTEMPTS:
+            raise _cache_error(self.lib.parent, f"{self.lib.name} was built {self.attempt} times and removed each "
+                                                f"time before it was loaded (is $CEEM_CACHE_MAX_MB too small?)")
+        handle = start_compile([self.f], self.group, max(self.deadline - time.monotonic(), 1.0))[0]
+        handle.attempt = self.attempt + 1
+        return handle.result()
 
 
 MAX_UNIT_CHARS = 100  # of a library's name: with the key and suffixes well below a file name's 255 bytes
@@ -203,17 +270,19 @@ def unit_name(group: str, function: str) -> str:
 
 
 _IN_FLIGHT: dict[Path, CompileJob] = {}  # libraries being built by this process, by path (one job each)
+_LOADING: set[Path] = set()  # libraries of this process's handles not loaded yet: its evictions keep them
 os.register_at_fork(after_in_child=_IN_FLIGHT.clear)
 
 
 def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeout_s: float = 600.0,
                   jobs: int | None = None) -> list[CompiledHandle]:
     """Start compiling ``functions`` in the background (the process-wide pool, ``jobs`` at once), one cached
-    library ``<name>_<function>_<key>.so`` and `CompiledHandle` each; ``RuntimeError`` without a compiler."""
+    library ``<name>_<function>_<key>.so`` and `CompiledHandle` each; ``RuntimeError`` without a compiler.
+    Each build evicts the least recently used libraries beyond `cache_max_bytes`."""
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc) to compile stage functions")
-    folder = cache_dir()
+    folder, max_bytes = cache_dir(), cache_max_bytes()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -237,8 +306,9 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
                 else:
                     if problem not in ("missing", OLD_RECORD):
                         log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
-                    job = new[lib] = _job(f, unit, lib, cc, key)
+                    job = new[lib] = _job(f, unit, lib, cc, key, max_bytes)
             handles.append(CompiledHandle(f, name, lib, job, deadline))
+            _LOADING.add(lib)
     except BaseException as exc:
         for job in new.values():  # generated but never queued: remove their C folders
             job.finish(False)
@@ -253,9 +323,10 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
     return handles
 
 
-def _job(f: ca.Function, unit: str, lib: Path, cc: str, key: str) -> CompileJob:
-    """Generate ``f``'s C into a fresh folder next to ``lib``; the job compiles it and moves library and
-    record (binding ``key`` and the Function's name) into place. An unwritable folder raises
+def _job(f: ca.Function, unit: str, lib: Path, cc: str, key: str, max_bytes: float) -> CompileJob:
+    """Generate ``f``'s C into a fresh folder next to ``lib``; the job compiles it, moves library and
+    record (binding ``key`` and the Function's name) into place and evicts the least recently used
+    libraries beyond ``max_bytes`` (not those this process is about to load). An unwritable folder raises
     `CompileCacheError` and leaves nothing behind."""
     source = _source(f, unit)
     tmp = None
@@ -278,6 +349,7 @@ def _job(f: ca.Function, unit: str, lib: Path, cc: str, key: str) -> CompileJob:
                                            "sha256": _file_sha256(so_tmp)}))
             os.replace(rec_tmp, lib.with_suffix(".json"))
             os.replace(so_tmp, lib)
+            evict(lib.parent, max_bytes, keep={p.stem for p in set(_LOADING)})
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
