@@ -41,7 +41,7 @@ def _bound(monkeypatch, tmp_path, n_libraries: float) -> None:
     compile_functions([_fun(0.5, "probe")], "ceem_probe")
     size = cc.runtime.compile_cache_usage().bytes
     assert cc.runtime.clear_model_cache(disk=True) >= 1 and cc.runtime.compile_cache_usage().libraries == 0
-    monkeypatch.setenv("CEEM_CACHE_MAX_MB", str(n_libraries * size / 1e6))
+    monkeypatch.setenv("CEEM_CACHE_MAX_MB", str(n_libraries * size / 2 ** 20))
 
 
 def test_least_recently_used_libraries_are_evicted_beyond_the_bound(tmp_path, monkeypatch):
@@ -110,12 +110,12 @@ def test_cache_bound_setting_is_validated(monkeypatch, tmp_path):
     monkeypatch.setenv("CEEM_CACHE", str(tmp_path))
     for bad in ("abc", "-1", "nan"):
         monkeypatch.setenv("CEEM_CACHE_MAX_MB", bad)
-        with pytest.raises(OptionsError, match="CEEM_CACHE_MAX_MB must be a number of megabytes"):
+        with pytest.raises(OptionsError, match="CEEM_CACHE_MAX_MB: expected a number of MiB >= 0"):
             cc.runtime.compile_cache_usage()
     monkeypatch.setenv("CEEM_CACHE_MAX_MB", "inf")
     assert cc.runtime.compile_cache_usage().max_bytes == float("inf")
     monkeypatch.delenv("CEEM_CACHE_MAX_MB")
-    assert cc.runtime.compile_cache_usage().max_bytes == cmp.MAX_MB * 1e6
+    assert cc.runtime.compile_cache_usage().max_bytes == cmp.MAX_MB * 2 ** 20
 
 
 def _hammer(folder: str, bound_mb: str, seed: int, rounds: int) -> tuple[list, int]:

@@ -207,6 +207,20 @@ def test_clean_stale_keeps_folders_of_live_processes(tmp_path):
     assert removed == [dead] and live.exists()
 
 
+def test_clean_stale_keeps_other_folders_in_the_cache(tmp_path):
+    """A day-old folder of the user's in the cache (scripts/bench_lorenz.py keeps its peer venv at
+    $CEEM_CACHE/peer_venv) is kept; a day-old build folder of a version without owner records (named
+    ``<unit>_XXXXXXXX``, holding the unit's C) is removed. Fails with any folder named with a ``_`` taken for a
+    build folder in _cache_guard.clean_stale (it removed the venv)."""
+    venv, legacy = tmp_path / "peer_venv", tmp_path / "ceem_stages_f_k2x_9ab1"
+    (venv / "bin").mkdir(parents=True)
+    legacy.mkdir()
+    (legacy / "ceem_stages_f.c").write_text("int f;\n")
+    for p in (venv, legacy):
+        os.utime(p, (time.time() - 86400,) * 2)
+    assert clean_stale(tmp_path) == [legacy] and (venv / "bin").is_dir()
+
+
 # --- issue 33: any OSError of the cache falls back once; compiler temporaries live in the build folder --------
 def _fake_compiler(tmp_path, body: str) -> str:
     """A compiler script (sh) standing in for gcc: records its $TMPDIR, leaves a cc*.s there, runs ``body``."""

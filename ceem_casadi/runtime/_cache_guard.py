@@ -74,7 +74,8 @@ def clean_stale(folder: Path) -> list[Path]:
     _CLEANED.add(key)
     removed, host = [], socket.gethostname()
     try:
-        entries = [p for p in folder.iterdir() if p.is_dir() and (p.name.startswith(TMP_PREFIX) or "_" in p.name)]
+        # build folders, and from versions before owner records folders holding a unit's C (never e.g. a venv)
+        entries = [p for p in folder.iterdir() if p.is_dir() and (p.name.startswith(TMP_PREFIX) or any(p.glob("*.c")))]
     except OSError:
         return []
     for p in entries:

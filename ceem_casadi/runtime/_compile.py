@@ -3,6 +3,7 @@ SHA-256 of the serialized Function, the compiler and the flags; a cache folder t
 `CompileCacheError` (callers fall back to the virtual machine). docs/runtime.md, "Native compilation"."""
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import hashlib
@@ -14,7 +15,6 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 import casadi as ca
 
@@ -28,8 +28,8 @@ COMPILE_FLAGS = ("-O1", "-fno-thread-jumps", "-fPIC", "-fno-math-errno")  # the 
 O1_MAX_INSTRUCTIONS = 120_000  # longer programs are compiled at -O0 (docs/runtime.md)
 LINK_FLAGS = ("-shared",)
 FLAGS = COMPILE_FLAGS + LINK_FLAGS  # recorded with every library (a change rebuilds the cache)
-MAX_MB = 500.0  # the cache's default bound (megabytes of libraries and records; the largest library seen: 12 MB)
-MAX_ATTEMPTS = 3  # builds of one library before a cache that removes it before it is loaded counts as unusable
+MAX_MB = 500  # the cache's default bound (MiB of libraries and records; the largest library seen: 11 MiB)
+MAX_ATTEMPTS = 3  # builds of one library (removed each time before its load) before the cache counts as unusable
 
 
 class CompileCacheError(CeemError, RuntimeError):
@@ -58,30 +58,21 @@ def cache_dir() -> Path:
 
 
 def cache_max_bytes() -> float:
-    """The cache's bound in bytes: ``$CEEM_CACHE_MAX_MB`` megabytes (10^6 bytes; ``inf``: no bound), else `MAX_MB`."""
-    env = os.environ.get("CEEM_CACHE_MAX_MB", "")
-    try:
-        mb = float(env) if env.strip() else MAX_MB
-    except ValueError:
-        mb = float("nan")
-    if not mb >= 0:
-        raise OptionsError(f"CEEM_CACHE_MAX_MB must be a number of megabytes >= 0 (or inf), got {env!r}")
-    return mb * 1e6
+    """The cache's bound (bytes): ``$CEEM_CACHE_MAX_MB`` MiB (``inf``: none), default `MAX_MB`."""
+    env = os.environ.get("CEEM_CACHE_MAX_MB") or str(MAX_MB)
+    with contextlib.suppress(ValueError):
+        if float(env) >= 0:
+            return float(env) * 2 ** 20
+    raise OptionsError(f"$CEEM_CACHE_MAX_MB: expected a number of MiB >= 0, got {env!r}")
 
 
-class CacheUsage(NamedTuple):
-    """What `compile_cache_usage` returns."""
-
-    folder: Path
-    libraries: int
-    bytes: int
-    max_bytes: float
+CacheUsage = collections.namedtuple("CacheUsage", "folder libraries bytes max_bytes")
 
 
 def compile_cache_usage() -> CacheUsage:
-    """The compiled-library cache: its folder (``$CEEM_CACHE``), how many libraries it holds, their size in bytes
-    (with their records) and its bound (``$CEEM_CACHE_MAX_MB``; the least recently used are removed beyond it).
-    ``cc.runtime.clear_model_cache(disk=True)`` empties it.
+    """The compiled-library cache: its folder (``$CEEM_CACHE``), its libraries and their bytes (with their records),
+    and its bound (``$CEEM_CACHE_MAX_MB``; each build evicts the least recently used beyond it); empty it with
+    ``cc.runtime.clear_model_cache(disk=True)``.
 
     Returns
     -------
@@ -91,7 +82,7 @@ def compile_cache_usage() -> CacheUsage:
     Raises
     ------
     OptionsError
-        When ``$CEEM_CACHE_MAX_MB`` is not a number >= 0.
+        When ``$CEEM_CACHE_MAX_MB`` is not a number of MiB >= 0.
 
     Examples
     --------
@@ -212,8 +203,8 @@ class CompiledHandle:
 
     def result(self) -> ca.Function:
         """The compiled Function (``ca.external``); ``RuntimeError`` when compilation failed or timed out. A cached
-        library that does not load or disagrees at a random point is rebuilt, with a warning; one that another
-        process evicted before this one loaded it is rebuilt quietly."""
+        library that does not load or disagrees at a random point is rebuilt, with a warning (quietly when another
+        process removed it)."""
         if self.job is not None:
             try:
                 self.job.wait(self.deadline)
@@ -236,12 +227,11 @@ class CompiledHandle:
         if why is None:
             return out
         del out  # unload it before a rebuild at the same path
-        if not self.lib.exists():  # evicted by another process between its build or check and this load
-            log.info("compile cache: %s was removed before it was loaded; building it again", self.lib)
-            return self._again()
-        if self.job is not None:  # just built by this process: a compiler problem, not the cache
+        gone = not self.lib.exists()  # evicted by another process after its build or check
+        if self.job is not None and not gone:  # just built by this process: a compiler problem, not the cache
             raise RuntimeError(f"compiled library {self.lib} of {self.f.name()} is not usable: {why}")
-        log.warning("compile cache: %s is not used: %s; rebuilding it", self.lib, why)
+        log.log(logging.INFO if gone else logging.WARNING, "compile cache: %s is not used: %s; rebuilding it",
+                self.lib, "it was removed before it was loaded" if gone else why)
         for p in (self.lib, self.lib.with_suffix(".json")):
             with contextlib.suppress(OSError):
                 p.unlink()
@@ -277,8 +267,7 @@ os.register_at_fork(after_in_child=_IN_FLIGHT.clear)
 def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeout_s: float = 600.0,
                   jobs: int | None = None) -> list[CompiledHandle]:
     """Start compiling ``functions`` in the background (the process-wide pool, ``jobs`` at once), one cached
-    library ``<name>_<function>_<key>.so`` and `CompiledHandle` each; ``RuntimeError`` without a compiler.
-    Each build evicts the least recently used libraries beyond `cache_max_bytes`."""
+    library ``<name>_<function>_<key>.so`` and `CompiledHandle` each; ``RuntimeError`` without a compiler."""
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc) to compile stage functions")
@@ -324,10 +313,9 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
 
 
 def _job(f: ca.Function, unit: str, lib: Path, cc: str, key: str, max_bytes: float) -> CompileJob:
-    """Generate ``f``'s C into a fresh folder next to ``lib``; the job compiles it, moves library and
-    record (binding ``key`` and the Function's name) into place and evicts the least recently used
-    libraries beyond ``max_bytes`` (not those this process is about to load). An unwritable folder raises
-    `CompileCacheError` and leaves nothing behind."""
+    """Generate ``f``'s C into a fresh folder next to ``lib``; the job compiles it, moves library and record
+    (binding ``key`` and the Function's name) into place and evicts beyond ``max_bytes`` (not what this process
+    is about to load). An unwritable folder raises `CompileCacheError` and leaves nothing behind."""
     source = _source(f, unit)
     tmp = None
     try:
