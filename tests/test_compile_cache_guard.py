@@ -187,7 +187,7 @@ def test_sigkill_during_first_compile_leaves_no_compiler_and_no_stale_folder(tmp
     assert _cache_processes(folder) == []
     # issue 33: the killed compiler's temporaries (cc*.s) were in its build folder, not in $TMPDIR
     assert [p.name for p in outer.iterdir() if p.name.startswith("cc")] == []
-    # the next run (another process: clean_stale runs once per process and folder)
+    # the next process that builds a library there
     subprocess.run([sys.executable, "-c", "import casadi as ca; from ceem_casadi.runtime._compile import "
                     "compile_functions; x = ca.SX.sym('x'); compile_functions([ca.Function('f', [x], [x * x])], "
                     "'ceem_next')"], env=env, check=True, timeout=120)
@@ -207,18 +207,19 @@ def test_clean_stale_keeps_folders_of_live_processes(tmp_path):
     assert removed == [dead] and live.exists()
 
 
-def test_clean_stale_keeps_other_folders_in_the_cache(tmp_path):
-    """A day-old folder of the user's in the cache (scripts/bench_lorenz.py keeps its peer venv at
-    $CEEM_CACHE/peer_venv) is kept; a day-old build folder of a version without owner records (named
-    ``<unit>_XXXXXXXX``, holding the unit's C) is removed. Fails with any folder named with a ``_`` taken for a
-    build folder in _cache_guard.clean_stale (it removed the venv)."""
-    venv, legacy = tmp_path / "peer_venv", tmp_path / "ceem_stages_f_k2x_9ab1"
+def test_a_build_removes_stale_build_folders_and_nothing_else(tmp_path, monkeypatch):
+    """The next build in the cache removes a day-old build folder without owner record, and keeps a day-old
+    folder of the user's (scripts/bench_lorenz.py keeps its peer venv at $CEEM_CACHE/peer_venv). Fails without
+    the `clean_stale` call in _compile._job's finish (the build folder stays), or with any folder named with a
+    ``_`` taken for a build folder in _cache_guard.clean_stale (it removed the venv)."""
+    monkeypatch.setenv("CEEM_CACHE", str(tmp_path))
+    venv, orphan = tmp_path / "peer_venv", tmp_path / "tmp-ceem_stages_f-k2x_9ab1"
     (venv / "bin").mkdir(parents=True)
-    legacy.mkdir()
-    (legacy / "ceem_stages_f.c").write_text("int f;\n")
-    for p in (venv, legacy):
+    orphan.mkdir()
+    for p in (venv, orphan):
         os.utime(p, (time.time() - 86400,) * 2)
-    assert clean_stale(tmp_path) == [legacy] and (venv / "bin").is_dir()
+    compile_functions([_fun(scale=7.0)], "ceem_stale")
+    assert not orphan.exists() and (venv / "bin").is_dir()
 
 
 # --- issue 33: any OSError of the cache falls back once; compiler temporaries live in the build folder --------

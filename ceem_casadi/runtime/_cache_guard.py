@@ -62,20 +62,12 @@ def _alive(owner: dict) -> bool:
     return start is None or _start_time(pid) in (None, start)  # a reused pid is another process
 
 
-_CLEANED: set = set()
-
-
 def clean_stale(folder: Path) -> list[Path]:
-    """Remove (once per process) the build folders in ``folder`` whose owner process on this host is
-    gone, and those without an owner record older than ``ORPHAN_AGE_S``; returns them."""
-    key = str(folder)
-    if key in _CLEANED:
-        return []
-    _CLEANED.add(key)
+    """Remove the build folders in ``folder`` whose owner process on this host is gone, and those without
+    an owner record older than ``ORPHAN_AGE_S``; returns them."""
     removed, host = [], socket.gethostname()
     try:
-        # build folders, and from versions before owner records folders holding a unit's C (never e.g. a venv)
-        entries = [p for p in folder.iterdir() if p.is_dir() and (p.name.startswith(TMP_PREFIX) or any(p.glob("*.c")))]
+        entries = [p for p in folder.iterdir() if p.name.startswith(TMP_PREFIX) and p.is_dir()]
     except OSError:
         return []
     for p in entries:

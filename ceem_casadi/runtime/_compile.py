@@ -129,15 +129,8 @@ def compiler_version(cc: str) -> str:
     return out.splitlines()[0].strip() if out else ""
 
 
-def _file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _record(cc: str) -> dict:
     return {"casadi": ca.__version__, "compiler": cc, "compiler_version": compiler_version(cc), "flags": list(FLAGS)}
-
-
-OLD_RECORD = "recorded by an older version (no cache key)"  # rebuilt once, quietly
 
 
 def verified(lib: Path, cc: str, key: str | None = None, function: str | None = None) -> str | None:
@@ -149,14 +142,12 @@ def verified(lib: Path, cc: str, key: str | None = None, function: str | None = 
         rec = None
     if not isinstance(rec, dict):
         return "no readable record of its digest"
-    if key is not None and "key" not in rec:
-        return OLD_RECORD
     want = {**_record(cc), "key": key, "function": function}
     for k, v in want.items():
         if v is not None and rec.get(k) != v:
             return f"built with {k} {rec.get(k)!r}, now {v!r}"
     try:
-        if rec.get("sha256") != _file_sha256(lib):
+        if rec.get("sha256") != hashlib.sha256(lib.read_bytes()).hexdigest():
             return "its bytes do not match the SHA-256 recorded when it was built (damaged or replaced)"
     except OSError as exc:
         return f"unreadable ({exc})"
@@ -186,12 +177,10 @@ def opt_level(f: ca.Function) -> str:
 def compile_jobs() -> int:
     """Parallel compiler processes: ``$CEEM_COMPILE_JOBS``, else the number of CPUs."""
     env = os.environ.get("CEEM_COMPILE_JOBS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise ValueError(f"CEEM_COMPILE_JOBS must be a positive integer, got {env!r}") from None
-    return max(1, os.cpu_count() or 1)
+    try:
+        return max(1, int(env) if env else os.cpu_count() or 1)
+    except ValueError:
+        raise ValueError(f"CEEM_COMPILE_JOBS must be a positive integer, got {env!r}") from None
 
 
 class CompiledHandle:
@@ -276,7 +265,6 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _cache_error(folder, f"cannot create the folder ({exc.strerror or exc})") from None
-    clean_stale(folder)  # build folders of processes killed during a compile
     deadline = time.monotonic() + timeout_s
     handles, new = [], {}
     try:
@@ -293,7 +281,7 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
                     log.debug("using cached %s", lib)
                     job = None
                 else:
-                    if problem not in ("missing", OLD_RECORD):
+                    if problem != "missing":
                         log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
                     job = new[lib] = _job(f, unit, lib, cc, key, max_bytes)
             handles.append(CompiledHandle(f, name, lib, job, deadline))
@@ -334,9 +322,10 @@ def _job(f: ca.Function, unit: str, lib: Path, cc: str, key: str, max_bytes: flo
             if not ok:
                 return
             rec_tmp.write_text(json.dumps({**_record(cc), "key": key, "function": f.name(),
-                                           "sha256": _file_sha256(so_tmp)}))
+                                           "sha256": hashlib.sha256(so_tmp.read_bytes()).hexdigest()}))
             os.replace(rec_tmp, lib.with_suffix(".json"))
             os.replace(so_tmp, lib)
+            clean_stale(lib.parent)  # build folders of processes killed during a compile
             evict(lib.parent, max_bytes, keep={p.stem for p in set(_LOADING)})
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
