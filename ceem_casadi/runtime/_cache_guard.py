@@ -120,7 +120,7 @@ def evict(folder: Path, max_bytes: float, keep=frozenset()) -> list[str]:
             total -= size
             removed.append(stem)
     if removed:
-        log.info("compile cache: removed %d least recently used libraries beyond %.0f MB", len(removed), max_bytes / 1e6)
+        log.info("compile cache: removed %d least recently used libraries beyond %g MiB", len(removed), max_bytes / 2**20)
     return removed
 
 

@@ -273,17 +273,13 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
             key = cache_key([f], name, cc)
             lib = folder / f"{unit}_{key}.so"
             job = new.get(lib) or _IN_FLIGHT.get(lib)  # the same Function twice: one job
-            if job is not None and job.done.is_set() and job.error is None:
-                job = None  # built earlier in this process (and verified by its own build)
-            if job is None or job.error is not None:
+            if job is None or job.done.is_set():  # not being built (or built earlier): the cache, checked
                 problem = verified(lib, cc, key, f.name()) if lib.exists() else "missing"
-                if problem is None:
-                    log.debug("using cached %s", lib)
-                    job = None
-                else:
-                    if problem != "missing":
-                        log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
-                    job = new[lib] = _job(f, unit, lib, cc, key, max_bytes)
+                if problem not in (None, "missing"):
+                    log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
+                job = None if problem is None else _job(f, unit, lib, cc, key, max_bytes)
+                if job is not None:
+                    new[lib] = job
             handles.append(CompiledHandle(f, name, lib, job, deadline))
             _LOADING.add(lib)
     except BaseException as exc:
