@@ -191,9 +191,9 @@ class CompiledHandle:
         self.attempt = 1  # builds of this library so far (`_again`)
 
     def result(self) -> ca.Function:
-        """The compiled Function (``ca.external``); ``RuntimeError`` when compilation failed or timed out. A cached
-        library that does not load or disagrees at a random point is rebuilt, with a warning (quietly when another
-        process removed it)."""
+        """The compiled Function (``ca.external``); ``RuntimeError`` when compilation failed or timed out. A library
+        that does not load or disagrees at a random point is rebuilt, with a warning (quietly when another process
+        removed it), at most `MAX_ATTEMPTS` builds in all."""
         if self.job is not None:
             try:
                 self.job.wait(self.deadline)
@@ -217,7 +217,10 @@ class CompiledHandle:
             return out
         del out  # unload it before a rebuild at the same path
         gone = not self.lib.exists()  # evicted by another process after its build or check
-        if self.job is not None and not gone:  # just built by this process: a compiler problem, not the cache
+        if self.attempt >= MAX_ATTEMPTS:  # built that often: the cache evicts too fast, or the compiler fails
+            if gone:
+                raise _cache_error(self.lib.parent, f"{self.lib.name} was built {self.attempt} times and removed "
+                                                    f"each time before it was loaded (is $CEEM_CACHE_MAX_MB too small?)")
             raise RuntimeError(f"compiled library {self.lib} of {self.f.name()} is not usable: {why}")
         log.log(logging.INFO if gone else logging.WARNING, "compile cache: %s is not used: %s; rebuilding it",
                 self.lib, "it was removed before it was loaded" if gone else why)
@@ -227,10 +230,7 @@ class CompiledHandle:
         return self._again()
 
     def _again(self) -> ca.Function:
-        """Build and load the library again; `CompileCacheError` after `MAX_ATTEMPTS` builds in all."""
-        if self.attempt >= MAX_ATTEMPTS:
-            raise _cache_error(self.lib.parent, f"{self.lib.name} was built {self.attempt} times and removed each "
-                                                f"time before it was loaded (is $CEEM_CACHE_MAX_MB too small?)")
+        """Build and load the library again (`result` stops after `MAX_ATTEMPTS` builds in all)."""
         handle = start_compile([self.f], self.group, max(self.deadline - time.monotonic(), 1.0))[0]
         handle.attempt = self.attempt + 1
         return handle.result()
@@ -275,7 +275,7 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
             job = new.get(lib) or _IN_FLIGHT.get(lib)  # the same Function twice: one job
             if job is None or job.done.is_set():  # not being built (or built earlier): the cache, checked
                 problem = verified(lib, cc, key, f.name()) if lib.exists() else "missing"
-                if problem not in (None, "missing"):
+                if problem not in (None, "missing") and lib.exists():  # not just evicted by another process
                     log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
                 job = None if problem is None else _job(f, unit, lib, cc, key, max_bytes)
                 if job is not None:
