@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
 import time
 
 import casadi as ca
@@ -93,29 +94,50 @@ def test_library_evicted_before_its_load_is_built_again(tmp_path, monkeypatch, c
     assert float(g([1.0, 2.0])) == pytest.approx(_value(1.5)) and h.lib.exists()
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
-    real = cmp.ca.external
+    real = cmp.load_exact
     calls = []
 
-    def gone_then_back(name, path):  # the first load finds it gone; another process builds it again meanwhile
-        calls.append(path)
+    def gone_then_back(name, lib):  # the first load finds it gone; another process builds it again meanwhile
+        calls.append(lib)
         if len(calls) == 1:
             raise RuntimeError("cannot open shared object file: No such file or directory")
-        return real(name, path)
+        return real(name, lib)
 
-    monkeypatch.setattr(cmp.ca, "external", gone_then_back)
+    monkeypatch.setattr(cmp, "load_exact", gone_then_back)
     (g,) = compile_functions([_fun(0.5)], "ceem_back")
     assert float(g([1.0, 2.0])) == pytest.approx(_value(0.5)) and len(calls) == 2
 
-    def evicted_first(name, path):
-        os.unlink(path)
-        return real(name, path)
+    def evicted_first(name, lib):
+        os.unlink(lib)
+        return real(name, lib)
 
-    monkeypatch.setattr(cmp.ca, "external", evicted_first)
+    monkeypatch.setattr(cmp, "load_exact", evicted_first)
     builds = []
     monkeypatch.setattr(cmp, "_job", lambda *args, _job=cmp._job: builds.append(args[2]) or _job(*args))
     with pytest.raises(CompileCacheError, match="built 3 times and removed each time"):
         compile_functions([_fun(2.5)], "ceem_gone")
     assert len(builds) == cmp.MAX_ATTEMPTS
+
+
+def test_a_library_gone_at_its_load_is_never_taken_from_the_working_directory(tmp_path, monkeypatch):
+    """CasADi's ``external`` given a missing absolute path loads ``./<path>`` under the working directory (running
+    its constructors): with libraries evicted by other processes, a folder a user works in could inject code. The
+    library is opened at its exact path first; when it is gone it is built again. Fails without
+    _cache_guard.load_exact (the planted library's constructor runs)."""
+    monkeypatch.setenv("CEEM_CACHE", str(tmp_path / "cache"))
+    (h,) = start_compile([_fun(1.25)], "ceem_cwd")
+    h.job.wait(h.deadline)
+    planted, marker = tmp_path / "cwd" / str(h.lib).lstrip("/"), tmp_path / "constructor_ran"
+    planted.parent.mkdir(parents=True)
+    c_file = tmp_path / "planted.c"
+    c_file.write_text(cmp._source(_fun(9.0), "planted") + '#include <stdio.h>\n__attribute__((constructor)) static '
+                      f'void planted(void) {{ fclose(fopen("{marker}", "w")); }}\n')
+    subprocess.run([compiler(), "-shared", "-fPIC", str(c_file), "-o", str(planted), "-lm"], check=True)
+    for p in (h.lib, h.lib.with_suffix(".json")):
+        p.unlink()
+    monkeypatch.chdir(tmp_path / "cwd")
+    g = h.result()
+    assert float(g([1.0, 2.0])) == pytest.approx(_value(1.25)) and not marker.exists()
 
 
 def test_cache_bound_setting_is_validated(monkeypatch, tmp_path):

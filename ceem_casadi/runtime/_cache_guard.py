@@ -3,7 +3,9 @@ point), how it removes the build folders of processes that died and evicts the l
 beyond its bound (docs/runtime.md, "The cache" and "The bound")."""
 from __future__ import annotations
 
+import _ctypes
 import contextlib
+import ctypes
 import json
 import logging
 import os
@@ -124,6 +126,22 @@ def evict(folder: Path, max_bytes: float, keep=frozenset()) -> list[str]:
     return removed
 
 
+def load_exact(name: str, lib: Path):
+    """``ca.external(name, lib)`` of the file at exactly ``lib`` (``RuntimeError`` when it cannot be opened): a gone
+    ``lib`` (evicted) made CasADi load ``./<lib>`` under the working directory. Opening it first makes
+    CasADi's load find it by name among the loaded libraries."""
+    import casadi as ca
+
+    try:
+        pin = ctypes.CDLL(str(lib))
+    except OSError as exc:
+        raise RuntimeError(str(exc)) from None
+    try:
+        return ca.external(name, str(lib))
+    finally:
+        _ctypes.dlclose(pin._handle)  # CasADi's own reference keeps it; a rebuild at this path loads anew
+
+
 def same_values(compiled, f, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
     """True when the loaded library ``compiled`` and the CasADi Function ``f`` agree at one
     random point (sparsity of every input and output, values to ``rtol``/``atol``)."""
@@ -143,4 +161,4 @@ def same_values(compiled, f, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
                            equal_nan=True) for x, y in zip(a, b))
 
 
-__all__ = ["clean_stale", "evict", "libraries", "owner_record", "safe_name", "same_values", "write_owner"]
+__all__ = ["clean_stale", "evict", "libraries", "load_exact", "owner_record", "safe_name", "same_values", "write_owner"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import casadi as ca
 
 from ..errors import CeemError, OptionsError
-from ._cache_guard import TMP_PREFIX, clean_stale, evict, libraries, safe_name, same_values, write_owner
+from ._cache_guard import TMP_PREFIX, clean_stale, evict, libraries, load_exact, safe_name, same_values, write_owner
 from ._compile_pool import DISK_ERRORS, FORKED, POOL, CompileJob
 
 log = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ class CompiledHandle:
         with contextlib.suppress(OSError):
             os.utime(self.lib)  # its last use, for the least-recently-used eviction
         try:
-            out = ca.external(self.f.name(), str(self.lib))
+            out = load_exact(self.f.name(), self.lib)
         except RuntimeError as exc:
             out, why = None, f"it does not load ({str(exc).strip().splitlines()[0][:200]})"
         else:
