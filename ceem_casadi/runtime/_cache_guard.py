@@ -1,6 +1,6 @@
 """What the compile cache trusts (a record binding key, Function name and SHA-256; the values at one random
-point), how it removes the build folders of processes that died and evicts the least recently used libraries
-beyond its bound (docs/runtime.md, "The cache" and "The bound")."""
+point; a library loaded from its exact path), how it removes build folders of dead processes and evicts the least
+recently used libraries beyond its bound (docs/runtime.md, "The cache" and "The bound")."""
 from __future__ import annotations
 
 import _ctypes
@@ -15,6 +15,7 @@ import socket
 import time
 from pathlib import Path
 
+import casadi as ca
 import numpy as np
 
 log = logging.getLogger("ceem_casadi.runtime._compile")
@@ -130,8 +131,6 @@ def load_exact(name: str, lib: Path):
     """``ca.external(name, lib)`` of the file at exactly ``lib`` (``RuntimeError`` when it cannot be opened): a gone
     ``lib`` (evicted) made CasADi load ``./<lib>`` under the working directory. Opening it first makes
     CasADi's load find it by name among the loaded libraries."""
-    import casadi as ca
-
     try:
         pin = ctypes.CDLL(str(lib))
     except OSError as exc:
@@ -145,8 +144,6 @@ def load_exact(name: str, lib: Path):
 def same_values(compiled, f, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
     """True when the loaded library ``compiled`` and the CasADi Function ``f`` agree at one
     random point (sparsity of every input and output, values to ``rtol``/``atol``)."""
-    import casadi as ca
-
     if compiled.n_in() != f.n_in() or compiled.n_out() != f.n_out() \
             or any(compiled.sparsity_in(i) != f.sparsity_in(i) for i in range(f.n_in())) \
             or any(compiled.sparsity_out(i) != f.sparsity_out(i) for i in range(f.n_out())):
