@@ -83,7 +83,7 @@ def test_library_evicted_before_its_load_is_built_again(tmp_path, monkeypatch, c
     """Another process removes the library between its build and this process's load: it is built again quietly;
     so is one whose load failed while another process built it again. Fails with the old immediate "is not usable"
     RuntimeError for a library just built (``self.job is not None``) in CompiledHandle.result. A cache that removes
-    every library before its load falls back after MAX_ATTEMPTS builds with `CompileCacheError`; fails without the
+    every library before its load falls back after MAX_ATTEMPTS loads with `CompileCacheError`; fails without the
     ``self.attempt >= MAX_ATTEMPTS`` bound in CompiledHandle.result (endless)."""
     monkeypatch.setenv("CEEM_CACHE", str(tmp_path))
     (h,) = start_compile([_fun(1.5)], "ceem_race")
@@ -114,7 +114,7 @@ def test_library_evicted_before_its_load_is_built_again(tmp_path, monkeypatch, c
     monkeypatch.setattr(cmp, "load_exact", evicted_first)
     builds = []
     monkeypatch.setattr(cmp, "_job", lambda *args, _job=cmp._job: builds.append(args[2]) or _job(*args))
-    with pytest.raises(CompileCacheError, match="built 3 times and removed each time"):
+    with pytest.raises(CompileCacheError, match="removed by another process before each of 3 loads"):
         compile_functions([_fun(2.5)], "ceem_gone")
     assert len(builds) == cmp.MAX_ATTEMPTS
 

@@ -29,7 +29,7 @@ O1_MAX_INSTRUCTIONS = 120_000  # longer programs are compiled at -O0 (docs/runti
 LINK_FLAGS = ("-shared",)
 FLAGS = COMPILE_FLAGS + LINK_FLAGS  # recorded with every library (a change rebuilds the cache)
 MAX_MB = 500  # the cache's default bound (MiB of libraries and records; the largest library seen: 11 MiB)
-MAX_ATTEMPTS = 3  # builds of one library (removed each time before its load) before the cache counts as unusable
+MAX_ATTEMPTS = 3  # loads of one library (a failed one is followed by a rebuild) before giving up
 
 
 class CompileCacheError(CeemError, RuntimeError):
@@ -188,12 +188,12 @@ class CompiledHandle:
 
     def __init__(self, f: ca.Function, group: str, lib: Path, job: CompileJob | None, deadline: float):
         self.f, self.group, self.lib, self.job, self.deadline = f, group, lib, job, deadline
-        self.attempt = 1  # builds of this library so far (`_again`)
+        self.attempt = 1  # the loads of this library tried, this one included (`_again`)
 
     def result(self) -> ca.Function:
         """The compiled Function (``ca.external``); ``RuntimeError`` when compilation failed or timed out. A library
         that does not load or disagrees at a random point is rebuilt, with a warning (quietly when another process
-        removed it), at most `MAX_ATTEMPTS` builds in all."""
+        removed it), at most `MAX_ATTEMPTS` loads in all."""
         if self.job is not None:
             try:
                 self.job.wait(self.deadline)
@@ -219,8 +219,8 @@ class CompiledHandle:
         gone = not self.lib.exists()  # evicted by another process after its build or check
         if self.attempt >= MAX_ATTEMPTS:  # built that often: the cache evicts too fast, or the compiler fails
             if gone:
-                raise _cache_error(self.lib.parent, f"{self.lib.name} was built {self.attempt} times and removed "
-                                                    f"each time before it was loaded (is $CEEM_CACHE_MAX_MB too small?)")
+                raise _cache_error(self.lib.parent, f"{self.lib.name} was removed by another process before each of "
+                                                    f"{self.attempt} loads (is $CEEM_CACHE_MAX_MB too small?)")
             raise RuntimeError(f"compiled library {self.lib} of {self.f.name()} is not usable: {why}")
         log.log(logging.INFO if gone else logging.WARNING, "compile cache: %s is not used: %s; rebuilding it",
                 self.lib, "it was removed before it was loaded" if gone else why)
@@ -230,7 +230,7 @@ class CompiledHandle:
         return self._again()
 
     def _again(self) -> ca.Function:
-        """Build and load the library again (`result` stops after `MAX_ATTEMPTS` builds in all)."""
+        """Build and load the library again (`result` stops after `MAX_ATTEMPTS` loads in all)."""
         handle = start_compile([self.f], self.group, max(self.deadline - time.monotonic(), 1.0))[0]
         handle.attempt = self.attempt + 1
         return handle.result()
