@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -165,7 +164,7 @@ def test_sigkill_during_first_compile_leaves_no_compiler_and_no_stale_folder(tmp
     """SIGKILL of a process while gcc compiles its first library: within 2 s no process works in the
     cache (the supervisor killed the compiler's group; before: gcc ran on for seconds), and no build
     folder of the dead process outlives the next process that compiles there (the supervisor
-    removes it; `clean_stale` would otherwise; before: kept forever), and no cc*.s of the killed compiler
+    removes it; `clean_stale` would a day later; before: kept forever), and no cc*.s of the killed compiler
     is left in $TMPDIR. Fails without the supervisor in _compile_pool (cc1 keeps running), or without
     the compiler's TMPDIR set to its build folder (a cc*.s stays in $TMPDIR)."""
     folder, outer = tmp_path / "cache", tmp_path / "tmp"
@@ -194,21 +193,20 @@ def test_sigkill_during_first_compile_leaves_no_compiler_and_no_stale_folder(tmp
     assert [p.name for p in folder.iterdir() if p.name.startswith("tmp-")] == []
 
 
-def test_clean_stale_keeps_folders_of_live_processes(tmp_path):
-    """A build folder owned by a running process (this one) is kept; one of a dead pid is removed."""
-    from ceem_casadi.runtime._cache_guard import owner_record
+def test_clean_stale_removes_build_folders_untouched_for_a_day(tmp_path):
+    """A build folder untouched for ORPHAN_AGE_S (a day) is removed; a younger one (a build that waits in a queue
+    or runs) is kept, and so is an old folder that is not a build folder."""
+    from ceem_casadi.runtime._cache_guard import ORPHAN_AGE_S
 
-    live = Path(tempfile.mkdtemp(prefix="tmp-live-", dir=tmp_path))
-    (live / "owner.json").write_text(json.dumps(owner_record()))
-    dead = Path(tempfile.mkdtemp(prefix="tmp-dead-", dir=tmp_path))
-    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    (dead / "owner.json").write_text(json.dumps({**owner_record(), "pid": int(child.stdout), "start": "0"}))
-    removed = clean_stale(tmp_path)
-    assert removed == [dead] and live.exists()
+    young, old, other = (tmp_path / n for n in ("tmp-young-1", "tmp-old-2", "notes"))
+    for p, age in ((young, ORPHAN_AGE_S - 600), (old, ORPHAN_AGE_S + 600), (other, 10 * ORPHAN_AGE_S)):
+        p.mkdir()
+        os.utime(p, (time.time() - age,) * 2)
+    assert clean_stale(tmp_path) == [old] and young.exists() and other.exists()
 
 
 def test_a_build_removes_stale_build_folders_and_nothing_else(tmp_path, monkeypatch):
-    """The next build in the cache removes a day-old build folder without owner record, and keeps a day-old
+    """The next build in the cache removes a day-old build folder, and keeps a day-old
     folder of the user's (scripts/bench_lorenz.py keeps its peer venv at $CEEM_CACHE/peer_venv). Fails without
     the `clean_stale` call in _compile._job's finish (the build folder stays), or with any folder named with a
     ``_`` taken for a build folder in _cache_guard.clean_stale (it removed the venv)."""
@@ -217,7 +215,7 @@ def test_a_build_removes_stale_build_folders_and_nothing_else(tmp_path, monkeypa
     (venv / "bin").mkdir(parents=True)
     orphan.mkdir()
     for p in (venv, orphan):
-        os.utime(p, (time.time() - 86400,) * 2)
+        os.utime(p, (time.time() - 2 * 86400,) * 2)
     compile_functions([_fun(scale=7.0)], "ceem_stale")
     assert not orphan.exists() and (venv / "bin").is_dir()
 

@@ -6,12 +6,10 @@ from __future__ import annotations
 import _ctypes
 import contextlib
 import ctypes
-import json
 import logging
 import os
 import re
 import shutil
-import socket
 import time
 from pathlib import Path
 
@@ -21,8 +19,7 @@ import numpy as np
 log = logging.getLogger("ceem_casadi.runtime._compile")
 
 TMP_PREFIX = "tmp-"
-OWNER = "owner.json"
-ORPHAN_AGE_S = 3600.0  # a build folder without an owner record is removed after this long
+ORPHAN_AGE_S = 86400.0  # a build folder untouched this long is a dead process's: no build waits in a queue a day
 LIBRARY = re.compile(r"_[0-9a-f]{24}\.(so|json)$")  # a cached library or its record: the cache key, then the suffix
 
 
@@ -33,59 +30,17 @@ def safe_name(text: str) -> str:
     return s if s[:1].isalpha() else "m" + s
 
 
-def _start_time(pid: int) -> str | None:
-    """The start time of process ``pid`` (clock ticks since boot, from /proc) or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
-def owner_record() -> dict:
-    """This process as the owner of a build folder."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_time(os.getpid())}
-
-
-def write_owner(folder: Path) -> None:
-    (folder / OWNER).write_text(json.dumps(owner_record()))
-
-
-def _alive(owner: dict) -> bool:
-    pid = owner.get("pid")
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    start = owner.get("start")
-    return start is None or _start_time(pid) in (None, start)  # a reused pid is another process
-
-
 def clean_stale(folder: Path) -> list[Path]:
-    """Remove the build folders in ``folder`` whose owner process on this host is gone, and those without
-    an owner record older than ``ORPHAN_AGE_S``; returns them."""
-    removed, host = [], socket.gethostname()
-    try:
-        entries = [p for p in folder.iterdir() if p.name.startswith(TMP_PREFIX) and p.is_dir()]
-    except OSError:
-        return []
-    for p in entries:
-        try:
-            owner = json.loads((p / OWNER).read_text())
-            stale = isinstance(owner, dict) and owner.get("host") == host and not _alive(owner)
-        except (OSError, ValueError):
-            try:
-                stale = time.time() - p.stat().st_mtime > ORPHAN_AGE_S
-            except OSError:
-                stale = False
-        if stale:
-            shutil.rmtree(p, ignore_errors=True)
-            if not p.exists():
-                removed.append(p)
+    """Remove the build folders in ``folder`` untouched for ``ORPHAN_AGE_S`` (their process died with its
+    supervisor, or before their compile started); returns them."""
+    removed, now = [], time.time()
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for e in entries:
+            with contextlib.suppress(OSError):  # removed meanwhile by another process
+                old = now - e.stat(follow_symlinks=False).st_mtime > ORPHAN_AGE_S
+                if old and e.name.startswith(TMP_PREFIX) and e.is_dir(follow_symlinks=False):
+                    shutil.rmtree(e.path)
+                    removed.append(Path(e.path))
     if removed:
         log.info("compile cache: removed %d build folders of processes that ended: %s", len(removed),
                  " ".join(p.name for p in removed))
@@ -158,4 +113,4 @@ def same_values(compiled, f, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
                            equal_nan=True) for x, y in zip(a, b))
 
 
-__all__ = ["clean_stale", "evict", "libraries", "load_exact", "owner_record", "safe_name", "same_values", "write_owner"]
+__all__ = ["clean_stale", "evict", "libraries", "load_exact", "safe_name", "same_values"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import casadi as ca
 
 from ..errors import CeemError, OptionsError
-from ._cache_guard import TMP_PREFIX, clean_stale, evict, libraries, load_exact, safe_name, same_values, write_owner
+from ._cache_guard import TMP_PREFIX, clean_stale, evict, libraries, load_exact, safe_name, same_values
 from ._compile_pool import DISK_ERRORS, FORKED, POOL, CompileJob
 
 log = logging.getLogger(__name__)
@@ -304,7 +304,6 @@ def _job(f: ca.Function, unit: str, lib: Path, cc: str, key: str, max_bytes: flo
     tmp = None
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{unit}-", dir=lib.parent))
-        write_owner(tmp)  # a later run removes the folder if this process dies (clean_stale)
         c_file, so_tmp, rec_tmp = tmp / f"{unit}.c", tmp / "lib.so", tmp / "lib.json"
         c_file.write_text(source)
     except OSError as exc:
