@@ -24,7 +24,7 @@ import pytest
 
 import ceem_casadi as cc
 from ceem_casadi.runtime import _compile as cmp
-from ceem_casadi.runtime._cache_guard import clean_stale, safe_name
+from ceem_casadi.runtime._cache_guard import safe_name, sweep
 from ceem_casadi.runtime._compile import CompileCacheError, compile_functions, compiler, start_compile
 from models import lorenz
 
@@ -164,7 +164,7 @@ def test_sigkill_during_first_compile_leaves_no_compiler_and_no_stale_folder(tmp
     """SIGKILL of a process while gcc compiles its first library: within 2 s no process works in the
     cache (the supervisor killed the compiler's group; before: gcc ran on for seconds), and no build
     folder of the dead process outlives the next process that compiles there (the supervisor
-    removes it; `clean_stale` would a day later; before: kept forever), and no cc*.s of the killed compiler
+    removes it; `sweep` would a day later; before: kept forever), and no cc*.s of the killed compiler
     is left in $TMPDIR. Fails without the supervisor in _compile_pool (cc1 keeps running), or without
     the compiler's TMPDIR set to its build folder (a cc*.s stays in $TMPDIR)."""
     folder, outer = tmp_path / "cache", tmp_path / "tmp"
@@ -193,7 +193,7 @@ def test_sigkill_during_first_compile_leaves_no_compiler_and_no_stale_folder(tmp
     assert [p.name for p in folder.iterdir() if p.name.startswith("tmp-")] == []
 
 
-def test_clean_stale_removes_build_folders_untouched_for_a_day(tmp_path):
+def test_sweep_removes_build_folders_untouched_for_a_day(tmp_path):
     """A build folder untouched for ORPHAN_AGE_S (a day) is removed; a younger one (a build that waits in a queue
     or runs) is kept, and so is an old folder that is not a build folder."""
     from ceem_casadi.runtime._cache_guard import ORPHAN_AGE_S
@@ -202,14 +202,14 @@ def test_clean_stale_removes_build_folders_untouched_for_a_day(tmp_path):
     for p, age in ((young, ORPHAN_AGE_S - 600), (old, ORPHAN_AGE_S + 600), (other, 10 * ORPHAN_AGE_S)):
         p.mkdir()
         os.utime(p, (time.time() - age,) * 2)
-    assert clean_stale(tmp_path) == [old] and young.exists() and other.exists()
+    assert sweep(tmp_path, float("inf")) == [old.name] and young.exists() and other.exists()
 
 
 def test_a_build_removes_stale_build_folders_and_nothing_else(tmp_path, monkeypatch):
     """The next build in the cache removes a day-old build folder, and keeps a day-old
     folder of the user's (scripts/bench_lorenz.py keeps its peer venv at $CEEM_CACHE/peer_venv). Fails without
-    the `clean_stale` call in _compile._job's finish (the build folder stays), or with any folder named with a
-    ``_`` taken for a build folder in _cache_guard.clean_stale (it removed the venv)."""
+    the `sweep` call in _compile._job's finish (the build folder stays), or with any folder named with a
+    ``_`` taken for a build folder in _cache_guard.libraries (it removed the venv)."""
     monkeypatch.setenv("CEEM_CACHE", str(tmp_path))
     venv, orphan = tmp_path / "peer_venv", tmp_path / "tmp-ceem_stages_f-k2x_9ab1"
     (venv / "bin").mkdir(parents=True)

@@ -19,7 +19,7 @@ import numpy as np
 log = logging.getLogger("ceem_casadi.runtime._compile")
 
 TMP_PREFIX = "tmp-"
-ORPHAN_AGE_S = 86400.0  # a build folder untouched this long is a dead process's: no build waits in a queue a day
+ORPHAN_AGE_S = 86400.0  # a build folder untouched this long is a dead process's: no build waits a day in a queue
 LIBRARY = re.compile(r"_[0-9a-f]{24}\.(so|json)$")  # a cached library or its record: the cache key, then the suffix
 
 
@@ -30,44 +30,34 @@ def safe_name(text: str) -> str:
     return s if s[:1].isalpha() else "m" + s
 
 
-def clean_stale(folder: Path) -> list[Path]:
-    """Remove the build folders in ``folder`` untouched for ``ORPHAN_AGE_S`` (their process died with its
-    supervisor, or before their compile started); returns them."""
-    removed, now = [], time.time()
-    with contextlib.suppress(OSError), os.scandir(folder) as entries:
-        for e in entries:
-            with contextlib.suppress(OSError):  # removed meanwhile by another process
-                old = now - e.stat(follow_symlinks=False).st_mtime > ORPHAN_AGE_S
-                if old and e.name.startswith(TMP_PREFIX) and e.is_dir(follow_symlinks=False):
-                    shutil.rmtree(e.path)
-                    removed.append(Path(e.path))
-    if removed:
-        log.info("compile cache: removed %d build folders of processes that ended: %s", len(removed),
-                 " ".join(p.name for p in removed))
-    return removed
-
-
-def libraries(folder: Path) -> dict[str, list]:
+def libraries(folder: Path, stale: list | None = None) -> dict[str, list]:
     """The libraries cached in ``folder``: file stem -> [last use (the library's mtime, s; 0 for a record
-    without library), bytes of library and record]."""
+    without library), bytes of library and record]; ``stale`` gets the build folders untouched for a day."""
     found: dict[str, list] = {}
     with contextlib.suppress(OSError), os.scandir(folder) as entries:
         for e in entries:
             with contextlib.suppress(OSError):  # removed meanwhile by another process
+                st = e.stat(follow_symlinks=False)
+                old = time.time() - st.st_mtime > ORPHAN_AGE_S
                 if LIBRARY.search(e.name) and e.is_file(follow_symlinks=False):
-                    st = e.stat(follow_symlinks=False)
                     entry = found.setdefault(e.name.rsplit(".", 1)[0], [0.0, 0])
                     entry[0] = st.st_mtime if e.name.endswith(".so") else entry[0]
                     entry[1] += st.st_size
+                elif old and stale is not None and e.name.startswith(TMP_PREFIX) and e.is_dir(follow_symlinks=False):
+                    stale.append(e.name)
     return found
 
 
-def evict(folder: Path, max_bytes: float, keep=frozenset()) -> list[str]:
-    """Remove the least recently used libraries in ``folder`` (a load touches its library) until the others
-    take at most ``max_bytes``, never those whose stem is in ``keep``; returns the stems removed. The library
-    goes before its record; a file that cannot be removed (or that another process removed) is no error."""
-    found = libraries(folder)
-    total, removed = sum(size for _, size in found.values()), []
+def sweep(folder: Path, max_bytes: float, keep=frozenset()) -> list[str]:
+    """Remove from ``folder`` the build folders untouched for ``ORPHAN_AGE_S`` (their process died with its
+    supervisor, or before their compile started), then the least recently used libraries (a load touches its
+    library) until the others take at most ``max_bytes``, never those whose stem is in ``keep``; returns the
+    names removed. A library goes before its record; a file that cannot be removed (or is gone) is no error."""
+    removed: list[str] = []
+    found = libraries(folder, removed)
+    for name in removed:
+        shutil.rmtree(folder / name, ignore_errors=True)
+    total = sum(size for _, size in found.values())
     for stem, (_, size) in sorted(found.items(), key=lambda item: item[1][0]):
         if total <= max_bytes:
             break
@@ -78,7 +68,7 @@ def evict(folder: Path, max_bytes: float, keep=frozenset()) -> list[str]:
             total -= size
             removed.append(stem)
     if removed:
-        log.info("compile cache: removed %d least recently used libraries beyond %g MiB", len(removed), max_bytes / 2**20)
+        log.info("compile cache (bound %g MiB): removed %s", max_bytes / 2**20, " ".join(removed))
     return removed
 
 
@@ -113,4 +103,4 @@ def same_values(compiled, f, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
                            equal_nan=True) for x, y in zip(a, b))
 
 
-__all__ = ["clean_stale", "evict", "libraries", "load_exact", "safe_name", "same_values"]
+__all__ = ["libraries", "load_exact", "safe_name", "same_values", "sweep"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import casadi as ca
 
 from ..errors import CeemError, OptionsError
-from ._cache_guard import TMP_PREFIX, clean_stale, evict, libraries, load_exact, safe_name, same_values
+from ._cache_guard import TMP_PREFIX, libraries, load_exact, safe_name, same_values, sweep
 from ._compile_pool import DISK_ERRORS, FORKED, POOL, CompileJob
 
 log = logging.getLogger(__name__)
@@ -320,8 +320,7 @@ def _job(f: ca.Function, unit: str, lib: Path, cc: str, key: str, max_bytes: flo
                                            "sha256": hashlib.sha256(so_tmp.read_bytes()).hexdigest()}))
             os.replace(rec_tmp, lib.with_suffix(".json"))
             os.replace(so_tmp, lib)
-            clean_stale(lib.parent)  # build folders of processes killed during a compile
-            evict(lib.parent, max_bytes, keep={p.stem for p in set(_LOADING)})
+            sweep(lib.parent, max_bytes, keep={p.stem for p in set(_LOADING)})
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

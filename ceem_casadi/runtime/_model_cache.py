@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ._cache_guard import evict
+from ._cache_guard import sweep
 from ._compile import cache_dir
 
 __all__ = ["MAXSIZE", "cached", "clear_model_cache", "noise_key", "structure_key"]
@@ -137,4 +137,4 @@ def clear_model_cache(disk: bool = False) -> int:
         _ENTRIES.clear()
         _DIGESTS.clear()
         _KEYS.clear()
-    return n + (len(evict(cache_dir(), 0.0)) if disk else 0)
+    return n + (len(sweep(cache_dir(), 0.0)) if disk else 0)
