@@ -36,7 +36,8 @@ def _libs(folder) -> list[str]:
 
 
 def _bound(monkeypatch, tmp_path, n_libraries: float) -> None:
-    """Cache in ``tmp_path`` bounded to ``n_libraries`` times one library with its record."""
+    """Cache in ``tmp_path`` bounded to ``n_libraries`` times one library with its record, emptied by
+    ``clear_model_cache(disk=True)`` (fails without its ``disk`` branch in _model_cache)."""
     monkeypatch.setenv("CEEM_CACHE", str(tmp_path))
     monkeypatch.delenv("CEEM_CACHE_MAX_MB", raising=False)
     compile_functions([_fun(0.5, "probe")], "ceem_probe")
@@ -47,7 +48,7 @@ def _bound(monkeypatch, tmp_path, n_libraries: float) -> None:
 
 def test_least_recently_used_libraries_are_evicted_beyond_the_bound(tmp_path, monkeypatch):
     """Bound 2.5 libraries: after a, b, a load of a, and c, the cache holds a and c (b, least recently used, went).
-    Fails without the `evict` call in _compile._job's finish (three stay), or without the `os.utime` touch in
+    Fails without the `sweep` call in _compile._job's finish (three stay), or without the `os.utime` touch in
     CompiledHandle.result (a, built first, goes)."""
     _bound(monkeypatch, tmp_path, 2.5)
     (a,) = compile_functions([_fun(1.0)], "ceem_a")
@@ -66,7 +67,7 @@ def test_least_recently_used_libraries_are_evicted_beyond_the_bound(tmp_path, mo
 
 def test_libraries_about_to_be_loaded_are_not_evicted(tmp_path, monkeypatch):
     """A bound below one library: three Functions built in one batch all stay until they are loaded (each build
-    keeps the others), and the next build evicts them. Fails without ``keep=`` of the `evict` call in _compile._job
+    keeps the others), and the next build evicts them. Fails without ``keep=`` of the `sweep` call in _compile._job
     (the last build removes the first two before their load)."""
     _bound(monkeypatch, tmp_path, 0.5)
     handles = start_compile([_fun(c, f"f{i}") for i, c in enumerate((1.0, 2.0, 3.0))], "ceem_batch", jobs=1)
