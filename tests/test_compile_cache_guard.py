@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ import pytest
 
 import ceem_casadi as cc
 from ceem_casadi.runtime import _compile as cmp
-from ceem_casadi.runtime._cache_guard import clean_stale, safe_name
+from ceem_casadi.runtime._cache_guard import safe_name, sweep
 from ceem_casadi.runtime._compile import CompileCacheError, compile_functions, compiler, start_compile
 from models import lorenz
 
@@ -165,7 +164,7 @@ def test_sigkill_during_first_compile_leaves_no_compiler_and_no_stale_folder(tmp
     """SIGKILL of a process while gcc compiles its first library: within 2 s no process works in the
     cache (the supervisor killed the compiler's group; before: gcc ran on for seconds), and no build
     folder of the dead process outlives the next process that compiles there (the supervisor
-    removes it; `clean_stale` would otherwise; before: kept forever), and no cc*.s of the killed compiler
+    removes it; `sweep` would a day later; before: kept forever), and no cc*.s of the killed compiler
     is left in $TMPDIR. Fails without the supervisor in _compile_pool (cc1 keeps running), or without
     the compiler's TMPDIR set to its build folder (a cc*.s stays in $TMPDIR)."""
     folder, outer = tmp_path / "cache", tmp_path / "tmp"
@@ -187,24 +186,38 @@ def test_sigkill_during_first_compile_leaves_no_compiler_and_no_stale_folder(tmp
     assert _cache_processes(folder) == []
     # issue 33: the killed compiler's temporaries (cc*.s) were in its build folder, not in $TMPDIR
     assert [p.name for p in outer.iterdir() if p.name.startswith("cc")] == []
-    # the next run (another process: clean_stale runs once per process and folder)
+    # the next process that builds a library there
     subprocess.run([sys.executable, "-c", "import casadi as ca; from ceem_casadi.runtime._compile import "
                     "compile_functions; x = ca.SX.sym('x'); compile_functions([ca.Function('f', [x], [x * x])], "
                     "'ceem_next')"], env=env, check=True, timeout=120)
     assert [p.name for p in folder.iterdir() if p.name.startswith("tmp-")] == []
 
 
-def test_clean_stale_keeps_folders_of_live_processes(tmp_path):
-    """A build folder owned by a running process (this one) is kept; one of a dead pid is removed."""
-    from ceem_casadi.runtime._cache_guard import owner_record
+def test_sweep_removes_build_folders_untouched_for_a_day(tmp_path):
+    """A build folder untouched for ORPHAN_AGE_S (a day) is removed; a younger one (a build that waits in a queue
+    or runs) is kept, and so is an old folder that is not a build folder."""
+    from ceem_casadi.runtime._cache_guard import ORPHAN_AGE_S
 
-    live = Path(tempfile.mkdtemp(prefix="tmp-live-", dir=tmp_path))
-    (live / "owner.json").write_text(json.dumps(owner_record()))
-    dead = Path(tempfile.mkdtemp(prefix="tmp-dead-", dir=tmp_path))
-    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    (dead / "owner.json").write_text(json.dumps({**owner_record(), "pid": int(child.stdout), "start": "0"}))
-    removed = clean_stale(tmp_path)
-    assert removed == [dead] and live.exists()
+    young, old, other = (tmp_path / n for n in ("tmp-young-1", "tmp-old-2", "notes"))
+    for p, age in ((young, ORPHAN_AGE_S - 600), (old, ORPHAN_AGE_S + 600), (other, 10 * ORPHAN_AGE_S)):
+        p.mkdir()
+        os.utime(p, (time.time() - age,) * 2)
+    assert sweep(tmp_path, float("inf")) == [old.name] and young.exists() and other.exists()
+
+
+def test_a_build_removes_stale_build_folders_and_nothing_else(tmp_path, monkeypatch):
+    """The next build in the cache removes a day-old build folder, and keeps a day-old
+    folder of the user's (scripts/bench_lorenz.py keeps its peer venv at $CEEM_CACHE/peer_venv). Fails without
+    the `sweep` call in _compile._job's finish (the build folder stays), or with any folder named with a
+    ``_`` taken for a build folder in _cache_guard.libraries (it removed the venv)."""
+    monkeypatch.setenv("CEEM_CACHE", str(tmp_path))
+    venv, orphan = tmp_path / "peer_venv", tmp_path / "tmp-ceem_stages_f-k2x_9ab1"
+    (venv / "bin").mkdir(parents=True)
+    orphan.mkdir()
+    for p in (venv, orphan):
+        os.utime(p, (time.time() - 2 * 86400,) * 2)
+    compile_functions([_fun(scale=7.0)], "ceem_stale")
+    assert not orphan.exists() and (venv / "bin").is_dir()
 
 
 # --- issue 33: any OSError of the cache falls back once; compiler temporaries live in the build folder --------

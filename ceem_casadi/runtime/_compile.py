@@ -3,6 +3,7 @@ SHA-256 of the serialized Function, the compiler and the flags; a cache folder t
 `CompileCacheError` (callers fall back to the virtual machine). docs/runtime.md, "Native compilation"."""
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import hashlib
@@ -17,8 +18,8 @@ from pathlib import Path
 
 import casadi as ca
 
-from ..errors import CeemError
-from ._cache_guard import TMP_PREFIX, clean_stale, safe_name, same_values, write_owner
+from ..errors import CeemError, OptionsError
+from ._cache_guard import TMP_PREFIX, libraries, load_exact, safe_name, same_values, sweep
 from ._compile_pool import DISK_ERRORS, FORKED, POOL, CompileJob
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,8 @@ COMPILE_FLAGS = ("-O1", "-fno-thread-jumps", "-fPIC", "-fno-math-errno")  # the 
 O1_MAX_INSTRUCTIONS = 120_000  # longer programs are compiled at -O0 (docs/runtime.md)
 LINK_FLAGS = ("-shared",)
 FLAGS = COMPILE_FLAGS + LINK_FLAGS  # recorded with every library (a change rebuilds the cache)
+MAX_MB = 500  # the cache's default bound (MiB of libraries and records; the largest library seen: 11 MiB)
+MAX_ATTEMPTS = 3  # loads of one library (a failed one is followed by a rebuild) before giving up
 
 
 class CompileCacheError(CeemError, RuntimeError):
@@ -52,6 +55,44 @@ def fallback_warning(logger, what: str, exc: Exception) -> None:
 
 def cache_dir() -> Path:
     return Path(os.environ.get("CEEM_CACHE", Path.home() / ".cache" / "ceem_casadi"))
+
+
+def cache_max_bytes() -> float:
+    """The cache's bound (bytes): ``$CEEM_CACHE_MAX_MB`` MiB (``inf``: none), default `MAX_MB`."""
+    env = os.environ.get("CEEM_CACHE_MAX_MB") or str(MAX_MB)
+    with contextlib.suppress(ValueError):
+        if float(env) >= 0:
+            return float(env) * 2 ** 20
+    raise OptionsError(f"$CEEM_CACHE_MAX_MB: expected a number of MiB >= 0, got {env!r}")
+
+
+CacheUsage = collections.namedtuple("CacheUsage", "folder libraries bytes max_bytes")
+
+
+def compile_cache_usage() -> CacheUsage:
+    """The compiled-library cache: its folder (``$CEEM_CACHE``), its libraries and their bytes (with their records),
+    and its bound (``$CEEM_CACHE_MAX_MB``; each build evicts the least recently used beyond it); empty it with
+    ``cc.runtime.clear_model_cache(disk=True)``.
+
+    Returns
+    -------
+    CacheUsage
+        A named tuple ``(folder, libraries, bytes, max_bytes)``.
+
+    Raises
+    ------
+    OptionsError
+        When ``$CEEM_CACHE_MAX_MB`` is not a number of MiB >= 0.
+
+    Examples
+    --------
+    >>> import ceem_casadi as cc
+    >>> usage = cc.runtime.compile_cache_usage()
+    >>> usage.libraries >= 0 and usage.bytes >= 0 and usage.max_bytes > 0
+    True
+    """
+    found = libraries(cache_dir())
+    return CacheUsage(cache_dir(), len(found), sum(size for _, size in found.values()), cache_max_bytes())
 
 
 def compiler() -> str | None:
@@ -88,15 +129,8 @@ def compiler_version(cc: str) -> str:
     return out.splitlines()[0].strip() if out else ""
 
 
-def _file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _record(cc: str) -> dict:
     return {"casadi": ca.__version__, "compiler": cc, "compiler_version": compiler_version(cc), "flags": list(FLAGS)}
-
-
-OLD_RECORD = "recorded by an older version (no cache key)"  # rebuilt once, quietly
 
 
 def verified(lib: Path, cc: str, key: str | None = None, function: str | None = None) -> str | None:
@@ -108,14 +142,12 @@ def verified(lib: Path, cc: str, key: str | None = None, function: str | None = 
         rec = None
     if not isinstance(rec, dict):
         return "no readable record of its digest"
-    if key is not None and "key" not in rec:
-        return OLD_RECORD
     want = {**_record(cc), "key": key, "function": function}
     for k, v in want.items():
         if v is not None and rec.get(k) != v:
             return f"built with {k} {rec.get(k)!r}, now {v!r}"
     try:
-        if rec.get("sha256") != _file_sha256(lib):
+        if rec.get("sha256") != hashlib.sha256(lib.read_bytes()).hexdigest():
             return "its bytes do not match the SHA-256 recorded when it was built (damaged or replaced)"
     except OSError as exc:
         return f"unreadable ({exc})"
@@ -145,12 +177,10 @@ def opt_level(f: ca.Function) -> str:
 def compile_jobs() -> int:
     """Parallel compiler processes: ``$CEEM_COMPILE_JOBS``, else the number of CPUs."""
     env = os.environ.get("CEEM_COMPILE_JOBS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise ValueError(f"CEEM_COMPILE_JOBS must be a positive integer, got {env!r}") from None
-    return max(1, os.cpu_count() or 1)
+    try:
+        return max(1, int(env) if env else os.cpu_count() or 1)
+    except ValueError:
+        raise ValueError(f"CEEM_COMPILE_JOBS must be a positive integer, got {env!r}") from None
 
 
 class CompiledHandle:
@@ -158,10 +188,12 @@ class CompiledHandle:
 
     def __init__(self, f: ca.Function, group: str, lib: Path, job: CompileJob | None, deadline: float):
         self.f, self.group, self.lib, self.job, self.deadline = f, group, lib, job, deadline
+        self.attempt = 1  # the loads of this library tried, this one included (`_again`)
 
     def result(self) -> ca.Function:
-        """The compiled Function (``ca.external``); ``RuntimeError`` when compilation failed or timed out. A cached
-        library that does not load or disagrees at a random point is rebuilt, with a warning."""
+        """The compiled Function (``ca.external``); ``RuntimeError`` when compilation failed or timed out. A library
+        that does not load or disagrees at a random point is rebuilt, with a warning (quietly when another process
+        removed it), at most `MAX_ATTEMPTS` loads in all."""
         if self.job is not None:
             try:
                 self.job.wait(self.deadline)
@@ -171,23 +203,37 @@ class CompiledHandle:
                     raise _cache_error(self.lib.parent, f"compiling {self.f.name()} failed ({why})") from None
                 if self.job.error != FORKED:
                     raise
-                return start_compile([self.f], self.group, max(self.deadline - time.monotonic(), 1.0))[0].result()
+                return self._again()
+        with contextlib.suppress(OSError):
+            os.utime(self.lib)  # its last use, for the least-recently-used eviction
         try:
-            out = ca.external(self.f.name(), str(self.lib))
+            out = load_exact(self.f.name(), self.lib)
         except RuntimeError as exc:
             out, why = None, f"it does not load ({str(exc).strip().splitlines()[0][:200]})"
         else:
             why = None if same_values(out, self.f) else "its values differ from the Function's"
+        _LOADING.discard(self.lib)
         if why is None:
             return out
         del out  # unload it before a rebuild at the same path
-        if self.job is not None:  # just built by this process: a compiler problem, not the cache
+        gone = not self.lib.exists()  # evicted by another process after its build or check
+        if self.attempt >= MAX_ATTEMPTS:  # built that often: the cache evicts too fast, or the compiler fails
+            if gone:
+                raise _cache_error(self.lib.parent, f"{self.lib.name} was removed by another process before each of "
+                                                    f"{self.attempt} loads (is $CEEM_CACHE_MAX_MB too small?)")
             raise RuntimeError(f"compiled library {self.lib} of {self.f.name()} is not usable: {why}")
-        log.warning("compile cache: %s is not used: %s; rebuilding it", self.lib, why)
+        log.log(logging.INFO if gone else logging.WARNING, "compile cache: %s is not used: %s; rebuilding it",
+                self.lib, "it was removed before it was loaded" if gone else why)
         for p in (self.lib, self.lib.with_suffix(".json")):
             with contextlib.suppress(OSError):
                 p.unlink()
-        return start_compile([self.f], self.group, max(self.deadline - time.monotonic(), 1.0))[0].result()
+        return self._again()
+
+    def _again(self) -> ca.Function:
+        """Build and load the library again (`result` stops after `MAX_ATTEMPTS` loads in all)."""
+        handle = start_compile([self.f], self.group, max(self.deadline - time.monotonic(), 1.0))[0]
+        handle.attempt = self.attempt + 1
+        return handle.result()
 
 
 MAX_UNIT_CHARS = 100  # of a library's name: with the key and suffixes well below a file name's 255 bytes
@@ -203,6 +249,7 @@ def unit_name(group: str, function: str) -> str:
 
 
 _IN_FLIGHT: dict[Path, CompileJob] = {}  # libraries being built by this process, by path (one job each)
+_LOADING: set[Path] = set()  # libraries of this process's handles not loaded yet: its evictions keep them
 os.register_at_fork(after_in_child=_IN_FLIGHT.clear)
 
 
@@ -213,12 +260,11 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc) to compile stage functions")
-    folder = cache_dir()
+    folder, max_bytes = cache_dir(), cache_max_bytes()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _cache_error(folder, f"cannot create the folder ({exc.strerror or exc})") from None
-    clean_stale(folder)  # build folders of processes killed during a compile
     deadline = time.monotonic() + timeout_s
     handles, new = [], {}
     try:
@@ -227,18 +273,15 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
             key = cache_key([f], name, cc)
             lib = folder / f"{unit}_{key}.so"
             job = new.get(lib) or _IN_FLIGHT.get(lib)  # the same Function twice: one job
-            if job is not None and job.done.is_set() and job.error is None:
-                job = None  # built earlier in this process (and verified by its own build)
-            if job is None or job.error is not None:
+            if job is None or job.done.is_set():  # not being built (or built earlier): the cache, checked
                 problem = verified(lib, cc, key, f.name()) if lib.exists() else "missing"
-                if problem is None:
-                    log.debug("using cached %s", lib)
-                    job = None
-                else:
-                    if problem not in ("missing", OLD_RECORD):
-                        log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
-                    job = new[lib] = _job(f, unit, lib, cc, key)
+                if problem not in (None, "missing") and lib.exists():  # not just evicted by another process
+                    log.warning("compile cache: %s is not used: %s; rebuilding it", lib, problem)
+                job = None if problem is None else _job(f, unit, lib, cc, key, max_bytes)
+                if job is not None:
+                    new[lib] = job
             handles.append(CompiledHandle(f, name, lib, job, deadline))
+            _LOADING.add(lib)
     except BaseException as exc:
         for job in new.values():  # generated but never queued: remove their C folders
             job.finish(False)
@@ -253,15 +296,14 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
     return handles
 
 
-def _job(f: ca.Function, unit: str, lib: Path, cc: str, key: str) -> CompileJob:
-    """Generate ``f``'s C into a fresh folder next to ``lib``; the job compiles it and moves library and
-    record (binding ``key`` and the Function's name) into place. An unwritable folder raises
-    `CompileCacheError` and leaves nothing behind."""
+def _job(f: ca.Function, unit: str, lib: Path, cc: str, key: str, max_bytes: float) -> CompileJob:
+    """Generate ``f``'s C into a fresh folder next to ``lib``; the job compiles it, moves library and record
+    (binding ``key`` and the Function's name) into place and evicts beyond ``max_bytes`` (not what this process
+    is about to load). An unwritable folder raises `CompileCacheError` and leaves nothing behind."""
     source = _source(f, unit)
     tmp = None
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{unit}-", dir=lib.parent))
-        write_owner(tmp)  # a later run removes the folder if this process dies (clean_stale)
         c_file, so_tmp, rec_tmp = tmp / f"{unit}.c", tmp / "lib.so", tmp / "lib.json"
         c_file.write_text(source)
     except OSError as exc:
@@ -275,9 +317,10 @@ def _job(f: ca.Function, unit: str, lib: Path, cc: str, key: str) -> CompileJob:
             if not ok:
                 return
             rec_tmp.write_text(json.dumps({**_record(cc), "key": key, "function": f.name(),
-                                           "sha256": _file_sha256(so_tmp)}))
+                                           "sha256": hashlib.sha256(so_tmp.read_bytes()).hexdigest()}))
             os.replace(rec_tmp, lib.with_suffix(".json"))
             os.replace(so_tmp, lib)
+            sweep(lib.parent, max_bytes, keep={p.stem for p in set(_LOADING)})
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

@@ -13,6 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from ._cache_guard import sweep
+from ._compile import cache_dir
+
 __all__ = ["MAXSIZE", "cached", "clear_model_cache", "noise_key", "structure_key"]
 
 MAXSIZE = 128  # entries kept in each table (least recently used dropped beyond)
@@ -103,14 +106,20 @@ def cached(model, kind: str, args: Hashable, build: Callable[[], Any], *, per_th
     return value
 
 
-def clear_model_cache() -> int:
+def clear_model_cache(disk: bool = False) -> int:
     """Drop every object the library compiled from a model (rollouts, solvers, filters, design
     functions); the next call builds them again.
+
+    Parameters
+    ----------
+    disk : bool
+        Also remove every compiled library from the disk cache (``$CEEM_CACHE``, see
+        `compile_cache_usage`); the next compiled fit builds them again.
 
     Returns
     -------
     int
-        The number of objects dropped.
+        The number of objects dropped (and of libraries removed, with ``disk``).
 
     Examples
     --------
@@ -128,4 +137,4 @@ def clear_model_cache() -> int:
         _ENTRIES.clear()
         _DIGESTS.clear()
         _KEYS.clear()
-    return n
+    return n + (len(sweep(cache_dir(), 0.0)) if disk else 0)
