@@ -28,6 +28,18 @@ def _all(futures) -> list:
     return [f.result() for f in futures]
 
 
+class _Ahead:
+    """What each shard's smoothing task evaluated at the states it made (``version``) and ``theta_vec`` for the
+    learning step that follows: ``shards``, per shard ``((J, seconds), learning terms at first = (z, what))``."""
+
+    def __init__(self, theta_vec, version: int, first: tuple, shards):
+        self.theta_vec, self.version, self.first = theta_vec, version, first
+        self.J = float(sum(s[0][0] for s in shards))
+        self.J_s, self.terms = [s[0][1] for s in shards], [s[1] for s in shards]
+        self.task_s = [s[0][1] + s[1][-1] for s in shards]
+        self.terms_bytes = nbytes(self.terms)
+
+
 class DaskEngine(ShardedOutcomes):
     """Smoothing, J and the learner's map-reduce on a ``dask.distributed.Client``."""
 
@@ -53,6 +65,7 @@ class DaskEngine(ShardedOutcomes):
         self._version = itertools.count()
         self._memo: tuple = (None, None)  # (the last list of states sent, its version)
         self._setup = None  # (theta_vec, version) of the learning session, sent with its first reduce
+        self._ahead = self._base = None  # `_Ahead` of the last smoothing step; of the learning session
         self.learner = RemoteLearner(self, model, learner_options, kinds[0][0])
         self.record("setup", t0, [k[1] for k in kinds], len(spec.blob) * len(workers) + nbytes(shards), 16)
 
@@ -77,31 +90,60 @@ class DaskEngine(ShardedOutcomes):
 
     # --- the steps -----------------------------------------------------------------------
     def __call__(self, theta_vec, data, xs) -> Smoothed:
+        """The smoothing step; each shard's task then evaluates J and the learning step's first round at the new
+        states (`_Ahead`: two round trips less per EM iteration, docs/scaling.md)."""
         t0 = time.perf_counter()
         theta_vec = np.asarray(theta_vec, float)
         source, sent = self._version_of(xs)
         target, budget = next(self._version), remaining()
-        summaries = _all([a.smooth(theta_vec, source, target, budget) for a in self.actors])
+        first = (theta_vec[self.learner.free], self.learner.first_what)
+        summaries, ahead = zip(*_all([a.smooth(theta_vec, source, target, budget, first) for a in self.actors]))
         out = outcomes(self.index, summaries)
         out.xs = RemoteStates(self, target)
+        self._ahead = None if any(a is None for a in ahead) else _Ahead(theta_vec, target, first, ahead)
+        extra = self._ahead.task_s if self._ahead else [0.0] * len(summaries)
         self.record("smooth", t0, [s.compute_s for s in summaries], sent + nbytes(theta_vec) * len(self.actors),
-                     nbytes(summaries))
+                    nbytes(summaries) + 16 * len(summaries), task_s=[s.compute_s + e for s, e in zip(summaries, extra)])
         return out
 
     def log_density(self, theta_vec, data, xs) -> float:
         t0 = time.perf_counter()
         theta_vec = np.asarray(theta_vec, float)
+        J = self._known_J(theta_vec, xs)
+        if J is not None:  # the shards' seconds were spent in the smoothing tasks
+            self.record("J", t0, self._base.J_s, 0, 0, trips=0)
+            return J
         version, sent = self._version_of(xs)
         vals = _all([a.log_density(theta_vec, version) for a in self.actors])
         self.record("J", t0, [v[1] for v in vals], sent + nbytes(theta_vec) * len(self.actors), 16 * len(vals))
         return float(sum(v[0] for v in vals))
 
+    def _known_J(self, theta_vec, xs) -> float | None:
+        """J at ``theta_vec`` and the states of the last learning session without a message: J at the session's start
+        plus the drop of the data terms' cost (-J up to terms free of theta), when both costs are known; else None."""
+        base = self._base
+        if base is None or not isinstance(xs, RemoteStates) or xs.handle != base.version:
+            return None
+        start, free = base.theta_vec, self.learner.free
+        f0, f1 = self.learner.cost_at(start[free]), self.learner.cost_at(theta_vec[free])
+        same_fixed = np.array_equal(np.delete(start, free), np.delete(theta_vec, free))
+        return base.J + f0 - f1 if same_fixed and f0 is not None and f1 is not None else None
+
     def learning_session(self, theta_vec, xs) -> list:
-        """The actors, whose learner data terms are set up at ``theta_vec`` and states ``xs`` by the
-        first `reduce` of the session (in the same round: one message less per learning step)."""
+        """The actors, whose learner data terms are set up at ``theta_vec`` and states ``xs`` by the smoothing tasks
+        that made ``xs`` (`first_round`), else by the session's first `reduce` (in the same round trip)."""
         version, self.session_sent = self._version_of(xs)
-        self._setup = (np.asarray(theta_vec, float), version)
+        theta_vec = np.asarray(theta_vec, float)
+        ahead, self._ahead = self._ahead, None
+        ok = ahead is not None and ahead.version == version and np.array_equal(ahead.theta_vec, theta_vec)
+        self._base = ahead if ok else None
+        self._setup = None if ok else (theta_vec, version)
         return self.actors
+
+    def first_round(self) -> tuple | None:
+        """``(z, what, per-shard terms, bytes received)`` of the session's first round when the smoothing tasks
+        computed it, else None."""
+        return None if self._base is None else (*self._base.first, self._base.terms, self._base.terms_bytes)
 
     def reduce(self, session: list, z: np.ndarray, what: str) -> tuple[list, int]:
         """Each shard's learning terms at ``z``: (list of per-shard tuples, bytes received)."""

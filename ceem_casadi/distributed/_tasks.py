@@ -179,10 +179,15 @@ class ShardActor:
                            f"{list(self.versions)}); it was superseded by newer iterates")
         return self.versions[version]
 
-    def smooth(self, theta_vec, source: int, target: int, remaining: float | None) -> ShardSummary:
+    def smooth(self, theta_vec, source: int, target: int, remaining: float | None, first: tuple | None = None):
+        """``(summary, ahead)``: the states smoothed from version ``source`` kept as ``target``; ``ahead``: with
+        ``first = (z, what)`` and finite states, ``(log_density, terms)`` there (the learning session set up at
+        ``theta_vec`` and the new states), else None."""
         state = smooth(self.spec, theta_vec, self.shard, self._get(source), remaining)
         self.put(target, state.xs)
-        return state.summary
+        if first is None or not all(state.summary.finite):
+            return state.summary, None
+        return state.summary, (self.log_density(theta_vec, target), self.terms(*first, (theta_vec, target)))
 
     def states(self, version: int) -> list:
         return self._get(version)
