@@ -10,7 +10,6 @@ import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, replace
 
-import casadi as ca
 import numpy as np
 
 from ..learning._learner import Learner
@@ -114,19 +113,17 @@ def smooth(spec: ModelSpec, theta_vec, shard, xs, remaining: float | None) -> Sh
 
 @dataclass
 class LearningShard:
-    """A shard's learner NLP parameter ``P`` (a column DM) for the data terms at fixed states
-    (stays on its worker)."""
+    """A shard's learner NLP parameter ``P`` (n_P,) for the data terms at fixed states (stays on its worker)."""
 
     lengths: tuple
-    P: ca.DM
+    P: np.ndarray
 
 
 def learning_setup(spec: ModelSpec, theta_vec, shard, xs) -> LearningShard:
-    """The shard's learner parameter vector at ``theta_vec`` (fixed entries) and its states ``xs``."""
+    """The shard's learner parameter vector at ``theta_vec`` (fixed entries) and its states ``xs``: numpy, evaluated
+    through CasADi's buffers (a DM took 0.05 s to convert and 2.5x the CPU per round; docs/scaling.md)."""
     learner = solvers(spec).learner(shard.lengths)
-    # converted to a DM once: passed as numpy (all the shard's stage data: 2.3 M entries for
-    # Lorenz, B = 256, T = 500) it was converted in every call, 0.24 s each (measured)
-    return LearningShard(tuple(shard.lengths), ca.DM(learner.parameter_vector(theta_vec, shard, xs, 0.0)))
+    return LearningShard(tuple(shard.lengths), learner.parameter_vector(theta_vec, shard, xs, 0.0))
 
 
 def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
