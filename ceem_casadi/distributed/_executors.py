@@ -151,9 +151,9 @@ class ExecutorEngine(ShardedOutcomes):
         args = [(self.spec, theta_vec, shard, [np.asarray(xs[b]) for b in idx], remaining())
                 for shard, idx in zip(self.shards, self.index)]
         states = [f.result() for f in [self.sharded.executor.submit(tasks.smooth, *a) for a in args]]
-        out = outcomes(self.index, [s.summary for s in states])
-        out.xs = assemble(self.index, [s.xs for s in states])
-        self.record("smooth", t0, [s.summary.compute_s for s in states], nbytes(args), nbytes(states))
+        out = outcomes(self.index, [s[1] for s in states])
+        out.xs = assemble(self.index, [s[0] for s in states])
+        self.record("smooth", t0, [s[1].compute_s for s in states], nbytes(args), nbytes(states))
         return out
 
     def log_density(self, theta_vec, data, xs) -> float:

@@ -90,48 +90,17 @@ class ShardSummary:
     compute_s: float
 
 
-@dataclass
-class ShardState:
-    """A shard's smoothed states (list of (T_b, nx)); on Dask it stays on its worker."""
-
-    xs: list
-    summary: ShardSummary
-
-
-def smooth(spec: ModelSpec, theta_vec, shard, xs, remaining: float | None) -> ShardState:
-    """Smooth every trajectory of ``shard`` warm-started at ``xs`` (list of (T_b, nx));
-    ``remaining`` is the fit's time budget left (s) or None."""
+def smooth(spec: ModelSpec, theta_vec, shard, xs, remaining: float | None) -> tuple[list, ShardSummary]:
+    """``(states, summary)``: every trajectory of ``shard`` smoothed from ``xs`` (list of (T_b, nx)); ``remaining`` is
+    the fit's time budget left (s) or None."""
     t0 = time.perf_counter()
     smoother = solvers(spec).smoother_for(shard.lengths)
     expires = None if remaining is None else time.perf_counter() + remaining
     with deadline(expires):
         res = smoother.solve(np.asarray(theta_vec, float), shard, xs)
-    summary = ShardSummary([r.status for r in res], [bool(np.all(np.isfinite(r.x))) for r in res],
-                           [r.iterations for r in res], [r.wall_s for r in res], time.perf_counter() - t0)
-    return ShardState([r.x for r in res], summary)
-
-
-@dataclass
-class LearningShard:
-    """A shard's learner NLP parameter ``P`` (n_P,) for the data terms at fixed states (stays on its worker)."""
-
-    lengths: tuple
-    P: np.ndarray
-
-
-def learning_setup(spec: ModelSpec, theta_vec, shard, xs) -> LearningShard:
-    """The shard's learner parameter vector at ``theta_vec`` (fixed entries) and its states ``xs``: numpy, evaluated
-    through CasADi's buffers (a DM took 0.05 s to convert and 2.5x the CPU per round; docs/scaling.md)."""
-    learner = solvers(spec).learner(shard.lengths)
-    return LearningShard(tuple(shard.lengths), learner.parameter_vector(theta_vec, shard, xs, 0.0))
-
-
-def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
-    """The shard's data terms of the learning objective at the free parameters ``z`` (n_free,), then seconds: ``what``
-    "f": cost; "grad": cost, gradient; "hess": the Hessian's upper triangle (column-major); "all": the three (no
-    Hessian for a limited-memory learner); as `SplitSum` (exact while the rows are at most ``EXACT_SUM_ROWS``)."""
-    t0 = time.perf_counter()
-    return (*terms_of(solvers(spec).learner(ls.lengths), ls.P, z, what)[:-1], time.perf_counter() - t0)
+    return [r.x for r in res], ShardSummary([r.status for r in res], [bool(np.all(np.isfinite(r.x))) for r in res],
+                                            [r.iterations for r in res], [r.wall_s for r in res],
+                                            time.perf_counter() - t0)
 
 
 def keep_freed_memory(mmap_from: int = 32 << 20) -> None:
@@ -156,7 +125,7 @@ class ShardActor:
         self.spec, self.shard = spec, shard
         keep_freed_memory()
         self.versions: OrderedDict = OrderedDict()
-        self.learning: LearningShard | None = None
+        self.learning: tuple | None = None  # (learner, its NLP parameter (n_P,)) of the learning session
 
     def prepare(self) -> tuple[str, float]:
         """Build (or find) the shard's smoother lengths and learner; ``(learner Hessian kind, seconds)``."""
@@ -180,11 +149,11 @@ class ShardActor:
         """``(summary, ahead)``: the states smoothed from version ``source`` kept as ``target``; ``ahead``: with
         ``first = (z, what)`` and finite states, ``(log_density, terms)`` there (the learning session set up at
         ``theta_vec`` and the new states), else None."""
-        state = smooth(self.spec, theta_vec, self.shard, self._get(source), remaining)
-        self.put(target, state.xs)
-        if first is None or not all(state.summary.finite):
-            return state.summary, None
-        return state.summary, (self.log_density(theta_vec, target), self.terms(*first, (theta_vec, target)))
+        xs, summary = smooth(self.spec, theta_vec, self.shard, self._get(source), remaining)
+        self.put(target, xs)
+        if first is None or not all(summary.finite):
+            return summary, None
+        return summary, (self.log_density(theta_vec, target), self.terms(*first, (theta_vec, target)))
 
     def states(self, version: int) -> list:
         return self._get(version)
@@ -196,10 +165,12 @@ class ShardActor:
         return J, time.perf_counter() - t0
 
     def terms(self, z, what: str, setup: tuple | None = None):
-        """`learning_terms` at ``z``, after `learning_setup` at ``setup = (theta_vec, version)`` when given
-        (its seconds included)."""
+        """The shard's data terms of the learning objective at the free parameters ``z`` (n_free,) (`terms_of`: as
+        `SplitSum`), then seconds; first its learner's parameter vector at ``setup = (theta_vec, version)`` when given
+        (numpy, evaluated through CasADi's buffers: as a DM, 0.05 s to convert and 2.5x the CPU per round)."""
         t0 = time.perf_counter()
         if setup is not None:
-            self.learning = learning_setup(self.spec, setup[0], self.shard, self._get(setup[1]))
-        *out, _ = learning_terms(self.spec, self.learning, z, what)
+            learner = solvers(self.spec).learner(self.shard.lengths)
+            self.learning = learner, learner.parameter_vector(setup[0], self.shard, self._get(setup[1]), 0.0)
+        *out, _ = terms_of(*self.learning, z, what)
         return (*out, time.perf_counter() - t0)

@@ -43,7 +43,7 @@ class _Call(SparsityCallback):
 class RemoteLearner:
     """IPOPT learning solver on the client; the data terms come from ``engine`` (built once per fit), which provides
     ``learning_session(theta_vec, xs)``, ``reduce(session, z, what) -> (per-shard results, bytes received)`` and
-    ``record`` (see `ceem_casadi.distributed._tasks.learning_terms`)."""
+    ``record`` (see `ceem_casadi.distributed._tasks.ShardActor.terms`)."""
 
     def __init__(self, engine, model, options, hessian: str):
         self.engine, self.model, self.options, self.hessian = engine, model, options, hessian
