@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import namedtuple
 
 import numpy as np
 
@@ -28,16 +29,8 @@ def _all(futures) -> list:
     return [f.result() for f in futures]
 
 
-class _Ahead:
-    """What each shard's smoothing task evaluated at the states it made (``version``) and ``theta_vec`` for the
-    learning step that follows: ``shards``, per shard ``((J, seconds), learning terms at first = (z, what))``."""
-
-    def __init__(self, theta_vec, version: int, first: tuple, shards):
-        self.theta_vec, self.version, self.first = theta_vec, version, first
-        self.J = float(sum(s[0][0] for s in shards))
-        self.J_s, self.terms = [s[0][1] for s in shards], [s[1] for s in shards]
-        self.task_s = [s[0][1] + s[1][-1] for s in shards]
-        self.terms_bytes = nbytes(self.terms)
+# per shard ((J, seconds), learning terms at first = (z, what)): what the smoothing tasks evaluated at their states
+_Ahead = namedtuple("_Ahead", "theta_vec version first shards")
 
 
 class DaskEngine(ShardedOutcomes):
@@ -96,14 +89,14 @@ class DaskEngine(ShardedOutcomes):
         theta_vec = np.asarray(theta_vec, float)
         source, sent = self._version_of(xs)
         target, budget = next(self._version), remaining()
-        first = (theta_vec[self.learner.free], self.learner.first_what)
+        first = (theta_vec[self.learner.free], "grad" if self.learner.hessian == "limited-memory" else "all")
         summaries, ahead = zip(*_all([a.smooth(theta_vec, source, target, budget, first) for a in self.actors]))
         out = outcomes(self.index, summaries)
         out.xs = RemoteStates(self, target)
-        self._ahead = None if any(a is None for a in ahead) else _Ahead(theta_vec, target, first, ahead)
-        extra = self._ahead.task_s if self._ahead else [0.0] * len(summaries)
+        self._ahead = None if None in ahead else _Ahead(theta_vec, target, first, ahead)
         self.record("smooth", t0, [s.compute_s for s in summaries], sent + nbytes(theta_vec) * len(self.actors),
-                    nbytes(summaries) + 16 * len(summaries), task_s=[s.compute_s + e for s, e in zip(summaries, extra)])
+                    nbytes(summaries) + 16 * len(summaries),
+                    task_s=[s.compute_s + (a[0][1] + a[1][-1] if a else 0.0) for s, a in zip(summaries, ahead)])
         return out
 
     def log_density(self, theta_vec, data, xs) -> float:
@@ -111,7 +104,7 @@ class DaskEngine(ShardedOutcomes):
         theta_vec = np.asarray(theta_vec, float)
         J = self._known_J(theta_vec, xs)
         if J is not None:  # the shards' seconds were spent in the smoothing tasks
-            self.record("J", t0, self._base.J_s, 0, 0, trips=0)
+            self.record("J", t0, [s[0][1] for s in self._base.shards], 0, 0, trips=0)
             return J
         version, sent = self._version_of(xs)
         vals = _all([a.log_density(theta_vec, version) for a in self.actors])
@@ -121,13 +114,12 @@ class DaskEngine(ShardedOutcomes):
     def _known_J(self, theta_vec, xs) -> float | None:
         """J at ``theta_vec`` and the states of the last learning session without a message: J at the session's start
         plus the drop of the data terms' cost (-J up to terms free of theta), when both costs are known; else None."""
-        base = self._base
-        if base is None or not isinstance(xs, RemoteStates) or xs.handle != base.version:
+        base, free = self._base, self.learner.free
+        if base is None or not isinstance(xs, RemoteStates) or xs.handle != base.version \
+                or not np.array_equal(np.delete(base.theta_vec, free), np.delete(theta_vec, free)):
             return None
-        start, free = base.theta_vec, self.learner.free
-        f0, f1 = self.learner.cost_at(start[free]), self.learner.cost_at(theta_vec[free])
-        same_fixed = np.array_equal(np.delete(start, free), np.delete(theta_vec, free))
-        return base.J + f0 - f1 if same_fixed and f0 is not None and f1 is not None else None
+        f0, f1 = self.learner.cost_at(base.theta_vec[free]), self.learner.cost_at(theta_vec[free])
+        return None if f0 is None or f1 is None else float(sum(s[0][0] for s in base.shards)) + f0 - f1
 
     def learning_session(self, theta_vec, xs) -> list:
         """The actors, whose learner data terms are set up at ``theta_vec`` and states ``xs`` by the smoothing tasks
@@ -136,14 +128,13 @@ class DaskEngine(ShardedOutcomes):
         theta_vec = np.asarray(theta_vec, float)
         ahead, self._ahead = self._ahead, None
         ok = ahead is not None and ahead.version == version and np.array_equal(ahead.theta_vec, theta_vec)
-        self._base = ahead if ok else None
-        self._setup = None if ok else (theta_vec, version)
+        self._base, self._setup = (ahead, None) if ok else (None, (theta_vec, version))
         return self.actors
 
     def first_round(self) -> tuple | None:
-        """``(z, what, per-shard terms, bytes received)`` of the session's first round when the smoothing tasks
-        computed it, else None."""
-        return None if self._base is None else (*self._base.first, self._base.terms, self._base.terms_bytes)
+        """``(z, what, shards' terms, bytes)`` of the session's first round if the smoothing tasks ran it, else None."""
+        terms = None if self._base is None else [s[1] for s in self._base.shards]
+        return None if terms is None else (*self._base.first, terms, nbytes(terms))
 
     def reduce(self, session: list, z: np.ndarray, what: str) -> tuple[list, int]:
         """Each shard's learning terms at ``z``: (list of per-shard tuples, bytes received)."""

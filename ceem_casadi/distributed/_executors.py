@@ -79,10 +79,9 @@ class Sharded:
         One dict per step of every fit run with it: ``kind`` (``"smooth"``, ``"learn"``, ``"J"``, ``"setup"``,
         ``"fetch"``), ``wall_s`` (client wall clock, s), ``shard_s`` (compute seconds inside each shard's task; for
         ``"learn"`` summed over the solve's calls), ``sent_bytes`` and ``received_bytes`` (pickled payload between
-        client and workers); Dask's ``"smooth"`` also ``task_s`` (each shard's whole task: with J and the learning
-        step's first round at the new states); ``"learn"`` also ``calls`` (map-reduce rounds), ``trips`` (those not
-        run in the smoothing tasks), ``wait_s`` (client time waiting for them) and ``setup_s``; ``"J"`` with
-        ``trips`` 0 came from the learning session (no message).
+        client and workers); Dask's ``"smooth"``: ``task_s`` (with J and the first learning round); ``"learn"``:
+        ``calls`` (map-reduce rounds), ``trips`` (those sent), ``wait_s`` (waiting for them), ``setup_s``; ``"J"``:
+        ``trips`` 0 when it came from the learning session.
 
     Examples
     --------

@@ -1,14 +1,13 @@
-"""Tasks that run on the workers of a distributed CE-EM fit: plain functions of picklable arguments (a Dask worker
-or any ``concurrent.futures`` pool), with the solvers cached per worker thread (docs/scaling.md, "What runs where").
-"""
+"""Tasks on the workers of a distributed CE-EM fit (a Dask worker or any ``concurrent.futures`` pool), the solvers
+cached per worker thread (docs/scaling.md, "What runs where")."""
 from __future__ import annotations
 
 import ctypes
 import pickle
 import threading
 import time
-from collections import Counter, OrderedDict
-from dataclasses import dataclass, replace
+from collections import Counter, OrderedDict, namedtuple
+from dataclasses import replace
 
 import numpy as np
 
@@ -25,12 +24,8 @@ _BUILDS: Counter = Counter()  # digest -> solver sets built in this process
 _LOCK = threading.Lock()
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """A model and its solver options as pickled bytes, with their SHA-256 ``digest`` (the cache key)."""
-
-    digest: str
-    blob: bytes
+# a model and its solver options as pickled bytes, with their SHA-256 ``digest`` (the cache key)
+ModelSpec = namedtuple("ModelSpec", "digest blob")
 
 
 class _Solvers:
@@ -78,16 +73,9 @@ def cache_info() -> dict:
     return dict(_BUILDS)
 
 
-@dataclass
-class ShardSummary:
-    """What the client needs of one shard's smoothing: per trajectory status, finiteness,
-    iterations and solve time (s), and the task's compute time ``compute_s`` (s)."""
-
-    status: list
-    finite: list
-    iterations: list
-    wall_s: list
-    compute_s: float
+# what the client needs of one shard's smoothing: per trajectory status, finiteness, iterations and solve time (s),
+# and the task's compute time ``compute_s`` (s)
+ShardSummary = namedtuple("ShardSummary", "status finite iterations wall_s compute_s")
 
 
 def smooth(spec: ModelSpec, theta_vec, shard, xs, remaining: float | None) -> tuple[list, ShardSummary]:
@@ -104,9 +92,8 @@ def smooth(spec: ModelSpec, theta_vec, shard, xs, remaining: float | None) -> tu
 
 
 def keep_freed_memory(mmap_from: int = 32 << 20) -> None:
-    """Let glibc's malloc keep freed blocks below ``mmap_from`` bytes for reuse in this process (a Dask worker: its
-    nanny sets ``MALLOC_TRIM_THRESHOLD_``, which pins the mmap threshold at 128 kB, so every large temporary of a
-    shard's learning terms was mapped and page-faulted anew: 1.3-2.5x their CPU, docs/scaling.md). Not glibc: no-op."""
+    """Let glibc's malloc keep freed blocks below ``mmap_from`` bytes for reuse (with a Dask nanny's setting every
+    larger temporary is page-faulted anew: docs/scaling.md, "The workers' memory allocator"). Not glibc: no-op."""
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):
@@ -146,9 +133,8 @@ class ShardActor:
         return self.versions[version]
 
     def smooth(self, theta_vec, source: int, target: int, remaining: float | None, first: tuple | None = None):
-        """``(summary, ahead)``: the states smoothed from version ``source`` kept as ``target``; ``ahead``: with
-        ``first = (z, what)`` and finite states, ``(log_density, terms)`` there (the learning session set up at
-        ``theta_vec`` and the new states), else None."""
+        """``(summary, ahead)``: the states smoothed from version ``source`` kept as ``target``; with ``first = (z,
+        what)`` and finite states ``ahead = (log_density, terms)`` at them (the learning session set up), else None."""
         xs, summary = smooth(self.spec, theta_vec, self.shard, self._get(source), remaining)
         self.put(target, xs)
         if first is None or not all(summary.finite):
@@ -165,9 +151,8 @@ class ShardActor:
         return J, time.perf_counter() - t0
 
     def terms(self, z, what: str, setup: tuple | None = None):
-        """The shard's data terms of the learning objective at the free parameters ``z`` (n_free,) (`terms_of`: as
-        `SplitSum`), then seconds; first its learner's parameter vector at ``setup = (theta_vec, version)`` when given
-        (numpy, evaluated through CasADi's buffers: as a DM, 0.05 s to convert and 2.5x the CPU per round)."""
+        """`terms_of` the shard's learner at ``z`` (n_free,), its parameter vector first set at ``setup = (theta_vec,
+        version)`` if given (numpy: through CasADi's buffers; a DM cost 2.5x the CPU, docs/scaling.md); seconds last."""
         t0 = time.perf_counter()
         if setup is not None:
             learner = solvers(self.spec).learner(self.shard.lengths)

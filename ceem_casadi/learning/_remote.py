@@ -85,25 +85,19 @@ class RemoteLearner:
             res, received = self.engine.reduce(self._session, z, what)
             self._trips += 1
             self._wait += time.perf_counter() - t0
-            self._received += received
             self._slowest += max(r[-1] for r in res)
-            self._store(key, res)
+            self._store(key, res, received)
         return self._cache[key]
 
-    def _store(self, key, res) -> None:
-        """The shards' terms ``res`` of one round summed into the cache under ``key = (what, z bytes)``."""
-        self._calls += 1
+    def _store(self, key, res, received: int) -> None:
+        """The shards' terms ``res`` of one round (``received`` bytes) summed into the cache at ``(what, z bytes)``."""
+        self._calls, self._received = self._calls + 1, self._received + received
         self._shard_s += np.array([r[-1] for r in res])
         parts = [r[:-1] for r in res]
         totals = [_total([p[i] for p in parts]) for i in range(len(parts[0]))]
         if key[0] != "hess":  # the cost first, as a float
             totals[0] = float(totals[0][0])
         self._cache[key] = tuple(totals)
-
-    @property
-    def first_what(self) -> str:
-        """What IPOPT or the Newton steps ask for first: "grad" (limited-memory) or "all"."""
-        return "grad" if self.hessian == "limited-memory" else "all"
 
     def cost_at(self, z) -> float | None:
         """The summed data terms' cost at ``z`` (n_free,) when the last learning session evaluated it, else None."""
@@ -149,8 +143,7 @@ class RemoteLearner:
         self._shard_s = np.zeros(len(self._session))
         first = getattr(self.engine, "first_round", lambda: None)()  # computed with the states (Dask)
         if first is not None:
-            self._store((first[1], first[0].tobytes()), first[2])
-            self._received += first[3]
+            self._store((first[1], first[0].tobytes()), first[2], first[3])
 
     def _end(self, t0):
         self.engine.record("learn", t0, self._shard_s, getattr(self.engine, "session_sent", 0)
