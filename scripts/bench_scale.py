@@ -8,8 +8,8 @@ model of the per-iteration time fitted to (b) with its prediction for more worke
     (one thread each), ``CEEMOptions(executor=Sharded(client))``, the cluster started with `QUIET_DASK`
     (Dask's own background work off or rarer; ``--dask-defaults``: Dask's defaults). Per EM iteration (median
     over iterations 2..): wall time, smoothing wall and its slowest shard's compute, learning wall, the
-    client's time waiting for the map-reduce rounds and the rest (client-side IPOPT), J, the
-    overhead (wall minus the slowest shard's compute in every step), the imbalance (slowest shard minus
+    client's time waiting for the map-reduce rounds and the rest (client-side IPOPT), J, the round trips to the
+    workers, the overhead (wall minus the slowest shard's compute in every round trip), the imbalance (slowest shard minus
     the shards' mean, summed over the steps) and the bytes of pickled payload sent to / received from the
     workers. Speedup = wall(1 worker) / wall(2 workers); CPU speedup = the workers' process CPU per iteration with
     one worker over the busiest worker's with W (the speedup if each worker had a core to itself: robust to load).
