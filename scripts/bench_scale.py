@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import platform
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -384,7 +385,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.smoke:
         a.B, a.T, a.iters, a.contention_reps = "2,4", 30, 2, 1
-        a.models = a.models if "--models" in (argv or []) else "lorenz"
+        a.models = a.models if "--models" in (sys.argv[1:] if argv is None else argv) else "lorenz"
     parts = set(a.parts.split(","))
     if not parts <= {"a", "b", "c"}:
         ap.error(f"--parts: expected a subset of a,b,c, got {a.parts}")
