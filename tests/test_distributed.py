@@ -12,6 +12,7 @@ import pytest
 import ceem_casadi as cc
 from ceem_casadi.distributed import Sharded, shard_index
 from ceem_casadi.distributed import _tasks as _shard_tasks
+from ceem_casadi.smoothing._initial_states import eks_states
 from models import lorenz
 
 OPTS = dict(max_iters=5, tol=0.0)  # five plain EM iterations (ProcessPoolExecutor, solver cache)
@@ -72,10 +73,32 @@ def test_dask_fit_equals_sequential_and_keeps_states_on_workers(problem, converg
     assert kinds.count("learn") >= n and kinds.count("smooth") == n
     learn = [s for s in sharded.stats if s["kind"] == "learn"]
     assert all(len(s["shard_s"]) == 2 and s["calls"] > 0 for s in learn)
+    # ... its first round and J ran in the smoothing tasks: an EM iteration's round trips are 1 + calls - 1
+    assert [s["trips"] for s in learn[:n]] == [s["calls"] - 1 for s in learn[:n]]
+    assert [s.get("trips", 1) for s in sharded.stats if s["kind"] == "J"] == [1] + [0] * n
     # ... and the states crossed to the client once, for the result (the first ones went out once)
     assert kinds.count("fetch") == 1
     states_bytes = sum(x.nbytes for x in res.x)
     assert max(s["received_bytes"] for s in sharded.stats if s["kind"] == "smooth") < 0.1 * states_bytes
+
+
+@pytest.mark.parametrize("hessian", ["exact", "limited-memory"])
+def test_dask_j_without_a_round_trip_equals_the_direct_j(problem, client, hessian):
+    """J after a learning step comes from the session's costs (J at its start minus the cost's drop); elsewhere (other
+    states, or parameters the session never evaluated) from the workers. Both equal the sequential J."""
+    model, data, theta0 = problem
+    sharded, theta = Sharded(client), model.theta_vector(theta0)
+    engine = sharded.start(model, data, cc.SmootherOptions(), cc.LearnerOptions(hessian=hessian), None)
+    smoother = cc.smoothing.Smoother(model, cc.SmootherOptions())
+    sm = engine(theta, data, eks_states(model, theta, data))
+    lr = engine.learner.solve(theta, data, sm.xs)
+    states = list(sm.xs)
+    for t in (lr.theta_vec, theta, lr.theta_vec * 1.01):
+        np.testing.assert_allclose(engine.log_density(t, data, sm.xs), smoother.joint_log_density(t, data, states),
+                                   rtol=1e-12)
+    assert [s.get("trips", 1) for s in sharded.stats if s["kind"] == "J"] == [0, 0, 1]
+    assert engine.log_density(lr.theta_vec, data, states) == pytest.approx(smoother.joint_log_density(
+        lr.theta_vec, data, states), rel=1e-12) and sharded.stats[-1].get("trips", 1) == 1  # a list: not known
 
 
 def test_dask_workers_build_solvers_once(problem, client):

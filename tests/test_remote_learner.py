@@ -25,11 +25,15 @@ class InProcessShards:
 
     def learning_session(self, theta_vec, xs):
         self._session_sent = 0
-        return [tasks.learning_setup(self.spec, theta_vec, self.data[idx], [xs[b] for b in idx])
-                for idx in self.index]
+        session = [tasks.ShardActor(self.spec, self.data[idx]) for idx in self.index]
+        for shard, idx in zip(session, self.index):
+            shard.put(0, [xs[b] for b in idx])
+        self._setup = (theta_vec, 0)
+        return session
 
     def reduce(self, session, z, what):
-        return [tasks.learning_terms(self.spec, ls, z, what) for ls in session], 0
+        setup, self._setup = self._setup, None
+        return [shard.terms(z, what, setup) for shard in session], 0
 
     def record(self, kind, t0, shard_s, sent, received, calls, **extra):
         self.rounds = calls
@@ -51,7 +55,7 @@ def problem():
 @pytest.mark.parametrize("hessian", ["exact", "limited-memory"])
 def test_learner_iterates_do_not_depend_on_the_sharding(problem, hessian):
     """Fails when the shards' sums are plain floating-point sums (``split_sums``/``combine`` in
-    ``_shard_tasks.learning_terms`` and ``remote_learner._total``): the iterates then differ in the
+    ``ShardActor.terms`` and ``remote_learner._total``): the iterates then differ in the
     last bits between 1, 2 and 3 shards. "limited-memory" also runs the cost-only trial rounds
     (``RemoteLearner._fetch``)."""
     model, data, xs, theta = problem

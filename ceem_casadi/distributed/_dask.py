@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import namedtuple
 
 import numpy as np
 
@@ -26,6 +27,10 @@ from ._shards import (
 def _all(futures) -> list:
     """Results of actor futures (all calls are issued before the first wait)."""
     return [f.result() for f in futures]
+
+
+# per shard ((J, seconds), learning terms at first = (z, what)): what the smoothing tasks evaluated at their states
+_Ahead = namedtuple("_Ahead", "theta_vec version first shards")
 
 
 class DaskEngine(ShardedOutcomes):
@@ -53,6 +58,7 @@ class DaskEngine(ShardedOutcomes):
         self._version = itertools.count()
         self._memo: tuple = (None, None)  # (the last list of states sent, its version)
         self._setup = None  # (theta_vec, version) of the learning session, sent with its first reduce
+        self._ahead = self._base = None  # `_Ahead` of the last smoothing step; of the learning session
         self.learner = RemoteLearner(self, model, learner_options, kinds[0][0])
         self.record("setup", t0, [k[1] for k in kinds], len(spec.blob) * len(workers) + nbytes(shards), 16)
 
@@ -77,31 +83,58 @@ class DaskEngine(ShardedOutcomes):
 
     # --- the steps -----------------------------------------------------------------------
     def __call__(self, theta_vec, data, xs) -> Smoothed:
+        """The smoothing step; each shard's task then evaluates J and the learning step's first round at the new
+        states (`_Ahead`: two round trips less per EM iteration, docs/scaling.md)."""
         t0 = time.perf_counter()
         theta_vec = np.asarray(theta_vec, float)
         source, sent = self._version_of(xs)
         target, budget = next(self._version), remaining()
-        summaries = _all([a.smooth(theta_vec, source, target, budget) for a in self.actors])
+        first = (theta_vec[self.learner.free], "grad" if self.learner.hessian == "limited-memory" else "all")
+        summaries, ahead = zip(*_all([a.smooth(theta_vec, source, target, budget, first) for a in self.actors]))
         out = outcomes(self.index, summaries)
         out.xs = RemoteStates(self, target)
+        self._ahead = None if None in ahead else _Ahead(theta_vec, target, first, ahead)
         self.record("smooth", t0, [s.compute_s for s in summaries], sent + nbytes(theta_vec) * len(self.actors),
-                     nbytes(summaries))
+                    nbytes(summaries) + 16 * len(summaries),
+                    task_s=[s.compute_s + (a[0][1] + a[1][-1] if a else 0.0) for s, a in zip(summaries, ahead)])
         return out
 
     def log_density(self, theta_vec, data, xs) -> float:
         t0 = time.perf_counter()
         theta_vec = np.asarray(theta_vec, float)
+        J = self._known_J(theta_vec, xs)
+        if J is not None:  # the shards' seconds were spent in the smoothing tasks
+            self.record("J", t0, [s[0][1] for s in self._base.shards], 0, 0, trips=0)
+            return J
         version, sent = self._version_of(xs)
         vals = _all([a.log_density(theta_vec, version) for a in self.actors])
         self.record("J", t0, [v[1] for v in vals], sent + nbytes(theta_vec) * len(self.actors), 16 * len(vals))
         return float(sum(v[0] for v in vals))
 
+    def _known_J(self, theta_vec, xs) -> float | None:
+        """J at ``theta_vec`` and the states of the last learning session without a message: J at the session's start
+        plus the drop of the data terms' cost (-J up to terms free of theta), when both costs are known; else None."""
+        base, free = self._base, self.learner.free
+        if base is None or not isinstance(xs, RemoteStates) or xs.handle != base.version \
+                or not np.array_equal(np.delete(base.theta_vec, free), np.delete(theta_vec, free)):
+            return None
+        f0, f1 = self.learner.cost_at(base.theta_vec[free]), self.learner.cost_at(theta_vec[free])
+        return None if f0 is None or f1 is None else float(sum(s[0][0] for s in base.shards)) + f0 - f1
+
     def learning_session(self, theta_vec, xs) -> list:
-        """The actors, whose learner data terms are set up at ``theta_vec`` and states ``xs`` by the
-        first `reduce` of the session (in the same round: one message less per learning step)."""
+        """The actors, whose learner data terms are set up at ``theta_vec`` and states ``xs`` by the smoothing tasks
+        that made ``xs`` (`first_round`), else by the session's first `reduce` (in the same round trip)."""
         version, self.session_sent = self._version_of(xs)
-        self._setup = (np.asarray(theta_vec, float), version)
+        theta_vec = np.asarray(theta_vec, float)
+        ahead, self._ahead = self._ahead, None
+        ok = ahead is not None and ahead.version == version and np.array_equal(ahead.theta_vec, theta_vec)
+        self._base, self._setup = (ahead, None) if ok else (None, (theta_vec, version))
         return self.actors
+
+    def first_round(self) -> tuple | None:
+        """``(z, what, shards' terms, bytes)`` of the session's first round if the smoothing tasks ran it, else None."""
+        terms = None if self._base is None else [s[1] for s in self._base.shards]
+        return None if terms is None else (*self._base.first, terms, nbytes(terms))
 
     def reduce(self, session: list, z: np.ndarray, what: str) -> tuple[list, int]:
         """Each shard's learning terms at ``z``: (list of per-shard tuples, bytes received)."""

@@ -79,8 +79,9 @@ class Sharded:
         One dict per step of every fit run with it: ``kind`` (``"smooth"``, ``"learn"``, ``"J"``, ``"setup"``,
         ``"fetch"``), ``wall_s`` (client wall clock, s), ``shard_s`` (compute seconds inside each shard's task; for
         ``"learn"`` summed over the solve's calls), ``sent_bytes`` and ``received_bytes`` (pickled payload between
-        client and workers); for ``"learn"`` also ``calls`` (map-reduce rounds), ``wait_s`` (client time waiting for
-        them) and ``setup_s`` (the shards building their learner parameters at the new states).
+        client and workers); Dask's ``"smooth"``: ``task_s`` (with J and the first learning round); ``"learn"``:
+        ``calls`` (map-reduce rounds), ``trips`` (those sent), ``wait_s`` (waiting for them), ``setup_s``; ``"J"``:
+        ``trips`` 0 when it came from the learning session.
 
     Examples
     --------
@@ -149,9 +150,9 @@ class ExecutorEngine(ShardedOutcomes):
         args = [(self.spec, theta_vec, shard, [np.asarray(xs[b]) for b in idx], remaining())
                 for shard, idx in zip(self.shards, self.index)]
         states = [f.result() for f in [self.sharded.executor.submit(tasks.smooth, *a) for a in args]]
-        out = outcomes(self.index, [s.summary for s in states])
-        out.xs = assemble(self.index, [s.xs for s in states])
-        self.record("smooth", t0, [s.summary.compute_s for s in states], nbytes(args), nbytes(states))
+        out = outcomes(self.index, [s[1] for s in states])
+        out.xs = assemble(self.index, [s[0] for s in states])
+        self.record("smooth", t0, [s[1].compute_s for s in states], nbytes(args), nbytes(states))
         return out
 
     def log_density(self, theta_vec, data, xs) -> float:

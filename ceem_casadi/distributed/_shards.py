@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import pickle
 import time
+from collections import namedtuple
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -59,14 +59,8 @@ def nbytes(obj) -> int:
     return len(head) + sum(buffers)
 
 
-@dataclass
-class TrajectoryOutcome:
-    """One trajectory's smoothing outcome as the client sees it (the states stay with the engine)."""
-
-    status: str
-    finite: bool
-    iterations: int
-    wall_s: float
+# one trajectory's smoothing outcome as the client sees it (the states stay with the engine)
+TrajectoryOutcome = namedtuple("TrajectoryOutcome", "status finite iterations wall_s")
 
 
 class Smoothed(list):

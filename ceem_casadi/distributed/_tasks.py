@@ -1,16 +1,14 @@
-"""Tasks that run on the workers of a distributed CE-EM fit: plain functions of picklable arguments (a Dask worker
-or any ``concurrent.futures`` pool), with the solvers cached per worker thread (docs/scaling.md, "What runs where").
-"""
+"""Tasks on the workers of a distributed CE-EM fit (a Dask worker or any ``concurrent.futures`` pool), the solvers
+cached per worker thread (docs/scaling.md, "What runs where")."""
 from __future__ import annotations
 
 import ctypes
 import pickle
 import threading
 import time
-from collections import Counter, OrderedDict
-from dataclasses import dataclass, replace
+from collections import Counter, OrderedDict, namedtuple
+from dataclasses import replace
 
-import casadi as ca
 import numpy as np
 
 from ..learning._learner import Learner
@@ -26,12 +24,8 @@ _BUILDS: Counter = Counter()  # digest -> solver sets built in this process
 _LOCK = threading.Lock()
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """A model and its solver options as pickled bytes, with their SHA-256 ``digest`` (the cache key)."""
-
-    digest: str
-    blob: bytes
+# a model and its solver options as pickled bytes, with their SHA-256 ``digest`` (the cache key)
+ModelSpec = namedtuple("ModelSpec", "digest blob")
 
 
 class _Solvers:
@@ -79,68 +73,27 @@ def cache_info() -> dict:
     return dict(_BUILDS)
 
 
-@dataclass
-class ShardSummary:
-    """What the client needs of one shard's smoothing: per trajectory status, finiteness,
-    iterations and solve time (s), and the task's compute time ``compute_s`` (s)."""
-
-    status: list
-    finite: list
-    iterations: list
-    wall_s: list
-    compute_s: float
+# what the client needs of one shard's smoothing: per trajectory status, finiteness, iterations and solve time (s),
+# and the task's compute time ``compute_s`` (s)
+ShardSummary = namedtuple("ShardSummary", "status finite iterations wall_s compute_s")
 
 
-@dataclass
-class ShardState:
-    """A shard's smoothed states (list of (T_b, nx)); on Dask it stays on its worker."""
-
-    xs: list
-    summary: ShardSummary
-
-
-def smooth(spec: ModelSpec, theta_vec, shard, xs, remaining: float | None) -> ShardState:
-    """Smooth every trajectory of ``shard`` warm-started at ``xs`` (list of (T_b, nx));
-    ``remaining`` is the fit's time budget left (s) or None."""
+def smooth(spec: ModelSpec, theta_vec, shard, xs, remaining: float | None) -> tuple[list, ShardSummary]:
+    """``(states, summary)``: every trajectory of ``shard`` smoothed from ``xs`` (list of (T_b, nx)); ``remaining`` is
+    the fit's time budget left (s) or None."""
     t0 = time.perf_counter()
     smoother = solvers(spec).smoother_for(shard.lengths)
     expires = None if remaining is None else time.perf_counter() + remaining
     with deadline(expires):
         res = smoother.solve(np.asarray(theta_vec, float), shard, xs)
-    summary = ShardSummary([r.status for r in res], [bool(np.all(np.isfinite(r.x))) for r in res],
-                           [r.iterations for r in res], [r.wall_s for r in res], time.perf_counter() - t0)
-    return ShardState([r.x for r in res], summary)
-
-
-@dataclass
-class LearningShard:
-    """A shard's learner NLP parameter ``P`` (a column DM) for the data terms at fixed states
-    (stays on its worker)."""
-
-    lengths: tuple
-    P: ca.DM
-
-
-def learning_setup(spec: ModelSpec, theta_vec, shard, xs) -> LearningShard:
-    """The shard's learner parameter vector at ``theta_vec`` (fixed entries) and its states ``xs``."""
-    learner = solvers(spec).learner(shard.lengths)
-    # converted to a DM once: passed as numpy (all the shard's stage data: 2.3 M entries for
-    # Lorenz, B = 256, T = 500) it was converted in every call, 0.24 s each (measured)
-    return LearningShard(tuple(shard.lengths), ca.DM(learner.parameter_vector(theta_vec, shard, xs, 0.0)))
-
-
-def learning_terms(spec: ModelSpec, ls: LearningShard, z, what: str):
-    """The shard's data terms of the learning objective at the free parameters ``z`` (n_free,), then seconds: ``what``
-    "f": cost; "grad": cost, gradient; "hess": the Hessian's upper triangle (column-major); "all": the three (no
-    Hessian for a limited-memory learner); as `SplitSum` (exact while the rows are at most ``EXACT_SUM_ROWS``)."""
-    t0 = time.perf_counter()
-    return (*terms_of(solvers(spec).learner(ls.lengths), ls.P, z, what)[:-1], time.perf_counter() - t0)
+    return [r.x for r in res], ShardSummary([r.status for r in res], [bool(np.all(np.isfinite(r.x))) for r in res],
+                                            [r.iterations for r in res], [r.wall_s for r in res],
+                                            time.perf_counter() - t0)
 
 
 def keep_freed_memory(mmap_from: int = 32 << 20) -> None:
-    """Let glibc's malloc keep freed blocks below ``mmap_from`` bytes for reuse in this process (a Dask worker: its
-    nanny sets ``MALLOC_TRIM_THRESHOLD_``, which pins the mmap threshold at 128 kB, so every large temporary of a
-    shard's learning terms was mapped and page-faulted anew: 1.3-2.5x their CPU, docs/scaling.md). Not glibc: no-op."""
+    """Let glibc's malloc keep freed blocks below ``mmap_from`` bytes for reuse (with a Dask nanny's setting every
+    larger temporary is page-faulted anew: docs/scaling.md, "The workers' memory allocator"). Not glibc: no-op."""
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):
@@ -159,7 +112,7 @@ class ShardActor:
         self.spec, self.shard = spec, shard
         keep_freed_memory()
         self.versions: OrderedDict = OrderedDict()
-        self.learning: LearningShard | None = None
+        self.learning: tuple | None = None  # (learner, its NLP parameter (n_P,)) of the learning session
 
     def prepare(self) -> tuple[str, float]:
         """Build (or find) the shard's smoother lengths and learner; ``(learner Hessian kind, seconds)``."""
@@ -179,10 +132,14 @@ class ShardActor:
                            f"{list(self.versions)}); it was superseded by newer iterates")
         return self.versions[version]
 
-    def smooth(self, theta_vec, source: int, target: int, remaining: float | None) -> ShardSummary:
-        state = smooth(self.spec, theta_vec, self.shard, self._get(source), remaining)
-        self.put(target, state.xs)
-        return state.summary
+    def smooth(self, theta_vec, source: int, target: int, remaining: float | None, first: tuple | None = None):
+        """``(summary, ahead)``: the states smoothed from version ``source`` kept as ``target``; with ``first = (z,
+        what)`` and finite states ``ahead = (log_density, terms)`` at them (the learning session set up), else None."""
+        xs, summary = smooth(self.spec, theta_vec, self.shard, self._get(source), remaining)
+        self.put(target, xs)
+        if first is None or not all(summary.finite):
+            return summary, None
+        return summary, (self.log_density(theta_vec, target), self.terms(*first, (theta_vec, target)))
 
     def states(self, version: int) -> list:
         return self._get(version)
@@ -194,10 +151,11 @@ class ShardActor:
         return J, time.perf_counter() - t0
 
     def terms(self, z, what: str, setup: tuple | None = None):
-        """`learning_terms` at ``z``, after `learning_setup` at ``setup = (theta_vec, version)`` when given
-        (its seconds included)."""
+        """`terms_of` the shard's learner at ``z`` (n_free,), its parameter vector first set at ``setup = (theta_vec,
+        version)`` if given (numpy: through CasADi's buffers; a DM cost 2.5x the CPU, docs/scaling.md); seconds last."""
         t0 = time.perf_counter()
         if setup is not None:
-            self.learning = learning_setup(self.spec, setup[0], self.shard, self._get(setup[1]))
-        *out, _ = learning_terms(self.spec, self.learning, z, what)
+            learner = solvers(self.spec).learner(self.shard.lengths)
+            self.learning = learner, learner.parameter_vector(setup[0], self.shard, self._get(setup[1]), 0.0)
+        *out, _ = terms_of(*self.learning, z, what)
         return (*out, time.perf_counter() - t0)

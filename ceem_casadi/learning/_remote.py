@@ -43,7 +43,7 @@ class _Call(SparsityCallback):
 class RemoteLearner:
     """IPOPT learning solver on the client; the data terms come from ``engine`` (built once per fit), which provides
     ``learning_session(theta_vec, xs)``, ``reduce(session, z, what) -> (per-shard results, bytes received)`` and
-    ``record`` (see `ceem_casadi.distributed._tasks.learning_terms`)."""
+    ``record`` (see `ceem_casadi.distributed._tasks.ShardActor.terms`)."""
 
     def __init__(self, engine, model, options, hessian: str):
         self.engine, self.model, self.options, self.hessian = engine, model, options, hessian
@@ -69,7 +69,7 @@ class RemoteLearner:
         z, p = ca.MX.sym("z", n), ca.MX.sym("p", 3 * n + 1)
         self.solver = ca.nlpsol("remote_learner", "ipopt", {"x": z, "p": p, "f": f_cb(z, p)},
                                 ipopt_options(options.max_iters, options.tol, **extra))
-        self._session, self._cache, self._error = None, {}, None
+        self._session, self._cache, self._costs, self._error = None, {}, {}, None
 
     # --- terms -----------------------------------------------------------------------------
     def _split(self, p):
@@ -83,17 +83,25 @@ class RemoteLearner:
         if key not in self._cache:
             t0 = time.perf_counter()
             res, received = self.engine.reduce(self._session, z, what)
-            self._calls += 1
+            self._trips += 1
             self._wait += time.perf_counter() - t0
-            self._received += received
-            self._shard_s += np.array([r[-1] for r in res])
             self._slowest += max(r[-1] for r in res)
-            parts = [r[:-1] for r in res]
-            totals = [_total([p[i] for p in parts]) for i in range(len(parts[0]))]
-            if what != "hess":  # the cost first, as a float
-                totals[0] = float(totals[0][0])
-            self._cache[key] = tuple(totals)
+            self._store(key, res, received)
         return self._cache[key]
+
+    def _store(self, key, res, received: int) -> None:
+        """The shards' terms ``res`` of one round (``received`` bytes) summed into the cache at ``(what, z bytes)``."""
+        self._calls, self._received = self._calls + 1, self._received + received
+        self._shard_s += np.array([r[-1] for r in res])
+        parts = [r[:-1] for r in res]
+        totals = [_total([p[i] for p in parts]) for i in range(len(parts[0]))]
+        if key[0] != "hess":  # the cost first, as a float
+            totals[0] = float(totals[0][0])
+        self._cache[key] = tuple(totals)
+
+    def cost_at(self, z) -> float | None:
+        """The summed data terms' cost at ``z`` (n_free,) when the last learning session evaluated it, else None."""
+        return self._costs.get(z.tobytes())
 
     def _fetch(self, z, what: str) -> str:
         """What to fetch at ``z`` when IPOPT asks for ``what`` ("f" or "grad"): everything in one round with a
@@ -131,13 +139,17 @@ class RemoteLearner:
         t0 = time.perf_counter()
         self._session, self._cache, self._error = self.engine.learning_session(theta_vec, xs), {}, None
         self._setup_s = time.perf_counter() - t0
-        self._calls, self._wait, self._received, self._slowest = 0, 0.0, 0, 0.0
+        self._calls, self._trips, self._wait, self._received, self._slowest = 0, 0, 0.0, 0, 0.0
         self._shard_s = np.zeros(len(self._session))
+        first = getattr(self.engine, "first_round", lambda: None)()  # computed with the states (Dask)
+        if first is not None:
+            self._store((first[1], first[0].tobytes()), first[2], first[3])
 
     def _end(self, t0):
         self.engine.record("learn", t0, self._shard_s, getattr(self.engine, "session_sent", 0)
-                            + 8 * self.n * self._calls * len(self._session), self._received,
-                            calls=self._calls, wait_s=self._wait, setup_s=self._setup_s, slowest_s=self._slowest)
+                           + 8 * self.n * self._trips * len(self._session), self._received, calls=self._calls,
+                           trips=self._trips, wait_s=self._wait, setup_s=self._setup_s, slowest_s=self._slowest)
+        self._costs = {k[1]: v[0] for k, v in self._cache.items() if k[0] != "hess"}
         self._session, self._cache = None, {}
 
     # --- the learner interface ---------------------------------------------------------------

@@ -17,8 +17,9 @@ EXACT_SUM_ROWS = 64
 
 
 def terms_of(learner, P, z, what: str):
-    """`learning_terms` of a [`Learner`][ceem_casadi.learning.Learner] with NLP parameter ``P``
-    (seconds last); also the pieces of a long record (`ceem_casadi.learning._pieces`) and the shards of a distributed fit (`ceem_casadi.distributed`)."""
+    """Data terms of a [`Learner`][ceem_casadi.learning.Learner] with NLP parameter ``P`` at ``z``, then seconds:
+    ``what`` "f" (cost), "grad" (cost, gradient), "hess" (Hessian upper triangle, column-major) or "all" (the three;
+    no Hessian if limited-memory), as `SplitSum` (exact up to ``EXACT_SUM_ROWS`` rows); for shards and pieces."""
     t0 = time.perf_counter()
     solver = learner.solver
     z = np.asarray(z, float)
