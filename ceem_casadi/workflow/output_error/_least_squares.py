@@ -21,6 +21,7 @@ __all__ = ["OutputErrorLeastSquares", "output_error_problem"]
 logger = logging.getLogger(__name__)
 #: doubles of augmented states (x, dx/dx0, dx/dz) per mapped sensitivity call (chunks of time, docs/output_error.md)
 CHUNK_DOUBLES = 5e5
+SEGMENT_GROWTH = 10.0   # growth of the output error over one segment of the advised multiple shooting (measured)
 
 
 class OutputErrorLeastSquares(LeastSquaresProblem):
@@ -187,6 +188,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         self._U, self._Y, self._M = np.hstack(U), np.where(mask, Y, 0.0), mask.astype(float)
         self._pbase, self._iv = base, np.asarray(model.noise.inv_measurement_std, float)
         self._data = (base, self._U, self._Y, self._M, self._iv)
+        self._records = [(data.inputs(b), data.y[b]) for b in range(len(data))]
         mean, wp = model.params.prior
         self._prior = (np.asarray(mean, float)[self.free], (np.asarray(wp, float) if use_prior
                                                             else np.zeros(model.params.size))[self.free])
@@ -223,6 +225,40 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
     def reference_cost(self) -> float:
         """``0.5 ||weighted y||^2``: the objective of predicting zero output (exploding-run guard)."""
         return 0.5 * float(np.sum((self._M * self._iv[:, None] * self._Y) ** 2))
+
+    def growth_per_sample(self, w) -> float:
+        """The largest growth per sample ``rho`` of the weighted output error ``|e_t|`` of the free runs from ``w``'s
+        parameters and first nodes: the slope of ``log |e_t|`` over the second half of the run up to its largest
+        finite ``|e_t|`` (the first half may hold an initial state that cancels the growing mode for a while)."""
+        from ...model._simulation import run
+
+        tv, nodes = self._pbase.copy(), w[self.free.size:].reshape(-1, self.model.nx)[self.first_nodes()]
+        tv[self.free] = w[:self.free.size]
+        rho = 0.0
+        for x0, (u, y) in zip(nodes, self._records):
+            with np.errstate(all="ignore"):
+                e = np.abs((y - run(self.model, tv, x0, u)[0]) * self._iv)
+            e = np.where(np.isfinite(e), e, 0.0).max(axis=1)     # 0: missing or overflowed
+            ts = np.arange(int(np.argmax(e)) // 2, int(np.argmax(e)) + 1)
+            ts = ts[e[ts] > 0]
+            if ts.size >= 2:
+                rho = max(rho, np.exp(np.polyfit(ts, np.log(e[ts]), 1)[0]))
+        return rho
+
+    def exploding_advice(self, w) -> str | None:
+        """A segment length over which the free run from ``w`` grows by at most `SEGMENT_GROWTH` (measured by
+        `growth_per_sample`); None when it does not grow enough to need shorter segments than the records."""
+        rho = self.growth_per_sample(w)
+        k = max(1, int(np.log(SEGMENT_GROWTH) / np.log(rho))) if rho > 1.0 else min(self.lengths)
+        if k >= min(self.lengths):
+            return None
+        grows = f"The free run's output error grows by a factor {rho:.3g} per sample"
+        if self.shooting is not None and k >= self.shooting:
+            return (f"{grows}, so segments of {self.shooting} samples are short enough: try another start "
+                    "(starts=...) or parameter bounds that keep the model stable.")
+        return (f"{grows}: use multiple shooting with shooting={k} (segments of {k} samples, over which it grows by "
+                f"at most {SEGMENT_GROWTH:g}), another start (starts=...), or parameter bounds that keep the model "
+                "stable.")
 
     def first_nodes(self) -> list[int]:
         """Index of every trajectory's first node."""
