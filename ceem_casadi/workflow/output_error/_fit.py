@@ -29,14 +29,12 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
                                options: OutputErrorOptions = OutputErrorOptions()) -> LeastSquaresResult:
     """Output-error fit of the free parameters and initial states by the Levenberg-Marquardt engine
     (docs/output_error.md): the arguments of [`refine_output_error`][ceem_casadi.refine_output_error]
-    (``starts``: a list of partial parameter dicts, completed by ``theta``); returns a
+    (``starts``: a list of partial parameter dicts, completed by ``theta``; ``shooting`` checked there); returns a
     `LeastSquaresResult` with ``theta``, ``x0`` (B, nx) and one row per start in ``starts``."""
     if not isinstance(options, OutputErrorOptions) or options.solver != "lm":
         raise OptionsError(f"options must be an OutputErrorOptions with solver='lm', got {options!r}")
     t0 = time.perf_counter()
     check_data(model, data)  # the one data check of every entry point (io/_validate.py)
-    if shooting is not None and (int(shooting) != shooting or shooting < 1):
-        raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
     candidates = _candidates(model, theta, starts)
     x0 = initial_states(x0, len(data), model.nx)
     expires = deadline_after(options.time_limit, t0)  # never beyond a deadline already in force

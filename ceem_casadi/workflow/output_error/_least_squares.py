@@ -226,10 +226,10 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         """``0.5 ||weighted y||^2``: the objective of predicting zero output (exploding-run guard)."""
         return 0.5 * float(np.sum((self._M * self._iv[:, None] * self._Y) ** 2))
 
-    def growth_per_sample(self, w) -> float:
-        """The largest growth per sample ``rho`` of the weighted output error ``|e_t|`` of the free runs from ``w``'s
-        parameters and first nodes: the slope of ``log |e_t|`` over the second half of the run up to its largest
-        finite ``|e_t|`` (the first half may hold an initial state that cancels the growing mode for a while)."""
+    def exploding_advice(self, w) -> str | None:
+        """Advice naming a segment length over which the free run from ``w`` grows by at most `SEGMENT_GROWTH`: its
+        growth per sample is the slope of log |weighted output error| over the second half of the run up to the
+        largest finite error; None when segments as long as the shortest record would do."""
         from ...model._simulation import run
 
         tv, nodes = self._pbase.copy(), w[self.free.size:].reshape(-1, self.model.nx)[self.first_nodes()]
@@ -241,24 +241,15 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
             e = np.where(np.isfinite(e), e, 0.0).max(axis=1)     # 0: missing or overflowed
             ts = np.arange(int(np.argmax(e)) // 2, int(np.argmax(e)) + 1)
             ts = ts[e[ts] > 0]
-            if ts.size >= 2:
-                rho = max(rho, np.exp(np.polyfit(ts, np.log(e[ts]), 1)[0]))
-        return rho
-
-    def exploding_advice(self, w) -> str | None:
-        """A segment length over which the free run from ``w`` grows by at most `SEGMENT_GROWTH` (measured by
-        `growth_per_sample`); None when it does not grow enough to need shorter segments than the records."""
-        rho = self.growth_per_sample(w)
+            rho = max(rho, np.exp(np.polyfit(ts, np.log(e[ts]), 1)[0]) if ts.size >= 2 else 0.0)
         k = max(1, int(np.log(SEGMENT_GROWTH) / np.log(rho))) if rho > 1.0 else min(self.lengths)
+        grows = f"The free run's output error grows by a factor {rho:.3g} per sample"
         if k >= min(self.lengths):
             return None
-        grows = f"The free run's output error grows by a factor {rho:.3g} per sample"
         if self.shooting is not None and k >= self.shooting:
-            return (f"{grows}, so segments of {self.shooting} samples are short enough: try another start "
-                    "(starts=...) or parameter bounds that keep the model stable.")
+            return f"{grows}; segments of {self.shooting} samples are short enough: try another start (starts=...)."
         return (f"{grows}: use multiple shooting with shooting={k} (segments of {k} samples, over which it grows by "
-                f"at most {SEGMENT_GROWTH:g}), another start (starts=...), or parameter bounds that keep the model "
-                "stable.")
+                f"at most {SEGMENT_GROWTH:g}), another start (starts=...), or bounds that keep the model stable.")
 
     def first_nodes(self) -> list[int]:
         """Index of every trajectory's first node."""

@@ -228,10 +228,8 @@ class _Engine:
         """Shrink the trust region until a trial is accepted (``_Trial``), or None (time, radius at round-off)."""
         while not self._expired():
             trial = self._try_step(sub, w, r, c, free)
-            if trial is not None:
+            if trial is not None or self.radius <= self._tiny(w, self.Dsafe):
                 return trial
-            if self.radius <= self._tiny(w, self.Dsafe):
-                return None
         return None
 
     def _no_step_status(self, sub, w, c):
@@ -302,11 +300,10 @@ class _Engine:
         w = np.clip(np.asarray(w0, float), self.lower, self.upper)
         out = self.prob.evaluate(w, True)
         self.norm = np.inf if out is None else half_squared_norm(out[0])   # the objective relative to the start's
-        if not np.isfinite(self.norm):   # diverged when the free run explodes (its growth is measured), else failed
+        if not np.isfinite(self.norm):   # diverged when the free run's growth is measured, else failed
             advice = self.prob.exploding_advice(w)
-            why = "start inside the model's domain and closer to the data" if advice is None else \
-                "the free run explodes. " + advice
-            return LeastSquaresResult(w, np.inf, np.inf, Status.SOLVER_FAILED if advice is None else Status.DIVERGED,
+            why = advice or "start inside the model's domain and closer to the data"
+            return LeastSquaresResult(w, np.inf, np.inf, Status.DIVERGED if advice else Status.SOLVER_FAILED,
                                       f"the residuals or the objective are not finite at the start; {why}",
                                       0, 1, time.perf_counter() - t0, "start")
         self.norm = max(self.norm, 1e-300)
