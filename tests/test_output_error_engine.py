@@ -136,3 +136,17 @@ def test_statistical_test_stops_within_a_hundredth_of_a_standard_error():
     gap = np.abs([float(stat.theta[k]) - float(tight.theta[k]) for k in ("a", "b")]) / se[:2]
     assert np.all(gap <= 0.02) and np.any(gap > 0), gap
     assert stat.iterations < tight.iterations, (stat.message, tight.message)
+
+
+@pytest.mark.parametrize("shooting, says", [(5, "use multiple shooting with shooting=3 ("),
+                                            (3, "segments of 3 samples are short enough: try another start")])
+def test_advice_when_multiple_shooting_diverges(shooting, says):
+    """Segments longer than the advised ones get the advised length; segments already that short get
+    another start (a = 2: growth 2 per sample, at most 10 over 3 samples)."""
+    from ceem_casadi.workflow.output_error._least_squares import output_error_problem
+
+    model, data = _scalar_case()
+    prob = output_error_problem(model, data.lengths, shooting)
+    prob.set_data(model, model.params.to_vector({"a": 2.0, "b": 1.0}), data, True)
+    advice = prob.exploding_advice(np.r_[2.0, 1.0, np.zeros(len(prob.segs))])
+    assert "grows by a factor 2 per sample" in advice and says in advice, advice
