@@ -25,11 +25,9 @@ SEGMENT_GROWTH = 10.0   # growth of the output error over one segment of the adv
 
 
 class OutputErrorLeastSquares(LeastSquaresProblem):
-    """The output-error problem of one model, set of trajectory lengths and shooting (cached, one per
-    thread: `output_error_problem`). ``evaluate(w, jac)``: the weighted residuals (prior rows
-    appended), their Jacobian (dense for single shooting with few unknowns, else sparse CSC), the
-    continuity gaps and their sparse Jacobian; ``w`` = (free parameters, nodes (n_nodes, nx) by row).
-    """
+    """The output-error problem of one model, set of lengths and shooting (`output_error_problem`): ``evaluate``
+    gives the weighted residuals (prior rows appended), their Jacobian (dense for single shooting with few
+    unknowns, else sparse CSC), the gaps and their Jacobian at ``w`` = (free parameters, nodes (n_nodes, nx))."""
 
     def __init__(self, model, lengths, shooting, compiled: bool = False):
         from ...model._simulation import rollout
@@ -285,8 +283,7 @@ def _explodes(yhat, y, inv_std) -> bool:
     shooting then starts its nodes from the EKF/RTS states."""
     if not np.all(np.isfinite(yhat)):
         return True
-    mask = np.isfinite(y)
-    e, z = (np.where(mask, v * inv_std, 0.0) for v in (y - yhat, y))
+    e, z = (np.where(np.isfinite(y), v * inv_std, 0.0) for v in (y - yhat, y))
     return 2 * half_squared_norm(e.ravel()) > EXPLODING * max(2 * half_squared_norm(z.ravel()), 1e-300)
 
 
