@@ -41,19 +41,18 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
     fit = _Fit(model, data, shooting, options, expires)
     rows, results = [], []
     for k, th in enumerate(candidates):
+        row = dict(start=k, initial_cost=float("nan"), cost=float("nan"), status="not run", iterations=0, wall_s=0.0)
+        rows.append(row)
         if k > 0 and expires is not None and time.perf_counter() >= expires:
-            rows.append(dict(start=k, initial_cost=float("nan"), cost=float("nan"), status="not run",
-                             iterations=0, wall_s=0.0))
             continue
         ts = time.perf_counter()
         try:
             res = fit.run(th, x0)
         except SolverError as exc:   # the initial-state estimate failed
-            rows.append(dict(start=k, initial_cost=float("nan"), cost=float("nan"), status="solver_failed",
-                             iterations=0, wall_s=time.perf_counter() - ts, message=str(exc)))
+            row.update(status="solver_failed", wall_s=time.perf_counter() - ts, message=str(exc))
             continue
-        rows.append(dict(start=k, initial_cost=float(res.initial_cost), cost=float(res.cost), status=str(res.status),
-                         iterations=res.iterations, wall_s=time.perf_counter() - ts))
+        row.update(initial_cost=float(res.initial_cost), cost=float(res.cost), status=str(res.status),
+                   iterations=res.iterations, wall_s=time.perf_counter() - ts)
         results.append((k, res))
     if not results:
         raise SolverError("output_error_least_squares: no start could be run: "
