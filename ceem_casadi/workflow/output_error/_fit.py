@@ -117,11 +117,10 @@ class _Fit:
                                             x_lower=self.lo_x, x_upper=self.hi_x)
         prob.set_data(model, tv, self.data, self.options.use_prior)
         nodes = np.clip(prob.initial_nodes(model, tv, self.data, x0), self.lo_x, self.hi_x)
-        n_nodes = len(prob.segs)
-        if prob.n_con:
-            spread = np.std(nodes, axis=0) if n_nodes > 1 else np.abs(nodes[0])
+        if prob.n_con:   # gaps exist: two nodes at least
+            spread = np.std(nodes, axis=0)
             spread = np.maximum(spread, 1e-6 * max(float(np.max(spread)), 1e-300))
-            prob.c_scale = np.tile(np.where(spread > 0, spread, 1.0), n_nodes - len(self.data))
+            prob.c_scale = np.tile(np.where(spread > 0, spread, 1.0), len(prob.segs) - len(self.data))
         return np.concatenate([tv[prob.free], nodes.ravel()])
 
     def run(self, theta, x0) -> LeastSquaresResult:

@@ -9,6 +9,7 @@ import numpy as np
 import scipy.sparse as sps
 
 from ...io._data import Trajectories
+from ...model._simulation import rollout, run
 from ...runtime._compile import compile_or_none
 from ...runtime._linalg import BufferedCall
 from ...runtime._model_cache import cached
@@ -30,8 +31,6 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
     unknowns, else sparse CSC), the gaps and their Jacobian at ``w`` = (free parameters, nodes (n_nodes, nx))."""
 
     def __init__(self, model, lengths, shooting, compiled: bool = False):
-        from ...model._simulation import rollout
-
         self.compiled = bool(compiled)
         self.model, self.lengths, self.shooting = model, tuple(lengths), shooting
         nx, nu, ny = model.nx, model.nu, model.ny
@@ -228,8 +227,6 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         """Advice naming a segment length over which the free run from ``w`` grows by at most `SEGMENT_GROWTH`: its
         growth per sample is the slope of log |weighted output error| over the second half of the run up to the
         largest finite error; None when segments as long as the shortest record would do."""
-        from ...model._simulation import run
-
         tv, nodes = self._pbase.copy(), w[self.free.size:].reshape(-1, self.model.nx)[self.first_nodes()]
         tv[self.free] = w[:self.free.size]
         rho = 0.0
@@ -264,7 +261,6 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
 
     def initial_nodes(self, model, theta_vec, data: Trajectories, x0: np.ndarray) -> np.ndarray:
         """(n_nodes, nx): the free run from x0 at the nodes (EKF/RTS states where it is not finite)."""
-        from ...model._simulation import run
         from ...smoothing._initial_states import eks_states
 
         runs = []

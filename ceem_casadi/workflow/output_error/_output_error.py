@@ -231,8 +231,7 @@ def _refine_with_ipopt(model, data, theta, shooting, x0, options, t0) -> OutputE
         lbx = np.concatenate([model.params.lower[free], np.tile(lo, n_nodes)])
         ubx = np.concatenate([model.params.upper[free], np.tile(hi, n_nodes)])
         initial_cost = prob.cost_gaps(w0)[0]
-        # the best iterate IPOPT visits (continuity met for multiple shooting) or the start:
-        # what comes back on any stop (time limit, failure) is never worse than either
+        # the best feasible iterate IPOPT visits or the start: what any stop returns is never worse than either
         tracker = BestIterate(w0, initial_cost, feasibility_tol=CONTINUITY_TOL, lower=lbx, upper=ubx)
         sol = solve(prob.solver, x0=w0, lbx=lbx, ubx=ubx, lbg=0.0, ubg=0.0, best=tracker)
         st = prob.solver.stats()
@@ -260,13 +259,10 @@ def _ipopt_outcome(prob, model, theta_vec, data, sol, st, status, w0, initial_co
     if status is Status.SOLVER_FAILED and options.raise_on_failure:
         raise SolverError(f"refine_output_error: {message}. {status.advice}")
     if status is Status.CONVERGED and gap <= CONTINUITY_TOL:
-        # a converged, feasible optimum is returned as is (an earlier iterate within the continuity
-        # tolerance can have a lower cost only by being slightly infeasible)
+        # as is: an earlier iterate within the continuity tolerance is lower only by being slightly infeasible
         message += "; returning IPOPT's final iterate"
     else:
-        if prob.ng and gap > CONTINUITY_TOL and np.all(np.isfinite(w)):
-            # multiple shooting stopped between nodes that do not join: the final parameters and
-            # initial states with the nodes re-simulated from them are a continuous candidate
+        if prob.ng and gap > CONTINUITY_TOL and np.all(np.isfinite(w)):   # nodes that do not join
             _offer_resimulated(prob, model, theta_vec, data, w, lo, hi, tracker)
         w, _, which = tracker.choose(w, float(cost), gap, label="IPOPT's final iterate")
         message += "; " + which
