@@ -36,14 +36,40 @@ def test_exploding_start_is_not_reported_converged_and_multiple_shooting_recover
 @pytest.mark.parametrize("solver, shooting", [("lm", None), ("ipopt", None), ("lm", 20)])
 def test_a_start_whose_squares_overflow_fails_without_warnings(solver, shooting):
     """From a = 2 the free run reaches 2^600 ~ 4e180: finite outputs whose sum of squares overflows. No
-    solver reports "converged" there, and numpy prints no overflow warning on the way."""
+    solver reports "converged" there (segments of 20 samples grow by 2^20 ~ 1e6: too long for the engine,
+    which then advises 3), and numpy prints no overflow warning on the way."""
     model, data = _scalar_case()
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         res = cc.refine_output_error(model, data, {"a": 2.0, "b": 1.0}, shooting=shooting,
                                      options=cc.OutputErrorOptions(solver=solver))
     assert res.status is not cc.Status.CONVERGED and not res.success, res.message
-    assert float(res.theta["a"]) == 2.0
+    if solver == "lm":
+        assert res.status is cc.Status.DIVERGED and "shooting=3 (" in res.message, res.message
+    if shooting is None:
+        assert float(res.theta["a"]) == 2.0
+
+
+@pytest.mark.parametrize("a0, advised", [(1.2, 12), (2.0, 3), (5.0, 1)])
+def test_following_the_exploding_start_advice_recovers_the_truth(a0, advised):
+    """Issue 32 item 4: the advice names the segment length over which the measured growth per sample of
+    the free run (a0 here) stays below 10, k = floor(log 10 / log a0), and following it recovers the truth."""
+    model, data = _scalar_case()
+    res = cc.refine_output_error(model, data, {"a": a0, "b": 1.0})
+    assert res.status is cc.Status.DIVERGED, res.message
+    assert f"grows by a factor {a0:.3g} per sample" in res.message and f"shooting={advised} (" in res.message
+    ms = cc.refine_output_error(model, data, {"a": a0, "b": 1.0}, shooting=advised)
+    assert ms.status is cc.Status.CONVERGED, ms.message
+    assert abs(float(ms.theta["a"]) - 0.7) < 0.01 and abs(float(ms.theta["b"]) - 1.0) < 0.03
+
+
+def test_multiple_shooting_leaves_a_start_whose_free_run_overflows():
+    """From a = 3 the single-shooting objective overflows; the engine used to accept only steps that made
+    it finite at once, so no trial was accepted from segments of 3 to 8 samples (measured)."""
+    model, data = _scalar_case()
+    ms = cc.refine_output_error(model, data, {"a": 3.0, "b": 1.0}, shooting=5)
+    assert ms.status is cc.Status.CONVERGED, ms.message
+    assert abs(float(ms.theta["a"]) - 0.7) < 0.01 and abs(float(ms.theta["b"]) - 1.0) < 0.03
 
 
 def test_options_refuse_a_field_of_the_other_solver():
@@ -110,3 +136,17 @@ def test_statistical_test_stops_within_a_hundredth_of_a_standard_error():
     gap = np.abs([float(stat.theta[k]) - float(tight.theta[k]) for k in ("a", "b")]) / se[:2]
     assert np.all(gap <= 0.02) and np.any(gap > 0), gap
     assert stat.iterations < tight.iterations, (stat.message, tight.message)
+
+
+@pytest.mark.parametrize("shooting, says", [(5, "use multiple shooting with shooting=3 ("),
+                                            (3, "segments of 3 samples are short enough: try another start")])
+def test_advice_when_multiple_shooting_diverges(shooting, says):
+    """Segments longer than the advised ones get the advised length; segments already that short get
+    another start (a = 2: growth 2 per sample, at most 10 over 3 samples)."""
+    from ceem_casadi.workflow.output_error._least_squares import output_error_problem
+
+    model, data = _scalar_case()
+    prob = output_error_problem(model, data.lengths, shooting)
+    prob.set_data(model, model.params.to_vector({"a": 2.0, "b": 1.0}), data, True)
+    advice = prob.exploding_advice(np.r_[2.0, 1.0, np.zeros(len(prob.segs))])
+    assert "grows by a factor 2 per sample" in advice and says in advice, advice

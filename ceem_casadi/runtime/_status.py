@@ -74,6 +74,6 @@ _ADVICE = {
     Status.STOPPED: "A callback asked to stop; the result is the last good iterate.",
     Status.DIVERGED: "The model's free run explodes from this start (its objective is far above that of "
                      "predicting zero output), so no convergence test means anything: use multiple shooting "
-                     "(shooting=k, e.g. k = 10-50 samples), another start (starts=...), or parameter bounds "
-                     "that keep the model stable.",
+                     "(shooting=k: segments over which it grows ~10-fold at most), another start (starts=...), or "
+                     "parameter bounds that keep the model stable.",
 }

@@ -29,33 +29,30 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
                                options: OutputErrorOptions = OutputErrorOptions()) -> LeastSquaresResult:
     """Output-error fit of the free parameters and initial states by the Levenberg-Marquardt engine
     (docs/output_error.md): the arguments of [`refine_output_error`][ceem_casadi.refine_output_error]
-    (``starts``: a list of partial parameter dicts, completed by ``theta``); returns a
+    (``starts``: a list of partial parameter dicts, completed by ``theta``; ``shooting`` checked there); returns a
     `LeastSquaresResult` with ``theta``, ``x0`` (B, nx) and one row per start in ``starts``."""
     if not isinstance(options, OutputErrorOptions) or options.solver != "lm":
         raise OptionsError(f"options must be an OutputErrorOptions with solver='lm', got {options!r}")
     t0 = time.perf_counter()
     check_data(model, data)  # the one data check of every entry point (io/_validate.py)
-    if shooting is not None and (int(shooting) != shooting or shooting < 1):
-        raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
     candidates = _candidates(model, theta, starts)
     x0 = initial_states(x0, len(data), model.nx)
     expires = deadline_after(options.time_limit, t0)  # never beyond a deadline already in force
     fit = _Fit(model, data, shooting, options, expires)
     rows, results = [], []
     for k, th in enumerate(candidates):
+        row = dict(start=k, initial_cost=float("nan"), cost=float("nan"), status="not run", iterations=0, wall_s=0.0)
+        rows.append(row)
         if k > 0 and expires is not None and time.perf_counter() >= expires:
-            rows.append(dict(start=k, initial_cost=float("nan"), cost=float("nan"), status="not run",
-                             iterations=0, wall_s=0.0))
             continue
         ts = time.perf_counter()
         try:
             res = fit.run(th, x0)
         except SolverError as exc:   # the initial-state estimate failed
-            rows.append(dict(start=k, initial_cost=float("nan"), cost=float("nan"), status="solver_failed",
-                             iterations=0, wall_s=time.perf_counter() - ts, message=str(exc)))
+            row.update(status="solver_failed", wall_s=time.perf_counter() - ts, message=str(exc))
             continue
-        rows.append(dict(start=k, initial_cost=float(res.initial_cost), cost=float(res.cost), status=str(res.status),
-                         iterations=res.iterations, wall_s=time.perf_counter() - ts))
+        row.update(initial_cost=float(res.initial_cost), cost=float(res.cost), status=str(res.status),
+                   iterations=res.iterations, wall_s=time.perf_counter() - ts)
         results.append((k, res))
     if not results:
         raise SolverError("output_error_least_squares: no start could be run: "
@@ -120,11 +117,10 @@ class _Fit:
                                             x_lower=self.lo_x, x_upper=self.hi_x)
         prob.set_data(model, tv, self.data, self.options.use_prior)
         nodes = np.clip(prob.initial_nodes(model, tv, self.data, x0), self.lo_x, self.hi_x)
-        n_nodes = len(prob.segs)
-        if prob.n_con:
-            spread = np.std(nodes, axis=0) if n_nodes > 1 else np.abs(nodes[0])
+        if prob.n_con:   # gaps exist: two nodes at least
+            spread = np.std(nodes, axis=0)
             spread = np.maximum(spread, 1e-6 * max(float(np.max(spread)), 1e-300))
-            prob.c_scale = np.tile(np.where(spread > 0, spread, 1.0), n_nodes - len(self.data))
+            prob.c_scale = np.tile(np.where(spread > 0, spread, 1.0), len(prob.segs) - len(self.data))
         return np.concatenate([tv[prob.free], nodes.ravel()])
 
     def run(self, theta, x0) -> LeastSquaresResult:

@@ -9,6 +9,7 @@ import numpy as np
 import scipy.sparse as sps
 
 from ...io._data import Trajectories
+from ...model._simulation import rollout, run
 from ...runtime._compile import compile_or_none
 from ...runtime._linalg import BufferedCall
 from ...runtime._model_cache import cached
@@ -21,18 +22,15 @@ __all__ = ["OutputErrorLeastSquares", "output_error_problem"]
 logger = logging.getLogger(__name__)
 #: doubles of augmented states (x, dx/dx0, dx/dz) per mapped sensitivity call (chunks of time, docs/output_error.md)
 CHUNK_DOUBLES = 5e5
+SEGMENT_GROWTH = 10.0   # growth of the output error over one segment of the advised multiple shooting (measured)
 
 
 class OutputErrorLeastSquares(LeastSquaresProblem):
-    """The output-error problem of one model, set of trajectory lengths and shooting (cached, one per
-    thread: `output_error_problem`). ``evaluate(w, jac)``: the weighted residuals (prior rows
-    appended), their Jacobian (dense for single shooting with few unknowns, else sparse CSC), the
-    continuity gaps and their sparse Jacobian; ``w`` = (free parameters, nodes (n_nodes, nx) by row).
-    """
+    """The output-error problem of one model, set of lengths and shooting (`output_error_problem`): ``evaluate``
+    gives the weighted residuals (prior rows appended), their Jacobian (dense for single shooting with few
+    unknowns, else sparse CSC), the gaps and their Jacobian at ``w`` = (free parameters, nodes (n_nodes, nx))."""
 
     def __init__(self, model, lengths, shooting, compiled: bool = False):
-        from ...model._simulation import rollout
-
         self.compiled = bool(compiled)
         self.model, self.lengths, self.shooting = model, tuple(lengths), shooting
         nx, nu, ny = model.nx, model.nu, model.ny
@@ -187,6 +185,7 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         self._U, self._Y, self._M = np.hstack(U), np.where(mask, Y, 0.0), mask.astype(float)
         self._pbase, self._iv = base, np.asarray(model.noise.inv_measurement_std, float)
         self._data = (base, self._U, self._Y, self._M, self._iv)
+        self._records = [(data.inputs(b), data.y[b]) for b in range(len(data))]
         mean, wp = model.params.prior
         self._prior = (np.asarray(mean, float)[self.free], (np.asarray(wp, float) if use_prior
                                                             else np.zeros(model.params.size))[self.free])
@@ -224,6 +223,29 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         """``0.5 ||weighted y||^2``: the objective of predicting zero output (exploding-run guard)."""
         return 0.5 * float(np.sum((self._M * self._iv[:, None] * self._Y) ** 2))
 
+    def exploding_advice(self, w) -> str | None:
+        """Advice naming a segment length over which the free run from ``w`` grows by at most `SEGMENT_GROWTH`: its
+        growth per sample is the slope of log |weighted output error| over the second half of the run up to the
+        largest finite error; None when segments as long as the shortest record would do."""
+        tv, nodes = self._pbase.copy(), w[self.free.size:].reshape(-1, self.model.nx)[self.first_nodes()]
+        tv[self.free] = w[:self.free.size]
+        rho = 0.0
+        for x0, (u, y) in zip(nodes, self._records):
+            with np.errstate(all="ignore"):
+                e = np.abs((y - run(self.model, tv, x0, u)[0]) * self._iv)
+            e = np.where(np.isfinite(e), e, 0.0).max(axis=1)     # 0: missing or overflowed
+            ts = np.arange(int(np.argmax(e)) // 2, int(np.argmax(e)) + 1)
+            ts = ts[e[ts] > 0]
+            rho = max(rho, np.exp(np.polyfit(ts, np.log(e[ts]), 1)[0]) if ts.size >= 2 else 0.0)
+        k = max(1, int(np.log(SEGMENT_GROWTH) / np.log(rho))) if rho > 1.0 else min(self.lengths)
+        grows = f"The free run's output error grows by a factor {rho:.3g} per sample"
+        if k >= min(self.lengths):
+            return None
+        if self.shooting is not None and k >= self.shooting:
+            return f"{grows}; segments of {self.shooting} samples are short enough: try another start (starts=...)."
+        return (f"{grows}: use multiple shooting with shooting={k} (segments of {k} samples, over which it grows by "
+                f"at most {SEGMENT_GROWTH:g}), another start (starts=...), or bounds that keep the model stable.")
+
     def first_nodes(self) -> list[int]:
         """Index of every trajectory's first node."""
         return [i for i, (_, s0, _, _) in enumerate(self.segs) if s0 == 0]
@@ -239,7 +261,6 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
 
     def initial_nodes(self, model, theta_vec, data: Trajectories, x0: np.ndarray) -> np.ndarray:
         """(n_nodes, nx): the free run from x0 at the nodes (EKF/RTS states where it is not finite)."""
-        from ...model._simulation import run
         from ...smoothing._initial_states import eks_states
 
         runs = []
@@ -258,8 +279,7 @@ def _explodes(yhat, y, inv_std) -> bool:
     shooting then starts its nodes from the EKF/RTS states."""
     if not np.all(np.isfinite(yhat)):
         return True
-    mask = np.isfinite(y)
-    e, z = (np.where(mask, v * inv_std, 0.0) for v in (y - yhat, y))
+    e, z = (np.where(np.isfinite(y), v * inv_std, 0.0) for v in (y - yhat, y))
     return 2 * half_squared_norm(e.ravel()) > EXPLODING * max(2 * half_squared_norm(z.ravel()), 1e-300)
 
 

@@ -41,6 +41,10 @@ class LeastSquaresProblem:
         """Objective of predicting zero output (the exploding-run guard's yardstick); None: no guard."""
         return None
 
+    def exploding_advice(self, w) -> str | None:
+        """What to do when the free run from ``w`` explodes; None when this problem cannot tell."""
+        return None
+
     def objective(self, w, r=None):  # default: the least-squares cost itself
         if r is None:
             out = self.evaluate(w, False)
@@ -149,7 +153,7 @@ class _Engine:
         out = self.prob.evaluate(w_try, False)
         self.evals += 1
         ok = out is not None
-        if ok and self.q:
+        if ok and self.q and np.isfinite(self.history[-1]):   # from a start whose free run overflows: merit only
             ok = bool(np.isfinite(self.prob.objective(w_try)))
         return out, ok
 
@@ -224,10 +228,8 @@ class _Engine:
         """Shrink the trust region until a trial is accepted (``_Trial``), or None (time, radius at round-off)."""
         while not self._expired():
             trial = self._try_step(sub, w, r, c, free)
-            if trial is not None:
+            if trial is not None or self.radius <= self._tiny(w, self.Dsafe):
                 return trial
-            if self.radius <= self._tiny(w, self.Dsafe):
-                return None
         return None
 
     def _no_step_status(self, sub, w, c):
@@ -298,9 +300,11 @@ class _Engine:
         w = np.clip(np.asarray(w0, float), self.lower, self.upper)
         out = self.prob.evaluate(w, True)
         self.norm = np.inf if out is None else half_squared_norm(out[0])   # the objective relative to the start's
-        if not np.isfinite(self.norm):
-            return LeastSquaresResult(w, np.inf, np.inf, Status.SOLVER_FAILED, "the residuals or the objective are not "
-                                      "finite at the start; start inside the model's domain and closer to the data",
+        if not np.isfinite(self.norm):   # diverged when the free run's growth is measured, else failed
+            advice = self.prob.exploding_advice(w)
+            why = advice or "start inside the model's domain and closer to the data"
+            return LeastSquaresResult(w, np.inf, np.inf, Status.DIVERGED if advice else Status.SOLVER_FAILED,
+                                      f"the residuals or the objective are not finite at the start; {why}",
                                       0, 1, time.perf_counter() - t0, "start")
         self.norm = max(self.norm, 1e-300)
         honest_start = self.prob.objective(w, out[0] if self.q == 0 else None)
@@ -329,7 +333,7 @@ class _Engine:
             gap = float(np.max(np.abs(o[2]), initial=0.0)) if o is not None else np.inf
         msg = f"Levenberg-Marquardt: {status} ({why}) after {self.it} iterations, {self.evals} trial evaluations; {note}"
         if status is Status.DIVERGED:
-            msg += ". " + Status.DIVERGED.advice
+            msg += ". " + (self.prob.exploding_advice(w_out) or Status.DIVERGED.advice)
         return LeastSquaresResult(w_out, float(cost), float(honest_start), status, msg, self.it, self.evals,
                                   time.perf_counter() - t0, returned, gap, self.history)
 

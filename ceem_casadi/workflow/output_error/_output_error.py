@@ -13,6 +13,7 @@ from ...io._validate import check_data
 from ...model._params import Theta
 from ...runtime._best import BestIterate
 from ...runtime._callbacks import SparsityCallback
+from ...runtime._checks import is_integer
 from ...runtime._model_cache import cached
 from ...runtime._solve import deadline, deadline_after, expired, ipopt_options, ipopt_solver, solve
 from ...runtime._status import Status
@@ -110,10 +111,6 @@ class OutputErrorProblem:
         self._key, self._val = np.array(w, float), val
         return val
 
-    def nodes(self, model, theta_vec, data: Trajectories, x0: np.ndarray) -> np.ndarray:
-        """Initial node states (nx, n_nodes) (`OutputErrorLeastSquares.initial_nodes`)."""
-        return self.lsq.initial_nodes(model, theta_vec, data, x0).T
-
 
 def problem_for(model, lengths, shooting, options: OutputErrorOptions) -> OutputErrorProblem:
     """The cached `OutputErrorProblem` (per model, lengths, shooting, max_iters, tol)."""
@@ -135,9 +132,9 @@ def _offer_resimulated(prob, model, theta_vec, data, w, lo, hi, tracker) -> None
     th = theta_vec.copy()
     th[prob.free] = w[:nf]
     nodes = w[nf:].reshape(len(prob.segs), model.nx)
-    x0 = nodes[[i for i, (_, s0, _, _) in enumerate(prob.segs) if s0 == 0]]
+    x0 = nodes[prob.lsq.first_nodes()]
     with np.errstate(all="ignore"):
-        resim = np.clip(prob.nodes(model, th, data, x0), lo[:, None], hi[:, None])
+        resim = np.clip(prob.lsq.initial_nodes(model, th, data, x0).T, lo[:, None], hi[:, None])
     w_new = np.concatenate([w[:nf], resim.ravel(order="F")])
     cost, g = prob.cost_gaps(w_new)
     gap = float(np.max(np.abs(np.asarray(g))))
@@ -204,8 +201,7 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
     check_data(model, data)  # the type, the sizes, and the argument order (model, data, theta)
     theta = model.params.validate(theta)
     starts = resolve_starts(model, theta, starts)  # an int n: n seeded log-uniform starts (workflow/_starts.py)
-    if shooting is not None and (not isinstance(shooting, (int, np.integer)) or isinstance(shooting, bool)
-                                 or shooting < 1):
+    if shooting is not None and not (is_integer(shooting) and shooting >= 1):
         raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
     if options.solver == "lm":
         res = output_error_least_squares(model, data, theta, shooting=shooting, x0=x0, starts=starts, options=options)
@@ -229,14 +225,13 @@ def _refine_with_ipopt(model, data, theta, shooting, x0, options, t0) -> OutputE
         prob = problem_for(model, data.lengths, None if shooting is None else int(shooting), options)
         free = prob.free
         prob.bind(model, theta_vec, data, options.use_prior)
-        nodes = np.clip(prob.nodes(model, theta_vec, data, x0), lo[:, None], hi[:, None])
+        nodes = np.clip(prob.lsq.initial_nodes(model, theta_vec, data, x0).T, lo[:, None], hi[:, None])
         w0 = np.concatenate([theta_vec[free], nodes.ravel(order="F")])
         n_nodes = len(prob.segs)
         lbx = np.concatenate([model.params.lower[free], np.tile(lo, n_nodes)])
         ubx = np.concatenate([model.params.upper[free], np.tile(hi, n_nodes)])
         initial_cost = prob.cost_gaps(w0)[0]
-        # the best iterate IPOPT visits (continuity met for multiple shooting) or the start:
-        # what comes back on any stop (time limit, failure) is never worse than either
+        # the best feasible iterate IPOPT visits or the start: what any stop returns is never worse than either
         tracker = BestIterate(w0, initial_cost, feasibility_tol=CONTINUITY_TOL, lower=lbx, upper=ubx)
         sol = solve(prob.solver, x0=w0, lbx=lbx, ubx=ubx, lbg=0.0, ubg=0.0, best=tracker)
         st = prob.solver.stats()
@@ -246,8 +241,7 @@ def _refine_with_ipopt(model, data, theta, shooting, x0, options, t0) -> OutputE
     out = theta_vec.copy()
     out[free] = w[:free.size]
     nodes = w[free.size:].reshape(n_nodes, model.nx)
-    first = [i for i, (b, s0, _, _) in enumerate(prob.segs) if s0 == 0]
-    return OutputErrorResult(model.params.from_vector(out), nodes[first], float(cost), status, message,
+    return OutputErrorResult(model.params.from_vector(out), nodes[prob.lsq.first_nodes()], float(cost), status, message,
                              int(st["iter_count"]), time.perf_counter() - t0, initial_cost,
                              float(np.max(np.abs(np.asarray(g)))) if prob.ng else 0.0)
 
@@ -265,13 +259,10 @@ def _ipopt_outcome(prob, model, theta_vec, data, sol, st, status, w0, initial_co
     if status is Status.SOLVER_FAILED and options.raise_on_failure:
         raise SolverError(f"refine_output_error: {message}. {status.advice}")
     if status is Status.CONVERGED and gap <= CONTINUITY_TOL:
-        # a converged, feasible optimum is returned as is (an earlier iterate within the continuity
-        # tolerance can have a lower cost only by being slightly infeasible)
+        # as is: an earlier iterate within the continuity tolerance is lower only by being slightly infeasible
         message += "; returning IPOPT's final iterate"
     else:
-        if prob.ng and gap > CONTINUITY_TOL and np.all(np.isfinite(w)):
-            # multiple shooting stopped between nodes that do not join: the final parameters and
-            # initial states with the nodes re-simulated from them are a continuous candidate
+        if prob.ng and gap > CONTINUITY_TOL and np.all(np.isfinite(w)):   # nodes that do not join
             _offer_resimulated(prob, model, theta_vec, data, w, lo, hi, tracker)
         w, _, which = tracker.choose(w, float(cost), gap, label="IPOPT's final iterate")
         message += "; " + which

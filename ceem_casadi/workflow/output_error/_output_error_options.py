@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...errors import OptionsError
 from ...model._params import Theta
 from ...runtime._result import Result, format_table, theta_rows
 from ...runtime._schema import BOUND, check_bounds, check_fields, check_time_limit, renamed, require
@@ -23,24 +22,20 @@ def _tol_alias(value, kwargs):
     kwargs["tol"] = min(value, kwargs.get("tol", value))
 
 
-def _hessian_removed(value, kwargs):
-    """the field was removed: IPOPT's Hessian is Gauss-Newton (docs/output_error.md)"""
-    require(value in (None, "gauss-newton"), "OutputErrorOptions: hessian was removed (IPOPT's Hessian is Gauss-Newton "
-            "from the engine's sensitivities; the exact one never won: docs/output_error.md), got hessian="
-            f"{value!r}")
-
-
-def _removed(name, why):
+def _removed(name, why, accepted=()):
+    """The deprecation hook of a removed field: refuses every value but ``accepted`` ones (OptionsError)."""
     def refuse(value, kwargs):
-        raise OptionsError(f"OutputErrorOptions: {name} was removed ({why}), got {name}={value!r}")
+        require(value in accepted, f"OutputErrorOptions: {name} was removed ({why}), got {name}={value!r}")
     refuse.__doc__ = f"removed: {why}"
     return refuse
 
 
 @renamed(max_iter="max_iters", ftol=_tol_alias, xtol=_tol_alias, gtol=_tol_alias, gap_tol=_tol_alias,
-         hessian=_hessian_removed, flat_tol=_removed("flat_tol", "the flat-valley test is a fixed statistical test"),
+         hessian=_removed("hessian", "IPOPT's Hessian is Gauss-Newton from the engine's sensitivities; the exact one "
+                          "never won: docs/output_error.md", (None, "gauss-newton")),
+         flat_tol=_removed("flat_tol", "the flat-valley test is a fixed statistical test"),
          flat_iter=_removed("flat_iter", "the flat-valley test is a fixed statistical test"),
-         reject_unstable=_removed("reject_unstable", "unstable trials are always rejected"),
+         reject_unstable=_removed("reject_unstable", "trials whose free run is not finite are rejected once it is"),
          compile=_removed("compile", "the library compiles from 20,000 samples"))
 @dataclass(frozen=True)
 class OutputErrorOptions:

@@ -22,10 +22,8 @@ def segments(lengths, shooting) -> list[tuple[int, int, int, bool]]:
 
 @dataclass(frozen=True)
 class ShootingLayout:
-    """Segments (`segments`) and rollout groups of trajectory lengths and one shooting length: ``groups``
-    lists (samples simulated, segment indices) per mapped rollout (a segment with a successor
-    simulates one sample more, to predict the next node); ``n_u`` input columns of all rollouts,
-    ``n_obs`` observed samples of all segments."""
+    """Segments (`segments`) and ``groups``: (samples simulated, segment indices) per mapped rollout (a segment with
+    a successor simulates one sample more, to predict the next node); ``n_u`` input columns, ``n_obs`` samples."""
 
     segs: list
     groups: list

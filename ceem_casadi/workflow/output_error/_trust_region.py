@@ -10,10 +10,8 @@ DENSE_MAX = 600         # unknowns + constraints up to which the step is solved 
 
 
 class Subproblem:
-    """The scaled trust-region subproblem ``min 0.5 d^T H d + g^T d`` s.t. ``||d|| <= radius`` (and
-    ``C d = -c``): solved exactly through an eigendecomposition of H when small and unconstrained,
-    else through the Levenberg-Marquardt parameter ``lambda`` of ``(H + lambda I) d = -g - C^T y``,
-    searched on a log scale until ``||d||`` is at most the radius."""
+    """The scaled subproblem ``min 0.5 d^T H d + g^T d`` s.t. ``||d|| <= radius`` (and ``C d = -c``): eigendecomposition
+    of H (small, unconstrained) or ``(H + lambda I) d = -g - C^T y`` with lambda searched on a log scale."""
 
     def __init__(self, H, g, C, c):
         self.H, self.g, self.C, self.c = H, g, C, c

@@ -35,11 +35,9 @@ def linear_parameters(model) -> np.ndarray:
     groups = []
     for name in params.names:
         sl = params.slice(name)
-        idx = [k for k in range(sl.start, sl.stop) if k in pos and np.isneginf(lo[k]) and np.isposinf(hi[k])]
-        if idx:
-            groups.append(idx)
+        groups.append([k for k in range(sl.start, sl.stop) if k in pos and np.isneginf(lo[k]) and np.isposinf(hi[k])])
     chosen: list[int] = []
-    for idx in sorted(groups, key=len, reverse=True):
+    for idx in sorted(filter(None, groups), key=len, reverse=True):
         if _affine(f, g, x, p, chosen + idx):
             chosen += idx
     return np.array(sorted(pos[k] for k in chosen), int)
