@@ -12,10 +12,9 @@ from ...errors import OptionsError, ParameterError, ShapeError, SolverError
 from ...io._data import Trajectories
 from ...io._validate import check_data
 from ...runtime._solve import deadline, deadline_after
-from ...runtime._status import Status
 from .._initial_state import estimate_initial_state
 from ._least_squares import output_error_problem
-from ._lm import box_bounds, levenberg_marquardt
+from ._lm import box_bounds, levenberg_marquardt, raise_if_failed
 from ._output_error_options import LeastSquaresResult, OutputErrorOptions
 from ._varpro import ProjectedProblem, linear_parameters
 
@@ -64,8 +63,7 @@ def output_error_least_squares(model, data: Trajectories, theta: Mapping[str, An
     if k != 0:
         best.initial_cost = results[0][1].initial_cost if results[0][0] == 0 else best.initial_cost
     best.wall_s = time.perf_counter() - t0
-    if options.raise_on_failure and best.status is Status.SOLVER_FAILED:
-        raise SolverError(f"output_error_least_squares: {best.message}. {best.status.advice}", best)
+    raise_if_failed("output_error_least_squares", best, options)
     return best
 
 

@@ -301,11 +301,10 @@ class _Engine:
         out = self.prob.evaluate(w, True)
         self.norm = np.inf if out is None else half_squared_norm(out[0])   # the objective relative to the start's
         if not np.isfinite(self.norm):   # diverged when the free run's growth is measured, else failed
-            advice = self.prob.exploding_advice(w)
+            status, _, advice = exploding_guard(self.prob, Status.SOLVER_FAILED, np.inf, w)
             why = advice or "start inside the model's domain and closer to the data"
-            return LeastSquaresResult(w, np.inf, np.inf, Status.DIVERGED if advice else Status.SOLVER_FAILED,
-                                      f"the residuals or the objective are not finite at the start; {why}",
-                                      0, 1, time.perf_counter() - t0, "start")
+            return LeastSquaresResult(w, np.inf, np.inf, status, f"the residuals or the objective are not finite at "
+                                      f"the start; {why}", 0, 1, time.perf_counter() - t0, "start", advice=advice)
         self.norm = max(self.norm, 1e-300)
         honest_start = self.prob.objective(w, out[0] if self.q == 0 else None)
         self.best = BestIterate(w, honest_start, label="the starting point")
@@ -324,18 +323,17 @@ class _Engine:
             returned, note = "start", "returning the starting point (no step was accepted)"
         else:
             returned = "last"
-        status, why = _exploding_guard(self.prob, status, why, cost)
+        status, note, advice = exploding_guard(self.prob, status, cost, w_out)
         status, refused = checked_status(status, cost)   # never "converged" on a non-finite objective
-        why = refused or why
+        why = refused or (f"{why}, but {note}" if note else why)
         gap = 0.0
         if self.q:
             o = self.prob.evaluate(w_out, False)
             gap = float(np.max(np.abs(o[2]), initial=0.0)) if o is not None else np.inf
         msg = f"Levenberg-Marquardt: {status} ({why}) after {self.it} iterations, {self.evals} trial evaluations; {note}"
-        if status is Status.DIVERGED:
-            msg += ". " + (self.prob.exploding_advice(w_out) or Status.DIVERGED.advice)
+        msg += f". {advice}" if advice else ""
         return LeastSquaresResult(w_out, float(cost), float(honest_start), status, msg, self.it, self.evals,
-                                  time.perf_counter() - t0, returned, gap, self.history)
+                                  time.perf_counter() - t0, returned, gap, self.history, advice=advice)
 
 
 def half_squared_norm(r) -> float:
@@ -344,15 +342,26 @@ def half_squared_norm(r) -> float:
         return 0.5 * float(r @ r)
 
 
-def _exploding_guard(prob, status, why, cost):
-    """``(status, why)``, ``diverged`` when the objective is above `EXPLODING` x that of predicting zero output."""
-    if status in (Status.TIME_LIMIT, Status.SOLVER_FAILED):
-        return status, why
+def exploding_guard(prob, status, cost, w):
+    """``(status, note, advice)`` of a run returning ``w`` (objective ``cost``): ``diverged`` when ``cost`` is not
+    finite or above `EXPLODING` x that of predicting zero output (from a failed solver only when the free run's
+    growth is measured), ``note`` saying so and ``advice`` what to try (``prob.exploding_advice``); else ``""``."""
     ref = prob.reference_cost()
-    if ref is None or not np.isfinite(ref) or cost <= EXPLODING * max(ref, 1e-300):
-        return status, why
-    return Status.DIVERGED, (f"{why}, but the objective {cost:.3g} is {cost / max(ref, 1e-300):.3g} times that "
-                             f"of predicting zero output ({ref:.3g}): the free run explodes")
+    if status is Status.TIME_LIMIT or ref is None or not np.isfinite(ref) or cost <= EXPLODING * max(ref, 1e-300):
+        return status, "", ""
+    advice = prob.exploding_advice(w)
+    if status is Status.SOLVER_FAILED and advice is None:
+        return status, "", ""
+    note = (f"the objective {cost:.3g} is {cost / max(ref, 1e-300):.3g} times that of predicting zero output "
+            f"({ref:.3g}): the free run explodes")
+    return Status.DIVERGED, note, advice or Status.DIVERGED.advice
+
+
+def raise_if_failed(where: str, res, options) -> None:
+    """Raise `SolverError` carrying ``res`` when ``options.raise_on_failure`` and the fit failed (``solver_failed``,
+    or ``diverged``: its message ends with the advice); ``max_iters``, ``time_limit`` and the others return."""
+    if options.raise_on_failure and res.status in (Status.SOLVER_FAILED, Status.DIVERGED):
+        raise SolverError(f"{where}: {res.message}" + ("" if res.advice else f". {res.status.advice}"), res)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -441,6 +450,5 @@ def solve_least_squares(residual: ca.Function, x0, *, p=None, lower=None, upper=
         raise ShapeError("lower must not exceed upper")
     expires = deadline_after(options.time_limit)  # never beyond a deadline already in force
     res = levenberg_marquardt(prob, w0, lo, hi, options, expires)
-    if options.raise_on_failure and res.status is Status.SOLVER_FAILED:
-        raise SolverError(f"solve_least_squares: {res.message}. {res.status.advice}", res)
+    raise_if_failed("solve_least_squares", res, options)
     return res

@@ -7,7 +7,7 @@ import time
 import casadi as ca
 import numpy as np
 
-from ...errors import ShapeError, SolverError
+from ...errors import ShapeError
 from ...io._data import Trajectories
 from ...io._validate import check_data
 from ...model._params import Theta
@@ -21,7 +21,7 @@ from .._initial_state import estimate_initial_state
 from .._starts import resolve_starts
 from ._fit import COMPILE_SAMPLES, initial_states, output_error_least_squares
 from ._least_squares import output_error_problem
-from ._lm import box_bounds, half_squared_norm
+from ._lm import box_bounds, exploding_guard, half_squared_norm, raise_if_failed
 from ._output_error_options import OutputErrorOptions, OutputErrorResult
 
 __all__ = ["refine_output_error"]
@@ -105,8 +105,9 @@ class OutputErrorProblem:
             val = (np.nan, nan, nan[:self.ng], np.full(self._gr.size, np.nan), np.full(self._hr.size, np.nan))
         else:
             r, J, g, G = out
-            H = J.T @ J
-            val = (half_squared_norm(r), J.T @ r, g, np.asarray(G.tocsr()[self._gr, self._gc]).ravel(),
+            with np.errstate(over="ignore", invalid="ignore"):   # they overflow from an exploding start
+                H, Jr = J.T @ J, J.T @ r
+            val = (half_squared_norm(r), Jr, g, np.asarray(G.tocsr()[self._gr, self._gc]).ravel(),
                    np.asarray((H.tocsr() if hasattr(H, "tocsr") else H)[self._hr, self._hc]).ravel())
         self._key, self._val = np.array(w, float), val
         return val
@@ -206,7 +207,7 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
     if options.solver == "lm":
         res = output_error_least_squares(model, data, theta, shooting=shooting, x0=x0, starts=starts, options=options)
         return OutputErrorResult(res.theta, res.x0, res.cost, res.status, res.message, res.iterations, res.wall_s,
-                                 res.initial_cost, res.constraint_violation, "lm", res.returned, res.starts)
+                                 res.initial_cost, res.constraint_violation, "lm", res.returned, res.starts, res.advice)
     if starts is not None:
         raise ShapeError("starts= needs solver='lm' (OutputErrorOptions(solver='lm'))")
     return _refine_with_ipopt(model, data, theta, shooting, x0, options, t0)
@@ -237,16 +238,20 @@ def _refine_with_ipopt(model, data, theta, shooting, x0, options, t0) -> OutputE
         st = prob.solver.stats()
         status = Status.from_ipopt(st["return_status"], time_up=expired())
     w, cost, g, status, message = _ipopt_outcome(prob, model, theta_vec, data, sol, st, status, w0, initial_cost,
-                                                 tracker, lo, hi, options)
+                                                 tracker, lo, hi)
+    status, note, advice = exploding_guard(prob.lsq, status, float(cost), w)   # the engine's, docs/output_error.md
     out = theta_vec.copy()
     out[free] = w[:free.size]
     nodes = w[free.size:].reshape(n_nodes, model.nx)
-    return OutputErrorResult(model.params.from_vector(out), nodes[prob.lsq.first_nodes()], float(cost), status, message,
-                             int(st["iter_count"]), time.perf_counter() - t0, initial_cost,
-                             float(np.max(np.abs(np.asarray(g)))) if prob.ng else 0.0)
+    res = OutputErrorResult(model.params.from_vector(out), nodes[prob.lsq.first_nodes()], float(cost), status,
+                            message + (f"; {note}. {advice}" if advice else ""), int(st["iter_count"]),
+                            time.perf_counter() - t0, initial_cost,
+                            float(np.max(np.abs(np.asarray(g)))) if prob.ng else 0.0, advice=advice)
+    raise_if_failed("refine_output_error", res, options)
+    return res
 
 
-def _ipopt_outcome(prob, model, theta_vec, data, sol, st, status, w0, initial_cost, tracker, lo, hi, options):
+def _ipopt_outcome(prob, model, theta_vec, data, sol, st, status, w0, initial_cost, tracker, lo, hi):
     """The iterate to return after IPOPT (its final one, the best feasible one seen, or the start),
     its cost and gaps, status and message."""
     w = np.asarray(sol["x"], float).ravel()
@@ -256,8 +261,6 @@ def _ipopt_outcome(prob, model, theta_vec, data, sol, st, status, w0, initial_co
     if not (np.all(np.isfinite(w)) and np.isfinite(float(cost))):
         status = Status.SOLVER_FAILED
         message += "; non-finite iterate"
-    if status is Status.SOLVER_FAILED and options.raise_on_failure:
-        raise SolverError(f"refine_output_error: {message}. {status.advice}")
     if status is Status.CONVERGED and gap <= CONTINUITY_TOL:
         # as is: an earlier iterate within the continuity tolerance is lower only by being slightly infeasible
         message += "; returning IPOPT's final iterate"

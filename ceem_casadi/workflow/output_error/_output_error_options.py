@@ -165,6 +165,8 @@ class OutputErrorResult(Result):
         ``solver="lm"``: which iterate came back (``"last"``, ``"best"``, ``"start"``).
     starts : list of dict
         ``solver="lm"`` with ``starts=``: one row per start.
+    advice : str
+        Status ``diverged``: what to try, measured (the segment length of multiple shooting); else ``""``.
 
     Examples
     --------
@@ -193,6 +195,7 @@ class OutputErrorResult(Result):
     solver: str = "ipopt"
     returned: str = ""
     starts: list = field(default_factory=list, repr=False)
+    advice: str = ""
 
     def table(self) -> str:
         """Status, iterations and the parameters as text (one row per parameter entry)."""
@@ -232,6 +235,8 @@ class LeastSquaresResult(Result):
         Multi-start: one row per start; the result is the row with the lowest ``cost``.
     theta, x0 : dict, numpy.ndarray
         Output error: the parameters and (B, nx) initial states.
+    advice : str
+        Status ``diverged``: what to try, measured (the segment length of multiple shooting); else ``""``.
 
     Examples
     --------
@@ -259,6 +264,7 @@ class LeastSquaresResult(Result):
     starts: list = field(default_factory=list, repr=False)
     theta: dict | None = field(default=None, repr=False)
     x0: np.ndarray | None = field(default=None, repr=False)
+    advice: str = ""
 
     @property
     def success(self) -> bool:

@@ -131,3 +131,6 @@ class ProjectedProblem(LeastSquaresProblem):
 
     def reference_cost(self):
         return self.full.reference_cost()
+
+    def exploding_advice(self, a):
+        return self.full.exploding_advice(self.full_vector(a))
