@@ -176,5 +176,5 @@ def test_identify_stage_table_rejects_a_diverged_stage_with_its_measured_advice(
     model, data = _scalar_case()
     stage = Stages(model, data, None, cc.OutputErrorOptions()).output_error("output error", {"a": 2.0, "b": 1.0},
                                                                              None, None)
-    assert stage.status == "diverged" and stage.rejected.startswith("diverged: The free run's output error grows")
+    assert stage.status == "diverged" and stage.rejected.startswith("diverged: the free run explodes. The free run's output error grows")
     assert "shooting=3 (" in stage.rejected, stage.rejected

@@ -185,7 +185,7 @@ class Stages:
             k = min((r for r in res.starts if np.isfinite(r["cost"])), key=lambda r: r["cost"], default=None)
             message = f"start {k['start'] if k else '?'} of {len(res.starts)} won (0 = theta0); {message}"
         return self.add(name, res.theta, res.x0, res.status, res.iterations, t0, message,
-                        f"diverged: {res.advice}" if res.advice else "")   # the measured advice, when there is one
+                        f"diverged: the free run explodes. {res.advice}" if res.advice else "")
 
     def simulates(self, stage) -> bool:
         """Whether a stage's free run stays within SIMULATES x the spread of every measured output."""

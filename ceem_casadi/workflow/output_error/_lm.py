@@ -323,9 +323,9 @@ class _Engine:
             returned, note = "start", "returning the starting point (no step was accepted)"
         else:
             returned = "last"
-        status, note, advice = exploding_guard(self.prob, status, cost, w_out)
+        status, explodes, advice = exploding_guard(self.prob, status, cost, w_out)
         status, refused = checked_status(status, cost)   # never "converged" on a non-finite objective
-        why = refused or (f"{why}, but {note}" if note else why)
+        why = refused or (f"{why}, but {explodes}" if explodes else why)
         gap = 0.0
         if self.q:
             o = self.prob.evaluate(w_out, False)
@@ -426,6 +426,8 @@ def solve_least_squares(residual: ca.Function, x0, *, p=None, lower=None, upper=
     ------
     OptionsError
         ``options`` sets a field of output error proper (``solver``, ``variable_projection``, ...).
+    SolverError
+        With ``options.raise_on_failure``, when the fit fails (``solver_failed``; the result attached).
 
     Examples
     --------

@@ -178,7 +178,7 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
     Raises
     ------
     SolverError
-        With ``options.raise_on_failure``, when the solver fails.
+        With ``options.raise_on_failure``, when the fit fails (``solver_failed`` or ``diverged``).
 
     Examples
     --------

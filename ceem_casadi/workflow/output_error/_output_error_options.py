@@ -69,7 +69,8 @@ class OutputErrorOptions:
     x_lower, x_upper : float or sequence of float, optional
         Bounds on the initial states and shooting nodes (scalar or (nx,)).
     raise_on_failure : bool
-        Raise [`SolverError`][ceem_casadi.SolverError] instead of returning status ``"solver_failed"``.
+        Raise [`SolverError`][ceem_casadi.SolverError] (advice in its message, ``result`` attached) instead
+        of returning a failed fit, status ``"solver_failed"`` or ``"diverged"``; other statuses return.
 
     Raises
     ------
