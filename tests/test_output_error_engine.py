@@ -112,12 +112,14 @@ def test_variable_projection_reaches_the_full_optimum_in_fewer_iterations():
     assert proj.iterations < full.iterations
 
 
-def test_linear_parameters_are_the_output_layer_of_an_mlp_nonlinearity():
+@pytest.mark.parametrize("nonlinearity, linear", [(dict(nonlinearity="mlp", hidden=3), ["f_W1"] * 3 + ["f_b1"]),
+                                                   (dict(degree=3), ["f_coef"] * 4)])
+def test_linear_parameters_are_the_output_layer_of_the_nonlinearity(nonlinearity, linear):
     from ceem_casadi.workflow.output_error._varpro import linear_parameters
 
-    model = cc.model.wiener_hammerstein(2, 2, nonlinearity="mlp", hidden=3)
+    model = cc.model.wiener_hammerstein(2, 2, **nonlinearity)
     names = [n for n in model.params.names for _ in range(model.params[n].size)]
-    assert [names[model.params.free_index[i]] for i in linear_parameters(model)] == ["f_W1"] * 3 + ["f_b1"]
+    assert [names[model.params.free_index[i]] for i in linear_parameters(model)] == linear
 
 
 def test_statistical_test_stops_within_a_hundredth_of_a_standard_error():

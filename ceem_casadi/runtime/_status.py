@@ -30,11 +30,8 @@ class Status(str, Enum):
     STOPPED = "stopped"
     DIVERGED = "diverged"
 
-    def __str__(self) -> str:  # f"{status}" gives "converged", not "Status.CONVERGED"
+    def __str__(self) -> str:  # f"{status}" and format() give "converged", not "Status.CONVERGED"
         return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
     @property
     def advice(self) -> str:

@@ -14,8 +14,8 @@ from ...io._validate import check_data
 from ...runtime._solve import deadline, deadline_after
 from .._initial_state import estimate_initial_state
 from ._least_squares import output_error_problem
-from ._lm import box_bounds, levenberg_marquardt, raise_if_failed
-from ._output_error_options import LeastSquaresResult, OutputErrorOptions
+from ._lm import box_bounds, levenberg_marquardt
+from ._output_error_options import LeastSquaresResult, OutputErrorOptions, raise_if_failed
 from ._varpro import ProjectedProblem, linear_parameters
 
 __all__ = ["output_error_least_squares"]

@@ -224,9 +224,8 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
         return 0.5 * float(np.sum((self._M * self._iv[:, None] * self._Y) ** 2))
 
     def exploding_advice(self, w) -> str | None:
-        """Advice naming a segment length over which the free run from ``w`` grows by at most `SEGMENT_GROWTH`: its
-        growth per sample is the slope of log |weighted output error| over the second half of the run up to the
-        largest finite error; None when segments as long as the shortest record would do."""
+        """Advice naming the segment length over which the free run from ``w`` grows by at most `SEGMENT_GROWTH`
+        (measured as docs/output_error.md says); None when segments as long as the shortest record would do."""
         tv, nodes = self._pbase.copy(), w[self.free.size:].reshape(-1, self.model.nx)[self.first_nodes()]
         tv[self.free] = w[:self.free.size]
         rho = 0.0

@@ -12,11 +12,11 @@ import casadi as ca
 import numpy as np
 import scipy.sparse as sps
 
-from ...errors import OptionsError, ShapeError, SolverError
+from ...errors import OptionsError, ShapeError
 from ...runtime._best import BestIterate, checked_status
 from ...runtime._solve import deadline_after
 from ...runtime._status import Status
-from ._output_error_options import LeastSquaresResult, OutputErrorOptions
+from ._output_error_options import LeastSquaresResult, OutputErrorOptions, raise_if_failed
 from ._trust_region import Subproblem, second_order_correction
 
 logger = logging.getLogger(__name__)
@@ -300,15 +300,13 @@ class _Engine:
         w = np.clip(np.asarray(w0, float), self.lower, self.upper)
         out = self.prob.evaluate(w, True)
         self.norm = np.inf if out is None else half_squared_norm(out[0])   # the objective relative to the start's
-        if not np.isfinite(self.norm):   # diverged when the free run's growth is measured, else failed
-            status, _, advice = exploding_guard(self.prob, Status.SOLVER_FAILED, np.inf, w)
-            why = advice or "start inside the model's domain and closer to the data"
-            return LeastSquaresResult(w, np.inf, np.inf, status, f"the residuals or the objective are not finite at "
-                                      f"the start; {why}", 0, 1, time.perf_counter() - t0, "start", advice=advice)
-        self.norm = max(self.norm, 1e-300)
-        honest_start = self.prob.objective(w, out[0] if self.q == 0 else None)
+        honest_start = self.prob.objective(w, out[0] if self.q == 0 else None) if np.isfinite(self.norm) else np.inf
         self.best = BestIterate(w, honest_start, label="the starting point")
         self.history = [honest_start]
+        if not np.isfinite(self.norm):   # diverged when the free run's growth is measured, else failed (`_finish`)
+            return self._finish(w, Status.SOLVER_FAILED, "the residuals or the objective are not finite at the start",
+                                honest_start, t0)
+        self.norm = max(self.norm, 1e-300)
         self.D = np.zeros(w.size)
         w, status, why = self._iterate(w, out)
         return self._finish(w, status, why, honest_start, t0)
@@ -352,16 +350,8 @@ def exploding_guard(prob, status, cost, w):
     advice = prob.exploding_advice(w)
     if status is Status.SOLVER_FAILED and advice is None:
         return status, "", ""
-    note = (f"the objective {cost:.3g} is {cost / max(ref, 1e-300):.3g} times that of predicting zero output "
-            f"({ref:.3g}): the free run explodes")
-    return Status.DIVERGED, note, advice or Status.DIVERGED.advice
-
-
-def raise_if_failed(where: str, res, options) -> None:
-    """Raise `SolverError` carrying ``res`` when ``options.raise_on_failure`` and the fit failed (``solver_failed``,
-    or ``diverged``: its message ends with the advice); ``max_iters``, ``time_limit`` and the others return."""
-    if options.raise_on_failure and res.status in (Status.SOLVER_FAILED, Status.DIVERGED):
-        raise SolverError(f"{where}: {res.message}" + ("" if res.advice else f". {res.status.advice}"), res)
+    return Status.DIVERGED, (f"the objective {cost:.3g} is {cost / max(ref, 1e-300):.3g} times that of predicting "
+                             f"zero output ({ref:.3g}): the free run explodes"), advice or Status.DIVERGED.advice
 
 
 # --------------------------------------------------------------------------------------------------

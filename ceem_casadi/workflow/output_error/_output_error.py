@@ -21,8 +21,8 @@ from .._initial_state import estimate_initial_state
 from .._starts import resolve_starts
 from ._fit import COMPILE_SAMPLES, initial_states, output_error_least_squares
 from ._least_squares import output_error_problem
-from ._lm import box_bounds, exploding_guard, half_squared_norm, raise_if_failed
-from ._output_error_options import OutputErrorOptions, OutputErrorResult
+from ._lm import box_bounds, exploding_guard, half_squared_norm
+from ._output_error_options import OutputErrorOptions, OutputErrorResult, raise_if_failed
 
 __all__ = ["refine_output_error"]
 
@@ -237,15 +237,12 @@ def _refine_with_ipopt(model, data, theta, shooting, x0, options, t0) -> OutputE
         sol = solve(prob.solver, x0=w0, lbx=lbx, ubx=ubx, lbg=0.0, ubg=0.0, best=tracker)
         st = prob.solver.stats()
         status = Status.from_ipopt(st["return_status"], time_up=expired())
-    w, cost, g, status, message = _ipopt_outcome(prob, model, theta_vec, data, sol, st, status, w0, initial_cost,
-                                                 tracker, lo, hi)
-    status, note, advice = exploding_guard(prob.lsq, status, float(cost), w)   # the engine's, docs/output_error.md
-    out = theta_vec.copy()
+    w, cost, g, status, message, advice = _ipopt_outcome(prob, model, theta_vec, data, sol, st, status, w0,
+                                                         initial_cost, tracker, lo, hi)
+    out, nodes = theta_vec.copy(), w[free.size:].reshape(n_nodes, model.nx)
     out[free] = w[:free.size]
-    nodes = w[free.size:].reshape(n_nodes, model.nx)
-    res = OutputErrorResult(model.params.from_vector(out), nodes[prob.lsq.first_nodes()], float(cost), status,
-                            message + (f"; {note}. {advice}" if advice else ""), int(st["iter_count"]),
-                            time.perf_counter() - t0, initial_cost,
+    res = OutputErrorResult(model.params.from_vector(out), nodes[prob.lsq.first_nodes()], float(cost), status, message,
+                            int(st["iter_count"]), time.perf_counter() - t0, initial_cost,
                             float(np.max(np.abs(np.asarray(g)))) if prob.ng else 0.0, advice=advice)
     raise_if_failed("refine_output_error", res, options)
     return res
@@ -253,7 +250,7 @@ def _refine_with_ipopt(model, data, theta, shooting, x0, options, t0) -> OutputE
 
 def _ipopt_outcome(prob, model, theta_vec, data, sol, st, status, w0, initial_cost, tracker, lo, hi):
     """The iterate to return after IPOPT (its final one, the best feasible one seen, or the start),
-    its cost and gaps, status and message."""
+    its cost and gaps, status (the engine's exploding-run guard included), message and advice."""
     w = np.asarray(sol["x"], float).ravel()
     message = f"IPOPT: {st['return_status']} after {st['iter_count']} iterations"
     cost, g = prob.cost_gaps(w)
@@ -274,4 +271,5 @@ def _ipopt_outcome(prob, model, theta_vec, data, sol, st, status, w0, initial_co
         if not float(cost) <= initial_cost:  # safety net: never worse than the start, recomputed
             w, (cost, g) = w0, prob.cost_gaps(w0)
             message += " (its recomputed cost exceeds the start's: returning the starting point instead)"
-    return w, cost, g, status, message
+    status, explodes, advice = exploding_guard(prob.lsq, status, float(cost), w)
+    return w, cost, g, status, message + (f"; {explodes}. {advice}" if advice else ""), advice

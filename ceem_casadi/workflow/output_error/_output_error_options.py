@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...errors import SolverError
 from ...model._params import Theta
 from ...runtime._result import Result, format_table, theta_rows
 from ...runtime._schema import BOUND, check_bounds, check_fields, check_time_limit, renamed, require
@@ -271,3 +272,10 @@ class LeastSquaresResult(Result):
     def success(self) -> bool:
         """Whether ``status`` gives a regular estimate."""
         return self.status.usable
+
+
+def raise_if_failed(where: str, res, options) -> None:
+    """Raise `SolverError` carrying ``res`` when ``options.raise_on_failure`` and the fit failed (``solver_failed``,
+    or ``diverged``: its message ends with the advice); ``max_iters``, ``time_limit`` and the others return."""
+    if options.raise_on_failure and res.status in (Status.SOLVER_FAILED, Status.DIVERGED):
+        raise SolverError(f"{where}: {res.message}" + ("" if res.advice else f". {res.status.advice}"), res)

@@ -90,8 +90,7 @@ def _step(H, g, lam, C, c):
     q = 0 if C is None else C.shape[0]
     if q == 0:   # more than DENSE_MAX unknowns (fewer: the eigendecomposition of `Subproblem`)
         return spla.spsolve((H + lam * sps.identity(n, format="csc")).tocsc(), -g), None
-    # sparse LU of the bordered system (dense LAPACK of a few hundred unknowns was 50x slower on a
-    # loaded 2-core machine: BLAS threads); a singular H at lam = 0 gets a round-off-sized damping
+    # sparse LU of the bordered system (docs/output_error.md); a singular H at lam = 0 gets a round-off-sized damping
     lam = max(lam, 1e-12 * max(float(H.diagonal().max(initial=0.0)), 1e-300))
     K = sps.bmat([[H + lam * sps.identity(n, format="csc"), C.T], [C, None]], format="csc")
     sol = spla.splu(K).solve(np.concatenate([-g, -c]))

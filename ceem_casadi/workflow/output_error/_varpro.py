@@ -15,17 +15,7 @@ _C_RTOL = 1e-4   # relative change of c beyond which the Jacobian is re-linearis
 
 def linear_parameters(model) -> np.ndarray:
     """Positions (in ``model.params.free_index``) of the free, unbounded parameter entries that enter the
-    free run's outputs linearly (docs/output_error.md), sorted.
-
-    Examples
-    --------
-    >>> import ceem_casadi as cc
-    >>> from ceem_casadi.workflow.output_error._varpro import linear_parameters
-    >>> model = cc.model.wiener_hammerstein(2, 2, degree=3)
-    >>> names = [n for n in model.params.names for _ in range(model.params[n].size)]
-    >>> sorted({names[model.params.free_index[i]] for i in linear_parameters(model)})
-    ['f_coef']
-    """
+    free run's outputs linearly (docs/output_error.md), sorted."""
     params = model.params
     free = params.free_index
     pos = {int(k): i for i, k in enumerate(free)}
