@@ -143,10 +143,10 @@ class Stages:
         self.stages.append(StageFit(*args))
         return self.stages[-1]
 
-    def add(self, stage, theta, x0, status, iterations, t0, message="", rejected=""):
+    def add(self, stage, theta, x0, status, iterations, t0, message="", rejected="", advice=""):
         obj, rms = free_run_fit(self.model, theta, self.data, x0)
-        if str(status) == "diverged" and not rejected:  # never chosen, whatever its objective
-            rejected = "diverged: the free run explodes; try multiple shooting (shooting=k) or another start"
+        if str(status) == "diverged" and not rejected:  # never chosen, whatever its objective; the advice measured
+            rejected = f"diverged: the free run explodes. {advice or Status.DIVERGED.advice}"
         return self.row(stage, theta, np.asarray(x0, float), obj, rms, str(status), int(iterations),
                         time.perf_counter() - t0, message, rejected)
 
@@ -184,8 +184,7 @@ class Stages:
         if res.starts:
             k = min((r for r in res.starts if np.isfinite(r["cost"])), key=lambda r: r["cost"], default=None)
             message = f"start {k['start'] if k else '?'} of {len(res.starts)} won (0 = theta0); {message}"
-        return self.add(name, res.theta, res.x0, res.status, res.iterations, t0, message,
-                        f"diverged: the free run explodes. {res.advice}" if res.advice else "")
+        return self.add(name, res.theta, res.x0, res.status, res.iterations, t0, message, advice=res.advice)
 
     def simulates(self, stage) -> bool:
         """Whether a stage's free run stays within SIMULATES x the spread of every measured output."""

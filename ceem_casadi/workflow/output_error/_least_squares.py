@@ -168,7 +168,6 @@ class OutputErrorLeastSquares(LeastSquaresProblem):
             return None
         return r, J, g, G
 
-    # -- data ---------------------------------------------------------------------------------
     def set_data(self, model, theta_vec, data: Trajectories, use_prior: bool) -> None:
         """Bind the data (segment order), weights and base parameters (free entries zeroed)."""
         self._last = None

@@ -34,8 +34,7 @@ def _removed(name, why, accepted=()):
 @renamed(max_iter="max_iters", ftol=_tol_alias, xtol=_tol_alias, gtol=_tol_alias, gap_tol=_tol_alias,
          hessian=_removed("hessian", "IPOPT's Hessian is Gauss-Newton from the engine's sensitivities; the exact one "
                           "never won: docs/output_error.md", (None, "gauss-newton")),
-         flat_tol=_removed("flat_tol", "the flat-valley test is a fixed statistical test"),
-         flat_iter=_removed("flat_iter", "the flat-valley test is a fixed statistical test"),
+         **{k: _removed(k, "the flat-valley test is a fixed statistical test") for k in ("flat_tol", "flat_iter")},
          reject_unstable=_removed("reject_unstable", "trials whose free run is not finite are rejected once it is"),
          compile=_removed("compile", "the library compiles from 20,000 samples"))
 @dataclass(frozen=True)
