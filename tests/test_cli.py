@@ -262,6 +262,29 @@ def test_sigint_keeps_checkpoint_and_resumes(tmp_path):
         assert abs(out["theta"][k] - v) / v < 0.01
 
 
+class _InterruptsWhenCollected:
+    def __del__(self):
+        import signal
+        signal.raise_signal(signal.SIGINT)
+
+
+def test_an_interrupt_inside_a_finaliser_stops_the_fit_at_that_iterations_end(tmp_path, monkeypatch):
+    """A SIGINT landing in a ``__del__`` (CI saw one in ``ZipFile.__del__``) cannot raise there (Python prints
+    "Exception ignored" and drops it): the fit stops at the end of that iteration with its checkpoint, nothing lost."""
+    from ceem_casadi.em._checkpoint import ceem_checkpointed
+
+    lost = []
+    monkeypatch.setattr(sys, "unraisablehook", lost.append)
+    model = lorenz.single_lorenz(measurement_std=0.05)
+    data, _ = cc.simulate(model, lorenz.TRUE, lorenz.initial_states(2, seed=5), 80, measurement_std=0.05, seed=6)
+    with pytest.raises(KeyboardInterrupt):
+        ceem_checkpointed(model, data, json.loads(THETA0), tmp_path / "a.npz",
+                          options=cc.CEEMOptions(acceleration="none", max_iters=200),
+                          callback=lambda rec: _InterruptsWhenCollected() and None if rec.iteration == 2 else None)
+    state = read_checkpoint(tmp_path / "a.npz")
+    assert state.iterations == 2 and state.status is None and not lost
+
+
 def test_ceem_checkpointed_library(tmp_path):
     from ceem_casadi.em._checkpoint import CheckpointError, ceem_checkpointed
 

@@ -24,6 +24,16 @@ FORMAT = "ceem_casadi.checkpoint"
 FORMAT_VERSION = 1
 
 
+def in_finaliser(frame) -> bool:
+    """Whether ``frame`` (a signal handler's) or a caller of it is a ``__del__``, where an exception is
+    printed as "Exception ignored" and lost."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 class CheckpointError(ModelFileError):
     """A checkpoint is unreadable or belongs to another model / data set.
 
@@ -248,17 +258,19 @@ def ceem_checkpointed(model, data, theta0: dict, path, *, options=None, resume_f
 
     offset = len(history)
 
+    interrupted = []
+
     def on_record(rec):
         writer(rec)
-        if callback is not None:
-            return callback(dataclasses.replace(rec, iteration=rec.iteration + offset))
-        return None
-
-    interrupted = []
+        out = None if callback is None else callback(dataclasses.replace(rec, iteration=rec.iteration + offset))
+        if interrupted:  # the handler could not raise (a finaliser was running): stop at this iteration's end
+            raise KeyboardInterrupt
+        return out
 
     def on_sigint(signum, frame):  # IPOPT turns KeyboardInterrupt into a solver failure: remember it
         interrupted.append(signum)
-        raise KeyboardInterrupt
+        if not in_finaliser(frame):  # raised in a __del__, it would be printed and lost
+            raise KeyboardInterrupt
 
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, on_sigint) if main else None
