@@ -382,3 +382,14 @@ def test_a_slow_machine_chooses_the_same_model_unless_the_cap_hits(monkeypatch):
     capped, _ = search(0.2 * duration)
     assert capped.rows[-1]["status"] == "not run" and "the time limit cut the search" in capped.message
     assert capped.capped and "the time limit cut the search" in capped.table().splitlines()[-1]
+
+
+def test_a_run_whose_squares_overflow_scores_inf_without_a_warning():
+    """An exploding candidate (finite errors near 1e200) is scored inf quietly, as a non-finite run is."""
+    import warnings
+
+    from ceem_casadi.workflow._search import objective_of
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert objective_of([np.array([[1e200], [np.nan]]), np.array([[1.0]])]) == np.inf
+        assert objective_of([np.array([[3.0], [np.nan]]), np.array([[4.0]])]) == 12.5

@@ -48,7 +48,8 @@ def objective_of(errors: list) -> float:
     """``0.5 sum e^2`` over the observed entries (inf when a run is not finite)."""
     e = np.concatenate([a.ravel() for a in errors])
     e = e[~np.isnan(e)]
-    return 0.5 * float(np.sum(e ** 2)) if np.all(np.isfinite(e)) else np.inf
+    with np.errstate(over="ignore"):  # finite errors whose squares overflow: inf, without a warning
+        return 0.5 * float(np.sum(e ** 2)) if np.all(np.isfinite(e)) else np.inf
 
 
 class _Search:
