@@ -417,7 +417,7 @@ def solve_least_squares(residual: ca.Function, x0, *, p=None, lower=None, upper=
     OptionsError
         ``options`` sets a field of output error proper (``solver``, ``variable_projection``, ...).
     SolverError
-        With ``options.raise_on_failure``, when the fit fails (``solver_failed``; the result attached).
+        With ``options.raise_on_failure``, when the fit fails (``solver_failed`` or ``diverged``; the result attached).
 
     Examples
     --------
