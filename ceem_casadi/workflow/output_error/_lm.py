@@ -121,8 +121,8 @@ class _Engine:
         if self.q:
             return free, grad, False
         rn = np.sqrt(float(self.rs @ self.rs))
-        colsc = (colnorm / self.Dsafe)[free]
-        self.cosine = np.abs(grad[free]) / np.maximum(colsc * rn, 1e-300)
+        with np.errstate(invalid="ignore"):   # an exploding start's inf / inf: nan, never <= tol
+            self.cosine = np.abs(grad[free]) / np.maximum((colnorm / self.Dsafe)[free] * rn, 1e-300)
         return free, grad, bool(rn == 0.0 or self.cosine.size == 0 or float(np.max(self.cosine)) <= self.tol)
 
     def _statistical_test(self, sub):
