@@ -2,35 +2,13 @@
 
 Protocol (Schoukens et al. 2016): identify on the estimation split; report the free-run simulation RMS
 (volts) on the test split, ``sqrt(mean((y[5:] - yhat[5:])**2))``, the initial state being estimated
-from the first 5 test samples only.
-
-Steps
------
-1. **N4SID** (order given by ``--n4sid-order``, block horizon 10): linear baseline; its test initial
-   state is the least-squares state fitting the first 5 test samples.
-2. **Initial guess from data** (documented in `models.cascaded_tanks.initial_theta`): sensor offset 0 and gain 1, both
-   overflow levels at the largest measured level (the sensor saturates when the lower tank is full),
-   Torricelli coefficients ``a1 = a2 = 2 sqrt(mean y) / sqrt(tau1 tau2)`` from the two time constants
-   ``tau_i = -Ts / ln|lambda_i|`` of the order-2 N4SID model (linearised tank: ``tau = 2 sqrt(h) / a``),
-   pump gain from the mean mass balance ``kp mean(u) = a2 mean(sqrt(y))``, overflow fraction 0.5,
-   pump dead-zone voltage 0, linear outflow terms 0.
-3. **CE-EM** (``ceem_casadi.ceem``) on the estimation data, measurement std 0.05 V, one fit per
-   process-noise std in ``--process-std`` (default 0.003, 0.01, 0.03 V per sample); the fit with the
-   lowest free-run simulation RMS on the ESTIMATION data is kept (the test split is never used to choose).
-4. **Refinement** (optional, ``--no-refine`` skips it): single-shooting simulation-error least squares
-   over the free parameters and the estimation initial state (the Levenberg-Marquardt engine of
-   `ceem_casadi.refine_output_error`, levels bounded to [0, 20] V), started from the CE-EM estimate,
-   once per structure of ``--refine-structures`` (`STRUCTURES`: the CE-EM model, and the
-   "extended" one with free outflow exponents, a quadratic sensor term and the water-jet output term,
-   whose new terms start neutral), by `ceem_casadi.compare_structures`, which also selects the
-   structure with the lowest AIC ``T ln(mean((y - yhat)**2) / sigma_v**2) + 2 (free parameters + 2
-   initial levels)`` on the ESTIMATION data.
-Initial states on the test split come from `ceem_casadi.estimate_initial_state` on the first
-5 samples (`window_state`: the best of a grid of starts over the hidden upper level, `upper_level_starts`,
-or a local fit from the steady upper level, whichever simulates windows of the ESTIMATION split better,
-`choose_window_state`: the estimator of ``scripts/bench_structure_search.py``), free runs from
-`ceem_casadi.simulate_output`.
-The test metric is reported after every stage; the JSON keeps all of them.
+from the first 5 test samples only. Steps (docs/results_real.md, "Cascaded Tanks", explains each): 1. an
+order-2 N4SID baseline; 2. the initial guess from data (`models.cascaded_tanks.initial_theta`); 3. CE-EM once
+per ``--process-std``, the fit with the lowest free-run RMS on the ESTIMATION split kept; 4. output-error
+refinement once per structure of ``--refine-structures`` (`STRUCTURES`), the lowest AIC on the ESTIMATION split
+selected by `ceem_casadi.compare_structures`. The test's initial state: `test_state` (also the estimator of
+``scripts/bench_structure_search.py``), chosen on windows of the ESTIMATION split. The test metric is reported
+after every stage; the JSON keeps all of them.
 
 Run: ``python -m scripts.cascaded_tanks [--out DIR] [--smoke]``.
 """
@@ -83,10 +61,9 @@ def pad_starts(starts: np.ndarray, nx: int, fills) -> np.ndarray:
 
 
 def window_state(model, theta, y, u, prior=None) -> np.ndarray:
-    """x0 (nx,) from the first ``INIT`` samples of ``y``, ``u`` (T, 1): a local fit from the steady upper level
-    of the first measured level (a grown model's extra states filled with y0, u0 or 0, the best kept); with
-    ``prior = (mean (nx,), std (nx,))`` a Gaussian prior on x0 joins the cost (MAP, started from its mean too).
-    Levels in [0, 20] V."""
+    """x0 (nx,) from the first ``INIT`` samples of ``y``, ``u`` (T, 1), levels in [0, 20] V: a local fit from the
+    steady upper level of the first measured level (a grown model's extra states filled with y0, u0 or 0, the best
+    kept); ``prior = (mean (nx,), std (nx,))`` adds a Gaussian prior on x0 to its cost (MAP, also started there)."""
     y0, u0 = float(y[0, 0]), float(u[0, 0])
     h2 = (y0 - theta["c0"]) / theta["c1"]
     st = pad_starts(np.array([[float(steady_upper_level(theta, h2)), h2]]), model.nx, (y0, u0, 0.0))
@@ -108,12 +85,12 @@ def test_state(model, theta, split, est, x0_est, step: int = 10) -> tuple[np.nda
     x0_est = np.asarray(x0_est, float).reshape(-1)[:model.nx]
     coef, std = state_prior(model, theta, est, x0_est)
     ye, ue = est.y, est.u
+    starts = range(0, len(ye) - 200, step)
 
     def window_rms(t: int, prior) -> float:
         x0 = window_state(model, theta, ye[t:], ue[t:], prior)
         return simulation_rms(ye[t:t + 200], cc.simulate_output(model, theta, ue[t:t + 200], x0), INIT)
 
-    starts = range(0, len(ye) - 200, step)
     scores = {"steady": float(np.mean([window_rms(t, None) for t in starts])),
               "map": float(np.mean([window_rms(t, (np.r_[1.0, ye[t, 0], ue[t, 0]] @ coef, std)) for t in starts]))}
     if scores["map"] < scores["steady"]:
