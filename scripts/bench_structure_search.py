@@ -47,7 +47,7 @@ def _search_row(res) -> dict:
 
 def tanks(time_limit: float, smoke: bool = False) -> dict:
     from models.cascaded_tanks import cascaded_tanks, initial_theta
-    from scripts.cascaded_tanks import INIT, choose_window_state, window_state
+    from scripts.cascaded_tanks import INIT, test_state
 
     splits = cc.load_cascaded_tanks()
     est, tst = splits["estimation"], splits["test"]
@@ -61,8 +61,8 @@ def tanks(time_limit: float, smoke: bool = False) -> dict:
     m, th = res.model, res.theta
 
     # the test protocol's x0 estimator, chosen on the ESTIMATION record (docs/own_data.md)
-    how, scores = choose_window_state(m, th, est)
-    yhat = cc.simulate_output(m, th, tst.u, window_state(m, th, tst.y, tst.u, how))
+    x0, how, scores = test_state(m, th, tst, est, res.x0)
+    yhat = cc.simulate_output(m, th, tst.u, x0)
     rms = cc.io.simulation_rms(tst.y, yhat, INIT)
     return dict(test_rms=float(rms), target=0.191, test_state=how, state_scores_est=scores, **_search_row(res))
 

@@ -55,22 +55,27 @@ def test_simulation_on_official_input_finite_and_within_bounds(split):
 
 
 @needs_data
-def test_the_test_state_estimator_is_chosen_on_estimation_windows():
-    """A record simulated from the steady upper level with 0.05 V sensor noise: both 5-sample estimators
-    of `window_state` find the hidden level, their free runs from the estimation windows track the record
-    to the noise level, and `choose_window_state` (given no test data) keeps the one that tracks it better."""
+def test_the_map_state_estimator_recovers_the_hidden_level_better_and_is_chosen_on_estimation_windows():
+    """A record simulated away from the steady upper level with 0.05 V sensor noise: from 5 samples per window,
+    the MAP fit (prior learned from the record's states, `state_prior`) finds the hidden upper level with less
+    than half the error of the local fit from the steady level, and `test_state` (given no test data) chooses it."""
     s = load_cascaded_tanks(DATA)["estimation"]
     m = cascaded_tanks()
     th = {**m.params.initial(), "kp": 0.08, "a1": 0.05, "a2": 0.05}
-    x0 = np.array([steady_upper_level(th, 5.0), 5.0])
-    u = s.u[:300]
-    y = cc.simulate_output(m, th, u, x0) + 0.05 * np.random.default_rng(1).normal(size=(300, 1))
+    x0, u = np.array([1.0, 5.0]), s.u[:400]
+    y, x = cc.simulate_output(m, th, u, x0, return_states=True)
+    y = y + 0.05 * np.random.default_rng(1).normal(size=(400, 1))
     est = cc.io.BenchmarkSplit("estimation", cc.Trajectories([y], [u], dt=s.data.dt), 5)
-    for how in ("grid", "steady"):
-        np.testing.assert_allclose(script.window_state(m, th, y, u, how), x0, atol=0.2)
-    how, scores = script.choose_window_state(m, th, est)
-    other = ({"grid", "steady"} - {how}).pop()
-    assert scores[how] < scores[other] < 0.08, scores
+    coef, std = script.state_prior(m, th, est, x0)
+    err = {"steady": [], "map": []}
+    for t in range(0, 200, 10):
+        prior = (np.r_[1.0, y[t, 0], u[t, 0]] @ coef, std)
+        err["steady"].append(abs(script.window_state(m, th, y[t:], u[t:])[0] - x[t, 0]))
+        err["map"].append(abs(script.window_state(m, th, y[t:], u[t:], prior)[0] - x[t, 0]))
+    assert np.mean(err["map"]) < 0.5 * np.mean(err["steady"]), {k: np.mean(v) for k, v in err.items()}
+    x0_test, how, scores = script.test_state(m, th, est, est, x0)
+    assert how == "same" and scores["map"] < scores["steady"], scores
+    np.testing.assert_allclose(x0_test, x0, atol=0.2)
 
 
 @needs_data
