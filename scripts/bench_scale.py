@@ -11,9 +11,12 @@ model of the per-iteration time fitted to (b) with its prediction for more worke
     client's time waiting for the map-reduce rounds and the rest (client-side IPOPT), J, the round trips to the
     workers, the overhead (wall minus the slowest shard's compute in every round trip), the imbalance (slowest shard minus
     the shards' mean, summed over the steps) and the bytes of pickled payload sent to / received from the
-    workers. Speedup = wall(1 worker) / wall(2 workers); CPU speedup = the workers' process CPU per iteration with
-    one worker over the busiest worker's with W (the speedup if each worker had a core to itself: robust to load).
-    With most workers, `contention`: each shard's task alone against all at once (wall and CPU; ``--contention-reps``).
+    workers. Speedup = wall(1 worker) / wall(2 workers), printed with the parallel capacity measured just before the
+    W-worker runs (`parallel_capacity`: what the machine gives W processes then); CPU speedup = the workers' process
+    CPU per iteration (iterations 2..) with one worker over the busiest worker's with W (the speedup if each worker had
+    a core to itself: robust to load); the slowest shard's smoothing compute per trajectory against one worker's
+    (above 1: the same work runs slower beside a neighbour). With most workers, `contention`: each shard's task alone
+    against all at once (wall and CPU; ``--contention-reps``).
 (c) t(B, W) = (s + l) B / W + o_0 + o_1 W, fitted by least squares to (b) per model: s, l the
     smoothing and learning compute per trajectory, o the overhead (scheduling, transfer, client
     IPOPT); its prediction for 16 and 64 workers is a PREDICTION, not a measurement.
@@ -136,10 +139,22 @@ def run_config(client, name, B, T, iters, workers, seed=0) -> dict:
     sharded = Sharded(client)
     stamps = [(time.perf_counter(), time.process_time())]
     cpu0, t0 = client.run(_worker_cpu), time.perf_counter()
+    steady_cpu = []  # the workers' CPU at the ends of iteration 1 and of the last (setup and iteration 1 excluded)
+
+    def on_iteration(rec):
+        if len(stamps) == 1:  # before the stamp: iteration 1's wall, which the medians leave out, takes the message
+            steady_cpu.append(client.run(_worker_cpu))
+        stamps.append((time.perf_counter(), time.process_time()))
+        if len(stamps) == iters + 1:
+            steady_cpu.append(client.run(_worker_cpu))
+
     res = cc.ceem(model, data, theta0, options=cc.CEEMOptions(
-        max_iters=iters, tol=0.0, executor=sharded, learner=learner, smoother=smoother),
-        callback=lambda rec: stamps.append((time.perf_counter(), time.process_time())))
+        max_iters=iters, tol=0.0, executor=sharded, learner=learner, smoother=smoother), callback=on_iteration)
     total, cpu1 = time.perf_counter() - t0, client.run(_worker_cpu)
+    if len(steady_cpu) == 2 and iters > 1:
+        cpu0, cpu1, n_cpu = *steady_cpu, iters - 1
+    else:
+        n_cpu = len(res.history)
     rows = per_iteration(sharded.stats, len(res.history))
     walls = np.diff(np.array(stamps), axis=0)[1:]  # from the end of iteration 1 on (it includes sending x0)
     for r, (w, cpu) in zip(rows[1:], walls):
@@ -156,8 +171,8 @@ def run_config(client, name, B, T, iters, workers, seed=0) -> dict:
                 iterations=len(res.history), status=str(res.status), total_s=total, build_s=res.build_s,
                 setup_s=setup["wall_s"], setup_sent_bytes=setup["sent_bytes"],
                 states_bytes=int(sum(x.nbytes for x in res.x)), per_iter_median=med, per_iter=rows,
-                # each worker's process CPU over the fit (setup and iteration 1 included) per iteration
-                worker_cpu_per_iter_s=sorted((cpu1[a][0] - cpu0[a][0]) / len(res.history) for a in cpu0))
+                # each worker's process CPU per iteration from iteration 2 on (over the whole fit if it stopped early)
+                worker_cpu_per_iter_s=sorted((cpu1[a][0] - cpu0[a][0]) / n_cpu for a in cpu0))
 
 
 def _worker_cpu() -> tuple[float, float]:
@@ -247,13 +262,14 @@ def part_b(models, Bs, T, iters, worker_counts, seed=0, repeats=1, dask_config=Q
         for w in counts:  # one cluster, scaled up (each worker a fresh process with an empty solver cache)
             cluster.scale(w)
             client.wait_for_workers(w)
+            capacity = parallel_capacity(w) if w > 1 else 1.0  # what the VM gives w processes just before the runs
             if dask_malloc:
                 client.run(_dask_malloc, True)
             start = time.perf_counter() - t0
             for name in models:
                 for B in Bs:
                     row = median_run([run_config(client, name, B, T, iters, w, seed) for _ in range(repeats)])
-                    row["cluster_start_s"] = start
+                    row["cluster_start_s"], row["parallel_capacity"] = start, capacity
                     m = row["per_iter_median"]
                     print(f"  {name:6s} B={B:5d} workers={w}: {m['wall_s']:.3f} s/iter (median of "
                           f"{[round(v, 3) for v in row['repeat_walls_s']]}; smoothing {m['smooth_s']:.3f}, "
@@ -278,6 +294,9 @@ def part_b(models, Bs, T, iters, worker_counts, seed=0, repeats=1, dask_config=Q
             row["speedup"] = ref[0]["per_iter_median"]["wall_s"] / row["per_iter_median"]["wall_s"]
             row["cpu_ref"] = ref[0]["worker_cpu_per_iter_s"]
             row["cpu_speedup"] = sum(row["cpu_ref"]) / max(row["worker_cpu_per_iter_s"])
+            # the slowest shard's smoothing compute per trajectory against one worker's (1.0: no slower with neighbours)
+            row["shard_per_trajectory_ratio"] = (row["per_iter_median"]["slowest_shard_s"] * row["workers"]
+                                                 / ref[0]["per_iter_median"]["slowest_shard_s"])
     return out
 
 
@@ -406,10 +425,11 @@ def main(argv=None):
                                {} if a.dask_defaults else QUIET_DASK, a.contention_reps, a.dask_malloc)
         for r in res["part_b"]:
             if "speedup" in r and r["workers"] != 1:
-                print(f"  speedup {r['model']} B={r['B']}: {r['speedup']:.2f}x with {r['workers']} workers; "
-                      f"workers' CPU per iteration {np.round(r['worker_cpu_per_iter_s'], 3)} against "
-                      f"{np.round(r['cpu_ref'], 3)} with one: {r['cpu_speedup']:.2f}x (the speedup if every worker "
-                      "had its own core)")
+                print(f"  speedup {r['model']} B={r['B']}: {r['speedup']:.2f}x with {r['workers']} workers "
+                      f"(parallel capacity just before: {r['parallel_capacity']:.2f}x); workers' CPU per iteration "
+                      f"{np.round(r['worker_cpu_per_iter_s'], 3)} against {np.round(r['cpu_ref'], 3)} with one: "
+                      f"{r['cpu_speedup']:.2f}x (the speedup if every worker had its own core); smoothing per "
+                      f"trajectory in the slowest shard x{r['shard_per_trajectory_ratio']:.3f} of one worker's")
     if "c" in parts:
         res["part_c"] = part_c(res["part_b"])
     print(markdown(res))

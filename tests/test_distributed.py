@@ -82,13 +82,14 @@ def test_dask_fit_equals_sequential_and_keeps_states_on_workers(problem, converg
     assert max(s["received_bytes"] for s in sharded.stats if s["kind"] == "smooth") < 0.1 * states_bytes
 
 
-@pytest.mark.parametrize("hessian", ["exact", "limited-memory"])
-def test_dask_j_without_a_round_trip_equals_the_direct_j(problem, client, hessian):
-    """J after a learning step comes from the session's costs (J at its start minus the cost's drop); elsewhere (other
-    states, or parameters the session never evaluated) from the workers. Both equal the sequential J."""
+@pytest.mark.parametrize("hessian, rho_x", [("exact", 0.0), ("limited-memory", 0.0), ("exact", 0.5)])
+def test_dask_j_without_a_round_trip_equals_the_direct_j(problem, client, hessian, rho_x):
+    """J at the smoothed states comes from the smoothing solves' costs (less their trust-region term: ``rho_x``); after
+    a learning step from the session's costs (J at its start minus the cost's drop); elsewhere (other states, or
+    parameters the session never evaluated) from the workers. All equal the sequential J."""
     model, data, theta0 = problem
     sharded, theta = Sharded(client), model.theta_vector(theta0)
-    engine = sharded.start(model, data, cc.SmootherOptions(), cc.LearnerOptions(hessian=hessian), None)
+    engine = sharded.start(model, data, cc.SmootherOptions(rho_x=rho_x), cc.LearnerOptions(hessian=hessian), None)
     smoother = cc.smoothing.Smoother(model, cc.SmootherOptions())
     sm = engine(theta, data, eks_states(model, theta, data))
     lr = engine.learner.solve(theta, data, sm.xs)

@@ -29,7 +29,7 @@ def _all(futures) -> list:
     return [f.result() for f in futures]
 
 
-# per shard ((J, seconds), learning terms at first = (z, what)): what the smoothing tasks evaluated at their states
+# per shard (J, learning terms at first = (z, what)): what the smoothing tasks evaluated at their states
 _Ahead = namedtuple("_Ahead", "theta_vec version first shards")
 
 
@@ -96,15 +96,15 @@ class DaskEngine(ShardedOutcomes):
         self._ahead = None if None in ahead else _Ahead(theta_vec, target, first, ahead)
         self.record("smooth", t0, [s.compute_s for s in summaries], sent + nbytes(theta_vec) * len(self.actors),
                     nbytes(summaries) + 16 * len(summaries),
-                    task_s=[s.compute_s + (a[0][1] + a[1][-1] if a else 0.0) for s, a in zip(summaries, ahead)])
+                    task_s=[s.compute_s + (a[1][-1] if a else 0.0) for s, a in zip(summaries, ahead)])
         return out
 
     def log_density(self, theta_vec, data, xs) -> float:
         t0 = time.perf_counter()
         theta_vec = np.asarray(theta_vec, float)
         J = self._known_J(theta_vec, xs)
-        if J is not None:  # the shards' seconds were spent in the smoothing tasks
-            self.record("J", t0, [s[0][1] for s in self._base.shards], 0, 0, trips=0)
+        if J is not None:  # from the smoothing tasks' costs
+            self.record("J", t0, [0.0] * len(self.actors), 0, 0, trips=0)
             return J
         version, sent = self._version_of(xs)
         vals = _all([a.log_density(theta_vec, version) for a in self.actors])
@@ -119,7 +119,7 @@ class DaskEngine(ShardedOutcomes):
                 or not np.array_equal(np.delete(base.theta_vec, free), np.delete(theta_vec, free)):
             return None
         f0, f1 = self.learner.cost_at(base.theta_vec[free]), self.learner.cost_at(theta_vec[free])
-        return None if f0 is None or f1 is None else float(sum(s[0][0] for s in base.shards)) + f0 - f1
+        return None if f0 is None or f1 is None else float(sum(s[0] for s in base.shards)) + f0 - f1
 
     def learning_session(self, theta_vec, xs) -> list:
         """The actors, whose learner data terms are set up at ``theta_vec`` and states ``xs`` by the smoothing tasks

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..learning._learner import Learner
 from ..learning._terms import terms_of
-from ..objective._log_density import joint_log_density
+from ..objective._log_density import joint_log_density, log_normalisers
 from ..runtime._solve import deadline
 from ..smoothing._smoother import Smoother
 
@@ -78,17 +78,19 @@ def cache_info() -> dict:
 ShardSummary = namedtuple("ShardSummary", "status finite iterations wall_s compute_s")
 
 
-def smooth(spec: ModelSpec, theta_vec, shard, xs, remaining: float | None) -> tuple[list, ShardSummary]:
-    """``(states, summary)``: every trajectory of ``shard`` smoothed from ``xs`` (list of (T_b, nx)); ``remaining`` is
-    the fit's time budget left (s) or None."""
+def smooth(spec: ModelSpec, theta_vec, shard, xs, remaining: float | None) -> tuple[list, ShardSummary, float]:
+    """``(states, summary, J)``: every trajectory of ``shard`` smoothed from ``xs`` (list of (T_b, nx)), J at the new
+    states from the solves' costs without trust region (docs/scaling.md); ``remaining``: budget left (s) or None."""
     t0 = time.perf_counter()
     smoother = solvers(spec).smoother_for(shard.lengths)
     expires = None if remaining is None else time.perf_counter() + remaining
     with deadline(expires):
         res = smoother.solve(np.asarray(theta_vec, float), shard, xs)
+    J = sum(-(r.cost - smoother.options.rho_x * float(np.sum((r.x - x) ** 2))) + log_normalisers(smoother.model, y)
+            for r, x, y in zip(res, xs, shard.y))
     return [r.x for r in res], ShardSummary([r.status for r in res], [bool(np.all(np.isfinite(r.x))) for r in res],
                                             [r.iterations for r in res], [r.wall_s for r in res],
-                                            time.perf_counter() - t0)
+                                            time.perf_counter() - t0), float(J)
 
 
 def keep_freed_memory(mmap_from: int = 32 << 20) -> None:
@@ -134,12 +136,12 @@ class ShardActor:
 
     def smooth(self, theta_vec, source: int, target: int, remaining: float | None, first: tuple | None = None):
         """``(summary, ahead)``: the states smoothed from version ``source`` kept as ``target``; with ``first = (z,
-        what)`` and finite states ``ahead = (log_density, terms)`` at them (the learning session set up), else None."""
-        xs, summary = smooth(self.spec, theta_vec, self.shard, self._get(source), remaining)
+        what)`` and finite states ``ahead = (J, terms)`` at them (the learning session set up), else None."""
+        xs, summary, J = smooth(self.spec, theta_vec, self.shard, self._get(source), remaining)
         self.put(target, xs)
         if first is None or not all(summary.finite):
             return summary, None
-        return summary, (self.log_density(theta_vec, target), self.terms(*first, (theta_vec, target)))
+        return summary, (J, self.terms(*first, (theta_vec, target)))
 
     def states(self, version: int) -> list:
         return self._get(version)

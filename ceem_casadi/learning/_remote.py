@@ -112,10 +112,6 @@ class RemoteLearner:
             return "grad"
         return what
 
-    def _hessian(self, z) -> np.ndarray:
-        """The summed data terms' Hessian triangle at ``z`` (from the round that fetched everything)."""
-        return self._remote(z, "all")[2]
-
     def _value(self, z, p, what):
         z_prev, rho, mu, w = self._split(p)
         dz, dm = z - z_prev, z - mu
@@ -127,7 +123,7 @@ class RemoteLearner:
 
     def _hess_lag(self, z, p, lam_f, lam_g):
         _, rho, _, w = self._split(p)
-        h = self._hessian(z).copy()
+        h = self._remote(z, "all")[2].copy()  # the summed data terms' Hessian triangle
         h[self._diag] += 2 * rho + w ** 2
         return [ca.DM(ca.Sparsity.upper(self.n), float(lam_f[0]) * h)]
 
@@ -182,7 +178,8 @@ class RemoteLearner:
             return z, None, 0
         reg = np.diag(2 * self._split(p)[1] + self._split(p)[3] ** 2)
         steps = min(NEWTON_STEPS, self.options.max_iters)
-        return newton_steps(lambda z: self._value(z, p, "grad"), lambda z: symmetric(self._hessian(z), self.n) + reg,
+        return newton_steps(lambda z: self._value(z, p, "grad"),
+                            lambda z: symmetric(self._remote(z, "all")[2], self.n) + reg,  # the summed triangle
                             z, lower, upper, self.options.tol, steps)
 
     def hessian_matrix(self, theta_vec, data, xs) -> np.ndarray | None:
