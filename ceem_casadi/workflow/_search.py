@@ -98,17 +98,13 @@ class _Search:
                     message=message)
 
     def judge(self, child, parent) -> bool:
-        if not np.isfinite(child["ic"]):
-            child["verdict"] = "rejected: its free run is not finite"
-            return False
-        if not child["ic"] < parent["ic"]:
-            child["verdict"] = f"rejected: {self.opts.criterion.upper()} not below its parent's {parent['ic']:.6g}"
-            return False
-        if np.isfinite(parent["tail"]) and not child["tail"] < parent["tail"]:
-            child["verdict"] = f"rejected: tail RMS not below its parent's {parent['tail']:.4g}"
-            return False
-        child["verdict"] = "accepted"
-        return True
+        rules = ((np.isfinite(child["ic"]), "its free run is not finite"),
+                 (child["ic"] < parent["ic"], f"{self.opts.criterion.upper()} not below its parent's {parent['ic']:.6g}"),
+                 (not np.isfinite(parent["tail"]) or child["tail"] < parent["tail"],
+                  f"tail RMS not below its parent's {parent['tail']:.4g}"))
+        why = next((w for ok, w in rules if not ok), None)
+        child["verdict"] = "accepted" if why is None else f"rejected: {why}"
+        return why is None
 
     def log(self, row, depth):
         self.rows.append(row)
