@@ -151,11 +151,12 @@ def _rank(node) -> tuple:
 
 def _moves(opts, node) -> list:
     """The moves applicable to ``node``, in the options' order with the costly ones last; the default
-    moves skip `NOT_FOR_BLOCKS` on a block-oriented model (an explicit list is taken as given)."""
-    used = node["structure"].split(" + ")[1:]
+    moves skip `NOT_FOR_BLOCKS` on a block-oriented model (an explicit list is taken as given); a move's
+    prior strengths share its repeats."""
+    used = [u.split(", sd=")[0] for u in node["structure"].split(" + ")[1:]]
     skip = NOT_FOR_BLOCKS if opts.augmentations == DEFAULT_AUGMENTATIONS and is_block_oriented(node["model"]) else ()
     return sorted([a for a in opts.augmentations if a.applicable(node["model"]) and a.kind not in skip
-                   and used.count(a.label) < REPEATS.get(a.kind, 1)], key=lambda a: a.kind in COSTLY)
+                   and used.count(a.label.split(", sd=")[0]) < REPEATS.get(a.kind, 1)], key=lambda a: a.kind in COSTLY)
 
 
 def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOptions | None = None,

@@ -13,11 +13,16 @@ from ._augment import Augmentation
 
 __all__ = ["DEFAULT_AUGMENTATIONS", "SearchOptions", "SearchResult", "search_options"]
 
+#: the MLP moves' prior stds by default: a decade grid around weights O(1) in scaled units, one chosen by the
+#: search's rule on estimation data (docs/own_data.md, "A Gaussian prior on the MLP weights")
+STDS = (1.0, 0.1, 0.01)
+
 #: the moves tried from every node by default (`ceem_casadi.workflow._augment`)
 DEFAULT_AUGMENTATIONS = (Augmentation("poly_degree", degree=4), Augmentation("offset"), Augmentation("gain"),
-                         Augmentation("output_poly", degree=3), Augmentation("input_poly", degree=3), Augmentation("state_output"),
-                         Augmentation("lowpass_output"), Augmentation("lowpass_input"), Augmentation("order"),
-                         Augmentation("nl_width", width=8), Augmentation("mlp_output", width=8), Augmentation("mlp_state", width=8))
+                         Augmentation("output_poly", degree=3), Augmentation("input_poly", degree=3),
+                         Augmentation("state_output"), Augmentation("lowpass_output"), Augmentation("lowpass_input"),
+                         Augmentation("order"), Augmentation("nl_width", width=8),
+                         *(Augmentation(k, width=8, prior_std=sd) for k in ("mlp_output", "mlp_state") for sd in STDS))
 
 
 @renamed(max_iter="max_iters")
