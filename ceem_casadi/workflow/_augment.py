@@ -116,12 +116,12 @@ class Augmentation:
     @property
     def label(self) -> str:
         """The move's name in the search table, e.g. ``"output_poly(3)"`` or ``"mlp_state(8, sd=0.1)"``."""
-        if self.kind.endswith("_poly"):
-            return f"{self.kind}({self.degree})"
+        k = self.kind
+        if k.endswith("_poly"):
+            return f"{k}({self.degree})"
         sd = "" if self.prior_std is None else f", sd={self.prior_std:g}"
         return {"poly_degree": f"poly_degree(+{self.degree})", "nl_width": f"nl_width(+{self.width})",
-                "order": "order(+1)", "mlp_output": f"mlp_output({self.width}{sd})",
-                "mlp_state": f"mlp_state({self.width}{sd})"}.get(self.kind, self.kind)
+                "order": "order(+1)"}.get(k, f"{k}({self.width}{sd})" if "mlp" in k else k)
 
     def applicable(self, model) -> bool:
         """Whether the move makes sense for ``model`` (input moves need inputs; the block moves a

@@ -150,9 +150,8 @@ def _rank(node) -> tuple:
 
 
 def _moves(opts, node) -> list:
-    """The moves applicable to ``node``, in the options' order with the costly ones last; the default
-    moves skip `NOT_FOR_BLOCKS` on a block-oriented model (an explicit list is taken as given); a move's
-    prior strengths share its repeats."""
+    """The moves applicable to ``node`` (costly ones last; a move's prior strengths share its repeats); the default
+    moves skip `NOT_FOR_BLOCKS` on a block-oriented model (an explicit list is taken as given)."""
     used = [u.split(", sd=")[0] for u in node["structure"].split(" + ")[1:]]
     skip = NOT_FOR_BLOCKS if opts.augmentations == DEFAULT_AUGMENTATIONS and is_block_oriented(node["model"]) else ()
     return sorted([a for a in opts.augmentations if a.applicable(node["model"]) and a.kind not in skip
