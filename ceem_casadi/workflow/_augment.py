@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
-from ..errors import OptionsError
 from ..model._model import StateSpaceModel
 from ..model._nn import MLP
 from ..model._params import Param, Parameters
 from ..model._simulation import run
+from ..runtime._schema import require
 
 __all__ = ["AUGMENTATIONS", "Augmentation", "Context", "Grown", "augment", "context_of", "is_block_oriented",
            "register_family"]
@@ -84,6 +84,8 @@ class Augmentation:
         Hidden tanh units of ``mlp_output`` / ``mlp_state``; the units added by ``nl_width``.
     seed : int
         Seed of an MLP's first layer (its output layer starts at 0).
+    prior_std : float or None
+        Std of the zero-mean Gaussian prior on an MLP's weights (scaled units; None: no prior).
 
     Raises
     ------
@@ -101,22 +103,25 @@ class Augmentation:
     degree: int = 3
     width: int = 8
     seed: int = 0
+    prior_std: float | None = 0.1
 
     def __post_init__(self):
-        if self.kind not in AUGMENTATIONS:
-            raise OptionsError(f"augmentation kind must be one of {sorted(AUGMENTATIONS)}, got {self.kind!r}")
+        kind, sd = self.kind, self.prior_std
+        require(kind in AUGMENTATIONS, f"augmentation kind must be one of {sorted(AUGMENTATIONS)}, got {kind!r}")
+        require(sd is None or (isinstance(sd, (int, float)) and sd > 0), f"prior_std must be None or > 0, got {sd!r}")
         for name, low in (("degree", 2), ("width", 1)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise OptionsError(f"{name} must be an int >= {low}, got {v!r}")
+            require(type(v) is int and v >= low, f"{name} must be an int >= {low}, got {v!r}")
 
     @property
     def label(self) -> str:
-        """The move's name in the search table, e.g. ``"output_poly(3)"``."""
-        if self.kind.endswith("_poly"):
-            return f"{self.kind}({self.degree})"
+        """The move's name in the search table, e.g. ``"output_poly(3)"`` or ``"mlp_state(8, sd=0.1)"``."""
+        k = self.kind
+        if k.endswith("_poly"):
+            return f"{k}({self.degree})"
+        sd = "" if self.prior_std is None else f", sd={self.prior_std:g}"
         return {"poly_degree": f"poly_degree(+{self.degree})", "nl_width": f"nl_width(+{self.width})",
-                "order": "order(+1)"}.get(self.kind, f"{self.kind}({self.width})" if "mlp" in self.kind else self.kind)
+                "order": "order(+1)"}.get(k, f"{k}({self.width}{sd})" if "mlp" in k else k)
 
     def applicable(self, model) -> bool:
         """Whether the move makes sense for ``model`` (input moves need inputs; the block moves a
@@ -250,8 +255,8 @@ def augment(aug: Augmentation, parent, theta, x0, data, ctx: Context, tag: str) 
         return _static(parent, theta, x0, data, new, tag, step, obs, "output" if out else "input")
     # MLPs on the scaled states and inputs: output layer at zero
     net = MLP((nx + nu, aug.width, ny if k == "mlp_output" else nx), name=f"{tag}_mlp")
-    w = net.init(np.random.default_rng([aug.seed, 31]), last_scale=0.0)
-    new = [Param(name, value) for name, value in w.items()]
+    prior = {} if aug.prior_std is None else dict(prior_mean=0.0, prior_std=float(aug.prior_std))
+    new = net.params(np.random.default_rng([aug.seed, 31]), last_scale=0.0, **prior)
     if k == "mlp_output":
         return _static(parent, theta, x0, data, new, tag, same_f,
                        lambda x, u, pp, q: gp(x, u, pp) + yh * net(q, scaled(x, u)))

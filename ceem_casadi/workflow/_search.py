@@ -98,17 +98,13 @@ class _Search:
                     message=message)
 
     def judge(self, child, parent) -> bool:
-        if not np.isfinite(child["ic"]):
-            child["verdict"] = "rejected: its free run is not finite"
-            return False
-        if not child["ic"] < parent["ic"]:
-            child["verdict"] = f"rejected: {self.opts.criterion.upper()} not below its parent's {parent['ic']:.6g}"
-            return False
-        if np.isfinite(parent["tail"]) and not child["tail"] < parent["tail"]:
-            child["verdict"] = f"rejected: tail RMS not below its parent's {parent['tail']:.4g}"
-            return False
-        child["verdict"] = "accepted"
-        return True
+        rules = ((np.isfinite(child["ic"]), "its free run is not finite"),
+                 (child["ic"] < parent["ic"], f"{self.opts.criterion.upper()} not below its parent's {parent['ic']:.6g}"),
+                 (not np.isfinite(parent["tail"]) or child["tail"] < parent["tail"],
+                  f"tail RMS not below its parent's {parent['tail']:.4g}"))
+        why = next((w for ok, w in rules if not ok), None)
+        child["verdict"] = "accepted" if why is None else f"rejected: {why}"
+        return why is None
 
     def log(self, row, depth):
         self.rows.append(row)
@@ -154,12 +150,12 @@ def _rank(node) -> tuple:
 
 
 def _moves(opts, node) -> list:
-    """The moves applicable to ``node``, in the options' order with the costly ones last; the default
+    """The moves applicable to ``node`` (costly ones last; a move's prior strengths share its repeats); the default
     moves skip `NOT_FOR_BLOCKS` on a block-oriented model (an explicit list is taken as given)."""
-    used = node["structure"].split(" + ")[1:]
+    used = [u.split(", sd=")[0] for u in node["structure"].split(" + ")[1:]]
     skip = NOT_FOR_BLOCKS if opts.augmentations == DEFAULT_AUGMENTATIONS and is_block_oriented(node["model"]) else ()
     return sorted([a for a in opts.augmentations if a.applicable(node["model"]) and a.kind not in skip
-                   and used.count(a.label) < REPEATS.get(a.kind, 1)], key=lambda a: a.kind in COSTLY)
+                   and used.count(a.label.split(", sd=")[0]) < REPEATS.get(a.kind, 1)], key=lambda a: a.kind in COSTLY)
 
 
 def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOptions | None = None,

@@ -6,18 +6,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import OptionsError
 from ..runtime._result import Result
 from ..runtime._schema import renamed, require
 from ._augment import Augmentation
 
 __all__ = ["DEFAULT_AUGMENTATIONS", "SearchOptions", "SearchResult", "search_options"]
 
-#: the moves tried from every node by default (`ceem_casadi.workflow._augment`)
+#: the moves tried from every node by default (`ceem_casadi.workflow._augment`); the MLP moves at the prior stds
+#: `STDS`, a decade grid around weights O(1) in scaled units: the search's rule picks one (docs/own_data.md)
+STDS = (1, 0.1, 0.01)
 DEFAULT_AUGMENTATIONS = (Augmentation("poly_degree", degree=4), Augmentation("offset"), Augmentation("gain"),
-                         Augmentation("output_poly", degree=3), Augmentation("input_poly", degree=3), Augmentation("state_output"),
-                         Augmentation("lowpass_output"), Augmentation("lowpass_input"), Augmentation("order"),
-                         Augmentation("nl_width", width=8), Augmentation("mlp_output", width=8), Augmentation("mlp_state", width=8))
+                         Augmentation("output_poly", degree=3), Augmentation("input_poly", degree=3),
+                         Augmentation("state_output"), Augmentation("lowpass_output"), Augmentation("lowpass_input"),
+                         Augmentation("order"), Augmentation("nl_width", width=8),
+                         *(Augmentation(k, width=8, prior_std=sd) for k in ("mlp_output", "mlp_state") for sd in STDS))
 
 
 @renamed(max_iter="max_iters")
@@ -64,17 +66,16 @@ class SearchOptions:
 
     def __post_init__(self):
         augs = self.augmentations
-        if isinstance(augs, (str, Augmentation)) or not isinstance(augs, Sequence):
-            raise OptionsError(f"augmentations: expected a tuple of Augmentation or kind names, got {augs!r}")
+        require(isinstance(augs, Sequence) and not isinstance(augs, (str, Augmentation)),
+                f"augmentations: expected a tuple of Augmentation or kind names, got {augs!r}")
         augs = tuple(Augmentation(a) if isinstance(a, str) else a for a in augs)
         bad = [a for a in augs if not isinstance(a, Augmentation)]
         require(not bad, f"augmentations: expected Augmentation objects or kind names, got {bad[:1]!r}")
         object.__setattr__(self, "augmentations", augs)
         cands = tuple(self.candidates)
-        for c in cands:
-            if not (isinstance(c, (tuple, list)) and len(c) == 3 and isinstance(c[0], str)
-                    and hasattr(c[1], "params")):
-                raise OptionsError(f"candidates: expected (name, model, theta) triples, got {c!r}"[:200])
+        bad = [c for c in cands if not (isinstance(c, (tuple, list)) and len(c) == 3 and isinstance(c[0], str)
+                                        and hasattr(c[1], "params"))]
+        require(not bad, f"candidates: expected (name, model, theta) triples, got {bad[:1]!r}"[:200])
         object.__setattr__(self, "candidates", cands)
         require(self.criterion in ("aic", "bic"), f"criterion must be 'aic' or 'bic', got {self.criterion!r}")
         require(isinstance(self.holdout, (int, float)) and 0.0 < self.holdout < 1.0,
@@ -94,9 +95,8 @@ def search_options(search) -> SearchOptions | None:
         search = [(k, *v) for k, v in search.items()]
     if isinstance(search, (str, Augmentation)):
         search = [search]
-    if not isinstance(search, Sequence) or not search:
-        raise OptionsError("search: expected True, a SearchOptions, or a non-empty list of augmentations / "
-                           f"(name, model, theta) candidates, got {search!r}"[:200])
+    require(isinstance(search, Sequence) and len(search) > 0, "search: expected True, a SearchOptions, or a non-empty "
+            f"list of augmentations / (name, model, theta) candidates, got {search!r}"[:200])
     augs = tuple(a for a in search if isinstance(a, (str, Augmentation)))
     cands = tuple(c for c in search if not isinstance(c, (str, Augmentation)))
     return SearchOptions(augmentations=augs, candidates=cands)

@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..errors import CeemError, OptionsError
+from ..errors import CeemError
+from ..runtime._schema import require
 
 __all__ = ["log_uniform_starts", "resolve_starts"]
 
@@ -50,10 +51,9 @@ def log_uniform_starts(model, theta: Mapping, n: int, *, seed: int = 0, spread: 
     >>> [float(t["a"]) for t in s] == [float(t["a"]) for t in log_uniform_starts(model, {"a": 0.5}, 3, seed=1)]
     True
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise OptionsError(f"starts: expected a number of starts >= 0 (int) or a list of dicts, got {n!r}")
-    if not (np.isfinite(spread) and spread > 1):
-        raise OptionsError(f"spread must be a finite number > 1, got {spread!r}")
+    require(not isinstance(n, bool) and isinstance(n, (int, np.integer)) and n >= 0,
+            f"starts: expected a number of starts >= 0 (int) or a list of dicts, got {n!r}")
+    require(np.isfinite(spread) and spread > 1, f"spread must be a finite number > 1, got {spread!r}")
     params = model.params
     base = params.to_vector(params.validate(theta))
     lo, hi, free = params.lower, params.upper, params.free_mask
@@ -77,13 +77,11 @@ def resolve_starts(model, theta: Mapping, starts, *, seed: int = 0) -> list | No
         return None
     if isinstance(starts, (int, np.integer)) and not isinstance(starts, bool):
         return log_uniform_starts(model, theta, int(starts), seed=seed) or None
-    if isinstance(starts, Mapping) or not isinstance(starts, Sequence) or isinstance(starts, str):
-        raise OptionsError(f"starts: expected an int (number of seeded log-uniform starts) or a list of "
-                           f"parameter dicts, got {type(starts).__name__}")
+    require(isinstance(starts, Sequence) and not isinstance(starts, (Mapping, str)), "starts: expected an int (number "
+            f"of seeded log-uniform starts) or a list of parameter dicts, got {type(starts).__name__}")
     out = []
     for i, s in enumerate(starts):
-        if not isinstance(s, Mapping):
-            raise OptionsError(f"starts[{i}]: expected a dict of parameter values, got {type(s).__name__}")
+        require(isinstance(s, Mapping), f"starts[{i}]: expected a dict of parameter values, got {type(s).__name__}")
         try:
             out.append(model.params.validate({**theta, **s}))  # a partial start: the rest from theta
         except CeemError as exc:
