@@ -97,16 +97,32 @@ def _by_kind(history) -> dict:
 @contextlib.contextmanager
 def rss_by_phase(peaks: dict, calls: dict):
     """Largest resident set (MB) per phase of ``scripts.bench_record_phases.TARGETS`` (``fit`` outside
-    them) in ``peaks``, sampled every 20 ms while the block runs; each call's seconds in ``calls``."""
+    them) in ``peaks``, sampled every 20 ms while the block runs and as each phase starts and ends (so a phase
+    shorter than the interval, or run while a loaded machine starves the sampler, is still listed); each call's
+    seconds in ``calls``."""
     from scripts.bench_record_phases import phase_timers
 
-    stack, stop, page = ["fit"], threading.Event(), os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+    stop, page = threading.Event(), os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+    def read():
+        with open("/proc/self/statm") as fh:
+            rss = int(fh.read().split()[1]) * page
+        peaks[stack[-1]] = round(max(peaks.get(stack[-1], 0.0), rss))
+
+    class Sampled(list):
+        def append(self, phase):
+            super().append(phase)
+            read()
+
+        def pop(self):
+            read()
+            return super().pop()
+
+    stack = Sampled(["fit"])
 
     def sample():
         while not stop.wait(0.02):
-            with open("/proc/self/statm") as fh:
-                rss = int(fh.read().split()[1]) * page
-            peaks[stack[-1]] = round(max(peaks.get(stack[-1], 0.0), rss))
+            read()
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
