@@ -108,7 +108,14 @@ def test_ctrl_c_during_an_ipopt_solve_stops_it_and_raises_keyboard_interrupt():
     x = ca.MX.sym("x", n)
     solver = ca.nlpsol("s", "ipopt", {"x": x, "f": ca.sumsqr(ca.sin(x) - 0.5) + ca.sumsqr(x[1:] - x[:-1] ** 2)},
                        _ipopt.ipopt_options(100000, 1e-30))
-    threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    def interrupt_once_ipopt_runs():  # not at a fixed 0.2 s: on a loaded machine that fell before the solve
+        t_end = time.perf_counter() + 30
+        while signal.getsignal(signal.SIGINT) is signal.default_int_handler and time.perf_counter() < t_end:
+            time.sleep(0.005)
+        time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_ipopt_runs, daemon=True).start()
     t0 = time.perf_counter()
     with pytest.raises(KeyboardInterrupt):
         while time.perf_counter() - t0 < 30:
