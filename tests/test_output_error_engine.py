@@ -182,3 +182,19 @@ def test_identify_stage_table_rejects_a_diverged_stage_with_its_measured_advice(
                                                                              None, None)
     assert stage.status == "diverged" and stage.rejected.startswith("diverged: the free run explodes. The free run's output error grows")
     assert "shooting=3 (" in stage.rejected, stage.rejected
+
+
+@pytest.mark.parametrize("history, converged", [([10.0, *[9.99999] * 10], True),     # fell by 1e-6: flat valley
+                                                ([10.0, *[10.5] * 10], False),       # rose (multiple shooting's
+                                                ([10.0, *[5.0] * 10], False)])       # honest objective): go on
+def test_the_flat_valley_test_needs_the_objective_to_have_fallen(history, converged):
+    """A run whose objective rose over the last 10 iterations (possible under multiple shooting, whose
+    merit adds the gaps) is not reported converged by the flat-valley test."""
+    from types import SimpleNamespace
+
+    from ceem_casadi.workflow.output_error._lm import _Engine
+
+    engine = SimpleNamespace(_feasible=lambda c: True, history=history)
+    trial = SimpleNamespace(small_step=False, small_f=False)
+    out = _Engine._converged_after(engine, trial, np.zeros(0))
+    assert (out is not None and out[0] is cc.Status.CONVERGED and "flat valley" in out[1]) if converged else out is None

@@ -254,7 +254,7 @@ class _Engine:
         if trial.small_step or trial.small_f:
             return Status.CONVERGED, "step test (xtol)" if trial.small_step else "reduction test (ftol)"
         k, h = FLAT_ITERS, self.history
-        if len(h) > k and h[-k - 1] - h[-1] <= FLAT_TOL * abs(h[-1]):
+        if len(h) > k and 0.0 <= h[-k - 1] - h[-1] <= FLAT_TOL * abs(h[-1]):   # fell, and by little (not rose)
             return Status.CONVERGED, (f"flat valley: the objective fell by less than {FLAT_TOL:g} "
                                       f"(relative) over the last {k} iterations")
         return None
