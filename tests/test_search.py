@@ -211,6 +211,19 @@ def test_selection_reads_only_the_estimation_heads_and_tails(monkeypatch):
     assert seen[:-1] == [(150,)] * (len(seen) - 1) and seen[-1] == (300,)
 
 
+def test_a_users_candidate_named_like_a_path_keeps_every_move():
+    """A move's repeats count the moves applied on the path, not names parsed from the table: the user's
+    candidate "mine + offset" (an offset and the cubic curve of its own) is still offered `offset`."""
+    mine = cc.StateSpaceModel.from_discrete(
+        lambda x, u, p: p.a * x + p.b * u, lambda x, u, p: p.off + x + p.k * x ** 3, nx=1, nu=1,
+        params=cc.Parameters(cc.Param("a", 0.5), cc.Param("b", 0.5), cc.Param("off", 0.0), cc.Param("k", 0.0)),
+        measurement_std=SIGMA)
+    res = cc.identify(_user(), _truth_data(T=120, B=1), {"a": 0.5, "b": 0.5}, search=SearchOptions(
+        augmentations=("offset",), candidates=(("mine + offset", mine, None),), max_depth=2))
+    rows = [r["structure"] for r in res.search.rows]
+    assert rows == ["user model", "mine + offset", "user model + offset", "mine + offset + offset"], rows
+
+
 def test_starts_n_is_seeded_and_reproducible():
     model = _user(b_free=True)
     a = log_uniform_starts(model, {"a": 0.5, "b": 0.5}, 4, seed=3)
@@ -423,17 +436,15 @@ def test_the_default_moves_offer_a_grid_of_prior_strengths_and_the_lowest_tail_p
     from ceem_casadi.workflow._search import _moves
     from ceem_casadi.workflow._search_options import DEFAULT_AUGMENTATIONS, STDS
 
-    def labels(structure):
-        return [a.label for a in _moves(SearchOptions(), {"model": _user(), "structure": structure})]
     grid = [f"{k}(8, sd={sd:g})" for k in ("mlp_output", "mlp_state") for sd in (1, 0.1, 0.01)]
-    assert STDS == (1, 0.1, 0.01) and labels("user model")[-6:] == grid
-    assert not any("mlp_state" in label for label in labels("user model + mlp_state(8, sd=1)"))
+    assert STDS == (1, 0.1, 0.01) and [a.label for a in _moves(SearchOptions(), {"model": _user()})][-6:] == grid
     monkeypatch.setitem(TRUTH, "k", 0.0)
     monkeypatch.setitem(globals(), "SIGMA", 0.1)
     res = cc.identify(_user(), _truth_data(T=60), {"a": 0.5, "b": 0.5}, ceem=False,
                       search=SearchOptions(augmentations=[a for a in DEFAULT_AUGMENTATIONS if a.kind == "mlp_state"],
-                                           max_depth=1))
+                                           max_depth=2))
     rows = [r for r in res.search.rows if r["verdict"] == "accepted"]
-    assert [r["structure"] for r in rows] == [f"user model + mlp_state(8, sd={sd:g})" for sd in STDS]
+    assert [r["structure"] for r in res.search.rows[1:]] == [f"user model + mlp_state(8, sd={sd:g})" for sd in STDS]
+    assert len(rows) == 3
     assert res.search.structure == min(rows, key=lambda r: r["tail"])["structure"] == rows[2]["structure"]
     assert min(rows, key=lambda r: r["ic"])["structure"] != res.search.structure

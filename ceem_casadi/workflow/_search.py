@@ -140,7 +140,10 @@ class _Search:
             ctx = context_of(parent["model"], parent["theta"], parent["x0"], self.head)
             g = augment(aug, parent["model"], parent["theta"], parent["x0"], self.head, ctx, tag)
             return g.model, g.theta, g.x0, None if parent["lifts"] is None else parent["lifts"] + [g.lift]
-        return self.candidate(f"{parent['structure']} + {aug.label}", parent, depth, build)
+        grown = self.candidate(f"{parent['structure']} + {aug.label}", parent, depth, build)
+        for child in grown:   # the moves on its path, a move's prior strengths as one (they share its repeats)
+            child["moves"] = parent.get("moves", ()) + (replace(aug, prior_std=None).label,)
+        return grown
 
 
 def _rank(node) -> tuple:
@@ -152,10 +155,10 @@ def _rank(node) -> tuple:
 def _moves(opts, node) -> list:
     """The moves applicable to ``node`` (costly ones last; a move's prior strengths share its repeats); the default
     moves skip `NOT_FOR_BLOCKS` on a block-oriented model (an explicit list is taken as given)."""
-    used = [u.split(", sd=")[0] for u in node["structure"].split(" + ")[1:]]
     skip = NOT_FOR_BLOCKS if opts.augmentations == DEFAULT_AUGMENTATIONS and is_block_oriented(node["model"]) else ()
     return sorted([a for a in opts.augmentations if a.applicable(node["model"]) and a.kind not in skip
-                   and used.count(a.label.split(", sd=")[0]) < REPEATS.get(a.kind, 1)], key=lambda a: a.kind in COSTLY)
+                   and node.get("moves", ()).count(replace(a, prior_std=None).label) < REPEATS.get(a.kind, 1)],
+                  key=lambda a: a.kind in COSTLY)
 
 
 def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOptions | None = None,
@@ -218,7 +221,8 @@ def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all, why=
                                  "user's model's objective: the user's model is kept", "n/a", 0)
     for r in s.rows:
         r["chosen"] = r["structure"] == chosen[4]
-    rows = [{k: v for k, v in r.items() if k not in ("model", "theta", "x0", "lifts", "parent")} for r in s.rows]
+    rows = [{k: v for k, v in r.items() if k not in ("model", "theta", "x0", "lifts", "parent", "moves")}
+            for r in s.rows]
     m, th, x, obj, label, msg, status, its = chosen
     if s.capped:
         why += ("; the time limit cut the search (rows with status time_limit or not run): a faster machine or a "
