@@ -80,6 +80,22 @@ def test_libraries_about_to_be_loaded_are_not_evicted(tmp_path, monkeypatch):
     assert [n.split("_f_")[0] for n in _libs(tmp_path)] == ["ceem_next"]
 
 
+def test_a_handle_dropped_before_its_load_no_longer_keeps_its_library(tmp_path, monkeypatch):
+    """A handle never asked for its result (its caller failed first) stops protecting its library from
+    eviction once it is gone: the next build evicts it. Fails without the ``weakref.finalize`` in
+    `start_compile` (the library stays in ``_LOADING`` for the life of the process, above the bound)."""
+    import gc
+
+    _bound(monkeypatch, tmp_path, 0.5)
+    (h,) = start_compile([_fun(5.0, "dropped")], "ceem_dropped", jobs=1)
+    h.job.wait(h.deadline)
+    assert h.lib in cmp._LOADING
+    del h
+    gc.collect()
+    compile_functions([_fun(6.0)], "ceem_after")
+    assert [n.split("_f_")[0] for n in _libs(tmp_path)] == ["ceem_after"]
+
+
 def test_library_evicted_before_its_load_is_built_again(tmp_path, monkeypatch, caplog):
     """Another process removes the library between its build and this process's load: it is built again quietly;
     so is one whose load failed while another process built it again. Fails with the old immediate "is not usable"

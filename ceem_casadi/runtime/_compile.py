@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 import casadi as ca
@@ -282,6 +283,7 @@ def start_compile(functions: list[ca.Function], name: str = "ceem_stages", timeo
                     new[lib] = job
             handles.append(CompiledHandle(f, name, lib, job, deadline))
             _LOADING.add(lib)
+            weakref.finalize(handles[-1], _LOADING.discard, lib)   # a handle dropped unloaded: evictable again
     except BaseException as exc:
         for job in new.values():  # generated but never queued: remove their C folders
             job.finish(False)
