@@ -169,8 +169,7 @@ def generate_ekf(model, theta, out_dir, *, name: str = "ekf", x0=None, P0=None, 
         "SZ_ARG": str(max(F.sz_arg(), G.sz_arg())), "SZ_RES": str(max(F.sz_res(), G.sz_res())),
         "SZ_IW": str(max(F.sz_iw(), G.sz_iw(), 1)), "SZ_W": str(max(F.sz_w(), G.sz_w(), 1)),
         "THETA": _numbers(theta_vec), "X0": _numbers(x0), "P0": _numbers(P0), "Q": _numbers(Q),
-        "R": _numbers(R), "CASADI": casadi_src,
-    }
+        "R": _numbers(R), "CASADI": casadi_src}
 
     def fill(text: str) -> str:
         return re.sub(r"@([A-Za-z0-9_]+)@", lambda m: subs[m.group(1)], text)

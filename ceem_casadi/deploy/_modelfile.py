@@ -152,8 +152,7 @@ def save_model(path, model, theta, *, source: str | None = None, kwargs: dict | 
         "dt": model.dt, "theta_names": names, "theta_shapes": [list(np.shape(theta[n])) for n in names],
         "options": to_jsonable(options) if options is not None else None,
         "data": to_jsonable(data or {}), "history": _kept_history(history),
-        "metadata": to_jsonable(metadata or {}),
-    }
+        "metadata": to_jsonable(metadata or {})}
     meta["params"] = _param_spec(model.params) if hasattr(model.params, "validate") else None
     try:
         arrays = {"theta": theta_vec, **sxgraph.to_arrays("sx/f", model.f), **sxgraph.to_arrays("sx/g", model.g)}

@@ -7,17 +7,13 @@ import numpy as np
 
 __all__ = ["NumpyFunction"]
 
-_UNARY = {
-    ca.OP_NEG: np.negative, ca.OP_SQ: np.square, ca.OP_TWICE: lambda a: 2.0 * a, ca.OP_TANH: np.tanh,
-    ca.OP_EXP: np.exp, ca.OP_LOG: np.log, ca.OP_SQRT: np.sqrt, ca.OP_SIN: np.sin, ca.OP_COS: np.cos,
-    ca.OP_FABS: np.abs, ca.OP_INV: lambda a: 1.0 / a, ca.OP_ASSIGN: lambda a: a,
-}
-_BINARY = {
-    ca.OP_ADD: np.add, ca.OP_SUB: np.subtract, ca.OP_MUL: np.multiply, ca.OP_DIV: np.divide, ca.OP_POW: np.power,
-    # CasADi's rule: a NaN argument is ignored, a tie returns the first argument (docs/runtime.md)
-    ca.OP_FMAX: lambda a, b: np.where((a < b) | np.isnan(a), b, a),
-    ca.OP_FMIN: lambda a, b: np.where((a > b) | np.isnan(a), b, a),
-}
+_UNARY = {ca.OP_NEG: np.negative, ca.OP_SQ: np.square, ca.OP_TWICE: lambda a: 2.0 * a, ca.OP_TANH: np.tanh,
+          ca.OP_EXP: np.exp, ca.OP_LOG: np.log, ca.OP_SQRT: np.sqrt, ca.OP_SIN: np.sin, ca.OP_COS: np.cos,
+          ca.OP_FABS: np.abs, ca.OP_INV: lambda a: 1.0 / a, ca.OP_ASSIGN: lambda a: a}
+_BINARY = {ca.OP_ADD: np.add, ca.OP_SUB: np.subtract, ca.OP_MUL: np.multiply, ca.OP_DIV: np.divide, ca.OP_POW: np.power,
+           # CasADi's rule: a NaN argument is ignored, a tie returns the first argument (docs/runtime.md)
+           ca.OP_FMAX: lambda a, b: np.where((a < b) | np.isnan(a), b, a),
+           ca.OP_FMIN: lambda a, b: np.where((a > b) | np.isnan(a), b, a)}
 _PLAIN = {**_UNARY, **_BINARY, ca.OP_MTIMES: lambda z, x, y: z + x @ y, ca.OP_TRANSPOSE: lambda a: a.T,
           ca.OP_HORZCAT: lambda *a: np.hstack(a), ca.OP_VERTCAT: lambda *a: np.vstack(a),
           ca.OP_DOT: lambda a, b: np.array([[np.vdot(a, b)]])}
