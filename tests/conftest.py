@@ -1,5 +1,6 @@
 """Shared test helpers (test modules never import each other: they take these as fixtures)."""
 import os
+import signal
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -10,6 +11,14 @@ import pytest
 import ceem_casadi as cc
 
 NX, NY, NU, T = 4, 2, 1, 30
+
+
+def pytest_configure(config):
+    """A run started in the background without job control (``pytest ... &`` in a script) inherits SIGINT ignored,
+    and so do its xdist workers and their subprocesses: the Ctrl-C tests then wait in vain (three failed so). Ctrl-C
+    is Python's KeyboardInterrupt again here, as in a foreground run."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class LinearGaussian:
