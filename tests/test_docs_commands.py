@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMAND = re.compile(r"python -m (scripts\.[a-z_0-9.]+)([^|]*)")
+COMMAND = re.compile(r"python -m (scripts\.[a-z_0-9.]+)(.*)")
+CLI = re.compile(r"(?:ceem-casadi|python -m ceem_casadi\.cli) +([a-z][a-z-]+)( .*)")
 
 
 def _snippets(text: str):
@@ -30,18 +31,27 @@ def _snippets(text: str):
         yield from (span.replace("\n", " ") for span in re.findall(r"`([^`]+)`", paragraph))
 
 
-def doc_commands() -> list[tuple[str, str, list[str]]]:
-    """(page, module, argv) of every ``python -m scripts.X ...`` of the README and the docs."""
+def _argv(rest: str) -> list[str] | None:
+    """The arguments as a user types them (None for an elided ``...`` command): a pipe or comment ends them,
+    ``[--opt]`` is included, the first of ``{a,b}`` / ``a|b`` is taken, a capitalised placeholder
+    (``DIR``, ``S``) becomes ``0``."""
+    rest = rest.split("#")[0].split(" | ")[0].strip()
+    if "..." in rest:
+        return None
+    rest = re.sub(r"\{([^,}]+)[^}]*\}", r"\1", re.sub(r"\[(--[^]]*)\]", r"\1", rest))
+    rest = re.sub(r"(\S+?)\|\S+", r"\1", rest)
+    return ["0" if re.fullmatch(r"[A-Z]+", a) else a for a in shlex.split(rest)]
+
+
+def doc_commands(pattern: re.Pattern = COMMAND) -> list[tuple[str, str, list[str]]]:
+    """(page, program, argv) of every command matching ``pattern`` in the README and the docs."""
     out = set()
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for snippet in _snippets(page.read_text()):
-            for module, rest in COMMAND.findall(snippet):
-                rest = rest.split("#")[0].strip()
-                if "..." in rest:
-                    continue
-                rest = re.sub(r"\{([^,}]+)[^}]*\}", r"\1", rest.replace("[", "").replace("]", ""))
-                argv = ["0" if re.fullmatch(r"[A-Z]+", a) else a for a in shlex.split(rest)]  # DIR, S: placeholders
-                out.add((page.name, module, tuple(argv)))
+            for program, rest in pattern.findall(snippet):
+                argv = _argv(rest)
+                if argv is not None:
+                    out.add((page.name, program, tuple(argv)))
     return [(p, m, list(a)) for p, m, a in sorted(out)]
 
 
@@ -71,3 +81,28 @@ def test_a_documented_script_command_parses(page, module, argv, monkeypatch):
             runpy.run_module(module, run_name="__main__", alter_sys=False)
         except SystemExit as exc:       # argparse's error exit: the flags shown are not accepted
             pytest.fail(f"{page}: python -m {module} {' '.join(argv)} does not parse (exit {exc.code})")
+
+
+def _cli_commands():
+    from ceem_casadi.cli._main import build_parser
+
+    subcommands = set(build_parser()._subparsers._group_actions[0].choices)
+    return [(p, c, a) for p, c, a in doc_commands(CLI) if c in subcommands and any(x.startswith("--") for x in a)]
+
+
+def test_the_docs_name_cli_commands():
+    assert {c for _, c, _ in _cli_commands()} >= {"fit", "refine", "calibrate-noise", "evaluate", "plot", "codegen"}
+
+
+@pytest.mark.parametrize("page, command, argv", _cli_commands(),
+                         ids=lambda v: v if isinstance(v, str) else " ".join(v))
+def test_a_documented_cli_command_parses(page, command, argv):
+    """Every ``ceem-casadi COMMAND --flag ...`` of the README and the docs parses (the CLI refuses abbreviated
+    flags, so a renamed flag fails here)."""
+    from ceem_casadi.cli._inputs import UsageError
+    from ceem_casadi.cli._main import build_parser
+
+    try:
+        build_parser().parse_args([command, *argv])
+    except UsageError as exc:
+        pytest.fail(f"{page}: ceem-casadi {command} {' '.join(argv)}: {exc}")
