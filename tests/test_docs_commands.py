@@ -106,3 +106,33 @@ def test_a_documented_cli_command_parses(page, command, argv):
         build_parser().parse_args([command, *argv])
     except UsageError as exc:
         pytest.fail(f"{page}: ceem-casadi {command} {' '.join(argv)}: {exc}")
+
+
+def _public_chain(ref: str) -> bool:
+    """Whether ``cc.<ref>`` (dotted) resolves and every step is public: listed in its module's ``__all__``
+    (a subpackage: a module of the package), never an underscore name."""
+    import importlib
+    import types
+
+    obj = importlib.import_module("ceem_casadi")
+    for name in ref.split("."):
+        if name.startswith("_") or not hasattr(obj, name):
+            return False
+        if isinstance(obj, types.ModuleType) and name not in getattr(obj, "__all__", [name]):
+            child = getattr(obj, name)
+            if not (isinstance(child, types.ModuleType) and child.__name__.startswith("ceem_casadi.")):
+                return False
+        obj = getattr(obj, name)
+    return True
+
+
+def test_every_cc_name_of_the_docs_is_public():
+    """``cc.X`` / ``cc.sub.X`` (what a user types) in the README and the docs name exported public objects:
+    fails on a name reached through a private module or missing from its subpackage's ``__all__``.
+    (``ceem_casadi.sub._module`` pointers to the source are checked by tests/test_docs_references.py.)"""
+    bad = set()
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for ref in re.findall(r"\bcc\.([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)", page.read_text()):
+            if ref != "__all__" and not _public_chain(ref.removesuffix(".py")):
+                bad.add((page.name, ref))
+    assert not bad, sorted(bad)
