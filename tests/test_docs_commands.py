@@ -1,8 +1,9 @@
-"""Every ``python -m scripts.X --flag ...`` written in README.md and docs/*.md names a script that exists
-and whose argument parser accepts the flags and values shown: each command is parsed by the script's own
-``argparse`` parser (run as ``__main__`` with ``parse_args`` stopped right after parsing, so nothing is
-computed). Placeholders of the prose (``[--opt]`` optional, ``{a,b}`` alternatives, ``...``) are read as a
-user would: the optional part included, the first alternative taken, an elided command skipped."""
+"""The commands and names a user copies from README.md and docs/*.md exist and parse: every
+``python -m scripts.X --flag ...`` names a script whose own ``argparse`` parser accepts the flags and values
+shown (run as ``__main__`` with ``parse_args`` stopped right after parsing, so nothing is computed); every
+``ceem-casadi COMMAND --flag ...`` parses with the CLI's parser; every ``cc.X`` is public and exported.
+Placeholders of the prose (``[--opt]`` optional, ``{a,b}`` / ``a|b`` alternatives, ``...``) are read as a user
+would: the optional part included, the first alternative taken, an elided command skipped."""
 from __future__ import annotations
 
 import argparse
