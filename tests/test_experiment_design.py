@@ -171,3 +171,17 @@ def test_cli_design_input_happy_path_and_bad_input(tmp_path):
     assert bad.returncode == 2
     lines = bad.stderr.strip().splitlines()
     assert len(lines) == 1 and "--u-bounds" in lines[0] and "2 comma-separated" in lines[0]
+
+
+def test_a_free_parameter_at_zero_that_moves_the_output_is_designed_for():
+    """A free entry whose value is 0 (a linear outflow term started at 0, the identified Cascaded Tanks' b2) has
+    information like any other: before, its relative scale was floored at 1e-8, its relative information fell
+    16 decades and design_input refused it as 'zero information'. The D-criterion is the log det of the
+    closed-form information (scale 1 for the entry at 0)."""
+    model, theta = linear(), {"a": A, "b": 0.0, "c": C}
+    d = design_input(model, theta, 30, u_bounds=(-1.0, 1.0), x0=[1.0], starts=1, seed=0,
+                     options=DesignOptions(max_iters=50))
+    info = fisher_information(model, theta, d.u, x0=[1.0])
+    assert info[1, 1] > 1.0 and np.isfinite(d.information).all()
+    scaled = info * np.outer([A, 1.0], [A, 1.0])     # relative a, absolute b
+    assert d.value == pytest.approx(float(np.linalg.slogdet(scaled)[1]), rel=1e-6)

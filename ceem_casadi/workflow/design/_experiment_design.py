@@ -37,7 +37,7 @@ def _x0(model, x0) -> np.ndarray:
 
 
 def _scale(theta_vec, free) -> np.ndarray:
-    return np.maximum(np.abs(theta_vec[free]), 1e-8)
+    return np.where(theta_vec[free] != 0.0, np.abs(theta_vec[free]), 1.0)  # 1 at 0: a 1e-8 floor hid its information
 
 
 def _information_function(model, T: int) -> ca.Function:
