@@ -1,8 +1,7 @@
 """The solvers of the one output-error problem, measured on the repository's cases (issue 32 item 3):
-the Levenberg-Marquardt engine (default; and with variable projection of the parameters that enter the
-output linearly) against IPOPT (Gauss-Newton and exact Hessian), same start, same ``OutputErrorOptions``
-otherwise (max_iters 500, time limit per run). Per case and solver: status, iterations, final objective
-(relative to the lowest of the row), test RMS (free run on held-out data, initial state from its first
+the Levenberg-Marquardt engine (default) against IPOPT (Gauss-Newton and exact Hessian), same start, same
+``OutputErrorOptions`` otherwise (max_iters 500, time limit per run). Per case and solver: status, iterations,
+final objective (relative to the lowest of the row), test RMS (free run on held-out data, initial state from its first
 samples), wall time and peak RSS. Each (case, solver) runs in its own process (peak RSS is the
 process's; its baseline, the case built and no solver run, is printed too).
 
@@ -33,7 +32,7 @@ import numpy as np
 
 import ceem_casadi as cc
 
-SOLVERS = {"lm": dict(solver="lm"), "lm + projection": dict(solver="lm", variable_projection=True),
+SOLVERS = {"lm": dict(solver="lm"),
            "ipopt (gauss-newton)": dict(solver="ipopt"),
            "ipopt (exact)": dict(solver="ipopt", hessian="exact")}
 

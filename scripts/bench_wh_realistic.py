@@ -23,13 +23,11 @@ from rest, as the truth) and test RMS / noise std. The pipeline figure is the st
 ESTIMATION RMS (never chosen on test data). CE-EM is not run here (see the report): its rows say so.
 
     python -m scripts.bench_wh_realistic [--train 100000] [--test 20000] [--degree 9] [--time-limit 240]
-                                         [--seed 0] [--nonlinearity poly|mlp] [--hidden 8] [--varpro] [--warm-start]
+                                         [--seed 0] [--nonlinearity poly|mlp] [--hidden 8] [--warm-start]
                                          [--json out.json] [--smoke]
 
 ``--nonlinearity mlp`` fits an MLP nonlinearity (``--hidden`` tanh units, from the initialiser's
-least-squares output layer on a random hidden layer); ``--varpro``: variable projection eliminates
-the parameters that enter the output linearly (the MLP's output layer, the polynomial's
-coefficients) at every evaluation (`ceem_casadi.workflow.output_error._varpro`); ``--warm-start``:
+least-squares output layer on a random hidden layer); ``--warm-start``:
 the MLP starts from the polynomial model's output-error optimum (`mlp_from_polynomial`), and
 ``--time-limit`` applies to each of the two fits. The last line
 gives the seconds per output-error iteration against its floor (one residual + Jacobian
@@ -158,7 +156,7 @@ def mlp_from_polynomial(poly_init, poly_fit, mlp_init) -> dict:
 
 
 def run(train: int = 100_000, test: int = 20_000, degree: int = 9, time_limit: float = 240.0, seed: int = 0,
-        orders=(3, 3), nonlinearity: str = "poly", hidden: int = 8, variable_projection: bool = False,
+        orders=(3, 3), nonlinearity: str = "poly", hidden: int = 8,
         warm_start: bool = False, max_iters: int = 2000) -> dict:
     """Run the benchmark; returns the JSON-ready dict (module docstring)."""
     t_all = time.perf_counter()
@@ -210,8 +208,7 @@ def run(train: int = 100_000, test: int = 20_000, degree: int = 9, time_limit: f
     t0, cpu0 = time.perf_counter(), _cpu_s()
     remaining = time_limit if warm_start else max(time_limit - (time.perf_counter() - t_all), 1.0)
     oe = cc.refine_output_error(init.model, est, theta0, x0=x00,
-                                options=cc.OutputErrorOptions(time_limit=remaining, max_iters=max_iters,
-                                                              variable_projection=variable_projection))
+                                options=cc.OutputErrorOptions(time_limit=remaining, max_iters=max_iters))
     wall_oe = time.perf_counter() - t0
     yo_t, yo_e = sim(oe.theta, oe.x0[0])
     cpu_oe = _cpu_s() - cpu0
@@ -224,7 +221,7 @@ def run(train: int = 100_000, test: int = 20_000, degree: int = 9, time_limit: f
     rows.append(pipeline)
     return dict(config=dict(train=train, test=test, degree=degree, orders=list(orders), time_limit=time_limit,
                             seed=seed, fs=FS, nonlinearity=nonlinearity, hidden=hidden,
-                            variable_projection=variable_projection, warm_start=warm_start),
+                            warm_start=warm_start),
                 noise_std=noise_std, output_rms=float(np.sqrt(np.mean(y0 ** 2))), saturating_fraction=saturating,
                 bla_rms_estimation=init.bla_rms, rows=rows,
                 target=dict(test_rms_over_noise=1.5, wall_s=300.0,
@@ -244,7 +241,6 @@ def main(argv=None) -> int:
     ap.add_argument("--nonlinearity", choices=("poly", "mlp"), default="poly",
                     help="f of the fitted model: Chebyshev polynomial of --degree, or a tanh MLP of --hidden units")
     ap.add_argument("--hidden", type=int, default=8)
-    ap.add_argument("--varpro", action="store_true", help="output error with variable projection")
     ap.add_argument("--warm-start", action="store_true",
                     help="--nonlinearity mlp: start from the polynomial model's output-error optimum (parent)")
     ap.add_argument("--json", default=None, help="write the results here")
@@ -253,7 +249,7 @@ def main(argv=None) -> int:
     if args.smoke:
         args.train, args.test, args.degree, args.time_limit = 1500, 1000, 5, min(args.time_limit, 20.0)
     res = run(args.train, args.test, args.degree, args.time_limit, args.seed, nonlinearity=args.nonlinearity,
-              hidden=args.hidden, variable_projection=args.varpro, warm_start=args.warm_start,
+              hidden=args.hidden, warm_start=args.warm_start,
               max_iters=args.max_iters)
     print(f"noise std {res['noise_std']:.4g} (output RMS {res['output_rms']:.4g}); "
           f"f saturating {100 * res['saturating_fraction']:.1f} % of the time (loaded machine timings)")

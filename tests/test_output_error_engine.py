@@ -1,5 +1,5 @@
 """The output-error engine (issue 32 items 3-4, issue 31 item 4): the exploding-start guard, one
-options type, variable projection of the parameters that enter the output linearly."""
+options type (variable projection: removed, measured dominated)."""
 from __future__ import annotations
 
 import warnings
@@ -33,13 +33,11 @@ def test_exploding_start_is_not_reported_converged_and_multiple_shooting_recover
     assert abs(float(ms.theta["a"]) - 0.7) < 0.01 and abs(float(ms.theta["b"]) - 1.0) < 0.03
 
 
-@pytest.mark.parametrize("options, shooting", [({}, None), (dict(solver="ipopt"), None), ({}, 20),
-                                               (dict(variable_projection=True), None)])
+@pytest.mark.parametrize("options, shooting", [({}, None), (dict(solver="ipopt"), None), ({}, 20)])
 def test_a_start_whose_squares_overflow_fails_without_warnings(options, shooting):
     """From a = 2 the free run reaches 2^600 ~ 4e180: finite outputs whose sum of squares overflows. No
     solver reports "converged" there (segments of 20 samples grow by 2^20 ~ 1e6: too long for the engine,
-    which then advises 3), and numpy prints no overflow warning on the way (variable projection printed
-    "invalid value in divide" from the cosine test's inf / inf)."""
+    which then advises 3), and numpy prints no overflow warning on the way."""
     model, data = _scalar_case()
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
@@ -52,11 +50,11 @@ def test_a_start_whose_squares_overflow_fails_without_warnings(options, shooting
 
 
 @pytest.mark.parametrize("a0, advised", [(1.2, 12), (2.0, 3), (5.0, 1)])
-@pytest.mark.parametrize("options", [{}, dict(solver="ipopt"), dict(variable_projection=True)])
+@pytest.mark.parametrize("options", [{}, dict(solver="ipopt")])
 def test_following_the_exploding_start_advice_recovers_the_truth(a0, advised, options):
     """Issue 32 item 4: the advice names the segment length over which the measured growth per sample of
     the free run (a0 here) stays below 10, k = floor(log 10 / log a0), and following it recovers the truth;
-    IPOPT (which stops with an error status there) and variable projection give the same status and advice."""
+    IPOPT (which stops with an error status there) gives the same status and advice."""
     model, data = _scalar_case()
     opts = cc.OutputErrorOptions(**options)
     res = cc.refine_output_error(model, data, {"a": a0, "b": 1.0}, options=opts)
@@ -81,47 +79,9 @@ def test_options_refuse_a_field_of_the_other_solver():
     """Issue 32 item 3: no field accepted and ignored."""
     with pytest.raises(cc.OptionsError, match="hessian was removed"):
         cc.OutputErrorOptions(solver="ipopt", hessian="exact")
-    with pytest.raises(cc.OptionsError, match="variable_projection applies to solver='lm' only"):
-        cc.OutputErrorOptions(solver="ipopt", variable_projection=True)
-
-
-def _wiener_hammerstein_case():
-    """A small Wiener-Hammerstein system with a cubic nonlinearity; the start has the identity for f."""
-    model = cc.model.wiener_hammerstein(2, 2, degree=3, measurement_std=0.01)
-    truth = dict(model.params.initial(), g1_den=np.array([-1.2, 0.5]), g2_den=np.array([-0.6, 0.2]),
-                 g1_num=np.array([1.0, 0.3]), g2_num=np.array([0.4, -0.2]), f_coef=np.array([0.1, 1.0, 0.5, -0.3]))
-    rng = np.random.default_rng(0)
-    u = rng.normal(size=(400, 1))
-    y = cc.simulate_output(model, truth, u, np.zeros(model.nx)) + 0.01 * rng.normal(size=(400, 1))
-    start = dict(truth, g1_den=np.array([-1.0, 0.3]), g2_den=np.array([-0.4, 0.1]), f_coef=np.array([0.0, 1.0, 0.0, 0.0]))
-    return model, cc.Trajectories([y], [u]), truth, start
-
-
-def test_variable_projection_reaches_the_full_optimum_in_fewer_iterations():
-    """Issue 31 item 4: eliminating the polynomial coefficients (they enter the output linearly)
-    gives the optimum of the full Levenberg-Marquardt run (measured: 8 iterations against 20)."""
-    model, data, truth, start = _wiener_hammerstein_case()
-    full = cc.refine_output_error(model, data, start, x0=np.zeros(model.nx))
-    proj = cc.refine_output_error(model, data, start, x0=np.zeros(model.nx),
-                                  options=cc.OutputErrorOptions(variable_projection=True))
-    assert full.status == proj.status == "converged", (full.message, proj.message)
-    assert "variable projection" in proj.message and "variable projection" not in full.message
-    # both stop by the statistical test: the objective left is below 0.5e-4 s^2 (s^2 ~ 1 here, cost ~ 199)
-    assert proj.cost == pytest.approx(full.cost, abs=1e-4)
-    for name in ("f_coef", "g1_den", "g2_den", "g1_num", "g2_num"):
-        np.testing.assert_allclose(proj.theta[name], full.theta[name], atol=1e-6)
-    np.testing.assert_allclose(proj.theta["f_coef"], truth["f_coef"], atol=2e-3)
-    assert proj.iterations < full.iterations
-
-
-@pytest.mark.parametrize("nonlinearity, linear", [(dict(nonlinearity="mlp", hidden=3), ["f_W1"] * 3 + ["f_b1"]),
-                                                   (dict(degree=3), ["f_coef"] * 4)])
-def test_linear_parameters_are_the_output_layer_of_the_nonlinearity(nonlinearity, linear):
-    from ceem_casadi.workflow.output_error._varpro import linear_parameters
-
-    model = cc.model.wiener_hammerstein(2, 2, **nonlinearity)
-    names = [n for n in model.params.names for _ in range(model.params[n].size)]
-    assert [names[model.params.free_index[i]] for i in linear_parameters(model)] == linear
+    with pytest.raises(cc.OptionsError, match="variable_projection was removed"):   # measured dominated
+        cc.OutputErrorOptions(variable_projection=True)
+    assert cc.OutputErrorOptions(variable_projection=False) == cc.OutputErrorOptions()
 
 
 def test_statistical_test_stops_within_a_hundredth_of_a_standard_error():

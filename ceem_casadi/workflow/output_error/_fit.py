@@ -1,5 +1,5 @@
 """The output-error fit by the Levenberg-Marquardt engine: starting points, initial states, shooting
-nodes, multi-start and variable projection (docs/output_error.md)."""
+nodes and multi-start (docs/output_error.md)."""
 from __future__ import annotations
 
 import time
@@ -16,7 +16,6 @@ from .._initial_state import estimate_initial_state
 from ._least_squares import output_error_problem
 from ._lm import box_bounds, levenberg_marquardt
 from ._output_error_options import LeastSquaresResult, OutputErrorOptions, raise_if_failed
-from ._varpro import ProjectedProblem, linear_parameters
 
 __all__ = ["output_error_least_squares"]
 
@@ -102,9 +101,6 @@ class _Fit:
         free, n_nodes = self.prob.free, len(self.prob.segs)
         self.lower = np.concatenate([model.params.lower[free], np.tile(self.lo_x, n_nodes)])
         self.upper = np.concatenate([model.params.upper[free], np.tile(self.hi_x, n_nodes)])
-        self.linear = np.zeros(0, int)
-        if shooting is None and options.variable_projection:
-            self.linear = linear_parameters(model)
 
     def _start(self, tv, x0):
         """The engine's starting unknowns (free parameters, nodes) with the data bound."""
@@ -126,26 +122,11 @@ class _Fit:
         model, prob = self.model, self.prob
         tv = model.params.to_vector(theta)
         w0 = self._start(tv, x0)
-        if self.linear.size:
-            res = self._run_projected(w0)
-        else:
-            res = levenberg_marquardt(prob, w0, self.lower, self.upper, self.options, self.expires)
-            res.initial_cost = float(res.initial_cost) if prob.n_con == 0 else prob.objective(w0)
+        res = levenberg_marquardt(prob, w0, self.lower, self.upper, self.options, self.expires)
+        res.initial_cost = float(res.initial_cost) if prob.n_con == 0 else prob.objective(w0)
         free = prob.free
         out = tv.copy()
         out[free] = res.x[:free.size]
         res.theta = model.params.from_vector(out)
         res.x0 = res.x[free.size:].reshape(len(prob.segs), model.nx)[prob.first_nodes()]
-        return res
-
-    def _run_projected(self, w0) -> LeastSquaresResult:
-        """Variable projection (`ceem_casadi.workflow.output_error._varpro`): the engine on the
-        other unknowns, the linear ones solved for at every evaluation."""
-        proj = ProjectedProblem(self.prob, self.linear, w0[self.linear])
-        other = proj.other
-        res = levenberg_marquardt(proj, w0[other], self.lower[other], self.upper[other], self.options, self.expires)
-        res.x = proj.full_vector(res.x)
-        res.initial_cost = self.prob.objective(w0)     # the start as given (before c is eliminated)
-        res.message += (f"; variable projection: {self.linear.size} parameter entries that enter the output "
-                        "linearly solved by linear least squares at every evaluation")
         return res

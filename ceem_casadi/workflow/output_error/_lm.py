@@ -121,8 +121,7 @@ class _Engine:
         if self.q:
             return free, grad, False
         rn = np.sqrt(float(self.rs @ self.rs))
-        with np.errstate(invalid="ignore"):   # an exploding start's inf / inf: nan, never <= tol
-            self.cosine = np.abs(grad[free]) / np.maximum((colnorm / self.Dsafe)[free] * rn, 1e-300)
+        self.cosine = np.abs(grad[free]) / np.maximum((colnorm / self.Dsafe)[free] * rn, 1e-300)
         return free, grad, bool(rn == 0.0 or self.cosine.size == 0 or float(np.max(self.cosine)) <= self.tol)
 
     def _statistical_test(self, sub):
@@ -415,7 +414,7 @@ def solve_least_squares(residual: ca.Function, x0, *, p=None, lower=None, upper=
     Raises
     ------
     OptionsError
-        ``options`` sets a field of output error proper (``solver``, ``variable_projection``, ...).
+        ``options`` sets a field of output error proper (``solver``, ``use_prior``, ...).
     SolverError
         With ``options.raise_on_failure``, when the fit fails (``solver_failed`` or ``diverged``; the result attached).
 
@@ -429,7 +428,7 @@ def solve_least_squares(residual: ca.Function, x0, *, p=None, lower=None, upper=
     >>> str(res.status), [round(float(v), 6) for v in res.x]
     ('converged', [1.0, 1.0])
     """
-    oe_only = [f for f in ("solver", "variable_projection", "use_prior", "x0_window", "x_lower", "x_upper")
+    oe_only = [f for f in ("solver", "use_prior", "x0_window", "x_lower", "x_upper")
                if getattr(options, f) != getattr(OutputErrorOptions, f)]
     if oe_only:
         raise OptionsError(f"solve_least_squares: options {oe_only} apply to output error only, got {options!r}")

@@ -36,7 +36,9 @@ def _removed(name, why, accepted=()):
                           "never won: docs/output_error.md", (None, "gauss-newton")),
          **{k: _removed(k, "the flat-valley test is a fixed statistical test") for k in ("flat_tol", "flat_iter")},
          reject_unstable=_removed("reject_unstable", "trials whose free run is not finite are rejected once it is"),
-         compile=_removed("compile", "the library compiles from 20,000 samples"))
+         compile=_removed("compile", "the library compiles from 20,000 samples"),
+         variable_projection=_removed("variable_projection", "slower or ending higher than the engine alone on every "
+                                      "measured record: docs/output_error.md", (False,)))
 @dataclass(frozen=True)
 class OutputErrorOptions:
     """Options of [`refine_output_error`][ceem_casadi.refine_output_error], of
@@ -56,9 +58,6 @@ class OutputErrorOptions:
     solver : str
         ``"lm"`` (default): the Levenberg-Marquardt engine; ``"ipopt"``: one IPOPT NLP (Gauss-Newton
         Hessian; ``hessian``: removed).
-    variable_projection : bool
-        ``solver="lm"``, single shooting: eliminate the parameters that enter the output linearly
-        by linear least squares at every evaluation (default False; measured in docs/output_error.md).
     use_prior : bool
         Include the parameters' Gaussian priors.
     time_limit : float, optional
@@ -84,16 +83,15 @@ class OutputErrorOptions:
     >>> opts.max_iters, opts.solver, opts.time_limit
     (100, 'lm', 5.0)
     >>> try:
-    ...     cc.OutputErrorOptions(variable_projection=True, solver="ipopt")
+    ...     cc.OutputErrorOptions(max_iters=0, solver="ipopt")
     ... except cc.OptionsError as err:
     ...     print(err)
-    variable_projection applies to solver='lm' only, got variable_projection=True with solver='ipopt'
+    max_iters must be >= 1 with solver='ipopt'
     """
 
     max_iters: int = DEFAULT_MAX_ITER
     tol: float = 1e-10
     solver: str = "lm"
-    variable_projection: bool = False
     use_prior: bool = True
     time_limit: float | None = None
     x0_window: int | None = None
@@ -108,8 +106,6 @@ class OutputErrorOptions:
         require(isinstance(self.max_iters, int) and self.max_iters >= 0,
                 f"max_iters must be an int >= 0, got {self.max_iters!r}")
         require(np.isfinite(self.tol) and self.tol > 0, f"tol must be finite and > 0, got {self.tol!r}")
-        require(self.solver == "lm" or not self.variable_projection,
-                "variable_projection applies to solver='lm' only, got variable_projection=True with solver='ipopt'")
         require(self.solver == "lm" or self.max_iters >= 1, "max_iters must be >= 1 with solver='ipopt'")
         check_time_limit(self.time_limit)
         require(self.x0_window is None or (isinstance(self.x0_window, int) and self.x0_window >= 1),
