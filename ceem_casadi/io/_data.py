@@ -125,11 +125,14 @@ class Trajectories:
         return np.zeros((self.y[b].shape[0], 0)) if self.u is None else self.u[b]
 
     def check_model(self, model) -> None:
-        """`ShapeError` unless ny and nu match ``model``; `DataError` from `check_outputs`."""
+        """`ShapeError` unless ny, nu and dt (when both set) match ``model``; `DataError` from `check_outputs`."""
         if self.ny != model.ny:
             raise ShapeError(f"data has ny={self.ny} output columns, the model observes ny={model.ny}")
         if self.nu != model.nu:
             raise ShapeError(f"data has nu={self.nu} input columns, the model expects nu={model.nu}")
+        if None not in (self.dt, model.dt) and not np.isclose(self.dt, model.dt, rtol=1e-9, atol=0.0):
+            raise ShapeError(f"data has dt={self.dt:g} s, the model steps dt={model.dt:g} s: resample the data or "
+                             f"build the model with dt={self.dt:g}")
         check_outputs(self.y)  # nothing to fit, smooth or score: a result would be the prior, silently
 
     def leading(self, n: int) -> Trajectories:

@@ -1,0 +1,38 @@
+"""The own-data boundary (identify, refine_output_error, compare_structures, the search's candidates): data
+or structures that cannot fit together are refused before any fit, with one line naming what was given."""
+import casadi as ca
+import numpy as np
+import pytest
+
+import ceem_casadi as cc
+
+
+def scalar(nu=1, ny=1, dt=None, cubic=False):
+    """x+ = a x + u0 (+ b x^3), y = x (or (x, x) with ny=2)."""
+    params = cc.Parameters(cc.Param("a", 0.5), *([cc.Param("b", 0.0)] if cubic else []))
+    return cc.StateSpaceModel.from_discrete(
+        lambda x, u, p: p.a * x + u[0] + (p.b * x ** 3 if cubic else 0),
+        (lambda x, u, p: x) if ny == 1 else (lambda x, u, p: ca.vertcat(x, 2 * x)), nx=1, nu=nu,
+        params=params, process_std=0.1, measurement_std=0.1, dt=dt)
+
+
+@pytest.fixture(scope="module")
+def data():
+    model = scalar(dt=0.1)
+    u = np.random.default_rng(0).normal(size=(80, 1))
+    return cc.simulate(model, {"a": 0.8}, [0.0], 80, u=u, process_std=0.1, measurement_std=0.1, seed=1)[0]
+
+
+@pytest.mark.parametrize("fit", [
+    lambda m, d: cc.identify(m, d, {"a": 0.5}, ceem=False),
+    lambda m, d: cc.refine_output_error(m, d, {"a": 0.5}),
+    lambda m, d: cc.compare_structures({"mine": (m, None)}, d),
+], ids=["identify", "refine_output_error", "compare_structures"])
+def test_data_sampled_at_another_dt_than_the_models_is_refused(data, fit):
+    model = scalar(dt=0.1)
+    slow = cc.Trajectories(data.y, data.u, dt=0.5)   # the same samples declared 0.5 s apart
+    with pytest.raises(cc.ShapeError, match=r"data has dt=0\.5 s, the model steps dt=0\.1 s"):
+        fit(model, slow)
+    same = cc.Trajectories(data.y, data.u, dt=0.3 / 3)   # 0.09999999999999999: the same sample time
+    assert fit(model, same) is not None
+    assert fit(scalar(dt=None), slow) is not None   # a model without dt takes any
