@@ -36,3 +36,31 @@ def test_data_sampled_at_another_dt_than_the_models_is_refused(data, fit):
     same = cc.Trajectories(data.y, data.u, dt=0.3 / 3)   # 0.09999999999999999: the same sample time
     assert fit(model, same) is not None
     assert fit(scalar(dt=None), slow) is not None   # a model without dt takes any
+
+
+CANDIDATES = [
+    (lambda: ("wide", scalar(nu=2), None), cc.ShapeError, "candidate 'wide': data has nu=1 input columns, the model "
+     "expects nu=2"),
+    (lambda: ("tall", scalar(ny=2), None), cc.ShapeError, "candidate 'tall': data has ny=1 output columns"),
+    (lambda: ("cubic", scalar(cubic=True), {"c": 1.0}), cc.ParameterError, r"candidate 'cubic': unknown parameter "
+     r"name\(s\) \['c'\]"),
+]
+
+
+@pytest.mark.parametrize("make, error, message", CANDIDATES, ids=["nu", "ny", "theta"])
+def test_a_candidate_structure_that_cannot_fit_the_data_is_refused_before_any_stage_runs(data, make, error, message,
+                                                                                        monkeypatch):
+    model = scalar(dt=0.1)
+    name, cand, theta = make()
+    ran = []
+    monkeypatch.setattr(cc.workflow._identify.Stages, "start", lambda *a: ran.append(a))
+    with pytest.raises(error, match=message):
+        cc.identify(model, data, {"a": 0.5}, ceem=False, search=[(name, cand, theta), "offset"])
+    assert not ran   # refused at the boundary, not after the stages' fits (nor as a row "solver_failed")
+    with pytest.raises(error, match=message):
+        cc.compare_structures({"mine": (model, None), name: (cand, theta)}, data)
+
+
+def test_compare_structures_refuses_data_that_are_not_trajectories(data):
+    with pytest.raises(TypeError, match="data must be a Trajectories"):
+        cc.compare_structures({"mine": (scalar(), None)}, (data.y, data.u))

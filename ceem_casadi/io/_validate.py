@@ -7,7 +7,7 @@ import numpy as np
 from ..runtime._checks import check_argument_order
 from ._data import Trajectories, check_outputs
 
-__all__ = ["check_data", "check_excitation", "check_outputs"]
+__all__ = ["check_candidate", "check_data", "check_excitation", "check_outputs"]
 
 
 def check_data(model, data, *, what: str = "data") -> Trajectories:
@@ -18,6 +18,18 @@ def check_data(model, data, *, what: str = "data") -> Trajectories:
         raise TypeError(f"{what} must be a Trajectories (cc.Trajectories(y, u)), got {type(data).__name__}")
     data.check_model(model)
     return data
+
+
+def check_candidate(name: str, model, data, theta) -> dict:
+    """``theta`` of a user's candidate structure ``name`` (None: the model's initial values) validated, and ``data``
+    checked against its model, before any fit; an error names the candidate."""
+    from ..errors import CeemError
+
+    try:
+        check_data(model, data)
+        return model.params.initial() if theta is None else model.params.validate(theta)
+    except CeemError as exc:
+        raise type(exc)(f"candidate {name!r}: {exc}") from None
 
 
 def check_excitation(data, *, what: str = "data") -> Trajectories:

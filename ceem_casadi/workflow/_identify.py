@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import OptionsError, ShapeError
 from ..io._data import Trajectories
-from ..io._validate import check_data
+from ..io._validate import check_candidate, check_data
 from ..runtime._result import Result
 from ..runtime._schema import check_time_limit
 from ._identify_stages import StageFit, Stages, ceem_options_of, free_run_fit, oe_options_of
@@ -180,6 +180,8 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     if noise_criterion not in ("innovation", "holdout"):
         raise OptionsError(f"noise_criterion must be 'innovation' or 'holdout', got {noise_criterion!r}")
     search_opts = search_options(search)
+    for name, m, th in () if search_opts is None else search_opts.candidates:
+        check_candidate(name, m, data, th)   # a candidate that cannot fit these data fails now, not after the stages
     copt = ceem_options_of(ceem_options)
     options = oe_options_of(options)
     theta0 = model.params.validate(theta0)

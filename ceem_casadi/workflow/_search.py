@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import CeemError
 from ..io._data import Trajectories
+from ..io._validate import check_candidate
 from ..model._simulation import run
 from ..runtime import _policy as policy
 from ._augment import NOT_FOR_BLOCKS, augment, context_of, is_block_oriented
@@ -181,7 +182,7 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
     s.log(root, 0)
     frontier, users = [root], []
     for name, m, th in options.candidates:     # the user's structures: judged at depth 1, grown like the others
-        th = m.params.initial() if th is None else m.params.validate(th)
+        th = check_candidate(name, m, data, th)
         users += s.candidate(name, root, 1, lambda m=m, th=th: (m, th, None, None))
     for depth in range(1, options.max_depth + 1):
         accepted = users if depth == 1 else []

@@ -9,8 +9,9 @@ import numpy as np
 
 from ..errors import OptionsError
 from ..io._data import Trajectories
-from ..model._simulation import simulate_output
+from ..io._validate import check_candidate
 from ..runtime._result import Result
+from ._search import free_run_errors
 from .output_error import OutputErrorOptions
 from .output_error._fit import output_error_least_squares
 
@@ -117,42 +118,38 @@ def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, c
     'linear'
     """
     if not isinstance(candidates, Mapping) or not candidates:
-        raise OptionsError("candidates: expected a non-empty dict name -> (model, theta), got "
-                           + (f"an empty {type(candidates).__name__}" if isinstance(candidates, Mapping) or
-                              (hasattr(candidates, "__len__") and not len(candidates)) else type(candidates).__name__))
+        raise OptionsError(f"candidates: expected a non-empty dict name -> (model, theta), got {candidates!r}"[:200])
     if criterion not in ("aic", "split"):
         raise OptionsError(f"criterion must be 'aic' or 'split', got {criterion!r}")
     if not 0.0 < holdout < 1.0:
         raise OptionsError(f"holdout must be in (0, 1), got {holdout!r}")
     options = OutputErrorOptions() if options is None else options
-    rows = [_score_candidate(name, cand, data, criterion, holdout, options) for name, cand in candidates.items()]
+    checked = {name: _candidate(name, cand, data) for name, cand in candidates.items()}   # all, before any fit
+    rows = [_score_candidate(name, *cand, data, criterion, holdout, options) for name, cand in checked.items()]
     rows.sort(key=lambda r: r["criterion"])
     return StructureComparison(rows, criterion)
 
 
-def _score_candidate(name: str, cand, data: Trajectories, criterion: str, holdout: float,
-                     options: OutputErrorOptions) -> dict:
-    """One row of `compare_structures`: the candidate fitted by output error (on the heads of the
-    trajectories with ``"split"``) and scored by its criterion on the estimation data."""
+def _candidate(name: str, cand, data: Trajectories) -> tuple:
+    """``(model, theta, x0)`` of the candidate ``name``, its theta validated and ``data`` checked against its model."""
     if not isinstance(cand, (tuple, list)) or len(cand) not in (2, 3):
         raise OptionsError(f"candidates[{name!r}]: expected (model, theta) or (model, theta, x0), got "
                            f"{type(cand).__name__}{'' if not isinstance(cand, (tuple, list)) else f' of {len(cand)}'}")
     model, theta, x0 = (*cand, None) if len(cand) == 2 else cand
-    theta = model.params.initial() if theta is None else theta
+    return model, check_candidate(name, model, data, theta), x0
+
+
+def _score_candidate(name: str, model, theta, x0, data: Trajectories, criterion: str, holdout: float,
+                     options: OutputErrorOptions) -> dict:
+    """One row of `compare_structures`: the candidate fitted by output error (on the heads of the
+    trajectories with ``"split"``) and scored by its criterion on the estimation data."""
     cut = [max(2, round((1 - holdout) * T)) if criterion == "split" else 0 for T in data.lengths]
     fit_data = data if criterion != "split" else Trajectories(
         [data.y[b][:c] for b, c in enumerate(cut)], None if data.u is None else [data.inputs(b)[:c] for b, c in enumerate(cut)])
     res = output_error_least_squares(model, fit_data, theta, x0=x0, options=options)
-    iv = np.asarray(model.noise.inv_measurement_std, float)
-    errs, werrs = [], []
-    for b in range(len(data)):
-        with np.errstate(all="ignore"):
-            yh = np.asarray(simulate_output(model, res.theta, data.inputs(b), res.x0[b]), float)
-        e = (data.y[b] - yh.reshape(data.y[b].shape))[cut[b]:]
-        ok = np.isfinite(data.y[b][cut[b]:])
-        errs.append(e[ok])
-        werrs.append((e * iv)[ok])
-    e, we = np.concatenate(errs), np.concatenate(werrs)
+    tails = [w[c:] for w, c in zip(free_run_errors(model, res.theta, data, res.x0), cut)]   # weighted, NaN: missing
+    we = np.concatenate([w[~np.isnan(w)] for w in tails])
+    e = np.concatenate([(w * np.asarray(model.noise.measurement_std, float))[~np.isnan(w)] for w in tails])
     k = int(model.params.free_index.size) + len(data) * model.nx
     rms = float(np.sqrt(np.mean(e ** 2))) if np.all(np.isfinite(e)) else np.inf
     if criterion == "aic":
