@@ -64,3 +64,19 @@ def test_a_candidate_structure_that_cannot_fit_the_data_is_refused_before_any_st
 def test_compare_structures_refuses_data_that_are_not_trajectories(data):
     with pytest.raises(TypeError, match="data must be a Trajectories"):
         cc.compare_structures({"mine": (scalar(), None)}, (data.y, data.u))
+
+
+@pytest.mark.parametrize("seed", [None, -1, 1.5, "1"])
+def test_the_seed_of_seeded_starts_is_checked_at_the_boundary(data, seed):
+    """starts=n with seed None raised a bare TypeError from int(), -1 a ValueError from numpy."""
+    with pytest.raises(cc.ShapeError, match=f"seed: expected an integer >= 0, got {seed!r}"):
+        cc.identify(scalar(dt=0.1), data, {"a": 0.5}, ceem=False, starts=2, seed=seed)
+
+
+def test_seeded_starts_repeat_and_the_table_names_the_start_that_won(data):
+    model = scalar(dt=0.1)
+    runs = [cc.identify(model, data, {"a": 0.5}, ceem=False, starts=3, seed=s) for s in (4, 4)]
+    assert runs[0].theta["a"] == runs[1].theta["a"] and runs[0].best.message == runs[1].best.message
+    assert runs[0].best.message.startswith(("start 0 of 4 won", "start 1 of 4 won", "start 2 of 4 won",
+                                            "start 3 of 4 won"))
+    assert abs(float(runs[0].theta["a"]) - 0.8) < 0.03
