@@ -80,3 +80,31 @@ def test_seeded_starts_repeat_and_the_table_names_the_start_that_won(data):
     assert runs[0].best.message.startswith(("start 0 of 4 won", "start 1 of 4 won", "start 2 of 4 won",
                                             "start 3 of 4 won"))
     assert abs(float(runs[0].theta["a"]) - 0.8) < 0.03
+
+
+def noise_scaled(sd, cubic=False):
+    """`scalar` with measurement_std ``sd``."""
+    params = cc.Parameters(cc.Param("a", 0.5), *([cc.Param("b", 0.0)] if cubic else []))
+    return cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u + (p.b * x ** 3 if cubic else 0),
+                                            lambda x, u, p: x, nx=1, nu=1, params=params, measurement_std=sd)
+
+
+def test_a_candidates_own_noise_level_does_not_score_it():
+    """The user's model itself with measurement_std 1 instead of 0.1 scored its errors 10x smaller: AIC -766
+    against -29.6, so the search 'accepted' it and compare_structures chose a useless cubic term (AIC -1879
+    against -38.4 with sd 10). Every structure is now scored with one weighting (search: the user's model's;
+    compare_structures: the first candidate's). Fails without ``self.iv`` in `_Search.score` / without
+    ``noise.inv_measurement_std`` in `_structures._score_candidate`."""
+    model = noise_scaled(0.1)
+    u = np.random.default_rng(0).normal(size=(200, 1))
+    y = cc.simulate_output(model, {"a": 0.8}, u, np.zeros(1)) + 0.1 * np.random.default_rng(1).normal(size=(200, 1))
+    data = cc.Trajectories([y], [u])
+    res = cc.identify(model, data, {"a": 0.5}, ceem=False, search=[("mine, sd 1", noise_scaled(1.0), None),
+                                                                   ("cubic, sd 1", noise_scaled(1.0, True), None)])
+    root, same, cubic = res.search.rows
+    assert same["ic"] == pytest.approx(root["ic"], rel=1e-6) and cubic["verdict"].startswith("rejected: AIC"), \
+        res.search.table()
+    assert res.best.objective == pytest.approx(res.stages[1].objective, rel=1e-6)   # the user's weights: ~ 80, not 0.8
+    cmp = cc.compare_structures({"linear": (model, None), "cubic, sd 10": (noise_scaled(10.0, True), None)}, data)
+    assert cmp.best == "linear", cmp.table()
+    assert cmp.rows[1]["criterion"] - cmp.rows[0]["criterion"] == pytest.approx(2.0, abs=0.5)   # 2 k, k + 1

@@ -204,7 +204,7 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
                                  expires=end, user_objective=best.objective)
         result.search = found
         if found.model is not model:
-            obj, rms = free_run_fit(found.model, found.theta, data, found.x0)
+            obj, rms = free_run_fit(found.model, found.theta, data, found.x0, weights=model)   # the user's weights
             stage = StageFit(f"structure search: {found.structure}", found.theta, found.x0, obj, rms, found.status,
                              found.iterations, time.perf_counter() - t0, found.message)
             run.stages.append(stage)

@@ -83,13 +83,14 @@ class StageFit(Result):
     rejected: str = ""
 
 
-def free_run_fit(model, theta, data: Trajectories, x0) -> tuple[float, np.ndarray]:
-    """Output-error objective and per-output RMS of the free runs from ``x0`` (B, nx)."""
-    err = free_run_errors(model, theta, data, x0)
-    obj = objective_of(err)
+def free_run_fit(model, theta, data: Trajectories, x0, weights=None) -> tuple[float, np.ndarray]:
+    """Output-error objective (errors weighted by the ``1 / sigma_v`` of ``weights``, a model, default ``model``)
+    and per-output RMS (units of y) of the free runs from ``x0`` (B, nx)."""
+    noise = (model if weights is None else weights).noise
+    obj = objective_of(err := free_run_errors(model, theta, data, x0, noise.inv_measurement_std))
     if not np.isfinite(obj):
         return np.inf, np.full(model.ny, np.inf)
-    sig = np.asarray(model.noise.measurement_std, float)
+    sig = np.asarray(noise.measurement_std, float)
     e = np.vstack(err) * sig
     ok = ~np.isnan(e)
     return obj, np.sqrt(np.sum(np.where(ok, e, 0.0) ** 2, axis=0) / np.maximum(ok.sum(axis=0), 1))

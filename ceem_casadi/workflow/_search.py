@@ -31,11 +31,11 @@ COSTLY = ("mlp_output", "mlp_state")
 FINAL_SHARE = 0.25
 
 
-def free_run_errors(model, theta, data: Trajectories, x0) -> list:
-    """Weighted free-run errors ``(y - yhat) / sigma_v`` per trajectory ((T_b, ny), NaN where
-    unobserved or where the run is not finite) from ``x0`` (B, nx)."""
+def free_run_errors(model, theta, data: Trajectories, x0, iv=None) -> list:
+    """Weighted free-run errors ``(y - yhat) / sigma_v`` per trajectory ((T_b, ny), NaN where unobserved, inf
+    where the run is not finite) from ``x0`` (B, nx); ``iv`` (ny,) the weights ``1 / sigma_v`` (default the model's)."""
     tv = model.params.to_vector(theta)
-    iv = np.asarray(model.noise.inv_measurement_std, float)
+    iv = np.asarray(model.noise.inv_measurement_std if iv is None else iv, float)
     out = []
     for b in range(len(data)):
         y, _ = run(model, tv, np.asarray(x0[b], float), data.inputs(b))
@@ -55,11 +55,13 @@ def objective_of(errors: list) -> float:
 
 class _Search:
     """The state of one search (docs/own_data.md, "How the search decides"): every fit runs to its
-    iteration limit; ``expires`` is only a safety cap (the candidates stop at 3/4 of it)."""
+    iteration limit; ``expires`` is only a safety cap (the candidates stop at 3/4 of it); every structure's errors
+    are weighted by the user's model's ``1 / sigma_v`` (``iv``): a candidate's own noise levels do not score it."""
 
-    def __init__(self, data, opts: SearchOptions, fit_options: OutputErrorOptions, expires):
+    def __init__(self, data, opts: SearchOptions, fit_options: OutputErrorOptions, expires, iv=None):
         data = data.leading(policy.SEARCH_SAMPLES)  # long records: candidate fits stay cheap
         self.data, self.opts, self.fit_options, self.expires = data, opts, fit_options, expires
+        self.iv = iv
         self.cuts = [min(max(2, round((1 - opts.holdout) * T)), T) for T in data.lengths]   # heads | tails
         self.head = Trajectories([data.y[b][:c] for b, c in enumerate(self.cuts)], None if data.u is None else
                                  [data.inputs(b)[:c] for b, c in enumerate(self.cuts)], dt=data.dt)
@@ -69,7 +71,7 @@ class _Search:
 
     def score(self, model, theta, x0):
         """(head objective, criterion, tail RMS, k) of a fit on the heads."""
-        err = free_run_errors(model, theta, self.data, x0)
+        err = free_run_errors(model, theta, self.data, x0, self.iv)
         head = [e[:c] for e, c in zip(err, self.cuts)]
         tail = np.concatenate([e[c:].ravel() for e, c in zip(err, self.cuts)])
         tail = tail[~np.isnan(tail)]
@@ -171,7 +173,7 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
     ``user_objective`` (the user's model's at ``(theta, x0)``)."""
     t_all = time.perf_counter()
     options = SearchOptions() if options is None else options
-    s = _Search(data, options, fit_options, expires)
+    s = _Search(data, options, fit_options, expires, model.noise.inv_measurement_std)
     theta = model.params.validate(theta)
     x0 = np.asarray(x0, float).reshape(len(data), model.nx)
     if user_objective is None:
@@ -212,7 +214,7 @@ def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all, why=
             fits.append((s.fit(best["model"], th, x, data, s.fit_options.max_iters, s.expires),
                          "from the user's optimum lifted into it"))
         for res, how in fits:
-            obj = objective_of(free_run_errors(best["model"], res.theta, data, res.x0))
+            obj = objective_of(free_run_errors(best["model"], res.theta, data, res.x0, s.iv))
             if obj <= min(user_objective, chosen[3]):
                 chosen = (best["model"], res.theta, res.x0, obj, best["structure"],
                           f"refitted on all the estimation data {how}: {res.message}", str(res.status),

@@ -86,7 +86,8 @@ def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, c
         Estimation data.
     criterion : str
         ``"aic"``: ``N log(mean squared error) + 2 k`` of the fit on all of ``data`` (N outputs
-        observed, k = free parameters + B nx initial states; errors weighted by ``1 / sigma_v``).
+        observed, k = free parameters + B nx initial states; errors weighted by the first candidate's
+        ``1 / sigma_v``, one weighting for all).
         ``"split"``: fit on the first ``1 - holdout`` of every trajectory, then the RMS of the free
         run continued over the held-out tail.
     holdout : float
@@ -125,7 +126,8 @@ def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, c
         raise OptionsError(f"holdout must be in (0, 1), got {holdout!r}")
     options = OutputErrorOptions() if options is None else options
     checked = {name: _candidate(name, cand, data) for name, cand in candidates.items()}   # all, before any fit
-    rows = [_score_candidate(name, *cand, data, criterion, holdout, options) for name, cand in checked.items()]
+    noise = next(iter(checked.values()))[0].noise   # one weighting of the errors for all (the first candidate's)
+    rows = [_score_candidate(name, *cand, data, criterion, holdout, options, noise) for name, cand in checked.items()]
     rows.sort(key=lambda r: r["criterion"])
     return StructureComparison(rows, criterion)
 
@@ -140,16 +142,17 @@ def _candidate(name: str, cand, data: Trajectories) -> tuple:
 
 
 def _score_candidate(name: str, model, theta, x0, data: Trajectories, criterion: str, holdout: float,
-                     options: OutputErrorOptions) -> dict:
+                     options: OutputErrorOptions, noise) -> dict:
     """One row of `compare_structures`: the candidate fitted by output error (on the heads of the
-    trajectories with ``"split"``) and scored by its criterion on the estimation data."""
+    trajectories with ``"split"``) and scored by its criterion on the estimation data (errors weighted by
+    ``noise.inv_measurement_std``)."""
     cut = [max(2, round((1 - holdout) * T)) if criterion == "split" else 0 for T in data.lengths]
     fit_data = data if criterion != "split" else Trajectories(
         [data.y[b][:c] for b, c in enumerate(cut)], None if data.u is None else [data.inputs(b)[:c] for b, c in enumerate(cut)])
     res = output_error_least_squares(model, fit_data, theta, x0=x0, options=options)
-    tails = [w[c:] for w, c in zip(free_run_errors(model, res.theta, data, res.x0), cut)]   # weighted, NaN: missing
-    we = np.concatenate([w[~np.isnan(w)] for w in tails])
-    e = np.concatenate([(w * np.asarray(model.noise.measurement_std, float))[~np.isnan(w)] for w in tails])
+    tails = [w[c:] for w, c in zip(free_run_errors(model, res.theta, data, res.x0, noise.inv_measurement_std), cut)]
+    we = np.concatenate([w[~np.isnan(w)] for w in tails])   # weighted errors; e: in units of y
+    e = np.concatenate([(w * np.asarray(noise.measurement_std, float))[~np.isnan(w)] for w in tails])
     k = int(model.params.free_index.size) + len(data) * model.nx
     rms = float(np.sqrt(np.mean(e ** 2))) if np.all(np.isfinite(e)) else np.inf
     if criterion == "aic":
