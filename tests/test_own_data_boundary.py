@@ -108,3 +108,20 @@ def test_a_candidates_own_noise_level_does_not_score_it():
     cmp = cc.compare_structures({"linear": (model, None), "cubic, sd 10": (noise_scaled(10.0, True), None)}, data)
     assert cmp.best == "linear", cmp.table()
     assert cmp.rows[1]["criterion"] - cmp.rows[0]["criterion"] == pytest.approx(2.0, abs=0.5)   # 2 k, k + 1
+
+
+@pytest.mark.parametrize("seed", [-1, None, 1.5])
+def test_an_augmentation_seed_is_checked_when_the_move_is_made(seed):
+    """Augmentation('mlp_output', seed=-1) was accepted and raised numpy's ValueError from inside the search, after
+    the stages' fits (None: a TypeError). Fails without ("seed", 0) in `Augmentation.__post_init__`."""
+    with pytest.raises(cc.OptionsError, match=f"seed must be an int >= 0, got {seed!r}"):
+        cc.workflow.Augmentation("mlp_output", seed=seed)
+
+
+def test_integer_options_of_the_search_take_numpy_integers():
+    """max_depth=np.int64(2) (from np.arange) was refused as 'must be an int >= 1, got np.int64(2)'."""
+    opts = cc.workflow.SearchOptions(augmentations=(cc.workflow.Augmentation("nl_width", width=np.int64(4)),),
+                                     max_depth=np.int64(2), beam=np.int64(1), max_iters=np.int64(50))
+    assert opts.max_depth == 2 and opts.augmentations[0].label == "nl_width(+4)"
+    with pytest.raises(cc.OptionsError, match="max_depth must be an int >= 1, got True"):
+        cc.workflow.SearchOptions(max_depth=True)

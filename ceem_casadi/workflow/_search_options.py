@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..runtime._checks import is_integer
 from ..runtime._result import Result
 from ..runtime._schema import renamed, require
 from ._augment import Augmentation
@@ -82,7 +83,7 @@ class SearchOptions:
                 f"holdout must be a fraction in (0, 1), got {self.holdout!r}")
         for name in ("max_depth", "beam", "max_iters"):
             v = getattr(self, name)
-            require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"{name} must be an int >= 1, got {v!r}")
+            require(is_integer(v) and v >= 1, f"{name} must be an int >= 1, got {v!r}")
 
 
 def search_options(search) -> SearchOptions | None:
