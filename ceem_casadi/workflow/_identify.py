@@ -9,15 +9,18 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OptionsError, ShapeError
+from ..em._options import CEEMOptions
+from ..errors import OptionsError
 from ..io._data import Trajectories
 from ..io._validate import check_candidate, check_data
+from ..runtime._checks import count
 from ..runtime._result import Result
 from ..runtime._schema import check_time_limit
-from ._identify_stages import StageFit, Stages, ceem_options_of, free_run_fit, oe_options_of
+from ._identify_stages import StageFit, Stages, free_run_fit, options_of
 from ._search import structure_search
 from ._search_options import search_options
 from ._starts import resolve_starts
+from .output_error import OutputErrorOptions
 
 __all__ = ["IdentifyResult", "StageFit", "identify"]
 
@@ -174,16 +177,14 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     for name, v in (("ceem", ceem), ("calibrate", calibrate)):
         if not (isinstance(v, bool) or v == "auto"):
             raise OptionsError(f"{name} must be True, False or 'auto', got {v!r}")
-    if shooting is not None and (isinstance(shooting, bool) or not isinstance(shooting, (int, np.integer))
-                                 or shooting < 1):
-        raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
+    shooting = None if shooting is None else count(shooting, "shooting (None: single shooting, or a segment length)")
     if noise_criterion not in ("innovation", "holdout"):
         raise OptionsError(f"noise_criterion must be 'innovation' or 'holdout', got {noise_criterion!r}")
     search_opts = search_options(search)
     for name, m, th in () if search_opts is None else search_opts.candidates:
         check_candidate(name, m, data, th)   # a candidate that cannot fit these data fails now, not after the stages
-    copt = ceem_options_of(ceem_options)
-    options = oe_options_of(options)
+    copt = options_of(ceem_options, CEEMOptions, "ceem_options")
+    options = options_of(options, OutputErrorOptions, "options")
     theta0 = model.params.validate(theta0)
     starts = resolve_starts(model, theta0, starts, seed=seed)
     t_all = time.perf_counter()

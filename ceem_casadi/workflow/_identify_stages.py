@@ -8,14 +8,15 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
-from ..errors import CeemError, OptionsError, SolverError
+from ..errors import CeemError, SolverError
 from ..io._data import Trajectories
 from ..runtime._result import Result
+from ..runtime._schema import require
 from ..runtime._status import Status
 from ._search import free_run_errors, objective_of
-from .output_error import OutputErrorOptions, refine_output_error
+from .output_error import refine_output_error
 
-__all__ = ["StageFit", "Stages", "ceem_options_of", "free_run_fit", "oe_options_of"]
+__all__ = ["StageFit", "Stages", "free_run_fit", "options_of"]
 
 #: why a skipped stage did not run
 SKIP_CEEM = ("skipped: output error from theta0 converged from a start that simulates (CE-EM runs with ceem=True, "
@@ -96,34 +97,19 @@ def free_run_fit(model, theta, data: Trajectories, x0, weights=None) -> tuple[fl
     return obj, np.sqrt(np.sum(np.where(ok, e, 0.0) ** 2, axis=0) / np.maximum(ok.sum(axis=0), 1))
 
 
-def ceem_options_of(value):
-    """``ceem_options=`` as a CEEMOptions: None (defaults), a CEEMOptions, or a mapping of its fields."""
-    from ..em._options import CEEMOptions
-
-    if value is None:
-        return CEEMOptions()
-    if isinstance(value, CEEMOptions):
-        return value
-    if isinstance(value, Mapping):
-        return CEEMOptions.from_mapping(value)
-    raise OptionsError(f"ceem_options: expected a CEEMOptions or a dict of its fields, got {type(value).__name__}")
-
-
-def oe_options_of(value):
-    """``options=`` of the output-error stages: None (the defaults), an OutputErrorOptions, or a
-    mapping of its fields."""
-    if value is None:
-        return OutputErrorOptions()
-    if isinstance(value, OutputErrorOptions):
-        return value
-    if isinstance(value, Mapping):
-        known = {f.name for f in fields(OutputErrorOptions)} | set(OutputErrorOptions.deprecated_aliases)
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise OptionsError(f"options: unknown OutputErrorOptions field(s) {unknown}; known: {sorted(known)}")
-        return OutputErrorOptions(**value)
-    raise OptionsError("options: expected an OutputErrorOptions or a dict of its fields, "
-                       f"got {type(value).__name__}")
+def options_of(value, cls, what: str):
+    """``value`` as ``cls`` (CEEMOptions or OutputErrorOptions): None (the defaults), an instance, or a mapping of
+    its fields (``cls.from_mapping`` when it has one, else unknown fields refused by name)."""
+    if value is None or isinstance(value, cls):
+        return cls() if value is None else value
+    require(isinstance(value, Mapping), f"{what}: expected {cls.__name__} or a dict of its fields, got "
+            f"{type(value).__name__}")
+    if hasattr(cls, "from_mapping"):
+        return cls.from_mapping(value)
+    known = {f.name for f in fields(cls)} | set(cls.deprecated_aliases)
+    unknown = sorted(set(value) - known)
+    require(not unknown, f"{what}: unknown {cls.__name__} field(s) {unknown}; known: {sorted(known)}")
+    return cls(**value)
 
 
 def _first_line(exc) -> str:
