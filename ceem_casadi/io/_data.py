@@ -102,8 +102,7 @@ class Trajectories:
     def __getitem__(self, idx) -> Trajectories:
         idx = [idx] if isinstance(idx, (int, np.integer)) else list(range(len(self)))[idx] \
             if isinstance(idx, slice) else list(idx)
-        return Trajectories([self.y[i] for i in idx],
-                            None if self.u is None else [self.u[i] for i in idx], self.dt)
+        return Trajectories([self.y[i] for i in idx], None if self.u is None else [self.u[i] for i in idx], self.dt)
 
     @property
     def ny(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import CeemError, DataError
 from ..runtime._checks import check_argument_order
 from ._data import Trajectories, check_outputs
 
@@ -23,8 +24,6 @@ def check_data(model, data, *, what: str = "data") -> Trajectories:
 def check_candidate(name: str, model, data, theta) -> dict:
     """``theta`` of a user's candidate structure ``name`` (None: the model's initial values) validated, and ``data``
     checked against its model, before any fit; an error names the candidate."""
-    from ..errors import CeemError
-
     try:
         check_data(model, data)
         return model.params.initial() if theta is None else model.params.validate(theta)
@@ -35,8 +34,6 @@ def check_candidate(name: str, model, data, theta) -> dict:
 def check_excitation(data, *, what: str = "data") -> Trajectories:
     """``data`` unless an input of some trajectory is constant (`DataError`: nothing excites the system, so no
     BLA, FRF or block-oriented initialisation can be estimated)."""
-    from ..errors import DataError
-
     for b in range(len(data)):
         u = data.inputs(b)
         flat = np.flatnonzero(np.ptp(u, axis=0) == 0) if len(u) else np.arange(u.shape[1])

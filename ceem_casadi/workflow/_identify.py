@@ -10,12 +10,11 @@ from typing import Any
 import numpy as np
 
 from ..em._options import CEEMOptions
-from ..errors import OptionsError
 from ..io._data import Trajectories
 from ..io._validate import check_candidate, check_data
 from ..runtime._checks import count
 from ..runtime._result import Result
-from ..runtime._schema import check_time_limit
+from ..runtime._schema import check_time_limit, require
 from ._identify_stages import StageFit, Stages, free_run_fit, options_of
 from ._search import structure_search
 from ._search_options import search_options
@@ -175,11 +174,10 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     check_data(model, data)  # the one data check of every entry point (io/_validate.py)
     check_time_limit(time_limit)
     for name, v in (("ceem", ceem), ("calibrate", calibrate)):
-        if not (isinstance(v, bool) or v == "auto"):
-            raise OptionsError(f"{name} must be True, False or 'auto', got {v!r}")
+        require(isinstance(v, bool) or v == "auto", f"{name} must be True, False or 'auto', got {v!r}")
     shooting = None if shooting is None else count(shooting, "shooting (None: single shooting, or a segment length)")
-    if noise_criterion not in ("innovation", "holdout"):
-        raise OptionsError(f"noise_criterion must be 'innovation' or 'holdout', got {noise_criterion!r}")
+    require(noise_criterion in ("innovation", "holdout"),
+            f"noise_criterion must be 'innovation' or 'holdout', got {noise_criterion!r}")
     search_opts = search_options(search)
     for name, m, th in () if search_opts is None else search_opts.candidates:
         check_candidate(name, m, data, th)   # a candidate that cannot fit these data fails now, not after the stages

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import OptionsError
 from ..io._data import Trajectories
 from ..io._validate import check_candidate
 from ..runtime._result import Result
+from ..runtime._schema import require
 from ._search import free_run_errors
 from .output_error import OutputErrorOptions
 from .output_error._fit import output_error_least_squares
@@ -118,12 +118,10 @@ def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, c
     >>> cc.compare_structures({"linear": (linear, None), "cubic": (cubic, None)}, data).best
     'linear'
     """
-    if not isinstance(candidates, Mapping) or not candidates:
-        raise OptionsError(f"candidates: expected a non-empty dict name -> (model, theta), got {candidates!r}"[:200])
-    if criterion not in ("aic", "split"):
-        raise OptionsError(f"criterion must be 'aic' or 'split', got {criterion!r}")
-    if not 0.0 < holdout < 1.0:
-        raise OptionsError(f"holdout must be in (0, 1), got {holdout!r}")
+    require(isinstance(candidates, Mapping) and len(candidates) > 0,
+            f"candidates: expected a non-empty dict name -> (model, theta), got {candidates!r}"[:200])
+    require(criterion in ("aic", "split"), f"criterion must be 'aic' or 'split', got {criterion!r}")
+    require(0.0 < holdout < 1.0, f"holdout must be in (0, 1), got {holdout!r}")
     options = OutputErrorOptions() if options is None else options
     checked = {name: _candidate(name, cand, data) for name, cand in candidates.items()}   # all, before any fit
     noise = next(iter(checked.values()))[0].noise   # one weighting of the errors for all (the first candidate's)
@@ -134,9 +132,9 @@ def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, c
 
 def _candidate(name: str, cand, data: Trajectories) -> tuple:
     """``(model, theta, x0)`` of the candidate ``name``, its theta validated and ``data`` checked against its model."""
-    if not isinstance(cand, (tuple, list)) or len(cand) not in (2, 3):
-        raise OptionsError(f"candidates[{name!r}]: expected (model, theta) or (model, theta, x0), got "
-                           f"{type(cand).__name__}{'' if not isinstance(cand, (tuple, list)) else f' of {len(cand)}'}")
+    given = type(cand).__name__ + (f" of {len(cand)}" if isinstance(cand, (tuple, list)) else "")
+    require(isinstance(cand, (tuple, list)) and len(cand) in (2, 3),
+            f"candidates[{name!r}]: expected (model, theta) or (model, theta, x0), got {given}")
     model, theta, x0 = (*cand, None) if len(cand) == 2 else cand
     return model, check_candidate(name, model, data, theta), x0
 
