@@ -36,6 +36,9 @@ def test_data_sampled_at_another_dt_than_the_models_is_refused(data, fit):
     same = cc.Trajectories(data.y, data.u, dt=0.3 / 3)   # 0.09999999999999999: the same sample time
     assert fit(model, same) is not None
     assert fit(scalar(dt=None), slow) is not None   # a model without dt takes any
+    assert fit(scalar(dt=0.1 * (1 + 5e-7)), data) is not None   # within the time columns' 1e-6 (io/_readers.py)
+    with pytest.raises(cc.ShapeError, match=r"data has dt=0\.1 s, the model steps dt=0\.100001 s"):
+        fit(scalar(dt=0.100001), data)
 
 
 CANDIDATES = [

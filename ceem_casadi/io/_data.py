@@ -129,9 +129,9 @@ class Trajectories:
             raise ShapeError(f"data has ny={self.ny} output columns, the model observes ny={model.ny}")
         if self.nu != model.nu:
             raise ShapeError(f"data has nu={self.nu} input columns, the model expects nu={model.nu}")
-        if None not in (self.dt, model.dt) and not np.isclose(self.dt, model.dt, rtol=1e-9, atol=0.0):
-            raise ShapeError(f"data has dt={self.dt:g} s, the model steps dt={model.dt:g} s: resample the data or "
-                             f"build the model with dt={self.dt:g}")
+        if None not in (self.dt, model.dt) and abs(self.dt - model.dt) > 1e-6 * model.dt:   # as io's time columns
+            raise ShapeError(f"data has dt={self.dt:.9g} s, the model steps dt={model.dt:.9g} s: resample the data "
+                             f"or build the model with dt={self.dt:.9g}")
         check_outputs(self.y)  # nothing to fit, smooth or score: a result would be the prior, silently
 
     def leading(self, n: int) -> Trajectories:
