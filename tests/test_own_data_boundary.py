@@ -128,3 +128,17 @@ def test_integer_options_of_the_search_take_numpy_integers():
     assert opts.max_depth == 2 and opts.augmentations[0].label == "nl_width(+4)"
     with pytest.raises(cc.OptionsError, match="max_depth must be an int >= 1, got True"):
         cc.workflow.SearchOptions(max_depth=True)
+
+
+def test_split_refuses_held_out_tails_that_observe_nothing(data):
+    """A record whose last 30 % is missing (a sensor dropout): every candidate's split score was NaN (with numpy's
+    'Mean of empty slice'), and the NaN sort made the first candidate, here the wrong one, `best`. Fails without the
+    ``require(any(...))`` on the tails in `compare_structures`."""
+    y = data.y[0].copy()
+    y[56:] = np.nan
+    gap = cc.Trajectories([y], data.u, dt=0.1)
+    cands = {"wrong": (scalar(dt=0.1), {"a": -0.5}), "right": (scalar(dt=0.1), {"a": 0.8})}
+    with pytest.raises(cc.OptionsError, match=r"criterion='split': the held-out tails \(the last 0.3 of every "):
+        cc.compare_structures(cands, gap, criterion="split", options=cc.OutputErrorOptions(max_iters=1))
+    assert cc.compare_structures(cands, gap, criterion="split", holdout=0.5,
+                                 options=cc.OutputErrorOptions(max_iters=1)).best == "right"

@@ -125,7 +125,10 @@ def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, c
     options = OutputErrorOptions() if options is None else options
     checked = {name: _candidate(name, cand, data) for name, cand in candidates.items()}   # all, before any fit
     noise = next(iter(checked.values()))[0].noise   # one weighting of the errors for all (the first candidate's)
-    rows = [_score_candidate(name, *cand, data, criterion, holdout, options, noise) for name, cand in checked.items()]
+    cut = [max(2, round((1 - holdout) * T)) if criterion == "split" else 0 for T in data.lengths]   # heads | tails
+    require(any(np.any(~np.isnan(y[c:])) for y, c in zip(data.y, cut)), f"criterion='split': the held-out tails (the "
+            f"last {holdout:g} of every trajectory) observe no output; use criterion='aic' or another holdout")
+    rows = [_score_candidate(name, *cand, data, criterion, cut, options, noise) for name, cand in checked.items()]
     rows.sort(key=lambda r: r["criterion"])
     return StructureComparison(rows, criterion)
 
@@ -139,23 +142,19 @@ def _candidate(name: str, cand, data: Trajectories) -> tuple:
     return model, check_candidate(name, model, data, theta), x0
 
 
-def _score_candidate(name: str, model, theta, x0, data: Trajectories, criterion: str, holdout: float,
+def _score_candidate(name: str, model, theta, x0, data: Trajectories, criterion: str, cut: list,
                      options: OutputErrorOptions, noise) -> dict:
-    """One row of `compare_structures`: the candidate fitted by output error (on the heads of the
+    """One row of `compare_structures`: the candidate fitted by output error (on the heads ``[:cut[b]]`` of the
     trajectories with ``"split"``) and scored by its criterion on the estimation data (errors weighted by
     ``noise.inv_measurement_std``)."""
-    cut = [max(2, round((1 - holdout) * T)) if criterion == "split" else 0 for T in data.lengths]
-    fit_data = data if criterion != "split" else Trajectories(
-        [data.y[b][:c] for b, c in enumerate(cut)], None if data.u is None else [data.inputs(b)[:c] for b, c in enumerate(cut)])
+    fit_data = data if criterion == "aic" else Trajectories([y[:c] for y, c in zip(data.y, cut)], None if data.u is None
+                                                            else [u[:c] for u, c in zip(data.u, cut)])
     res = output_error_least_squares(model, fit_data, theta, x0=x0, options=options)
     tails = [w[c:] for w, c in zip(free_run_errors(model, res.theta, data, res.x0, noise.inv_measurement_std), cut)]
     we = np.concatenate([w[~np.isnan(w)] for w in tails])   # weighted errors; e: in units of y
     e = np.concatenate([(w * np.asarray(noise.measurement_std, float))[~np.isnan(w)] for w in tails])
     k = int(model.params.free_index.size) + len(data) * model.nx
     rms = float(np.sqrt(np.mean(e ** 2))) if np.all(np.isfinite(e)) else np.inf
-    if criterion == "aic":
-        value = e.size * float(np.log(np.mean(we ** 2))) + 2 * k if np.isfinite(rms) else np.inf
-    else:
-        value = rms
+    value = e.size * float(np.log(np.mean(we ** 2))) + 2 * k if criterion == "aic" and np.isfinite(rms) else rms
     return dict(name=name, criterion=value, objective=float(res.cost), rms=rms, n_estimated=k,
                 status=str(res.status), fit=res)
