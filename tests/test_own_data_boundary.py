@@ -142,3 +142,32 @@ def test_split_refuses_held_out_tails_that_observe_nothing(data):
         cc.compare_structures(cands, gap, criterion="split", options=cc.OutputErrorOptions(max_iters=1))
     assert cc.compare_structures(cands, gap, criterion="split", holdout=0.5,
                                  options=cc.OutputErrorOptions(max_iters=1)).best == "right"
+
+
+def offset_model(offset=False, gain=False):
+    """`noise_scaled(0.1)`, with a free output offset ``c`` when ``offset`` and an input gain ``b`` when ``gain``."""
+    params = cc.Parameters(cc.Param("a", 0.5), *([cc.Param("b", 1.0)] if gain else []),
+                           *([cc.Param("c", 0.0)] if offset else []))
+    return cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + (p.b if gain else 1) * u,
+                                            lambda x, u, p: x + (p.c if offset else 0), nx=1, nu=1, params=params,
+                                            measurement_std=0.1)
+
+
+def test_the_search_table_stars_the_one_row_it_returns():
+    """Rows were starred by label: the candidate 'mine' grown by the offset move is labelled 'mine + offset' like the
+    user's candidate of that name, and both rows were starred; a candidate named 'user model' starred the root too.
+    Fails without ``"chosen": r is mark`` in `_search._final`; the names are checked in `SearchOptions`."""
+    model = offset_model()
+    u = np.random.default_rng(0).normal(size=(200, 1))
+    y = cc.simulate_output(offset_model(True, True), {"a": 0.8, "b": 1.5, "c": 0.5}, u, np.zeros(1))
+    data = cc.Trajectories([y + 0.1 * np.random.default_rng(1).normal(size=y.shape)], [u])
+    cands = (("mine", offset_model(gain=True), None), ("mine + offset", offset_model(True, True), None))
+    res = cc.identify(model, data, {"a": 0.5}, ceem=False, search=cc.workflow.SearchOptions(
+        augmentations=("offset",), candidates=cands, beam=3, max_depth=2))
+    starred = [r["structure"] for r in res.search.rows if r["chosen"]]
+    assert starred == [res.search.structure] and res.search.structure.startswith("mine + offset"), \
+        res.search.table()
+    assert abs(float(res.theta["b"]) - 1.5) < 0.05, res.search.table()
+    for names in (["user model"], ["a", "a"]):
+        with pytest.raises(cc.OptionsError, match="expected distinct names that do not begin with 'user model'"):
+            cc.workflow.SearchOptions(candidates=[(n, model, None) for n in names])

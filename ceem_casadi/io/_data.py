@@ -16,8 +16,7 @@ MAX_MAGNITUDE = 1e150   # |y| above this overflows when squared (1e308): refused
 
 def _as_list(a, name: str) -> list[np.ndarray]:
     if isinstance(a, np.ndarray):
-        if a.ndim == 2:
-            a = a[None]
+        a = a[None] if a.ndim == 2 else a
         if a.ndim != 3:
             raise ShapeError(f"{name}: expected an array (B, T, n) or a list of (T, n) arrays, "
                              f"got an array of shape {a.shape}")
@@ -25,8 +24,7 @@ def _as_list(a, name: str) -> list[np.ndarray]:
     out = []
     for i, ai in enumerate(a):
         ai = np.array(ai, dtype=float)
-        if ai.ndim == 1:
-            ai = ai[:, None]
+        ai = ai[:, None] if ai.ndim == 1 else ai
         if ai.ndim != 2:
             raise ShapeError(f"{name}[{i}]: expected a (T, n) array, got shape {ai.shape}")
         out.append(ai)

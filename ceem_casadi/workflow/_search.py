@@ -222,10 +222,9 @@ def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all, why=
         if chosen is user:
             chosen = user[:5] + (f"{best['structure']} refitted on all the estimation data did not reach the "
                                  "user's model's objective: the user's model is kept", "n/a", 0)
-    for r in s.rows:
-        r["chosen"] = r["structure"] == chosen[4]
-    rows = [{k: v for k, v in r.items() if k not in ("model", "theta", "x0", "lifts", "parent", "moves")}
-            for r in s.rows]
+    mark = s.rows[0] if chosen[6] == "n/a" else best   # the chosen row, by identity ("n/a": the user's model kept)
+    rows = [{**{k: v for k, v in r.items() if k not in ("model", "theta", "x0", "lifts", "parent", "moves")},
+             "chosen": r is mark} for r in s.rows]
     m, th, x, obj, label, msg, status, its = chosen
     if s.capped:
         why += ("; the time limit cut the search (rows with status time_limit or not run): a faster machine or a "

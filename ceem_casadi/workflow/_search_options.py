@@ -77,6 +77,9 @@ class SearchOptions:
         bad = [c for c in cands if not (isinstance(c, (tuple, list)) and len(c) == 3 and isinstance(c[0], str)
                                         and hasattr(c[1], "params"))]
         require(not bad, f"candidates: expected (name, model, theta) triples, got {bad[:1]!r}"[:200])
+        names = [c[0] for c in cands]   # the table's labels: the search's own begin with 'user model'
+        require(len(set(names)) == len(names) and not any(n.startswith("user model") for n in names),
+                f"candidates: expected distinct names that do not begin with 'user model', got {names}"[:200])
         object.__setattr__(self, "candidates", cands)
         require(self.criterion in ("aic", "bic"), f"criterion must be 'aic' or 'bic', got {self.criterion!r}")
         require(isinstance(self.holdout, (int, float)) and 0.0 < self.holdout < 1.0,
