@@ -171,3 +171,13 @@ def test_the_search_table_stars_the_one_row_it_returns():
     for names in (["user model"], ["a", "a"]):
         with pytest.raises(cc.OptionsError, match="expected distinct names that do not begin with 'user model'"):
             cc.workflow.SearchOptions(candidates=[(n, model, None) for n in names])
+
+
+@pytest.mark.parametrize("kw", [dict(options=cc.OutputErrorOptions(time_limit=5.0)),
+                                dict(ceem_options=cc.CEEMOptions(time_limit=5.0)),
+                                dict(options={"time_limit": 5.0}, time_limit=60)])
+def test_a_stage_time_limit_given_in_the_options_is_refused_not_dropped(data, kw):
+    """identify sets every stage's time_limit from its own budget: options=OutputErrorOptions(time_limit=5) was
+    replaced by None (no limit at all) without a word. Fails without the ``require`` on the options' time_limit."""
+    with pytest.raises(cc.OptionsError, match="their time_limit is set from identify's time_limit="):
+        cc.identify(scalar(dt=0.1), data, {"a": 0.5}, **kw)

@@ -38,7 +38,6 @@ def check_excitation(data, *, what: str = "data") -> Trajectories:
         u = data.inputs(b)
         flat = np.flatnonzero(np.ptp(u, axis=0) == 0) if len(u) else np.arange(u.shape[1])
         if flat.size:
-            j = int(flat[0])
-            raise DataError(f"{what}: input {j} of trajectory {b} is constant ({u[0, j]:g}): nothing excites the "
-                            f"system; give data recorded with a varying input")
+            raise DataError(f"{what}: input {flat[0]} of trajectory {b} is constant ({u[0, flat[0]]:g}): nothing "
+                            f"excites the system; give data recorded with a varying input")
     return data

@@ -183,6 +183,8 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
         check_candidate(name, m, data, th)   # a candidate that cannot fit these data fails now, not after the stages
     copt = options_of(ceem_options, CEEMOptions, "ceem_options")
     options = options_of(options, OutputErrorOptions, "options")
+    require(options.time_limit is None and copt.time_limit is None, "options, ceem_options: their time_limit is set "
+            f"from identify's time_limit= (the budget of the whole call, here {time_limit}); give that one instead")
     theta0 = model.params.validate(theta0)
     starts = resolve_starts(model, theta0, starts, seed=seed)
     t_all = time.perf_counter()
@@ -204,9 +206,8 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
         result.search = found
         if found.model is not model:
             obj, rms = free_run_fit(found.model, found.theta, data, found.x0, weights=model)   # the user's weights
-            stage = StageFit(f"structure search: {found.structure}", found.theta, found.x0, obj, rms, found.status,
-                             found.iterations, time.perf_counter() - t0, found.message)
-            run.stages.append(stage)
+            stage = run.row(f"structure search: {found.structure}", found.theta, found.x0, obj, rms, found.status,
+                            found.iterations, time.perf_counter() - t0, found.message)
             result.best, result.model = stage, found.model
     result.wall_s = time.perf_counter() - t_all
     return result
