@@ -124,11 +124,11 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
         ``"auto"`` only when the start does not simulate or output error from ``theta0`` did not converge.
     ceem_options : CEEMOptions or dict, optional
         Options of the CE-EM stage (a dict: [`CEEMOptions.from_mapping`][ceem_casadi.CEEMOptions.from_mapping];
-        its ``time_limit`` is set from the budget).
+        its ``time_limit`` comes from ``time_limit``: one set here is refused).
     shooting : int, optional
         Multiple shooting segment length of the output-error stages (``None``: single shooting).
     options : OutputErrorOptions or dict, optional
-        Options of the output-error stages (their ``time_limit`` is set from the budget).
+        Options of the output-error stages (their ``time_limit`` comes from ``time_limit``; one set here is refused).
     calibrate : bool or "auto"
         After CE-EM, a noise-calibration stage ([`calibrate_noise`][ceem_casadi.calibrate_noise] over
         ``noise_grid``), kept only when it lowers the CE-EM stage's estimation objective without
