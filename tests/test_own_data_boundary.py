@@ -181,3 +181,17 @@ def test_a_stage_time_limit_given_in_the_options_is_refused_not_dropped(data, kw
     replaced by None (no limit at all) without a word. Fails without the ``require`` on the options' time_limit."""
     with pytest.raises(cc.OptionsError, match="their time_limit is set from identify's time_limit="):
         cc.identify(scalar(dt=0.1), data, {"a": 0.5}, **kw)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(options={"x_lower": [0.0, 0.0]}), r"x_lower: expected a scalar or 1 entries, got shape \(2,\)"),
+    (dict(options={"x0_window": 1000}), r"window: expected an integer in \[1, 80\], got 1000"),
+    (dict(ceem=True, ceem_options={"smoother": {"x_lower": [0.0, 0.0]}}), r"x_lower: expected a number or a list of "
+     r"nx = 1 numbers"),
+])
+def test_an_option_that_does_not_fit_the_model_or_data_raises_instead_of_failing_every_stage(data, kw, message):
+    """options={'x_lower': [0, 0]} for nx = 1 made every output-error stage a 'solver_failed' row advising 'try
+    starts=n, a theta0 closer to the data', and identify returned CE-EM's fit as if all was well. Only failures of
+    a start or a solver are stage rows now; fails with ``except CeemError`` back in `Stages.output_error`."""
+    with pytest.raises((cc.ShapeError, cc.OptionsError), match=message):
+        cc.identify(scalar(dt=0.1), data, {"a": 0.5}, **kw)

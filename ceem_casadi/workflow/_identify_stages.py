@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
-from ..errors import CeemError, SolverError
+from ..errors import DataError, ModelError, NonFiniteError, SolverError
 from ..io._data import Trajectories
 from ..runtime._result import Result
 from ..runtime._schema import require
@@ -25,6 +25,8 @@ SKIP_CALIBRATION = ("skipped: the CE-EM estimate simulates no better than output
                     "(calibrate=True runs it)")
 #: a start "simulates" when its free-run RMS is at most this multiple of each output's RMS
 SIMULATES = 10.0
+#: what fails a stage (a row: a start outside the model's domain, a solver); a wrong shape or option raises at once
+FAILS = (SolverError, NonFiniteError, DataError, ModelError)
 ADVICE = ("try starts=n (seeded log-uniform multi-starts), a theta0 closer to the data (e.g. from n4sid or "
           "bla_initialise), or tighter parameter bounds")
 
@@ -157,7 +159,7 @@ class Stages:
         try:
             x = np.asarray(estimate_initial_state(self.model, self.data, theta0), float)
             return self.add("theta0", theta0, x.reshape(len(self.data), self.model.nx), "n/a", 0, t0)
-        except CeemError as exc:
+        except FAILS as exc:
             return self.failed("theta0", theta0, t0, exc)
 
     def output_error(self, name, theta, starts, budget):
@@ -165,7 +167,7 @@ class Stages:
         try:
             res = refine_output_error(self.model, self.data, theta, shooting=self.shooting, starts=starts,
                                       options=replace(self.options, time_limit=budget))
-        except CeemError as exc:
+        except FAILS as exc:
             return self.failed(name, theta, t0, exc)
         message = res.message
         if res.starts:
@@ -189,15 +191,14 @@ class Stages:
         if ceem == "auto" and simulates and oe0.status == "converged":
             self.skipped("CE-EM", theta0, SKIP_CEEM)
             return None
-        why = ("ceem=True" if ceem is True else
-               "the start does not simulate" if not simulates else
+        why = ("ceem=True" if ceem is True else "the start does not simulate" if not simulates else
                f"output error from theta0 ended {oe0.status}")
         t0 = time.perf_counter()
         share = 3.0 if calibrate is True else 2.0
         budget = None if expires is None else max(expires - time.perf_counter(), 1e-3) / share
         try:
             ce = run_ceem(self.model, self.data, theta0, options=replace(copt, time_limit=budget))
-        except (SolverError, CeemError) as exc:  # e.g. a start whose simulation explodes
+        except FAILS as exc:  # e.g. a start whose simulation explodes
             self.failed("CE-EM", theta0, t0, exc, rejected=f"ran ({why}) and failed")
             return None
         stage = self.add("CE-EM", ce.theta, np.array([x[0] for x in ce.x]), ce.status, len(ce.history), t0,
@@ -234,9 +235,8 @@ class Stages:
     def best(self):
         finite = [s for s in self.stages if np.isfinite(s.objective) and not s.rejected]
         if not finite:
-            # a stage refused the data or the start (a ValueError: non-finite values, a domain error)
-            # is the cause to report as such; otherwise the solvers failed
-            cause = next((e for e in self.errors if isinstance(e, ValueError) and isinstance(e, CeemError)), None)
+            # a stage's refusal of the data or the start (a ValueError: non-finite, out of the domain) is the cause
+            cause = next((e for e in self.errors if isinstance(e, ValueError)), None)
             msg = ("identify: no stage gives a finite free run on the estimation data: "
                    + "; ".join(f"{s.stage}: {s.message or s.rejected}" for s in self.stages))
             raise (type(cause) if cause is not None else SolverError)(msg)
