@@ -195,3 +195,19 @@ def test_an_option_that_does_not_fit_the_model_or_data_raises_instead_of_failing
     a start or a solver are stage rows now; fails with ``except CeemError`` back in `Stages.output_error`."""
     with pytest.raises((cc.ShapeError, cc.OptionsError), match=message):
         cc.identify(scalar(dt=0.1), data, {"a": 0.5}, **kw)
+
+
+def test_a_data_column_given_as_both_an_output_and_an_input_is_refused(data, tmp_path):
+    """read_trajectories(outputs=['y0'], inputs=['y0']) read the output as the input too and the fit 'explained' y
+    by itself; a column named twice among the outputs of a 2-output model was read twice. Fails without the
+    repeated-column check in `io._readers._read_columns`."""
+    import pandas as pd
+
+    path = tmp_path / "run.csv"
+    pd.DataFrame({"t": 0.1 * np.arange(80), "y0": data.y[0][:, 0], "u0": data.u[0][:, 0]}).to_csv(path, index=False)
+    with pytest.raises(cc.io.DataFileError, match=r"a column is given twice among the outputs \['y0'\] and the "
+                                                  r"inputs \['y0'\]"):
+        cc.read_trajectories(path, scalar(dt=0.1), outputs=["y0"], inputs=["y0"])
+    with pytest.raises(cc.io.DataFileError, match="a column is given twice"):
+        cc.read_trajectories(path, scalar(ny=2, dt=0.1), outputs=["y0", "y0"])
+    assert cc.read_trajectories(path, scalar(dt=0.1)).lengths == (80,)
