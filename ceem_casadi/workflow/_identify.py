@@ -152,8 +152,8 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     ------
     SolverError
         When no stage gives a finite free run on the estimation data.
-    OptionsError
-        Options of the wrong type or out of range (one line naming what is expected).
+    OptionsError, ShapeError, DataError, ParameterError
+        Options, shapes, data or parameters that do not fit the model (one line: what is expected, what was given).
 
     Examples
     --------
