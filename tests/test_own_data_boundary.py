@@ -211,3 +211,17 @@ def test_a_data_column_given_as_both_an_output_and_an_input_is_refused(data, tmp
     with pytest.raises(cc.io.DataFileError, match="a column is given twice"):
         cc.read_trajectories(path, scalar(ny=2, dt=0.1), outputs=["y0", "y0"])
     assert cc.read_trajectories(path, scalar(dt=0.1)).lengths == (80,)
+
+
+def test_a_trajectory_whose_head_observes_nothing_stops_the_search_before_the_stages(data, monkeypatch):
+    """A trajectory observed only in its last 15 %: the stages ran, then the search's head fit raised 'trajectory 1:
+    every output is missing' about data that has outputs. Fails without the empty-head check in `_Search.__init__`
+    (or without identify building its `_Search` before the stages)."""
+    y = data.y[0].copy()
+    y[:68] = np.nan
+    late = cc.Trajectories([data.y[0], y], [data.u[0], data.u[0]], dt=0.1)
+    ran = []
+    monkeypatch.setattr(cc.workflow._identify.Stages, "start", lambda *a: ran.append(a))
+    with pytest.raises(cc.errors.DataError, match="search: trajectory 1 observes no output in its first 64 samples, the head"):
+        cc.identify(scalar(dt=0.1), late, {"a": 0.5}, ceem=False, options={"x0_window": 80}, search=["offset"])
+    assert not ran

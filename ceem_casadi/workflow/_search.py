@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..errors import CeemError
+from ..errors import CeemError, DataError
 from ..io._data import Trajectories
 from ..io._validate import check_candidate
 from ..model._simulation import run
@@ -60,14 +60,16 @@ class _Search:
 
     def __init__(self, data, opts: SearchOptions, fit_options: OutputErrorOptions, expires, iv=None):
         data = data.leading(policy.SEARCH_SAMPLES)  # long records: candidate fits stay cheap
-        self.data, self.opts, self.fit_options, self.expires = data, opts, fit_options, expires
-        self.iv = iv
+        self.data, self.opts, self.fit_options, self.expires, self.iv = data, opts, fit_options, expires, iv
         self.cuts = [min(max(2, round((1 - opts.holdout) * T)), T) for T in data.lengths]   # heads | tails
         self.head = Trajectories([data.y[b][:c] for b, c in enumerate(self.cuts)], None if data.u is None else
                                  [data.inputs(b)[:c] for b, c in enumerate(self.cuts)], dt=data.dt)
+        empty = [b for b, y in enumerate(self.head.y) if np.all(np.isnan(y))]
+        if empty:   # checked by identify before its stages run (it builds a _Search for that)
+            raise DataError(f"search: trajectory {empty[0]} observes no output in its first {self.cuts[empty[0]]} "
+                            "samples, the head the search fits (the rest is held back): drop it or lower holdout")
         self.rows, self.accepted, self.capped = [], [], False
-        now = time.perf_counter()
-        self.cap = None if expires is None else expires - FINAL_SHARE * max(expires - now, 0.0)
+        self.cap = None if expires is None else expires - FINAL_SHARE * max(expires - time.perf_counter(), 0.0)
 
     def score(self, model, theta, x0):
         """(head objective, criterion, tail RMS, k) of a fit on the heads."""

@@ -95,10 +95,8 @@ def search_options(search) -> SearchOptions | None:
     candidates (a dict name -> (model, theta) also)."""
     if search is None or isinstance(search, (bool, SearchOptions)):
         return SearchOptions() if search is True else (search or None)
-    if isinstance(search, Mapping):
-        search = [(k, *v) for k, v in search.items()]
-    if isinstance(search, (str, Augmentation)):
-        search = [search]
+    search = [(k, *v) for k, v in search.items()] if isinstance(search, Mapping) else search
+    search = [search] if isinstance(search, (str, Augmentation)) else search
     require(isinstance(search, Sequence) and len(search) > 0, "search: expected True, a SearchOptions, or a non-empty "
             f"list of augmentations / (name, model, theta) candidates, got {search!r}"[:200])
     augs = tuple(a for a in search if isinstance(a, (str, Augmentation)))

@@ -65,8 +65,7 @@ def log_uniform_starts(model, theta: Mapping, n: int, *, seed: int = 0, spread: 
         flat = rng.uniform(np.maximum(lo, -1.0), np.minimum(hi, 1.0))
         flat = np.where(np.isfinite(flat), flat, 0.0)
         v = np.where(base != 0.0, base * factor, flat)
-        v = np.where(free, np.clip(v, lo, hi), base)
-        out.append(params.from_vector(v))
+        out.append(params.from_vector(np.where(free, np.clip(v, lo, hi), base)))
     return out
 
 

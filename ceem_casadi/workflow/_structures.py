@@ -62,10 +62,9 @@ class StructureComparison(Result):
     def table(self) -> str:
         """One line per candidate, best first."""
         w = max(len(r["name"]) for r in self.rows)
-        out = [f"{'structure':<{w}}  {self.criterion:>12}  {'RMS':>10}  {'k':>4}  status"]
-        for r in self.rows:
-            out.append(f"{r['name']:<{w}}  {r['criterion']:12.6g}  {r['rms']:10.4g}  {r['n_estimated']:>4}  {r['status']}")
-        return "\n".join(out)
+        rows = [f"{r['name']:<{w}}  {r['criterion']:12.6g}  {r['rms']:10.4g}  {r['n_estimated']:>4}  {r['status']}"
+                for r in self.rows]
+        return "\n".join([f"{'structure':<{w}}  {self.criterion:>12}  {'RMS':>10}  {'k':>4}  status", *rows])
 
     def to_dict(self) -> dict:
         """JSON-ready dict."""
