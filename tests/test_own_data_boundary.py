@@ -96,7 +96,7 @@ def test_a_candidates_own_noise_level_does_not_score_it():
     """The user's model itself with measurement_std 1 instead of 0.1 scored its errors 10x smaller: AIC -766
     against -29.6, so the search 'accepted' it and compare_structures chose a useless cubic term (AIC -1879
     against -38.4 with sd 10). Every structure is now scored with one weighting (search: the user's model's;
-    compare_structures: the first candidate's). Fails without ``self.iv`` in `_Search.score` / without
+    compare_structures: the first candidate's). Fails without ``self.iv`` in `SearchState.score` / without
     ``noise.inv_measurement_std`` in `_structures._score_candidate`."""
     model = noise_scaled(0.1)
     u = np.random.default_rng(0).normal(size=(200, 1))
@@ -215,8 +215,8 @@ def test_a_data_column_given_as_both_an_output_and_an_input_is_refused(data, tmp
 
 def test_a_trajectory_whose_head_observes_nothing_stops_the_search_before_the_stages(data, monkeypatch):
     """A trajectory observed only in its last 15 %: the stages ran, then the search's head fit raised 'trajectory 1:
-    every output is missing' about data that has outputs. Fails without the empty-head check in `_Search.__init__`
-    (or without identify building its `_Search` before the stages)."""
+    every output is missing' about data that has outputs. Fails without the empty-head check in `SearchState.__init__`
+    (or without identify building its `SearchState` before the stages)."""
     y = data.y[0].copy()
     y[:68] = np.nan
     late = cc.Trajectories([data.y[0], y], [data.u[0], data.u[0]], dt=0.1)

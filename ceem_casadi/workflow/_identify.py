@@ -16,7 +16,7 @@ from ..runtime._checks import count
 from ..runtime._result import Result
 from ..runtime._schema import check_time_limit, require
 from ._identify_stages import StageFit, Stages, free_run_fit, options_of
-from ._search import _Search, structure_search
+from ._search import SearchState, structure_search
 from ._search_options import search_options
 from ._starts import resolve_starts
 from .output_error import OutputErrorOptions
@@ -180,7 +180,7 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
             f"noise_criterion must be 'innovation' or 'holdout', got {noise_criterion!r}")
     search_opts = search_options(search)
     if search_opts is not None:   # a head or a candidate the search cannot fit fails now, not after the stages
-        _Search(data, search_opts, options, None)
+        SearchState(data, search_opts, options, None)
         for name, m, th in search_opts.candidates:
             check_candidate(name, m, data, th)
     copt = options_of(ceem_options, CEEMOptions, "ceem_options")

@@ -53,7 +53,7 @@ def objective_of(errors: list) -> float:
         return 0.5 * float(np.sum(e ** 2)) if np.all(np.isfinite(e)) else np.inf
 
 
-class _Search:
+class SearchState:
     """The state of one search (docs/own_data.md, "How the search decides"): every fit runs to its
     iteration limit; ``expires`` is only a safety cap (the candidates stop at 3/4 of it); every structure's errors
     are weighted by the user's model's ``1 / sigma_v`` (``iv``): a candidate's own noise levels do not score it."""
@@ -65,7 +65,7 @@ class _Search:
         self.head = Trajectories([data.y[b][:c] for b, c in enumerate(self.cuts)], None if data.u is None else
                                  [data.inputs(b)[:c] for b, c in enumerate(self.cuts)], dt=data.dt)
         empty = [b for b, y in enumerate(self.head.y) if np.all(np.isnan(y))]
-        if empty:   # checked by identify before its stages run (it builds a _Search for that)
+        if empty:   # checked by identify before its stages run (it builds a SearchState for that)
             raise DataError(f"search: trajectory {empty[0]} observes no output in its first {self.cuts[empty[0]]} "
                             "samples, the head the search fits (the rest is held back): drop it or lower holdout")
         self.rows, self.accepted, self.capped = [], [], False
@@ -175,7 +175,7 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
     ``user_objective`` (the user's model's at ``(theta, x0)``)."""
     t_all = time.perf_counter()
     options = SearchOptions() if options is None else options
-    s = _Search(data, options, fit_options, expires, model.noise.inv_measurement_std)
+    s = SearchState(data, options, fit_options, expires, model.noise.inv_measurement_std)
     theta = model.params.validate(theta)
     x0 = np.asarray(x0, float).reshape(len(data), model.nx)
     if user_objective is None:
@@ -201,7 +201,7 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
     return _final(s, model, theta, x0, data, best, user_objective, t_all, why)
 
 
-def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all, why="") -> SearchResult:
+def _final(s: SearchState, model, theta, x0, data, best, user_objective, t_all, why="") -> SearchResult:
     """Refit the chosen node on all of ``data`` (docs/own_data.md) and build the result."""
     user = (model, theta, x0, user_objective, "user model", "nothing beat the user's model on the estimation data",
             "n/a", 0)
