@@ -287,10 +287,10 @@ def test_identify_from_a_start_outside_the_models_domain_is_a_failed_stage_with_
 
 def test_the_selection_rule_needs_both_the_criterion_and_the_tail():
     """A child is accepted only when its criterion on the heads AND its held-back tail RMS are both
-    below its parent's (workflow/_search.py, `_Search.judge`)."""
-    from ceem_casadi.workflow._search import _Search
+    below its parent's (workflow/_search.py, `SearchState.judge`)."""
+    from ceem_casadi.workflow._search import SearchState
 
-    s = _Search(_truth_data(T=50), SearchOptions(), cc.OutputErrorOptions(), None)
+    s = SearchState(_truth_data(T=50), SearchOptions(), cc.OutputErrorOptions(), None)
     parent = dict(ic=100.0, tail=1.0)
     cases = {(90.0, 0.9): "accepted", (90.0, 1.1): "rejected: tail", (110.0, 0.9): "rejected: AIC",
              (np.inf, 0.5): "rejected: its free run"}

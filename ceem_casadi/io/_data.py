@@ -16,8 +16,7 @@ MAX_MAGNITUDE = 1e150   # |y| above this overflows when squared (1e308): refused
 
 def _as_list(a, name: str) -> list[np.ndarray]:
     if isinstance(a, np.ndarray):
-        if a.ndim == 2:
-            a = a[None]
+        a = a[None] if a.ndim == 2 else a
         if a.ndim != 3:
             raise ShapeError(f"{name}: expected an array (B, T, n) or a list of (T, n) arrays, "
                              f"got an array of shape {a.shape}")
@@ -25,8 +24,7 @@ def _as_list(a, name: str) -> list[np.ndarray]:
     out = []
     for i, ai in enumerate(a):
         ai = np.array(ai, dtype=float)
-        if ai.ndim == 1:
-            ai = ai[:, None]
+        ai = ai[:, None] if ai.ndim == 1 else ai
         if ai.ndim != 2:
             raise ShapeError(f"{name}[{i}]: expected a (T, n) array, got shape {ai.shape}")
         out.append(ai)
@@ -102,8 +100,7 @@ class Trajectories:
     def __getitem__(self, idx) -> Trajectories:
         idx = [idx] if isinstance(idx, (int, np.integer)) else list(range(len(self)))[idx] \
             if isinstance(idx, slice) else list(idx)
-        return Trajectories([self.y[i] for i in idx],
-                            None if self.u is None else [self.u[i] for i in idx], self.dt)
+        return Trajectories([self.y[i] for i in idx], None if self.u is None else [self.u[i] for i in idx], self.dt)
 
     @property
     def ny(self) -> int:
@@ -125,11 +122,14 @@ class Trajectories:
         return np.zeros((self.y[b].shape[0], 0)) if self.u is None else self.u[b]
 
     def check_model(self, model) -> None:
-        """`ShapeError` unless ny and nu match ``model``; `DataError` from `check_outputs`."""
+        """`ShapeError` unless ny, nu and dt (when both set) match ``model``; `DataError` from `check_outputs`."""
         if self.ny != model.ny:
             raise ShapeError(f"data has ny={self.ny} output columns, the model observes ny={model.ny}")
         if self.nu != model.nu:
             raise ShapeError(f"data has nu={self.nu} input columns, the model expects nu={model.nu}")
+        if None not in (self.dt, model.dt) and abs(self.dt - model.dt) > 1e-6 * model.dt:   # as io's time columns
+            raise ShapeError(f"data has dt={self.dt:.9g} s, the model steps dt={model.dt:.9g} s: resample the data "
+                             f"or build the model with dt={self.dt:.9g}")
         check_outputs(self.y)  # nothing to fit, smooth or score: a result would be the prior, silently
 
     def leading(self, n: int) -> Trajectories:

@@ -131,8 +131,7 @@ def check_strings(obj, what: str, max_chars: int = MAX_STRING_CHARS) -> None:
                 raise InputLimitError(f"{what}: a text of {len(v)} characters ({v[:40]!r}...), more than the "
                                       f"limit of {max_chars}")
         elif isinstance(v, dict):
-            stack.extend(v.keys())
-            stack.extend(v.values())
+            stack.extend([*v.keys(), *v.values()])
         elif isinstance(v, list):
             stack.extend(v)
 

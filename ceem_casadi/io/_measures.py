@@ -9,8 +9,7 @@ from ..errors import ShapeError
 
 def _pair(y, yhat) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """``y``, ``yhat`` as (N, ny), the mask of entries valid in both, and whether the input was 1-D."""
-    y = np.asarray(y, float)
-    yhat = np.asarray(yhat, float)
+    y, yhat = np.asarray(y, float), np.asarray(yhat, float)
     if y.shape != yhat.shape:
         raise ShapeError(f"y and yhat must have the same shape, got {y.shape} and {yhat.shape}")
     if y.ndim == 0:

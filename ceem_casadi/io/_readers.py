@@ -100,10 +100,8 @@ def columns(df, path, wanted, prefix, n, kind) -> list[str]:
 def _check_time(g, path, b, dt, used) -> None:
     """Warn when a time column is not increasing or its step differs from the model's dt."""
     col = next((c for c in g.columns if str(c).lower() in TIME_COLUMNS and str(c) not in used), None)
-    if col is None:
-        return
-    t = g[col].to_numpy()
-    if not np.issubdtype(t.dtype, np.number) or len(t) < 2:
+    t = None if col is None else g[col].to_numpy()
+    if t is None or not np.issubdtype(t.dtype, np.number) or len(t) < 2:
         return
     d = np.diff(t.astype(float))
     if np.any(~(d > 0)):
@@ -189,6 +187,8 @@ def _read_columns(path: Path, model, desc: dict, first: int, *, outputs, inputs,
     df = read_table(path)
     ycols = columns(df, path, outputs, "y", model.ny, "outputs")
     ucols = columns(df, path, inputs, "u", model.nu, "inputs") if model.nu else []
+    if len(set(ycols + ucols)) < len(ycols + ucols):   # e.g. the output given as the input too: a fit to itself
+        raise DataFileError(f"{path}: a column is given twice among the outputs {ycols} and the inputs {ucols}")
     desc["outputs"], desc["inputs"] = ycols, ucols
     column = trajectory_column
     if column is None and TRAJECTORY_COLUMN in df.columns and TRAJECTORY_COLUMN not in ycols + ucols:

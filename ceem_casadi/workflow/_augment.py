@@ -13,6 +13,7 @@ from ..model._model import StateSpaceModel
 from ..model._nn import MLP
 from ..model._params import Param, Parameters
 from ..model._simulation import run
+from ..runtime._checks import is_integer
 from ..runtime._schema import require
 
 __all__ = ["AUGMENTATIONS", "Augmentation", "Context", "Grown", "augment", "context_of", "is_block_oriented",
@@ -90,7 +91,7 @@ class Augmentation:
     Raises
     ------
     OptionsError
-        An unknown kind, a degree below 2 or a width below 1.
+        An unknown kind, a degree below 2, a width below 1 or a seed below 0.
 
     Examples
     --------
@@ -109,9 +110,9 @@ class Augmentation:
         kind, sd = self.kind, self.prior_std
         require(kind in AUGMENTATIONS, f"augmentation kind must be one of {sorted(AUGMENTATIONS)}, got {kind!r}")
         require(sd is None or (isinstance(sd, (int, float)) and sd > 0), f"prior_std must be None or > 0, got {sd!r}")
-        for name, low in (("degree", 2), ("width", 1)):
+        for name, low in (("degree", 2), ("width", 1), ("seed", 0)):
             v = getattr(self, name)
-            require(type(v) is int and v >= low, f"{name} must be an int >= {low}, got {v!r}")
+            require(is_integer(v) and v >= low, f"{name} must be an int >= {low}, got {v!r}")
 
     @property
     def label(self) -> str:

@@ -9,15 +9,17 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OptionsError, ShapeError
+from ..em._options import CEEMOptions
 from ..io._data import Trajectories
-from ..io._validate import check_data
+from ..io._validate import check_candidate, check_data
+from ..runtime._checks import count
 from ..runtime._result import Result
-from ..runtime._schema import check_time_limit
-from ._identify_stages import StageFit, Stages, ceem_options_of, free_run_fit, oe_options_of
-from ._search import structure_search
+from ..runtime._schema import check_time_limit, require
+from ._identify_stages import StageFit, Stages, free_run_fit, options_of
+from ._search import SearchState, structure_search
 from ._search_options import search_options
 from ._starts import resolve_starts
+from .output_error import OutputErrorOptions
 
 __all__ = ["IdentifyResult", "StageFit", "identify"]
 
@@ -122,11 +124,11 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
         ``"auto"`` only when the start does not simulate or output error from ``theta0`` did not converge.
     ceem_options : CEEMOptions or dict, optional
         Options of the CE-EM stage (a dict: [`CEEMOptions.from_mapping`][ceem_casadi.CEEMOptions.from_mapping];
-        its ``time_limit`` is set from the budget).
+        its ``time_limit`` comes from ``time_limit``: one set here is refused).
     shooting : int, optional
         Multiple shooting segment length of the output-error stages (``None``: single shooting).
     options : OutputErrorOptions or dict, optional
-        Options of the output-error stages (their ``time_limit`` is set from the budget).
+        Options of the output-error stages (their ``time_limit`` comes from ``time_limit``; one set here is refused).
     calibrate : bool or "auto"
         After CE-EM, a noise-calibration stage ([`calibrate_noise`][ceem_casadi.calibrate_noise] over
         ``noise_grid``), kept only when it lowers the CE-EM stage's estimation objective without
@@ -150,8 +152,8 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     ------
     SolverError
         When no stage gives a finite free run on the estimation data.
-    OptionsError
-        Options of the wrong type or out of range (one line naming what is expected).
+    OptionsError, ShapeError, DataError, ParameterError
+        Options, shapes, data or parameters that do not fit the model (one line: what is expected, what was given).
 
     Examples
     --------
@@ -172,16 +174,19 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     check_data(model, data)  # the one data check of every entry point (io/_validate.py)
     check_time_limit(time_limit)
     for name, v in (("ceem", ceem), ("calibrate", calibrate)):
-        if not (isinstance(v, bool) or v == "auto"):
-            raise OptionsError(f"{name} must be True, False or 'auto', got {v!r}")
-    if shooting is not None and (isinstance(shooting, bool) or not isinstance(shooting, (int, np.integer))
-                                 or shooting < 1):
-        raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
-    if noise_criterion not in ("innovation", "holdout"):
-        raise OptionsError(f"noise_criterion must be 'innovation' or 'holdout', got {noise_criterion!r}")
+        require(isinstance(v, bool) or v == "auto", f"{name} must be True, False or 'auto', got {v!r}")
+    shooting = None if shooting is None else count(shooting, "shooting (None: single shooting, or a segment length)")
+    require(noise_criterion in ("innovation", "holdout"),
+            f"noise_criterion must be 'innovation' or 'holdout', got {noise_criterion!r}")
     search_opts = search_options(search)
-    copt = ceem_options_of(ceem_options)
-    options = oe_options_of(options)
+    if search_opts is not None:   # a head or a candidate the search cannot fit fails now, not after the stages
+        SearchState(data, search_opts, options, None)
+        for name, m, th in search_opts.candidates:
+            check_candidate(name, m, data, th)
+    copt = options_of(ceem_options, CEEMOptions, "ceem_options")
+    options = options_of(options, OutputErrorOptions, "options")
+    require(options.time_limit is None and copt.time_limit is None, "options, ceem_options: their time_limit is set "
+            f"from identify's time_limit= (the budget of the whole call, here {time_limit}); give that one instead")
     theta0 = model.params.validate(theta0)
     starts = resolve_starts(model, theta0, starts, seed=seed)
     t_all = time.perf_counter()
@@ -202,10 +207,9 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
                                  expires=end, user_objective=best.objective)
         result.search = found
         if found.model is not model:
-            obj, rms = free_run_fit(found.model, found.theta, data, found.x0)
-            stage = StageFit(f"structure search: {found.structure}", found.theta, found.x0, obj, rms, found.status,
-                             found.iterations, time.perf_counter() - t0, found.message)
-            run.stages.append(stage)
+            obj, rms = free_run_fit(found.model, found.theta, data, found.x0, weights=model)   # the user's weights
+            stage = run.row(f"structure search: {found.structure}", found.theta, found.x0, obj, rms, found.status,
+                            found.iterations, time.perf_counter() - t0, found.message)
             result.best, result.model = stage, found.model
     result.wall_s = time.perf_counter() - t_all
     return result

@@ -8,14 +8,15 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
-from ..errors import CeemError, OptionsError, SolverError
+from ..errors import DataError, ModelError, NonFiniteError, SolverError
 from ..io._data import Trajectories
 from ..runtime._result import Result
+from ..runtime._schema import require
 from ..runtime._status import Status
 from ._search import free_run_errors, objective_of
-from .output_error import OutputErrorOptions, refine_output_error
+from .output_error import refine_output_error
 
-__all__ = ["StageFit", "Stages", "ceem_options_of", "free_run_fit", "oe_options_of"]
+__all__ = ["StageFit", "Stages", "free_run_fit", "options_of"]
 
 #: why a skipped stage did not run
 SKIP_CEEM = ("skipped: output error from theta0 converged from a start that simulates (CE-EM runs with ceem=True, "
@@ -24,6 +25,8 @@ SKIP_CALIBRATION = ("skipped: the CE-EM estimate simulates no better than output
                     "(calibrate=True runs it)")
 #: a start "simulates" when its free-run RMS is at most this multiple of each output's RMS
 SIMULATES = 10.0
+#: what fails a stage (a row: a start outside the model's domain, a solver); a wrong shape or option raises at once
+FAILS = (SolverError, NonFiniteError, DataError, ModelError)
 ADVICE = ("try starts=n (seeded log-uniform multi-starts), a theta0 closer to the data (e.g. from n4sid or "
           "bla_initialise), or tighter parameter bounds")
 
@@ -83,46 +86,32 @@ class StageFit(Result):
     rejected: str = ""
 
 
-def free_run_fit(model, theta, data: Trajectories, x0) -> tuple[float, np.ndarray]:
-    """Output-error objective and per-output RMS of the free runs from ``x0`` (B, nx)."""
-    err = free_run_errors(model, theta, data, x0)
-    obj = objective_of(err)
+def free_run_fit(model, theta, data: Trajectories, x0, weights=None) -> tuple[float, np.ndarray]:
+    """Output-error objective (errors weighted by the ``1 / sigma_v`` of ``weights``, a model, default ``model``)
+    and per-output RMS (units of y) of the free runs from ``x0`` (B, nx)."""
+    noise = (model if weights is None else weights).noise
+    obj = objective_of(err := free_run_errors(model, theta, data, x0, noise.inv_measurement_std))
     if not np.isfinite(obj):
         return np.inf, np.full(model.ny, np.inf)
-    sig = np.asarray(model.noise.measurement_std, float)
+    sig = np.asarray(noise.measurement_std, float)
     e = np.vstack(err) * sig
     ok = ~np.isnan(e)
     return obj, np.sqrt(np.sum(np.where(ok, e, 0.0) ** 2, axis=0) / np.maximum(ok.sum(axis=0), 1))
 
 
-def ceem_options_of(value):
-    """``ceem_options=`` as a CEEMOptions: None (defaults), a CEEMOptions, or a mapping of its fields."""
-    from ..em._options import CEEMOptions
-
-    if value is None:
-        return CEEMOptions()
-    if isinstance(value, CEEMOptions):
-        return value
-    if isinstance(value, Mapping):
-        return CEEMOptions.from_mapping(value)
-    raise OptionsError(f"ceem_options: expected a CEEMOptions or a dict of its fields, got {type(value).__name__}")
-
-
-def oe_options_of(value):
-    """``options=`` of the output-error stages: None (the defaults), an OutputErrorOptions, or a
-    mapping of its fields."""
-    if value is None:
-        return OutputErrorOptions()
-    if isinstance(value, OutputErrorOptions):
-        return value
-    if isinstance(value, Mapping):
-        known = {f.name for f in fields(OutputErrorOptions)} | set(OutputErrorOptions.deprecated_aliases)
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise OptionsError(f"options: unknown OutputErrorOptions field(s) {unknown}; known: {sorted(known)}")
-        return OutputErrorOptions(**value)
-    raise OptionsError("options: expected an OutputErrorOptions or a dict of its fields, "
-                       f"got {type(value).__name__}")
+def options_of(value, cls, what: str):
+    """``value`` as ``cls`` (CEEMOptions or OutputErrorOptions): None (the defaults), an instance, or a mapping of
+    its fields (``cls.from_mapping`` when it has one, else unknown fields refused by name)."""
+    if value is None or isinstance(value, cls):
+        return cls() if value is None else value
+    require(isinstance(value, Mapping), f"{what}: expected {cls.__name__} or a dict of its fields, got "
+            f"{type(value).__name__}")
+    if hasattr(cls, "from_mapping"):
+        return cls.from_mapping(value)
+    known = {f.name for f in fields(cls)} | set(cls.deprecated_aliases)
+    unknown = sorted(set(value) - known)
+    require(not unknown, f"{what}: unknown {cls.__name__} field(s) {unknown}; known: {sorted(known)}")
+    return cls(**value)
 
 
 def _first_line(exc) -> str:
@@ -170,7 +159,7 @@ class Stages:
         try:
             x = np.asarray(estimate_initial_state(self.model, self.data, theta0), float)
             return self.add("theta0", theta0, x.reshape(len(self.data), self.model.nx), "n/a", 0, t0)
-        except CeemError as exc:
+        except FAILS as exc:
             return self.failed("theta0", theta0, t0, exc)
 
     def output_error(self, name, theta, starts, budget):
@@ -178,7 +167,7 @@ class Stages:
         try:
             res = refine_output_error(self.model, self.data, theta, shooting=self.shooting, starts=starts,
                                       options=replace(self.options, time_limit=budget))
-        except CeemError as exc:
+        except FAILS as exc:
             return self.failed(name, theta, t0, exc)
         message = res.message
         if res.starts:
@@ -202,15 +191,14 @@ class Stages:
         if ceem == "auto" and simulates and oe0.status == "converged":
             self.skipped("CE-EM", theta0, SKIP_CEEM)
             return None
-        why = ("ceem=True" if ceem is True else
-               "the start does not simulate" if not simulates else
+        why = ("ceem=True" if ceem is True else "the start does not simulate" if not simulates else
                f"output error from theta0 ended {oe0.status}")
         t0 = time.perf_counter()
         share = 3.0 if calibrate is True else 2.0
         budget = None if expires is None else max(expires - time.perf_counter(), 1e-3) / share
         try:
             ce = run_ceem(self.model, self.data, theta0, options=replace(copt, time_limit=budget))
-        except (SolverError, CeemError) as exc:  # e.g. a start whose simulation explodes
+        except FAILS as exc:  # e.g. a start whose simulation explodes
             self.failed("CE-EM", theta0, t0, exc, rejected=f"ran ({why}) and failed")
             return None
         stage = self.add("CE-EM", ce.theta, np.array([x[0] for x in ce.x]), ce.status, len(ce.history), t0,
@@ -247,9 +235,8 @@ class Stages:
     def best(self):
         finite = [s for s in self.stages if np.isfinite(s.objective) and not s.rejected]
         if not finite:
-            # a stage refused the data or the start (a ValueError: non-finite values, a domain error)
-            # is the cause to report as such; otherwise the solvers failed
-            cause = next((e for e in self.errors if isinstance(e, ValueError) and isinstance(e, CeemError)), None)
+            # a stage's refusal of the data or the start (a ValueError: non-finite, out of the domain) is the cause
+            cause = next((e for e in self.errors if isinstance(e, ValueError)), None)
             msg = ("identify: no stage gives a finite free run on the estimation data: "
                    + "; ".join(f"{s.stage}: {s.message or s.rejected}" for s in self.stages))
             raise (type(cause) if cause is not None else SolverError)(msg)

@@ -8,8 +8,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..errors import CeemError
+from ..errors import CeemError, DataError
 from ..io._data import Trajectories
+from ..io._validate import check_candidate
 from ..model._simulation import run
 from ..runtime import _policy as policy
 from ._augment import NOT_FOR_BLOCKS, augment, context_of, is_block_oriented
@@ -30,11 +31,11 @@ COSTLY = ("mlp_output", "mlp_state")
 FINAL_SHARE = 0.25
 
 
-def free_run_errors(model, theta, data: Trajectories, x0) -> list:
-    """Weighted free-run errors ``(y - yhat) / sigma_v`` per trajectory ((T_b, ny), NaN where
-    unobserved or where the run is not finite) from ``x0`` (B, nx)."""
+def free_run_errors(model, theta, data: Trajectories, x0, iv=None) -> list:
+    """Weighted free-run errors ``(y - yhat) / sigma_v`` per trajectory ((T_b, ny), NaN where unobserved, inf
+    where the run is not finite) from ``x0`` (B, nx); ``iv`` (ny,) the weights ``1 / sigma_v`` (default the model's)."""
     tv = model.params.to_vector(theta)
-    iv = np.asarray(model.noise.inv_measurement_std, float)
+    iv = np.asarray(model.noise.inv_measurement_std if iv is None else iv, float)
     out = []
     for b in range(len(data)):
         y, _ = run(model, tv, np.asarray(x0[b], float), data.inputs(b))
@@ -52,23 +53,27 @@ def objective_of(errors: list) -> float:
         return 0.5 * float(np.sum(e ** 2)) if np.all(np.isfinite(e)) else np.inf
 
 
-class _Search:
+class SearchState:
     """The state of one search (docs/own_data.md, "How the search decides"): every fit runs to its
-    iteration limit; ``expires`` is only a safety cap (the candidates stop at 3/4 of it)."""
+    iteration limit; ``expires`` is only a safety cap (the candidates stop at 3/4 of it); every structure's errors
+    are weighted by the user's model's ``1 / sigma_v`` (``iv``): a candidate's own noise levels do not score it."""
 
-    def __init__(self, data, opts: SearchOptions, fit_options: OutputErrorOptions, expires):
+    def __init__(self, data, opts: SearchOptions, fit_options: OutputErrorOptions, expires, iv=None):
         data = data.leading(policy.SEARCH_SAMPLES)  # long records: candidate fits stay cheap
-        self.data, self.opts, self.fit_options, self.expires = data, opts, fit_options, expires
+        self.data, self.opts, self.fit_options, self.expires, self.iv = data, opts, fit_options, expires, iv
         self.cuts = [min(max(2, round((1 - opts.holdout) * T)), T) for T in data.lengths]   # heads | tails
         self.head = Trajectories([data.y[b][:c] for b, c in enumerate(self.cuts)], None if data.u is None else
                                  [data.inputs(b)[:c] for b, c in enumerate(self.cuts)], dt=data.dt)
+        empty = [b for b, y in enumerate(self.head.y) if np.all(np.isnan(y))]
+        if empty:   # checked by identify before its stages run (it builds a SearchState for that)
+            raise DataError(f"search: trajectory {empty[0]} observes no output in its first {self.cuts[empty[0]]} "
+                            "samples, the head the search fits (the rest is held back): drop it or lower holdout")
         self.rows, self.accepted, self.capped = [], [], False
-        now = time.perf_counter()
-        self.cap = None if expires is None else expires - FINAL_SHARE * max(expires - now, 0.0)
+        self.cap = None if expires is None else expires - FINAL_SHARE * max(expires - time.perf_counter(), 0.0)
 
     def score(self, model, theta, x0):
         """(head objective, criterion, tail RMS, k) of a fit on the heads."""
-        err = free_run_errors(model, theta, self.data, x0)
+        err = free_run_errors(model, theta, self.data, x0, self.iv)
         head = [e[:c] for e, c in zip(err, self.cuts)]
         tail = np.concatenate([e[c:].ravel() for e, c in zip(err, self.cuts)])
         tail = tail[~np.isnan(tail)]
@@ -170,7 +175,7 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
     ``user_objective`` (the user's model's at ``(theta, x0)``)."""
     t_all = time.perf_counter()
     options = SearchOptions() if options is None else options
-    s = _Search(data, options, fit_options, expires)
+    s = SearchState(data, options, fit_options, expires, model.noise.inv_measurement_std)
     theta = model.params.validate(theta)
     x0 = np.asarray(x0, float).reshape(len(data), model.nx)
     if user_objective is None:
@@ -181,7 +186,7 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
     s.log(root, 0)
     frontier, users = [root], []
     for name, m, th in options.candidates:     # the user's structures: judged at depth 1, grown like the others
-        th = m.params.initial() if th is None else m.params.validate(th)
+        th = check_candidate(name, m, data, th)
         users += s.candidate(name, root, 1, lambda m=m, th=th: (m, th, None, None))
     for depth in range(1, options.max_depth + 1):
         accepted = users if depth == 1 else []
@@ -196,7 +201,7 @@ def structure_search(model, data: Trajectories, theta, x0, *, options: SearchOpt
     return _final(s, model, theta, x0, data, best, user_objective, t_all, why)
 
 
-def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all, why="") -> SearchResult:
+def _final(s: SearchState, model, theta, x0, data, best, user_objective, t_all, why="") -> SearchResult:
     """Refit the chosen node on all of ``data`` (docs/own_data.md) and build the result."""
     user = (model, theta, x0, user_objective, "user model", "nothing beat the user's model on the estimation data",
             "n/a", 0)
@@ -211,7 +216,7 @@ def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all, why=
             fits.append((s.fit(best["model"], th, x, data, s.fit_options.max_iters, s.expires),
                          "from the user's optimum lifted into it"))
         for res, how in fits:
-            obj = objective_of(free_run_errors(best["model"], res.theta, data, res.x0))
+            obj = objective_of(free_run_errors(best["model"], res.theta, data, res.x0, s.iv))
             if obj <= min(user_objective, chosen[3]):
                 chosen = (best["model"], res.theta, res.x0, obj, best["structure"],
                           f"refitted on all the estimation data {how}: {res.message}", str(res.status),
@@ -219,10 +224,9 @@ def _final(s: _Search, model, theta, x0, data, best, user_objective, t_all, why=
         if chosen is user:
             chosen = user[:5] + (f"{best['structure']} refitted on all the estimation data did not reach the "
                                  "user's model's objective: the user's model is kept", "n/a", 0)
-    for r in s.rows:
-        r["chosen"] = r["structure"] == chosen[4]
-    rows = [{k: v for k, v in r.items() if k not in ("model", "theta", "x0", "lifts", "parent", "moves")}
-            for r in s.rows]
+    mark = s.rows[0] if chosen[6] == "n/a" else best   # the chosen row, by identity ("n/a": the user's model kept)
+    rows = [{**{k: v for k, v in r.items() if k not in ("model", "theta", "x0", "lifts", "parent", "moves")},
+             "chosen": r is mark} for r in s.rows]
     m, th, x, obj, label, msg, status, its = chosen
     if s.capped:
         why += ("; the time limit cut the search (rows with status time_limit or not run): a faster machine or a "

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..runtime._checks import is_integer
 from ..runtime._result import Result
 from ..runtime._schema import renamed, require
 from ._augment import Augmentation
@@ -76,13 +77,16 @@ class SearchOptions:
         bad = [c for c in cands if not (isinstance(c, (tuple, list)) and len(c) == 3 and isinstance(c[0], str)
                                         and hasattr(c[1], "params"))]
         require(not bad, f"candidates: expected (name, model, theta) triples, got {bad[:1]!r}"[:200])
+        names = [c[0] for c in cands]   # the table's labels: the search's own begin with 'user model'
+        require(len(set(names)) == len(names) and not any(n.startswith("user model") for n in names),
+                f"candidates: expected distinct names that do not begin with 'user model', got {names}"[:200])
         object.__setattr__(self, "candidates", cands)
         require(self.criterion in ("aic", "bic"), f"criterion must be 'aic' or 'bic', got {self.criterion!r}")
         require(isinstance(self.holdout, (int, float)) and 0.0 < self.holdout < 1.0,
                 f"holdout must be a fraction in (0, 1), got {self.holdout!r}")
         for name in ("max_depth", "beam", "max_iters"):
             v = getattr(self, name)
-            require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"{name} must be an int >= 1, got {v!r}")
+            require(is_integer(v) and v >= 1, f"{name} must be an int >= 1, got {v!r}")
 
 
 def search_options(search) -> SearchOptions | None:
@@ -91,10 +95,8 @@ def search_options(search) -> SearchOptions | None:
     candidates (a dict name -> (model, theta) also)."""
     if search is None or isinstance(search, (bool, SearchOptions)):
         return SearchOptions() if search is True else (search or None)
-    if isinstance(search, Mapping):
-        search = [(k, *v) for k, v in search.items()]
-    if isinstance(search, (str, Augmentation)):
-        search = [search]
+    search = [(k, *v) for k, v in search.items()] if isinstance(search, Mapping) else search
+    search = [search] if isinstance(search, (str, Augmentation)) else search
     require(isinstance(search, Sequence) and len(search) > 0, "search: expected True, a SearchOptions, or a non-empty "
             f"list of augmentations / (name, model, theta) candidates, got {search!r}"[:200])
     augs = tuple(a for a in search if isinstance(a, (str, Augmentation)))

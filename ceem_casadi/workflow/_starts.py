@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..errors import CeemError
+from ..runtime._checks import count
 from ..runtime._schema import require
 
 __all__ = ["log_uniform_starts", "resolve_starts"]
@@ -57,15 +58,14 @@ def log_uniform_starts(model, theta: Mapping, n: int, *, seed: int = 0, spread: 
     params = model.params
     base = params.to_vector(params.validate(theta))
     lo, hi, free = params.lower, params.upper, params.free_mask
-    rng = np.random.default_rng([int(seed), 2])
+    rng = np.random.default_rng([count(seed, "seed", minimum=0), 2])
     out = []
     for _ in range(int(n)):
         factor = np.exp(rng.uniform(-1.0, 1.0, base.size) * np.log(spread))
         flat = rng.uniform(np.maximum(lo, -1.0), np.minimum(hi, 1.0))
         flat = np.where(np.isfinite(flat), flat, 0.0)
         v = np.where(base != 0.0, base * factor, flat)
-        v = np.where(free, np.clip(v, lo, hi), base)
-        out.append(params.from_vector(v))
+        out.append(params.from_vector(np.where(free, np.clip(v, lo, hi), base)))
     return out
 
 

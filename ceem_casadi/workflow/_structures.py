@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import OptionsError
 from ..io._data import Trajectories
-from ..model._simulation import simulate_output
+from ..io._validate import check_candidate
 from ..runtime._result import Result
+from ..runtime._schema import require
+from ._search import free_run_errors
 from .output_error import OutputErrorOptions
 from .output_error._fit import output_error_least_squares
 
@@ -61,10 +62,9 @@ class StructureComparison(Result):
     def table(self) -> str:
         """One line per candidate, best first."""
         w = max(len(r["name"]) for r in self.rows)
-        out = [f"{'structure':<{w}}  {self.criterion:>12}  {'RMS':>10}  {'k':>4}  status"]
-        for r in self.rows:
-            out.append(f"{r['name']:<{w}}  {r['criterion']:12.6g}  {r['rms']:10.4g}  {r['n_estimated']:>4}  {r['status']}")
-        return "\n".join(out)
+        rows = [f"{r['name']:<{w}}  {r['criterion']:12.6g}  {r['rms']:10.4g}  {r['n_estimated']:>4}  {r['status']}"
+                for r in self.rows]
+        return "\n".join([f"{'structure':<{w}}  {self.criterion:>12}  {'RMS':>10}  {'k':>4}  status", *rows])
 
     def to_dict(self) -> dict:
         """JSON-ready dict."""
@@ -85,7 +85,8 @@ def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, c
         Estimation data.
     criterion : str
         ``"aic"``: ``N log(mean squared error) + 2 k`` of the fit on all of ``data`` (N outputs
-        observed, k = free parameters + B nx initial states; errors weighted by ``1 / sigma_v``).
+        observed, k = free parameters + B nx initial states; errors weighted by the first candidate's
+        ``1 / sigma_v``, one weighting for all).
         ``"split"``: fit on the first ``1 - holdout`` of every trajectory, then the RMS of the free
         run continued over the held-out tail.
     holdout : float
@@ -116,48 +117,43 @@ def compare_structures(candidates: Mapping[str, tuple], data: Trajectories, *, c
     >>> cc.compare_structures({"linear": (linear, None), "cubic": (cubic, None)}, data).best
     'linear'
     """
-    if not isinstance(candidates, Mapping) or not candidates:
-        raise OptionsError("candidates: expected a non-empty dict name -> (model, theta), got "
-                           + (f"an empty {type(candidates).__name__}" if isinstance(candidates, Mapping) or
-                              (hasattr(candidates, "__len__") and not len(candidates)) else type(candidates).__name__))
-    if criterion not in ("aic", "split"):
-        raise OptionsError(f"criterion must be 'aic' or 'split', got {criterion!r}")
-    if not 0.0 < holdout < 1.0:
-        raise OptionsError(f"holdout must be in (0, 1), got {holdout!r}")
+    require(isinstance(candidates, Mapping) and len(candidates) > 0,
+            f"candidates: expected a non-empty dict name -> (model, theta), got {candidates!r}"[:200])
+    require(criterion in ("aic", "split"), f"criterion must be 'aic' or 'split', got {criterion!r}")
+    require(0.0 < holdout < 1.0, f"holdout must be in (0, 1), got {holdout!r}")
     options = OutputErrorOptions() if options is None else options
-    rows = [_score_candidate(name, cand, data, criterion, holdout, options) for name, cand in candidates.items()]
+    checked = {name: _candidate(name, cand, data) for name, cand in candidates.items()}   # all, before any fit
+    noise = next(iter(checked.values()))[0].noise   # one weighting of the errors for all (the first candidate's)
+    cut = [max(2, round((1 - holdout) * T)) if criterion == "split" else 0 for T in data.lengths]   # heads | tails
+    require(any(np.any(~np.isnan(y[c:])) for y, c in zip(data.y, cut)), f"criterion='split': the held-out tails (the "
+            f"last {holdout:g} of every trajectory) observe no output; use criterion='aic' or another holdout")
+    rows = [_score_candidate(name, *cand, data, criterion, cut, options, noise) for name, cand in checked.items()]
     rows.sort(key=lambda r: r["criterion"])
     return StructureComparison(rows, criterion)
 
 
-def _score_candidate(name: str, cand, data: Trajectories, criterion: str, holdout: float,
-                     options: OutputErrorOptions) -> dict:
-    """One row of `compare_structures`: the candidate fitted by output error (on the heads of the
-    trajectories with ``"split"``) and scored by its criterion on the estimation data."""
-    if not isinstance(cand, (tuple, list)) or len(cand) not in (2, 3):
-        raise OptionsError(f"candidates[{name!r}]: expected (model, theta) or (model, theta, x0), got "
-                           f"{type(cand).__name__}{'' if not isinstance(cand, (tuple, list)) else f' of {len(cand)}'}")
+def _candidate(name: str, cand, data: Trajectories) -> tuple:
+    """``(model, theta, x0)`` of the candidate ``name``, its theta validated and ``data`` checked against its model."""
+    given = type(cand).__name__ + (f" of {len(cand)}" if isinstance(cand, (tuple, list)) else "")
+    require(isinstance(cand, (tuple, list)) and len(cand) in (2, 3),
+            f"candidates[{name!r}]: expected (model, theta) or (model, theta, x0), got {given}")
     model, theta, x0 = (*cand, None) if len(cand) == 2 else cand
-    theta = model.params.initial() if theta is None else theta
-    cut = [max(2, round((1 - holdout) * T)) if criterion == "split" else 0 for T in data.lengths]
-    fit_data = data if criterion != "split" else Trajectories(
-        [data.y[b][:c] for b, c in enumerate(cut)], None if data.u is None else [data.inputs(b)[:c] for b, c in enumerate(cut)])
+    return model, check_candidate(name, model, data, theta), x0
+
+
+def _score_candidate(name: str, model, theta, x0, data: Trajectories, criterion: str, cut: list,
+                     options: OutputErrorOptions, noise) -> dict:
+    """One row of `compare_structures`: the candidate fitted by output error (on the heads ``[:cut[b]]`` of the
+    trajectories with ``"split"``) and scored by its criterion on the estimation data (errors weighted by
+    ``noise.inv_measurement_std``)."""
+    fit_data = data if criterion == "aic" else Trajectories([y[:c] for y, c in zip(data.y, cut)], None if data.u is None
+                                                            else [u[:c] for u, c in zip(data.u, cut)])
     res = output_error_least_squares(model, fit_data, theta, x0=x0, options=options)
-    iv = np.asarray(model.noise.inv_measurement_std, float)
-    errs, werrs = [], []
-    for b in range(len(data)):
-        with np.errstate(all="ignore"):
-            yh = np.asarray(simulate_output(model, res.theta, data.inputs(b), res.x0[b]), float)
-        e = (data.y[b] - yh.reshape(data.y[b].shape))[cut[b]:]
-        ok = np.isfinite(data.y[b][cut[b]:])
-        errs.append(e[ok])
-        werrs.append((e * iv)[ok])
-    e, we = np.concatenate(errs), np.concatenate(werrs)
+    tails = [w[c:] for w, c in zip(free_run_errors(model, res.theta, data, res.x0, noise.inv_measurement_std), cut)]
+    we = np.concatenate([w[~np.isnan(w)] for w in tails])   # weighted errors; e: in units of y
+    e = np.concatenate([(w * np.asarray(noise.measurement_std, float))[~np.isnan(w)] for w in tails])
     k = int(model.params.free_index.size) + len(data) * model.nx
     rms = float(np.sqrt(np.mean(e ** 2))) if np.all(np.isfinite(e)) else np.inf
-    if criterion == "aic":
-        value = e.size * float(np.log(np.mean(we ** 2))) + 2 * k if np.isfinite(rms) else np.inf
-    else:
-        value = rms
+    value = e.size * float(np.log(np.mean(we ** 2))) + 2 * k if criterion == "aic" and np.isfinite(rms) else rms
     return dict(name=name, criterion=value, objective=float(res.cost), rms=rms, n_estimated=k,
                 status=str(res.status), fit=res)

@@ -13,7 +13,7 @@ from ...io._validate import check_data
 from ...model._params import Theta
 from ...runtime._best import BestIterate
 from ...runtime._callbacks import SparsityCallback
-from ...runtime._checks import is_integer
+from ...runtime._checks import count
 from ...runtime._model_cache import cached
 from ...runtime._solve import deadline, deadline_after, expired, ipopt_options, ipopt_solver, solve
 from ...runtime._status import Status
@@ -202,8 +202,7 @@ def refine_output_error(model, data: Trajectories, theta: Theta, *, shooting: in
     check_data(model, data)  # the type, the sizes, and the argument order (model, data, theta)
     theta = model.params.validate(theta)
     starts = resolve_starts(model, theta, starts)  # an int n: n seeded log-uniform starts (workflow/_starts.py)
-    if shooting is not None and not (is_integer(shooting) and shooting >= 1):
-        raise ShapeError(f"shooting: expected None (single shooting) or a segment length >= 1, got {shooting!r}")
+    shooting = None if shooting is None else count(shooting, "shooting (None: single shooting, or a segment length)")
     if options.solver == "lm":
         res = output_error_least_squares(model, data, theta, shooting=shooting, x0=x0, starts=starts, options=options)
         return OutputErrorResult(res.theta, res.x0, res.cost, res.status, res.message, res.iterations, res.wall_s,
