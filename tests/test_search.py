@@ -241,6 +241,12 @@ def test_starts_n_is_seeded_and_reproducible():
     assert len(res.starts) == 6 and res.cost <= res.starts[0]["cost"]
     with pytest.raises(cc.OptionsError, match="starts"):
         cc.refine_output_error(_user(), data, {"a": 0.5, "b": 0.5}, starts="5")
+    # bounds that exclude +-1 (a tank's height in [2, 20]): the draws stay within them (numpy refused low > high)
+    tall = cc.Parameters(cc.Param("a", 0.5, lower=-0.99, upper=0.99), cc.Param("h", 5.0, lower=2.0, upper=20.0))
+    drawn = log_uniform_starts(cc.StateSpaceModel.from_discrete(lambda x, u, p: p.a * x + u, lambda x, u, p: p.h * x,
+                                                                nx=1, nu=1, params=tall), {"a": 0.0, "h": 5.0}, 3)
+    assert all(2.0 <= float(t["h"]) <= 20.0 and -1.0 <= float(t["a"]) <= 0.99 for t in drawn)
+    assert len({float(t["a"]) for t in drawn}) == 3           # the entry at 0 is drawn flat within [-1, 1]
 
 
 def test_ceem_options_as_a_dict_and_bad_options_in_one_line():

@@ -62,7 +62,7 @@ def log_uniform_starts(model, theta: Mapping, n: int, *, seed: int = 0, spread: 
     out = []
     for _ in range(int(n)):
         factor = np.exp(rng.uniform(-1.0, 1.0, base.size) * np.log(spread))
-        flat = rng.uniform(np.maximum(lo, -1.0), np.minimum(hi, 1.0))
+        flat = rng.uniform(np.clip(-1.0, lo, hi), np.clip(1.0, lo, hi))   # for entries at 0; bounds may exclude +-1
         flat = np.where(np.isfinite(flat), flat, 0.0)
         v = np.where(base != 0.0, base * factor, flat)
         out.append(params.from_vector(np.where(free, np.clip(v, lo, hi), base)))
