@@ -83,6 +83,7 @@ def test_seeded_starts_repeat_and_the_table_names_the_start_that_won(data):
     assert runs[0].best.message.startswith(("start 0 of 4 won", "start 1 of 4 won", "start 2 of 4 won",
                                             "start 3 of 4 won"))
     assert abs(float(runs[0].theta["a"]) - 0.8) < 0.03
+    assert runs[0].best.message.split("; ")[0] in runs[0].table()   # issue 31 item 2: the table says which won
 
 
 def noise_scaled(sd, cubic=False):

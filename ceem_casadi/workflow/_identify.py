@@ -75,14 +75,15 @@ class IdentifyResult(Result):
 
     def table(self) -> str:
         """One line per stage: objective, RMS per output, status, iterations, seconds, and why a
-        stage was rejected or skipped; ``*`` = chosen; then the search's table (``search=``)."""
+        stage was rejected or skipped (or which start won); ``*`` = chosen; then the search's table (``search=``)."""
         w = max(len(s.stage) for s in self.stages)
         out = [f"  {'stage':<{w}}  {'objective':>12}  {'estimation RMS':>16}  {'status':<13}  {'iter':>5}  {'wall s':>7}"]
         for s in self.stages:
             mark = "*" if s is self.best else " "
             rms = " ".join(f"{v:.4g}" for v in np.atleast_1d(s.rms))
+            won = s.message.split("; ")[0] if s.message.startswith("start ") else ""   # a multi-start's winner
             out.append((f"{mark} {s.stage:<{w}}  {s.objective:12.6g}  {rms:>16}  {s.status:<13}  {s.iterations:>5}  "
-                        f"{s.wall_s:7.2f}  {s.rejected}").rstrip())
+                        f"{s.wall_s:7.2f}  {s.rejected or won}").rstrip())
         if self.search is not None:
             out += ["structure search (estimation data only; heads fitted, tails held back):", self.search.table()]
         return "\n".join(out)
