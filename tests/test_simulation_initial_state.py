@@ -144,6 +144,26 @@ def test_nonlinear_initial_state_recovers_the_truth_from_noise_free_data():
     assert res.status == "converged" and np.allclose(res.x0, x0[0], atol=1e-6) and res.cost < 1e-12
 
 
+def test_a_record_whose_first_samples_are_missing_gets_a_window_counted_from_its_first_observation():
+    """Leading dropouts (the first 35 samples of trajectory 0 missing, more than the default 10 nx = 30): the
+    default window counts from the first observed sample, so the estimate equals the least-squares x0 over the
+    first 30 + 35 samples, and output error fits such a record (every start failed with "every output in the
+    first 30 samples is missing"); so does validation_report. Fails without ``+ lead`` in `default_window` (or
+    without ``data.y`` in `_predictions.resolve_initial_states`)."""
+    model, theta, data, _ = _linear(T=80)
+    y = [yb.copy() for yb in data.y]
+    y[0][:35] = np.nan
+    lead = max(int(np.argmax(np.any(np.isfinite(yb), axis=1))) for yb in y)
+    assert lead >= 35
+    holed = cc.Trajectories(y, data.u)
+    est = cc.estimate_initial_state(model, holed, theta)
+    for b in range(2):
+        G, r = _lstsq_x0(model, theta, y[b], data.u[b], 30 + lead)
+        np.testing.assert_allclose(est[b], np.linalg.lstsq(G, r, rcond=None)[0], atol=1e-8)
+    assert cc.refine_output_error(model, holed, theta).status == "converged"
+    assert cc.validation_report(model, holed, theta).skip == 30 + lead     # scored after the same window
+
+
 def test_initial_state_errors():
     model, theta, data, _ = _linear()
     with pytest.raises(cc.ShapeError, match="window"):

@@ -37,7 +37,7 @@ def initial_states_cli(model, theta_vec, data, x0_arg=None, window=None):
         return x0, "x0 given with --x0", None
     if x0_arg is None and window is None and model.noise.x1_mean is not None:
         return np.tile(model.noise.x1_mean, (len(data), 1)), "x0 = the model's x1_mean", None
-    window = default_window(model, min(data.lengths) - 1) if window is None else window
+    window = default_window(model, min(data.lengths) - 1, data.y) if window is None else window
     try:
         x0 = estimate_initial_state(model, data, theta_vec, window=window)
     except CeemError as exc:

@@ -24,9 +24,11 @@ from ..runtime._status import Status
 __all__ = ["InitialStateResult", "estimate_initial_state", "default_window"]
 
 
-def default_window(model, T: int) -> int:
-    """The default ``window``: ``min(T, 10 nx)`` samples (at least 2 when T allows)."""
-    return int(min(T, max(10 * model.nx, 2)))
+def default_window(model, T: int, ys=()) -> int:
+    """The default ``window``: ``min(T, 10 nx)`` samples (at least 2 when T allows), counted from the latest first
+    sample that observes an output in ``ys`` ((T_b, ny) arrays, NaN = missing): leading dropouts lengthen it."""
+    lead = max((int(np.argmax(np.any(~np.isnan(y), axis=1))) for y in ys), default=0)
+    return int(min(T, max(10 * model.nx, 2) + lead))
 
 
 @dataclass(repr=False)
@@ -197,7 +199,7 @@ def _checked_window(model, ys: list, window) -> int:
         raise ShapeError(f"y: expected one (T, ny = {model.ny}) array or several, each with at least one sample, got "
                          f"{len(ys)} trajectories of lengths {[yb.shape[0] for yb in ys]}")
     shortest = min(yb.shape[0] for yb in ys)
-    k = count(default_window(model, shortest) if window is None else window, "window", 1, shortest)
+    k = count(default_window(model, shortest, ys) if window is None else window, "window", 1, shortest)
     empty = [b for b, yb in enumerate(ys) if np.all(np.isnan(yb[:k]))]
     if empty:
         raise DataError(f"trajectory {empty[0]}: every output in the first {k} samples (the window) is "
@@ -249,7 +251,8 @@ def estimate_initial_state(model, data, theta, *, u=None, window: int | None = N
     u : numpy.ndarray or list of numpy.ndarray, optional
         Inputs (T, nu), or a batch like ``data``, when ``data`` holds the outputs alone.
     window : int, optional
-        Leading samples fitted (default ``min(T, 10 nx)``).
+        Leading samples fitted (default ``min(T, 10 nx)``, counted from the first sample that observes an
+        output: a record whose first samples are missing gets a longer window).
     x_init : numpy.ndarray, optional
         Starting point (nx,) or (B, nx); default: the EKF + RTS first state and ``x1_mean`` (else zeros).
     starts : numpy.ndarray, optional

@@ -117,7 +117,7 @@ def resolve_initial_states(model, data, theta_vec, x0=None, *, window=None, skip
     if isinstance(x0, str) and not estimate:
         raise ShapeError(f"x0: expected an array or 'estimate', got {x0!r}")
     if estimate:
-        window = default_window(model, min(data.lengths) - 1) if window is None else window
+        window = default_window(model, min(data.lengths) - 1, data.y) if window is None else window
         x0 = best_initial_states(model, data, theta_vec, window, starts, seed)
         skip = window if skip is None else skip
     skip = count(0 if skip is None else skip, "skip", 0, min(data.lengths) - 1)  # below the shortest length
