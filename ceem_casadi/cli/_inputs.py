@@ -253,8 +253,7 @@ OPTION_FLAGS = {
     "smoother_hessian": ("smoother", "hessian", {}),
     "learner_hessian": ("learner", "hessian", {}),
     "time_limit": ("ceem", "time_limit", {"type": float, "help": "wall-clock budget of the fit in seconds (status "
-                                                                  "time_limit)"}),
-}
+                                                                  "time_limit)"})}
 
 
 def build_options(config: str | None, args):

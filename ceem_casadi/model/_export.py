@@ -156,8 +156,7 @@ def export_casadi(model, theta, path, *, keep_parameters: bool = False) -> Expor
         "parameters": {n: {"slice": [model.params.slice(n).start, model.params.slice(n).stop],
                            "shape": list(model.params[n].shape)} for n in model.params.names},
         "p": theta_vec.tolist(),
-        "process_std": model.noise.process_std.tolist(), "measurement_std": model.noise.measurement_std.tolist(),
-    }
+        "process_std": model.noise.process_std.tolist(), "measurement_std": model.noise.measurement_std.tolist()}
     files["manifest"] = folder / "manifest.json"
     atomic_write_text(files["manifest"], json.dumps(manifest, indent=2))
     return ExportResult(folder, files, inputs, outputs, keep_parameters, model.dt, list(model.params.names))

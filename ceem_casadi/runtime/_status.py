@@ -72,5 +72,4 @@ _ADVICE = {
     Status.DIVERGED: "The model's free run explodes from this start (its objective is far above that of "
                      "predicting zero output), so no convergence test means anything: use multiple shooting "
                      "(shooting=k: segments over which it grows ~10-fold at most), another start (starts=...), or "
-                     "parameter bounds that keep the model stable.",
-}
+                     "parameter bounds that keep the model stable."}
