@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import ceem_casadi as cc
+from ceem_casadi.workflow import Augmentation
 
 
 def scalar(nu=1, ny=1, dt=None, cubic=False):
@@ -226,3 +227,16 @@ def test_a_trajectory_whose_head_observes_nothing_stops_the_search_before_the_st
     with pytest.raises(cc.errors.DataError, match="search: trajectory 1 observes no output in its first 64 samples, the head"):
         cc.identify(scalar(dt=0.1), late, {"a": 0.5}, ceem=False, options={"x0_window": 80}, search=["offset"])
     assert not ran
+
+
+@pytest.mark.parametrize("make, error, says", [
+    (lambda: cc.Trajectories([np.zeros((5, 1))], dt="0.1"), cc.ShapeError, "dt must be a positive sample time"),
+    (lambda: cc.Trajectories([np.zeros((5, 1))], dt=True), cc.ShapeError, "dt must be a positive sample time"),
+    (lambda: cc.Trajectories([np.zeros((1, 50))]), cc.ShapeError, r"rows of a \(T, ny\) array\), got \(1, 50\)"),
+    (lambda: Augmentation("mlp_state", prior_std=True), cc.OptionsError, "prior_std must be None or > 0")])
+def test_small_boundary_gaps_raise_one_line_that_names_the_value(make, error, says):
+    """dt given as text raised numpy's TypeError, dt=True was taken as 1 s, a transposed (ny, T) record said only
+    'at least 2 time steps, got 1', prior_std=True was taken as 1. Fails without `is_number` in Trajectories /
+    Augmentation, or without the shape in the time-step message."""
+    with pytest.raises(error, match=says):
+        make()

@@ -37,8 +37,7 @@ FIELDS = (
      lambda v, meta: isinstance(v, list) and len(v) == len(meta["theta_names"]) and all(
          isinstance(s, list) and len(s) <= MAX_NDIM and all(is_integer(d) and d >= 0 for d in s) for s in v)),
     ("params", "a list of parameter declarations (objects) or null",
-     lambda v, meta: v is None or (isinstance(v, list) and all(isinstance(d, dict) for d in v))),
-)
+     lambda v, meta: v is None or (isinstance(v, list) and all(isinstance(d, dict) for d in v))))
 # one iteration record of "history": (field, what it must be, test of (value, parameter names))
 RECORD_FIELDS = (
     ("iteration", "an integer", lambda v, names: is_integer(v)),

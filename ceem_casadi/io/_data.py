@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import DataError, NonFiniteError, ShapeError
 from ..model._params import Theta
 from ..model._simulation import noisy_rollout, run
+from ..runtime._schema import is_number
 
 MAX_MAGNITUDE = 1e150   # |y| above this overflows when squared (1e308): refused with a clear message
 
@@ -74,7 +75,7 @@ class Trajectories:
             if yi.shape[1] != ny:
                 raise ShapeError(f"y[{i}]: expected {ny} output columns like y[0], got {yi.shape[1]}")
             if yi.shape[0] < 2:
-                raise ShapeError(f"y[{i}]: expected at least 2 time steps, got {yi.shape[0]}")
+                raise ShapeError(f"y[{i}]: expected at least 2 time steps (rows of a (T, ny) array), got {yi.shape}")
             if np.any(np.isinf(yi)):
                 raise NonFiniteError(f"y[{i}] contains inf; use NaN for missing observations")
             big = np.nanmax(np.abs(yi), initial=0.0)
@@ -88,8 +89,8 @@ class Trajectories:
                 raise ShapeError(f"u: expected {len(ys)} trajectories like y, got {len(us)}")
             for i, (ui, yi) in enumerate(zip(us, ys)):
                 check_inputs(ui, yi.shape[0], us[0].shape[1], f"[{i}]")
-        if dt is not None and not (np.isfinite(dt) and dt > 0):
-            raise ShapeError(f"dt must be a positive sample time in seconds, got {dt}")
+        if dt is not None and not (is_number(dt) and np.isfinite(dt) and dt > 0):
+            raise ShapeError(f"dt must be a positive sample time in seconds (a number), got {dt!r}")
         object.__setattr__(self, "y", tuple(ys))
         object.__setattr__(self, "u", None if us is None else tuple(us))
         object.__setattr__(self, "dt", dt)

@@ -14,7 +14,7 @@ from ..model._nn import MLP
 from ..model._params import Param, Parameters
 from ..model._simulation import run
 from ..runtime._checks import is_integer
-from ..runtime._schema import require
+from ..runtime._schema import is_number, require
 
 __all__ = ["AUGMENTATIONS", "Augmentation", "Context", "Grown", "augment", "context_of", "is_block_oriented",
            "register_family"]
@@ -109,7 +109,7 @@ class Augmentation:
     def __post_init__(self):
         kind, sd = self.kind, self.prior_std
         require(kind in AUGMENTATIONS, f"augmentation kind must be one of {sorted(AUGMENTATIONS)}, got {kind!r}")
-        require(sd is None or (isinstance(sd, (int, float)) and sd > 0), f"prior_std must be None or > 0, got {sd!r}")
+        require(sd is None or (is_number(sd) and sd > 0), f"prior_std must be None or > 0, got {sd!r}")
         for name, low in (("degree", 2), ("width", 1), ("seed", 0)):
             v = getattr(self, name)
             require(is_integer(v) and v >= low, f"{name} must be an int >= {low}, got {v!r}")
