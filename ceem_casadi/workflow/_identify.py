@@ -180,12 +180,12 @@ def identify(model, data: Trajectories, theta0: Mapping[str, Any], *, time_limit
     require(noise_criterion in ("innovation", "holdout"),
             f"noise_criterion must be 'innovation' or 'holdout', got {noise_criterion!r}")
     search_opts = search_options(search)
+    copt = options_of(ceem_options, CEEMOptions, "ceem_options")
+    options = options_of(options, OutputErrorOptions, "options")
     if search_opts is not None:   # a head or a candidate the search cannot fit fails now, not after the stages
         SearchState(data, search_opts, options, None)
         for name, m, th in search_opts.candidates:
             check_candidate(name, m, data, th)
-    copt = options_of(ceem_options, CEEMOptions, "ceem_options")
-    options = options_of(options, OutputErrorOptions, "options")
     require(options.time_limit is None and copt.time_limit is None, "options, ceem_options: their time_limit is set "
             f"from identify's time_limit= (the budget of the whole call, here {time_limit}); give that one instead")
     theta0 = model.params.validate(theta0)
