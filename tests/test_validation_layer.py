@@ -134,3 +134,6 @@ def test_trajectories_leading_takes_the_first_samples_of_every_trajectory():
     np.testing.assert_array_equal(lead.y[1], y[1])
     assert data.leading(5) is data
     assert Trajectories(y).leading(2).u is None
+    heads = data.leading([2, 3])   # one length per trajectory (the search's and compare_structures' heads)
+    assert heads.lengths == (2, 3) and heads.dt == 0.1 and data.leading([5, 3]) is data
+    np.testing.assert_array_equal(heads.u[0], u[0][:2])

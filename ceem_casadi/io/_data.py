@@ -133,11 +133,13 @@ class Trajectories:
                              f"or build the model with dt={self.dt:.9g}")
         check_outputs(self.y)  # nothing to fit, smooth or score: a result would be the prior, silently
 
-    def leading(self, n: int) -> Trajectories:
-        """The first ``n`` samples of every trajectory (this object itself when none is longer)."""
-        if max(self.lengths) <= n:
+    def leading(self, n) -> Trajectories:
+        """The first ``n`` samples of every trajectory (an int, or one per trajectory; itself when none is longer)."""
+        n = [n] * len(self) if np.ndim(n) == 0 else list(n)
+        if all(T <= c for T, c in zip(self.lengths, n)):
             return self
-        return Trajectories([y[:n] for y in self.y], None if self.u is None else [u[:n] for u in self.u], self.dt)
+        return Trajectories([y[:c] for y, c in zip(self.y, n)], None if self.u is None else
+                            [u[:c] for u, c in zip(self.u, n)], self.dt)
 
     def with_missing(self, fraction: float, seed: int | np.random.Generator) -> Trajectories:
         """Copy with a random ``fraction`` of the y entries replaced by NaN (seeded)."""

@@ -62,8 +62,7 @@ class SearchState:
         data = data.leading(policy.SEARCH_SAMPLES)  # long records: candidate fits stay cheap
         self.data, self.opts, self.fit_options, self.expires, self.iv = data, opts, fit_options, expires, iv
         self.cuts = [min(max(2, round((1 - opts.holdout) * T)), T) for T in data.lengths]   # heads | tails
-        self.head = Trajectories([data.y[b][:c] for b, c in enumerate(self.cuts)], None if data.u is None else
-                                 [data.inputs(b)[:c] for b, c in enumerate(self.cuts)], dt=data.dt)
+        self.head = data.leading(self.cuts)
         empty = [b for b, y in enumerate(self.head.y) if np.all(np.isnan(y))]
         if empty:   # checked by identify before its stages run (it builds a SearchState for that)
             raise DataError(f"search: trajectory {empty[0]} observes no output in its first {self.cuts[empty[0]]} "

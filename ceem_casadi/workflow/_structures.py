@@ -146,8 +146,7 @@ def _score_candidate(name: str, model, theta, x0, data: Trajectories, criterion:
     """One row of `compare_structures`: the candidate fitted by output error (on the heads ``[:cut[b]]`` of the
     trajectories with ``"split"``) and scored by its criterion on the estimation data (errors weighted by
     ``noise.inv_measurement_std``)."""
-    fit_data = data if criterion == "aic" else Trajectories([y[:c] for y, c in zip(data.y, cut)], None if data.u is None
-                                                            else [u[:c] for u, c in zip(data.u, cut)])
+    fit_data = data if criterion == "aic" else data.leading(cut)
     res = output_error_least_squares(model, fit_data, theta, x0=x0, options=options)
     tails = [w[c:] for w, c in zip(free_run_errors(model, res.theta, data, res.x0, noise.inv_measurement_std), cut)]
     we = np.concatenate([w[~np.isnan(w)] for w in tails])   # weighted errors; e: in units of y
