@@ -233,10 +233,14 @@ def test_a_trajectory_whose_head_observes_nothing_stops_the_search_before_the_st
     (lambda: cc.Trajectories([np.zeros((5, 1))], dt="0.1"), cc.ShapeError, "dt must be a positive sample time"),
     (lambda: cc.Trajectories([np.zeros((5, 1))], dt=True), cc.ShapeError, "dt must be a positive sample time"),
     (lambda: cc.Trajectories([np.zeros((1, 50))]), cc.ShapeError, r"rows of a \(T, ny\) array\), got \(1, 50\)"),
-    (lambda: Augmentation("mlp_state", prior_std=True), cc.OptionsError, "prior_std must be None or > 0")])
+    (lambda: Augmentation("mlp_state", prior_std=True), cc.OptionsError, "prior_std must be None or > 0"),
+    (lambda: scalar(dt="0.1"), cc.ShapeError, "dt must be a positive sample time"),      # the model's dt too:
+    (lambda: scalar(dt=-1), cc.ShapeError, "dt must be a positive sample time"),         # one check, `sample_time`
+    (lambda: cc.StateSpaceModel.from_ode(lambda x, u, p: -x, lambda x, u, p: x, nx=1, dt=None), cc.ShapeError,
+     "dt must be a positive sample time")])
 def test_small_boundary_gaps_raise_one_line_that_names_the_value(make, error, says):
     """dt given as text raised numpy's TypeError, dt=True was taken as 1 s, a transposed (ny, T) record said only
-    'at least 2 time steps, got 1', prior_std=True was taken as 1. Fails without `is_number` in Trajectories /
-    Augmentation, or without the shape in the time-step message."""
+    'at least 2 time steps, got 1', prior_std=True was taken as 1; a model took dt='0.1' or -1. Fails without
+    `sample_time` in Trajectories / StateSpaceModel, `is_number` in Augmentation, or the shape in the message."""
     with pytest.raises(error, match=says):
         make()

@@ -164,8 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model(p)
     _add_data(p)
     p.add_argument("--theta0", help="starting parameters JSON (default: the model file's or the factory's)")
-    p.add_argument("--grid", help="comma-separated multipliers of the model's process_std (default 7 levels "
-                                  "0.032..32)")
+    p.add_argument("--grid", help="comma-separated multipliers of the model's process_std (default 7 levels 0.032..32)")
     p.add_argument("--criterion", choices=("innovation", "holdout"), default="innovation")
     p.add_argument("--max-iters", type=int, default=50, help="CE-EM iterations per level (default 50)")
     p.add_argument("--acceleration", choices=list(ACCELERATIONS),

@@ -60,8 +60,7 @@ def _uncertainty_fields(n: int) -> tuple:
         ("level", "a number in (0, 1) or null", lambda v: v is None or (_is_number(v) and 0 < v < 1)),
         *((k, f"a list of {n} numbers", _numbers(n, k in ("estimate", "std_error")))
           for k in ("estimate", "std_error", "lower", "upper")),
-        ("warnings", "a list of texts", lambda v: isinstance(v, list) and all(isinstance(w, str) for w in v)),
-    )
+        ("warnings", "a list of texts", lambda v: isinstance(v, list) and all(isinstance(w, str) for w in v)))
 
 
 def check_model_file(path, meta: dict, arrays: dict) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import DataError, NonFiniteError, ShapeError
 from ..model._params import Theta
 from ..model._simulation import noisy_rollout, run
-from ..runtime._schema import is_number
+from ..runtime._schema import sample_time
 
 MAX_MAGNITUDE = 1e150   # |y| above this overflows when squared (1e308): refused with a clear message
 
@@ -19,8 +19,7 @@ def _as_list(a, name: str) -> list[np.ndarray]:
     if isinstance(a, np.ndarray):
         a = a[None] if a.ndim == 2 else a
         if a.ndim != 3:
-            raise ShapeError(f"{name}: expected an array (B, T, n) or a list of (T, n) arrays, "
-                             f"got an array of shape {a.shape}")
+            raise ShapeError(f"{name}: expected an array (B, T, n) or a list of (T, n) arrays, got shape {a.shape}")
         return [np.array(ai, dtype=float) for ai in a]
     out = []
     for i, ai in enumerate(a):
@@ -82,18 +81,15 @@ class Trajectories:
             if big > MAX_MAGNITUDE:
                 raise NonFiniteError(f"y[{i}]: data magnitude {big:.3g} is beyond {MAX_MAGNITUDE:.0e}, where squares "
                                      f"overflow double precision; rescale the outputs (e.g. to unit variance)")
-        us = None
-        if u is not None:
-            us = _as_list(u, "u")
+        us = None if u is None else _as_list(u, "u")
+        if us is not None:
             if len(us) != len(ys):
                 raise ShapeError(f"u: expected {len(ys)} trajectories like y, got {len(us)}")
             for i, (ui, yi) in enumerate(zip(us, ys)):
                 check_inputs(ui, yi.shape[0], us[0].shape[1], f"[{i}]")
-        if dt is not None and not (is_number(dt) and np.isfinite(dt) and dt > 0):
-            raise ShapeError(f"dt must be a positive sample time in seconds (a number), got {dt!r}")
         object.__setattr__(self, "y", tuple(ys))
         object.__setattr__(self, "u", None if us is None else tuple(us))
-        object.__setattr__(self, "dt", dt)
+        object.__setattr__(self, "dt", sample_time(dt))
 
     def __len__(self) -> int:
         return len(self.y)

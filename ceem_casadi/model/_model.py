@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import ModelError, OptionsError, ShapeError
 from ..runtime._checks import noise_level
+from ..runtime._schema import sample_time
 from ._integrators import as_column, rk4_step
 from ._params import Parameters, Theta
 
@@ -149,7 +150,7 @@ class StateSpaceModel:
             raise ShapeError(f"nx must be positive and nu non-negative, got nx={nx}, nu={nu}")
         self.nx, self.nu = int(nx), int(nu)
         self.params = params if params is not None else Parameters()
-        self.dt = None if dt is None else float(dt)
+        self.dt = sample_time(dt)
         self.name = name
         x = ca.SX.sym("x", self.nx)
         u = ca.SX.sym("u", self.nu)
@@ -205,8 +206,7 @@ class StateSpaceModel:
         -------
         StateSpaceModel
         """
-        if not (dt and dt > 0):
-            raise ShapeError(f"dt must be a positive sample time in seconds, got {dt}")
+        sample_time(dt, required=True)   # a continuous-time model steps over dt
         if method != "rk4":
             raise OptionsError(f"method: the one integrator is 'rk4', got {method!r}")
 
@@ -263,7 +263,7 @@ class StateSpaceModel:
                                  f"and one column output, got inputs {sizes} and output {fun.size_out(0)}")
         new = object.__new__(cls)
         new.nx, new.nu, new.ny, new.params, new.name = nx, nu, g.size1_out(0), params, name
-        new.dt = None if dt is None else float(dt)
+        new.dt = sample_time(dt)
         new.f, new.g, new.rhs = f, g, rhs
         new.noise = new._noise(process_std, measurement_std, x1_mean, x1_std)
         return new

@@ -175,8 +175,7 @@ class StageFunctions:
                 f"{k}_gn_dz": lambda: _gauss_newton(k, r, w, p, free, ins, names, True),
                 # residuals with their Jacobians in the states (joint NLP, parameter uncertainty)
                 f"{k}_res_jac_{jac}": lambda: ca.Function(f"{k}_res_jac_{jac}", ins, [ca.densify(r),
-                                                          ca.densify(ca.jacobian(r, w))], names, ["r", f"jac_{jac}"]),
-            }
+                                                          ca.densify(ca.jacobian(r, w))], names, ["r", f"jac_{jac}"])}
 
         self._lazy = {**table("obs", r_obs, x, obs_in, obs_names), **table("dyn", r_dyn, z, dyn_in, dyn_names)}
         self._raw: dict[str, ca.Function] = {}

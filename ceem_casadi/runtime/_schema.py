@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ..errors import OptionsError
+from ..errors import OptionsError, ShapeError
 from ._checks import is_integer
 
 ACCELERATIONS = ("none", "squarem", "newton", "joint")
@@ -79,6 +79,13 @@ _EXPECT = {int: "an integer", float: "a finite number", str: "a string", bool: "
 
 def is_number(v) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+def sample_time(dt, required: bool = False) -> float | None:
+    """``dt`` (seconds) of a model or a record as a float, None kept unless ``required``; else `ShapeError`."""
+    if (dt is None and required) or (dt is not None and not (is_number(dt) and np.isfinite(dt) and dt > 0)):
+        raise ShapeError(f"dt must be a positive sample time in seconds (a number), got {dt!r}")
+    return None if dt is None else float(dt)
 
 
 def _is_bound(v) -> bool:
